@@ -1,0 +1,1 @@
+"""advisor stage."""

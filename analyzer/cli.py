@@ -1,0 +1,79 @@
+"""The ``kvpool`` command: a thin layer that parses flags and calls into analyzer/.
+
+Each stage registers its own commands (``register(app)`` in ``analyzer/<stage>/command.py``);
+this module only assembles them and turns user errors into messages and exit codes.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from analyzer import __version__
+from analyzer.errors import KvpoolError
+
+app = typer.Typer(
+    name="kvpool",
+    help="Should we pool KV cache, and how? Answers from your own request logs, offline.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode="rich",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"kvpool {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """kvpool: KV-cache pooling-readiness advisor."""
+
+
+def _register_all() -> None:
+    # Imported here so that `import analyzer.cli` stays cheap; each module imports its
+    # heavy dependencies inside the command bodies.
+    from analyzer.advisor import command as advisor_cmd
+    from analyzer.cost import command as cost_cmd
+    from analyzer.ingest import command as ingest_cmd
+    from analyzer.replay import command as replay_cmd
+    from analyzer.reuse import command as reuse_cmd
+    from analyzer.synth import command as synth_cmd
+
+    for module in (ingest_cmd, synth_cmd, reuse_cmd, cost_cmd, replay_cmd, advisor_cmd):
+        module.register(app)
+
+    from app import command as app_cmd
+
+    app_cmd.register(app)
+
+
+_register_all()
+
+
+def main() -> None:
+    """Console entry point: user errors print a message, never a traceback."""
+    try:
+        app()
+    except KvpoolError as exc:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""User-facing errors and the exit codes the CLI documents.
+
+A user's mistake (a malformed line, an unknown model, an unwritable path) raises a
+:class:`KvpoolError` subclass whose message names the input and how to fix it; the
+CLI prints it without a traceback and exits with the error's code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Exit codes, documented in the README.
+EXIT_OK = 0
+EXIT_USAGE = 2  # bad flags or values (typer uses 2 for its own usage errors too)
+EXIT_INPUT = 3  # input data unreadable, invalid under --strict, or nothing usable
+EXIT_OUTPUT = 4  # output could not be written
+EXIT_GATES = 5  # `kvpool validate`: at least one pilot gate failed
+
+
+class KvpoolError(Exception):
+    """An error the user can fix; printed without a traceback."""
+
+    exit_code: int = EXIT_USAGE
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
+
+
+class UsageError(KvpoolError):
+    """A flag or value that cannot work (unknown model, negative bandwidth, ...)."""
+
+    exit_code = EXIT_USAGE
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where in the user's input a problem sits."""
+
+    file: str
+    line: int | None = None
+    field: str | None = None
+
+    def __str__(self) -> str:
+        out = self.file
+        if self.line is not None:
+            out += f":{self.line}"
+        if self.field:
+            out += f" (field '{self.field}')"
+        return out
+
+
+class InputError(KvpoolError):
+    """The input data is unreadable or invalid; names file, line and field."""
+
+    exit_code = EXIT_INPUT
+
+    def __init__(self, message: str, location: Location | None = None, *, hint: str | None = None):
+        self.location = location
+        full = f"{location}: {message}" if location else message
+        super().__init__(full, hint=hint)
+
+
+class OutputError(KvpoolError):
+    """An output path cannot be written."""
+
+    exit_code = EXIT_OUTPUT

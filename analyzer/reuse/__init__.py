@@ -1,0 +1,1 @@
+"""reuse stage."""

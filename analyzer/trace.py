@@ -1,0 +1,330 @@
+"""The canonical trace: its Parquet schema and the compact in-memory form analyses use.
+
+Every input format ends up as one canonical table (``CANONICAL_SCHEMA``), one row per
+request, sorted by arrival. Analyses work on :class:`BlockTrace`, a columnar, dense
+form of the same data: block hashes are replaced by dense integer ids assigned in
+order of first appearance, and each request's blocks are a slice of one flat array
+(``block_ids[offsets[i]:offsets[i + 1]]``).
+
+Schema version 1 (Parquet key-value metadata ``kvpool.schema_version = "1"``):
+
+==================  ===================  ==================================================
+column              type                 meaning
+==================  ===================  ==================================================
+request_id          string               the log's id, or ``<file>:<line>`` when it had none
+arrival_s           float64              seconds since the first request of the trace
+session_id          string, nullable     conversation / cache key (``prompt_cache_key``, ...)
+tenant              string, nullable     tenant, or the model when no tenant is known
+model               string, nullable     model named in the request
+prompt_tokens       int64                prompt length as the engine sees it
+output_tokens       int64, nullable      generated tokens (response usage or trace field)
+block_hashes        list<uint64>         chained hashes of the full blocks of the prompt
+content_hashes      list<uint64>, null   unchained hash of each full block's tokens alone
+token_lcp_prev      int64, nullable      token-exact longest common prefix with any
+                                         earlier request (null when not computed)
+parent_request_id   string, nullable     previous turn, when the format says (Bailian)
+turn                int64, nullable      turn number, when the format says
+count_only          bool                 the source has lengths only, no content
+approx_lengths      bool                 lengths were estimated or corrected, not counted
+==================  ===================  ==================================================
+
+File-level metadata (all strings): ``kvpool.schema_version``, ``kvpool.block_size``,
+``kvpool.tokenizer``, ``kvpool.template``, ``kvpool.hash_keys``, ``kvpool.source``,
+``kvpool.t0_epoch_s`` (absolute time of arrival 0, empty when unknown).
+
+Block ``k`` of a request covers tokens ``[k * block_size, (k + 1) * block_size)``; only
+full blocks are hashed, so ``len(block_hashes) == prompt_tokens // block_size``.
+Because hashes are chained, equal hashes at position ``k`` mean equal prompts up to
+the end of block ``k``, and the hash at position ``m * j + m - 1`` identifies the
+prefix of ``m * j + m`` blocks: coarser block sizes are derived without re-hashing
+(:meth:`BlockTrace.coarsen`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from analyzer.errors import InputError, Location, OutputError
+
+SCHEMA_VERSION = "1"
+
+CANONICAL_SCHEMA = pa.schema(
+    [
+        pa.field("request_id", pa.string(), nullable=False),
+        pa.field("arrival_s", pa.float64(), nullable=False),
+        pa.field("session_id", pa.string()),
+        pa.field("tenant", pa.string()),
+        pa.field("model", pa.string()),
+        pa.field("prompt_tokens", pa.int64(), nullable=False),
+        pa.field("output_tokens", pa.int64()),
+        pa.field("block_hashes", pa.list_(pa.uint64()), nullable=False),
+        pa.field("content_hashes", pa.list_(pa.uint64())),
+        pa.field("token_lcp_prev", pa.int64()),
+        pa.field("parent_request_id", pa.string()),
+        pa.field("turn", pa.int64()),
+        pa.field("count_only", pa.bool_(), nullable=False),
+        pa.field("approx_lengths", pa.bool_(), nullable=False),
+    ]
+)
+
+META_KEYS = (
+    "schema_version",
+    "block_size",
+    "tokenizer",
+    "template",
+    "hash_keys",
+    "source",
+    "t0_epoch_s",
+)
+
+
+def trace_metadata(**values: object) -> dict[bytes, bytes]:
+    """Parquet key-value metadata for a canonical table; unknown keys are refused."""
+    unknown = set(values) - set(META_KEYS)
+    assert not unknown, f"unknown canonical metadata keys {unknown}"
+    meta = {
+        "schema_version": SCHEMA_VERSION,
+        **{k: "" if v is None else str(v) for k, v in values.items()},
+    }
+    return {f"kvpool.{k}".encode(): v.encode() for k, v in meta.items()}
+
+
+def read_metadata(table_or_schema: pa.Table | pa.Schema) -> dict[str, str]:
+    schema = table_or_schema.schema if isinstance(table_or_schema, pa.Table) else table_or_schema
+    raw = schema.metadata or {}
+    out: dict[str, str] = {}
+    for k, v in raw.items():
+        key = k.decode()
+        if key.startswith("kvpool."):
+            out[key.removeprefix("kvpool.")] = v.decode()
+    return out
+
+
+def is_canonical(path: str | Path) -> bool:
+    """True when ``path`` is a Parquet file carrying the canonical metadata."""
+    try:
+        meta = read_metadata(pq.read_schema(path))
+    except (OSError, pa.ArrowInvalid):
+        return False
+    return "schema_version" in meta
+
+
+def write_canonical(table: pa.Table, path: str | Path) -> None:
+    """Write a canonical table; the schema is enforced so every file reads the same."""
+    path = Path(path)
+    missing = [f.name for f in CANONICAL_SCHEMA if f.name not in table.column_names]
+    assert not missing, f"canonical table lacks columns {missing}"
+    meta = table.schema.metadata or {}
+    table = (
+        table.select(CANONICAL_SCHEMA.names).cast(CANONICAL_SCHEMA).replace_schema_metadata(meta)
+    )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, path, compression="zstd")
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def read_canonical(path: str | Path) -> pa.Table:
+    path = Path(path)
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InputError(f"not a readable Parquet file: {exc}", Location(str(path))) from exc
+    meta = read_metadata(table)
+    if "schema_version" not in meta:
+        raise InputError(
+            "Parquet file has no kvpool metadata, so it is not a canonical trace",
+            Location(str(path)),
+            hint="convert it first: kvpool convert FILE -o trace.parquet",
+        )
+    if meta["schema_version"] != SCHEMA_VERSION:
+        raise InputError(
+            f"canonical schema version {meta['schema_version']} is not supported "
+            f"(this kvpool reads version {SCHEMA_VERSION})",
+            Location(str(path)),
+        )
+    missing = [n for n in CANONICAL_SCHEMA.names if n not in table.column_names]
+    if missing:
+        raise InputError(f"canonical trace lacks columns {missing}", Location(str(path)))
+    return table
+
+
+def _codes(values: list[str | None]) -> tuple[np.ndarray, list[str]]:
+    """Dense codes in order of first appearance; None becomes -1."""
+    index: dict[str, int] = {}
+    codes = np.empty(len(values), dtype=np.int32)
+    for i, v in enumerate(values):
+        if v is None:
+            codes[i] = -1
+        else:
+            codes[i] = index.setdefault(v, len(index))
+    return codes, list(index)
+
+
+def _dense(flat_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Map hashes to dense ids in order of first appearance; return (ids, id -> hash)."""
+    if flat_hashes.size == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.uint64)
+    uniq, first, inverse = np.unique(flat_hashes, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # unique values by first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return rank[inverse].astype(np.int64), uniq[order]
+
+
+@dataclass(frozen=True, slots=True)
+class BlockTrace:
+    """Compact, columnar form of a canonical trace, sorted by arrival.
+
+    ``block_ids`` are dense in order of first appearance, so a block is new exactly when
+    its id equals the number of distinct blocks seen so far. ``content_ids`` (when the
+    source had content) identify each block's tokens regardless of position, for reuse
+    that is not a prefix.
+    """
+
+    block_size: int
+    arrival_s: np.ndarray  # float64 (n,)
+    prompt_tokens: np.ndarray  # int64 (n,)
+    output_tokens: np.ndarray  # int64 (n,), -1 when unknown
+    session: np.ndarray  # int32 (n,), -1 when none
+    tenant: np.ndarray  # int32 (n,), -1 when none
+    offsets: np.ndarray  # int64 (n + 1,)
+    block_ids: np.ndarray  # int64 (offsets[-1],)
+    block_hashes: np.ndarray  # uint64 (distinct blocks,): dense id -> chained hash
+    request_ids: list[str]
+    session_names: list[str]
+    tenant_names: list[str]
+    count_only: bool = False
+    content_ids: np.ndarray | None = None  # int64 (offsets[-1],)
+    token_lcp_prev: np.ndarray | None = None  # int64 (n,)
+    previews: dict[int, str] = field(default_factory=dict)  # dense block id -> text
+    meta: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def n_requests(self) -> int:
+        return int(self.arrival_s.size)
+
+    @property
+    def n_blocks(self) -> int:
+        """Distinct blocks."""
+        return int(self.block_hashes.size)
+
+    @property
+    def n_accesses(self) -> int:
+        return int(self.block_ids.size)
+
+    def blocks_of(self, i: int) -> np.ndarray:
+        return self.block_ids[self.offsets[i] : self.offsets[i + 1]]
+
+    @classmethod
+    def from_table(cls, table: pa.Table, previews: dict[int, str] | None = None) -> BlockTrace:
+        """Build from a canonical table (rows need not be sorted; they are sorted here).
+
+        ``previews`` maps chained block hash -> text preview and is re-keyed by dense id.
+        """
+        meta = read_metadata(table)
+        block_size = int(meta.get("block_size") or 16)
+        order = np.argsort(table.column("arrival_s").to_numpy(), kind="stable")
+        if not np.array_equal(order, np.arange(order.size)):
+            table = table.take(pa.array(order))
+        col = table.column
+        hashes = col("block_hashes").combine_chunks()
+        offsets = hashes.offsets.to_numpy().astype(np.int64)
+        offsets = offsets - offsets[0]
+        flat = hashes.values.to_numpy(zero_copy_only=False).astype(np.uint64)
+        ids, id_hash = _dense(flat)
+        content_ids = None
+        if "content_hashes" in table.column_names and col("content_hashes").null_count == 0:
+            ch = col("content_hashes").combine_chunks()
+            cflat = ch.values.to_numpy(zero_copy_only=False).astype(np.uint64)
+            if cflat.size == flat.size:
+                content_ids, _ = _dense(cflat)
+        lcp = None
+        if "token_lcp_prev" in table.column_names and col("token_lcp_prev").null_count == 0:
+            lcp = col("token_lcp_prev").to_numpy().astype(np.int64)
+        sess, sess_names = _codes(col("session_id").to_pylist())
+        ten, ten_names = _codes(col("tenant").to_pylist())
+        out_tok = col("output_tokens").fill_null(-1).to_numpy().astype(np.int64)
+        count_only = bool(table.num_rows) and bool(pa.compute.all(col("count_only")).as_py())
+        by_id: dict[int, str] = {}
+        if previews:
+            pos = {int(h): i for i, h in enumerate(id_hash)}
+            by_id = {pos[h]: t for h, t in previews.items() if h in pos}
+        return cls(
+            block_size=block_size,
+            arrival_s=col("arrival_s").to_numpy().astype(np.float64),
+            prompt_tokens=col("prompt_tokens").to_numpy().astype(np.int64),
+            output_tokens=out_tok,
+            session=sess,
+            tenant=ten,
+            offsets=offsets,
+            block_ids=ids,
+            block_hashes=id_hash,
+            request_ids=col("request_id").to_pylist(),
+            session_names=sess_names,
+            tenant_names=ten_names,
+            count_only=count_only,
+            content_ids=content_ids,
+            token_lcp_prev=lcp,
+            previews=by_id,
+            meta=meta,
+        )
+
+    @classmethod
+    def from_parquet(cls, path: str | Path) -> BlockTrace:
+        return cls.from_table(read_canonical(path))
+
+    def coarsen(self, factor: int) -> BlockTrace:
+        """The same trace at ``block_size * factor``, from the chained hashes alone."""
+        assert factor >= 1
+        if factor == 1:
+            return self
+        counts = np.diff(self.offsets)
+        new_counts = counts // factor
+        new_offsets = np.zeros_like(self.offsets)
+        np.cumsum(new_counts, out=new_offsets[1:])
+        # Position j of the coarse request is fine position j * factor + factor - 1.
+        req = np.repeat(np.arange(self.n_requests), new_counts)
+        within = np.arange(new_offsets[-1]) - new_offsets[req]
+        fine_pos = self.offsets[req] + within * factor + factor - 1
+        fine_ids = self.block_ids[fine_pos]
+        ids, id_hash_idx = _dense(fine_ids.astype(np.uint64))
+        hashes = self.block_hashes[id_hash_idx.astype(np.int64)] if fine_ids.size else id_hash_idx
+        content_ids = None
+        if self.content_ids is not None and fine_ids.size:
+            # A coarse block's content is the tuple of its fine blocks' contents.
+            parts = np.stack(
+                [self.content_ids[fine_pos - (factor - 1 - k)] for k in range(factor)], axis=1
+            )
+            _, first, inv = np.unique(parts, axis=0, return_index=True, return_inverse=True)
+            order = np.argsort(first, kind="stable")
+            rank = np.empty_like(order)
+            rank[order] = np.arange(order.size)
+            content_ids = rank[inv.reshape(-1)].astype(np.int64)
+        fine_to_coarse = {int(f): int(c) for f, c in zip(fine_ids, ids, strict=True)}
+        previews = {fine_to_coarse[k]: v for k, v in self.previews.items() if k in fine_to_coarse}
+        return BlockTrace(
+            block_size=self.block_size * factor,
+            arrival_s=self.arrival_s,
+            prompt_tokens=self.prompt_tokens,
+            output_tokens=self.output_tokens,
+            session=self.session,
+            tenant=self.tenant,
+            offsets=new_offsets,
+            block_ids=ids,
+            block_hashes=hashes.astype(np.uint64),
+            request_ids=self.request_ids,
+            session_names=self.session_names,
+            tenant_names=self.tenant_names,
+            count_only=self.count_only,
+            content_ids=content_ids,
+            token_lcp_prev=self.token_lcp_prev,
+            previews=previews,
+            meta={**self.meta, "block_size": str(self.block_size * factor)},
+        )

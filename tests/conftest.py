@@ -1,0 +1,22 @@
+"""Shared fixtures: where the public traces live, and a quiet environment."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_TRACES = ROOT.parent / "shared" / "traces"
+SAMPLES = ROOT / "traces"
+
+os.environ.setdefault("KVPOOL_NO_PROGRESS", "1")
+
+
+@pytest.fixture(scope="session")
+def shared_traces() -> Path:
+    """The real public traces beside the project; tests skip when they are absent."""
+    if not SHARED_TRACES.is_dir():
+        pytest.skip(f"public traces not found at {SHARED_TRACES}")
+    return SHARED_TRACES

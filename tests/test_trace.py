@@ -1,0 +1,77 @@
+"""The canonical schema round trip and the compact form's invariants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from analyzer.errors import InputError
+from analyzer.trace import (
+    CANONICAL_SCHEMA,
+    BlockTrace,
+    read_canonical,
+    trace_metadata,
+    write_canonical,
+)
+
+
+def _table(rows: list[dict], block_size: int = 4) -> pa.Table:
+    defaults = {
+        "session_id": None,
+        "tenant": None,
+        "model": None,
+        "output_tokens": None,
+        "content_hashes": None,
+        "token_lcp_prev": None,
+        "parent_request_id": None,
+        "turn": None,
+        "count_only": False,
+        "approx_lengths": False,
+    }
+    full = [{**defaults, **r} for r in rows]
+    table = pa.Table.from_pylist(full, schema=CANONICAL_SCHEMA)
+    return table.replace_schema_metadata(trace_metadata(block_size=block_size, source="test"))
+
+
+ROWS = [
+    {"request_id": "b", "arrival_s": 2.0, "prompt_tokens": 12, "block_hashes": [10, 11, 12]},
+    {"request_id": "a", "arrival_s": 1.0, "prompt_tokens": 9, "block_hashes": [10, 20]},
+    {"request_id": "c", "arrival_s": 3.0, "prompt_tokens": 17, "block_hashes": [10, 11, 12, 13]},
+]
+
+
+def test_round_trip_and_sorting(tmp_path):
+    path = tmp_path / "t.parquet"
+    write_canonical(_table(ROWS), path)
+    table = read_canonical(path)
+    assert table.schema.remove_metadata() == CANONICAL_SCHEMA.remove_metadata()
+    bt = BlockTrace.from_table(table)
+    assert bt.request_ids == ["a", "b", "c"]
+    assert bt.block_size == 4
+    # dense ids in order of first appearance: 10->0, 20->1, 11->2, 12->3, 13->4
+    assert bt.block_ids.tolist() == [0, 1, 0, 2, 3, 0, 2, 3, 4]
+    assert bt.block_hashes.tolist() == [10, 20, 11, 12, 13]
+    assert bt.offsets.tolist() == [0, 2, 5, 9]
+    assert bt.blocks_of(1).tolist() == [0, 2, 3]
+    assert bt.output_tokens.tolist() == [-1, -1, -1]
+
+
+def test_coarsen_takes_every_factor_th_chained_hash():
+    bt = BlockTrace.from_table(_table(ROWS))
+    c = bt.coarsen(2)
+    assert c.block_size == 8
+    # a: [10,20] -> [20]; b: [10,11,12] -> [11]; c: [10,11,12,13] -> [11, 13]
+    assert [c.block_hashes[i] for i in c.block_ids] == [20, 11, 11, 13]
+    assert np.diff(c.offsets).tolist() == [1, 1, 2]
+
+
+def test_not_canonical_is_a_clear_error(tmp_path):
+    path = tmp_path / "plain.parquet"
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"x": [1]}), path)
+    with pytest.raises(InputError, match="not a canonical trace"):
+        read_canonical(path)
+    with pytest.raises(InputError, match="plain.parquet"):
+        read_canonical(path)
