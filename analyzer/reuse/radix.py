@@ -1,0 +1,249 @@
+"""Prefix caches over chained block ids, with leaf-only eviction.
+
+:class:`BlockRadix` is the cache paged engines keep (vLLM, SGLang with page size > 1,
+LMCache, Mooncake): a tree whose nodes are dense block ids from
+:class:`analyzer.trace.BlockTrace`. Block hashes are chained, so a block's parent is
+the block before it in any request that holds it, and every path from the root is a
+prompt prefix. The tree stays *prefix-closed*: a block is only ever evicted when none
+of its children is cached, because a child's KV is useless without its parent's.
+
+Eviction order is the policy's sort key over the current leaves, smallest first. A
+policy is a tiny class returning that key (:class:`LRU`, :class:`FIFO`), chosen once at
+construction, as SGLang's ``evict_policy.py`` does. Ties are broken by a per-cache
+sequence number and then by block id, so replays are deterministic. Leaves sit in a
+heap with lazy invalidation (an entry is live while its node's ``version`` is
+unchanged), so insert, touch and evict cost O(log n) per block.
+
+``now`` is the caller's clock (trace time, or a request index); the cache never reads
+the wall clock. ``TokenRadix`` (token-exact, SGLang RadixAttention with page size 1)
+lives in :mod:`analyzer.blocks.radix` and is re-exported here when present.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+ROOT = -1  # parent of the first block of every request
+
+
+@dataclass(slots=True)
+class Node:
+    """One cached block. ``children`` counts cached children only."""
+
+    parent: int
+    children: int
+    last_access: float
+    inserted_at: float
+    touch_seq: int  # global sequence of the last touch (tail-first within a request)
+    insert_seq: int  # global sequence of creation
+    # Set to a fresh sequence number whenever the key or the leaf status changes, so a
+    # heap entry is live only while (block, version) still matches, even across re-inserts.
+    version: int = 0
+
+
+class Policy:
+    """Eviction order: the cached leaf with the smallest ``key`` goes first."""
+
+    name = "policy"
+
+    def key(self, node: Node) -> tuple[float, ...]:  # pragma: no cover - interface
+        raise AssertionError("subclasses define key()")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class LRU(Policy):
+    """Least recently used leaf first.
+
+    Within one request blocks are touched tail-first (block 0 last, as vLLM frees them),
+    so with a monotonic clock this is exactly a plain LRU over blocks: the least
+    recently used block never has a cached child.
+    """
+
+    name = "lru"
+
+    def key(self, node: Node) -> tuple[float, ...]:
+        return (node.last_access, node.touch_seq)
+
+
+class FIFO(Policy):
+    """Oldest inserted leaf first; hits do not refresh a block."""
+
+    name = "fifo"
+
+    def key(self, node: Node) -> tuple[float, ...]:
+        return (node.inserted_at, node.insert_seq)
+
+
+POLICIES: dict[str, type[Policy]] = {"lru": LRU, "fifo": FIFO}
+
+
+class BlockRadix:
+    """A prefix-closed block cache with ``capacity_blocks`` slots (None = unbounded)."""
+
+    def __init__(self, capacity_blocks: int | None, policy: Policy | None = None) -> None:
+        assert capacity_blocks is None or capacity_blocks >= 0
+        self._capacity = capacity_blocks
+        self._policy = policy if policy is not None else LRU()
+        self._nodes: dict[int, Node] = {}
+        self._heap: list[tuple[tuple[float, ...], int, int]] = []  # (key, block, version)
+        self._seq = 0
+
+    # -- queries ---------------------------------------------------------------------
+
+    @property
+    def capacity_blocks(self) -> int | None:
+        return self._capacity
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, block_id: object) -> bool:
+        return block_id in self._nodes
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._nodes)
+
+    def parent(self, block_id: int) -> int:
+        """The cached parent of ``block_id`` (ROOT for a first block)."""
+        return self._nodes[block_id].parent
+
+    def is_leaf(self, block_id: int) -> bool:
+        return self._nodes[block_id].children == 0
+
+    def match(self, blocks: Sequence[int]) -> int:
+        """Number of leading ``blocks`` present in the cache; changes nothing."""
+        nodes = self._nodes
+        n = 0
+        for b in blocks:
+            if int(b) not in nodes:
+                break
+            n += 1
+        return n
+
+    # -- updates ---------------------------------------------------------------------
+
+    def insert(self, blocks: Sequence[int], now: float) -> list[int]:
+        """Cache ``blocks`` (one request's chain), touch them all, evict leaves to fit.
+
+        Blocks already present keep the parent they were first inserted with (chained
+        hashes make it unique). A chain longer than the capacity is cached up to the
+        capacity, which is what a plain LRU over tail-first touches keeps too. The
+        request's own blocks are never evicted to make room for each other. Returns the
+        evicted ids in eviction order.
+        """
+        chain = [int(b) for b in blocks]
+        if self._capacity is not None and len(chain) > self._capacity:
+            chain = chain[: self._capacity]
+        nodes = self._nodes
+        parent = ROOT
+        for b in chain:
+            if b not in nodes:
+                self._seq += 1
+                nodes[b] = Node(parent, 0, now, now, self._seq, self._seq)
+                if parent != ROOT:
+                    p = nodes[parent]
+                    p.children += 1
+                    p.version = self._seq  # no longer a leaf: its heap entry dies
+            parent = b
+        self._touch_chain(chain, now)
+        if self._capacity is None or len(nodes) <= self._capacity:
+            return []
+        return self._evict(len(nodes) - self._capacity, protect=set(chain))
+
+    def touch(self, blocks: Sequence[int], now: float) -> None:
+        """Mark the cached ones among ``blocks`` as used at ``now`` (tail-first)."""
+        self._touch_chain([int(b) for b in blocks if int(b) in self._nodes], now)
+
+    def evict(self, n_blocks: int) -> list[int]:
+        """Evict up to ``n_blocks`` leaves in policy order; returns them in that order."""
+        return self._evict(n_blocks, protect=None)
+
+    def remove(self, block_ids: Iterable[int]) -> None:
+        """Drop the given cached blocks (absent ids are ignored).
+
+        Refused (ValueError) when a block would be left cached without its parent:
+        remove a subtree together, or evict leaves instead.
+        """
+        nodes = self._nodes
+        gone = {int(b) for b in block_ids if int(b) in nodes}
+        inner: dict[int, int] = {}
+        for b in gone:
+            p = nodes[b].parent
+            if p in gone:
+                inner[p] = inner.get(p, 0) + 1
+        orphans = sorted(b for b in gone if nodes[b].children != inner.get(b, 0))
+        if orphans:
+            raise ValueError(f"blocks {orphans[:5]} still have cached children")
+        for b in sorted(gone):
+            node = nodes.pop(b)
+            if node.parent != ROOT and node.parent not in gone:
+                self._lose_child(node.parent)
+
+    # -- internals -------------------------------------------------------------------
+
+    def _touch_chain(self, chain: list[int], now: float) -> None:
+        nodes = self._nodes
+        heap = self._heap
+        key = self._policy.key
+        for b in reversed(chain):  # tail first: block 0 ends up the most recent
+            node = nodes[b]
+            self._seq += 1
+            node.last_access = now
+            node.touch_seq = self._seq
+            node.version = self._seq
+            if node.children == 0:
+                heapq.heappush(heap, (key(node), b, node.version))
+        if len(heap) > 4 * len(nodes) + 64:
+            self._rebuild_heap()
+
+    def _lose_child(self, parent: int) -> None:
+        p = self._nodes[parent]
+        p.children -= 1
+        assert p.children >= 0
+        if p.children == 0:
+            self._seq += 1
+            p.version = self._seq
+            heapq.heappush(self._heap, (self._policy.key(p), parent, p.version))
+
+    def _evict(self, n_blocks: int, protect: set[int] | None) -> list[int]:
+        nodes = self._nodes
+        heap = self._heap
+        out: list[int] = []
+        held: list[tuple[tuple[float, ...], int, int]] = []
+        while len(out) < n_blocks and heap:
+            entry = heapq.heappop(heap)
+            _, b, version = entry
+            node = nodes.get(b)
+            if node is None or node.version != version or node.children:
+                continue  # stale entry
+            if protect is not None and b in protect:
+                held.append(entry)
+                continue
+            del nodes[b]
+            out.append(b)
+            if node.parent != ROOT:
+                self._lose_child(node.parent)
+        for entry in held:
+            heapq.heappush(heap, entry)
+        return out
+
+    def _rebuild_heap(self) -> None:
+        key = self._policy.key
+        self._heap = [(key(n), b, n.version) for b, n in self._nodes.items() if n.children == 0]
+        heapq.heapify(self._heap)
+
+
+try:  # token-exact tree, owned by the blocks stage (ingest needs it for token_lcp_prev)
+    from analyzer.blocks.radix import TokenRadix
+except ImportError:  # pragma: no cover - only before the blocks stage lands
+    TokenRadix = None  # type: ignore[assignment,misc]
+
+__all__ = ["FIFO", "LRU", "POLICIES", "ROOT", "BlockRadix", "Node", "Policy", "TokenRadix"]

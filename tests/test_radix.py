@@ -1,0 +1,175 @@
+"""BlockRadix against obviously-right models: a dict scanned for leaves, and a plain LRU."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.reuse.radix import FIFO, LRU, ROOT, BlockRadix
+
+
+@st.composite
+def chained_requests(draw, max_requests: int = 25, max_new: int = 6) -> list[list[int]]:
+    """Requests as dense block-id chains: each extends a prefix of an earlier one or starts fresh."""
+    n = draw(st.integers(1, max_requests))
+    reqs: list[list[int]] = []
+    next_id = 0
+    for _ in range(n):
+        prefix: list[int] = []
+        if reqs and draw(st.booleans()):
+            base = reqs[draw(st.integers(0, len(reqs) - 1))]
+            prefix = base[: draw(st.integers(0, len(base)))]
+        m = draw(st.integers(0, max_new))
+        reqs.append(prefix + list(range(next_id, next_id + m)))
+        next_id += m
+    return reqs
+
+
+class DictModel:
+    """The slow oracle: every eviction scans all cached blocks for leaves."""
+
+    def __init__(self, capacity: int | None, policy: str) -> None:
+        self.capacity = capacity
+        self.policy = policy
+        self.d: dict[int, list[float]] = {}  # b -> [parent, last, touch_seq, inserted, insert_seq]
+        self.seq = 0
+
+    def match(self, chain: list[int]) -> int:
+        n = 0
+        while n < len(chain) and chain[n] in self.d:
+            n += 1
+        return n
+
+    def _key(self, b: int) -> tuple:
+        _, last, tseq, ins, iseq = self.d[b]
+        return ((last, tseq) if self.policy == "lru" else (ins, iseq), b)
+
+    def _evict(self, n: int, protect: set[int]) -> list[int]:
+        out = []
+        while len(out) < n:
+            parents = {v[0] for v in self.d.values()}
+            leaves = [b for b in self.d if b not in parents and b not in protect]
+            if not leaves:
+                break
+            victim = min(leaves, key=self._key)
+            del self.d[victim]
+            out.append(victim)
+        return out
+
+    def insert(self, chain: list[int], now: float) -> list[int]:
+        if self.capacity is not None:
+            chain = chain[: self.capacity]
+        parent = ROOT
+        for b in chain:
+            if b not in self.d:
+                self.seq += 1
+                self.d[b] = [parent, now, self.seq, now, self.seq]
+            parent = b
+        for b in reversed(chain):
+            self.seq += 1
+            self.d[b][1] = now
+            self.d[b][2] = self.seq
+        if self.capacity is None or len(self.d) <= self.capacity:
+            return []
+        return self._evict(len(self.d) - self.capacity, set(chain))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    reqs=chained_requests(),
+    capacity=st.one_of(st.none(), st.integers(0, 12)),
+    policy=st.sampled_from(["lru", "fifo"]),
+    clock=st.lists(st.integers(0, 3), min_size=25, max_size=25),
+    evictions=st.lists(st.integers(0, 3), min_size=25, max_size=25),
+)
+def test_block_radix_matches_dict_model(reqs, capacity, policy, clock, evictions):
+    cache = BlockRadix(capacity, LRU() if policy == "lru" else FIFO())
+    model = DictModel(capacity, policy)
+    now = 0.0
+    for i, chain in enumerate(reqs):
+        now += clock[i]  # equal times exercise the sequence tie-break
+        assert cache.match(chain) == model.match(chain)
+        assert cache.insert(chain, now) == model.insert(chain, now)
+        assert set(cache) == set(model.d)
+        if evictions[i] == 3:
+            assert cache.evict(2) == model._evict(2, set())
+        # prefix closure: every cached block's parent is cached
+        for b in cache:
+            assert cache.parent(b) == ROOT or cache.parent(b) in cache
+        if capacity is not None:
+            assert len(cache) <= capacity
+
+
+@settings(max_examples=150, deadline=None)
+@given(reqs=chained_requests(), capacity=st.integers(1, 15))
+def test_lru_radix_is_plain_lru_over_tail_first_touches(reqs, capacity):
+    """FIELD.md §1: tail-first touches keep a plain block LRU prefix-closed."""
+    cache = BlockRadix(capacity, LRU())
+    plain: OrderedDict[int, None] = OrderedDict()
+    for i, chain in enumerate(reqs):
+        hits_plain = 0
+        while hits_plain < len(chain) and chain[hits_plain] in plain:
+            hits_plain += 1
+        assert cache.match(chain) == hits_plain
+        for b in reversed(chain):
+            plain[b] = None
+            plain.move_to_end(b)
+            while len(plain) > capacity:
+                plain.popitem(last=False)
+        cache.insert(chain, float(i))
+        assert set(cache) == set(plain)
+
+
+def test_match_has_no_side_effects_and_touch_refreshes():
+    cache = BlockRadix(3, LRU())
+    cache.insert([0, 1], now=0)
+    cache.insert([2], now=1)
+    assert cache.match([0, 1, 5]) == 2
+    cache.touch([0, 1], now=2)  # refresh the chain: block 2 is now the oldest leaf
+    assert cache.insert([3], now=3) == [2]
+    assert sorted(cache) == [0, 1, 3]
+
+
+def test_fifo_ignores_hits():
+    cache = BlockRadix(2, FIFO())
+    cache.insert([0], now=0)
+    cache.insert([1], now=1)
+    cache.insert([0], now=2)  # a hit does not make block 0 younger under FIFO
+    assert cache.insert([2], now=3) == [0]
+
+
+def test_evict_takes_only_leaves_and_never_orphans():
+    cache = BlockRadix(None)
+    cache.insert([0, 1, 2], now=0)
+    cache.insert([0, 3], now=1)
+    assert cache.evict(1) == [2]  # leaves are 2 (older) and 3; 0 and 1 are internal
+    assert cache.evict(2) == [1, 3]
+    assert sorted(cache) == [0]
+
+
+def test_long_chain_is_cached_up_to_capacity():
+    cache = BlockRadix(2, LRU())
+    cache.insert([9, 8], now=0)
+    assert cache.insert([0, 1, 2, 3], now=1) == [8, 9]
+    assert sorted(cache) == [0, 1]
+
+
+def test_remove_refuses_orphans_and_accepts_subtrees():
+    cache = BlockRadix(None)
+    cache.insert([0, 1, 2], now=0)
+    with pytest.raises(ValueError):
+        cache.remove([1])
+    cache.remove([1, 2])
+    assert sorted(cache) == [0] and cache.is_leaf(0)
+    assert cache.evict(5) == [0]
+    cache.insert([0, 1], now=1)  # re-insert after removal: no stale heap entry survives
+    assert cache.evict(1) == [1]
+
+
+def test_zero_capacity_caches_nothing():
+    cache = BlockRadix(0)
+    assert cache.insert([0, 1], now=0) == []
+    assert len(cache) == 0 and cache.match([0]) == 0
