@@ -1,7 +1,138 @@
-"""Commands of this stage; filled in by the stage's owner."""
+"""``kvpool dashboard``: start the Streamlit what-if dashboard on this machine.
+
+The dashboard is a separate ``streamlit run`` process (Streamlit owns its event loop and
+web server); this command picks the input, sets the server flags that keep it local and
+quiet (headless, bound to 127.0.0.1, no usage statistics, no file watcher), prints the
+address, and stops the server cleanly on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from analyzer.errors import InputError, Location, UsageError
+
+APP_DIR = Path(__file__).resolve().parent
+ENTRYPOINT = APP_DIR / "streamlit_app.py"
+
+# Environment read by the app (see app/state.py).
+ENV_INPUT = "KVPOOL_DASHBOARD_INPUT"
+ENV_MAX_UPLOAD_MB = "KVPOOL_MAX_UPLOAD_MB"
+DEFAULT_MAX_UPLOAD_MB = 200
+
+
+def max_upload_mb() -> int:
+    """The upload limit in MB (decimal), from ``KVPOOL_MAX_UPLOAD_MB``."""
+    raw = os.environ.get(ENV_MAX_UPLOAD_MB, "").strip()
+    if not raw:
+        return DEFAULT_MAX_UPLOAD_MB
+    try:
+        value = int(raw)
+    except ValueError:
+        raise UsageError(
+            f"{ENV_MAX_UPLOAD_MB}={raw!r} is not a whole number of megabytes"
+        ) from None
+    if value < 1:
+        raise UsageError(f"{ENV_MAX_UPLOAD_MB} must be at least 1 (got {value})")
+    return value
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def streamlit_command(port: int, upload_mb: int) -> list[str]:
+    """The ``streamlit run`` command line the dashboard uses."""
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ENTRYPOINT),
+        "--server.headless=true",
+        "--server.address=127.0.0.1",
+        f"--server.port={port}",
+        f"--server.maxUploadSize={upload_mb}",
+        "--server.fileWatcherType=none",
+        "--server.runOnSave=false",
+        "--browser.gatherUsageStats=false",
+        "--browser.serverAddress=127.0.0.1",
+        f"--browser.serverPort={port}",
+        "--global.developmentMode=false",
+        "--client.toolbarMode=minimal",
+    ]
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the server: a terminal's Ctrl-C reached it too; otherwise ask, then insist."""
+    for signal_it, wait_s in ((None, 2.0), (proc.terminate, 10.0), (proc.kill, None)):
+        if signal_it is not None:
+            signal_it()
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        except KeyboardInterrupt:
+            continue
+
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's commands to the ``kvpool`` app."""
+    """Add ``kvpool dashboard`` to the ``kvpool`` app."""
+
+    @app.command("dashboard")
+    def dashboard(
+        input: Annotated[
+            Path | None,
+            typer.Argument(
+                help="Trace to open first (any format `convert` reads). Default: a bundled sample.",
+                show_default=False,
+            ),
+        ] = None,
+        port: Annotated[
+            int, typer.Option("--port", "-p", help="Port on 127.0.0.1 to serve on.")
+        ] = 8501,
+    ) -> None:
+        """Start the what-if dashboard (Streamlit) on http://127.0.0.1:PORT."""
+        if not 1 <= port <= 65535:
+            raise UsageError(f"--port must be between 1 and 65535 (got {port})")
+        env = dict(os.environ)
+        if input is not None:
+            if not input.exists():
+                raise InputError("no such file", Location(str(input)))
+            env[ENV_INPUT] = str(input.resolve())
+        upload_mb = max_upload_mb()
+        if not _port_free(port):
+            raise UsageError(
+                f"port {port} on 127.0.0.1 is already in use",
+                hint="pick another one with --port",
+            )
+        env["STREAMLIT_BROWSER_GATHER_USAGE_STATS"] = "false"
+        env["STREAMLIT_SERVER_HEADLESS"] = "true"
+        env[ENV_MAX_UPLOAD_MB] = str(upload_mb)
+        env.setdefault("KVPOOL_NO_PROGRESS", "1")  # the page shows progress, not the terminal
+
+        address = f"http://127.0.0.1:{port}"
+        typer.echo(f"kvpool dashboard: {address}  (Ctrl-C to stop)", err=False)
+        sys.stdout.flush()
+        proc = subprocess.Popen(streamlit_command(port, upload_mb), env=env)
+        try:
+            code = proc.wait()
+        except KeyboardInterrupt:
+            _stop(proc)
+            typer.echo("kvpool dashboard: stopped")
+            return
+        if code != 0:
+            raise typer.Exit(code)

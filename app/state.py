@@ -1,0 +1,158 @@
+"""What the dashboard session remembers: the trace being looked at and how to show errors.
+
+Pages call :func:`current_trace` to get the loaded trace (ingested once per file content
+and ingest options, see :mod:`app.compute`) and :func:`guard` around analyzer calls so a
+user's mistake becomes a message on the page instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import streamlit as st
+
+from analyzer.errors import KvpoolError
+from app.command import ENV_INPUT, max_upload_mb
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES_DIR = REPO / "traces"
+# Preferred first sample: the mixed workload shows every page at its best.
+PREFERRED_SAMPLES = ("mixed", "chat", "agent", "rag", "api")
+
+SOURCE_KEY = "kvpool.source"
+INGEST_KEY = "kvpool.ingest"
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A trace the user picked: one or more files and how to name them on the page."""
+
+    label: str
+    paths: tuple[str, ...]
+    kind: str  # "sample" | "upload" | "path" | "cli"
+
+
+@dataclass(frozen=True, slots=True)
+class IngestChoice:
+    """The ingest options the load page exposes (the cache key of ingestion)."""
+
+    block_size: int = 16
+    strict: bool = False
+
+    def key(self) -> tuple[tuple[str, object], ...]:
+        return (("block_size", self.block_size), ("strict", self.strict))
+
+
+def bundled_samples() -> list[Path]:
+    """Bundled sample traces, preferred ones first."""
+    if not SAMPLES_DIR.is_dir():
+        return []
+    found = sorted(p for p in SAMPLES_DIR.iterdir() if p.name.endswith((".jsonl.gz", ".jsonl")))
+    rank = {name: i for i, name in enumerate(PREFERRED_SAMPLES)}
+    return sorted(found, key=lambda p: (rank.get(p.name.split(".")[0], len(rank)), p.name))
+
+
+def default_source() -> Source | None:
+    """The trace to open first: ``kvpool dashboard INPUT``, else a bundled sample."""
+    given = os.environ.get(ENV_INPUT)
+    if given:
+        return Source(label=Path(given).name, paths=(given,), kind="cli")
+    samples = bundled_samples()
+    if samples:
+        return Source(label=samples[0].name, paths=(str(samples[0]),), kind="sample")
+    return None
+
+
+def source() -> Source | None:
+    if SOURCE_KEY not in st.session_state:
+        st.session_state[SOURCE_KEY] = default_source()
+    return st.session_state[SOURCE_KEY]
+
+
+def set_source(src: Source) -> None:
+    st.session_state[SOURCE_KEY] = src
+
+
+def ingest_choice() -> IngestChoice:
+    return st.session_state.get(INGEST_KEY, IngestChoice())
+
+
+def set_ingest_choice(choice: IngestChoice) -> None:
+    st.session_state[INGEST_KEY] = choice
+
+
+class UploadTooLarge(KvpoolError):
+    """An upload over ``KVPOOL_MAX_UPLOAD_MB``."""
+
+
+_UPLOAD_DIR: Path | None = None
+
+
+def _upload_dir() -> Path:
+    global _UPLOAD_DIR
+    if _UPLOAD_DIR is None:
+        _UPLOAD_DIR = Path(tempfile.mkdtemp(prefix="kvpool-dashboard-"))
+    return _UPLOAD_DIR
+
+
+def save_upload(name: str, data: bytes) -> Source:
+    """Write an uploaded file where ingestion can read it; refuse it over the size limit.
+
+    The file keeps its own name (its suffix tells gzip/zstd and CSV apart) inside a
+    folder named by its content hash, so two uploads with the same name never collide.
+    """
+    limit_mb = max_upload_mb()
+    if len(data) > limit_mb * 1_000_000:
+        raise UploadTooLarge(
+            f"{name} is {len(data) / 1e6:,.1f} MB, over the {limit_mb} MB upload limit",
+            hint="convert it first (kvpool convert FILE -o trace.parquet) and open the "
+            "Parquet file by path, or raise KVPOOL_MAX_UPLOAD_MB",
+        )
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    folder = _upload_dir() / digest
+    folder.mkdir(parents=True, exist_ok=True)
+    safe = Path(name).name or "upload"
+    path = folder / safe
+    if not path.exists():
+        path.write_bytes(data)
+    return Source(label=safe, paths=(str(path),), kind="upload")
+
+
+@contextmanager
+def guard() -> Iterator[None]:
+    """Show a user's mistake (:class:`KvpoolError`) as an error box and stop the page."""
+    try:
+        yield
+    except KvpoolError as exc:
+        st.error(exc.message)
+        if exc.hint:
+            st.caption(f"Hint: {exc.hint}")
+        st.stop()
+
+
+def loaded_trace():
+    """The current trace, ingested (or taken from the cache); stops the page if none."""
+    from app import compute
+
+    src = source()
+    if src is None:
+        st.info("No trace loaded yet: open one on the **Load a trace** page.")
+        st.stop()
+    return compute.ingest(src.paths, ingest_choice().key())
+
+
+def require_content(trace, what: str) -> None:
+    """Stop a page that needs prompt content when the trace is count-only."""
+    if trace.count_only:
+        st.warning(
+            f"This trace is **count-only** (arrival times and lengths, no prompt content or "
+            f"block hashes, as in the Azure and BurstGPT traces), so {what} cannot be "
+            "measured from it. Load a log with prompts or hashed blocks to see this page."
+        )
+        st.stop()

@@ -1,0 +1,109 @@
+"""Load a trace: a bundled sample, an upload, or a path on this machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from analyzer.errors import InputError, Location
+from app import compute, state
+from app.command import max_upload_mb
+
+st.title("Load a trace")
+st.write(
+    "Open a request log in any format `kvpool convert` reads (OpenAI JSONL, gateway CSV, "
+    "Mooncake, Bailian, RAGPulse, Azure, BurstGPT, canonical Parquet; `.gz` and `.zst` are "
+    "read transparently). Everything stays on this machine."
+)
+
+how = st.radio(
+    "Source",
+    ["Bundled sample", "Upload a file", "Path on this machine"],
+    horizontal=True,
+    key="load.how",
+)
+
+with state.guard():
+    if how == "Bundled sample":
+        samples = state.bundled_samples()
+        if not samples:
+            st.info("No bundled samples found in traces/. Upload a file or give a path.")
+        else:
+            names = [p.name for p in samples]
+            current = state.source()
+            index = names.index(current.label) if current and current.label in names else 0
+            choice = st.selectbox("Sample", names, index=index, key="load.sample")
+            if st.button("Open sample", type="primary", key="load.open_sample"):
+                picked = samples[names.index(choice)]
+                state.set_source(state.Source(choice, (str(picked),), "sample"))
+    elif how == "Upload a file":
+        limit = max_upload_mb()
+        upload = st.file_uploader(
+            f"Trace file (up to {limit} MB)", key="load.upload", accept_multiple_files=False
+        )
+        if upload is not None:
+            state.set_source(state.save_upload(upload.name, upload.getvalue()))
+    else:
+        typed = st.text_input(
+            "Path", key="load.path", placeholder="/data/gateway-2026-11.jsonl.zst"
+        )
+        if st.button("Open path", type="primary", key="load.open_path") and typed.strip():
+            path = Path(typed.strip()).expanduser()
+            if not path.is_file():
+                raise InputError("no such file", Location(str(path)))
+            state.set_source(state.Source(path.name, (str(path.resolve()),), "path"))
+
+    with st.expander("Ingest options"):
+        choice = state.ingest_choice()
+        sizes = [16, 32, 64, 128, 256, 512]
+        block_size = st.selectbox(
+            "Block size (tokens)",
+            sizes,
+            index=sizes.index(choice.block_size) if choice.block_size in sizes else 0,
+            help="KV block (page) size used for hashing: vLLM 16, LMCache 256, Mooncake 512. "
+            "Changing it re-reads the trace.",
+            key="load.block_size",
+        )
+        strict = st.checkbox(
+            "Strict (fail on the first bad line instead of skipping and counting)",
+            value=choice.strict,
+            key="load.strict",
+        )
+        state.set_ingest_choice(state.IngestChoice(block_size=int(block_size), strict=strict))
+
+    src = state.source()
+    if src is None:
+        st.stop()
+    st.subheader(f"Loaded: {src.label}")
+    loaded = compute.ingest(src.paths, state.ingest_choice().key())
+    trace = loaded.trace
+    span = float(trace.arrival_s[-1] - trace.arrival_s[0]) if trace.n_requests else 0.0
+    c = st.columns(5)
+    c[0].metric("Requests", f"{trace.n_requests:,}")
+    c[1].metric("Time span", f"{span:,.0f} s")
+    c[2].metric("Prompt tokens", f"{int(trace.prompt_tokens.sum()):,}")
+    c[3].metric("Sessions", f"{len(trace.session_names):,}")
+    c[4].metric("Tenants", f"{len(trace.tenant_names):,}")
+    if trace.count_only:
+        st.warning(
+            "This trace is **count-only**: it has arrival times and lengths but no prompt "
+            "content or block hashes, so prefix reuse cannot be measured from it. The "
+            "overview and cost pages work; reuse, capacity and replay say so; the "
+            "recommendation is `insufficient-data`."
+        )
+    else:
+        st.caption(
+            f"{trace.n_blocks:,} distinct blocks of {trace.block_size} tokens, "
+            f"{trace.n_accesses:,} block accesses."
+        )
+    skipped = loaded.skipped
+    if skipped.total:
+        st.warning(f"Skipped {skipped.total:,} unusable lines.")
+        st.dataframe(
+            [{"reason": r, "lines": n} for r, n in sorted(skipped.by_reason.items())],
+            hide_index=True,
+        )
+        if skipped.examples:
+            st.code("\n".join(skipped.examples[:10]), language=None)
+    st.caption("Sources: " + ", ".join(Path(p).name for p in loaded.sources))

@@ -1,0 +1,105 @@
+"""The dashboard's chart tables, on a hand-built trace whose numbers are known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from analyzer.trace import CANONICAL_SCHEMA, BlockTrace, trace_metadata
+from app import charts
+
+
+def _trace(rows: list[dict], block_size: int = 16) -> BlockTrace:
+    base = {
+        "session_id": None,
+        "tenant": None,
+        "model": None,
+        "output_tokens": None,
+        "content_hashes": None,
+        "token_lcp_prev": None,
+        "parent_request_id": None,
+        "turn": None,
+        "count_only": False,
+        "approx_lengths": False,
+    }
+    full = [
+        {**base, "request_id": f"r{i}", **r, "prompt_tokens": len(r["block_hashes"]) * block_size}
+        for i, r in enumerate(rows)
+    ]
+    table = pa.Table.from_pylist(full, schema=CANONICAL_SCHEMA).replace_schema_metadata(
+        trace_metadata(block_size=block_size)
+    )
+    return BlockTrace.from_table(table)
+
+
+@pytest.fixture
+def tree_trace() -> BlockTrace:
+    # Six requests: four share block 100 (two of them then share 200), one starts with
+    # 900, one has no full block at all.
+    rows = [
+        {"arrival_s": 0.0, "block_hashes": [100, 200, 300], "session_id": "a", "tenant": "t1"},
+        {"arrival_s": 1.0, "block_hashes": [100, 200, 301], "session_id": "a", "tenant": "t1"},
+        {"arrival_s": 2.0, "block_hashes": [100, 210], "session_id": "b", "tenant": "t2"},
+        {"arrival_s": 3.0, "block_hashes": [100], "session_id": "c", "tenant": "t2"},
+        {"arrival_s": 4.0, "block_hashes": [900, 901], "tenant": "t2"},
+        {"arrival_s": 5.0, "block_hashes": []},
+    ]
+    return _trace(rows)
+
+
+def test_prefix_tree_widths_count_requests(tree_trace: BlockTrace) -> None:
+    frame = charts.prefix_tree_frame(tree_trace, levels=3, min_share=0.0)
+    level0 = frame[frame.level == 0].sort_values("x0")
+    assert level0.requests.tolist() == [4, 1]  # the shared root first, then 900
+    assert level0.x0.tolist() == pytest.approx([0.0, 4 / 6])
+    assert level0.x1.tolist() == pytest.approx([4 / 6, 5 / 6])  # last request: a gap
+    level1 = frame[frame.level == 1].sort_values("x0")
+    # Under 100: 200 (two requests), then 210; under 900: 901.
+    assert level1.requests.tolist() == [2, 1, 1]
+    assert level1.x0.tolist() == pytest.approx([0.0, 2 / 6, 4 / 6])
+    level2 = frame[frame.level == 2]
+    assert sorted(level2.requests.tolist()) == [1, 1]
+    assert set(frame.tokens[frame.level == 2]) == {"32-48"}
+    # Every child lies inside its parent's span, so the icicle nests.
+    assert (frame.x1 <= 1.0 + 1e-12).all()
+
+
+def test_prefix_tree_merges_small_prefixes(tree_trace: BlockTrace) -> None:
+    frame = charts.prefix_tree_frame(tree_trace, levels=3, min_share=0.5)
+    level0 = frame[frame.level == 0].sort_values("x0")
+    assert level0.requests.tolist() == [4, 1]
+    assert level0.label.iloc[1].startswith("other (1 requests")
+    # Only the big node is expanded; its children are all below half, so merged.
+    level1 = frame[frame.level == 1]
+    assert level1.requests.tolist() == [3]
+    assert frame[frame.level == 2].empty
+
+
+def test_arrivals_bins_in_round_steps(tree_trace: BlockTrace) -> None:
+    frame = charts.arrivals_frame(tree_trace, max_bins=3)
+    # Span 5 s in at most 3 bins: 2 s bins, 3 of them: [0,2) [2,4) [4,6).
+    assert frame.time_s.tolist() == [0.0, 2.0, 4.0]
+    assert frame.requests_per_s.tolist() == [1.0, 1.0, 1.0]
+    assert frame.prompt_tokens_per_s.sum() * 2 == tree_trace.prompt_tokens.sum()
+
+
+def test_log2_histogram() -> None:
+    frame = charts.log2_histogram_frame(np.array([0, 1, 2, 3, 4, 1000, -1]), "x")
+    assert frame.x.tolist()[:4] == ["0", "1", "2-3", "4-7"]
+    assert frame.requests.tolist()[:4] == [1, 1, 2, 1]
+    assert frame.requests.sum() == 6  # unknown (-1) left out
+    assert frame.x.tolist()[-1] == "512-1,023"
+
+
+def test_sessions_and_tenants(tree_trace: BlockTrace) -> None:
+    sessions = charts.sessions_frame(tree_trace)
+    assert dict(zip(sessions.requests_in_session, sessions.sessions, strict=True)) == {
+        "1": 2,
+        "2-3": 1,
+    }
+    assert charts.requests_in_multi_request_sessions(tree_trace) == 2
+    tenants = charts.tenants_frame(tree_trace, top=1)
+    assert tenants.tenant.tolist() == ["t1", "other (2)"]
+    assert tenants.requests.tolist() == [2, 4]
+    assert tenants.prompt_tokens.sum() == tree_trace.prompt_tokens.sum()
