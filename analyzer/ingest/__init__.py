@@ -1,1 +1,21 @@
-"""ingest stage."""
+"""ingest stage: read request logs and public traces into one canonical block trace.
+
+Public API::
+
+    from analyzer.ingest import IngestOptions, LoadedTrace, open_trace, detect_format
+    loaded = open_trace(["log.jsonl.gz"], IngestOptions(block_size=16))
+"""
+
+from analyzer.ingest.detect import FORMATS, detect_format
+from analyzer.ingest.options import IngestOptions, LoadedTrace, SkipSummary
+from analyzer.ingest.pipeline import open_trace, previews_path
+
+__all__ = [
+    "FORMATS",
+    "IngestOptions",
+    "LoadedTrace",
+    "SkipSummary",
+    "detect_format",
+    "open_trace",
+    "previews_path",
+]

@@ -1,0 +1,162 @@
+"""Chained block hashes: deterministic, salted, full blocks only.
+
+``h_k = blake2b(h_{k-1} || tokens of block k as little-endian uint32 || extra, digest_size=8,
+key=salt)`` read as a little-endian uint64, with ``h_{-1}`` eight zero bytes. Equal ``h_k``
+means equal prompts up to the end of block ``k`` (and equal extra keys: model or tenant
+when they are made hash keys, so that they never share KV). ``content`` hashes are the
+same function without the chain (``h_{-1}`` always zero): equal content hashes mean equal
+tokens in that block wherever it sits, which measures reuse that is not a prefix.
+
+With a token ratio ``F = served / counted`` (``--token-ratio``), block ``k`` covers the
+counted tokens ``[floor(k*B/F), floor((k+1)*B/F))`` and a prompt of ``n`` counted tokens
+has ``floor(n*F) // B`` blocks; ``F = 1`` is the plain ``[k*B, (k+1)*B)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+ZERO = b"\x00" * 8
+
+
+@dataclass(frozen=True, slots=True)
+class ChainState:
+    """Where the hashing of a prompt prefix stands, so a longer prompt can continue it."""
+
+    hashes: np.ndarray  # uint64, chained hashes of the full blocks so far
+    contents: np.ndarray  # uint64, unchained hashes of the same blocks
+    tail: np.ndarray  # uint32 tokens after the last full block
+    n_tokens: int  # counted tokens of the prefix
+    last: bytes  # digest of the last full block (ZERO when none)
+
+
+def _ratio(token_ratio: float | Fraction) -> Fraction:
+    r = Fraction(str(token_ratio)) if not isinstance(token_ratio, Fraction) else token_ratio
+    r = r.limit_denominator(10_000)
+    assert r > 0
+    return r
+
+
+class BlockHasher:
+    """Hashes token sequences into chained block hashes, with a memo of prefix states.
+
+    ``extend(state, tokens)`` continues a prefix; the caller names prefixes by a content
+    key (:meth:`remember` / :meth:`recall`), so a conversation that resends its history
+    hashes only its new blocks. The memo is an LRU bounded by stored hashes.
+    """
+
+    def __init__(
+        self,
+        block_size: int,
+        salt: bytes,
+        token_ratio: float | Fraction = 1,
+        memo_max_hashes: int = 8_000_000,
+    ) -> None:
+        assert block_size >= 1
+        self.block_size = block_size
+        self.salt = salt
+        self.ratio = _ratio(token_ratio)
+        self._base = hashlib.blake2b(digest_size=8, key=salt)
+        self._memo: OrderedDict[bytes, ChainState] = OrderedDict()
+        self._memo_hashes = 0
+        self.memo_max_hashes = memo_max_hashes
+        self.blocks_hashed = 0
+
+    # Block k covers counted tokens [bound(k), bound(k + 1)).
+    def bound(self, k: int) -> int:
+        return (k * self.block_size * self.ratio.denominator) // self.ratio.numerator
+
+    def served_tokens(self, n_counted: int) -> int:
+        return (n_counted * self.ratio.numerator) // self.ratio.denominator
+
+    def n_blocks(self, n_counted: int) -> int:
+        return self.served_tokens(n_counted) // self.block_size
+
+    def empty(self) -> ChainState:
+        e = np.empty(0, dtype=np.uint64)
+        return ChainState(e, e, np.empty(0, dtype=np.uint32), 0, ZERO)
+
+    def extend(self, state: ChainState, tokens: np.ndarray, extra: bytes = b"") -> ChainState:
+        n_total = state.n_tokens + int(tokens.size)
+        k0 = int(state.hashes.size)
+        k1 = self.n_blocks(n_total)
+        start = self.bound(k0)  # absolute position of state.tail[0]
+        if k1 == k0:
+            tail = np.concatenate([state.tail, tokens]) if tokens.size else state.tail
+            return ChainState(state.hashes, state.contents, tail, n_total, state.last)
+        buf = np.concatenate([state.tail, tokens]).astype("<u4", copy=False).tobytes()
+        new_h = np.empty(k1 - k0, dtype=np.uint64)
+        new_c = np.empty(k1 - k0, dtype=np.uint64)
+        prev = state.last
+        base = self._base
+        lo = 0
+        for j, k in enumerate(range(k0, k1)):
+            hi = (self.bound(k + 1) - start) * 4
+            chunk = buf[lo:hi]
+            h = base.copy()
+            h.update(prev)
+            h.update(chunk)
+            h.update(extra)
+            prev = h.digest()
+            c = base.copy()
+            c.update(ZERO)
+            c.update(chunk)
+            c.update(extra)
+            new_h[j] = int.from_bytes(prev, "little")
+            new_c[j] = int.from_bytes(c.digest(), "little")
+            lo = hi
+        self.blocks_hashed += k1 - k0
+        tail = np.frombuffer(buf[lo:], dtype="<u4").astype(np.uint32)
+        return ChainState(
+            np.concatenate([state.hashes, new_h]),
+            np.concatenate([state.contents, new_c]),
+            tail,
+            n_total,
+            prev,
+        )
+
+    def hash_tokens(self, tokens: np.ndarray, extra: bytes = b"") -> ChainState:
+        return self.extend(self.empty(), np.asarray(tokens, dtype=np.uint32), extra)
+
+    def recall(self, key: bytes) -> ChainState | None:
+        st = self._memo.get(key)
+        if st is not None:
+            self._memo.move_to_end(key)
+        return st
+
+    def remember(self, key: bytes, state: ChainState) -> None:
+        if key in self._memo:
+            self._memo.move_to_end(key)
+            return
+        self._memo[key] = state
+        self._memo_hashes += int(state.hashes.size) + 1
+        while self._memo_hashes > self.memo_max_hashes and len(self._memo) > 1:
+            _, old = self._memo.popitem(last=False)
+            self._memo_hashes -= int(old.hashes.size) + 1
+
+
+def id_hash(namespace: bytes, value: int, salt: bytes) -> int:
+    """A trace's own block id (Mooncake / Bailian ``hash_ids``) as a salted uint64."""
+    h = hashlib.blake2b(digest_size=8, key=salt)
+    h.update(namespace)
+    h.update(int(value).to_bytes(8, "little", signed=True))
+    return int.from_bytes(h.digest(), "little")
+
+
+def chain_hashes_reference(
+    tokens: list[int], block_size: int, salt: bytes, extra: bytes = b""
+) -> list[int]:
+    """The definition, written plainly: the oracle for tests of :class:`BlockHasher`."""
+    out = []
+    prev = ZERO
+    for k in range(len(tokens) // block_size):
+        block = tokens[k * block_size : (k + 1) * block_size]
+        data = prev + b"".join(t.to_bytes(4, "little") for t in block) + extra
+        prev = hashlib.blake2b(data, digest_size=8, key=salt).digest()
+        out.append(int.from_bytes(prev, "little"))
+    return out

@@ -1,0 +1,213 @@
+"""Token-exact compressed radix tree, and the arrival-order LCP built on it.
+
+:class:`TokenRadix` holds token sequences; a node's edge is a compact numpy ``uint32``
+array (never a Python list of ints) and its children are keyed by their first token, as
+in SGLang's radix cache. Inserting a sequence that diverges inside an edge splits the
+edge; the existing node keeps the lower half, so a node handed out by :meth:`insert`
+stays the end node of its sequence forever. Eviction removes least recently used leaves
+only (a prefix is never dropped before its extensions).
+
+:class:`ArrivalLCP` answers "longest common prefix, in tokens, with any earlier request"
+for requests added in any order: every request ends at a node, the requests sharing a
+prefix with request ``r`` are exactly those ending under the node where that prefix ends,
+so after all insertions one post-order pass gives each node the two smallest arrival
+ranks beneath it, and ``r``'s LCP is the depth of its deepest ancestor (or itself) that
+holds an earlier request. Rows may therefore be inserted in file order and sorted later.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+import numpy as np
+
+_INF = np.iinfo(np.int64).max
+
+
+class Node:
+    __slots__ = ("children", "edge", "ends", "last_access", "m1", "m2", "parent")
+
+    def __init__(self, edge: np.ndarray, parent: Node | None) -> None:
+        self.edge = edge
+        self.parent = parent
+        self.children: dict[int, Node] = {}
+        self.last_access = 0.0
+        self.ends: list[int] | None = None
+        self.m1 = _INF
+        self.m2 = _INF
+
+
+def _as_tokens(tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+    return np.asarray(tokens, dtype=np.uint32)
+
+
+def _common(edge: np.ndarray, seg: np.ndarray) -> int:
+    m = min(edge.size, seg.size)
+    if m == 0:
+        return 0
+    if edge[0] != seg[0]:
+        return 0
+    neq = np.flatnonzero(edge[:m] != seg[:m])
+    return int(neq[0]) if neq.size else m
+
+
+class TokenRadix:
+    """Compressed radix tree over token ids; ``len()`` is the number of tokens stored."""
+
+    def __init__(self, capacity_tokens: int | None = None) -> None:
+        self.root = Node(np.empty(0, dtype=np.uint32), None)
+        self.capacity_tokens = capacity_tokens
+        self._tokens = 0
+
+    def __len__(self) -> int:
+        return self._tokens
+
+    def match(self, tokens: Sequence[int] | np.ndarray) -> int:
+        """Number of leading tokens of ``tokens`` present in the tree; no side effects."""
+        t = _as_tokens(tokens)
+        node, pos = self.root, 0
+        while pos < t.size:
+            child = node.children.get(int(t[pos]))
+            if child is None:
+                break
+            ln = _common(child.edge, t[pos:])
+            pos += ln
+            if ln < child.edge.size:
+                break
+            node = child
+        return pos
+
+    def insert(self, tokens: Sequence[int] | np.ndarray, now: float = 0.0) -> Node:
+        """Add ``tokens``; returns the node where the sequence ends (its own node)."""
+        t = _as_tokens(tokens)
+        node, pos = self.root, 0
+        node.last_access = now
+        while pos < t.size:
+            first = int(t[pos])
+            child = node.children.get(first)
+            if child is None:
+                leaf = Node(t[pos:].copy(), node)
+                leaf.last_access = now
+                node.children[first] = leaf
+                self._tokens += leaf.edge.size
+                node = leaf
+                break
+            ln = _common(child.edge, t[pos:])
+            if ln < child.edge.size:  # split: `mid` takes the shared head
+                mid = Node(child.edge[:ln], node)
+                mid.last_access = now
+                node.children[first] = mid
+                child.edge = child.edge[ln:]
+                child.parent = mid
+                mid.children[int(child.edge[0])] = child
+                child = mid
+            child.last_access = now
+            node = child
+            pos += ln
+        if self.capacity_tokens is not None and self._tokens > self.capacity_tokens:
+            self.evict(self._tokens - self.capacity_tokens, protect=node)
+        return node
+
+    def evict(self, n_tokens: int, protect: Node | None = None) -> int:
+        """Remove least recently used leaves until ``n_tokens`` are freed; returns freed."""
+        guarded = set()
+        p = protect
+        while p is not None:
+            guarded.add(id(p))
+            p = p.parent
+        heap: list[tuple[float, int, Node]] = []
+        stack = [self.root]
+        seq = 0
+        while stack:
+            n = stack.pop()
+            if not n.children and n is not self.root and id(n) not in guarded:
+                heap.append((n.last_access, seq, n))
+                seq += 1
+            stack.extend(n.children.values())
+        heapq.heapify(heap)
+        freed = 0
+        while heap and freed < n_tokens:
+            _, _, leaf = heapq.heappop(heap)
+            parent = leaf.parent
+            assert parent is not None
+            del parent.children[int(leaf.edge[0])]
+            freed += leaf.edge.size
+            self._tokens -= leaf.edge.size
+            if parent is not self.root and not parent.children and id(parent) not in guarded:
+                heapq.heappush(heap, (parent.last_access, seq, parent))
+                seq += 1
+        return freed
+
+
+class ArrivalLCP:
+    """Token LCP of each request with any earlier one, for requests added in any order."""
+
+    def __init__(self) -> None:
+        self.tree = TokenRadix()
+        self._ends: list[Node] = []
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def add(self, tokens: Sequence[int] | np.ndarray) -> int:
+        """Insert one request's prompt tokens; returns its index (0, 1, ...)."""
+        node = self.tree.insert(tokens)
+        i = len(self._ends)
+        if node.ends is None:
+            node.ends = []
+        node.ends.append(i)
+        self._ends.append(node)
+        return i
+
+    def finish(self, rank: np.ndarray) -> np.ndarray:
+        """LCP per request (index order); ``rank[i]`` is request ``i``'s arrival rank."""
+        rank = np.asarray(rank, dtype=np.int64)
+        assert rank.size == len(self._ends)
+        # Pre-order list of nodes with depths; reversed, it is a valid post-order.
+        order: list[Node] = []
+        root = self.tree.root
+        depth: dict[int, int] = {id(root): 0}
+        stack = [root]
+        while stack:
+            n = stack.pop()
+            order.append(n)
+            d = depth[id(n)]
+            for c in n.children.values():
+                depth[id(c)] = d + c.edge.size
+                stack.append(c)
+        for n in reversed(order):
+            m1 = m2 = _INF
+            for r in [int(rank[i]) for i in (n.ends or ())] + [
+                v for c in n.children.values() for v in (c.m1, c.m2)
+            ]:
+                if r < m1:
+                    m1, m2 = r, m1
+                elif r < m2:
+                    m2 = r
+            n.m1, n.m2 = m1, m2
+        out = np.zeros(rank.size, dtype=np.int64)
+        for i, node in enumerate(self._ends):
+            r = int(rank[i])
+            p: Node | None = node
+            while p is not None:
+                other = p.m2 if p.m1 == r else p.m1
+                if other < r:
+                    out[i] = depth[id(p)]
+                    break
+                p = p.parent
+        return out
+
+
+def lcp_reference(prompts: Sequence[Sequence[int]]) -> list[int]:
+    """Oracle: LCP of each prompt with any earlier one, by brute force."""
+    out = []
+    for i, p in enumerate(prompts):
+        best = 0
+        for q in prompts[:i]:
+            n = 0
+            while n < min(len(p), len(q)) and p[n] == q[n]:
+                n += 1
+            best = max(best, n)
+        out.append(best)
+    return out

@@ -1,0 +1,82 @@
+"""Options of an ingest run, the skip summary, and what :func:`open_trace` returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from analyzer.trace import BlockTrace
+
+HASH_KEYS = ("model", "tenant")
+TIME_UNITS = ("auto", "s", "ms", "us", "ns")
+
+
+@dataclass(frozen=True, slots=True)
+class IngestOptions:
+    """How to read and hash the inputs; every field has a sensible default.
+
+    ``block_size=None`` means 16 for logs with text, the trace's own block size for
+    Mooncake (512) and Bailian (16), and the file's for canonical Parquet.
+    """
+
+    block_size: int | None = None
+    fmt: str | None = None  # None: detect per file (see detect_format)
+    template: str = "chatml"  # chatml | llama3
+    tools_position: str = "in-system"  # in-system | after-system | before-system
+    tokenizer: str = "cl100k"  # or a path to a Hugging Face tokenizer.json
+    token_ratio: float = 1.0  # served-model tokens per counted token (cl100k)
+    strict: bool = False
+    salt_file: str | Path | None = None  # None: ./.kvpool-salt
+    salt: bytes | None = None  # takes precedence over salt_file (library callers, tests)
+    hash_keys: tuple[str, ...] = ()  # subset of HASH_KEYS
+    time_field: str | None = None  # dotted path in JSON records
+    time_unit: str = "auto"
+    prompt_column: str | None = None
+    time_column: str | None = None
+    session_column: str | None = None
+    exact: bool = True  # compute token_lcp_prev with a token radix tree
+    image_tokens: int = 765
+    memo: bool = True  # memoize tokenization and prefix hashing (off only to benchmark)
+    max_examples: int = 5
+    max_previews: int = 200_000
+
+
+@dataclass(slots=True)
+class SkipSummary:
+    """Rows skipped, by reason, with the first few ``file:line: reason`` examples."""
+
+    max_examples: int = 5
+    total: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+
+    def add(self, reason: str, file: str, line: int | None, field_name: str | None) -> None:
+        self.total += 1
+        self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
+        if len(self.examples) < self.max_examples:
+            where = f"{file}:{line}" if line is not None else file
+            what = f"{reason} (field '{field_name}')" if field_name else reason
+            self.examples.append(f"{where}: {what}")
+
+    def __str__(self) -> str:
+        if not self.total:
+            return "no rows skipped"
+        parts = ", ".join(f"{n} {r}" for r, n in sorted(self.by_reason.items()))
+        lines = [f"skipped {self.total} rows: {parts}"]
+        lines += [f"  {e}" for e in self.examples]
+        return "\n".join(lines)
+
+
+@dataclass(slots=True)
+class LoadedTrace:
+    trace: BlockTrace
+    table: pa.Table
+    skipped: SkipSummary
+    sources: list[str]
+    formats: list[str] = field(default_factory=list)
+    reordered: int = 0  # rows that arrived out of time order in their file (now sorted)
+    untimed_files: list[str] = field(default_factory=list)  # spaced 1 s apart in file order
+    previews: dict[int, str] = field(default_factory=dict)  # chained hash -> text preview
+    stats: dict[str, int] = field(default_factory=dict)

@@ -1,0 +1,510 @@
+"""``open_trace``: any supported input (or a canonical Parquet) -> a canonical trace.
+
+One pass per file, in file order: each row is parsed, rendered and tokenized (through
+the part memo), hashed (continuing the memoized chain state of its longest known
+prefix) and inserted into a token radix tree; no prompt text is kept beyond an 80-char
+preview per message-start block. Per file, the timestamp unit is resolved at the end;
+then all rows of all files are stably sorted by arrival, out-of-order rows counted, and
+``token_lcp_prev`` read off the radix tree in arrival order (:class:`ArrivalLCP`), so
+memory holds the canonical output plus the bounded memos and the radix tree (skip it
+with ``exact=False`` / ``--no-exact`` on huge logs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from analyzer.blocks import ArrivalLCP, BlockHasher, id_hash, load_salt
+from analyzer.errors import InputError, Location, UsageError
+from analyzer.ingest.detect import FORMATS, detect_format
+from analyzer.ingest.io import check_readable
+from analyzer.ingest.options import HASH_KEYS, TIME_UNITS, IngestOptions, LoadedTrace, SkipSummary
+from analyzer.ingest.readers import (
+    NATIVE_BLOCK,
+    NATIVE_UNIT,
+    PARSERS,
+    FileContext,
+    Raw,
+    RowError,
+    records,
+)
+from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, UNITS, unit_for
+from analyzer.trace import CANONICAL_SCHEMA, BlockTrace, read_canonical, read_metadata
+from analyzer.trace import trace_metadata as make_metadata
+
+TEXT_FORMATS = {
+    "openai",
+    "openai-batch",
+    "gateway-csv",
+    "gateway-parquet",
+    "generic-csv",
+    "generic-jsonl",
+    "generic-parquet",
+}
+UNTIMED_SPACING_S = 1.0
+
+
+def previews_path(out: str | Path) -> Path:
+    """Where ``--keep-previews`` writes the preview sidecar of canonical file ``out``."""
+    p = Path(out)
+    return p.with_name(p.stem + ".previews.parquet")
+
+
+@dataclass
+class _Columns:
+    request_id: list[str] = field(default_factory=list)
+    time: list[float] = field(default_factory=list)
+    session: list[str | None] = field(default_factory=list)
+    tenant: list[str | None] = field(default_factory=list)
+    model: list[str | None] = field(default_factory=list)
+    prompt_tokens: list[int] = field(default_factory=list)
+    output_tokens: list[int | None] = field(default_factory=list)
+    hashes: list[np.ndarray] = field(default_factory=list)
+    contents: list[np.ndarray | None] = field(default_factory=list)
+    lcp_index: list[int] = field(default_factory=list)
+    parent: list[str | None] = field(default_factory=list)
+    turn: list[int | None] = field(default_factory=list)
+    count_only: list[bool] = field(default_factory=list)
+    approx: list[bool] = field(default_factory=list)
+
+
+def _validate(opts: IngestOptions) -> None:
+    from analyzer.tokenize import TEMPLATES, TOOLS_POSITIONS
+
+    if opts.block_size is not None and opts.block_size < 1:
+        raise UsageError(f"block size must be at least 1, got {opts.block_size}")
+    if opts.fmt is not None and opts.fmt not in FORMATS:
+        raise UsageError(f"unknown format '{opts.fmt}'", hint="one of: " + ", ".join(FORMATS))
+    if opts.template not in TEMPLATES:
+        raise UsageError(f"unknown template '{opts.template}'", hint="chatml or llama3")
+    if opts.tools_position not in TOOLS_POSITIONS:
+        raise UsageError(
+            f"unknown tools position '{opts.tools_position}'", hint=", ".join(TOOLS_POSITIONS)
+        )
+    if not opts.token_ratio > 0:
+        raise UsageError(f"--token-ratio must be positive, got {opts.token_ratio}")
+    bad = set(opts.hash_keys) - set(HASH_KEYS)
+    if bad:
+        raise UsageError(f"unknown hash key(s) {sorted(bad)}", hint="model and/or tenant")
+    if opts.time_unit not in TIME_UNITS:
+        raise UsageError(f"unknown time unit '{opts.time_unit}'", hint=", ".join(TIME_UNITS))
+
+
+class _Builder:
+    def __init__(self, paths: list[str], fmts: list[str], opts: IngestOptions, advance) -> None:
+        self.paths, self.fmts, self.opts = paths, fmts, opts
+        self.advance = advance
+        self.skipped = SkipSummary(max_examples=opts.max_examples)
+        self.block_size = self._block_size()
+        self.salt = opts.salt if opts.salt is not None else load_salt(opts.salt_file)
+        self.hasher = BlockHasher(
+            self.block_size, self.salt, opts.token_ratio, memo_max_hashes=8_000_000
+        )
+        self.needs_text = any(f in TEXT_FORMATS for f in fmts)
+        self.renderer = None
+        if self.needs_text:
+            from analyzer.tokenize import PromptRenderer, load_tokenizer
+
+            self.renderer = PromptRenderer(
+                load_tokenizer(opts.tokenizer),
+                opts.template,
+                opts.tools_position,
+                opts.image_tokens,
+                memo=opts.memo,
+            )
+        has_content = any(f in TEXT_FORMATS or f == "ragpulse" for f in fmts)
+        self.lcp = ArrivalLCP() if opts.exact and has_content else None
+        self.cols = _Columns()
+        self.previews: dict[int, str] = {}
+        self.shared: dict = {}
+        self.file_slices: list[tuple[int, int]] = []
+        self.file_abs: list[bool] = []
+        self.reordered = 0
+        self.untimed: list[str] = []
+
+    def _block_size(self) -> int:
+        natives = {NATIVE_BLOCK[f] for f in self.fmts if f in NATIVE_BLOCK}
+        bs = self.opts.block_size
+        if bs is None:
+            if len(natives) > 1:
+                raise UsageError(
+                    "inputs have different native block sizes "
+                    f"({', '.join(map(str, sorted(natives)))}); pass --block-size"
+                )
+            return natives.pop() if natives else 16
+        for n in natives:
+            if bs % n:
+                raise UsageError(
+                    f"--block-size {bs} is not a multiple of the trace's own {n}-token blocks",
+                    hint=f"use {n} or a multiple of it",
+                )
+        return bs
+
+    # -- per row ------------------------------------------------------------------------
+
+    def _extra(self, raw: Raw) -> bytes:
+        if not self.opts.hash_keys:
+            return b""
+        parts = []
+        for k in self.opts.hash_keys:
+            v = raw.model if k == "model" else (raw.tenant or raw.model)
+            parts.append(f"{k}={v or ''}")
+        return ("\x00".join(parts)).encode("utf-8", "surrogatepass")
+
+    def _hash_content(self, raw: Raw) -> tuple[int, np.ndarray, np.ndarray, int]:
+        """(prompt tokens served, chained hashes, content hashes, lcp index or -1)."""
+        hasher, extra = self.hasher, self._extra(raw)
+        if raw.tokens is not None:
+            st = hasher.hash_tokens(raw.tokens, extra)
+            idx = self.lcp.add(raw.tokens) if self.lcp is not None else -1
+            return hasher.served_tokens(st.n_tokens), st.hashes, st.contents, idx
+        assert self.renderer is not None
+        if raw.body is not None:
+            parts, gen = self.renderer.render(raw.body)
+        else:
+            assert raw.text is not None
+            parts, gen = self.renderer.render_text(raw.text), []
+        # Prefix keys: pk_i names "parts 0..i under these hash keys"; the memo holds the
+        # chain state after the first parts (system prompt) and after all messages.
+        pk = hashlib.blake2b(extra, digest_size=16).digest()
+        keys = []
+        for p in parts:
+            pk = hashlib.blake2b(pk + p.key, digest_size=16).digest()
+            keys.append(pk)
+        state, start = None, 0
+        if self.opts.memo:
+            for i in range(len(keys) - 1, -1, -1):
+                state = hasher.recall(keys[i])
+                if state is not None:
+                    start = i + 1
+                    break
+        if state is None:
+            state = hasher.empty()
+        last = len(parts) - 1
+        for j in range(start, len(parts)):
+            state = hasher.extend(state, parts[j].tokens, extra)
+            if self.opts.memo and (j <= 1 or j == last):
+                hasher.remember(keys[j], state)
+        for g in gen:
+            state = hasher.extend(state, g.tokens, extra)
+        hashes = state.hashes
+        if len(self.previews) < self.opts.max_previews:
+            pos = 0
+            for p in parts:
+                if p.preview is not None:
+                    k = hasher.served_tokens(pos) // self.block_size
+                    if k < hashes.size:
+                        h = int(hashes[k])
+                        if h not in self.previews:
+                            self.previews[h] = p.preview
+                pos += p.tokens.size
+        idx = -1
+        if self.lcp is not None:
+            allp = [p.tokens for p in parts] + [g.tokens for g in gen]
+            idx = self.lcp.add(np.concatenate(allp) if allp else np.empty(0, np.uint32))
+        return hasher.served_tokens(state.n_tokens), hashes, state.contents, idx
+
+    def _add(self, raw: Raw, ctx: FileContext, line: int, t: float) -> None:
+        c = self.cols
+        contents: np.ndarray | None = None
+        idx = -1
+        approx = raw.approx or (self.hasher.ratio != 1 and raw.block_ids is None)
+        if raw.count_only:
+            assert raw.prompt_tokens is not None
+            n_prompt, hashes = raw.prompt_tokens, np.empty(0, dtype=np.uint64)
+            approx = raw.approx
+        elif raw.block_ids is not None:
+            assert raw.prompt_tokens is not None
+            native = NATIVE_BLOCK[ctx.fmt]
+            m = self.block_size // native
+            n_blocks = raw.prompt_tokens // self.block_size
+            ns = ctx.fmt.encode()
+            hashes = np.fromiter(
+                (id_hash(ns, raw.block_ids[m * j + m - 1], self.salt) for j in range(n_blocks)),
+                dtype=np.uint64,
+                count=n_blocks,
+            )
+            n_prompt = raw.prompt_tokens
+        else:
+            n_prompt, hashes, contents, idx = self._hash_content(raw)
+        out = raw.output_tokens
+        if out is None and raw.output_text is not None and self.renderer is not None:
+            out = self.hasher.served_tokens(int(self.renderer.tok.encode(raw.output_text).size))
+        c.request_id.append(raw.request_id or f"{Path(ctx.path).name}:{line}")
+        c.time.append(t)
+        c.session.append(raw.session)
+        c.model.append(raw.model)
+        c.tenant.append(raw.tenant or raw.model)
+        c.prompt_tokens.append(int(n_prompt))
+        c.output_tokens.append(out)
+        c.hashes.append(hashes)
+        c.contents.append(contents)
+        c.lcp_index.append(idx)
+        c.parent.append(raw.parent)
+        c.turn.append(raw.turn)
+        c.count_only.append(raw.count_only)
+        c.approx.append(bool(approx))
+
+    def _bad(self, err: RowError, ctx: FileContext, line: int) -> None:
+        if self.opts.strict:
+            raise InputError(err.reason, Location(ctx.path, line, err.field))
+        self.skipped.add(err.reason, ctx.path, line, err.field)
+
+    # -- per file -----------------------------------------------------------------------
+
+    def read_file(self, path: str, fmt: str) -> None:
+        ctx = FileContext(path, fmt, self.opts, shared=self.shared)
+        parse = PARSERS[fmt]
+        first = len(self.cols.time)
+        iso_flags: list[bool] = []
+        seq = 0
+        for line, rec in records(path, fmt, self.advance):
+            if isinstance(rec, RowError):
+                self._bad(rec, ctx, line)
+                if rec.fatal:
+                    break
+                continue
+            try:
+                raw = parse(rec, ctx)
+                if ctx.timed is False:
+                    t, iso = seq * UNTIMED_SPACING_S, False
+                else:
+                    assert raw.time is not None
+                    t, iso = raw.time, raw.time_iso
+                self._add(raw, ctx, line, t)
+            except RowError as err:
+                self._bad(err, ctx, line)
+                continue
+            except RecursionError:
+                self._bad(RowError("JSON nested too deeply"), ctx, line)
+                continue
+            iso_flags.append(iso)
+            seq += 1
+        last = len(self.cols.time)
+        if last == first:
+            return
+        # Resolve the numeric unit of this file, then absolute vs relative.
+        times = np.asarray(self.cols.time[first:last], dtype=np.float64)
+        iso = np.asarray(iso_flags, dtype=bool)
+        if ctx.timed is False:
+            self.untimed.append(path)
+            absolute = False
+        else:
+            forced = None if self.opts.time_unit == "auto" else self.opts.time_unit
+            forced = forced or NATIVE_UNIT.get(fmt)
+            num = ~iso
+            if num.any():
+                unit = unit_for(float(times[num].max()), forced)
+                times[num] *= UNITS[unit]
+            absolute = bool(times.min() >= ABSOLUTE_MIN_S)
+        self.cols.time[first:last] = times.tolist()
+        # Out of order: a row earlier than the row before it in its file.
+        self.reordered += int(np.count_nonzero(times[1:] < times[:-1]))
+        self.file_slices.append((first, last))
+        self.file_abs.append(absolute)
+
+    # -- assembling ---------------------------------------------------------------------
+
+    def finish(self) -> tuple[pa.Table, dict[int, str]]:
+        c = self.cols
+        n = len(c.time)
+        times = np.asarray(c.time, dtype=np.float64)
+        if len(set(self.file_abs)) > 1:
+            kinds = [
+                f"{p} ({'absolute' if a else 'relative'})"
+                for p, a in zip(self.paths, self.file_abs, strict=False)
+            ]
+            raise InputError(
+                "cannot merge files with absolute and relative timestamps: " + ", ".join(kinds)
+            )
+        t0 = float(times.min())
+        absolute = bool(self.file_abs and self.file_abs[0])
+        order = np.lexsort((np.arange(n), times))
+        arrival = times[order] - t0
+        lcp_col = None
+        if self.lcp is not None and len(self.lcp):
+            lcp_idx = np.asarray(c.lcp_index, dtype=np.int64)
+            has = lcp_idx >= 0
+            rank = np.empty(n, dtype=np.int64)
+            rank[order] = np.arange(n)
+            sub_rank = np.empty(len(self.lcp), dtype=np.int64)
+            sub_rank[lcp_idx[has]] = rank[has]
+            lcp_by_idx = self.lcp.finish(sub_rank)
+            vals = np.zeros(n, dtype=np.int64)
+            vals[has] = lcp_by_idx[lcp_idx[has]]
+            served = (vals * self.hasher.ratio.numerator) // self.hasher.ratio.denominator
+            prompt = np.asarray(c.prompt_tokens, dtype=np.int64)
+            served = np.minimum(served, prompt)
+            lcp_col = pa.array(served[order], type=pa.int64(), mask=~has[order])
+
+        def take(values: list) -> list:
+            return [values[i] for i in order]
+
+        counts = np.fromiter((h.size for h in c.hashes), dtype=np.int64, count=n)[order]
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        flat = (
+            np.concatenate([c.hashes[i] for i in order])
+            if n and offsets[-1]
+            else np.empty(0, np.uint64)
+        )
+        block_hashes = pa.LargeListArray.from_arrays(
+            pa.array(offsets), pa.array(flat, type=pa.uint64())
+        ).cast(pa.list_(pa.uint64()))
+        has_c = np.array([c.contents[i] is not None for i in order], dtype=bool)
+        cflat = (
+            np.concatenate([c.contents[i] for i in order if c.contents[i] is not None])
+            if has_c.any()
+            else np.empty(0, np.uint64)
+        )
+        coff = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.where(has_c, counts, 0), out=coff[1:])
+        content_hashes = pa.LargeListArray.from_arrays(
+            pa.array(coff), pa.array(cflat, type=pa.uint64()), mask=pa.array(~has_c)
+        ).cast(pa.list_(pa.uint64()))
+        columns = {
+            "request_id": pa.array(take(c.request_id), pa.string()),
+            "arrival_s": pa.array(arrival, pa.float64()),
+            "session_id": pa.array(take(c.session), pa.string()),
+            "tenant": pa.array(take(c.tenant), pa.string()),
+            "model": pa.array(take(c.model), pa.string()),
+            "prompt_tokens": pa.array(np.asarray(c.prompt_tokens, np.int64)[order]),
+            "output_tokens": pa.array(take(c.output_tokens), pa.int64()),
+            "block_hashes": block_hashes,
+            "content_hashes": content_hashes,
+            "token_lcp_prev": lcp_col if lcp_col is not None else pa.nulls(n, type=pa.int64()),
+            "parent_request_id": pa.array(take(c.parent), pa.string()),
+            "turn": pa.array(take(c.turn), pa.int64()),
+            "count_only": pa.array(take(c.count_only), pa.bool_()),
+            "approx_lengths": pa.array(take(c.approx), pa.bool_()),
+        }
+        opts = self.opts
+        tok_name = self.renderer.tok.name if self.renderer is not None else ""
+        if opts.token_ratio != 1 and tok_name:
+            tok_name += f"*{opts.token_ratio:g}"
+        meta = make_metadata(
+            block_size=self.block_size,
+            tokenizer=tok_name,
+            template=opts.template if self.needs_text else "",
+            hash_keys=",".join(opts.hash_keys),
+            source=",".join(
+                f"{f}:{os.path.basename(p)}" for p, f in zip(self.paths, self.fmts, strict=True)
+            ),
+            t0_epoch_s=repr(t0) if absolute else "",
+        )
+        table = pa.Table.from_pydict(columns).cast(CANONICAL_SCHEMA).replace_schema_metadata(meta)
+        return table, self.previews
+
+
+def _read_previews(path: Path) -> dict[int, str]:
+    side = previews_path(path)
+    if not side.exists():
+        return {}
+    import pyarrow.parquet as pq
+
+    try:
+        t = pq.read_table(side)
+        return dict(
+            zip(
+                (int(h) for h in t.column("block_hash").to_pylist()),
+                t.column("preview").to_pylist(),
+                strict=True,
+            )
+        )
+    except (OSError, pa.ArrowInvalid, KeyError):
+        return {}
+
+
+def _open_canonical(paths: list[str]) -> LoadedTrace:
+    tables = [read_canonical(p) for p in paths]
+    sizes = {read_metadata(t).get("block_size") for t in tables}
+    if len(sizes) > 1:
+        raise InputError(
+            "canonical traces with different block sizes cannot be merged: "
+            + ", ".join(
+                f"{p} ({read_metadata(t).get('block_size')})"
+                for p, t in zip(paths, tables, strict=True)
+            )
+        )
+    table = tables[0]
+    if len(tables) > 1:
+        meta = tables[0].schema.metadata
+        table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+        order = np.lexsort((np.arange(table.num_rows), table.column("arrival_s").to_numpy()))
+        table = table.take(pa.array(order)).replace_schema_metadata(meta)
+    previews: dict[int, str] = {}
+    for p in paths:
+        previews.update(_read_previews(Path(p)))
+    trace = BlockTrace.from_table(table, previews or None)
+    return LoadedTrace(
+        trace=trace,
+        table=table,
+        skipped=SkipSummary(),
+        sources=list(paths),
+        formats=["canonical"] * len(paths),
+        previews=previews,
+    )
+
+
+def open_trace(
+    paths: str | Path | Sequence[str | Path],
+    opts: IngestOptions | None = None,
+    advance: Callable[[float], None] | None = None,
+) -> LoadedTrace:
+    """Read inputs of any supported format (or canonical Parquet) into a canonical trace.
+
+    ``advance(n)`` is called with input bytes consumed, for a progress bar whose total is
+    the sum of the input file sizes. Raises InputError when nothing usable is found.
+    """
+    opts = opts or IngestOptions()
+    _validate(opts)
+    if isinstance(paths, str | Path):
+        paths = [paths]
+    plist = [str(p) for p in paths]
+    if not plist:
+        raise UsageError("no input files given")
+    for p in plist:
+        check_readable(p)
+    fmts = [opts.fmt or detect_format(p) for p in plist]
+    if all(f == "canonical" for f in fmts):
+        return _open_canonical(plist)
+    if "canonical" in fmts:
+        raise UsageError("canonical traces cannot be mixed with raw logs in one run")
+    b = _Builder(plist, fmts, opts, advance)
+    for p, f in zip(plist, fmts, strict=True):
+        b.read_file(p, f)
+    if not b.cols.time:
+        raise InputError(
+            "no usable requests in "
+            + ", ".join(plist)
+            + (f"; {b.skipped}" if b.skipped.total else ""),
+            hint="check --format and the column flags (see docs/formats.md)",
+        )
+    table, previews = b.finish()
+    trace = BlockTrace.from_table(table, previews)
+    stats = {}
+    if b.renderer is not None:
+        stats = {
+            "parts_seen": b.renderer.parts_seen,
+            "parts_tokenized": b.renderer.parts_tokenized,
+            "tokens_encoded": b.renderer.tokens_encoded,
+        }
+    stats["blocks_hashed"] = b.hasher.blocks_hashed
+    return LoadedTrace(
+        trace=trace,
+        table=table,
+        skipped=b.skipped,
+        sources=plist,
+        formats=fmts,
+        reordered=b.reordered,
+        untimed_files=b.untimed,
+        previews=previews,
+        stats=stats,
+    )

@@ -1,0 +1,582 @@
+"""Per-format readers: each turns one file into a stream of :class:`Raw` requests.
+
+A reader yields ``(line, Raw)`` or ``(line, RowError)``; the pipeline decides whether an
+error skips the row (default) or stops the run (``--strict``). Field meanings and units
+per format are documented in docs/formats.md.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from analyzer.errors import InputError, Location
+from analyzer.ingest.io import TruncatedInput, iter_lines
+from analyzer.ingest.options import IngestOptions
+from analyzer.ingest.timeparse import parse_time
+
+csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+
+TIME_FIELDS = (
+    "timestamp",
+    "ts",
+    "time",
+    "created",
+    "created_at",
+    "start_time",
+    "startTime",
+    "request_time",
+    "requested_at",
+    "arrival_time",
+    "@timestamp",
+    "datetime",
+    "date",
+    "TIMESTAMP",
+    "Timestamp",
+)
+
+# Native timestamp unit and block size of the formats that define them.
+NATIVE_UNIT = {"mooncake": "ms", "bailian": "s", "ragpulse": "s", "burstgpt": "s"}
+NATIVE_BLOCK = {"mooncake": 512, "bailian": 16}
+
+
+class RowError(Exception):
+    """One bad row: a short reason (the skip-summary key) and the field at fault."""
+
+    def __init__(self, reason: str, field: str | None = None, fatal: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.field = field
+        self.fatal = fatal  # the rest of the file is unreadable (truncated stream)
+
+
+@dataclass(slots=True)
+class Raw:
+    """One request as read, before tokenization and hashing."""
+
+    time: float | None = None
+    time_iso: bool = False
+    request_id: str | None = None
+    session: str | None = None
+    tenant: str | None = None
+    model: str | None = None
+    output_tokens: int | None = None
+    output_text: str | None = None  # counted with the tokenizer when usage is absent
+    parent: str | None = None
+    turn: int | None = None
+    body: dict | None = None  # chat-completions request body
+    text: str | None = None  # raw prompt text
+    tokens: np.ndarray | None = None  # token ids given by the format (RAGPulse)
+    block_ids: list[int] | None = None  # the trace's own chained block ids
+    prompt_tokens: int | None = None  # from the trace (count-only and pre-hashed formats)
+    count_only: bool = False
+    approx: bool = False
+
+
+@dataclass
+class FileContext:
+    path: str
+    fmt: str
+    opts: IngestOptions
+    timed: bool | None = None  # decided by the first row: does this file carry times?
+    shared: dict = field(default_factory=dict)  # per-run state (Bailian sessions, ...)
+
+
+# -- field helpers -----------------------------------------------------------------------
+
+
+def _get(rec: dict, dotted: str) -> object:
+    cur: object = rec
+    for key in dotted.split("."):
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+def _int(value: object, field: str, required: bool = True) -> int | None:
+    if value is None or value == "":
+        if required:
+            raise RowError("missing field", field)
+        return None
+    if isinstance(value, bool):
+        raise RowError("mistyped field", field)
+    if isinstance(value, int):
+        out = value
+    elif isinstance(value, float) and value.is_integer():
+        out = int(value)
+    elif isinstance(value, str):
+        try:
+            out = int(float(value.strip()))
+        except ValueError as exc:
+            raise RowError("mistyped field", field) from exc
+    else:
+        raise RowError("mistyped field", field)
+    if out < 0:
+        raise RowError("negative value", field)
+    return out
+
+
+def _str(value: object) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(value, sort_keys=True)
+
+
+def _maybe_json(value: object, field: str) -> object:
+    if isinstance(value, str):
+        s = value.strip()
+        if not s:
+            return None
+        try:
+            return json.loads(s)
+        except json.JSONDecodeError as exc:
+            raise RowError("malformed JSON", field) from exc
+    return value
+
+
+def take_time(rec: dict, ctx: FileContext, names: tuple[str, ...] = TIME_FIELDS) -> Raw:
+    """A Raw with the row's time set; applies the per-file timed/untimed rule."""
+    opts = ctx.opts
+    forced = opts.time_field or opts.time_column
+    fname: str | None = None
+    value: object = None
+    if forced:
+        fname, value = forced, _get(rec, forced)
+    else:
+        for n in names:
+            v = rec.get(n)
+            if v is not None and v != "":
+                fname, value = n, v
+                break
+    raw = Raw()
+    if value is None or value == "":
+        if ctx.timed is None:
+            ctx.timed = False
+        elif ctx.timed:
+            raise RowError("missing timestamp", fname or forced or "timestamp")
+        return raw
+    if ctx.timed is False:
+        return raw  # the file started without times: arrival is file order
+    try:
+        t, iso = parse_time(value)
+    except (ValueError, OverflowError) as exc:
+        raise RowError("bad timestamp", fname) from exc
+    if t < 0:
+        raise RowError("negative timestamp", fname)
+    ctx.timed = True
+    raw.time, raw.time_iso = t, iso
+    return raw
+
+
+# -- record streams ----------------------------------------------------------------------
+
+Record = tuple[int, dict | RowError]
+
+
+def json_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[Record]:
+    lineno = 0
+    try:
+        for lineno, line in iter_lines(path, on_bytes):
+            if not line.strip():
+                continue
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError:
+                yield lineno, RowError("not UTF-8")
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError:
+                yield lineno, RowError("malformed JSON")
+                continue
+            if not isinstance(obj, dict):
+                yield lineno, RowError("line is not a JSON object")
+                continue
+            yield lineno, obj
+    except TruncatedInput as exc:
+        yield exc.line, RowError("truncated compressed file", fatal=True)
+
+
+def csv_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[Record]:
+    bad: list[int] = []
+    state = {"line": 0}
+
+    def lines() -> Iterator[str]:
+        for lineno, line in iter_lines(path, on_bytes):
+            state["line"] = lineno
+            try:
+                yield line.decode("utf-8") + "\n"
+            except UnicodeDecodeError:
+                bad.append(lineno)
+
+    reader = csv.reader(lines())
+    try:
+        header = next(reader, None)
+        if header is None:
+            raise InputError("CSV file has no header row", Location(path))
+        header = [h.strip().lstrip("\ufeff") for h in header]
+        for row in reader:
+            while bad:
+                yield bad.pop(0), RowError("not UTF-8")
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            if len(row) != len(header):
+                yield (
+                    state["line"],
+                    RowError(f"row has {len(row)} columns, header has {len(header)}"),
+                )
+                continue
+            yield state["line"], dict(zip(header, row, strict=True))
+        while bad:
+            yield bad.pop(0), RowError("not UTF-8")
+    except TruncatedInput as exc:
+        yield exc.line, RowError("truncated compressed file", fatal=True)
+    except csv.Error as exc:
+        yield state["line"], RowError(f"CSV error: {exc}", fatal=True)
+
+
+def parquet_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[Record]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InputError(f"not a readable Parquet file: {exc}", Location(path)) from exc
+    size = Path(path).stat().st_size
+    n_rows = max(1, pf.metadata.num_rows)
+    row = 0
+    for batch in pf.iter_batches(batch_size=20_000):
+        for rec in batch.to_pylist():
+            row += 1
+            yield row, rec
+        if on_bytes:
+            on_bytes(size * batch.num_rows / n_rows)
+
+
+def records(path: str, fmt: str, on_bytes: Callable[[int], None] | None) -> Iterator[Record]:
+    if fmt.endswith("parquet"):
+        return parquet_records(path, on_bytes)
+    if fmt.endswith("csv") or fmt in ("azure", "burstgpt"):
+        return csv_records(path, on_bytes)
+    return json_records(path, on_bytes)
+
+
+# -- parsers: one record -> Raw ----------------------------------------------------------
+
+_BODY_KEYS = ("request", "body", "request_json", "request_body")
+_RESPONSE_KEYS = ("response", "response_json", "response_body")
+_ID_KEYS = ("request_id", "id", "custom_id")
+_TENANT_KEYS = ("tenant", "tenant_id", "org", "organization", "team")
+
+
+def parse_openai(rec: dict, ctx: FileContext) -> Raw:
+    """OpenAI chat-completions log rows, Batch input lines and gateway CSV/Parquet rows."""
+    body: dict | None = None
+    if isinstance(rec.get("messages"), list) or isinstance(rec.get("prompt"), str):
+        body = rec
+    else:
+        for k in _BODY_KEYS:
+            if k in rec and rec[k] is not None:
+                v = _maybe_json(rec[k], k)
+                if isinstance(v, dict):
+                    body = v
+                    break
+                if v is not None:
+                    raise RowError("mistyped field", k)
+    if body is None:
+        raise RowError("missing field", "messages")
+    raw = take_time(rec, ctx)
+    if isinstance(body.get("messages"), list):
+        raw.body = body
+    elif isinstance(body.get("prompt"), str):
+        raw.text = body["prompt"]
+    elif "messages" in body:
+        raise RowError("mistyped field", "messages")
+    else:
+        raise RowError("missing field", "messages")
+    resp = None
+    for k in _RESPONSE_KEYS:
+        if rec.get(k) is not None:
+            resp = _maybe_json(rec[k], k)
+            break
+    if isinstance(resp, dict) and isinstance(resp.get("body"), dict):
+        resp = resp["body"]  # Batch output lines wrap the response
+    usage = (resp.get("usage") if isinstance(resp, dict) else None) or rec.get("usage")
+    usage = _maybe_json(usage, "usage")
+    if isinstance(usage, dict):
+        for k in ("completion_tokens", "output_tokens"):
+            if usage.get(k) is not None:
+                raw.output_tokens = _int(usage[k], f"usage.{k}")
+                break
+    if raw.output_tokens is None:
+        for k in ("output_tokens", "completion_tokens"):
+            if rec.get(k) not in (None, ""):
+                raw.output_tokens = _int(rec[k], k)
+                break
+    if raw.output_tokens is None and isinstance(resp, dict):
+        choices = resp.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            msg = choices[0].get("message") or {}
+            content = msg.get("content") if isinstance(msg, dict) else None
+            if isinstance(content, str):
+                raw.output_text = content
+            elif isinstance(choices[0].get("text"), str):
+                raw.output_text = choices[0]["text"]
+    meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+    rmeta = rec.get("metadata") if isinstance(rec.get("metadata"), dict) else {}
+    for v in (
+        body.get("prompt_cache_key"),
+        rec.get("prompt_cache_key"),
+        body.get("user"),
+        rec.get("user"),
+        meta.get("session_id"),
+        rmeta.get("session_id"),
+        rec.get("session_id"),
+        rec.get("conversation_id"),
+    ):
+        if v not in (None, ""):
+            raw.session = _str(v)
+            break
+    raw.model = _str(body.get("model") or rec.get("model") or rec.get("model_name"))
+    for v in [rec.get(k) for k in _TENANT_KEYS] + [meta.get("tenant"), rmeta.get("tenant")]:
+        if v not in (None, ""):
+            raw.tenant = _str(v)
+            break
+    for k in _ID_KEYS:
+        if rec.get(k) not in (None, ""):
+            raw.request_id = _str(rec[k])
+            break
+    return raw
+
+
+_PROMPT_GUESSES = ("prompt", "text", "input", "messages", "question", "query")
+
+
+def parse_generic(rec: dict, ctx: FileContext) -> Raw:
+    """A table with a prompt column (text, or a JSON list of messages)."""
+    col = ctx.opts.prompt_column
+    if col is None:
+        col = next((c for c in _PROMPT_GUESSES if c in rec), None)
+        if col is None:
+            raise InputError(
+                "no prompt column found",
+                Location(ctx.path),
+                hint=f"name it with --prompt-column (columns: {', '.join(map(str, rec))})",
+            )
+    if col not in rec:
+        raise RowError("missing field", col)
+    value = rec[col]
+    raw = take_time(rec, ctx)
+    if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = None
+        if (
+            isinstance(parsed, list)
+            and parsed
+            and all(isinstance(m, dict) and "role" in m for m in parsed)
+        ):
+            value = parsed
+        elif isinstance(parsed, dict) and isinstance(parsed.get("messages"), list):
+            value = parsed["messages"]
+    if isinstance(value, list):
+        raw.body = {"messages": value}
+    elif isinstance(value, str):
+        raw.text = value
+    elif value is None:
+        raise RowError("missing field", col)
+    else:
+        raise RowError("mistyped field", col)
+    scol = ctx.opts.session_column or next(
+        (c for c in ("session_id", "session", "conversation_id", "user") if c in rec), None
+    )
+    if scol:
+        raw.session = _str(rec.get(scol))
+    raw.model = _str(rec.get("model") or rec.get("model_name"))
+    raw.tenant = _str(next((rec[k] for k in _TENANT_KEYS if rec.get(k) not in (None, "")), None))
+    for k in ("output_tokens", "completion_tokens", "response_tokens"):
+        if rec.get(k) not in (None, ""):
+            raw.output_tokens = _int(rec[k], k)
+            break
+    for k in _ID_KEYS:
+        if rec.get(k) not in (None, ""):
+            raw.request_id = _str(rec[k])
+            break
+    return raw
+
+
+def _hash_id_list(value: object, field: str) -> list[int]:
+    if not isinstance(value, list):
+        raise RowError("missing field" if value is None else "mistyped field", field)
+    for v in value:
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise RowError("mistyped field", field)
+    return value
+
+
+def parse_mooncake(rec: dict, ctx: FileContext) -> Raw:
+    raw = take_time(rec, ctx, ("timestamp",))
+    raw.prompt_tokens = _int(rec.get("input_length"), "input_length")
+    raw.output_tokens = _int(rec.get("output_length"), "output_length", required=False)
+    ids = _hash_id_list(rec.get("hash_ids"), "hash_ids")
+    if len(ids) < raw.prompt_tokens // 512:
+        raise RowError("hash_ids shorter than input_length / 512", "hash_ids")
+    raw.block_ids = ids
+    for k in ("session_id", "chat_id"):
+        if rec.get(k) not in (None, ""):
+            raw.session = _str(rec[k])
+            break
+    return raw
+
+
+def parse_bailian(rec: dict, ctx: FileContext) -> Raw:
+    raw = take_time(rec, ctx, ("timestamp",))
+    chat = rec.get("chat_id")
+    if chat is None:
+        raise RowError("missing field", "chat_id")
+    parent = rec.get("parent_chat_id")
+    raw.request_id = _str(chat)
+    raw.parent = None if parent in (None, -1, "-1", "") else _str(parent)
+    roots: dict[str, str] = ctx.shared.setdefault("bailian_roots", {})
+    root = roots.get(raw.parent, raw.parent) if raw.parent is not None else raw.request_id
+    assert root is not None
+    roots[raw.request_id] = root
+    raw.session = root
+    raw.turn = _int(rec.get("turn"), "turn", required=False)
+    raw.prompt_tokens = _int(rec.get("input_length"), "input_length")
+    raw.output_tokens = _int(rec.get("output_length"), "output_length", required=False)
+    ids = _hash_id_list(rec.get("hash_ids"), "hash_ids")
+    if len(ids) < raw.prompt_tokens // 16:
+        raise RowError("hash_ids shorter than input_length / 16", "hash_ids")
+    raw.block_ids = ids
+    raw.tenant = _str(rec.get("type"))
+    return raw
+
+
+# RAGPulse components in assumed prompt order: (key in hash_ids, file, id key, kind code).
+RAGPULSE_COMPONENTS = (
+    ("sys_prompt", "1_sys_prompt.jsonl", "sys_prompt_id", 1),
+    ("passages_ids", "2_passages.jsonl", "passage_id", 2),
+    ("history", "3_history.jsonl", "history_id", 3),
+    ("web_search", "5_web_search.jsonl", "web_search_id", 4),
+    ("user_input", "4_user_input.jsonl", "user_input_id", 5),
+)
+RAGPULSE_ID_STRIDE = 4096  # component c of kind k -> tokens (k << 28) + c * 4096 + pos
+RAGPULSE_PAD_KIND = 15
+
+
+def _ragpulse_lengths(ctx: FileContext) -> dict[str, dict[int, int]]:
+    cache = ctx.shared.setdefault("ragpulse_lengths", {})
+    folder = str(Path(ctx.path).parent)
+    if folder in cache:
+        return cache[folder]
+    out: dict[str, dict[int, int]] = {}
+    for key, fname, idkey, _ in RAGPULSE_COMPONENTS:
+        p = Path(folder) / fname
+        if not p.exists():
+            raise InputError(
+                f"RAGPulse component file {fname} not found beside the trace",
+                Location(str(p)),
+                hint="keep 1_sys_prompt.jsonl ... 5_web_search.jsonl next to 0_trace.jsonl",
+            )
+        lengths: dict[int, int] = {}
+        for lineno, rec in json_records(str(p), None):
+            if isinstance(rec, RowError):
+                raise InputError(rec.reason, Location(str(p), lineno))
+            try:
+                lengths[int(rec[idkey])] = int(rec["token_length"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise InputError("bad component row", Location(str(p), lineno, idkey)) from exc
+        out[key] = lengths
+    cache[folder] = out
+    return out
+
+
+def parse_ragpulse(rec: dict, ctx: FileContext) -> Raw:
+    lengths = _ragpulse_lengths(ctx)
+    raw = take_time(rec, ctx, ("timestamp",))
+    n_in = _int(rec.get("input_length"), "input_length")
+    raw.output_tokens = _int(rec.get("output_length"), "output_length", required=False)
+    raw.session = _str(rec.get("session_id"))
+    comps = rec.get("hash_ids")
+    if not isinstance(comps, dict):
+        raise RowError("missing field" if comps is None else "mistyped field", "hash_ids")
+    pieces = []
+    for key, _, _, kind in RAGPULSE_COMPONENTS:
+        ids = comps.get(key) or []
+        if not isinstance(ids, list):
+            raise RowError("mistyped field", f"hash_ids.{key}")
+        for c in ids:
+            if not isinstance(c, int) or isinstance(c, bool):
+                raise RowError("mistyped field", f"hash_ids.{key}")
+            n = lengths[key].get(c)
+            if n is None:
+                raise RowError("unknown component id", f"hash_ids.{key}")
+            if c >= (1 << 28) // RAGPULSE_ID_STRIDE or n >= RAGPULSE_ID_STRIDE:
+                raise RowError("component id or length out of range", f"hash_ids.{key}")
+            start = (kind << 28) + c * RAGPULSE_ID_STRIDE
+            pieces.append(np.arange(start, start + n, dtype=np.uint32))
+    tokens = np.concatenate(pieces) if pieces else np.empty(0, dtype=np.uint32)
+    assert n_in is not None
+    if tokens.size < n_in:
+        # Tokens the components do not account for (template, separators): unique to
+        # this request, placed at the end where they cannot create false sharing.
+        counter = ctx.shared.get("ragpulse_pad", 0)
+        pad = (RAGPULSE_PAD_KIND << 28) + (
+            (counter + np.arange(n_in - tokens.size, dtype=np.int64)) % (1 << 28)
+        )
+        ctx.shared["ragpulse_pad"] = counter + n_in - tokens.size
+        tokens = np.concatenate([tokens, pad.astype(np.uint32)])
+    elif tokens.size > n_in:
+        raw.approx = True  # components sum to more than input_length: use the components
+    raw.tokens = tokens
+    return raw
+
+
+def parse_azure(rec: dict, ctx: FileContext) -> Raw:
+    raw = take_time(rec, ctx, ("TIMESTAMP", "timestamp"))
+    raw.prompt_tokens = _int(rec.get("ContextTokens"), "ContextTokens")
+    raw.output_tokens = _int(rec.get("GeneratedTokens"), "GeneratedTokens", required=False)
+    raw.count_only = True
+    return raw
+
+
+def parse_burstgpt(rec: dict, ctx: FileContext) -> Raw:
+    raw = take_time(rec, ctx, ("Timestamp", "timestamp"))
+    raw.prompt_tokens = _int(rec.get("Request tokens"), "Request tokens")
+    raw.output_tokens = _int(rec.get("Response tokens"), "Response tokens", required=False)
+    raw.model = _str(rec.get("Model"))
+    raw.session = None
+    raw.count_only = True
+    return raw
+
+
+PARSERS: dict[str, Callable[[dict, FileContext], Raw]] = {
+    "openai": parse_openai,
+    "openai-batch": parse_openai,
+    "gateway-csv": parse_openai,
+    "gateway-parquet": parse_openai,
+    "generic-csv": parse_generic,
+    "generic-jsonl": parse_generic,
+    "generic-parquet": parse_generic,
+    "mooncake": parse_mooncake,
+    "bailian": parse_bailian,
+    "ragpulse": parse_ragpulse,
+    "azure": parse_azure,
+    "burstgpt": parse_burstgpt,
+}

@@ -1,0 +1,310 @@
+"""Render a chat request into token ids the way the serving engine frames it.
+
+A prompt is a list of :class:`Part` s, one per message (plus template framing parts such
+as Llama-3's ``<|begin_of_text|>`` and the generation prompt). Each part's token ids are
+the tokenization of exactly the text chunk a server tokenizes between two special
+tokens, so concatenating parts gives the server's token sequence and turn N+1 of a
+conversation shares with turn N exactly the prefix it shares on a server:
+
+* ChatML:  ``<|im_start|>`` ``{role}\\n{content}`` ``<|im_end|>`` ``\\n``, generation prompt
+  ``<|im_start|>`` ``assistant\\n``.
+* Llama-3: ``<|begin_of_text|>`` once, then per message ``<|start_header_id|>`` ``{role}``
+  ``<|end_header_id|>`` ``\\n\\n{content}`` ``<|eot_id|>``; generation prompt
+  ``<|start_header_id|>`` ``assistant`` ``<|end_header_id|>`` ``\\n\\n``.
+
+Tool definitions are rendered as ``# Tools`` followed by one JSON object per line and
+placed inside the system message (``in-system``, default), as their own system message
+after it (``after-system``) or before it (``before-system``). Assistant ``tool_calls``
+are appended to the assistant content as ``<tool_call>{json}</tool_call>`` lines; tool
+results are messages of role ``tool``. Each image content part counts as
+``image_tokens`` placeholder tokens (default 765, OpenAI's cost of a 1024x1024 image at
+high detail); all placeholders of one image carry the same id, derived from the image
+URL or data, so the same image shares and different images do not.
+
+Every distinct part is tokenized once per run: parts are memoized by a blake2b digest of
+their rendered text (never Python ``hash()``), in an LRU bounded by total tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from analyzer.tokenize.tokenizer import Tokenizer
+
+TEMPLATES = ("chatml", "llama3")
+TOOLS_POSITIONS = ("in-system", "after-system", "before-system")
+IMAGE_TOKEN_BASE = 0xE000_0000  # placeholder ids live far above any vocabulary
+_TEXT_TYPES = {"text", "input_text", "output_text"}
+_IMAGE_TYPES = {"image_url", "input_image", "image"}
+
+
+class RenderError(ValueError):
+    """A request whose messages cannot be rendered; ``field`` names the offending field."""
+
+    def __init__(self, reason: str, field: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.field = field
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    key: bytes  # 16-byte content address of the rendered chunk (template, role, text)
+    tokens: np.ndarray  # uint32 token ids of the chunk, framing included
+    preview: str | None  # ~80 characters of the message text, for humans
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _preview(role: str, text: str, limit: int = 80) -> str:
+    flat = " ".join(text.split())
+    out = f"{role}: {flat}"
+    return out if len(out) <= limit else out[: limit - 1] + "…"
+
+
+class PromptRenderer:
+    """Chat request bodies -> parts, with a content-addressed tokenization memo."""
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        template: str = "chatml",
+        tools_position: str = "in-system",
+        image_tokens: int = 765,
+        memo_max_tokens: int = 32_000_000,
+        memo: bool = True,
+    ) -> None:
+        assert template in TEMPLATES, template
+        assert tools_position in TOOLS_POSITIONS, tools_position
+        self.tok = tokenizer
+        self.template = template
+        self.tools_position = tools_position
+        self.image_tokens = image_tokens
+        self.memo_enabled = memo
+        self.memo_max_tokens = memo_max_tokens
+        self._memo: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._memo_tokens = 0
+        self.parts_seen = 0
+        self.parts_tokenized = 0
+        self.tokens_encoded = 0
+        s = tokenizer.special
+        if template == "chatml":
+            self._pre = np.array([s("<|im_start|>")], dtype=np.uint32)
+            self._post = np.concatenate(
+                [np.array([s("<|im_end|>")], dtype=np.uint32), tokenizer.encode("\n")]
+            )
+        else:
+            self._bos = np.array([s("<|begin_of_text|>")], dtype=np.uint32)
+            self._sh = np.array([s("<|start_header_id|>")], dtype=np.uint32)
+            self._eh = np.array([s("<|end_header_id|>")], dtype=np.uint32)
+            self._eot = np.array([s("<|eot_id|>")], dtype=np.uint32)
+        self._generation = self._part("assistant", [""], None, generation=True)
+        self._bos_part = (
+            Part(_digest(b"llama3:bos"), self._bos, None) if template == "llama3" else None
+        )
+
+    # -- memo ---------------------------------------------------------------------------
+
+    def _lookup(self, key: bytes) -> np.ndarray | None:
+        if not self.memo_enabled:
+            return None
+        hit = self._memo.get(key)
+        if hit is not None:
+            self._memo.move_to_end(key)
+        return hit
+
+    def _store(self, key: bytes, tokens: np.ndarray) -> None:
+        if not self.memo_enabled:
+            return
+        self._memo[key] = tokens
+        self._memo_tokens += tokens.size
+        while self._memo_tokens > self.memo_max_tokens and len(self._memo) > 1:
+            _, old = self._memo.popitem(last=False)
+            self._memo_tokens -= old.size
+
+    # -- rendering ----------------------------------------------------------------------
+
+    def _part(
+        self,
+        role: str,
+        pieces: list[str | bytes],
+        preview_text: str | None,
+        generation: bool = False,
+    ) -> Part:
+        """One framed message; ``pieces`` are text (str) or image digests (bytes)."""
+        self.parts_seen += 1
+        h = hashlib.blake2b(digest_size=16)
+        h.update(self.template.encode())
+        h.update(b"\x00g" if generation else b"\x00m")
+        h.update(b"\x00r")
+        h.update(role.encode("utf-8", "surrogatepass"))
+        for p in pieces:
+            if isinstance(p, bytes):
+                h.update(b"\x00i")
+                h.update(p)
+            else:
+                h.update(b"\x00t")
+                h.update(p.encode("utf-8", "surrogatepass"))
+        key = h.digest()
+        preview = _preview(role, preview_text) if preview_text is not None else None
+        tokens = self._lookup(key)
+        if tokens is not None:
+            return Part(key, tokens, preview)
+        self.parts_tokenized += 1
+        tokens = self._frame(role, pieces, generation)
+        self.tokens_encoded += int(tokens.size)
+        self._store(key, tokens)
+        return Part(key, tokens, preview)
+
+    def _encode_pieces(self, pieces: list[str | bytes]) -> list[np.ndarray]:
+        out = []
+        for p in pieces:
+            if isinstance(p, bytes):
+                tid = IMAGE_TOKEN_BASE | (int.from_bytes(p[:4], "little") & 0x0FFF_FFFF)
+                out.append(np.full(self.image_tokens, tid, dtype=np.uint32))
+            elif p:
+                out.append(self.tok.encode(p))
+        return out
+
+    def _frame(self, role: str, pieces: list[str | bytes], generation: bool) -> np.ndarray:
+        if self.template == "chatml":
+            first = pieces[0] if pieces and isinstance(pieces[0], str) else ""
+            rest = pieces[1:] if pieces and isinstance(pieces[0], str) else pieces
+            body = self._encode_pieces([f"{role}\n{first}", *rest])
+            if generation:  # the generation prompt has no end marker
+                return np.concatenate([self._pre, *body])
+            return np.concatenate([self._pre, *body, self._post])
+        first = pieces[0] if pieces and isinstance(pieces[0], str) else ""
+        rest = pieces[1:] if pieces and isinstance(pieces[0], str) else pieces
+        head = [self._sh, self.tok.encode(role), self._eh]
+        body = self._encode_pieces([f"\n\n{first}", *rest])
+        if generation:
+            return np.concatenate([*head, *body])
+        return np.concatenate([*head, *body, self._eot])
+
+    def _content(self, content: object, field: str) -> tuple[list[str | bytes], str]:
+        """Content (string or list of parts) -> pieces and plain text for the preview."""
+        if content is None:
+            return [""], ""
+        if isinstance(content, str):
+            return [content], content
+        if not isinstance(content, list):
+            raise RenderError("content is neither a string nor a list of parts", field)
+        pieces: list[str | bytes] = []
+        text: list[str] = []
+        for j, part in enumerate(content):
+            if isinstance(part, str):
+                kind, value = "text", part
+            elif isinstance(part, dict):
+                kind = part.get("type", "text")
+                value = part.get("text")
+            else:
+                raise RenderError("content part is not an object", f"{field}[{j}]")
+            if kind in _TEXT_TYPES:
+                if not isinstance(value, str):
+                    raise RenderError("text part without a string 'text'", f"{field}[{j}].text")
+                if pieces and isinstance(pieces[-1], str):
+                    pieces[-1] += value
+                else:
+                    pieces.append(value)
+                text.append(value)
+            elif kind in _IMAGE_TYPES:
+                ref = part.get(kind) if isinstance(part, dict) else None
+                if isinstance(ref, dict):
+                    ref = ref.get("url") or ref.get("file_id") or json.dumps(ref, sort_keys=True)
+                if not isinstance(ref, str):
+                    ref = json.dumps(part, sort_keys=True, ensure_ascii=False)
+                pieces.append(_digest(ref.encode("utf-8", "surrogatepass")))
+                text.append("[image]")
+            else:  # audio, files, ...: count their JSON as text, the closest honest guess
+                blob = json.dumps(part, sort_keys=True, ensure_ascii=False)
+                if pieces and isinstance(pieces[-1], str):
+                    pieces[-1] += blob
+                else:
+                    pieces.append(blob)
+                text.append(blob)
+        return pieces or [""], "".join(text)
+
+    def _tools_text(self, tools: object) -> str:
+        if not isinstance(tools, list):
+            raise RenderError("tools is not a list", "tools")
+        lines = [json.dumps(t, ensure_ascii=False) for t in tools]
+        return "# Tools\n\n" + "\n".join(lines)
+
+    def render(self, body: dict) -> tuple[list[Part], list[Part]]:
+        """(message parts, generation-prompt parts) of a chat-completions request body."""
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            raise RenderError("'messages' is missing or not a list", "messages")
+        tools = body.get("tools") or body.get("functions")
+        tools_text = self._tools_text(tools) if tools else None
+        parts: list[Part] = [self._bos_part] if self._bos_part is not None else []
+        tools_done = tools_text is None
+        if not tools_done and self.tools_position == "before-system":
+            parts.append(self._part("system", [tools_text], tools_text))
+            tools_done = True
+        for i, msg in enumerate(messages):
+            field = f"messages[{i}]"
+            if not isinstance(msg, dict):
+                raise RenderError("message is not an object", field)
+            role = msg.get("role")
+            if not isinstance(role, str):
+                raise RenderError("message has no string 'role'", f"{field}.role")
+            pieces, text = self._content(msg.get("content"), f"{field}.content")
+            if not tools_done and (i > 0 or role not in ("system", "developer")):
+                # No system message: the tools become one, in front.
+                parts.append(self._part("system", [tools_text], tools_text))
+                tools_done = True
+            calls = msg.get("tool_calls")
+            if calls:
+                if not isinstance(calls, list):
+                    raise RenderError("tool_calls is not a list", f"{field}.tool_calls")
+                for c in calls:
+                    fn = c.get("function", c) if isinstance(c, dict) else c
+                    blob = json.dumps(
+                        {"name": fn.get("name"), "arguments": fn.get("arguments")}
+                        if isinstance(fn, dict)
+                        else fn,
+                        ensure_ascii=False,
+                    )
+                    add = f"\n<tool_call>\n{blob}\n</tool_call>"
+                    if isinstance(pieces[-1], str):
+                        pieces[-1] += add
+                    else:
+                        pieces.append(add)
+                    text += add
+            if not tools_done and role in ("system", "developer"):
+                if self.tools_position == "in-system":
+                    if isinstance(pieces[-1], str):
+                        pieces[-1] += "\n\n" + tools_text
+                    else:
+                        pieces.append("\n\n" + tools_text)
+                    parts.append(self._part(role, pieces, text))
+                else:  # after-system
+                    parts.append(self._part(role, pieces, text))
+                    parts.append(self._part("system", [tools_text], tools_text))
+                tools_done = True
+                continue
+            parts.append(self._part(role, pieces, text))
+        if not tools_done:
+            parts.append(self._part("system", [tools_text], tools_text))
+        return parts, [self._generation]
+
+    def render_text(self, text: str) -> list[Part]:
+        """A raw prompt string (completions API, generic text column): no chat framing."""
+        self.parts_seen += 1
+        key = _digest(b"raw\x00" + text.encode("utf-8", "surrogatepass"))
+        tokens = self._lookup(key)
+        if tokens is None:
+            self.parts_tokenized += 1
+            tokens = self.tok.encode(text)
+            self.tokens_encoded += int(tokens.size)
+            self._store(key, tokens)
+        return [Part(key, tokens, _preview("prompt", text))]

