@@ -1,0 +1,155 @@
+"""Chained block hashes and the token radix tree, against plain oracles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.blocks import (
+    ArrivalLCP,
+    BlockHasher,
+    TokenRadix,
+    chain_hashes_reference,
+    lcp_reference,
+    load_salt,
+)
+from analyzer.errors import InputError
+
+SALT = b"test-salt"
+tokens_st = st.lists(st.integers(0, 5), min_size=0, max_size=80)
+
+
+@settings(max_examples=60, deadline=None)
+@given(tokens_st, st.sampled_from([1, 3, 4, 16]), st.binary(max_size=6))
+def test_hasher_matches_the_definition(tokens, bs, extra):
+    got = BlockHasher(bs, SALT).hash_tokens(np.array(tokens, dtype=np.uint32), extra)
+    assert got.hashes.tolist() == chain_hashes_reference(tokens, bs, SALT, extra)
+    assert got.hashes.size == len(tokens) // bs  # full blocks only
+
+
+@settings(max_examples=60, deadline=None)
+@given(tokens_st, st.lists(st.integers(0, 80), max_size=6), st.sampled_from([2, 4]))
+def test_extending_in_pieces_equals_hashing_at_once(tokens, cuts, bs):
+    h = BlockHasher(bs, SALT)
+    state = h.empty()
+    pos = 0
+    for c in sorted(set(cuts)):
+        if c <= len(tokens):
+            state = h.extend(state, np.array(tokens[pos:c], dtype=np.uint32))
+            pos = c
+    state = h.extend(state, np.array(tokens[pos:], dtype=np.uint32))
+    whole = h.hash_tokens(np.array(tokens, dtype=np.uint32))
+    assert state.hashes.tolist() == whole.hashes.tolist()
+    assert state.contents.tolist() == whole.contents.tolist()
+    assert state.n_tokens == len(tokens)
+
+
+@settings(max_examples=80, deadline=None)
+@given(tokens_st, tokens_st, st.sampled_from([1, 2, 4, 8]))
+def test_k_hashes_shared_iff_k_blocks_of_tokens_shared(a, b, bs):
+    h = BlockHasher(bs, SALT)
+    ha = h.hash_tokens(np.array(a, dtype=np.uint32)).hashes.tolist()
+    hb = h.hash_tokens(np.array(b, dtype=np.uint32)).hashes.tolist()
+    for k in range(1, min(len(ha), len(hb)) + 1):
+        same_hashes = ha[:k] == hb[:k]
+        same_tokens = a[: k * bs] == b[: k * bs]
+        assert same_hashes == same_tokens
+        # Chaining: equal hash at position k alone already implies the whole prefix.
+        assert (ha[k - 1] == hb[k - 1]) == same_tokens
+
+
+def test_salt_and_extra_keys_separate_hashes():
+    t = np.arange(64, dtype=np.uint32)
+    a = BlockHasher(16, b"one").hash_tokens(t).hashes
+    b = BlockHasher(16, b"two").hash_tokens(t).hashes
+    c = BlockHasher(16, b"one").hash_tokens(t, b"model=x").hashes
+    assert not set(a.tolist()) & set(b.tolist())
+    assert not set(a.tolist()) & set(c.tolist())
+
+
+def test_content_hashes_find_moved_blocks():
+    h = BlockHasher(4, SALT)
+    a = h.hash_tokens(np.array([1, 2, 3, 4, 5, 6, 7, 8], dtype=np.uint32))
+    b = h.hash_tokens(np.array([5, 6, 7, 8, 1, 2, 3, 4], dtype=np.uint32))
+    assert set(a.contents.tolist()) == set(b.contents.tolist())
+    assert not set(a.hashes.tolist()) & set(b.hashes.tolist())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=120), st.sampled_from([0.5, 1.3, 2.0]))
+def test_token_ratio_blocks_cover_scaled_positions(tokens, ratio):
+    h = BlockHasher(4, SALT, token_ratio=ratio)
+    got = h.hash_tokens(np.array(tokens, dtype=np.uint32))
+    served = int(len(tokens) * ratio + 1e-9)
+    assert got.hashes.size == served // 4
+    assert h.bound(got.hashes.size) <= len(tokens)
+
+
+def test_memo_is_an_lru_bounded_by_hashes():
+    h = BlockHasher(2, SALT, memo_max_hashes=10)
+    for i in range(20):
+        h.remember(bytes([i]), h.hash_tokens(np.arange(8, dtype=np.uint32)))
+    assert h.recall(bytes([0])) is None
+    assert h.recall(bytes([19])) is not None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), max_size=12), min_size=1, max_size=12))
+def test_radix_match_equals_longest_prefix_of_inserted(seqs):
+    tree = TokenRadix()
+    inserted: list[list[int]] = []
+    for s in seqs:
+        expect = max(
+            (next((i for i, (x, y) in enumerate(zip(s, q)) if x != y), min(len(s), len(q))))
+            for q in inserted
+        ) if inserted else 0
+        assert tree.match(s) == expect
+        tree.insert(s)
+        inserted.append(s)
+        assert tree.match(s) == len(s)
+    # Stored tokens = nodes of the (uncompressed) trie of all sequences.
+    trie = {tuple(s[:i]) for s in inserted for i in range(1, len(s) + 1)}
+    assert len(tree) == len(trie)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 3), max_size=10), min_size=1, max_size=14),
+    st.randoms(use_true_random=False),
+)
+def test_arrival_lcp_in_any_insertion_order(prompts, rnd):
+    # Requests are inserted in a shuffled order and ranked by their true arrival.
+    order = list(range(len(prompts)))
+    rnd.shuffle(order)
+    lcp = ArrivalLCP()
+    for i in order:
+        lcp.add(prompts[i])
+    got = lcp.finish(np.array(order, dtype=np.int64))  # insertion j has arrival rank order[j]
+    expect = lcp_reference(prompts)
+    assert [int(got[j]) for j in range(len(order))] == [expect[i] for i in order]
+
+
+def test_radix_evicts_lru_leaves_only():
+    tree = TokenRadix()
+    tree.insert([1, 2, 3, 4], now=1)
+    tree.insert([1, 2, 9, 9], now=2)
+    tree.insert([7, 7], now=3)
+    freed = tree.evict(2)
+    assert freed == 2  # the [3, 4] leaf went first: least recently used
+    assert tree.match([1, 2, 3, 4]) == 2 and tree.match([1, 2, 9, 9]) == 4
+    bounded = TokenRadix(capacity_tokens=6)
+    for i in range(5):
+        bounded.insert([i, i, i], now=i)
+    assert len(bounded) <= 6 and bounded.match([4, 4, 4]) == 3
+
+
+def test_salt_file_created_once_then_reused(tmp_path):
+    p = tmp_path / "salt"
+    a = load_salt(p)
+    assert len(a) == 32 and p.exists()
+    assert load_salt(p) == a
+    p.write_text("not hex")
+    with pytest.raises(InputError, match="salt file is not hex"):
+        load_salt(p)

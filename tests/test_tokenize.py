@@ -1,0 +1,147 @@
+"""Prompt rendering: server-equivalent framing, prefix sharing across turns, the memo."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from analyzer.tokenize import PromptRenderer, RenderError, load_tokenizer
+from analyzer.tokenize.tokenizer import DEFAULT_SPECIALS
+
+TOK = load_tokenizer("cl100k")
+SPECIAL_RE = re.compile("(" + "|".join(re.escape(s) for s in DEFAULT_SPECIALS) + ")")
+
+
+def server_tokens(text: str) -> list[int]:
+    """What a server does with a rendered template: specials by id, text between them."""
+    out: list[int] = []
+    for chunk in SPECIAL_RE.split(text):
+        if chunk in DEFAULT_SPECIALS:
+            out.append(DEFAULT_SPECIALS[chunk])
+        elif chunk:
+            out.extend(TOK.encode(chunk).tolist())
+    return out
+
+
+def chatml_text(messages: list[dict]) -> str:
+    body = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    return body + "<|im_start|>assistant\n"
+
+
+def llama3_text(messages: list[dict]) -> str:
+    body = "".join(
+        f"<|start_header_id|>{m['role']}<|end_header_id|>\n\n{m['content']}<|eot_id|>"
+        for m in messages
+    )
+    return "<|begin_of_text|>" + body + "<|start_header_id|>assistant<|end_header_id|>\n\n"
+
+
+def common(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def tokens_of(renderer: PromptRenderer, body: dict) -> list[int]:
+    parts, gen = renderer.render(body)
+    return np.concatenate([p.tokens for p in parts + gen]).tolist()
+
+
+CONV = [
+    {"role": "system", "content": "You are terse.  Use   odd spacing\n\nand newlines."},
+    {"role": "user", "content": "What is 2+2? 日本語も少し。"},
+    {"role": "assistant", "content": "4."},
+    {"role": "user", "content": "And 3+3?"},
+]
+
+
+@pytest.mark.parametrize(("template", "text"), [("chatml", chatml_text), ("llama3", llama3_text)])
+def test_rendering_equals_server_tokenization(template, text):
+    r = PromptRenderer(TOK, template)
+    assert tokens_of(r, {"messages": CONV}) == server_tokens(text(CONV))
+
+
+@pytest.mark.parametrize("template", ["chatml", "llama3"])
+def test_next_turn_shares_the_server_prefix(template):
+    r = PromptRenderer(TOK, template)
+    t1 = tokens_of(r, {"messages": CONV[:2]})
+    t2 = tokens_of(r, {"messages": CONV})
+    text = chatml_text if template == "chatml" else llama3_text
+    s1, s2 = server_tokens(text(CONV[:2])), server_tokens(text(CONV))
+    assert common(t1, t2) == common(s1, s2)
+    assert common(t1, t2) == len(t1)  # the generation prompt opens the assistant turn
+
+
+def test_each_distinct_message_is_tokenized_once():
+    r = PromptRenderer(TOK)
+    for n in range(1, len(CONV) + 1):
+        r.render({"messages": CONV[:n]})
+    assert r.parts_tokenized == len(CONV) + 1  # + the generation prompt
+    off = PromptRenderer(TOK, memo=False)
+    for n in range(1, len(CONV) + 1):
+        off.render({"messages": CONV[:n]})
+    assert off.parts_tokenized == 1 + (1 + 2 + 3 + 4)  # generation prompt made once
+
+
+def test_tools_positions_and_tool_calls_count():
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    body = {"messages": CONV[:2], "tools": tools}
+    inside = PromptRenderer(TOK, tools_position="in-system")
+    after = PromptRenderer(TOK, tools_position="after-system")
+    before = PromptRenderer(TOK, tools_position="before-system")
+    n_in, n_after, n_before = (len(x.render(body)[0]) for x in (inside, after, before))
+    assert (n_in, n_after, n_before) == (2, 3, 3)
+    plain = len(tokens_of(inside, {"messages": CONV[:2]}))
+    assert len(tokens_of(inside, body)) > plain
+    # Placing tools after the system prompt keeps the system prompt's own prefix.
+    sys_only = tokens_of(after, {"messages": CONV[:1]})
+    assert tokens_of(after, body)[: len(sys_only) - 4] == sys_only[: len(sys_only) - 4]
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
+    ]}
+    res = {"role": "tool", "tool_call_id": "c", "content": "42"}
+    a = tokens_of(inside, {"messages": [*CONV[:2], call]})
+    b = tokens_of(inside, {"messages": [*CONV[:2], call, res]})
+    assert len(b) > len(a) > plain
+
+
+def test_images_count_as_placeholders_by_identity():
+    r = PromptRenderer(TOK, image_tokens=100)
+
+    def msg(url: str) -> dict:
+        return {"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "look"},
+            {"type": "image_url", "image_url": {"url": url}},
+        ]}]}
+
+    a, b, c = tokens_of(r, msg("u1")), tokens_of(r, msg("u1")), tokens_of(r, msg("u2"))
+    text_only = tokens_of(r, {"messages": [{"role": "user", "content": "look"}]})
+    assert len(a) == len(text_only) + 100
+    assert a == b and a != c
+
+
+def test_bad_messages_name_the_field():
+    r = PromptRenderer(TOK)
+    with pytest.raises(RenderError) as e:
+        r.render({"messages": [{"role": "user", "content": 5}]})
+    assert e.value.field == "messages[0].content"
+    with pytest.raises(RenderError) as e:
+        r.render({"messages": [{"content": "x"}]})
+    assert e.value.field == "messages[0].role"
+
+
+def test_hf_tokenizer_json(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[UNK]": 0, "hello": 1, "world": 2, "<|im_start|>": 3, "<|im_end|>": 4}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tk.add_special_tokens(["<|im_start|>", "<|im_end|>"])
+    path = tmp_path / "tokenizer.json"
+    tk.save(str(path))
+    hf = load_tokenizer(str(path))
+    assert hf.encode("hello world").tolist() == [1, 2]
+    assert hf.special("<|im_start|>") == 3
