@@ -1,1 +1,34 @@
-"""replay stage."""
+"""replay stage: the trace replayed through a model of the cluster, per deployment option.
+
+``run_replay(trace, ClusterConfig(...), scenarios=("none", "local", "local+dram", "pooled"))``
+gives hit rates by tier, TTFT, prefill GPU-seconds, link traffic and the highest rate
+that keeps p90 TTFT under an SLO, for each scenario (see docs/replay.md).
+"""
+
+from analyzer.replay.config import (
+    ROUTERS,
+    STANDARD_SCENARIOS,
+    UNBOUNDED,
+    ClusterConfig,
+    ScenarioSpec,
+    load_scenarios,
+    parse_capacity,
+    select_scenarios,
+)
+from analyzer.replay.run import ReplayResult, ScenarioResult, find_max_rate, resolve, run_replay
+
+__all__ = [
+    "ROUTERS",
+    "STANDARD_SCENARIOS",
+    "UNBOUNDED",
+    "ClusterConfig",
+    "ReplayResult",
+    "ScenarioResult",
+    "ScenarioSpec",
+    "find_max_rate",
+    "load_scenarios",
+    "parse_capacity",
+    "resolve",
+    "run_replay",
+    "select_scenarios",
+]

@@ -1,0 +1,334 @@
+"""What a replay simulates: the cluster (:class:`ClusterConfig`) and the deployment
+options compared on it (:class:`ScenarioSpec`).
+
+Units are in the field names: ``*_tokens`` are KV capacities in tokens, ``*_gbps`` are
+GB/s (decimal, 1e9 bytes per second), ``*_s`` are seconds. A capacity left at ``None``
+is derived from the cost-model catalogs when the replay starts (see
+:func:`analyzer.replay.run.resolve`); :data:`UNBOUNDED` means no limit at all.
+
+Standard scenarios (stable names, used by the advisor and the report):
+
+==============  ================================================================
+``none``        no prefix cache: every prompt token is prefilled
+``local``       per-instance HBM prefix cache (vLLM / SGLang automatic prefix caching)
+``local+dram``  plus a per-node host-DRAM tier over PCIe (LMCache local CPU, HiCache L2)
+``pooled``      HBM cache plus one cluster-wide pool over RDMA (Mooncake Store,
+                LMCache remote, HiCache L3)
+==============  ================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from analyzer.errors import InputError, Location, UsageError
+
+# A capacity this large (or the word "unbounded" on the command line) means no limit.
+UNBOUNDED = 2**62
+
+ROUTERS = ("round-robin", "least-loaded", "session", "prefix-aware")
+EVICTIONS = ("lru", "fifo")
+WRITE_POLICIES = ("write-through", "on-evict")
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise UsageError(message)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """The cluster the trace is replayed on.
+
+    ``instances`` prefill instances of ``tp`` GPUs each; ``gpus_per_node`` GPUs share
+    one host (its DRAM, NVMe and network link), so a node holds
+    ``max(1, gpus_per_node // tp)`` instances. Decode is not modelled (disaggregated
+    prefill, as in Mooncake's prefill pool): TTFT is queueing + loads + prefill.
+    """
+
+    model: str
+    gpu: str
+    tp: int = 1
+    instances: int = 4
+    gpus_per_node: int = 8
+    kv_dtype: str = "bf16"
+    mfu: float | None = None  # None: the cost model's default
+    router: str = "prefix-aware"
+    # prefix-aware score = cached_tokens - lambda * queued_tokens (see routers.py)
+    prefix_aware_lambda: float = 1.0
+    eviction: str = "lru"
+    write_policy: str = "write-through"
+    # Capacities (None: derived from the catalogs; UNBOUNDED: no limit).
+    local_capacity_tokens: int | None = None  # HBM prefix cache per instance
+    hbm_reserve_fraction: float = 0.1  # HBM kept free besides weights (activations)
+    dram_capacity_tokens: int | None = None  # host DRAM KV tier per node
+    dram_capacity_gb: float = 512.0  # default DRAM given to KV per node, when tokens unset
+    nvme_capacity_tokens: int | None = None  # local NVMe KV tier per node
+    nvme_capacity_gb: float = 3840.0  # default NVMe given to KV per node
+    pool_capacity_tokens: int | None = None  # whole pool; None: the nodes' DRAM, summed
+    # Links: catalog tier names; a bandwidth left at None comes from the tier.
+    dram_tier: str = "pcie-gen5-dram"  # host DRAM <-> GPU, one link per instance
+    nvme_tier: str = "nvme-gen4"  # NVMe <-> GPU, one link per node
+    pool_tier: str = "rdma-200"  # node <-> pool, one link per node
+    dram_gbps: float | None = None
+    nvme_gbps: float | None = None
+    pool_gbps: float | None = None  # per node link
+    dram_latency_s: float | None = None  # first-byte latencies (None: from the tier)
+    nvme_latency_s: float | None = None
+    pool_latency_s: float | None = None
+    # GPU scheduling: chunked prefill with this token budget per step, FIFO queue.
+    prefill_chunk_tokens: int = 8192
+    # Inter-arrival times are multiplied by this (0.5 = twice the trace's rate).
+    time_scale: float = 1.0
+    # Requests before this fraction of the trace warm the caches and are not measured.
+    warmup_fraction: float = 0.0
+    # Window over which peak link utilisation is measured, in trace seconds.
+    link_window_s: float = 1.0
+    # Cross-check mode: every load and write is instantaneous (no bandwidth, no latency).
+    free_loads: bool = False
+
+    def __post_init__(self) -> None:
+        _check(self.tp >= 1, "--tp must be at least 1")
+        _check(self.instances >= 1, "--instances must be at least 1")
+        _check(self.gpus_per_node >= 1, "gpus_per_node must be at least 1")
+        _check(self.router in ROUTERS, f"unknown router {self.router!r}; choose one of {ROUTERS}")
+        _check(self.eviction in EVICTIONS, f"unknown eviction {self.eviction!r}; use {EVICTIONS}")
+        _check(
+            self.write_policy in WRITE_POLICIES,
+            f"unknown write policy {self.write_policy!r}; use {WRITE_POLICIES}",
+        )
+        _check(self.prefill_chunk_tokens >= 1, "prefill_chunk_tokens must be at least 1")
+        _check(self.time_scale > 0 and math.isfinite(self.time_scale), "--time-scale must be > 0")
+        _check(0.0 <= self.warmup_fraction < 1.0, "warmup_fraction must be in [0, 1)")
+        _check(self.link_window_s > 0, "link_window_s must be > 0")
+        _check(0.0 <= self.hbm_reserve_fraction < 1.0, "hbm_reserve_fraction must be in [0, 1)")
+        _check(self.prefix_aware_lambda >= 0, "prefix_aware_lambda must be >= 0")
+        for name in ("dram_gbps", "nvme_gbps", "pool_gbps"):
+            v = getattr(self, name)
+            _check(v is None or v > 0, f"{name} must be > 0")
+        for name in (
+            "local_capacity_tokens",
+            "dram_capacity_tokens",
+            "nvme_capacity_tokens",
+            "pool_capacity_tokens",
+        ):
+            v = getattr(self, name)
+            _check(v is None or v >= 0, f"{name} must be >= 0")
+
+    @property
+    def instances_per_node(self) -> int:
+        return max(1, self.gpus_per_node // self.tp)
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.instances // self.instances_per_node)
+
+    def node_of(self, instance: int) -> int:
+        return instance // self.instances_per_node
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioSpec:
+    """One deployment option. Fields left at None inherit the cluster's values."""
+
+    name: str
+    local: bool = True  # HBM prefix cache on each instance
+    dram: bool = False  # host DRAM tier per node
+    nvme: bool = False  # local NVMe tier per node
+    pool: bool = False  # cluster-wide pooled store
+    description: str = ""
+    router: str | None = None
+    eviction: str | None = None
+    write_policy: str | None = None
+    local_capacity_tokens: int | None = None
+    dram_capacity_tokens: int | None = None
+    nvme_capacity_tokens: int | None = None
+    pool_capacity_tokens: int | None = None
+    dram_gbps: float | None = None
+    nvme_gbps: float | None = None
+    pool_gbps: float | None = None
+    pool_latency_s: float | None = None
+
+    def __post_init__(self) -> None:
+        _check(bool(self.name.strip()), "a scenario needs a non-empty name")
+
+    def applied_to(self, cfg: ClusterConfig) -> ClusterConfig:
+        """The cluster as this scenario runs it (overrides applied, validated)."""
+        overrides = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in _SCENARIO_ONLY and getattr(self, f.name) is not None
+        }
+        return replace(cfg, **overrides) if overrides else cfg
+
+
+_SCENARIO_ONLY = {"name", "local", "dram", "nvme", "pool", "description"}
+
+STANDARD_SCENARIOS: dict[str, ScenarioSpec] = {
+    "none": ScenarioSpec("none", local=False, description="no prefix cache"),
+    "local": ScenarioSpec("local", description="per-instance HBM prefix cache (vLLM, SGLang)"),
+    "local+dram": ScenarioSpec(
+        "local+dram",
+        dram=True,
+        description="HBM cache plus per-node host DRAM offload (LMCache local, HiCache L2)",
+    ),
+    "pooled": ScenarioSpec(
+        "pooled",
+        pool=True,
+        description="HBM cache plus a cluster-wide pool over RDMA (Mooncake Store, "
+        "LMCache remote, HiCache L3)",
+    ),
+}
+
+
+def parse_capacity(text: str, flag: str) -> int:
+    """A capacity flag: an integer token count (``1e6`` and ``1_000_000`` accepted) or
+    ``unbounded``."""
+    t = text.strip().lower().replace("_", "")
+    if t in ("unbounded", "inf", "infinite", "none"):
+        return UNBOUNDED
+    try:
+        value = float(t)
+    except ValueError:
+        raise UsageError(f"{flag}: expected a token count or 'unbounded', got {text!r}") from None
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        raise UsageError(f"{flag}: expected a whole, non-negative token count, got {text!r}")
+    return min(int(value), UNBOUNDED)
+
+
+_BOOL_KEYS = {"local", "dram", "nvme", "pool"}
+_INT_KEYS = {
+    "local_capacity_tokens",
+    "dram_capacity_tokens",
+    "nvme_capacity_tokens",
+    "pool_capacity_tokens",
+}
+_FLOAT_KEYS = {"dram_gbps", "nvme_gbps", "pool_gbps", "pool_latency_s"}
+_STR_KEYS = {"name", "description", "router", "eviction", "write_policy"}
+
+
+def load_scenarios(path: str | Path) -> list[ScenarioSpec]:
+    """User-defined scenarios from a TOML or JSON file.
+
+    TOML::
+
+        [[scenario]]
+        name = "big-pool"
+        pool = true
+        pool_capacity_tokens = 50_000_000
+        pool_gbps = 50
+
+    JSON: ``{"scenario": [{"name": "big-pool", "pool": true, ...}]}`` (``scenarios``
+    and a bare list are accepted too). Capacities may be the string ``"unbounded"``.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(
+            f"cannot read scenario file: {exc.strerror or exc}", Location(str(path))
+        ) from None
+    try:
+        if path.suffix.lower() == ".json":
+            doc = json.loads(raw)
+        else:
+            doc = tomllib.loads(raw.decode("utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc.msg}", Location(str(path), exc.lineno)) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"invalid TOML: {exc}", Location(str(path))) from None
+    items = doc
+    if isinstance(doc, dict):
+        items = doc.get("scenario", doc.get("scenarios"))
+    if not isinstance(items, list) or not items:
+        raise InputError(
+            "no scenarios found: expected [[scenario]] tables (TOML) or a 'scenario' list (JSON)",
+            Location(str(path)),
+        )
+    out: list[ScenarioSpec] = []
+    seen: set[str] = set()
+    for k, item in enumerate(items):
+        where = f"scenario[{k}]"
+        if not isinstance(item, dict):
+            raise InputError(
+                "each scenario must be a table/object", Location(str(path), field=where)
+            )
+        values: dict[str, object] = {}
+        for key, value in item.items():
+            loc = Location(str(path), field=f"{where}.{key}")
+            if key in _BOOL_KEYS:
+                if not isinstance(value, bool):
+                    raise InputError("expected true or false", loc)
+            elif key in _INT_KEYS:
+                if isinstance(value, str):
+                    try:
+                        value = parse_capacity(value, key)
+                    except UsageError as exc:
+                        raise InputError(exc.message, loc) from None
+                elif isinstance(value, bool) or not isinstance(value, int | float):
+                    raise InputError("expected a token count or 'unbounded'", loc)
+                elif value < 0 or value != int(value):
+                    raise InputError("expected a whole, non-negative token count", loc)
+                else:
+                    value = min(int(value), UNBOUNDED)
+            elif key in _FLOAT_KEYS:
+                if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                    raise InputError("expected a positive number", loc)
+                value = float(value)
+            elif key in _STR_KEYS:
+                if not isinstance(value, str):
+                    raise InputError("expected a string", loc)
+            else:
+                known = sorted(_BOOL_KEYS | _INT_KEYS | _FLOAT_KEYS | _STR_KEYS)
+                raise InputError(f"unknown key; known keys: {', '.join(known)}", loc)
+            values[key] = value
+        name = values.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise InputError("a scenario needs a name", Location(str(path), field=f"{where}.name"))
+        if name in seen:
+            raise InputError(
+                f"scenario {name!r} is defined twice", Location(str(path), field=f"{where}.name")
+            )
+        seen.add(name)
+        for key, allowed in (
+            ("router", ROUTERS),
+            ("eviction", EVICTIONS),
+            ("write_policy", WRITE_POLICIES),
+        ):
+            if key in values and values[key] not in allowed:
+                raise InputError(
+                    f"unknown value {values[key]!r}; choose one of {allowed}",
+                    Location(str(path), field=f"{where}.{key}"),
+                )
+        out.append(ScenarioSpec(**values))  # type: ignore[arg-type]
+    return out
+
+
+def select_scenarios(
+    names: str | list[str] | tuple[str, ...], extra: list[ScenarioSpec] | None = None
+) -> list[ScenarioSpec]:
+    """Resolve scenario names (comma-separated or a list) against the standard ones and
+    the user-defined ``extra``; user-defined scenarios not named are appended."""
+    extra = extra or []
+    by_name = {**STANDARD_SCENARIOS, **{s.name: s for s in extra}}
+    wanted = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+    wanted = [n for n in wanted if n]
+    out: list[ScenarioSpec] = []
+    for n in wanted:
+        if n not in by_name:
+            raise UsageError(
+                f"unknown scenario {n!r}; standard ones are {', '.join(STANDARD_SCENARIOS)}"
+                + (f", user-defined: {', '.join(s.name for s in extra)}" if extra else "")
+            )
+        if by_name[n] not in out:
+            out.append(by_name[n])
+    for s in extra:
+        if s not in out:
+            out.append(s)
+    if not out:
+        raise UsageError("no scenarios to run")
+    return out

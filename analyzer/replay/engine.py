@@ -1,0 +1,569 @@
+"""The discrete-event replay of one scenario at one arrival rate.
+
+Time comes from the trace (arrival offsets times the time scale), never from the
+wall clock. Events are tuples ``(time, kind, seq, a, b)`` in one heap; the ordering key
+``(time, kind, seq)`` is defined here and nowhere else:
+
+- ``kind`` breaks ties at equal time: transfers end first (they free links and make
+  requests ready), then transfers start, then GPU steps end (a finished request's
+  blocks enter the caches), then arrivals (which look the caches up), so a request
+  arriving at the instant another finishes sees its blocks;
+- ``seq`` is a counter in creation order, so equal-time, equal-kind events run first
+  come, first served and the payload is never compared.
+
+Handlers take an event and return the events it causes.
+
+A request's life:
+
+1. **Arrival**: the router picks an instance. The longest cached prefix is found tier
+   by tier (the instance's HBM, its node's host DRAM, its node's NVMe, the pool); each
+   tier extends the prefix the tiers above it left, so the blocks each tier supplies
+   are loaded over that tier's link. A hit never covers the last prompt token (it is
+   recomputed to produce the first logits). Blocks read from a lower tier are touched
+   there now; HBM blocks are touched when the request completes (queued requests do
+   not pin their blocks: one evicted meanwhile still counts as a hit, and is inserted
+   again on completion).
+2. **Loads**: one transfer per tier over its link (see :mod:`analyzer.replay.links`),
+   after that tier's first-byte latency. The request is ready when all have ended.
+3. **Prefill**: ready requests wait in the instance's FIFO queue. The GPU runs
+   chunked-prefill steps: each step takes up to ``chunk_tokens`` tokens from the head
+   of the queue (whole requests, the last one possibly in part); a step lasts the sum
+   of the cost model's prefill time of each chunk given the context before it.
+4. **Completion** (TTFT = end of its last step - arrival; decode is not modelled):
+   the request's blocks are inserted in the instance's HBM cache, and written to the
+   lower tiers: *write-through* writes the blocks a tier lacks to every lower tier at
+   once (a tier is refreshed by reads and by writes that add blocks, not by a write
+   of blocks it already holds); *on-evict* writes only what a tier evicts to the next tier down (cascading),
+   together with any ancestors that tier lacks, so every tier stays prefix-closed.
+   Written blocks are visible at once; the write occupies the write direction of the
+   link. Without an HBM cache, writes are write-through.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analyzer.progress import Advance
+from analyzer.replay.links import Link
+from analyzer.replay.routers import make_router
+from analyzer.reuse.radix import FIFO, LRU, BlockRadix
+from analyzer.trace import BlockTrace
+
+# Event kinds, in tie-breaking order at equal time (see the module docstring).
+XFER_DONE = 0
+XFER_START = 1
+STEP_DONE = 2
+ARRIVAL = 3
+
+TIER_NAMES = ("hbm", "dram", "nvme", "pool")
+
+
+@dataclass(frozen=True, slots=True)
+class TierPlan:
+    """A tier below HBM, resolved to numbers."""
+
+    capacity_blocks: int | None  # None = unbounded
+    read_bytes_per_s: float
+    write_bytes_per_s: float
+    latency_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Everything one simulation needs, resolved from the cluster, scenario and cost
+    model (see :func:`analyzer.replay.run.resolve`)."""
+
+    instances: int
+    instances_per_node: int
+    tp: int
+    bytes_per_token: int
+    prefill_s: Callable[[int, int], float]  # (new tokens, cached tokens) -> seconds
+    chunk_tokens: int
+    local: bool
+    local_capacity_blocks: int | None
+    dram: TierPlan | None
+    nvme: TierPlan | None
+    pool: TierPlan | None
+    router: str
+    prefix_aware_lambda: float
+    eviction: str
+    write_policy: str
+    free_loads: bool
+    warmup_fraction: float
+    link_window_s: float
+
+
+@dataclass(slots=True)
+class Req:
+    k: int
+    arrival: float
+    inst: Instance
+    blocks: list[int]
+    hit: int  # cached prompt tokens
+    new: int  # tokens to prefill
+    done: int = 0
+    pending: int = 0  # loads in flight
+    measured: bool = True
+
+
+@dataclass(slots=True)
+class _Tier:
+    level: int  # index in TIER_NAMES
+    cache: BlockRadix
+    read: Link
+    write: Link
+    latency_s: float
+
+
+@dataclass(slots=True)
+class Instance:
+    idx: int
+    node: int
+    hbm: BlockRadix | None
+    lower: list[_Tier]
+    queue: deque[Req] = field(default_factory=deque)
+    batch: list[tuple[Req, int]] | None = None
+
+
+@dataclass(slots=True)
+class RunStats:
+    """Raw figures of one simulation (the caller turns them into metrics)."""
+
+    ttft_s: np.ndarray  # measured requests, in trace order
+    prompt_tokens: int  # measured
+    hit_tokens_by_tier: list[int]  # measured, per TIER_NAMES
+    loaded_bytes_by_tier: list[float]
+    gpu_s: float  # prefill GPU-seconds of measured requests (instance-seconds * tp)
+    gpu_s_all: float
+    links: list[Link]
+    duration_s: float
+    dup_blocks_end: int
+    dup_block_s: float  # integral over time of duplicated blocks
+    events: int
+    aborted: bool
+    slo_violations: int
+    hbm_blocks_end: int
+
+
+class Simulation:
+    def __init__(
+        self,
+        trace: BlockTrace,
+        plan: Plan,
+        time_scale: float,
+        slo_abort: tuple[float, int] | None = None,
+        advance: Advance | None = None,
+    ) -> None:
+        self.plan = plan
+        self.bs = trace.block_size
+        self.bpb = plan.bytes_per_token * trace.block_size  # bytes per block
+        self.n = trace.n_requests
+        arr = trace.arrival_s
+        self.times = ((arr - arr[0]) * time_scale).tolist() if self.n else []
+        self.prompts = trace.prompt_tokens.tolist()
+        self.sessions = trace.session.tolist()
+        self.offsets = trace.offsets.tolist()
+        self.block_ids = trace.block_ids
+        self.warm = int(plan.warmup_fraction * self.n)
+        self.slo_abort = slo_abort
+        self.advance = advance
+        self.seq = 0
+        self.free = plan.free_loads
+        self._parent: list[int] | None = None
+        if plan.write_policy == "on-evict":
+            self._parent = _parents(trace)
+
+        policy = LRU() if plan.eviction == "lru" else FIFO()
+        window = plan.link_window_s
+        self.links: list[Link] = []
+
+        def link(name: str, kind: str, bps: float) -> Link:
+            lk = Link(name, kind, bps, window)
+            self.links.append(lk)
+            return lk
+
+        n_nodes = -(-plan.instances // plan.instances_per_node)
+        pool_tier = None
+        if plan.pool is not None:
+            pool_cache = BlockRadix(plan.pool.capacity_blocks, policy)
+        node_tiers: list[list[_Tier]] = []
+        node_pool: list[_Tier | None] = []
+        for j in range(n_nodes):
+            tiers = []
+            if plan.nvme is not None:
+                p = plan.nvme
+                tiers.append(
+                    _Tier(
+                        2,
+                        BlockRadix(p.capacity_blocks, policy),
+                        link(f"nvme-read:{j}", "nvme-read", p.read_bytes_per_s),
+                        link(f"nvme-write:{j}", "nvme-write", p.write_bytes_per_s),
+                        p.latency_s,
+                    )
+                )
+            node_tiers.append(tiers)
+            if plan.pool is not None:
+                p = plan.pool
+                pool_tier = _Tier(
+                    3,
+                    pool_cache,
+                    link(f"net-read:{j}", "net-read", p.read_bytes_per_s),
+                    link(f"net-write:{j}", "net-write", p.write_bytes_per_s),
+                    p.latency_s,
+                )
+            node_pool.append(pool_tier)
+        node_dram = [
+            BlockRadix(plan.dram.capacity_blocks, policy) if plan.dram is not None else None
+            for _ in range(n_nodes)
+        ]
+        self.instances: list[Instance] = []
+        for i in range(plan.instances):
+            j = i // plan.instances_per_node
+            local_lower: list[_Tier] = []
+            if plan.dram is not None:
+                p = plan.dram
+                local_lower.append(
+                    _Tier(
+                        1,
+                        node_dram[j],  # type: ignore[arg-type]
+                        link(f"pcie-read:{i}", "pcie-read", p.read_bytes_per_s),
+                        link(f"pcie-write:{i}", "pcie-write", p.write_bytes_per_s),
+                        p.latency_s,
+                    )
+                )
+            local_lower.extend(node_tiers[j])
+            lower = list(local_lower)
+            if node_pool[j] is not None:
+                lower.append(node_pool[j])  # type: ignore[arg-type]
+            hbm = BlockRadix(plan.local_capacity_blocks, policy) if plan.local else None
+            self.instances.append(Instance(i, j, hbm, lower))
+        self.loads = [0] * plan.instances
+        self.router = make_router(
+            plan.router, plan.instances, trace.session_names, plan.prefix_aware_lambda
+        )
+        self.track_dup = plan.local and plan.instances > 1
+        self.dup_count: dict[int, int] = {}
+        self.dup_blocks = 0
+        self.dup_area = 0.0
+        self.dup_last_t = 0.0
+        # measured accumulators
+        self.ttft = np.full(self.n - self.warm, np.nan)
+        self.prompt_measured = 0
+        self.hit_by_tier = [0, 0, 0, 0]
+        self.loaded_by_tier = [0.0, 0.0, 0.0, 0.0]
+        self.gpu_s = 0.0
+        self.gpu_s_all = 0.0
+        self.violations = 0
+        self.aborted = False
+        self.done_count = 0
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def run(self) -> RunStats:
+        heap: list[tuple] = []
+        if self.n:
+            heap.append((self.times[0], ARRIVAL, 0, 0, None))
+        handlers = (self._on_xfer_done, self._on_xfer_start, self._on_step_done, self._on_arrival)
+        pop = heapq.heappop
+        push = heapq.heappush
+        events = 0
+        now = 0.0
+        while heap:
+            ev = pop(heap)
+            now = ev[0]
+            events += 1
+            for e in handlers[ev[1]](ev):
+                push(heap, e)
+            if self.aborted:
+                break
+        if self.advance is not None and self.done_count % 1024:
+            self.advance(self.done_count % 1024)
+        if self.track_dup:
+            self._dup_tick(now)
+        return RunStats(
+            ttft_s=self.ttft,
+            prompt_tokens=self.prompt_measured,
+            hit_tokens_by_tier=self.hit_by_tier,
+            loaded_bytes_by_tier=self.loaded_by_tier,
+            gpu_s=self.gpu_s * self.plan.tp,
+            gpu_s_all=self.gpu_s_all * self.plan.tp,
+            links=self.links,
+            duration_s=now,
+            dup_blocks_end=self.dup_blocks,
+            dup_block_s=self.dup_area,
+            events=events,
+            aborted=self.aborted,
+            slo_violations=self.violations,
+            hbm_blocks_end=sum(len(i.hbm) for i in self.instances if i.hbm is not None),
+        )
+
+    def _next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    # -- handlers ---------------------------------------------------------------------
+
+    def _on_arrival(self, ev: tuple) -> list[tuple]:
+        t = ev[0]
+        k = ev[3]
+        out: list[tuple] = []
+        if k + 1 < self.n:
+            out.append((self.times[k + 1], ARRIVAL, self._next_seq(), k + 1, None))
+        blocks = self.block_ids[self.offsets[k] : self.offsets[k + 1]].tolist()
+        prompt = self.prompts[k]
+        loads = self.loads
+        i = self.router.pick(k, self.sessions[k], blocks, loads, self._cached)
+        inst = self.instances[i]
+        bs = self.bs
+        cap = prompt - 1 if prompt > 0 else 0
+        measured = k >= self.warm
+        hit_by_tier = self.hit_by_tier
+        m = 0
+        if blocks:
+            hbm = inst.hbm
+            if hbm is not None:
+                m = hbm.match(blocks)
+                if m and measured:
+                    hit_by_tier[0] += min(m * bs, cap)
+            transfers = []
+            for tier in inst.lower:
+                mt = tier.cache.match(blocks)
+                if mt > m:
+                    tier.cache.touch(blocks[:mt], t)
+                    n_bytes = (mt - m) * self.bpb
+                    transfers.append((tier, n_bytes))
+                    if measured:
+                        hit_by_tier[tier.level] += min(mt * bs, cap) - min(m * bs, cap)
+                        self.loaded_by_tier[tier.level] += n_bytes
+                    m = mt
+        hit = min(m * bs, cap)
+        new = prompt - hit if prompt > hit else 1
+        r = Req(k, t, inst, blocks, hit, new, measured=measured)
+        loads[i] += new
+        if measured:
+            self.prompt_measured += prompt
+        if blocks and transfers:
+            if self.free:
+                for tier, n_bytes in transfers:
+                    tier.read.record_instant(n_bytes)
+            else:
+                r.pending = len(transfers)
+                for tier, n_bytes in transfers:
+                    if tier.latency_s > 0:
+                        out.append(
+                            (
+                                t + tier.latency_s,
+                                XFER_START,
+                                self._next_seq(),
+                                tier.read,
+                                (n_bytes, r),
+                            )
+                        )
+                    else:
+                        end = tier.read.add(t, n_bytes, r)
+                        out.append((end, XFER_DONE, self._next_seq(), tier.read, tier.read.version))
+                return out
+        self._ready(r, t, out)
+        return out
+
+    def _on_xfer_start(self, ev: tuple) -> list[tuple]:
+        lk: Link = ev[3]
+        n_bytes, item = ev[4]
+        end = lk.add(ev[0], n_bytes, item)
+        return [(end, XFER_DONE, self._next_seq(), lk, lk.version)]
+
+    def _on_xfer_done(self, ev: tuple) -> list[tuple]:
+        lk: Link = ev[3]
+        t = ev[0]
+        res = lk.finish(t, ev[4])
+        if res is None:
+            return []
+        done, nxt = res
+        out: list[tuple] = []
+        if nxt is not None:
+            out.append((nxt, XFER_DONE, self._next_seq(), lk, lk.version))
+        for item in done:
+            if item is not None:
+                r: Req = item  # type: ignore[assignment]
+                r.pending -= 1
+                if r.pending == 0:
+                    self._ready(r, t, out)
+        return out
+
+    def _on_step_done(self, ev: tuple) -> list[tuple]:
+        t = ev[0]
+        inst: Instance = ev[3]
+        out: list[tuple] = []
+        loads = self.loads
+        for r, take in inst.batch:  # type: ignore[union-attr]
+            r.done += take
+            loads[inst.idx] -= take
+        inst.batch = None
+        q = inst.queue
+        while q and q[0].done >= q[0].new:
+            self._complete(q.popleft(), t, out)
+        if q:
+            out.append(self._start_step(inst, t))
+        return out
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _cached(self, i: int, blocks: list[int]) -> int:
+        hbm = self.instances[i].hbm
+        return hbm.match(blocks) * self.bs if hbm is not None else 0
+
+    def _ready(self, r: Req, t: float, out: list[tuple]) -> None:
+        inst = r.inst
+        inst.queue.append(r)
+        if inst.batch is None:
+            out.append(self._start_step(inst, t))
+
+    def _start_step(self, inst: Instance, t: float) -> tuple:
+        budget = self.plan.chunk_tokens
+        prefill_s = self.plan.prefill_s
+        batch = []
+        dt = 0.0
+        for r in inst.queue:
+            take = r.new - r.done
+            if take > budget:
+                take = budget
+            s = prefill_s(take, r.hit + r.done)
+            dt += s
+            if r.measured:
+                self.gpu_s += s
+            batch.append((r, take))
+            budget -= take
+            if budget <= 0:
+                break
+        self.gpu_s_all += dt
+        inst.batch = batch
+        return (t + dt, STEP_DONE, self._next_seq(), inst, None)
+
+    def _complete(self, r: Req, t: float, out: list[tuple]) -> None:
+        self.done_count += 1
+        if self.advance is not None and self.done_count % 1024 == 0:
+            self.advance(1024)
+        if r.measured:
+            ttft = t - r.arrival
+            self.ttft[r.k - self.warm] = ttft
+            if self.slo_abort is not None and ttft > self.slo_abort[0]:
+                self.violations += 1
+                if self.violations > self.slo_abort[1]:
+                    self.aborted = True
+        blocks = r.blocks
+        if not blocks:
+            return
+        inst = r.inst
+        hbm = inst.hbm
+        if hbm is not None:
+            if self.track_dup:
+                self._dup_tick(t)
+                m0 = hbm.match(blocks)
+                cap = hbm.capacity_blocks
+                top = len(blocks) if cap is None or cap > len(blocks) else cap
+                cnt = self.dup_count
+                for b in blocks[m0:top]:
+                    c = cnt.get(b, 0)
+                    cnt[b] = c + 1
+                    if c:
+                        self.dup_blocks += 1
+            evicted = hbm.insert(blocks, t)
+            if evicted and self.track_dup:
+                cnt = self.dup_count
+                for b in evicted:
+                    c = cnt[b] - 1
+                    if c:
+                        cnt[b] = c
+                        self.dup_blocks -= 1
+                    else:
+                        del cnt[b]
+            if self.plan.write_policy == "on-evict":
+                if evicted:
+                    self._spill(inst, 0, evicted, t, out)
+                return
+        for tier in inst.lower:  # write-through
+            cache = tier.cache
+            mt = cache.match(blocks)
+            if mt < len(blocks):
+                cap = cache.capacity_blocks
+                top = len(blocks) if cap is None or cap > len(blocks) else cap
+                cache.insert(blocks, t)
+                if top > mt:
+                    self._write(tier.write, (top - mt) * self.bpb, t, out)
+
+    def _spill(self, inst: Instance, level: int, evicted: list[int], t: float, out: list) -> None:
+        """On-evict: write blocks evicted from one tier into the next one down."""
+        if level >= len(inst.lower):
+            return
+        tier = inst.lower[level]
+        cache = tier.cache
+        parent = self._parent
+        assert parent is not None
+        written = 0
+        cap = cache.capacity_blocks
+        for b in evicted:
+            if b in cache:
+                continue
+            path = [b]
+            p = parent[b]
+            while p >= 0 and p not in cache:
+                path.append(p)
+                p = parent[p]
+            missing = len(path)
+            while p >= 0:  # the rest of the chain is cached: insert needs it from the root
+                path.append(p)
+                p = parent[p]
+            path.reverse()
+            if cap is not None and len(path) > cap:
+                missing -= len(path) - cap
+                if missing <= 0:
+                    continue
+            written += missing
+            more = cache.insert(path, t)
+            if more:
+                self._spill(inst, level + 1, more, t, out)
+        if written:
+            self._write(tier.write, written * self.bpb, t, out)
+
+    def _write(self, lk: Link, n_bytes: float, t: float, out: list[tuple]) -> None:
+        if self.free:
+            lk.record_instant(n_bytes)
+            return
+        end = lk.add(t, n_bytes, None)
+        out.append((end, XFER_DONE, self._next_seq(), lk, lk.version))
+
+    def _dup_tick(self, t: float) -> None:
+        self.dup_area += self.dup_blocks * (t - self.dup_last_t)
+        self.dup_last_t = t
+
+
+def _parents(trace: BlockTrace) -> list[int]:
+    """Dense block id -> the block before it in any request holding it (-1 for a first
+    block). Unique because block hashes are chained."""
+    parent = np.full(trace.n_blocks, -1, dtype=np.int64)
+    ids = trace.block_ids
+    if ids.size > 1:
+        starts = np.zeros(ids.size, dtype=bool)
+        starts[trace.offsets[:-1][trace.offsets[:-1] < ids.size]] = True
+        child = np.nonzero(~starts[1:])[0] + 1
+        parent[ids[child]] = ids[child - 1]
+    return parent.tolist()
+
+
+def simulate(
+    trace: BlockTrace,
+    plan: Plan,
+    time_scale: float,
+    slo_abort: tuple[float, int] | None = None,
+    advance: Advance | None = None,
+) -> RunStats:
+    """Replay ``trace`` under ``plan`` with inter-arrival times scaled by ``time_scale``.
+
+    ``slo_abort = (slo_s, allowed)`` stops the run as soon as more than ``allowed``
+    measured requests exceed ``slo_s`` (used by the rate search)."""
+    return Simulation(trace, plan, time_scale, slo_abort, advance).run()

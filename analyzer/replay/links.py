@@ -1,0 +1,112 @@
+"""Links that transfers share: a processor-sharing (fair-share fluid) model.
+
+Every transfer in flight on a link gets an equal share ``bandwidth / n`` of it, and
+shares change the moment a transfer starts or ends, as TCP/RDMA flows on one
+bottleneck do in steady state. Each transfer uses exactly one link (the bottleneck of
+its path: the instance's PCIe link for host DRAM, the node's NVMe for local disk, the
+node's NIC for the pool); the two directions of a link are separate links (PCIe and
+NICs are full duplex), so background writes do not slow reads.
+
+Implementation: *virtual time*. ``served`` is the number of bytes each transfer in
+flight has received since the link was created (it grows at ``bandwidth / n``), so a
+transfer of ``b`` bytes that starts when ``served == s`` ends when ``served`` reaches
+``s + b``, whatever happens to ``n`` meanwhile. Only the earliest such end needs an
+event; the link's ``version`` invalidates the event scheduled before the last change.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class Link:
+    name: str
+    kind: str  # "pcie-read", "pcie-write", "nvme-read", ..., "net-read", "net-write"
+    bytes_per_s: float
+    window_s: float
+    n: int = 0  # transfers in flight
+    served: float = 0.0  # bytes each transfer in flight has received (virtual time)
+    last_t: float = 0.0
+    version: int = 0
+    seq: int = 0
+    heap: list[tuple[float, int, object]] = field(default_factory=list)
+    bytes_total: float = 0.0
+    transfers: int = 0
+    busy_s: float = 0.0
+    first_t: float | None = None
+    last_end_t: float = 0.0
+    busy_by_window: dict[int, float] = field(default_factory=dict)
+
+    def _advance(self, now: float) -> None:
+        if self.n:
+            dt = now - self.last_t
+            if dt > 0:
+                self.served += self.bytes_per_s * dt / self.n
+                self._busy(self.last_t, now)
+        self.last_t = now
+
+    def _busy(self, a: float, b: float) -> None:
+        self.busy_s += b - a
+        w = self.window_s
+        k = int(a // w)
+        windows = self.busy_by_window
+        while a < b:
+            end = min(b, (k + 1) * w)
+            windows[k] = windows.get(k, 0.0) + (end - a)
+            a = end
+            k += 1
+
+    def _next_end(self, now: float) -> float:
+        return now + (self.heap[0][0] - self.served) * self.n / self.bytes_per_s
+
+    def add(self, now: float, n_bytes: float, item: object) -> float:
+        """Start a transfer; returns the time of the link's next end (the caller
+        schedules it with this link's current ``version``)."""
+        assert n_bytes > 0
+        self._advance(now)
+        if self.first_t is None:
+            self.first_t = now
+        self.seq += 1
+        heapq.heappush(self.heap, (self.served + n_bytes, self.seq, item))
+        self.n += 1
+        self.bytes_total += n_bytes
+        self.transfers += 1
+        self.version += 1
+        return self._next_end(now)
+
+    def finish(self, now: float, version: int) -> tuple[list[object], float | None] | None:
+        """Handle the end event scheduled for ``version``: the transfers that ended and
+        the time of the next end (None when idle). None when the event is stale."""
+        if version != self.version:
+            return None
+        self._advance(now)
+        heap = self.heap
+        done = [heapq.heappop(heap)[2]]  # the event was scheduled for this one
+        # Others ending within rounding of the same instant end now too.
+        slack = 1e-9 * max(1.0, self.served)
+        while heap and heap[0][0] <= self.served + slack:
+            done.append(heapq.heappop(heap)[2])
+        self.n -= len(done)
+        self.version += 1
+        self.last_end_t = now
+        if not heap:
+            self.served = 0.0  # nothing in flight: restart virtual time (keeps floats small)
+            return done, None
+        return done, self._next_end(now)
+
+    def record_instant(self, n_bytes: float) -> None:
+        """Count a transfer that takes no time (free-loads mode)."""
+        self.bytes_total += n_bytes
+        self.transfers += 1
+
+    def stats(self, duration_s: float) -> dict[str, float]:
+        peak = max(self.busy_by_window.values(), default=0.0) / self.window_s
+        return {
+            "bytes": self.bytes_total,
+            "transfers": self.transfers,
+            "busy_s": self.busy_s,
+            "mean_utilisation": self.busy_s / duration_s if duration_s > 0 else 0.0,
+            "peak_utilisation": min(1.0, peak),
+        }

@@ -1,0 +1,438 @@
+"""Run the scenarios, search the highest rate under the TTFT SLO, and report.
+
+``run_replay`` replays the trace once per scenario at the configured time scale, then
+(unless ``search_rate=False``) finds ``max_rate_scale_at_slo``: the highest multiple of
+the trace's arrival rate at which at least 90% of the measured requests get their
+first token within ``ttft_slo_s`` (p90 TTFT <= SLO, nearest rank). The search doubles
+(or halves) the rate from 1 until the answer flips, then bisects the bracket
+geometrically a fixed number of times, reporting the largest multiple that passed; it
+is deterministic and runs at most ``1 + MAX_DOUBLINGS + BISECTIONS`` (rate >= 1) or
+``1 + MAX_HALVINGS + BISECTIONS`` (rate < 1) simulations. Runs stop early once the
+SLO is lost.
+
+Definitions of the reported figures:
+
+- ``hit_rate``: cached prompt tokens / prompt tokens of the measured requests
+  (after ``warmup_fraction``); ``hit_rate_by_tier`` splits it by the tier that served
+  the tokens (``hbm``, ``dram``, ``nvme``, ``pool``).
+- ``ttft_s``: time to first token = queueing + loads + prefill (decode not modelled).
+- ``prefill_gpu_s``: GPU-seconds spent prefilling measured requests (instance time x tp).
+- ``links``: per link kind, bytes moved over the whole replay, peak utilisation (busiest
+  ``link_window_s`` window of any one link of that kind) and mean utilisation.
+  ``network_bytes`` = pool reads + pool writes over the nodes' NICs.
+- ``duplicated_kv_bytes``: KV bytes held in more than one instance's HBM beyond the
+  first copy, at the end of the replay (``end``) and averaged over its duration
+  (``time_avg``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from analyzer.errors import UsageError
+from analyzer.progress import Advance
+from analyzer.replay.config import (
+    STANDARD_SCENARIOS,
+    UNBOUNDED,
+    ClusterConfig,
+    ScenarioSpec,
+    select_scenarios,
+)
+from analyzer.replay.engine import TIER_NAMES, Plan, RunStats, TierPlan, simulate
+from analyzer.trace import BlockTrace
+
+MAX_DOUBLINGS = 6  # rate multiples searched up to 2**6 = 64
+MAX_HALVINGS = 10  # and down to 2**-10
+BISECTIONS = 6  # bracket ratio 2**(1/64): about 1.1% precision
+SLO_QUANTILE = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The numbers a scenario runs with, after catalog defaults and overrides."""
+
+    plan: Plan
+    cluster: ClusterConfig
+    local_capacity_tokens: int | None
+    dram_capacity_tokens: int | None
+    nvme_capacity_tokens: int | None
+    pool_capacity_tokens: int | None
+    dram_gbps: float | None
+    nvme_gbps: float | None
+    pool_gbps: float | None
+    pool_latency_s: float | None
+    block_size: int
+
+
+def _blocks(tokens: int | None, block_size: int) -> int | None:
+    if tokens is None or tokens >= UNBOUNDED:
+        return None
+    return tokens // block_size
+
+
+def _cap_json(tokens: int | None) -> int | str | None:
+    return "unbounded" if tokens is not None and tokens >= UNBOUNDED else tokens
+
+
+def resolve(cfg: ClusterConfig, scenario: ScenarioSpec, block_size: int, cost=None) -> Resolved:
+    """Apply the scenario's overrides and fill every default from the cost catalogs."""
+    c = scenario.applied_to(cfg)
+    if cost is None:
+        from analyzer.cost import CostModel
+
+        cost = CostModel.from_catalog(c.model, c.gpu, tp=c.tp, kv_dtype=c.kv_dtype, mfu=c.mfu)
+    bpt = int(cost.bytes_per_token)
+    if bpt <= 0:
+        raise UsageError(f"model {c.model!r} has no KV bytes per token")
+    local_tokens = c.local_capacity_tokens
+    if local_tokens is None:
+        local_tokens = int(cost.hbm_kv_capacity_tokens(c.hbm_reserve_fraction))
+        if local_tokens <= 0:
+            raise UsageError(
+                f"{c.model} does not fit on {c.tp} x {c.gpu} with room for KV cache; "
+                "raise --tp or give --local-capacity-tokens"
+            )
+    dram_tokens = c.dram_capacity_tokens
+    if dram_tokens is None:
+        dram_tokens = int(c.dram_capacity_gb * 1e9 // bpt)
+    nvme_tokens = c.nvme_capacity_tokens
+    if nvme_tokens is None:
+        nvme_tokens = int(c.nvme_capacity_gb * 1e9 // bpt)
+    pool_tokens = c.pool_capacity_tokens
+    if pool_tokens is None:
+        pool_tokens = min(UNBOUNDED, dram_tokens * c.nodes)
+
+    def tier(
+        name: str, gbps: float | None, latency_s: float | None, tokens: int
+    ) -> tuple[TierPlan, float, float]:
+        if gbps is None or latency_s is None:
+            from analyzer.cost import get_tier
+
+            spec = get_tier(name)
+            gbps = float(spec.bandwidth_gbps) if gbps is None else gbps
+            latency_s = float(spec.latency_s) if latency_s is None else latency_s
+        bw, lat = gbps, latency_s
+        return TierPlan(_blocks(tokens, block_size), bw * 1e9, bw * 1e9, lat), bw, lat
+
+    dram = nvme = pool = None
+    dram_gbps = nvme_gbps = pool_gbps = pool_lat = None
+    if scenario.dram:
+        dram, dram_gbps, _ = tier(c.dram_tier, c.dram_gbps, c.dram_latency_s, dram_tokens)
+    if scenario.nvme:
+        nvme, nvme_gbps, _ = tier(c.nvme_tier, c.nvme_gbps, c.nvme_latency_s, nvme_tokens)
+    if scenario.pool:
+        pool, pool_gbps, pool_lat = tier(c.pool_tier, c.pool_gbps, c.pool_latency_s, pool_tokens)
+    plan = Plan(
+        instances=c.instances,
+        instances_per_node=c.instances_per_node,
+        tp=c.tp,
+        bytes_per_token=bpt,
+        prefill_s=cost.prefill_time_s,
+        chunk_tokens=c.prefill_chunk_tokens,
+        local=scenario.local,
+        local_capacity_blocks=_blocks(local_tokens, block_size),
+        dram=dram,
+        nvme=nvme,
+        pool=pool,
+        router=c.router,
+        prefix_aware_lambda=c.prefix_aware_lambda,
+        eviction=c.eviction,
+        write_policy=c.write_policy,
+        free_loads=c.free_loads,
+        warmup_fraction=c.warmup_fraction,
+        link_window_s=c.link_window_s,
+    )
+    return Resolved(
+        plan=plan,
+        cluster=c,
+        local_capacity_tokens=local_tokens if scenario.local else None,
+        dram_capacity_tokens=dram_tokens if scenario.dram else None,
+        nvme_capacity_tokens=nvme_tokens if scenario.nvme else None,
+        pool_capacity_tokens=pool_tokens if scenario.pool else None,
+        dram_gbps=dram_gbps,
+        nvme_gbps=nvme_gbps,
+        pool_gbps=pool_gbps,
+        pool_latency_s=pool_lat,
+        block_size=block_size,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RateSearch:
+    """Outcome of the SLO search: ``value`` passed, ``fail_at`` (when known) did not."""
+
+    value: float | None
+    fail_at: float | None
+    runs: int
+    capped: bool  # every multiple up to 2**MAX_DOUBLINGS passed
+
+
+@dataclass(slots=True)
+class ScenarioResult:
+    spec: ScenarioSpec
+    resolved: Resolved
+    stats: RunStats
+    search: RateSearch | None
+
+    def to_json(self) -> dict:
+        st = self.stats
+        r = self.resolved
+        c = r.cluster
+        prompt = st.prompt_tokens
+        hits = st.hit_tokens_by_tier
+        ttft = st.ttft_s
+        n = int(ttft.size)
+        ttft_json = {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+        if n:
+            q = np.percentile(ttft, [50, 90, 99])
+            ttft_json = {
+                "mean": float(ttft.mean()),
+                "p50": float(q[0]),
+                "p90": float(q[1]),
+                "p99": float(q[2]),
+                "max": float(ttft.max()),
+            }
+        links: dict[str, dict] = {}
+        for lk in st.links:
+            s = lk.stats(st.duration_s)
+            agg = links.setdefault(
+                lk.kind,
+                {
+                    "links": 0,
+                    "bytes": 0.0,
+                    "gbps_per_link": lk.bytes_per_s / 1e9,
+                    "peak_utilisation": 0.0,
+                    "mean_utilisation": 0.0,
+                },
+            )
+            agg["links"] += 1
+            agg["bytes"] += s["bytes"]
+            agg["peak_utilisation"] = max(agg["peak_utilisation"], s["peak_utilisation"])
+            agg["mean_utilisation"] += s["mean_utilisation"]
+        for agg in links.values():
+            agg["mean_utilisation"] /= agg["links"]
+        net = sum(v["bytes"] for k, v in links.items() if k.startswith("net-"))
+        bpb = r.plan.bytes_per_token
+        out = {
+            "description": self.spec.description,
+            "tiers": ["hbm"] * self.spec.local
+            + [
+                t
+                for t, on in zip(
+                    TIER_NAMES[1:], (self.spec.dram, self.spec.nvme, self.spec.pool), strict=True
+                )
+                if on
+            ],
+            "router": c.router,
+            "eviction": c.eviction,
+            "write_policy": c.write_policy,
+            "capacity_tokens": {
+                "local_per_instance": _cap_json(r.local_capacity_tokens),
+                "dram_per_node": _cap_json(r.dram_capacity_tokens),
+                "nvme_per_node": _cap_json(r.nvme_capacity_tokens),
+                "pool": _cap_json(r.pool_capacity_tokens),
+            },
+            "link_gbps": {"dram": r.dram_gbps, "nvme": r.nvme_gbps, "pool": r.pool_gbps},
+            "requests": n,
+            "prompt_tokens": prompt,
+            "hit_rate": sum(hits) / prompt if prompt else 0.0,
+            "hit_rate_by_tier": {
+                name: (h / prompt if prompt else 0.0)
+                for name, h in zip(TIER_NAMES, hits, strict=True)
+            },
+            "hit_tokens_by_tier": dict(zip(TIER_NAMES, hits, strict=True)),
+            "ttft_s": ttft_json,
+            "prefill_gpu_s": st.gpu_s,
+            "network_bytes": net,
+            "bytes_read_by_tier": dict(zip(TIER_NAMES, st.loaded_bytes_by_tier, strict=True)),
+            "links": dict(sorted(links.items())),
+            "peak_link_utilisation": max(
+                (v["peak_utilisation"] for v in links.values()), default=0.0
+            ),
+            "duplicated_kv_bytes": {
+                "end": st.dup_blocks_end * bpb * r.block_size,
+                "time_avg": (
+                    st.dup_block_s / st.duration_s * bpb * r.block_size
+                    if st.duration_s > 0
+                    else float(st.dup_blocks_end * bpb * r.block_size)
+                ),
+            },
+            "makespan_s": st.duration_s,
+            "max_rate_scale_at_slo": None if self.search is None else self.search.value,
+        }
+        if self.search is not None:
+            out["rate_search"] = {
+                "passed_at": self.search.value,
+                "failed_at": self.search.fail_at,
+                "capped": self.search.capped,
+                "runs": self.search.runs,
+            }
+        return out
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    cluster: ClusterConfig
+    ttft_slo_s: float
+    block_size: int
+    n_requests: int
+    bytes_per_token: int
+    scenarios: dict[str, ScenarioResult] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        cluster = asdict(self.cluster)
+        cluster.update(
+            {
+                "nodes": self.cluster.nodes,
+                "instances_per_node": self.cluster.instances_per_node,
+                "bytes_per_token": self.bytes_per_token,
+                "block_size": self.block_size,
+                "requests": self.n_requests,
+                "ttft_slo_s": self.ttft_slo_s,
+                "slo_quantile": SLO_QUANTILE,
+                "decode_modelled": False,
+            }
+        )
+        for k in (
+            "local_capacity_tokens",
+            "dram_capacity_tokens",
+            "nvme_capacity_tokens",
+            "pool_capacity_tokens",
+        ):
+            cluster[k] = _cap_json(cluster[k])
+        return {
+            "schema": "kvpool.replay/1",
+            "cluster": cluster,
+            "scenarios": {name: s.to_json() for name, s in self.scenarios.items()},
+        }
+
+
+def _allowed(n_measured: int) -> int:
+    """Measured requests that may miss the SLO while p90 still meets it."""
+    return n_measured - math.ceil(SLO_QUANTILE * n_measured)
+
+
+def _passes(stats: RunStats, slo_s: float) -> bool:
+    ttft = stats.ttft_s
+    return not stats.aborted and int(np.count_nonzero(ttft > slo_s)) <= _allowed(int(ttft.size))
+
+
+def find_max_rate(
+    trace: BlockTrace,
+    plan: Plan,
+    time_scale: float,
+    slo_s: float,
+    passed_at_1: bool,
+    advance: Advance | None = None,
+) -> RateSearch:
+    """Highest arrival-rate multiple with p90 TTFT <= ``slo_s`` (see module docstring)."""
+    n_measured = trace.n_requests - int(plan.warmup_fraction * trace.n_requests)
+    if n_measured <= 0:
+        return RateSearch(None, None, 0, False)
+    allowed = _allowed(n_measured)
+    runs = 0
+
+    def ok(rate: float) -> bool:
+        nonlocal runs
+        runs += 1
+        st = simulate(trace, plan, time_scale / rate, slo_abort=(slo_s, allowed), advance=advance)
+        return _passes(st, slo_s)
+
+    lo: float | None
+    hi: float | None
+    if passed_at_1:
+        lo, hi = 1.0, None
+        for k in range(1, MAX_DOUBLINGS + 1):
+            rate = 2.0**k
+            if ok(rate):
+                lo = rate
+            else:
+                hi = rate
+                break
+        if hi is None:
+            return RateSearch(lo, None, runs, True)
+    else:
+        lo, hi = None, 1.0
+        for k in range(1, MAX_HALVINGS + 1):
+            rate = 2.0**-k
+            if ok(rate):
+                lo = rate
+                break
+            hi = rate
+        if lo is None:
+            return RateSearch(0.0, hi, runs, False)
+    for _ in range(BISECTIONS):
+        mid = math.sqrt(lo * hi)
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return RateSearch(lo, hi, runs, False)
+
+
+def run_replay(
+    trace: BlockTrace,
+    cfg: ClusterConfig,
+    scenarios: tuple[str, ...] | list[str] | list[ScenarioSpec] | str = tuple(STANDARD_SCENARIOS),
+    ttft_slo_s: float = 2.0,
+    search_rate: bool = True,
+    advance: Advance | None = None,
+    extra_scenarios: list[ScenarioSpec] | None = None,
+    cost=None,
+) -> ReplayResult:
+    """Replay ``trace`` on ``cfg`` once per scenario (names or :class:`ScenarioSpec`).
+
+    ``cost`` is an :class:`analyzer.cost.CostModel` (for example a calibrated one);
+    by default it is built from the catalogs for ``cfg.model``, ``cfg.gpu``, ``cfg.tp``.
+    """
+    if not (ttft_slo_s > 0 and math.isfinite(ttft_slo_s)):
+        raise UsageError("--ttft-slo must be a positive number of seconds")
+    if isinstance(scenarios, str) or (scenarios and isinstance(next(iter(scenarios)), str)):
+        specs = select_scenarios(scenarios, extra_scenarios)  # type: ignore[arg-type]
+    else:
+        specs = list(scenarios) + [s for s in (extra_scenarios or []) if s not in scenarios]  # type: ignore[operator]
+    if not specs:
+        raise UsageError("no scenarios to run")
+    if cost is None:
+        from analyzer.cost import CostModel
+
+        cost = CostModel.from_catalog(
+            cfg.model, cfg.gpu, tp=cfg.tp, kv_dtype=cfg.kv_dtype, mfu=cfg.mfu
+        )
+    result = ReplayResult(
+        cluster=cfg,
+        ttft_slo_s=ttft_slo_s,
+        block_size=trace.block_size,
+        n_requests=trace.n_requests,
+        bytes_per_token=int(cost.bytes_per_token),
+    )
+    n = trace.n_requests
+    budget = n * (1 + (1 + MAX_HALVINGS + BISECTIONS if search_rate else 0))
+    for spec in specs:
+        used = 0
+
+        def step(k: float) -> None:
+            nonlocal used
+            used += int(k)
+            if advance is not None:
+                advance(k)
+
+        res = resolve(cfg, spec, trace.block_size, cost=cost)
+        stats = simulate(trace, res.plan, res.cluster.time_scale, advance=step)
+        search = None
+        if search_rate:
+            search = find_max_rate(
+                trace,
+                res.plan,
+                res.cluster.time_scale,
+                ttft_slo_s,
+                _passes(stats, ttft_slo_s),
+                step,
+            )
+        if advance is not None and budget > used:
+            advance(budget - used)
+        result.scenarios[spec.name] = ScenarioResult(spec, res, stats, search)
+    return result
