@@ -38,6 +38,7 @@ class Node:
     inserted_at: float
     touch_seq: int  # global sequence of the last touch (tail-first within a request)
     insert_seq: int  # global sequence of creation
+    rank: float = 0.0  # caller-given priority, e.g. the next use for Belady (FarthestRank)
     # Set to a fresh sequence number whenever the key or the leaf status changes, so a
     # heap entry is live only while (block, version) still matches, even across re-inserts.
     version: int = 0
@@ -78,7 +79,22 @@ class FIFO(Policy):
         return (node.inserted_at, node.insert_seq)
 
 
-POLICIES: dict[str, type[Policy]] = {"lru": LRU, "fifo": FIFO}
+class FarthestRank(Policy):
+    """Largest caller-given ``rank`` first (Belady when rank is the next use).
+
+    With ``rank`` = the index of the next request that needs the block, a parent is
+    never needed later than its child, so the farthest-next-use block can always be
+    found among the leaves: leaf-only eviction loses nothing against plain Belady MIN.
+    Ties go to the most recently inserted block.
+    """
+
+    name = "optimal"
+
+    def key(self, node: Node) -> tuple[float, ...]:
+        return (-node.rank, -node.insert_seq)
+
+
+POLICIES: dict[str, type[Policy]] = {"lru": LRU, "fifo": FIFO, "optimal": FarthestRank}
 
 
 class BlockRadix:
@@ -130,14 +146,17 @@ class BlockRadix:
 
     # -- updates ---------------------------------------------------------------------
 
-    def insert(self, blocks: Sequence[int], now: float) -> list[int]:
+    def insert(
+        self, blocks: Sequence[int], now: float, ranks: Sequence[float] | None = None
+    ) -> list[int]:
         """Cache ``blocks`` (one request's chain), touch them all, evict leaves to fit.
 
         Blocks already present keep the parent they were first inserted with (chained
         hashes make it unique). A chain longer than the capacity is cached up to the
         capacity, which is what a plain LRU over tail-first touches keeps too. The
         request's own blocks are never evicted to make room for each other. Returns the
-        evicted ids in eviction order.
+        evicted ids in eviction order. ``ranks`` (one per block) sets each block's
+        ``rank`` before it is touched, for rank-keyed policies such as FarthestRank.
         """
         chain = [int(b) for b in blocks]
         if self._capacity is not None and len(chain) > self._capacity:
@@ -153,6 +172,9 @@ class BlockRadix:
                     p.children += 1
                     p.version = self._seq  # no longer a leaf: its heap entry dies
             parent = b
+        if ranks is not None:
+            for b, rank in zip(chain, ranks, strict=False):
+                nodes[b].rank = float(rank)
         self._touch_chain(chain, now)
         if self._capacity is None or len(nodes) <= self._capacity:
             return []
@@ -246,4 +268,14 @@ try:  # token-exact tree, owned by the blocks stage (ingest needs it for token_l
 except ImportError:  # pragma: no cover - only before the blocks stage lands
     TokenRadix = None  # type: ignore[assignment,misc]
 
-__all__ = ["FIFO", "LRU", "POLICIES", "ROOT", "BlockRadix", "Node", "Policy", "TokenRadix"]
+__all__ = [
+    "FIFO",
+    "LRU",
+    "POLICIES",
+    "ROOT",
+    "BlockRadix",
+    "FarthestRank",
+    "Node",
+    "Policy",
+    "TokenRadix",
+]

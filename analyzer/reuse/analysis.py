@@ -1,0 +1,761 @@
+"""How much prefill is repeated work, and how much cache it takes to capture it.
+
+:func:`analyze_reuse` turns a :class:`~analyzer.trace.BlockTrace` into a
+:class:`ReuseReport`:
+
+* **ceilings**: token-weighted prefix hit rate with unlimited capacity and perfect
+  routing, cold (every request counted) and steady (the first ``warmup`` fraction of
+  requests fills the cache uncounted), at the trace's block size, token-exact (when
+  ingest computed ``token_lcp_prev``) and at coarser block sizes;
+* **sources**: who last held each reused block (same session, same tenant, another
+  tenant), the top shared prefixes, reuse distance and reuse time, working set;
+* **curves**: exact LRU hit rate at every capacity from one stack-distance pass
+  (:mod:`analyzer.reuse.stack`), SHARDS-sampled beyond ``shards_threshold_accesses``,
+  plus FIFO, S3-FIFO and Belady's optimal at chosen capacities
+  (:mod:`analyzer.reuse.policies`);
+* **non-prefix reuse**: content seen before at any position, minus prefix hits.
+
+Every rate is hit tokens / prompt tokens of the counted requests; a hit never covers
+a request's last prompt token. Capacities are whole blocks (``capacity_tokens //
+block_size``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analyzer.errors import UsageError
+from analyzer.progress import Advance
+from analyzer.reuse.policies import POLICY_NAMES, simulate
+from analyzer.reuse.stack import (
+    access_weights,
+    lru_histogram,
+    reuse_scan,
+    sampled_histogram,
+    splitmix64,
+)
+from analyzer.trace import BlockTrace
+
+GIB = 2**30
+GB = 10**9
+GRANULARITIES = (16, 64, 256, 512)
+SOURCE_KEYS = ("same_session", "same_tenant", "cross_tenant", "unattributed")
+# Reuse times are binned on a log scale (50 bins per decade, 1 ms .. 1e8 s): a
+# percentile is reported as the upper edge of its bin, within 4.7 % of the exact value.
+TIME_EDGES = np.geomspace(1e-3, 1e8, 11 * 50 + 1)
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True, slots=True)
+class ReuseOptions:
+    warmup: float = 0.5  # fraction of requests that fill the cache uncounted
+    capacities_tokens: tuple[int, ...] = ()  # where policies are compared; () = knees
+    bytes_per_token: int | None = None  # KV bytes per token of the model, for GB/GiB
+    policies: tuple[str, ...] = ("lru", "fifo", "s3fifo", "optimal")
+    granularities: tuple[int, ...] = GRANULARITIES
+    top_n: int = 10
+    shards_rate: float | None = None  # None: exact up to shards_threshold_accesses
+    shards_threshold_accesses: int = 50_000_000
+    shards_auto_rate: float = 0.01
+    shards_error_accesses: int = 5_000_000  # prefix on which the sampled curve is checked
+    policy_max_accesses: int = 5_000_000  # per-capacity simulations are skipped beyond
+    n_windows: int = 48  # working-set windows over the trace's time span
+    curve_points: int = 200
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.warmup < 1.0:
+            raise UsageError(f"--warmup must be in [0, 1), got {self.warmup}")
+        if any(c < 0 for c in self.capacities_tokens):
+            raise UsageError("capacities must not be negative")
+        unknown = [p for p in self.policies if p not in POLICY_NAMES]
+        if unknown:
+            raise UsageError(
+                f"unknown policies {unknown}", hint=f"choose from {', '.join(POLICY_NAMES)}"
+            )
+        if self.shards_rate is not None and not 0.0 < self.shards_rate <= 1.0:
+            raise UsageError(f"SHARDS rate must be in (0, 1], got {self.shards_rate}")
+        if self.bytes_per_token is not None and self.bytes_per_token <= 0:
+            raise UsageError("bytes per token must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class StepCurve:
+    """Hit rate as a step function of capacity in blocks: rate(C) = rates[last caps <= C]."""
+
+    caps_blocks: np.ndarray  # int64, increasing
+    rates: np.ndarray  # float64, non-decreasing
+
+    def at(self, capacity_blocks: int) -> float:
+        i = int(np.searchsorted(self.caps_blocks, capacity_blocks, side="right")) - 1
+        return float(self.rates[i]) if i >= 0 else 0.0
+
+    def smallest_reaching(self, rate: float) -> int | None:
+        i = int(np.searchsorted(self.rates, rate - 1e-12, side="left"))
+        return int(self.caps_blocks[i]) if i < self.rates.size else None
+
+    @property
+    def full_blocks(self) -> int:
+        """Capacity at which the curve reaches its ceiling."""
+        return int(self.caps_blocks[-1]) if self.caps_blocks.size else 0
+
+
+@dataclass(frozen=True)
+class ReuseReport:
+    measurable: bool
+    reason: str | None
+    block_size: int
+    warmup: float
+    n_requests: int
+    counted_requests: int
+    n_accesses: int
+    n_blocks: int
+    prompt_tokens: int  # counted requests
+    hit_tokens: int  # counted requests, unlimited capacity
+    ceiling_hit_rate: float
+    cold_ceiling_hit_rate: float
+    bytes_per_token: int | None = None
+    curve: StepCurve | None = None
+    curve_method: str = "exact"  # or "shards"
+    shards: dict | None = None
+    policy_points: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    policy_notes: list[str] = field(default_factory=list)
+    capacities_tokens: tuple[int, ...] = ()
+    sources: dict = field(default_factory=dict)
+    top_prefixes: dict = field(default_factory=dict)
+    granularity: dict = field(default_factory=dict)
+    non_prefix: dict = field(default_factory=dict)
+    reuse_distance: dict = field(default_factory=dict)
+    reuse_time: dict = field(default_factory=dict)
+    working_set: dict = field(default_factory=dict)
+    curve_points: int = 200
+
+    # -- capacity queries ----------------------------------------------------------
+
+    def hit_rate_at(self, capacity_tokens: int, policy: str = "lru") -> float:
+        """Steady-state hit rate with ``capacity_tokens`` of cache (whole blocks)."""
+        if not self.measurable:
+            return 0.0
+        blocks = int(capacity_tokens) // self.block_size
+        if policy == "lru":
+            assert self.curve is not None
+            return self.curve.at(blocks)
+        points = dict(self.policy_points.get(policy, []))
+        for cap, rate in points.items():
+            if cap // self.block_size == blocks:
+                return rate
+        raise ValueError(
+            f"policy {policy!r} was not simulated at {capacity_tokens} tokens "
+            f"(simulated: {sorted(points)}); pass it in ReuseOptions.capacities_tokens"
+        )
+
+    def knee_tokens(self, fraction: float = 0.9) -> int:
+        """Smallest capacity (tokens) whose LRU hit rate reaches ``fraction`` x ceiling."""
+        if not self.measurable or self.curve is None or self.ceiling_hit_rate <= 0:
+            return 0
+        target = fraction * float(self.curve.rates[-1])
+        blocks = self.curve.smallest_reaching(target)
+        return (blocks if blocks is not None else self.curve.full_blocks) * self.block_size
+
+    @property
+    def lru_curve(self) -> list[tuple[int, float]]:
+        """(capacity_tokens, hit_rate) at capacities dense enough to plot (log and linear)."""
+        if not self.measurable or self.curve is None or self.curve.full_blocks == 0:
+            return []
+        top = self.curve.full_blocks
+        n = max(self.curve_points // 2, 2)
+        caps = np.unique(
+            np.concatenate(
+                [
+                    np.round(np.geomspace(1, top, n)),
+                    np.round(np.linspace(0, top, n)),
+                    [0, top],
+                ]
+            ).astype(np.int64)
+        )
+        return [(int(c) * self.block_size, self.curve.at(int(c))) for c in caps]
+
+    @property
+    def footprint_tokens(self) -> int:
+        """Capacity at which LRU reaches the ceiling (the whole reusable working set)."""
+        return self.curve.full_blocks * self.block_size if self.curve is not None else 0
+
+    # -- output ---------------------------------------------------------------------
+
+    def _capacity_fields(self, capacity_tokens: int) -> dict:
+        out: dict = {"capacity_tokens": int(capacity_tokens)}
+        if self.bytes_per_token:
+            n_bytes = capacity_tokens * self.bytes_per_token
+            out["capacity_gb"] = round(n_bytes / GB, 3)
+            out["capacity_gib"] = round(n_bytes / GIB, 3)
+        return out
+
+    def to_json(self) -> dict:
+        """Plain, deterministic JSON (floats rounded to 6 places)."""
+        r6 = _round
+        doc: dict = {
+            "measurable": self.measurable,
+            "reason": self.reason,
+            "trace": {
+                "requests": self.n_requests,
+                "block_accesses": self.n_accesses,
+                "distinct_blocks": self.n_blocks,
+                "block_size": self.block_size,
+            },
+            "ceiling": {
+                "hit_rate": r6(self.ceiling_hit_rate),
+                "cold_hit_rate": r6(self.cold_ceiling_hit_rate),
+                "warmup": self.warmup,
+                "block_size": self.block_size,
+                "counted_requests": self.counted_requests,
+                "prompt_tokens": self.prompt_tokens,
+                "hit_tokens": self.hit_tokens,
+                "token_weighted": True,
+                "last_token_recomputed": True,
+            },
+            "bytes_per_token": self.bytes_per_token,
+        }
+        if not self.measurable:
+            doc["curves"] = {}
+            return doc
+        curves: dict = {
+            "lru": [{**self._capacity_fields(c), "hit_rate": r6(h)} for c, h in self.lru_curve]
+        }
+        for policy, points in self.policy_points.items():
+            curves[policy] = [{**self._capacity_fields(c), "hit_rate": r6(h)} for c, h in points]
+        table = []
+        for cap in self.capacities_tokens:
+            row = {**self._capacity_fields(cap), "capacity_blocks": cap // self.block_size}
+            row["lru"] = r6(self.hit_rate_at(cap))
+            for policy, points in self.policy_points.items():
+                row[policy] = r6(dict(points)[cap]) if cap in dict(points) else None
+            table.append(row)
+        doc.update(
+            {
+                "curves": curves,
+                "curve_method": self.curve_method,
+                "shards": _round_tree(self.shards),
+                "policy_notes": list(self.policy_notes),
+                "capacities": table,
+                "knees": {
+                    str(f): self._capacity_fields(self.knee_tokens(f))
+                    for f in (0.5, 0.8, 0.9, 0.95)
+                },
+                "footprint": self._capacity_fields(self.footprint_tokens),
+                "sources": _round_tree(self.sources),
+                "top_prefixes": _round_tree(self.top_prefixes),
+                "granularity": _round_tree(self.granularity),
+                "non_prefix": _round_tree(self.non_prefix),
+                "reuse_distance": _round_tree(self.reuse_distance),
+                "reuse_time": _round_tree(self.reuse_time),
+                "working_set": _round_tree(self.working_set),
+            }
+        )
+        return doc
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 6)
+
+
+def _round_tree(obj):
+    if isinstance(obj, float):
+        return round(obj, 6)
+    if isinstance(obj, dict):
+        return {k: _round_tree(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_round_tree(v) for v in obj]
+    return obj
+
+
+# -- building blocks ---------------------------------------------------------------
+
+
+def first_counted_request(n_requests: int, warmup: float) -> int:
+    """Index of the first request counted under ``warmup`` (earlier ones fill the cache)."""
+    return int(warmup * n_requests)
+
+
+def seen_before(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per access: was this id used by an earlier request? (ids dense in first-seen order)."""
+    if ids.size == 0:
+        return np.zeros(0, dtype=bool)
+    running_max = np.maximum.accumulate(ids)
+    starts = offsets[:-1]
+    distinct_before = np.where(starts > 0, running_max[np.maximum(starts - 1, 0)] + 1, 0)
+    req = np.repeat(np.arange(starts.size), np.diff(offsets))
+    return ids < distinct_before[req]
+
+
+def leading_run(flags: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per request: how many leading accesses have ``flags`` set."""
+    counts = np.diff(offsets)
+    out = np.zeros(counts.size, dtype=np.int64)
+    nonempty = counts > 0
+    if flags.size == 0:
+        return out
+    pos = np.arange(flags.size, dtype=np.int64)
+    first_miss = np.where(flags, np.int64(flags.size), pos)
+    mins = np.minimum.reduceat(first_miss, offsets[:-1][nonempty])
+    out[nonempty] = np.minimum(mins - offsets[:-1][nonempty], counts[nonempty])
+    return out
+
+
+def prefix_hit_tokens(trace: BlockTrace) -> np.ndarray:
+    """Per request: prefix-hit tokens with unlimited capacity (last token recomputed)."""
+    k = leading_run(seen_before(trace.block_ids, trace.offsets), trace.offsets)
+    return np.clip(np.minimum(k * trace.block_size, trace.prompt_tokens - 1), 0, None)
+
+
+def _rates(hit: np.ndarray, prompt: np.ndarray, first: int) -> tuple[float, float]:
+    """(steady, cold) token-weighted rates."""
+    steady_den = int(prompt[first:].sum())
+    cold_den = int(prompt.sum())
+    steady = int(hit[first:].sum()) / steady_den if steady_den else 0.0
+    cold = int(hit.sum()) / cold_den if cold_den else 0.0
+    return steady, cold
+
+
+def granularity_table(trace: BlockTrace, first: int, sizes: tuple[int, ...]) -> dict:
+    """Ceilings token-exact and at each block size derivable from the trace's hashes."""
+    prompt = trace.prompt_tokens
+    out: dict = {}
+    if trace.token_lcp_prev is not None:
+        hit = np.clip(np.minimum(trace.token_lcp_prev, prompt - 1), 0, None)
+        steady, cold = _rates(hit, prompt, first)
+        out["token_exact"] = {"available": True, "hit_rate": steady, "cold_hit_rate": cold}
+    else:
+        out["token_exact"] = {
+            "available": False,
+            "reason": "unknown: the trace has no token-exact prefix lengths "
+            "(only logs with prompt text give them)",
+        }
+    rows = []
+    for size in sorted(set(sizes) | {trace.block_size}):
+        row: dict = {"block_size": size}
+        if size % trace.block_size:
+            row.update(
+                available=False,
+                reason=f"not a multiple of the trace's block size {trace.block_size}; "
+                f"re-ingest with --block-size {size}",
+            )
+        else:
+            coarse = trace.coarsen(size // trace.block_size)
+            steady, cold = _rates(prefix_hit_tokens(coarse), prompt, first)
+            row.update(available=True, hit_rate=steady, cold_hit_rate=cold)
+        rows.append(row)
+    out["blocks"] = rows
+    return out
+
+
+def non_prefix_reuse(trace: BlockTrace, first: int, prefix_hit: np.ndarray) -> dict:
+    """Tokens whose content was seen before at any position, and the part beyond prefixes."""
+    if trace.content_ids is None:
+        return {
+            "available": False,
+            "reason": "the trace has no per-block content hashes (position-independent "
+            "reuse needs logs with prompt content)",
+        }
+    weights = access_weights(trace.offsets, trace.prompt_tokens, trace.block_size)
+    seen = seen_before(trace.content_ids, trace.offsets)
+    req = np.repeat(np.arange(trace.n_requests), np.diff(trace.offsets))
+    per_req = np.bincount(req, weights=weights * seen, minlength=trace.n_requests)
+    per_req = per_req.astype(np.int64)
+    prompt = trace.prompt_tokens
+    content_steady, content_cold = _rates(per_req, prompt, first)
+    prefix_steady, prefix_cold = _rates(prefix_hit, prompt, first)
+    return {
+        "available": True,
+        "content_seen_rate": content_steady,
+        "cold_content_seen_rate": content_cold,
+        "prefix_rate": prefix_steady,
+        "cold_prefix_rate": prefix_cold,
+        "hit_rate": max(content_steady - prefix_steady, 0.0),
+        "cold_hit_rate": max(content_cold - prefix_cold, 0.0),
+        "note": "content seen before at any position but not as a prefix; today's "
+        "pooling products cannot reuse it (position-independent reuse, e.g. CacheBlend)",
+    }
+
+
+def _percentiles_from_counts(values: np.ndarray, counts: np.ndarray) -> dict:
+    total = int(counts.sum())
+    if total == 0:
+        return {f"p{p}": None for p in PERCENTILES}
+    cum = np.cumsum(counts)
+    out = {}
+    for p in PERCENTILES:
+        i = int(np.searchsorted(cum, p / 100 * total, side="left"))
+        out[f"p{p}"] = float(values[min(i, values.size - 1)])
+    return out
+
+
+def _preview(trace: BlockTrace, block: int, parent: np.ndarray) -> str | None:
+    if not trace.previews:
+        return None
+    chain = [block]
+    while parent[chain[-1]] >= 0 and len(chain) < 100_000:
+        chain.append(int(parent[chain[-1]]))
+    head = trace.previews.get(chain[-1])
+    tail = trace.previews.get(block) if block != chain[-1] else None
+    text = " … ".join(t.strip() for t in (head, tail) if t)
+    text = " ".join(text.split())
+    return (text[:117] + "...") if len(text) > 120 else (text or None)
+
+
+def top_prefixes(
+    trace: BlockTrace, hits: np.ndarray, parent: np.ndarray, depth: np.ndarray, top_n: int
+) -> dict:
+    """Shared prefixes: chains ending where the number of requests reusing them drops.
+
+    Block ``b`` stands for the prefix of ``depth[b] + 1`` blocks ending at ``b``; it is
+    listed when some counted request reused it and none of its children was reused by
+    as many requests (otherwise the longer prefix tells the same story).
+    """
+    n = hits.size
+    if n == 0 or not hits.any():
+        return {"by_volume": [], "by_count": []}
+    max_child = np.zeros(n, dtype=np.int64)
+    has_parent = parent >= 0
+    np.maximum.at(max_child, parent[has_parent], hits[has_parent])
+    cand = np.flatnonzero((hits > 0) & (max_child < hits))
+    prefix_tokens = (depth[cand] + 1) * trace.block_size
+    volume = hits[cand] * prefix_tokens
+
+    def entry(i: int) -> dict:
+        b = int(cand[i])
+        return {
+            "block_id": b,
+            "hash": f"{int(trace.block_hashes[b]):016x}",
+            "prefix_blocks": int(depth[b] + 1),
+            "prefix_tokens": int(prefix_tokens[i]),
+            "requests": int(hits[b]),
+            "reused_tokens": int(volume[i]),
+            "preview": _preview(trace, b, parent),
+        }
+
+    by_volume = np.lexsort((cand, -hits[cand], -volume))[:top_n]
+    by_count = np.lexsort((cand, -prefix_tokens, -hits[cand]))[:top_n]
+    return {
+        "by_volume": [entry(int(i)) for i in by_volume],
+        "by_count": [entry(int(i)) for i in by_count],
+        "note": "reused_tokens = requests x prefix length (each request reusing it counts once)",
+    }
+
+
+def exact_curve(hist: np.ndarray, denominator: int) -> StepCurve:
+    """Step curve from a stack-distance histogram (last bin = never seen)."""
+    body = hist[:-1]
+    d = np.flatnonzero(body)
+    if d.size == 0 or denominator == 0:
+        return StepCurve(np.zeros(0, dtype=np.int64), np.zeros(0))
+    return StepCurve((d + 1).astype(np.int64), np.cumsum(body[d]) / denominator)
+
+
+def _shards_threshold(rate: float) -> int:
+    return max(1, round(rate * 2**32))
+
+
+def _shards_rate(rate: float) -> float:
+    """The sampling rate actually applied (the threshold is an integer)."""
+    return _shards_threshold(rate) / 2**32
+
+
+def _sample(trace: BlockTrace, rate: float, n_accesses: int | None = None):
+    """SHARDS spatial sample, stratified: the hottest blocks are always kept.
+
+    A block is sampled when a fixed 64-bit mix of its chained hash falls under
+    ``rate x 2**32`` (deterministic, and the same block is sampled in every request).
+    Plain SHARDS lets a handful of very hot blocks (a shared system prompt) decide the
+    error, so the ``rate x distinct`` most-accessed blocks are kept at rate 1 and
+    weighted as themselves, the rest stand for ``1 / rate`` blocks each.
+    """
+    offsets = trace.offsets
+    ids = trace.block_ids
+    n_req = trace.n_requests
+    if n_accesses is not None and n_accesses < ids.size:
+        n_req = int(np.searchsorted(offsets, n_accesses, side="right")) - 1
+        ids = ids[: offsets[n_req]]
+        offsets = offsets[: n_req + 1]
+    unit = _shards_threshold(rate)
+    n_ids = int(ids.max()) + 1 if ids.size else 0
+    keep_id = (splitmix64(trace.block_hashes[:n_ids]) >> np.uint64(32)) < np.uint64(unit)
+    uses = np.bincount(ids, minlength=n_ids)
+    n_hot = int(_shards_rate(rate) * n_ids)
+    hot = np.zeros(n_ids, dtype=bool)
+    if 0 < n_hot < n_ids:
+        cut = np.partition(uses, n_ids - n_hot)[n_ids - n_hot]
+        hot = uses > cut  # strictly above the cut: at most n_hot, and deterministic
+    keep_id |= hot
+    keep = keep_id[ids]
+    weights = access_weights(offsets, trace.prompt_tokens[:n_req], trace.block_size)
+    req = np.repeat(np.arange(n_req), np.diff(offsets))
+    new_offsets = np.zeros(n_req + 1, dtype=np.int64)
+    np.cumsum(np.bincount(req[keep], minlength=n_req), out=new_offsets[1:])
+    uniq, dense = np.unique(ids[keep], return_inverse=True)
+    id_weight = np.where(hot[uniq], np.int64(unit), np.int64(2**32))
+    return (
+        dense.astype(np.int64),
+        new_offsets,
+        weights[keep],
+        weights,
+        id_weight,
+        unit,
+        ids,
+        offsets,
+        n_req,
+    )
+
+
+def shards_curve(trace: BlockTrace, rate: float, first: int, n_accesses: int | None = None):
+    """Stratified SHARDS-adj curve (after Waldspurger et al., FAST'15), token-weighted.
+
+    The gap between the estimated and the true number of counted block tokens is
+    credited to distance 0 (the SHARDS-adj correction), so the curve ends at the
+    exact ceiling's scale.
+    """
+    s_ids, s_offsets, s_w, all_w, id_weight, unit, ids, offsets, n_req = _sample(
+        trace, rate, n_accesses
+    )
+    prompt = trace.prompt_tokens[:n_req]
+    n_bins = max(trace.n_blocks, 1)
+    hist = sampled_histogram(s_ids, s_offsets, s_w, id_weight, unit, first, n_bins)
+    counted_all = int(all_w[offsets[min(first, n_req)] :].sum())
+    den = int(prompt[first:].sum())
+    empty = StepCurve(np.zeros(0, dtype=np.int64), np.zeros(0))
+    if counted_all == 0 or den == 0:
+        return empty, ids, offsets, n_req
+    body = hist[:-1].copy()
+    body[0] += counted_all - float(hist.sum())
+    d = np.flatnonzero(body)
+    if d.size == 0:
+        return empty, ids, offsets, n_req
+    rates = np.clip(np.cumsum(body[d]) / den, 0.0, None)
+    return StepCurve((d + 1).astype(np.int64), np.maximum.accumulate(rates)), ids, offsets, n_req
+
+
+def shards_error(trace: BlockTrace, rate: float, warmup: float, n_accesses: int) -> dict:
+    """Measured error of the sampled curve against the exact one on a prefix of the trace."""
+    n_req = trace.n_requests
+    if n_accesses < trace.n_accesses:
+        n_req = int(np.searchsorted(trace.offsets, n_accesses, side="right")) - 1
+    first = first_counted_request(n_req, warmup)
+    sampled, ids, offsets, n_req = shards_curve(trace, rate, first, n_accesses)
+    n_ids = int(ids.max()) + 1 if ids.size else 0
+    prompt = trace.prompt_tokens[:n_req]
+    hist = lru_histogram(
+        ids, offsets, prompt, np.empty(0, np.int64), trace.block_size, first, n_ids, True
+    )
+    exact = exact_curve(hist, int(prompt[first:].sum()))
+    if exact.full_blocks == 0:
+        return {"checked_accesses": int(ids.size), "max_abs_error": 0.0, "mean_abs_error": 0.0}
+    caps = np.unique(np.round(np.geomspace(1, exact.full_blocks, 100)).astype(np.int64))
+    err = np.array([abs(sampled.at(int(c)) - exact.at(int(c))) for c in caps])
+    return {
+        "checked_requests": n_req,
+        "checked_accesses": int(ids.size),
+        "max_abs_error": float(err.max()),
+        "mean_abs_error": float(err.mean()),
+    }
+
+
+def _default_capacities(curve: StepCurve, block_size: int) -> tuple[int, ...]:
+    if curve.full_blocks == 0:
+        return ()
+    top = float(curve.rates[-1])
+    caps = []
+    for f in (0.25, 0.5, 0.75, 0.9):
+        b = curve.smallest_reaching(f * top)
+        if b:
+            caps.append(b * block_size)
+    return tuple(sorted(set(caps)))
+
+
+def _unmeasurable(trace: BlockTrace, opts: ReuseOptions, reason: str) -> ReuseReport:
+    return ReuseReport(
+        measurable=False,
+        reason=reason,
+        block_size=trace.block_size,
+        warmup=opts.warmup,
+        n_requests=trace.n_requests,
+        counted_requests=trace.n_requests - first_counted_request(trace.n_requests, opts.warmup),
+        n_accesses=trace.n_accesses,
+        n_blocks=trace.n_blocks,
+        prompt_tokens=int(trace.prompt_tokens.sum()),
+        hit_tokens=0,
+        ceiling_hit_rate=0.0,
+        cold_ceiling_hit_rate=0.0,
+        bytes_per_token=opts.bytes_per_token,
+    )
+
+
+# -- the analysis ------------------------------------------------------------------
+
+
+def analyze_reuse(
+    trace: BlockTrace, opts: ReuseOptions | None = None, advance: Advance | None = None
+) -> ReuseReport:
+    """Full reuse report; ``advance`` receives percentage points (100 in all)."""
+    opts = opts or ReuseOptions()
+    step = advance or (lambda _n: None)
+    if trace.count_only:
+        return _unmeasurable(
+            trace,
+            opts,
+            "this trace has token counts only (no prompt content or block hashes), so "
+            "prefix reuse cannot be measured from it; use logs with prompts or block hashes",
+        )
+    if trace.n_requests == 0:
+        return _unmeasurable(trace, opts, "the trace has no requests")
+    n = trace.n_requests
+    first = first_counted_request(n, opts.warmup)
+    bs = trace.block_size
+    span = float(trace.arrival_s[-1] - trace.arrival_s[0])
+    n_windows = max(1, opts.n_windows) if span > 0 else 1
+    window_s = span / n_windows if span > 0 else 0.0
+    scan = reuse_scan(
+        trace.block_ids,
+        trace.offsets,
+        trace.prompt_tokens,
+        trace.arrival_s,
+        trace.session,
+        trace.tenant,
+        bs,
+        first,
+        trace.n_blocks,
+        window_s,
+        n_windows,
+        TIME_EDGES,
+    )
+    hist_all, hist_cnt, dist_count, time_count, src, hits, parent, depth, ws = scan
+    step(40)
+    prompt = trace.prompt_tokens
+    hit_per_req = prefix_hit_tokens(trace)
+    steady, cold = _rates(hit_per_req, prompt, first)
+    # the scan and the vectorised ceiling are two routes to the same number
+    assert int(hist_cnt[:-1].sum()) == int(hit_per_req[first:].sum())
+    assert int(hist_all[:-1].sum()) == int(hit_per_req.sum())
+    den = int(prompt[first:].sum())
+
+    curve_method = "exact"
+    shards = None
+    rate = opts.shards_rate
+    if rate is None and trace.n_accesses > opts.shards_threshold_accesses:
+        rate = opts.shards_auto_rate
+    if rate is not None and rate < 1.0:
+        curve, *_ = shards_curve(trace, rate, first)
+        curve_method = "shards"
+        shards = {
+            "rate": rate,
+            "sampled_by": "splitmix64 of the chained block hash",
+            **shards_error(trace, rate, opts.warmup, opts.shards_error_accesses),
+        }
+    else:
+        curve = exact_curve(hist_cnt, den)
+    step(10)
+
+    capacities = tuple(sorted(set(opts.capacities_tokens))) or _default_capacities(curve, bs)
+    policy_points: dict[str, list[tuple[int, float]]] = {}
+    notes: list[str] = []
+    sim_policies = [p for p in opts.policies if p != "lru"]
+    if sim_policies and capacities:
+        if trace.n_accesses > opts.policy_max_accesses:
+            notes.append(
+                f"FIFO/S3-FIFO/optimal not simulated: {trace.n_accesses:,} block accesses "
+                f"exceed the per-capacity simulation limit of {opts.policy_max_accesses:,}"
+            )
+        else:
+            share = 40 / (len(sim_policies) * len(capacities))
+            for policy in sim_policies:
+                pts = []
+                for cap in capacities:
+                    tokens = simulate(
+                        trace.block_ids, trace.offsets, prompt, bs, first, cap // bs, policy
+                    )
+                    pts.append((cap, tokens / den if den else 0.0))
+                    step(share)
+                policy_points[policy] = pts
+    else:
+        step(40)
+
+    hit_total = int(src.sum())
+    sources = {
+        "attribution": "each reused block is credited to the most recent earlier request "
+        "that held it",
+        "tokens": {k: int(v) for k, v in zip(SOURCE_KEYS, src, strict=True)},
+        "share_of_hits": {
+            k: (int(v) / hit_total if hit_total else 0.0)
+            for k, v in zip(SOURCE_KEYS, src, strict=True)
+        },
+        "share_of_prompt": {
+            k: (int(v) / den if den else 0.0) for k, v in zip(SOURCE_KEYS, src, strict=True)
+        },
+        "sessions_known": bool((trace.session >= 0).any()),
+        "tenants_known": bool((trace.tenant >= 0).any()),
+    }
+    for k in SOURCE_KEYS:
+        sources[k] = sources["share_of_hits"][k]
+
+    dist_values = np.arange(dist_count.size, dtype=np.float64)
+    dist_pct = _percentiles_from_counts(dist_values, dist_count)
+    reuse_distance = {
+        "unit": "distinct blocks touched since the block's previous use (LRU stack distance)",
+        "hit_accesses": int(dist_count.sum()),
+        "blocks": dist_pct,
+        "tokens": {k: (None if v is None else v * bs) for k, v in dist_pct.items()},
+    }
+    upper = np.concatenate([TIME_EDGES, [np.inf]])
+    reuse_time = {
+        "unit": "seconds since the previous request holding the block "
+        "(upper edge of a 50-per-decade log bin)",
+        "hit_accesses": int(time_count.sum()),
+        **{k: v for k, v in _percentiles_from_counts(upper, time_count).items()},
+    }
+    t0 = float(trace.arrival_s[0])
+    working_set = {
+        "window_s": window_s,
+        "windows": [
+            {
+                "start_s": t0 + i * window_s,
+                "distinct_blocks": int(c),
+                "distinct_tokens": int(c) * bs,
+            }
+            for i, c in enumerate(ws)
+        ],
+        "peak_distinct_tokens": int(ws.max()) * bs if ws.size else 0,
+        "total_distinct_tokens": trace.n_blocks * bs,
+    }
+    granularity = granularity_table(trace, first, opts.granularities)
+    step(5)
+    non_prefix = non_prefix_reuse(trace, first, hit_per_req)
+    tops = top_prefixes(trace, hits, parent, depth, opts.top_n)
+    step(5)
+    return ReuseReport(
+        measurable=True,
+        reason=None,
+        block_size=bs,
+        warmup=opts.warmup,
+        n_requests=n,
+        counted_requests=n - first,
+        n_accesses=trace.n_accesses,
+        n_blocks=trace.n_blocks,
+        prompt_tokens=den,
+        hit_tokens=int(hit_per_req[first:].sum()),
+        ceiling_hit_rate=steady,
+        cold_ceiling_hit_rate=cold,
+        bytes_per_token=opts.bytes_per_token,
+        curve=curve,
+        curve_method=curve_method,
+        shards=shards,
+        policy_points=policy_points,
+        policy_notes=notes,
+        capacities_tokens=capacities,
+        sources=sources,
+        top_prefixes=tops,
+        granularity=granularity,
+        non_prefix=non_prefix,
+        reuse_distance=reuse_distance,
+        reuse_time=reuse_time,
+        working_set=working_set,
+        curve_points=opts.curve_points,
+    )
