@@ -1,1 +1,50 @@
-"""cost stage."""
+"""Cost stage: model and hardware catalogs, prefill and load models, break-even.
+
+Lower stages never import this one; replay and advisor call :class:`CostModel`.
+"""
+
+from analyzer.cost.catalog import (
+    GpuSpec,
+    ModelSpec,
+    TierSpec,
+    get_gpu,
+    get_model,
+    get_tier,
+    list_gpus,
+    list_models,
+    list_tiers,
+    model_from_config_file,
+    spec_from_hf_config,
+)
+from analyzer.cost.model import (
+    DEFAULT_MFU_DENSE,
+    DEFAULT_MFU_MOE,
+    DEFAULT_OVERHEAD_S,
+    CostModel,
+    LoadLink,
+    PrefillCoefficients,
+    TtftBreakdown,
+    TtftCoefficients,
+)
+
+__all__ = [
+    "DEFAULT_MFU_DENSE",
+    "DEFAULT_MFU_MOE",
+    "DEFAULT_OVERHEAD_S",
+    "CostModel",
+    "GpuSpec",
+    "LoadLink",
+    "ModelSpec",
+    "PrefillCoefficients",
+    "TierSpec",
+    "TtftBreakdown",
+    "TtftCoefficients",
+    "get_gpu",
+    "get_model",
+    "get_tier",
+    "list_gpus",
+    "list_models",
+    "list_tiers",
+    "model_from_config_file",
+    "spec_from_hf_config",
+]

@@ -1,0 +1,667 @@
+"""Recompute versus load: the analytic prefill and load model, and the break-even.
+
+Prefill of ``S`` new tokens after ``P`` cached ones (FIELD.md section 4)::
+
+    FLOPs = 2 * N_active_nonembedding * S
+          + 4 * d_attn * (L_full * (P*S + S^2/2) + L_window * integral_P^{P+S} min(x, W) dx)
+          + 4 * state_elements * S * L_linear                      (linear-attention update)
+    compute_s = max(FLOPs / (peak * mfu * tp), (weights read + KV read) per rank / HBM)
+    prefill_s = compute_s + overhead_s
+
+Loading ``n`` bytes over a link of ``B`` GB/s shared by ``K`` concurrent loads::
+
+    load_s = first_byte_latency_s + n * K / (B * 1e9)
+
+Bytes moved are whole-instance bytes over the instance's aggregate link (the per-rank
+shards of all TP ranks together, so duplicated KV heads count once per rank); see
+docs/cost-model.md. A fitted calibration (``analyzer.cost.calibrate``) replaces the
+coefficients but keeps these physical forms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from analyzer.cost.catalog import (
+    GpuSpec,
+    ModelSpec,
+    TierSpec,
+    check_bandwidth,
+    dtype_bytes,
+    get_gpu,
+    get_model,
+    get_tier,
+    list_tiers,
+)
+from analyzer.errors import UsageError
+
+DEFAULT_MFU_DENSE = 0.5  # FIELD.md section 4: achieved prefill MFU 0.3-0.6 dense
+DEFAULT_MFU_MOE = 0.35  # lower for MoE: expert imbalance, grouped GEMMs, all-to-all
+DEFAULT_OVERHEAD_S = 0.01  # scheduling, sampling, HTTP per request, outside the forward
+DEFAULT_TIERS = ("pcie-gen4-dram", "pcie-gen5-dram", "nvme-gen4", "rdma-200", "rdma-400", "tcp")
+MAX_SEARCH_TOKENS = 1 << 21
+
+
+def default_mfu(model: ModelSpec) -> float:
+    return DEFAULT_MFU_MOE if model.is_moe else DEFAULT_MFU_DENSE
+
+
+def window_context(new_tokens: float, cached_tokens: float, window: float | None) -> float:
+    """``integral_P^{P+S} min(x, W) dx``: attention context summed over the new tokens.
+
+    Without a window this is ``P*S + S^2/2``, the causal term of the FLOPs formula.
+    """
+    p, s = float(cached_tokens), float(new_tokens)
+    b = p + s
+    if window is None or b <= window:
+        return p * s + s * s / 2.0
+    if p >= window:
+        return window * s
+    return (window * window - p * p) / 2.0 + window * (b - window)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillCoefficients:
+    """Coefficients of the prefill time; analytic defaults, or fitted to measurements.
+
+    ``compute_s = compute_scale * analytic_compute_s + K * (per_token_s * S
+    + per_context_token_s * P * S + per_token_sq_s * S^2)`` and ``prefill_s = compute_s
+    + overhead_s``. The analytic catalog form is ``compute_scale = 1`` and zero polynomial
+    terms; a polynomial fit sets ``compute_scale = 0``.
+    """
+
+    compute_scale: float = 1.0
+    per_token_s: float = 0.0
+    per_context_token_s: float = 0.0
+    per_token_sq_s: float = 0.0
+    overhead_s: float = DEFAULT_OVERHEAD_S
+    fitted: tuple[str, ...] = ()  # names fitted to measurements; the rest are catalog
+    cv_mape: float | None = None
+    n_points: int = 0
+    ranges: tuple[tuple[str, float, float], ...] = ()  # (quantity, min, max) measured
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadLink:
+    """A measured (or assumed) link: ``load_s = latency_s + bytes * K / (bandwidth * 1e9)``."""
+
+    bandwidth_gbps: float
+    latency_s: float
+    fitted: tuple[str, ...] = ()
+    cv_mape: float | None = None
+    n_points: int = 0
+    ranges: tuple[tuple[str, float, float], ...] = ()
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TtftCoefficients:
+    """Scales of the TTFT form, fitted by ``kvpool cost ttft --calibration``.
+
+    ``ttft_s = overhead_s + latency_s * [C > 0] + load_scale * K * bytes(C) / B
+    + compute_scale * compute_s(S, C, K)``.
+    """
+
+    overhead_s: float
+    latency_s: float
+    load_scale: float = 1.0
+    compute_scale: float = 1.0
+    fitted: tuple[str, ...] = ()
+    cv_mape: float | None = None
+    n_points: int = 0
+    ranges: tuple[tuple[str, float, float], ...] = ()
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TtftBreakdown:
+    """Mean TTFT of K identical requests arriving together (see :meth:`CostModel.ttft`)."""
+
+    ttft_s: float
+    load_s: float
+    compute_s: float
+    overhead_s: float
+    prompt_tokens: int
+    cached_tokens: int
+    new_tokens: int
+    concurrency: int
+    load_gbps: float
+    load_latency_s: float
+    load_bytes_per_request: int
+    recompute_ttft_s: float  # the same K requests with nothing cached
+    overlap_bound_s: float  # compute the front while loading the back
+    warnings: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ttft_s": self.ttft_s,
+            "load_s": self.load_s,
+            "compute_s": self.compute_s,
+            "overhead_s": self.overhead_s,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "new_tokens": self.new_tokens,
+            "concurrency": self.concurrency,
+            "load_gbps": self.load_gbps,
+            "load_latency_s": self.load_latency_s,
+            "load_bytes_per_request": self.load_bytes_per_request,
+            "recompute_ttft_s": self.recompute_ttft_s,
+            "overlap_bound_s": self.overlap_bound_s,
+            "speedup_vs_recompute": self.recompute_ttft_s / self.ttft_s if self.ttft_s else None,
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """Prefill and load costs of one model on one instance of ``tp`` GPUs."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    tp: int = 1
+    kv_dtype: str = "bf16"
+    mfu: float = DEFAULT_MFU_DENSE
+    compute_dtype: str = "bf16"
+    weight_dtype: str = "bf16"  # from_catalog defaults it to the checkpoint's dtype
+    prefill: PrefillCoefficients = field(default_factory=PrefillCoefficients)
+    link: LoadLink | None = None  # a fitted link from a profile, used where no bandwidth is given
+    ttft_fit: TtftCoefficients | None = None
+    profile_source: str = ""
+
+    @classmethod
+    def from_catalog(
+        cls,
+        model: str | ModelSpec,
+        gpu: str | GpuSpec,
+        tp: int = 1,
+        kv_dtype: str = "bf16",
+        mfu: float | None = None,
+        *,
+        compute_dtype: str = "bf16",
+        weight_dtype: str | None = None,
+        overhead_s: float | None = None,
+    ) -> CostModel:
+        """The analytic model from the catalogs; ``mfu=None`` takes the documented default."""
+        m = model if isinstance(model, ModelSpec) else get_model(model)
+        g = gpu if isinstance(gpu, GpuSpec) else get_gpu(gpu)
+        m.check_tp(tp)
+        dtype_bytes(kv_dtype, allowed=("bf16", "fp16", "fp8"))
+        weight_dtype = weight_dtype or m.weight_dtype
+        dtype_bytes(weight_dtype)
+        g.tflops(compute_dtype)  # validates, e.g. fp8 on A100
+        if mfu is None:
+            mfu = default_mfu(m)
+        if not 0 < mfu <= 1:
+            raise UsageError(f"--mfu must be in (0, 1], got {mfu}")
+        overhead = DEFAULT_OVERHEAD_S if overhead_s is None else overhead_s
+        if overhead < 0:
+            raise UsageError(f"overhead must be >= 0 s, got {overhead}")
+        return cls(
+            model=m,
+            gpu=g,
+            tp=tp,
+            kv_dtype=kv_dtype.lower(),
+            mfu=float(mfu),
+            compute_dtype=compute_dtype.lower(),
+            weight_dtype=weight_dtype.lower(),
+            prefill=PrefillCoefficients(overhead_s=float(overhead)),
+        )
+
+    @classmethod
+    def from_profile(cls, path: str, **overrides: Any) -> CostModel:
+        """A model from a fitted profile JSON (``kvpool cost fit -o models/<name>.json``)."""
+        from analyzer.cost.calibrate import load_profile
+
+        return load_profile(path, **overrides)
+
+    def with_prefill(self, coefficients: PrefillCoefficients) -> CostModel:
+        return replace(self, prefill=coefficients)
+
+    # -- bytes ----------------------------------------------------------------------------
+    @property
+    def bytes_per_token(self) -> int:
+        """KV bytes per token the cluster stores (whole model, full-attention layers)."""
+        return self.model.kv_bytes_per_token(self.kv_dtype, self.tp)
+
+    @property
+    def bytes_per_token_per_rank(self) -> int:
+        return self.model.kv_bytes_per_token_per_rank(self.kv_dtype, self.tp)
+
+    @property
+    def transfer_bytes_per_token(self) -> int:
+        """Bytes per token the instance's ranks read together (duplicates included)."""
+        return self.bytes_per_token_per_rank * self.tp
+
+    def kv_bytes(self, tokens: int) -> int:
+        """Stored bytes for a prefix of ``tokens`` tokens (window- and state-aware)."""
+        return self.model.kv_bytes_for_tokens(tokens, self.kv_dtype, self.tp)
+
+    def transfer_bytes(self, tokens: int) -> int:
+        """Bytes moved to load a prefix of ``tokens`` tokens into all ``tp`` ranks."""
+        return self.model.kv_bytes_for_tokens(tokens, self.kv_dtype, self.tp, per_rank=True) * (
+            self.tp
+        )
+
+    def hbm_kv_capacity_tokens(self, reserve_fraction: float = 0.1) -> int:
+        """Tokens of KV one instance (``tp`` GPUs) holds after weights and a reserve.
+
+        Per rank: ``(HBM * (1 - reserve) - weights / tp) / per-rank bytes per token``; the
+        reserve stands for activations, CUDA graphs and fragmentation. 0 when the weights
+        do not fit.
+        """
+        if not 0 <= reserve_fraction < 1:
+            raise UsageError(f"reserve fraction must be in [0, 1), got {reserve_fraction}")
+        free = self.gpu.hbm_bytes * (1 - reserve_fraction) - (
+            self.model.weight_bytes(self.weight_dtype) / self.tp
+        )
+        per_token = self.bytes_per_token_per_rank or self.model.kv_window_bytes_per_token_per_rank(
+            self.kv_dtype, self.tp
+        )
+        if free <= 0 or per_token <= 0:
+            return 0
+        return int(free // per_token)
+
+    # -- prefill --------------------------------------------------------------------------
+    @property
+    def peak_flops(self) -> float:
+        """Dense peak FLOP/s of the whole instance."""
+        return self.gpu.tflops(self.compute_dtype) * 1e12 * self.tp
+
+    def prefill_flops(self, new_tokens: int, cached_tokens: int = 0) -> float:
+        """FLOPs to prefill ``new_tokens`` after ``cached_tokens`` (one request)."""
+        s = max(float(new_tokens), 0.0)
+        if s == 0:
+            return 0.0
+        m = self.model
+        dense = 2.0 * m.active_nonembedding_params * s
+        attn = (
+            4.0
+            * m.attention_dim
+            * (
+                m.full_layers * window_context(s, cached_tokens, None)
+                + m.sliding_layers * window_context(s, cached_tokens, m.sliding_window_tokens)
+            )
+        )
+        linear = 4.0 * m.linear_state_elements_per_layer * s * m.linear_layers
+        return dense + attn + linear
+
+    def hbm_floor_s(self, new_tokens: int, cached_tokens: int = 0, batch: int = 1) -> float:
+        """Time to stream the weights and the cached KV each rank needs once from HBM."""
+        weights = self.model.weight_bytes_read(new_tokens * batch, self.weight_dtype) / self.tp
+        kv = batch * self.model.kv_bytes_for_tokens(
+            cached_tokens + new_tokens, self.kv_dtype, self.tp, per_rank=True
+        )
+        return (weights + kv) / (self.gpu.hbm_tbps * 1e12)
+
+    def analytic_compute_s(self, new_tokens: int, cached_tokens: int = 0, batch: int = 1) -> float:
+        """Roofline prefill time of ``batch`` identical requests prefilled together."""
+        if new_tokens <= 0 or batch <= 0:
+            return 0.0
+        compute = (
+            batch * self.prefill_flops(new_tokens, cached_tokens) / (self.peak_flops * self.mfu)
+        )
+        return max(compute, self.hbm_floor_s(new_tokens, cached_tokens, batch))
+
+    def compute_time_s(self, new_tokens: int, cached_tokens: int = 0, batch: int = 1) -> float:
+        """Prefill time without the fixed overhead (analytic or calibrated)."""
+        if new_tokens <= 0 or batch <= 0:
+            return 0.0
+        c = self.prefill
+        s, p = float(new_tokens), float(cached_tokens)
+        t = 0.0
+        if c.compute_scale:
+            t += c.compute_scale * self.analytic_compute_s(new_tokens, cached_tokens, batch)
+        t += batch * (c.per_token_s * s + c.per_context_token_s * p * s + c.per_token_sq_s * s * s)
+        return t
+
+    @property
+    def overhead_s(self) -> float:
+        return self.prefill.overhead_s
+
+    def prefill_time_s(self, new_tokens: int, cached_tokens: int = 0, batch: int = 1) -> float:
+        """Seconds to prefill ``new_tokens`` after ``cached_tokens``, overhead included."""
+        if new_tokens < 0 or cached_tokens < 0:
+            raise UsageError("token counts must be >= 0")
+        return self.compute_time_s(new_tokens, cached_tokens, batch) + self.prefill.overhead_s
+
+    def prefill_tokens_per_s(self, prefix_tokens: int) -> float:
+        """Average prefill rate over a prefix computed from scratch (overhead excluded)."""
+        t = self.compute_time_s(prefix_tokens, 0)
+        return prefix_tokens / t if t > 0 else math.inf
+
+    def recompute_saving_s(self, prefix_tokens: int, suffix_tokens: int = 1) -> float:
+        """Compute time a cached prefix saves: ``T(P+S | 0) - T(S | P)``.
+
+        The marginal cost of the prefix's tokens: the suffix (at least the last prompt
+        token, which vLLM always recomputes) runs either way, so the weight-read floor of
+        a small prefill is not credited to the cache.
+        """
+        suffix = max(suffix_tokens, 1)
+        return max(
+            self.compute_time_s(prefix_tokens + suffix, 0)
+            - self.compute_time_s(suffix, prefix_tokens),
+            0.0,
+        )
+
+    # -- load -----------------------------------------------------------------------------
+    def load_time_s(
+        self, n_bytes: float, bandwidth_gbps: float, latency_s: float, concurrency: int = 1
+    ) -> float:
+        """``latency + n_bytes * K / (bandwidth * 1e9)``: K loads share one link fairly.
+
+        All K loads start together and finish together at that time. ``n_bytes`` are the
+        bytes moved (``transfer_bytes``), ``bandwidth_gbps`` the link's effective GB/s.
+        """
+        check_bandwidth(bandwidth_gbps, "load bandwidth")
+        if latency_s < 0:
+            raise UsageError(f"load latency must be >= 0 s, got {latency_s}")
+        if concurrency < 1:
+            raise UsageError(f"concurrency must be at least 1, got {concurrency}")
+        if n_bytes <= 0:
+            return 0.0
+        return latency_s + n_bytes * concurrency / (bandwidth_gbps * 1e9)
+
+    def tier_link(self, tier: str | TierSpec) -> TierSpec:
+        """The tier as this instance sees it (aggregate bandwidth of its ``tp`` GPUs).
+
+        ``hbm`` is the GPU's own HBM on every rank; host DRAM tiers are one PCIe link
+        per GPU, so they scale with ``tp``; storage and network tiers are one link per
+        instance (node). ``fitted`` is the profile's measured link.
+        """
+        if isinstance(tier, str) and tier.strip().lower() == "fitted":
+            if self.link is None:
+                raise UsageError("no fitted link: pass --profile with a load fit")
+            return TierSpec("fitted", self.link.bandwidth_gbps, self.link.latency_s, "fitted")
+        t = tier if isinstance(tier, TierSpec) else get_tier(tier)
+        if t.kind == "gpu":
+            return replace(t, bandwidth_gbps=self.gpu.hbm_tbps * 1000.0 * self.tp)
+        if t.kind == "host-dram":
+            return replace(t, bandwidth_gbps=t.bandwidth_gbps * self.tp)
+        return t
+
+    def load_prefix_s(
+        self, prefix_tokens: int, bandwidth_gbps: float, latency_s: float, concurrency: int = 1
+    ) -> float:
+        return self.load_time_s(
+            self.transfer_bytes(prefix_tokens), bandwidth_gbps, latency_s, concurrency
+        )
+
+    # -- break-even -----------------------------------------------------------------------
+    def break_even_bandwidth_gbps(self, prefix_tokens: int, suffix_tokens: int = 1) -> float:
+        """Bandwidth above which loading a prefix beats recomputing it (zero latency).
+
+        ``BW* = bytes(P) / saving(P)``, i.e. bytes per token times the prefill rate of the
+        prefix's marginal tokens. It falls as P grows (attention is quadratic).
+        """
+        if prefix_tokens <= 0:
+            raise UsageError(f"prefix length must be positive, got {prefix_tokens}")
+        saving = self.recompute_saving_s(prefix_tokens, suffix_tokens)
+        if saving <= 0:
+            return math.inf
+        return self.transfer_bytes(prefix_tokens) / saving / 1e9
+
+    def load_wins(
+        self, prefix_tokens: int, bandwidth_gbps: float, latency_s: float, suffix_tokens: int = 1
+    ) -> bool:
+        load = self.load_prefix_s(prefix_tokens, bandwidth_gbps, latency_s)
+        return load < self.recompute_saving_s(prefix_tokens, suffix_tokens)
+
+    def break_even_prefix_tokens(
+        self,
+        bandwidth_gbps: float,
+        latency_s: float,
+        suffix_tokens: int = 1,
+        max_tokens: int = MAX_SEARCH_TOKENS,
+    ) -> int | None:
+        """Shortest prefix whose loading beats recomputing it, or None up to ``max_tokens``.
+
+        Scans a geometric grid (x1.25) and bisects the first crossing: the saving grows
+        faster than linearly in P while the load grows linearly, so past the crossing
+        loading keeps winning.
+        """
+        check_bandwidth(bandwidth_gbps, "tier bandwidth")
+        prev = 0
+        p = 1
+        while p <= max_tokens:
+            if self.load_wins(p, bandwidth_gbps, latency_s, suffix_tokens):
+                lo, hi = prev, p  # loses at lo (or lo == 0), wins at hi
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if self.load_wins(mid, bandwidth_gbps, latency_s, suffix_tokens):
+                        hi = mid
+                    else:
+                        lo = mid
+                return hi
+            prev = p
+            p = max(p + 1, int(p * 1.25))
+        return None
+
+    def overlap_bound_s(self, prefix_tokens: int, bandwidth_gbps: float) -> float:
+        """Lower bound on a prefix's time when compute and load overlap ("Cake").
+
+        Compute the front at the recompute rate while loading the back over the link:
+        ``P / (r_compute + BW / bytes_per_token)``.
+        """
+        if prefix_tokens <= 0:
+            return 0.0
+        check_bandwidth(bandwidth_gbps, "bandwidth")
+        t = self.compute_time_s(prefix_tokens, 0)
+        rate_compute = prefix_tokens / t if t > 0 else math.inf
+        per_token = self.transfer_bytes(prefix_tokens) / prefix_tokens
+        rate_load = bandwidth_gbps * 1e9 / per_token if per_token > 0 else math.inf
+        return prefix_tokens / (rate_compute + rate_load)
+
+    def break_even_table(
+        self,
+        prefix_tokens: list[int],
+        tiers: list[str] | None = None,
+        suffix_tokens: int = 1,
+        concurrency: int = 1,
+    ) -> list[dict[str, Any]]:
+        """One row per (prefix length, tier): recompute vs load vs overlap, plot-ready."""
+        rows: list[dict[str, Any]] = []
+        links = [self.tier_link(t) for t in (tiers or DEFAULT_TIERS)]
+        for p in prefix_tokens:
+            if p <= 0:
+                raise UsageError(f"prefix lengths must be positive, got {p}")
+            recompute = self.recompute_saving_s(p, suffix_tokens)
+            moved = self.transfer_bytes(p)
+            be = self.break_even_bandwidth_gbps(p, suffix_tokens)
+            be_json = be if math.isfinite(be) else None  # None: loading never beats it
+            for link in links:
+                load = self.load_time_s(moved, link.bandwidth_gbps, link.latency_s, concurrency)
+                rows.append(
+                    {
+                        "prefix_tokens": int(p),
+                        "tier": link.name,
+                        "bandwidth_gbps": link.bandwidth_gbps,
+                        "latency_s": link.latency_s,
+                        "concurrency": concurrency,
+                        "kv_bytes": self.kv_bytes(p),
+                        "transfer_bytes": moved,
+                        "recompute_s": recompute,
+                        "load_s": load,
+                        "overlap_bound_s": self.overlap_bound_s(
+                            p, link.bandwidth_gbps / concurrency
+                        ),
+                        "break_even_gbps": be_json,
+                        "load_wins": load < recompute,
+                        "speedup": recompute / load if load > 0 else None,
+                    }
+                )
+        return rows
+
+    def tier_break_even(
+        self, tiers: list[str] | None = None, suffix_tokens: int = 1
+    ) -> list[dict[str, Any]]:
+        """Per tier: the shortest prefix above which loading pays (None: never)."""
+        out = []
+        for name in tiers or [t.name for t in list_tiers() if t.kind != "gpu"]:
+            link = self.tier_link(name)
+            out.append(
+                {
+                    "tier": link.name,
+                    "kind": link.kind,
+                    "bandwidth_gbps": link.bandwidth_gbps,
+                    "latency_s": link.latency_s,
+                    "break_even_prefix_tokens": self.break_even_prefix_tokens(
+                        link.bandwidth_gbps, link.latency_s, suffix_tokens
+                    ),
+                }
+            )
+        return out
+
+    # -- time to first token --------------------------------------------------------------
+    def ttft(
+        self,
+        prompt_tokens: int,
+        cached_tokens: int,
+        concurrency: int = 1,
+        load_gbps: float | None = None,
+        load_latency_s: float | None = None,
+    ) -> TtftBreakdown:
+        """Mean TTFT of ``K`` identical requests that arrive together.
+
+        Each request's ``C`` cached tokens are read over one link of ``load_gbps`` shared
+        by all K (so every load finishes at ``latency + K * bytes / B``); then the K
+        remaining suffixes are prefilled as ONE batch (continuous batching schedules
+        requests that arrive together into the same forward pass), which ends for all K
+        at once. Load and compute are serial (the suffix attends to the loaded prefix);
+        the overlap bound is reported alongside. The last prompt token is always computed.
+        """
+        if prompt_tokens <= 0:
+            raise UsageError(f"--prompt-tokens must be positive, got {prompt_tokens}")
+        if cached_tokens < 0:
+            raise UsageError(f"--cached-tokens must be >= 0, got {cached_tokens}")
+        if cached_tokens > prompt_tokens:
+            raise UsageError(
+                f"--cached-tokens ({cached_tokens}) exceed --prompt-tokens ({prompt_tokens})"
+            )
+        if concurrency < 1:
+            raise UsageError(f"--concurrency must be at least 1, got {concurrency}")
+        cached = min(cached_tokens, prompt_tokens - 1)
+        new = prompt_tokens - cached
+        if load_gbps is None:
+            if self.link is None:
+                raise UsageError("--load-gbps is required (or a --profile with a load fit)")
+            load_gbps = self.link.bandwidth_gbps
+            if load_latency_s is None:
+                load_latency_s = self.link.latency_s
+        check_bandwidth(load_gbps, "--load-gbps")
+        latency = 0.0 if load_latency_s is None else float(load_latency_s)
+        if latency < 0:
+            raise UsageError(f"--load-latency-ms must be >= 0, got {latency * 1e3}")
+        moved = self.transfer_bytes(cached)
+        fit = self.ttft_fit
+        overhead = self.prefill.overhead_s if fit is None else fit.overhead_s
+        load_scale = 1.0 if fit is None else fit.load_scale
+        compute_scale = 1.0 if fit is None else fit.compute_scale
+        if fit is not None and "latency_s" in fit.fitted:
+            latency = fit.latency_s
+        load = 0.0
+        if cached > 0:
+            load = latency + load_scale * moved * concurrency / (load_gbps * 1e9)
+        compute = compute_scale * self.compute_time_s(new, cached, concurrency)
+        recompute = compute_scale * self.compute_time_s(prompt_tokens, 0, concurrency) + overhead
+        if cached > 0:
+            overlap = overhead + self._overlap_ttft(prompt_tokens, cached, concurrency, load_gbps)
+        else:
+            overlap = recompute
+        warnings = self.range_warnings(
+            new_tokens=new,
+            cached_tokens=cached,
+            prompt_tokens=prompt_tokens,
+            concurrency=concurrency,
+            load_gbps=load_gbps,
+        )
+        return TtftBreakdown(
+            ttft_s=load + compute + overhead,
+            load_s=load,
+            compute_s=compute,
+            overhead_s=overhead,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=cached,
+            new_tokens=new,
+            concurrency=concurrency,
+            load_gbps=float(load_gbps),
+            load_latency_s=latency,
+            load_bytes_per_request=moved,
+            recompute_ttft_s=recompute,
+            overlap_bound_s=min(overlap, recompute),
+            warnings=tuple(warnings),
+        )
+
+    def _overlap_ttft(self, prompt: int, cached: int, k: int, load_gbps: float) -> float:
+        # Cached tokens may be loaded (back of the prefix) or recomputed (front); the
+        # suffix is computed after both. Split the prefix where both finish together.
+        suffix = self.compute_time_s(prompt - cached, cached, k)
+        per_token = self.transfer_bytes(cached) / cached
+        rate_load = load_gbps * 1e9 / (per_token * k)
+        front = self.compute_time_s(cached, 0, k)
+        rate_compute = cached / front if front > 0 else math.inf
+        return suffix + cached / (rate_compute + rate_load)
+
+    def range_warnings(self, **values: float) -> list[str]:
+        """Warnings for quantities outside the range a calibration was measured on."""
+        out = []
+        for coeffs in (self.prefill, self.ttft_fit, self.link):
+            if coeffs is None or not coeffs.ranges:
+                continue
+            for name, lo, hi in coeffs.ranges:
+                v = values.get(name)
+                if v is None:
+                    continue
+                if v < lo or v > hi:
+                    out.append(
+                        f"{name}={v:g} is outside the calibrated range [{lo:g}, {hi:g}] "
+                        f"of {coeffs.source or 'the calibration'}: extrapolated"
+                    )
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """Identity and coefficients, for JSON output."""
+        c = self.prefill
+        out: dict[str, Any] = {
+            "model": self.model.id,
+            "gpu": self.gpu.id,
+            "tp": self.tp,
+            "kv_dtype": self.kv_dtype,
+            "compute_dtype": self.compute_dtype,
+            "weight_dtype": self.weight_dtype,
+            "mfu": self.mfu,
+            "peak_tflops_instance": self.peak_flops / 1e12,
+            "prefill": {
+                "compute_scale": c.compute_scale,
+                "per_token_s": c.per_token_s,
+                "per_context_token_s": c.per_context_token_s,
+                "per_token_sq_s": c.per_token_sq_s,
+                "overhead_s": c.overhead_s,
+                "fitted": list(c.fitted),
+                "cv_mape": c.cv_mape,
+                "n_points": c.n_points,
+            },
+        }
+        if self.link is not None:
+            out["load_link"] = {
+                "bandwidth_gbps": self.link.bandwidth_gbps,
+                "latency_s": self.link.latency_s,
+                "fitted": list(self.link.fitted),
+                "cv_mape": self.link.cv_mape,
+            }
+        if self.ttft_fit is not None:
+            f = self.ttft_fit
+            out["ttft_calibration"] = {
+                "overhead_s": f.overhead_s,
+                "latency_s": f.latency_s,
+                "load_scale": f.load_scale,
+                "compute_scale": f.compute_scale,
+                "fitted": list(f.fitted),
+                "cv_mape": f.cv_mape,
+                "n_points": f.n_points,
+            }
+        if self.profile_source:
+            out["profile"] = self.profile_source
+        return out
