@@ -101,10 +101,19 @@ def test_radix_match_equals_longest_prefix_of_inserted(seqs):
     tree = TokenRadix()
     inserted: list[list[int]] = []
     for s in seqs:
-        expect = max(
-            (next((i for i, (x, y) in enumerate(zip(s, q)) if x != y), min(len(s), len(q))))
-            for q in inserted
-        ) if inserted else 0
+        expect = (
+            max(
+                (
+                    next(
+                        (i for i, (x, y) in enumerate(zip(s, q, strict=False)) if x != y),
+                        min(len(s), len(q)),
+                    )
+                )
+                for q in inserted
+            )
+            if inserted
+            else 0
+        )
         assert tree.match(s) == expect
         tree.insert(s)
         inserted.append(s)

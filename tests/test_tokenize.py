@@ -99,9 +99,13 @@ def test_tools_positions_and_tool_calls_count():
     # Placing tools after the system prompt keeps the system prompt's own prefix.
     sys_only = tokens_of(after, {"messages": CONV[:1]})
     assert tokens_of(after, body)[: len(sys_only) - 4] == sys_only[: len(sys_only) - 4]
-    call = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
-    ]}
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
+        ],
+    }
     res = {"role": "tool", "tool_call_id": "c", "content": "42"}
     a = tokens_of(inside, {"messages": [*CONV[:2], call]})
     b = tokens_of(inside, {"messages": [*CONV[:2], call, res]})
@@ -112,10 +116,17 @@ def test_images_count_as_placeholders_by_identity():
     r = PromptRenderer(TOK, image_tokens=100)
 
     def msg(url: str) -> dict:
-        return {"messages": [{"role": "user", "content": [
-            {"type": "text", "text": "look"},
-            {"type": "image_url", "image_url": {"url": url}},
-        ]}]}
+        return {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "look"},
+                        {"type": "image_url", "image_url": {"url": url}},
+                    ],
+                }
+            ]
+        }
 
     a, b, c = tokens_of(r, msg("u1")), tokens_of(r, msg("u1")), tokens_of(r, msg("u2"))
     text_only = tokens_of(r, {"messages": [{"role": "user", "content": "look"}]})

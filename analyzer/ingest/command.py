@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -13,39 +14,49 @@ def register(app: typer.Typer) -> None:
 
 
 def convert(
-    inputs: list[Path] = typer.Argument(..., help="Log files or traces (gzip/zstd ok)."),
-    out: Path = typer.Option(..., "-o", "--out", help="Output file."),
-    fmt: str | None = typer.Option(None, "--format", help="Input format; detected if omitted."),
-    to: str = typer.Option("canonical", "--to", help="canonical | mooncake | bailian"),
-    block_size: int | None = typer.Option(
-        None, "--block-size", help="Tokens per block [default: 16; 512 for Mooncake traces]."
-    ),
-    template: str = typer.Option("chatml", "--template", help="chatml | llama3"),
-    tools_position: str = typer.Option(
-        "in-system", "--tools-position", help="in-system | after-system | before-system"
-    ),
-    tokenizer: str = typer.Option("cl100k", "--tokenizer", help="cl100k or PATH/tokenizer.json"),
-    token_ratio: float = typer.Option(
-        1.0, "--token-ratio", help="Served-model tokens per counted token (e.g. 1.12)."
-    ),
-    salt_file: Path | None = typer.Option(
-        None, "--salt-file", help="Hashing salt, created on first use [default: ./.kvpool-salt]."
-    ),
-    hash_key: list[str] = typer.Option(
-        [], "--hash-key", help="Extra hash key so these never share KV: model, tenant."
-    ),
-    time_field: str | None = typer.Option(None, "--time-field", help="Timestamp field (a.b.c)."),
-    time_unit: str = typer.Option("auto", "--time-unit", help="auto | s | ms | us | ns"),
-    prompt_column: str | None = typer.Option(None, "--prompt-column"),
-    time_column: str | None = typer.Option(None, "--time-column"),
-    session_column: str | None = typer.Option(None, "--session-column"),
-    strict: bool = typer.Option(False, "--strict", help="Stop at the first bad row."),
-    keep_previews: bool = typer.Option(
-        False, "--keep-previews", help="Also write 80-char text previews beside the output."
-    ),
-    no_exact: bool = typer.Option(
-        False, "--no-exact", help="Skip the token-exact LCP (saves memory on huge logs)."
-    ),
+    inputs: Annotated[list[Path], typer.Argument(help="Log files or traces (gzip/zstd ok).")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Output file.")],
+    fmt: Annotated[
+        str | None, typer.Option("--format", help="Input format; detected if omitted.")
+    ] = None,
+    to: Annotated[str, typer.Option("--to", help="canonical | mooncake | bailian")] = "canonical",
+    block_size: Annotated[
+        int | None,
+        typer.Option("--block-size", help="Tokens per block [default: 16; 512 for Mooncake]."),
+    ] = None,
+    template: Annotated[str, typer.Option("--template", help="chatml | llama3")] = "chatml",
+    tools_position: Annotated[
+        str, typer.Option("--tools-position", help="in-system | after-system | before-system")
+    ] = "in-system",
+    tokenizer: Annotated[
+        str, typer.Option("--tokenizer", help="cl100k or PATH/tokenizer.json")
+    ] = "cl100k",
+    token_ratio: Annotated[
+        float,
+        typer.Option("--token-ratio", help="Served-model tokens per counted token (e.g. 1.12)."),
+    ] = 1.0,
+    salt_file: Annotated[
+        Path | None,
+        typer.Option("--salt-file", help="Hashing salt, made on first use [./.kvpool-salt]."),
+    ] = None,
+    hash_key: Annotated[
+        list[str] | None,
+        typer.Option("--hash-key", help="Extra hash key so these never share KV: model, tenant."),
+    ] = None,
+    time_field: Annotated[
+        str | None, typer.Option("--time-field", help="Timestamp field (a.b.c).")
+    ] = None,
+    time_unit: Annotated[str, typer.Option("--time-unit", help="auto | s | ms | us | ns")] = "auto",
+    prompt_column: Annotated[str | None, typer.Option("--prompt-column")] = None,
+    time_column: Annotated[str | None, typer.Option("--time-column")] = None,
+    session_column: Annotated[str | None, typer.Option("--session-column")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Stop at the first bad row.")] = False,
+    keep_previews: Annotated[
+        bool, typer.Option("--keep-previews", help="Also write 80-char text previews beside OUT.")
+    ] = False,
+    no_exact: Annotated[
+        bool, typer.Option("--no-exact", help="Skip the token-exact LCP (for huge logs).")
+    ] = False,
 ) -> None:
     """Convert request logs or public traces to the canonical trace (or an export)."""
     from rich.console import Console
@@ -66,7 +77,7 @@ def convert(
         token_ratio=token_ratio,
         strict=strict,
         salt_file=salt_file,
-        hash_keys=tuple(hash_key),
+        hash_keys=tuple(hash_key or ()),
         time_field=time_field,
         time_unit=time_unit,
         prompt_column=prompt_column,
@@ -99,7 +110,7 @@ def convert(
         from analyzer.ingest.export import export_bailian
 
         export_bailian(loaded.table, out)
-    Console(stderr=True, highlight=False).print(summary(loaded, out))
+    Console(stderr=True, highlight=False, soft_wrap=True).print(summary(loaded, out), markup=False)
 
 
 def summary(loaded, out: Path) -> str:  # type: ignore[no-untyped-def]

@@ -33,8 +33,7 @@ def _coarse(table: pa.Table, target: int) -> BlockTrace:
     trace = BlockTrace.from_table(table)
     if target % trace.block_size:
         raise UsageError(
-            f"cannot export {target}-token blocks from a trace hashed at "
-            f"{trace.block_size} tokens",
+            f"cannot export {target}-token blocks from a trace hashed at {trace.block_size} tokens",
             hint=f"convert again with --block-size dividing {target} (e.g. 16)",
         )
     return trace.coarsen(target // trace.block_size)
@@ -74,7 +73,7 @@ def export_mooncake(table: pa.Table, out: str | Path) -> int:
     lines = []
     for i in range(trace.n_requests):
         rec = {
-            "timestamp": int(round(float(trace.arrival_s[i]) * 1000)),
+            "timestamp": round(float(trace.arrival_s[i]) * 1000),
             "input_length": int(trace.prompt_tokens[i]),
             "output_length": max(0, int(trace.output_tokens[i])),
             "hash_ids": [] if count_only[i] else ids[i],

@@ -126,6 +126,9 @@ def head_lines(path: str | Path, n: int = 5) -> list[bytes]:
                 out.append(line)
                 if len(out) >= n:
                     break
-    except TruncatedInput:
-        pass
+    except TruncatedInput as exc:
+        if not out:
+            raise InputError(
+                "truncated compressed file (no complete line)", Location(str(path), exc.line)
+            ) from exc
     return out

@@ -36,6 +36,7 @@ from analyzer.ingest.readers import (
     records,
 )
 from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, UNITS, unit_for
+from analyzer.tokenize import RenderError
 from analyzer.trace import CANONICAL_SCHEMA, BlockTrace, read_canonical, read_metadata
 from analyzer.trace import trace_metadata as make_metadata
 
@@ -128,6 +129,7 @@ class _Builder:
         self.file_abs: list[bool] = []
         self.reordered = 0
         self.untimed: list[str] = []
+        self._sessions: dict[str, str] = {}
 
     def _block_size(self) -> int:
         natives = {NATIVE_BLOCK[f] for f in self.fmts if f in NATIVE_BLOCK}
@@ -239,7 +241,7 @@ class _Builder:
             out = self.hasher.served_tokens(int(self.renderer.tok.encode(raw.output_text).size))
         c.request_id.append(raw.request_id or f"{Path(ctx.path).name}:{line}")
         c.time.append(t)
-        c.session.append(raw.session)
+        c.session.append(self._pseudonym(raw.session))
         c.model.append(raw.model)
         c.tenant.append(raw.tenant or raw.model)
         c.prompt_tokens.append(int(n_prompt))
@@ -251,6 +253,19 @@ class _Builder:
         c.turn.append(raw.turn)
         c.count_only.append(raw.count_only)
         c.approx.append(bool(approx))
+
+    def _pseudonym(self, session: str | None) -> str | None:
+        """Session ids (often user names or emails) leave only as salted pseudonyms."""
+        if session is None:
+            return None
+        hit = self._sessions.get(session)
+        if hit is None:
+            d = hashlib.blake2b(
+                session.encode("utf-8", "surrogatepass"), digest_size=8, key=self.salt
+            )
+            hit = "s-" + d.hexdigest()
+            self._sessions[session] = hit
+        return hit
 
     def _bad(self, err: RowError, ctx: FileContext, line: int) -> None:
         if self.opts.strict:
@@ -281,6 +296,9 @@ class _Builder:
                 self._add(raw, ctx, line, t)
             except RowError as err:
                 self._bad(err, ctx, line)
+                continue
+            except RenderError as err:
+                self._bad(RowError(err.reason, err.field), ctx, line)
                 continue
             except RecursionError:
                 self._bad(RowError("JSON nested too deeply"), ctx, line)

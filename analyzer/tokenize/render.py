@@ -44,7 +44,11 @@ _IMAGE_TYPES = {"image_url", "input_image", "image"}
 
 
 class RenderError(ValueError):
-    """A request whose messages cannot be rendered; ``field`` names the offending field."""
+    """A request whose messages cannot be rendered.
+
+    ``reason`` is a short category ("missing field", "mistyped field") and ``field`` the
+    path of the offending field, e.g. ``messages[3].content``.
+    """
 
     def __init__(self, reason: str, field: str) -> None:
         super().__init__(reason)
@@ -196,7 +200,7 @@ class PromptRenderer:
         if isinstance(content, str):
             return [content], content
         if not isinstance(content, list):
-            raise RenderError("content is neither a string nor a list of parts", field)
+            raise RenderError("mistyped field", field)
         pieces: list[str | bytes] = []
         text: list[str] = []
         for j, part in enumerate(content):
@@ -206,10 +210,10 @@ class PromptRenderer:
                 kind = part.get("type", "text")
                 value = part.get("text")
             else:
-                raise RenderError("content part is not an object", f"{field}[{j}]")
+                raise RenderError("mistyped field", f"{field}[{j}]")
             if kind in _TEXT_TYPES:
                 if not isinstance(value, str):
-                    raise RenderError("text part without a string 'text'", f"{field}[{j}].text")
+                    raise RenderError("mistyped field", f"{field}[{j}].text")
                 if pieces and isinstance(pieces[-1], str):
                     pieces[-1] += value
                 else:
@@ -234,7 +238,7 @@ class PromptRenderer:
 
     def _tools_text(self, tools: object) -> str:
         if not isinstance(tools, list):
-            raise RenderError("tools is not a list", "tools")
+            raise RenderError("mistyped field", "tools")
         lines = [json.dumps(t, ensure_ascii=False) for t in tools]
         return "# Tools\n\n" + "\n".join(lines)
 
@@ -242,7 +246,7 @@ class PromptRenderer:
         """(message parts, generation-prompt parts) of a chat-completions request body."""
         messages = body.get("messages")
         if not isinstance(messages, list):
-            raise RenderError("'messages' is missing or not a list", "messages")
+            raise RenderError("missing field" if messages is None else "mistyped field", "messages")
         tools = body.get("tools") or body.get("functions")
         tools_text = self._tools_text(tools) if tools else None
         parts: list[Part] = [self._bos_part] if self._bos_part is not None else []
@@ -253,10 +257,12 @@ class PromptRenderer:
         for i, msg in enumerate(messages):
             field = f"messages[{i}]"
             if not isinstance(msg, dict):
-                raise RenderError("message is not an object", field)
+                raise RenderError("mistyped field", field)
             role = msg.get("role")
             if not isinstance(role, str):
-                raise RenderError("message has no string 'role'", f"{field}.role")
+                raise RenderError(
+                    "missing field" if role is None else "mistyped field", f"{field}.role"
+                )
             pieces, text = self._content(msg.get("content"), f"{field}.content")
             if not tools_done and (i > 0 or role not in ("system", "developer")):
                 # No system message: the tools become one, in front.
@@ -265,7 +271,7 @@ class PromptRenderer:
             calls = msg.get("tool_calls")
             if calls:
                 if not isinstance(calls, list):
-                    raise RenderError("tool_calls is not a list", f"{field}.tool_calls")
+                    raise RenderError("mistyped field", f"{field}.tool_calls")
                 for c in calls:
                     fn = c.get("function", c) if isinstance(c, dict) else c
                     blob = json.dumps(
@@ -274,7 +280,8 @@ class PromptRenderer:
                         else fn,
                         ensure_ascii=False,
                     )
-                    add = f"\n<tool_call>\n{blob}\n</tool_call>"
+                    empty = not text and pieces == [""]
+                    add = ("" if empty else "\n") + f"<tool_call>\n{blob}\n</tool_call>"
                     if isinstance(pieces[-1], str):
                         pieces[-1] += add
                     else:
