@@ -309,16 +309,23 @@ def load_scenarios(path: str | Path) -> list[ScenarioSpec]:
 
 
 def select_scenarios(
-    names: str | list[str] | tuple[str, ...], extra: list[ScenarioSpec] | None = None
+    names: str | list[str | ScenarioSpec] | tuple[str | ScenarioSpec, ...],
+    extra: list[ScenarioSpec] | None = None,
 ) -> list[ScenarioSpec]:
-    """Resolve scenario names (comma-separated or a list) against the standard ones and
-    the user-defined ``extra``; user-defined scenarios not named are appended."""
+    """Resolve scenarios (comma-separated names, or a list of names and specs) against
+    the standard ones and the user-defined ``extra``; ``extra`` ones not named are
+    appended."""
     extra = extra or []
     by_name = {**STANDARD_SCENARIOS, **{s.name: s for s in extra}}
     wanted = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
     wanted = [n for n in wanted if n]
     out: list[ScenarioSpec] = []
     for n in wanted:
+        if isinstance(n, ScenarioSpec):
+            if any(s.name == n.name for s in out):
+                raise UsageError(f"scenario {n.name!r} is given twice")
+            out.append(n)
+            continue
         if n not in by_name:
             raise UsageError(
                 f"unknown scenario {n!r}; standard ones are {', '.join(STANDARD_SCENARIOS)}"
@@ -327,7 +334,7 @@ def select_scenarios(
         if by_name[n] not in out:
             out.append(by_name[n])
     for s in extra:
-        if s not in out:
+        if all(o.name != s.name for o in out):
             out.append(s)
     if not out:
         raise UsageError("no scenarios to run")

@@ -107,7 +107,9 @@ def resolve(cfg: ClusterConfig, scenario: ScenarioSpec, block_size: int, cost=No
 
     def tier(
         name: str, gbps: float | None, latency_s: float | None, tokens: int
-    ) -> tuple[TierPlan, float, float]:
+    ) -> tuple[TierPlan, float | None, float]:
+        if c.free_loads:  # cross-check mode: the link figures are unused
+            return TierPlan(_blocks(tokens, block_size), math.inf, math.inf, 0.0), None, 0.0
         if gbps is None or latency_s is None:
             from analyzer.cost import get_tier
 
@@ -203,7 +205,9 @@ class ScenarioResult:
                 {
                     "links": 0,
                     "bytes": 0.0,
-                    "gbps_per_link": lk.bytes_per_s / 1e9,
+                    "gbps_per_link": (
+                        lk.bytes_per_s / 1e9 if math.isfinite(lk.bytes_per_s) else None
+                    ),
                     "peak_utilisation": 0.0,
                     "mean_utilisation": 0.0,
                 },
@@ -376,7 +380,7 @@ def find_max_rate(
 def run_replay(
     trace: BlockTrace,
     cfg: ClusterConfig,
-    scenarios: tuple[str, ...] | list[str] | list[ScenarioSpec] | str = tuple(STANDARD_SCENARIOS),
+    scenarios: tuple | list | str = tuple(STANDARD_SCENARIOS),
     ttft_slo_s: float = 2.0,
     search_rate: bool = True,
     advance: Advance | None = None,
@@ -390,12 +394,7 @@ def run_replay(
     """
     if not (ttft_slo_s > 0 and math.isfinite(ttft_slo_s)):
         raise UsageError("--ttft-slo must be a positive number of seconds")
-    if isinstance(scenarios, str) or (scenarios and isinstance(next(iter(scenarios)), str)):
-        specs = select_scenarios(scenarios, extra_scenarios)  # type: ignore[arg-type]
-    else:
-        specs = list(scenarios) + [s for s in (extra_scenarios or []) if s not in scenarios]  # type: ignore[operator]
-    if not specs:
-        raise UsageError("no scenarios to run")
+    specs = select_scenarios(scenarios, extra_scenarios)  # type: ignore[arg-type]
     if cost is None:
         from analyzer.cost import CostModel
 

@@ -1,0 +1,169 @@
+"""Test helpers for the replay tests: tiny traces, an analytic cost model, and oracles
+written the obvious, slow way."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from analyzer.trace import CANONICAL_SCHEMA, BlockTrace, trace_metadata
+
+
+class AnalyticCost:
+    """Stands in for CostModel where a test needs timing it can recompute by hand.
+
+    ``prefill_time_s`` is linear plus a causal-attention term, so splitting a prefill
+    into chunks does not change its total (sum over chunks of ``c + s/2`` times ``s``
+    equals that of the whole).
+    """
+
+    def __init__(self, bytes_per_token: int = 1000, hbm_tokens: int = 10**6) -> None:
+        self.bytes_per_token = bytes_per_token
+        self._hbm = hbm_tokens
+
+    def prefill_time_s(self, new_tokens: int, cached_tokens: int) -> float:
+        return 1e-4 * new_tokens + 1e-9 * new_tokens * (cached_tokens + new_tokens / 2)
+
+    def hbm_kv_capacity_tokens(self, reserve_fraction: float = 0.1) -> int:
+        return self._hbm
+
+
+def build_trace(
+    blocks: list[list[int]],
+    block_size: int = 4,
+    arrivals: list[float] | None = None,
+    prompts: list[int] | None = None,
+    sessions: list[str | None] | None = None,
+) -> BlockTrace:
+    """A BlockTrace from per-request block hash lists (chained by construction)."""
+    n = len(blocks)
+    arrivals = arrivals if arrivals is not None else [1000.0 * i for i in range(n)]
+    prompts = prompts if prompts is not None else [len(b) * block_size + 1 for b in blocks]
+    sessions = sessions if sessions is not None else [None] * n
+    cols = {
+        "request_id": [f"r{i}" for i in range(n)],
+        "arrival_s": [float(a) for a in arrivals],
+        "session_id": sessions,
+        "tenant": [None] * n,
+        "model": [None] * n,
+        "prompt_tokens": prompts,
+        "output_tokens": [10] * n,
+        "block_hashes": [[int(x) for x in b] for b in blocks],
+        "content_hashes": [None] * n,
+        "token_lcp_prev": [None] * n,
+        "parent_request_id": [None] * n,
+        "turn": [None] * n,
+        "count_only": [False] * n,
+        "approx_lengths": [False] * n,
+    }
+    table = pa.table(cols, schema=CANONICAL_SCHEMA).replace_schema_metadata(
+        trace_metadata(block_size=block_size)
+    )
+    return BlockTrace.from_table(table)
+
+
+def chained_requests(spec: list[tuple[int, int, int]]) -> list[list[int]]:
+    """Requests from ``(parent, keep, new)``: keep the first ``keep`` blocks of request
+    ``parent % len(so_far)`` (when there is one) and add ``new`` fresh blocks."""
+    out: list[list[int]] = []
+    fresh = 0
+    for parent, keep, new in spec:
+        base = out[parent % len(out)][:keep] if out else []
+        chain = list(base)
+        for _ in range(new):
+            chain.append(fresh)
+            fresh += 1
+        out.append(chain)
+    return out
+
+
+def load_mooncake(path: Path, limit: int | None = None, spaced: bool = False) -> BlockTrace:
+    """The Mooncake JSONL, full 512-token blocks only (the canonical rule)."""
+    rows = []
+    with path.open() as fh:
+        for line in fh:
+            if line.strip():
+                rows.append(json.loads(line))
+            if limit is not None and len(rows) >= limit:
+                break
+    blocks = [r["hash_ids"][: r["input_length"] // 512] for r in rows]
+    arrivals = (
+        [1000.0 * i for i in range(len(rows))] if spaced else [r["timestamp"] / 1000 for r in rows]
+    )
+    return build_trace(
+        blocks, block_size=512, arrivals=arrivals, prompts=[r["input_length"] for r in rows]
+    )
+
+
+# -- oracles ------------------------------------------------------------------------
+
+
+def ceiling_oracle(trace: BlockTrace) -> float:
+    """Unbounded cache, every earlier request visible: leading blocks seen before."""
+    seen: set[int] = set()
+    hit = total = 0
+    for i in range(trace.n_requests):
+        b = trace.blocks_of(i).tolist()
+        p = int(trace.prompt_tokens[i])
+        m = 0
+        while m < len(b) and b[m] in seen:
+            m += 1
+        hit += min(m * trace.block_size, max(p - 1, 0))
+        total += p
+        seen.update(b)
+    return hit / total
+
+
+def lru_oracle(trace: BlockTrace, capacity_blocks: int) -> float:
+    """A plain LRU over blocks, each request touched tail-first (block 0 last)."""
+    cache: OrderedDict[int, None] = OrderedDict()
+    hit = total = 0
+    for i in range(trace.n_requests):
+        b = trace.blocks_of(i).tolist()
+        p = int(trace.prompt_tokens[i])
+        m = 0
+        while m < len(b) and b[m] in cache:
+            m += 1
+        hit += min(m * trace.block_size, max(p - 1, 0))
+        total += p
+        for x in reversed(b):
+            cache[x] = None
+            cache.move_to_end(x)
+        while len(cache) > capacity_blocks:
+            cache.popitem(last=False)
+    return hit / total
+
+
+def fluid_oracle(transfers: list[tuple[float, float]], bytes_per_s: float) -> list[float]:
+    """End times of ``(start, bytes)`` transfers sharing one link equally, by stepping
+    from one event to the next."""
+    remaining = {k: b for k, (_, b) in enumerate(transfers)}
+    started: set[int] = set()
+    end = [0.0] * len(transfers)
+    t = 0.0
+    pending = sorted(range(len(transfers)), key=lambda k: (transfers[k][0], k))
+    while len(started) < len(transfers) or remaining:
+        active = [k for k in started if k in remaining]
+        next_start = min((transfers[k][0] for k in pending), default=np.inf)
+        if not active:
+            t = next_start
+        else:
+            rate = bytes_per_s / len(active)
+            first_end = t + min(remaining[k] for k in active) / rate
+            step_to = min(first_end, next_start)
+            for k in active:
+                remaining[k] -= rate * (step_to - t)
+            t = step_to
+            for k in active:
+                if remaining[k] <= 1e-9 * max(1.0, transfers[k][1]):
+                    del remaining[k]
+                    end[k] = t
+        while pending and transfers[pending[0]][0] <= t:
+            started.add(pending.pop(0))
+        if not pending and not [k for k in started if k in remaining]:
+            break
+    return end
