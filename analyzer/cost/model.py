@@ -439,16 +439,19 @@ class CostModel:
             p = max(p + 1, int(p * 1.25))
         return None
 
-    def overlap_bound_s(self, prefix_tokens: int, bandwidth_gbps: float) -> float:
+    def overlap_bound_s(
+        self, prefix_tokens: int, bandwidth_gbps: float, suffix_tokens: int = 1
+    ) -> float:
         """Lower bound on a prefix's time when compute and load overlap ("Cake").
 
         Compute the front at the recompute rate while loading the back over the link:
-        ``P / (r_compute + BW / bytes_per_token)``.
+        ``P / (r_compute + BW / bytes_per_token)``, with ``r_compute = P / saving(P)``
+        (the prefix's marginal recompute rate, as in the break-even).
         """
         if prefix_tokens <= 0:
             return 0.0
         check_bandwidth(bandwidth_gbps, "bandwidth")
-        t = self.compute_time_s(prefix_tokens, 0)
+        t = self.recompute_saving_s(prefix_tokens, suffix_tokens)
         rate_compute = prefix_tokens / t if t > 0 else math.inf
         per_token = self.transfer_bytes(prefix_tokens) / prefix_tokens
         rate_load = bandwidth_gbps * 1e9 / per_token if per_token > 0 else math.inf
@@ -485,7 +488,7 @@ class CostModel:
                         "recompute_s": recompute,
                         "load_s": load,
                         "overlap_bound_s": self.overlap_bound_s(
-                            p, link.bandwidth_gbps / concurrency
+                            p, link.bandwidth_gbps / concurrency, suffix_tokens
                         ),
                         "break_even_gbps": be_json,
                         "load_wins": load < recompute,
