@@ -1,1 +1,49 @@
-"""advisor stage."""
+"""advisor stage: the verdict, sized recommendations, product settings and pilot gates.
+
+Public API::
+
+    from analyzer.advisor import AnalyzeOptions, run_analysis, Verdict
+    result = run_analysis(["log.jsonl.gz"], AnalyzeOptions(model="llama-3.1-8b", gpu="h100"))
+    result.verdict          # one of VERDICTS
+    result.to_json()        # schema "kvpool.report/1"
+
+The decision functions (:func:`decide`, :func:`analyzer.advisor.sizing.size`,
+:func:`analyzer.advisor.gates.plan`, ...) are pure functions over the records in
+:mod:`analyzer.advisor.figures`, so they can be used and tested without a trace.
+"""
+
+from typing import Literal
+
+from analyzer.advisor.decide import decide
+from analyzer.advisor.figures import (
+    VERDICTS,
+    BandwidthFigures,
+    Decision,
+    ReplayFigures,
+    ReuseFigures,
+    ScenarioFigures,
+    Thresholds,
+    TierFigure,
+    TraceFigures,
+)
+from analyzer.advisor.pipeline import SCHEMA, AnalysisResult, AnalyzeOptions, run_analysis
+
+Verdict = Literal["deploy-pooled", "local-offload-only", "not-worth-it", "insufficient-data"]
+
+__all__ = [
+    "SCHEMA",
+    "VERDICTS",
+    "AnalysisResult",
+    "AnalyzeOptions",
+    "BandwidthFigures",
+    "Decision",
+    "ReplayFigures",
+    "ReuseFigures",
+    "ScenarioFigures",
+    "Thresholds",
+    "TierFigure",
+    "TraceFigures",
+    "Verdict",
+    "decide",
+    "run_analysis",
+]

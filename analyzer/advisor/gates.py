@@ -1,0 +1,268 @@
+"""Pilot gates: a validation plan derived from the projection, and its evaluation.
+
+Four gates, run in order; stop at the first one missed (FIELD.md section 6):
+
+``arrival``   Arrival acceptance: the benchmark replays the trace's load (at least
+              99 % of requests complete, achieved request rate within 10 % of the
+              trace's, or of the rate the benchmark asked for).
+``baseline``  Single-node baseline with HBM prefix caching only: the measured mean TTFT
+              lies within 50 % of the projection, so the cost model describes this
+              hardware (re-calibrate with ``kvpool cost fit`` otherwise).
+``main``      The recommended deployment against the baseline at the same load: mean
+              TTFT reduction at least 25 %, throughput (request rate) not lower, p99 TTFT
+              no more than 10 % worse.
+``stability`` 72 hours at production load: at least 99.9 % of requests complete and
+              p99 TTFT within 20 % of the main gate's.
+
+Measured metrics use the names of ``vllm bench serve --save-result`` converted to
+seconds: ``mean_ttft_s``, ``median_ttft_s``, ``p99_ttft_s``, ``request_throughput``,
+``completed``, ``num_prompts``, ``duration_s`` (see :mod:`analyzer.advisor.validate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analyzer.advisor.figures import Projection, Thresholds
+
+GATE_IDS = ("arrival", "baseline", "main", "stability")
+
+
+@dataclass(frozen=True, slots=True)
+class Criterion:
+    metric: str  # derived metric name, see evaluate()
+    op: str  # ">=" or "<="
+    threshold: float
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    id: str
+    name: str
+    run: str  # what to run
+    results_role: str  # which results file the gate reads
+    criteria: tuple[Criterion, ...]
+    projected: dict[str, float]  # what the replay projects for the gate's metrics
+
+
+@dataclass(frozen=True, slots=True)
+class CriterionResult:
+    criterion: Criterion
+    measured: float | None
+    passed: bool | None  # None: not measured
+
+
+@dataclass(frozen=True, slots=True)
+class GateResult:
+    gate: Gate
+    results: tuple[CriterionResult, ...]
+
+    @property
+    def status(self) -> str:
+        states = [r.passed for r in self.results]
+        if any(s is False for s in states):
+            return "fail"
+        if states and all(s is True for s in states):
+            return "pass"
+        if any(s is True for s in states):
+            return "partial"
+        return "not-run"
+
+
+def plan(
+    *,
+    verdict: str,
+    projection: Projection,
+    trace_rate_rps: float,
+    projected_baseline_ttft_s: float | None,
+    stability_hours: float = 72.0,
+    th: Thresholds | None = None,
+) -> tuple[Gate, ...]:
+    th = th or Thresholds()
+    target = {
+        "deploy-pooled": "the pooled deployment (pool + HBM prefix cache)",
+        "local-offload-only": "local DRAM offload (HBM prefix cache + host DRAM tier)",
+    }.get(verdict, "the candidate deployment")
+    proj_red = (
+        projection.pooled_ttft_reduction
+        if verdict != "local-offload-only"
+        else projection.dram_ttft_reduction
+    )
+    proj_thr = (
+        projection.pooled_throughput_gain
+        if verdict != "local-offload-only"
+        else projection.dram_throughput_gain
+    )
+    main_projected = {}
+    if proj_red is not None:
+        main_projected["ttft_reduction"] = proj_red
+    if proj_thr is not None:
+        main_projected["throughput_gain"] = proj_thr
+    gates = (
+        Gate(
+            "arrival",
+            "Arrival acceptance",
+            f"Replay the trace against one instance at its logged rate ({trace_rate_rps:.3g} "
+            "req/s for the whole cluster; scale by 1/instances), e.g. export it with "
+            "`kvpool convert --to mooncake` and run `vllm bench serve --save-result`.",
+            "baseline",
+            (
+                Criterion("completed_ratio", ">=", 0.99, "at least 99% of requests complete"),
+                Criterion(
+                    "rate_ratio",
+                    ">=",
+                    0.9,
+                    "achieved request rate at least 90% of the requested rate",
+                ),
+            ),
+            {},
+        ),
+        Gate(
+            "baseline",
+            "Single-node baseline",
+            "One node with HBM prefix caching only (vLLM --enable-prefix-caching), same "
+            "trace and rate.",
+            "baseline",
+            (
+                Criterion(
+                    "model_error",
+                    "<=",
+                    0.5,
+                    "measured mean TTFT within 50% of the projected baseline TTFT",
+                ),
+            ),
+            ({"mean_ttft_s": projected_baseline_ttft_s} if projected_baseline_ttft_s else {}),
+        ),
+        Gate(
+            "main",
+            "Main gate (TTFT and throughput KPIs)",
+            f"The same load on {target}, compared with the baseline run.",
+            "candidate",
+            (
+                Criterion(
+                    "ttft_reduction",
+                    ">=",
+                    th.min_ttft_reduction,
+                    f"mean TTFT at least {100 * th.min_ttft_reduction:.0f}% below baseline",
+                ),
+                Criterion(
+                    "throughput_gain",
+                    ">=",
+                    th.min_throughput_gain,
+                    "request throughput not below the baseline's",
+                ),
+                Criterion(
+                    "p99_ttft_ratio", "<=", 1.10, "p99 TTFT no more than 10% above the baseline's"
+                ),
+            ),
+            main_projected,
+        ),
+        Gate(
+            "stability",
+            f"{stability_hours:g}-hour stability run",
+            f"{stability_hours:g} hours of production-shaped load on {target}.",
+            "stability",
+            (
+                Criterion(
+                    "duration_h", ">=", stability_hours, f"ran at least {stability_hours:g} h"
+                ),
+                Criterion("completed_ratio", ">=", 0.999, "at least 99.9% of requests complete"),
+                Criterion(
+                    "p99_drift", "<=", 1.20, "p99 TTFT within 20% of the main gate's candidate run"
+                ),
+            ),
+            {},
+        ),
+    )
+    return gates
+
+
+def derived_metrics(results: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Per role, the derived metrics the criteria test (only those computable)."""
+    out: dict[str, dict[str, float]] = {}
+    base = results.get("baseline", {})
+    cand = results.get("candidate", {})
+    stab = results.get("stability", {})
+
+    def ratios(m: dict[str, float]) -> dict[str, float]:
+        d: dict[str, float] = {}
+        if m.get("num_prompts") and "completed" in m:
+            d["completed_ratio"] = m["completed"] / m["num_prompts"]
+        if m.get("requested_rate") and "request_throughput" in m:
+            d["rate_ratio"] = m["request_throughput"] / m["requested_rate"]
+        if "duration_s" in m:
+            d["duration_h"] = m["duration_s"] / 3600.0
+        return d
+
+    if base:
+        out["baseline"] = ratios(base)
+    if cand:
+        d = ratios(cand)
+        if base.get("mean_ttft_s") and "mean_ttft_s" in cand:
+            d["ttft_reduction"] = 1.0 - cand["mean_ttft_s"] / base["mean_ttft_s"]
+        if base.get("request_throughput") and "request_throughput" in cand:
+            d["throughput_gain"] = cand["request_throughput"] / base["request_throughput"] - 1.0
+        if base.get("p99_ttft_s") and "p99_ttft_s" in cand:
+            d["p99_ttft_ratio"] = cand["p99_ttft_s"] / base["p99_ttft_s"]
+        out["candidate"] = d
+    if stab:
+        d = ratios(stab)
+        if cand.get("p99_ttft_s") and "p99_ttft_s" in stab:
+            d["p99_drift"] = stab["p99_ttft_s"] / cand["p99_ttft_s"]
+        out["stability"] = d
+    return out
+
+
+def evaluate(
+    gates: tuple[Gate, ...], results: dict[str, dict[str, float]]
+) -> tuple[GateResult, ...]:
+    """Test each gate's criteria on the measured results (roles: baseline, candidate,
+    stability); a criterion without a measurement is ``None`` (not run)."""
+    derived = derived_metrics(results)
+    out = []
+    for gate in gates:
+        metrics = dict(derived.get(gate.results_role, {}))
+        if gate.id == "baseline":
+            proj = gate.projected.get("mean_ttft_s")
+            meas = results.get("baseline", {}).get("mean_ttft_s")
+            if proj and meas is not None:
+                metrics["model_error"] = abs(meas - proj) / proj
+        rows = []
+        for c in gate.criteria:
+            v = metrics.get(c.metric)
+            if v is None:
+                rows.append(CriterionResult(c, None, None))
+                continue
+            ok = v >= c.threshold if c.op == ">=" else v <= c.threshold
+            rows.append(CriterionResult(c, float(v), bool(ok)))
+        out.append(GateResult(gate, tuple(rows)))
+    return tuple(out)
+
+
+def gate_to_json(g: Gate) -> dict:
+    return {
+        "id": g.id,
+        "name": g.name,
+        "run": g.run,
+        "results_role": g.results_role,
+        "criteria": [
+            {"metric": c.metric, "op": c.op, "threshold": c.threshold, "text": c.text}
+            for c in g.criteria
+        ],
+        "projected": dict(sorted(g.projected.items())),
+    }
+
+
+def gate_from_json(d: dict) -> Gate:
+    return Gate(
+        id=str(d["id"]),
+        name=str(d["name"]),
+        run=str(d.get("run", "")),
+        results_role=str(d["results_role"]),
+        criteria=tuple(
+            Criterion(str(c["metric"]), str(c["op"]), float(c["threshold"]), str(c.get("text", "")))
+            for c in d["criteria"]
+        ),
+        projected={str(k): float(v) for k, v in (d.get("projected") or {}).items()},
+    )

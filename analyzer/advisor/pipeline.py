@@ -1,0 +1,702 @@
+"""`run_analysis`: log -> reuse -> cost -> replay -> verdict, sizing, settings, gates.
+
+Each stage is called through its pinned API (ingest ``open_trace``, reuse
+``analyze_reuse``, cost ``CostModel``, replay ``run_replay``); this module only turns
+their outputs into the small records of :mod:`analyzer.advisor.figures` and calls the
+pure decision, sizing, sensitivity and gate functions on them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from analyzer import __version__
+from analyzer.advisor import gates as gates_mod
+from analyzer.advisor.decide import decide
+from analyzer.advisor.figures import (
+    BandwidthFigures,
+    Decision,
+    ReplayFigures,
+    ReuseFigures,
+    ScenarioFigures,
+    Thresholds,
+    TierFigure,
+    TraceFigures,
+)
+from analyzer.advisor.products import DOCS_CHECKED, ProductSettings, translate
+from analyzer.advisor.sensitivity import (
+    FlipRow,
+    Variant,
+    bandwidth_variant,
+    flip_table,
+    hardware_variant,
+    reuse_variant,
+    summarize,
+)
+from analyzer.advisor.sizing import ClusterFigures, Sizing, size
+from analyzer.errors import UsageError
+from analyzer.progress import Advance, progress
+from analyzer.trace import BlockTrace
+
+SCHEMA = "kvpool.report/1"
+SCENARIOS = ("none", "local", "local+dram", "pooled")
+REUSE_FACTORS = (0.25, 0.5, 0.75, 1.5)
+ALT_MODELS = ("llama-3.1-8b", "qwen2.5-7b", "llama-3.1-70b", "deepseek-v3")
+ALT_GPUS = ("a100", "h100", "h200", "b200")
+# Instance-count re-runs in the sensitivity table are skipped for traces beyond this.
+MAX_SENSITIVITY_ACCESSES = 3_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AnalyzeOptions:
+    model: str = "llama-3.1-8b"
+    gpu: str = "h100"
+    tp: int = 1
+    instances: int = 4
+    gpus_per_node: int = 8
+    kv_dtype: str = "bf16"
+    mfu: float | None = None
+    pool_gbps: float | None = 25.0  # per-node link to the pool; None: the pool tier's
+    pool_tier: str = "rdma-200"
+    dram_tier: str = "pcie-gen5-dram"
+    local_capacity_tokens: int | None = None
+    dram_capacity_tokens: int | None = None
+    pool_capacity_tokens: int | None = None
+    router: str = "prefix-aware"
+    ttft_slo_s: float = 2.0
+    warmup: float = 0.5
+    block_size: int | None = None  # None: the format's default (16 for text logs)
+    fmt: str | None = None
+    template: str = "chatml"
+    search_rate: bool = True
+    sensitivity_replays: bool = True
+    knee_fraction: float = 0.9
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+    def __post_init__(self) -> None:
+        if self.pool_gbps is not None and not (
+            self.pool_gbps > 0 and math.isfinite(self.pool_gbps)
+        ):
+            raise UsageError(f"--pool-gbps must be a positive number, got {self.pool_gbps}")
+        if not 0.0 <= self.warmup < 1.0:
+            raise UsageError(f"--warmup must be in [0, 1), got {self.warmup}")
+        if self.tp < 1 or self.instances < 1:
+            raise UsageError("--tp and --instances must be at least 1")
+        if not 0.0 < self.knee_fraction <= 1.0:
+            raise UsageError("knee fraction must be in (0, 1]")
+
+
+@dataclass
+class AnalysisResult:
+    options: AnalyzeOptions
+    inputs: list[dict]
+    trace: TraceFigures
+    reuse: ReuseFigures
+    bandwidth: BandwidthFigures | None
+    replay: ReplayFigures | None
+    decision: Decision
+    sizing: Sizing | None
+    settings: list[ProductSettings]
+    flips: list[FlipRow]
+    gates: tuple[gates_mod.Gate, ...]
+    skipped: dict
+    reuse_json: dict
+    replay_json: dict | None
+    cost_json: dict | None
+    break_even_curve: list[dict]
+    charts: dict = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        return self.decision.verdict
+
+    def to_json(self) -> dict:
+        return _canonical(report_document(self))
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def reusable_prefix_percentiles(trace: BlockTrace, warmup: float) -> tuple[int, int]:
+    """Token-weighted 50th and 25th percentiles of the reusable prefix per request.
+
+    A request's reusable prefix is its leading run of blocks seen in any earlier
+    request (dense ids are assigned in first-seen order, so a block was seen before
+    request ``i`` exactly when its id is below the number of distinct blocks before
+    ``i``), capped at ``prompt - 1`` (the last token is always recomputed). Each
+    request is weighted by its reusable tokens, so the figure is the prefix length at
+    which half of the reusable tokens sit.
+    """
+    n = trace.n_requests
+    if n == 0 or trace.n_accesses == 0:
+        return 0, 0
+    ids = trace.block_ids
+    offsets = trace.offsets
+    counts = np.diff(offsets)
+    req = np.repeat(np.arange(n), counts)
+    per_req_max = np.full(n, -1, dtype=np.int64)
+    np.maximum.at(per_req_max, req, ids)
+    seen_before = np.concatenate([[0], np.maximum.accumulate(per_req_max)[:-1] + 1])
+    seen = ids < seen_before[req]
+    # leading run of True per request: position of first False
+    pos = np.arange(ids.size) - offsets[req]
+    first_miss = np.full(n, 0, dtype=np.int64)
+    first_miss[:] = counts
+    miss_pos = np.where(~seen, pos, np.iinfo(np.int64).max)
+    np.minimum.at(first_miss, req, miss_pos)
+    hit = np.minimum(first_miss * trace.block_size, np.maximum(trace.prompt_tokens - 1, 0))
+    start = min(n - 1, math.floor(warmup * n))
+    h = hit[start:]
+    h = h[h > 0]
+    if h.size == 0:
+        return 0, 0
+    order = np.sort(h)
+    cum = np.cumsum(order)
+    total = cum[-1]
+
+    def q(f: float) -> int:
+        return int(order[int(np.searchsorted(cum, f * total, side="left"))])
+
+    return q(0.5), q(0.25)
+
+
+def _trace_figures(loaded) -> TraceFigures:
+    t: BlockTrace = loaded.trace
+    n = t.n_requests
+    approx = False
+    if "approx_lengths" in loaded.table.column_names and loaded.table.num_rows:
+        import pyarrow.compute as pc
+
+        approx = bool(pc.any(loaded.table.column("approx_lengths")).as_py())
+    total = int(t.prompt_tokens.sum()) if n else 0
+    return TraceFigures(
+        n_requests=n,
+        count_only=bool(t.count_only),
+        duration_s=float(t.arrival_s[-1] - t.arrival_s[0]) if n else 0.0,
+        prompt_tokens_total=total,
+        mean_prompt_tokens=total / n if n else 0.0,
+        block_size=t.block_size,
+        approx_lengths=approx,
+        skipped_lines=int(loaded.skipped.total),
+        sessions_known=bool((t.session >= 0).any()) if n else False,
+        tenants_known=bool((t.tenant >= 0).any()) if n else False,
+    )
+
+
+def _reuse_figures(rep, trace: BlockTrace, warmup: float, knee_fraction: float) -> ReuseFigures:
+    if not rep.measurable:
+        return ReuseFigures(measurable=False, warmup=warmup, reason=rep.reason)
+    med, p25 = reusable_prefix_percentiles(trace, warmup)
+    src = rep.sources or {}
+    return ReuseFigures(
+        measurable=True,
+        ceiling_hit_rate=float(rep.ceiling_hit_rate),
+        cold_ceiling_hit_rate=float(rep.cold_ceiling_hit_rate),
+        warmup=warmup,
+        knee_tokens=int(rep.knee_tokens(knee_fraction)),
+        knee_fraction=knee_fraction,
+        footprint_tokens=int(rep.footprint_tokens),
+        median_prefix_tokens=med,
+        p25_prefix_tokens=p25,
+        same_session_share=float(src.get("same_session", 0.0)),
+        same_tenant_share=float(src.get("same_tenant", 0.0)),
+        cross_tenant_share=float(src.get("cross_tenant", 0.0)),
+    )
+
+
+def _cost(model: str, gpu: str, tp: int, kv_dtype: str, mfu: float | None):
+    from analyzer.cost import CostModel
+
+    return CostModel.from_catalog(model, gpu, tp=tp, kv_dtype=kv_dtype, mfu=mfu)
+
+
+def _bandwidth(cm, opts: AnalyzeOptions, prefix_tokens: int) -> BandwidthFigures:
+    from analyzer.cost import get_tier
+
+    p = max(int(prefix_tokens), 1)
+    saving = cm.recompute_saving_s(p)
+    be = cm.break_even_bandwidth_gbps(p)
+    dram = cm.tier_link(opts.dram_tier)
+    pool_spec = get_tier(opts.pool_tier)
+    pool_bw = (
+        float(opts.pool_gbps) if opts.pool_gbps is not None else float(pool_spec.bandwidth_gbps)
+    )
+    return BandwidthFigures(
+        prefix_tokens=p,
+        break_even_gbps=float(be),
+        bytes_per_token=int(cm.transfer_bytes_per_token),
+        prefill_tokens_per_s=float(p / saving) if saving > 0 else math.inf,
+        tiers=(
+            TierFigure("dram", dram.name, float(dram.bandwidth_gbps), float(dram.latency_s)),
+            TierFigure(
+                "pool",
+                pool_spec.name
+                if opts.pool_gbps is None
+                else f"{pool_spec.name} link at {pool_bw:g} GB/s",
+                pool_bw,
+                float(pool_spec.latency_s),
+            ),
+        ),
+    )
+
+
+def _replay_figures(doc: dict, slo: float) -> ReplayFigures:
+    out = []
+    for name, s in doc["scenarios"].items():
+        t = s.get("ttft_s") or {}
+        by = s.get("hit_rate_by_tier") or {}
+        out.append(
+            ScenarioFigures(
+                name=name,
+                hit_rate=float(s.get("hit_rate") or 0.0),
+                ttft_mean_s=float(t.get("mean") or 0.0),
+                ttft_p90_s=float(t.get("p90") or 0.0),
+                ttft_p99_s=float(t.get("p99") or 0.0),
+                max_rate_scale=(
+                    None
+                    if s.get("max_rate_scale_at_slo") is None
+                    else float(s["max_rate_scale_at_slo"])
+                ),
+                pool_hit_rate=float(by.get("pool", 0.0)),
+                dram_hit_rate=float(by.get("dram", 0.0)),
+                network_bytes=float(s.get("network_bytes") or 0.0),
+            )
+        )
+    return ReplayFigures(scenarios=tuple(out), baseline="local", ttft_slo_s=slo)
+
+
+def _cluster_config(opts: AnalyzeOptions, instances: int | None = None):
+    from analyzer.replay import ClusterConfig
+
+    return ClusterConfig(
+        model=opts.model,
+        gpu=opts.gpu,
+        tp=opts.tp,
+        instances=instances or opts.instances,
+        gpus_per_node=opts.gpus_per_node,
+        kv_dtype=opts.kv_dtype,
+        mfu=opts.mfu,
+        router=opts.router,
+        local_capacity_tokens=opts.local_capacity_tokens,
+        dram_capacity_tokens=opts.dram_capacity_tokens,
+        pool_capacity_tokens=opts.pool_capacity_tokens,
+        dram_tier=opts.dram_tier,
+        pool_tier=opts.pool_tier,
+        pool_gbps=opts.pool_gbps,
+        warmup_fraction=opts.warmup,
+    )
+
+
+def _fits(model: str, gpu: str, kv_dtype: str) -> tuple[object, int] | None:
+    """The smallest TP (1, 2, 4, 8) at which ``model`` fits on ``gpu`` with KV room."""
+    for tp in (1, 2, 4, 8):
+        try:
+            cm = _cost(model, gpu, tp, kv_dtype, None)
+        except UsageError:
+            continue
+        if cm.hbm_kv_capacity_tokens() > 0:
+            return cm, tp
+    return None
+
+
+def run_analysis(
+    paths: list[str] | str, opts: AnalyzeOptions | None = None, advance: Advance | None = None
+) -> AnalysisResult:
+    """The whole pipeline; ``advance`` (if given) receives percentage points (100 in all)."""
+    from analyzer.ingest import IngestOptions, open_trace
+    from analyzer.reuse import ReuseOptions, analyze_reuse
+
+    opts = opts or AnalyzeOptions()
+    th = opts.thresholds
+    step = advance or (lambda _n: None)
+    plist = [paths] if isinstance(paths, str) else [str(p) for p in paths]
+
+    # Catalog lookups first, so an unknown model or GPU fails before any work.
+    cm = _cost(opts.model, opts.gpu, opts.tp, opts.kv_dtype, opts.mfu)
+
+    with progress(
+        "reading logs",
+        sum(Path(p).stat().st_size for p in plist if Path(p).is_file()) or None,
+        unit="bytes",
+    ) as adv:
+        loaded = open_trace(
+            plist,
+            IngestOptions(block_size=opts.block_size, fmt=opts.fmt, template=opts.template),
+            advance=adv,
+        )
+    step(15)
+    trace = loaded.trace
+    inputs = [
+        {"name": Path(p).name, "bytes": Path(p).stat().st_size, "sha256": _sha256(p)} for p in plist
+    ]
+    tf = _trace_figures(loaded)
+    bpt = int(cm.bytes_per_token)
+    with progress("reuse analysis", 100) as adv:
+        rep = analyze_reuse(
+            trace, ReuseOptions(warmup=opts.warmup, bytes_per_token=bpt), advance=adv
+        )
+    step(20)
+    rf = _reuse_figures(rep, trace, opts.warmup, opts.knee_fraction)
+    skipped = {
+        "total": int(loaded.skipped.total),
+        "by_reason": dict(sorted(loaded.skipped.by_reason.items())),
+        "examples": [
+            Path(e.split(":", 1)[0]).name + ":" + e.split(":", 1)[1] if ":" in e else e
+            for e in loaded.skipped.examples
+        ],
+    }
+    reuse_json = rep.to_json()
+
+    usable = not (tf.count_only or tf.n_requests < th.min_requests or not rf.measurable)
+    bw: BandwidthFigures | None = None
+    replay: ReplayFigures | None = None
+    replay_json: dict | None = None
+    be_curve: list[dict] = []
+    if usable:
+        prefix = rf.median_prefix_tokens or max(trace.block_size, int(tf.mean_prompt_tokens // 2))
+        bw = _bandwidth(cm, opts, prefix)
+        be_curve = _break_even_curve(cm, bw, prompt_max=int(trace.prompt_tokens.max()))
+        from analyzer.replay import run_replay
+
+        cfg = _cluster_config(opts)
+        with progress("replay", None) as adv:
+            res = run_replay(
+                trace,
+                cfg,
+                scenarios=SCENARIOS,
+                ttft_slo_s=opts.ttft_slo_s,
+                search_rate=opts.search_rate,
+                advance=adv,
+                cost=cm,
+            )
+        replay_json = res.to_json()
+        replay = _replay_figures(replay_json, opts.ttft_slo_s)
+    step(45)
+
+    decision = decide(tf, rf, bw, replay, th)
+
+    sizing: Sizing | None = None
+    settings: list[ProductSettings] = []
+    if usable and replay_json is not None:
+        cluster = replay_json["cluster"]
+        pooled = replay_json["scenarios"].get("pooled", {})
+        local = replay_json["scenarios"].get("local", {})
+        hbm_tokens = local.get("capacity_tokens", {}).get("local_per_instance")
+        if not isinstance(hbm_tokens, int):
+            hbm_tokens = int(cm.hbm_kv_capacity_tokens())
+        nodes = int(cluster["nodes"])
+        makespan = float(pooled.get("makespan_s") or 0.0)
+        pool_read = float((pooled.get("bytes_read_by_tier") or {}).get("pool", 0.0))
+        read_gbps = pool_read / makespan / nodes / 1e9 if makespan > 0 else 0.0
+        from analyzer.cost import list_tiers
+
+        net = [
+            (t.name, float(t.bandwidth_gbps))
+            for t in list_tiers()
+            if t.kind == "network" and t.name.startswith(("rdma", "tcp"))
+        ]
+        short = max(rf.p25_prefix_tokens, trace.block_size)
+        gran = {
+            int(r["block_size"]): float(r["hit_rate"])
+            for r in (rep.granularity or {}).get("blocks", [])
+            if r.get("available") and r.get("hit_rate") is not None
+        }
+        knee = rf.knee_tokens
+        pol = {"lru": rep.hit_rate_at(knee)} if knee else {}
+        for name, pts in rep.policy_points.items():
+            for cap, rate in pts:
+                if cap == knee:
+                    pol[name] = float(rate)
+        sizing = size(
+            pool=decision.verdict == "deploy-pooled",
+            knee_tokens=knee,
+            cluster=ClusterFigures(
+                instances=opts.instances,
+                tp=opts.tp,
+                gpus_per_node=opts.gpus_per_node,
+                hbm_cache_tokens_per_instance=hbm_tokens,
+                bytes_per_token=bpt,
+                router=opts.router,
+            ),
+            break_even_short_gbps=float(cm.break_even_bandwidth_gbps(short)),
+            replay_pool_read_gbps_per_node=read_gbps,
+            network_tiers=net,
+            granularity=gran,
+            engine_block=trace.block_size,
+            same_session_share=rf.same_session_share,
+            sessions_known=tf.sessions_known,
+            policy_at_knee=pol,
+        )
+        settings = translate(
+            sizing, decision.verdict, model=cm.model.hf_repo or opts.model, tp=opts.tp
+        )
+
+    flips: list[FlipRow] = []
+    if usable and bw is not None:
+        with progress("sensitivity", None):
+            flips = _sensitivity(trace, tf, rf, bw, replay, cm, opts)
+    step(15)
+
+    trace_rate = tf.n_requests / tf.duration_s if tf.duration_s > 0 else 0.0
+    base = replay.get("local") if replay else None
+    gate_plan = gates_mod.plan(
+        verdict=decision.verdict,
+        projection=decision.projection,
+        trace_rate_rps=trace_rate,
+        projected_baseline_ttft_s=base.ttft_mean_s if base else None,
+        th=th,
+    )
+    step(5)
+    return AnalysisResult(
+        options=opts,
+        inputs=inputs,
+        trace=tf,
+        reuse=rf,
+        bandwidth=bw,
+        replay=replay,
+        decision=decision,
+        sizing=sizing,
+        settings=settings,
+        flips=flips,
+        gates=gate_plan,
+        skipped=skipped,
+        reuse_json=reuse_json,
+        replay_json=replay_json,
+        cost_json=_cost_json(cm) if usable else None,
+        break_even_curve=be_curve,
+    )
+
+
+def _break_even_curve(cm, bw: BandwidthFigures, prompt_max: int) -> list[dict]:
+    top = max(1024, min(int(prompt_max), 1 << 20))
+    lengths = sorted({int(x) for x in np.geomspace(16, top, 24)} | {bw.prefix_tokens})
+    return [
+        {"prefix_tokens": p, "break_even_gbps": float(cm.break_even_bandwidth_gbps(p))}
+        for p in lengths
+    ]
+
+
+def _cost_json(cm) -> dict:
+    return {
+        "model": cm.model.name if hasattr(cm.model, "name") else str(cm.model),
+        "gpu": cm.gpu.name if hasattr(cm.gpu, "name") else str(cm.gpu),
+        "tp": cm.tp,
+        "kv_dtype": cm.kv_dtype,
+        "mfu": cm.mfu,
+        "bytes_per_token": int(cm.bytes_per_token),
+        "transfer_bytes_per_token": int(cm.transfer_bytes_per_token),
+        "hbm_kv_capacity_tokens": int(cm.hbm_kv_capacity_tokens()),
+    }
+
+
+def _sensitivity(trace, tf, rf, bw, replay, cm, opts: AnalyzeOptions) -> list[FlipRow]:
+    from analyzer.cost import list_tiers
+
+    th = opts.thresholds
+    variants: list[Variant] = [reuse_variant(rf, bw, replay, f) for f in REUSE_FACTORS]
+    pool = bw.tier("pool")
+    current = pool.bandwidth_gbps if pool else None
+    for t in list_tiers():
+        if t.kind != "network" or current is None or abs(t.bandwidth_gbps - current) < 1e-9:
+            continue
+        v = bandwidth_variant(rf, bw, replay, float(t.bandwidth_gbps), tf.mean_prompt_tokens)
+        variants.append(
+            Variant(
+                v.dimension, f"{t.bandwidth_gbps:g} GB/s ({t.name})", v.reuse, v.bandwidth, v.replay
+            )
+        )
+    s_mean = max(1, round(tf.mean_prompt_tokens))
+    base_t = cm.prefill_time_s(s_mean, 0)
+    for dim, names in (("model", ALT_MODELS), ("gpu", ALT_GPUS)):
+        for name in names:
+            if (dim == "model" and name == opts.model) or (dim == "gpu" and name == opts.gpu):
+                continue
+            m, g = (name, opts.gpu) if dim == "model" else (opts.model, name)
+            fit = _fits(m, g, opts.kv_dtype)
+            if fit is None:
+                continue
+            alt, tp = fit
+            alt_bw = _bandwidth(alt, opts, bw.prefix_tokens)
+            ratio = alt.prefill_time_s(s_mean, 0) / base_t if base_t > 0 else 1.0
+            variants.append(
+                hardware_variant(
+                    dim,
+                    f"{name} (tp {tp})",
+                    rf,
+                    bw,
+                    alt_bw,
+                    replay,
+                    ratio,
+                    tf.mean_prompt_tokens,
+                    note=f"break-even {alt_bw.break_even_gbps:.3g} GB/s",
+                )
+            )
+    if (
+        opts.sensitivity_replays
+        and replay is not None
+        and trace.n_accesses <= MAX_SENSITIVITY_ACCESSES
+    ):
+        from analyzer.replay import run_replay
+
+        counts = sorted({max(1, opts.instances // 2), opts.instances * 2} - {opts.instances})
+        for n in counts:
+            res = run_replay(
+                trace,
+                _cluster_config(opts, n),
+                scenarios=SCENARIOS,
+                ttft_slo_s=opts.ttft_slo_s,
+                search_rate=False,
+                cost=cm,
+            )
+            rp = _replay_figures(res.to_json(), opts.ttft_slo_s)
+            variants.append(
+                Variant(
+                    "instances",
+                    f"{n} instances",
+                    rf,
+                    bw,
+                    rp,
+                    "quick replay without the SLO rate search",
+                )
+            )
+    _, rows = flip_table(tf, rf, bw, replay, variants, th)
+    return rows
+
+
+# -- the JSON document ---------------------------------------------------------------------
+
+
+def _round(x: float) -> float | None:
+    if not math.isfinite(x):
+        return None
+    if x == 0:
+        return 0.0
+    return float(f"{x:.6g}")
+
+
+def _canonical(obj):
+    """Rounded floats (6 significant digits), no NaN/inf, plain types: stable bytes."""
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return obj
+    if isinstance(obj, int | np.integer):
+        return int(obj)
+    if isinstance(obj, float | np.floating):
+        return _round(float(obj))
+    if isinstance(obj, dict):
+        return {str(k): _canonical(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_canonical(v) for v in obj]
+    return str(obj)
+
+
+def report_document(r: AnalysisResult) -> dict:
+    d = r.decision
+    opts = asdict(r.options)
+    opts["thresholds"] = asdict(r.options.thresholds)
+    sizing = None
+    if r.sizing is not None:
+        s = r.sizing
+        sizing = {
+            **asdict(s),
+            "pool_capacity_gb": s.pool_capacity_gb,
+            "pool_capacity_gib": s.gib(s.pool_capacity_tokens),
+            "dram_per_node_gb": s.dram_per_node_gb,
+            "dram_per_node_gib": s.gib(s.dram_per_node_tokens),
+            "pool_segment_per_node_gb": s.pool_segment_per_node_gb,
+            "hbm_cache_per_instance_gb": s.gb(s.hbm_cache_per_instance_tokens),
+            "knee_fraction": r.reuse.knee_fraction,
+        }
+    flips = [f.to_json() for f in r.flips]
+    return {
+        "schema": SCHEMA,
+        "kvpool_version": __version__,
+        "inputs": r.inputs,
+        "options": opts,
+        "trace": {**asdict(r.trace), "skipped": r.skipped},
+        "verdict": {
+            "verdict": d.verdict,
+            "reasons": list(d.reasons),
+            "confidence": d.confidence,
+            "confidence_statement": d.confidence_statement,
+            "missing": list(d.missing),
+            "checks": [asdict(c) for c in d.checks],
+            "projection": asdict(d.projection),
+        },
+        "reuse": {"figures": asdict(r.reuse), "analysis": r.reuse_json},
+        "bandwidth": (
+            None if r.bandwidth is None else {**asdict(r.bandwidth), "curve": r.break_even_curve}
+        ),
+        "cost": r.cost_json,
+        "replay": r.replay_json,
+        "sizing": sizing,
+        "settings": [p.to_json() for p in r.settings],
+        "products_checked": list(DOCS_CHECKED),
+        "sensitivity": {"rows": flips, "summary": summarize(r.flips)},
+        "gates": {"plan": [gates_mod.gate_to_json(g) for g in r.gates]},
+        "assumptions": assumptions(r),
+    }
+
+
+def assumptions(r: AnalysisResult) -> list[dict]:
+    o = r.options
+    out = [
+        {
+            "what": "Steady-state reuse",
+            "value": f"first {o.warmup:g} of requests warm the cache uncounted",
+            "source": "kvcache-simulator / llmtrafficlens convention (FIELD.md section 2)",
+        },
+        {
+            "what": "Reuse guideline",
+            "value": f"{100 * o.thresholds.min_reuse:.0f}% prefix reuse",
+            "source": "industry decision sequence (FIELD.md section 6)",
+        },
+        {
+            "what": "Pilot KPIs",
+            "value": f"TTFT -{100 * o.thresholds.min_ttft_reduction:.0f}%, throughput not lower, 72 h stability",
+            "source": "gated pilot practice (FIELD.md section 6)",
+        },
+        {
+            "what": "Break-even bandwidth",
+            "value": "bytes/token x prefill tokens/s of the prefix's marginal tokens",
+            "source": "FIELD.md section 5; Mooncake FAST'25",
+        },
+        {
+            "what": "Model and GPU",
+            "value": f"{o.model} on {o.tp} x {o.gpu}, KV {o.kv_dtype}",
+            "source": "kvpool catalogs models/models.toml, models/hardware.toml",
+        },
+        {
+            "what": "Pool link",
+            "value": f"{o.pool_gbps:g} GB/s per node" if o.pool_gbps else o.pool_tier,
+            "source": "--pool-gbps (default 25 GB/s, about a 200 Gb/s RDMA NIC)",
+        },
+        {
+            "what": "Replay",
+            "value": f"{o.instances} prefill instances, router {o.router}, decode not modelled, TTFT SLO {o.ttft_slo_s:g} s (p90)",
+            "source": "kvpool replay (docs/replay.md)",
+        },
+        {
+            "what": "Knee",
+            "value": f"{100 * o.knee_fraction:.0f}% of the LRU ceiling",
+            "source": "kvpool reuse LRU curve (exact stack distances)",
+        },
+    ]
+    if r.cost_json:
+        out.append(
+            {
+                "what": "Prefill utilisation (MFU)",
+                "value": f"{r.cost_json['mfu']:g}",
+                "source": "cost model default (FIELD.md section 4: 0.3-0.6 dense)",
+            }
+        )
+    return out

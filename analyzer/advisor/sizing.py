@@ -1,0 +1,191 @@
+"""Sized recommendation: how much pool, host DRAM and network, which block size,
+router and eviction policy.
+
+* **Pool capacity** is the knee of the LRU hit-ratio curve: the smallest capacity
+  reaching ``knee_fraction`` (90 %) of the ceiling. Capacity past the knee buys little
+  hit rate per GB.
+* **Host DRAM per node**: with a pool, each node contributes ``pool / nodes`` of its
+  DRAM to the pool (Mooncake's ``global_segment_size``). Without a pool, the node's
+  DRAM must hold what its instances' HBM cannot: ``knee - HBM cache of the node``,
+  an upper bound (the knee is the whole cluster's working set; routing by session or
+  prefix lets a node hold less).
+* **Network per node**: enough to beat recompute for the shorter reusable prefixes
+  (break-even at the 25th percentile of reusable prefix length, twice over for
+  headroom), and at least the replay's measured pool read rate.
+* **Block size**: the coarsest size losing at most ``max_block_loss`` of hit rate
+  against the finest measured (coarse blocks mean fewer, larger transfers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GB = 10**9
+GIB = 2**30
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterFigures:
+    instances: int
+    tp: int
+    gpus_per_node: int
+    hbm_cache_tokens_per_instance: int
+    bytes_per_token: int
+    router: str = "prefix-aware"
+
+    @property
+    def instances_per_node(self) -> int:
+        return max(1, min(self.instances, self.gpus_per_node // self.tp))
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.instances // max(1, self.gpus_per_node // self.tp))
+
+
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    pool: bool  # whether a pool is part of the recommendation
+    pool_capacity_tokens: int
+    dram_per_node_tokens: int
+    hbm_cache_per_instance_tokens: int
+    bytes_per_token: int
+    network_per_node_gbps: float
+    nic: str  # suggested link, e.g. "rdma-200"
+    block_size_tokens: int  # engine block / page size
+    chunk_size_tokens: int  # offload transfer unit (LMCache chunk)
+    block_size_reason: str
+    router: str
+    router_reason: str
+    eviction: str
+    eviction_reason: str
+    nodes: int
+    instances: int
+    instances_per_node: int
+
+    def gb(self, tokens: int) -> float:
+        return tokens * self.bytes_per_token / GB
+
+    def gib(self, tokens: int) -> float:
+        return tokens * self.bytes_per_token / GIB
+
+    @property
+    def pool_capacity_gb(self) -> float:
+        return self.gb(self.pool_capacity_tokens)
+
+    @property
+    def dram_per_node_gb(self) -> float:
+        return self.gb(self.dram_per_node_tokens)
+
+    @property
+    def pool_segment_per_node_gb(self) -> float:
+        return self.pool_capacity_gb / max(1, self.nodes)
+
+
+def choose_block_size(
+    granularity: dict[int, float], engine_block: int, max_loss: float = 0.02
+) -> tuple[int, str]:
+    """Coarsest block size (of those measured) within ``max_loss`` of the finest."""
+    if not granularity:
+        return (
+            engine_block,
+            f"{engine_block} tokens (the trace's block size; no coarser sizes measured)",
+        )
+    finest = min(granularity)
+    best = finest
+    for size in sorted(granularity):
+        if granularity[finest] - granularity[size] <= max_loss:
+            best = size
+    loss = granularity[finest] - granularity[best]
+    return best, (
+        f"{best}-token chunks lose {100 * loss:.1f} points of hit rate against {finest}-token "
+        f"blocks ({100 * granularity[finest]:.1f}% -> {100 * granularity[best]:.1f}%); "
+        f"coarser ones lose more than {100 * max_loss:.0f} points"
+    )
+
+
+def choose_router(
+    same_session_share: float, sessions_known: bool, replay_router: str
+) -> tuple[str, str]:
+    if sessions_known and same_session_share >= 0.7:
+        return "session", (
+            f"{100 * same_session_share:.0f}% of reused tokens come from the same session: "
+            "session affinity (sticky routing on the conversation id) keeps them local"
+        )
+    return "prefix-aware", (
+        "reuse is shared across sessions (system prompts, tools, documents): route by "
+        "longest cached prefix balanced against load (SGLang router, Dynamo KV router, llm-d)"
+        + (f"; the replay used {replay_router}" if replay_router != "prefix-aware" else "")
+    )
+
+
+def choose_eviction(policy_at_knee: dict[str, float]) -> tuple[str, str]:
+    lru = policy_at_knee.get("lru")
+    if lru is None:
+        return "lru", "LRU, the default of vLLM, SGLang, LMCache and Mooncake Store"
+    others = {k: v for k, v in policy_at_knee.items() if k not in ("lru", "optimal")}
+    best = max(others.items(), key=lambda kv: (kv[1], kv[0]), default=None)
+    text = f"LRU (the products' default) reaches {100 * lru:.1f}% at the pool capacity"
+    if "optimal" in policy_at_knee:
+        text += f"; Belady's optimal bound is {100 * policy_at_knee['optimal']:.1f}%"
+    if best is not None and best[1] > lru + 0.02:
+        text += (
+            f"; {best[0]} would gain {100 * (best[1] - lru):.1f} points, worth it only where "
+            "the product offers it"
+        )
+    return "lru", text
+
+
+def pick_nic(required_gbps: float, tiers: list[tuple[str, float]]) -> str:
+    """Smallest network tier (name, effective GB/s) reaching ``required_gbps``."""
+    fitting = sorted((bw, name) for name, bw in tiers if bw >= required_gbps)
+    if fitting:
+        return fitting[0][1]
+    return max(tiers, key=lambda t: t[1])[0] if tiers else "rdma-400"
+
+
+def size(
+    *,
+    pool: bool,
+    knee_tokens: int,
+    cluster: ClusterFigures,
+    break_even_short_gbps: float,
+    replay_pool_read_gbps_per_node: float,
+    network_tiers: list[tuple[str, float]],
+    granularity: dict[int, float],
+    engine_block: int,
+    same_session_share: float,
+    sessions_known: bool,
+    policy_at_knee: dict[str, float],
+) -> Sizing:
+    nodes = cluster.nodes
+    hbm_node = cluster.hbm_cache_tokens_per_instance * cluster.instances_per_node
+    if pool:
+        pool_tokens = knee_tokens
+        dram_node = -(-pool_tokens // nodes)  # each node's share of the pool
+    else:
+        pool_tokens = 0
+        dram_node = max(0, knee_tokens - hbm_node)
+    need = max(2.0 * break_even_short_gbps, replay_pool_read_gbps_per_node)
+    nic = pick_nic(need, network_tiers)
+    chunk, chunk_reason = choose_block_size(granularity, engine_block)
+    router, router_reason = choose_router(same_session_share, sessions_known, cluster.router)
+    eviction, eviction_reason = choose_eviction(policy_at_knee)
+    return Sizing(
+        pool=pool,
+        pool_capacity_tokens=int(pool_tokens),
+        dram_per_node_tokens=int(dram_node),
+        hbm_cache_per_instance_tokens=int(cluster.hbm_cache_tokens_per_instance),
+        bytes_per_token=int(cluster.bytes_per_token),
+        network_per_node_gbps=float(need),
+        nic=nic,
+        block_size_tokens=engine_block,
+        chunk_size_tokens=max(chunk, engine_block),
+        block_size_reason=chunk_reason,
+        router=router,
+        router_reason=router_reason,
+        eviction=eviction,
+        eviction_reason=eviction_reason,
+        nodes=nodes,
+        instances=cluster.instances,
+        instances_per_node=cluster.instances_per_node,
+    )

@@ -1,0 +1,383 @@
+"""`kvpool validate`: measured pilot results against the projection and the gates.
+
+Readers:
+
+* **vLLM** ``vllm bench serve --save-result`` JSON (also ``benchmark_serving.py``):
+  ``mean_ttft_ms``, ``median_ttft_ms``, ``p90_ttft_ms``, ``p99_ttft_ms``,
+  ``request_throughput``, ``output_throughput``, ``completed``, ``num_prompts``,
+  ``duration``, ``request_rate``. A JSON Lines file of several runs uses the last.
+* **CSV**, either ``metric,value`` rows (metric names as vLLM's, in ms, or with an
+  ``_s`` suffix in seconds) or one row per request with a ``ttft_s`` (or ``ttft_ms``)
+  column and optionally ``start_s``/``end_s`` (or ``latency_s``) and ``error``.
+
+Each results file plays a role: ``baseline`` (HBM prefix cache only), ``candidate``
+(the recommended deployment) or ``stability`` (the 72-hour run). Name it on the
+command line as ``ROLE=PATH``; otherwise a file whose name contains ``base`` is the
+baseline, ``stab``/``soak`` the stability run, and the remaining files fill
+baseline, candidate, stability in the order given.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from analyzer.advisor.gates import Gate, GateResult, evaluate, gate_from_json
+from analyzer.errors import InputError, Location, UsageError
+
+ROLES = ("baseline", "candidate", "stability")
+REPORT_SCHEMA = "kvpool.report/1"
+
+# vLLM key -> (our key, factor to seconds / plain)
+_VLLM_KEYS = {
+    "mean_ttft_ms": ("mean_ttft_s", 1e-3),
+    "median_ttft_ms": ("median_ttft_s", 1e-3),
+    "p90_ttft_ms": ("p90_ttft_s", 1e-3),
+    "p99_ttft_ms": ("p99_ttft_s", 1e-3),
+    "mean_ttft_s": ("mean_ttft_s", 1.0),
+    "median_ttft_s": ("median_ttft_s", 1.0),
+    "p90_ttft_s": ("p90_ttft_s", 1.0),
+    "p99_ttft_s": ("p99_ttft_s", 1.0),
+    "request_throughput": ("request_throughput", 1.0),
+    "output_throughput": ("output_throughput", 1.0),
+    "completed": ("completed", 1.0),
+    "failed": ("failed", 1.0),
+    "num_prompts": ("num_prompts", 1.0),
+    "duration": ("duration_s", 1.0),
+    "duration_s": ("duration_s", 1.0),
+    "request_rate": ("requested_rate", 1.0),
+    "requested_rate": ("requested_rate", 1.0),
+}
+_TTFT_KEYS = ("mean_ttft_s", "median_ttft_s", "p99_ttft_s")
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    path: str
+    role: str
+    fmt: str  # "vllm-json" | "csv-metrics" | "csv-requests"
+    metrics: dict[str, float]
+
+
+def _num(value: object, loc: Location) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InputError("expected a number, got a boolean", loc)
+    if isinstance(value, int | float):
+        v = float(value)
+    elif isinstance(value, str):
+        t = value.strip().lower()
+        if t in ("", "none", "null", "nan"):
+            return None
+        try:
+            v = float(t)
+        except ValueError:
+            raise InputError(f"expected a number, got {value!r}", loc) from None
+    else:
+        raise InputError(f"expected a number, got {type(value).__name__}", loc)
+    if math.isnan(v):
+        return None
+    return v
+
+
+def _from_mapping(doc: dict, path: str, line: int | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, (ours, factor) in _VLLM_KEYS.items():
+        if key not in doc:
+            continue
+        v = _num(doc[key], Location(path, line, key))
+        if v is None or (ours == "requested_rate" and not math.isfinite(v)):
+            continue  # request_rate "inf" means closed loop: no rate to compare with
+        out[ours] = v * factor
+    if "duration_s" not in out and "benchmark_duration" in doc:
+        v = _num(doc["benchmark_duration"], Location(path, line, "benchmark_duration"))
+        if v is not None:
+            out["duration_s"] = v
+    if not any(k in out for k in _TTFT_KEYS):
+        raise InputError(
+            "no TTFT figures found (expected mean_ttft_ms/median_ttft_ms/p99_ttft_ms as "
+            "written by `vllm bench serve --save-result`)",
+            Location(path, line),
+        )
+    return out
+
+
+def read_json_results(path: str) -> dict[str, float]:
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    try:
+        doc = json.loads(text)
+        line = None
+    except json.JSONDecodeError as exc:
+        # JSON Lines: several runs appended to one file; use the last.
+        lines = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
+        if len(lines) < 2:
+            raise InputError(f"invalid JSON: {exc.msg}", Location(path, exc.lineno)) from None
+        line, last = lines[-1]
+        try:
+            doc = json.loads(last)
+        except json.JSONDecodeError as exc2:
+            raise InputError(f"invalid JSON: {exc2.msg}", Location(path, line)) from None
+    if not isinstance(doc, dict):
+        raise InputError("expected a JSON object of benchmark results", Location(path, line))
+    return _from_mapping(doc, path, line)
+
+
+def _percentile(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q))
+
+
+def read_csv_results(path: str) -> tuple[str, dict[str, float]]:
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            rows = list(csv.reader(fh))
+    except UnicodeDecodeError:
+        raise InputError("not a UTF-8 text CSV", Location(path)) from None
+    rows = [r for r in rows if any(c.strip() for c in r)]
+    if not rows:
+        raise InputError("the CSV is empty", Location(path))
+    header = [c.strip().lower() for c in rows[0]]
+    if header[:2] == ["metric", "value"]:
+        doc: dict[str, object] = {}
+        for i, r in enumerate(rows[1:], start=2):
+            if len(r) < 2:
+                raise InputError("expected 'metric,value'", Location(path, i))
+            doc[r[0].strip()] = r[1].strip()
+        line_of = {r[0].strip(): i for i, r in enumerate(rows[1:], start=2)}
+        try:
+            return "csv-metrics", _from_mapping(doc, path, None)
+        except InputError as exc:
+            if exc.location and exc.location.field in line_of:
+                f = exc.location.field
+                raise InputError(
+                    exc.message.split(": ", 1)[-1], Location(path, line_of[f], "value")
+                ) from None
+            raise
+    ttft_col = next((c for c in ("ttft_s", "ttft_ms", "ttft") if c in header), None)
+    if ttft_col is None:
+        raise InputError(
+            f"unrecognised CSV header {rows[0]}: expected 'metric,value' rows or a per-request "
+            "'ttft_s' (or 'ttft_ms') column",
+            Location(path, 1),
+        )
+    factor = 1e-3 if ttft_col == "ttft_ms" else 1.0
+    col = {name: header.index(name) for name in header}
+    ttft: list[float] = []
+    starts: list[float] = []
+    ends: list[float] = []
+    failed = 0
+    for i, r in enumerate(rows[1:], start=2):
+
+        def cell(name: str, r: list[str] = r) -> str | None:
+            j = col.get(name)
+            return r[j].strip() if j is not None and j < len(r) else None
+
+        err = cell("error")
+        if err and err.lower() not in ("", "0", "false", "none"):
+            failed += 1
+            continue
+        v = _num(cell(ttft_col), Location(path, i, ttft_col))
+        if v is None:
+            failed += 1
+            continue
+        if v < 0:
+            raise InputError("TTFT must not be negative", Location(path, i, ttft_col))
+        ttft.append(v * factor)
+        s = _num(cell("start_s"), Location(path, i, "start_s")) if "start_s" in col else None
+        e = _num(cell("end_s"), Location(path, i, "end_s")) if "end_s" in col else None
+        lat = (
+            _num(cell("latency_s"), Location(path, i, "latency_s")) if "latency_s" in col else None
+        )
+        if s is not None:
+            starts.append(s)
+            if e is None and lat is not None:
+                e = s + lat
+        if e is not None:
+            ends.append(e)
+    if not ttft:
+        raise InputError("no usable rows with a TTFT value", Location(path))
+    arr = np.asarray(ttft)
+    out = {
+        "mean_ttft_s": float(arr.mean()),
+        "median_ttft_s": _percentile(arr, 50),
+        "p90_ttft_s": _percentile(arr, 90),
+        "p99_ttft_s": _percentile(arr, 99),
+        "completed": float(arr.size),
+        "failed": float(failed),
+        "num_prompts": float(arr.size + failed),
+    }
+    if starts and ends:
+        dur = max(ends) - min(starts)
+        if dur > 0:
+            out["duration_s"] = dur
+            out["request_throughput"] = arr.size / dur
+    return "csv-requests", out
+
+
+def read_results(path: str, role: str) -> Measured:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("results file not found", Location(path))
+    if p.suffix.lower() == ".csv":
+        fmt, metrics = read_csv_results(path)
+    else:
+        fmt, metrics = "vllm-json", read_json_results(path)
+    return Measured(path=path, role=role, fmt=fmt, metrics=metrics)
+
+
+def assign_roles(args: list[str]) -> list[tuple[str, str]]:
+    """``ROLE=PATH`` or bare paths -> [(role, path)]; see the module docstring."""
+    labelled: list[tuple[str, str]] = []
+    bare: list[str] = []
+    for a in args:
+        head, sep, tail = a.partition("=")
+        if sep and head in ROLES:
+            labelled.append((head, tail))
+        else:
+            bare.append(a)
+    taken = {r for r, _ in labelled}
+    rest: list[str] = []
+    for p in bare:
+        name = Path(p).name.lower()
+        role = (
+            "baseline"
+            if "base" in name
+            else "stability"
+            if ("stab" in name or "soak" in name)
+            else None
+        )
+        if role and role not in taken:
+            labelled.append((role, p))
+            taken.add(role)
+        else:
+            rest.append(p)
+    for p in rest:
+        free = [r for r in ROLES if r not in taken]
+        if not free:
+            raise UsageError(
+                f"too many results files: {p} has no role left (roles: {', '.join(ROLES)})"
+            )
+        labelled.append((free[0], p))
+        taken.add(free[0])
+    dup = sorted({r for r, _ in labelled if [x for x, _ in labelled].count(r) > 1})
+    if dup:
+        raise UsageError(f"role {dup[0]!r} given twice; one results file per role")
+    return labelled
+
+
+@dataclass(frozen=True, slots=True)
+class Validation:
+    report_path: str
+    verdict: str
+    measured: tuple[Measured, ...]
+    gates: tuple[GateResult, ...]
+    comparisons: tuple[dict, ...]  # measured vs projected figures
+
+    @property
+    def failed(self) -> bool:
+        return any(g.status == "fail" for g in self.gates)
+
+    def to_json(self) -> dict:
+        return {
+            "schema": "kvpool.validation/1",
+            "verdict": self.verdict,
+            "results": [
+                {
+                    "role": m.role,
+                    "file": Path(m.path).name,
+                    "format": m.fmt,
+                    "metrics": {k: round(v, 6) for k, v in sorted(m.metrics.items())},
+                }
+                for m in self.measured
+            ],
+            "gates": [
+                {
+                    "id": g.gate.id,
+                    "name": g.gate.name,
+                    "status": g.status,
+                    "criteria": [
+                        {
+                            "metric": r.criterion.metric,
+                            "op": r.criterion.op,
+                            "threshold": r.criterion.threshold,
+                            "measured": None if r.measured is None else round(r.measured, 6),
+                            "passed": r.passed,
+                            "text": r.criterion.text,
+                        }
+                        for r in g.results
+                    ],
+                }
+                for g in self.gates
+            ],
+            "comparisons": list(self.comparisons),
+            "failed": self.failed,
+        }
+
+
+def load_report(path: str) -> dict:
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read report: {exc.strerror or exc}", Location(path)) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc.msg}", Location(path, exc.lineno)) from None
+    if not isinstance(doc, dict) or doc.get("schema") != REPORT_SCHEMA:
+        raise InputError(
+            f"not a kvpool report (expected schema {REPORT_SCHEMA!r})",
+            Location(path, field="schema"),
+            hint="pass the report.json written by `kvpool analyze -o DIR`",
+        )
+    if not isinstance(doc.get("gates"), dict) or not isinstance(doc["gates"].get("plan"), list):
+        raise InputError("the report has no gate plan", Location(path, field="gates.plan"))
+    return doc
+
+
+def validate(results_args: list[str], report_path: str) -> Validation:
+    doc = load_report(report_path)
+    gates: tuple[Gate, ...] = tuple(gate_from_json(g) for g in doc["gates"]["plan"])
+    if not results_args:
+        raise UsageError("give at least one results file")
+    measured = tuple(read_results(p, role) for role, p in assign_roles(results_args))
+    by_role = {m.role: m.metrics for m in measured}
+    results = evaluate(gates, by_role)
+    comps: list[dict] = []
+    main = next((g for g in results if g.gate.id == "main"), None)
+    if main is not None:
+        for r in main.results:
+            proj = main.gate.projected.get(r.criterion.metric)
+            if proj is None or r.measured is None:
+                continue
+            comps.append(
+                {
+                    "metric": r.criterion.metric,
+                    "projected": round(proj, 6),
+                    "measured": round(r.measured, 6),
+                    "difference": round(r.measured - proj, 6),
+                }
+            )
+    base_gate = next((g for g in gates if g.id == "baseline"), None)
+    if base_gate and "mean_ttft_s" in base_gate.projected and "baseline" in by_role:
+        meas = by_role["baseline"].get("mean_ttft_s")
+        if meas is not None:
+            proj = base_gate.projected["mean_ttft_s"]
+            comps.append(
+                {
+                    "metric": "baseline mean_ttft_s",
+                    "projected": round(proj, 6),
+                    "measured": round(meas, 6),
+                    "difference": round(meas - proj, 6),
+                }
+            )
+    return Validation(
+        report_path=report_path,
+        verdict=str(doc.get("verdict", {}).get("verdict", "")),
+        measured=measured,
+        gates=results,
+        comparisons=tuple(comps),
+    )
