@@ -254,3 +254,368 @@ def prefix_tree_chart(frame: pd.DataFrame) -> alt.Chart:
         )
         .properties(height=260)
     )
+
+
+# --- reuse -------------------------------------------------------------------------------
+
+
+def granularity_frame(granularity: dict) -> pd.DataFrame:
+    """Ceiling per block size (and token-exact when the trace had it), steady and cold."""
+    rows = []
+    exact = granularity.get("token_exact", {})
+    if exact.get("available"):
+        rows.append(
+            {
+                "granularity": "token-exact",
+                "steady": exact["hit_rate"],
+                "cold": exact["cold_hit_rate"],
+                "note": "",
+            }
+        )
+    for row in granularity.get("blocks", []):
+        rows.append(
+            {
+                "granularity": f"{row['block_size']} tokens",
+                "steady": row.get("hit_rate") if row.get("available") else None,
+                "cold": row.get("cold_hit_rate") if row.get("available") else None,
+                "note": "" if row.get("available") else row.get("reason", ""),
+            }
+        )
+    return pd.DataFrame(rows, columns=["granularity", "steady", "cold", "note"])
+
+
+def granularity_chart(frame: pd.DataFrame) -> alt.Chart:
+    data = frame.dropna(subset=["steady"])
+    return (
+        alt.Chart(data, title="Ceiling by block size (steady state)")
+        .mark_bar()
+        .encode(
+            x=alt.X("granularity:N", sort=None, title=None),
+            y=alt.Y("steady:Q", title="prefix hit rate", axis=alt.Axis(format="%")),
+            tooltip=[
+                "granularity",
+                alt.Tooltip("steady:Q", format=".1%"),
+                alt.Tooltip("cold:Q", format=".1%"),
+            ],
+        )
+    )
+
+
+SOURCE_LABELS = {
+    "same_session": "same session",
+    "same_tenant": "same tenant, other session",
+    "cross_tenant": "another tenant",
+    "unattributed": "unattributed",
+}
+
+
+def sources_frame(sources: dict) -> pd.DataFrame:
+    shares = sources.get("share_of_hits", {})
+    tokens = sources.get("tokens", {})
+    rows = [
+        {"source": SOURCE_LABELS.get(k, k), "share": v, "tokens": tokens.get(k, 0)}
+        for k, v in shares.items()
+    ]
+    return pd.DataFrame(rows, columns=["source", "share", "tokens"])
+
+
+def sources_chart(frame: pd.DataFrame) -> alt.Chart:
+    return (
+        alt.Chart(frame, title="Share of reused tokens by who held them last")
+        .mark_bar()
+        .encode(
+            y=alt.Y("source:N", sort=None, title=None),
+            x=alt.X("share:Q", title="share of hits", axis=alt.Axis(format="%")),
+            tooltip=[
+                "source",
+                alt.Tooltip("share:Q", format=".1%"),
+                alt.Tooltip("tokens:Q", format=","),
+            ],
+        )
+    )
+
+
+def top_prefixes_frame(entries: list[dict]) -> pd.DataFrame:
+    cols = ["prefix_tokens", "requests", "reused_tokens", "preview", "hash"]
+    return pd.DataFrame([{k: e.get(k) for k in cols} for e in entries], columns=cols)
+
+
+# --- capacity ----------------------------------------------------------------------------
+
+
+def curves_frame(curves: dict, bytes_per_token: int | None) -> pd.DataFrame:
+    """Hit rate against capacity per policy, with capacities in tokens and GiB."""
+    rows = []
+    for policy, points in curves.items():
+        for p in points:
+            cap = int(p["capacity_tokens"])
+            rows.append(
+                {
+                    "policy": policy,
+                    "capacity_tokens": cap,
+                    "capacity_gib": cap * bytes_per_token / GIB if bytes_per_token else None,
+                    "hit_rate": p["hit_rate"],
+                }
+            )
+    return pd.DataFrame(rows, columns=["policy", "capacity_tokens", "capacity_gib", "hit_rate"])
+
+
+def capacity_chart(
+    frame: pd.DataFrame,
+    unit: str,
+    highlight: str,
+    marks: list[tuple[str, float]],
+    ceiling: float,
+) -> alt.LayerChart:
+    """Hit-ratio curves; ``marks`` are labelled vertical rules (knee, HBM size) at x."""
+    x_field = "capacity_gib" if unit == "GiB" else "capacity_tokens"
+    x_title = "cache capacity (GiB)" if unit == "GiB" else "cache capacity (tokens)"
+    data = frame[frame[x_field] > 0]
+    x = alt.X(f"{x_field}:Q", title=x_title, scale=alt.Scale(type="log"))
+    y = alt.Y("hit_rate:Q", title="steady-state hit rate", axis=alt.Axis(format="%"))
+    lru = data[data.policy == "lru"]
+    others = data[data.policy != "lru"]
+    layers = [
+        alt.Chart(lru)
+        .mark_line(strokeWidth=3 if highlight == "lru" else 1.5)
+        .encode(
+            x=x, y=y, color=alt.Color("policy:N", title="policy"), tooltip=_curve_tooltip(x_field)
+        ),
+    ]
+    if not others.empty:
+        layers.append(
+            alt.Chart(others)
+            .mark_line(point=True, strokeDash=[4, 2])
+            .encode(
+                x=x,
+                y=y,
+                color="policy:N",
+                size=alt.condition(alt.datum.policy == highlight, alt.value(3), alt.value(1.5)),
+                tooltip=_curve_tooltip(x_field),
+            )
+        )
+    rule_data = pd.DataFrame(
+        [{"label": label, x_field: value} for label, value in marks if value and value > 0]
+    )
+    if not rule_data.empty:
+        layers.append(
+            alt.Chart(rule_data).mark_rule(color="#555", strokeDash=[2, 2]).encode(x=f"{x_field}:Q")
+        )
+        layers.append(
+            alt.Chart(rule_data)
+            .mark_text(align="left", dx=4, dy=-6, angle=0, color="#333")
+            .encode(x=f"{x_field}:Q", y=alt.value(12), text="label:N")
+        )
+    layers.append(
+        alt.Chart(pd.DataFrame({"hit_rate": [ceiling]}))
+        .mark_rule(color="#999")
+        .encode(y="hit_rate:Q")
+    )
+    return alt.layer(*layers).properties(height=380, title="Hit ratio against cache capacity")
+
+
+def _curve_tooltip(x_field: str) -> list:
+    return [
+        "policy",
+        alt.Tooltip("capacity_tokens:Q", format=",", title="tokens"),
+        alt.Tooltip("capacity_gib:Q", format=",.2f", title="GiB"),
+        alt.Tooltip("hit_rate:Q", format=".1%"),
+    ]
+
+
+# --- cost --------------------------------------------------------------------------------
+
+
+def break_even_chart(rows: list[dict]) -> alt.LayerChart:
+    """Break-even bandwidth against prefix length, with each link's bandwidth as a rule.
+
+    Above the curve loading beats recomputing; a link whose rule lies above the curve at
+    a prefix length wins there.
+    """
+    curve = pd.DataFrame(
+        [
+            {"prefix_tokens": r["prefix_tokens"], "break_even_gbps": r["break_even_gbps"]}
+            for r in rows
+            if r.get("break_even_gbps")
+        ]
+    ).drop_duplicates("prefix_tokens")
+    x = alt.X("prefix_tokens:Q", title="prefix length (tokens)", scale=alt.Scale(type="log"))
+    line = (
+        alt.Chart(curve)
+        .mark_line(point=True, strokeWidth=3)
+        .encode(
+            x=x,
+            y=alt.Y(
+                "break_even_gbps:Q",
+                title="break-even bandwidth (GB/s)",
+                scale=alt.Scale(type="log"),
+            ),
+            tooltip=[
+                alt.Tooltip("prefix_tokens:Q", format=","),
+                alt.Tooltip("break_even_gbps:Q", format=",.2f", title="GB/s"),
+            ],
+        )
+    )
+    rules = pd.DataFrame(
+        [{"link": r["tier"], "bandwidth_gbps": r["bandwidth_gbps"]} for r in rows]
+    ).drop_duplicates("link")
+    rule = (
+        alt.Chart(rules)
+        .mark_rule(strokeDash=[4, 3])
+        .encode(
+            y="bandwidth_gbps:Q",
+            color=alt.Color("link:N", title="link"),
+            tooltip=["link", alt.Tooltip("bandwidth_gbps:Q", format=",.1f", title="GB/s")],
+        )
+    )
+    return alt.layer(line, rule).properties(
+        height=360, title="Loading beats recomputing above the curve"
+    )
+
+
+def prefix_time_chart(rows: list[dict]) -> alt.Chart:
+    """Seconds to recompute a prefix against seconds to load it over each link."""
+    out = []
+    seen = set()
+    for r in rows:
+        if r["prefix_tokens"] not in seen:
+            seen.add(r["prefix_tokens"])
+            out.append(
+                {
+                    "prefix_tokens": r["prefix_tokens"],
+                    "how": "recompute",
+                    "seconds": r["recompute_s"],
+                }
+            )
+        out.append(
+            {
+                "prefix_tokens": r["prefix_tokens"],
+                "how": f"load: {r['tier']}",
+                "seconds": r["load_s"],
+            }
+        )
+    return (
+        alt.Chart(pd.DataFrame(out), title="Time to have a prefix's KV: recompute or load")
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("prefix_tokens:Q", title="prefix length (tokens)", scale=alt.Scale(type="log")),
+            y=alt.Y("seconds:Q", title="seconds", scale=alt.Scale(type="log")),
+            color=alt.Color("how:N", title=None),
+            strokeDash=alt.condition(
+                alt.datum.how == "recompute", alt.value([1, 0]), alt.value([4, 2])
+            ),
+            tooltip=[
+                "how",
+                alt.Tooltip("prefix_tokens:Q", format=","),
+                alt.Tooltip("seconds:Q", format=".4f"),
+            ],
+        )
+        .properties(height=360)
+    )
+
+
+# --- replay ------------------------------------------------------------------------------
+
+
+def ttft_quantiles_frame(
+    ttft_by_scenario: dict[str, np.ndarray], points: int = 200
+) -> pd.DataFrame:
+    """The TTFT distribution of each scenario as quantiles (an ECDF small enough to draw)."""
+    rows = []
+    q = np.linspace(0.0, 1.0, points + 1)
+    for name, ttft in ttft_by_scenario.items():
+        if ttft.size == 0:
+            continue
+        values = np.quantile(ttft, q)
+        rows += [
+            {"scenario": name, "ttft_s": float(v), "quantile": float(p)}
+            for v, p in zip(values, q, strict=True)
+        ]
+    return pd.DataFrame(rows, columns=["scenario", "ttft_s", "quantile"])
+
+
+def ttft_chart(frame: pd.DataFrame, slo_s: float) -> alt.LayerChart:
+    positive = frame[frame.ttft_s > 0]
+    lines = (
+        alt.Chart(positive)
+        .mark_line(interpolate="step-after")
+        .encode(
+            x=alt.X("ttft_s:Q", title="time to first token (s)", scale=alt.Scale(type="log")),
+            y=alt.Y("quantile:Q", title="share of requests", axis=alt.Axis(format="%")),
+            color=alt.Color("scenario:N", sort=None),
+            tooltip=[
+                "scenario",
+                alt.Tooltip("ttft_s:Q", format=".3f"),
+                alt.Tooltip("quantile:Q", format=".0%"),
+            ],
+        )
+    )
+    slo = (
+        alt.Chart(pd.DataFrame({"ttft_s": [slo_s], "label": [f"SLO {slo_s:g} s"]}))
+        .mark_rule(color="red", strokeDash=[4, 3])
+        .encode(x="ttft_s:Q", tooltip=["label"])
+    )
+    return alt.layer(lines, slo).properties(height=320, title="TTFT distribution (CDF)")
+
+
+def tier_hits_frame(scenarios: dict[str, dict]) -> pd.DataFrame:
+    rows = [
+        {"scenario": name, "tier": tier, "hit_rate": rate}
+        for name, s in scenarios.items()
+        for tier, rate in s["hit_rate_by_tier"].items()
+        if rate
+    ]
+    return pd.DataFrame(rows, columns=["scenario", "tier", "hit_rate"])
+
+
+def tier_hits_chart(frame: pd.DataFrame, order: list[str]) -> alt.Chart:
+    return (
+        alt.Chart(frame, title="Prompt tokens served from cache, by tier")
+        .mark_bar()
+        .encode(
+            x=alt.X("scenario:N", sort=order, title=None),
+            y=alt.Y("hit_rate:Q", title="share of prompt tokens", axis=alt.Axis(format="%")),
+            color=alt.Color("tier:N", sort=["hbm", "dram", "nvme", "pool"]),
+            order=alt.Order("tier:N"),
+            tooltip=["scenario", "tier", alt.Tooltip("hit_rate:Q", format=".1%")],
+        )
+        .properties(height=300)
+    )
+
+
+def scenario_bar_chart(
+    frame: pd.DataFrame, field: str, title: str, axis_title: str, fmt: str, order: list[str]
+) -> alt.Chart:
+    return (
+        alt.Chart(frame, title=title)
+        .mark_bar()
+        .encode(
+            x=alt.X("scenario:N", sort=order, title=None),
+            y=alt.Y(f"{field}:Q", title=axis_title),
+            tooltip=["scenario", alt.Tooltip(f"{field}:Q", format=fmt)],
+        )
+        .properties(height=300)
+    )
+
+
+def scenarios_frame(scenarios: dict[str, dict]) -> pd.DataFrame:
+    """One row per scenario with the figures the comparison table shows."""
+    rows = []
+    for name, s in scenarios.items():
+        t = s["ttft_s"]
+        rows.append(
+            {
+                "scenario": name,
+                "hit rate": s["hit_rate"],
+                "TTFT mean (s)": t["mean"],
+                "p50 (s)": t["p50"],
+                "p90 (s)": t["p90"],
+                "p99 (s)": t["p99"],
+                "prefill GPU-s": s["prefill_gpu_s"],
+                "network GB": s["network_bytes"] / 1e9,
+                "peak link use": s.get("peak_link_utilisation"),
+                "max rate x at SLO": s.get("max_rate_scale_at_slo"),
+                "description": s.get("description", ""),
+            }
+        )
+    return pd.DataFrame(rows)

@@ -16,6 +16,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,19 @@ def digest(paths: tuple[str, ...]) -> str:
 # --- ingest ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Current:
+    """The trace on screen: its content hash, the ingest options, and what ingest gave."""
+
+    content: str
+    ingest_key: Key
+    loaded: Any  # analyzer.ingest.LoadedTrace
+
+    @property
+    def trace(self):
+        return self.loaded.trace
+
+
 @st.cache_resource(show_spinner=False, max_entries=4)
 def _ingest(content: str, ingest_key: Key, _paths: tuple[str, ...], _advance: Advance | None):
     CALLS["ingest"] += 1
@@ -117,9 +131,351 @@ def _ingest(content: str, ingest_key: Key, _paths: tuple[str, ...], _advance: Ad
     return open_trace(list(_paths), IngestOptions(**dict(ingest_key)), advance=_advance)
 
 
-def ingest(paths: tuple[str, ...], ingest_key: Key):
-    """The loaded trace (``analyzer.ingest.LoadedTrace``), ingested once per content+options."""
+def ingest(paths: tuple[str, ...], ingest_key: Key) -> Current:
+    """The loaded trace, ingested once per file content and ingest options."""
     content = digest(paths)
     total = sum(Path(p).stat().st_size for p in paths)
     with progress("Reading the trace", total) as advance:
-        return _ingest(content, ingest_key, paths, advance)
+        loaded = _ingest(content, ingest_key, paths, advance)
+    return Current(content=content, ingest_key=ingest_key, loaded=loaded)
+
+
+# --- reuse -------------------------------------------------------------------------------
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _reuse(content: str, ingest_key: Key, reuse_key: Key, _trace, _advance: Advance | None):
+    CALLS["reuse"] += 1
+    from analyzer.reuse import ReuseOptions, analyze_reuse
+
+    return analyze_reuse(_trace, ReuseOptions(**dict(reuse_key)), advance=_advance)
+
+
+def reuse(cur: Current, warmup: float = 0.5):
+    """The reuse report (``analyzer.reuse.ReuseReport``); independent of model and GPU."""
+    with progress("Measuring prefix reuse", 100) as advance:
+        return _reuse(cur.content, cur.ingest_key, as_key({"warmup": warmup}), cur.trace, advance)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def coarsened(content: str, ingest_key: Key, factor: int, _trace):
+    """The trace at ``factor`` x its block size (for the prefix-tree picture)."""
+    return _trace.coarsen(factor)
+
+
+# --- cost --------------------------------------------------------------------------------
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def cost_model(model: str, gpu: str, tp: int, kv_dtype: str):
+    """``analyzer.cost.CostModel`` from the catalogs."""
+    CALLS["cost"] += 1
+    from analyzer.cost import CostModel
+
+    return CostModel.from_catalog(model, gpu, tp=tp, kv_dtype=kv_dtype)
+
+
+# --- what-if defaults --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ControlDefaults:
+    """Choices and starting values for the sidebar, all read from the analyzer."""
+
+    models: list[str]
+    gpus: list[str]
+    routers: list[str]
+    evictions: list[str]
+    dram_tiers: list[str]
+    pool_tiers: list[str]
+    model: str
+    gpu: str
+    tp: int
+    kv_dtype: str
+    instances: int
+    router: str
+    eviction: str
+    dram_tier: str
+    dram_capacity_gb: float
+    pool_tier: str
+    ttft_slo_s: float
+
+
+def _catalog_ids(items) -> list[str]:
+    return [i if isinstance(i, str) else getattr(i, "id", None) or i.name for i in items]
+
+
+@st.cache_resource(show_spinner=False)
+def tier(name: str):
+    """A tier or link from the hardware catalog (``analyzer.cost.TierSpec``)."""
+    from analyzer.cost import get_tier
+
+    return get_tier(name)
+
+
+@st.cache_resource(show_spinner=False)
+def control_defaults() -> ControlDefaults:
+    import inspect
+
+    from analyzer.advisor import AnalyzeOptions
+    from analyzer.cost import get_tier, list_gpus, list_models, list_tiers
+    from analyzer.replay import ROUTERS, ClusterConfig, run_replay
+    from analyzer.replay.config import EVICTIONS
+
+    analyze = AnalyzeOptions()  # the defaults `kvpool analyze` runs with
+    cluster = {f.name: f.default for f in fields(ClusterConfig)}
+    tiers = list(list_tiers())
+    kind = {
+        (getattr(t, "name", t)): getattr(get_tier(getattr(t, "name", t)), "kind", "") for t in tiers
+    }
+    slo = inspect.signature(run_replay).parameters["ttft_slo_s"].default
+    return ControlDefaults(
+        models=_catalog_ids(list_models()),
+        gpus=_catalog_ids(list_gpus()),
+        routers=list(ROUTERS),
+        evictions=list(EVICTIONS),
+        dram_tiers=[t for t, k in kind.items() if k == "host-dram"],
+        pool_tiers=[t for t, k in kind.items() if k == "network"],
+        model=analyze.model,
+        gpu=analyze.gpu,
+        tp=cluster["tp"],
+        kv_dtype=cluster["kv_dtype"],
+        instances=cluster["instances"],
+        router=cluster["router"],
+        eviction=cluster["eviction"],
+        dram_tier=cluster["dram_tier"],
+        dram_capacity_gb=float(cluster["dram_capacity_gb"]),
+        pool_tier=cluster["pool_tier"],
+        ttft_slo_s=float(slo),
+    )
+
+
+# Prefix lengths the cost page plots (tokens): powers of two from 128 to 128k.
+PREFIX_GRID = [2**k for k in range(7, 18)]
+
+
+def whatif_links(w) -> list:
+    """The DRAM, NVMe and pool links of the what-if cluster: catalog ``TierSpec``s with
+    the sidebar's bandwidth and latency overrides applied (renamed so charts say so)."""
+
+    from analyzer.replay import ClusterConfig
+
+    nvme_tier = next(f.default for f in fields(ClusterConfig) if f.name == "nvme_tier")
+    dram = _override(tier(w.dram_tier), w.dram_gbps, w.dram_latency_us, "host DRAM")
+    pool = _override(tier(w.pool_tier), w.pool_gbps, w.pool_latency_us, "pool")
+    return [dram, tier(nvme_tier), pool]
+
+
+def _override(t, gbps: float, latency_us: float, what: str):
+    from dataclasses import replace
+
+    if gbps <= 0 and latency_us <= 0:
+        return t
+    return replace(
+        t,
+        name=f"{what} ({t.name}, as set)",
+        bandwidth_gbps=gbps if gbps > 0 else t.bandwidth_gbps,
+        latency_s=latency_us * 1e-6 if latency_us > 0 else t.latency_s,
+    )
+
+
+def _links_key(links) -> tuple:
+    return tuple((t.name, t.bandwidth_gbps, t.latency_s, t.kind) for t in links)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _break_even_rows(model: str, gpu: str, tp: int, kv_dtype: str, links_key: tuple) -> list[dict]:
+    from analyzer.cost import TierSpec
+
+    cm = cost_model(model, gpu, tp, kv_dtype)
+    links = [
+        TierSpec(name=n, bandwidth_gbps=b, latency_s=lat, kind=k) for n, b, lat, k in links_key
+    ]
+    return cm.break_even_table(PREFIX_GRID, tiers=links)
+
+
+def break_even_rows(w) -> list[dict]:
+    """``CostModel.break_even_table`` over :data:`PREFIX_GRID` for the what-if links."""
+    return _break_even_rows(w.model, w.gpu, w.tp, w.kv_dtype, _links_key(whatif_links(w)))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _tier_break_even(model: str, gpu: str, tp: int, kv_dtype: str, links_key: tuple) -> list[dict]:
+    from analyzer.cost import TierSpec, list_tiers
+
+    cm = cost_model(model, gpu, tp, kv_dtype)
+    names = [t.name for t in list_tiers() if t.kind != "gpu"]
+    custom = [
+        TierSpec(name=n, bandwidth_gbps=b, latency_s=lat, kind=k)
+        for n, b, lat, k in links_key
+        if n not in names
+    ]
+    return cm.tier_break_even(tiers=[*names, *custom])
+
+
+def tier_break_even(w) -> list[dict]:
+    """Per catalog tier (and the sidebar's own links): the shortest prefix worth loading."""
+    return _tier_break_even(w.model, w.gpu, w.tp, w.kv_dtype, _links_key(whatif_links(w)))
+
+
+# --- replay ------------------------------------------------------------------------------
+
+
+def cluster_config(w):
+    """``analyzer.replay.ClusterConfig`` for the what-if controls (0 = derive it)."""
+    from analyzer.replay import ClusterConfig
+
+    bpt = int(cost_model(w.model, w.gpu, w.tp, w.kv_dtype).bytes_per_token)
+
+    def tokens(gb: float) -> int | None:
+        return int(gb * 1e9 // bpt) if gb > 0 else None
+
+    return ClusterConfig(
+        model=w.model,
+        gpu=w.gpu,
+        tp=w.tp,
+        instances=w.instances,
+        kv_dtype=w.kv_dtype,
+        router=w.router,
+        eviction=w.eviction,
+        local_capacity_tokens=tokens(w.local_capacity_gb),
+        dram_tier=w.dram_tier,
+        dram_capacity_gb=w.dram_capacity_gb,
+        dram_gbps=w.dram_gbps or None,
+        dram_latency_s=w.dram_latency_us * 1e-6 if w.dram_latency_us > 0 else None,
+        pool_tier=w.pool_tier,
+        pool_capacity_tokens=tokens(w.pool_capacity_gb),
+        pool_gbps=w.pool_gbps or None,
+        pool_latency_s=w.pool_latency_us * 1e-6 if w.pool_latency_us > 0 else None,
+    )
+
+
+def replay_work(n_requests: int, n_scenarios: int, search_rate: bool) -> float:
+    """The total ``run_replay`` reports through ``advance`` (see analyzer/replay/run.py)."""
+    from analyzer.replay.run import BISECTIONS, MAX_HALVINGS
+
+    per = n_requests * (1 + (1 + MAX_HALVINGS + BISECTIONS if search_rate else 0))
+    return float(per * n_scenarios)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _replay(
+    content: str,
+    ingest_key: Key,
+    cfg_key: Key,
+    scenarios: tuple[str, ...],
+    ttft_slo_s: float,
+    search_rate: bool,
+    _trace,
+    _advance: Advance | None,
+):
+    CALLS["replay"] += 1
+    from analyzer.replay import ClusterConfig, run_replay
+
+    return run_replay(
+        _trace,
+        ClusterConfig(**dict(cfg_key)),
+        scenarios=scenarios,
+        ttft_slo_s=ttft_slo_s,
+        search_rate=search_rate,
+        advance=_advance,
+    )
+
+
+def replay(cur: Current, w, scenarios: tuple[str, ...], search_rate: bool = True):
+    """``analyzer.replay.ReplayResult`` for the what-if cluster, cached per settings."""
+    from dataclasses import asdict
+
+    cfg = cluster_config(w)
+    total = replay_work(cur.trace.n_requests, len(scenarios), search_rate)
+    with progress("Replaying the trace", total) as advance:
+        return _replay(
+            cur.content,
+            cur.ingest_key,
+            as_key(asdict(cfg)),
+            tuple(scenarios),
+            w.ttft_slo_s,
+            search_rate,
+            cur.trace,
+            advance,
+        )
+
+
+# --- recommendation ----------------------------------------------------------------------
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _canonical_copy(content: str, ingest_key: Key, name: str, _loaded) -> str:
+    """The loaded trace written once as canonical Parquet (plus its preview sidecar), so
+    the advisor's pipeline reads it back in a moment instead of re-tokenizing the log."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from analyzer.ingest import previews_path
+    from analyzer.trace import write_canonical
+    from app.state import scratch_dir
+
+    folder = (
+        scratch_dir()
+        / f"canonical-{content[:16]}-{hashlib.sha256(repr(ingest_key).encode()).hexdigest()[:8]}"
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"{name}.parquet"
+    write_canonical(_loaded.table, out)
+    if _loaded.previews:
+        items = sorted(_loaded.previews.items())
+        side = pa.table(
+            {
+                "block_hash": pa.array([h for h, _ in items], pa.uint64()),
+                "preview": pa.array([t for _, t in items], pa.string()),
+            }
+        )
+        pq.write_table(side, previews_path(out), compression="zstd")
+    return str(out)
+
+
+def analyze_options(w, warmup: float):
+    """``analyzer.advisor.AnalyzeOptions`` for the what-if controls."""
+    from analyzer.advisor import AnalyzeOptions
+
+    cfg = cluster_config(w)
+    bpt = int(cost_model(w.model, w.gpu, w.tp, w.kv_dtype).bytes_per_token)
+    return AnalyzeOptions(
+        model=w.model,
+        gpu=w.gpu,
+        tp=w.tp,
+        instances=w.instances,
+        kv_dtype=w.kv_dtype,
+        pool_gbps=w.pool_gbps or None,
+        pool_tier=w.pool_tier,
+        dram_tier=w.dram_tier,
+        local_capacity_tokens=cfg.local_capacity_tokens,
+        dram_capacity_tokens=int(w.dram_capacity_gb * 1e9 // bpt),
+        pool_capacity_tokens=cfg.pool_capacity_tokens,
+        router=w.router,
+        ttft_slo_s=w.ttft_slo_s,
+        warmup=warmup,
+    )
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _analysis(content: str, ingest_key: Key, opts_key: str, _path: str, _opts, _advance):
+    CALLS["analysis"] += 1
+    from analyzer.advisor import run_analysis
+
+    return run_analysis([_path], _opts, advance=_advance)
+
+
+def analysis(cur: Current, label: str, w, warmup: float):
+    """``analyzer.advisor.AnalysisResult`` (verdict, sizing, settings, gates)."""
+    opts = analyze_options(w, warmup)
+    path = _canonical_copy(cur.content, cur.ingest_key, Path(label).name.split(".")[0], cur.loaded)
+    with progress("Running the analysis", 100) as advance:
+        return _analysis(cur.content, cur.ingest_key, repr(opts), path, opts, advance)
+
+
+def reports(result) -> tuple[str, str]:
+    """The HTML and Markdown reports of an analysis (``analyzer.report``)."""
+    from analyzer.report import render_html, render_markdown
+
+    return render_html(result), render_markdown(result)

@@ -42,7 +42,7 @@ class Source:
 class IngestChoice:
     """The ingest options the load page exposes (the cache key of ingestion)."""
 
-    block_size: int = 16
+    block_size: int | None = None  # None: 16 for text logs, the trace's own for hashed ones
     strict: bool = False
 
     def key(self) -> tuple[tuple[str, object], ...]:
@@ -94,7 +94,8 @@ class UploadTooLarge(KvpoolError):
 _UPLOAD_DIR: Path | None = None
 
 
-def _upload_dir() -> Path:
+def scratch_dir() -> Path:
+    """This server's temporary folder (uploads, canonical copies); one per process."""
     global _UPLOAD_DIR
     if _UPLOAD_DIR is None:
         _UPLOAD_DIR = Path(tempfile.mkdtemp(prefix="kvpool-dashboard-"))
@@ -115,7 +116,7 @@ def save_upload(name: str, data: bytes) -> Source:
             "Parquet file by path, or raise KVPOOL_MAX_UPLOAD_MB",
         )
     digest = hashlib.sha256(data).hexdigest()[:16]
-    folder = _upload_dir() / digest
+    folder = scratch_dir() / "uploads" / digest
     folder.mkdir(parents=True, exist_ok=True)
     safe = Path(name).name or "upload"
     path = folder / safe
@@ -137,7 +138,8 @@ def guard() -> Iterator[None]:
 
 
 def loaded_trace():
-    """The current trace, ingested (or taken from the cache); stops the page if none."""
+    """The current trace (``app.compute.Current``), ingested or from the cache; stops the
+    page when none is chosen."""
     from app import compute
 
     src = source()

@@ -56,11 +56,14 @@ with state.guard():
 
     with st.expander("Ingest options"):
         choice = state.ingest_choice()
-        sizes = [16, 32, 64, 128, 256, 512]
+        sizes = [None, 16, 32, 64, 128, 256, 512]
         block_size = st.selectbox(
             "Block size (tokens)",
             sizes,
             index=sizes.index(choice.block_size) if choice.block_size in sizes else 0,
+            format_func=lambda b: (
+                "auto (16 for text, the trace's own for hashed traces)" if b is None else str(b)
+            ),
             help="KV block (page) size used for hashing: vLLM 16, LMCache 256, Mooncake 512. "
             "Changing it re-reads the trace.",
             key="load.block_size",
@@ -70,13 +73,13 @@ with state.guard():
             value=choice.strict,
             key="load.strict",
         )
-        state.set_ingest_choice(state.IngestChoice(block_size=int(block_size), strict=strict))
+        state.set_ingest_choice(state.IngestChoice(block_size=block_size, strict=strict))
 
     src = state.source()
     if src is None:
         st.stop()
     st.subheader(f"Loaded: {src.label}")
-    loaded = compute.ingest(src.paths, state.ingest_choice().key())
+    loaded = compute.ingest(src.paths, state.ingest_choice().key()).loaded
     trace = loaded.trace
     span = float(trace.arrival_s[-1] - trace.arrival_s[0]) if trace.n_requests else 0.0
     c = st.columns(5)
@@ -106,4 +109,17 @@ with state.guard():
         )
         if skipped.examples:
             st.code("\n".join(skipped.examples[:10]), language=None)
-    st.caption("Sources: " + ", ".join(Path(p).name for p in loaded.sources))
+    formats = loaded.formats or ["?"] * len(loaded.sources)
+    st.caption(
+        "Read: "
+        + ", ".join(f"{Path(p).name} ({f})" for p, f in zip(loaded.sources, formats, strict=False))
+    )
+    if loaded.untimed_files:
+        st.info(
+            "No timestamps in "
+            + ", ".join(Path(p).name for p in loaded.untimed_files)
+            + ": requests are spaced 1 s apart in file order, so rates and replay timing "
+            "are nominal."
+        )
+    if loaded.reordered:
+        st.caption(f"{loaded.reordered:,} rows were out of time order in their file (sorted).")

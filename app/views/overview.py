@@ -10,8 +10,7 @@ from app import charts, state
 st.title("Workload overview")
 
 with state.guard():
-    loaded = state.loaded_trace()
-    trace = loaded.trace
+    trace = state.loaded_trace().trace
     if trace.n_requests == 0:
         st.info("The trace has no requests.")
         st.stop()
@@ -22,7 +21,9 @@ with state.guard():
     c[0].metric("Requests", f"{trace.n_requests:,}")
     c[1].metric("Mean rate", f"{trace.n_requests / span:,.2f} req/s" if span > 0 else "n/a")
     c[2].metric("Median prompt", f"{int(np.median(trace.prompt_tokens)):,} tok")
-    c[3].metric("Median output", f"{int(np.median(known_out)):,} tok" if known_out.size else "unknown")
+    c[3].metric(
+        "Median output", f"{int(np.median(known_out)):,} tok" if known_out.size else "unknown"
+    )
     c[4].metric("Sessions", f"{len(trace.session_names):,}")
 
     st.subheader("Arrivals")

@@ -1,0 +1,75 @@
+"""Capacity: the hit-ratio curve in tokens and GiB, policies compared, the knee marked."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app import charts, compute, controls, state
+
+st.title("Capacity")
+
+with state.guard():
+    cur = state.loaded_trace()
+    state.require_content(cur.trace, "the hit-ratio curve")
+    w = controls.current()
+    rep = compute.reuse(cur, st.session_state.get("reuse.warmup", 0.5))
+    doc = rep.to_json()
+    if not doc["measurable"]:
+        st.warning(f"Reuse cannot be measured: {doc['reason']}")
+        st.stop()
+    cm = compute.cost_model(w.model, w.gpu, w.tp, w.kv_dtype)
+    bytes_per_token = int(cm.bytes_per_token)
+
+    a, b = st.columns([1, 2])
+    unit = a.radio("Capacity in", ["tokens", "GiB"], horizontal=True, key="capacity.unit")
+    fraction = b.slider(
+        "Knee: smallest capacity reaching this share of the ceiling",
+        min_value=0.5,
+        max_value=0.99,
+        value=0.9,
+        step=0.01,
+        key="capacity.fraction",
+    )
+    knee = rep.knee_tokens(fraction)
+    hbm = int(cm.hbm_kv_capacity_tokens())
+    to_unit = (lambda t: t * bytes_per_token / charts.GIB) if unit == "GiB" else float
+    marks = [
+        (f"knee {fraction:.0%}", to_unit(knee)),
+        (f"HBM per instance ({w.model}, {w.tp}x {w.gpu})", to_unit(hbm)),
+        (f"HBM x {w.instances} instances", to_unit(hbm * w.instances)),
+    ]
+    frame = charts.curves_frame(doc["curves"], bytes_per_token)
+    st.altair_chart(
+        charts.capacity_chart(frame, unit, w.eviction, marks, rep.ceiling_hit_rate),
+        width="stretch",
+    )
+
+    c = st.columns(4)
+    c[0].metric("Ceiling (steady)", f"{rep.ceiling_hit_rate:.1%}")
+    c[1].metric(
+        f"Knee ({fraction:.0%} of ceiling)",
+        f"{knee:,} tok",
+        delta=f"{knee * bytes_per_token / charts.GIB:,.1f} GiB",
+        delta_color="off",
+    )
+    c[2].metric(
+        "Hit rate in one instance's HBM",
+        f"{rep.hit_rate_at(hbm):.1%}",
+        help="LRU, whole trace through one cache of this size (no routing losses).",
+    )
+    c[3].metric(
+        "Whole working set",
+        f"{rep.footprint_tokens:,} tok",
+        delta=f"{rep.footprint_tokens * bytes_per_token / charts.GIB:,.1f} GiB",
+        delta_color="off",
+    )
+    st.caption(
+        f"{bytes_per_token:,} bytes of KV per token ({w.model}, {w.kv_dtype}); "
+        f"LRU curve: {doc.get('curve_method', 'exact')}. Other policies are simulated at "
+        "the capacities in the table. Change the model, TP or KV dtype in the sidebar to "
+        "see the GiB axis move; the curve in tokens does not depend on them."
+    )
+    for note in doc.get("policy_notes", []):
+        st.info(note)
+    if doc.get("capacities"):
+        st.dataframe(doc["capacities"], hide_index=True)

@@ -1,0 +1,72 @@
+"""Cost model: recompute against load for the sidebar's model and GPUs, and the break-even."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from app import charts, compute, controls, state
+
+st.title("Cost model")
+
+with state.guard():
+    w = controls.current()
+    cm = compute.cost_model(w.model, w.gpu, w.tp, w.kv_dtype)
+    st.caption(
+        f"{w.model} on {w.tp}x {w.gpu} ({w.kv_dtype} KV), analytic prefill model at "
+        f"MFU {cm.mfu:.2f}. The trace does not enter this page except for its prompt lengths."
+    )
+
+    typical = None
+    if state.source() is not None:
+        trace = state.loaded_trace().trace
+        if trace.n_requests:
+            typical = int(np.median(trace.prompt_tokens))
+
+    prefix = st.select_slider(
+        "Prefix length for the figures below (tokens)",
+        options=compute.PREFIX_GRID,
+        value=min(compute.PREFIX_GRID, key=lambda p: abs(p - (typical or 8192))),
+        key="cost.prefix",
+        help="Starts at the trace's median prompt length.",
+    )
+    c = st.columns(4)
+    c[0].metric("KV per token", f"{cm.bytes_per_token:,} B", help="Whole model, all ranks.")
+    c[1].metric("Prefill rate", f"{cm.prefill_tokens_per_s(prefix):,.0f} tok/s")
+    be = cm.break_even_bandwidth_gbps(prefix)
+    c[2].metric("Break-even bandwidth", f"{be:,.1f} GB/s" if np.isfinite(be) else "never")
+    c[3].metric("HBM left for KV", f"{cm.hbm_kv_capacity_tokens():,} tok", help="Per instance.")
+
+    rows = compute.break_even_rows(w)
+    left, right = st.columns(2)
+    left.altair_chart(
+        charts.break_even_chart(rows),
+        width="stretch",
+    )
+    right.altair_chart(charts.prefix_time_chart(rows), width="stretch")
+
+    st.subheader("Per link: shortest prefix worth loading")
+    st.dataframe(compute.tier_break_even(w), hide_index=True, width="stretch")
+    st.caption(
+        "Host-DRAM links are per GPU, so their bandwidth scales with TP. Loads assume one "
+        "transfer on an idle link; in the replay, concurrent loads share it."
+    )
+
+    st.subheader("Fitted versus measured")
+    upload = st.file_uploader(
+        "Calibration CSV (prompt_tokens, cached_tokens, concurrency, load_gbps, ttft_s)",
+        type=["csv"],
+        key="cost.calibration",
+    )
+    if upload is None:
+        st.caption(
+            "Upload measurements from your own serving benchmark to fit the model's "
+            "coefficients to your system and compare fitted against measured TTFT."
+        )
+    else:
+        fit = compute.calibrate(w, upload.name, upload.getvalue())
+        st.altair_chart(charts.fitted_chart(fit.points), width="stretch")
+        for line in fit.summary:
+            st.write(line)
+        for warning in fit.warnings:
+            st.warning(warning)

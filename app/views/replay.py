@@ -1,0 +1,88 @@
+"""Replay: the trace through the what-if cluster, once per deployment option, compared."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app import charts, compute, controls, state
+
+st.title("Replay")
+
+with state.guard():
+    cur = state.loaded_trace()
+    state.require_content(cur.trace, "cache hits in a replay")
+    w = controls.current()
+    from analyzer.replay import STANDARD_SCENARIOS
+
+    names = list(STANDARD_SCENARIOS)
+    a, b = st.columns([3, 1])
+    chosen = a.multiselect(
+        "Scenarios",
+        names,
+        default=names,
+        format_func=lambda n: f"{n}: {STANDARD_SCENARIOS[n].description}",
+        key="replay.scenarios",
+    )
+    search = b.checkbox(
+        "Find the highest rate under the SLO",
+        value=True,
+        key="replay.search",
+        help="Replays again at compressed time scales until p90 TTFT crosses the SLO.",
+    )
+    if not chosen:
+        st.info("Pick at least one scenario.")
+        st.stop()
+    order = [n for n in names if n in chosen]
+    res = compute.replay(cur, w, tuple(order), search_rate=search)
+    doc = res.to_json()
+    scen = doc["scenarios"]
+    cluster = doc["cluster"]
+    st.caption(
+        f"{w.instances} instances of {w.tp}x {w.gpu} ({cluster['nodes']} nodes), {w.model}, "
+        f"router {w.router}, eviction {w.eviction}, p90 TTFT SLO {w.ttft_slo_s:g} s; "
+        f"{doc['cluster']['requests']:,} requests. Decode is not modelled (prefill pool)."
+    )
+
+    cols = st.columns(len(order))
+    base = scen.get("local") or scen[order[0]]
+    for col, name in zip(cols, order, strict=True):
+        p90 = scen[name]["ttft_s"]["p90"]
+        delta = None
+        if name != "local" and "local" in scen and p90 is not None and base["ttft_s"]["p90"]:
+            delta = f"{p90 / base['ttft_s']['p90'] - 1:+.0%} vs local"
+        col.metric(
+            f"{name}: p90 TTFT",
+            f"{p90:.3f} s" if p90 is not None else "n/a",
+            delta=delta,
+            delta_color="inverse",
+        )
+
+    ttft = {name: res.scenarios[name].stats.ttft_s for name in order}
+    left, right = st.columns(2)
+    left.altair_chart(
+        charts.ttft_chart(charts.ttft_quantiles_frame(ttft), w.ttft_slo_s), width="stretch"
+    )
+    right.altair_chart(charts.tier_hits_chart(charts.tier_hits_frame(scen), order), width="stretch")
+    table = charts.scenarios_frame(scen)
+    left, right = st.columns(2)
+    left.altair_chart(
+        charts.scenario_bar_chart(
+            table, "network GB", "Network read (pool)", "GB over the network", ",.2f", order
+        ),
+        width="stretch",
+    )
+    if search:
+        right.altair_chart(
+            charts.scenario_bar_chart(
+                table,
+                "max rate x at SLO",
+                "Capacity at the SLO",
+                "highest rate (x the trace's) with p90 TTFT under the SLO",
+                ".2f",
+                order,
+            ),
+            width="stretch",
+        )
+    else:
+        right.info("Tick *Find the highest rate under the SLO* to compare capacity.")
+    st.dataframe(table, hide_index=True, width="stretch")

@@ -1,0 +1,105 @@
+"""Prefix reuse: ceilings, granularity, where reuse comes from, top prefixes, prefix tree."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app import charts, compute, state
+
+st.title("Prefix reuse")
+
+with state.guard():
+    cur = state.loaded_trace()
+    state.require_content(cur.trace, "prefix reuse")
+    warmup = st.slider(
+        "Warm-up (fraction of requests that fill the cache uncounted)",
+        min_value=0.0,
+        max_value=0.9,
+        value=0.5,
+        step=0.1,
+        key="reuse.warmup",
+        help="0.5 is the field's steady-state convention; 0 counts every request (cold start).",
+    )
+    rep = compute.reuse(cur, warmup)
+    doc = rep.to_json()
+    if not doc["measurable"]:
+        st.warning(f"Reuse cannot be measured: {doc['reason']}")
+        st.stop()
+
+    ceiling = doc["ceiling"]
+    c = st.columns(4)
+    c[0].metric(
+        f"Ceiling, steady (warm-up {ceiling['warmup']:.0%})",
+        f"{ceiling['hit_rate']:.1%}",
+        help="Token-weighted prefix hit rate with unlimited cache and perfect routing.",
+    )
+    c[1].metric("Ceiling, cold start", f"{ceiling['cold_hit_rate']:.1%}")
+    c[2].metric("Counted prompt tokens", f"{ceiling['prompt_tokens']:,}")
+    c[3].metric("Reusable tokens", f"{ceiling['hit_tokens']:,}")
+    st.caption(
+        f"Block size {ceiling['block_size']} tokens; the last prompt token is always "
+        "recomputed, so a hit covers at most prompt - 1 tokens."
+    )
+
+    left, right = st.columns(2)
+    with left:
+        st.subheader("Granularity")
+        gran = charts.granularity_frame(doc["granularity"])
+        st.altair_chart(charts.granularity_chart(gran), width="stretch")
+        st.dataframe(gran, hide_index=True, width="stretch")
+    with right:
+        st.subheader("Where reuse comes from")
+        src = charts.sources_frame(doc["sources"])
+        st.altair_chart(charts.sources_chart(src), width="stretch")
+        st.caption(doc["sources"].get("attribution", ""))
+        non_prefix = doc["non_prefix"]
+        if non_prefix.get("available"):
+            st.metric(
+                "Seen before, but not as a prefix",
+                f"{non_prefix['hit_rate']:.1%}",
+                help=non_prefix.get("note"),
+            )
+            st.caption(
+                f"Content seen before at any position: {non_prefix['content_seen_rate']:.1%} "
+                f"of tokens; as a prefix: {non_prefix['prefix_rate']:.1%}."
+            )
+        else:
+            st.caption(f"Non-prefix reuse: {non_prefix.get('reason', 'not available')}")
+
+    st.subheader("Top shared prefixes")
+    tops = doc["top_prefixes"]
+    by_volume, by_count = st.tabs(["By reused tokens", "By requests"])
+    by_volume.dataframe(charts.top_prefixes_frame(tops.get("by_volume", [])), hide_index=True)
+    by_count.dataframe(charts.top_prefixes_frame(tops.get("by_count", [])), hide_index=True)
+    if tops.get("note"):
+        st.caption(tops["note"])
+
+    st.subheader("Prefix tree")
+    bs = cur.trace.block_size
+    per_level = [bs * f for f in (1, 2, 4, 8, 16, 32, 64) if bs * f <= 8192]
+    a, b, c3 = st.columns(3)
+    level_tokens = a.select_slider(
+        "Tokens per level",
+        per_level,
+        value=min(per_level, key=lambda t: abs(t - 256)),
+        key="reuse.tree_tokens",
+    )
+    levels = b.slider("Levels", 2, 8, 5, key="reuse.tree_levels")
+    min_share = c3.select_slider(
+        "Merge prefixes under",
+        [0.001, 0.005, 0.01, 0.02, 0.05],
+        value=0.01,
+        format_func=lambda v: f"{v:.1%} of requests",
+        key="reuse.tree_min_share",
+    )
+    coarse = compute.coarsened(cur.content, cur.ingest_key, level_tokens // bs, cur.trace)
+    tree = charts.prefix_tree_frame(coarse, levels=levels, min_share=min_share)
+    if tree.empty:
+        st.info(f"No request has a full block of {level_tokens} tokens.")
+    else:
+        st.altair_chart(charts.prefix_tree_chart(tree), width="stretch")
+        st.caption(
+            f"Each row is the next {level_tokens} tokens of the prompt; a rectangle is one "
+            "distinct prefix, as wide as the share of requests that start with it. Wide "
+            "rectangles deep down are long shared prefixes: what a KV cache can reuse."
+        )
