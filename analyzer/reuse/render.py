@@ -1,0 +1,205 @@
+"""Terminal summary (rich) and JSON file of a reuse report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from analyzer.errors import OutputError
+from analyzer.reuse.analysis import GIB, ReuseReport
+
+POLICY_LABELS = {"lru": "LRU", "fifo": "FIFO", "s3fifo": "S3-FIFO", "optimal": "optimal"}
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def tokens(n: float | None) -> str:
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 1:
+        return f"{s * 1000:.0f} ms"
+    if s < 120:
+        return f"{s:.1f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def write_json(report: ReuseReport, path: Path) -> None:
+    text = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _size(report: ReuseReport, capacity_tokens: int) -> str:
+    out = f"{tokens(capacity_tokens)} tok"
+    if report.bytes_per_token:
+        out += f" ({capacity_tokens * report.bytes_per_token / GIB:,.1f} GiB)"
+    return out
+
+
+def render_summary(
+    report: ReuseReport,
+    console: Console,
+    sources: list[str] | None = None,
+    skipped: str | None = None,
+) -> None:
+    """A readable summary: headline, granularity, sources, capacity table, top prefixes."""
+    where = ", ".join(sources or []) or "trace"
+    console.print(
+        f"[bold]Prefix reuse[/] in {where}: {report.n_requests:,} requests, "
+        f"{report.block_size}-token blocks, {report.n_accesses:,} block accesses, "
+        f"{report.n_blocks:,} distinct blocks"
+    )
+    if skipped and not skipped.startswith("no rows"):
+        console.print(f"[yellow]{skipped}[/]")
+    if not report.measurable:
+        console.print(f"[bold yellow]Reuse cannot be measured:[/] {report.reason}")
+        return
+    console.print(
+        f"Ceiling (unlimited cache, perfect routing): [bold]{pct(report.ceiling_hit_rate)}[/] "
+        f"of prompt tokens steady state (first {report.warmup:.0%} of requests warm the "
+        f"cache), {pct(report.cold_ceiling_hit_rate)} cold. The last prompt token of every "
+        "request is always recomputed."
+    )
+    _granularity(report, console)
+    _sources(report, console)
+    _capacities(report, console)
+    _distances(report, console)
+    _prefixes(report, console)
+    npx = report.non_prefix
+    if npx.get("available"):
+        console.print(
+            f"Beyond prefixes: {pct(npx['content_seen_rate'])} of prompt tokens were seen "
+            f"before at some position, {pct(npx['prefix_rate'])} as a prefix; the other "
+            f"[bold]{pct(npx['hit_rate'])}[/] is reusable only position-independently "
+            "(CacheBlend-style), which today's pooling products cannot use."
+        )
+    else:
+        console.print(f"Beyond prefixes: {npx.get('reason', 'not available')}.")
+
+
+def _granularity(report: ReuseReport, console: Console) -> None:
+    g = report.granularity
+    table = Table(title="Ceiling by cache granularity", title_justify="left")
+    table.add_column("granularity")
+    table.add_column("steady", justify="right")
+    table.add_column("cold", justify="right")
+    exact = g.get("token_exact", {})
+    if exact.get("available"):
+        table.add_row("token-exact", pct(exact["hit_rate"]), pct(exact["cold_hit_rate"]))
+    else:
+        table.add_row("token-exact", "unknown", "unknown")
+    for row in g.get("blocks", []):
+        label = f"{row['block_size']}-token blocks"
+        if row["available"]:
+            table.add_row(label, pct(row["hit_rate"]), pct(row["cold_hit_rate"]))
+        else:
+            table.add_row(label, "n/a", "n/a")
+    console.print(table)
+    missing = [r for r in g.get("blocks", []) if not r["available"]]
+    if missing:
+        console.print(f"  n/a: {missing[0]['reason']}")
+
+
+def _sources(report: ReuseReport, console: Console) -> None:
+    s = report.sources
+    if not s.get("sessions_known") and not s.get("tenants_known"):
+        console.print(
+            "Sources: the trace names no sessions or tenants, so reuse cannot be split by source."
+        )
+        return
+    table = Table(title="Where reused tokens come from (last holder)", title_justify="left")
+    for col in ("source", "share of hits", "share of prompt tokens"):
+        table.add_column(col, justify="left" if col == "source" else "right")
+    labels = {
+        "same_session": "same session, earlier turn",
+        "same_tenant": "other session, same tenant",
+        "cross_tenant": "other tenant",
+        "unattributed": "unknown session/tenant",
+    }
+    for key, label in labels.items():
+        table.add_row(label, pct(s["share_of_hits"][key]), pct(s["share_of_prompt"][key]))
+    console.print(table)
+
+
+def _capacities(report: ReuseReport, console: Console) -> None:
+    method = "exact, one pass" if report.curve_method == "exact" else "SHARDS-sampled"
+    policies = list(report.policy_points)
+    table = Table(title=f"Steady hit rate against cache size (LRU {method})", title_justify="left")
+    table.add_column("capacity")
+    table.add_column("LRU", justify="right")
+    for p in policies:
+        table.add_column(POLICY_LABELS.get(p, p), justify="right")
+    for cap in report.capacities_tokens:
+        row = [_size(report, cap), pct(report.hit_rate_at(cap))]
+        points = dict(report.policy_points.items())
+        row += [pct(dict(points[p]).get(cap)) for p in policies]
+        table.add_row(*row)
+    console.print(table)
+    knees = ", ".join(
+        f"{int(f * 100)}% of the ceiling at {_size(report, report.knee_tokens(f))}"
+        for f in (0.5, 0.9)
+    )
+    console.print(
+        f"LRU reaches {knees}; the whole reusable working set is "
+        f"{_size(report, report.footprint_tokens)}."
+    )
+    if report.shards:
+        sh = report.shards
+        console.print(
+            f"  sampled at rate {sh['rate']:g}; measured error against the exact curve on the "
+            f"first {sh['checked_accesses']:,} accesses: max {pct(sh['max_abs_error'])}, "
+            f"mean {pct(sh['mean_abs_error'])} (absolute)."
+        )
+    for note in report.policy_notes:
+        console.print(f"  {note}")
+
+
+def _distances(report: ReuseReport, console: Console) -> None:
+    d = report.reuse_distance.get("tokens", {})
+    t = report.reuse_time
+    ws = report.working_set
+    console.print(
+        f"Reuse distance (distinct tokens in between) p50 {tokens(d.get('p50'))}, "
+        f"p90 {tokens(d.get('p90'))}, p99 {tokens(d.get('p99'))}; reuse time p50 "
+        f"{seconds(t.get('p50'))}, p90 {seconds(t.get('p90'))}, p99 {seconds(t.get('p99'))}. "
+        f"Working set: peak {tokens(ws.get('peak_distinct_tokens'))} distinct tokens per "
+        f"{seconds(ws.get('window_s'))} window."
+    )
+
+
+def _prefixes(report: ReuseReport, console: Console) -> None:
+    entries = report.top_prefixes.get("by_volume", [])
+    if not entries:
+        return
+    table = Table(title="Top shared prefixes by reused tokens", title_justify="left")
+    for col in ("prefix", "requests", "reused", "what"):
+        table.add_column(col, justify="right" if col in ("requests", "reused") else "left")
+    for e in entries:
+        what = e["preview"] or f"hash {e['hash']}"
+        table.add_row(
+            f"{tokens(e['prefix_tokens'])} tok",
+            f"{e['requests']:,}",
+            tokens(e["reused_tokens"]),
+            what,
+        )
+    console.print(table)
