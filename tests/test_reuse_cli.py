@@ -1,0 +1,121 @@
+"""`kvpool reuse` end to end: summary, JSON document, count-only inputs, flag errors."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+from typer.testing import CliRunner
+
+from analyzer.cli import app
+from analyzer.errors import UsageError
+from analyzer.reuse.command import parse_tokens_list
+from analyzer.trace import CANONICAL_SCHEMA, trace_metadata, write_canonical
+
+
+def canonical(path, rows, block_size=16, count_only=False):
+    """Write a small canonical trace: rows are (session, tenant, prompt_tokens, hashes)."""
+    n = len(rows)
+    cols: dict[str, list] = {f.name: [None] * n for f in CANONICAL_SCHEMA}
+    cols["request_id"] = [f"r{i}" for i in range(n)]
+    cols["arrival_s"] = [float(i) for i in range(n)]
+    cols["session_id"] = [r[0] for r in rows]
+    cols["tenant"] = [r[1] for r in rows]
+    cols["prompt_tokens"] = [r[2] for r in rows]
+    cols["block_hashes"] = [r[3] for r in rows]
+    cols["count_only"] = [count_only] * n
+    cols["approx_lengths"] = [False] * n
+    table = pa.table(cols, schema=CANONICAL_SCHEMA)
+    write_canonical(table.replace_schema_metadata(trace_metadata(block_size=block_size)), path)
+    return path
+
+
+ROWS = [
+    ("a", "acme", 70, [11, 12, 13, 14]),
+    ("a", "acme", 90, [11, 12, 13, 14, 15]),
+    ("b", "acme", 50, [11, 12, 21]),
+    ("c", "other", 50, [11, 12, 31]),
+    ("c", "other", 70, [11, 12, 31, 32]),
+    ("d", "acme", 40, [11, 12]),
+]
+
+
+def test_summary_and_json(tmp_path):
+    src = canonical(tmp_path / "t.parquet", ROWS)
+    out = tmp_path / "reuse.json"
+    r = CliRunner().invoke(
+        app,
+        ["reuse", str(src), "--warmup", "0", "--capacity-tokens", "32,64", "--json", str(out)],
+    )
+    assert r.exit_code == 0, r.output
+    assert "Ceiling" in r.output and "same session" in r.output
+    doc = json.loads(out.read_text())
+    # independent count: r1 reuses 4 blocks (64 tok), r2 2, r3 2, r4 3, r5 2:
+    # 64 + 32 + 32 + 48 + 32 of 370 prompt tokens
+    assert doc["ceiling"]["hit_rate"] == pytest.approx(round(208 / 370, 6))
+    assert doc["ceiling"]["warmup"] == 0.0 and doc["ceiling"]["block_size"] == 16
+    assert [p["capacity_tokens"] for p in doc["curves"]["fifo"]] == [32, 64]
+    assert set(doc["sources"]["tokens"]) >= {"same_session", "same_tenant", "cross_tenant"}
+    assert doc["top_prefixes"]["by_count"][0]["requests"] == 5
+    # the same flags give byte-identical JSON
+    out2 = tmp_path / "again.json"
+    r = CliRunner().invoke(
+        app,
+        ["reuse", str(src), "--warmup", "0", "--capacity-tokens", "32,64", "--json", str(out2)],
+    )
+    assert out2.read_bytes() == out.read_bytes()
+
+
+def test_block_size_coarsens_a_canonical_trace(tmp_path):
+    src = canonical(tmp_path / "t.parquet", ROWS)
+    out = tmp_path / "r.json"
+    r = CliRunner().invoke(app, ["reuse", str(src), "--block-size", "32", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text())["ceiling"]["block_size"] == 32
+    r = CliRunner().invoke(app, ["reuse", str(src), "--block-size", "24"])
+    assert isinstance(r.exception, UsageError) and "multiple" in str(r.exception)
+
+
+def test_count_only_trace_says_reuse_cannot_be_measured(tmp_path):
+    src = canonical(tmp_path / "c.parquet", [(None, None, 100, [])] * 3, count_only=True)
+    out = tmp_path / "c.json"
+    r = CliRunner().invoke(app, ["reuse", str(src), "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "cannot be measured" in " ".join(r.output.split())
+    assert json.loads(out.read_text())["measurable"] is False
+
+
+def test_capacity_flags(tmp_path):
+    src = canonical(tmp_path / "t.parquet", ROWS)
+    r = CliRunner().invoke(app, ["reuse", str(src), "--capacity-gib", "8"])
+    assert isinstance(r.exception, UsageError) and "--model" in str(r.exception)
+    r = CliRunner().invoke(app, ["reuse", str(src), "--capacity-tokens", "lots"])
+    assert isinstance(r.exception, UsageError)
+    assert parse_tokens_list("1M,4M,250k,1.5K") == (1_000_000, 4_000_000, 250_000, 1500)
+
+
+def test_capacity_gib_with_a_model(tmp_path):
+    cost = pytest.importorskip("analyzer.cost")
+    bpt = cost.get_model("llama-3.1-8b").kv_bytes_per_token()
+    src = canonical(tmp_path / "t.parquet", ROWS)
+    out = tmp_path / "g.json"
+    r = CliRunner().invoke(
+        app,
+        ["reuse", str(src), "--model", "llama-3.1-8b", "--capacity-gib", "1", "--json", str(out)],
+    )
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["bytes_per_token"] == bpt
+    row = doc["capacities"][0]
+    assert row["capacity_tokens"] == 2**30 // bpt
+    assert row["capacity_gib"] == pytest.approx(row["capacity_tokens"] * bpt / 2**30, abs=1e-3)
+
+
+def test_mooncake_trace_from_the_command_line(shared_traces, tmp_path):
+    out = tmp_path / "m.json"
+    path = shared_traces / "mooncake" / "conversation_trace.jsonl"
+    r = CliRunner().invoke(app, ["reuse", str(path), "--policies", "lru", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "39.8%" in r.output
+    assert json.loads(out.read_text())["ceiling"]["hit_rate"] == pytest.approx(0.397791)
