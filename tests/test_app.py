@@ -1,0 +1,271 @@
+"""The dashboard under ``streamlit.testing.v1.AppTest``: every page, the what-if controls,
+the cache (ingestion not redone), and bad input shown as messages, never tracebacks."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from app import compute
+from app.command import ENV_INPUT, ENV_MAX_UPLOAD_MB
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "app" / "streamlit_app.py"
+TIMEOUT_S = 180
+PAGES = {
+    "views/overview.py": "Workload overview",
+    "views/reuse.py": "Prefix reuse",
+    "views/capacity.py": "Capacity",
+    "views/cost.py": "Cost model",
+    "views/replay.py": "Replay",
+    "views/recommend.py": "Recommendation",
+}
+
+SYSTEMS = (
+    "You are a careful travel assistant. Answer briefly and cite the booking rules. " * 12,
+    "You are a code reviewer. Point out bugs first, then style issues, in that order. " * 10,
+)
+WORDS = ("alpha", "beta", "gamma", "delta", "flight", "city", "bug", "patch", "fare", "seat")
+
+
+def write_chat_log(path: Path, n: int = 240, seed: int = 7) -> Path:
+    """A small OpenAI chat-completions log: two system prompts, multi-turn users."""
+    rnd = random.Random(seed)
+    t = 1_700_000_000.0
+    history: dict[str, list[dict]] = {}
+    lines = []
+    for i in range(n):
+        t += rnd.expovariate(2.0)
+        u = rnd.randrange(16)
+        user = f"user{u}"
+        turns = history.setdefault(user, [])
+        question = f"Question {i} from {user}: " + " ".join(rnd.choice(WORDS) for _ in range(30))
+        messages = [{"role": "system", "content": SYSTEMS[u % 2]}, *turns]
+        messages.append({"role": "user", "content": question})
+        record = {
+            "id": f"req-{i}",
+            "created_at": round(t, 3),
+            "request": {"model": "gpt-4o-mini", "messages": messages, "user": user},
+            "response": {"usage": {"completion_tokens": rnd.randrange(20, 200)}},
+        }
+        lines.append(json.dumps(record))
+        turns += [{"role": "user", "content": question}, {"role": "assistant", "content": "Ok. " * 20}]
+        if len(turns) > 8:
+            turns.clear()
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+AZURE_CSV = (
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+    "2023-11-16 18:15:46.6805900,374,44\n"
+    "2023-11-16 18:15:50.9951690,396,109\n"
+    "2023-11-16 18:15:51.2000000,1200,12\n"
+    "2023-11-16 18:15:53.5000000,880,230\n"
+)
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory) -> Path:
+    return write_chat_log(tmp_path_factory.mktemp("dash") / "chat.jsonl")
+
+
+@pytest.fixture
+def at(sample: Path, monkeypatch) -> AppTest:
+    monkeypatch.setenv(ENV_INPUT, str(sample))
+    monkeypatch.delenv(ENV_MAX_UPLOAD_MB, raising=False)
+    app = AppTest.from_file(str(APP), default_timeout=TIMEOUT_S)
+    app.run()
+    assert_clean(app)
+    return app
+
+
+def assert_clean(at: AppTest) -> None:
+    """No exception and no error box on the page."""
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def charts(at: AppTest) -> list[tuple[dict, dict[str, pd.DataFrame]]]:
+    """Every Vega-Lite chart on the page: its spec and its datasets as DataFrames."""
+    out = []
+    for chart in at.get("vega_lite_chart"):
+        proto = chart.proto
+        tables = {
+            d.name: pa.ipc.open_stream(d.data.data).read_all().to_pandas() for d in proto.datasets
+        }
+        out.append((json.loads(proto.spec), tables))
+    return out
+
+
+def rule_marks(at: AppTest) -> dict[str, float]:
+    """The labelled vertical rules (knee, HBM sizes) of the capacity chart: label -> x."""
+    marks: dict[str, float] = {}
+    for _, tables in charts(at):
+        for frame in tables.values():
+            if "label" in frame.columns:
+                x = next(c for c in frame.columns if c.startswith("capacity_"))
+                marks.update(dict(zip(frame["label"], frame[x], strict=True)))
+    return marks
+
+
+def metric(at: AppTest, label_start: str) -> str:
+    return next(m.value for m in at.metric if m.label.startswith(label_start))
+
+
+def test_load_page_opens_the_given_trace(at: AppTest) -> None:
+    assert at.title[0].value == "Load a trace"
+    assert metric(at, "Requests") == "240"
+    assert metric(at, "Sessions") == "16"
+    assert any("chat.jsonl" in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_every_page_renders(at: AppTest, page: str) -> None:
+    at.switch_page(page).run()
+    assert_clean(at)
+    assert at.title[0].value == PAGES[page]
+    if page != "views/recommend.py":
+        assert charts(at), f"{page} shows no chart"
+
+
+def test_pages_share_one_ingestion(at: AppTest) -> None:
+    before = compute.CALLS["ingest"]
+    for page in PAGES:
+        at.switch_page(page).run()
+        assert_clean(at)
+    assert compute.CALLS["ingest"] == before
+
+
+def test_changing_controls_updates_figures_without_reingesting(at: AppTest) -> None:
+    at.switch_page("views/capacity.py").run()
+    at.radio(key="capacity.unit").set_value("GiB").run()
+    assert_clean(at)
+    ingest0, reuse0 = compute.CALLS["ingest"], compute.CALLS["reuse"]
+    before = rule_marks(at)
+    knee_before = next(v for k, v in before.items() if k.startswith("knee"))
+
+    # A bigger model: more KV bytes per token, so the knee moves right in GiB.
+    at.selectbox(key="ctl.model").set_value("llama-3.1-70b")
+    at.selectbox(key="ctl.tp").set_value(4).run()
+    assert_clean(at)
+    after = rule_marks(at)
+    knee_after = next(v for k, v in after.items() if k.startswith("knee"))
+    # Llama-3.1-70B stores 327,680 B per token against 131,072 B for 8B (FIELD.md).
+    assert knee_after == pytest.approx(knee_before * 327_680 / 131_072)
+    assert any("llama-3.1-70b" in k and "4x" in k for k in after)
+
+    # More instances: the "HBM x N instances" rule moves with N.
+    hbm_one = next(v for k, v in after.items() if k.startswith("HBM per instance"))
+    at.number_input(key="ctl.instances").set_value(8).run()
+    assert_clean(at)
+    marks = rule_marks(at)
+    assert marks["HBM x 8 instances"] == pytest.approx(8 * hbm_one)
+
+    # Neither control re-read the trace or re-measured reuse.
+    assert compute.CALLS["ingest"] == ingest0
+    assert compute.CALLS["reuse"] == reuse0
+
+
+def test_pool_bandwidth_moves_the_break_even_chart(at: AppTest) -> None:
+    at.switch_page("views/cost.py").run()
+    assert_clean(at)
+    ingest0 = compute.CALLS["ingest"]
+
+    def link_rules() -> dict[str, float]:
+        for _, tables in charts(at):
+            for frame in tables.values():
+                if "link" in frame.columns:
+                    return dict(zip(frame["link"], frame["bandwidth_gbps"], strict=True))
+        raise AssertionError("no break-even chart")
+
+    assert not any("as set" in k for k in link_rules())
+    at.number_input(key="ctl.pool_gbps").set_value(80.0).run()
+    assert_clean(at)
+    rules = link_rules()
+    assert [v for k, v in rules.items() if k.startswith("pool")] == [80.0]
+    assert compute.CALLS["ingest"] == ingest0
+
+
+def test_replay_reruns_on_instances_but_not_ingest(at: AppTest) -> None:
+    at.switch_page("views/replay.py").run()
+    assert_clean(at)
+    ingest0, replay0 = compute.CALLS["ingest"], compute.CALLS["replay"]
+    at.checkbox(key="replay.search").uncheck().run()
+    assert compute.CALLS["replay"] == replay0 + 1
+    at.number_input(key="ctl.instances").set_value(1).run()
+    assert_clean(at)
+    assert compute.CALLS["replay"] == replay0 + 2
+    assert any("1 instances" in c.value for c in at.caption)
+    # Back to a setting seen before: served from the cache.
+    at.number_input(key="ctl.instances").set_value(4).run()
+    assert compute.CALLS["replay"] == replay0 + 2
+    assert compute.CALLS["ingest"] == ingest0
+
+
+def _open_path(at: AppTest, path: Path) -> None:
+    at.switch_page("views/load.py").run()
+    at.radio(key="load.how").set_value("Path on this machine").run()
+    at.text_input(key="load.path").input(str(path))
+    at.button(key="load.open_path").click().run()
+
+
+def test_count_only_trace_is_explained_on_every_page(at: AppTest, tmp_path: Path) -> None:
+    azure = tmp_path / "azure.csv"
+    azure.write_text(AZURE_CSV)
+    _open_path(at, azure)
+    assert_clean(at)
+    assert any("count-only" in w.value for w in at.warning)
+    for page in ("views/reuse.py", "views/capacity.py", "views/replay.py"):
+        at.switch_page(page).run()
+        assert_clean(at)
+        assert any("count-only" in w.value for w in at.warning), page
+    at.switch_page("views/overview.py").run()
+    assert_clean(at)
+    assert metric(at, "Requests") == "4"
+    at.switch_page("views/recommend.py").run()
+    assert_clean(at)
+    assert any("insufficient-data" in w.value for w in at.warning)
+
+
+def test_missing_path_is_an_error_message(at: AppTest, tmp_path: Path) -> None:
+    _open_path(at, tmp_path / "nope.jsonl")
+    assert not at.exception
+    assert any("no such file" in e.value for e in at.error)
+
+
+def test_unreadable_upload_is_an_error_message(at: AppTest) -> None:
+    at.radio(key="load.how").set_value("Upload a file").run()
+    at.file_uploader(key="load.upload").upload("garbage.jsonl", b"\x00\x01 not a log\n{]\n")
+    at.run()
+    assert not at.exception
+    assert at.error, "an unreadable upload must say so"
+    # The app keeps running: another page still works once a good trace is chosen.
+    at.radio(key="load.how").set_value("Bundled sample").run()
+    assert not at.exception
+
+
+def test_upload_over_the_limit_is_refused(at: AppTest, monkeypatch) -> None:
+    monkeypatch.setenv(ENV_MAX_UPLOAD_MB, "1")
+    at.radio(key="load.how").set_value("Upload a file").run()
+    at.file_uploader(key="load.upload").upload("big.jsonl", b"{}\n" * 400_000)
+    at.run()
+    assert not at.exception
+    assert any("over the 1 MB upload limit" in e.value for e in at.error)
+
+
+def test_good_upload_is_ingested(at: AppTest, sample: Path) -> None:
+    at.radio(key="load.how").set_value("Upload a file").run()
+    data = sample.read_bytes()[: 200_000]
+    data = data[: data.rfind(b"\n") + 1]
+    at.file_uploader(key="load.upload").upload("part.jsonl", data)
+    at.run()
+    assert_clean(at)
+    assert at.subheader[0].value == "Loaded: part.jsonl"
+    assert int(metric(at, "Requests")) == data.count(b"\n")
