@@ -62,6 +62,8 @@ class BlockHasher:
         self.salt = salt
         self.ratio = _ratio(token_ratio)
         self._base = hashlib.blake2b(digest_size=8, key=salt)
+        self._cbase = self._base.copy()
+        self._cbase.update(ZERO)  # content hashes: the chain always starts from zero
         self._memo: OrderedDict[bytes, ChainState] = OrderedDict()
         self._memo_hashes = 0
         self.memo_max_hashes = memo_max_hashes
@@ -90,27 +92,31 @@ class BlockHasher:
             tail = np.concatenate([state.tail, tokens]) if tokens.size else state.tail
             return ChainState(state.hashes, state.contents, tail, n_total, state.last)
         buf = np.concatenate([state.tail, tokens]).astype("<u4", copy=False).tobytes()
-        new_h = np.empty(k1 - k0, dtype=np.uint64)
-        new_c = np.empty(k1 - k0, dtype=np.uint64)
         prev = state.last
-        base = self._base
-        lo = 0
-        for j, k in enumerate(range(k0, k1)):
-            hi = (self.bound(k + 1) - start) * 4
-            chunk = buf[lo:hi]
+        base, cbase = self._base, self._cbase
+        chained: list[bytes] = []
+        content: list[bytes] = []
+        if self.ratio == 1:
+            step = 4 * self.block_size
+            cuts = range(0, (k1 - k0) * step, step)
+            lo = (k1 - k0) * step
+        else:
+            edges = [(self.bound(k) - start) * 4 for k in range(k0, k1 + 1)]
+            cuts = edges[:-1]
+            lo = edges[-1]
+        ends = [*cuts[1:], lo]
+        for a, b in zip(cuts, ends, strict=True):
+            chunk = buf[a:b] + extra
             h = base.copy()
-            h.update(prev)
-            h.update(chunk)
-            h.update(extra)
+            h.update(prev + chunk)
             prev = h.digest()
-            c = base.copy()
-            c.update(ZERO)
+            chained.append(prev)
+            c = cbase.copy()
             c.update(chunk)
-            c.update(extra)
-            new_h[j] = int.from_bytes(prev, "little")
-            new_c[j] = int.from_bytes(c.digest(), "little")
-            lo = hi
+            content.append(c.digest())
         self.blocks_hashed += k1 - k0
+        new_h = np.frombuffer(b"".join(chained), dtype="<u8").astype(np.uint64)
+        new_c = np.frombuffer(b"".join(content), dtype="<u8").astype(np.uint64)
         tail = np.frombuffer(buf[lo:], dtype="<u4").astype(np.uint32)
         return ChainState(
             np.concatenate([state.hashes, new_h]),

@@ -1,7 +1,7 @@
 """Token-exact compressed radix tree, and the arrival-order LCP built on it.
 
-:class:`TokenRadix` holds token sequences; a node's edge is a compact numpy ``uint32``
-array (never a Python list of ints) and its children are keyed by their first token, as
+:class:`TokenRadix` holds token sequences; a node's edge is compact ``bytes`` of
+little-endian uint32 ids (never a Python list of ints) and its children are keyed by their first token, as
 in SGLang's radix cache. Inserting a sequence that diverges inside an edge splits the
 edge; the existing node keeps the lower half, so a node handed out by :meth:`insert`
 stays the end node of its sequence forever. Eviction removes least recently used leaves
@@ -28,85 +28,94 @@ _INF = np.iinfo(np.int64).max
 class Node:
     __slots__ = ("children", "edge", "ends", "last_access", "m1", "m2", "parent")
 
-    def __init__(self, edge: np.ndarray, parent: Node | None) -> None:
-        self.edge = edge
+    def __init__(self, edge: bytes, parent: Node | None) -> None:
+        self.edge = edge  # token ids as little-endian uint32 bytes
         self.parent = parent
-        self.children: dict[int, Node] = {}
+        self.children: dict[bytes, Node] = {}  # keyed by the first token's 4 bytes
         self.last_access = 0.0
         self.ends: list[int] | None = None
         self.m1 = _INF
         self.m2 = _INF
 
+    @property
+    def tokens(self) -> np.ndarray:
+        return np.frombuffer(self.edge, dtype="<u4")
 
-def _as_tokens(tokens: Sequence[int] | np.ndarray) -> np.ndarray:
-    return np.asarray(tokens, dtype=np.uint32)
+
+def _as_bytes(tokens: Sequence[int] | np.ndarray) -> bytes:
+    return np.asarray(tokens, dtype="<u4").tobytes()
 
 
-def _common(edge: np.ndarray, seg: np.ndarray) -> int:
-    m = min(edge.size, seg.size)
-    if m == 0:
-        return 0
-    if edge[0] != seg[0]:
-        return 0
-    neq = np.flatnonzero(edge[:m] != seg[:m])
-    return int(neq[0]) if neq.size else m
+def _common(edge: bytes, buf: bytes, pos: int) -> int:
+    """Bytes of ``edge`` that match ``buf`` from ``pos``, in whole tokens."""
+    if buf.startswith(edge, pos):  # the usual case: the whole edge matches (a memcmp)
+        return len(edge)
+    m = min(len(edge), len(buf) - pos) // 4
+    a = np.frombuffer(edge, dtype="<u4", count=m)
+    b = np.frombuffer(buf, dtype="<u4", count=m, offset=pos)
+    neq = np.flatnonzero(a != b)
+    return 4 * (int(neq[0]) if neq.size else m)
 
 
 class TokenRadix:
-    """Compressed radix tree over token ids; ``len()`` is the number of tokens stored."""
+    """Compressed radix tree over token ids; ``len()`` is the number of tokens stored.
+
+    Edges are immutable ``bytes`` of little-endian uint32 ids (4 bytes a token, no
+    per-token objects); a whole-edge match is one ``startswith`` on the query's bytes.
+    """
 
     def __init__(self, capacity_tokens: int | None = None) -> None:
-        self.root = Node(np.empty(0, dtype=np.uint32), None)
+        self.root = Node(b"", None)
         self.capacity_tokens = capacity_tokens
-        self._tokens = 0
+        self._bytes = 0
 
     def __len__(self) -> int:
-        return self._tokens
+        return self._bytes // 4
 
     def match(self, tokens: Sequence[int] | np.ndarray) -> int:
         """Number of leading tokens of ``tokens`` present in the tree; no side effects."""
-        t = _as_tokens(tokens)
+        buf = _as_bytes(tokens)
         node, pos = self.root, 0
-        while pos < t.size:
-            child = node.children.get(int(t[pos]))
+        while pos < len(buf):
+            child = node.children.get(buf[pos : pos + 4])
             if child is None:
                 break
-            ln = _common(child.edge, t[pos:])
+            ln = _common(child.edge, buf, pos)
             pos += ln
-            if ln < child.edge.size:
+            if ln < len(child.edge):
                 break
             node = child
-        return pos
+        return pos // 4
 
     def insert(self, tokens: Sequence[int] | np.ndarray, now: float = 0.0) -> Node:
         """Add ``tokens``; returns the node where the sequence ends (its own node)."""
-        t = _as_tokens(tokens)
+        buf = _as_bytes(tokens)
         node, pos = self.root, 0
         node.last_access = now
-        while pos < t.size:
-            first = int(t[pos])
+        while pos < len(buf):
+            first = buf[pos : pos + 4]
             child = node.children.get(first)
             if child is None:
-                leaf = Node(t[pos:].copy(), node)
+                leaf = Node(buf[pos:], node)
                 leaf.last_access = now
                 node.children[first] = leaf
-                self._tokens += leaf.edge.size
+                self._bytes += len(leaf.edge)
                 node = leaf
                 break
-            ln = _common(child.edge, t[pos:])
-            if ln < child.edge.size:  # split: `mid` takes the shared head
+            ln = _common(child.edge, buf, pos)
+            if ln < len(child.edge):  # split: `mid` takes the shared head
                 mid = Node(child.edge[:ln], node)
                 mid.last_access = now
                 node.children[first] = mid
                 child.edge = child.edge[ln:]
                 child.parent = mid
-                mid.children[int(child.edge[0])] = child
+                mid.children[child.edge[:4]] = child
                 child = mid
             child.last_access = now
             node = child
             pos += ln
-        if self.capacity_tokens is not None and self._tokens > self.capacity_tokens:
-            self.evict(self._tokens - self.capacity_tokens, protect=node)
+        if self.capacity_tokens is not None and len(self) > self.capacity_tokens:
+            self.evict(len(self) - self.capacity_tokens, protect=node)
         return node
 
     def evict(self, n_tokens: int, protect: Node | None = None) -> int:
@@ -131,9 +140,9 @@ class TokenRadix:
             _, _, leaf = heapq.heappop(heap)
             parent = leaf.parent
             assert parent is not None
-            del parent.children[int(leaf.edge[0])]
-            freed += leaf.edge.size
-            self._tokens -= leaf.edge.size
+            del parent.children[leaf.edge[:4]]
+            freed += len(leaf.edge) // 4
+            self._bytes -= len(leaf.edge)
             if parent is not self.root and not parent.children and id(parent) not in guarded:
                 heapq.heappush(heap, (parent.last_access, seq, parent))
                 seq += 1
@@ -174,7 +183,7 @@ class ArrivalLCP:
             order.append(n)
             d = depth[id(n)]
             for c in n.children.values():
-                depth[id(c)] = d + c.edge.size
+                depth[id(c)] = d + len(c.edge) // 4
                 stack.append(c)
         for n in reversed(order):
             m1 = m2 = _INF

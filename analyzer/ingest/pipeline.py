@@ -198,9 +198,10 @@ class _Builder:
             state = hasher.extend(state, g.tokens, extra)
         hashes = state.hashes
         if len(self.previews) < self.opts.max_previews:
-            pos = 0
-            for p in parts:
-                if p.preview is not None:
+            # Parts of a recalled prefix had their previews taken when first hashed.
+            pos = sum(p.tokens.size for p in parts[:start])
+            for p in parts[start:]:
+                if p.role is not None:
                     k = hasher.served_tokens(pos) // self.block_size
                     if k < hashes.size:
                         h = int(hashes[k])

@@ -60,7 +60,13 @@ class RenderError(ValueError):
 class Part:
     key: bytes  # 16-byte content address of the rendered chunk (template, role, text)
     tokens: np.ndarray  # uint32 token ids of the chunk, framing included
-    preview: str | None  # ~80 characters of the message text, for humans
+    role: str | None  # None for framing parts that have no text (BOS, generation prompt)
+    text: str = ""  # the message text, kept only until the request is hashed
+
+    @property
+    def preview(self) -> str | None:
+        """~80 characters of the message, for humans (computed only when asked)."""
+        return None if self.role is None else _preview(self.role, self.text)
 
 
 def _digest(data: bytes) -> bytes:
@@ -68,7 +74,7 @@ def _digest(data: bytes) -> bytes:
 
 
 def _preview(role: str, text: str, limit: int = 80) -> str:
-    flat = " ".join(text.split())
+    flat = " ".join(text[: 2 * limit].split())
     out = f"{role}: {flat}"
     return out if len(out) <= limit else out[: limit - 1] + "…"
 
@@ -95,6 +101,11 @@ class PromptRenderer:
         self.memo_max_tokens = memo_max_tokens
         self._memo: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._memo_tokens = 0
+        # Fast path for plain string messages: (role, content) -> Part, skipping the
+        # digest. In memory only (never persisted), bounded by the characters it holds.
+        self._fast: OrderedDict[tuple[str, str], Part] = OrderedDict()
+        self._fast_chars = 0
+        self.fast_max_chars = 4 * memo_max_tokens
         self.parts_seen = 0
         self.parts_tokenized = 0
         self.tokens_encoded = 0
@@ -157,15 +168,15 @@ class PromptRenderer:
                 h.update(b"\x00t")
                 h.update(p.encode("utf-8", "surrogatepass"))
         key = h.digest()
-        preview = _preview(role, preview_text) if preview_text is not None else None
+        shown = None if preview_text is None else role
         tokens = self._lookup(key)
         if tokens is not None:
-            return Part(key, tokens, preview)
+            return Part(key, tokens, shown, preview_text or "")
         self.parts_tokenized += 1
         tokens = self._frame(role, pieces, generation)
         self.tokens_encoded += int(tokens.size)
         self._store(key, tokens)
-        return Part(key, tokens, preview)
+        return Part(key, tokens, shown, preview_text or "")
 
     def _encode_pieces(self, pieces: list[str | bytes]) -> list[np.ndarray]:
         out = []
@@ -192,6 +203,20 @@ class PromptRenderer:
         if generation:
             return np.concatenate([*head, *body])
         return np.concatenate([*head, *body, self._eot])
+
+    def _fast_part(self, role: str, content: str) -> Part:
+        fk = (role, content)
+        part = self._fast.get(fk)
+        if part is not None:
+            self.parts_seen += 1
+            return part
+        part = self._part(role, [content], content)
+        self._fast[fk] = part
+        self._fast_chars += len(content) + len(role)
+        while self._fast_chars > self.fast_max_chars and len(self._fast) > 1:
+            (r0, c0), _ = self._fast.popitem(last=False)
+            self._fast_chars -= len(c0) + len(r0)
+        return part
 
     def _content(self, content: object, field: str) -> tuple[list[str | bytes], str]:
         """Content (string or list of parts) -> pieces and plain text for the preview."""
@@ -263,7 +288,16 @@ class PromptRenderer:
                 raise RenderError(
                     "missing field" if role is None else "mistyped field", f"{field}.role"
                 )
-            pieces, text = self._content(msg.get("content"), f"{field}.content")
+            content = msg.get("content")
+            if (
+                tools_done
+                and self.memo_enabled
+                and type(content) is str
+                and not msg.get("tool_calls")
+            ):
+                parts.append(self._fast_part(role, content))
+                continue
+            pieces, text = self._content(content, f"{field}.content")
             if not tools_done and (i > 0 or role not in ("system", "developer")):
                 # No system message: the tools become one, in front.
                 parts.append(self._part("system", [tools_text], tools_text))
@@ -314,4 +348,4 @@ class PromptRenderer:
             tokens = self.tok.encode(text)
             self.tokens_encoded += int(tokens.size)
             self._store(key, tokens)
-        return [Part(key, tokens, _preview("prompt", text))]
+        return [Part(key, tokens, "prompt", text)]

@@ -1,0 +1,167 @@
+"""Benchmark of ``kvpool convert`` on a generated multi-turn chat log.
+
+Prints MB/s and requests/s of the conversion (read, render, tokenize, hash, radix LCP,
+write Parquet), its peak RSS, and the same figures with the memos off (every prompt
+tokenized and hashed in full with the same tokenizer), measured in the same run; the
+ratio is the speed-up from content-addressed memoization. Each mode runs in a fresh
+child process so that peak RSS is its own.
+
+    .venv/bin/python bench/ingest.py [--requests 50000] [--seed 1]
+
+Targets (issue 2): >= 3x faster than tokenize-everything, >= 20 MB/s of log on one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WORDS = (  # noqa: SIM905 (a sentence reads better than 80 quoted words)
+    "the of and to in is for on that with as by at from this be are it an or was we can "
+    "cache token prefix model server request latency memory block hash session user "
+    "assistant system answer question data table report policy travel flight booking "
+    "price refund code python function error result value deploy cluster gpu network "
+    "storage bandwidth compute throughput queue router instance replica kernel tensor "
+    "batch stream window context layer attention head weight gradient vector index"
+).split()
+
+
+def _text(rnd: random.Random, n_words: int) -> str:
+    words = rnd.choices(WORDS, k=n_words)
+    out = []
+    for i, w in enumerate(words):
+        out.append(w.capitalize() + "." if i % 12 == 11 else w)
+    return " ".join(out)
+
+
+def generate(path: Path, requests: int, seed: int) -> int:
+    """A chat log in OpenAI JSONL: sessions resend their full history every turn."""
+    try:  # the synthetic-workload generator, when that stage has landed
+        from analyzer.synth import SynthConfig  # type: ignore[attr-defined]
+        from analyzer.synth import generate as synth_generate  # type: ignore[attr-defined]
+
+        synth_generate(
+            SynthConfig(profile="chat", requests=requests, seed=seed), path, fmt="openai"
+        )
+        return requests
+    except ImportError:
+        pass
+    rnd = random.Random(seed)
+    systems = [_text(rnd, rnd.randint(300, 800)) for _ in range(8)]
+    t = 1_700_000_000.0
+    live: list[dict] = []
+    written = 0
+    next_session = 0
+    with open(path, "w") as f:
+        while written < requests:
+            if not live or (len(live) < 400 and rnd.random() < 0.25):
+                live.append(
+                    {
+                        "id": f"sess-{next_session}",
+                        "messages": [{"role": "system", "content": rnd.choice(systems)}],
+                        "turns_left": 1 + int(rnd.expovariate(1 / 5)),
+                    }
+                )
+                next_session += 1
+            s = rnd.choice(live)
+            s["messages"].append({"role": "user", "content": _text(rnd, rnd.randint(15, 80))})
+            t += rnd.expovariate(20.0)
+            rec = {
+                "id": f"req-{written}",
+                "timestamp": round(t, 3),
+                "request": {"model": "llama-3.1-8b", "messages": s["messages"], "user": s["id"]},
+                "response": {"usage": {"completion_tokens": rnd.randint(20, 300)}},
+            }
+            f.write(json.dumps(rec) + "\n")
+            written += 1
+            s["messages"].append({"role": "assistant", "content": _text(rnd, rnd.randint(40, 160))})
+            s["turns_left"] -= 1
+            if s["turns_left"] <= 0:
+                live.remove(s)
+    return written
+
+
+def child(mode: str, log: str, out: str) -> None:
+    from analyzer.ingest import IngestOptions, open_trace
+    from analyzer.trace import write_canonical
+
+    opts = IngestOptions(salt=b"bench", memo=(mode != "no-memo"), exact=(mode != "no-exact"))
+    t0 = time.perf_counter()
+    loaded = open_trace([log], opts)
+    write_canonical(loaded.table, out)
+    dt = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    print(
+        json.dumps(
+            {
+                "seconds": dt,
+                "requests": loaded.trace.n_requests,
+                "tokens": int(loaded.trace.prompt_tokens.sum()),
+                "blocks": loaded.trace.n_accesses,
+                "peak_rss_bytes": rss,
+                **loaded.stats,
+            }
+        )
+    )
+
+
+def run_child(mode: str, log: Path, out: Path) -> dict:
+    env = {**os.environ, "KVPOOL_NO_PROGRESS": "1"}
+    res = subprocess.run(
+        [sys.executable, __file__, "--child", mode, str(log), str(out)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=50_000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--child", nargs=3, metavar=("MODE", "LOG", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--modes", default="memo,no-memo,no-exact")
+    args = ap.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "chat.jsonl"
+        n = generate(log, args.requests, args.seed)
+        mb = log.stat().st_size / 1e6
+        print(f"log: {n:,} requests, {mb:,.1f} MB ({log.stat().st_size / n / 1e3:.1f} kB/request)")
+        results = {}
+        for mode in args.modes.split(","):
+            r = run_child(mode, log, Path(d) / f"{mode}.parquet")
+            results[mode] = r
+            print(
+                f"{mode:>9}: {r['seconds']:7.2f} s  {mb / r['seconds']:7.1f} MB/s  "
+                f"{r['requests'] / r['seconds']:9,.0f} req/s  peak RSS "
+                f"{r['peak_rss_bytes'] / 2**20:,.0f} MiB  tokenized "
+                f"{r.get('tokens_encoded', 0):,} of {r['tokens']:,} prompt tokens"
+            )
+        if "memo" in results and "no-memo" in results:
+            a, b = results["memo"], results["no-memo"]
+            same = (a["requests"], a["tokens"], a["blocks"]) == (
+                b["requests"],
+                b["tokens"],
+                b["blocks"],
+            )
+            print(
+                f"speed-up of memoized convert over tokenize-everything: "
+                f"{b['seconds'] / a['seconds']:.2f}x (same output sizes: {same})"
+            )
+
+
+if __name__ == "__main__":
+    main()
