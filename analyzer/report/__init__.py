@@ -1,1 +1,110 @@
-"""report stage."""
+"""report stage: the analysis as JSON (``kvpool.report/1``), Markdown and self-contained HTML.
+
+Public API::
+
+    from analyzer.report import render_html, render_markdown, render_json, write_reports
+    paths = write_reports(result, "out/")   # {"html": .../report.html, "md": ..., "json": ...}
+
+Every renderer reads the same document (``result.to_json()``, or a ``report.json``
+loaded back), so the three outputs carry the same content.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from analyzer.errors import OutputError
+
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+
+
+def _doc(result_or_doc) -> dict:
+    return result_or_doc if isinstance(result_or_doc, dict) else result_or_doc.to_json()
+
+
+def render_json(result_or_doc) -> str:
+    """Deterministic JSON text: sorted keys, floats already rounded, no timestamps."""
+    return json.dumps(_doc(result_or_doc), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def render_markdown(result_or_doc) -> str:
+    from analyzer.report.render import render_markdown_doc
+
+    return render_markdown_doc(_doc(result_or_doc))
+
+
+def render_html(result_or_doc) -> str:
+    from analyzer.report.charts import all_charts
+    from analyzer.report.render import render_html_doc
+
+    doc = _doc(result_or_doc)
+    return render_html_doc(doc, all_charts(doc))
+
+
+def find_chromium() -> str | None:
+    for c in CHROMIUM_CANDIDATES:
+        if Path(c).is_file():
+            return c
+    return shutil.which("chromium")
+
+
+def write_pdf(html_path: Path, pdf_path: Path) -> bool:
+    """Print the HTML to PDF with headless Chromium; False when Chromium is absent."""
+    exe = find_chromium()
+    if exe is None:
+        return False
+    with tempfile.TemporaryDirectory() as profile:
+        cmd = [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            "--no-pdf-header-footer",
+            f"--print-to-pdf={pdf_path}",
+            html_path.resolve().as_uri(),
+        ]
+        try:
+            subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise OutputError(f"Chromium could not print {html_path} to PDF: {exc}") from exc
+    return pdf_path.is_file()
+
+
+def write_reports(result_or_doc, out_dir: str | Path, *, pdf: bool = False) -> dict[str, Path]:
+    """Write report.json, report.md and report.html (and report.pdf with ``pdf``)."""
+    out = Path(out_dir)
+    doc = _doc(result_or_doc)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {
+            "json": out / "report.json",
+            "md": out / "report.md",
+            "html": out / "report.html",
+        }
+        paths["json"].write_text(render_json(doc), encoding="utf-8")
+        paths["md"].write_text(render_markdown(doc), encoding="utf-8")
+        paths["html"].write_text(render_html(doc), encoding="utf-8")
+    except OSError as exc:
+        raise OutputError(f"cannot write reports to {out}: {exc.strerror or exc}") from exc
+    if pdf and write_pdf(paths["html"], out / "report.pdf"):
+        paths["pdf"] = out / "report.pdf"
+    return paths
+
+
+__all__ = [
+    "find_chromium",
+    "render_html",
+    "render_json",
+    "render_markdown",
+    "write_pdf",
+    "write_reports",
+]

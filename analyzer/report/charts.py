@@ -1,0 +1,229 @@
+"""Report charts: Altair specs rendered to SVG offline with vl-convert.
+
+The SVG is embedded inline in the HTML report, so the report needs no script, font
+or network access to display. Each function takes the report document (the
+``kvpool.report/1`` JSON) and returns an SVG string, or None when the document
+holds no data for that chart.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+
+WIDTH = 520
+HEIGHT = 260
+TIER_ORDER = ["hbm", "dram", "nvme", "pool"]
+SCENARIO_ORDER = ["none", "local", "local+dram", "pooled"]
+
+
+def to_svg(chart: alt.TopLevelMixin) -> str:
+    import vl_convert as vlc
+
+    svg = vlc.vegalite_to_svg(chart.to_json())
+    # The XML prolog is not allowed inside HTML; keep only the <svg> element.
+    start = svg.find("<svg")
+    return svg[start:] if start >= 0 else svg
+
+
+def _base(values: list[dict]) -> alt.Chart:
+    return alt.Chart(alt.Data(values=values)).properties(width=WIDTH, height=HEIGHT)
+
+
+def hit_ratio_curve(doc: dict) -> str | None:
+    curve = ((doc.get("reuse") or {}).get("analysis") or {}).get("curves", {}).get("lru") or []
+    pts = [
+        {"capacity_tokens": max(int(p["capacity_tokens"]), 1), "hit_rate": p["hit_rate"]}
+        for p in curve
+        if p.get("hit_rate") is not None
+    ]
+    if len(pts) < 2:
+        return None
+    line = (
+        _base(pts)
+        .mark_line(interpolate="step-after", color="#1f5fa8")
+        .encode(
+            x=alt.X(
+                "capacity_tokens:Q", scale=alt.Scale(type="log"), title="cache capacity (tokens)"
+            ),
+            y=alt.Y("hit_rate:Q", axis=alt.Axis(format="%"), title="steady-state hit rate (LRU)"),
+        )
+    )
+    marks = []
+    sz = doc.get("sizing") or {}
+    reuse_fig = (doc.get("reuse") or {}).get("figures") or {}
+    if reuse_fig.get("knee_tokens"):
+        marks.append({"capacity_tokens": reuse_fig["knee_tokens"], "what": "knee (pool capacity)"})
+    if sz.get("hbm_cache_per_instance_tokens"):
+        marks.append(
+            {"capacity_tokens": sz["hbm_cache_per_instance_tokens"], "what": "HBM cache / instance"}
+        )
+    if sz.get("dram_per_node_tokens"):
+        marks.append({"capacity_tokens": sz["dram_per_node_tokens"], "what": "host DRAM / node"})
+    layers = [line]
+    if marks:
+        rules = (
+            alt.Chart(alt.Data(values=marks))
+            .mark_rule(strokeDash=[4, 3])
+            .encode(
+                x="capacity_tokens:Q",
+                color=alt.Color("what:N", title="recommended", legend=alt.Legend(orient="bottom")),
+            )
+        )
+        layers.append(rules)
+    return to_svg(alt.layer(*layers).properties(title="Hit ratio against capacity"))
+
+
+def sources_chart(doc: dict) -> str | None:
+    src = ((doc.get("reuse") or {}).get("analysis") or {}).get("sources") or {}
+    shares = src.get("share_of_prompt") or {}
+    if not shares:
+        return None
+    labels = {
+        "same_session": "same session (earlier turns)",
+        "same_tenant": "same tenant, other sessions",
+        "cross_tenant": "other tenants",
+        "unattributed": "unattributed",
+    }
+    vals = [{"source": labels.get(k, k), "share": v} for k, v in shares.items()]
+    chart = (
+        _base(vals)
+        .mark_bar(color="#2a7f62")
+        .encode(
+            y=alt.Y("source:N", sort=list(labels.values()), title=None),
+            x=alt.X("share:Q", axis=alt.Axis(format="%"), title="share of prompt tokens reused"),
+        )
+        .properties(height=140, title="Where reuse comes from")
+    )
+    return to_svg(chart)
+
+
+def break_even_chart(doc: dict) -> str | None:
+    bw = doc.get("bandwidth") or {}
+    curve = bw.get("curve") or []
+    pts = [p for p in curve if p.get("break_even_gbps") is not None]
+    if len(pts) < 2:
+        return None
+    line = (
+        _base(pts)
+        .mark_line(color="#b23b3b", point=True)
+        .encode(
+            x=alt.X(
+                "prefix_tokens:Q", scale=alt.Scale(type="log"), title="reusable prefix (tokens)"
+            ),
+            y=alt.Y("break_even_gbps:Q", scale=alt.Scale(type="log"), title="GB/s"),
+        )
+    )
+    tiers = [
+        {"tier": f"{t['role']}: {t['tier']}", "gbps": t["bandwidth_gbps"]}
+        for t in bw.get("tiers") or []
+        if t.get("bandwidth_gbps")
+    ]
+    layers = [line]
+    if tiers:
+        layers.append(
+            alt.Chart(alt.Data(values=tiers))
+            .mark_rule(strokeDash=[4, 3])
+            .encode(
+                y="gbps:Q",
+                color=alt.Color(
+                    "tier:N", title="tier bandwidth", legend=alt.Legend(orient="bottom")
+                ),
+            )
+        )
+    median = [{"prefix_tokens": bw.get("prefix_tokens")}] if bw.get("prefix_tokens") else []
+    if median:
+        layers.append(
+            alt.Chart(alt.Data(values=median)).mark_rule(color="#555").encode(x="prefix_tokens:Q")
+        )
+    return to_svg(
+        alt.layer(*layers).properties(
+            title="Break-even bandwidth (load beats recompute above the line)"
+        )
+    )
+
+
+def _scenarios(doc: dict) -> dict:
+    return ((doc.get("replay") or {}).get("scenarios")) or {}
+
+
+def ttft_chart(doc: dict) -> str | None:
+    sc = _scenarios(doc)
+    vals = []
+    for name, s in sc.items():
+        t = s.get("ttft_s") or {}
+        for q in ("mean", "p50", "p90", "p99"):
+            if t.get(q) is not None:
+                vals.append({"scenario": name, "statistic": q, "ttft_s": t[q]})
+    if not vals:
+        return None
+    chart = (
+        _base(vals)
+        .mark_bar()
+        .encode(
+            x=alt.X("scenario:N", sort=SCENARIO_ORDER, title=None),
+            xOffset=alt.XOffset("statistic:N", sort=["mean", "p50", "p90", "p99"]),
+            y=alt.Y("ttft_s:Q", title="TTFT (s)"),
+            color=alt.Color("statistic:N", sort=["mean", "p50", "p90", "p99"], title="TTFT"),
+        )
+        .properties(title="Time to first token by scenario")
+    )
+    return to_svg(chart)
+
+
+def tier_hits_chart(doc: dict) -> str | None:
+    sc = _scenarios(doc)
+    vals = []
+    for name, s in sc.items():
+        for tier, v in (s.get("hit_rate_by_tier") or {}).items():
+            vals.append({"scenario": name, "tier": tier, "hit_rate": v})
+    if not vals:
+        return None
+    chart = (
+        _base(vals)
+        .mark_bar()
+        .encode(
+            x=alt.X("scenario:N", sort=SCENARIO_ORDER, title=None),
+            y=alt.Y(
+                "hit_rate:Q", axis=alt.Axis(format="%"), title="prompt tokens served from cache"
+            ),
+            color=alt.Color("tier:N", sort=TIER_ORDER, title="tier"),
+            order=alt.Order("tier:N"),
+        )
+        .properties(title="Hit rate by tier")
+    )
+    return to_svg(chart)
+
+
+def network_chart(doc: dict) -> str | None:
+    sc = _scenarios(doc)
+    vals = [
+        {"scenario": n, "network_gb": (s.get("network_bytes") or 0.0) / 1e9} for n, s in sc.items()
+    ]
+    if not vals:
+        return None
+    chart = (
+        _base(vals)
+        .mark_bar(color="#6b4fa0")
+        .encode(
+            x=alt.X("scenario:N", sort=SCENARIO_ORDER, title=None),
+            y=alt.Y("network_gb:Q", title="network bytes (GB, pool reads + writes)"),
+        )
+        .properties(height=180, title="Network use")
+    )
+    return to_svg(chart)
+
+
+def all_charts(doc: dict) -> dict[str, str]:
+    out = {}
+    for name, fn in (
+        ("hit_ratio", hit_ratio_curve),
+        ("sources", sources_chart),
+        ("break_even", break_even_chart),
+        ("ttft", ttft_chart),
+        ("tier_hits", tier_hits_chart),
+        ("network", network_chart),
+    ):
+        svg = fn(doc)
+        if svg:
+            out[name] = svg
+    return out

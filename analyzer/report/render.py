@@ -1,0 +1,516 @@
+"""HTML and Markdown reports, both rendered from the ``kvpool.report/1`` document.
+
+Both follow one outline (:func:`sections`): verdict first, key figures, reuse (curve
+and sources), bandwidth (break-even), scenarios, sensitivity, sized recommendation
+and settings, gate plan, assumptions with sources, inputs. Tables are built once as
+lists of rows and formatted by each renderer, so the two carry the same content;
+the HTML adds the charts as inline SVG.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+VERDICT_TEXT = {
+    "deploy-pooled": "Deploy a pooled KV cache",
+    "local-offload-only": "Offload locally, do not pool",
+    "not-worth-it": "Pooling is not worth it",
+    "insufficient-data": "Not enough data to decide",
+}
+VERDICT_COLOR = {
+    "deploy-pooled": "#1d7a3a",
+    "local-offload-only": "#1f5fa8",
+    "not-worth-it": "#8a5a00",
+    "insufficient-data": "#777777",
+}
+
+
+def pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def num(x, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+def gb(n_bytes) -> str:
+    return "-" if n_bytes is None else f"{n_bytes / 1e9:,.2f} GB"
+
+
+@dataclass
+class Table:
+    header: list[str]
+    rows: list[list[str]]
+
+
+@dataclass
+class Section:
+    id: str
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    charts: list[str] = field(default_factory=list)  # chart names
+    code: list[tuple[str, str, str]] = field(default_factory=list)  # (title, lang, text)
+
+
+def key_figures(doc: dict) -> Table:
+    t = doc.get("trace") or {}
+    rf = (doc.get("reuse") or {}).get("figures") or {}
+    bw = doc.get("bandwidth") or {}
+    proj = (doc.get("verdict") or {}).get("projection") or {}
+    sz = doc.get("sizing") or {}
+    rows = [
+        ["Requests", num(t.get("n_requests")), f"{num(t.get('duration_s'))} s of traffic"],
+        [
+            "Prompt tokens",
+            num(t.get("prompt_tokens_total")),
+            f"mean {num(t.get('mean_prompt_tokens'))} per request",
+        ],
+    ]
+    if rf.get("measurable"):
+        rows += [
+            [
+                "Prefix reuse ceiling (steady state)",
+                pct(rf.get("ceiling_hit_rate")),
+                f"cold start {pct(rf.get('cold_ceiling_hit_rate'))}; warm-up {rf.get('warmup')}",
+            ],
+            [
+                "Median reusable prefix",
+                f"{num(rf.get('median_prefix_tokens'))} tokens",
+                "token-weighted",
+            ],
+        ]
+    if bw:
+        rows.append(
+            [
+                "Break-even bandwidth",
+                f"{num(bw.get('break_even_gbps'))} GB/s",
+                f"at {num(bw.get('prefix_tokens'))} tokens",
+            ]
+        )
+        for tier in bw.get("tiers") or []:
+            rows.append(
+                [f"{tier['role']} bandwidth", f"{num(tier['bandwidth_gbps'])} GB/s", tier["tier"]]
+            )
+    if proj.get("pooled_ttft_reduction") is not None:
+        rows.append(
+            [
+                "Projected TTFT reduction (pooled vs local)",
+                pct(proj["pooled_ttft_reduction"]),
+                "gate: 25%",
+            ]
+        )
+    if proj.get("pooled_throughput_gain") is not None:
+        rows.append(
+            [
+                "Projected rate gain at SLO (pooled vs local)",
+                f"{100 * proj['pooled_throughput_gain']:+.1f}%",
+                "max rate with p90 TTFT under SLO",
+            ]
+        )
+    if proj.get("dram_ttft_reduction") is not None:
+        rows.append(
+            ["Projected TTFT reduction (local+dram vs local)", pct(proj["dram_ttft_reduction"]), ""]
+        )
+    if sz:
+        rows.append(
+            [
+                "Pool capacity (knee)",
+                f"{num(sz.get('pool_capacity_tokens'))} tokens",
+                f"{num(sz.get('pool_capacity_gb'))} GB / {num(sz.get('pool_capacity_gib'))} GiB",
+            ]
+        )
+    return Table(["Figure", "Value", "Note"], rows)
+
+
+def scenario_table(doc: dict) -> Table | None:
+    sc = ((doc.get("replay") or {}).get("scenarios")) or {}
+    if not sc:
+        return None
+    rows = []
+    for name, s in sc.items():
+        t = s.get("ttft_s") or {}
+        by = s.get("hit_rate_by_tier") or {}
+        rows.append(
+            [
+                name,
+                pct(s.get("hit_rate")),
+                " / ".join(f"{k} {pct(v)}" for k, v in by.items() if v),
+                num(t.get("mean")),
+                num(t.get("p50")),
+                num(t.get("p90")),
+                num(t.get("p99")),
+                num(s.get("prefill_gpu_s")),
+                gb(s.get("network_bytes")),
+                "-"
+                if s.get("max_rate_scale_at_slo") is None
+                else f"x{s['max_rate_scale_at_slo']:.3g}",
+            ]
+        )
+    return Table(
+        [
+            "Scenario",
+            "Hit rate",
+            "By tier",
+            "TTFT mean (s)",
+            "p50",
+            "p90",
+            "p99",
+            "Prefill GPU-s",
+            "Network",
+            "Max rate at SLO",
+        ],
+        rows,
+    )
+
+
+def sections(doc: dict) -> list[Section]:
+    v = doc.get("verdict") or {}
+    out: list[Section] = []
+    verdict = Section("verdict", "Verdict")
+    verdict.paragraphs += list(v.get("reasons") or [])
+    verdict.paragraphs.append(v.get("confidence_statement", ""))
+    if v.get("checks"):
+        verdict.tables.append(
+            Table(
+                ["Step", "Check", "Result", "Value", "Threshold"],
+                [
+                    [
+                        str(c["step"]),
+                        c["name"],
+                        {True: "pass", False: "fail", None: "n/a"}[c["passed"]],
+                        num(c["value"]),
+                        num(c["threshold"]),
+                    ]
+                    for c in v["checks"]
+                ],
+            )
+        )
+        verdict.paragraphs += [c["text"] for c in v["checks"]]
+    out.append(verdict)
+    out.append(Section("figures", "Key figures", tables=[key_figures(doc)]))
+
+    reuse = (doc.get("reuse") or {}).get("analysis") or {}
+    rf = (doc.get("reuse") or {}).get("figures") or {}
+    rs = Section("reuse", "Prefix reuse")
+    if not rf.get("measurable"):
+        rs.paragraphs.append(f"Reuse cannot be measured: {rf.get('reason') or 'no data'}.")
+    else:
+        rs.paragraphs.append(
+            "The guideline is at least 30% steady-state prefix reuse: below it, the prefill a "
+            "pool saves cannot pay for the pool's memory, network and operations."
+        )
+        rs.charts += ["hit_ratio", "sources"]
+        curve = (reuse.get("curves") or {}).get("lru") or []
+        knees = reuse.get("knees") or {}
+        if knees:
+            rs.tables.append(
+                Table(
+                    ["Share of ceiling", "Capacity (tokens)", "GB", "GiB"],
+                    [
+                        [
+                            f"{100 * float(k):.0f}%",
+                            num(x.get("capacity_tokens")),
+                            num(x.get("capacity_gb")),
+                            num(x.get("capacity_gib")),
+                        ]
+                        for k, x in knees.items()
+                    ],
+                )
+            )
+        elif curve:
+            rs.tables.append(
+                Table(
+                    ["Capacity (tokens)", "Hit rate"],
+                    [
+                        [num(p["capacity_tokens"]), pct(p["hit_rate"])]
+                        for p in curve[:: max(1, len(curve) // 8)]
+                    ],
+                )
+            )
+        shares = (reuse.get("sources") or {}).get("share_of_prompt") or {}
+        if shares:
+            rs.tables.append(
+                Table(
+                    ["Source", "Share of prompt tokens"],
+                    [[k.replace("_", " "), pct(x)] for k, x in shares.items()],
+                )
+            )
+        tops = reuse.get("top_prefixes") or {}
+        by_tokens = tops.get("by_volume") if isinstance(tops, dict) else None
+        if by_tokens:
+            rs.tables.append(
+                Table(
+                    ["Top shared prefix", "Tokens", "Requests", "Reused tokens"],
+                    [
+                        [
+                            str(p.get("preview") or p.get("hash") or "")[:80],
+                            num(p.get("prefix_tokens")),
+                            num(p.get("requests")),
+                            num(p.get("reused_tokens")),
+                        ]
+                        for p in by_tokens[:5]
+                    ],
+                )
+            )
+    out.append(rs)
+
+    bw = doc.get("bandwidth")
+    if bw:
+        b = Section("bandwidth", "Bandwidth against break-even")
+        b.paragraphs.append(
+            f"Loading a {num(bw['prefix_tokens'])}-token prefix beats recomputing it above "
+            f"{num(bw['break_even_gbps'])} GB/s ({num(bw['bytes_per_token'])} bytes per token moved x "
+            f"{num(bw['prefill_tokens_per_s'])} prefill tokens/s). The break-even falls as prefixes grow "
+            "because attention is quadratic."
+        )
+        b.charts.append("break_even")
+        b.tables.append(
+            Table(
+                ["Prefix (tokens)", "Break-even (GB/s)"],
+                [
+                    [num(p["prefix_tokens"]), num(p["break_even_gbps"])]
+                    for p in (bw.get("curve") or [])[::3]
+                ],
+            )
+        )
+        out.append(b)
+
+    st = scenario_table(doc)
+    if st:
+        s = Section("scenarios", "Scenario comparison (replay)")
+        cl = (doc.get("replay") or {}).get("cluster") or {}
+        s.paragraphs.append(
+            f"{cl.get('instances')} prefill instances of {cl.get('tp')} x {cl.get('gpu')} on "
+            f"{cl.get('nodes')} node(s), router {cl.get('router')}, TTFT SLO {cl.get('ttft_slo_s')} s "
+            "(p90). Decode is not modelled: TTFT is queueing + loads + prefill."
+        )
+        s.charts += ["ttft", "tier_hits", "network"]
+        s.tables.append(st)
+        out.append(s)
+
+    sens = doc.get("sensitivity") or {}
+    if sens.get("rows"):
+        s = Section("sensitivity", "Sensitivity: what would change the verdict")
+        s.paragraphs += list(sens.get("summary") or [])
+        s.tables.append(
+            Table(
+                ["Input", "Value", "Verdict", "Flips?", "Note"],
+                [
+                    [
+                        r["dimension"],
+                        r["value"],
+                        r["verdict"],
+                        "yes" if r["flips"] else "no",
+                        r.get("note") or "",
+                    ]
+                    for r in sens["rows"]
+                ],
+            )
+        )
+        out.append(s)
+
+    sz = doc.get("sizing")
+    if sz:
+        s = Section("sizing", "Sized recommendation")
+        rows = [
+            [
+                "Pool capacity",
+                f"{num(sz['pool_capacity_tokens'])} tokens" if sz["pool"] else "no pool",
+                f"{num(sz['pool_capacity_gb'])} GB ({num(sz['pool_capacity_gib'])} GiB), knee at "
+                f"{100 * sz['knee_fraction']:.0f}% of the ceiling"
+                if sz["pool"]
+                else "",
+            ],
+            [
+                "Host DRAM per node",
+                f"{num(sz['dram_per_node_tokens'])} tokens",
+                f"{num(sz['dram_per_node_gb'])} GB ({num(sz['dram_per_node_gib'])} GiB)",
+            ],
+            [
+                "HBM prefix cache per instance",
+                f"{num(sz['hbm_cache_per_instance_tokens'])} tokens",
+                f"{num(sz['hbm_cache_per_instance_gb'])} GB",
+            ],
+            ["Network per node", f"{num(sz['network_per_node_gbps'])} GB/s", f"e.g. {sz['nic']}"],
+            [
+                "Block size / chunk",
+                f"{sz['block_size_tokens']} / {sz['chunk_size_tokens']} tokens",
+                sz["block_size_reason"],
+            ],
+            ["Router", sz["router"], sz["router_reason"]],
+            ["Eviction", sz["eviction"], sz["eviction_reason"]],
+            [
+                "Cluster",
+                f"{sz['instances']} instances",
+                f"{sz['nodes']} node(s), {sz['instances_per_node']} per node",
+            ],
+        ]
+        s.tables.append(Table(["What", "Recommended", "Why"], rows))
+        out.append(s)
+
+    if doc.get("settings"):
+        s = Section("settings", "Recommended settings")
+        for p in doc["settings"]:
+            s.tables.append(
+                Table(
+                    [f"{p['product']} ({p['mode']})", "Value", "Why"],
+                    [[x["option"], x["value"], x["why"]] for x in p["settings"]],
+                )
+            )
+            s.code.append((p["product"], p["snippet_lang"], p["snippet"]))
+        s.tables.append(
+            Table(
+                ["Product", "Checked against", "Pages", "Options"],
+                [
+                    [d["product"], d["version"], d["pages"], d["options"]]
+                    for d in doc.get("products_checked") or []
+                ],
+            )
+        )
+        out.append(s)
+
+    plan = (doc.get("gates") or {}).get("plan") or []
+    if plan:
+        s = Section("gates", "Pilot gates")
+        s.paragraphs.append(
+            "Run the gates in order and stop at the first one missed. Check measured results "
+            "with `kvpool validate RESULTS... --report report.json` (exit code 5 when a gate fails)."
+        )
+        rows = []
+        for g in plan:
+            for c in g["criteria"]:
+                proj = g.get("projected", {}).get(c["metric"])
+                rows.append(
+                    [
+                        g["name"],
+                        c["text"],
+                        f"{c['metric']} {c['op']} {num(c['threshold'])}",
+                        "-" if proj is None else num(proj),
+                        g["run"],
+                    ]
+                )
+        s.tables.append(Table(["Gate", "Criterion", "Test", "Projected", "How to run"], rows))
+        out.append(s)
+
+    s = Section("assumptions", "Assumptions and sources")
+    s.tables.append(
+        Table(
+            ["What", "Value", "Source"],
+            [[a["what"], a["value"], a["source"]] for a in doc.get("assumptions") or []],
+        )
+    )
+    ins = doc.get("inputs") or []
+    s.tables.append(
+        Table(
+            ["Input", "Bytes", "sha256"], [[i["name"], num(i["bytes"]), i["sha256"]] for i in ins]
+        )
+    )
+    sk = (doc.get("trace") or {}).get("skipped") or {}
+    if sk.get("total"):
+        s.paragraphs.append(
+            f"{sk['total']} input rows were skipped: "
+            + ", ".join(f"{n} {r}" for r, n in (sk.get("by_reason") or {}).items())
+            + ". Examples: "
+            + "; ".join(sk.get("examples") or [])
+        )
+    s.paragraphs.append(f"Report schema {doc.get('schema')}, kvpool {doc.get('kvpool_version')}.")
+    out.append(s)
+    return out
+
+
+# -- Markdown -----------------------------------------------------------------------------
+
+
+def _md_cell(x: str) -> str:
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(t: Table) -> str:
+    lines = [
+        "| " + " | ".join(_md_cell(h) for h in t.header) + " |",
+        "|" + "|".join("---" for _ in t.header) + "|",
+    ]
+    lines += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in t.rows]
+    return "\n".join(lines)
+
+
+def render_markdown_doc(doc: dict) -> str:
+    v = (doc.get("verdict") or {}).get("verdict", "")
+    parts = [f"# kvpool report: **{v}**", "", f"> {VERDICT_TEXT.get(v, v)}", ""]
+    for s in sections(doc):
+        parts += [f"## {s.title}", ""]
+        for p in s.paragraphs:
+            if p:
+                parts += [p, ""]
+        for t in s.tables:
+            parts += [_md_table(t), ""]
+        for title, lang, text in s.code:
+            parts += [f"**{title}**", "", f"```{lang}", text, "```", ""]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+# -- HTML ---------------------------------------------------------------------------------
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;
+max-width:1100px;margin:0 auto;padding:24px;color:#1c1c1c;line-height:1.45}
+h1{font-size:1.6em;margin-bottom:0}h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:2em}
+.verdict{border-radius:8px;padding:16px 20px;color:#fff;margin:16px 0}
+.verdict .v{font-size:1.8em;font-weight:700}.verdict .t{font-size:1.1em}
+table{border-collapse:collapse;margin:12px 0;font-size:.92em;width:100%}
+th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f3f5f8}td{overflow-wrap:anywhere}
+pre{background:#f6f8fa;padding:10px;border-radius:6px;overflow-x:auto;font-size:.88em}
+.chart{margin:12px 0}.chart svg{max-width:100%;height:auto}
+nav a{margin-right:12px}.muted{color:#666;font-size:.9em}
+"""
+
+
+def render_html_doc(doc: dict, charts: dict[str, str]) -> str:
+    e = html.escape
+    v = (doc.get("verdict") or {}).get("verdict", "")
+    secs = sections(doc)
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>kvpool report: {e(v)}</title>",
+        f"<style>{CSS}</style></head><body>",
+        "<h1>kvpool: KV-cache pooling readiness</h1>",
+        f'<div class="verdict" style="background:{VERDICT_COLOR.get(v, "#444")}">'
+        f'<div class="v">{e(v)}</div><div class="t">{e(VERDICT_TEXT.get(v, ""))}</div></div>',
+        "<nav>" + "".join(f'<a href="#{s.id}">{e(s.title)}</a>' for s in secs) + "</nav>",
+    ]
+    for s in secs:
+        out.append(f'<section id="{s.id}"><h2>{e(s.title)}</h2>')
+        for p in s.paragraphs:
+            if p:
+                out.append(f"<p>{e(p)}</p>")
+        for name in s.charts:
+            if name in charts:
+                out.append(f'<div class="chart">{charts[name]}</div>')
+        for t in s.tables:
+            out.append(
+                "<table><thead><tr>"
+                + "".join(f"<th>{e(h)}</th>" for h in t.header)
+                + "</tr></thead><tbody>"
+            )
+            out += ["<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>" for r in t.rows]
+            out.append("</tbody></table>")
+        for title, _lang, text in s.code:
+            out.append(f"<h3>{e(title)}</h3><pre><code>{e(text)}</code></pre>")
+        out.append("</section>")
+    out.append(
+        '<p class="muted">Generated by kvpool from the report document '
+        f"({e(str(doc.get('schema')))}). Self-contained: no scripts, fonts or network.</p>"
+    )
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
