@@ -25,8 +25,13 @@ class AnalyticCost:
         self.bytes_per_token = bytes_per_token
         self._hbm = hbm_tokens
 
-    def prefill_time_s(self, new_tokens: int, cached_tokens: int) -> float:
+    overhead_s = 0.0
+
+    def compute_time_s(self, new_tokens: int, cached_tokens: int) -> float:
         return 1e-4 * new_tokens + 1e-9 * new_tokens * (cached_tokens + new_tokens / 2)
+
+    def prefill_time_s(self, new_tokens: int, cached_tokens: int) -> float:
+        return self.compute_time_s(new_tokens, cached_tokens) + self.overhead_s
 
     def hbm_kv_capacity_tokens(self, reserve_fraction: float = 0.1) -> int:
         return self._hbm

@@ -27,8 +27,10 @@ A request's life:
    after that tier's first-byte latency. The request is ready when all have ended.
 3. **Prefill**: ready requests wait in the instance's FIFO queue. The GPU runs
    chunked-prefill steps: each step takes up to ``chunk_tokens`` tokens from the head
-   of the queue (whole requests, the last one possibly in part); a step lasts the sum
-   of the cost model's prefill time of each chunk given the context before it.
+   of the queue (whole requests, the last one possibly in part); a step lasts the
+   cost model's fixed per-step overhead plus the sum of its compute time for each
+   chunk given the context before it (so batching does not share weight reads: an
+   overestimate for steps of many small chunks).
 4. **Completion** (TTFT = end of its last step - arrival; decode is not modelled):
    the request's blocks are inserted in the instance's HBM cache, and written to the
    lower tiers: *write-through* writes the blocks a tier lacks to every lower tier at
@@ -81,8 +83,10 @@ class Plan:
     instances: int
     instances_per_node: int
     tp: int
-    bytes_per_token: int
-    prefill_s: Callable[[int, int], float]  # (new tokens, cached tokens) -> seconds
+    bytes_per_token: int  # stored KV bytes per token (capacities, duplicates)
+    transfer_bytes_per_token: int  # bytes moved per token (all tp ranks, duplicates included)
+    prefill_s: Callable[[int, int], float]  # (new tokens, cached tokens) -> compute seconds
+    step_overhead_s: float  # fixed cost of one GPU step (scheduling, launch)
     chunk_tokens: int
     local: bool
     local_capacity_blocks: int | None
@@ -161,7 +165,7 @@ class Simulation:
     ) -> None:
         self.plan = plan
         self.bs = trace.block_size
-        self.bpb = plan.bytes_per_token * trace.block_size  # bytes per block
+        self.bpb = plan.transfer_bytes_per_token * trace.block_size  # bytes moved per block
         self.n = trace.n_requests
         arr = trace.arrival_s
         self.times = ((arr - arr[0]) * time_scale).tolist() if self.n else []
@@ -427,7 +431,8 @@ class Simulation:
         budget = self.plan.chunk_tokens
         prefill_s = self.plan.prefill_s
         batch = []
-        dt = 0.0
+        overhead = self.plan.step_overhead_s
+        dt = overhead
         for r in inst.queue:
             take = r.new - r.done
             if take > budget:
@@ -440,6 +445,9 @@ class Simulation:
             budget -= take
             if budget <= 0:
                 break
+        if overhead:  # shared equally by the requests of the step
+            share = overhead / len(batch)
+            self.gpu_s += share * sum(1 for r, _ in batch if r.measured)
         self.gpu_s_all += dt
         inst.batch = batch
         return (t + dt, STEP_DONE, self._next_seq(), inst, None)

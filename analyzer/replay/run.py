@@ -46,7 +46,7 @@ from analyzer.trace import BlockTrace
 
 MAX_DOUBLINGS = 6  # rate multiples searched up to 2**6 = 64
 MAX_HALVINGS = 10  # and down to 2**-10
-BISECTIONS = 6  # bracket ratio 2**(1/64): about 1.1% precision
+BISECTIONS = 4  # bracket ratio 2**(1/16): about 4.4% precision
 SLO_QUANTILE = 0.9
 
 
@@ -77,7 +77,30 @@ def _cap_json(tokens: int | None) -> int | str | None:
     return "unbounded" if tokens is not None and tokens >= UNBOUNDED else tokens
 
 
-def resolve(cfg: ClusterConfig, scenario: ScenarioSpec, block_size: int, cost=None) -> Resolved:
+class _Memo:
+    """Memoized ``compute_time_s(new, cached)``: the same chunks recur in every scenario
+    and every run of the rate search. Bounded: cleared when it grows past ``limit``."""
+
+    __slots__ = ("_d", "_f", "limit")
+
+    def __init__(self, f, limit: int = 2_000_000) -> None:
+        self._f = f
+        self._d: dict[tuple[int, int], float] = {}
+        self.limit = limit
+
+    def __call__(self, new: int, cached: int) -> float:
+        key = (new, cached)
+        v = self._d.get(key)
+        if v is None:
+            if len(self._d) >= self.limit:
+                self._d.clear()
+            v = self._d[key] = float(self._f(new, cached))
+        return v
+
+
+def resolve(
+    cfg: ClusterConfig, scenario: ScenarioSpec, block_size: int, cost=None, prefill_s=None
+) -> Resolved:
     """Apply the scenario's overrides and fill every default from the cost catalogs."""
     c = scenario.applied_to(cfg)
     if cost is None:
@@ -111,9 +134,12 @@ def resolve(cfg: ClusterConfig, scenario: ScenarioSpec, block_size: int, cost=No
         if c.free_loads:  # cross-check mode: the link figures are unused
             return TierPlan(_blocks(tokens, block_size), math.inf, math.inf, 0.0), None, 0.0
         if gbps is None or latency_s is None:
-            from analyzer.cost import get_tier
+            if hasattr(cost, "tier_link"):  # the tier as the instance sees it (tp links)
+                spec = cost.tier_link(name)
+            else:
+                from analyzer.cost import get_tier
 
-            spec = get_tier(name)
+                spec = get_tier(name)
             gbps = float(spec.bandwidth_gbps) if gbps is None else gbps
             latency_s = float(spec.latency_s) if latency_s is None else latency_s
         bw, lat = gbps, latency_s
@@ -132,7 +158,9 @@ def resolve(cfg: ClusterConfig, scenario: ScenarioSpec, block_size: int, cost=No
         instances_per_node=c.instances_per_node,
         tp=c.tp,
         bytes_per_token=bpt,
-        prefill_s=cost.prefill_time_s,
+        transfer_bytes_per_token=int(getattr(cost, "transfer_bytes_per_token", bpt)),
+        prefill_s=prefill_s if prefill_s is not None else _Memo(cost.compute_time_s),
+        step_overhead_s=float(cost.overhead_s),
         chunk_tokens=c.prefill_chunk_tokens,
         local=scenario.local,
         local_capacity_blocks=_blocks(local_tokens, block_size),
@@ -408,6 +436,7 @@ def run_replay(
         n_requests=trace.n_requests,
         bytes_per_token=int(cost.bytes_per_token),
     )
+    memo = _Memo(cost.compute_time_s)
     n = trace.n_requests
     budget = n * (1 + (1 + MAX_HALVINGS + BISECTIONS if search_rate else 0))
     for spec in specs:
@@ -419,7 +448,7 @@ def run_replay(
             if advance is not None:
                 advance(k)
 
-        res = resolve(cfg, spec, trace.block_size, cost=cost)
+        res = resolve(cfg, spec, trace.block_size, cost=cost, prefill_s=memo)
         stats = simulate(trace, res.plan, res.cluster.time_scale, advance=step)
         search = None
         if search_rate:

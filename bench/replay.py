@@ -1,0 +1,172 @@
+"""Replay speed: the four standard scenarios on the Mooncake conversation trace with 8
+instances (SLO search included), and a generated trace of 1M requests per scenario.
+
+    .venv/bin/python bench/replay.py [--requests 1000000] [--skip-mooncake] [--skip-large]
+                                     [--scenarios none,local,local+dram,pooled]
+
+Prints wall time, events/s and peak memory (max RSS of the process, so the figure for
+a later case includes the earlier ones). Targets (issue 6): the Mooncake case under
+30 s including the SLO search; 1M requests under 10 min per scenario. Baseline in the
+same run: the ``none`` scenario (no cache lookups) measures the event loop alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from analyzer.replay import ClusterConfig, run_replay  # noqa: E402
+from analyzer.replay.config import select_scenarios  # noqa: E402
+from analyzer.replay.engine import simulate  # noqa: E402
+from analyzer.replay.run import resolve  # noqa: E402
+from analyzer.trace import BlockTrace  # noqa: E402
+
+MOONCAKE = ROOT.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def generated_trace(n: int, seed: int = 7) -> BlockTrace:
+    """A chat-like trace built directly as arrays: sessions of growing prompts sharing
+    one of a few system prompts, Poisson arrivals at 50 req/s, 512-token blocks."""
+    rng = np.random.default_rng(seed)
+    block = 512
+    n_sys = 20
+    sys_blocks = rng.integers(1, 5, n_sys)
+    # each request continues a session (turn > 0) or starts one
+    session = np.empty(n, dtype=np.int32)
+    new_session = rng.random(n) < 0.3
+    new_session[0] = True
+    session_ids = np.cumsum(new_session) - 1
+    # continuing requests pick a recent session
+    recent = np.maximum(session_ids - rng.integers(0, 50, n), 0)
+    session[:] = np.where(new_session, session_ids, recent)
+    n_sessions = int(session_ids[-1]) + 1
+    sess_sys = rng.integers(0, n_sys, n_sessions)
+    grow = rng.integers(1, 4, n)  # blocks added per turn
+    counts = np.zeros(n, dtype=np.int64)
+    length = np.zeros(n_sessions, dtype=np.int64)
+    for i in range(n):  # session lengths grow turn by turn (cheap: one int per request)
+        s = session[i]
+        if length[s] == 0:
+            length[s] = sys_blocks[sess_sys[s]]
+        length[s] = min(length[s] + grow[i], 64)
+        counts[i] = length[s]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    # block id at position k of session s: system-prompt blocks are shared by all
+    # sessions using that prompt; the rest belong to the session (chained by position)
+    req = np.repeat(np.arange(n), counts)
+    pos = np.arange(offsets[-1]) - offsets[req]
+    s = session[req]
+    sp = sess_sys[s]
+    shared = pos < sys_blocks[sp]
+    sys_base = np.concatenate([[0], np.cumsum(sys_blocks)])
+    raw = np.where(shared, sys_base[sp] + pos, sys_base[-1] + s.astype(np.int64) * 64 + pos)
+    _, first, inverse = np.unique(raw, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    block_ids = rank[inverse].astype(np.int64)
+    prompts = counts * block + rng.integers(1, block, n)
+    arrivals = np.cumsum(rng.exponential(1 / 50, n))
+    arrivals -= arrivals[0]
+    return BlockTrace(
+        block_size=block,
+        arrival_s=arrivals,
+        prompt_tokens=prompts.astype(np.int64),
+        output_tokens=np.full(n, 200, dtype=np.int64),
+        session=session,
+        tenant=np.full(n, -1, dtype=np.int32),
+        offsets=offsets,
+        block_ids=block_ids,
+        block_hashes=np.arange(order.size, dtype=np.uint64),
+        request_ids=[],
+        session_names=[f"s{k}" for k in range(n_sessions)],
+        tenant_names=[],
+    )
+
+
+def bench_mooncake(scenarios: str) -> None:
+    from analyzer.ingest import IngestOptions, open_trace
+
+    if not MOONCAKE.is_file():
+        print(f"mooncake: {MOONCAKE} not found, skipped")
+        return
+    t0 = time.perf_counter()
+    trace = open_trace([MOONCAKE], IngestOptions()).trace
+    t_load = time.perf_counter() - t0
+    cfg = ClusterConfig(model="llama-3.1-8b", gpu="h100", tp=1, instances=8)
+    print(
+        f"mooncake conversation: {trace.n_requests:,} requests, {trace.n_accesses:,} block "
+        f"accesses, block {trace.block_size}; llama-3.1-8b on 8 x h100, read in {t_load:.1f} s"
+    )
+    t0 = time.perf_counter()
+    res = run_replay(trace, cfg, scenarios=scenarios, ttft_slo_s=2.0, search_rate=True)
+    wall = time.perf_counter() - t0
+    doc = res.to_json()
+    runs = sum(1 + s.search.runs for s in res.scenarios.values() if s.search)
+    print(f"  all scenarios with SLO search: {wall:.1f} s ({runs} simulations), target < 30 s")
+    for name, s in doc["scenarios"].items():
+        t = s["ttft_s"]
+        print(
+            f"  {name:11s} hit {s['hit_rate']:.3f}  p90 TTFT {t['p90']:.2f} s  "
+            f"prefill {s['prefill_gpu_s']:,.0f} GPU-s  net {s['network_bytes'] / 1e9:,.0f} GB  "
+            f"max rate {s['max_rate_scale_at_slo']}"
+        )
+    # events/s of one plain run per scenario
+    for spec in select_scenarios(scenarios):
+        r = resolve(cfg, spec, trace.block_size)
+        t0 = time.perf_counter()
+        st = simulate(trace, r.plan, 1.0)
+        dt = time.perf_counter() - t0
+        print(f"  {spec.name:11s} one run {dt:.2f} s, {st.events / dt:,.0f} events/s")
+    print(f"  peak memory {peak_rss_mib():,.0f} MiB")
+
+
+def bench_large(n: int, scenarios: str) -> None:
+    t0 = time.perf_counter()
+    trace = generated_trace(n)
+    print(
+        f"generated: {n:,} requests, {trace.n_accesses:,} block accesses, "
+        f"{trace.n_blocks:,} distinct blocks, built in {time.perf_counter() - t0:.1f} s"
+    )
+    cfg = ClusterConfig(model="llama-3.1-8b", gpu="h100", tp=1, instances=64)
+    for spec in select_scenarios(scenarios):
+        r = resolve(cfg, spec, trace.block_size)
+        t0 = time.perf_counter()
+        st = simulate(trace, r.plan, 1.0)
+        dt = time.perf_counter() - t0
+        hit = sum(st.hit_tokens_by_tier) / st.prompt_tokens
+        print(
+            f"  {spec.name:11s} {dt:7.1f} s  {st.events / dt:>9,.0f} events/s  "
+            f"{n / dt:>8,.0f} req/s  hit {hit:.3f}  p90 TTFT {np.percentile(st.ttft_s, 90):.2f} s  "
+            f"peak memory {peak_rss_mib():,.0f} MiB  (target < 600 s)"
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=1_000_000)
+    ap.add_argument("--scenarios", default="none,local,local+dram,pooled")
+    ap.add_argument("--skip-mooncake", action="store_true")
+    ap.add_argument("--skip-large", action="store_true")
+    args = ap.parse_args()
+    if not args.skip_mooncake:
+        bench_mooncake(args.scenarios)
+    if not args.skip_large:
+        bench_large(args.requests, args.scenarios)
+
+
+if __name__ == "__main__":
+    main()
