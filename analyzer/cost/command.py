@@ -1,7 +1,468 @@
-"""Commands of this stage; filled in by the stage's owner."""
+"""``kvpool cost``: catalogs, recompute-vs-load break-even, TTFT what-ifs and fits.
+
+Heavy imports (numpy, scikit-learn, rich tables) stay inside the command bodies so that
+``kvpool --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
 
 import typer
+
+from analyzer.errors import OutputError, UsageError
+
+cost_app = typer.Typer(
+    name="cost",
+    help="Cost model: KV bytes, prefill speed, load time and the recompute-vs-load break-even.",
+    no_args_is_help=True,
+)
+
+DEFAULT_PREFIXES = "1024,4096,16384,65536"
+
+_JSON_HELP = "Also write the result as JSON to FILE ('-' for stdout)."
 
 
 def register(app: typer.Typer) -> None:
     """Add this stage's commands to the ``kvpool`` app."""
+    app.add_typer(cost_app, name="cost")
+
+
+# ---------------------------------------------------------------------------------------
+# helpers
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: infinities and NaN become null (never valid JSON numbers)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _write_json(path: str | None, payload: dict[str, Any]) -> None:
+    if not path:
+        return
+    text = json.dumps(_clean(payload), indent=2, sort_keys=True, allow_nan=False) + "\n"
+    if path == "-":
+        typer.echo(text, nl=False)
+        return
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise OutputError(f"cannot write {p}: {exc}") from exc
+
+
+def _console(json_path: str | None):
+    from rich.console import Console
+
+    # With --json -, stdout carries the JSON only; the table goes to stderr.
+    return Console(stderr=json_path == "-", highlight=False, soft_wrap=True)
+
+
+def _parse_ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError as exc:
+        raise UsageError(f"{flag} takes comma-separated integers, got '{text}'") from exc
+    if not values or any(v <= 0 for v in values):
+        raise UsageError(f"{flag} needs positive integers, got '{text}'")
+    return values
+
+
+def _cost_model(
+    model: str | None,
+    gpu: str | None,
+    tp: int | None,
+    kv_dtype: str | None,
+    mfu: float | None,
+    profile: str | None,
+    compute_dtype: str = "bf16",
+):
+    from analyzer.cost.model import CostModel
+
+    if profile:
+        from analyzer.cost.calibrate import load_profile
+
+        return load_profile(profile, model=model, gpu=gpu, tp=tp, kv_dtype=kv_dtype, mfu=mfu)
+    if not model or not gpu:
+        raise UsageError("--model and --gpu are required (or --profile FILE)")
+    return CostModel.from_catalog(
+        model, gpu, tp=tp or 1, kv_dtype=kv_dtype or "bf16", mfu=mfu, compute_dtype=compute_dtype
+    )
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _fmt_s(t: float) -> str:
+    if t >= 1:
+        return f"{t:.3f} s"
+    return f"{t * 1e3:.2f} ms"
+
+
+def _fmt_gbps(v: float | None) -> str:
+    return "never" if v is None or not math.isfinite(v) else f"{v:.2f} GB/s"
+
+
+def _fit_notes(fitted: tuple[str, ...], all_names: list[str], cv: float | None, n: int) -> str:
+    kept = [c for c in all_names if c not in fitted]
+    out = f"fitted {', '.join(fitted)} on {n} points"
+    if kept:
+        out += f"; kept from the catalog: {', '.join(kept)} (too few or too similar points)"
+    out += "; cross-validated MAPE " + (f"{cv:.1%}" if cv is not None else "n/a (no spare point)")
+    return out
+
+
+# Typer option declarations shared by several commands.
+_MODEL = typer.Option(None, "--model", "-m", help="Catalog id (e.g. llama-3.1-70b) or config.json.")
+_GPU = typer.Option(None, "--gpu", "-g", help="Catalog GPU (a100, h100, h200, b200, mi300x, ...).")
+_TP = typer.Option(None, "--tp", help="Tensor-parallel degree of one instance (default 1).")
+_KV = typer.Option(None, "--kv-dtype", help="KV cache dtype: bf16 (default) or fp8.")
+_MFU = typer.Option(None, "--mfu", help="Prefill utilisation (default 0.5 dense, 0.35 MoE).")
+_PROFILE = typer.Option(None, "--profile", help="Fitted profile JSON from `kvpool cost fit`.")
+_JSON = typer.Option(None, "--json", help=_JSON_HELP)
+_TIERS = typer.Option(
+    None, "--tier", help="Tiers for the break-even (repeatable; default: all but hbm)."
+)
+
+
+# ---------------------------------------------------------------------------------------
+# catalogs
+
+
+@cost_app.command("models")
+def models_cmd(json_path: str | None = _JSON) -> None:
+    """List the model catalog: KV geometry and bytes per token (bf16 / fp8)."""
+    from rich.table import Table
+
+    from analyzer.cost.catalog import list_models
+
+    models = list_models()
+    table = Table(title="Model catalog (models/models.toml)")
+    for col in ("id", "layers", "attention", "q/kv heads", "head dim", "KV B/token bf16"):
+        table.add_column(col, justify="left" if col in ("id", "attention") else "right")
+    table.add_column("fp8", justify="right")
+    table.add_column("window / state", justify="left")
+    table.add_column("params total/active", justify="right")
+    for m in models:
+        kinds = "MLA" if m.is_mla else ("MHA" if m.num_kv_heads == m.num_q_heads else "GQA")
+        if m.is_moe:
+            kinds += f" MoE {m.experts_per_token}/{m.num_experts}"
+        extra = ""
+        if m.sliding_layers:
+            extra = f"{m.sliding_layers} layers x {m.sliding_window_tokens} tok window (+{m.kv_window_bytes_per_token():,} B/tok)"
+        if m.linear_layers:
+            extra = f"{m.linear_layers} linear layers, {_fmt_bytes(m.linear_state_bytes())}/request"
+        table.add_row(
+            m.id,
+            str(m.num_layers),
+            kinds,
+            f"{m.num_q_heads}/{m.num_kv_heads}",
+            str(m.head_dim),
+            f"{m.kv_bytes_per_token('bf16'):,}",
+            f"{m.kv_bytes_per_token('fp8'):,}",
+            extra,
+            f"{m.total_params / 1e9:.1f}B / {m.active_params / 1e9:.1f}B",
+        )
+    _console(json_path).print(table)
+    _write_json(json_path, {"models": [m.to_json() for m in models]})
+
+
+@cost_app.command("gpus")
+def gpus_cmd(json_path: str | None = _JSON) -> None:
+    """List the GPU catalog and the storage tiers / links with their defaults."""
+    from rich.table import Table
+
+    from analyzer.cost.catalog import list_gpus, list_tiers
+
+    console = _console(json_path)
+    gt = Table(title="GPUs (dense peak; models/hardware.toml)")
+    for col in ("id", "name", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GiB", "HBM TB/s"):
+        gt.add_column(col, justify="left" if col in ("id", "name") else "right")
+    for g in list_gpus():
+        gt.add_row(
+            g.id,
+            g.name,
+            f"{g.bf16_tflops:g}",
+            "-" if g.fp8_tflops is None else f"{g.fp8_tflops:g}",
+            f"{g.hbm_gib:g}",
+            f"{g.hbm_tbps:g}",
+        )
+    console.print(gt)
+    tt = Table(title="Tiers and links (effective, defaults you can override)")
+    for col in ("name", "kind", "GB/s", "first byte", "description"):
+        tt.add_column(col, justify="right" if col in ("GB/s", "first byte") else "left")
+    for t in list_tiers():
+        tt.add_row(t.name, t.kind, f"{t.bandwidth_gbps:g}", _fmt_s(t.latency_s), t.description)
+    console.print(tt)
+    _write_json(
+        json_path,
+        {"gpus": [g.to_json() for g in list_gpus()], "tiers": [t.to_json() for t in list_tiers()]},
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# show
+
+
+@cost_app.command("show")
+def show_cmd(
+    model: str | None = _MODEL,
+    gpu: str | None = _GPU,
+    tp: int | None = _TP,
+    kv_dtype: str | None = _KV,
+    mfu: float | None = _MFU,
+    profile: str | None = _PROFILE,
+    prefixes: str = typer.Option(
+        DEFAULT_PREFIXES, "--prefix-tokens", help="Prefix lengths to tabulate (comma-separated)."
+    ),
+    tiers: list[str] | None = _TIERS,
+    json_path: str | None = _JSON,
+) -> None:
+    """Bytes per token, prefill speed, break-even bandwidth and per-tier break-even prefixes."""
+    from rich.table import Table
+
+    from analyzer.cost.catalog import list_tiers
+
+    cm = _cost_model(model, gpu, tp, kv_dtype, mfu, profile)
+    plist = _parse_ints(prefixes, "--prefix-tokens")
+    tier_names = tiers or [t.name for t in list_tiers() if t.kind != "gpu"]
+    if cm.link is not None:
+        tier_names = [*tier_names, "fitted"]
+    console = _console(json_path)
+    m = cm.model
+    console.print(
+        f"[bold]{m.name}[/] on {cm.tp} x {cm.gpu.name}, KV {cm.kv_dtype}, "
+        f"MFU {cm.mfu:g}, weights {cm.weight_dtype}"
+        + (f", profile {cm.profile_source}" if cm.profile_source else "")
+    )
+    console.print(
+        f"KV bytes per token: {cm.bytes_per_token:,} stored, "
+        f"{cm.bytes_per_token_per_rank:,} per rank, {cm.transfer_bytes_per_token:,} moved per instance"
+    )
+    if m.sliding_layers:
+        console.print(
+            f"  + {m.kv_window_bytes_per_token(cm.kv_dtype):,} B/token in {m.sliding_layers} "
+            f"sliding-window layers, for at most {m.sliding_window_tokens} tokens"
+        )
+    if m.linear_layers:
+        console.print(
+            f"  + {_fmt_bytes(m.linear_state_bytes())} fixed state per request in "
+            f"{m.linear_layers} linear-attention layers"
+        )
+    capacity = cm.hbm_kv_capacity_tokens()
+    console.print(
+        f"HBM KV capacity per instance: {capacity:,} tokens"
+        + ("  (weights do not fit: raise --tp)" if capacity == 0 else "")
+    )
+    pt = Table(title="Recompute vs load by prefix length")
+    for col in ("prefix", "KV bytes", "recompute (marginal)", "prefill tok/s", "break-even BW"):
+        pt.add_column(col, justify="right")
+    per_prefix = []
+    for p in plist:
+        saving = cm.recompute_saving_s(p)
+        be = cm.break_even_bandwidth_gbps(p)
+        rate = cm.prefill_tokens_per_s(p)
+        per_prefix.append(
+            {
+                "prefix_tokens": p,
+                "kv_bytes": cm.kv_bytes(p),
+                "transfer_bytes": cm.transfer_bytes(p),
+                "recompute_s": saving,
+                "prefill_time_s": cm.prefill_time_s(p, 0),
+                "prefill_tokens_per_s": rate,
+                "break_even_gbps": be,
+                "warnings": cm.range_warnings(new_tokens=p, cached_tokens=0),
+            }
+        )
+        pt.add_row(
+            f"{p:,}", _fmt_bytes(cm.kv_bytes(p)), _fmt_s(saving), f"{rate:,.0f}", _fmt_gbps(be)
+        )
+    console.print(pt)
+    tiers_be = cm.tier_break_even(tier_names)
+    tt = Table(title="Per tier: loading pays above this prefix length")
+    for col in ("tier", "GB/s (instance)", "first byte", "break-even prefix"):
+        tt.add_column(col, justify="left" if col == "tier" else "right")
+    for row in tiers_be:
+        p = row["break_even_prefix_tokens"]
+        tt.add_row(
+            row["tier"],
+            f"{row['bandwidth_gbps']:g}",
+            _fmt_s(row["latency_s"]),
+            "never (<2M tokens)" if p is None else f"{p:,} tokens",
+        )
+    console.print(tt)
+    for w in sorted({w for r in per_prefix for w in r["warnings"]}):
+        console.print(f"[yellow]warning:[/] {w}")
+    _write_json(
+        json_path,
+        {
+            "cost_model": cm.describe(),
+            "model": m.to_json(),
+            "gpu": cm.gpu.to_json(),
+            "bytes_per_token": cm.bytes_per_token,
+            "bytes_per_token_per_rank": cm.bytes_per_token_per_rank,
+            "transfer_bytes_per_token": cm.transfer_bytes_per_token,
+            "hbm_kv_capacity_tokens": capacity,
+            "prefixes": per_prefix,
+            "tiers": tiers_be,
+            "break_even_table": cm.break_even_table(plist, tier_names),
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# ttft
+
+
+@cost_app.command("ttft")
+def ttft_cmd(
+    model: str | None = _MODEL,
+    gpu: str | None = _GPU,
+    prompt_tokens: int = typer.Option(..., "--prompt-tokens", help="Prompt length N (tokens)."),
+    cached_tokens: int = typer.Option(0, "--cached-tokens", help="Cached prefix C (tokens)."),
+    concurrency: int = typer.Option(1, "--concurrency", "-k", help="K identical requests at once."),
+    load_gbps: float | None = typer.Option(
+        None, "--load-gbps", help="Link bandwidth B, GB/s decimal, shared by all K loads."
+    ),
+    load_latency_ms: float | None = typer.Option(
+        None, "--load-latency-ms", help="First-byte latency of the load (ms, default 0)."
+    ),
+    tp: int | None = _TP,
+    kv_dtype: str | None = _KV,
+    mfu: float | None = _MFU,
+    calibration: str | None = typer.Option(
+        None,
+        "--calibration",
+        help="CSV prompt_tokens,cached_tokens,concurrency,load_gbps,ttft_s measured on your system.",
+    ),
+    profile: str | None = _PROFILE,
+    json_path: str | None = _JSON,
+) -> None:
+    """Mean TTFT of K identical requests arriving together.
+
+    Their C cached tokens are read over one link of B GB/s shared by all K; then the K
+    remaining suffixes are prefilled on the GPU as one batch.
+    """
+    cm = _cost_model(model, gpu, tp, kv_dtype, mfu, profile)
+    latency_s = None if load_latency_ms is None else load_latency_ms / 1e3
+    if load_latency_ms is not None and load_latency_ms < 0:
+        raise UsageError(f"--load-latency-ms must be >= 0, got {load_latency_ms}")
+    if load_gbps is not None:
+        from analyzer.cost.catalog import check_bandwidth
+
+        check_bandwidth(load_gbps, "--load-gbps")
+    if calibration:
+        from analyzer.cost.calibrate import calibrate_ttft
+
+        cm = calibrate_ttft(cm, calibration, latency_s or 0.0)
+    r = cm.ttft(prompt_tokens, cached_tokens, concurrency, load_gbps, latency_s)
+    console = _console(json_path)
+    console.print(
+        f"[bold]{cm.model.name}[/] on {cm.tp} x {cm.gpu.name}: {r.concurrency} requests of "
+        f"{r.prompt_tokens:,} tokens, {r.cached_tokens:,} cached, over {r.load_gbps:g} GB/s"
+    )
+    console.print(
+        f"TTFT {_fmt_s(r.ttft_s)} = load {_fmt_s(r.load_s)} + compute {_fmt_s(r.compute_s)} "
+        f"+ overhead {_fmt_s(r.overhead_s)}"
+    )
+    console.print(
+        f"recompute everything: {_fmt_s(r.recompute_ttft_s)}; "
+        f"overlapped load+compute bound: {_fmt_s(r.overlap_bound_s)}"
+    )
+    if cm.ttft_fit is not None:
+        f = cm.ttft_fit
+        names = ["compute_scale", "overhead_s", "load_scale", "latency_s"]
+        console.print("calibration: " + _fit_notes(f.fitted, names, f.cv_mape, f.n_points))
+    for w in r.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+    out = r.to_json()
+    out["cost_model"] = cm.describe()
+    _write_json(json_path, out)
+
+
+# ---------------------------------------------------------------------------------------
+# fit
+
+
+@cost_app.command("fit")
+def fit_cmd(
+    prefill: str | None = typer.Option(
+        None, "--prefill", help="CSV prompt_tokens,cached_tokens,prefill_s|ttft_s[,concurrency]."
+    ),
+    load: str | None = typer.Option(None, "--load", help="CSV bytes,concurrency,seconds."),
+    ttft: str | None = typer.Option(
+        None, "--ttft", help="CSV prompt_tokens,cached_tokens,concurrency,load_gbps,ttft_s."
+    ),
+    output: str = typer.Option(
+        ..., "--output", "-o", help="Profile to write, e.g. models/mine.json."
+    ),
+    model: str | None = _MODEL,
+    gpu: str | None = _GPU,
+    tp: int | None = _TP,
+    kv_dtype: str | None = _KV,
+    mfu: float | None = _MFU,
+    json_path: str | None = _JSON,
+) -> None:
+    """Fit prefill and/or load coefficients to your measurements; save them as JSON."""
+    from dataclasses import replace
+
+    from analyzer.cost import calibrate as cal
+
+    if not (prefill or load or ttft):
+        raise UsageError("give at least one of --prefill CSV, --load CSV or --ttft CSV")
+    if not output.endswith(".json"):
+        raise UsageError(f"--output must be a .json file, got '{output}'")
+    cm = _cost_model(model, gpu, tp, kv_dtype, mfu, None)
+    console = _console(json_path)
+    summary: dict[str, Any] = {}
+    if prefill:
+        data = cal.read_prefill_csv(prefill)
+        coeffs = cal.fit_prefill(cm, data)
+        cm = cm.with_prefill(coeffs)
+        names = (
+            ["overhead_s", "per_token_s", "per_context_token_s", "per_token_sq_s"]
+            if coeffs.compute_scale == 0
+            else ["compute_scale", "overhead_s"]
+        )
+        form = "polynomial in S, P*S, S^2" if coeffs.compute_scale == 0 else "scaled analytic"
+        console.print(f"prefill ({form}): {data.summary()}")
+        console.print("  " + _fit_notes(coeffs.fitted, names, coeffs.cv_mape, coeffs.n_points))
+        summary["prefill_rows"] = {"usable": len(data.rows), "skipped": data.skipped}
+        summary["prefill_skipped_examples"] = data.examples
+    if load:
+        data = cal.read_load_csv(load)
+        link = cal.fit_load(data)
+        cm = replace(cm, link=link)
+        console.print(f"load: {data.summary()}")
+        console.print(
+            f"  bandwidth {link.bandwidth_gbps:.3f} GB/s, first byte {_fmt_s(link.latency_s)}; "
+            + _fit_notes(link.fitted, ["bandwidth_gbps", "latency_s"], link.cv_mape, link.n_points)
+        )
+        summary["load_rows"] = {"usable": len(data.rows), "skipped": data.skipped}
+        summary["load_skipped_examples"] = data.examples
+    if ttft:
+        data = cal.read_ttft_csv(ttft)
+        fit = cal.fit_ttft(cm, data)
+        cm = replace(cm, ttft_fit=fit)
+        console.print(f"ttft: {data.summary()}")
+        names = ["compute_scale", "overhead_s", "load_scale", "latency_s"]
+        console.print("  " + _fit_notes(fit.fitted, names, fit.cv_mape, fit.n_points))
+        summary["ttft_rows"] = {"usable": len(data.rows), "skipped": data.skipped}
+        summary["ttft_skipped_examples"] = data.examples
+    path = cal.save_profile(cm, output)
+    console.print(f"wrote {path} (use it with --profile {path})")
+    _write_json(json_path, {"profile": cal.profile_json(cm), "path": str(path), **summary})

@@ -1,0 +1,179 @@
+"""Calibration: fits recover known coefficients, partial fits say what they fitted,
+range warnings, profiles round-trip through JSON, bad files give file:line messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analyzer.cost import CostModel
+from analyzer.cost import calibrate as cal
+from analyzer.errors import InputError, UsageError
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "cost"
+
+
+@pytest.fixture(scope="module")
+def cm() -> CostModel:
+    return CostModel.from_catalog("llama-3.1-8b", "h100")
+
+
+def test_prefill_polynomial_fit_recovers_physics(cm):
+    data = cal.read_prefill_csv(FIX / "prefill_llama8b_h100.csv")
+    assert len(data.rows) == 20 and data.skipped == 2
+    assert "prefill_llama8b_h100.csv:6" in data.examples[0] and "not a number" in data.examples[0]
+    c = cal.fit_prefill(cm, data)
+    assert c.compute_scale == 0.0  # polynomial form
+    assert set(c.fitted) == {"overhead_s", "per_token_s", "per_context_token_s", "per_token_sq_s"}
+    # fixture: t = 0.015 + 1.6 * analytic; analytic per-token slope = 2N / (peak * mfu)
+    rate = 989e12 * 0.5
+    assert c.overhead_s == pytest.approx(0.015, rel=0.05)
+    assert c.per_token_s == pytest.approx(
+        1.6 * 2 * cm.model.active_nonembedding_params / rate, rel=0.05
+    )
+    d_attn_term = 4 * 32 * 4096 / rate
+    assert c.per_context_token_s == pytest.approx(1.6 * d_attn_term, rel=0.1)
+    assert c.per_token_sq_s == pytest.approx(1.6 * d_attn_term / 2, rel=0.1)
+    assert c.cv_mape is not None and c.cv_mape < 0.03
+    fitted = cm.with_prefill(c)
+    assert fitted.prefill_time_s(4096, 8192) == pytest.approx(
+        0.015 + 1.6 * cm.analytic_compute_s(4096, 8192), rel=0.03
+    )
+    assert fitted.range_warnings(new_tokens=4096, cached_tokens=8192) == []
+    warn = fitted.range_warnings(new_tokens=100_000, cached_tokens=0)
+    assert len(warn) == 1 and "outside the calibrated range [256, 8192]" in warn[0]
+
+
+def test_prefill_few_points_fit_scale_and_overhead_only(cm):
+    c = cal.fit_prefill(cm, cal.read_prefill_csv(FIX / "prefill_two_points.csv"))
+    assert c.fitted == ("compute_scale", "overhead_s")
+    assert c.cv_mape is None  # no spare point to cross-validate
+    assert c.compute_scale == pytest.approx(1.6, rel=0.03)
+    assert c.per_token_s == 0.0
+
+
+def test_fit_physical_priorities():
+    x = np.array([1.0, 2.0, 3.0])
+    cols = {"a": x, "b": np.ones(3), "c": np.zeros(3)}
+    fit = cal.fit_physical(cols, 2 * x + 0.5, ["a", "b", "c"], {"a": 1.0, "b": 0.0, "c": 7.0})
+    assert fit.fitted == ("a", "b") and fit.from_catalog == ("c",)
+    assert fit.coefficients["a"] == pytest.approx(2.0) and fit.coefficients["b"] == pytest.approx(
+        0.5
+    )
+    assert fit.coefficients["c"] == 7.0 and fit.cv_mape == pytest.approx(0.0, abs=1e-9)
+    one = cal.fit_physical(
+        {"a": x[:1], "b": np.ones(1)}, np.array([3.0]), ["a", "b"], {"a": 1, "b": 1.0}
+    )
+    assert one.fitted == ("a",) and one.coefficients["a"] == pytest.approx(2.0)
+    # identical rows cannot separate a slope from an intercept
+    same = cal.fit_physical(
+        {"a": np.array([2.0, 2.0]), "b": np.ones(2)},
+        np.array([4.0, 4.0]),
+        ["a", "b"],
+        {"a": 0, "b": 0},
+    )
+    assert same.fitted == ("a",)
+
+
+def test_load_fit(cm):
+    link = cal.fit_load(cal.read_load_csv(FIX / "load_rdma.csv"))
+    assert link.bandwidth_gbps == pytest.approx(18.0, rel=0.02)
+    assert link.latency_s == pytest.approx(5e-4, rel=0.2)
+    assert link.cv_mape is not None and link.cv_mape < 0.02
+
+
+def test_ttft_calibration_recovers_scales(cm):
+    fitted = cal.calibrate_ttft(cm, FIX / "ttft_calibration.csv")
+    f = fitted.ttft_fit
+    assert f is not None and f.n_points == 10
+    assert f.fitted == ("compute_scale", "overhead_s", "load_scale", "latency_s")
+    assert f.compute_scale == pytest.approx(1.4, rel=0.03)
+    assert f.load_scale == pytest.approx(1.15, rel=0.05)
+    assert f.overhead_s == pytest.approx(0.025, rel=0.15)
+    assert f.cv_mape is not None and f.cv_mape < 0.03
+    r = fitted.ttft(8192, 4096, 2, 25.0)
+    truth = (
+        0.026 + 1.15 * 2 * cm.transfer_bytes(4096) / 25e9 + 1.4 * cm.compute_time_s(4096, 4096, 2)
+    )
+    assert r.ttft_s == pytest.approx(truth, rel=0.05)
+    assert r.warnings == ()
+    outside = fitted.ttft(65536, 0, 64, 100.0)
+    names = " ".join(outside.warnings)
+    assert "prompt_tokens=65536" in names and "concurrency=64" in names and "load_gbps=100" in names
+
+
+def test_ttft_one_point_fits_only_compute_scale(cm):
+    f = cal.fit_ttft(cm, cal.read_ttft_csv(FIX / "ttft_one_point.csv"))
+    assert f.fitted == ("compute_scale",)
+    assert f.overhead_s == cm.prefill.overhead_s and f.load_scale == 1.0
+    assert f.cv_mape is None
+
+
+def test_bad_measurement_files(tmp_path):
+    with pytest.raises(InputError) as err:
+        cal.read_ttft_csv(FIX / "ttft_missing_column.csv")
+    assert "ttft_missing_column.csv:1" in str(err.value) and "ttft_s" in str(err.value)
+    with pytest.raises(InputError) as err:
+        cal.read_ttft_csv(FIX / "ttft_no_usable_rows.csv")
+    msg = str(err.value)
+    assert "no usable measurement rows" in msg and "ttft_no_usable_rows.csv:2" in msg
+    assert "load_gbps" in msg
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(InputError, match="empty file"):
+        cal.read_prefill_csv(empty)
+    with pytest.raises(InputError, match="not found"):
+        cal.read_load_csv(tmp_path / "nope.csv")
+    flat = tmp_path / "flat.csv"
+    flat.write_text("bytes,concurrency,seconds\n1000,1,0.5\n2000000000,1,0.5\n")
+    with pytest.raises(InputError, match="do not grow"):
+        cal.fit_load(cal.read_load_csv(flat))
+
+
+def test_profile_round_trip(cm, tmp_path):
+    from dataclasses import replace
+
+    pre = cal.fit_prefill(cm, cal.read_prefill_csv(FIX / "prefill_llama8b_h100.csv"))
+    link = cal.fit_load(cal.read_load_csv(FIX / "load_rdma.csv"))
+    fitted = replace(cm.with_prefill(pre), link=link)
+    path = cal.save_profile(fitted, tmp_path / "models" / "mine.json")
+    text = path.read_text()
+    assert json.loads(text)["schema"] == "kvpool.cost-profile/1"
+    again = cal.save_profile(fitted, tmp_path / "again.json").read_text()
+    assert text == again  # deterministic bytes
+    loaded = CostModel.from_profile(str(path))
+    for s, p in ((512, 0), (4096, 8192), (8192, 16384)):
+        assert loaded.prefill_time_s(s, p) == pytest.approx(fitted.prefill_time_s(s, p), rel=1e-12)
+    assert loaded.link is not None and loaded.link.bandwidth_gbps == pytest.approx(
+        link.bandwidth_gbps
+    )
+    assert loaded.range_warnings(new_tokens=50_000) != []
+    r = loaded.ttft(8192, 4096, 1)  # bandwidth from the fitted link
+    assert r.load_gbps == pytest.approx(link.bandwidth_gbps)
+    with pytest.raises(UsageError, match="fitted for model"):
+        cal.load_profile(path, model="llama-3.1-70b")
+    with pytest.raises(UsageError, match="tp=1"):
+        cal.load_profile(path, tp=2)
+
+
+def test_bad_profiles(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(InputError, match=r"bad\.json:1"):
+        cal.load_profile(bad)
+    bad.write_text(json.dumps({"schema": "other"}))
+    with pytest.raises(InputError, match="not a kvpool cost profile"):
+        cal.load_profile(bad)
+    base = {"schema": cal.PROFILE_SCHEMA, "model": "llama-3.1-8b", "gpu": "h100", "tp": 1}
+    bad.write_text(json.dumps({**base, "prefill": None, "load": None}))
+    with pytest.raises(InputError, match="no fitted section"):
+        cal.load_profile(bad)
+    bad.write_text(json.dumps({**base, "load": {"bandwidth_gbps": "fast", "latency_s": 0}}))
+    with pytest.raises(InputError, match="bandwidth_gbps"):
+        cal.load_profile(bad)
+    bad.write_text(json.dumps({**base, "load": {"bandwidth_gbps": 0, "latency_s": 0}}))
+    with pytest.raises(InputError, match="> 0"):
+        cal.load_profile(bad)
