@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzer.reuse import ReuseOptions, analyze_reuse
-from analyzer.reuse.analysis import first_counted_request, shards_error
+from analyzer.reuse.analysis import first_counted_request, shards_curve, shards_error
 from analyzer.reuse.policies import POLICY_NAMES, next_use_requests, simulate
 from analyzer.reuse.radix import ROOT
 from analyzer.reuse.stack import access_weights, lru_histogram
@@ -208,6 +208,20 @@ def test_policy_simulations_against_oracles(data, capacity):
     ceiling = naive_ceiling(chains, prompts, 4, first)
     for policy in POLICY_NAMES:
         assert simulate(*args, max(tr.n_blocks, 1), policy) == ceiling
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=chained())
+def test_shards_at_rate_one_is_the_exact_curve(data):
+    chains, extra = data
+    tr = make_trace(chains, extra)
+    first = first_counted_request(tr.n_requests, 0.5)
+    prompts = tr.prompt_tokens.tolist()
+    den = sum(prompts[first:])
+    curve = shards_curve(tr, 1.0, first)
+    for cap in range(tr.n_blocks + 2):
+        want = naive_lru(chains, prompts, 4, first, cap) / den if den else 0.0
+        assert curve.at(cap) == pytest.approx(want, abs=1e-12)
 
 
 def test_next_use_requests():

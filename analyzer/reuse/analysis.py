@@ -461,102 +461,99 @@ def _shards_rate(rate: float) -> float:
     return _shards_threshold(rate) / 2**32
 
 
-def _sample(trace: BlockTrace, rate: float, n_accesses: int | None = None):
-    """SHARDS spatial sample, stratified: the hottest blocks are always kept.
+def _sample(trace: BlockTrace, rate: float, n_ids: int, n_acc: int):
+    """SHARDS spatial sample of the first ``n_acc`` accesses (ids below ``n_ids``), stratified.
 
     A block is sampled when a fixed 64-bit mix of its chained hash falls under
     ``rate x 2**32`` (deterministic, and the same block is sampled in every request).
     Plain SHARDS lets a handful of very hot blocks (a shared system prompt) decide the
-    error, so the ``rate x distinct`` most-accessed blocks are kept at rate 1 and
-    weighted as themselves, the rest stand for ``1 / rate`` blocks each.
+    error, so the ``rate x distinct`` most-used blocks are kept at rate 1 and weighted
+    as themselves; the others stand for ``1 / rate`` blocks each. Returns
+    (sample_index per block id, id_weight per sampled block, unit).
     """
-    offsets = trace.offsets
-    ids = trace.block_ids
-    n_req = trace.n_requests
-    if n_accesses is not None and n_accesses < ids.size:
-        n_req = int(np.searchsorted(offsets, n_accesses, side="right")) - 1
-        ids = ids[: offsets[n_req]]
-        offsets = offsets[: n_req + 1]
     unit = _shards_threshold(rate)
-    n_ids = int(ids.max()) + 1 if ids.size else 0
-    keep_id = (splitmix64(trace.block_hashes[:n_ids]) >> np.uint64(32)) < np.uint64(unit)
-    uses = np.bincount(ids, minlength=n_ids)
+    keep = (splitmix64(trace.block_hashes[:n_ids]) >> np.uint64(32)) < np.uint64(unit)
+    uses = np.bincount(trace.block_ids[:n_acc], minlength=n_ids)
     n_hot = int(_shards_rate(rate) * n_ids)
     hot = np.zeros(n_ids, dtype=bool)
     if 0 < n_hot < n_ids:
         cut = np.partition(uses, n_ids - n_hot)[n_ids - n_hot]
         hot = uses > cut  # strictly above the cut: at most n_hot, and deterministic
-    keep_id |= hot
-    keep = keep_id[ids]
-    weights = access_weights(offsets, trace.prompt_tokens[:n_req], trace.block_size)
-    req = np.repeat(np.arange(n_req), np.diff(offsets))
-    new_offsets = np.zeros(n_req + 1, dtype=np.int64)
-    np.cumsum(np.bincount(req[keep], minlength=n_req), out=new_offsets[1:])
-    uniq, dense = np.unique(ids[keep], return_inverse=True)
-    id_weight = np.where(hot[uniq], np.int64(unit), np.int64(2**32))
-    return (
-        dense.astype(np.int64),
-        new_offsets,
-        weights[keep],
-        weights,
-        id_weight,
-        unit,
-        ids,
-        offsets,
-        n_req,
-    )
+    keep |= hot
+    sample_index = np.full(n_ids, -1, dtype=np.int64)
+    sample_index[keep] = np.arange(int(keep.sum()), dtype=np.int64)
+    id_weight = np.where(hot[keep], np.int64(unit), np.int64(2**32))
+    return sample_index, id_weight, unit
+
+
+def _prefix_requests(trace: BlockTrace, n_accesses: int | None) -> tuple[int, int, int]:
+    """(requests, accesses, distinct ids) of the longest request prefix within n_accesses."""
+    if n_accesses is None or n_accesses >= trace.n_accesses:
+        return trace.n_requests, trace.n_accesses, trace.n_blocks
+    n_req = int(np.searchsorted(trace.offsets, n_accesses, side="right")) - 1
+    acc = int(trace.offsets[n_req])
+    n_ids = int(trace.block_ids[:acc].max()) + 1 if acc else 0
+    return n_req, acc, n_ids
 
 
 def shards_curve(trace: BlockTrace, rate: float, first: int, n_accesses: int | None = None):
-    """Stratified SHARDS-adj curve (after Waldspurger et al., FAST'15), token-weighted.
+    """Stratified SHARDS-adj LRU curve (after Waldspurger et al., FAST'15), token-weighted.
 
-    The gap between the estimated and the true number of counted block tokens is
-    credited to distance 0 (the SHARDS-adj correction), so the curve ends at the
-    exact ceiling's scale.
+    Runs over the first requests within ``n_accesses`` (all by default). The gap between
+    the estimated and the true number of counted block tokens is credited to distance 0
+    (the SHARDS-adj correction), so the curve ends at the exact ceiling's scale.
     """
-    s_ids, s_offsets, s_w, all_w, id_weight, unit, ids, offsets, n_req = _sample(
-        trace, rate, n_accesses
-    )
-    prompt = trace.prompt_tokens[:n_req]
-    n_bins = max(trace.n_blocks, 1)
-    hist = sampled_histogram(s_ids, s_offsets, s_w, id_weight, unit, first, n_bins)
-    counted_all = int(all_w[offsets[min(first, n_req)] :].sum())
-    den = int(prompt[first:].sum())
+    n_req, acc, n_ids = _prefix_requests(trace, n_accesses)
     empty = StepCurve(np.zeros(0, dtype=np.int64), np.zeros(0))
+    if n_ids == 0:
+        return empty
+    sample_index, id_weight, unit = _sample(trace, rate, n_ids, acc)
+    hist, counted_all = sampled_histogram(
+        trace.block_ids,
+        trace.offsets[: n_req + 1],
+        trace.prompt_tokens,
+        trace.block_size,
+        sample_index,
+        id_weight,
+        unit,
+        first,
+        max(n_ids, 1),
+    )
+    den = int(trace.prompt_tokens[first:n_req].sum())
     if counted_all == 0 or den == 0:
-        return empty, ids, offsets, n_req
+        return empty
     body = hist[:-1].copy()
     body[0] += counted_all - float(hist.sum())
     d = np.flatnonzero(body)
     if d.size == 0:
-        return empty, ids, offsets, n_req
+        return empty
     rates = np.clip(np.cumsum(body[d]) / den, 0.0, None)
-    return StepCurve((d + 1).astype(np.int64), np.maximum.accumulate(rates)), ids, offsets, n_req
+    return StepCurve((d + 1).astype(np.int64), np.maximum.accumulate(rates))
 
 
 def shards_error(trace: BlockTrace, rate: float, warmup: float, n_accesses: int) -> dict:
     """Measured error of the sampled curve against the exact one on a prefix of the trace."""
-    n_req = trace.n_requests
-    if n_accesses < trace.n_accesses:
-        n_req = int(np.searchsorted(trace.offsets, n_accesses, side="right")) - 1
+    n_req, acc, n_ids = _prefix_requests(trace, n_accesses)
     first = first_counted_request(n_req, warmup)
-    sampled, ids, offsets, n_req = shards_curve(trace, rate, first, n_accesses)
-    n_ids = int(ids.max()) + 1 if ids.size else 0
-    prompt = trace.prompt_tokens[:n_req]
+    sampled = shards_curve(trace, rate, first, n_accesses)
+    offsets = trace.offsets[: n_req + 1]
     hist = lru_histogram(
-        ids, offsets, prompt, np.empty(0, np.int64), trace.block_size, first, n_ids, True
+        trace.block_ids,
+        offsets,
+        trace.prompt_tokens,
+        np.empty(0, np.int64),
+        trace.block_size,
+        first,
+        n_ids,
+        True,
     )
-    exact = exact_curve(hist, int(prompt[first:].sum()))
+    exact = exact_curve(hist, int(trace.prompt_tokens[first:n_req].sum()))
+    out = {"checked_requests": n_req, "checked_accesses": acc}
     if exact.full_blocks == 0:
-        return {"checked_accesses": int(ids.size), "max_abs_error": 0.0, "mean_abs_error": 0.0}
+        return {**out, "max_abs_error": 0.0, "mean_abs_error": 0.0}
     caps = np.unique(np.round(np.geomspace(1, exact.full_blocks, 100)).astype(np.int64))
     err = np.array([abs(sampled.at(int(c)) - exact.at(int(c))) for c in caps])
-    return {
-        "checked_requests": n_req,
-        "checked_accesses": int(ids.size),
-        "max_abs_error": float(err.max()),
-        "mean_abs_error": float(err.mean()),
-    }
+    return {**out, "max_abs_error": float(err.max()), "mean_abs_error": float(err.mean())}
 
 
 def _default_capacities(curve: StepCurve, block_size: int) -> tuple[int, ...]:
@@ -643,7 +640,7 @@ def analyze_reuse(
     if rate is None and trace.n_accesses > opts.shards_threshold_accesses:
         rate = opts.shards_auto_rate
     if rate is not None and rate < 1.0:
-        curve, *_ = shards_curve(trace, rate, first)
+        curve = shards_curve(trace, rate, first)
         curve_method = "shards"
         shards = {
             "rate": rate,

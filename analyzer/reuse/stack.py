@@ -284,19 +284,23 @@ def access_weights(offsets: np.ndarray, prompt_tokens: np.ndarray, block_size: i
 def sampled_histogram(
     block_ids: np.ndarray,
     offsets: np.ndarray,
-    access_tokens: np.ndarray,
+    prompt_tokens: np.ndarray,
+    block_size: int,
+    sample_index: np.ndarray,
     id_weight: np.ndarray,
     unit: int,
     first_counted: int,
     n_bins: int,
-) -> np.ndarray:
-    """Stack distances over a sampled stream where blocks stand for ``id_weight / unit`` blocks.
+):
+    """Stack distances over a spatially sampled stream, streaming (no per-access arrays).
 
-    For SHARDS a block sampled at rate ``R = unit / 2**32`` stands for ``1 / R`` blocks
-    (``id_weight = 2**32``) and a block kept at rate 1 for one (``id_weight = unit``);
-    the marker weights are integers, so estimated distances are exact rationals and the
-    result does not depend on floating-point summation order. Returns estimated tokens
-    by estimated distance in blocks, ``hist[n_bins]`` for first uses.
+    ``sample_index[b]`` is block ``b``'s slot among the sampled blocks (-1: not sampled).
+    A sampled block stands for ``id_weight / unit`` blocks: for SHARDS at rate
+    ``R = unit / 2**32`` an ordinary block has ``id_weight = 2**32`` (it stands for
+    ``1 / R`` blocks) and a block kept at rate 1 has ``id_weight = unit``. Marker weights
+    are integers, so estimated distances are exact and independent of summation order.
+    Returns (estimated tokens by estimated distance in blocks, with ``hist[n_bins]`` for
+    first uses; the exact token weight of all counted accesses).
     """
     n_ids = id_weight.size
     hist = np.zeros(n_bins + 1, dtype=np.float64)
@@ -306,22 +310,29 @@ def sampled_histogram(
     pos_block = np.full(cap + 1, -1, dtype=np.int64)
     t = 0
     total = 0
+    counted_tokens = 0
     n_req = offsets.size - 1
     for r in range(n_req):
         lo = offsets[r]
         hi = offsets[r + 1]
         if r >= first_counted:
             for j in range(lo, hi):
-                b = block_ids[j]
+                w = _weight(j - lo, prompt_tokens[r], block_size)
+                counted_tokens += w
+                b = sample_index[block_ids[j]]
+                if b < 0:
+                    continue
                 p = last_pos[b]
-                w = access_tokens[j] * (id_weight[b] / unit)
+                wt = w * (id_weight[b] / unit)
                 if p == 0:
-                    hist[n_bins] += w
+                    hist[n_bins] += wt
                 else:
                     est = (total - _fw_prefix(tree, p)) // unit
-                    hist[min(est, n_bins - 1)] += w
+                    hist[min(est, n_bins - 1)] += wt
         for j in range(hi - 1, lo - 1, -1):
-            b = block_ids[j]
+            b = sample_index[block_ids[j]]
+            if b < 0:
+                continue
             p = last_pos[b]
             if p != 0:
                 _fw_add(tree, p, -id_weight[b])
@@ -334,7 +345,7 @@ def sampled_histogram(
             pos_block[t] = b
             _fw_add(tree, t, id_weight[b])
             total += id_weight[b]
-    return hist
+    return hist, counted_tokens
 
 
 @njit(cache=True)
