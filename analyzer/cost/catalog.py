@@ -460,6 +460,9 @@ def spec_from_hf_config(
             Location(loc.file, None, "num_key_value_heads"),
         )
     head_dim = cfg.get("head_dim")
+    if head_dim is None and is_mla and cfg.get("qk_rope_head_dim"):
+        # MLA query/key head: the non-RoPE part plus the decoupled RoPE part
+        head_dim = (cfg.get("qk_nope_head_dim") or 128) + cfg["qk_rope_head_dim"]
     if head_dim is None:
         if hidden % q_heads:
             raise InputError(

@@ -64,8 +64,12 @@ def _write_json(path: str | None, payload: dict[str, Any]) -> None:
 def _console(json_path: str | None):
     from rich.console import Console
 
-    # With --json -, stdout carries the JSON only; the table goes to stderr.
-    return Console(stderr=json_path == "-", highlight=False, soft_wrap=True)
+    # With --json -, stdout carries the JSON only; the table goes to stderr. Piped or
+    # captured output gets a wide console so that tables are not cut at 80 columns.
+    console = Console(stderr=json_path == "-", highlight=False)
+    if not console.is_terminal:
+        console = Console(stderr=json_path == "-", highlight=False, width=160)
+    return console
 
 
 def _parse_ints(text: str, flag: str) -> list[int]:
@@ -159,19 +163,21 @@ def models_cmd(json_path: str | None = _JSON) -> None:
     table.add_column("params total/active", justify="right")
     for m in models:
         kinds = "MLA" if m.is_mla else ("MHA" if m.num_kv_heads == m.num_q_heads else "GQA")
+        if m.linear_layers:
+            kinds += "+linear"
         if m.is_moe:
             kinds += f" MoE {m.experts_per_token}/{m.num_experts}"
         extra = ""
         if m.sliding_layers:
-            extra = f"{m.sliding_layers} layers x {m.sliding_window_tokens} tok window (+{m.kv_window_bytes_per_token():,} B/tok)"
+            extra = f"{m.sliding_layers} x {m.sliding_window_tokens}-tok window, +{m.kv_window_bytes_per_token():,} B/tok"
         if m.linear_layers:
-            extra = f"{m.linear_layers} linear layers, {_fmt_bytes(m.linear_state_bytes())}/request"
+            extra = f"{m.linear_layers} linear, {_fmt_bytes(m.linear_state_bytes())}/request"
         table.add_row(
             m.id,
             str(m.num_layers),
             kinds,
             f"{m.num_q_heads}/{m.num_kv_heads}",
-            str(m.head_dim),
+            f"latent {m.kv_lora_rank}+{m.qk_rope_head_dim}" if m.is_mla else str(m.head_dim),
             f"{m.kv_bytes_per_token('bf16'):,}",
             f"{m.kv_bytes_per_token('fp8'):,}",
             extra,
