@@ -125,7 +125,7 @@ def analyze(
 def print_summary(console, doc: dict, paths: dict) -> None:
     from rich.table import Table
 
-    from analyzer.report.render import VERDICT_TEXT, key_figures
+    from analyzer.report.render import VERDICT_TEXT, key_figures, num
 
     v = doc["verdict"]
     color = {"deploy-pooled": "green", "local-offload-only": "blue", "not-worth-it": "yellow"}.get(
@@ -145,10 +145,12 @@ def print_summary(console, doc: dict, paths: dict) -> None:
     sz = doc.get("sizing")
     if sz:
         console.print(
-            f"Sizing: pool {sz['pool_capacity_gb']:.3g} GB, host DRAM {sz['dram_per_node_gb']:.3g} GB/node, "
-            f"network {sz['network_per_node_gbps']:.3g} GB/s/node ({sz['nic']}), block {sz['block_size_tokens']}, "
-            f"chunk {sz['chunk_size_tokens']}, router {sz['router']}, eviction {sz['eviction']}",
+            f"Sizing: pool {num(sz['pool_capacity_gb'])} GB, host DRAM {num(sz['dram_per_node_gb'])} "
+            f"GB/node, network {num(sz['network_per_node_gbps'])} GB/s/node ({sz['nic']}), block "
+            f"{sz['block_size_tokens']}, chunk {sz['chunk_size_tokens']}, router {sz['router']}, "
+            f"eviction {sz['eviction']}",
             highlight=False,
+            markup=False,
         )
     flips = [r for r in (doc.get("sensitivity") or {}).get("rows", []) if r["flips"]]
     if flips:

@@ -428,7 +428,7 @@ def run_analysis(
                 bytes_per_token=bpt,
                 router=opts.router,
             ),
-            break_even_short_gbps=float(cm.break_even_bandwidth_gbps(short)),
+            break_even_short_gbps=_finite_or(float(cm.break_even_bandwidth_gbps(short)), bw),
             replay_pool_read_gbps_per_node=read_gbps,
             network_tiers=net,
             granularity=gran,
@@ -475,6 +475,16 @@ def run_analysis(
         cost_json=_cost_json(cm) if usable else None,
         break_even_curve=be_curve,
     )
+
+
+def _finite_or(gbps: float, bw: BandwidthFigures | None) -> float:
+    """``gbps`` if finite, else the median-prefix break-even (or 0 when that is not either):
+    very short prefixes may never pay to load, which must not size an infinite NIC."""
+    if math.isfinite(gbps):
+        return gbps
+    if bw is not None and math.isfinite(bw.break_even_gbps):
+        return bw.break_even_gbps
+    return 0.0
 
 
 def _break_even_curve(cm, bw: BandwidthFigures, prompt_max: int) -> list[dict]:

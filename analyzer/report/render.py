@@ -65,7 +65,6 @@ def key_figures(doc: dict) -> Table:
     rf = (doc.get("reuse") or {}).get("figures") or {}
     bw = doc.get("bandwidth") or {}
     proj = (doc.get("verdict") or {}).get("projection") or {}
-    sz = doc.get("sizing") or {}
     rows = [
         ["Requests", num(t.get("n_requests")), f"{num(t.get('duration_s'))} s of traffic"],
         [
@@ -119,12 +118,14 @@ def key_figures(doc: dict) -> Table:
         rows.append(
             ["Projected TTFT reduction (local+dram vs local)", pct(proj["dram_ttft_reduction"]), ""]
         )
-    if sz:
+    if rf.get("knee_tokens"):
+        bpt = (doc.get("cost") or {}).get("bytes_per_token") or 0
+        knee = rf["knee_tokens"]
         rows.append(
             [
-                "Pool capacity (knee)",
-                f"{num(sz.get('pool_capacity_tokens'))} tokens",
-                f"{num(sz.get('pool_capacity_gb'))} GB / {num(sz.get('pool_capacity_gib'))} GiB",
+                f"Knee of the hit-ratio curve ({100 * (rf.get('knee_fraction') or 0.9):.0f}% of ceiling)",
+                f"{num(knee)} tokens",
+                f"{num(knee * bpt / 1e9)} GB / {num(knee * bpt / 2**30)} GiB",
             ]
         )
     return Table(["Figure", "Value", "Note"], rows)

@@ -1,0 +1,146 @@
+"""`run_analysis` and `kvpool analyze` end to end on logs built to have a known answer."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from analyzer.advisor import AnalyzeOptions, run_analysis
+from analyzer.advisor.pipeline import reusable_prefix_percentiles
+from analyzer.cli import app
+from analyzer.report import render_json
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location(
+    "make_logs", ROOT / "tests" / "fixtures" / "advisor" / "make_logs.py"
+)
+make_logs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_logs)
+
+# A pooled deployment pays when each instance's HBM holds about one document and
+# every instance sits on its own node (host DRAM is per node, the pool is shared).
+POOL_CLUSTER = dict(
+    local_capacity_tokens=3000,
+    dram_capacity_tokens=3000,
+    pool_capacity_tokens=200_000,
+    gpus_per_node=1,
+    router="round-robin",
+    sensitivity_replays=False,
+)
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("advisor-logs")
+    return {
+        "low": make_logs.low_reuse(d / "low.jsonl"),
+        "high": make_logs.high_reuse(d / "high.jsonl.gz"),
+    }
+
+
+def test_low_reuse_log_is_not_worth_it(logs):
+    r = run_analysis([str(logs["low"])], AnalyzeOptions(sensitivity_replays=False))
+    assert r.verdict == "not-worth-it"
+    assert r.reuse.ceiling_hit_rate < 0.05
+    assert "below the 30.0% guideline" in r.decision.reasons[0]
+
+
+def test_high_reuse_fast_pool_deploys_pooled(logs):
+    r = run_analysis([str(logs["high"])], AnalyzeOptions(pool_gbps=50.0, **POOL_CLUSTER))
+    assert r.verdict == "deploy-pooled", r.decision.reasons
+    assert r.reuse.ceiling_hit_rate > 0.9
+    assert r.decision.projection.pooled_ttft_reduction >= 0.25
+    assert r.sizing is not None and r.sizing.pool
+    assert r.sizing.pool_capacity_tokens == r.reuse.knee_tokens > 0
+    modes = {p.product: p.mode for p in r.settings}
+    assert set(modes.values()) == {"pooled"}
+
+
+def test_high_reuse_slow_network_is_local_offload_only(logs):
+    r = run_analysis([str(logs["high"])], AnalyzeOptions(pool_gbps=0.05, **POOL_CLUSTER))
+    assert r.verdict == "local-offload-only", r.decision.reasons
+    pool = next(c for c in r.decision.checks if c.name == "bandwidth: pool link")
+    assert pool.passed is False and pool.value == 0.05
+    assert "slower than recomputing" in r.decision.reasons[0]
+    assert {p.mode for p in r.settings} == {"local-offload"}
+
+
+def test_count_only_azure_trace_is_insufficient_data(shared_traces):
+    path = shared_traces / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+    r = run_analysis([str(path)], AnalyzeOptions())
+    assert r.verdict == "insufficient-data"
+    assert r.trace.count_only
+    assert any("prompt content or block hashes" in m for m in r.decision.missing)
+    assert r.replay is None and r.sizing is None and r.settings == []
+    doc = r.to_json()
+    assert doc["verdict"]["missing"] and doc["schema"] == "kvpool.report/1"
+
+
+def test_same_input_gives_byte_identical_json(logs, tmp_path):
+    opts = AnalyzeOptions(pool_gbps=50.0, **POOL_CLUSTER)
+    a = render_json(run_analysis([str(logs["high"])], opts))
+    b = render_json(run_analysis([str(logs["high"])], opts))
+    assert a == b
+    doc = json.loads(a)
+    assert doc["inputs"][0]["name"] == "high.jsonl.gz"
+    assert len(doc["inputs"][0]["sha256"]) == 64
+    assert str(tmp_path) not in a and str(logs["high"].parent) not in a
+
+
+def test_reusable_prefix_percentiles_against_a_loop(logs):
+    from analyzer.ingest import open_trace
+
+    t = open_trace([str(logs["high"])]).trace
+    med, p25 = reusable_prefix_percentiles(t, 0.5)
+    seen: set[int] = set()
+    hits = []
+    for i in range(t.n_requests):
+        blocks = t.blocks_of(i).tolist()
+        run = 0
+        for b in blocks:
+            if b not in seen:
+                break
+            run += 1
+        if i >= t.n_requests // 2:
+            hits.append(min(run * t.block_size, int(t.prompt_tokens[i]) - 1))
+        seen.update(blocks)
+    h = np.sort(np.array([x for x in hits if x > 0]))
+    cum = np.cumsum(h)
+    assert med == h[np.searchsorted(cum, 0.5 * cum[-1])]
+    assert p25 == h[np.searchsorted(cum, 0.25 * cum[-1])]
+
+
+def test_cli_analyze_writes_three_reports(logs, tmp_path):
+    out = tmp_path / "rep"
+    res = CliRunner().invoke(app, ["analyze", str(logs["low"]), "-o", str(out), "--no-rate-search"])
+    assert res.exit_code == 0, res.output
+    assert "not-worth-it" in res.output
+    for name in ("report.html", "report.md", "report.json"):
+        assert (out / name).stat().st_size > 0
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["verdict"]["verdict"] == "not-worth-it"
+
+
+def test_cli_unknown_model_is_a_usage_error(logs, tmp_path):
+    from analyzer.errors import KvpoolError
+
+    res = CliRunner().invoke(
+        app, ["analyze", str(logs["low"]), "-o", str(tmp_path), "--model", "nope-1b"]
+    )
+    assert res.exit_code != 0
+    assert isinstance(res.exception, KvpoolError)
+
+
+def test_bundled_mixed_sample_runs_with_defaults(tmp_path):
+    sample = ROOT / "traces" / "mixed.jsonl.gz"
+    if not sample.is_file():
+        pytest.skip("traces/mixed.jsonl.gz is not generated yet")
+    res = CliRunner().invoke(app, ["analyze", str(sample), "-o", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert doc["verdict"]["verdict"] in ("deploy-pooled", "local-offload-only", "not-worth-it")
