@@ -374,9 +374,7 @@ class _Builder:
             if n and offsets[-1]
             else np.empty(0, np.uint64)
         )
-        block_hashes = pa.LargeListArray.from_arrays(
-            pa.array(offsets), pa.array(flat, type=pa.uint64())
-        ).cast(pa.list_(pa.uint64()))
+        block_hashes = _list_array(offsets, flat)
         has_c = np.array([c.contents[i] is not None for i in order], dtype=bool)
         cflat = (
             np.concatenate([c.contents[i] for i in order if c.contents[i] is not None])
@@ -385,9 +383,7 @@ class _Builder:
         )
         coff = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.where(has_c, counts, 0), out=coff[1:])
-        content_hashes = pa.LargeListArray.from_arrays(
-            pa.array(coff), pa.array(cflat, type=pa.uint64()), mask=pa.array(~has_c)
-        ).cast(pa.list_(pa.uint64()))
+        content_hashes = _list_array(coff, cflat, mask=~has_c)
         columns = {
             "request_id": pa.array(take(c.request_id), pa.string()),
             "arrival_s": pa.array(arrival, pa.float64()),
@@ -420,6 +416,19 @@ class _Builder:
         )
         table = pa.Table.from_pydict(columns).cast(CANONICAL_SCHEMA).replace_schema_metadata(meta)
         return table, self.previews
+
+
+def _list_array(offsets: np.ndarray, flat: np.ndarray, mask=None) -> pa.Array:  # type: ignore[no-untyped-def]
+    if offsets[-1] >= 2**31:
+        raise InputError(
+            f"{offsets[-1]:,} blocks do not fit in one canonical file",
+            hint="convert the log in parts, or with a larger --block-size",
+        )
+    return pa.ListArray.from_arrays(
+        pa.array(offsets.astype(np.int32)),
+        pa.array(flat, type=pa.uint64()),
+        mask=None if mask is None else pa.array(mask),
+    )
 
 
 def _read_previews(path: Path) -> dict[int, str]:
@@ -507,7 +516,6 @@ def open_trace(
             hint="check --format and the column flags (see docs/formats.md)",
         )
     table, previews = b.finish()
-    trace = BlockTrace.from_table(table, previews)
     stats = {}
     if b.renderer is not None:
         stats = {
@@ -516,14 +524,17 @@ def open_trace(
             "tokens_encoded": b.renderer.tokens_encoded,
         }
     stats["blocks_hashed"] = b.hasher.blocks_hashed
+    skipped, reordered, untimed = b.skipped, b.reordered, b.untimed
+    del b  # memos, radix tree and row lists go before the compact trace is built
+    trace = BlockTrace.from_table(table, previews)
     return LoadedTrace(
         trace=trace,
         table=table,
-        skipped=b.skipped,
+        skipped=skipped,
         sources=plist,
         formats=fmts,
-        reordered=b.reordered,
-        untimed_files=b.untimed,
+        reordered=reordered,
+        untimed_files=untimed,
         previews=previews,
         stats=stats,
     )
