@@ -24,38 +24,44 @@ def _gb(n: float) -> str:
 
 
 def render_table(doc: dict):  # -> rich.table.Table
-    """A readable table of the replay JSON (one row per scenario)."""
+    """A readable table of the replay JSON: one column per scenario, one row per figure
+    (so that it fits a narrow terminal)."""
     from rich.table import Table
 
+    scen = doc["scenarios"]
     table = Table(title="Cluster replay", title_justify="left")
-    for col, just in (
-        ("scenario", "left"),
-        ("hit rate", "right"),
-        ("hbm / dram / nvme / pool", "right"),
-        ("TTFT p50 / p90 / p99 s", "right"),
-        ("prefill GPU-s", "right"),
-        ("network GB", "right"),
-        ("peak link", "right"),
-        ("dup KV GB", "right"),
-        ("max rate @SLO", "right"),
-    ):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
-    for name, s in doc["scenarios"].items():
-        by = s["hit_rate_by_tier"]
-        t = s["ttft_s"]
-        ttft = "-" if t["p50"] is None else f"{t['p50']:.2f} / {t['p90']:.2f} / {t['p99']:.2f}"
-        search = s.get("rate_search") or {}
-        table.add_row(
-            name,
-            f"{s['hit_rate']:.1%}",
-            " / ".join(f"{by[k]:.1%}" for k in ("hbm", "dram", "nvme", "pool")),
-            ttft,
-            f"{s['prefill_gpu_s']:,.0f}",
-            _gb(s["network_bytes"]),
-            f"{s['peak_link_utilisation']:.0%}",
-            _gb(s["duplicated_kv_bytes"]["time_avg"]),
-            _fmt_rate(s["max_rate_scale_at_slo"], bool(search.get("capped"))),
-        )
+    table.add_column("", no_wrap=True)
+    for name in scen:
+        table.add_column(name, justify="right", no_wrap=True)
+
+    def ttft(s: dict, key: str) -> str:
+        v = s["ttft_s"][key]
+        return "-" if v is None else f"{v:.2f}"
+
+    rows: list[tuple[str, object]] = [
+        ("hit rate", lambda s: f"{s['hit_rate']:.1%}"),
+    ]
+    for tier in ("hbm", "dram", "nvme", "pool"):
+        if any(s["hit_rate_by_tier"][tier] for s in scen.values()):
+            rows.append((f"  from {tier}", lambda s, t=tier: f"{s['hit_rate_by_tier'][t]:.1%}"))
+    rows += [
+        ("TTFT mean s", lambda s: ttft(s, "mean")),
+        ("TTFT p50 s", lambda s: ttft(s, "p50")),
+        ("TTFT p90 s", lambda s: ttft(s, "p90")),
+        ("TTFT p99 s", lambda s: ttft(s, "p99")),
+        ("prefill GPU-s", lambda s: f"{s['prefill_gpu_s']:,.0f}"),
+        ("network GB", lambda s: _gb(s["network_bytes"])),
+        ("peak link util.", lambda s: f"{s['peak_link_utilisation']:.0%}"),
+        ("dup. KV GB (avg)", lambda s: _gb(s["duplicated_kv_bytes"]["time_avg"])),
+        (
+            "max rate @SLO",
+            lambda s: _fmt_rate(
+                s["max_rate_scale_at_slo"], bool((s.get("rate_search") or {}).get("capped"))
+            ),
+        ),
+    ]
+    for label, fn in rows:
+        table.add_row(label, *(fn(s) for s in scen.values()))  # type: ignore[operator]
     return table
 
 

@@ -1,0 +1,131 @@
+"""`kvpool replay` end to end, with the real catalogs and the real ingest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from analyzer.cli import app
+from analyzer.cost import CostModel
+from analyzer.replay import STANDARD_SCENARIOS, ClusterConfig, resolve
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def mooncake_file(tmp_path):
+    """A small Mooncake-format trace: 3 conversations growing turn by turn."""
+    lines = []
+    fresh = 100
+    convs = [[0, 1], [0, 2], [3]]
+    for turn in range(6):
+        for c, chain in enumerate(convs):
+            chain.extend(range(fresh, fresh + 2))
+            fresh += 2
+            lines.append(
+                {
+                    "timestamp": 1000 * (3 * turn + c),
+                    "input_length": 512 * len(chain) - 100,
+                    "output_length": 50,
+                    "hash_ids": list(chain),
+                }
+            )
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def test_replay_command_json_and_table(mooncake_file, tmp_path):
+    out = tmp_path / "replay.json"
+    cfg_file = tmp_path / "scen.toml"
+    cfg_file.write_text('[[scenario]]\nname = "big-pool"\npool = true\npool_gbps = 50\n')
+    result = runner.invoke(
+        app,
+        [
+            "replay",
+            str(mooncake_file),
+            "--model",
+            "llama-3.1-8b",
+            "--gpu",
+            "h100",
+            "--instances",
+            "2",
+            "--router",
+            "session",
+            "--config",
+            str(cfg_file),
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    for name in ("none", "local", "local+dram", "pooled", "big-pool"):
+        assert name in result.output
+    doc = json.loads(out.read_text())
+    assert list(doc["scenarios"]) == ["none", "local", "local+dram", "pooled", "big-pool"]
+    for s in doc["scenarios"].values():
+        assert {"hit_rate", "hit_rate_by_tier", "ttft_s", "prefill_gpu_s", "network_bytes"} <= set(
+            s
+        )
+        assert {"mean", "p50", "p90", "p99"} <= set(s["ttft_s"])
+        assert "max_rate_scale_at_slo" in s
+    assert doc["scenarios"]["big-pool"]["link_gbps"]["pool"] == 50.0
+    assert doc["scenarios"]["local"]["hit_rate"] > 0
+    assert doc["cluster"]["router"] == "session"
+    # catalog defaults: HBM capacity from the model and GPU, as the cost model gives it
+    cm = CostModel.from_catalog("llama-3.1-8b", "h100")
+    assert doc["scenarios"]["local"]["capacity_tokens"]["local_per_instance"] == (
+        cm.hbm_kv_capacity_tokens(0.1)
+    )
+
+
+def test_replay_command_is_deterministic(mooncake_file, tmp_path):
+    outs = []
+    for k in range(2):
+        out = tmp_path / f"r{k}.json"
+        args = ["replay", str(mooncake_file), "--model", "llama-3.1-8b", "--gpu", "h100"]
+        args += ["--instances", "2", "--time-scale", "0.01", "--json", str(out)]
+        assert runner.invoke(app, args).exit_code == 0
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--router", "random"], "unknown router"),
+        (["--scenarios", "local,magic"], "unknown scenario"),
+        (["--local-capacity-tokens", "lots"], "--local-capacity-tokens"),
+        (["--time-scale", "0"], "--time-scale"),
+    ],
+)
+def test_replay_command_usage_errors(mooncake_file, flags, message):
+    from analyzer.errors import UsageError
+
+    args = ["replay", str(mooncake_file), "--model", "llama-3.1-8b", "--gpu", "h100"]
+    result = runner.invoke(app, [*args, "--instances", "2", *flags])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, UsageError)
+    assert message in str(result.exception)
+
+
+def test_replay_command_unknown_model(mooncake_file):
+    result = runner.invoke(
+        app,
+        ["replay", str(mooncake_file), "--model", "nope-1b", "--gpu", "h100", "--instances", "1"],
+    )
+    assert result.exit_code != 0 and result.exception is not None
+
+
+def test_catalog_defaults_resolve():
+    cfg = ClusterConfig(model="llama-3.1-70b", gpu="h100", tp=4, instances=4)
+    cm = CostModel.from_catalog("llama-3.1-70b", "h100", tp=4)
+    r = resolve(cfg, STANDARD_SCENARIOS["local+dram"], 16, cost=cm)
+    assert r.dram_gbps == cm.tier_link("pcie-gen5-dram").bandwidth_gbps  # 4 PCIe links
+    assert r.dram_capacity_tokens == int(512e9 // cm.bytes_per_token)
+    p = resolve(cfg, STANDARD_SCENARIOS["pooled"], 16, cost=cm)
+    assert p.pool_gbps == cm.tier_link("rdma-200").bandwidth_gbps
+    # default pool: the nodes' DRAM summed (4 instances of 4 GPUs = 2 nodes of 8)
+    assert p.pool_capacity_tokens == 2 * int(512e9 // cm.bytes_per_token)
