@@ -469,3 +469,94 @@ def test_azure_real_traces(shared_traces):
     assert lt.trace.count_only
     assert lt.trace.arrival_s[-1] == pytest.approx(3540, abs=60)  # about 58 minutes
     assert read_metadata(lt.table)["t0_epoch_s"].startswith("17001")
+
+
+def test_gateway_and_generic_parquet_and_jsonl(tmp_path):
+    import csv
+
+    import pyarrow as pa
+
+    with open(FIX / "chat_gateway.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    gw = tmp_path / "gw.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), gw)
+    assert detect_format(gw) == "gateway-parquet"
+    a = load(gw).table.column("block_hashes")
+    assert a == load(FIX / "chat_gateway.csv").table.column("block_hashes")
+    gen_rows = [{"q": "hello there, general kenobi", "ts": 1_700_000_000 + i} for i in range(3)]
+    gp = tmp_path / "gen.parquet"
+    pq.write_table(pa.Table.from_pylist(gen_rows), gp)
+    assert detect_format(gp) == "generic-parquet"
+    t = load(gp, prompt_column="q", time_column="ts").table
+    assert t.column("token_lcp_prev").to_pylist()[1:] == [t.column("prompt_tokens")[0].as_py()] * 2
+    gj = tmp_path / "gen.jsonl"
+    gj.write_text("\n".join(json.dumps(r) for r in gen_rows) + "\n")
+    assert detect_format(gj) == "generic-jsonl"
+    assert load(gj, prompt_column="q").table.column("block_hashes") == t.column("block_hashes")
+
+
+def test_format_override_and_bad_options():
+    with pytest.raises(UsageError, match="unknown format"):
+        load(FIX / "chat.jsonl", fmt="excel")
+    with pytest.raises(UsageError, match="unknown template"):
+        load(FIX / "chat.jsonl", template="vicuna")
+    with pytest.raises(UsageError, match="hash key"):
+        load(FIX / "chat.jsonl", hash_keys=("colour",))
+    with pytest.raises(UsageError, match="token-ratio"):
+        load(FIX / "chat.jsonl", token_ratio=0)
+    # Forcing a format reads a file the detector would call something else.
+    t = load(FIX / "chat_batch.jsonl", fmt="openai").table
+    assert t.num_rows == 6
+
+
+def test_templates_and_tenant_keys_change_hashes_not_structure():
+    chatml = load(FIX / "chat.jsonl").table
+    llama = load(FIX / "chat.jsonl", template="llama3").table
+    assert read_metadata(llama)["template"] == "llama3"
+    a = {h for r in chatml.column("block_hashes").to_pylist() for h in r}
+    b = {h for r in llama.column("block_hashes").to_pylist() for h in r}
+    assert not a & b
+    lcp = llama.column("token_lcp_prev").to_pylist()
+    prompts = llama.column("prompt_tokens").to_pylist()
+    assert lcp[2] == prompts[0] and lcp[4] == prompts[2]
+    keyed = load(FIX / "chat.jsonl", hash_keys=("tenant",)).table
+    assert read_metadata(keyed)["hash_keys"] == "tenant"
+    h = keyed.column("block_hashes").to_pylist()
+    assert h[1][0] == h[0][0]  # one tenant (the model): the system prompt is still shared
+
+
+def test_canonical_input_at_a_coarser_block_size(tmp_path):
+    lt = load(FIX / "chat.jsonl")
+    out = tmp_path / "t.parquet"
+    write_canonical(lt.table, out)
+    coarse = open_trace([out], IngestOptions(salt=SALT, block_size=64))
+    assert coarse.trace.block_size == 64
+    assert read_metadata(coarse.table)["block_size"] == "64"
+    expect = lt.trace.coarsen(4)
+    assert np.array_equal(coarse.trace.block_ids, expect.block_ids)
+    assert np.array_equal(coarse.trace.offsets, expect.offsets)
+    with pytest.raises(UsageError, match="not a multiple"):
+        open_trace([out], IngestOptions(salt=SALT, block_size=24))
+
+
+def test_output_is_independent_of_the_process(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from analyzer.ingest import IngestOptions, open_trace; "
+        "from analyzer.trace import write_canonical; "
+        "lt = open_trace(sys.argv[1:2], IngestOptions(salt=b'fixed test salt')); "
+        "write_canonical(lt.table, sys.argv[2])"
+    )
+    outs = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"{seed}.parquet"
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run(
+            [sys.executable, "-c", code, str(FIX / "chat.jsonl"), str(out)], check=True, env=env
+        )
+        outs.append(out.read_bytes())
+    write_canonical(load(FIX / "chat.jsonl").table, tmp_path / "here.parquet")
+    assert outs[0] == outs[1] == (tmp_path / "here.parquet").read_bytes()

@@ -22,7 +22,7 @@ def convert(
     to: Annotated[str, typer.Option("--to", help="canonical | mooncake | bailian")] = "canonical",
     block_size: Annotated[
         int | None,
-        typer.Option("--block-size", help="Tokens per block [default: 16; 512 for Mooncake]."),
+        typer.Option("--block-size", help="Tokens per block (default 16; 512 for Mooncake)."),
     ] = None,
     template: Annotated[str, typer.Option("--template", help="chatml | llama3")] = "chatml",
     tools_position: Annotated[

@@ -450,7 +450,33 @@ def _read_previews(path: Path) -> dict[int, str]:
         return {}
 
 
-def _open_canonical(paths: list[str]) -> LoadedTrace:
+def coarsen_table(table: pa.Table, factor: int) -> pa.Table:
+    """The canonical table at ``factor`` times its block size, from chained hashes alone.
+
+    Coarse block ``j`` is the fine hash at position ``factor * j + factor - 1`` (it names
+    the whole prefix). Content hashes cannot be derived without the tokens: null.
+    """
+    meta = read_metadata(table)
+    fine = int(meta.get("block_size") or 16)
+    col = table.column("block_hashes").combine_chunks()
+    offsets = col.offsets.to_numpy().astype(np.int64)
+    flat = col.values.to_numpy(zero_copy_only=False)
+    counts = np.diff(offsets) // factor
+    new_off = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=new_off[1:])
+    req = np.repeat(np.arange(counts.size), counts)
+    within = np.arange(new_off[-1]) - new_off[req]
+    coarse = flat[offsets[req] + within * factor + factor - 1]
+    i = table.column_names.index("block_hashes")
+    table = table.set_column(i, "block_hashes", _list_array(new_off, coarse))
+    j = table.column_names.index("content_hashes")
+    table = table.set_column(j, "content_hashes", pa.nulls(table.num_rows, pa.list_(pa.uint64())))
+    new_meta = {**meta, "block_size": str(fine * factor)}
+    new_meta.pop("schema_version", None)
+    return table.cast(CANONICAL_SCHEMA).replace_schema_metadata(make_metadata(**new_meta))
+
+
+def _open_canonical(paths: list[str], block_size: int | None = None) -> LoadedTrace:
     tables = [read_canonical(p) for p in paths]
     sizes = {read_metadata(t).get("block_size") for t in tables}
     if len(sizes) > 1:
@@ -467,6 +493,15 @@ def _open_canonical(paths: list[str]) -> LoadedTrace:
         table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
         order = np.lexsort((np.arange(table.num_rows), table.column("arrival_s").to_numpy()))
         table = table.take(pa.array(order)).replace_schema_metadata(meta)
+    fine = int(read_metadata(table).get("block_size") or 16)
+    if block_size is not None and block_size != fine:
+        if block_size % fine:
+            raise UsageError(
+                f"the canonical trace has {fine}-token blocks; --block-size {block_size} is "
+                "not a multiple of it",
+                hint="convert the raw log again to get finer blocks",
+            )
+        table = coarsen_table(table, block_size // fine)
     previews: dict[int, str] = {}
     for p in paths:
         previews.update(_read_previews(Path(p)))
@@ -502,7 +537,7 @@ def open_trace(
         check_readable(p)
     fmts = [opts.fmt or detect_format(p) for p in plist]
     if all(f == "canonical" for f in fmts):
-        return _open_canonical(plist)
+        return _open_canonical(plist, opts.block_size)
     if "canonical" in fmts:
         raise UsageError("canonical traces cannot be mixed with raw logs in one run")
     b = _Builder(plist, fmts, opts, advance)
