@@ -209,3 +209,38 @@ def test_ttft_semantics():
         cm.ttft(100, 200, 1, 25.0)
     with pytest.raises(UsageError, match="positive"):
         cm.ttft(100, 50, 1, 0.0)
+
+
+def _slow_compute_s(cm: CostModel, s: int, p: int, k: int) -> float:
+    """Oracle: the roofline straight from the ModelSpec methods, nothing precomputed."""
+    m = cm.model
+    flops = 2 * m.active_nonembedding_params * s
+    for kind in m.layer_kinds:
+        if kind == "full":
+            flops += 4 * m.attention_dim * sum(x + 0.5 for x in range(p, p + s))
+        elif kind == "sliding":
+            w = m.sliding_window_tokens
+            flops += 4 * m.attention_dim * sum(min(x + 0.5, w) for x in range(p, p + s))
+        else:
+            flops += 4 * m.linear_state_elements_per_layer * s
+    peak = cm.gpu.tflops(cm.compute_dtype) * 1e12 * cm.tp * cm.mfu
+    weights = m.weight_bytes_read(s * k, cm.weight_dtype) / cm.tp
+    kv = k * m.kv_bytes_for_tokens(p + s, cm.kv_dtype, cm.tp, per_rank=True)
+    return max(k * flops / peak, (weights + kv) / (cm.gpu.hbm_tbps * 1e12))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    model=st.sampled_from(
+        ["llama-3.1-70b", "qwen3-235b-a22b", "gpt-oss-120b", "gemma-3-27b", "qwen3-next-80b-a3b"]
+    ),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    s=st.integers(1, 3000),
+    p=st.integers(0, 3000),
+    k=st.integers(1, 4),
+    kv_dtype=st.sampled_from(["bf16", "fp8"]),
+)
+def test_fast_path_matches_slow_oracle(model, tp, s, p, k, kv_dtype):
+    cm = CostModel.from_catalog(model, "h200", tp=tp, kv_dtype=kv_dtype)
+    assert cm.analytic_compute_s(s, p, k) == pytest.approx(_slow_compute_s(cm, s, p, k), rel=1e-9)
+    assert cm.transfer_bytes(p) == tp * cm.model.kv_bytes_for_tokens(p, kv_dtype, tp, per_rank=True)

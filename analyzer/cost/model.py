@@ -156,6 +156,61 @@ class TtftBreakdown:
 
 
 @dataclass(frozen=True, slots=True)
+class _Constants:
+    """Per-instance constants of the hot path (replay calls prefill_time_s per chunk)."""
+
+    dense_flops_per_token: float
+    attn_coef: float  # 4 * d_attn
+    full_layers: int
+    sliding_layers: int
+    window: int | None
+    linear_flops_per_token: float
+    flops_per_s: float  # peak * mfu of the whole instance
+    hbm_bytes_per_s: float  # one rank's HBM bandwidth
+    dense_weight_bytes_per_rank: float  # all weights, or the non-expert part of a MoE
+    expert_weight_bytes_per_rank: float  # 0 for dense models
+    expert_miss: float  # 1 - k/E: probability a token does not pick a given expert
+    full_per_rank: int  # KV bytes per token per rank, full-attention layers
+    window_per_rank: int
+    state_per_rank: int
+
+    @classmethod
+    def of(cls, cm: CostModel) -> _Constants:
+        m = cm.model
+        b = dtype_bytes(cm.weight_dtype)
+        expert = 0.0
+        miss = 1.0
+        dense = m.total_params * b
+        if m.is_moe and m.total_params > m.active_params:
+            ratio = m.experts_per_token / m.num_experts
+            expert = (m.total_params - m.active_params) / (1.0 - ratio) * b
+            dense = max(m.total_params * b - expert, 0.0)
+            miss = 1.0 - ratio
+        return cls(
+            dense_flops_per_token=2.0 * m.active_nonembedding_params,
+            attn_coef=4.0 * m.attention_dim,
+            full_layers=m.full_layers,
+            sliding_layers=m.sliding_layers,
+            window=m.sliding_window_tokens,
+            linear_flops_per_token=4.0 * m.linear_state_elements_per_layer * m.linear_layers,
+            flops_per_s=cm.gpu.tflops(cm.compute_dtype) * 1e12 * cm.tp * cm.mfu,
+            hbm_bytes_per_s=cm.gpu.hbm_tbps * 1e12,
+            dense_weight_bytes_per_rank=dense / cm.tp,
+            expert_weight_bytes_per_rank=expert / cm.tp,
+            expert_miss=miss,
+            full_per_rank=m.kv_bytes_per_token_per_rank(cm.kv_dtype, cm.tp),
+            window_per_rank=m.kv_window_bytes_per_token_per_rank(cm.kv_dtype, cm.tp),
+            state_per_rank=m.linear_state_bytes(cm.tp, per_rank=True) if m.linear_layers else 0,
+        )
+
+    def kv_per_rank(self, tokens: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        capped = tokens if self.window is None else min(tokens, self.window)
+        return self.full_per_rank * tokens + self.window_per_rank * capped + self.state_per_rank
+
+
+@dataclass(frozen=True, slots=True)
 class CostModel:
     """Prefill and load costs of one model on one instance of ``tp`` GPUs."""
 
@@ -170,6 +225,10 @@ class CostModel:
     link: LoadLink | None = None  # a fitted link from a profile, used where no bandwidth is given
     ttft_fit: TtftCoefficients | None = None
     profile_source: str = ""
+    _k: _Constants = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_k", _Constants.of(self))
 
     @classmethod
     def from_catalog(
@@ -241,9 +300,7 @@ class CostModel:
 
     def transfer_bytes(self, tokens: int) -> int:
         """Bytes moved to load a prefix of ``tokens`` tokens into all ``tp`` ranks."""
-        return self.model.kv_bytes_for_tokens(tokens, self.kv_dtype, self.tp, per_rank=True) * (
-            self.tp
-        )
+        return int(self._k.kv_per_rank(tokens)) * self.tp
 
     def hbm_kv_capacity_tokens(self, reserve_fraction: float = 0.1) -> int:
         """Tokens of KV one instance (``tp`` GPUs) holds after weights and a reserve.
@@ -272,37 +329,31 @@ class CostModel:
 
     def prefill_flops(self, new_tokens: int, cached_tokens: int = 0) -> float:
         """FLOPs to prefill ``new_tokens`` after ``cached_tokens`` (one request)."""
-        s = max(float(new_tokens), 0.0)
-        if s == 0:
+        s = float(new_tokens)
+        if s <= 0:
             return 0.0
-        m = self.model
-        dense = 2.0 * m.active_nonembedding_params * s
-        attn = (
-            4.0
-            * m.attention_dim
-            * (
-                m.full_layers * window_context(s, cached_tokens, None)
-                + m.sliding_layers * window_context(s, cached_tokens, m.sliding_window_tokens)
-            )
-        )
-        linear = 4.0 * m.linear_state_elements_per_layer * s * m.linear_layers
-        return dense + attn + linear
+        k = self._k
+        p = float(cached_tokens)
+        ctx = k.full_layers * (p * s + s * s / 2.0)
+        if k.sliding_layers:
+            ctx += k.sliding_layers * window_context(s, p, k.window)
+        return (k.dense_flops_per_token + k.linear_flops_per_token) * s + k.attn_coef * ctx
 
     def hbm_floor_s(self, new_tokens: int, cached_tokens: int = 0, batch: int = 1) -> float:
         """Time to stream the weights and the cached KV each rank needs once from HBM."""
-        weights = self.model.weight_bytes_read(new_tokens * batch, self.weight_dtype) / self.tp
-        kv = batch * self.model.kv_bytes_for_tokens(
-            cached_tokens + new_tokens, self.kv_dtype, self.tp, per_rank=True
-        )
-        return (weights + kv) / (self.gpu.hbm_tbps * 1e12)
+        k = self._k
+        weights = k.dense_weight_bytes_per_rank
+        if k.expert_weight_bytes_per_rank:
+            touched = 1.0 - k.expert_miss ** max(new_tokens * batch, 1)
+            weights += k.expert_weight_bytes_per_rank * touched
+        kv = batch * k.kv_per_rank(cached_tokens + new_tokens)
+        return (weights + kv) / k.hbm_bytes_per_s
 
     def analytic_compute_s(self, new_tokens: int, cached_tokens: int = 0, batch: int = 1) -> float:
         """Roofline prefill time of ``batch`` identical requests prefilled together."""
         if new_tokens <= 0 or batch <= 0:
             return 0.0
-        compute = (
-            batch * self.prefill_flops(new_tokens, cached_tokens) / (self.peak_flops * self.mfu)
-        )
+        compute = batch * self.prefill_flops(new_tokens, cached_tokens) / self._k.flops_per_s
         return max(compute, self.hbm_floor_s(new_tokens, cached_tokens, batch))
 
     def compute_time_s(self, new_tokens: int, cached_tokens: int = 0, batch: int = 1) -> float:
