@@ -23,7 +23,10 @@ CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/b
 
 
 def _doc(result_or_doc) -> dict:
-    return result_or_doc if isinstance(result_or_doc, dict) else result_or_doc.to_json()
+    """The document with keys sorted, as it reads back from report.json: every renderer
+    sees the same order whether it is given a fresh result or a reloaded file."""
+    doc = result_or_doc if isinstance(result_or_doc, dict) else result_or_doc.to_json()
+    return json.loads(json.dumps(doc, sort_keys=True))
 
 
 def render_json(result_or_doc) -> str:

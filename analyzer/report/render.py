@@ -131,12 +131,19 @@ def key_figures(doc: dict) -> Table:
     return Table(["Figure", "Value", "Note"], rows)
 
 
+SCENARIO_ORDER = ("none", "local", "local+dram", "pooled")
+
+
+def _scenario_key(name: str) -> tuple[int, str]:
+    return (SCENARIO_ORDER.index(name) if name in SCENARIO_ORDER else len(SCENARIO_ORDER), name)
+
+
 def scenario_table(doc: dict) -> Table | None:
     sc = ((doc.get("replay") or {}).get("scenarios")) or {}
     if not sc:
         return None
     rows = []
-    for name, s in sc.items():
+    for name, s in sorted(sc.items(), key=lambda kv: _scenario_key(kv[0])):
         t = s.get("ttft_s") or {}
         by = s.get("hit_rate_by_tier") or {}
         rows.append(

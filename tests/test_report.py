@@ -1,0 +1,178 @@
+"""Reports: JSON stable byte for byte, Markdown with the same sections as the HTML, and
+the HTML self-contained and opening in real headless Chromium without console errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from analyzer.advisor import AnalyzeOptions, run_analysis
+from analyzer.report import find_chromium, render_html, render_json, render_markdown, write_reports
+from analyzer.report.render import sections
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts" / "report"
+_spec = importlib.util.spec_from_file_location(
+    "make_logs", ROOT / "tests" / "fixtures" / "advisor" / "make_logs.py"
+)
+make_logs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_logs)
+
+
+@pytest.fixture(scope="module")
+def doc(tmp_path_factory) -> dict:
+    d = tmp_path_factory.mktemp("report-logs")
+    log = make_logs.high_reuse(d / "high.jsonl")
+    r = run_analysis(
+        [str(log)],
+        AnalyzeOptions(
+            pool_gbps=50.0,
+            local_capacity_tokens=3000,
+            dram_capacity_tokens=3000,
+            pool_capacity_tokens=200_000,
+            gpus_per_node=1,
+            router="round-robin",
+        ),
+    )
+    assert r.verdict == "deploy-pooled"
+    return r.to_json()
+
+
+def test_json_is_canonical_and_reloads_to_the_same_reports(doc, tmp_path):
+    text = render_json(doc)
+    again = json.loads(text)
+    assert render_json(again) == text
+    assert again["schema"] == "kvpool.report/1"
+    # floats are rounded to 6 significant digits; no NaN/Infinity in the document
+    assert "NaN" not in text and "Infinity" not in text
+    floats: list[float] = []
+
+    def walk(x):
+        if isinstance(x, float):
+            floats.append(x)
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(again)
+    assert floats and all(float(f"{f:.6g}") == f for f in floats)
+    a = write_reports(doc, tmp_path / "a")
+    b = write_reports(json.loads(a["json"].read_text()), tmp_path / "b")
+    for k in ("json", "md", "html"):
+        assert a[k].read_bytes() == b[k].read_bytes(), k
+
+
+def test_markdown_and_html_carry_the_same_sections(doc):
+    md = render_markdown(doc)
+    html = render_html(doc)
+    titles = [s.title for s in sections(doc)]
+    assert titles[0] == "Verdict"
+    for t in (
+        "Key figures",
+        "Prefix reuse",
+        "Bandwidth against break-even",
+        "Scenario comparison (replay)",
+        "Sensitivity: what would change the verdict",
+        "Sized recommendation",
+        "Recommended settings",
+        "Pilot gates",
+        "Assumptions and sources",
+    ):
+        assert t in titles
+        assert f"## {t}" in md
+        assert f"<h2>{t.replace('(', '(')}</h2>" in html
+    assert md.index("deploy-pooled") < md.index("## Key figures")  # verdict first
+    for option in (
+        "--enable-prefix-caching",
+        "global_segment_size",
+        "--hicache-storage-backend",
+        "chunk_size",
+    ):
+        assert option in md and option in html
+
+
+def test_html_is_self_contained_with_inline_svg_charts(doc):
+    html = render_html(doc)
+    assert "<script" not in html.lower()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "@import" not in html and "url(http" not in html
+    assert html.count("<svg") == 6  # hit ratio, sources, break-even, TTFT, tiers, network
+    assert "<?xml" not in html
+
+
+def _chromium_or_skip() -> str:
+    exe = find_chromium()
+    if exe is None:
+        pytest.skip("Chromium is not installed (/usr/bin/chromium); `apt-get install chromium`")
+    return exe
+
+
+@pytest.mark.e2e
+def test_html_opens_in_headless_chromium_without_errors(doc, tmp_path):
+    exe = _chromium_or_skip()
+    paths = write_reports(doc, tmp_path / "rep")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "report.png"
+    shot.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory() as profile:
+        proc = subprocess.run(
+            [
+                exe,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                "--window-size=1200,4000",
+                "--enable-logging=stderr",
+                "--v=0",
+                f"--screenshot={shot}",
+                paths["html"].resolve().as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert shot.is_file() and shot.stat().st_size > 10_000
+    console = [ln for ln in proc.stderr.splitlines() if "CONSOLE" in ln]
+    assert not console, console
+    # Playwright, when importable, drives the same binary and reports console messages
+    # and page errors directly.
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        messages: list[str] = []
+        page.on("console", lambda m: messages.append(f"{m.type}: {m.text}"))
+        page.on("pageerror", lambda e: messages.append(f"pageerror: {e}"))
+        failed: list[str] = []
+        page.on("requestfailed", lambda r: failed.append(r.url))
+        page.goto(paths["html"].resolve().as_uri())
+        assert page.title() == "kvpool report: deploy-pooled"
+        assert page.locator("svg").count() == 6
+        page.screenshot(path=str(ARTIFACTS / "report-full.png"), full_page=True)
+        browser.close()
+    assert not messages and not failed, (messages, failed)
+
+
+@pytest.mark.e2e
+def test_pdf_is_written_when_chromium_exists(doc, tmp_path):
+    _chromium_or_skip()
+    paths = write_reports(doc, tmp_path / "pdf", pdf=True)
+    assert paths["pdf"].read_bytes()[:5] == b"%PDF-"

@@ -1,0 +1,208 @@
+"""`kvpool validate`: readers for vLLM bench JSON and CSV, gate evaluation, exit code 5."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from analyzer.advisor.decide import decide
+from analyzer.advisor.figures import (
+    BandwidthFigures,
+    ReplayFigures,
+    ReuseFigures,
+    ScenarioFigures,
+    TierFigure,
+    TraceFigures,
+)
+from analyzer.advisor.gates import gate_to_json, plan
+from analyzer.advisor.validate import assign_roles, read_results, validate
+from analyzer.cli import app
+from analyzer.errors import EXIT_GATES, InputError, UsageError
+
+# What `vllm bench serve --save-result` writes (a subset of its keys, same names and units).
+VLLM_BASE = {
+    "date": "20261201-120000",
+    "backend": "vllm",
+    "model_id": "meta-llama/Llama-3.1-8B-Instruct",
+    "num_prompts": 1000,
+    "request_rate": 4.0,
+    "duration": 251.3,
+    "completed": 1000,
+    "total_input_tokens": 2_000_000,
+    "request_throughput": 3.98,
+    "output_throughput": 512.0,
+    "mean_ttft_ms": 820.0,
+    "median_ttft_ms": 700.0,
+    "std_ttft_ms": 300.0,
+    "p99_ttft_ms": 2400.0,
+    "errors": [""] * 3,
+}
+
+
+def _report(tmp_path: Path) -> Path:
+    trace = TraceFigures(5000, False, 3600.0, 10_000_000, 2000.0, 16)
+    reuse = ReuseFigures(True, 0.6, 0.6, knee_tokens=10_000, median_prefix_tokens=4000)
+    bw = BandwidthFigures(
+        4000,
+        5.0,
+        131072,
+        38_000.0,
+        (TierFigure("dram", "d", 45.0, 0.0), TierFigure("pool", "p", 25.0, 0.0)),
+    )
+    rp = ReplayFigures(
+        tuple(
+            ScenarioFigures(n, 0.5, t, t, t, r)
+            for n, t, r in (
+                ("none", 1.6, 1.0),
+                ("local", 0.8, 2.0),
+                ("local+dram", 0.7, 2.0),
+                ("pooled", 0.4, 3.0),
+            )
+        )
+    )
+    d = decide(trace, reuse, bw, rp)
+    gates = plan(
+        verdict=d.verdict,
+        projection=d.projection,
+        trace_rate_rps=4.0,
+        projected_baseline_ttft_s=0.8,
+    )
+    doc = {
+        "schema": "kvpool.report/1",
+        "verdict": {"verdict": d.verdict},
+        "gates": {"plan": [gate_to_json(g) for g in gates]},
+    }
+    p = tmp_path / "report.json"
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def _write(path: Path, doc: dict) -> Path:
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_vllm_json_is_read_in_seconds(tmp_path):
+    m = read_results(str(_write(tmp_path / "b.json", VLLM_BASE)), "baseline")
+    assert m.fmt == "vllm-json"
+    assert m.metrics["mean_ttft_s"] == pytest.approx(0.82)
+    assert m.metrics["p99_ttft_s"] == pytest.approx(2.4)
+    assert m.metrics["requested_rate"] == 4.0 and m.metrics["duration_s"] == 251.3
+    inf = dict(VLLM_BASE, request_rate=float("inf"))
+    (tmp_path / "inf.json").write_text(json.dumps(inf))  # Python writes Infinity
+    assert "requested_rate" not in read_results(str(tmp_path / "inf.json"), "baseline").metrics
+
+
+def test_json_lines_uses_the_last_run(tmp_path):
+    p = tmp_path / "runs.jsonl"
+    p.write_text(
+        json.dumps(VLLM_BASE) + "\n" + json.dumps(dict(VLLM_BASE, mean_ttft_ms=500.0)) + "\n"
+    )
+    assert read_results(str(p), "baseline").metrics["mean_ttft_s"] == pytest.approx(0.5)
+
+
+def test_csv_metric_value_and_per_request(tmp_path):
+    p = tmp_path / "m.csv"
+    p.write_text("metric,value\nmean_ttft_s,0.4\np99_ttft_ms,1500\nrequest_throughput,4.2\n")
+    m = read_results(str(p), "candidate")
+    assert m.fmt == "csv-metrics"
+    assert m.metrics == {"mean_ttft_s": 0.4, "p99_ttft_s": 1.5, "request_throughput": 4.2}
+    q = tmp_path / "r.csv"
+    rows = ["start_s,ttft_s,latency_s,error"] + [
+        f"{i},{0.1 * (i % 10 + 1)},2.0," for i in range(100)
+    ]
+    rows.append("100,,,timeout")
+    q.write_text("\n".join(rows) + "\n")
+    r = read_results(str(q), "candidate").metrics
+    assert r["completed"] == 100 and r["failed"] == 1 and r["num_prompts"] == 101
+    assert r["mean_ttft_s"] == pytest.approx(0.55)
+    assert r["median_ttft_s"] == pytest.approx(0.55)
+    assert r["duration_s"] == pytest.approx(101.0)  # first start 0, last end 99 + 2
+    assert r["request_throughput"] == pytest.approx(100 / 101.0)
+
+
+def test_bad_results_name_file_line_and_field(tmp_path):
+    p = tmp_path / "bad.csv"
+    p.write_text("metric,value\nmean_ttft_s,fast\n")
+    with pytest.raises(InputError) as e:
+        read_results(str(p), "baseline")
+    assert "bad.csv:2" in str(e.value) and "value" in str(e.value)
+    q = tmp_path / "r.csv"
+    q.write_text("ttft_s\n0.1\n-1\n")
+    with pytest.raises(InputError, match=r"r\.csv:3 \(field 'ttft_s'\)"):
+        read_results(str(q), "baseline")
+    j = _write(tmp_path / "x.json", {"completed": 3})
+    with pytest.raises(InputError, match="no TTFT figures"):
+        read_results(str(j), "baseline")
+    h = tmp_path / "h.csv"
+    h.write_text("a,b\n1,2\n")
+    with pytest.raises(InputError, match="unrecognised CSV header"):
+        read_results(str(h), "baseline")
+
+
+def test_roles_from_labels_names_and_order():
+    assert assign_roles(["candidate=a.json", "base.json"]) == [
+        ("candidate", "a.json"),
+        ("baseline", "base.json"),
+    ]
+    assert assign_roles(["x.json", "y.json", "soak.json"]) == [
+        ("stability", "soak.json"),
+        ("baseline", "x.json"),
+        ("candidate", "y.json"),
+    ]
+    with pytest.raises(UsageError):
+        assign_roles(["a", "b", "c", "d"])
+
+
+def test_validate_passes_and_fails_gates(tmp_path):
+    report = _report(tmp_path)
+    base = _write(tmp_path / "baseline.json", VLLM_BASE)
+    good = _write(
+        tmp_path / "pool.json",
+        dict(VLLM_BASE, mean_ttft_ms=410.0, p99_ttft_ms=2500.0, request_throughput=3.99),
+    )
+    v = validate([str(base), f"candidate={good}"], str(report))
+    status = {g.gate.id: g.status for g in v.gates}
+    assert status == {"arrival": "pass", "baseline": "pass", "main": "pass", "stability": "not-run"}
+    assert not v.failed
+    comp = {c["metric"]: c for c in v.comparisons}
+    assert comp["ttft_reduction"]["measured"] == pytest.approx(1 - 410 / 820, abs=1e-6)
+    assert comp["ttft_reduction"]["projected"] == pytest.approx(0.5)
+    bad = _write(tmp_path / "pool2.json", dict(VLLM_BASE, mean_ttft_ms=700.0))
+    v2 = validate([str(base), f"candidate={bad}"], str(report))
+    assert v2.failed and {g.gate.id: g.status for g in v2.gates}["main"] == "fail"
+
+
+def test_cli_validate_exit_codes(tmp_path):
+    report = _report(tmp_path)
+    base = _write(tmp_path / "baseline.json", VLLM_BASE)
+    good = _write(tmp_path / "cand.json", dict(VLLM_BASE, mean_ttft_ms=400.0))
+    bad = _write(tmp_path / "cand2.json", dict(VLLM_BASE, mean_ttft_ms=800.0))
+    runner = CliRunner()
+    ok = runner.invoke(
+        app,
+        [
+            "validate",
+            str(base),
+            str(good),
+            "--report",
+            str(report),
+            "--json",
+            str(tmp_path / "v.json"),
+        ],
+    )
+    assert ok.exit_code == 0, ok.output
+    assert "no gate failed" in ok.output
+    assert json.loads((tmp_path / "v.json").read_text())["failed"] is False
+    fail = runner.invoke(app, ["validate", str(base), str(bad), "--report", str(report)])
+    assert fail.exit_code == EXIT_GATES, fail.output
+    assert "gate failed" in fail.output and "Main gate" in fail.output
+
+
+def test_validate_refuses_a_non_report(tmp_path):
+    p = _write(tmp_path / "r.json", {"schema": "something-else"})
+    with pytest.raises(InputError, match="not a kvpool report"):
+        validate([str(p)], str(p))
