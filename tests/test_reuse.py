@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from analyzer.reuse import ReuseOptions, analyze_reuse
 from analyzer.reuse.analysis import first_counted_request, shards_curve, shards_error
+from analyzer.reuse.fastsim import simulate_fast
 from analyzer.reuse.policies import POLICY_NAMES, next_use_requests, simulate
 from analyzer.reuse.radix import ROOT
 from analyzer.reuse.stack import access_weights, lru_histogram
@@ -208,6 +209,8 @@ def test_policy_simulations_against_oracles(data, capacity):
     ceiling = naive_ceiling(chains, prompts, 4, first)
     for policy in POLICY_NAMES:
         assert simulate(*args, max(tr.n_blocks, 1), policy) == ceiling
+        # the numba versions take the same decisions as the Python reference
+        assert simulate_fast(*args, capacity, policy) == simulate(*args, capacity, policy)
 
 
 @settings(max_examples=60, deadline=None)
@@ -528,3 +531,12 @@ def test_curve_survives_many_position_compactions():
     cum = np.concatenate([[0], np.cumsum(hist[:-1])])
     for cap in range(tr.n_blocks + 1):
         assert int(cum[cap]) == naive_lru(chains, prompts, 4, 0, cap)
+
+
+def test_fast_simulations_match_the_reference_on_a_longer_trace():
+    tr = chained_trace(80, seed=5, system_blocks=6, mean_new_blocks=3)
+    first = first_counted_request(tr.n_requests, 0.5)
+    args = (tr.block_ids, tr.offsets, tr.prompt_tokens, tr.block_size, first)
+    for cap in (1, 2, 3, 7, 20, 100, 400):
+        for policy in POLICY_NAMES:
+            assert simulate_fast(*args, cap, policy) == simulate(*args, cap, policy), (cap, policy)

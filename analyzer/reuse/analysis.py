@@ -28,7 +28,8 @@ import numpy as np
 
 from analyzer.errors import UsageError
 from analyzer.progress import Advance
-from analyzer.reuse.policies import POLICY_NAMES, simulate
+from analyzer.reuse.fastsim import simulate_fast
+from analyzer.reuse.policies import POLICY_NAMES, next_use_requests
 from analyzer.reuse.stack import (
     access_weights,
     lru_histogram,
@@ -60,7 +61,7 @@ class ReuseOptions:
     shards_threshold_accesses: int = 50_000_000
     shards_auto_rate: float = 0.01
     shards_error_accesses: int = 5_000_000  # prefix on which the sampled curve is checked
-    policy_max_accesses: int = 5_000_000  # per-capacity simulations are skipped beyond
+    policy_max_accesses: int = 30_000_000  # per-capacity simulations are skipped beyond
     n_windows: int = 48  # working-set windows over the trace's time span
     curve_points: int = 200
 
@@ -663,11 +664,23 @@ def analyze_reuse(
             )
         else:
             share = 40 / (len(sim_policies) * len(capacities))
+            next_use = (
+                next_use_requests(trace.block_ids, trace.offsets)
+                if "optimal" in sim_policies
+                else None
+            )
             for policy in sim_policies:
                 pts = []
                 for cap in capacities:
-                    tokens = simulate(
-                        trace.block_ids, trace.offsets, prompt, bs, first, cap // bs, policy
+                    tokens = simulate_fast(
+                        trace.block_ids,
+                        trace.offsets,
+                        prompt,
+                        bs,
+                        first,
+                        cap // bs,
+                        policy,
+                        next_use,
                     )
                     pts.append((cap, tokens / den if den else 0.0))
                     step(share)

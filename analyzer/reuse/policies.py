@@ -1,5 +1,8 @@
 """Per-capacity cache simulations: FIFO, Belady's optimal, S3-FIFO (and LRU as a check).
 
+This module is the readable reference; :mod:`analyzer.reuse.fastsim` runs the same
+decisions in numba and the analysis uses that (tests replay both).
+
 Each request is looked up at arrival (hit = the leading blocks present), then cached.
 LRU, FIFO and optimal run on :class:`~analyzer.reuse.radix.BlockRadix`, so they are
 prefix-closed by construction (only leaves are evicted):

@@ -1,0 +1,344 @@
+"""numba versions of the per-capacity simulations in :mod:`analyzer.reuse.policies`.
+
+Same semantics, decision for decision (tests replay both on generated traces): the
+leaf policies (LRU, FIFO, optimal) follow :class:`~analyzer.reuse.radix.BlockRadix`
+with its tie-breaks, S3-FIFO follows :class:`~analyzer.reuse.policies.S3FIFO`. The
+Python versions stay as the readable reference; these run in O(accesses x log
+capacity) with arrays sized by distinct blocks and capacity.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+LEAF_POLICIES = {"lru": 0, "fifo": 1, "optimal": 2}
+
+
+@njit(cache=True, inline="always")
+def _less(hk, hi, a, b) -> bool:
+    return hk[a] < hk[b] or (hk[a] == hk[b] and hi[a] < hi[b])
+
+
+@njit(cache=True)
+def _push(hk, hi, hv, n, key, block, ver) -> int:
+    hk[n] = key
+    hi[n] = block
+    hv[n] = ver
+    i = n
+    while i > 0:
+        p = (i - 1) // 2
+        if _less(hk, hi, i, p):
+            hk[i], hk[p] = hk[p], hk[i]
+            hi[i], hi[p] = hi[p], hi[i]
+            hv[i], hv[p] = hv[p], hv[i]
+            i = p
+        else:
+            break
+    return n + 1
+
+
+@njit(cache=True)
+def _sift_down(hk, hi, hv, n, i) -> None:
+    while True:
+        left = 2 * i + 1
+        if left >= n:
+            return
+        m = left
+        if left + 1 < n and _less(hk, hi, left + 1, left):
+            m = left + 1
+        if _less(hk, hi, m, i):
+            hk[i], hk[m] = hk[m], hk[i]
+            hi[i], hi[m] = hi[m], hi[i]
+            hv[i], hv[m] = hv[m], hv[i]
+            i = m
+        else:
+            return
+
+
+@njit(cache=True)
+def _pop(hk, hi, hv, n) -> int:
+    """Move the minimum to slot n-1 and restore the heap over n-1 entries."""
+    last = n - 1
+    hk[0], hk[last] = hk[last], hk[0]
+    hi[0], hi[last] = hi[last], hi[0]
+    hv[0], hv[last] = hv[last], hv[0]
+    _sift_down(hk, hi, hv, last, 0)
+    return last
+
+
+@njit(cache=True)
+def _key(policy, b, touch_seq, ins_seq, rank) -> int:
+    if policy == 0:
+        return touch_seq[b]
+    if policy == 1:
+        return ins_seq[b]
+    return -(rank[b] * 4294967296 + ins_seq[b])  # farthest next use, then newest
+
+
+@njit(cache=True)
+def leaf_sim(block_ids, offsets, prompt_tokens, block_size, first, capacity, policy, next_use):
+    """Prefix-hit tokens of counted requests for a leaf-evicting cache of ``capacity`` blocks."""
+    n_ids = int(block_ids.max()) + 1 if block_ids.size else 0
+    cached = np.zeros(n_ids, dtype=np.bool_)
+    parent = np.full(n_ids, -1, dtype=np.int64)
+    children = np.zeros(n_ids, dtype=np.int64)
+    version = np.zeros(n_ids, dtype=np.int64)
+    ins_seq = np.zeros(n_ids, dtype=np.int64)
+    touch_seq = np.zeros(n_ids, dtype=np.int64)
+    rank = np.zeros(n_ids, dtype=np.int64)
+    protect = np.full(n_ids, -1, dtype=np.int64)
+    max_len = 0
+    for r in range(offsets.size - 1):
+        max_len = max(max_len, offsets[r + 1] - offsets[r])
+    hcap = 2 * (capacity + max_len) + 64
+    hk = np.empty(hcap, dtype=np.int64)
+    hi = np.empty(hcap, dtype=np.int64)
+    hv = np.empty(hcap, dtype=np.int64)
+    stash_k = np.empty(max_len + 1, dtype=np.int64)
+    stash_i = np.empty(max_len + 1, dtype=np.int64)
+    stash_v = np.empty(max_len + 1, dtype=np.int64)
+    n_heap = 0
+    count = 0
+    ver_ctr = 0
+    ins_ctr = 0
+    touch_ctr = 0
+    hit = 0
+    if capacity <= 0:
+        return 0
+    for r in range(offsets.size - 1):
+        lo = offsets[r]
+        hi_ = offsets[r + 1]
+        k = 0
+        while lo + k < hi_ and cached[block_ids[lo + k]]:
+            k += 1
+        if r >= first:
+            hit += max(min(k * block_size, prompt_tokens[r] - 1), 0)
+        m = min(hi_ - lo, capacity)
+        par = -1
+        for j in range(lo, lo + m):
+            b = block_ids[j]
+            if not cached[b]:
+                cached[b] = True
+                count += 1
+                parent[b] = par
+                children[b] = 0
+                ins_ctr += 1
+                ins_seq[b] = ins_ctr
+                if par >= 0:
+                    children[par] += 1
+                    ver_ctr += 1
+                    version[par] = ver_ctr
+            par = b
+            protect[b] = r
+            if policy == 2:
+                rank[b] = next_use[j]
+        for j in range(lo + m - 1, lo - 1, -1):
+            b = block_ids[j]
+            touch_ctr += 1
+            touch_seq[b] = touch_ctr
+            ver_ctr += 1
+            version[b] = ver_ctr
+            if children[b] == 0:
+                if n_heap == hcap:
+                    n_heap = _compact_heap(hk, hi, hv, n_heap, cached, version, children)
+                n_heap = _push(
+                    hk, hi, hv, n_heap, _key(policy, b, touch_seq, ins_seq, rank), b, ver_ctr
+                )
+        n_stash = 0
+        while count > capacity and n_heap > 0:
+            n_heap = _pop(hk, hi, hv, n_heap)
+            b = hi[n_heap]
+            ver = hv[n_heap]
+            if not cached[b] or version[b] != ver or children[b] != 0:
+                continue
+            if protect[b] == r:
+                stash_k[n_stash] = hk[n_heap]
+                stash_i[n_stash] = b
+                stash_v[n_stash] = ver
+                n_stash += 1
+                continue
+            cached[b] = False
+            count -= 1
+            p = parent[b]
+            if p >= 0:
+                children[p] -= 1
+                if children[p] == 0:
+                    ver_ctr += 1
+                    version[p] = ver_ctr
+                    if n_heap == hcap:
+                        n_heap = _compact_heap(hk, hi, hv, n_heap, cached, version, children)
+                    n_heap = _push(
+                        hk, hi, hv, n_heap, _key(policy, p, touch_seq, ins_seq, rank), p, ver_ctr
+                    )
+        for s in range(n_stash):
+            if n_heap == hcap:
+                n_heap = _compact_heap(hk, hi, hv, n_heap, cached, version, children)
+            n_heap = _push(hk, hi, hv, n_heap, stash_k[s], stash_i[s], stash_v[s])
+    return hit
+
+
+@njit(cache=True)
+def _compact_heap(hk, hi, hv, n, cached, version, children) -> int:
+    """Drop stale entries (order is kept by re-heapifying)."""
+    m = 0
+    for i in range(n):
+        b = hi[i]
+        if cached[b] and version[b] == hv[i] and children[b] == 0:
+            hk[m] = hk[i]
+            hi[m] = b
+            hv[m] = hv[i]
+            m += 1
+    for i in range(m // 2 - 1, -1, -1):
+        _sift_down(hk, hi, hv, m, i)
+    return m
+
+
+@njit(cache=True)
+def s3fifo_sim(block_ids, offsets, prompt_tokens, block_size, first, capacity, small_cap):
+    """Prefix-hit tokens of counted requests for S3-FIFO over the tail-first block stream."""
+    n_ids = int(block_ids.max()) + 1 if block_ids.size else 0
+    freq = np.full(n_ids, -1, dtype=np.int64)  # -1: not cached
+    ghost_stamp = np.full(n_ids, -1, dtype=np.int64)
+    ring = capacity + 1
+    small = np.empty(ring, dtype=np.int64)
+    main = np.empty(ring, dtype=np.int64)
+    s_head = 0
+    s_len = 0
+    m_head = 0
+    m_len = 0
+    ghost_cap = capacity - small_cap
+    g_ring = 2 * (ghost_cap + 1) + 8
+    g_id = np.empty(g_ring, dtype=np.int64)
+    g_st = np.empty(g_ring, dtype=np.int64)
+    g_head = 0
+    g_len = 0  # entries in the ring, live or dead
+    g_live = 0
+    stamp = 0
+    count = 0
+    hit = 0
+    if capacity <= 0:
+        return 0
+    for r in range(offsets.size - 1):
+        lo = offsets[r]
+        hi_ = offsets[r + 1]
+        k = 0
+        while lo + k < hi_ and freq[block_ids[lo + k]] >= 0:
+            k += 1
+        if r >= first:
+            hit += max(min(k * block_size, prompt_tokens[r] - 1), 0)
+        for j in range(hi_ - 1, lo - 1, -1):
+            b = block_ids[j]
+            if freq[b] >= 0:
+                freq[b] = min(freq[b] + 1, 3)
+                continue
+            while count >= capacity:
+                evicted = False
+                if s_len >= small_cap or m_len == 0:
+                    while s_len > 0:
+                        t = small[s_head]
+                        s_head = (s_head + 1) % ring
+                        s_len -= 1
+                        if freq[t] > 0:
+                            freq[t] = 0
+                            main[(m_head + m_len) % ring] = t
+                            m_len += 1
+                            continue
+                        freq[t] = -1
+                        count -= 1
+                        if g_len == g_ring:  # compact: keep live entries in order
+                            w = 0
+                            for q in range(g_len):
+                                x = g_id[(g_head + q) % g_ring]
+                                st = g_st[(g_head + q) % g_ring]
+                                if ghost_stamp[x] == st:
+                                    g_id[w] = x
+                                    g_st[w] = st
+                                    w += 1
+                            g_head = 0
+                            g_len = w
+                        stamp += 1
+                        ghost_stamp[t] = stamp
+                        g_id[(g_head + g_len) % g_ring] = t
+                        g_st[(g_head + g_len) % g_ring] = stamp
+                        g_len += 1
+                        g_live += 1
+                        while g_live > ghost_cap:  # drop the oldest live ghost
+                            x = g_id[g_head]
+                            st = g_st[g_head]
+                            g_head = (g_head + 1) % g_ring
+                            g_len -= 1
+                            if ghost_stamp[x] == st:
+                                ghost_stamp[x] = -1
+                                g_live -= 1
+                        evicted = True
+                        break
+                if evicted:
+                    continue
+                while m_len > 0:
+                    t = main[m_head]
+                    m_head = (m_head + 1) % ring
+                    m_len -= 1
+                    if freq[t] > 0:
+                        freq[t] -= 1
+                        main[(m_head + m_len) % ring] = t
+                        m_len += 1
+                        continue
+                    freq[t] = -1
+                    count -= 1
+                    break
+            freq[b] = 0
+            count += 1
+            if ghost_stamp[b] >= 0:
+                ghost_stamp[b] = -1
+                g_live -= 1
+                main[(m_head + m_len) % ring] = b
+                m_len += 1
+            else:
+                small[(s_head + s_len) % ring] = b
+                s_len += 1
+    return hit
+
+
+def simulate_fast(
+    block_ids: np.ndarray,
+    offsets: np.ndarray,
+    prompt_tokens: np.ndarray,
+    block_size: int,
+    first_counted: int,
+    capacity_blocks: int,
+    policy: str,
+    next_use: np.ndarray | None = None,
+) -> int:
+    """Same contract as :func:`analyzer.reuse.policies.simulate`."""
+    if policy == "s3fifo":
+        small_cap = max(1, int(capacity_blocks * 0.1))
+        return int(
+            s3fifo_sim(
+                block_ids,
+                offsets,
+                prompt_tokens,
+                block_size,
+                first_counted,
+                capacity_blocks,
+                small_cap,
+            )
+        )
+    if next_use is None:
+        next_use = np.zeros(0, dtype=np.int64)
+        if policy == "optimal":
+            from analyzer.reuse.policies import next_use_requests
+
+            next_use = next_use_requests(block_ids, offsets)
+    return int(
+        leaf_sim(
+            block_ids,
+            offsets,
+            prompt_tokens,
+            block_size,
+            first_counted,
+            capacity_blocks,
+            LEAF_POLICIES[policy],
+            next_use,
+        )
+    )
