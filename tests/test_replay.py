@@ -496,3 +496,12 @@ def test_count_only_trace_replays_without_hits():
     doc = replay(trace, cfg(), ["none", "local"]).to_json()
     assert doc["scenarios"]["local"]["hit_rate"] == 0.0
     assert doc["scenarios"]["local"]["ttft_s"]["p50"] == doc["scenarios"]["none"]["ttft_s"]["p50"]
+
+
+def test_fifo_and_lru_eviction_by_hand():
+    # capacity 2 blocks; A B A C A: LRU keeps A (recently hit), FIFO drops it (oldest)
+    trace = build_trace([[0], [1], [0], [2], [0]], block_size=4, prompts=[5] * 5)
+    lru = replay(trace, cfg(local_capacity_tokens=8), ["local"]).to_json()
+    fifo = replay(trace, cfg(local_capacity_tokens=8, eviction="fifo"), ["local"]).to_json()
+    assert lru["scenarios"]["local"]["hit_tokens_by_tier"]["hbm"] == 8
+    assert fifo["scenarios"]["local"]["hit_tokens_by_tier"]["hbm"] == 4

@@ -328,13 +328,13 @@ class Simulation:
         measured = k >= self.warm
         hit_by_tier = self.hit_by_tier
         m = 0
+        transfers: list[tuple[_Tier, int]] = []
         if blocks:
             hbm = inst.hbm
             if hbm is not None:
                 m = hbm.match(blocks)
                 if m and measured:
                     hit_by_tier[0] += min(m * bs, cap)
-            transfers = []
             for tier in inst.lower:
                 mt = tier.cache.match(blocks)
                 if mt > m:
@@ -351,7 +351,7 @@ class Simulation:
         loads[i] += new
         if measured:
             self.prompt_measured += prompt
-        if blocks and transfers:
+        if transfers:
             if self.free:
                 for tier, n_bytes in transfers:
                     tier.read.record_instant(n_bytes)
