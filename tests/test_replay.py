@@ -505,3 +505,26 @@ def test_fifo_and_lru_eviction_by_hand():
     fifo = replay(trace, cfg(local_capacity_tokens=8, eviction="fifo"), ["local"]).to_json()
     assert lru["scenarios"]["local"]["hit_tokens_by_tier"]["hbm"] == 8
     assert fifo["scenarios"]["local"]["hit_tokens_by_tier"]["hbm"] == 4
+
+
+@pytest.mark.parametrize(("aggregate_gbps", "share"), [(None, 1), (1e-3, 2), (1.0, 1)])
+def test_pool_aggregate_bandwidth_is_shared(aggregate_gbps, share):
+    # r0 writes 10 blocks to the pool; r1 and r2, on two other nodes, read them together
+    blocks = [list(range(10))] * 3
+    trace = build_trace(blocks, block_size=4, prompts=[41] * 3, arrivals=[0.0, 100.0, 100.0])
+    c = ClusterConfig(
+        model="m",
+        gpu="g",
+        instances=3,
+        gpus_per_node=1,
+        router="round-robin",
+        local_capacity_tokens=UNBOUNDED,
+        pool_capacity_tokens=UNBOUNDED,
+        pool_gbps=1e-3,  # 1e6 B/s per node
+        pool_aggregate_gbps=aggregate_gbps,
+        pool_latency_s=0.0,
+    )
+    ttft = replay(trace, c, ["pooled"]).scenarios["pooled"].stats.ttft_s
+    load_s = 40 * COST.bytes_per_token * share / 1e6
+    assert ttft[1] == pytest.approx(load_s + COST.prefill_time_s(1, 40))
+    assert ttft[2] == pytest.approx(ttft[1])

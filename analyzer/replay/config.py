@@ -77,6 +77,7 @@ class ClusterConfig:
     dram_gbps: float | None = None
     nvme_gbps: float | None = None
     pool_gbps: float | None = None  # per node link
+    pool_aggregate_gbps: float | None = None  # the store's total bandwidth (None: unlimited)
     dram_latency_s: float | None = None  # first-byte latencies (None: from the tier)
     nvme_latency_s: float | None = None
     pool_latency_s: float | None = None
@@ -107,7 +108,7 @@ class ClusterConfig:
         _check(self.link_window_s > 0, "link_window_s must be > 0")
         _check(0.0 <= self.hbm_reserve_fraction < 1.0, "hbm_reserve_fraction must be in [0, 1)")
         _check(self.prefix_aware_lambda >= 0, "prefix_aware_lambda must be >= 0")
-        for name in ("dram_gbps", "nvme_gbps", "pool_gbps"):
+        for name in ("dram_gbps", "nvme_gbps", "pool_gbps", "pool_aggregate_gbps"):
             v = getattr(self, name)
             _check(v is None or v > 0, f"{name} must be > 0")
         for name in (
@@ -151,6 +152,7 @@ class ScenarioSpec:
     dram_gbps: float | None = None
     nvme_gbps: float | None = None
     pool_gbps: float | None = None
+    pool_aggregate_gbps: float | None = None
     pool_latency_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -207,7 +209,7 @@ _INT_KEYS = {
     "nvme_capacity_tokens",
     "pool_capacity_tokens",
 }
-_FLOAT_KEYS = {"dram_gbps", "nvme_gbps", "pool_gbps", "pool_latency_s"}
+_FLOAT_KEYS = {"dram_gbps", "nvme_gbps", "pool_gbps", "pool_aggregate_gbps", "pool_latency_s"}
 _STR_KEYS = {"name", "description", "router", "eviction", "write_policy"}
 
 

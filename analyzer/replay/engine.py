@@ -73,6 +73,10 @@ class TierPlan:
     read_bytes_per_s: float
     write_bytes_per_s: float
     latency_s: float
+    # Pool only: the store's aggregate bandwidth (None: unlimited). When it is below
+    # the nodes' links summed, it is the bottleneck, and every node's pool transfers
+    # share one link of this bandwidth per direction instead of their own.
+    aggregate_bytes_per_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +201,14 @@ class Simulation:
             pool_cache = BlockRadix(plan.pool.capacity_blocks, policy)
         node_tiers: list[list[_Tier]] = []
         node_pool: list[_Tier | None] = []
+        shared_pool: tuple[Link, Link] | None = None
+        if plan.pool is not None:
+            agg = plan.pool.aggregate_bytes_per_s
+            if agg is not None and agg < n_nodes * plan.pool.read_bytes_per_s:
+                shared_pool = (
+                    link("net-read:pool", "net-read", agg),
+                    link("net-write:pool", "net-write", agg),
+                )
         for j in range(n_nodes):
             tiers = []
             if plan.nvme is not None:
@@ -213,13 +225,11 @@ class Simulation:
             node_tiers.append(tiers)
             if plan.pool is not None:
                 p = plan.pool
-                pool_tier = _Tier(
-                    3,
-                    pool_cache,
+                read, write = shared_pool or (
                     link(f"net-read:{j}", "net-read", p.read_bytes_per_s),
                     link(f"net-write:{j}", "net-write", p.write_bytes_per_s),
-                    p.latency_s,
                 )
+                pool_tier = _Tier(3, pool_cache, read, write, p.latency_s)
             node_pool.append(pool_tier)
         node_dram = [
             BlockRadix(plan.dram.capacity_blocks, policy) if plan.dram is not None else None

@@ -28,7 +28,7 @@ Definitions of the reported figures:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -153,6 +153,8 @@ def resolve(
         nvme, nvme_gbps, _ = tier(c.nvme_tier, c.nvme_gbps, c.nvme_latency_s, nvme_tokens)
     if scenario.pool:
         pool, pool_gbps, pool_lat = tier(c.pool_tier, c.pool_gbps, c.pool_latency_s, pool_tokens)
+        if c.pool_aggregate_gbps is not None and not c.free_loads:
+            pool = replace(pool, aggregate_bytes_per_s=c.pool_aggregate_gbps * 1e9)
     plan = Plan(
         instances=c.instances,
         instances_per_node=c.instances_per_node,
@@ -267,7 +269,12 @@ class ScenarioResult:
                 "nvme_per_node": _cap_json(r.nvme_capacity_tokens),
                 "pool": _cap_json(r.pool_capacity_tokens),
             },
-            "link_gbps": {"dram": r.dram_gbps, "nvme": r.nvme_gbps, "pool": r.pool_gbps},
+            "link_gbps": {
+                "dram": r.dram_gbps,
+                "nvme": r.nvme_gbps,
+                "pool": r.pool_gbps,
+                "pool_aggregate": c.pool_aggregate_gbps if self.spec.pool else None,
+            },
             "requests": n,
             "prompt_tokens": prompt,
             "hit_rate": sum(hits) / prompt if prompt else 0.0,
