@@ -244,3 +244,16 @@ def test_fast_path_matches_slow_oracle(model, tp, s, p, k, kv_dtype):
     cm = CostModel.from_catalog(model, "h200", tp=tp, kv_dtype=kv_dtype)
     assert cm.analytic_compute_s(s, p, k) == pytest.approx(_slow_compute_s(cm, s, p, k), rel=1e-9)
     assert cm.transfer_bytes(p) == tp * cm.model.kv_bytes_for_tokens(p, kv_dtype, tp, per_rank=True)
+
+
+def test_moe_tiny_prefix_saves_flops_not_weight_reads():
+    """Skipping a prefix saves its FLOPs; the experts a batch touches are read anyway."""
+    ds = CostModel.from_catalog("deepseek-v3", "h200", tp=8)
+    assert math.isinf(ds.break_even_bandwidth_gbps(4))
+    p = ds.break_even_prefix_tokens(21.75, 2e-5)
+    assert p is not None and p > 256
+    # the full recompute is compute-bound; the 1-token suffix still streams the weights
+    full = ds.prefill_flops(8193, 0) / (989e12 * 8 * 0.35)
+    weights = ds.model.weight_bytes_read(8193) / 8
+    suffix = (weights + ds.model.kv_bytes_for_tokens(8193, "bf16", 8, per_rank=True)) / 4.8e12
+    assert ds.recompute_saving_s(8192) == pytest.approx(full - suffix, rel=1e-9)

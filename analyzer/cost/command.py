@@ -378,7 +378,7 @@ def ttft_cmd(
     r = cm.ttft(prompt_tokens, cached_tokens, concurrency, load_gbps, latency_s)
     console = _console(json_path)
     console.print(
-        f"[bold]{cm.model.name}[/] on {cm.tp} x {cm.gpu.name}: {r.concurrency} requests of "
+        f"[bold]{cm.model.name}[/] on {cm.tp} x {cm.gpu.name}: {r.concurrency} request(s) of "
         f"{r.prompt_tokens:,} tokens, {r.cached_tokens:,} cached, over {r.load_gbps:g} GB/s"
     )
     console.print(

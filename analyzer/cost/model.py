@@ -339,24 +339,47 @@ class CostModel:
             ctx += k.sliding_layers * window_context(s, p, k.window)
         return (k.dense_flops_per_token + k.linear_flops_per_token) * s + k.attn_coef * ctx
 
-    def hbm_floor_s(self, new_tokens: int, cached_tokens: int = 0, batch: int = 1) -> float:
-        """Time to stream the weights and the cached KV each rank needs once from HBM."""
+    def hbm_floor_s(
+        self,
+        new_tokens: int,
+        cached_tokens: int = 0,
+        batch: int = 1,
+        weight_tokens: int | None = None,
+    ) -> float:
+        """Time to stream the weights and the cached KV each rank needs once from HBM.
+
+        ``weight_tokens`` (default ``new_tokens * batch``) sets how many routed tokens
+        decide which MoE experts are read.
+        """
         k = self._k
         weights = k.dense_weight_bytes_per_rank
         if k.expert_weight_bytes_per_rank:
-            touched = 1.0 - k.expert_miss ** max(new_tokens * batch, 1)
+            routed = new_tokens * batch if weight_tokens is None else weight_tokens
+            touched = 1.0 - k.expert_miss ** max(routed, 1)
             weights += k.expert_weight_bytes_per_rank * touched
         kv = batch * k.kv_per_rank(cached_tokens + new_tokens)
         return (weights + kv) / k.hbm_bytes_per_s
 
-    def analytic_compute_s(self, new_tokens: int, cached_tokens: int = 0, batch: int = 1) -> float:
+    def analytic_compute_s(
+        self,
+        new_tokens: int,
+        cached_tokens: int = 0,
+        batch: int = 1,
+        weight_tokens: int | None = None,
+    ) -> float:
         """Roofline prefill time of ``batch`` identical requests prefilled together."""
         if new_tokens <= 0 or batch <= 0:
             return 0.0
         compute = batch * self.prefill_flops(new_tokens, cached_tokens) / self._k.flops_per_s
-        return max(compute, self.hbm_floor_s(new_tokens, cached_tokens, batch))
+        return max(compute, self.hbm_floor_s(new_tokens, cached_tokens, batch, weight_tokens))
 
-    def compute_time_s(self, new_tokens: int, cached_tokens: int = 0, batch: int = 1) -> float:
+    def compute_time_s(
+        self,
+        new_tokens: int,
+        cached_tokens: int = 0,
+        batch: int = 1,
+        weight_tokens: int | None = None,
+    ) -> float:
         """Prefill time without the fixed overhead (analytic or calibrated)."""
         if new_tokens <= 0 or batch <= 0:
             return 0.0
@@ -364,7 +387,9 @@ class CostModel:
         s, p = float(new_tokens), float(cached_tokens)
         t = 0.0
         if c.compute_scale:
-            t += c.compute_scale * self.analytic_compute_s(new_tokens, cached_tokens, batch)
+            t += c.compute_scale * self.analytic_compute_s(
+                new_tokens, cached_tokens, batch, weight_tokens
+            )
         t += batch * (c.per_token_s * s + c.per_context_token_s * p * s + c.per_token_sq_s * s * s)
         return t
 
@@ -388,12 +413,15 @@ class CostModel:
 
         The marginal cost of the prefix's tokens: the suffix (at least the last prompt
         token, which vLLM always recomputes) runs either way, so the weight-read floor of
-        a small prefill is not credited to the cache.
+        a small prefill is not credited to the cache. Both sides read the same weights
+        (the MoE experts that ``P + S`` routed tokens touch): in a serving batch those
+        experts are read anyway, so skipping the prefix saves FLOPs, not weight reads.
         """
         suffix = max(suffix_tokens, 1)
+        routed = prefix_tokens + suffix
         return max(
-            self.compute_time_s(prefix_tokens + suffix, 0)
-            - self.compute_time_s(suffix, prefix_tokens),
+            self.compute_time_s(routed, 0, weight_tokens=routed)
+            - self.compute_time_s(suffix, prefix_tokens, weight_tokens=routed),
             0.0,
         )
 
