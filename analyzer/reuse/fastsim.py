@@ -247,14 +247,13 @@ def s3fifo_sim(block_ids, offsets, prompt_tokens, block_size, first, capacity, s
                         freq[t] = -1
                         count -= 1
                         if g_len == g_ring:  # compact: keep live entries in order
-                            w = 0
-                            for q in range(g_len):
-                                x = g_id[(g_head + q) % g_ring]
-                                st = g_st[(g_head + q) % g_ring]
-                                if ghost_stamp[x] == st:
-                                    g_id[w] = x
-                                    g_st[w] = st
-                                    w += 1
+                            idx = (g_head + np.arange(g_len)) % g_ring
+                            ids_old = g_id[idx]
+                            st_old = g_st[idx]
+                            live = ghost_stamp[ids_old] == st_old
+                            w = int(live.sum())
+                            g_id[:w] = ids_old[live]
+                            g_st[:w] = st_old[live]
                             g_head = 0
                             g_len = w
                         stamp += 1
