@@ -324,7 +324,7 @@ def sources_chart(frame: pd.DataFrame) -> alt.Chart:
         alt.Chart(frame, title="Share of reused tokens by who held them last")
         .mark_bar()
         .encode(
-            y=alt.Y("source:N", sort=None, title=None),
+            y=alt.Y("source:N", sort=None, title=None, axis=alt.Axis(labelLimit=220)),
             x=alt.X("share:Q", title="share of hits", axis=alt.Axis(format="%")),
             tooltip=[
                 "source",
@@ -341,6 +341,10 @@ def top_prefixes_frame(entries: list[dict]) -> pd.DataFrame:
 
 
 # --- capacity ----------------------------------------------------------------------------
+
+
+# Fixed colours so a policy looks the same on every chart (LRU, the engines' default, dark).
+POLICY_COLORS = {"lru": "#1f4e79", "fifo": "#e07b00", "s3fifo": "#2e8b57", "optimal": "#8c8c8c"}
 
 
 def curves_frame(curves: dict, bytes_per_token: int | None) -> pd.DataFrame:
@@ -375,12 +379,16 @@ def capacity_chart(
     y = alt.Y("hit_rate:Q", title="steady-state hit rate", axis=alt.Axis(format="%"))
     lru = data[data.policy == "lru"]
     others = data[data.policy != "lru"]
+    policies = [p for p in POLICY_COLORS if p in set(data.policy)]
+    color = alt.Color(
+        "policy:N",
+        title="policy",
+        scale=alt.Scale(domain=policies, range=[POLICY_COLORS[p] for p in policies]),
+    )
     layers = [
         alt.Chart(lru)
         .mark_line(strokeWidth=3 if highlight == "lru" else 1.5)
-        .encode(
-            x=x, y=y, color=alt.Color("policy:N", title="policy"), tooltip=_curve_tooltip(x_field)
-        ),
+        .encode(x=x, y=y, color=color, tooltip=_curve_tooltip(x_field)),
     ]
     if not others.empty:
         layers.append(
@@ -389,13 +397,17 @@ def capacity_chart(
             .encode(
                 x=x,
                 y=y,
-                color="policy:N",
+                color=color,
                 size=alt.condition(alt.datum.policy == highlight, alt.value(3), alt.value(1.5)),
                 tooltip=_curve_tooltip(x_field),
             )
         )
     rule_data = pd.DataFrame(
-        [{"label": label, x_field: value} for label, value in marks if value and value > 0]
+        [
+            {"label": label, x_field: value, "row": i}
+            for i, (label, value) in enumerate(marks)
+            if value and value > 0
+        ]
     )
     if not rule_data.empty:
         layers.append(
@@ -403,8 +415,12 @@ def capacity_chart(
         )
         layers.append(
             alt.Chart(rule_data)
-            .mark_text(align="left", dx=4, dy=-6, angle=0, color="#333")
-            .encode(x=f"{x_field}:Q", y=alt.value(12), text="label:N")
+            .mark_text(align="left", dx=4, color="#333")
+            .encode(
+                x=f"{x_field}:Q",
+                y=alt.Y("row:Q", scale=alt.Scale(domain=[-1, 12]), axis=None),
+                text="label:N",
+            )
         )
     layers.append(
         alt.Chart(pd.DataFrame({"hit_rate": [ceiling]}))
@@ -495,7 +511,10 @@ def prefix_time_chart(rows: list[dict]) -> alt.Chart:
             }
         )
     return (
-        alt.Chart(pd.DataFrame(out), title="Time to have a prefix's KV: recompute or load")
+        alt.Chart(
+            pd.DataFrame([r for r in out if r["seconds"] > 0]),
+            title="Time to have a prefix's KV: recompute or load",
+        )
         .mark_line(point=True)
         .encode(
             x=alt.X("prefix_tokens:Q", title="prefix length (tokens)", scale=alt.Scale(type="log")),
@@ -573,9 +592,15 @@ def tier_hits_chart(frame: pd.DataFrame, order: list[str]) -> alt.Chart:
         alt.Chart(frame, title="Prompt tokens served from cache, by tier")
         .mark_bar()
         .encode(
-            x=alt.X("scenario:N", sort=order, title=None),
+            x=alt.X("scenario:N", sort=order, title=None, axis=alt.Axis(labelAngle=0)),
             y=alt.Y("hit_rate:Q", title="share of prompt tokens", axis=alt.Axis(format="%")),
-            color=alt.Color("tier:N", sort=["hbm", "dram", "nvme", "pool"]),
+            color=alt.Color(
+                "tier:N",
+                scale=alt.Scale(
+                    domain=["hbm", "dram", "nvme", "pool"],
+                    range=["#1f4e79", "#5b9bd5", "#a9d18e", "#e07b00"],
+                ),
+            ),
             order=alt.Order("tier:N"),
             tooltip=["scenario", "tier", alt.Tooltip("hit_rate:Q", format=".1%")],
         )
@@ -590,7 +615,7 @@ def scenario_bar_chart(
         alt.Chart(frame, title=title)
         .mark_bar()
         .encode(
-            x=alt.X("scenario:N", sort=order, title=None),
+            x=alt.X("scenario:N", sort=order, title=None, axis=alt.Axis(labelAngle=0)),
             y=alt.Y(f"{field}:Q", title=axis_title),
             tooltip=["scenario", alt.Tooltip(f"{field}:Q", format=fmt)],
         )

@@ -9,6 +9,7 @@ address, and stops the server cleanly on Ctrl-C.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -75,9 +76,13 @@ def streamlit_command(port: int, upload_mb: int) -> list[str]:
     ]
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     """Stop the server: a terminal's Ctrl-C reached it too; otherwise ask, then insist."""
-    for signal_it, wait_s in ((None, 2.0), (proc.terminate, 10.0), (proc.kill, None)):
+    for signal_it, wait_s in ((None, 1.0), (proc.terminate, 10.0), (proc.kill, None)):
         if signal_it is not None:
             signal_it()
         try:
@@ -128,6 +133,10 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"kvpool dashboard: {address}  (Ctrl-C to stop)", err=False)
         sys.stdout.flush()
         proc = subprocess.Popen(streamlit_command(port, upload_mb), env=env)
+        # `kill PID` (SIGTERM) or a closed terminal (SIGHUP) stop the server as Ctrl-C does,
+        # so it is never left running without us.
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _interrupt)
         try:
             code = proc.wait()
         except KeyboardInterrupt:

@@ -474,8 +474,16 @@ def analysis(cur: Current, label: str, w, warmup: float):
         return _analysis(cur.content, cur.ingest_key, repr(opts), path, opts, advance)
 
 
-def reports(result) -> tuple[str, str]:
-    """The HTML and Markdown reports of an analysis (``analyzer.report``)."""
-    from analyzer.report import render_html, render_markdown
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _reports(content: str, ingest_key: Key, opts_key: str, _result) -> tuple[str, str, str]:
+    from analyzer.report import render_html, render_json, render_markdown
 
-    return render_html(result), render_markdown(result)
+    doc = _result.to_json()
+    return render_html(doc), render_markdown(doc), render_json(doc)
+
+
+def reports(cur: Current, w, warmup: float, result) -> tuple[str, str, str]:
+    """The HTML, Markdown and JSON reports of :func:`analysis`'s result, as ``kvpool
+    analyze`` writes them (``analyzer.report``); rendered once per analysis."""
+    opts = analyze_options(w, warmup)
+    return _reports(cur.content, cur.ingest_key, repr(opts), result)

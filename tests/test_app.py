@@ -55,7 +55,10 @@ def write_chat_log(path: Path, n: int = 240, seed: int = 7) -> Path:
             "response": {"usage": {"completion_tokens": rnd.randrange(20, 200)}},
         }
         lines.append(json.dumps(record))
-        turns += [{"role": "user", "content": question}, {"role": "assistant", "content": "Ok. " * 20}]
+        turns += [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": "Ok. " * 20},
+        ]
         if len(turns) > 8:
             turns.clear()
     path.write_text("\n".join(lines) + "\n")
@@ -262,7 +265,7 @@ def test_upload_over_the_limit_is_refused(at: AppTest, monkeypatch) -> None:
 
 def test_good_upload_is_ingested(at: AppTest, sample: Path) -> None:
     at.radio(key="load.how").set_value("Upload a file").run()
-    data = sample.read_bytes()[: 200_000]
+    data = sample.read_bytes()[:200_000]
     data = data[: data.rfind(b"\n") + 1]
     at.file_uploader(key="load.upload").upload("part.jsonl", data)
     at.run()

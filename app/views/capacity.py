@@ -49,8 +49,7 @@ with state.guard():
     c[1].metric(
         f"Knee ({fraction:.0%} of ceiling)",
         f"{knee:,} tok",
-        delta=f"{knee * bytes_per_token / charts.GIB:,.1f} GiB",
-        delta_color="off",
+        help=f"{knee * bytes_per_token / charts.GIB:,.2f} GiB of KV for {w.model}",
     )
     c[2].metric(
         "Hit rate in one instance's HBM",
@@ -60,8 +59,12 @@ with state.guard():
     c[3].metric(
         "Whole working set",
         f"{rep.footprint_tokens:,} tok",
-        delta=f"{rep.footprint_tokens * bytes_per_token / charts.GIB:,.1f} GiB",
-        delta_color="off",
+        help="The capacity at which LRU reaches the ceiling.",
+    )
+    st.caption(
+        f"In GiB for {w.model} ({w.kv_dtype}): knee {knee * bytes_per_token / charts.GIB:,.2f} "
+        f"GiB, whole working set {rep.footprint_tokens * bytes_per_token / charts.GIB:,.2f} "
+        f"GiB, one instance's HBM {hbm * bytes_per_token / charts.GIB:,.1f} GiB."
     )
     st.caption(
         f"{bytes_per_token:,} bytes of KV per token ({w.model}, {w.kv_dtype}); "

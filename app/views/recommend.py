@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import streamlit as st
 
 from app import compute, controls, state
@@ -31,14 +29,11 @@ with state.guard():
     for reason in verdict["reasons"]:
         st.markdown(f"- {reason}")
     st.caption(verdict["confidence_statement"])
-    if verdict.get("missing"):
-        st.write("What the log lacks: " + "; ".join(verdict["missing"]))
 
     st.subheader("Reports")
     stem = src.label.split(".")[0] or "kvpool"
-    payload = json.dumps(doc, indent=2, sort_keys=True) + "\n"
     a, b, c = st.columns(3)
-    html, markdown = compute.reports(result)
+    html, markdown, payload = compute.reports(cur, w, warmup, result)
     a.download_button(
         "HTML report", html, file_name=f"{stem}-report.html", mime="text/html", key="dl.html"
     )
@@ -86,33 +81,41 @@ with state.guard():
 
     if doc.get("settings"):
         st.subheader("Product settings")
-        tabs = st.tabs([s.get("product", f"#{i}") for i, s in enumerate(doc["settings"])])
-        for tab, product in zip(tabs, doc["settings"], strict=True):
+        products = doc["settings"]
+        tabs = st.tabs([f"{p.get('product', '?')} ({p.get('mode', '')})" for p in products])
+        for tab, product in zip(tabs, products, strict=True):
             with tab:
-                st.json(product, expanded=2)
+                st.dataframe(product.get("settings", []), hide_index=True, width="stretch")
+                if product.get("snippet"):
+                    st.code(product["snippet"], language=product.get("snippet_lang") or None)
+        checked = doc.get("products_checked") or []
+        if checked:
+            st.caption(
+                "Option names checked against: "
+                + "; ".join(f"{p.get('product')} {p.get('version')}" for p in checked)
+            )
 
     st.subheader("Pilot gates")
     plan = doc.get("gates", {}).get("plan", [])
-    if plan:
-        st.dataframe(
-            [
-                {k: v if not isinstance(v, dict | list) else json.dumps(v) for k, v in g.items()}
-                for g in plan
-            ],
-            hide_index=True,
-            width="stretch",
-        )
-    else:
+    if not plan:
         st.caption("No gate plan for this verdict.")
+    for gate in plan:
+        with st.expander(f"{gate.get('name', gate.get('id'))}", expanded=gate.get("id") == "main"):
+            st.write(gate.get("run", ""))
+            for crit in gate.get("criteria", []):
+                st.markdown(f"- {crit.get('text', crit)}")
+            if gate.get("projected"):
+                st.caption(
+                    "Projected by the replay: "
+                    + ", ".join(
+                        f"{k.replace('_', ' ')} {v:+.1%}" if isinstance(v, float) else f"{k} {v}"
+                        for k, v in gate["projected"].items()
+                    )
+                )
 
     rows = doc.get("sensitivity", {}).get("rows", [])
     if rows:
         st.subheader("What would change the verdict")
-        st.dataframe(
-            [
-                {k: v if not isinstance(v, dict | list) else json.dumps(v) for k, v in r.items()}
-                for r in rows
-            ],
-            hide_index=True,
-            width="stretch",
-        )
+        st.dataframe(rows, hide_index=True, width="stretch")
+        for line in doc["sensitivity"].get("summary", []):
+            st.caption(line)

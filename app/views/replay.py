@@ -20,8 +20,8 @@ with state.guard():
         "Scenarios",
         names,
         default=names,
-        format_func=lambda n: f"{n}: {STANDARD_SCENARIOS[n].description}",
         key="replay.scenarios",
+        help="; ".join(f"{n}: {STANDARD_SCENARIOS[n].description}" for n in names),
     )
     search = b.checkbox(
         "Find the highest rate under the SLO",
@@ -67,7 +67,12 @@ with state.guard():
     left, right = st.columns(2)
     left.altair_chart(
         charts.scenario_bar_chart(
-            table, "network GB", "Network read (pool)", "GB over the network", ",.2f", order
+            table,
+            "network GB",
+            "Network traffic to and from the pool",
+            "GB (reads and writes)",
+            ",.2f",
+            order,
         ),
         width="stretch",
     )
@@ -76,8 +81,8 @@ with state.guard():
             charts.scenario_bar_chart(
                 table,
                 "max rate x at SLO",
-                "Capacity at the SLO",
-                "highest rate (x the trace's) with p90 TTFT under the SLO",
+                f"Capacity: highest rate with p90 TTFT under {w.ttft_slo_s:g} s",
+                "x the trace's arrival rate",
                 ".2f",
                 order,
             ),
