@@ -190,10 +190,17 @@ class _Builder:
         if state is None:
             state = hasher.empty()
         last = len(parts) - 1
-        for j in range(start, len(parts)):
+        j = start
+        while j <= last and j <= 1:  # the system prompt's state is shared across sessions
             state = hasher.extend(state, parts[j].tokens, extra)
-            if self.opts.memo and (j <= 1 or j == last):
+            if self.opts.memo:
                 hasher.remember(keys[j], state)
+            j += 1
+        if j <= last:  # the new messages of this turn, hashed in one go
+            new = [p.tokens for p in parts[j:]]
+            state = hasher.extend(state, np.concatenate(new) if len(new) > 1 else new[0], extra)
+            if self.opts.memo:
+                hasher.remember(keys[last], state)
         for g in gen:
             state = hasher.extend(state, g.tokens, extra)
         hashes = state.hashes
@@ -228,7 +235,7 @@ class _Builder:
             native = NATIVE_BLOCK[ctx.fmt]
             m = self.block_size // native
             n_blocks = raw.prompt_tokens // self.block_size
-            ns = ctx.fmt.encode()
+            ns = ctx.fmt.encode() + self._extra(raw)
             hashes = np.fromiter(
                 (id_hash(ns, raw.block_ids[m * j + m - 1], self.salt) for j in range(n_blocks)),
                 dtype=np.uint64,
