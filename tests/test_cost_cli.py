@@ -289,3 +289,29 @@ def test_real_process_exit_code_and_no_traceback():
     )
     assert proc.returncode == EXIT_USAGE
     assert "unknown model 'lama-70b'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_show_custom_link(tmp_path):
+    out = tmp_path / "s.json"
+    r = _run(
+        "show",
+        "-m",
+        "llama-3.1-8b",
+        "-g",
+        "h100",
+        "--tier",
+        "rdma",
+        "--link-gbps",
+        "3",
+        "--link-latency-ms",
+        "1",
+        "--json",
+        str(out),
+    )
+    assert r.exit_code == 0, r.output
+    tiers = {t["tier"]: t for t in json.loads(out.read_text())["tiers"]}
+    assert set(tiers) == {"rdma-200", "custom"}
+    cm = CostModel.from_catalog("llama-3.1-8b", "h100")
+    assert tiers["custom"]["break_even_prefix_tokens"] == cm.break_even_prefix_tokens(3.0, 1e-3)
+    r = _run("show", "-m", "llama-3.1-8b", "-g", "h100", "--link-gbps", "0")
+    assert isinstance(r.exception, UsageError) and "positive" in str(r.exception)

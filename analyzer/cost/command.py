@@ -236,18 +236,31 @@ def show_cmd(
         DEFAULT_PREFIXES, "--prefix-tokens", help="Prefix lengths to tabulate (comma-separated)."
     ),
     tiers: list[str] | None = _TIERS,
+    link_gbps: float | None = typer.Option(
+        None, "--link-gbps", help="Add your own link (GB/s, per instance) to the tier tables."
+    ),
+    link_latency_ms: float = typer.Option(
+        0.0, "--link-latency-ms", help="First-byte latency of --link-gbps (ms)."
+    ),
     json_path: str | None = _JSON,
 ) -> None:
     """Bytes per token, prefill speed, break-even bandwidth and per-tier break-even prefixes."""
     from rich.table import Table
 
-    from analyzer.cost.catalog import list_tiers
+    from analyzer.cost.catalog import TierSpec, check_bandwidth, get_tier, list_tiers
 
     cm = _cost_model(model, gpu, tp, kv_dtype, mfu, profile)
     plist = _parse_ints(prefixes, "--prefix-tokens")
-    tier_names = tiers or [t.name for t in list_tiers() if t.kind != "gpu"]
+    tier_names: list = [get_tier(t).name for t in tiers] if tiers else []
+    tier_names = tier_names or [t.name for t in list_tiers() if t.kind != "gpu"]
     if cm.link is not None:
         tier_names = [*tier_names, "fitted"]
+    if link_gbps is not None:
+        check_bandwidth(link_gbps, "--link-gbps")
+        if link_latency_ms < 0:
+            raise UsageError(f"--link-latency-ms must be >= 0, got {link_latency_ms}")
+        custom = TierSpec("custom", float(link_gbps), link_latency_ms / 1e3, "custom")
+        tier_names = [*tier_names, custom]
     console = _console(json_path)
     m = cm.model
     console.print(

@@ -539,7 +539,7 @@ class CostModel:
     def break_even_table(
         self,
         prefix_tokens: list[int],
-        tiers: list[str] | None = None,
+        tiers: list[str | TierSpec] | None = None,
         suffix_tokens: int = 1,
         concurrency: int = 1,
     ) -> list[dict[str, Any]]:
@@ -577,7 +577,7 @@ class CostModel:
         return rows
 
     def tier_break_even(
-        self, tiers: list[str] | None = None, suffix_tokens: int = 1
+        self, tiers: list[str | TierSpec] | None = None, suffix_tokens: int = 1
     ) -> list[dict[str, Any]]:
         """Per tier: the shortest prefix above which loading pays (None: never)."""
         out = []
