@@ -162,3 +162,13 @@ def test_salt_file_created_once_then_reused(tmp_path):
     p.write_text("not hex")
     with pytest.raises(InputError, match="salt file is not hex"):
         load_salt(p)
+
+
+def test_parallel_salt_creation_agrees(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    p = tmp_path / "shared-salt"
+    with ThreadPoolExecutor(8) as pool:
+        salts = list(pool.map(lambda _: load_salt(p), range(16)))
+    assert len(set(salts)) == 1 and len(salts[0]) == 32
+    assert [x.name for x in tmp_path.iterdir()] == ["shared-salt"]

@@ -32,13 +32,21 @@ def load_salt(path: str | Path | None = None) -> bytes:
             raise InputError("salt must be 1 to 64 bytes", Location(str(p)))
         return salt
     salt = os.urandom(SALT_BYTES)
+    # Write a complete temporary file, then link it into place: a parallel run either
+    # wins the link or reads a complete file, never a half-written one.
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.{salt[:4].hex()}.tmp")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="ascii") as f:
             f.write(salt.hex() + "\n")
-    except FileExistsError:  # created meanwhile by a parallel run: use theirs
-        return load_salt(p)
+        try:
+            os.link(tmp, p)
+        except FileExistsError:  # created meanwhile by a parallel run: use theirs
+            return load_salt(p)
     except OSError as exc:
         raise OutputError(f"cannot create salt file {p}: {exc.strerror or exc}") from exc
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     return salt
