@@ -177,3 +177,18 @@ def test_bad_profiles(tmp_path):
     bad.write_text(json.dumps({**base, "load": {"bandwidth_gbps": 0, "latency_s": 0}}))
     with pytest.raises(InputError, match="> 0"):
         cal.load_profile(bad)
+
+
+def test_ttft_calibration_flows_into_prefill_time(cm):
+    """The calibrated compute scale and overhead reach every user of the CostModel."""
+    fitted = cal.calibrate_ttft(cm, FIX / "ttft_calibration.csv")
+    f = fitted.ttft_fit
+    for s, p in ((512, 0), (4096, 8192)):
+        expect = f.compute_scale * cm.compute_time_s(s, p) + f.overhead_s
+        assert fitted.prefill_time_s(s, p) == pytest.approx(expect, rel=1e-12)
+    r = fitted.ttft(8192, 4096, 2, 25.0)
+    assert r.compute_s == pytest.approx(f.compute_scale * cm.compute_time_s(4096, 4096, 2))
+    assert r.overlap_bound_s <= r.ttft_s
+    # refitting a calibrated model gives the same coefficients (features are uncalibrated)
+    again = cal.calibrate_ttft(fitted, FIX / "ttft_calibration.csv").ttft_fit
+    assert again.compute_scale == pytest.approx(f.compute_scale, rel=1e-9)

@@ -327,6 +327,7 @@ def fit_load(data: CsvRows) -> LoadLink:
 
 def fit_ttft(cm: CostModel, data: CsvRows, latency_s: float = 0.0) -> TtftCoefficients:
     """TTFT coefficients from measured points of the user's own system."""
+    cm = replace(cm, ttft_fit=None)  # features from the uncalibrated TTFT form
     compute, load, has_load, y = [], [], [], []
     prompts, cacheds, ks, bws = [], [], [], []
     for row in data.rows:

@@ -102,7 +102,8 @@ class TtftCoefficients:
     """Scales of the TTFT form, fitted by ``kvpool cost ttft --calibration``.
 
     ``ttft_s = overhead_s + latency_s * [C > 0] + load_scale * K * bytes(C) / B
-    + compute_scale * compute_s(S, C, K)``.
+    + compute_scale * compute_s(S, C, K)``. Once attached to a :class:`CostModel`, the
+    compute scale and overhead apply to every prefill time it gives (replay included).
     """
 
     overhead_s: float
@@ -391,17 +392,22 @@ class CostModel:
                 new_tokens, cached_tokens, batch, weight_tokens
             )
         t += batch * (c.per_token_s * s + c.per_context_token_s * p * s + c.per_token_sq_s * s * s)
+        if self.ttft_fit is not None:
+            t *= self.ttft_fit.compute_scale
         return t
 
     @property
     def overhead_s(self) -> float:
+        """Fixed per-request time: the TTFT calibration's if any, else the prefill one."""
+        if self.ttft_fit is not None:
+            return self.ttft_fit.overhead_s
         return self.prefill.overhead_s
 
     def prefill_time_s(self, new_tokens: int, cached_tokens: int = 0, batch: int = 1) -> float:
         """Seconds to prefill ``new_tokens`` after ``cached_tokens``, overhead included."""
         if new_tokens < 0 or cached_tokens < 0:
             raise UsageError("token counts must be >= 0")
-        return self.compute_time_s(new_tokens, cached_tokens, batch) + self.prefill.overhead_s
+        return self.compute_time_s(new_tokens, cached_tokens, batch) + self.overhead_s
 
     def prefill_tokens_per_s(self, prefix_tokens: int) -> float:
         """Average prefill rate over a prefix computed from scratch (overhead excluded)."""
@@ -637,17 +643,19 @@ class CostModel:
         if latency < 0:
             raise UsageError(f"--load-latency-ms must be >= 0, got {latency * 1e3}")
         moved = self.transfer_bytes(cached)
+        # A TTFT calibration's compute scale and overhead are inside compute_time_s and
+        # overhead_s (so replay and break-even use them too); its load scale and latency
+        # refer to the link given here.
         fit = self.ttft_fit
-        overhead = self.prefill.overhead_s if fit is None else fit.overhead_s
+        overhead = self.overhead_s
         load_scale = 1.0 if fit is None else fit.load_scale
-        compute_scale = 1.0 if fit is None else fit.compute_scale
         if fit is not None and "latency_s" in fit.fitted:
             latency = fit.latency_s
         load = 0.0
         if cached > 0:
             load = latency + load_scale * moved * concurrency / (load_gbps * 1e9)
-        compute = compute_scale * self.compute_time_s(new, cached, concurrency)
-        recompute = compute_scale * self.compute_time_s(prompt_tokens, 0, concurrency) + overhead
+        compute = self.compute_time_s(new, cached, concurrency)
+        recompute = self.compute_time_s(prompt_tokens, 0, concurrency) + overhead
         if cached > 0:
             overlap = overhead + self._overlap_ttft(prompt_tokens, cached, concurrency, load_gbps)
         else:
