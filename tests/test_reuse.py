@@ -12,7 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzer.reuse import ReuseOptions, analyze_reuse
-from analyzer.reuse.analysis import first_counted_request, shards_curve, shards_error
+from analyzer.reuse.analysis import (
+    first_counted_request,
+    prefix_hit_tokens,
+    shards_curve,
+    shards_error,
+)
 from analyzer.reuse.fastsim import simulate_fast
 from analyzer.reuse.policies import POLICY_NAMES, next_use_requests, simulate
 from analyzer.reuse.radix import ROOT
@@ -189,6 +194,9 @@ def test_ceiling_equals_naive_prefix_matching(data, warmup):
     prompts = tr.prompt_tokens.tolist()
     rep = analyze_reuse(tr, ReuseOptions(warmup=warmup, policies=("lru",)))
     assert rep.hit_tokens == naive_ceiling(chains, prompts, 4, first)
+    # the vectorised route (used for coarser block sizes) agrees with the scan
+    vec = prefix_hit_tokens(tr)
+    assert int(vec[first:].sum()) == rep.hit_tokens
     den = sum(prompts[first:])
     assert rep.ceiling_hit_rate == pytest.approx(rep.hit_tokens / den if den else 0.0)
     cold = naive_ceiling(chains, prompts, 4, 0) / sum(prompts) if sum(prompts) else 0.0
@@ -377,6 +385,10 @@ def test_knee_and_hit_rate_at():
     assert rep.hit_rate_at(knee) >= 0.9 * rep.ceiling_hit_rate - 1e-12
     assert rep.hit_rate_at(knee - tr.block_size) < 0.9 * rep.ceiling_hit_rate
     assert rep.hit_rate_at(10**12) == pytest.approx(rep.ceiling_hit_rate)
+    assert rep.cold_curve.at(10**9) == pytest.approx(rep.cold_ceiling_hit_rate)
+    assert rep.to_json()["curves"]["lru_cold"][-1]["hit_rate"] == pytest.approx(
+        rep.cold_ceiling_hit_rate, abs=1e-6
+    )
     assert rep.hit_rate_at(3200, "fifo") == rep.policy_points["fifo"][0][1]
     with pytest.raises(ValueError):
         rep.hit_rate_at(999_999, "fifo")

@@ -118,6 +118,7 @@ class ReuseReport:
     cold_ceiling_hit_rate: float
     bytes_per_token: int | None = None
     curve: StepCurve | None = None
+    cold_curve: StepCurve | None = None  # every request counted (exact runs only)
     curve_method: str = "exact"  # or "shards"
     shards: dict | None = None
     policy_points: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
@@ -162,9 +163,14 @@ class ReuseReport:
     @property
     def lru_curve(self) -> list[tuple[int, float]]:
         """(capacity_tokens, hit_rate) at capacities dense enough to plot (log and linear)."""
-        if not self.measurable or self.curve is None or self.curve.full_blocks == 0:
+        if not self.measurable or self.curve is None:
             return []
-        top = self.curve.full_blocks
+        return self._plot_points(self.curve)
+
+    def _plot_points(self, curve: StepCurve) -> list[tuple[int, float]]:
+        if curve.full_blocks == 0:
+            return []
+        top = curve.full_blocks
         n = max(self.curve_points // 2, 2)
         caps = np.unique(
             np.concatenate(
@@ -175,7 +181,7 @@ class ReuseReport:
                 ]
             ).astype(np.int64)
         )
-        return [(int(c) * self.block_size, self.curve.at(int(c))) for c in caps]
+        return [(int(c) * self.block_size, curve.at(int(c))) for c in caps]
 
     @property
     def footprint_tokens(self) -> int:
@@ -223,6 +229,14 @@ class ReuseReport:
         curves: dict = {
             "lru": [{**self._capacity_fields(c), "hit_rate": r6(h)} for c, h in self.lru_curve]
         }
+        if self.cold_curve is not None and self.cold_curve.full_blocks:
+            curves["lru_cold"] = [
+                {
+                    **self._capacity_fields(c),
+                    "hit_rate": r6(self.cold_curve.at(c // self.block_size)),
+                }
+                for c, _ in self._plot_points(self.cold_curve)
+            ]
         for policy, points in self.policy_points.items():
             curves[policy] = [{**self._capacity_fields(c), "hit_rate": r6(h)} for c, h in points]
         table = []
@@ -318,8 +332,13 @@ def _rates(hit: np.ndarray, prompt: np.ndarray, first: int) -> tuple[float, floa
     return steady, cold
 
 
-def granularity_table(trace: BlockTrace, first: int, sizes: tuple[int, ...]) -> dict:
-    """Ceilings token-exact and at each block size derivable from the trace's hashes."""
+def granularity_table(
+    trace: BlockTrace, first: int, sizes: tuple[int, ...], own_hits: np.ndarray | None = None
+) -> dict:
+    """Ceilings token-exact and at each block size derivable from the trace's hashes.
+
+    ``own_hits`` (per-request hit tokens at the trace's own block size) saves a pass.
+    """
     prompt = trace.prompt_tokens
     out: dict = {}
     if trace.token_lcp_prev is not None:
@@ -342,8 +361,11 @@ def granularity_table(trace: BlockTrace, first: int, sizes: tuple[int, ...]) -> 
                 f"re-ingest with --block-size {size}",
             )
         else:
-            coarse = trace.coarsen(size // trace.block_size)
-            steady, cold = _rates(prefix_hit_tokens(coarse), prompt, first)
+            if size == trace.block_size and own_hits is not None:
+                hit = own_hits
+            else:
+                hit = prefix_hit_tokens(trace.coarsen(size // trace.block_size))
+            steady, cold = _rates(hit, prompt, first)
             row.update(available=True, hit_rate=steady, cold_hit_rate=cold)
         rows.append(row)
     out["blocks"] = rows
@@ -625,14 +647,11 @@ def analyze_reuse(
         n_windows,
         TIME_EDGES,
     )
-    hist_all, hist_cnt, dist_count, time_count, src, hits, parent, depth, ws = scan
+    hist_all, hist_cnt, dist_count, time_count, src, hits, parent, depth, ws, hit_per_req = scan
     step(40)
     prompt = trace.prompt_tokens
-    hit_per_req = prefix_hit_tokens(trace)
     steady, cold = _rates(hit_per_req, prompt, first)
-    # the scan and the vectorised ceiling are two routes to the same number
     assert int(hist_cnt[:-1].sum()) == int(hit_per_req[first:].sum())
-    assert int(hist_all[:-1].sum()) == int(hit_per_req.sum())
     den = int(prompt[first:].sum())
 
     curve_method = "exact"
@@ -650,6 +669,7 @@ def analyze_reuse(
         }
     else:
         curve = exact_curve(hist_cnt, den)
+    cold_curve = exact_curve(hist_all, int(prompt.sum())) if curve_method == "exact" else None
     step(10)
 
     capacities = tuple(sorted(set(opts.capacities_tokens))) or _default_capacities(curve, bs)
@@ -735,7 +755,7 @@ def analyze_reuse(
         "peak_distinct_tokens": int(ws.max()) * bs if ws.size else 0,
         "total_distinct_tokens": trace.n_blocks * bs,
     }
-    granularity = granularity_table(trace, first, opts.granularities)
+    granularity = granularity_table(trace, first, opts.granularities, hit_per_req)
     step(5)
     non_prefix = non_prefix_reuse(trace, first, hit_per_req)
     tops = top_prefixes(trace, hits, parent, depth, opts.top_n)
@@ -755,6 +775,7 @@ def analyze_reuse(
         cold_ceiling_hit_rate=cold,
         bytes_per_token=opts.bytes_per_token,
         curve=curve,
+        cold_curve=cold_curve,
         curve_method=curve_method,
         shards=shards,
         policy_points=policy_points,

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from analyzer.errors import OutputError
-from analyzer.reuse.analysis import GIB, ReuseReport
+from analyzer.reuse.analysis import GB, GIB, ReuseReport
 
 POLICY_LABELS = {"lru": "LRU", "fifo": "FIFO", "s3fifo": "S3-FIFO", "optimal": "optimal"}
 
@@ -52,7 +52,8 @@ def write_json(report: ReuseReport, path: Path) -> None:
 def _size(report: ReuseReport, capacity_tokens: int) -> str:
     out = f"{tokens(capacity_tokens)} tok"
     if report.bytes_per_token:
-        out += f" ({capacity_tokens * report.bytes_per_token / GIB:,.1f} GiB)"
+        n_bytes = capacity_tokens * report.bytes_per_token
+        out += f" ({n_bytes / GB:,.1f} GB, {n_bytes / GIB:,.1f} GiB)"
     return out
 
 

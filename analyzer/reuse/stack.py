@@ -166,12 +166,13 @@ def reuse_scan(
     """Everything the reuse report needs, in one pass; memory linear in distinct blocks.
 
     Returns (hist_all, hist_counted, dist_count, time_count, source_tokens, hits,
-    parent, depth, working_set): token weight by LRU distance for all and for counted
+    parent, depth, working_set, request_hits): token weight by LRU distance for all and for counted
     requests; the number of counted hit accesses per raw distance and per reuse-time
     bin (``time_edges``, seconds); hit tokens of counted requests by the request that
     last held the block (0 same session, 1 same tenant, 2 other tenant, 3 unknown);
-    per block, counted requests that hit it, its parent and depth at first sight; and
-    distinct blocks per time window.
+    per block, counted requests that hit it, its parent and depth at first sight;
+    distinct blocks per time window; and per request, its prefix-hit tokens with
+    unlimited capacity.
     """
     hist_all = np.zeros(n_ids + 1, dtype=np.int64)
     hist_cnt = np.zeros(n_ids + 1, dtype=np.int64)
@@ -191,6 +192,7 @@ def reuse_scan(
     t = 0
     active = 0
     n_req = offsets.size - 1
+    request_hits = np.zeros(n_req, dtype=np.int64)
     t0 = arrival_s[0] if n_req > 0 else 0.0
     for r in range(n_req):
         lo = offsets[r]
@@ -213,6 +215,8 @@ def reuse_scan(
                 run = raw
             w = _weight(k, prompt_tokens[r], block_size)
             hist_all[n_ids if run == MISS else run] += w
+            if run != MISS:
+                request_hits[r] += w
             if counted:
                 hist_cnt[n_ids if run == MISS else run] += w
                 if run != MISS:
@@ -257,6 +261,7 @@ def reuse_scan(
         parent,
         depth,
         working_set,
+        request_hits,
     )
 
 
