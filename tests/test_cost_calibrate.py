@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analyzer.cost import CostModel
 from analyzer.cost import calibrate as cal
@@ -192,3 +194,50 @@ def test_ttft_calibration_flows_into_prefill_time(cm):
     # refitting a calibrated model gives the same coefficients (features are uncalibrated)
     again = cal.calibrate_ttft(fitted, FIX / "ttft_calibration.csv").ttft_fit
     assert again.compute_scale == pytest.approx(f.compute_scale, rel=1e-9)
+
+
+def test_fitted_link_range_warnings(cm, tmp_path):
+    from dataclasses import replace
+
+    link = cal.fit_load(cal.read_load_csv(FIX / "load_rdma.csv"))  # 1e7..4e9 bytes, K 1..8
+    linked = replace(cm, link=link)
+    ok = linked.ttft(8192, 4096, 1)  # 4096 * 131072 = 0.54 GB: inside
+    assert ok.warnings == ()
+    far = linked.ttft(65536, 60000, 16)  # 7.9 GB per load, K=16: outside
+    text = " ".join(far.warnings)
+    assert "load_bytes=" in text and "concurrency=16" in text
+    # an explicit --load-gbps does not use the fitted link, so no link warnings
+    assert linked.ttft(65536, 60000, 16, 25.0).warnings == ()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    scale=st.floats(0.5, 3.0),
+    overhead=st.floats(0.0, 0.1),
+    load_scale=st.floats(0.5, 2.0),
+    latency=st.floats(0.0, 0.01),
+    seed=st.integers(0, 10_000),
+)
+def test_ttft_fit_recovers_exact_coefficients(
+    scale, overhead, load_scale, latency, seed, tmp_path_factory
+):
+    """Oracle: noise-free points from known coefficients are fitted back exactly."""
+    cm = CostModel.from_catalog("llama-3.1-8b", "h100")
+    rng = np.random.default_rng(seed)
+    path = tmp_path_factory.mktemp("fit") / "t.csv"
+    lines = [",".join(cal.TTFT_COLUMNS)]
+    for _ in range(8):
+        prompt = int(rng.integers(1000, 30_000))
+        cached = int(rng.integers(0, prompt)) if rng.random() < 0.8 else 0
+        k = int(rng.integers(1, 8))
+        bw = float(rng.choice([6.5, 12.5, 25.0, 45.0]))
+        t = overhead + scale * cm.compute_time_s(prompt - cached, cached, k)
+        if cached:
+            t += latency + load_scale * k * cm.transfer_bytes(cached) / (bw * 1e9)
+        lines.append(f"{prompt},{cached},{k},{bw},{t!r}")
+    path.write_text("\n".join(lines) + "\n")
+    f = cal.fit_ttft(cm, cal.read_ttft_csv(path))
+    assert f.compute_scale == pytest.approx(scale, rel=1e-4)
+    if "load_scale" in f.fitted:
+        assert f.load_scale == pytest.approx(load_scale, rel=1e-3)
+    assert f.cv_mape is None or f.cv_mape < 1e-3

@@ -632,6 +632,7 @@ class CostModel:
             raise UsageError(f"--concurrency must be at least 1, got {concurrency}")
         cached = min(cached_tokens, prompt_tokens - 1)
         new = prompt_tokens - cached
+        link_used = load_gbps is None
         if load_gbps is None:
             if self.link is None:
                 raise UsageError("--load-gbps is required (or a --profile with a load fit)")
@@ -666,6 +667,8 @@ class CostModel:
             prompt_tokens=prompt_tokens,
             concurrency=concurrency,
             load_gbps=load_gbps,
+            load_bytes=moved if link_used and cached > 0 else None,
+            use_link=link_used,
         )
         return TtftBreakdown(
             ttft_s=load + compute + overhead,
@@ -694,10 +697,13 @@ class CostModel:
         rate_compute = cached / front if front > 0 else math.inf
         return suffix + cached / (rate_compute + rate_load)
 
-    def range_warnings(self, **values: float) -> list[str]:
-        """Warnings for quantities outside the range a calibration was measured on."""
+    def range_warnings(self, use_link: bool = False, **values: float | None) -> list[str]:
+        """Warnings for quantities outside the range a calibration was measured on.
+
+        The fitted link's ranges count only when ``use_link`` (its bandwidth is in use).
+        """
         out = []
-        for coeffs in (self.prefill, self.ttft_fit, self.link):
+        for coeffs in (self.prefill, self.ttft_fit, self.link if use_link else None):
             if coeffs is None or not coeffs.ranges:
                 continue
             for name, lo, hi in coeffs.ranges:
