@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,8 +68,11 @@ class _Columns:
     model: list[str | None] = field(default_factory=list)
     prompt_tokens: list[int] = field(default_factory=list)
     output_tokens: list[int | None] = field(default_factory=list)
-    hashes: list[np.ndarray] = field(default_factory=list)
-    contents: list[np.ndarray | None] = field(default_factory=list)
+    # Block hashes of all rows, flat, in input order (8 bytes a block, no per-row arrays).
+    hashes: array = field(default_factory=lambda: array("Q"))
+    n_blocks: array = field(default_factory=lambda: array("q"))
+    contents: array = field(default_factory=lambda: array("Q"))
+    has_contents: array = field(default_factory=lambda: array("b"))
     lcp_index: list[int] = field(default_factory=list)
     parent: list[str | None] = field(default_factory=list)
     turn: list[int | None] = field(default_factory=list)
@@ -254,8 +258,11 @@ class _Builder:
         c.tenant.append(raw.tenant or raw.model)
         c.prompt_tokens.append(int(n_prompt))
         c.output_tokens.append(out)
-        c.hashes.append(hashes)
-        c.contents.append(contents)
+        c.hashes.frombytes(hashes.astype(np.uint64, copy=False).tobytes())
+        c.n_blocks.append(int(hashes.size))
+        c.has_contents.append(contents is not None)
+        if contents is not None:
+            c.contents.frombytes(contents.astype(np.uint64, copy=False).tobytes())
         c.lcp_index.append(idx)
         c.parent.append(raw.parent)
         c.turn.append(raw.turn)
@@ -373,23 +380,14 @@ class _Builder:
         def take(values: list) -> list:
             return [values[i] for i in order]
 
-        counts = np.fromiter((h.size for h in c.hashes), dtype=np.int64, count=n)[order]
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        flat = (
-            np.concatenate([c.hashes[i] for i in order])
-            if n and offsets[-1]
-            else np.empty(0, np.uint64)
-        )
+        counts_in = np.frombuffer(c.n_blocks, dtype=np.int64)
+        has_in = np.frombuffer(c.has_contents, dtype=np.int8).astype(bool)
+        flat_in = np.frombuffer(c.hashes, dtype=np.uint64)
+        cflat_in = np.frombuffer(c.contents, dtype=np.uint64)
+        offsets, flat = _permute(counts_in, flat_in, order)
         block_hashes = _list_array(offsets, flat)
-        has_c = np.array([c.contents[i] is not None for i in order], dtype=bool)
-        cflat = (
-            np.concatenate([c.contents[i] for i in order if c.contents[i] is not None])
-            if has_c.any()
-            else np.empty(0, np.uint64)
-        )
-        coff = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.where(has_c, counts, 0), out=coff[1:])
+        has_c = has_in[order]
+        coff, cflat = _permute(np.where(has_in, counts_in, 0), cflat_in, order)
         content_hashes = _list_array(coff, cflat, mask=~has_c)
         columns = {
             "request_id": pa.array(take(c.request_id), pa.string()),
@@ -423,6 +421,22 @@ class _Builder:
         )
         table = pa.Table.from_pydict(columns).cast(CANONICAL_SCHEMA).replace_schema_metadata(meta)
         return table, self.previews
+
+
+def _permute(
+    counts: np.ndarray, flat: np.ndarray, order: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of a flat list column (``counts`` per row) taken in ``order``: (offsets, flat)."""
+    src = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=src[1:])
+    new_counts = counts[order]
+    offsets = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(new_counts, out=offsets[1:])
+    if np.array_equal(order, np.arange(order.size)):
+        return offsets, flat
+    row = np.repeat(np.arange(order.size), new_counts)
+    pos = src[order][row] + (np.arange(offsets[-1]) - offsets[row])
+    return offsets, flat[pos]
 
 
 def _list_array(offsets: np.ndarray, flat: np.ndarray, mask=None) -> pa.Array:  # type: ignore[no-untyped-def]
