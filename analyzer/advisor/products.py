@@ -32,9 +32,11 @@ DOCS_CHECKED: tuple[dict[str, str], ...] = (
         "product": "LMCache",
         "version": "LMCache main / 0.3.x configuration reference (LMCacheEngineConfig)",
         "pages": "https://docs.lmcache.ai/api_reference/configurations.html ; "
-        "https://docs.nvidia.com/dynamo/kv-managers/lm-cache.md",
+        "https://docs.lmcache.ai (Mooncake backend: remote_url mooncakestore://host:port/, "
+        "extra_config) ; https://docs.nvidia.com/dynamo/kv-managers/lm-cache.md",
         "options": "chunk_size, local_cpu, max_local_cpu_size (GB), local_disk, "
-        "max_local_disk_size (GB), remote_url, remote_serde; env form LMCACHE_<NAME>",
+        "max_local_disk_size (GB), remote_url, remote_serde (naive | cachegen), "
+        "extra_config; env form LMCACHE_<NAME>",
     },
     {
         "product": "Mooncake Store",
@@ -145,7 +147,9 @@ def vllm_settings(sz: Sizing, mode: str, model: str, tp: int) -> ProductSettings
     return ProductSettings("vLLM", mode, tuple(s), " \\\n  ".join(cmd), "bash")
 
 
-def lmcache_settings(sz: Sizing, mode: str, pool_url: str) -> ProductSettings:
+def lmcache_settings(
+    sz: Sizing, mode: str, pool_url: str, master: str = "", protocol: str = "rdma"
+) -> ProductSettings:
     dram_instance = sz.dram_per_node_tokens * sz.bytes_per_token / max(1, sz.instances_per_node)
     if mode == "pooled":
         # The pool holds the shared KV; a small local CPU buffer keeps hot chunks.
@@ -182,6 +186,13 @@ def lmcache_settings(sz: Sizing, mode: str, pool_url: str) -> ProductSettings:
         if r.option in ("remote_url", "remote_serde"):
             v = f'"{v}"'
         lines.append(f"{r.option}: {v}")
+    if mode == "pooled":
+        # LMCache's Mooncake backend takes the store's settings under extra_config.
+        lines += [
+            "extra_config:",
+            f'  master_server_address: "{master}"',
+            f'  protocol: "{protocol}"',
+        ]
     return ProductSettings("LMCache", mode, tuple(rows), "\n".join(lines), "yaml")
 
 
@@ -274,7 +285,7 @@ def translate(
     pool_url = f"mooncakestore://{master}/"
     return [
         vllm_settings(sz, mode, model, tp),
-        lmcache_settings(sz, mode, pool_url),
+        lmcache_settings(sz, mode, pool_url, master, protocol),
         mooncake_settings(sz, mode, master, protocol),
         sglang_settings(sz, mode, model, tp),
     ]

@@ -284,7 +284,12 @@ def sections(doc: dict) -> list[Section]:
             Table(
                 ["Prefix (tokens)", "Break-even (GB/s)"],
                 [
-                    [num(p["prefix_tokens"]), num(p["break_even_gbps"])]
+                    [
+                        num(p["prefix_tokens"]),
+                        "never (loading cannot win)"
+                        if p["break_even_gbps"] is None
+                        else num(p["break_even_gbps"]),
+                    ]
                     for p in (bw.get("curve") or [])[::3]
                 ],
             )
