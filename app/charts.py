@@ -153,18 +153,32 @@ def tenants_chart(frame: pd.DataFrame) -> alt.Chart:
 
 
 def prefix_tree_frame(trace: BlockTrace, levels: int = 4, min_share: float = 0.01) -> pd.DataFrame:
-    """Icicle rectangles of the first ``levels`` blocks of every request.
+    """Icicle rectangles of the prefix tree over the first ``levels`` blocks of requests.
 
     Because block ids are chained, block ``k`` of a request identifies its whole prefix
     up to block ``k``: the node at depth ``k`` is just that id. Widths count requests
     (the whole x axis is all requests); nodes holding less than ``min_share`` of the
     requests are merged into one "other" rectangle under their parent and not expanded.
-    Requests shorter than a level leave a gap under their parent.
+    Requests shorter than a level leave a gap under their parent. As in a radix tree, a
+    node whose requests all continue into one child is drawn as one taller rectangle
+    (``y0_tokens`` to ``y1_tokens``), so a shared system prompt is one bar.
     """
     n = trace.n_requests
-    cols = ["level", "x0", "x1", "requests", "share", "label", "group", "tokens"]
+    cols = [
+        "level",
+        "y0_tokens",
+        "y1_tokens",
+        "x0",
+        "x1",
+        "requests",
+        "share",
+        "label",
+        "group",
+        "tokens",
+    ]
     if n == 0 or trace.n_accesses == 0:
         return pd.DataFrame(columns=cols)
+    bs = trace.block_size
     lengths = np.diff(trace.offsets)
     starts = trace.offsets[:-1]
     min_count = max(1, math.ceil(min_share * n))
@@ -173,6 +187,8 @@ def prefix_tree_frame(trace: BlockTrace, levels: int = 4, min_share: float = 0.0
     parent = np.full(n, -1, dtype=np.int64)
     x0_of: dict[int, float] = {-1: 0.0}
     group_of: dict[int, str] = {-1: ""}
+    row_of: dict[int, int] = {}  # displayed node -> its rectangle
+    count_of: dict[int, int] = {-1: n}
     for level in range(levels):
         active = np.flatnonzero((lengths > level) & (parent != -2))
         if active.size == 0:
@@ -193,14 +209,22 @@ def prefix_tree_frame(trace: BlockTrace, levels: int = 4, min_share: float = 0.0
         for p in sorted(set(children) | set(merged), key=lambda q: x0_of[q]):
             x = x0_of[p]
             for nd, c in sorted(children.get(p, []), key=lambda t: (-t[1], t[0])):
-                label = _label(trace, nd)
-                group_of[nd] = group_of[p] or label
-                rows.append(_rect(trace, level, x, c, n, label, group_of[nd]))
+                group_of[nd] = group_of[p] or _label(trace, nd)
+                count_of[nd] = c
                 next_x0[nd] = x
+                if p != -1 and c == count_of[p]:
+                    # Every request of the parent continues here: extend its rectangle.
+                    row_of[nd] = row_of[p]
+                    rect = rows[row_of[nd]]
+                    rect["y1_tokens"] = (level + 1) * bs
+                    rect["tokens"] = f"{rect['y0_tokens']:,}-{rect['y1_tokens']:,}"
+                else:
+                    row_of[nd] = len(rows)
+                    rows.append(_rect(level, bs, x, c, n, _label(trace, nd), group_of[nd]))
                 x += c
             if p in merged:
                 label = f"other ({merged[p]:,} requests, each prefix < {min_share:.0%})"
-                rows.append(_rect(trace, level, x, merged[p], n, label, group_of[p] or "other"))
+                rows.append(_rect(level, bs, x, merged[p], n, label, group_of[p] or "other"))
         x0_of = {-1: 0.0, **next_x0}
         expanded = np.isin(node, np.fromiter(next_x0, dtype=np.int64, count=len(next_x0)))
         parent = np.full(n, -2, dtype=np.int64)
@@ -216,10 +240,11 @@ def _label(trace: BlockTrace, node: int) -> str:
     return f"block #{int(node)}"
 
 
-def _rect(trace: BlockTrace, level: int, x: float, c: int, n: int, label: str, group: str) -> dict:
-    bs = trace.block_size
+def _rect(level: int, bs: int, x: float, c: int, n: int, label: str, group: str) -> dict:
     return {
         "level": level,
+        "y0_tokens": level * bs,
+        "y1_tokens": (level + 1) * bs,
         "x0": x / n,
         "x1": (x + c) / n,
         "requests": c,
@@ -234,7 +259,7 @@ def prefix_tree_chart(frame: pd.DataFrame) -> alt.Chart:
     groups = frame.loc[frame["level"] == 0].sort_values("x0")["group"].tolist()
     return (
         alt.Chart(frame, title="Prefix tree (icicle): width = share of requests")
-        .mark_rect(stroke="white", strokeWidth=0.5)
+        .mark_rect(stroke="white", strokeWidth=0.3)
         .encode(
             x=alt.X(
                 "x0:Q",
@@ -243,7 +268,12 @@ def prefix_tree_chart(frame: pd.DataFrame) -> alt.Chart:
                 scale=alt.Scale(domain=[0, 1]),
             ),
             x2="x1:Q",
-            y=alt.Y("level:O", title="block level (depth into the prompt)"),
+            y=alt.Y(
+                "y0_tokens:Q",
+                title="tokens into the prompt",
+                scale=alt.Scale(reverse=True, nice=False),
+            ),
+            y2="y1_tokens:Q",
             color=alt.Color("group:N", sort=groups[:10], legend=None),
             tooltip=[
                 alt.Tooltip("label:N", title="prefix starts"),
@@ -252,7 +282,7 @@ def prefix_tree_chart(frame: pd.DataFrame) -> alt.Chart:
                 alt.Tooltip("share:Q", format=".1%"),
             ],
         )
-        .properties(height=260)
+        .properties(height=420)
     )
 
 
@@ -644,3 +674,35 @@ def scenarios_frame(scenarios: dict[str, dict]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def fitted_chart(points: pd.DataFrame) -> alt.LayerChart:
+    """Predicted against measured TTFT, catalog and fitted, with the line of equality."""
+    top = float(max(points.measured_s.max(), points.predicted_s.max())) * 1.05
+    dots = (
+        alt.Chart(points)
+        .mark_point(filled=True, size=70)
+        .encode(
+            x=alt.X("measured_s:Q", title="measured TTFT (s)", scale=alt.Scale(domain=[0, top])),
+            y=alt.Y("predicted_s:Q", title="predicted TTFT (s)", scale=alt.Scale(domain=[0, top])),
+            color=alt.Color("model:N", title=None, sort=["catalog", "fitted"]),
+            shape=alt.Shape("model:N", sort=["catalog", "fitted"]),
+            tooltip=[
+                "model",
+                "prompt_tokens",
+                "cached_tokens",
+                "concurrency",
+                "load_gbps",
+                alt.Tooltip("measured_s:Q", format=".4f"),
+                alt.Tooltip("predicted_s:Q", format=".4f"),
+            ],
+        )
+    )
+    diagonal = (
+        alt.Chart(pd.DataFrame({"measured_s": [0.0, top], "predicted_s": [0.0, top]}))
+        .mark_line(color="#999", strokeDash=[3, 3])
+        .encode(x="measured_s:Q", y="predicted_s:Q")
+    )
+    return alt.layer(diagonal, dots).properties(
+        height=360, title="Fitted versus measured TTFT (on the line = exact)"
+    )

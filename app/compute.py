@@ -157,10 +157,17 @@ def reuse(cur: Current, warmup: float = 0.5):
         return _reuse(cur.content, cur.ingest_key, as_key({"warmup": warmup}), cur.trace, advance)
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
-def coarsened(content: str, ingest_key: Key, factor: int, _trace):
-    """The trace at ``factor`` x its block size (for the prefix-tree picture)."""
-    return _trace.coarsen(factor)
+@st.cache_data(show_spinner=False, max_entries=32)
+def _prefix_tree(content: str, ingest_key: Key, factor: int, levels: int, min_share: float, _trace):
+    from app.charts import prefix_tree_frame
+
+    return prefix_tree_frame(_trace.coarsen(factor), levels=levels, min_share=min_share)
+
+
+def prefix_tree(cur: Current, factor: int, levels: int, min_share: float):
+    """The icicle's rectangles (``app.charts.prefix_tree_frame``) at ``factor`` x the
+    trace's block size, cached per trace and setting."""
+    return _prefix_tree(cur.content, cur.ingest_key, factor, levels, min_share, cur.trace)
 
 
 # --- cost --------------------------------------------------------------------------------
@@ -487,3 +494,78 @@ def reports(cur: Current, w, warmup: float, result) -> tuple[str, str, str]:
     analyze`` writes them (``analyzer.report``); rendered once per analysis."""
     opts = analyze_options(w, warmup)
     return _reports(cur.content, cur.ingest_key, repr(opts), result)
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationView:
+    """What the cost page shows for an uploaded calibration CSV."""
+
+    points: Any  # pandas.DataFrame: measured_s, predicted_s, model ("catalog" | "fitted")
+    summary: list[str]
+    warnings: list[str]
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _calibrate(model: str, gpu: str, tp: int, kv_dtype: str, name: str, data: bytes):
+    import pandas as pd
+
+    from analyzer.cost.calibrate import calibrate_ttft, read_ttft_csv
+    from app.state import scratch_dir
+
+    CALLS["calibrate"] += 1
+    folder = scratch_dir() / "calibration" / hashlib.sha256(data).hexdigest()[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / (Path(name).name or "calibration.csv")
+    path.write_bytes(data)
+    rows = read_ttft_csv(path)
+    catalog = cost_model(model, gpu, tp, kv_dtype)
+    fitted = calibrate_ttft(catalog, path)
+    fit = fitted.ttft_fit
+    points = []
+    for row in rows.rows:
+        args = (
+            int(row["prompt_tokens"]),
+            int(row["cached_tokens"]),
+            int(row["concurrency"]),
+            float(row["load_gbps"]),
+        )
+        for label, cm in (("catalog", catalog), ("fitted", fitted)):
+            points.append(
+                {
+                    "model": label,
+                    "measured_s": float(row["ttft_s"]),
+                    "predicted_s": cm.ttft(*args).ttft_s,
+                    "prompt_tokens": args[0],
+                    "cached_tokens": args[1],
+                    "concurrency": args[2],
+                    "load_gbps": args[3],
+                }
+            )
+    coeffs = ", ".join(
+        f"{k} = {getattr(fit, k):.4g}"
+        for k in ("compute_scale", "overhead_s", "load_scale", "latency_s")
+    )
+    kept = [
+        k for k in ("compute_scale", "overhead_s", "load_scale", "latency_s") if k not in fit.fitted
+    ]
+    summary = [
+        rows.summary() + ".",
+        f"Fitted {', '.join(fit.fitted) or 'nothing'}"
+        + (f"; kept from the catalog: {', '.join(kept)}" if kept else "")
+        + f". Coefficients: {coeffs}.",
+    ]
+    if fit.cv_mape is not None:
+        summary.append(
+            f"Cross-validated error (MAPE): {fit.cv_mape:.1%} over {fit.n_points} points."
+        )
+    ranges = "; ".join(f"{n} {lo:g} to {hi:g}" for n, lo, hi in fit.ranges)
+    warnings = (
+        [f"Predictions outside the measured range ({ranges}) are extrapolated."] if ranges else []
+    )
+    return CalibrationView(points=pd.DataFrame(points), summary=summary, warnings=warnings)
+
+
+def calibrate(w, name: str, data: bytes) -> CalibrationView:
+    """Fit the TTFT model of the what-if model and GPUs to an uploaded CSV
+    (``analyzer.cost.calibrate``) and compare catalog and fitted predictions."""
+    return _calibrate(w.model, w.gpu, w.tp, w.kv_dtype, name, data)

@@ -272,3 +272,35 @@ def test_good_upload_is_ingested(at: AppTest, sample: Path) -> None:
     assert_clean(at)
     assert at.subheader[0].value == "Loaded: part.jsonl"
     assert int(metric(at, "Requests")) == data.count(b"\n")
+
+
+CALIBRATION = ROOT / "tests" / "fixtures" / "cost" / "ttft_calibration.csv"
+
+
+@pytest.mark.skipif(not CALIBRATION.exists(), reason="cost calibration fixture not present")
+def test_calibration_upload_shows_fitted_against_measured(at: AppTest) -> None:
+    at.switch_page("views/cost.py").run()
+    at.file_uploader(key="cost.calibration").upload(
+        "ttft.csv", CALIBRATION.read_bytes(), "text/csv"
+    )
+    at.run()
+    assert_clean(at)
+    points = next(
+        frame
+        for _, tables in charts(at)
+        for frame in tables.values()
+        if "measured_s" in frame.columns and "model" in frame.columns
+    )
+    err = (points.predicted_s - points.measured_s).abs() / points.measured_s
+    by_model = err.groupby(points.model).mean()
+    # The fit is to these very points: it must beat the uncalibrated catalog model.
+    assert by_model["fitted"] < by_model["catalog"]
+    assert any("Cross-validated error" in m.value for m in at.markdown)
+
+
+def test_bad_calibration_csv_is_an_error_message(at: AppTest) -> None:
+    at.switch_page("views/cost.py").run()
+    at.file_uploader(key="cost.calibration").upload("bad.csv", b"prompt_tokens,ttft_s\n10,0.1\n")
+    at.run()
+    assert not at.exception
+    assert any("ttft" in e.value or "column" in e.value for e in at.error)

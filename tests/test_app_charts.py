@@ -55,12 +55,16 @@ def test_prefix_tree_widths_count_requests(tree_trace: BlockTrace) -> None:
     assert level0.x0.tolist() == pytest.approx([0.0, 4 / 6])
     assert level0.x1.tolist() == pytest.approx([4 / 6, 5 / 6])  # last request: a gap
     level1 = frame[frame.level == 1].sort_values("x0")
-    # Under 100: 200 (two requests), then 210; under 900: 901.
-    assert level1.requests.tolist() == [2, 1, 1]
-    assert level1.x0.tolist() == pytest.approx([0.0, 2 / 6, 4 / 6])
+    # Under 100: 200 (two requests), then 210. The one request under 900 goes on to 901,
+    # so 900's rectangle grows down to 32 tokens instead of getting a child.
+    assert level1.requests.tolist() == [2, 1]
+    assert level1.x0.tolist() == pytest.approx([0.0, 2 / 6])
+    assert level0.y1_tokens.tolist() == [16, 32]
     level2 = frame[frame.level == 2]
     assert sorted(level2.requests.tolist()) == [1, 1]
     assert set(frame.tokens[frame.level == 2]) == {"32-48"}
+    # 210's single request ends there: nothing below it.
+    assert frame[(frame.level == 1)].y1_tokens.tolist() == [32, 32]
     # Every child lies inside its parent's span, so the icicle nests.
     assert (frame.x1 <= 1.0 + 1e-12).all()
 

@@ -76,15 +76,22 @@ with state.guard():
 
     st.subheader("Prefix tree")
     bs = cur.trace.block_size
-    per_level = [bs * f for f in (1, 2, 4, 8, 16, 32, 64) if bs * f <= 8192]
+    depths = [bs * 2**k for k in range(0, 14) if 256 <= bs * 2**k <= 32768] or [bs]
     a, b, c3 = st.columns(3)
-    level_tokens = a.select_slider(
-        "Tokens per level",
-        per_level,
-        value=min(per_level, key=lambda t: abs(t - 256)),
-        key="reuse.tree_tokens",
+    depth = a.select_slider(
+        "Depth (tokens into the prompt)",
+        depths,
+        value=min(depths, key=lambda d: abs(d - 1024)),
+        key="reuse.tree_depth",
     )
-    levels = b.slider("Levels", 2, 8, 5, key="reuse.tree_levels")
+    steps = [bs * 2**k for k in range(0, 10) if bs * 2**k <= depth]
+    step = b.select_slider(
+        "Resolution (tokens per step)",
+        steps,
+        value=next((s for s in steps if depth // s <= 128), steps[-1]),
+        key="reuse.tree_step",
+        help="Finer steps show where prefixes diverge more exactly but take longer.",
+    )
     min_share = c3.select_slider(
         "Merge prefixes under",
         [0.001, 0.005, 0.01, 0.02, 0.05],
@@ -92,14 +99,14 @@ with state.guard():
         format_func=lambda v: f"{v:.1%} of requests",
         key="reuse.tree_min_share",
     )
-    coarse = compute.coarsened(cur.content, cur.ingest_key, level_tokens // bs, cur.trace)
-    tree = charts.prefix_tree_frame(coarse, levels=levels, min_share=min_share)
+    tree = compute.prefix_tree(cur, step // bs, depth // step, min_share)
     if tree.empty:
-        st.info(f"No request has a full block of {level_tokens} tokens.")
+        st.info(f"No request has a full block of {step} tokens.")
     else:
         st.altair_chart(charts.prefix_tree_chart(tree), width="stretch")
         st.caption(
-            f"Each row is the next {level_tokens} tokens of the prompt; a rectangle is one "
-            "distinct prefix, as wide as the share of requests that start with it. Wide "
-            "rectangles deep down are long shared prefixes: what a KV cache can reuse."
+            "Read down from the top of the prompt: a rectangle is one distinct prefix, as "
+            "wide as the share of requests that start with it and as tall as the tokens "
+            "they share before branching. Wide, tall rectangles are long shared prefixes: "
+            "what a KV cache can reuse. Hover for the text where previews were kept."
         )
