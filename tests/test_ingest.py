@@ -560,3 +560,52 @@ def test_output_is_independent_of_the_process(tmp_path):
         outs.append(out.read_bytes())
     write_canonical(load(FIX / "chat.jsonl").table, tmp_path / "here.parquet")
     assert outs[0] == outs[1] == (tmp_path / "here.parquet").read_bytes()
+
+
+def test_end_to_end_block_sharing_matches_token_sharing(tmp_path):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from analyzer.tokenize import PromptRenderer, load_tokenizer
+
+    renderer = PromptRenderer(load_tokenizer("cl100k"), memo=False)
+    words = st.lists(st.sampled_from(["alpha", "beta", "gamma", " ", "\n", "42", "é"]), max_size=40)
+    convo = st.lists(words.map("".join), min_size=1, max_size=4)
+
+    @settings(
+        max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    @given(convo, convo, st.integers(0, 3))
+    def check(a, b, shared):
+        msgs_a = [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(a)
+        ]
+        msgs_b = msgs_a[:shared] + [
+            {"role": "user" if (shared + i) % 2 == 0 else "assistant", "content": t}
+            for i, t in enumerate(b)
+        ]
+        log = tmp_path / "h.jsonl"
+        log.write_text(
+            "".join(
+                json.dumps({"timestamp": 1_700_000_000 + i, "messages": m}) + "\n"
+                for i, m in enumerate((msgs_a, msgs_b))
+            )
+        )
+        t = open_trace([log], IngestOptions(salt=SALT, block_size=4)).table
+        ha, hb = t.column("block_hashes").to_pylist()
+        ta, tb = (
+            np.concatenate(
+                [p.tokens for ps in renderer.render({"messages": m}) for p in ps]
+            ).tolist()
+            for m in (msgs_a, msgs_b)
+        )
+        assert len(ha) == len(ta) // 4 and len(hb) == len(tb) // 4
+        for k in range(1, min(len(ha), len(hb)) + 1):
+            assert (ha[:k] == hb[:k]) == (ta[: 4 * k] == tb[: 4 * k])
+        lcp = next(
+            (i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y),
+            min(len(ta), len(tb)),
+        )
+        assert t.column("token_lcp_prev").to_pylist() == [0, lcp]
+
+    check()
