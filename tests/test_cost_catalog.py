@@ -219,6 +219,7 @@ def test_user_config_json(tmp_path):
     nested.parent.mkdir()
     nested.write_text(json.dumps({"model_type": "x", "text_config": cfg}))
     assert get_model(nested).kv_bytes_per_token() == spec.kv_bytes_per_token()
+    assert get_model(str(nested.parent)).kv_bytes_per_token() == spec.kv_bytes_per_token()
 
 
 @pytest.mark.parametrize(

@@ -112,6 +112,8 @@ def read_measurements(
             problem = None
             for col in wanted:
                 text = (raw.get(col) or "").strip()
+                if not text and col in optional:
+                    continue  # empty optional cell: keep the default
                 try:
                     value = float(text)
                 except ValueError:
@@ -127,6 +129,8 @@ def read_measurements(
                     problem = f"field '{col}' must be >= 0, got {text}"
                     break
                 row[col] = value
+            if problem is None and row.get("cached_tokens", 0) > row.get("prompt_tokens", math.inf):
+                problem = "field 'cached_tokens' exceeds prompt_tokens"
             if problem is None and choice:
                 row["_time_s"] = row[choice]
             if problem is not None:

@@ -782,6 +782,8 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
     text = str(name_or_path)
     if text.endswith(".json") or Path(text).is_file():
         return model_from_config_file(text)
+    if Path(text).is_dir():  # a downloaded model directory
+        return model_from_config_file(Path(text) / "config.json")
     cat = _catalog()
     key = _norm(text)
     target = cat.model_alias.get(key) or cat.model_alias.get(_strip_suffixes(key))
