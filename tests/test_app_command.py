@@ -1,0 +1,84 @@
+"""`kvpool dashboard`: its flags, the server command line it builds, and its errors."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from analyzer.cli import app as cli
+from analyzer.errors import EXIT_INPUT, EXIT_USAGE, InputError, UsageError
+from app import command
+
+runner = CliRunner()
+
+
+def test_server_flags_keep_it_local_and_quiet() -> None:
+    cmd = command.streamlit_command(8765, 50)
+    assert cmd[:4] == [sys.executable, "-m", "streamlit", "run"]
+    assert cmd[4] == str(command.ENTRYPOINT) and command.ENTRYPOINT.is_file()
+    flags = set(cmd[5:])
+    assert {
+        "--server.headless=true",
+        "--server.address=127.0.0.1",
+        "--server.port=8765",
+        "--server.maxUploadSize=50",
+        "--browser.gatherUsageStats=false",
+        "--server.fileWatcherType=none",
+    } <= flags
+
+
+def test_upload_limit_from_the_environment(monkeypatch) -> None:
+    monkeypatch.delenv(command.ENV_MAX_UPLOAD_MB, raising=False)
+    assert command.max_upload_mb() == command.DEFAULT_MAX_UPLOAD_MB
+    monkeypatch.setenv(command.ENV_MAX_UPLOAD_MB, "12")
+    assert command.max_upload_mb() == 12
+    for bad in ("twelve", "0"):
+        monkeypatch.setenv(command.ENV_MAX_UPLOAD_MB, bad)
+        try:
+            command.max_upload_mb()
+        except UsageError as exc:
+            assert command.ENV_MAX_UPLOAD_MB in str(exc)
+        else:
+            raise AssertionError(f"{bad!r} accepted")
+
+
+def _run(args: list[str]):
+    """Invoke the CLI in-process; user errors surface as KvpoolError (main() prints them)."""
+    return runner.invoke(cli, args, catch_exceptions=True)
+
+
+def test_missing_input_is_an_input_error(tmp_path) -> None:
+    res = _run(["dashboard", str(tmp_path / "nope.jsonl")])
+    assert isinstance(res.exception, InputError)
+    assert "no such file" in str(res.exception)
+    assert res.exception.exit_code == EXIT_INPUT
+
+
+def test_port_in_use_is_a_usage_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        res = _run(["dashboard", "--port", str(port)])
+    assert isinstance(res.exception, UsageError)
+    assert f"port {port}" in str(res.exception)
+    assert res.exception.exit_code == EXIT_USAGE
+
+
+def test_bad_port_is_a_usage_error() -> None:
+    res = _run(["dashboard", "--port", "70000"])
+    assert isinstance(res.exception, UsageError)
+
+
+def test_cli_prints_errors_without_traceback(tmp_path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "analyzer.cli", "dashboard", str(tmp_path / "nope.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == EXIT_INPUT
+    assert "no such file" in proc.stderr and "Traceback" not in proc.stderr
