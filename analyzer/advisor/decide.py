@@ -104,12 +104,18 @@ def decide(
     missing = missing_data(trace, reuse, th)
     if missing:
         reasons = tuple(f"Missing: {m}." for m in missing)
+        few = trace.n_requests < th.min_requests
         return Decision(
             verdict="insufficient-data",
             reasons=reasons,
             checks=(
                 Check(
-                    0, "data", False, float(trace.n_requests), float(th.min_requests), reasons[0]
+                    0,
+                    "data",
+                    False,
+                    float(trace.n_requests) if few else None,
+                    float(th.min_requests) if few else None,
+                    "; ".join(missing),
                 ),
             ),
             confidence="high",

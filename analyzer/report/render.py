@@ -201,7 +201,9 @@ def sections(doc: dict) -> list[Section]:
                 ],
             )
         )
-        verdict.paragraphs += [c["text"] for c in v["checks"]]
+        verdict.paragraphs += [
+            c["text"] for c in v["checks"] if c["text"] not in " ".join(v.get("reasons") or [])
+        ]
     out.append(verdict)
     out.append(Section("figures", "Key figures", tables=[key_figures(doc)]))
 
@@ -397,17 +399,22 @@ def sections(doc: dict) -> list[Section]:
             "Run the gates in order and stop at the first one missed. Check measured results "
             "with `kvpool validate RESULTS... --report report.json` (exit code 5 when a gate fails)."
         )
+        if v.get("verdict") == "insufficient-data":
+            s.paragraphs.append(
+                "Before any pilot: collect the data named in the verdict and run "
+                "`kvpool analyze` again; the gates below have no projection yet."
+            )
         rows = []
         for g in plan:
-            for c in g["criteria"]:
+            for k, c in enumerate(g["criteria"]):
                 proj = g.get("projected", {}).get(c["metric"])
                 rows.append(
                     [
-                        g["name"],
+                        g["name"] if k == 0 else "",
                         c["text"],
                         f"{c['metric']} {c['op']} {num(c['threshold'])}",
                         "-" if proj is None else num(proj),
-                        g["run"],
+                        g["run"] if k == 0 else "",
                     ]
                 )
         s.tables.append(Table(["Gate", "Criterion", "Test", "Projected", "How to run"], rows))
