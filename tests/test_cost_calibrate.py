@@ -181,6 +181,12 @@ def test_bad_profiles(tmp_path):
     bad.write_text(json.dumps({**base, "load": {"bandwidth_gbps": "fast", "latency_s": 0}}))
     with pytest.raises(InputError, match="bandwidth_gbps"):
         cal.load_profile(bad)
+    for field, value in (("tp", "eight"), ("mfu", "high"), ("kv_dtype", 8)):
+        bad.write_text(
+            json.dumps({**base, field: value, "load": {"bandwidth_gbps": 1, "latency_s": 0}})
+        )
+        with pytest.raises(InputError, match=field):
+            cal.load_profile(bad)
     bad.write_text(json.dumps({**base, "load": {"bandwidth_gbps": 0, "latency_s": 0}}))
     with pytest.raises(InputError, match="> 0"):
         cal.load_profile(bad)

@@ -550,7 +550,17 @@ def load_profile(
                 f"profile {p} was fitted for {key} '{data[key]}', not '{given}'",
                 hint=f"drop --{key} or fit a profile for '{given}'",
             )
-    ptp = int(data.get("tp", 1))
+    ptp = data.get("tp", 1)
+    if isinstance(ptp, bool) or not isinstance(ptp, int) or ptp < 1:
+        raise InputError(
+            f"'tp' must be a positive integer, got {ptp!r}", Location(where, None, "tp")
+        )
+    pmfu = data.get("mfu")
+    if pmfu is not None and (isinstance(pmfu, bool) or not isinstance(pmfu, int | float)):
+        raise InputError(f"'mfu' must be a number, got {pmfu!r}", Location(where, None, "mfu"))
+    for key in ("kv_dtype", "compute_dtype", "weight_dtype"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise InputError(f"'{key}' must be a string", Location(where, None, key))
     if tp is not None and tp != ptp:
         raise UsageError(f"profile {p} was fitted at tp={ptp}, not tp={tp}")
     cm = CostModel.from_catalog(
@@ -558,7 +568,7 @@ def load_profile(
         data["gpu"],
         tp=ptp,
         kv_dtype=kv_dtype or data.get("kv_dtype", "bf16"),
-        mfu=mfu if mfu is not None else data.get("mfu"),
+        mfu=mfu if mfu is not None else pmfu,
         compute_dtype=data.get("compute_dtype", "bf16"),
         weight_dtype=data.get("weight_dtype"),
     )
