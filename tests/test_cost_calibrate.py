@@ -187,6 +187,11 @@ def test_bad_profiles(tmp_path):
         )
         with pytest.raises(InputError, match=field):
             cal.load_profile(bad)
+    bad.write_text(
+        json.dumps({**base, "load": {"bandwidth_gbps": 1, "latency_s": 0, "n_points": "x"}})
+    )
+    with pytest.raises(InputError, match="malformed profile section"):
+        cal.load_profile(bad)
     bad.write_text(json.dumps({**base, "load": {"bandwidth_gbps": 0, "latency_s": 0}}))
     with pytest.raises(InputError, match="> 0"):
         cal.load_profile(bad)

@@ -580,6 +580,16 @@ def load_profile(
         sections[key] = sec
     if not any(sections.values()):
         raise InputError("profile holds no fitted section (prefill, load or ttft)", Location(where))
+    try:
+        prefill, link, ttft = _sections(cm, sections, where)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"malformed profile section: {exc}", Location(where)) from exc
+    return replace(cm, prefill=prefill, link=link, ttft_fit=ttft, profile_source=where)
+
+
+def _sections(
+    cm: CostModel, sections: dict[str, Any], where: str
+) -> tuple[PrefillCoefficients, LoadLink | None, TtftCoefficients | None]:
     prefill, link, ttft = cm.prefill, None, None
     if sec := sections["prefill"]:
         w = f"{where} [prefill]"
@@ -622,4 +632,4 @@ def load_profile(
             ranges=_ranges(sec, w),
             source=str(sec.get("source", where)),
         )
-    return replace(cm, prefill=prefill, link=link, ttft_fit=ttft, profile_source=where)
+    return prefill, link, ttft
