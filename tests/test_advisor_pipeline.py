@@ -50,8 +50,13 @@ def test_low_reuse_log_is_not_worth_it(logs):
     assert "below the 30.0% guideline" in r.decision.reasons[0]
 
 
-def test_high_reuse_fast_pool_deploys_pooled(logs):
-    r = run_analysis([str(logs["high"])], AnalyzeOptions(pool_gbps=50.0, **POOL_CLUSTER))
+@pytest.fixture(scope="module")
+def pooled(logs):
+    return run_analysis([str(logs["high"])], AnalyzeOptions(pool_gbps=50.0, **POOL_CLUSTER))
+
+
+def test_high_reuse_fast_pool_deploys_pooled(pooled):
+    r = pooled
     assert r.verdict == "deploy-pooled", r.decision.reasons
     assert r.reuse.ceiling_hit_rate > 0.9
     assert r.decision.projection.pooled_ttft_reduction >= 0.25
@@ -81,9 +86,9 @@ def test_count_only_azure_trace_is_insufficient_data(shared_traces):
     assert doc["verdict"]["missing"] and doc["schema"] == "kvpool.report/1"
 
 
-def test_same_input_gives_byte_identical_json(logs, tmp_path):
+def test_same_input_gives_byte_identical_json(logs, pooled, tmp_path):
     opts = AnalyzeOptions(pool_gbps=50.0, **POOL_CLUSTER)
-    a = render_json(run_analysis([str(logs["high"])], opts))
+    a = render_json(pooled)
     b = render_json(run_analysis([str(logs["high"])], opts))
     assert a == b
     doc = json.loads(a)

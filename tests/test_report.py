@@ -38,6 +38,7 @@ def doc(tmp_path_factory) -> dict:
             pool_capacity_tokens=200_000,
             gpus_per_node=1,
             router="round-robin",
+            sensitivity_replays=False,
         ),
     )
     assert r.verdict == "deploy-pooled"
