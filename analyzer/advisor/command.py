@@ -113,8 +113,9 @@ def analyze(
         fmt=fmt,
         search_rate=not no_rate_search,
     )
-    with progress("kvpool analyze", 100) as advance:
-        result = run_analysis([str(p) for p in inputs], opts, advance=advance)
+    # Each stage shows its own progress bar (rich allows one live display at a time).
+    result = run_analysis([str(p) for p in inputs], opts)
+    with progress("writing reports", None):
         paths = write_reports(result, out, pdf=pdf)
     console = Console()
     print_summary(console, result.to_json(), paths)

@@ -335,6 +335,12 @@ def sections(doc: dict) -> list[Section]:
     sz = doc.get("sizing")
     if sz:
         s = Section("sizing", "Sized recommendation")
+        if v.get("verdict") == "not-worth-it":
+            s.paragraphs.append(
+                "No pool or offload tier is recommended. The figures below are what one would "
+                "need if the workload changed enough to flip the verdict (see the sensitivity "
+                "table)."
+            )
         rows = [
             [
                 "Pool capacity",
