@@ -2,7 +2,7 @@
 instances (SLO search included), and a generated trace of 1M requests per scenario.
 
     .venv/bin/python bench/replay.py [--requests 1000000] [--skip-mooncake] [--skip-large]
-                                     [--scenarios none,local,local+dram,pooled]
+                                     [--scenarios none,local,local+dram,pooled] [--workers 1]
 
 Prints wall time, events/s and peak memory (max RSS of the process, so the figure for
 a later case includes the earlier ones). Targets (issue 6): the Mooncake case under
@@ -97,7 +97,7 @@ def generated_trace(n: int, seed: int = 7) -> BlockTrace:
     )
 
 
-def bench_mooncake(scenarios: str) -> None:
+def bench_mooncake(scenarios: str, workers: int) -> None:
     from analyzer.ingest import IngestOptions, open_trace
 
     if not MOONCAKE.is_file():
@@ -111,18 +111,29 @@ def bench_mooncake(scenarios: str) -> None:
         f"mooncake conversation: {trace.n_requests:,} requests, {trace.n_accesses:,} block "
         f"accesses, block {trace.block_size}; llama-3.1-8b on 8 x h100, read in {t_load:.1f} s"
     )
+    # baseline measured in the same run: one replay without any cache (event loop only)
+    base = resolve(cfg, select_scenarios("none")[0], trace.block_size)
     t0 = time.perf_counter()
-    res = run_replay(trace, cfg, scenarios=scenarios, ttft_slo_s=2.0, search_rate=True)
+    simulate(trace, base.plan, 1.0)
+    t_base = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    res = run_replay(
+        trace, cfg, scenarios=scenarios, ttft_slo_s=2.0, search_rate=True, workers=workers
+    )
     wall = time.perf_counter() - t0
     doc = res.to_json()
     runs = sum(1 + s.search.runs for s in res.scenarios.values() if s.search)
-    print(f"  all scenarios with SLO search: {wall:.1f} s ({runs} simulations), target < 30 s")
+    print(
+        f"  all scenarios with SLO search, {workers} process(es): {wall:.1f} s "
+        f"({runs} simulations; {wall / t_base:.0f}x the no-cache baseline run of "
+        f"{t_base:.2f} s), target < 30 s"
+    )
     for name, s in doc["scenarios"].items():
         t = s["ttft_s"]
         print(
             f"  {name:11s} hit {s['hit_rate']:.3f}  p90 TTFT {t['p90']:.2f} s  "
             f"prefill {s['prefill_gpu_s']:,.0f} GPU-s  net {s['network_bytes'] / 1e9:,.0f} GB  "
-            f"max rate {s['max_rate_scale_at_slo']}"
+            f"max rate {s['max_rate_scale_at_slo']:.3f}x"
         )
     # events/s of one plain run per scenario
     for spec in select_scenarios(scenarios):
@@ -161,9 +172,10 @@ def main() -> None:
     ap.add_argument("--scenarios", default="none,local,local+dram,pooled")
     ap.add_argument("--skip-mooncake", action="store_true")
     ap.add_argument("--skip-large", action="store_true")
+    ap.add_argument("--workers", type=int, default=1, help="processes for the Mooncake case")
     args = ap.parse_args()
     if not args.skip_mooncake:
-        bench_mooncake(args.scenarios)
+        bench_mooncake(args.scenarios, args.workers)
     if not args.skip_large:
         bench_large(args.requests, args.scenarios)
 

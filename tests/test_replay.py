@@ -528,3 +528,12 @@ def test_pool_aggregate_bandwidth_is_shared(aggregate_gbps, share):
     load_s = 40 * COST.bytes_per_token * share / 1e6
     assert ttft[1] == pytest.approx(load_s + COST.prefill_time_s(1, 40))
     assert ttft[2] == pytest.approx(ttft[1])
+
+
+def test_workers_give_the_same_json():
+    trace = trace_from([(0, 0, 5), (0, 3, 2), (1, 4, 1), (0, 5, 3)] * 5)
+    c = cfg(instances=2, free_loads=False, dram_gbps=1.0, pool_gbps=0.5, pool_latency_s=1e-4)
+    c = dataclasses.replace(c, dram_latency_s=1e-5, local_capacity_tokens=40)
+    one = run_replay(trace, c, cost=COST, workers=1).to_json()
+    two = run_replay(trace, c, cost=COST, workers=2).to_json()
+    assert json.dumps(one) == json.dumps(two)

@@ -126,6 +126,9 @@ def register(app: typer.Typer) -> None:
         search: bool = typer.Option(
             True, "--search/--no-search", help="Search the highest rate meeting the SLO."
         ),
+        workers: int = typer.Option(
+            0, "--workers", help="Processes running scenarios at once (0: half the CPUs)."
+        ),
         json_out: Annotated[
             Path | None, typer.Option("--json", help="Write the full results as JSON.")
         ] = None,
@@ -189,6 +192,12 @@ def register(app: typer.Typer) -> None:
                 "[yellow]this trace has lengths only (no prefix hashes): no request can hit "
                 "a cache, so every scenario shows the no-cache timing[/]"
             )
+        if workers < 0:
+            raise UsageError("--workers must be 0 (auto) or more")
+        if workers == 0:
+            import os
+
+            workers = max(1, min(len(specs), (os.cpu_count() or 2) // 2))
         runs = 1 + ((1 + MAX_HALVINGS + BISECTIONS) if search else 0)
         with progress(
             "replaying", trace.n_requests * len(specs) * runs or None, unit="requests"
@@ -200,6 +209,7 @@ def register(app: typer.Typer) -> None:
                 ttft_slo_s=ttft_slo,
                 search_rate=search,
                 advance=advance,
+                workers=workers,
             )
         doc = result.to_json()
         doc["inputs"] = [str(p) for p in inputs]

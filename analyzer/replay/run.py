@@ -412,6 +412,27 @@ def find_max_rate(
     return RateSearch(lo, hi, runs, False)
 
 
+def _run_scenario(
+    trace: BlockTrace,
+    cfg: ClusterConfig,
+    spec: ScenarioSpec,
+    cost,
+    ttft_slo_s: float,
+    search_rate: bool,
+    memo: _Memo | None = None,
+    advance: Advance | None = None,
+) -> ScenarioResult:
+    """One scenario: the replay at the configured rate, then the rate search."""
+    memo = memo if memo is not None else _Memo(cost.compute_time_s)
+    res = resolve(cfg, spec, trace.block_size, cost=cost, prefill_s=memo)
+    stats = simulate(trace, res.plan, res.cluster.time_scale, advance=advance)
+    search = None
+    if search_rate:
+        passed = _passes(stats, ttft_slo_s)
+        search = find_max_rate(trace, res.plan, res.cluster.time_scale, ttft_slo_s, passed, advance)
+    return ScenarioResult(spec, res, stats, search)
+
+
 def run_replay(
     trace: BlockTrace,
     cfg: ClusterConfig,
@@ -421,14 +442,19 @@ def run_replay(
     advance: Advance | None = None,
     extra_scenarios: list[ScenarioSpec] | None = None,
     cost=None,
+    workers: int = 1,
 ) -> ReplayResult:
     """Replay ``trace`` on ``cfg`` once per scenario (names or :class:`ScenarioSpec`).
 
     ``cost`` is an :class:`analyzer.cost.CostModel` (for example a calibrated one);
     by default it is built from the catalogs for ``cfg.model``, ``cfg.gpu``, ``cfg.tp``.
+    ``workers > 1`` runs scenarios in that many processes at once; the results are the
+    same (each scenario is simulated alone), only the progress is coarser.
     """
     if not (ttft_slo_s > 0 and math.isfinite(ttft_slo_s)):
         raise UsageError("--ttft-slo must be a positive number of seconds")
+    if workers < 1:
+        raise UsageError("--workers must be at least 1")
     specs = select_scenarios(scenarios, extra_scenarios)  # type: ignore[arg-type]
     if cost is None:
         from analyzer.cost import CostModel
@@ -443,9 +469,27 @@ def run_replay(
         n_requests=trace.n_requests,
         bytes_per_token=int(cost.bytes_per_token),
     )
-    memo = _Memo(cost.compute_time_s)
     n = trace.n_requests
     budget = n * (1 + (1 + MAX_HALVINGS + BISECTIONS if search_rate else 0))
+    for spec in specs:  # fail on a bad override before any work
+        resolve(cfg, spec, trace.block_size, cost=cost)
+    workers = min(workers, len(specs))
+    if workers > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        ctx = multiprocessing.get_context("spawn")  # safe under threads (dashboard)
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            futures = [
+                pool.submit(_run_scenario, trace, cfg, spec, cost, ttft_slo_s, search_rate)
+                for spec in specs
+            ]
+            for spec, fut in zip(specs, futures, strict=True):
+                result.scenarios[spec.name] = fut.result()
+                if advance is not None:
+                    advance(budget)
+        return result
+    memo = _Memo(cost.compute_time_s)
     for spec in specs:
         used = 0
 
@@ -455,19 +499,9 @@ def run_replay(
             if advance is not None:
                 advance(k)
 
-        res = resolve(cfg, spec, trace.block_size, cost=cost, prefill_s=memo)
-        stats = simulate(trace, res.plan, res.cluster.time_scale, advance=step)
-        search = None
-        if search_rate:
-            search = find_max_rate(
-                trace,
-                res.plan,
-                res.cluster.time_scale,
-                ttft_slo_s,
-                _passes(stats, ttft_slo_s),
-                step,
-            )
+        result.scenarios[spec.name] = _run_scenario(
+            trace, cfg, spec, cost, ttft_slo_s, search_rate, memo, step
+        )
         if advance is not None and budget > used:
             advance(budget - used)
-        result.scenarios[spec.name] = ScenarioResult(spec, res, stats, search)
     return result
