@@ -33,6 +33,8 @@ from analyzer.reuse.analysis import (  # noqa: E402
     shards_curve,
     shards_error,
 )
+from analyzer.reuse.fastsim import simulate_fast  # noqa: E402
+from analyzer.reuse.policies import simulate  # noqa: E402
 from analyzer.reuse.stack import lru_histogram  # noqa: E402
 from analyzer.reuse.synthetic import chained_trace  # noqa: E402
 from analyzer.trace import BlockTrace  # noqa: E402
@@ -97,6 +99,8 @@ def replay_lru(chains: list[list[int]], prompts: list[int], bs: int, first: int,
 
 
 def mb(n: int) -> str:
+    """RSS figures are high-water marks since a reset; memory the process freed earlier
+    and reuses does not show, so they are lower bounds on what a call allocates."""
     return f"{n / 2**20:,.1f} MiB" if n >= 0 else "n/a"
 
 
@@ -108,10 +112,12 @@ def bench_trace(name: str, trace: BlockTrace, subset_accesses: int | None) -> No
     first = first_counted_request(trace.n_requests, 0.5)
     curve, dt, peak = measure(one_pass, trace, first)
     per_block = peak / max(trace.n_blocks, 1) if peak >= 0 else float("nan")
+    arrays = 48 * trace.n_blocks  # tree + positions (2 x 16 B), last touch 8 B, histogram 8 B
     print(
-        f"one-pass exact LRU curve: {dt:.3f} s, peak extra RSS {mb(peak)} "
-        f"({per_block:.0f} B per distinct block); {curve.caps_blocks.size:,} capacities "
-        f"where the curve steps, ceiling {100 * curve.rates[-1]:.2f}%"
+        f"one-pass exact LRU curve: {dt:.3f} s; working arrays {mb(arrays)} (48 B per distinct "
+        f"block), peak extra RSS {mb(peak)} ({per_block:.0f} B per distinct block, pages "
+        f"touched); {curve.caps_blocks.size:,} capacities where the curve steps, ceiling "
+        f"{100 * curve.rates[-1]:.2f}%"
     )
     # baseline: per-capacity LRU replays at 10 capacities (on a prefix for huge traces)
     n_req = trace.n_requests
@@ -156,12 +162,36 @@ def bench_trace(name: str, trace: BlockTrace, subset_accesses: int | None) -> No
                 f"exact on the first {err['checked_accesses']:,} accesses: max "
                 f"{100 * err['max_abs_error']:.2f} pts, mean {100 * err['mean_abs_error']:.2f} pts"
             )
-    opts = ReuseOptions(policies=("lru",)) if trace.n_accesses > 5_000_000 else ReuseOptions()
-    _, adt, apeak = measure(analyze_reuse, trace, opts)
-    what = (
-        "LRU only" if trace.n_accesses > 5_000_000 else "with FIFO/S3-FIFO/optimal at 4 capacities"
+    cap = int(caps[len(caps) // 2])
+    for policy in ("fifo", "s3fifo", "optimal"):
+        _, fdt, _ = measure(
+            simulate_fast,
+            trace.block_ids,
+            trace.offsets,
+            trace.prompt_tokens,
+            trace.block_size,
+            first,
+            cap,
+            policy,
+        )
+        sub = (trace.block_ids, trace.offsets[: n_req + 1], trace.prompt_tokens, trace.block_size)
+        t = time.perf_counter()
+        simulate(*sub, sub_first, cap, policy)
+        ref_s = (time.perf_counter() - t) * scale
+        print(
+            f"{policy} at {cap:,} blocks: numba {fdt:.2f} s; Python reference "
+            f"{ref_s:.1f} s{' (extrapolated from the subset)' if scale > 1 else ''}"
+        )
+    _, adt, apeak = measure(analyze_reuse, trace, ReuseOptions(policies=("lru",)))
+    print(
+        f"analyze_reuse, LRU curve + ceilings/sources/granularity: {adt:.2f} s, "
+        f"peak extra RSS {mb(apeak)}"
     )
-    print(f"full analyze_reuse ({what}): {adt:.2f} s, peak extra RSS {mb(apeak)}")
+    _, adt, apeak = measure(analyze_reuse, trace, ReuseOptions())
+    print(
+        f"analyze_reuse with FIFO/S3-FIFO/optimal at 4 capacities: {adt:.2f} s, "
+        f"peak extra RSS {mb(apeak)}"
+    )
 
 
 def load_mooncake() -> BlockTrace | None:

@@ -197,6 +197,10 @@ def test_ceiling_equals_naive_prefix_matching(data, warmup):
     # the vectorised route (used for coarser block sizes) agrees with the scan
     vec = prefix_hit_tokens(tr)
     assert int(vec[first:].sum()) == rep.hit_tokens
+    # and at twice the block size it agrees with BlockTrace.coarsen plus naive matching
+    coarse = tr.coarsen(2)
+    chains2 = [coarse.blocks_of(i).tolist() for i in range(tr.n_requests)]
+    assert int(prefix_hit_tokens(tr, 2)[first:].sum()) == naive_ceiling(chains2, prompts, 8, first)
     den = sum(prompts[first:])
     assert rep.ceiling_hit_rate == pytest.approx(rep.hit_tokens / den if den else 0.0)
     cold = naive_ceiling(chains, prompts, 4, 0) / sum(prompts) if sum(prompts) else 0.0

@@ -293,14 +293,16 @@ def first_counted_request(n_requests: int, warmup: float) -> int:
 
 
 def seen_before(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Per access: was this id used by an earlier request? (ids dense in first-seen order)."""
+    """Per access: was this id used by an earlier request? (ids in first-seen order)."""
     if ids.size == 0:
         return np.zeros(0, dtype=bool)
+    # A first use is larger than every id before it, so "seen" means "at most the max so
+    # far"; this holds for any subsequence of first-seen ids, dense or not.
     running_max = np.maximum.accumulate(ids)
     starts = offsets[:-1]
-    distinct_before = np.where(starts > 0, running_max[np.maximum(starts - 1, 0)] + 1, 0)
+    max_before = np.where(starts > 0, running_max[np.maximum(starts - 1, 0)], -1)
     req = np.repeat(np.arange(starts.size), np.diff(offsets))
-    return ids < distinct_before[req]
+    return ids <= max_before[req]
 
 
 def leading_run(flags: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -317,10 +319,24 @@ def leading_run(flags: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return out
 
 
-def prefix_hit_tokens(trace: BlockTrace) -> np.ndarray:
-    """Per request: prefix-hit tokens with unlimited capacity (last token recomputed)."""
-    k = leading_run(seen_before(trace.block_ids, trace.offsets), trace.offsets)
-    return np.clip(np.minimum(k * trace.block_size, trace.prompt_tokens - 1), 0, None)
+def prefix_hit_tokens(trace: BlockTrace, factor: int = 1) -> np.ndarray:
+    """Per request: prefix-hit tokens with unlimited capacity at ``factor x`` block size.
+
+    A coarse block is the fine block ending it (chained hashes: that one id names the
+    whole prefix), and a chained block always sits at the same depth, so the coarse ids
+    keep the fine ids' first-seen order; ``seen_before`` needs no more than that.
+    """
+    ids, offsets = trace.block_ids, trace.offsets
+    if factor > 1:
+        counts = np.diff(offsets) // factor
+        offsets = np.zeros_like(trace.offsets)
+        np.cumsum(counts, out=offsets[1:])
+        req = np.repeat(np.arange(trace.n_requests), counts)
+        within = np.arange(offsets[-1]) - offsets[req]
+        ids = trace.block_ids[trace.offsets[req] + within * factor + factor - 1]
+    k = leading_run(seen_before(ids, offsets), offsets)
+    size = trace.block_size * factor
+    return np.clip(np.minimum(k * size, trace.prompt_tokens - 1), 0, None)
 
 
 def _rates(hit: np.ndarray, prompt: np.ndarray, first: int) -> tuple[float, float]:
@@ -364,7 +380,7 @@ def granularity_table(
             if size == trace.block_size and own_hits is not None:
                 hit = own_hits
             else:
-                hit = prefix_hit_tokens(trace.coarsen(size // trace.block_size))
+                hit = prefix_hit_tokens(trace, size // trace.block_size)
             steady, cold = _rates(hit, prompt, first)
             row.update(available=True, hit_rate=steady, cold_hit_rate=cold)
         rows.append(row)

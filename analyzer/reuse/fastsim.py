@@ -310,6 +310,7 @@ def simulate_fast(
     next_use: np.ndarray | None = None,
 ) -> int:
     """Same contract as :func:`analyzer.reuse.policies.simulate`."""
+    block_ids = block_ids[: offsets[-1]]
     if policy == "s3fifo":
         small_cap = max(1, int(capacity_blocks * 0.1))
         return int(

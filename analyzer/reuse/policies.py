@@ -36,6 +36,7 @@ POLICY_NAMES = ("lru", "fifo", "s3fifo", "optimal")
 def next_use_requests(block_ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """For each access, the index of the next request touching the same block (n if none)."""
     n_req = offsets.size - 1
+    block_ids = block_ids[: offsets[-1]]
     req = np.repeat(np.arange(n_req, dtype=np.int64), np.diff(offsets))
     order = np.lexsort((np.arange(block_ids.size), block_ids))
     out = np.full(block_ids.size, n_req, dtype=np.int64)
@@ -113,6 +114,7 @@ def simulate(
 ) -> int:
     """Prefix-hit tokens of the counted requests (index >= first_counted) at one capacity."""
     assert policy in POLICY_NAMES, policy
+    block_ids = block_ids[: offsets[-1]]
     weights = access_weights(offsets, prompt_tokens, block_size)
     ids = block_ids.tolist()
     offs = offsets.tolist()
