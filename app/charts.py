@@ -591,7 +591,7 @@ def ttft_chart(frame: pd.DataFrame, slo_s: float) -> alt.LayerChart:
         .encode(
             x=alt.X("ttft_s:Q", title="time to first token (s)", scale=alt.Scale(type="log")),
             y=alt.Y("quantile:Q", title="share of requests", axis=alt.Axis(format="%")),
-            color=alt.Color("scenario:N", sort=None),
+            color=_scenario_color(list(dict.fromkeys(positive.scenario))),
             tooltip=[
                 "scenario",
                 alt.Tooltip("ttft_s:Q", format=".3f"),
@@ -605,6 +605,22 @@ def ttft_chart(frame: pd.DataFrame, slo_s: float) -> alt.LayerChart:
         .encode(x="ttft_s:Q", tooltip=["label"])
     )
     return alt.layer(lines, slo).properties(height=320, title="TTFT distribution (CDF)")
+
+
+# The standard scenarios keep their colours on every chart; user-defined ones get the rest.
+SCENARIO_COLORS = {
+    "none": "#8c8c8c",
+    "local": "#1f4e79",
+    "local+dram": "#5b9bd5",
+    "pooled": "#e07b00",
+}
+_EXTRA_COLORS = ("#2e8b57", "#9467bd", "#d62728", "#8c564b", "#e377c2", "#17becf")
+
+
+def _scenario_color(names: list[str]) -> alt.Color:
+    extra = iter(_EXTRA_COLORS * 4)
+    colors = [SCENARIO_COLORS.get(n) or next(extra) for n in names]
+    return alt.Color("scenario:N", sort=names, scale=alt.Scale(domain=names, range=colors))
 
 
 def tier_hits_frame(scenarios: dict[str, dict]) -> pd.DataFrame:

@@ -205,6 +205,7 @@ class ControlDefaults:
     dram_tier: str
     dram_capacity_gb: float
     pool_tier: str
+    pool_gbps: float  # 0: the pool tier's catalog figure
     ttft_slo_s: float
 
 
@@ -222,11 +223,9 @@ def tier(name: str):
 
 @st.cache_resource(show_spinner=False)
 def control_defaults() -> ControlDefaults:
-    import inspect
-
     from analyzer.advisor import AnalyzeOptions
     from analyzer.cost import get_tier, list_gpus, list_models, list_tiers
-    from analyzer.replay import ROUTERS, ClusterConfig, run_replay
+    from analyzer.replay import ROUTERS, ClusterConfig
     from analyzer.replay.config import EVICTIONS
 
     analyze = AnalyzeOptions()  # the defaults `kvpool analyze` runs with
@@ -235,7 +234,6 @@ def control_defaults() -> ControlDefaults:
     kind = {
         (getattr(t, "name", t)): getattr(get_tier(getattr(t, "name", t)), "kind", "") for t in tiers
     }
-    slo = inspect.signature(run_replay).parameters["ttft_slo_s"].default
     return ControlDefaults(
         models=_catalog_ids(list_models()),
         gpus=_catalog_ids(list_gpus()),
@@ -253,7 +251,8 @@ def control_defaults() -> ControlDefaults:
         dram_tier=cluster["dram_tier"],
         dram_capacity_gb=float(cluster["dram_capacity_gb"]),
         pool_tier=cluster["pool_tier"],
-        ttft_slo_s=float(slo),
+        pool_gbps=float(analyze.pool_gbps or 0.0),
+        ttft_slo_s=float(analyze.ttft_slo_s),
     )
 
 
@@ -457,7 +456,10 @@ def analyze_options(w, warmup: float):
         pool_tier=w.pool_tier,
         dram_tier=w.dram_tier,
         local_capacity_tokens=cfg.local_capacity_tokens,
-        dram_capacity_tokens=int(w.dram_capacity_gb * 1e9 // bpt),
+        # Left unset at the replay's default size, as `kvpool analyze` leaves it.
+        dram_capacity_tokens=None
+        if w.dram_capacity_gb == control_defaults().dram_capacity_gb
+        else int(w.dram_capacity_gb * 1e9 // bpt),
         pool_capacity_tokens=cfg.pool_capacity_tokens,
         router=w.router,
         ttft_slo_s=w.ttft_slo_s,
@@ -466,11 +468,40 @@ def analyze_options(w, warmup: float):
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def _analysis(content: str, ingest_key: Key, opts_key: str, _path: str, _opts, _advance):
+def _analysis(content: str, ingest_key: Key, opts_key: str, _path: str, _opts, _loaded, _advance):
     CALLS["analysis"] += 1
+    from dataclasses import replace
+
     from analyzer.advisor import run_analysis
 
-    return run_analysis([_path], _opts, advance=_advance)
+    result = run_analysis([_path], _opts, advance=_advance)
+    # The pipeline read the canonical copy; the report names the user's own files and
+    # what ingestion skipped in them, as `kvpool analyze` on those files would.
+    inputs = []
+    for p in _loaded.sources:
+        info = Path(p).stat()
+        inputs.append(
+            {
+                "name": Path(p).name,
+                "bytes": info.st_size,
+                "sha256": _digest_file(p, info.st_size, info.st_mtime_ns),
+            }
+        )
+    sk = _loaded.skipped
+    skipped = {
+        "total": int(sk.total),
+        "by_reason": dict(sorted(sk.by_reason.items())),
+        "examples": [
+            Path(e.split(":", 1)[0]).name + ":" + e.split(":", 1)[1] if ":" in e else e
+            for e in sk.examples
+        ],
+    }
+    return replace(
+        result,
+        inputs=inputs,
+        skipped=skipped,
+        trace=replace(result.trace, skipped_lines=int(sk.total)),
+    )
 
 
 def analysis(cur: Current, label: str, w, warmup: float):
@@ -478,7 +509,7 @@ def analysis(cur: Current, label: str, w, warmup: float):
     opts = analyze_options(w, warmup)
     path = _canonical_copy(cur.content, cur.ingest_key, Path(label).name.split(".")[0], cur.loaded)
     with progress("Running the analysis", 100) as advance:
-        return _analysis(cur.content, cur.ingest_key, repr(opts), path, opts, advance)
+        return _analysis(cur.content, cur.ingest_key, repr(opts), path, opts, cur.loaded, advance)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

@@ -59,86 +59,93 @@ def _tier_caption(tier: str) -> None:
     st.caption(f"{tier}: {t.bandwidth_gbps:g} GB/s, first byte {t.latency_s * 1e6:g} µs (catalog)")
 
 
+def default_whatif() -> WhatIf:
+    """The controls as they start: the defaults ``kvpool analyze`` runs with."""
+    from app import compute
+
+    d = compute.control_defaults()
+    return WhatIf(
+        model=d.model,
+        gpu=d.gpu,
+        tp=d.tp,
+        kv_dtype=d.kv_dtype,
+        instances=d.instances,
+        router=d.router,
+        eviction=d.eviction,
+        local_capacity_gb=0.0,
+        dram_tier=d.dram_tier,
+        dram_capacity_gb=d.dram_capacity_gb,
+        dram_gbps=0.0,
+        dram_latency_us=0.0,
+        pool_tier=d.pool_tier,
+        pool_capacity_gb=0.0,
+        pool_gbps=d.pool_gbps,
+        pool_latency_us=0.0,
+        ttft_slo_s=d.ttft_slo_s,
+    )
+
+
+def _number(label: str, value: float, step: float, key: str, **kw) -> float:
+    return st.number_input(label, min_value=0.0, value=float(value), step=step, key=key, **kw)
+
+
 def sidebar() -> WhatIf:
     """Draw the controls and remember their values."""
     from app import compute
 
     d = compute.control_defaults()
+    s = default_whatif()
     with st.sidebar:
         st.header("What if")
         with st.expander("Model and GPUs", expanded=True):
-            model = _select("Model", d.models, d.model, "ctl.model")
-            gpu = _select("GPU", d.gpus, d.gpu, "ctl.gpu")
-            tp = _select("Tensor parallel (GPUs per instance)", [1, 2, 4, 8], d.tp, "ctl.tp")
-            kv_dtype = _select("KV cache dtype", ["bf16", "fp8"], d.kv_dtype, "ctl.kv_dtype")
+            model = _select("Model", d.models, s.model, "ctl.model")
+            gpu = _select("GPU", d.gpus, s.gpu, "ctl.gpu")
+            tp = _select("Tensor parallel (GPUs per instance)", [1, 2, 4, 8], s.tp, "ctl.tp")
+            kv_dtype = _select("KV cache dtype", ["bf16", "fp8"], s.kv_dtype, "ctl.kv_dtype")
             instances = st.number_input(
                 "Instances",
                 min_value=1,
                 max_value=512,
-                value=d.instances,
+                value=s.instances,
                 step=1,
                 key="ctl.instances",
             )
         with st.expander("Routing and eviction", expanded=True):
-            router = _select("Router", d.routers, d.router, "ctl.router")
-            eviction = _select("Eviction policy", d.evictions, d.eviction, "ctl.eviction")
+            router = _select("Router", d.routers, s.router, "ctl.router")
+            eviction = _select("Eviction policy", d.evictions, s.eviction, "ctl.eviction")
         with st.expander("Tiers and links"):
-            local_gb = st.number_input(
+            local_gb = _number(
                 "HBM prefix cache per instance (GB; 0 = what the HBM leaves)",
-                min_value=0.0,
-                value=0.0,
-                step=1.0,
-                key="ctl.local_gb",
+                s.local_capacity_gb,
+                1.0,
+                "ctl.local_gb",
             )
-            dram_tier = _select("Host DRAM link", d.dram_tiers, d.dram_tier, "ctl.dram_tier")
+            dram_tier = _select("Host DRAM link", d.dram_tiers, s.dram_tier, "ctl.dram_tier")
             _tier_caption(dram_tier)
-            dram_gb = st.number_input(
-                "Host DRAM per node (GB)",
-                min_value=0.0,
-                value=d.dram_capacity_gb,
-                step=64.0,
-                key="ctl.dram_gb",
+            dram_gb = _number("Host DRAM per node (GB)", s.dram_capacity_gb, 64.0, "ctl.dram_gb")
+            dram_gbps = _number(
+                "DRAM bandwidth (GB/s; 0 = catalog)", s.dram_gbps, 1.0, "ctl.dram_gbps"
             )
-            dram_gbps = st.number_input(
-                "DRAM bandwidth (GB/s; 0 = catalog)",
-                min_value=0.0,
-                value=0.0,
-                step=1.0,
-                key="ctl.dram_gbps",
+            dram_lat = _number(
+                "DRAM first-byte latency (µs; 0 = catalog)", s.dram_latency_us, 1.0, "ctl.dram_lat"
             )
-            dram_lat = st.number_input(
-                "DRAM first-byte latency (µs; 0 = catalog)",
-                min_value=0.0,
-                value=0.0,
-                step=1.0,
-                key="ctl.dram_lat",
-            )
-            pool_tier = _select("Pool network", d.pool_tiers, d.pool_tier, "ctl.pool_tier")
+            pool_tier = _select("Pool network", d.pool_tiers, s.pool_tier, "ctl.pool_tier")
             _tier_caption(pool_tier)
-            pool_gb = st.number_input(
+            pool_gb = _number(
                 "Pool capacity, whole cluster (GB; 0 = the nodes' DRAM)",
-                min_value=0.0,
-                value=0.0,
-                step=256.0,
-                key="ctl.pool_gb",
+                s.pool_capacity_gb,
+                256.0,
+                "ctl.pool_gb",
             )
-            pool_gbps = st.number_input(
-                "Pool bandwidth per node (GB/s; 0 = catalog)",
-                min_value=0.0,
-                value=0.0,
-                step=1.0,
-                key="ctl.pool_gbps",
+            pool_gbps = _number(
+                "Pool bandwidth per node (GB/s; 0 = catalog)", s.pool_gbps, 1.0, "ctl.pool_gbps"
             )
-            pool_lat = st.number_input(
-                "Pool first-byte latency (µs; 0 = catalog)",
-                min_value=0.0,
-                value=0.0,
-                step=5.0,
-                key="ctl.pool_lat",
+            pool_lat = _number(
+                "Pool first-byte latency (µs; 0 = catalog)", s.pool_latency_us, 5.0, "ctl.pool_lat"
             )
         with st.expander("Service level", expanded=True):
             slo = st.number_input(
-                "TTFT SLO, p90 (s)", min_value=0.01, value=d.ttft_slo_s, step=0.25, key="ctl.slo"
+                "TTFT SLO, p90 (s)", min_value=0.01, value=s.ttft_slo_s, step=0.25, key="ctl.slo"
             )
     whatif = WhatIf(
         model=model,

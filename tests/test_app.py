@@ -304,3 +304,21 @@ def test_bad_calibration_csv_is_an_error_message(at: AppTest) -> None:
     at.run()
     assert not at.exception
     assert any("ttft" in e.value or "column" in e.value for e in at.error)
+
+
+def test_report_download_matches_kvpool_analyze(sample: Path) -> None:
+    """The recommendation's JSON report is what `kvpool analyze` writes for the same
+    input and the default controls, byte for byte."""
+    from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.report import render_json
+    from app import controls, state
+
+    cur = compute.ingest((str(sample),), state.IngestChoice().key())
+    w = controls.default_whatif()
+    result = compute.analysis(cur, sample.name, w, 0.5)
+    html, markdown, payload = compute.reports(cur, w, 0.5, result)
+    expected = render_json(run_analysis([str(sample)], AnalyzeOptions()))
+    assert payload == expected
+    assert json.loads(payload)["inputs"][0]["name"] == sample.name
+    assert html.lstrip().lower().startswith("<!doctype html")
+    assert json.loads(payload)["verdict"]["verdict"] in markdown
