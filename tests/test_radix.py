@@ -173,3 +173,13 @@ def test_zero_capacity_caches_nothing():
     cache = BlockRadix(0)
     assert cache.insert([0, 1], now=0) == []
     assert len(cache) == 0 and cache.match([0]) == 0
+
+
+def test_token_radix_is_re_exported():
+    from analyzer.blocks.radix import TokenRadix as Owned
+    from analyzer.reuse.radix import TokenRadix
+
+    assert TokenRadix is Owned
+    tree = TokenRadix()
+    tree.insert([1, 2, 3, 4])
+    assert tree.match([1, 2, 3, 9]) == 3 and tree.match([7]) == 0

@@ -25,6 +25,9 @@ import heapq
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+# The token-exact tree is owned by the blocks stage (ingest needs it for token_lcp_prev).
+from analyzer.blocks.radix import TokenRadix
+
 ROOT = -1  # parent of the first block of every request
 
 
@@ -262,11 +265,6 @@ class BlockRadix:
         self._heap = [(key(n), b, n.version) for b, n in self._nodes.items() if n.children == 0]
         heapq.heapify(self._heap)
 
-
-try:  # token-exact tree, owned by the blocks stage (ingest needs it for token_lcp_prev)
-    from analyzer.blocks.radix import TokenRadix
-except ImportError:  # pragma: no cover - only before the blocks stage lands
-    TokenRadix = None  # type: ignore[assignment,misc]
 
 __all__ = [
     "FIFO",
