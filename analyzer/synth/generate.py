@@ -357,7 +357,7 @@ def _write_truth(
                     }
                     for tpl in t.templates
                 ],
-            }  # fmt: skip
+            }
             for t in tenants
         ],
         "sessions": n_sessions,

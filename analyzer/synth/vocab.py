@@ -6,8 +6,7 @@ against tiktoken. The order is the popularity rank used for the Zipf word distri
 (function words first).
 """
 
-WORDS = tuple(
-    """
+_TEXT = """
 the of and to in is that for it as with was on be by at this are from or an have not which but
 they all were can has their more will one also other been when there would about into than its
 only some time these first may such new after most two over like use used could between many so
@@ -53,8 +52,8 @@ along around behind beyond inside outside toward within upon against among befor
 yesterday today tomorrow north south east west left right center middle front back top bottom
 side edge corner surface apple orange coffee bread water salt sugar glass metal stone wood
 cotton silver gold iron copper plastic rubber
-""".split()
-)
+"""
+WORDS = tuple(_TEXT.split())
 
 # Words whose capitalised form (" Word") is two tokens instead of one.
 CAPITAL_TWO_TOKENS = frozenset(
