@@ -188,11 +188,18 @@ def test_pool_bandwidth_moves_the_break_even_chart(at: AppTest) -> None:
                     return dict(zip(frame["link"], frame["bandwidth_gbps"], strict=True))
         raise AssertionError("no break-even chart")
 
-    assert not any("as set" in k for k in link_rules())
+    def pool() -> list[float]:
+        return [v for k, v in link_rules().items() if k.startswith("pool")]
+
+    # `kvpool analyze` assumes 25 GB/s per node to the pool unless told otherwise.
+    assert pool() == [25.0]
     at.number_input(key="ctl.pool_gbps").set_value(80.0).run()
     assert_clean(at)
-    rules = link_rules()
-    assert [v for k, v in rules.items() if k.startswith("pool")] == [80.0]
+    assert pool() == [80.0]
+    # 0 means the catalog tier's own figure, under the tier's name.
+    at.number_input(key="ctl.pool_gbps").set_value(0.0).run()
+    assert pool() == []
+    assert compute.control_defaults().pool_tier in link_rules()
     assert compute.CALLS["ingest"] == ingest0
 
 
