@@ -135,7 +135,7 @@ def _sources(report: ReuseReport, console: Console) -> None:
         "same_session": "same session, earlier turn",
         "same_tenant": "other session, same tenant",
         "cross_tenant": "other tenant",
-        "unattributed": "unknown session/tenant",
+        "unattributed": ("other session, tenant unknown" if s.get("sessions_known") else "unknown"),
     }
     for key, label in labels.items():
         table.add_row(label, pct(s["share_of_hits"][key]), pct(s["share_of_prompt"][key]))
