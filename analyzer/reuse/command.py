@@ -69,7 +69,7 @@ def reuse(
     ] = 0.5,
     block_size: Annotated[
         int | None,
-        typer.Option("--block-size", help="Tokens per block [default: the input's, 16 for logs]."),
+        typer.Option("--block-size", help="Tokens per block (default: the input's; 16 for logs)."),
     ] = None,
     model: Annotated[
         str | None, typer.Option("--model", help="Model id or config.json, for sizes in GB/GiB.")
@@ -89,7 +89,10 @@ def reuse(
     ] = "lru,fifo,s3fifo,optimal",
     shards_rate: Annotated[
         float | None,
-        typer.Option("--shards-rate", help="Sample the LRU curve (SHARDS) at this rate [auto]."),
+        typer.Option(
+            "--shards-rate",
+            help="Sample the LRU curve (SHARDS) at this rate (auto beyond 50M accesses).",
+        ),
     ] = None,
     top: Annotated[int, typer.Option("--top", help="Shared prefixes to list.")] = 10,
     json_out: Annotated[
