@@ -264,6 +264,12 @@ def test_shards_error_is_small_on_a_generated_trace():
     exact = analyze_reuse(tr, ReuseOptions(policies=("lru",)))
     # the sampled curve ends at the exact ceiling's scale
     assert rep.curve.rates[-1] == pytest.approx(exact.ceiling_hit_rate, abs=0.02)
+    # a sampled run skips the exact distances but keeps every other figure exact
+    assert rep.ceiling_hit_rate == exact.ceiling_hit_rate
+    assert rep.sources == exact.sources and rep.top_prefixes == exact.top_prefixes
+    assert rep.working_set == exact.working_set and rep.granularity == exact.granularity
+    assert rep.reuse_time == exact.reuse_time
+    assert rep.reuse_distance["tokens"]["p50"] == pytest.approx(exact.knee_tokens(0.5), rel=0.1)
 
 
 def test_generated_trace_is_chained_and_deterministic():

@@ -649,6 +649,10 @@ def analyze_reuse(
     span = float(trace.arrival_s[-1] - trace.arrival_s[0])
     n_windows = max(1, opts.n_windows) if span > 0 else 1
     window_s = span / n_windows if span > 0 else 0.0
+    rate = opts.shards_rate
+    if rate is None and trace.n_accesses > opts.shards_threshold_accesses:
+        rate = opts.shards_auto_rate
+    sampled = rate is not None and rate < 1.0
     scan = reuse_scan(
         trace.block_ids,
         trace.offsets,
@@ -662,6 +666,7 @@ def analyze_reuse(
         window_s,
         n_windows,
         TIME_EDGES,
+        not sampled,
     )
     hist_all, hist_cnt, dist_count, time_count, src, hits, parent, depth, ws, hit_per_req = scan
     step(40)
@@ -672,10 +677,7 @@ def analyze_reuse(
 
     curve_method = "exact"
     shards = None
-    rate = opts.shards_rate
-    if rate is None and trace.n_accesses > opts.shards_threshold_accesses:
-        rate = opts.shards_auto_rate
-    if rate is not None and rate < 1.0:
+    if sampled:
         curve = shards_curve(trace, rate, first)
         curve_method = "shards"
         shards = {
@@ -742,11 +744,22 @@ def analyze_reuse(
     for k in SOURCE_KEYS:
         sources[k] = sources["share_of_hits"][k]
 
-    dist_values = np.arange(dist_count.size, dtype=np.float64)
-    dist_pct = _percentiles_from_counts(dist_values, dist_count)
+    if sampled:
+        # token-weighted percentiles of the sampled distances: where the curve reaches p %
+        top = float(curve.rates[-1]) if curve.rates.size else 0.0
+        dist_pct = {
+            f"p{p}": (float(curve.smallest_reaching(p / 100 * top) or 0) if top > 0 else None)
+            for p in PERCENTILES
+        }
+        weighting = "prefix-hit tokens, estimated from the SHARDS sample"
+    else:
+        dist_values = np.arange(dist_count.size, dtype=np.float64)
+        dist_pct = _percentiles_from_counts(dist_values, dist_count)
+        weighting = "hit block accesses"
     reuse_distance = {
         "unit": "distinct blocks touched since the block's previous use (LRU stack distance)",
-        "hit_accesses": int(dist_count.sum()),
+        "weighting": weighting,
+        "hit_accesses": int(time_count.sum()),
         "blocks": dist_pct,
         "tokens": {k: (None if v is None else v * bs) for k, v in dist_pct.items()},
     }

@@ -162,8 +162,13 @@ def reuse_scan(
     window_s: float,
     n_windows: int,
     time_edges: np.ndarray,
+    distances: bool = True,
 ):
     """Everything the reuse report needs, in one pass; memory linear in distinct blocks.
+
+    With ``distances=False`` (a SHARDS run, where the curve comes from the sample) the
+    Fenwick tree is skipped: every block seen before counts at distance 0, which keeps
+    the ceilings, sources and counts exact and drops the distance histogram.
 
     Returns (hist_all, hist_counted, dist_count, time_count, source_tokens, hits,
     parent, depth, working_set, request_hits): token weight by LRU distance for all and for counted
@@ -185,9 +190,9 @@ def reuse_scan(
     working_set = np.zeros(max(n_windows, 1), dtype=np.int64)
     last_win = np.full(n_ids, -1, dtype=np.int64)
     last_req = np.full(n_ids, -1, dtype=np.int64)
-    cap = 2 * n_ids + 2
+    cap = 2 * n_ids + 2 if distances else 0
     tree = np.zeros(cap + 1, dtype=np.int64)
-    last_pos = np.zeros(n_ids, dtype=np.int64)
+    last_pos = np.zeros(n_ids if distances else 0, dtype=np.int64)
     pos_block = np.full(cap + 1, -1, dtype=np.int64)
     t = 0
     active = 0
@@ -204,8 +209,12 @@ def reuse_scan(
         for j in range(lo, hi):
             k = j - lo
             b = block_ids[j]
-            p = last_pos[b]
-            raw = MISS if p == 0 else active - _fw_prefix(tree, p)
+            if not distances:
+                p = 0
+                raw = MISS if last_req[b] == -1 else 0
+            else:
+                p = last_pos[b]
+                raw = MISS if p == 0 else active - _fw_prefix(tree, p)
             if p == 0 and last_req[b] == -1:
                 parent[b] = block_ids[j - 1] if k > 0 else -1
                 depth[b] = k
@@ -239,6 +248,8 @@ def reuse_scan(
         for j in range(hi - 1, lo - 1, -1):
             b = block_ids[j]
             last_req[b] = r
+            if not distances:
+                continue
             p = last_pos[b]
             if p != 0:
                 _fw_add(tree, p, -1)
