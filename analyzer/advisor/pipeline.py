@@ -369,33 +369,35 @@ def run_analysis(
         from analyzer.replay import run_replay
 
         cfg = _cluster_config(opts)
+        # The SLO rate search is the costly part (about nine replays per scenario); it
+        # runs only where the decision reads it: the baseline and the pool, and local
+        # DRAM offload when that is the verdict (its projected gate KPIs). Below the
+        # reuse guideline no gain is projected, so nothing is searched.
+        search = opts.search_rate and rf.ceiling_hit_rate >= th.min_reuse
+
+        def replay_of(names: tuple[str, ...], with_search: bool, adv) -> dict:
+            return run_replay(
+                trace,
+                cfg,
+                scenarios=names,
+                ttft_slo_s=opts.ttft_slo_s,
+                search_rate=with_search,
+                advance=adv,
+                cost=cm,
+            ).to_json()
+
         with progress("replay", None) as adv:
-            # The no-cache scenario only anchors the sensitivity re-pricing; its rate at
-            # the SLO is not used, so it skips the (costly) rate search.
-            bare = run_replay(
-                trace,
-                cfg,
-                scenarios=SCENARIOS[:1],
-                ttft_slo_s=opts.ttft_slo_s,
-                search_rate=False,
-                advance=adv,
-                cost=cm,
-            )
-            res = run_replay(
-                trace,
-                cfg,
-                scenarios=SCENARIOS[1:],
-                ttft_slo_s=opts.ttft_slo_s,
-                search_rate=opts.search_rate,
-                advance=adv,
-                cost=cm,
-            )
-        replay_json = res.to_json()
+            replay_json = replay_of(("local", "pooled"), search, adv)
+            plain = replay_of(("none", "local+dram"), False, adv)
         replay_json["scenarios"] = {
-            **bare.to_json()["scenarios"],
-            **replay_json["scenarios"],
+            name: {**plain["scenarios"], **replay_json["scenarios"]}[name] for name in SCENARIOS
         }
         replay = _replay_figures(replay_json, opts.ttft_slo_s)
+        if search and decide(tf, rf, bw, replay, th).verdict == "local-offload-only":
+            with progress("replay (local+dram rate search)", None) as adv:
+                again = replay_of(("local+dram",), True, adv)
+            replay_json["scenarios"]["local+dram"] = again["scenarios"]["local+dram"]
+            replay = _replay_figures(replay_json, opts.ttft_slo_s)
     step(45)
 
     decision = decide(tf, rf, bw, replay, th)
@@ -578,7 +580,7 @@ def _sensitivity(trace, tf, rf, bw, replay, cm, opts: AnalyzeOptions) -> list[Fl
             res = run_replay(
                 trace,
                 _cluster_config(opts, n),
-                scenarios=SCENARIOS,
+                scenarios=SCENARIOS[1:],
                 ttft_slo_s=opts.ttft_slo_s,
                 search_rate=False,
                 cost=cm,
