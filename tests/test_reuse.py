@@ -563,3 +563,18 @@ def test_fast_simulations_match_the_reference_on_a_longer_trace():
     for cap in (1, 2, 3, 7, 20, 100, 400):
         for policy in POLICY_NAMES:
             assert simulate_fast(*args, cap, policy) == simulate(*args, cap, policy), (cap, policy)
+
+
+def test_progress_adds_up_to_100_and_large_traces_skip_simulations():
+    tr = chained_trace(30, seed=1)
+    for opts in (
+        ReuseOptions(),
+        ReuseOptions(policies=("lru",)),
+        ReuseOptions(policy_max_accesses=10),
+        ReuseOptions(shards_rate=0.2),
+    ):
+        done: list[float] = []
+        analyze_reuse(tr, opts, advance=done.append)
+        assert sum(done) == pytest.approx(100)
+    skipped = analyze_reuse(tr, ReuseOptions(policy_max_accesses=10))
+    assert skipped.policy_points == {} and "not simulated" in skipped.policy_notes[0]

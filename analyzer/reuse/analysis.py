@@ -700,6 +700,7 @@ def analyze_reuse(
                 f"FIFO/S3-FIFO/optimal not simulated: {trace.n_accesses:,} block accesses "
                 f"exceed the per-capacity simulation limit of {opts.policy_max_accesses:,}"
             )
+            step(40)
         else:
             share = 40 / (len(sim_policies) * len(capacities))
             next_use = (
