@@ -35,7 +35,7 @@ from analyzer.replay import (
 from analyzer.replay.engine import simulate
 from analyzer.replay.links import Link
 from analyzer.replay.routers import session_instance
-from analyzer.replay.run import BISECTIONS
+from analyzer.replay.run import BISECTIONS, STEP
 
 COST = AnalyticCost()
 POOL_ONLY = ScenarioSpec("pool-only", local=False, pool=True)
@@ -426,7 +426,7 @@ def test_rate_search_brackets_the_slo(mooncake_timed):
     sr = res.scenarios["local"]
     search = sr.search
     assert search is not None and search.value and search.fail_at
-    assert search.fail_at / search.value <= 2 ** (1 / 2**BISECTIONS) * (1 + 1e-12)
+    assert search.fail_at / search.value <= STEP ** (1 / 2**BISECTIONS) * (1 + 1e-12)
 
     def p90(rate):
         st_ = simulate(mooncake_timed, sr.resolved.plan, 1.0 / rate)

@@ -150,7 +150,7 @@ def register(app: typer.Typer) -> None:
             run_replay,
             select_scenarios,
         )
-        from analyzer.replay.run import BISECTIONS, MAX_HALVINGS
+        from analyzer.replay.run import MAX_RUNS
 
         if block_size is not None and block_size < 1:
             raise UsageError("--block-size must be at least 1")
@@ -198,7 +198,7 @@ def register(app: typer.Typer) -> None:
             import os
 
             workers = max(1, min(len(specs), (os.cpu_count() or 2) // 2))
-        runs = 1 + ((1 + MAX_HALVINGS + BISECTIONS) if search else 0)
+        runs = 1 + (MAX_RUNS if search else 0)
         with progress(
             "replaying", trace.n_requests * len(specs) * runs or None, unit="requests"
         ) as advance:

@@ -3,12 +3,11 @@
 ``run_replay`` replays the trace once per scenario at the configured time scale, then
 (unless ``search_rate=False``) finds ``max_rate_scale_at_slo``: the highest multiple of
 the trace's arrival rate at which at least 90% of the measured requests get their
-first token within ``ttft_slo_s`` (p90 TTFT <= SLO, nearest rank). The search doubles
-(or halves) the rate from 1 until the answer flips, then bisects the bracket
-geometrically a fixed number of times, reporting the largest multiple that passed; it
-is deterministic and runs at most ``1 + MAX_DOUBLINGS + BISECTIONS`` (rate >= 1) or
-``1 + MAX_HALVINGS + BISECTIONS`` (rate < 1) simulations. Runs stop early once the
-SLO is lost.
+first token within ``ttft_slo_s`` (p90 TTFT <= SLO, nearest rank). The search
+multiplies (or divides) the rate by ``STEP`` from 1 until the answer flips, then bisects
+the bracket geometrically ``BISECTIONS`` times, reporting the largest multiple that
+passed; it is deterministic and runs at most ``MAX_RUNS`` simulations besides the
+main one. Runs stop early once the SLO is lost.
 
 Definitions of the reported figures:
 
@@ -44,9 +43,11 @@ from analyzer.replay.config import (
 from analyzer.replay.engine import TIER_NAMES, Plan, RunStats, TierPlan, simulate
 from analyzer.trace import BlockTrace
 
-MAX_DOUBLINGS = 6  # rate multiples searched up to 2**6 = 64
-MAX_HALVINGS = 10  # and down to 2**-10
-BISECTIONS = 4  # bracket ratio 2**(1/16): about 4.4% precision
+STEP = 4.0  # the bracket grows or shrinks by this factor
+MAX_UP = 3  # rate multiples searched up to 4**3 = 64
+MAX_DOWN = 5  # and down to 4**-5 = 1/1024
+BISECTIONS = 5  # final bracket ratio 4**(1/32) = 2**(1/16): about 4.4% precision
+MAX_RUNS = 1 + MAX_DOWN + BISECTIONS
 SLO_QUANTILE = 0.9
 
 
@@ -199,7 +200,7 @@ class RateSearch:
     value: float | None
     fail_at: float | None
     runs: int
-    capped: bool  # every multiple up to 2**MAX_DOUBLINGS passed
+    capped: bool  # every multiple up to STEP**MAX_UP passed
 
 
 @dataclass(slots=True)
@@ -384,8 +385,8 @@ def find_max_rate(
     hi: float | None
     if passed_at_1:
         lo, hi = 1.0, None
-        for k in range(1, MAX_DOUBLINGS + 1):
-            rate = 2.0**k
+        for k in range(1, MAX_UP + 1):
+            rate = STEP**k
             if ok(rate):
                 lo = rate
             else:
@@ -395,8 +396,8 @@ def find_max_rate(
             return RateSearch(lo, None, runs, True)
     else:
         lo, hi = None, 1.0
-        for k in range(1, MAX_HALVINGS + 1):
-            rate = 2.0**-k
+        for k in range(1, MAX_DOWN + 1):
+            rate = STEP**-k
             if ok(rate):
                 lo = rate
                 break
@@ -470,7 +471,7 @@ def run_replay(
         bytes_per_token=int(cost.bytes_per_token),
     )
     n = trace.n_requests
-    budget = n * (1 + (1 + MAX_HALVINGS + BISECTIONS if search_rate else 0))
+    budget = n * (1 + (MAX_RUNS if search_rate else 0))
     for spec in specs:  # fail on a bad override before any work
         resolve(cfg, spec, trace.block_size, cost=cost)
     workers = min(workers, len(specs))
