@@ -1,7 +1,77 @@
-"""Commands of this stage; filled in by the stage's owner."""
+"""``kvpool synth``: write a realistic synthetic request log with known structure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
     """Add this stage's commands to the ``kvpool`` app."""
+    app.command("synth")(synth)
+
+
+def synth(
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Log to write (.gz: gzip-compressed).")
+    ],
+    profile: Annotated[
+        str, typer.Option("--profile", help="chat | agent | rag | api | mixed.")
+    ] = "mixed",
+    requests: Annotated[int, typer.Option("--requests", "-n", help="Requests to write.")] = 2000,
+    seed: Annotated[int, typer.Option("--seed", help="Same seed, same bytes.")] = 0,
+    fmt: Annotated[
+        str, typer.Option("--format", help="openai (JSONL) | gateway-csv | mooncake.")
+    ] = "openai",
+    arrival: Annotated[
+        str, typer.Option("--arrival", help="poisson | bursty | diurnal.")
+    ] = "poisson",
+    rate: Annotated[
+        float | None,
+        typer.Option("--rate", help="Mean requests per second (default: per profile)."),
+    ] = None,
+    duration: Annotated[
+        float | None,
+        typer.Option("--duration", help="Seconds the log spans (sets the rate; not with --rate)."),
+    ] = None,
+    shared_templates: Annotated[
+        int,
+        typer.Option(
+            "--shared-templates", help="api: few-shot templates shared by requests (0: none)."
+        ),
+    ] = 4,
+    documents: Annotated[int, typer.Option("--documents", help="rag: document pool size.")] = 2000,
+    truth: Annotated[
+        Path | None,
+        typer.Option("--truth", help="Also write a JSON ground truth (sessions, who resent what)."),
+    ] = None,
+) -> None:
+    """Write a synthetic OpenAI chat-completions log (or gateway CSV, or Mooncake trace)."""
+    from rich.console import Console
+
+    from analyzer.progress import progress
+    from analyzer.synth import SynthConfig, generate
+
+    config = SynthConfig(
+        profile=profile,
+        requests=requests,
+        seed=seed,
+        arrival=arrival,
+        rate_rps=rate,
+        duration_s=duration,
+        shared_templates=shared_templates,
+        documents=documents,
+    )
+    with progress("synth", config.requests, unit="requests") as advance:
+        stats = generate(config, output, fmt=fmt, truth_path=truth, advance=advance)
+    console = Console(stderr=True)
+    console.print(
+        f"wrote {stats.requests:,} requests ({stats.sessions:,} sessions, "
+        f"{stats.bytes_written / 1e6:,.1f} MB uncompressed, {stats.span_s:,.0f} s) "
+        f"to {stats.path}",
+        highlight=False,
+    )
+    if stats.truth_path:
+        console.print(f"ground truth: {stats.truth_path}", highlight=False)

@@ -27,7 +27,10 @@ GEN_TOKENS = 3
 # Negative segment ids stand for framing shared by every message of a role.
 _ROLE_SEG = {"system": -1, "user": -2, "assistant": -3, "tool": -4}
 _END_SEG = -5
-GEN_SEG = -6
+# The generation prompt is the assistant header: the next turn resends it as the start of
+# the reply message, so both carry the same identity.
+GEN_SEG = _ROLE_SEG["assistant"]
+_CONTEXT_SEG = -6
 MAX_CONTEXT_TOKENS = 120_000
 
 
@@ -352,7 +355,7 @@ class RagSession(Session):
         docs = w.pick_documents(k)
         rng.shuffle(docs)  # retrieval order varies from request to request
         question, qt = w.text.prose(lognormal(rng, 40, 0.7, 4, 600))
-        pieces = [("Context:\n\n", 3, -7)] + [w.document(d) for d in docs]
+        pieces = [("Context:\n\n", 3, _CONTEXT_SEG)] + [w.document(d) for d in docs]
         pieces.append((f"Question: {question}", qt + 2, w.seg()))
         messages = [*self.history, w.composite("user", pieces)]
         answer, n_out = w.text.paragraphs(lognormal(rng, 240, 0.58, 4, 4096))
@@ -421,10 +424,10 @@ PROFILE_TENANTS: dict[str, tuple[tuple[str, str, str, float], ...]] = {
     "rag": (("rag", "llama-3.1-8b-instruct", "rag", 1.0),),
     "api": (("api", "qwen2.5-7b-instruct", "api", 1.0),),
     "mixed": (
-        ("support-chat", "llama-3.1-70b-instruct", "chat", 0.30),
-        ("coding-agent", "qwen3-coder-480b-a35b-instruct", "agent", 0.25),
-        ("docs-rag", "llama-3.1-8b-instruct", "rag", 0.20),
-        ("batch-api", "qwen2.5-7b-instruct", "api", 0.15),
-        ("sales-chat", "qwen2.5-32b-instruct", "chat", 0.10),
+        ("support-chat", "llama-3.1-70b-instruct", "chat", 0.45),
+        ("coding-agent", "qwen3-coder-480b-a35b-instruct", "agent", 0.05),
+        ("docs-rag", "llama-3.1-8b-instruct", "rag", 0.15),
+        ("batch-api", "qwen2.5-7b-instruct", "api", 0.20),
+        ("sales-chat", "qwen2.5-32b-instruct", "chat", 0.15),
     ),
 }
