@@ -366,7 +366,10 @@ def sources_chart(frame: pd.DataFrame) -> alt.Chart:
 
 
 def top_prefixes_frame(entries: list[dict]) -> pd.DataFrame:
+    """The top shared prefixes; the preview column only when the log had text."""
     cols = ["prefix_tokens", "requests", "reused_tokens", "preview", "hash"]
+    if not any(e.get("preview") for e in entries):
+        cols.remove("preview")
     return pd.DataFrame([{k: e.get(k) for k in cols} for e in entries], columns=cols)
 
 
@@ -433,25 +436,20 @@ def capacity_chart(
             )
         )
     rule_data = pd.DataFrame(
-        [
-            {"label": label, x_field: value, "row": i}
-            for i, (label, value) in enumerate(marks)
-            if value and value > 0
-        ]
+        [{"label": label, x_field: value} for label, value in marks if value and value > 0]
     )
     if not rule_data.empty:
         layers.append(
             alt.Chart(rule_data).mark_rule(color="#555", strokeDash=[2, 2]).encode(x=f"{x_field}:Q")
         )
-        layers.append(
-            alt.Chart(rule_data)
-            .mark_text(align="left", dx=4, color="#333")
-            .encode(
-                x=f"{x_field}:Q",
-                y=alt.Y("row:Q", scale=alt.Scale(domain=[-1, 12]), axis=None),
-                text="label:N",
+        # One text layer per mark, each at its own height (pixels), so labels never
+        # overlap and the hit-rate axis keeps its own scale.
+        for i, row in enumerate(rule_data.to_dict("records")):
+            layers.append(
+                alt.Chart(pd.DataFrame([row]))
+                .mark_text(align="left", dx=4, color="#333")
+                .encode(x=f"{x_field}:Q", y=alt.value(10 + 14 * i), text="label:N")
             )
-        )
     layers.append(
         alt.Chart(pd.DataFrame({"hit_rate": [ceiling]}))
         .mark_rule(color="#999")

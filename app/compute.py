@@ -59,11 +59,12 @@ def _outside_cache_recording(fn: Callable[[], None]) -> None:
 
 
 @contextmanager
-def progress(label: str, total: float) -> Iterator[Advance]:
+def progress(label: str, total: float | None, unit: str = "") -> Iterator[Advance]:
     """A progress bar fed by an analyzer ``advance(n)`` callback; removed when done.
 
-    ``total`` is the amount of work the stage reports in all (e.g. requests); updates are
-    sent only when the shown percentage changes, so a per-request callback stays cheap.
+    ``total`` is the amount of work the stage reports in all (bytes, percentage points,
+    simulated requests); updates are sent only when the shown percentage changes, so a
+    per-request callback stays cheap. With ``total=None`` the bar shows the work done.
     """
     box = st.empty()
     done = 0.0
@@ -72,6 +73,14 @@ def progress(label: str, total: float) -> Iterator[Advance]:
     def advance(n: float) -> None:
         nonlocal done, shown
         done += n
+        if total is None:
+            step = int(math.log10(done)) if done >= 1 else 0
+            mark = int(done // 10 ** max(step - 1, 0))  # two significant figures
+            if mark != shown:
+                shown = mark
+                text = f"{label}: {done:,.0f} {unit}".rstrip()
+                _outside_cache_recording(lambda: box.progress(0.5, text=text))
+            return
         pct = 100 if total <= 0 else min(100, math.floor(100 * done / total))
         if pct != shown:
             shown = pct
@@ -356,12 +365,16 @@ def cluster_config(w):
     )
 
 
-def replay_work(n_requests: int, n_scenarios: int, search_rate: bool) -> float:
-    """The total ``run_replay`` reports through ``advance`` (see analyzer/replay/run.py)."""
-    from analyzer.replay.run import BISECTIONS, MAX_HALVINGS
+def replay_work(n_requests: int, n_scenarios: int, search_rate: bool) -> float | None:
+    """The total ``run_replay`` reports through ``advance``: per scenario, the requests
+    times one run plus the rate search's most runs (``analyzer.replay.run.MAX_RUNS``).
+    None when this replay does not say, and the bar then counts without a total."""
+    from analyzer.replay import run as replay_run
 
-    per = n_requests * (1 + (1 + MAX_HALVINGS + BISECTIONS if search_rate else 0))
-    return float(per * n_scenarios)
+    runs = getattr(replay_run, "MAX_RUNS", None)
+    if runs is None:
+        return None
+    return float(n_requests * (1 + (runs if search_rate else 0)) * n_scenarios)
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -394,7 +407,7 @@ def replay(cur: Current, w, scenarios: tuple[str, ...], search_rate: bool = True
 
     cfg = cluster_config(w)
     total = replay_work(cur.trace.n_requests, len(scenarios), search_rate)
-    with progress("Replaying the trace", total) as advance:
+    with progress("Replaying the trace", total, "requests simulated") as advance:
         return _replay(
             cur.content,
             cur.ingest_key,

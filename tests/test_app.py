@@ -329,3 +329,31 @@ def test_report_download_matches_kvpool_analyze(sample: Path) -> None:
     assert json.loads(payload)["inputs"][0]["name"] == sample.name
     assert html.lstrip().lower().startswith("<!doctype html")
     assert json.loads(payload)["verdict"]["verdict"] in markdown
+
+
+def _progress_script() -> None:
+    import streamlit as st
+
+    from app import compute
+
+    @st.cache_resource
+    def work(n: int, _advance) -> int:
+        for _ in range(n):
+            _advance(1)
+        return n * 2
+
+    for total in (10, None):
+        with compute.progress("Working", total) as advance:
+            st.write(f"result {work(10, advance)} {total}")
+
+
+def test_progress_inside_cached_work_replays_cleanly() -> None:
+    """Progress updates made inside a cached function are not recorded, so a cache hit
+    on the next run neither redraws a stale bar nor fails to find its container."""
+    app = AppTest.from_function(_progress_script, default_timeout=30)
+    app.run()
+    assert_clean(app)
+    app.run()  # every call is a cache hit now
+    assert_clean(app)
+    assert [m.value for m in app.markdown] == ["result 20 10", "result 20 None"]
+    assert not app.get("progress")  # bars are removed once the work is done

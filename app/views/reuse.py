@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
 from app import charts, compute, state
@@ -69,8 +70,12 @@ with state.guard():
     st.subheader("Top shared prefixes")
     tops = doc["top_prefixes"]
     by_volume, by_count = st.tabs(["By reused tokens", "By requests"])
-    by_volume.dataframe(charts.top_prefixes_frame(tops.get("by_volume", [])), hide_index=True)
-    by_count.dataframe(charts.top_prefixes_frame(tops.get("by_count", [])), hide_index=True)
+    by_volume.dataframe(
+        charts.top_prefixes_frame(tops.get("by_volume", [])), hide_index=True, width="stretch"
+    )
+    by_count.dataframe(
+        charts.top_prefixes_frame(tops.get("by_count", [])), hide_index=True, width="stretch"
+    )
     if tops.get("note"):
         st.caption(tops["note"])
 
@@ -81,7 +86,10 @@ with state.guard():
     depth = a.select_slider(
         "Depth (tokens into the prompt)",
         depths,
-        value=min(depths, key=lambda d: abs(d - 1024)),
+        # Start at the typical prompt length: the part of the prompt most requests have.
+        value=min(
+            depths, key=lambda d: abs(d - min(8192, int(np.median(cur.trace.prompt_tokens))))
+        ),
         key="reuse.tree_depth",
     )
     steps = [bs * 2**k for k in range(0, 10) if bs * 2**k <= depth]
