@@ -361,3 +361,27 @@ def test_gate_plan_and_evaluation():
     assert out["main"].status == "fail"
     red = next(r for r in out["main"].results if r.criterion.metric == "ttft_reduction")
     assert red.measured == pytest.approx(1 - 1.0 / 1.2) and red.passed is False
+
+
+def test_local_dram_sizing_when_hbm_already_holds_the_knee():
+    kw = dict(
+        pool=False,
+        cluster=CLUSTER,
+        break_even_short_gbps=6.0,
+        replay_pool_read_gbps_per_node=0.0,
+        network_tiers=[("rdma-200", 21.75)],
+        granularity={},
+        engine_block=16,
+        same_session_share=0.9,
+        sessions_known=True,
+        policy_at_knee={},
+    )
+    hbm_node = 4 * 400_000
+    s = size(knee_tokens=1_000_000, footprint_tokens=2_500_000, **kw)
+    assert s.dram_per_node_tokens == 2_500_000 - hbm_node
+    assert "rest of the working set" in s.dram_reason
+    assert s.router == "session"  # 90% of reuse within sessions
+    s0 = size(knee_tokens=1_000_000, footprint_tokens=1_200_000, **kw)
+    assert s0.dram_per_node_tokens == 0 and "none needed" in s0.dram_reason
+    modes = {p.mode for p in translate(s0, "local-offload-only", model="m", tp=1)}
+    assert modes == {"prefix-cache-only"}

@@ -281,6 +281,8 @@ def translate(
 ) -> list[ProductSettings]:
     """Settings for every product, for the deployment the verdict calls for."""
     mode = mode_for(verdict)
+    if mode == "local-offload" and sz.dram_per_node_tokens == 0:
+        mode = "prefix-cache-only"  # HBM holds the working set: no tier to configure
     protocol = "tcp" if sz.nic.startswith("tcp") else "rdma"
     pool_url = f"mooncakestore://{master}/"
     return [

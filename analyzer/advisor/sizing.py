@@ -47,6 +47,7 @@ class Sizing:
     pool: bool  # whether a pool is part of the recommendation
     pool_capacity_tokens: int
     dram_per_node_tokens: int
+    dram_reason: str
     hbm_cache_per_instance_tokens: int
     bytes_per_token: int
     network_per_node_gbps: float
@@ -148,6 +149,7 @@ def size(
     pool: bool,
     knee_tokens: int,
     cluster: ClusterFigures,
+    footprint_tokens: int = 0,
     break_even_short_gbps: float,
     replay_pool_read_gbps_per_node: float,
     network_tiers: list[tuple[str, float]],
@@ -162,9 +164,24 @@ def size(
     if pool:
         pool_tokens = knee_tokens
         dram_node = -(-pool_tokens // nodes)  # each node's share of the pool
+        dram_reason = f"each node's share of the pool ({nodes} nodes)"
     else:
         pool_tokens = 0
         dram_node = max(0, knee_tokens - hbm_node)
+        dram_reason = (
+            f"the knee ({knee_tokens:,} tokens) minus the node's HBM prefix cache "
+            f"({hbm_node:,} tokens)"
+        )
+        if dram_node == 0 and footprint_tokens > hbm_node:
+            dram_node = footprint_tokens - hbm_node
+            dram_reason = (
+                f"HBM already holds the knee; DRAM for the rest of the working set "
+                f"({footprint_tokens:,} tokens reach the ceiling)"
+            )
+        elif dram_node == 0:
+            dram_reason = (
+                "none needed: the node's HBM prefix cache holds the whole reusable working set"
+            )
     need = max(2.0 * break_even_short_gbps, replay_pool_read_gbps_per_node)
     nic = pick_nic(need, network_tiers)
     chunk, chunk_reason = choose_block_size(granularity, engine_block)
@@ -174,6 +191,7 @@ def size(
         pool=pool,
         pool_capacity_tokens=int(pool_tokens),
         dram_per_node_tokens=int(dram_node),
+        dram_reason=dram_reason,
         hbm_cache_per_instance_tokens=int(cluster.hbm_cache_tokens_per_instance),
         bytes_per_token=int(cluster.bytes_per_token),
         network_per_node_gbps=float(need),

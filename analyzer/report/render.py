@@ -353,7 +353,8 @@ def sections(doc: dict) -> list[Section]:
             [
                 "Host DRAM per node",
                 f"{num(sz['dram_per_node_tokens'])} tokens",
-                f"{num(sz['dram_per_node_gb'])} GB ({num(sz['dram_per_node_gib'])} GiB)",
+                f"{num(sz['dram_per_node_gb'])} GB ({num(sz['dram_per_node_gib'])} GiB): "
+                f"{sz.get('dram_reason', '')}",
             ],
             [
                 "HBM prefix cache per instance",
