@@ -537,3 +537,15 @@ def test_workers_give_the_same_json():
     one = run_replay(trace, c, cost=COST, workers=1).to_json()
     two = run_replay(trace, c, cost=COST, workers=2).to_json()
     assert json.dumps(one) == json.dumps(two)
+
+
+def test_steady_ceiling_on_full_mooncake_is_the_published_figure(shared_traces):
+    # FIELD.md section 2: both public simulators print a 39.8% steady-state ceiling
+    from analyzer.ingest import IngestOptions, open_trace
+
+    path = shared_traces / "mooncake" / "conversation_trace.jsonl"
+    trace = open_trace([path], IngestOptions()).trace
+    trace = dataclasses.replace(trace, arrival_s=np.arange(trace.n_requests) * 1000.0)
+    c = cfg(local_capacity_tokens=UNBOUNDED, warmup_fraction=0.5)
+    hit = replay(trace, c, ["local"]).to_json()["scenarios"]["local"]["hit_rate"]
+    assert round(hit, 3) == 0.398
