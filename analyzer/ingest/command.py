@@ -115,13 +115,21 @@ def convert(
 
 def summary(loaded, out: Path) -> str:  # type: ignore[no-untyped-def]
     """The end-of-run summary: requests, tokens, blocks, skipped rows with examples."""
-    t = loaded.trace
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from analyzer.trace import read_metadata
+
+    t = loaded.table
+    flat = t.column("block_hashes").combine_chunks().values.to_numpy(zero_copy_only=False)
+    count_only = t.num_rows > 0 and bool(pc.all(t.column("count_only")).as_py())
     lines = [
         f"wrote {out}",
-        f"  requests: {t.n_requests:,}   formats: {', '.join(sorted(set(loaded.formats)))}",
-        f"  prompt tokens: {int(t.prompt_tokens.sum()):,}"
-        + ("   (count-only: lengths, no content)" if t.count_only else ""),
-        f"  blocks: {t.n_accesses:,} ({t.n_blocks:,} distinct) of {t.block_size} tokens",
+        f"  requests: {t.num_rows:,}   formats: {', '.join(sorted(set(loaded.formats)))}",
+        f"  prompt tokens: {int(pc.sum(t.column('prompt_tokens')).as_py() or 0):,}"
+        + ("   (count-only: lengths, no content)" if count_only else ""),
+        f"  blocks: {flat.size:,} ({np.unique(flat).size:,} distinct) of "
+        f"{read_metadata(t).get('block_size')} tokens",
     ]
     if loaded.reordered:
         lines.append(f"  out-of-order rows: {loaded.reordered:,} (sorted by arrival)")

@@ -69,9 +69,11 @@ class SkipSummary:
         return "\n".join(lines)
 
 
-@dataclass(slots=True)
+@dataclass(eq=False)
 class LoadedTrace:
-    trace: BlockTrace
+    """What :func:`open_trace` returns. ``trace`` (the compact :class:`BlockTrace`) is
+    built from ``table`` on first access, so a plain conversion never pays for it."""
+
     table: pa.Table
     skipped: SkipSummary
     sources: list[str]
@@ -80,3 +82,10 @@ class LoadedTrace:
     untimed_files: list[str] = field(default_factory=list)  # spaced 1 s apart in file order
     previews: dict[int, str] = field(default_factory=dict)  # chained hash -> text preview
     stats: dict[str, int] = field(default_factory=dict)
+    _trace: BlockTrace | None = field(default=None, repr=False)
+
+    @property
+    def trace(self) -> BlockTrace:
+        if self._trace is None:
+            self._trace = BlockTrace.from_table(self.table, self.previews or None)
+        return self._trace

@@ -38,7 +38,7 @@ from analyzer.ingest.readers import (
 )
 from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, UNITS, unit_for
 from analyzer.tokenize import RenderError
-from analyzer.trace import CANONICAL_SCHEMA, BlockTrace, read_canonical, read_metadata
+from analyzer.trace import CANONICAL_SCHEMA, read_canonical, read_metadata
 from analyzer.trace import trace_metadata as make_metadata
 
 TEXT_FORMATS = {
@@ -526,9 +526,7 @@ def _open_canonical(paths: list[str], block_size: int | None = None) -> LoadedTr
     previews: dict[int, str] = {}
     for p in paths:
         previews.update(_read_previews(Path(p)))
-    trace = BlockTrace.from_table(table, previews or None)
     return LoadedTrace(
-        trace=trace,
         table=table,
         skipped=SkipSummary(),
         sources=list(paths),
@@ -582,9 +580,7 @@ def open_trace(
     stats["blocks_hashed"] = b.hasher.blocks_hashed
     skipped, reordered, untimed = b.skipped, b.reordered, b.untimed
     del b  # memos, radix tree and row lists go before the compact trace is built
-    trace = BlockTrace.from_table(table, previews)
     return LoadedTrace(
-        trace=trace,
         table=table,
         skipped=skipped,
         sources=plist,
