@@ -397,7 +397,7 @@ def test_knee_and_hit_rate_at():
     assert rep.hit_rate_at(knee - tr.block_size) < 0.9 * rep.ceiling_hit_rate
     assert rep.hit_rate_at(10**12) == pytest.approx(rep.ceiling_hit_rate)
     assert rep.cold_curve.at(10**9) == pytest.approx(rep.cold_ceiling_hit_rate)
-    assert rep.to_json()["curves"]["lru_cold"][-1]["hit_rate"] == pytest.approx(
+    assert rep.to_json()["lru_cold_curve"][-1]["hit_rate"] == pytest.approx(
         rep.cold_ceiling_hit_rate, abs=1e-6
     )
     assert rep.hit_rate_at(3200, "fifo") == rep.policy_points["fifo"][0][1]

@@ -229,14 +229,6 @@ class ReuseReport:
         curves: dict = {
             "lru": [{**self._capacity_fields(c), "hit_rate": r6(h)} for c, h in self.lru_curve]
         }
-        if self.cold_curve is not None and self.cold_curve.full_blocks:
-            curves["lru_cold"] = [
-                {
-                    **self._capacity_fields(c),
-                    "hit_rate": r6(self.cold_curve.at(c // self.block_size)),
-                }
-                for c, _ in self._plot_points(self.cold_curve)
-            ]
         for policy, points in self.policy_points.items():
             curves[policy] = [{**self._capacity_fields(c), "hit_rate": r6(h)} for c, h in points]
         table = []
@@ -246,9 +238,16 @@ class ReuseReport:
             for policy, points in self.policy_points.items():
                 row[policy] = r6(dict(points)[cap]) if cap in dict(points) else None
             table.append(row)
+        cold: list[dict] = []
+        if self.cold_curve is not None:
+            cold = [
+                {**self._capacity_fields(c), "hit_rate": r6(h)}
+                for c, h in self._plot_points(self.cold_curve)
+            ]
         doc.update(
             {
                 "curves": curves,
+                "lru_cold_curve": cold,
                 "curve_method": self.curve_method,
                 "shards": _round_tree(self.shards),
                 "policy_notes": list(self.policy_notes),
