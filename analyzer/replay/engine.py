@@ -197,12 +197,11 @@ class Simulation:
 
         n_nodes = -(-plan.instances // plan.instances_per_node)
         pool_tier = None
-        if plan.pool is not None:
-            pool_cache = BlockRadix(plan.pool.capacity_blocks, policy)
         node_tiers: list[list[_Tier]] = []
         node_pool: list[_Tier | None] = []
         shared_pool: tuple[Link, Link] | None = None
         if plan.pool is not None:
+            pool_cache = BlockRadix(plan.pool.capacity_blocks, policy)
             agg = plan.pool.aggregate_bytes_per_s
             if agg is not None and agg < n_nodes * plan.pool.read_bytes_per_s:
                 shared_pool = (
@@ -345,7 +344,7 @@ class Simulation:
                 m = hbm.match(blocks)
                 if m and measured:
                     hit_by_tier[0] += min(m * bs, cap)
-            for tier in inst.lower:
+            for tier in inst.lower if m < len(blocks) else ():
                 mt = tier.cache.match(blocks)
                 if mt > m:
                     tier.cache.touch(blocks[:mt], t)
