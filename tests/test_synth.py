@@ -100,9 +100,10 @@ def test_gzip_matches_plain(tmp_path):
     cfg = SynthConfig(profile="chat", requests=100, seed=3)
     generate(cfg, tmp_path / "p.jsonl")
     generate(cfg, tmp_path / "p.jsonl.gz")
-    assert gzip.decompress((tmp_path / "p.jsonl.gz").read_bytes()) == (
-        tmp_path / "p.jsonl"
-    ).read_bytes()
+    assert (
+        gzip.decompress((tmp_path / "p.jsonl.gz").read_bytes())
+        == (tmp_path / "p.jsonl").read_bytes()
+    )
 
 
 # --- profile structure ------------------------------------------------------------------
