@@ -195,12 +195,12 @@ def test_verdict_rules_hold_on_random_inputs(ceiling, pool, dram, pooled, dram_t
     assert v in VERDICTS
     if ceiling < 0.3:
         expect = "not-worth-it"
-    elif pool < 5.0:
-        expect = "local-offload-only" if dram >= 5.0 else "not-worth-it"
-    elif 1 - pooled / local >= 0.25 and 1 - pooled / dram_t >= 0.10:
+    elif pool >= 5.0 and 1 - pooled / local >= 0.25 and 1 - pooled / dram_t >= 0.10:
         expect = "deploy-pooled"  # rates 3.0 vs 2.0: throughput gate passes
+    elif dram >= 5.0 and 1 - dram_t / local >= 0.02:
+        expect = "local-offload-only"
     else:
-        expect = "local-offload-only" if dram >= 5.0 else "not-worth-it"
+        expect = "not-worth-it"
     assert v == expect
 
 
@@ -280,7 +280,8 @@ def test_sizing_pool_and_local():
     assert "s3fifo would gain 4.0 points" in sp.eviction_reason
     sl = _sizing(False)
     assert sl.pool_capacity_tokens == 0
-    assert sl.dram_per_node_tokens == 2_000_000 - 4 * 400_000
+    assert sl.dram_per_node_tokens == 2_000_000  # the knee: DRAM is the node's full cache
+    assert "upper bound over 2 nodes" in sl.dram_reason
 
 
 def test_block_size_and_nic_choices():
@@ -314,7 +315,7 @@ def test_product_settings_use_documented_option_names():
     local = {p.product: p for p in translate(_sizing(False), "local-offload-only", model="m", tp=1)}
     cfg = json.loads(local["vLLM"].snippet.split("--kv-transfer-config '")[1].rstrip("'"))
     assert cfg["kv_connector"] == "OffloadingConnector"
-    per_instance = (2_000_000 - 1_600_000) * 131072 / 4
+    per_instance = 2_000_000 * 131072 / 4
     assert cfg["kv_connector_extra_config"]["cpu_bytes_to_use"] >= per_instance
     assert "remote_url" not in local["LMCache"].snippet
 
@@ -363,7 +364,7 @@ def test_gate_plan_and_evaluation():
     assert red.measured == pytest.approx(1 - 1.0 / 1.2) and red.passed is False
 
 
-def test_local_dram_sizing_when_hbm_already_holds_the_knee():
+def test_local_dram_sizing_and_router_choice():
     kw = dict(
         pool=False,
         cluster=CLUSTER,
@@ -376,12 +377,18 @@ def test_local_dram_sizing_when_hbm_already_holds_the_knee():
         sessions_known=True,
         policy_at_knee={},
     )
-    hbm_node = 4 * 400_000
-    s = size(knee_tokens=1_000_000, footprint_tokens=2_500_000, **kw)
-    assert s.dram_per_node_tokens == 2_500_000 - hbm_node
-    assert "rest of the working set" in s.dram_reason
+    s = size(knee_tokens=1_000_000, **kw)
+    assert s.dram_per_node_tokens == 1_000_000
+    assert "split across instances" in s.dram_reason  # 1M < 4 x 400k of HBM per node
     assert s.router == "session"  # 90% of reuse within sessions
-    s0 = size(knee_tokens=1_000_000, footprint_tokens=1_200_000, **kw)
-    assert s0.dram_per_node_tokens == 0 and "none needed" in s0.dram_reason
+    s0 = size(knee_tokens=0, **kw)
     modes = {p.mode for p in translate(s0, "local-offload-only", model="m", tp=1)}
     assert modes == {"prefix-cache-only"}
+
+
+def test_dram_offload_that_does_not_help_is_not_worth_it():
+    d = decide(TRACE, REUSE, bw(), replay(pooled_ttft=0.95, dram_ttft=0.99))
+    assert d.verdict == "not-worth-it"
+    assert any("HBM prefix cache already captures the reuse" in r for r in d.reasons)
+    slow = decide(TRACE, REUSE, bw(pool_gbps=1.0), replay(dram_ttft=0.995))
+    assert slow.verdict == "not-worth-it"

@@ -7,12 +7,16 @@
    than recomputing it: its effective bandwidth must reach the break-even bandwidth
    ``bytes_per_token * prefill_tokens_per_s`` at this workload's reusable prefix
    length (the token-weighted median). A pool link below break-even makes the verdict
-   ``local-offload-only`` when host DRAM still beats recompute, else ``not-worth-it``.
+   ``local-offload-only`` when host DRAM still beats recompute (and the replay shows
+   local DRAM offload lowering TTFT by at least ``min_dram_gain``), else
+   ``not-worth-it``.
 3. **Projected gains.** The replay projects the pooled deployment's TTFT and its
    highest rate under the TTFT SLO against the baseline (per-instance HBM prefix
    caching, what vLLM and SGLang do by default). ``deploy-pooled`` needs the pilot's
    main-gate KPIs (TTFT reduction >= 25 %, no throughput loss) and a clear advantage
-   over local DRAM offload; otherwise local offload is what pays.
+   over local DRAM offload; otherwise local offload is what pays, if the replay shows
+   it lowering TTFT at all (``min_dram_gain``, 2 %): when the HBM prefix cache already
+   captures the reuse, nothing is worth adding (``not-worth-it``).
 
 ``insufficient-data`` comes first: count-only logs (lengths, no content), fewer than
 ``min_requests`` requests, or a reuse analysis that could not run.
@@ -198,9 +202,7 @@ def decide(
             )
         reasons.append("Host DRAM over PCIe beats recompute: offload locally, do not pool.")
         _step3(checks, proj, th)
-        return _finish(
-            "local-offload-only", reasons, checks, trace, reuse, bandwidth, replay, proj, th
-        )
+        return _local(reasons, checks, trace, reuse, bandwidth, replay, proj, th)
 
     # (3) projected gains against the pilot gates
     gates_ok, vs_dram_ok = _step3(checks, proj, th)
@@ -245,7 +247,49 @@ def decide(
     if dram_ok is False:
         reasons.append("Host DRAM is below break-even, so only the HBM prefix cache pays.")
         return _finish("not-worth-it", reasons, checks, trace, reuse, bandwidth, replay, proj, th)
-    return _finish("local-offload-only", reasons, checks, trace, reuse, bandwidth, replay, proj, th)
+    return _local(reasons, checks, trace, reuse, bandwidth, replay, proj, th)
+
+
+def _local(
+    reasons: list[str],
+    checks: list[Check],
+    trace: TraceFigures,
+    reuse: ReuseFigures,
+    bandwidth: BandwidthFigures | None,
+    replay: ReplayFigures | None,
+    proj: Projection,
+    th: Thresholds,
+) -> Decision:
+    """No pool: local DRAM offload when the replay shows it helps, else nothing to add."""
+    red = proj.dram_ttft_reduction
+    if red is None:
+        return _finish(
+            "local-offload-only", reasons, checks, trace, reuse, bandwidth, replay, proj, th
+        )
+    ok = red >= th.min_dram_gain
+    checks.append(
+        Check(
+            3,
+            "local DRAM offload gain",
+            ok,
+            red,
+            th.min_dram_gain,
+            f"Local DRAM offload: mean TTFT {_pct(red)} below the baseline (worth configuring "
+            f"from {_pct(th.min_dram_gain)}).",
+        )
+    )
+    if ok:
+        reasons.append(
+            f"The replay projects local DRAM offload {_pct(red)} below the baseline's mean TTFT."
+        )
+        return _finish(
+            "local-offload-only", reasons, checks, trace, reuse, bandwidth, replay, proj, th
+        )
+    reasons.append(
+        f"Local DRAM offload projects only {_pct(red)} lower TTFT: the HBM prefix cache already "
+        "captures the reuse, so neither a pool nor an offload tier pays."
+    )
+    return _finish("not-worth-it", reasons, checks, trace, reuse, bandwidth, replay, proj, th)
 
 
 def _step3(

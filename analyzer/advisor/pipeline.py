@@ -437,7 +437,6 @@ def run_analysis(
         sizing = size(
             pool=decision.verdict == "deploy-pooled",
             knee_tokens=knee,
-            footprint_tokens=rf.footprint_tokens,
             cluster=ClusterFigures(
                 instances=opts.instances,
                 tp=opts.tp,

@@ -149,7 +149,6 @@ def size(
     pool: bool,
     knee_tokens: int,
     cluster: ClusterFigures,
-    footprint_tokens: int = 0,
     break_even_short_gbps: float,
     replay_pool_read_gbps_per_node: float,
     network_tiers: list[tuple[str, float]],
@@ -167,21 +166,22 @@ def size(
         dram_reason = f"each node's share of the pool ({nodes} nodes)"
     else:
         pool_tokens = 0
-        dram_node = max(0, knee_tokens - hbm_node)
+        # Written through, a node's DRAM holds every block its instances produce: it is
+        # the node's whole cache, so it needs the knee of the traffic the node sees. That
+        # is the knee itself on one node; with affinity routing over N nodes a node sees
+        # part of the working set (between knee / N and knee), so the knee is an upper bound.
+        dram_node = knee_tokens
         dram_reason = (
-            f"the knee ({knee_tokens:,} tokens) minus the node's HBM prefix cache "
-            f"({hbm_node:,} tokens)"
+            f"the knee of the hit-ratio curve ({knee_tokens:,} tokens): the node's DRAM is "
+            "its full cache under write-through"
+            + (
+                f"; an upper bound over {nodes} nodes (at least knee / {nodes})"
+                if nodes > 1
+                else ""
+            )
         )
-        if dram_node == 0 and footprint_tokens > hbm_node:
-            dram_node = footprint_tokens - hbm_node
-            dram_reason = (
-                f"HBM already holds the knee; DRAM for the rest of the working set "
-                f"({footprint_tokens:,} tokens reach the ceiling)"
-            )
-        elif dram_node == 0:
-            dram_reason = (
-                "none needed: the node's HBM prefix cache holds the whole reusable working set"
-            )
+        if knee_tokens <= hbm_node:
+            dram_reason += f" (HBM alone, {hbm_node:,} tokens per node, is split across instances)"
     need = max(2.0 * break_even_short_gbps, replay_pool_read_gbps_per_node)
     nic = pick_nic(need, network_tiers)
     chunk, chunk_reason = choose_block_size(granularity, engine_block)
