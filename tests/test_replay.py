@@ -19,6 +19,7 @@ from test_replay_helpers import (
     fluid_oracle,
     load_mooncake,
     lru_oracle,
+    single_instance_oracle,
 )
 
 from analyzer.errors import InputError, UsageError
@@ -549,3 +550,25 @@ def test_steady_ceiling_on_full_mooncake_is_the_published_figure(shared_traces):
     c = cfg(local_capacity_tokens=UNBOUNDED, warmup_fraction=0.5)
     hit = replay(trace, c, ["local"]).to_json()["scenarios"]["local"]["hit_rate"]
     assert round(hit, 3) == 0.398
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    specs,
+    st.lists(st.integers(0, 40), min_size=40, max_size=40),
+    st.sampled_from([4, 16, 8192]),
+    st.booleans(),
+)
+def test_event_loop_matches_step_loop_oracle(spec, gaps, chunk, cache):
+    """Queueing, chunked prefill and cache timing against a plain loop over steps."""
+    blocks = chained_requests(spec)
+    arrivals = np.cumsum([g / 100 for g in gaps[: len(blocks)]]).tolist()
+    prompts = [len(b) * 4 + 1 + (k % 3) for k, b in enumerate(blocks)]
+    trace = build_trace(blocks, block_size=4, arrivals=arrivals, prompts=prompts)
+    cost = AnalyticCost()
+    cost.overhead_s = 1e-4  # a fixed cost per step makes batching visible
+    c = cfg(local_capacity_tokens=UNBOUNDED, prefill_chunk_tokens=chunk)
+    name = "local" if cache else "none"
+    res = run_replay(trace, c, scenarios=[name], search_rate=False, cost=cost)
+    expected = single_instance_oracle(trace, cost, chunk, cache)
+    assert res.scenarios[name].stats.ttft_s.tolist() == pytest.approx(expected, abs=1e-9)

@@ -172,3 +172,70 @@ def fluid_oracle(transfers: list[tuple[float, float]], bytes_per_s: float) -> li
         if not pending and not [k for k in started if k in remaining]:
             break
     return end
+
+
+def single_instance_oracle(trace: BlockTrace, cost, chunk: int, cache: bool) -> list[float]:
+    """TTFT of every request on one instance with free loads and an unbounded cache,
+    by a plain loop over GPU steps (no event queue).
+
+    Rules it restates: an idle GPU starts a step the moment a request arrives (with
+    that request alone); a step takes up to ``chunk`` tokens from the head of the FIFO
+    queue; requests arriving while a step runs, or exactly when it ends, wait for the
+    next one; a request's hit is the prefix cached by requests completed at or before
+    its arrival; its blocks are cached when its last chunk ends.
+    """
+    n = trace.n_requests
+    arr = (trace.arrival_s - trace.arrival_s[0]).tolist()
+    bs = trace.block_size
+    completions: list[tuple[float, list[int]]] = []  # (time, blocks), in time order
+
+    def hit_at(k: int) -> int:
+        if not cache:
+            return 0
+        seen: set[int] = set()
+        for t_done, blocks in completions:
+            if t_done <= arr[k]:
+                seen.update(blocks)
+        b = trace.blocks_of(k).tolist()
+        m = 0
+        while m < len(b) and b[m] in seen:
+            m += 1
+        p = int(trace.prompt_tokens[k])
+        return min(m * bs, max(p - 1, 0))
+
+    ttft = [0.0] * n
+    queue: list[list[int]] = []  # [k, hit, new, done]
+    t = 0.0
+    i = 0
+
+    def admit(k: int) -> None:
+        h = hit_at(k)
+        p = int(trace.prompt_tokens[k])
+        queue.append([k, h, max(p - h, 1), 0])
+
+    while i < n or queue:
+        if not queue:
+            t = max(t, arr[i])
+            admit(i)
+            i += 1
+        budget = chunk
+        dt = cost.overhead_s
+        batch = []
+        for item in queue:
+            take = min(item[2] - item[3], budget)
+            dt += cost.compute_time_s(take, item[1] + item[3])
+            batch.append((item, take))
+            budget -= take
+            if budget <= 0:
+                break
+        t += dt
+        for item, take in batch:
+            item[3] += take
+        while queue and queue[0][3] >= queue[0][2]:
+            k = queue.pop(0)[0]
+            ttft[k] = t - arr[k]
+            completions.append((t, trace.blocks_of(k).tolist()))
+        while i < n and arr[i] < t:
+            admit(i)
+            i += 1
+    return ttft
