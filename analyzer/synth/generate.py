@@ -177,7 +177,7 @@ def _open_out(path: Path):
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
     if path.name.endswith(".gz"):
         # mtime=0 and no file name in the header: the same seed gives the same bytes.
-        return raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9)
+        return raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6)
     return raw, raw
 
 
