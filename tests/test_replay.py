@@ -572,3 +572,25 @@ def test_event_loop_matches_step_loop_oracle(spec, gaps, chunk, cache):
     res = run_replay(trace, c, scenarios=[name], search_rate=False, cost=cost)
     expected = single_instance_oracle(trace, cost, chunk, cache)
     assert res.scenarios[name].stats.ttft_s.tolist() == pytest.approx(expected, abs=1e-9)
+
+
+def test_link_peak_utilisation_windows_by_hand():
+    lk = Link("l", "k", 1.0, 2.0)  # 2 s windows
+    lk.add(0.5, 3.0, None)  # busy [0.5, 3.5]: 1.5 s of window 0, 1.5 s of window 1
+    assert lk.finish(3.5, lk.version) == ([None], None)
+    s = lk.stats(10.0)
+    assert s["peak_utilisation"] == pytest.approx(0.75)
+    assert s["mean_utilisation"] == pytest.approx(0.3)
+
+
+def test_warmup_requests_are_not_measured():
+    trace = trace_from([(0, 0, 3), (0, 3, 1), (1, 4, 1), (0, 3, 0)])
+    full = replay(trace, cfg(local_capacity_tokens=UNBOUNDED), ["local"]).to_json()
+    half = replay(
+        trace, cfg(local_capacity_tokens=UNBOUNDED, warmup_fraction=0.5), ["local"]
+    ).to_json()
+    assert full["scenarios"]["local"]["requests"] == 4
+    assert half["scenarios"]["local"]["requests"] == 2
+    p = trace.prompt_tokens.tolist()
+    # requests 2 and 3 reuse 4 and 3 blocks of 4 tokens
+    assert half["scenarios"]["local"]["hit_rate"] == pytest.approx((16 + 12) / (p[2] + p[3]))
