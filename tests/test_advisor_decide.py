@@ -392,3 +392,12 @@ def test_dram_offload_that_does_not_help_is_not_worth_it():
     assert any("HBM prefix cache already captures the reuse" in r for r in d.reasons)
     slow = decide(TRACE, REUSE, bw(pool_gbps=1.0), replay(dram_ttft=0.995))
     assert slow.verdict == "not-worth-it"
+
+
+def test_single_node_explains_why_a_pool_adds_nothing():
+    one = replace(replay(pooled_ttft=0.89, dram_ttft=0.9), nodes=1)
+    d = decide(TRACE, REUSE, bw(), one)
+    assert d.verdict == "local-offload-only"
+    assert any("share one node" in r for r in d.reasons)
+    many = replace(one, nodes=4)
+    assert not any("share one node" in r for r in decide(TRACE, REUSE, bw(), many).reasons)

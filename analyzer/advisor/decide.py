@@ -244,6 +244,11 @@ def decide(
             )
             + "; local caches already capture most of the reuse."
         )
+    if replay is not None and replay.nodes == 1:
+        reasons.append(
+            "All instances share one node, whose host DRAM is already a shared cache: a pool "
+            "cannot add hits over it (describe your hosts with --gpus-per-node)."
+        )
     if dram_ok is False:
         reasons.append("Host DRAM is below break-even, so only the HBM prefix cache pays.")
         return _finish("not-worth-it", reasons, checks, trace, reuse, bandwidth, replay, proj, th)

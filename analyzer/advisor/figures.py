@@ -118,6 +118,7 @@ class ReplayFigures:
     scenarios: tuple[ScenarioFigures, ...]
     baseline: str = "local"  # what the pilot's TTFT reduction is measured against
     ttft_slo_s: float = 2.0
+    nodes: int = 0  # hosts the instances span (0: unknown)
 
     def get(self, name: str) -> ScenarioFigures | None:
         for s in self.scenarios:

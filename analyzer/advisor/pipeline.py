@@ -272,7 +272,8 @@ def _replay_figures(doc: dict, slo: float) -> ReplayFigures:
                 network_bytes=float(s.get("network_bytes") or 0.0),
             )
         )
-    return ReplayFigures(scenarios=tuple(out), baseline="local", ttft_slo_s=slo)
+    nodes = int((doc.get("cluster") or {}).get("nodes") or 0)
+    return ReplayFigures(scenarios=tuple(out), baseline="local", ttft_slo_s=slo, nodes=nodes)
 
 
 def _cluster_config(opts: AnalyzeOptions, instances: int | None = None):
