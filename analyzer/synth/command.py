@@ -72,6 +72,7 @@ def synth(
         f"{stats.bytes_written / 1e6:,.1f} MB uncompressed, {stats.span_s:,.0f} s) "
         f"to {stats.path}",
         highlight=False,
+        soft_wrap=True,
     )
     if stats.truth_path:
-        console.print(f"ground truth: {stats.truth_path}", highlight=False)
+        console.print(f"ground truth: {stats.truth_path}", highlight=False, soft_wrap=True)

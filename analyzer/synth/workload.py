@@ -201,13 +201,13 @@ def make_tenant(world: World, name: str, model: str, kind: str, share: float, te
 
 
 def _few_shot(world: World, name: str) -> list[Msg]:
-    """A system instruction and 2-3 worked examples (user code, assistant completion)."""
-    text, t = _system_prompt(world, 150, 0.3, name)
+    """A system instruction and 1-2 worked examples (user code, assistant completion)."""
+    text, t = _system_prompt(world, 130, 0.3, name)
     msgs = [world.message("system", text, t)]
-    for _ in range(int(world.rng.integers(2, 4))):
-        code, ct = world.text.code(lognormal(world.rng, 90, 0.4, 20, 400))
+    for _ in range(int(world.rng.integers(1, 3))):
+        code, ct = world.text.code(lognormal(world.rng, 70, 0.4, 20, 400))
         msgs.append(world.message("user", code, ct))
-        done, dt = world.text.code(lognormal(world.rng, 30, 0.4, 5, 200))
+        done, dt = world.text.code(lognormal(world.rng, 25, 0.4, 5, 200))
         msgs.append(world.message("assistant", done, dt))
     return msgs
 
@@ -389,7 +389,7 @@ class ApiSession(Session):
             head = templates[tpl]
         else:  # no shared content: every request carries its own instructions and examples
             tpl, head = -1, _few_shot(w, self.tenant.name)
-        code, ct = w.text.code(lognormal(rng, 1000, 0.85, 10, 30000))
+        code, ct = w.text.code(lognormal(rng, 1200, 0.8, 10, 30000))
         body = "Complete the following code.\n\n" + code
         messages = [*head, w.message("user", body, ct + 6)]
         out, n_out = w.text.code(lognormal(rng, 13, 1.27, 1, 2048))
