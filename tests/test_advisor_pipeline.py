@@ -152,3 +152,21 @@ def test_bundled_mixed_sample_runs_with_defaults(tmp_path):
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "report.json").read_text())
     assert doc["verdict"]["verdict"] in ("deploy-pooled", "local-offload-only", "not-worth-it")
+
+
+def test_cli_bad_inputs_are_user_errors(logs, tmp_path):
+    from analyzer.errors import InputError, UsageError
+
+    runner = CliRunner()
+    missing = runner.invoke(app, ["analyze", str(tmp_path / "nope.jsonl"), "-o", str(tmp_path)])
+    assert isinstance(missing.exception, InputError)
+    assert "nope.jsonl" in str(missing.exception)
+    zero = runner.invoke(
+        app, ["analyze", str(logs["low"]), "-o", str(tmp_path), "--pool-gbps", "0"]
+    )
+    assert isinstance(zero.exception, UsageError)
+    assert "--pool-gbps" in str(zero.exception)
+    cap = runner.invoke(
+        app, ["analyze", str(logs["low"]), "-o", str(tmp_path), "--pool-capacity-tokens", "lots"]
+    )
+    assert isinstance(cap.exception, UsageError)
