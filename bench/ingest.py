@@ -44,18 +44,23 @@ def _text(rnd: random.Random, n_words: int) -> str:
     return " ".join(out)
 
 
-def generate(path: Path, requests: int, seed: int) -> int:
-    """A chat log in OpenAI JSONL: sessions resend their full history every turn."""
-    try:  # the synthetic-workload generator, when that stage has landed
-        from analyzer.synth import SynthConfig  # type: ignore[attr-defined]
-        from analyzer.synth import generate as synth_generate  # type: ignore[attr-defined]
+def generate(path: Path, requests: int, seed: int, generator: str = "synth") -> str:
+    """A chat log in OpenAI JSONL where sessions resend their full history every turn.
 
-        synth_generate(
-            SynthConfig(profile="chat", requests=requests, seed=seed), path, fmt="openai"
-        )
-        return requests
-    except ImportError:
-        pass
+    ``synth``: the project's synthetic-workload generator (analyzer.synth, profile "chat"),
+    when it is installed; ``builtin``: the small generator below. Returns the one used.
+    """
+    if generator == "synth":
+        try:
+            from analyzer.synth import SynthConfig  # type: ignore[attr-defined]
+            from analyzer.synth import generate as synth_generate  # type: ignore[attr-defined]
+        except ImportError:
+            generator = "builtin"
+        else:
+            synth_generate(
+                SynthConfig(profile="chat", requests=requests, seed=seed), path, fmt="openai"
+            )
+            return "synth"
     rnd = random.Random(seed)
     systems = [_text(rnd, rnd.randint(300, 800)) for _ in range(8)]
     t = 1_700_000_000.0
@@ -88,7 +93,7 @@ def generate(path: Path, requests: int, seed: int) -> int:
             s["turns_left"] -= 1
             if s["turns_left"] <= 0:
                 live.remove(s)
-    return written
+    return "builtin"
 
 
 def child(mode: str, log: str, out: str) -> None:
@@ -134,15 +139,20 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--child", nargs=3, metavar=("MODE", "LOG", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--modes", default="memo,no-memo,no-exact")
+    ap.add_argument("--generator", choices=("synth", "builtin"), default="synth")
     args = ap.parse_args()
     if args.child:
         child(*args.child)
         return
     with tempfile.TemporaryDirectory() as d:
         log = Path(d) / "chat.jsonl"
-        n = generate(log, args.requests, args.seed)
+        used = generate(log, args.requests, args.seed, args.generator)
+        n = args.requests
         mb = log.stat().st_size / 1e6
-        print(f"log: {n:,} requests, {mb:,.1f} MB ({log.stat().st_size / n / 1e3:.1f} kB/request)")
+        print(
+            f"log ({used} generator): {n:,} requests, {mb:,.1f} MB "
+            f"({log.stat().st_size / n / 1e3:.1f} kB/request)"
+        )
         results = {}
         for mode in args.modes.split(","):
             r = run_child(mode, log, Path(d) / f"{mode}.parquet")

@@ -172,3 +172,23 @@ def test_parallel_salt_creation_agrees(tmp_path):
         salts = list(pool.map(lambda _: load_salt(p), range(16)))
     assert len(set(salts)) == 1 and len(salts[0]) == 32
     assert [x.name for x in tmp_path.iterdir()] == ["shared-salt"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(tokens_st, tokens_st, tokens_st, st.sampled_from([1, 3, 4]), st.sampled_from([1, 1.5]))
+def test_extend_split_equals_two_extends(pre, head, tail, bs, ratio):
+    h = BlockHasher(bs, SALT, token_ratio=ratio)
+    state = h.hash_tokens(np.array(pre, dtype=np.uint32))
+    a = np.array(head, dtype=np.uint32)
+    b = np.array(tail, dtype=np.uint32)
+    mid, end = h.extend_split(state, a, b)
+    want_mid = h.extend(state, a)
+    want_end = h.extend(want_mid, b)
+    for got, want in ((mid, want_mid), (end, want_end)):
+        assert got.hashes.tolist() == want.hashes.tolist()
+        assert got.contents.tolist() == want.contents.tolist()
+        assert got.tail.tolist() == want.tail.tolist()
+        assert (got.n_tokens, got.last) == (want.n_tokens, want.last)
+    # A state taken at the split continues exactly like one built directly.
+    more = np.arange(7, dtype=np.uint32)
+    assert h.extend(mid, more).hashes.tolist() == h.extend(want_mid, more).hashes.tolist()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -67,7 +68,8 @@ class BlockHasher:
         self._base = hashlib.blake2b(digest_size=8, key=salt)
         self._cbase = self._base.copy()
         self._cbase.update(ZERO)  # content hashes: the chain always starts from zero
-        self._memo: OrderedDict[bytes, ChainState] = OrderedDict()
+        # Keys are in-memory content addresses chosen by the caller (never persisted).
+        self._memo: OrderedDict[Hashable, ChainState] = OrderedDict()
         self._memo_hashes = 0
         self.memo_max_hashes = memo_max_hashes
         self.blocks_hashed = 0
@@ -141,16 +143,34 @@ class BlockHasher:
             prev,
         )
 
+    def extend_split(
+        self, state: ChainState, head: np.ndarray, tail: np.ndarray, extra: bytes = b""
+    ) -> tuple[ChainState, ChainState]:
+        """``(extend(state, head), extend(state, head + tail))``, hashing each block once."""
+        end = self.extend(state, np.concatenate([head, tail]) if tail.size else head, extra)
+        n_mid = state.n_tokens + int(head.size)
+        k_mid = self.n_blocks(n_mid)
+        if k_mid == end.hashes.size:  # the tail completed no block
+            k_end_start = self.bound(k_mid)
+            keep = n_mid - k_end_start
+            mid_tail = end.tail[:keep]
+            return ChainState(end.hashes, end.contents, mid_tail, n_mid, end.last), end
+        buf = np.concatenate([state.tail, head])
+        lo = self.bound(k_mid) - self.bound(int(state.hashes.size))
+        last = int(end.hashes[k_mid - 1]).to_bytes(8, "little") if k_mid else ZERO
+        mid = ChainState(end.hashes[:k_mid], end.contents[:k_mid], buf[lo:], n_mid, last)
+        return mid, end
+
     def hash_tokens(self, tokens: np.ndarray, extra: bytes = b"") -> ChainState:
         return self.extend(self.empty(), np.asarray(tokens, dtype=np.uint32), extra)
 
-    def recall(self, key: bytes) -> ChainState | None:
+    def recall(self, key: Hashable) -> ChainState | None:
         st = self._memo.get(key)
         if st is not None:
             self._memo.move_to_end(key)
         return st
 
-    def remember(self, key: bytes, state: ChainState) -> None:
+    def remember(self, key: Hashable, state: ChainState) -> None:
         if key in self._memo:
             self._memo.move_to_end(key)
             return

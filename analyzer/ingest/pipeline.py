@@ -177,19 +177,17 @@ class _Builder:
         else:
             assert raw.text is not None
             parts, gen = self.renderer.render_text(raw.text), []
-        # Prefix keys: pk_i names "parts 0..i under these hash keys"; the memo holds the
-        # chain state after the first parts (system prompt) and after all messages.
-        pk = hashlib.blake2b(extra, digest_size=16).digest()
-        keys = []
-        for p in parts:
-            pk = hashlib.blake2b(pk + p.key, digest_size=16).digest()
-            keys.append(pk)
+        # Prefix keys name "parts 0..i under these hash keys" by the parts' content digests
+        # (an in-memory memo key, never persisted). The memo holds the chain state after
+        # the first parts (system prompt) and after all messages of each request.
+        ks = tuple(p.key for p in parts)
         state, start = None, 0
-        if self.opts.memo:
-            for i in range(len(keys) - 1, -1, -1):
-                state = hasher.recall(keys[i])
+        memo = self.opts.memo
+        if memo:
+            for i in range(len(ks), 0, -1):
+                state = hasher.recall((extra, ks[:i]))
                 if state is not None:
-                    start = i + 1
+                    start = i
                     break
         if state is None:
             state = hasher.empty()
@@ -197,16 +195,22 @@ class _Builder:
         j = start
         while j <= last and j <= 1:  # the system prompt's state is shared across sessions
             state = hasher.extend(state, parts[j].tokens, extra)
-            if self.opts.memo:
-                hasher.remember(keys[j], state)
+            if memo:
+                hasher.remember((extra, ks[: j + 1]), state)
             j += 1
-        if j <= last:  # the new messages of this turn, hashed in one go
+        gen_tokens = (
+            (np.concatenate([g.tokens for g in gen]) if len(gen) > 1 else gen[0].tokens)
+            if gen
+            else np.empty(0, dtype=np.uint32)
+        )
+        if j <= last:  # this turn's new messages and the generation prompt, in one pass
             new = [p.tokens for p in parts[j:]]
-            state = hasher.extend(state, np.concatenate(new) if len(new) > 1 else new[0], extra)
-            if self.opts.memo:
-                hasher.remember(keys[last], state)
-        for g in gen:
-            state = hasher.extend(state, g.tokens, extra)
+            head = np.concatenate(new) if len(new) > 1 else new[0]
+            mid, state = hasher.extend_split(state, head, gen_tokens, extra)
+            if memo:
+                hasher.remember((extra, ks), mid)
+        elif gen_tokens.size:
+            state = hasher.extend(state, gen_tokens, extra)
         hashes = state.hashes
         if len(self.previews) < self.opts.max_previews:
             # Parts of a recalled prefix had their previews taken when first hashed.

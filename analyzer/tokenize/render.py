@@ -279,7 +279,18 @@ class PromptRenderer:
         if not tools_done and self.tools_position == "before-system":
             parts.append(self._part("system", [tools_text], tools_text))
             tools_done = True
+        fast = self._fast
         for i, msg in enumerate(messages):
+            if type(msg) is dict:
+                role = msg.get("role")
+                content = msg.get("content")
+                # Hot path: a plain message seen before (most of a resent history).
+                if tools_done and type(content) is str and type(role) is str:
+                    hit = fast.get((role, content))
+                    if hit is not None and "tool_calls" not in msg:
+                        self.parts_seen += 1
+                        parts.append(hit)
+                        continue
             field = f"messages[{i}]"
             if not isinstance(msg, dict):
                 raise RenderError("mistyped field", field)

