@@ -401,3 +401,11 @@ def test_single_node_explains_why_a_pool_adds_nothing():
     assert any("share one node" in r for r in d.reasons)
     many = replace(one, nodes=4)
     assert not any("share one node" in r for r in decide(TRACE, REUSE, bw(), many).reasons)
+
+
+def test_coarse_trace_blocks_fall_back_to_vllm_default_block_size():
+    sz = replace(_sizing(False), block_size_tokens=512, chunk_size_tokens=512)
+    vllm = translate(sz, "local-offload-only", model="m", tp=1)[0]
+    row = next(s for s in vllm.settings if s.option == "--block-size")
+    assert row.value == "16" and "lower bound" in row.why
+    assert "--block-size 16" in vllm.snippet
