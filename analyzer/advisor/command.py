@@ -183,6 +183,7 @@ def validate(
     import json
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from analyzer.advisor.validate import validate as run_validate
@@ -193,7 +194,7 @@ def validate(
     console.print(f"Report verdict: [bold]{v.verdict}[/]", highlight=False)
     for m in v.measured:
         console.print(f"  {m.role}: {m.path} ({m.fmt})", highlight=False, markup=False)
-    t = Table("Gate", "Status", "Criterion", "Measured", "Threshold")
+    t = Table("Gate", "Status", "Criterion", "Result", "Measured", "Threshold")
     style = {"pass": "green", "fail": "red", "partial": "yellow", "not-run": "dim"}
     for g in v.gates:
         for i, r in enumerate(g.results):
@@ -201,7 +202,8 @@ def validate(
             t.add_row(
                 g.gate.name if i == 0 else "",
                 f"[{style[g.status]}]{g.status}[/]" if i == 0 else "",
-                f"{r.criterion.text} [{res}]",
+                escape(r.criterion.text),
+                escape(res),
                 "-" if r.measured is None else f"{r.measured:.4g}",
                 f"{r.criterion.op} {r.criterion.threshold:g}",
             )
