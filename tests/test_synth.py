@@ -14,11 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tiktoken
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from analyzer.cli import app
 from analyzer.errors import OutputError, UsageError
 from analyzer.synth import SynthConfig, generate
+from analyzer.synth.generate import _Writer
 from analyzer.synth.text import TextGen, estimate_tokens_json
 from analyzer.synth.vocab import CAPITAL_TWO_TOKENS, WORDS
 
@@ -337,3 +340,37 @@ def test_cli_error_is_a_message_not_a_traceback(tmp_path):
     )
     assert proc.returncode == 2
     assert "unknown profile 'nope'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --- oracles ----------------------------------------------------------------------------
+
+_part = st.tuples(st.integers(-6, 40), st.integers(1, 900))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(_part, min_size=1, max_size=8), min_size=1, max_size=6), st.data())
+def test_mooncake_ids_match_a_token_level_oracle(prompts, data):
+    """Chained 512-token ids equal those of a slow oracle that spells out every token."""
+    # Let later prompts extend earlier ones, as resent histories do.
+    for i in range(1, len(prompts)):
+        if data.draw(st.booleans()):
+            j = data.draw(st.integers(0, i - 1))
+            prompts[i] = prompts[j] + prompts[i]
+    writer = _Writer("mooncake")
+    got = [writer._hash_ids(p) for p in prompts]
+    table: dict[tuple, int] = {}
+    for p, ids in zip(prompts, got, strict=True):
+        tokens = [(seg, k) for seg, n in p for k in range(n)]  # a token's identity
+        want = []
+        for end in range(512, len(tokens) + 512, 512):
+            want.append(table.setdefault(tuple(tokens[: min(end, len(tokens))]), len(table)))
+        assert ids == want
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 400), st.integers(0, 2**32))
+def test_prose_estimate_is_the_token_count(n, seed):
+    text, est = TextGen(np.random.default_rng(seed), code_pool=16).prose(n)
+    real = len(ENC.encode_ordinary(text))
+    assert abs(real - est) <= max(1, 0.02 * est)
+    assert abs(est - n) <= max(2, 0.1 * n)
