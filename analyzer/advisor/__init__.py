@@ -26,7 +26,19 @@ from analyzer.advisor.figures import (
     TierFigure,
     TraceFigures,
 )
-from analyzer.advisor.pipeline import SCHEMA, AnalysisResult, AnalyzeOptions, run_analysis
+
+# The pipeline (numpy, pyarrow, the stages) loads on first use, so that `kvpool --help`
+# stays fast while `from analyzer.advisor import run_analysis` keeps working.
+_LAZY = {"SCHEMA", "AnalysisResult", "AnalyzeOptions", "run_analysis"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from analyzer.advisor import pipeline
+
+        return getattr(pipeline, name)
+    raise AttributeError(f"module 'analyzer.advisor' has no attribute {name!r}")
+
 
 Verdict = Literal["deploy-pooled", "local-offload-only", "not-worth-it", "insufficient-data"]
 
