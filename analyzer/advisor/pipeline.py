@@ -631,6 +631,8 @@ def report_document(r: AnalysisResult) -> dict:
     d = r.decision
     opts = asdict(r.options)
     opts["thresholds"] = asdict(r.options.thresholds)
+    if opts["model"].lower().endswith(".json"):  # a config.json path: keep the name only
+        opts["model"] = Path(opts["model"]).name
     sizing = None
     if r.sizing is not None:
         s = r.sizing
