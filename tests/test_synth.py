@@ -374,3 +374,18 @@ def test_prose_estimate_is_the_token_count(n, seed):
     real = len(ENC.encode_ordinary(text))
     assert abs(real - est) <= max(1, 0.02 * est)
     assert abs(est - n) <= max(2, 0.1 * n)
+
+
+def test_unwritable_truth_fails_before_the_log(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(OutputError, match="cannot write"):
+        generate(SynthConfig(profile="api", requests=5), tmp_path / "x.jsonl", "openai",
+                 blocker / "t.json")  # fmt: skip
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_progress_counts_every_request(tmp_path):
+    seen = []
+    generate(SynthConfig(profile="api", requests=2345), tmp_path / "x.jsonl", advance=seen.append)
+    assert sum(seen) == 2345

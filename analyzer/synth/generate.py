@@ -251,6 +251,12 @@ def generate(
         seq += 1
 
     truth = _Truth() if truth_p is not None else None
+    if truth_p is not None:  # fail before the long run, not after it
+        try:
+            truth_p.parent.mkdir(parents=True, exist_ok=True)
+            truth_p.touch()
+        except OSError as exc:
+            raise OutputError(f"cannot write {truth_p}: {exc.strerror or exc}") from None
     writer = _Writer(fmt)
     raw, out = _open_out(out_path)
     n_sessions = prompt_sum = completion_sum = 0
@@ -284,9 +290,11 @@ def generate(
                 seq += 1
             if writer.size >= _CHUNK_BYTES:
                 written += _flush(writer, out, out_path)
-            if advance is not None:
-                advance(1)
+            if advance is not None and world.n_requests % 1000 == 0:
+                advance(1000)
         written += _flush(writer, out, out_path)
+        if advance is not None:
+            advance(world.n_requests % 1000)
     finally:
         if out is not raw:
             out.close()
