@@ -389,3 +389,19 @@ def test_progress_counts_every_request(tmp_path):
     seen = []
     generate(SynthConfig(profile="api", requests=2345), tmp_path / "x.jsonl", advance=seen.append)
     assert sum(seen) == 2345
+
+
+def test_same_bytes_across_processes(tmp_path):
+    """No dependence on Python's per-process hash seed or anything else in the process."""
+    outs = []
+    for hash_seed in ("1", "2"):
+        out = tmp_path / f"x{hash_seed}.jsonl"
+        code = (
+            "from analyzer.synth import SynthConfig, generate;"
+            f"generate(SynthConfig(profile='mixed', requests=200, seed=5), {str(out)!r},"
+            " fmt='mooncake')"
+        )
+        env = {"PYTHONHASHSEED": hash_seed, "KVPOOL_NO_PROGRESS": "1", "PATH": ""}
+        subprocess.run([sys.executable, "-c", code], check=True, env=env)
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
