@@ -409,3 +409,23 @@ def test_coarse_trace_blocks_fall_back_to_vllm_default_block_size():
     row = next(s for s in vllm.settings if s.option == "--block-size")
     assert row.value == "16" and "lower bound" in row.why
     assert "--block-size 16" in vllm.snippet
+
+
+def test_local_dram_is_capped_at_what_the_replay_simulated():
+    assert _sizing(False).dram_per_node_tokens == 2_000_000
+    capped = size(
+        pool=False,
+        knee_tokens=2_000_000,
+        cluster=CLUSTER,
+        dram_simulated_tokens=500_000,
+        break_even_short_gbps=6.0,
+        replay_pool_read_gbps_per_node=0.0,
+        network_tiers=[("rdma-200", 21.75)],
+        granularity={},
+        engine_block=16,
+        same_session_share=0.1,
+        sessions_known=True,
+        policy_at_knee={},
+    )
+    assert capped.dram_per_node_tokens == 500_000
+    assert "more DRAM would still add hits" in capped.dram_reason

@@ -435,9 +435,13 @@ def run_analysis(
             for cap, rate in pts:
                 if cap == knee:
                     pol[name] = float(rate)
+        dram_sim = (
+            (replay_json["scenarios"].get("local+dram") or {}).get("capacity_tokens") or {}
+        ).get("dram_per_node")
         sizing = size(
             pool=decision.verdict == "deploy-pooled",
             knee_tokens=knee,
+            dram_simulated_tokens=dram_sim if isinstance(dram_sim, int) else None,
             cluster=ClusterFigures(
                 instances=opts.instances,
                 tp=opts.tp,

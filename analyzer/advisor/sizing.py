@@ -149,6 +149,7 @@ def size(
     pool: bool,
     knee_tokens: int,
     cluster: ClusterFigures,
+    dram_simulated_tokens: int | None = None,
     break_even_short_gbps: float,
     replay_pool_read_gbps_per_node: float,
     network_tiers: list[tuple[str, float]],
@@ -182,6 +183,13 @@ def size(
         )
         if knee_tokens <= hbm_node:
             dram_reason += f" (HBM alone, {hbm_node:,} tokens per node, is split across instances)"
+        if dram_simulated_tokens and knee_tokens > dram_simulated_tokens:
+            # Recommend what the replay projected; say what more would buy.
+            dram_node = dram_simulated_tokens
+            dram_reason = (
+                f"the DRAM the replay simulated ({dram_simulated_tokens:,} tokens per node); the "
+                f"knee is {knee_tokens:,} tokens, so more DRAM would still add hits up to it"
+            )
     need = max(2.0 * break_even_short_gbps, replay_pool_read_gbps_per_node)
     nic = pick_nic(need, network_tiers)
     chunk, chunk_reason = choose_block_size(granularity, engine_block)
