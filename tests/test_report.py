@@ -177,3 +177,16 @@ def test_pdf_is_written_when_chromium_exists(doc, tmp_path):
     _chromium_or_skip()
     paths = write_reports(doc, tmp_path / "pdf", pdf=True)
     assert paths["pdf"].read_bytes()[:5] == b"%PDF-"
+
+
+def test_insufficient_data_report_names_what_is_missing(shared_traces, tmp_path):
+    path = shared_traces / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"
+    r = run_analysis([str(path)], AnalyzeOptions())
+    paths = write_reports(r, tmp_path)
+    md = paths["md"].read_text()
+    html = paths["html"].read_text()
+    assert md.startswith("# kvpool report: **insufficient-data**")
+    for text in (md, html):
+        assert "prompt content or block hashes" in text
+        assert "Before any pilot: collect the data named in the verdict" in text
+    assert "<svg" not in html and "## Recommended settings" not in md
