@@ -609,3 +609,18 @@ def test_end_to_end_block_sharing_matches_token_sharing(tmp_path):
         assert t.column("token_lcp_prev").to_pylist() == [0, lcp]
 
     check()
+
+
+def test_named_time_field_and_deep_json(tmp_path):
+    p = tmp_path / "t.jsonl"
+    rows = [
+        {"meta": {"t": 1_700_000_000_000}, "messages": [{"role": "user", "content": "a"}]},
+        {"messages": [{"role": "user", "content": "b"}]},
+        {"meta": {"t": 1_700_000_002_500}, "messages": [{"role": "user", "content": "c"}]},
+    ]
+    deep = "[" * 100_000 + "]" * 100_000
+    p.write_text("\n".join(json.dumps(r) for r in rows) + "\n" + deep + "\n")
+    lt = open_trace([p], IngestOptions(salt=SALT, time_field="meta.t"))
+    assert lt.table.column("arrival_s").to_pylist() == [0.0, 2.5]  # ms by magnitude
+    assert lt.skipped.examples[0] == f"{p}:2: missing timestamp (field 'meta.t')"
+    assert lt.skipped.by_reason["JSON nested too deeply"] == 1

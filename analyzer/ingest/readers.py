@@ -163,6 +163,8 @@ def take_time(rec: dict, ctx: FileContext, names: tuple[str, ...] = TIME_FIELDS)
                 break
     raw = Raw()
     if value is None or value == "":
+        if forced:  # the user named the field: every row must have it
+            raise RowError("missing timestamp", forced)
         if ctx.timed is None:
             ctx.timed = False
         elif ctx.timed:
@@ -201,6 +203,9 @@ def json_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[
                 obj = json.loads(text)
             except json.JSONDecodeError:
                 yield lineno, RowError("malformed JSON")
+                continue
+            except RecursionError:
+                yield lineno, RowError("JSON nested too deeply")
                 continue
             if not isinstance(obj, dict):
                 yield lineno, RowError("line is not a JSON object")
