@@ -142,7 +142,7 @@ def tenants_chart(frame: pd.DataFrame) -> alt.Chart:
         alt.Chart(frame, title="Prompt tokens by tenant")
         .mark_bar()
         .encode(
-            y=alt.Y("tenant:N", sort=None, title=None),
+            y=alt.Y("tenant:N", sort=None, title=None, axis=alt.Axis(labelLimit=220)),
             x=alt.X("prompt_tokens:Q", title="prompt tokens"),
             tooltip=["tenant", "requests", "prompt_tokens"],
         )

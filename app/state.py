@@ -76,7 +76,10 @@ def source() -> Source | None:
 
 
 def set_source(src: Source) -> None:
-    st.session_state[SOURCE_KEY] = src
+    """Switch to another trace; rerun so the sidebar and every page show the new one."""
+    if st.session_state.get(SOURCE_KEY) != src:
+        st.session_state[SOURCE_KEY] = src
+        st.rerun()
 
 
 def ingest_choice() -> IngestChoice:

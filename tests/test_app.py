@@ -4,7 +4,6 @@ the cache (ingestion not redone), and bad input shown as messages, never traceba
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pandas as pd
@@ -27,41 +26,12 @@ PAGES = {
     "views/recommend.py": "Recommendation",
 }
 
-SYSTEMS = (
-    "You are a careful travel assistant. Answer briefly and cite the booking rules. " * 12,
-    "You are a code reviewer. Point out bugs first, then style issues, in that order. " * 10,
-)
-WORDS = ("alpha", "beta", "gamma", "delta", "flight", "city", "bug", "patch", "fare", "seat")
 
+def write_sample(path: Path, requests: int = 240, profile: str = "chat") -> Path:
+    """A small synthetic OpenAI chat-completions log (analyzer.synth), deterministic."""
+    from analyzer.synth import SynthConfig, generate
 
-def write_chat_log(path: Path, n: int = 240, seed: int = 7) -> Path:
-    """A small OpenAI chat-completions log: two system prompts, multi-turn users."""
-    rnd = random.Random(seed)
-    t = 1_700_000_000.0
-    history: dict[str, list[dict]] = {}
-    lines = []
-    for i in range(n):
-        t += rnd.expovariate(2.0)
-        u = rnd.randrange(16)
-        user = f"user{u}"
-        turns = history.setdefault(user, [])
-        question = f"Question {i} from {user}: " + " ".join(rnd.choice(WORDS) for _ in range(30))
-        messages = [{"role": "system", "content": SYSTEMS[u % 2]}, *turns]
-        messages.append({"role": "user", "content": question})
-        record = {
-            "id": f"req-{i}",
-            "created_at": round(t, 3),
-            "request": {"model": "gpt-4o-mini", "messages": messages, "user": user},
-            "response": {"usage": {"completion_tokens": rnd.randrange(20, 200)}},
-        }
-        lines.append(json.dumps(record))
-        turns += [
-            {"role": "user", "content": question},
-            {"role": "assistant", "content": "Ok. " * 20},
-        ]
-        if len(turns) > 8:
-            turns.clear()
-    path.write_text("\n".join(lines) + "\n")
+    generate(SynthConfig(profile=profile, requests=requests, seed=1), path, fmt="openai")
     return path
 
 
@@ -76,7 +46,7 @@ AZURE_CSV = (
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory) -> Path:
-    return write_chat_log(tmp_path_factory.mktemp("dash") / "chat.jsonl")
+    return write_sample(tmp_path_factory.mktemp("dash") / "chat.jsonl")
 
 
 @pytest.fixture
@@ -122,11 +92,16 @@ def metric(at: AppTest, label_start: str) -> str:
     return next(m.value for m in at.metric if m.label.startswith(label_start))
 
 
-def test_load_page_opens_the_given_trace(at: AppTest) -> None:
+def test_load_page_opens_the_given_trace(at: AppTest, sample: Path) -> None:
+    from analyzer.ingest import open_trace
+
+    trace = open_trace([sample]).trace
     assert at.title[0].value == "Load a trace"
-    assert metric(at, "Requests") == "240"
-    assert metric(at, "Sessions") == "16"
-    assert any("chat.jsonl" in c.value for c in at.caption)
+    assert at.subheader[0].value == "Loaded: chat.jsonl"
+    assert metric(at, "Requests") == f"{trace.n_requests:,}" == "240"
+    assert metric(at, "Sessions") == f"{len(trace.session_names):,}"
+    assert metric(at, "Prompt tokens") == f"{int(trace.prompt_tokens.sum()):,}"
+    assert any("chat.jsonl (openai)" in c.value for c in at.caption)
 
 
 @pytest.mark.parametrize("page", list(PAGES))

@@ -81,4 +81,8 @@ with state.guard():
         left.info("The trace names no sessions (no session id, user or cache key).")
     tenants = charts.tenants_frame(trace)
     right.altair_chart(charts.tenants_chart(tenants), width="stretch")
-    right.caption(f"{len(trace.tenant_names):,} tenants (the model stands in when none is named).")
+    n_tenants = len(trace.tenant_names)
+    right.caption(
+        f"{n_tenants:,} tenant{'s' if n_tenants != 1 else ''} "
+        "(the model stands in when none is named)."
+    )
