@@ -56,7 +56,7 @@ class BlockHasher:
         block_size: int,
         salt: bytes,
         token_ratio: float | Fraction = 1,
-        memo_max_hashes: int = 8_000_000,
+        memo_max_hashes: int = 4_000_000,
     ) -> None:
         assert block_size >= 1
         self.block_size = block_size

@@ -110,7 +110,7 @@ class _Builder:
         self.block_size = self._block_size()
         self.salt = opts.salt if opts.salt is not None else load_salt(opts.salt_file)
         self.hasher = BlockHasher(
-            self.block_size, self.salt, opts.token_ratio, memo_max_hashes=8_000_000
+            self.block_size, self.salt, opts.token_ratio, memo_max_hashes=4_000_000
         )
         self.needs_text = any(f in TEXT_FORMATS for f in fmts)
         self.renderer = None

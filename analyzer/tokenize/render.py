@@ -88,7 +88,7 @@ class PromptRenderer:
         template: str = "chatml",
         tools_position: str = "in-system",
         image_tokens: int = 765,
-        memo_max_tokens: int = 32_000_000,
+        memo_max_tokens: int = 16_000_000,
         memo: bool = True,
     ) -> None:
         assert template in TEMPLATES, template
@@ -105,7 +105,7 @@ class PromptRenderer:
         # digest. In memory only (never persisted), bounded by the characters it holds.
         self._fast: OrderedDict[tuple[str, str], Part] = OrderedDict()
         self._fast_chars = 0
-        self.fast_max_chars = 4 * memo_max_tokens
+        self.fast_max_chars = 4 * memo_max_tokens  # about as many tokens again
         self.parts_seen = 0
         self.parts_tokenized = 0
         self.tokens_encoded = 0
