@@ -624,3 +624,10 @@ def test_named_time_field_and_deep_json(tmp_path):
     assert lt.table.column("arrival_s").to_pylist() == [0.0, 2.5]  # ms by magnitude
     assert lt.skipped.examples[0] == f"{p}:2: missing timestamp (field 'meta.t')"
     assert lt.skipped.by_reason["JSON nested too deeply"] == 1
+
+
+def test_absolute_and_relative_times_do_not_merge():
+    with pytest.raises(InputError) as e:
+        load(FIX / "chat.jsonl", FIX / "mooncake_small.jsonl", block_size=512)
+    msg = str(e.value)
+    assert "chat.jsonl (absolute)" in msg and "mooncake_small.jsonl (relative)" in msg

@@ -129,8 +129,7 @@ class _Builder:
         self.cols = _Columns()
         self.previews: dict[int, str] = {}
         self.shared: dict = {}
-        self.file_slices: list[tuple[int, int]] = []
-        self.file_abs: list[bool] = []
+        self.file_abs: list[tuple[str, bool]] = []  # (file, absolute times?) per file read
         self.reordered = 0
         self.untimed: list[str] = []
         self._sessions: dict[str, str] = {}
@@ -344,8 +343,7 @@ class _Builder:
         self.cols.time[first:last] = times.tolist()
         # Out of order: a row earlier than the row before it in its file.
         self.reordered += int(np.count_nonzero(times[1:] < times[:-1]))
-        self.file_slices.append((first, last))
-        self.file_abs.append(absolute)
+        self.file_abs.append((path, absolute))
 
     # -- assembling ---------------------------------------------------------------------
 
@@ -353,16 +351,13 @@ class _Builder:
         c = self.cols
         n = len(c.time)
         times = np.asarray(c.time, dtype=np.float64)
-        if len(set(self.file_abs)) > 1:
-            kinds = [
-                f"{p} ({'absolute' if a else 'relative'})"
-                for p, a in zip(self.paths, self.file_abs, strict=False)
-            ]
+        if len({a for _, a in self.file_abs}) > 1:
+            kinds = [f"{p} ({'absolute' if a else 'relative'})" for p, a in self.file_abs]
             raise InputError(
                 "cannot merge files with absolute and relative timestamps: " + ", ".join(kinds)
             )
         t0 = float(times.min())
-        absolute = bool(self.file_abs and self.file_abs[0])
+        absolute = bool(self.file_abs and self.file_abs[0][1])
         order = np.lexsort((np.arange(n), times))
         arrival = times[order] - t0
         lcp_col = None
