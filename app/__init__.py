@@ -1,0 +1,8 @@
+"""The kvpool what-if dashboard (Streamlit).
+
+``streamlit_app.py`` is the entrypoint (sidebar controls and navigation), ``views/`` holds
+one script per page, ``controls.py`` the what-if controls, ``compute.py`` the cached calls
+into analyzer/, ``charts.py`` the Altair figures, ``state.py`` the session's trace and
+error display, ``command.py`` the ``kvpool dashboard`` command. Nothing here analyses:
+every number comes from analyzer/.
+"""
