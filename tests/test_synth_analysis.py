@@ -33,7 +33,7 @@ TARGETS = {
     "rag": ("ragpulse", 3140, 5438, 234, 891),
     "api": ("azure code", 1469, 7436, 13, 251),
 }
-SIZES = {"chat": 1500, "agent": 1500, "rag": 800, "api": 800}
+SIZES = {"chat": 1500, "agent": 3000, "rag": 800, "api": 800}
 
 
 def _load(path: Path, **kw):

@@ -273,7 +273,7 @@ class AgentSession(Session):
     """Tool-calling agent: long system prompt + tools, loops of tool calls and results."""
 
     kind = "agent"
-    MEAN_STEPS = 0.93 / 0.2 + 0.07 / 0.025
+    MEAN_STEPS = 0.95 / 0.2 + 0.05 / 0.02
     MEAN_TASKS = 1 / 0.7
 
     def __init__(self, world: World, tenant: Tenant, index: int):
@@ -290,7 +290,7 @@ class AgentSession(Session):
         self.pending = w.message("user", content, tok)
         # Most tasks are short; a few run long (deep debugging sessions), which gives the
         # long tail of context lengths seen in the Mooncake trace.
-        p = 0.2 if w.rng.random() < 0.93 else 0.025
+        p = 0.2 if w.rng.random() < 0.95 else 0.02
         self.steps = min(150, int(w.rng.geometric(p)))
 
     def step(self, t: float) -> tuple[Request, float | None]:
@@ -298,7 +298,6 @@ class AgentSession(Session):
         assert self.pending is not None
         messages = [*self.history, self.pending]
         first = self.last < 0
-        reasoning, n_r = w.text.prose(lognormal(rng, 290, 0.5, 5, 3000))
         self.steps -= 1
         done = self.steps <= 0
         if done:
@@ -306,8 +305,9 @@ class AgentSession(Session):
             reply = w.message("assistant", answer, n_a)
             n_out, finish = n_a, "stop"
         else:
+            reasoning, n_r = w.text.prose(lognormal(rng, 290, 0.5, 5, 3000))
             name = self.tenant.tool_names[int(rng.integers(0, len(self.tenant.tool_names)))]
-            args = {k: v for k, v in zip(w.text.words(2), w.text.words(2), strict=True)}
+            args: dict[str, str] = dict(zip(w.text.words(2), w.text.words(2), strict=True))
             args["query"] = w.text.prose(int(rng.integers(5, 30)))[0]
             call_id = f"call_{w.n_requests:08x}"
             call = {
