@@ -332,3 +332,17 @@ def test_progress_inside_cached_work_replays_cleanly() -> None:
     assert_clean(app)
     assert [m.value for m in app.markdown] == ["result 20 10", "result 20 None"]
     assert not app.get("progress")  # bars are removed once the work is done
+
+
+def test_cost_page_works_when_the_trace_does_not(at: AppTest, tmp_path: Path) -> None:
+    bad = tmp_path / "empty.jsonl"
+    bad.write_text("\n")
+    _open_path(at, bad)
+    assert not at.exception
+    assert at.error  # the load page says the file has nothing usable
+    at.switch_page("views/cost.py").run()
+    assert_clean(at)
+    assert charts(at)
+    at.switch_page("views/overview.py").run()
+    assert not at.exception
+    assert at.error  # pages that need the trace repeat why it cannot be read

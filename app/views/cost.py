@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from analyzer.errors import KvpoolError
 from app import charts, compute, controls, state
 
 st.title("Cost model")
@@ -19,8 +20,11 @@ with state.guard():
 
     typical = None
     if state.source() is not None:
-        trace = state.loaded_trace().trace
-        if trace.n_requests:
+        try:  # this page works without a readable trace; it only borrows its lengths
+            trace = state.loaded_trace().trace
+        except KvpoolError:
+            trace = None
+        if trace is not None and trace.n_requests:
             typical = int(np.median(trace.prompt_tokens))
 
     prefix = st.select_slider(
