@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -398,7 +399,19 @@ def _replay(
         ttft_slo_s=ttft_slo_s,
         search_rate=search_rate,
         advance=_advance,
+        workers=replay_workers(_trace.n_requests, len(scenarios)),
     )
+
+
+# Below this many requests, starting worker processes costs more than it saves.
+PARALLEL_REPLAY_MIN_REQUESTS = 2000
+
+
+def replay_workers(n_requests: int, n_scenarios: int) -> int:
+    """Scenarios replayed at once (processes); results do not depend on it."""
+    if n_requests < PARALLEL_REPLAY_MIN_REQUESTS:
+        return 1
+    return max(1, min(n_scenarios, os.cpu_count() or 1, 4))
 
 
 def replay(cur: Current, w, scenarios: tuple[str, ...], search_rate: bool = True):
