@@ -386,7 +386,9 @@ def _replay(
     scenarios: tuple[str, ...],
     ttft_slo_s: float,
     search_rate: bool,
+    calibration_sha: str | None,
     _trace,
+    _cost,
     _advance: Advance | None,
 ):
     CALLS["replay"] += 1
@@ -399,6 +401,7 @@ def _replay(
         ttft_slo_s=ttft_slo_s,
         search_rate=search_rate,
         advance=_advance,
+        cost=_cost,
         workers=replay_workers(_trace.n_requests, len(scenarios)),
     )
 
@@ -414,11 +417,24 @@ def replay_workers(n_requests: int, n_scenarios: int) -> int:
     return max(1, min(n_scenarios, os.cpu_count() or 1, 4))
 
 
-def replay(cur: Current, w, scenarios: tuple[str, ...], search_rate: bool = True):
-    """``analyzer.replay.ReplayResult`` for the what-if cluster, cached per settings."""
+def replay(
+    cur: Current,
+    w,
+    scenarios: tuple[str, ...],
+    search_rate: bool = True,
+    calibration: tuple[str, bytes] | None = None,
+):
+    """``analyzer.replay.ReplayResult`` for the what-if cluster, cached per settings.
+
+    ``calibration`` (file name, CSV bytes) replays with the TTFT model fitted to it
+    instead of the catalog's."""
     from dataclasses import asdict
 
     cfg = cluster_config(w)
+    cost, sha = None, None
+    if calibration is not None:
+        cost, _ = calibrated_model(w, *calibration)
+        sha = hashlib.sha256(calibration[1]).hexdigest()
     total = replay_work(cur.trace.n_requests, len(scenarios), search_rate)
     with progress("Replaying the trace", total, "requests simulated") as advance:
         return _replay(
@@ -428,7 +444,9 @@ def replay(cur: Current, w, scenarios: tuple[str, ...], search_rate: bool = True
             tuple(scenarios),
             w.ttft_slo_s,
             search_rate,
+            sha,
             cur.trace,
+            cost,
             advance,
         )
 
@@ -562,21 +580,34 @@ class CalibrationView:
     warnings: list[str]
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def _calibrate(model: str, gpu: str, tp: int, kv_dtype: str, name: str, data: bytes):
-    import pandas as pd
-
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _calibrated(model: str, gpu: str, tp: int, kv_dtype: str, name: str, sha: str, _data: bytes):
     from analyzer.cost.calibrate import calibrate_ttft, read_ttft_csv
     from app.state import scratch_dir
 
     CALLS["calibrate"] += 1
-    folder = scratch_dir() / "calibration" / hashlib.sha256(data).hexdigest()[:16]
+    folder = scratch_dir() / "calibration" / sha[:16]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (Path(name).name or "calibration.csv")
-    path.write_bytes(data)
+    path.write_bytes(_data)
     rows = read_ttft_csv(path)
+    return calibrate_ttft(cost_model(model, gpu, tp, kv_dtype), path), rows
+
+
+def calibrated_model(w, name: str, data: bytes):
+    """The what-if cost model with its TTFT coefficients fitted to a calibration CSV
+    (``analyzer.cost.calibrate.calibrate_ttft``), and the CSV's usable rows."""
+    sha = hashlib.sha256(data).hexdigest()
+    return _calibrated(w.model, w.gpu, w.tp, w.kv_dtype, name, sha, data)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _calibrate(model: str, gpu: str, tp: int, kv_dtype: str, name: str, data: bytes):
+    import pandas as pd
+
+    sha = hashlib.sha256(data).hexdigest()
+    fitted, rows = _calibrated(model, gpu, tp, kv_dtype, name, sha, data)
     catalog = cost_model(model, gpu, tp, kv_dtype)
-    fitted = calibrate_ttft(catalog, path)
     fit = fitted.ttft_fit
     points = []
     for row in rows.rows:

@@ -26,6 +26,7 @@ SAMPLES_DIR = REPO / "traces"
 PREFERRED_SAMPLES = ("mixed", "chat", "agent", "rag", "api")
 
 SOURCE_KEY = "kvpool.source"
+CALIBRATION_KEY = "kvpool.calibration"
 INGEST_KEY = "kvpool.ingest"
 
 
@@ -80,6 +81,15 @@ def set_source(src: Source) -> None:
     if st.session_state.get(SOURCE_KEY) != src:
         st.session_state[SOURCE_KEY] = src
         st.rerun()
+
+
+def calibration() -> tuple[str, bytes] | None:
+    """The calibration CSV (name, bytes) the replay should use, if the user chose one."""
+    return st.session_state.get(CALIBRATION_KEY)
+
+
+def set_calibration(value: tuple[str, bytes] | None) -> None:
+    st.session_state[CALIBRATION_KEY] = value
 
 
 def ingest_choice() -> IngestChoice:

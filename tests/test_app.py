@@ -346,3 +346,33 @@ def test_cost_page_works_when_the_trace_does_not(at: AppTest, tmp_path: Path) ->
     at.switch_page("views/overview.py").run()
     assert not at.exception
     assert at.error  # pages that need the trace repeat why it cannot be read
+
+
+@pytest.mark.skipif(not CALIBRATION.exists(), reason="cost calibration fixture not present")
+def test_fitted_model_can_drive_the_replay(at: AppTest) -> None:
+    def prefill_gpu_s() -> list[float]:
+        frame = at.dataframe[0].value
+        return frame["prefill GPU-s"].tolist()
+
+    at.switch_page("views/replay.py").run()
+    at.checkbox(key="replay.search").uncheck().run()
+    assert_clean(at)
+    catalog = prefill_gpu_s()
+    assert any("catalog cost model" in c.value for c in at.caption)
+
+    at.switch_page("views/cost.py").run()
+    at.file_uploader(key="cost.calibration").upload(
+        "ttft.csv", CALIBRATION.read_bytes(), "text/csv"
+    )
+    at.run()
+    at.checkbox(key="cost.use_fit").check().run()
+    assert_clean(at)
+    ingest0 = compute.CALLS["ingest"]
+
+    at.switch_page("views/replay.py").run()
+    assert_clean(at)
+    assert any("fitted to ttft.csv" in c.value for c in at.caption)
+    fitted = prefill_gpu_s()
+    assert fitted != catalog  # the fit rescales compute time, so GPU-seconds move
+    assert fitted[0] > 0
+    assert compute.CALLS["ingest"] == ingest0

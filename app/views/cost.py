@@ -74,3 +74,11 @@ with state.guard():
             st.write(line)
         for warning in fit.warnings:
             st.warning(warning)
+        use = st.checkbox(
+            "Use the fitted model on the Replay page",
+            value=state.calibration() is not None,
+            key="cost.use_fit",
+        )
+        state.set_calibration((upload.name, upload.getvalue()) if use else None)
+    if state.calibration() is not None:
+        st.caption(f"The Replay page uses the TTFT model fitted to {state.calibration()[0]}.")

@@ -33,7 +33,8 @@ with state.guard():
         st.info("Pick at least one scenario.")
         st.stop()
     order = [n for n in names if n in chosen]
-    res = compute.replay(cur, w, tuple(order), search_rate=search)
+    calibration = state.calibration()
+    res = compute.replay(cur, w, tuple(order), search_rate=search, calibration=calibration)
     doc = res.to_json()
     scen = doc["scenarios"]
     cluster = doc["cluster"]
@@ -41,6 +42,11 @@ with state.guard():
         f"{w.instances} instances of {w.tp}x {w.gpu} ({cluster['nodes']} nodes), {w.model}, "
         f"router {w.router}, eviction {w.eviction}, p90 TTFT SLO {w.ttft_slo_s:g} s; "
         f"{doc['cluster']['requests']:,} requests. Decode is not modelled (prefill pool)."
+        + (
+            f" Prefill and TTFT from the model fitted to {calibration[0]} (Cost model page)."
+            if calibration
+            else " Prefill times from the catalog cost model."
+        )
     )
 
     cols = st.columns(len(order))
