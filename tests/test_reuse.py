@@ -149,7 +149,7 @@ def naive_belady(chains, prompts, bs, first, capacity) -> int:
             parent = b
         while len(cache) > capacity:
             parents = {v[0] for v in cache.values()}
-            leaves = [b for b in cache if b not in parents and b not in chain]
+            leaves = [b for b in cache if b not in parents]  # the new blocks too (bypass)
             victim = max(leaves, key=lambda b: (cache[b][1], cache[b][2]))
             del cache[victim]
     return hit
@@ -224,6 +224,10 @@ def test_policy_simulations_against_oracles(data, capacity):
         assert simulate(*args, max(tr.n_blocks, 1), policy) == ceiling
         # the numba versions take the same decisions as the Python reference
         assert simulate_fast(*args, capacity, policy) == simulate(*args, capacity, policy)
+    # the offline optimum bounds every online policy at the same capacity
+    best = simulate(*args, capacity, "optimal")
+    for policy in ("lru", "fifo", "s3fifo"):
+        assert simulate(*args, capacity, policy) <= best, policy
 
 
 @settings(max_examples=60, deadline=None)

@@ -73,5 +73,5 @@ def test_not_canonical_is_a_clear_error(tmp_path):
     pq.write_table(pa.table({"x": [1]}), path)
     with pytest.raises(InputError, match="not a canonical trace"):
         read_canonical(path)
-    with pytest.raises(InputError, match="plain.parquet"):
+    with pytest.raises(InputError, match=r"plain\.parquet"):
         read_canonical(path)

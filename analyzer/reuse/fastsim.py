@@ -152,7 +152,9 @@ def leaf_sim(block_ids, offsets, prompt_tokens, block_size, first, capacity, pol
             ver = hv[n_heap]
             if not cached[b] or version[b] != ver or children[b] != 0:
                 continue
-            if protect[b] == r:
+            if protect[b] == r and policy != 2:
+                # LRU/FIFO keep the arriving request's blocks; the offline optimum may
+                # drop them at once (bypass), or it would not bound policies that do.
                 stash_k[n_stash] = hk[n_heap]
                 stash_i[n_stash] = b
                 stash_v[n_stash] = ver

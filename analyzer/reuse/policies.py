@@ -9,10 +9,11 @@ prefix-closed by construction (only leaves are evicted):
 
 * ``lru``: least recently used leaf; equals the one-pass curve (tested).
 * ``fifo``: oldest inserted leaf; hits do not refresh.
-* ``optimal``: Belady's MIN restricted to leaves: evict the leaf whose next use (the
-  index of the next request holding it) is farthest. A parent is never needed later
-  than its child, so the farthest block overall is always a leaf's ancestor-or-self
-  with the same next use, and this is the bound a demand-paging policy can reach.
+* ``optimal``: Belady's MIN restricted to leaves, with bypass: evict the leaf whose next
+  use (the index of the next request holding it) is farthest, the arriving request's
+  own new blocks included. A parent is never needed later than its child, so the
+  farthest block overall is always a leaf's ancestor-or-self with the same next use.
+  Without bypass it would not bound S3-FIFO, whose small queue drops one-hit blocks.
 * ``s3fifo``: S3-FIFO (Yang et al., SOSP'23) over the tail-first block stream, as a
   general-purpose block cache that ignores prefix structure: a small FIFO (10 % of
   the slots) filters one-hit blocks, a main FIFO with frequency-based reinsertion keeps
@@ -135,12 +136,19 @@ def simulate(
         return hit_tokens
     ranks = next_use_requests(block_ids, offsets).tolist() if policy == "optimal" else None
     pol = {"lru": LRU, "fifo": FIFO, "optimal": FarthestRank}[policy]()
-    radix = BlockRadix(capacity_blocks, pol)
+    # The offline optimum may evict the arriving request's own blocks (bypass): insert
+    # without a bound, then evict leaves by next use, the new ones included.
+    bypass = policy == "optimal"
+    radix = BlockRadix(None if bypass else capacity_blocks, pol)
     for r in range(len(offs) - 1):
         lo, hi = offs[r], offs[r + 1]
         chain = ids[lo:hi]
         k = radix.match(chain)
         if r >= first_counted:
             hit_tokens += int(weights[lo : lo + k].sum())
-        radix.insert(chain, float(r), ranks[lo:hi] if ranks is not None else None)
+        if bypass:
+            chain = chain[:capacity_blocks]
+        radix.insert(chain, float(r), ranks[lo : lo + len(chain)] if ranks is not None else None)
+        if bypass and len(radix) > capacity_blocks:
+            radix.evict(len(radix) - capacity_blocks)
     return hit_tokens
