@@ -54,7 +54,9 @@ def bundled_samples() -> list[Path]:
     """Bundled sample traces, preferred ones first."""
     if not SAMPLES_DIR.is_dir():
         return []
-    found = sorted(p for p in SAMPLES_DIR.iterdir() if p.name.endswith((".jsonl.gz", ".jsonl")))
+    found = sorted(
+        p for p in SAMPLES_DIR.iterdir() if p.name.endswith((".jsonl.zst", ".jsonl.gz", ".jsonl"))
+    )
     rank = {name: i for i, name in enumerate(PREFERRED_SAMPLES)}
     return sorted(found, key=lambda p: (rank.get(p.name.split(".")[0], len(rank)), p.name))
 

@@ -145,9 +145,9 @@ def test_cli_unknown_model_is_a_usage_error(logs, tmp_path):
 
 
 def test_bundled_mixed_sample_runs_with_defaults(tmp_path):
-    sample = ROOT / "traces" / "mixed.jsonl.gz"
+    sample = ROOT / "traces" / "mixed.jsonl.zst"
     if not sample.is_file():
-        pytest.skip("traces/mixed.jsonl.gz is not generated yet")
+        pytest.skip("traces/mixed.jsonl.zst is not generated yet")
     res = CliRunner().invoke(app, ["analyze", str(sample), "-o", str(tmp_path)])
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "report.json").read_text())

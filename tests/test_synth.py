@@ -109,6 +109,21 @@ def test_gzip_matches_plain(tmp_path):
     )
 
 
+def test_zstd_matches_plain_and_is_deterministic(tmp_path):
+    import zstandard
+
+    cfg = SynthConfig(profile="chat", requests=100, seed=3)
+    generate(cfg, tmp_path / "p.jsonl")
+    generate(cfg, tmp_path / "a.jsonl.zst")
+    generate(cfg, tmp_path / "b.jsonl.zst")
+    assert (tmp_path / "a.jsonl.zst").read_bytes() == (tmp_path / "b.jsonl.zst").read_bytes()
+    with (tmp_path / "a.jsonl.zst").open("rb") as fh:
+        assert (
+            zstandard.ZstdDecompressor().stream_reader(fh).read()
+            == (tmp_path / "p.jsonl").read_bytes()
+        )
+
+
 # --- profile structure ------------------------------------------------------------------
 
 

@@ -15,7 +15,8 @@ def register(app: typer.Typer) -> None:
 
 def synth(
     output: Annotated[
-        Path, typer.Option("-o", "--output", help="Log to write (.gz: gzip-compressed).")
+        Path,
+        typer.Option("-o", "--output", help="Log to write (.gz: gzip, .zst: zstd, compressed)."),
     ],
     profile: Annotated[
         str, typer.Option("--profile", help="chat | agent | rag | api | mixed.")

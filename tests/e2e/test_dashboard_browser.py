@@ -45,7 +45,7 @@ PAGES = [
     ("Recommendation", "Recommendation"),
 ]
 PAGE_TIMEOUT_MS = 180_000
-E2E_SAMPLE = "chat.jsonl.gz"
+E2E_SAMPLE = "chat.jsonl.zst"
 
 
 def _free_port() -> int:
