@@ -75,3 +75,12 @@ def test_not_canonical_is_a_clear_error(tmp_path):
         read_canonical(path)
     with pytest.raises(InputError, match=r"plain\.parquet"):
         read_canonical(path)
+
+
+def test_coarsen_rekeys_previews_of_kept_blocks():
+    table = _table(ROWS)
+    # previews keyed by chained hash: 20 ends a coarse block of "a", 12 is dropped at factor 2
+    bt = BlockTrace.from_table(table, previews={20: "doc A", 12: "mid block", 11: "sys"})
+    c = bt.coarsen(2)
+    by_hash = {int(c.block_hashes[k]): v for k, v in c.previews.items()}
+    assert by_hash == {20: "doc A", 11: "sys"}
