@@ -631,3 +631,22 @@ def test_absolute_and_relative_times_do_not_merge():
         load(FIX / "chat.jsonl", FIX / "mooncake_small.jsonl", block_size=512)
     msg = str(e.value)
     assert "chat.jsonl (absolute)" in msg and "mooncake_small.jsonl (relative)" in msg
+
+
+def test_parquet_timestamp_columns(tmp_path):
+    import datetime as dt
+
+    import pyarrow as pa
+
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    for unit, tz in (("us", "UTC"), ("ns", None), ("ms", "Europe/Paris")):
+        times = [t0, t0 + dt.timedelta(seconds=2.5)]
+        if tz is None:
+            times = [t.replace(tzinfo=None) for t in times]  # zone-less: UTC
+        p = tmp_path / f"ts_{unit}.parquet"
+        col = pa.array(times, pa.timestamp(unit, tz=tz))
+        pq.write_table(pa.table({"timestamp": col, "prompt": ["hello", "world"]}), p)
+        lt = load(p)
+        assert lt.skipped.total == 0
+        assert lt.table.column("arrival_s").to_pylist() == [0.0, 2.5]
+        assert read_metadata(lt.table)["t0_epoch_s"] == repr(t0.timestamp())

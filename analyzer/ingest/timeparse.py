@@ -6,17 +6,24 @@ seconds (absolute epochs of 2001-2286 in any unit fall in these bands). Formats 
 documented unit (Mooncake ms, Bailian/RAGPulse/BurstGPT s) use it, and ``--time-unit``
 overrides both. Times of at least 1e8 s (1973) are absolute epochs; smaller ones are
 relative to the trace start. ISO strings without a zone are read as UTC, and fractions
-longer than microseconds (Azure writes seven digits) are cut to microseconds.
+longer than microseconds (Azure writes seven digits) are cut to microseconds. Parquet
+timestamp columns arrive as ``datetime`` objects and are read like ISO strings.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, time
 
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 ABSOLUTE_MIN_S = 1e8
 _FRACTION = re.compile(r"(\.\d{6})\d+")
+
+
+def _epoch_s(dt: datetime) -> float:
+    """Epoch seconds of ``dt``; a zone-less time is UTC."""
+    return (dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)).timestamp()
 
 
 def parse_time(value: object) -> tuple[float, bool]:
@@ -24,11 +31,14 @@ def parse_time(value: object) -> tuple[float, bool]:
 
     Raises ValueError for anything else.
     """
+    if isinstance(value, date):  # Parquet timestamp / date32 columns
+        dt = value if isinstance(value, datetime) else datetime.combine(value, time())
+        return _epoch_s(dt), True
     if isinstance(value, bool):
         raise ValueError("boolean")
     if isinstance(value, int | float):
         v = float(value)
-        if v != v or v in (float("inf"), float("-inf")):
+        if not math.isfinite(v):
             raise ValueError("not finite")
         return v, False
     if isinstance(value, str):
@@ -38,16 +48,13 @@ def parse_time(value: object) -> tuple[float, bool]:
         except ValueError:
             pass
         else:
-            if v != v or v in (float("inf"), float("-inf")):
+            if not math.isfinite(v):
                 raise ValueError("not finite")
             return v, False
         s = _FRACTION.sub(r"\1", s)
         if s.endswith(("Z", "z")):
             s = s[:-1] + "+00:00"
-        dt = datetime.fromisoformat(s)  # raises ValueError
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=UTC)
-        return dt.timestamp(), True
+        return _epoch_s(datetime.fromisoformat(s)), True  # raises ValueError
     raise ValueError(f"{type(value).__name__} is not a time")
 
 
