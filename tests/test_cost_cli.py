@@ -167,6 +167,7 @@ def test_fit_then_profile(tmp_path):
         (["show", "-m", "llama-3.1-7b", "-g", "h100"], UsageError, "did you mean"),
         (["show", "-m", "llama-3.1-8b", "-g", "h1000"], UsageError, "h100"),
         (["show", "-m", "llama-3.1-70b", "-g", "h100", "--tp", "3"], UsageError, "does not divide"),
+        (["show", "-m", "llama-3.1-8b", "-g", "h100", "--tp", "0"], UsageError, "at least 1"),
         (["show", "-m", "llama-3.1-8b", "-g", "h100", "--kv-dtype", "int3"], UsageError, "dtype"),
         (["show", "-m", "llama-3.1-8b"], UsageError, "--gpu"),
         (

@@ -100,7 +100,12 @@ def _cost_model(
     if not model or not gpu:
         raise UsageError("--model and --gpu are required (or --profile FILE)")
     return CostModel.from_catalog(
-        model, gpu, tp=tp or 1, kv_dtype=kv_dtype or "bf16", mfu=mfu, compute_dtype=compute_dtype
+        model,
+        gpu,
+        tp=1 if tp is None else tp,
+        kv_dtype=kv_dtype or "bf16",
+        mfu=mfu,
+        compute_dtype=compute_dtype,
     )
 
 
