@@ -650,3 +650,32 @@ def test_parquet_timestamp_columns(tmp_path):
         assert lt.skipped.total == 0
         assert lt.table.column("arrival_s").to_pylist() == [0.0, 2.5]
         assert read_metadata(lt.table)["t0_epoch_s"] == repr(t0.timestamp())
+
+
+def test_out_of_range_numbers_are_counted_skips(tmp_path):
+    az = tmp_path / "az.csv"
+    az.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46,inf,10\n"
+        f"2023-11-16 18:15:47,100,{10**30}\n"
+        "2023-11-16 18:15:48,100,1\n"
+    )
+    lt = load(az)
+    assert lt.table.num_rows == 1
+    assert lt.skipped.by_reason == {"mistyped field": 1, "value out of 64-bit range": 1}
+    mc = tmp_path / "mc.jsonl"
+    rows = [
+        {"timestamp": 1, "input_length": 600, "output_length": 1, "hash_ids": [2**64, 1]},
+        {"timestamp": 2, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]},
+    ]
+    mc.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    lt = load(mc)
+    assert lt.table.num_rows == 1
+    assert lt.skipped.examples == [f"{mc}:1: hash id out of 64-bit range (field 'hash_ids')"]
+
+
+def test_deeply_nested_first_line_is_not_detected_as_json(tmp_path):
+    p = tmp_path / "deep.jsonl"
+    p.write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    with pytest.raises(InputError, match="first lines are not valid JSON"):
+        detect_format(p)

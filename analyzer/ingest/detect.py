@@ -93,7 +93,7 @@ def detect_format(path: str | Path) -> str:
         for line in lines:
             try:
                 obj = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
                 continue
             if isinstance(obj, dict):
                 return _json_format(obj)

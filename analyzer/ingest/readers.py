@@ -44,6 +44,7 @@ TIME_FIELDS = (
 # Native timestamp unit and block size of the formats that define them.
 NATIVE_UNIT = {"mooncake": "ms", "bailian": "s", "ragpulse": "s", "burstgpt": "s"}
 NATIVE_BLOCK = {"mooncake": 512, "bailian": 16}
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 
 class RowError(Exception):
@@ -114,12 +115,14 @@ def _int(value: object, field: str, required: bool = True) -> int | None:
     elif isinstance(value, str):
         try:
             out = int(float(value.strip()))
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:  # "abc", "nan"; "inf"
             raise RowError("mistyped field", field) from exc
     else:
         raise RowError("mistyped field", field)
     if out < 0:
         raise RowError("negative value", field)
+    if out > _I64_MAX:
+        raise RowError("value out of 64-bit range", field)
     return out
 
 
@@ -431,6 +434,8 @@ def _hash_id_list(value: object, field: str) -> list[int]:
     for v in value:
         if not isinstance(v, int) or isinstance(v, bool):
             raise RowError("mistyped field", field)
+        if not _I64_MIN <= v <= _I64_MAX:
+            raise RowError("hash id out of 64-bit range", field)
     return value
 
 
