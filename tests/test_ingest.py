@@ -679,3 +679,20 @@ def test_deeply_nested_first_line_is_not_detected_as_json(tmp_path):
     p.write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
     with pytest.raises(InputError, match="first lines are not valid JSON"):
         detect_format(p)
+
+
+def test_mistyped_messages_or_prompt_is_not_called_missing(tmp_path):
+    p = tmp_path / "t.jsonl"
+    rows = [
+        {"timestamp": 1, "messages": [{"role": "user", "content": "ok"}]},
+        {"timestamp": 2, "messages": "hi"},
+        {"timestamp": 3, "prompt": 5},
+        {"timestamp": 4, "model": "m"},
+    ]
+    p.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    lt = load(p)
+    assert lt.skipped.examples == [
+        f"{p}:2: mistyped field (field 'messages')",
+        f"{p}:3: mistyped field (field 'prompt')",
+        f"{p}:4: missing field (field 'messages')",
+    ]

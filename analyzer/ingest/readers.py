@@ -306,6 +306,9 @@ def parse_openai(rec: dict, ctx: FileContext) -> Raw:
                 if v is not None:
                     raise RowError("mistyped field", k)
     if body is None:
+        for k in ("messages", "prompt"):
+            if rec.get(k) is not None:  # present but neither a list nor a string
+                raise RowError("mistyped field", k)
         raise RowError("missing field", "messages")
     raw = take_time(rec, ctx)
     if isinstance(body.get("messages"), list):
