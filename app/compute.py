@@ -454,36 +454,6 @@ def replay(
 # --- recommendation ----------------------------------------------------------------------
 
 
-@st.cache_resource(show_spinner=False, max_entries=8)
-def _canonical_copy(content: str, ingest_key: Key, name: str, _loaded) -> str:
-    """The loaded trace written once as canonical Parquet (plus its preview sidecar), so
-    the advisor's pipeline reads it back in a moment instead of re-tokenizing the log."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from analyzer.ingest import previews_path
-    from analyzer.trace import write_canonical
-    from app.state import scratch_dir
-
-    folder = (
-        scratch_dir()
-        / f"canonical-{content[:16]}-{hashlib.sha256(repr(ingest_key).encode()).hexdigest()[:8]}"
-    )
-    folder.mkdir(parents=True, exist_ok=True)
-    out = folder / f"{name}.parquet"
-    write_canonical(_loaded.table, out)
-    if _loaded.previews:
-        items = sorted(_loaded.previews.items())
-        side = pa.table(
-            {
-                "block_hash": pa.array([h for h, _ in items], pa.uint64()),
-                "preview": pa.array([t for _, t in items], pa.string()),
-            }
-        )
-        pq.write_table(side, previews_path(out), compression="zstd")
-    return str(out)
-
-
 def analyze_options(w, warmup: float):
     """``analyzer.advisor.AnalyzeOptions`` for the what-if controls."""
     from analyzer.advisor import AnalyzeOptions
@@ -512,48 +482,19 @@ def analyze_options(w, warmup: float):
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def _analysis(content: str, ingest_key: Key, opts_key: str, _path: str, _opts, _loaded, _advance):
+def _analysis(content: str, ingest_key: Key, opts_key: str, _opts, _loaded, _advance):
     CALLS["analysis"] += 1
-    from dataclasses import replace
-
     from analyzer.advisor import run_analysis
 
-    result = run_analysis([_path], _opts, advance=_advance)
-    # The pipeline read the canonical copy; the report names the user's own files and
-    # what ingestion skipped in them, as `kvpool analyze` on those files would.
-    inputs = []
-    for p in _loaded.sources:
-        info = Path(p).stat()
-        inputs.append(
-            {
-                "name": Path(p).name,
-                "bytes": info.st_size,
-                "sha256": _digest_file(p, info.st_size, info.st_mtime_ns),
-            }
-        )
-    sk = _loaded.skipped
-    skipped = {
-        "total": int(sk.total),
-        "by_reason": dict(sorted(sk.by_reason.items())),
-        "examples": [
-            Path(e.split(":", 1)[0]).name + ":" + e.split(":", 1)[1] if ":" in e else e
-            for e in sk.examples
-        ],
-    }
-    return replace(
-        result,
-        inputs=inputs,
-        skipped=skipped,
-        trace=replace(result.trace, skipped_lines=int(sk.total)),
-    )
+    return run_analysis(_loaded.sources, _opts, advance=_advance, loaded=_loaded)
 
 
-def analysis(cur: Current, label: str, w, warmup: float):
-    """``analyzer.advisor.AnalysisResult`` (verdict, sizing, settings, gates)."""
+def analysis(cur: Current, w, warmup: float):
+    """``analyzer.advisor.AnalysisResult`` (verdict, sizing, settings, gates) of the
+    trace on screen, from its ingestion (never re-read)."""
     opts = analyze_options(w, warmup)
-    path = _canonical_copy(cur.content, cur.ingest_key, Path(label).name.split(".")[0], cur.loaded)
     with progress("Running the analysis", 100) as advance:
-        return _analysis(cur.content, cur.ingest_key, repr(opts), path, opts, cur.loaded, advance)
+        return _analysis(cur.content, cur.ingest_key, repr(opts), opts, cur.loaded, advance)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

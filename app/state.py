@@ -110,7 +110,7 @@ _UPLOAD_DIR: Path | None = None
 
 
 def scratch_dir() -> Path:
-    """This server's temporary folder (uploads, canonical copies); one per process."""
+    """This server's temporary folder (uploads, calibration CSVs); one per process."""
     global _UPLOAD_DIR
     if _UPLOAD_DIR is None:
         _UPLOAD_DIR = Path(tempfile.mkdtemp(prefix="kvpool-dashboard-"))

@@ -100,6 +100,17 @@ def test_same_input_gives_byte_identical_json(logs, pooled, tmp_path):
     assert str(tmp_path) not in a and str(logs["high"].parent) not in a
 
 
+def test_an_already_loaded_trace_gives_the_same_report(logs, pooled):
+    """The dashboard hands over its own ingestion: the report is the same bytes."""
+    from analyzer.ingest import open_trace
+
+    loaded = open_trace([str(logs["high"])])
+    opts = AnalyzeOptions(pool_gbps=50.0, **POOL_CLUSTER)
+    assert render_json(run_analysis(loaded.sources, opts, loaded=loaded)) == render_json(pooled)
+    with pytest.raises(ValueError, match="sources"):
+        run_analysis([str(logs["low"])], opts, loaded=loaded)
+
+
 def test_reusable_prefix_percentiles_against_a_loop(logs):
     from analyzer.ingest import open_trace
 

@@ -297,7 +297,7 @@ def test_report_download_matches_kvpool_analyze(sample: Path) -> None:
 
     cur = compute.ingest((str(sample),), state.IngestChoice().key())
     w = controls.default_whatif()
-    result = compute.analysis(cur, sample.name, w, 0.5)
+    result = compute.analysis(cur, w, 0.5)
     html, markdown, payload = compute.reports(cur, w, 0.5, result)
     expected = render_json(run_analysis([str(sample)], AnalyzeOptions()))
     assert payload == expected

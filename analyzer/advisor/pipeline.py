@@ -12,6 +12,7 @@ import hashlib
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -42,6 +43,9 @@ from analyzer.advisor.sizing import ClusterFigures, Sizing, size
 from analyzer.errors import UsageError
 from analyzer.progress import Advance, progress
 from analyzer.trace import BlockTrace
+
+if TYPE_CHECKING:
+    from analyzer.ingest import LoadedTrace
 
 SCHEMA = "kvpool.report/1"
 SCENARIOS = ("none", "local", "local+dram", "pooled")
@@ -311,9 +315,18 @@ def _fits(model: str, gpu: str, kv_dtype: str) -> tuple[object, int] | None:
 
 
 def run_analysis(
-    paths: list[str] | str, opts: AnalyzeOptions | None = None, advance: Advance | None = None
+    paths: list[str] | str,
+    opts: AnalyzeOptions | None = None,
+    advance: Advance | None = None,
+    loaded: LoadedTrace | None = None,
 ) -> AnalysisResult:
-    """The whole pipeline; ``advance`` (if given) receives percentage points (100 in all)."""
+    """The whole pipeline; ``advance`` (if given) receives percentage points (100 in all).
+
+    ``loaded`` is what ``open_trace(paths, ...)`` already returned, for a caller that
+    ingested the logs itself (the dashboard): ingestion is then skipped, so the options'
+    ``block_size``, ``fmt`` and ``template`` play no part, and ``paths`` (its
+    ``sources``) only name the files in the report.
+    """
     from analyzer.ingest import IngestOptions, open_trace
     from analyzer.reuse import ReuseOptions, analyze_reuse
 
@@ -321,20 +334,23 @@ def run_analysis(
     th = opts.thresholds
     step = advance or (lambda _n: None)
     plist = [paths] if isinstance(paths, str) else [str(p) for p in paths]
+    if loaded is not None and plist != loaded.sources:
+        raise ValueError(f"paths {plist} are not the loaded trace's sources {loaded.sources}")
 
     # Catalog lookups first, so an unknown model or GPU fails before any work.
     cm = _cost(opts.model, opts.gpu, opts.tp, opts.kv_dtype, opts.mfu)
 
-    with progress(
-        "reading logs",
-        sum(Path(p).stat().st_size for p in plist if Path(p).is_file()) or None,
-        unit="bytes",
-    ) as adv:
-        loaded = open_trace(
-            plist,
-            IngestOptions(block_size=opts.block_size, fmt=opts.fmt, template=opts.template),
-            advance=adv,
-        )
+    if loaded is None:
+        with progress(
+            "reading logs",
+            sum(Path(p).stat().st_size for p in plist if Path(p).is_file()) or None,
+            unit="bytes",
+        ) as adv:
+            loaded = open_trace(
+                plist,
+                IngestOptions(block_size=opts.block_size, fmt=opts.fmt, template=opts.template),
+                advance=adv,
+            )
     step(15)
     trace = loaded.trace
     inputs = [

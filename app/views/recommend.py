@@ -20,7 +20,7 @@ with state.guard():
     w = controls.current()
     src = state.source()
     warmup = st.session_state.get("reuse.warmup", 0.5)
-    result = compute.analysis(cur, src.label, w, warmup)
+    result = compute.analysis(cur, w, warmup)
     doc = result.to_json()
     verdict = doc["verdict"]
 
