@@ -239,25 +239,50 @@ class BlockRadix:
             heapq.heappush(self._heap, (self._policy.key(p), parent, p.version))
 
     def _evict(self, n_blocks: int, protect: set[int] | None) -> list[int]:
+        # The replay's hot loop (most of its time): lookups are hoisted, and a parent
+        # that becomes a leaf is pushed and the next candidate popped in one heap
+        # operation (heappushpop; entries are distinct, so the order is unchanged).
         nodes = self._nodes
         heap = self._heap
+        pop = heapq.heappop
+        push = heapq.heappush
+        pushpop = heapq.heappushpop
+        key = self._policy.key
+        seq = self._seq
         out: list[int] = []
         held: list[tuple[tuple[float, ...], int, int]] = []
-        while len(out) < n_blocks and heap:
-            entry = heapq.heappop(heap)
-            _, b, version = entry
+        entry = None
+        while len(out) < n_blocks:
+            if entry is None:
+                if not heap:
+                    break
+                entry = pop(heap)
+            b = entry[1]
             node = nodes.get(b)
-            if node is None or node.version != version or node.children:
-                continue  # stale entry
+            if node is None or node.version != entry[2] or node.children:
+                entry = None  # stale
+                continue
             if protect is not None and b in protect:
                 held.append(entry)
+                entry = None
                 continue
             del nodes[b]
             out.append(b)
-            if node.parent != ROOT:
-                self._lose_child(node.parent)
-        for entry in held:
-            heapq.heappush(heap, entry)
+            entry = None
+            parent = node.parent
+            if parent != ROOT:
+                p = nodes[parent]
+                p.children -= 1
+                if p.children == 0:  # the parent became a leaf
+                    seq += 1
+                    p.version = seq
+                    if len(out) < n_blocks:
+                        entry = pushpop(heap, (key(p), parent, seq))
+                    else:
+                        push(heap, (key(p), parent, seq))
+        self._seq = seq
+        for e in held:
+            push(heap, e)
         return out
 
     def _rebuild_heap(self) -> None:
