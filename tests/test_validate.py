@@ -206,3 +206,50 @@ def test_validate_refuses_a_non_report(tmp_path):
     p = _write(tmp_path / "r.json", {"schema": "something-else"})
     with pytest.raises(InputError, match="not a kvpool report"):
         validate([str(p)], str(p))
+
+
+def test_malformed_results_and_reports_are_input_errors(tmp_path):
+    """Broken files name where they break; non-finite or negative figures are refused
+    (they would otherwise be written to --json as invalid JSON ``Infinity``)."""
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text('{"mean_ttft_ms": x,\n "completed": 3\n}\n')
+    with pytest.raises(InputError, match=r"pretty\.json:1: invalid JSON"):
+        read_results(str(pretty), "baseline")
+    cut = tmp_path / "cut.json"
+    cut.write_text(json.dumps(VLLM_BASE) + "\n" + '{"mean_ttft_ms": \n')
+    with pytest.raises(InputError, match=r"cut\.json:2: invalid JSON"):
+        read_results(str(cut), "baseline")
+    for value, what in (("inf", "finite"), (-5, "negative")):
+        j = _write(tmp_path / "v.json", {**VLLM_BASE, "mean_ttft_ms": value})
+        with pytest.raises(InputError, match=rf"\(field 'mean_ttft_ms'\).*{what}"):
+            read_results(str(j), "baseline")
+    closed = read_results(
+        str(_write(tmp_path / "c.json", {**VLLM_BASE, "request_rate": "inf"})), "b"
+    )
+    assert "requested_rate" not in closed.metrics
+    r = tmp_path / "r.csv"
+    r.write_text("ttft_s\n0.1\ninf\n")
+    with pytest.raises(InputError, match=r"r\.csv:3 \(field 'ttft_s'\)"):
+        read_results(str(r), "baseline")
+
+    good = _write(tmp_path / "base.json", VLLM_BASE)
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(InputError, match="not a UTF-8"):
+        validate([str(good)], str(binary))
+    for entries, field in (
+        ([{"id": "main"}], "missing 'name'"),
+        (["main"], "expected an object"),
+        ([{"id": "m", "name": "M", "results_role": "candidate", "criteria": "x"}], "malformed"),
+    ):
+        rep = _write(
+            tmp_path / "rep.json", {"schema": "kvpool.report/1", "gates": {"plan": entries}}
+        )
+        with pytest.raises(InputError, match=rf"gates\.plan\[0\].*{field}"):
+            validate([str(good)], str(rep))
+    doc = json.loads(_report(tmp_path).read_text())
+    doc["gates"]["plan"][0]["criteria"][0]["op"] = "=="
+    with pytest.raises(InputError, match="unknown criterion operator"):
+        validate([str(good)], str(_write(tmp_path / "op.json", doc)))
+    doc = {"schema": "kvpool.report/1", "verdict": "x", "gates": {"plan": []}}
+    assert validate([str(good)], str(_write(tmp_path / "v.json", doc))).verdict == ""

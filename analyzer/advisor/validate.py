@@ -48,6 +48,8 @@ _VLLM_KEYS = {
     "completed": ("completed", 1.0),
     "failed": ("failed", 1.0),
     "num_prompts": ("num_prompts", 1.0),
+    # older benchmark_serving.py; a later key for the same figure overrides an earlier one
+    "benchmark_duration": ("duration_s", 1.0),
     "duration": ("duration_s", 1.0),
     "duration_s": ("duration_s", 1.0),
     "request_rate": ("requested_rate", 1.0),
@@ -91,14 +93,15 @@ def _from_mapping(doc: dict, path: str, line: int | None) -> dict[str, float]:
     for key, (ours, factor) in _VLLM_KEYS.items():
         if key not in doc:
             continue
-        v = _num(doc[key], Location(path, line, key))
+        loc = Location(path, line, key)
+        v = _num(doc[key], loc)
         if v is None or (ours == "requested_rate" and not math.isfinite(v)):
             continue  # request_rate "inf" means closed loop: no rate to compare with
+        if not math.isfinite(v):
+            raise InputError(f"expected a finite number, got {doc[key]!r}", loc)
+        if v < 0:
+            raise InputError("must not be negative", loc)
         out[ours] = v * factor
-    if "duration_s" not in out and "benchmark_duration" in doc:
-        v = _num(doc["benchmark_duration"], Location(path, line, "benchmark_duration"))
-        if v is not None:
-            out["duration_s"] = v
     if not any(k in out for k in _TTFT_KEYS):
         raise InputError(
             "no TTFT figures found (expected mean_ttft_ms/median_ttft_ms/p99_ttft_ms as "
@@ -108,15 +111,24 @@ def _from_mapping(doc: dict, path: str, line: int | None) -> dict[str, float]:
     return out
 
 
+def _parses(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
 def read_json_results(path: str) -> dict[str, float]:
     text = Path(path).read_text(encoding="utf-8", errors="replace")
     try:
         doc = json.loads(text)
         line = None
     except json.JSONDecodeError as exc:
-        # JSON Lines: several runs appended to one file; use the last.
+        # JSON Lines: several runs appended to one file; use the last. A file whose first
+        # line is not a document by itself is one broken document: say where it breaks.
         lines = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
-        if len(lines) < 2:
+        if len(lines) < 2 or not _parses(lines[0][1]):
             raise InputError(f"invalid JSON: {exc.msg}", Location(path, exc.lineno)) from None
         line, last = lines[-1]
         try:
@@ -185,8 +197,10 @@ def read_csv_results(path: str) -> tuple[str, dict[str, float]]:
         if v is None:
             failed += 1
             continue
-        if v < 0:
-            raise InputError("TTFT must not be negative", Location(path, i, ttft_col))
+        if v < 0 or not math.isfinite(v):
+            raise InputError(
+                "TTFT must be a finite number, not negative", Location(path, i, ttft_col)
+            )
         ttft.append(v * factor)
         s = _num(cell("start_s"), Location(path, i, "start_s")) if "start_s" in col else None
         e = _num(cell("end_s"), Location(path, i, "end_s")) if "end_s" in col else None
@@ -323,6 +337,8 @@ def load_report(path: str) -> dict:
     p = Path(path)
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise InputError("not a UTF-8 JSON file", Location(path)) from None
     except OSError as exc:
         raise InputError(f"cannot read report: {exc.strerror or exc}", Location(path)) from None
     except json.JSONDecodeError as exc:
@@ -338,9 +354,33 @@ def load_report(path: str) -> dict:
     return doc
 
 
+def report_gates(doc: dict, path: str) -> tuple[Gate, ...]:
+    """The gate plan of a report from :func:`load_report`; a malformed entry is an
+    :class:`InputError` naming it (a hand-edited or truncated report)."""
+    gates = []
+    for i, entry in enumerate(doc["gates"]["plan"]):
+        try:
+            if not isinstance(entry, dict):
+                raise TypeError(f"expected an object, got {type(entry).__name__}")
+            gate = gate_from_json(entry)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise InputError(
+                f"malformed gate ({what})", Location(path, field=f"gates.plan[{i}]")
+            ) from None
+        bad = [c.op for c in gate.criteria if c.op not in (">=", "<=")]
+        if bad:
+            raise InputError(
+                f"unknown criterion operator {bad[0]!r} (expected '>=' or '<=')",
+                Location(path, field=f"gates.plan[{i}]"),
+            )
+        gates.append(gate)
+    return tuple(gates)
+
+
 def validate(results_args: list[str], report_path: str) -> Validation:
     doc = load_report(report_path)
-    gates: tuple[Gate, ...] = tuple(gate_from_json(g) for g in doc["gates"]["plan"])
+    gates = report_gates(doc, report_path)
     if not results_args:
         raise UsageError("give at least one results file")
     measured = tuple(read_results(p, role) for role, p in assign_roles(results_args))
@@ -376,7 +416,7 @@ def validate(results_args: list[str], report_path: str) -> Validation:
             )
     return Validation(
         report_path=report_path,
-        verdict=str(doc.get("verdict", {}).get("verdict", "")),
+        verdict=str(v.get("verdict", "")) if isinstance(v := doc.get("verdict"), dict) else "",
         measured=measured,
         gates=results,
         comparisons=tuple(comps),
