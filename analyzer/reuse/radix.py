@@ -166,15 +166,17 @@ class BlockRadix:
             chain = chain[: self._capacity]
         nodes = self._nodes
         parent = ROOT
+        seq = self._seq
         for b in chain:
             if b not in nodes:
-                self._seq += 1
-                nodes[b] = Node(parent, 0, now, now, self._seq, self._seq)
+                seq += 1
+                nodes[b] = Node(parent, 0, now, now, seq, seq)
                 if parent != ROOT:
                     p = nodes[parent]
                     p.children += 1
-                    p.version = self._seq  # no longer a leaf: its heap entry dies
+                    p.version = seq  # no longer a leaf: its heap entry dies
             parent = b
+        self._seq = seq
         if ranks is not None:
             for b, rank in zip(chain, ranks, strict=False):
                 nodes[b].rank = float(rank)
@@ -218,14 +220,17 @@ class BlockRadix:
         nodes = self._nodes
         heap = self._heap
         key = self._policy.key
+        push = heapq.heappush
+        seq = self._seq
         for b in reversed(chain):  # tail first: block 0 ends up the most recent
             node = nodes[b]
-            self._seq += 1
+            seq += 1
             node.last_access = now
-            node.touch_seq = self._seq
-            node.version = self._seq
+            node.touch_seq = seq
+            node.version = seq
             if node.children == 0:
-                heapq.heappush(heap, (key(node), b, node.version))
+                push(heap, (key(node), b, seq))
+        self._seq = seq
         if len(heap) > 4 * len(nodes) + 64:
             self._rebuild_heap()
 
