@@ -37,6 +37,7 @@ from analyzer.replay.engine import simulate
 from analyzer.replay.links import Link
 from analyzer.replay.routers import session_instance
 from analyzer.replay.run import BISECTIONS, STEP
+from analyzer.reuse.analysis import ReuseOptions, analyze_reuse
 
 COST = AnalyticCost()
 POOL_ONLY = ScenarioSpec("pool-only", local=False, pool=True)
@@ -112,6 +113,19 @@ def test_lru_on_mooncake(mooncake_spaced, cap_tokens):
     assert res["scenarios"]["local"]["hit_rate"] == pytest.approx(
         lru_oracle(mooncake_spaced, cap_tokens // 512), abs=1e-12
     )
+
+
+@pytest.mark.parametrize("warmup", [0.0, 0.5])
+def test_local_replay_matches_the_reuse_lru_curve(mooncake_spaced, warmup):
+    """The two stages agree: one instance, free loads, spaced arrivals = the reuse
+    stage's exact LRU curve at the same capacity and warm-up."""
+    rep = analyze_reuse(mooncake_spaced, ReuseOptions(warmup=warmup, policies=("lru",)))
+    for cap_tokens in (200_000, 1_000_000):
+        c = cfg(local_capacity_tokens=cap_tokens, warmup_fraction=warmup)
+        res = replay(mooncake_spaced, c, ["local"]).to_json()
+        assert res["scenarios"]["local"]["hit_rate"] == pytest.approx(
+            rep.hit_rate_at(cap_tokens), abs=1e-12
+        )
 
 
 # -- 3. free loads: TTFT saved == prefill compute saved ------------------------------
