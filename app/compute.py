@@ -454,8 +454,10 @@ def replay(
 # --- recommendation ----------------------------------------------------------------------
 
 
-def analyze_options(w, warmup: float):
-    """``analyzer.advisor.AnalyzeOptions`` for the what-if controls."""
+def analyze_options(w, warmup: float, block_size: int | None = None):
+    """``analyzer.advisor.AnalyzeOptions`` for the what-if controls and the block size
+    the trace was ingested with (so the report's options say what `kvpool analyze
+    --block-size` would)."""
     from analyzer.advisor import AnalyzeOptions
 
     cfg = cluster_config(w)
@@ -478,6 +480,7 @@ def analyze_options(w, warmup: float):
         router=w.router,
         ttft_slo_s=w.ttft_slo_s,
         warmup=warmup,
+        block_size=block_size,
     )
 
 
@@ -492,7 +495,7 @@ def _analysis(content: str, ingest_key: Key, opts_key: str, _opts, _loaded, _adv
 def analysis(cur: Current, w, warmup: float):
     """``analyzer.advisor.AnalysisResult`` (verdict, sizing, settings, gates) of the
     trace on screen, from its ingestion (never re-read)."""
-    opts = analyze_options(w, warmup)
+    opts = analyze_options(w, warmup, dict(cur.ingest_key).get("block_size"))
     with progress("Running the analysis", 100) as advance:
         return _analysis(cur.content, cur.ingest_key, repr(opts), opts, cur.loaded, advance)
 
@@ -505,11 +508,10 @@ def _reports(content: str, ingest_key: Key, opts_key: str, _result) -> tuple[str
     return render_html(doc), render_markdown(doc), render_json(doc)
 
 
-def reports(cur: Current, w, warmup: float, result) -> tuple[str, str, str]:
+def reports(cur: Current, result) -> tuple[str, str, str]:
     """The HTML, Markdown and JSON reports of :func:`analysis`'s result, as ``kvpool
     analyze`` writes them (``analyzer.report``); rendered once per analysis."""
-    opts = analyze_options(w, warmup)
-    return _reports(cur.content, cur.ingest_key, repr(opts), result)
+    return _reports(cur.content, cur.ingest_key, repr(result.options), result)
 
 
 @dataclass(frozen=True, slots=True)

@@ -288,18 +288,20 @@ def test_bad_calibration_csv_is_an_error_message(at: AppTest) -> None:
     assert any("ttft" in e.value or "column" in e.value for e in at.error)
 
 
-def test_report_download_matches_kvpool_analyze(sample: Path) -> None:
-    """The recommendation's JSON report is what `kvpool analyze` writes for the same
-    input and the default controls, byte for byte."""
+@pytest.mark.parametrize("block_size", [None, 32])
+def test_report_download_matches_kvpool_analyze(sample: Path, block_size: int | None) -> None:
+    """The recommendation's JSON report is what `kvpool analyze` (with the load page's
+    block size as --block-size) writes for the same input and the default controls,
+    byte for byte."""
     from analyzer.advisor import AnalyzeOptions, run_analysis
     from analyzer.report import render_json
     from app import controls, state
 
-    cur = compute.ingest((str(sample),), state.IngestChoice().key())
+    cur = compute.ingest((str(sample),), state.IngestChoice(block_size=block_size).key())
     w = controls.default_whatif()
     result = compute.analysis(cur, w, 0.5)
-    html, markdown, payload = compute.reports(cur, w, 0.5, result)
-    expected = render_json(run_analysis([str(sample)], AnalyzeOptions()))
+    html, markdown, payload = compute.reports(cur, result)
+    expected = render_json(run_analysis([str(sample)], AnalyzeOptions(block_size=block_size)))
     assert payload == expected
     assert json.loads(payload)["inputs"][0]["name"] == sample.name
     assert html.lstrip().lower().startswith("<!doctype html")

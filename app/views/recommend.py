@@ -33,7 +33,7 @@ with state.guard():
     st.subheader("Reports")
     stem = src.label.split(".")[0] or "kvpool"
     a, b, c = st.columns(3)
-    html, markdown, payload = compute.reports(cur, w, warmup, result)
+    html, markdown, payload = compute.reports(cur, result)
     a.download_button(
         "HTML report", html, file_name=f"{stem}-report.html", mime="text/html", key="dl.html"
     )
