@@ -70,6 +70,8 @@ class ReuseOptions:
             raise UsageError(f"--warmup must be in [0, 1), got {self.warmup}")
         if any(c < 0 for c in self.capacities_tokens):
             raise UsageError("capacities must not be negative")
+        if self.top_n < 0:
+            raise UsageError(f"--top must be >= 0, got {self.top_n}")
         unknown = [p for p in self.policies if p not in POLICY_NAMES]
         if unknown:
             raise UsageError(
