@@ -178,6 +178,21 @@ def _dense(flat_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rank[inverse].astype(np.int64), uniq[order]
 
 
+def coarse_positions(offsets: np.ndarray, factor: int) -> tuple[np.ndarray, np.ndarray]:
+    """(new offsets, fine positions) of the blocks ``factor`` times coarser.
+
+    Request ``i`` with ``c`` fine blocks has ``c // factor`` coarse ones; coarse block ``j``
+    is named by the chained hash at fine position ``j * factor + factor - 1`` (the
+    returned positions index the flat fine array, request by request).
+    """
+    new_counts = np.diff(offsets) // factor
+    new_offsets = np.zeros(new_counts.size + 1, dtype=np.int64)
+    np.cumsum(new_counts, out=new_offsets[1:])
+    req = np.repeat(np.arange(new_counts.size), new_counts)
+    within = np.arange(new_offsets[-1]) - new_offsets[req]
+    return new_offsets, offsets[req] + within * factor + factor - 1
+
+
 @dataclass(frozen=True, slots=True)
 class BlockTrace:
     """Compact, columnar form of a canonical trace, sorted by arrival.
@@ -285,14 +300,7 @@ class BlockTrace:
         assert factor >= 1
         if factor == 1:
             return self
-        counts = np.diff(self.offsets)
-        new_counts = counts // factor
-        new_offsets = np.zeros_like(self.offsets)
-        np.cumsum(new_counts, out=new_offsets[1:])
-        # Position j of the coarse request is fine position j * factor + factor - 1.
-        req = np.repeat(np.arange(self.n_requests), new_counts)
-        within = np.arange(new_offsets[-1]) - new_offsets[req]
-        fine_pos = self.offsets[req] + within * factor + factor - 1
+        new_offsets, fine_pos = coarse_positions(self.offsets, factor)
         fine_ids = self.block_ids[fine_pos]
         ids, id_hash_idx = _dense(fine_ids.astype(np.uint64))
         hashes = self.block_hashes[id_hash_idx.astype(np.int64)] if fine_ids.size else id_hash_idx

@@ -38,7 +38,7 @@ from analyzer.ingest.readers import (
 )
 from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, UNITS, unit_for
 from analyzer.tokenize import RenderError
-from analyzer.trace import CANONICAL_SCHEMA, read_canonical, read_metadata
+from analyzer.trace import CANONICAL_SCHEMA, coarse_positions, read_canonical, read_metadata
 from analyzer.trace import trace_metadata as make_metadata
 
 TEXT_FORMATS = {
@@ -481,12 +481,8 @@ def coarsen_table(table: pa.Table, factor: int) -> pa.Table:
     col = table.column("block_hashes").combine_chunks()
     offsets = col.offsets.to_numpy().astype(np.int64)
     flat = col.values.to_numpy(zero_copy_only=False)
-    counts = np.diff(offsets) // factor
-    new_off = np.zeros(counts.size + 1, dtype=np.int64)
-    np.cumsum(counts, out=new_off[1:])
-    req = np.repeat(np.arange(counts.size), counts)
-    within = np.arange(new_off[-1]) - new_off[req]
-    coarse = flat[offsets[req] + within * factor + factor - 1]
+    new_off, fine_pos = coarse_positions(offsets, factor)
+    coarse = flat[fine_pos]
     i = table.column_names.index("block_hashes")
     table = table.set_column(i, "block_hashes", _list_array(new_off, coarse))
     j = table.column_names.index("content_hashes")
