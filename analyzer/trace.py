@@ -172,10 +172,16 @@ def _dense(flat_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if flat_hashes.size == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.uint64)
     uniq, first, inverse = np.unique(flat_hashes, return_index=True, return_inverse=True)
+    ids, order = _first_seen(first, inverse)
+    return ids, uniq[order]
+
+
+def _first_seen(first: np.ndarray, inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Renumber ``np.unique``'s sorted values by first appearance: (ids, unique order)."""
     order = np.argsort(first, kind="stable")  # unique values by first appearance
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
-    return rank[inverse].astype(np.int64), uniq[order]
+    return rank[inverse.reshape(-1)].astype(np.int64), order
 
 
 def coarse_positions(offsets: np.ndarray, factor: int) -> tuple[np.ndarray, np.ndarray]:
@@ -311,10 +317,7 @@ class BlockTrace:
                 [self.content_ids[fine_pos - (factor - 1 - k)] for k in range(factor)], axis=1
             )
             _, first, inv = np.unique(parts, axis=0, return_index=True, return_inverse=True)
-            order = np.argsort(first, kind="stable")
-            rank = np.empty_like(order)
-            rank[order] = np.arange(order.size)
-            content_ids = rank[inv.reshape(-1)].astype(np.int64)
+            content_ids, _ = _first_seen(first, inv)
         previews: dict[int, str] = {}
         if self.previews:
             # Re-key only the previewed blocks: a dict over every access costs seconds at 20M.
