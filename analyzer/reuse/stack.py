@@ -73,6 +73,32 @@ def _fw_build(tree: np.ndarray) -> None:
 
 
 @njit(cache=True, inline="always")
+def _touch(
+    b: int,
+    tree: np.ndarray,
+    last_pos: np.ndarray,
+    pos_block: np.ndarray,
+    t: int,
+    active: int,
+    cap: int,
+) -> tuple[int, int]:
+    """Move block ``b``'s marker to a new last position; returns (time, distinct blocks)."""
+    p = last_pos[b]
+    if p != 0:
+        _fw_add(tree, p, -1)
+        pos_block[p] = -1  # dead marker: compaction must not revive it
+    else:
+        active += 1
+    if t == cap:
+        t = _compact(last_pos, pos_block, tree, t)
+    t += 1
+    last_pos[b] = t
+    pos_block[t] = b
+    _fw_add(tree, t, 1)
+    return t, active
+
+
+@njit(cache=True, inline="always")
 def _weight(k: int, prompt: int, block_size: int) -> int:
     last = prompt - 1
     lo = min(k * block_size, last)
@@ -132,19 +158,7 @@ def lru_histogram(
                 hist[n_ids if d == MISS else d] += w
         # tail-first touches
         for j in range(hi - 1, lo - 1, -1):
-            b = block_ids[j]
-            p = last_pos[b]
-            if p != 0:
-                _fw_add(tree, p, -1)
-                pos_block[p] = -1  # dead marker: compaction must not revive it
-            else:
-                active += 1
-            if t == cap:
-                t = _compact(last_pos, pos_block, tree, t)
-            t += 1
-            last_pos[b] = t
-            pos_block[t] = b
-            _fw_add(tree, t, 1)
+            t, active = _touch(block_ids[j], tree, last_pos, pos_block, t, active, cap)
     return hist
 
 
@@ -248,20 +262,8 @@ def reuse_scan(
         for j in range(hi - 1, lo - 1, -1):
             b = block_ids[j]
             last_req[b] = r
-            if not distances:
-                continue
-            p = last_pos[b]
-            if p != 0:
-                _fw_add(tree, p, -1)
-                pos_block[p] = -1  # dead marker: compaction must not revive it
-            else:
-                active += 1
-            if t == cap:
-                t = _compact(last_pos, pos_block, tree, t)
-            t += 1
-            last_pos[b] = t
-            pos_block[t] = b
-            _fw_add(tree, t, 1)
+            if distances:
+                t, active = _touch(b, tree, last_pos, pos_block, t, active, cap)
     return (
         hist_all,
         hist_cnt,
