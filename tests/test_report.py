@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from analyzer.advisor import AnalyzeOptions, run_analysis
-from analyzer.report import find_chromium, render_html, render_json, render_markdown, write_reports
+from analyzer.report import (
+    CHROMIUM_FLAGS,
+    find_chromium,
+    render_html,
+    render_json,
+    render_markdown,
+    write_reports,
+)
 from analyzer.report.render import sections
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,12 +136,7 @@ def test_html_opens_in_headless_chromium_without_errors(doc, tmp_path):
             [
                 exe,
                 "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
+                *CHROMIUM_FLAGS,
                 f"--user-data-dir={profile}",
                 "--window-size=1200,4000",
                 "--enable-logging=stderr",

@@ -20,6 +20,16 @@ from pathlib import Path
 from analyzer.errors import OutputError
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+# Headless Chromium in a container or CI: no sandbox, GPU, network chatter or first-run
+# setup. Shared by the PDF printer and the browser tests.
+CHROMIUM_FLAGS = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+)
 
 
 def _doc(result_or_doc) -> dict:
@@ -64,12 +74,7 @@ def write_pdf(html_path: Path, pdf_path: Path) -> bool:
         cmd = [
             exe,
             "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
+            *CHROMIUM_FLAGS,
             f"--user-data-dir={profile}",
             "--no-pdf-header-footer",
             f"--print-to-pdf={pdf_path}",
@@ -104,6 +109,7 @@ def write_reports(result_or_doc, out_dir: str | Path, *, pdf: bool = False) -> d
 
 
 __all__ = [
+    "CHROMIUM_FLAGS",
     "find_chromium",
     "render_html",
     "render_json",

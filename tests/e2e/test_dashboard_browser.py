@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from analyzer.report import CHROMIUM_FLAGS
 from app.state import bundled_samples
 
 pytestmark = pytest.mark.e2e
@@ -27,14 +28,6 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 # (sidebar link text, title the page shows): the order a user would go through them.
 PAGES = [
     ("Workload overview", "Workload overview"),
@@ -145,7 +138,7 @@ def test_dashboard_pages_in_chromium(dashboard_url: str) -> None:
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=list(CHROMIUM_FLAGS))
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 2400})
             console_errors: list[str] = []
