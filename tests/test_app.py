@@ -223,6 +223,9 @@ def test_missing_path_is_an_error_message(at: AppTest, tmp_path: Path) -> None:
     _open_path(at, tmp_path / "nope.jsonl")
     assert not at.exception
     assert any("no such file" in e.value for e in at.error)
+    _open_path(at, tmp_path)
+    assert not at.exception
+    assert any("is a directory" in e.value for e in at.error)
 
 
 def test_unreadable_upload_is_an_error_message(at: AppTest) -> None:

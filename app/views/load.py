@@ -50,6 +50,8 @@ with state.guard():
         )
         if st.button("Open path", type="primary", key="load.open_path") and typed.strip():
             path = Path(typed.strip()).expanduser()
+            if path.is_dir():
+                raise InputError("is a directory: give one of its files", Location(str(path)))
             if not path.is_file():
                 raise InputError("no such file", Location(str(path)))
             state.set_source(state.Source(path.name, (str(path.resolve()),), "path"))
