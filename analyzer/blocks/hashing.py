@@ -132,12 +132,13 @@ class BlockHasher:
             put_h(prev)
             put_c(c.digest())
         self.blocks_hashed += k1 - k0
-        hashes = np.frombuffer(b"".join(chained), dtype="<u8").astype(np.uint64)
-        contents = np.frombuffer(b"".join(content), dtype="<u8").astype(np.uint64)
+        # concatenate copies into fresh uint64 arrays: no astype needed on the new parts.
+        hashes = np.frombuffer(b"".join(chained), dtype="<u8")
+        contents = np.frombuffer(b"".join(content), dtype="<u8")
         tail = np.frombuffer(buf[lo:], dtype="<u4").astype(np.uint32)
         return ChainState(
-            np.concatenate([state.hashes, hashes]),
-            np.concatenate([state.contents, contents]),
+            np.concatenate([state.hashes, hashes]).astype(np.uint64, copy=False),
+            np.concatenate([state.contents, contents]).astype(np.uint64, copy=False),
             tail,
             n_total,
             prev,

@@ -190,6 +190,7 @@ class _Builder:
                     break
         if state is None:
             state = hasher.empty()
+        start_tokens = state.n_tokens  # counted tokens of parts[:start]
         last = len(parts) - 1
         j = start
         while j <= last and j <= 1:  # the system prompt's state is shared across sessions
@@ -213,7 +214,7 @@ class _Builder:
         hashes = state.hashes
         if len(self.previews) < self.opts.max_previews:
             # Parts of a recalled prefix had their previews taken when first hashed.
-            pos = sum(p.tokens.size for p in parts[:start])
+            pos = start_tokens
             for p in parts[start:]:
                 if p.role is not None:
                     k = hasher.served_tokens(pos) // self.block_size
