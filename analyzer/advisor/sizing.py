@@ -6,9 +6,10 @@ router and eviction policy.
   hit rate per GB.
 * **Host DRAM per node**: with a pool, each node contributes ``pool / nodes`` of its
   DRAM to the pool (Mooncake's ``global_segment_size``). Without a pool, the node's
-  DRAM must hold what its instances' HBM cannot: ``knee - HBM cache of the node``,
-  an upper bound (the knee is the whole cluster's working set; routing by session or
-  prefix lets a node hold less).
+  DRAM is written through (it holds every block its instances produce, HBM's
+  included), so it is sized at the knee itself, an upper bound (the knee is the whole
+  cluster's working set; routing by session or prefix lets a node hold less), or at
+  the DRAM the replay simulated when that is smaller.
 * **Network per node**: enough to beat recompute for the shorter reusable prefixes
   (break-even at the 25th percentile of reusable prefix length, twice over for
   headroom), and at least the replay's measured pool read rate.
