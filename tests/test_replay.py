@@ -489,6 +489,17 @@ def test_load_scenarios_toml_and_json(tmp_path):
     bad.write_text('[[scenario]]\nname = "x"\npool_gbps = -1\n')
     with pytest.raises(InputError, match=r"scenario\[0\]\.pool_gbps"):
         load_scenarios(bad)
+    for body, field in (
+        ("local_capacity_tokens = 1e400", "local_capacity_tokens"),  # inf: no traceback
+        ("pool_gbps = nan", "pool_gbps"),
+        ("pool_latency_s = -1", "pool_latency_s"),
+    ):
+        bad.write_text(f'[[scenario]]\nname = "x"\n{body}\n')
+        with pytest.raises(InputError, match=rf"scenario\[0\]\.{field}"):
+            load_scenarios(bad)
+    ok = tmp_path / "ok.toml"
+    ok.write_text('[[scenario]]\nname = "x"\npool = true\npool_latency_s = 0\n')
+    assert load_scenarios(ok)[0].pool_latency_s == 0.0
     bad.write_text('[[scenario]]\nname = "x"\ncolour = "red"\n')
     with pytest.raises(InputError, match="unknown key"):
         load_scenarios(bad)

@@ -273,13 +273,20 @@ def load_scenarios(path: str | Path) -> list[ScenarioSpec]:
                         raise InputError(exc.message, loc) from None
                 elif isinstance(value, bool) or not isinstance(value, int | float):
                     raise InputError("expected a token count or 'unbounded'", loc)
-                elif value < 0 or value != int(value):
+                elif not math.isfinite(value) or value < 0 or value != int(value):
                     raise InputError("expected a whole, non-negative token count", loc)
                 else:
                     value = min(int(value), UNBOUNDED)
             elif key in _FLOAT_KEYS:
-                if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                    raise InputError("expected a positive number", loc)
+                latency = key.endswith("_latency_s")  # 0 s is a valid first-byte latency
+                if (
+                    isinstance(value, bool)
+                    or not isinstance(value, int | float)
+                    or not (value >= 0 if latency else value > 0)  # also refuses nan
+                ):
+                    raise InputError(
+                        "expected a number >= 0" if latency else "expected a positive number", loc
+                    )
                 value = float(value)
             elif key in _STR_KEYS:
                 if not isinstance(value, str):
