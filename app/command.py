@@ -45,6 +45,14 @@ def max_upload_mb() -> int:
     return value
 
 
+def check_trace_path(path: Path) -> None:
+    """A trace path given by hand (command line, load page) names a file that exists."""
+    if path.is_dir():
+        raise InputError("is a directory: give one of its files", Location(str(path)))
+    if not path.is_file():
+        raise InputError("no such file", Location(str(path)))
+
+
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
@@ -115,8 +123,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"--port must be between 1 and 65535 (got {port})")
         env = dict(os.environ)
         if input is not None:
-            if not input.exists():
-                raise InputError("no such file", Location(str(input)))
+            check_trace_path(input)
             env[ENV_INPUT] = str(input.resolve())
         upload_mb = max_upload_mb()
         if not _port_free(port):

@@ -55,6 +55,9 @@ def test_missing_input_is_an_input_error(tmp_path) -> None:
     assert isinstance(res.exception, InputError)
     assert "no such file" in str(res.exception)
     assert res.exception.exit_code == EXIT_INPUT
+    folder = _run(["dashboard", str(tmp_path)])
+    assert isinstance(folder.exception, InputError)
+    assert "is a directory" in str(folder.exception)
 
 
 def test_port_in_use_is_a_usage_error() -> None:

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from analyzer.errors import InputError, Location
 from app import compute, state
-from app.command import max_upload_mb
+from app.command import check_trace_path, max_upload_mb
 
 st.title("Load a trace")
 st.write(
@@ -50,10 +49,7 @@ with state.guard():
         )
         if st.button("Open path", type="primary", key="load.open_path") and typed.strip():
             path = Path(typed.strip()).expanduser()
-            if path.is_dir():
-                raise InputError("is a directory: give one of its files", Location(str(path)))
-            if not path.is_file():
-                raise InputError("no such file", Location(str(path)))
+            check_trace_path(path)
             state.set_source(state.Source(path.name, (str(path.resolve()),), "path"))
 
     with st.expander("Ingest options"):
