@@ -142,6 +142,9 @@ def test_bad_messages_name_the_field():
     with pytest.raises(RenderError) as e:
         r.render({"messages": [{"content": "x"}]})
     assert e.value.field == "messages[0].role"
+    with pytest.raises(RenderError) as e:  # an unhashable type once raised TypeError
+        r.render({"messages": [{"role": "user", "content": [{"type": ["text"]}]}]})
+    assert (e.value.reason, e.value.field) == ("mistyped field", "messages[0].content[0].type")
 
 
 def test_hf_tokenizer_json(tmp_path):

@@ -234,6 +234,8 @@ class PromptRenderer:
             elif isinstance(part, dict):
                 kind = part.get("type", "text")
                 value = part.get("text")
+                if not isinstance(kind, str):
+                    raise RenderError("mistyped field", f"{field}[{j}].type")
             else:
                 raise RenderError("mistyped field", f"{field}[{j}]")
             if kind in _TEXT_TYPES:
