@@ -192,3 +192,13 @@ def test_insufficient_data_report_names_what_is_missing(shared_traces, tmp_path)
         assert "prompt content or block hashes" in text
         assert "Before any pilot: collect the data named in the verdict" in text
     assert "<svg" not in html and "## Recommended settings" not in md
+
+
+def test_thresholds_in_the_text_are_the_runs_own(doc):
+    """The report quotes the thresholds the decision used, not the defaults."""
+    default = render_markdown(doc)
+    assert "at least 30% steady-state prefix reuse" in default and "gate: 25%" in default
+    custom = json.loads(json.dumps(doc))
+    custom["options"]["thresholds"].update(min_reuse=0.4, min_ttft_reduction=0.35)
+    text = render_markdown(custom)
+    assert "at least 40% steady-state prefix reuse" in text and "gate: 35%" in text

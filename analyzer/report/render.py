@@ -40,6 +40,16 @@ def num(x, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
+def threshold_pct(doc: dict, name: str) -> str:
+    """A decision threshold of this report's run (``options.thresholds``) as "25%"."""
+    from analyzer.advisor.figures import Thresholds
+
+    value = ((doc.get("options") or {}).get("thresholds") or {}).get(name)
+    if not isinstance(value, int | float):
+        value = getattr(Thresholds(), name)
+    return f"{100 * value:.0f}%"
+
+
 def gb(n_bytes) -> str:
     return "-" if n_bytes is None else f"{n_bytes / 1e9:,.2f} GB"
 
@@ -103,7 +113,7 @@ def key_figures(doc: dict) -> Table:
             [
                 "Projected TTFT reduction (pooled vs local)",
                 pct(proj["pooled_ttft_reduction"]),
-                "gate: 25%",
+                f"gate: {threshold_pct(doc, 'min_ttft_reduction')}",
             ]
         )
     if proj.get("pooled_throughput_gain") is not None:
@@ -214,8 +224,9 @@ def sections(doc: dict) -> list[Section]:
         rs.paragraphs.append(f"Reuse cannot be measured: {rf.get('reason') or 'no data'}.")
     else:
         rs.paragraphs.append(
-            "The guideline is at least 30% steady-state prefix reuse: below it, the prefill a "
-            "pool saves cannot pay for the pool's memory, network and operations."
+            f"The guideline is at least {threshold_pct(doc, 'min_reuse')} steady-state prefix "
+            "reuse: below it, the prefill a pool saves cannot pay for the pool's memory, "
+            "network and operations."
         )
         rs.charts += ["hit_ratio", "sources"]
         curve = (reuse.get("curves") or {}).get("lru") or []
