@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Annotated
@@ -40,8 +41,8 @@ def parse_float_list(text: str | None, flag: str) -> tuple[float, ...]:
         values = tuple(float(p) for p in text.split(","))
     except ValueError:
         raise UsageError(f"{flag} takes numbers separated by commas, got '{text}'") from None
-    if any(v <= 0 for v in values):
-        raise UsageError(f"{flag} values must be positive")
+    if not all(0 < v < math.inf for v in values):  # nan and inf too
+        raise UsageError(f"{flag} values must be positive and finite")
     return values
 
 
