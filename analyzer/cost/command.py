@@ -262,7 +262,7 @@ def show_cmd(
         tier_names = [*tier_names, "fitted"]
     if link_gbps is not None:
         check_bandwidth(link_gbps, "--link-gbps")
-        if link_latency_ms < 0:
+        if not 0 <= link_latency_ms < math.inf:  # also refuses nan
             raise UsageError(f"--link-latency-ms must be >= 0, got {link_latency_ms}")
         custom = TierSpec("custom", float(link_gbps), link_latency_ms / 1e3, "custom")
         tier_names = [*tier_names, custom]
@@ -383,7 +383,7 @@ def ttft_cmd(
     """
     cm = _cost_model(model, gpu, tp, kv_dtype, mfu, profile)
     latency_s = None if load_latency_ms is None else load_latency_ms / 1e3
-    if load_latency_ms is not None and load_latency_ms < 0:
+    if load_latency_ms is not None and not 0 <= load_latency_ms < math.inf:  # nan too
         raise UsageError(f"--load-latency-ms must be >= 0, got {load_latency_ms}")
     if load_gbps is not None:
         from analyzer.cost.catalog import check_bandwidth
