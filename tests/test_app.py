@@ -381,3 +381,13 @@ def test_fitted_model_can_drive_the_replay(at: AppTest) -> None:
     assert fitted != catalog  # the fit rescales compute time, so GPU-seconds move
     assert fitted[0] > 0
     assert compute.CALLS["ingest"] == ingest0
+
+
+def test_gate_projections_show_seconds_as_seconds(at: AppTest, sample: Path) -> None:
+    """The baseline gate projects a mean TTFT in seconds, the main gate fractions."""
+    at.switch_page("views/recommend.py").run()
+    assert_clean(at)
+    projected = [c.value for c in at.caption if c.value.startswith("Projected by the replay")]
+    baseline = next(c for c in projected if "mean ttft s" in c)
+    value = float(baseline.split("mean ttft s ")[1].split(" s")[0])
+    assert value > 0 and "%" not in baseline

@@ -15,6 +15,15 @@ VERDICT_STYLE = {
     "insufficient-data": (st.warning, "Insufficient data to decide"),
 }
 
+
+def _projected(metric: str, value) -> str:
+    """A gate's projected figure: seconds for ``*_s`` metrics (the baseline's TTFT), a
+    signed percentage for the reductions and gains."""
+    if not isinstance(value, int | float):
+        return str(value)
+    return f"{value:.3g} s" if metric.endswith("_s") else f"{value:+.1%}"
+
+
 with state.guard():
     cur = state.loaded_trace()
     w = controls.current()
@@ -108,7 +117,7 @@ with state.guard():
                 st.caption(
                     "Projected by the replay: "
                     + ", ".join(
-                        f"{k.replace('_', ' ')} {v:+.1%}" if isinstance(v, float) else f"{k} {v}"
+                        f"{k.replace('_', ' ')} {_projected(k, v)}"
                         for k, v in gate["projected"].items()
                     )
                 )
