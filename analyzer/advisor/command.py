@@ -114,11 +114,11 @@ def analyze(
         search_rate=not no_rate_search,
     )
     # Each stage shows its own progress bar (rich allows one live display at a time).
-    result = run_analysis([str(p) for p in inputs], opts)
+    doc = run_analysis([str(p) for p in inputs], opts).to_json()
     with progress("writing reports", None):
-        paths = write_reports(result, out, pdf=pdf)
+        paths = write_reports(doc, out, pdf=pdf)
     console = Console()
-    print_summary(console, result.to_json(), paths)
+    print_summary(console, doc, paths)
     if pdf and "pdf" not in paths:
         console.print("[yellow]no PDF: Chromium is not installed (/usr/bin/chromium)[/]")
 
