@@ -696,3 +696,25 @@ def test_mistyped_messages_or_prompt_is_not_called_missing(tmp_path):
         f"{p}:3: mistyped field (field 'prompt')",
         f"{p}:4: missing field (field 'messages')",
     ]
+
+
+def test_corrupt_parquet_row_group_is_skipped_and_counted(tmp_path):
+    import pyarrow as pa
+
+    rows = [{"timestamp": 1_700_000_000 + i, "prompt": f"hello {i} " * 20} for i in range(30)]
+    good = tmp_path / "g.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), good, row_group_size=10)
+    meta = pq.ParquetFile(good).metadata
+    data = bytearray(good.read_bytes())
+    for c in range(meta.num_columns):  # break every page header of row group 1
+        at = meta.row_group(1).column(c).data_page_offset
+        data[at : at + 64] = b"\xff" * 64
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(bytes(data))
+    lt = load(bad)
+    assert lt.table.num_rows == 20
+    assert lt.skipped.by_reason == {"corrupt Parquet data": 10}
+    assert lt.skipped.examples[0] == f"{bad}:11: corrupt Parquet data"
+    assert lt.table.column("block_hashes") == load(good).table.column("block_hashes").take(
+        list(range(10)) + list(range(20, 30))
+    )

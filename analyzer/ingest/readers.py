@@ -267,12 +267,22 @@ def parquet_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterat
     size = Path(path).stat().st_size
     n_rows = max(1, pf.metadata.num_rows)
     row = 0
-    for batch in pf.iter_batches(batch_size=20_000):
-        for rec in batch.to_pylist():
-            row += 1
-            yield row, rec
+    for g in range(pf.metadata.num_row_groups):
+        in_group = pf.metadata.row_group(g).num_rows
+        try:  # a row group is decoded whole before any of its rows is used
+            batches = list(pf.iter_batches(batch_size=20_000, row_groups=[g]))
+        except (OSError, pa.ArrowException):
+            # A corrupt row group: each of its rows is a counted skip; the others are kept.
+            for _ in range(in_group):
+                row += 1
+                yield row, RowError("corrupt Parquet data")
+            batches = []
+        for batch in batches:
+            for rec in batch.to_pylist():
+                row += 1
+                yield row, rec
         if on_bytes:
-            on_bytes(size * batch.num_rows / n_rows)
+            on_bytes(size * in_group / n_rows)
 
 
 def records(path: str, fmt: str, on_bytes: Callable[[int], None] | None) -> Iterator[Record]:
