@@ -129,6 +129,10 @@ def test_bad_measurement_files(tmp_path):
         cal.read_prefill_csv(empty)
     with pytest.raises(InputError, match="not found"):
         cal.read_load_csv(tmp_path / "nope.csv")
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\xff\xfe\x00prompt_tokens\n")
+    with pytest.raises(InputError, match="not a UTF-8 text CSV"):
+        cal.read_prefill_csv(binary)
     odd = tmp_path / "odd.csv"
     odd.write_text("prompt_tokens,cached_tokens,prefill_s,concurrency\n100,200,0.1,1\n100,0,0.1,\n")
     rows = cal.read_prefill_csv(odd)

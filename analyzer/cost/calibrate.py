@@ -24,6 +24,7 @@ shuffle), so it is the error on points the fit did not see. Profiles are plain J
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from collections.abc import Sequence
@@ -78,12 +79,16 @@ def read_measurements(
     p = Path(path)
     optional = optional or {}
     try:
-        fh = p.open(newline="", encoding="utf-8-sig")
+        text = p.read_text(encoding="utf-8-sig")  # measurement files are small
     except FileNotFoundError as exc:
         raise InputError(f"measurement file not found: {p}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"not a UTF-8 text CSV (byte {exc.start} cannot be decoded)", Location(str(p))
+        ) from None
     except OSError as exc:
         raise InputError(f"cannot read {p}: {exc}") from exc
-    with fh:
+    with io.StringIO(text, newline="") as fh:
         reader = csv.DictReader(fh)
         header = [h.strip() for h in (reader.fieldnames or [])]
         if not header:
