@@ -175,6 +175,11 @@ def test_bad_profiles(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(InputError, match=r"bad\.json:1"):
         cal.load_profile(bad)
+    bad.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(InputError, match="not UTF-8 JSON"):
+        cal.load_profile(bad)
+    with pytest.raises(InputError, match="cannot read profile"):
+        cal.load_profile(tmp_path)  # a directory
     bad.write_text(json.dumps({"schema": "other"}))
     with pytest.raises(InputError, match="not a kvpool cost profile"):
         cal.load_profile(bad)

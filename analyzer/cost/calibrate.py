@@ -533,6 +533,12 @@ def load_profile(
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise InputError(f"profile not found: {p}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"profile is not UTF-8 JSON (byte {exc.start} cannot be decoded)", Location(where)
+        ) from None
+    except OSError as exc:
+        raise InputError(f"cannot read profile {p}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError(
             f"profile is not valid JSON: {exc.msg}", Location(where, exc.lineno)
