@@ -165,6 +165,16 @@ def test_bundled_mixed_sample_runs_with_defaults(tmp_path):
     assert doc["verdict"]["verdict"] in ("deploy-pooled", "local-offload-only", "not-worth-it")
 
 
+def test_bad_cluster_options_fail_before_reading_the_log(tmp_path):
+    from analyzer.errors import UsageError
+
+    never_read = str(tmp_path / "absent.jsonl")
+    with pytest.raises(UsageError, match="unknown router"):
+        run_analysis([never_read], AnalyzeOptions(router="nope"))
+    with pytest.raises(UsageError, match="gpus_per_node"):
+        run_analysis([never_read], AnalyzeOptions(gpus_per_node=0))
+
+
 def test_cli_bad_inputs_are_user_errors(logs, tmp_path):
     from analyzer.errors import InputError, UsageError
 

@@ -337,8 +337,10 @@ def run_analysis(
     if loaded is not None and plist != loaded.sources:
         raise ValueError(f"paths {plist} are not the loaded trace's sources {loaded.sources}")
 
-    # Catalog lookups first, so an unknown model or GPU fails before any work.
+    # Catalog lookups and the cluster's checks first, so an unknown model or GPU, router
+    # or node shape fails before any work (not after minutes of reading a large log).
     cm = _cost(opts.model, opts.gpu, opts.tp, opts.kv_dtype, opts.mfu)
+    cfg = _cluster_config(opts)
 
     if loaded is None:
         with progress(
@@ -385,7 +387,6 @@ def run_analysis(
         be_curve = _break_even_curve(cm, bw, prompt_max=int(trace.prompt_tokens.max()))
         from analyzer.replay import run_replay
 
-        cfg = _cluster_config(opts)
         # The SLO rate search is the costly part (about nine replays per scenario); it
         # runs only where the decision reads it: the baseline and the pool, and local
         # DRAM offload when that is the verdict (its projected gate KPIs). Below the
