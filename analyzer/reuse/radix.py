@@ -255,9 +255,11 @@ class BlockRadix:
         key = self._policy.key
         seq = self._seq
         out: list[int] = []
+        append = out.append
         held: list[tuple[tuple[float, ...], int, int]] = []
         entry = None
-        while len(out) < n_blocks:
+        need = n_blocks
+        while need > 0:
             if entry is None:
                 if not heap:
                     break
@@ -272,7 +274,8 @@ class BlockRadix:
                 entry = None
                 continue
             del nodes[b]
-            out.append(b)
+            append(b)
+            need -= 1
             entry = None
             parent = node.parent
             if parent != ROOT:
@@ -281,7 +284,7 @@ class BlockRadix:
                 if p.children == 0:  # the parent became a leaf
                     seq += 1
                     p.version = seq
-                    if len(out) < n_blocks:
+                    if need:
                         entry = pushpop(heap, (key(p), parent, seq))
                     else:
                         push(heap, (key(p), parent, seq))
