@@ -152,6 +152,21 @@ def read_canonical(path: str | Path) -> pa.Table:
     missing = [n for n in CANONICAL_SCHEMA.names if n not in table.column_names]
     if missing:
         raise InputError(f"canonical trace lacks columns {missing}", Location(str(path)))
+    bs = meta.get("block_size", "")
+    if bs and not (bs.isdigit() and int(bs) >= 1):
+        raise InputError(f"kvpool.block_size '{bs}' is not a positive integer", Location(str(path)))
+    for f in CANONICAL_SCHEMA:  # a hand-made file: cast compatible types, name the others
+        col = table.column(f.name)
+        if col.type == f.type:
+            continue
+        try:
+            col = col.cast(f.type)
+        except pa.ArrowException as exc:  # invalid values, or no such cast
+            raise InputError(
+                f"column is {col.type}, the canonical schema has {f.type}",
+                Location(str(path), field=f.name),
+            ) from exc
+        table = table.set_column(table.column_names.index(f.name), f.name, col)
     return table
 
 

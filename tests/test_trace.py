@@ -84,3 +84,26 @@ def test_coarsen_rekeys_previews_of_kept_blocks():
     c = bt.coarsen(2)
     by_hash = {int(c.block_hashes[k]): v for k, v in c.previews.items()}
     assert by_hash == {20: "doc A", 11: "sys"}
+
+
+def test_read_canonical_checks_types_and_block_size(tmp_path):
+    import pyarrow.parquet as pq
+
+    table = _table(ROWS)
+    meta = table.schema.metadata
+    i = table.column_names.index("prompt_tokens")
+    narrow = tmp_path / "narrow.parquet"  # a compatible type is cast, not refused
+    pq.write_table(table.set_column(i, "prompt_tokens", table.column(i).cast(pa.int32())), narrow)
+    got = read_canonical(narrow)
+    assert got.schema.field("prompt_tokens").type == pa.int64()
+    assert got.column("prompt_tokens").to_pylist() == [12, 9, 17]
+    j = table.column_names.index("arrival_s")
+    text = tmp_path / "text.parquet"
+    pq.write_table(table.set_column(j, "arrival_s", pa.array(["x", "y", "z"])), text)
+    with pytest.raises(InputError) as e:
+        read_canonical(text)
+    assert str(e.value).startswith(f"{text} (field 'arrival_s'): column is string")
+    bad_bs = tmp_path / "bs.parquet"
+    pq.write_table(table.replace_schema_metadata({**meta, b"kvpool.block_size": b"abc"}), bad_bs)
+    with pytest.raises(InputError, match=r"kvpool\.block_size 'abc' is not a positive integer"):
+        read_canonical(bad_bs)
