@@ -253,3 +253,10 @@ def test_malformed_results_and_reports_are_input_errors(tmp_path):
         validate([str(good)], str(_write(tmp_path / "op.json", doc)))
     doc = {"schema": "kvpool.report/1", "verdict": "x", "gates": {"plan": []}}
     assert validate([str(good)], str(_write(tmp_path / "v.json", doc))).verdict == ""
+
+
+def test_an_empty_role_path_or_a_directory_is_named(tmp_path):
+    with pytest.raises(UsageError, match="'candidate=' names no file"):
+        assign_roles(["candidate="])
+    with pytest.raises(InputError, match="is a directory"):
+        read_results(str(tmp_path), "baseline")

@@ -235,6 +235,8 @@ def read_csv_results(path: str) -> tuple[str, dict[str, float]]:
 
 def read_results(path: str, role: str) -> Measured:
     p = Path(path)
+    if p.is_dir():
+        raise InputError("is a directory, not a results file", Location(path))
     if not p.is_file():
         raise InputError("results file not found", Location(path))
     if p.suffix.lower() == ".csv":
@@ -251,6 +253,8 @@ def assign_roles(args: list[str]) -> list[tuple[str, str]]:
     for a in args:
         head, sep, tail = a.partition("=")
         if sep and head in ROLES:
+            if not tail.strip():
+                raise UsageError(f"{a!r} names no file: write {head}=PATH")
             labelled.append((head, tail))
         else:
             bare.append(a)
