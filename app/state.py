@@ -1,6 +1,6 @@
 """What the dashboard session remembers: the trace being looked at and how to show errors.
 
-Pages call :func:`current_trace` to get the loaded trace (ingested once per file content
+Pages call :func:`loaded_trace` to get the loaded trace (ingested once per file content
 and ingest options, see :mod:`app.compute`) and :func:`guard` around analyzer calls so a
 user's mistake becomes a message on the page instead of a traceback.
 """
