@@ -718,3 +718,17 @@ def test_corrupt_parquet_row_group_is_skipped_and_counted(tmp_path):
     assert lt.table.column("block_hashes") == load(good).table.column("block_hashes").take(
         list(range(10)) + list(range(20, 30))
     )
+
+
+def test_a_skipped_first_row_does_not_make_the_file_untimed(tmp_path):
+    p = tmp_path / "t.jsonl"
+    rows = [
+        {"messages": [{"role": "user", "content": 5}]},  # no time, and skipped
+        {"timestamp": 1_700_000_000, "messages": [{"role": "user", "content": "a"}]},
+        {"timestamp": 1_700_000_010, "messages": [{"role": "user", "content": "b"}]},
+    ]
+    p.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    lt = load(p)
+    assert lt.untimed_files == []
+    assert lt.table.column("arrival_s").to_pylist() == [0.0, 10.0]
+    assert lt.skipped.examples == [f"{p}:1: mistyped field (field 'messages[0].content')"]

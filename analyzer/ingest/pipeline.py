@@ -305,6 +305,7 @@ class _Builder:
                 if rec.fatal:
                     break
                 continue
+            timed = ctx.timed  # a skipped row must not decide whether the file has times
             try:
                 raw = parse(rec, ctx)
                 if ctx.timed is False:
@@ -313,14 +314,13 @@ class _Builder:
                     assert raw.time is not None
                     t, iso = raw.time, raw.time_iso
                 self._add(raw, ctx, line, t)
-            except RowError as err:
+            except (RowError, RenderError, RecursionError) as err:
+                ctx.timed = timed
+                if isinstance(err, RenderError):
+                    err = RowError(err.reason, err.field)
+                elif isinstance(err, RecursionError):
+                    err = RowError("JSON nested too deeply")
                 self._bad(err, ctx, line)
-                continue
-            except RenderError as err:
-                self._bad(RowError(err.reason, err.field), ctx, line)
-                continue
-            except RecursionError:
-                self._bad(RowError("JSON nested too deeply"), ctx, line)
                 continue
             iso_flags.append(iso)
             seq += 1
