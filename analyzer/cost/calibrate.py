@@ -34,7 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.cost.model import CostModel, LoadLink, PrefillCoefficients, TtftCoefficients
+from analyzer.cost.model import (
+    CostModel,
+    LoadLink,
+    PrefillCoefficients,
+    TtftCoefficients,
+    fit_json,
+)
 from analyzer.errors import InputError, Location, OutputError, UsageError
 
 PROFILE_SCHEMA = "kvpool.cost-profile/1"
@@ -424,10 +430,6 @@ def calibrate_ttft(cm: CostModel, path: str | Path, latency_s: float = 0.0) -> C
 # Profiles: reviewable JSON coefficients
 
 
-def _ranges_json(ranges: tuple[tuple[str, float, float], ...]) -> dict[str, list[float]]:
-    return {name: [lo, hi] for name, lo, hi in ranges}
-
-
 def profile_json(cm: CostModel) -> dict[str, Any]:
     """The fitted parts of ``cm`` as a JSON-ready dict (schema ``kvpool.cost-profile/1``)."""
     out: dict[str, Any] = {
@@ -445,43 +447,12 @@ def profile_json(cm: CostModel) -> dict[str, Any]:
     }
     c = cm.prefill
     if c.fitted:
-        out["prefill"] = {
-            "form": "polynomial" if c.compute_scale == 0 else "scaled-analytic",
-            "compute_scale": c.compute_scale,
-            "per_token_s": c.per_token_s,
-            "per_context_token_s": c.per_context_token_s,
-            "per_token_sq_s": c.per_token_sq_s,
-            "overhead_s": c.overhead_s,
-            "fitted": list(c.fitted),
-            "cv_mape": c.cv_mape,
-            "n_points": c.n_points,
-            "ranges": _ranges_json(c.ranges),
-            "source": c.source,
-        }
+        form = "polynomial" if c.compute_scale == 0 else "scaled-analytic"
+        out["prefill"] = {"form": form, **fit_json(c, provenance=True)}
     if cm.link is not None:
-        link = cm.link
-        out["load"] = {
-            "bandwidth_gbps": link.bandwidth_gbps,
-            "latency_s": link.latency_s,
-            "fitted": list(link.fitted),
-            "cv_mape": link.cv_mape,
-            "n_points": link.n_points,
-            "ranges": _ranges_json(link.ranges),
-            "source": link.source,
-        }
+        out["load"] = fit_json(cm.link, provenance=True)
     if cm.ttft_fit is not None:
-        f = cm.ttft_fit
-        out["ttft"] = {
-            "overhead_s": f.overhead_s,
-            "latency_s": f.latency_s,
-            "load_scale": f.load_scale,
-            "compute_scale": f.compute_scale,
-            "fitted": list(f.fitted),
-            "cv_mape": f.cv_mape,
-            "n_points": f.n_points,
-            "ranges": _ranges_json(f.ranges),
-            "source": f.source,
-        }
+        out["ttft"] = fit_json(cm.ttft_fit, provenance=True)
     return out
 
 

@@ -21,7 +21,7 @@ coefficients but keeps these physical forms.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from analyzer.cost.catalog import (
@@ -115,6 +115,22 @@ class TtftCoefficients:
     n_points: int = 0
     ranges: tuple[tuple[str, float, float], ...] = ()
     source: str = ""
+
+
+def fit_json(fit: PrefillCoefficients | LoadLink | TtftCoefficients, provenance: bool) -> dict:
+    """A fit's fields as JSON, in field order; ``ranges`` and ``source`` only with
+    ``provenance`` (profiles keep them, :meth:`CostModel.describe` does not)."""
+    out: dict[str, Any] = {}
+    for f in fields(fit):
+        value = getattr(fit, f.name)
+        if f.name in ("ranges", "source") and not provenance:
+            continue
+        if f.name == "fitted":
+            value = list(value)
+        elif f.name == "ranges":
+            value = {name: [lo, hi] for name, lo, hi in value}
+        out[f.name] = value
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -729,16 +745,7 @@ class CostModel:
             "weight_dtype": self.weight_dtype,
             "mfu": self.mfu,
             "peak_tflops_instance": self.peak_flops / 1e12,
-            "prefill": {
-                "compute_scale": c.compute_scale,
-                "per_token_s": c.per_token_s,
-                "per_context_token_s": c.per_context_token_s,
-                "per_token_sq_s": c.per_token_sq_s,
-                "overhead_s": c.overhead_s,
-                "fitted": list(c.fitted),
-                "cv_mape": c.cv_mape,
-                "n_points": c.n_points,
-            },
+            "prefill": fit_json(c, provenance=False),
         }
         if self.link is not None:
             out["load_link"] = {
@@ -748,16 +755,7 @@ class CostModel:
                 "cv_mape": self.link.cv_mape,
             }
         if self.ttft_fit is not None:
-            f = self.ttft_fit
-            out["ttft_calibration"] = {
-                "overhead_s": f.overhead_s,
-                "latency_s": f.latency_s,
-                "load_scale": f.load_scale,
-                "compute_scale": f.compute_scale,
-                "fitted": list(f.fitted),
-                "cv_mape": f.cv_mape,
-                "n_points": f.n_points,
-            }
+            out["ttft_calibration"] = fit_json(self.ttft_fit, provenance=False)
         if self.profile_source:
             out["profile"] = self.profile_source
         return out
