@@ -22,16 +22,7 @@ _spec = importlib.util.spec_from_file_location(
 make_logs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(make_logs)
 
-# A pooled deployment pays when each instance's HBM holds about one document and
-# every instance sits on its own node (host DRAM is per node, the pool is shared).
-POOL_CLUSTER = dict(
-    local_capacity_tokens=3000,
-    dram_capacity_tokens=3000,
-    pool_capacity_tokens=200_000,
-    gpus_per_node=1,
-    router="round-robin",
-    sensitivity_replays=False,
-)
+POOL_CLUSTER = make_logs.POOL_CLUSTER
 
 
 @pytest.fixture(scope="module")

@@ -36,18 +36,7 @@ _spec.loader.exec_module(make_logs)
 def doc(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("report-logs")
     log = make_logs.high_reuse(d / "high.jsonl")
-    r = run_analysis(
-        [str(log)],
-        AnalyzeOptions(
-            pool_gbps=50.0,
-            local_capacity_tokens=3000,
-            dram_capacity_tokens=3000,
-            pool_capacity_tokens=200_000,
-            gpus_per_node=1,
-            router="round-robin",
-            sensitivity_replays=False,
-        ),
-    )
+    r = run_analysis([str(log)], AnalyzeOptions(pool_gbps=50.0, **make_logs.POOL_CLUSTER))
     assert r.verdict == "deploy-pooled"
     return r.to_json()
 
