@@ -180,6 +180,27 @@ def test_several_files_merge_in_time_order(tmp_path):
     assert merged.column("arrival_s") == whole.column("arrival_s")
 
 
+def test_canonical_files_merge_on_one_clock(tmp_path):
+    lines = (FIX / "chat.jsonl").read_text().splitlines()
+    (tmp_path / "late.jsonl").write_text("\n".join(lines[len(lines) // 2 :]) + "\n")
+    (tmp_path / "early.jsonl").write_text("\n".join(lines[: len(lines) // 2]) + "\n")
+    for name in ("late", "early"):
+        write_canonical(load(tmp_path / f"{name}.jsonl").table, tmp_path / f"{name}.parquet")
+    merged = load(tmp_path / "late.parquet", tmp_path / "early.parquet").table
+    whole = load(FIX / "chat.jsonl").table
+    assert merged.column("block_hashes") == whole.column("block_hashes")
+    assert merged.column("arrival_s").to_pylist() == pytest.approx(
+        whole.column("arrival_s").to_pylist(), abs=1e-6
+    )
+    assert float(read_metadata(merged)["t0_epoch_s"]) == float(read_metadata(whole)["t0_epoch_s"])
+    early = pq.read_table(tmp_path / "early.parquet")
+    rel = tmp_path / "rel.parquet"  # the same rows, but with relative times
+    meta = {**early.schema.metadata, b"kvpool.t0_epoch_s": b""}
+    pq.write_table(early.replace_schema_metadata(meta), rel)
+    with pytest.raises(InputError, match=r"late\.parquet \(absolute\), .*rel\.parquet \(relative"):
+        load(tmp_path / "late.parquet", rel)
+
+
 def test_canonical_round_trip_with_previews(tmp_path):
     lt = load(FIX / "chat.jsonl")
     out = tmp_path / "t.parquet"

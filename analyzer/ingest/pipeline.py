@@ -506,7 +506,28 @@ def _open_canonical(paths: list[str], block_size: int | None = None) -> LoadedTr
         )
     table = tables[0]
     if len(tables) > 1:
-        meta = tables[0].schema.metadata
+        # Each file's arrival_s counts from its own first request: put them on one clock.
+        t0s = [read_metadata(t).get("t0_epoch_s", "") for t in tables]
+        if len({bool(t0) for t0 in t0s}) > 1:
+            raise InputError(
+                "cannot merge canonical traces with absolute and relative timestamps: "
+                + ", ".join(
+                    f"{p} ({'absolute' if t0 else 'relative'})"
+                    for p, t0 in zip(paths, t0s, strict=True)
+                )
+            )
+        meta = dict(tables[0].schema.metadata)
+        if t0s[0]:
+            start = min(float(t0) for t0 in t0s)
+            tables = [
+                t.set_column(
+                    t.column_names.index("arrival_s"),
+                    "arrival_s",
+                    pa.array(t.column("arrival_s").to_numpy() + (float(t0) - start)),
+                )
+                for t, t0 in zip(tables, t0s, strict=True)
+            ]
+            meta[b"kvpool.t0_epoch_s"] = repr(start).encode()
         table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
         order = np.lexsort((np.arange(table.num_rows), table.column("arrival_s").to_numpy()))
         table = table.take(pa.array(order)).replace_schema_metadata(meta)
