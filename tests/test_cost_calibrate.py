@@ -251,9 +251,10 @@ def test_ttft_fit_recovers_exact_coefficients(
     rng = np.random.default_rng(seed)
     path = tmp_path_factory.mktemp("fit") / "t.csv"
     lines = [",".join(cal.TTFT_COLUMNS)]
-    for _ in range(8):
+    for i in range(8):
         prompt = int(rng.integers(1000, 30_000))
-        cached = int(rng.integers(0, prompt)) if rng.random() < 0.8 else 0
+        # two loads at least: with one, load_scale and latency_s are not separable
+        cached = int(rng.integers(1, prompt)) if i < 2 or rng.random() < 0.8 else 0
         k = int(rng.integers(1, 8))
         bw = float(rng.choice([6.5, 12.5, 25.0, 45.0]))
         t = overhead + scale * cm.compute_time_s(prompt - cached, cached, k)
