@@ -155,6 +155,11 @@ def read_canonical(path: str | Path) -> pa.Table:
     bs = meta.get("block_size", "")
     if bs and not (bs.isdigit() and int(bs) >= 1):
         raise InputError(f"kvpool.block_size '{bs}' is not a positive integer", Location(str(path)))
+    t0 = meta.get("t0_epoch_s", "")
+    try:
+        float(t0 or 0)
+    except ValueError:
+        raise InputError(f"kvpool.t0_epoch_s '{t0}' is not a number", Location(str(path))) from None
     for f in CANONICAL_SCHEMA:  # a hand-made file: cast compatible types, name the others
         col = table.column(f.name)
         if col.type == f.type:
