@@ -124,7 +124,7 @@ def vllm_settings(sz: Sizing, mode: str, model: str, tp: int) -> ProductSettings
         f"--block-size {block}",
     ]
     if mode == "local-offload":
-        dram_instance = sz.dram_per_node_tokens * sz.bytes_per_token / max(1, sz.instances_per_node)
+        dram_instance = sz.dram_per_instance_bytes
         cpu_bytes = int(_gb(dram_instance) * GB)
         cfg = {
             "kv_connector": "OffloadingConnector",
@@ -162,7 +162,7 @@ def vllm_settings(sz: Sizing, mode: str, model: str, tp: int) -> ProductSettings
 def lmcache_settings(
     sz: Sizing, mode: str, pool_url: str, master: str = "", protocol: str = "rdma"
 ) -> ProductSettings:
-    dram_instance = sz.dram_per_node_tokens * sz.bytes_per_token / max(1, sz.instances_per_node)
+    dram_instance = sz.dram_per_instance_bytes
     if mode == "pooled":
         # The pool holds the shared KV; a small local CPU buffer keeps hot chunks.
         dram_instance = min(dram_instance, sz.pool_capacity_gb * GB / max(1, sz.instances))
@@ -247,7 +247,7 @@ def mooncake_settings(sz: Sizing, mode: str, master: str, protocol: str) -> Prod
 
 def sglang_settings(sz: Sizing, mode: str, model: str, tp: int) -> ProductSettings:
     page = 64 if sz.chunk_size_tokens >= 64 else sz.block_size_tokens
-    host_gb = _gb(sz.dram_per_node_tokens * sz.bytes_per_token / max(1, sz.instances_per_node))
+    host_gb = _gb(sz.dram_per_instance_bytes)
     ratio = (sz.dram_per_node_tokens / max(1, sz.instances_per_node)) / max(
         1, sz.hbm_cache_per_instance_tokens
     )

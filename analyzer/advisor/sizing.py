@@ -79,6 +79,11 @@ class Sizing:
         return self.gb(self.dram_per_node_tokens)
 
     @property
+    def dram_per_instance_bytes(self) -> float:
+        """Each instance's share of its node's host DRAM (engines size it per instance)."""
+        return self.dram_per_node_tokens * self.bytes_per_token / max(1, self.instances_per_node)
+
+    @property
     def pool_segment_per_node_gb(self) -> float:
         return self.pool_capacity_gb / max(1, self.nodes)
 
