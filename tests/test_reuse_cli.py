@@ -96,6 +96,8 @@ def test_capacity_flags(tmp_path):
         args = ["reuse", str(src), "--model", "llama-3.1-8b", "--capacity-gib", bad]
         r = CliRunner().invoke(app, args)
         assert isinstance(r.exception, UsageError) and "finite" in str(r.exception)
+    r = CliRunner().invoke(app, ["reuse", str(src), "--kv-dtype", "fp8"])
+    assert isinstance(r.exception, UsageError) and "--model" in str(r.exception)
     r = CliRunner().invoke(app, ["reuse", str(src), "--top", "-1"])
     assert isinstance(r.exception, UsageError) and "--top" in str(r.exception)
     assert parse_tokens_list("1M,4M,250k,1.5K") == (1_000_000, 4_000_000, 250_000, 1500)

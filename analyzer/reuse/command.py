@@ -114,6 +114,10 @@ def reuse(
         raise UsageError("--block-size must be positive")
     caps = list(parse_tokens_list(capacity_tokens))
     gibs = parse_float_list(capacity_gib, "--capacity-gib")
+    if not model and kv_dtype != "bf16":
+        raise UsageError(
+            f"--kv-dtype {kv_dtype} needs --model (it only converts capacities to bytes)"
+        )
     bpt = model_bytes_per_token(model, kv_dtype) if model else None
     if gibs:
         if bpt is None:
