@@ -13,6 +13,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from analyzer.report.render import rate_at_slo
 from analyzer.trace import BlockTrace
 
 GIB = 2**30
@@ -683,7 +684,7 @@ def scenarios_frame(scenarios: dict[str, dict]) -> pd.DataFrame:
                 "prefill GPU-s": s["prefill_gpu_s"],
                 "network GB": s["network_bytes"] / 1e9,
                 "peak link use": s.get("peak_link_utilisation"),
-                "max rate x at SLO": s.get("max_rate_scale_at_slo"),
+                "max rate x at SLO": rate_at_slo(s),
                 "description": s.get("description", ""),
             }
         )

@@ -429,3 +429,25 @@ def test_local_dram_is_capped_at_what_the_replay_simulated():
     )
     assert capped.dram_per_node_tokens == 500_000
     assert "more DRAM would still add hits" in capped.dram_reason
+
+
+def test_rate_gain_is_unknown_when_both_rate_searches_hit_their_top_multiple():
+    def sc(name, ttft, capped):
+        return ScenarioFigures(name, 0.5, ttft, ttft, ttft, 64.0, max_rate_capped=capped)
+
+    both = ReplayFigures((sc("local", 1.0, True), sc("pooled", 0.5, True)))
+    assert decide(TRACE, REUSE, bw(), both).projection.pooled_throughput_gain is None
+    # with no throughput figure, no throughput check is claimed either
+    checks = decide(TRACE, REUSE, bw(), both).checks
+    assert "projected throughput gain" not in [c.name for c in checks]
+    # one side capped: the figure is still a bound worth showing
+    one = ReplayFigures((sc("local", 1.0, False), sc("pooled", 0.5, True)))
+    assert decide(TRACE, REUSE, bw(), one).projection.pooled_throughput_gain == pytest.approx(0.0)
+
+
+def test_report_marks_a_capped_rate_as_a_lower_bound():
+    from analyzer.report.render import rate_at_slo
+
+    assert rate_at_slo({"max_rate_scale_at_slo": 64.0, "rate_search": {"capped": True}}) == ">=x64"
+    assert rate_at_slo({"max_rate_scale_at_slo": 3.08, "rate_search": {"capped": False}}) == "x3.08"
+    assert rate_at_slo({"max_rate_scale_at_slo": None}) == "-"

@@ -34,6 +34,7 @@ from analyzer.advisor.figures import (
     Projection,
     ReplayFigures,
     ReuseFigures,
+    ScenarioFigures,
     Thresholds,
     TraceFigures,
 )
@@ -49,10 +50,13 @@ def _reduction(new: float, base: float) -> float | None:
     return 1.0 - new / base
 
 
-def _gain(new: float | None, base: float | None) -> float | None:
-    if new is None or base is None or base <= 0:
+def _gain(new: ScenarioFigures, base: ScenarioFigures) -> float | None:
+    """Rate gain at the SLO; unknown when both searches hit their top multiple (the SLO
+    never binds there, so 64x against 64x says nothing about either)."""
+    a, b = new.max_rate_scale, base.max_rate_scale
+    if a is None or b is None or b <= 0 or (new.max_rate_capped and base.max_rate_capped):
         return None
-    return new / base - 1.0
+    return a / b - 1.0
 
 
 def project(replay: ReplayFigures | None) -> Projection:
@@ -67,10 +71,10 @@ def project(replay: ReplayFigures | None) -> Projection:
     out: dict[str, float | None] = {}
     if pooled is not None:
         out["pooled_ttft_reduction"] = _reduction(pooled.ttft_mean_s, base.ttft_mean_s)
-        out["pooled_throughput_gain"] = _gain(pooled.max_rate_scale, base.max_rate_scale)
+        out["pooled_throughput_gain"] = _gain(pooled, base)
     if dram is not None:
         out["dram_ttft_reduction"] = _reduction(dram.ttft_mean_s, base.ttft_mean_s)
-        out["dram_throughput_gain"] = _gain(dram.max_rate_scale, base.max_rate_scale)
+        out["dram_throughput_gain"] = _gain(dram, base)
     if pooled is not None and dram is not None:
         out["pool_vs_dram_ttft"] = _reduction(pooled.ttft_mean_s, dram.ttft_mean_s)
     return Projection(**out)

@@ -108,6 +108,7 @@ class ScenarioFigures:
     ttft_p90_s: float
     ttft_p99_s: float
     max_rate_scale: float | None  # highest rate multiple keeping p90 TTFT under the SLO
+    max_rate_capped: bool = False  # the search's top multiple passed: a lower bound only
     pool_hit_rate: float = 0.0  # share of prompt tokens read from the pool
     dram_hit_rate: float = 0.0
     network_bytes: float = 0.0

@@ -271,6 +271,7 @@ def _replay_figures(doc: dict, slo: float) -> ReplayFigures:
                     if s.get("max_rate_scale_at_slo") is None
                     else float(s["max_rate_scale_at_slo"])
                 ),
+                max_rate_capped=bool((s.get("rate_search") or {}).get("capped")),
                 pool_hit_rate=float(by.get("pool", 0.0)),
                 dram_hit_rate=float(by.get("dram", 0.0)),
                 network_bytes=float(s.get("network_bytes") or 0.0),

@@ -50,6 +50,15 @@ def threshold_pct(doc: dict, name: str) -> str:
     return f"{100 * value:.0f}%"
 
 
+def rate_at_slo(scenario: dict) -> str:
+    """The highest rate multiple under the SLO; '>=' when the search's top one passed."""
+    x = scenario.get("max_rate_scale_at_slo")
+    if x is None:
+        return "-"
+    capped = (scenario.get("rate_search") or {}).get("capped")
+    return f"{'>=' if capped else ''}x{x:.3g}"
+
+
 def gb(n_bytes) -> str:
     return "-" if n_bytes is None else f"{n_bytes / 1e9:,.2f} GB"
 
@@ -167,9 +176,7 @@ def scenario_table(doc: dict) -> Table | None:
                 num(t.get("p99")),
                 num(s.get("prefill_gpu_s")),
                 gb(s.get("network_bytes")),
-                "-"
-                if s.get("max_rate_scale_at_slo") is None
-                else f"x{s['max_rate_scale_at_slo']:.3g}",
+                rate_at_slo(s),
             ]
         )
     return Table(
