@@ -569,6 +569,17 @@ def load_profile(
     return replace(cm, prefill=prefill, link=link, ttft_fit=ttft, profile_source=where)
 
 
+def _fit_fields(sec: dict, w: str, where: str) -> dict:
+    """The bookkeeping every fitted section carries: what was fitted, its error and range."""
+    return {
+        "fitted": tuple(sec.get("fitted", ())),
+        "cv_mape": sec.get("cv_mape"),
+        "n_points": int(sec.get("n_points", 0)),
+        "ranges": _ranges(sec, w),
+        "source": str(sec.get("source", where)),
+    }
+
+
 def _sections(
     cm: CostModel, sections: dict[str, Any], where: str
 ) -> tuple[PrefillCoefficients, LoadLink | None, TtftCoefficients | None]:
@@ -581,11 +592,7 @@ def _sections(
             per_context_token_s=_num(sec, "per_context_token_s", w, default=0.0),
             per_token_sq_s=_num(sec, "per_token_sq_s", w, default=0.0),
             overhead_s=_num(sec, "overhead_s", w),
-            fitted=tuple(sec.get("fitted", ())),
-            cv_mape=sec.get("cv_mape"),
-            n_points=int(sec.get("n_points", 0)),
-            ranges=_ranges(sec, w),
-            source=str(sec.get("source", where)),
+            **_fit_fields(sec, w, where),
         )
     if sec := sections["load"]:
         w = f"{where} [load]"
@@ -595,11 +602,7 @@ def _sections(
         link = LoadLink(
             bandwidth_gbps=bw,
             latency_s=_num(sec, "latency_s", w),
-            fitted=tuple(sec.get("fitted", ())),
-            cv_mape=sec.get("cv_mape"),
-            n_points=int(sec.get("n_points", 0)),
-            ranges=_ranges(sec, w),
-            source=str(sec.get("source", where)),
+            **_fit_fields(sec, w, where),
         )
     if sec := sections["ttft"]:
         w = f"{where} [ttft]"
@@ -608,10 +611,6 @@ def _sections(
             latency_s=_num(sec, "latency_s", w),
             load_scale=_num(sec, "load_scale", w, default=1.0),
             compute_scale=_num(sec, "compute_scale", w, default=1.0),
-            fitted=tuple(sec.get("fitted", ())),
-            cv_mape=sec.get("cv_mape"),
-            n_points=int(sec.get("n_points", 0)),
-            ranges=_ranges(sec, w),
-            source=str(sec.get("source", where)),
+            **_fit_fields(sec, w, where),
         )
     return prefill, link, ttft
