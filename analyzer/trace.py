@@ -105,6 +105,23 @@ def read_metadata(table_or_schema: pa.Table | pa.Schema) -> dict[str, str]:
     return out
 
 
+# What an optional column holds when a row leaves it out.
+_ROW_DEFAULTS = {
+    f.name: (False if pa.types.is_boolean(f.type) else None)
+    for f in CANONICAL_SCHEMA
+    if f.nullable or pa.types.is_boolean(f.type)
+}
+
+
+def table_from_rows(rows: list[dict], **meta: object) -> pa.Table:
+    """A canonical table from row dicts (request_id, arrival_s, prompt_tokens and
+    block_hashes required; the other columns default to null, the flags to False)."""
+    full = [{**_ROW_DEFAULTS, **r} for r in rows]
+    return pa.Table.from_pylist(full, schema=CANONICAL_SCHEMA).replace_schema_metadata(
+        trace_metadata(**meta)
+    )
+
+
 def is_canonical(path: str | Path) -> bool:
     """True when ``path`` is a Parquet file carrying the canonical metadata."""
     try:

@@ -3,34 +3,18 @@
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
-from analyzer.trace import CANONICAL_SCHEMA, BlockTrace, trace_metadata
+from analyzer.trace import BlockTrace, table_from_rows
 from app import charts
 
 
 def _trace(rows: list[dict], block_size: int = 16) -> BlockTrace:
-    base = {
-        "session_id": None,
-        "tenant": None,
-        "model": None,
-        "output_tokens": None,
-        "content_hashes": None,
-        "token_lcp_prev": None,
-        "parent_request_id": None,
-        "turn": None,
-        "count_only": False,
-        "approx_lengths": False,
-    }
     full = [
-        {**base, "request_id": f"r{i}", **r, "prompt_tokens": len(r["block_hashes"]) * block_size}
+        {"request_id": f"r{i}", **r, "prompt_tokens": len(r["block_hashes"]) * block_size}
         for i, r in enumerate(rows)
     ]
-    table = pa.Table.from_pylist(full, schema=CANONICAL_SCHEMA).replace_schema_metadata(
-        trace_metadata(block_size=block_size)
-    )
-    return BlockTrace.from_table(table)
+    return BlockTrace.from_table(table_from_rows(full, block_size=block_size))
 
 
 @pytest.fixture

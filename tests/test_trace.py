@@ -11,27 +11,13 @@ from analyzer.trace import (
     CANONICAL_SCHEMA,
     BlockTrace,
     read_canonical,
-    trace_metadata,
+    table_from_rows,
     write_canonical,
 )
 
 
 def _table(rows: list[dict], block_size: int = 4) -> pa.Table:
-    defaults = {
-        "session_id": None,
-        "tenant": None,
-        "model": None,
-        "output_tokens": None,
-        "content_hashes": None,
-        "token_lcp_prev": None,
-        "parent_request_id": None,
-        "turn": None,
-        "count_only": False,
-        "approx_lengths": False,
-    }
-    full = [{**defaults, **r} for r in rows]
-    table = pa.Table.from_pylist(full, schema=CANONICAL_SCHEMA)
-    return table.replace_schema_metadata(trace_metadata(block_size=block_size, source="test"))
+    return table_from_rows(rows, block_size=block_size, source="test")
 
 
 ROWS = [
