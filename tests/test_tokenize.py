@@ -159,3 +159,24 @@ def test_hf_tokenizer_json(tmp_path):
     hf = load_tokenizer(str(path))
     assert hf.encode("hello world").tolist() == [1, 2]
     assert hf.special("<|im_start|>") == 3
+    # A lone surrogate (a cut emoji in a JSON log) is U+FFFD, not a crash.
+    assert hf.encode("hello \ud83d world").tolist() == [1, 0, 2]
+
+
+def test_lone_surrogates_tokenize_as_replacement_characters():
+    tok = load_tokenizer("cl100k")
+    assert tok.encode("hi \ud83d there").tolist() == tok.encode("hi \ufffd there").tolist()
+    # A proper pair written as two escapes is the emoji itself.
+    assert tok.encode("\ud83d\ude00").tolist() == tok.encode("\U0001f600").tolist()
+
+
+def test_a_log_line_with_a_lone_surrogate_converts(tmp_path):
+    from analyzer.ingest import IngestOptions, open_trace
+
+    p = tmp_path / "sur.jsonl"
+    p.write_text(
+        '{"timestamp": 1, "messages": [{"role": "user", "content": "cut \\ud83d emoji"}]}\n'
+        '{"timestamp": 2, "messages": [{"role": "user", "content": "fine"}]}\n'
+    )
+    lt = open_trace(p, IngestOptions(salt=b"s"))
+    assert lt.table.num_rows == 2 and lt.skipped.total == 0

