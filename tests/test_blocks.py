@@ -22,17 +22,74 @@ tokens_st = st.lists(st.integers(0, 5), min_size=0, max_size=80)
 
 
 @settings(max_examples=60, deadline=None)
-@given(tokens_st, st.sampled_from([1, 3, 4, 16]), st.binary(max_size=6))
-def test_hasher_matches_the_definition(tokens, bs, extra):
-    got = BlockHasher(bs, SALT).hash_tokens(np.array(tokens, dtype=np.uint32), extra)
+@given(tokens_st, st.sampled_from([1, 3, 4, 16]), st.binary(max_size=6), st.booleans())
+def test_hasher_matches_the_definition(tokens, bs, extra, compiled):
+    h = BlockHasher(bs, SALT, compiled=compiled)
+    got = h.hash_tokens(np.array(tokens, dtype=np.uint32), extra)
     assert got.hashes.tolist() == chain_hashes_reference(tokens, bs, SALT, extra)
     assert got.hashes.size == len(tokens) // bs  # full blocks only
+    want_c = [
+        chain_hashes_reference(tokens[k * bs : (k + 1) * bs], bs, SALT, extra)[0]
+        for k in range(len(tokens) // bs)
+    ]
+    assert got.contents.tolist() == want_c
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.binary(min_size=0, max_size=64),
+    st.lists(st.binary(max_size=300), max_size=5),
+    st.binary(max_size=150),
+    st.integers(0, 2**64 - 1),
+)
+def test_compiled_blake2b_is_hashlib(salt, blocks, extra, prev):
+    """The numba BLAKE2b against hashlib, over every padding case (0 to 3 pieces)."""
+    import hashlib
+
+    from analyzer.blocks import blake2
+
+    blocks = [b[: len(b) // 4 * 4] for b in blocks]  # whole uint32 tokens
+    tokens = np.frombuffer(b"".join(blocks), dtype="<u4").astype(np.uint32)
+    # Each generated block is hashed as one block of its own length, chained to the last.
+    start, counted = blake2.keyed_state(salt)
+    x = np.frombuffer(extra, dtype=np.uint8).copy()
+    chain = prev
+    pos = 0
+    for b in blocks:
+        n = len(b) // 4
+        if n == 0:
+            continue
+        hs, cs, last = blake2.extend_chain(
+            start,
+            counted,
+            np.empty(0, np.uint64),
+            np.empty(0, np.uint64),
+            tokens[pos : pos + n].copy(),
+            1,
+            n,
+            1,
+            1,
+            np.uint64(chain),
+            x,
+        )
+        pos += n
+        want = hashlib.blake2b(chain.to_bytes(8, "little") + b + extra, digest_size=8, key=salt)
+        want_c = hashlib.blake2b(bytes(8) + b + extra, digest_size=8, key=salt)
+        assert int(hs[0]) == int.from_bytes(want.digest(), "little") == int(last)
+        assert int(cs[0]) == int.from_bytes(want_c.digest(), "little")
+        chain = int(last)
 
 
 @settings(max_examples=60, deadline=None)
-@given(tokens_st, st.lists(st.integers(0, 80), max_size=6), st.sampled_from([2, 4]))
-def test_extending_in_pieces_equals_hashing_at_once(tokens, cuts, bs):
-    h = BlockHasher(bs, SALT)
+@given(
+    tokens_st,
+    st.lists(st.integers(0, 80), max_size=6),
+    st.sampled_from([2, 4]),
+    st.sampled_from([1, 0.7, 1.5]),
+    st.booleans(),
+)
+def test_extending_in_pieces_equals_hashing_at_once(tokens, cuts, bs, ratio, compiled):
+    h = BlockHasher(bs, SALT, token_ratio=ratio, compiled=compiled)
     state = h.empty()
     pos = 0
     for c in sorted(set(cuts)):

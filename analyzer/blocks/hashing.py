@@ -22,6 +22,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from analyzer.blocks import blake2
+
 ZERO = b"\x00" * 8
 
 
@@ -33,7 +35,12 @@ class ChainState:
     contents: np.ndarray  # uint64, unchained hashes of the same blocks
     tail: np.ndarray  # uint32 tokens after the last full block
     n_tokens: int  # counted tokens of the prefix
-    last: bytes  # digest of the last full block (ZERO when none)
+    last: int  # digest of the last full block as a uint64 (0 when none)
+    anchor: object = None  # the caller's own place for this prefix (its radix node)
+
+    def at(self, anchor: object) -> ChainState:
+        """This state with the caller's ``anchor`` attached (kept in the memo with it)."""
+        return ChainState(self.hashes, self.contents, self.tail, self.n_tokens, self.last, anchor)
 
 
 def _ratio(token_ratio: float | Fraction) -> Fraction:
@@ -57,6 +64,7 @@ class BlockHasher:
         salt: bytes,
         token_ratio: float | Fraction = 1,
         memo_max_hashes: int = 4_000_000,
+        compiled: bool = True,
     ) -> None:
         assert block_size >= 1
         self.block_size = block_size
@@ -65,9 +73,12 @@ class BlockHasher:
         # Plain ints for the hot path (Fraction arithmetic is slow).
         self._num, self._den = self.ratio.numerator, self.ratio.denominator
         self._unit = self._num == self._den
+        # One compiled call hashes all new blocks of a prompt (blake2.py says why);
+        # hashlib computes the same digests where that path cannot run.
+        self._compiled = blake2.available() and compiled
+        self._start, self._counted = blake2.keyed_state(salt)
+        self._extras: dict[bytes, np.ndarray] = {}
         self._base = hashlib.blake2b(digest_size=8, key=salt)
-        self._cbase = self._base.copy()
-        self._cbase.update(ZERO)  # content hashes: the chain always starts from zero
         # Keys are in-memory content addresses chosen by the caller (never persisted).
         self._memo: OrderedDict[Hashable, ChainState] = OrderedDict()
         self._memo_hashes = 0
@@ -90,58 +101,62 @@ class BlockHasher:
 
     def empty(self) -> ChainState:
         e = np.empty(0, dtype=np.uint64)
-        return ChainState(e, e, np.empty(0, dtype=np.uint32), 0, ZERO)
+        return ChainState(e, e, np.empty(0, dtype=np.uint32), 0, 0)
 
     def extend(self, state: ChainState, tokens: np.ndarray, extra: bytes = b"") -> ChainState:
         n_total = state.n_tokens + int(tokens.size)
         k0 = int(state.hashes.size)
         k1 = self.n_blocks(n_total)
-        start = self.bound(k0)  # absolute position of state.tail[0]
         if k1 == k0:
-            tail = np.concatenate([state.tail, tokens]) if tokens.size else state.tail
+            tail = np.concatenate((state.tail, tokens)) if tokens.size else state.tail
             return ChainState(state.hashes, state.contents, tail, n_total, state.last)
-        buf = np.concatenate([state.tail, tokens]).astype("<u4", copy=False).tobytes()
-        prev = state.last
-        base, cbase = self._base, self._cbase
-        chained: list[bytes] = []
-        content: list[bytes] = []
-        if self._unit:
-            step = 4 * self.block_size
-            cuts = range(0, (k1 - k0) * step, step)
-            lo = (k1 - k0) * step
+        buf = np.concatenate((state.tail, tokens)).astype(np.uint32, copy=False)
+        if self._compiled:
+            x = self._extras.get(extra)
+            if x is None:
+                x = self._extras[extra] = np.frombuffer(extra, dtype=np.uint8).copy()
+            hashes, contents, last = blake2.extend_chain(
+                self._start,
+                self._counted,
+                state.hashes,
+                state.contents,
+                buf,
+                k1,
+                self.block_size,
+                self._num,
+                self._den,
+                np.uint64(state.last),
+                x,
+            )
         else:
-            edges = [(self.bound(k) - start) * 4 for k in range(k0, k1 + 1)]
-            cuts = edges[:-1]
-            lo = edges[-1]
-        ends = [*cuts[1:], lo]
-        # The hot loop: bound methods hoisted, memoryview slices (no copies).
-        new_h, new_c = base.copy, cbase.copy
-        put_h, put_c = chained.append, content.append
-        mv = memoryview(buf)
-        for a, b in zip(cuts, ends, strict=True):
-            chunk = mv[a:b]
-            h = new_h()
-            h.update(prev)
-            h.update(chunk)
-            c = new_c()
-            c.update(chunk)
-            if extra:
-                h.update(extra)
-                c.update(extra)
-            prev = h.digest()
-            put_h(prev)
-            put_c(c.digest())
+            hashes, contents, last = self._extend_py(state, buf, k1, extra)
         self.blocks_hashed += k1 - k0
-        # concatenate copies into fresh uint64 arrays: no astype needed on the new parts.
-        hashes = np.frombuffer(b"".join(chained), dtype="<u8")
-        contents = np.frombuffer(b"".join(content), dtype="<u8")
-        tail = np.frombuffer(buf[lo:], dtype="<u4").astype(np.uint32)
-        return ChainState(
-            np.concatenate([state.hashes, hashes]).astype(np.uint64, copy=False),
-            np.concatenate([state.contents, contents]).astype(np.uint64, copy=False),
-            tail,
-            n_total,
-            prev,
+        # A copy: a view would keep the whole new buffer alive in the memo.
+        tail = buf[self.bound(k1) - self.bound(k0) :].copy()
+        return ChainState(hashes, contents, tail, n_total, int(last))
+
+    def _extend_py(
+        self, state: ChainState, buf: np.ndarray, k1: int, extra: bytes
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """What the compiled path computes, by ``hashlib`` (any byte order)."""
+        data = buf.astype("<u4").tobytes()
+        k0 = int(state.hashes.size)
+        base = self.bound(k0)
+        prev = state.last.to_bytes(8, "little")
+        chained, content = [], []
+        for k in range(k0, k1):
+            block = data[4 * (self.bound(k) - base) : 4 * (self.bound(k + 1) - base)]
+            h = self._base.copy()
+            h.update(prev + block + extra)
+            c = self._base.copy()
+            c.update(ZERO + block + extra)
+            prev = h.digest()
+            chained.append(int.from_bytes(prev, "little"))
+            content.append(int.from_bytes(c.digest(), "little"))
+        return (
+            np.concatenate((state.hashes, np.array(chained, dtype=np.uint64))),
+            np.concatenate((state.contents, np.array(content, dtype=np.uint64))),
+            int.from_bytes(prev, "little"),
         )
 
     def extend_split(
@@ -156,10 +171,11 @@ class BlockHasher:
             keep = n_mid - k_end_start
             mid_tail = end.tail[:keep]
             return ChainState(end.hashes, end.contents, mid_tail, n_mid, end.last), end
-        buf = np.concatenate([state.tail, head])
+        buf = np.concatenate((state.tail, head))
         lo = self.bound(k_mid) - self.bound(int(state.hashes.size))
-        last = int(end.hashes[k_mid - 1]).to_bytes(8, "little") if k_mid else ZERO
-        mid = ChainState(end.hashes[:k_mid], end.contents[:k_mid], buf[lo:], n_mid, last)
+        last = int(end.hashes[k_mid - 1]) if k_mid else 0
+        mid_tail = buf[lo:].astype(np.uint32)  # a copy, as in extend
+        mid = ChainState(end.hashes[:k_mid], end.contents[:k_mid], mid_tail, n_mid, last)
         return mid, end
 
     def hash_tokens(self, tokens: np.ndarray, extra: bytes = b"") -> ChainState:
