@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import orjson
 
 from analyzer.errors import InputError, Location
 from analyzer.ingest.io import TruncatedInput, iter_lines
@@ -191,25 +192,43 @@ def take_time(rec: dict, ctx: FileContext, names: tuple[str, ...] = TIME_FIELDS)
 Record = tuple[int, dict | RowError]
 
 
+def _slow_json(line: bytes) -> dict | list | RowError | object:
+    """The standard library's reading of a line orjson refused, or the reason it is bad.
+
+    orjson rejects what ``json`` accepts as extensions (NaN, Infinity, lone surrogates),
+    so those lines read as before; a line neither accepts gets the reason ``json`` gives.
+    """
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return RowError("not UTF-8")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return RowError("malformed JSON")
+    except RecursionError:
+        return RowError("JSON nested too deeply")
+
+
 def json_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[Record]:
+    """JSON lines through orjson (twice the standard library's speed on chat logs).
+
+    One difference remains: an integer beyond 64 bits reads as a float (orjson), where
+    ``json`` gives an int; every field that takes such a number refuses it either way.
+    """
     lineno = 0
+    loads, refused = orjson.loads, orjson.JSONDecodeError
     try:
         for lineno, line in iter_lines(path, on_bytes):
             if not line.strip():
                 continue
             try:
-                text = line.decode("utf-8")
-            except UnicodeDecodeError:
-                yield lineno, RowError("not UTF-8")
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError:
-                yield lineno, RowError("malformed JSON")
-                continue
-            except RecursionError:
-                yield lineno, RowError("JSON nested too deeply")
-                continue
+                obj = loads(line)
+            except refused:
+                obj = _slow_json(line)
+                if isinstance(obj, RowError):
+                    yield lineno, obj
+                    continue
             if not isinstance(obj, dict):
                 yield lineno, RowError("line is not a JSON object")
                 continue
@@ -445,6 +464,9 @@ def _hash_id_list(value: object, field: str) -> list[int]:
     if not isinstance(value, list):
         raise RowError("missing field" if value is None else "mistyped field", field)
     for v in value:
+        if isinstance(v, float) and v.is_integer() and abs(v) >= 2**63:
+            # orjson reads an integer beyond 64 bits as a float
+            raise RowError("hash id out of 64-bit range", field)
         if not isinstance(v, int) or isinstance(v, bool):
             raise RowError("mistyped field", field)
         if not _I64_MIN <= v <= _I64_MAX:
