@@ -87,10 +87,17 @@ class TokenRadix:
             node = child
         return pos // 4
 
-    def insert(self, tokens: Sequence[int] | np.ndarray, now: float = 0.0) -> Node:
-        """Add ``tokens``; returns the node where the sequence ends (its own node)."""
+    def insert(
+        self, tokens: Sequence[int] | np.ndarray, now: float = 0.0, at: Node | None = None
+    ) -> Node:
+        """Add ``tokens``; returns the node where the sequence ends (its own node).
+
+        With ``at`` (a node this tree handed out), ``tokens`` continue the sequence that
+        ends there, so a resent prefix is not walked again; the nodes above ``at`` keep
+        their ``last_access``.
+        """
         buf = _as_bytes(tokens)
-        node, pos = self.root, 0
+        node, pos = at or self.root, 0
         node.last_access = now
         while pos < len(buf):
             first = buf[pos : pos + 4]
@@ -161,7 +168,18 @@ class ArrivalLCP:
 
     def add(self, tokens: Sequence[int] | np.ndarray) -> int:
         """Insert one request's prompt tokens; returns its index (0, 1, ...)."""
-        node = self.tree.insert(tokens)
+        return self.end(self.tree.insert(tokens))
+
+    def extend(self, at: Node | None, tokens: np.ndarray) -> Node:
+        """The node where ``at``'s sequence (the root's when None) followed by ``tokens`` ends.
+
+        A request built from a known prefix inserts only its new tokens, then
+        :meth:`end` records it.
+        """
+        return self.tree.insert(tokens, at=at) if tokens.size else (at or self.tree.root)
+
+    def end(self, node: Node) -> int:
+        """Record a request whose prompt ends at ``node``; returns its index (0, 1, ...)."""
         i = len(self._ends)
         if node.ends is None:
             node.ends = []

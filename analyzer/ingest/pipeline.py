@@ -37,7 +37,7 @@ from analyzer.ingest.readers import (
     records,
 )
 from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, UNITS, unit_for
-from analyzer.tokenize import RenderError
+from analyzer.tokenize import Part, RenderError
 from analyzer.trace import CANONICAL_SCHEMA, coarse_positions, read_canonical, read_metadata
 from analyzer.trace import trace_metadata as make_metadata
 
@@ -165,10 +165,10 @@ class _Builder:
 
     def _hash_content(self, raw: Raw) -> tuple[int, np.ndarray, np.ndarray, int]:
         """(prompt tokens served, chained hashes, content hashes, lcp index or -1)."""
-        hasher, extra = self.hasher, self._extra(raw)
+        hasher, extra, lcp = self.hasher, self._extra(raw), self.lcp
         if raw.tokens is not None:
             st = hasher.hash_tokens(raw.tokens, extra)
-            idx = self.lcp.add(raw.tokens) if self.lcp is not None else -1
+            idx = lcp.add(raw.tokens) if lcp is not None else -1
             return hasher.served_tokens(st.n_tokens), st.hashes, st.contents, idx
         assert self.renderer is not None
         if raw.body is not None:
@@ -176,58 +176,73 @@ class _Builder:
         else:
             assert raw.text is not None
             parts, gen = self.renderer.render_text(raw.text), []
+        if not self.opts.memo:
+            return self._hash_parts_in_full(parts, gen, extra)
         # Prefix keys name "parts 0..i under these hash keys" by the parts' content digests
         # (an in-memory memo key, never persisted). The memo holds the chain state after
-        # the first parts (system prompt) and after all messages of each request.
+        # the first parts (system prompt) and after all messages of each request, each
+        # with the radix node where that prefix ends: only new tokens are hashed and
+        # inserted.
         ks = tuple(p.key for p in parts)
         state, start = None, 0
-        memo = self.opts.memo
-        if memo:
-            for i in range(len(ks), 0, -1):
-                state = hasher.recall((extra, ks[:i]))
-                if state is not None:
-                    start = i
-                    break
+        for i in range(len(ks), 0, -1):
+            state = hasher.recall((extra, ks[:i]))
+            if state is not None:
+                start = i
+                break
         if state is None:
             state = hasher.empty()
+        node = state.anchor
         start_tokens = state.n_tokens  # counted tokens of parts[:start]
         last = len(parts) - 1
         j = start
         while j <= last and j <= 1:  # the system prompt's state is shared across sessions
-            state = hasher.extend(state, parts[j].tokens, extra)
-            if memo:
-                hasher.remember((extra, ks[: j + 1]), state)
+            tokens = parts[j].tokens
+            if lcp is not None:
+                node = lcp.extend(node, tokens)
+            state = hasher.extend(state, tokens, extra).at(node)
+            hasher.remember((extra, ks[: j + 1]), state)
             j += 1
-        gen_tokens = (
-            (np.concatenate([g.tokens for g in gen]) if len(gen) > 1 else gen[0].tokens)
-            if gen
-            else np.empty(0, dtype=np.uint32)
-        )
+        gen_tokens = _joined([g.tokens for g in gen])
         if j <= last:  # this turn's new messages and the generation prompt, in one pass
-            new = [p.tokens for p in parts[j:]]
-            head = np.concatenate(new) if len(new) > 1 else new[0]
+            head = _joined([p.tokens for p in parts[j:]])
             mid, state = hasher.extend_split(state, head, gen_tokens, extra)
-            if memo:
-                hasher.remember((extra, ks), mid)
+            if lcp is not None:
+                node = lcp.extend(node, head)
+            hasher.remember((extra, ks), mid.at(node))
         elif gen_tokens.size:
             state = hasher.extend(state, gen_tokens, extra)
-        hashes = state.hashes
-        if len(self.previews) < self.opts.max_previews:
-            # Parts of a recalled prefix had their previews taken when first hashed.
-            pos = start_tokens
-            for p in parts[start:]:
-                if p.role is not None:
-                    k = hasher.served_tokens(pos) // self.block_size
-                    if k < hashes.size:
-                        h = int(hashes[k])
-                        if h not in self.previews:
-                            self.previews[h] = p.preview
-                pos += p.tokens.size
         idx = -1
-        if self.lcp is not None:
-            allp = [p.tokens for p in parts] + [g.tokens for g in gen]
-            idx = self.lcp.add(np.concatenate(allp) if allp else np.empty(0, np.uint32))
-        return hasher.served_tokens(state.n_tokens), hashes, state.contents, idx
+        if lcp is not None:
+            idx = lcp.end(lcp.extend(node, gen_tokens))
+        self._take_previews(parts, start, start_tokens, state.hashes)
+        return hasher.served_tokens(state.n_tokens), state.hashes, state.contents, idx
+
+    def _hash_parts_in_full(
+        self, parts: list[Part], gen: list[Part], extra: bytes
+    ) -> tuple[int, np.ndarray, np.ndarray, int]:
+        """``_hash_content`` with the memos off: every token hashed and inserted."""
+        tokens = _joined([p.tokens for p in parts] + [g.tokens for g in gen])
+        state = self.hasher.extend(self.hasher.empty(), tokens, extra)
+        idx = self.lcp.add(tokens) if self.lcp is not None else -1
+        self._take_previews(parts, 0, 0, state.hashes)
+        return self.hasher.served_tokens(state.n_tokens), state.hashes, state.contents, idx
+
+    def _take_previews(self, parts: list[Part], start: int, pos: int, hashes: np.ndarray) -> None:
+        """A preview per message-start block of ``parts[start:]`` (starting at token ``pos``).
+
+        Parts of a recalled prefix had their previews taken when first hashed.
+        """
+        if len(self.previews) >= self.opts.max_previews:
+            return
+        for p in parts[start:]:
+            if p.role is not None:
+                k = self.hasher.served_tokens(pos) // self.block_size
+                if k < hashes.size:
+                    h = int(hashes[k])
+                    if h not in self.previews:
+                        self.previews[h] = p.preview
+            pos += p.tokens.size
 
     def _add(self, raw: Raw, ctx: FileContext, line: int, t: float) -> None:
         c = self.cols
@@ -421,6 +436,13 @@ class _Builder:
         )
         table = pa.Table.from_pydict(columns).cast(CANONICAL_SCHEMA).replace_schema_metadata(meta)
         return table, self.previews
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    """Token arrays end to end (no copy for one)."""
+    if len(arrays) == 1:
+        return arrays[0]
+    return np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint32)
 
 
 def _permute(
