@@ -197,6 +197,38 @@ def test_arrival_lcp_in_any_insertion_order(prompts, rnd):
     assert [int(got[j]) for j in range(len(order))] == [expect[i] for i in order]
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 12), st.lists(st.integers(0, 3), max_size=6)),
+        min_size=1,
+        max_size=14,
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_arrival_lcp_continued_from_anchors(steps, rnd):
+    """Requests built as a known prefix (its anchor) plus new tokens, as ingest does."""
+    prompts: list[list[int]] = []
+    anchors = []
+    lcp = ArrivalLCP()
+    idx = []
+    for base, new in steps:
+        b = base % (len(prompts) + 1) - 1  # -1: start from the root
+        prefix, at = (prompts[b], anchors[b]) if b >= 0 else ([], None)
+        node = lcp.extend(at, np.array(new, dtype=np.uint32))
+        prompts.append(prefix + new)
+        anchors.append(node)
+        idx.append(lcp.end(node))
+    assert idx == list(range(len(prompts)))
+    order = list(range(len(prompts)))
+    rnd.shuffle(order)  # any arrival order of the same requests
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    got = lcp.finish(rank)
+    expect = lcp_reference([prompts[i] for i in order])
+    assert [int(got[i]) for i in order] == expect
+
+
 def test_radix_evicts_lru_leaves_only():
     tree = TokenRadix()
     tree.insert([1, 2, 3, 4], now=1)
