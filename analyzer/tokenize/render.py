@@ -58,7 +58,8 @@ class RenderError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Part:
-    key: bytes  # 16-byte content address of the rendered chunk (template, role, text)
+    key: bytes  # 16-byte content address of the rendered chunk (template, role, text);
+    # empty when the renderer keeps no memo
     tokens: np.ndarray  # uint32 token ids of the chunk, framing included
     role: str | None  # None for framing parts that have no text (BOS, generation prompt)
     text: str = ""  # the message text, kept only until the request is hashed
@@ -155,6 +156,12 @@ class PromptRenderer:
     ) -> Part:
         """One framed message; ``pieces`` are text (str) or image digests (bytes)."""
         self.parts_seen += 1
+        shown = None if preview_text is None else role
+        if not self.memo_enabled:  # no memo to address: the key would be unused work
+            self.parts_tokenized += 1
+            tokens = self._frame(role, pieces, generation)
+            self.tokens_encoded += int(tokens.size)
+            return Part(b"", tokens, shown, preview_text or "")
         h = hashlib.blake2b(digest_size=16)
         h.update(self.template.encode())
         h.update(b"\x00g" if generation else b"\x00m")
@@ -168,7 +175,6 @@ class PromptRenderer:
                 h.update(b"\x00t")
                 h.update(p.encode("utf-8", "surrogatepass"))
         key = h.digest()
-        shown = None if preview_text is None else role
         tokens = self._lookup(key)
         if tokens is not None:
             return Part(key, tokens, shown, preview_text or "")
@@ -354,7 +360,11 @@ class PromptRenderer:
     def render_text(self, text: str) -> list[Part]:
         """A raw prompt string (completions API, generic text column): no chat framing."""
         self.parts_seen += 1
-        key = _digest(b"raw\x00" + text.encode("utf-8", "surrogatepass"))
+        key = (
+            _digest(b"raw\x00" + text.encode("utf-8", "surrogatepass"))
+            if self.memo_enabled
+            else b""
+        )
         tokens = self._lookup(key)
         if tokens is None:
             self.parts_tokenized += 1
