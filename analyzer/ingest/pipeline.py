@@ -277,11 +277,12 @@ class _Builder:
         c.tenant.append(raw.tenant or raw.model)
         c.prompt_tokens.append(int(n_prompt))
         c.output_tokens.append(out)
-        c.hashes.frombytes(hashes.astype(np.uint64, copy=False).tobytes())
+        # A uint8 view is a bytes-like object: one copy, straight into the array.
+        c.hashes.frombytes(hashes.astype(np.uint64, copy=False).view(np.uint8))
         c.n_blocks.append(int(hashes.size))
         c.has_contents.append(contents is not None)
         if contents is not None:
-            c.contents.frombytes(contents.astype(np.uint64, copy=False).tobytes())
+            c.contents.frombytes(contents.astype(np.uint64, copy=False).view(np.uint8))
         c.lcp_index.append(idx)
         c.parent.append(raw.parent)
         c.turn.append(raw.turn)

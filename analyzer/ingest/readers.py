@@ -318,6 +318,19 @@ _BODY_KEYS = ("request", "body", "request_json", "request_body")
 _RESPONSE_KEYS = ("response", "response_json", "response_body")
 _ID_KEYS = ("request_id", "id", "custom_id")
 _TENANT_KEYS = ("tenant", "tenant_id", "org", "organization", "team")
+# (source, key) in order of precedence; sources: 0 body, 1 row, 2 body metadata, 3 row
+# metadata.
+_SESSION_SOURCES = (
+    (0, "prompt_cache_key"),
+    (1, "prompt_cache_key"),
+    (0, "user"),
+    (1, "user"),
+    (2, "session_id"),
+    (3, "session_id"),
+    (1, "session_id"),
+    (1, "conversation_id"),
+)
+_TENANT_SOURCES = (*((1, k) for k in _TENANT_KEYS), (2, "tenant"), (3, "tenant"))
 
 
 def parse_openai(rec: dict, ctx: FileContext) -> Raw:
@@ -376,29 +389,29 @@ def parse_openai(rec: dict, ctx: FileContext) -> Raw:
                 raw.output_text = content
             elif isinstance(choices[0].get("text"), str):
                 raw.output_text = choices[0]["text"]
-    meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
-    rmeta = rec.get("metadata") if isinstance(rec.get("metadata"), dict) else {}
-    for v in (
-        body.get("prompt_cache_key"),
-        rec.get("prompt_cache_key"),
-        body.get("user"),
-        rec.get("user"),
-        meta.get("session_id"),
-        rmeta.get("session_id"),
-        rec.get("session_id"),
-        rec.get("conversation_id"),
-    ):
-        if v not in (None, ""):
+    meta = body.get("metadata")
+    rmeta = rec.get("metadata")
+    where = (
+        body,
+        rec,
+        meta if isinstance(meta, dict) else {},
+        rmeta if isinstance(rmeta, dict) else {},
+    )
+    for i, k in _SESSION_SOURCES:  # first present wins; stops at the first
+        v = where[i].get(k)
+        if v is not None and v != "":
             raw.session = _str(v)
             break
     raw.model = _str(body.get("model") or rec.get("model") or rec.get("model_name"))
-    for v in [rec.get(k) for k in _TENANT_KEYS] + [meta.get("tenant"), rmeta.get("tenant")]:
-        if v not in (None, ""):
+    for i, k in _TENANT_SOURCES:
+        v = where[i].get(k)
+        if v is not None and v != "":
             raw.tenant = _str(v)
             break
     for k in _ID_KEYS:
-        if rec.get(k) not in (None, ""):
-            raw.request_id = _str(rec[k])
+        v = rec.get(k)
+        if v is not None and v != "":
+            raw.request_id = _str(v)
             break
     return raw
 
