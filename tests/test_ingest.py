@@ -396,6 +396,31 @@ def test_bad_csv_rows(tmp_path):
     assert lt.skipped.examples[0] == f"{p}:3: mistyped field (field 'ContextTokens')"
 
 
+def test_unterminated_csv_quote_skips_one_row_and_reads_on(tmp_path):
+    p = tmp_path / "gw.csv"
+    # Pretty-printed JSON: every good row is a quoted field over several lines.
+    body = json.dumps({"messages": [{"role": "user", "content": "hello"}]}, indent=1)
+    good = '"{}",{}\n'
+    rows = ["request_json,timestamp\n"]
+    rows += [good.format(body.replace('"', '""'), 1700000000 + i) for i in range(3)]
+    rows.append('"{""messages"": [,1700000003\n')  # the quote is never closed
+    rows += [good.format(body.replace('"', '""'), 1700000004 + i) for i in range(4)]
+    p.write_text("".join(rows))
+    lt = open_trace([p], IngestOptions(salt=SALT, fmt="gateway-csv"))
+    bad_line = "".join(rows[:4]).count("\n") + 1
+    assert bad_line > 5  # the rows before it did span lines
+    assert lt.table.num_rows == 7  # three rows before it, four after
+    assert lt.skipped.by_reason == {"unterminated quote": 1}
+    assert lt.skipped.examples == [f"{p}:{bad_line}: unterminated quote"]
+    with pytest.raises(InputError, match=rf"gw.csv:{bad_line}: unterminated quote"):
+        open_trace([p], IngestOptions(salt=SALT, fmt="gateway-csv", strict=True))
+    # An unterminated quote on the last row swallows nothing and is still counted.
+    q = tmp_path / "last.csv"
+    q.write_text("".join([*rows[:4], '"{""messages""\n']))
+    lt = open_trace([q], IngestOptions(salt=SALT, fmt="gateway-csv"))
+    assert lt.table.num_rows == 3 and lt.skipped.total == 1
+
+
 # -- CLI ---------------------------------------------------------------------------------
 
 

@@ -237,38 +237,75 @@ def json_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[
         yield exc.line, RowError("truncated compressed file", fatal=True)
 
 
-def csv_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[Record]:
-    bad: list[int] = []
-    state = {"line": 0}
+MAX_CSV_RESTARTS = 20
 
-    def lines() -> Iterator[str]:
-        for lineno, line in iter_lines(path, on_bytes):
+
+def csv_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[Record]:
+    """CSV rows as dicts by header; a quoted field may span lines, as CSV allows.
+
+    A quote that is never closed makes the csv module read on, to the end of the file
+    if need be, and return one long row with the wrong number of columns. Such a row
+    (the wrong column count, over more than one line) is skipped as "unterminated
+    quote" at the line where it started, and reading starts again on the line after it,
+    so the rows it swallowed are read, not lost. After ``MAX_CSV_RESTARTS`` of these
+    the file's quoting is called broken (a fatal row error).
+    """
+    bad: list[int] = []
+    told: set[int] = set()  # non-UTF-8 lines already reported (a restart reads them again)
+    state = {"line": 0}
+    header: list[str] | None = None
+    resume = 1  # the first line of the file to read in this pass
+    restarts = 0
+
+    def lines(first: int) -> Iterator[str]:
+        for lineno, line in iter_lines(path, on_bytes if first == 1 else None):
+            if lineno < first:
+                continue
             state["line"] = lineno
             try:
                 yield line.decode("utf-8") + "\n"
             except UnicodeDecodeError:
-                bad.append(lineno)
+                if lineno not in told:
+                    told.add(lineno)
+                    bad.append(lineno)
 
-    reader = csv.reader(lines())
     try:
-        header = next(reader, None)
-        if header is None:
-            raise InputError("CSV file has no header row", Location(path))
-        header = [h.strip().lstrip("\ufeff") for h in header]
-        for row in reader:
+        while True:
+            state["line"] = resume - 1
+            reader = csv.reader(lines(resume))
+            if header is None:
+                row0 = next(reader, None)
+                if row0 is None:
+                    raise InputError("CSV file has no header row", Location(path))
+                header = [h.strip().lstrip("\ufeff") for h in row0]
+            start = state["line"] + 1  # where the next record begins
+            restart = None
+            for row in reader:
+                while bad:
+                    yield bad.pop(0), RowError("not UTF-8")
+                end, first, start = state["line"], start, state["line"] + 1
+                if not row or (len(row) == 1 and not row[0].strip()):
+                    continue
+                if len(row) != len(header):
+                    if end > first:  # an open quote ran on over the lines below
+                        yield first, RowError("unterminated quote")
+                        restart = first + 1
+                        break
+                    yield end, RowError(f"row has {len(row)} columns, header has {len(header)}")
+                    continue
+                yield end, dict(zip(header, row, strict=True))
             while bad:
                 yield bad.pop(0), RowError("not UTF-8")
-            if not row or (len(row) == 1 and not row[0].strip()):
-                continue
-            if len(row) != len(header):
+            if restart is None:
+                return
+            restarts += 1
+            if restarts > MAX_CSV_RESTARTS:
                 yield (
-                    state["line"],
-                    RowError(f"row has {len(row)} columns, header has {len(header)}"),
+                    restart,
+                    RowError("CSV quoting is broken (too many unterminated quotes)", fatal=True),
                 )
-                continue
-            yield state["line"], dict(zip(header, row, strict=True))
-        while bad:
-            yield bad.pop(0), RowError("not UTF-8")
+                return
+            resume = restart
     except TruncatedInput as exc:
         yield exc.line, RowError("truncated compressed file", fatal=True)
     except csv.Error as exc:
