@@ -396,6 +396,24 @@ def test_bad_csv_rows(tmp_path):
     assert lt.skipped.examples[0] == f"{p}:3: mistyped field (field 'ContextTokens')"
 
 
+def test_a_log_that_switched_from_seconds_to_milliseconds(tmp_path):
+    p = tmp_path / "mixed.jsonl"
+    t0 = 1_700_000_000
+    rows = [{"timestamp": t0 + i, "prompt": f"p{i}"} for i in range(6)]
+    rows += [{"timestamp": (t0 + 6 + i) * 1000, "prompt": f"q{i}"} for i in range(4)]
+    p.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    lt = load(p)
+    assert lt.table.column("arrival_s").to_pylist() == [float(i) for i in range(10)]
+    assert read_metadata(lt.table)["t0_epoch_s"] == repr(float(t0))
+    assert lt.mixed_unit_files == [f"{p}: timestamps in s (6) and ms (4), each read in its own unit"]
+    # --time-unit still decides for the whole file; relative times are never split by band.
+    assert load(p, time_unit="ms").mixed_unit_files == []
+    q = tmp_path / "relative.jsonl"
+    q.write_text("\n".join(json.dumps({"ts": v, "prompt": "x"}) for v in (0, 5, 2e11)) + "\n")
+    assert load(q).mixed_unit_files == []
+    assert load(q).table.column("arrival_s").to_pylist() == [0.0, 0.005, 2e8]
+
+
 def test_unterminated_csv_quote_skips_one_row_and_reads_on(tmp_path):
     p = tmp_path / "gw.csv"
     # Pretty-printed JSON: every good row is a quoted field over several lines.

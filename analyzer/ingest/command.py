@@ -135,6 +135,8 @@ def summary(loaded, out: Path) -> str:  # type: ignore[no-untyped-def]
         lines.append(f"  out-of-order rows: {loaded.reordered:,} (sorted by arrival)")
     for f in loaded.untimed_files:
         lines.append(f"  no timestamps in {f}: requests spaced 1 s apart in file order")
+    for note in loaded.mixed_unit_files:
+        lines.append(f"  {note}")
     if loaded.skipped.total:
         lines.append("  " + str(loaded.skipped).replace("\n", "\n  "))
     else:

@@ -80,6 +80,8 @@ class LoadedTrace:
     formats: list[str] = field(default_factory=list)
     reordered: int = 0  # rows that arrived out of time order in their file (now sorted)
     untimed_files: list[str] = field(default_factory=list)  # spaced 1 s apart in file order
+    # One note per file whose epoch timestamps came in several units (each read in its own)
+    mixed_unit_files: list[str] = field(default_factory=list)
     previews: dict[int, str] = field(default_factory=dict)  # chained hash -> text preview
     stats: dict[str, int] = field(default_factory=dict)
     _trace: BlockTrace | None = field(default=None, repr=False)

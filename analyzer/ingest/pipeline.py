@@ -36,7 +36,7 @@ from analyzer.ingest.readers import (
     RowError,
     records,
 )
-from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, UNITS, unit_for
+from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, numeric_seconds
 from analyzer.tokenize import Part, RenderError
 from analyzer.trace import CANONICAL_SCHEMA, coarse_positions, read_canonical, read_metadata
 from analyzer.trace import trace_metadata as make_metadata
@@ -132,6 +132,7 @@ class _Builder:
         self.file_abs: list[tuple[str, bool]] = []  # (file, absolute times?) per file read
         self.reordered = 0
         self.untimed: list[str] = []
+        self.mixed_units: list[str] = []
         self._sessions: dict[str, str] = {}
 
     def _block_size(self) -> int:
@@ -354,8 +355,9 @@ class _Builder:
             forced = forced or NATIVE_UNIT.get(fmt)
             num = ~iso
             if num.any():
-                unit = unit_for(float(times[num].max()), forced)
-                times[num] *= UNITS[unit]
+                times[num], units = numeric_seconds(times[num], forced)
+                if len(units) > 1:
+                    self.mixed_units.append(_units_note(path, units))
             absolute = bool(times.min() >= ABSOLUTE_MIN_S)
         self.cols.time[first:last] = times.tolist()
         # Out of order: a row earlier than the row before it in its file.
@@ -437,6 +439,13 @@ class _Builder:
         )
         table = pa.Table.from_pydict(columns).cast(CANONICAL_SCHEMA).replace_schema_metadata(meta)
         return table, self.previews
+
+
+def _units_note(path: str, units: dict[str, int]) -> str:
+    """``f.jsonl: timestamps in s (4,880) and ms (120), each read in its own unit``."""
+    order = sorted(units.items(), key=lambda kv: -kv[1])
+    listed = " and ".join(f"{u} ({n:,})" for u, n in order)
+    return f"{path}: timestamps in {listed}, each read in its own unit"
 
 
 def _joined(arrays: list[np.ndarray]) -> np.ndarray:
@@ -618,7 +627,7 @@ def open_trace(
             "tokens_encoded": b.renderer.tokens_encoded,
         }
     stats["blocks_hashed"] = b.hasher.blocks_hashed
-    skipped, reordered, untimed = b.skipped, b.reordered, b.untimed
+    skipped, reordered, untimed, mixed = b.skipped, b.reordered, b.untimed, b.mixed_units
     del b  # memos, radix tree and row lists go before the compact trace is built
     return LoadedTrace(
         table=table,
@@ -627,6 +636,7 @@ def open_trace(
         formats=fmts,
         reordered=reordered,
         untimed_files=untimed,
+        mixed_unit_files=mixed,
         previews=previews,
         stats=stats,
     )

@@ -2,7 +2,9 @@
 
 A numeric timestamp's unit is decided once per file from the largest value in it: at
 least 1e17 is nanoseconds, 1e14 microseconds, 1e11 milliseconds, anything smaller
-seconds (absolute epochs of 2001-2286 in any unit fall in these bands). Formats with a
+seconds (absolute epochs of 2001-2286 in any unit fall in these bands). A file whose
+numbers are all absolute epochs, each in its own band, but in more than one band (a log
+that switched from s to ms) has each value read in its own unit, and says so. Formats with a
 documented unit (Mooncake ms, Bailian/RAGPulse/BurstGPT s) use it, and ``--time-unit``
 overrides both. Times of at least 1e8 s (1973) are absolute epochs; smaller ones are
 relative to the trace start. ISO strings without a zone are read as UTC, and fractions
@@ -15,6 +17,8 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, date, datetime, time
+
+import numpy as np
 
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 ABSOLUTE_MIN_S = 1e8
@@ -69,3 +73,27 @@ def unit_for(max_value: float, forced: str | None = None) -> str:
     if v >= 1e11:
         return "ms"
     return "s"
+
+
+_BANDS = ((1e17, "ns"), (1e14, "us"), (1e11, "ms"))
+
+
+def numeric_seconds(values: np.ndarray, forced: str | None = None) -> tuple[np.ndarray, dict]:
+    """One file's numeric times in seconds, and how many were read in each unit.
+
+    ``forced``: that unit for all. Otherwise the file's unit is the band of its largest
+    value, unless every value is an absolute epoch (at least ``ABSOLUTE_MIN_S``) in the
+    unit of its own band and the bands differ: then each is read in its own unit (the
+    returned counts have more than one unit).
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if forced is None and v.size:
+        mag = np.abs(v)
+        own = np.select([mag >= lo for lo, _ in _BANDS], [UNITS[u] for _, u in _BANDS], 1.0)
+        secs = v * own
+        if np.unique(own).size > 1 and bool(np.all(secs >= ABSOLUTE_MIN_S)):
+            names = {UNITS[u]: u for u in UNITS}
+            scales, counts = np.unique(own, return_counts=True)
+            return secs, {names[float(s)]: int(n) for s, n in zip(scales, counts, strict=True)}
+    unit = unit_for(float(np.abs(v).max()) if v.size else 0.0, forced)
+    return v * UNITS[unit], {unit: int(v.size)}

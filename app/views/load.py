@@ -119,5 +119,7 @@ with state.guard():
             + ": requests are spaced 1 s apart in file order, so rates and replay timing "
             "are nominal."
         )
+    for note in loaded.mixed_unit_files:
+        st.info(note)
     if loaded.reordered:
         st.caption(f"{loaded.reordered:,} rows were out of time order in their file (sorted).")
