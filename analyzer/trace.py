@@ -80,6 +80,7 @@ META_KEYS = (
     "hash_keys",
     "source",
     "t0_epoch_s",
+    "salt_id",
 )
 
 

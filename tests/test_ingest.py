@@ -201,6 +201,31 @@ def test_canonical_files_merge_on_one_clock(tmp_path):
         load(tmp_path / "late.parquet", rel)
 
 
+def test_canonical_files_hashed_differently_are_not_merged(tmp_path):
+    lines = (FIX / "chat.jsonl").read_text().splitlines()
+    (tmp_path / "a.jsonl").write_text("\n".join(lines[: len(lines) // 2]) + "\n")
+    (tmp_path / "b.jsonl").write_text("\n".join(lines[len(lines) // 2 :]) + "\n")
+    a = tmp_path / "a.parquet"
+    write_canonical(load(tmp_path / "a.jsonl").table, a)
+    cases = {
+        "salts": IngestOptions(salt=b"another salt"),
+        "chat templates": IngestOptions(salt=SALT, template="llama3"),
+        "hash keys": IngestOptions(salt=SALT, hash_keys=("model",)),
+    }
+    for what, opts in cases.items():
+        b = tmp_path / f"b-{what.replace(' ', '-')}.parquet"
+        write_canonical(open_trace([tmp_path / "b.jsonl"], opts).table, b)
+        with pytest.raises(InputError, match=f"different {what} cannot be merged") as e:
+            open_trace([a, b])
+        assert str(a) in str(e.value) and str(b) in str(e.value)
+    same = tmp_path / "b.parquet"
+    write_canonical(load(tmp_path / "b.jsonl").table, same)
+    assert open_trace([a, same]).table.num_rows == len(lines)
+    # Salts are told apart by a one-way id, never written themselves.
+    meta = read_metadata(pq.read_table(a))
+    assert len(meta["salt_id"]) == 12 and SALT.hex() not in str(meta)
+
+
 def test_canonical_round_trip_with_previews(tmp_path):
     lt = load(FIX / "chat.jsonl")
     out = tmp_path / "t.parquet"

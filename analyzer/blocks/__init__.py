@@ -2,7 +2,7 @@
 
 from analyzer.blocks.hashing import BlockHasher, ChainState, chain_hashes_reference, id_hash
 from analyzer.blocks.radix import ArrivalLCP, TokenRadix, lcp_reference
-from analyzer.blocks.salt import DEFAULT_SALT_FILE, load_salt
+from analyzer.blocks.salt import DEFAULT_SALT_FILE, load_salt, salt_id
 
 __all__ = [
     "DEFAULT_SALT_FILE",
@@ -14,4 +14,5 @@ __all__ = [
     "id_hash",
     "lcp_reference",
     "load_salt",
+    "salt_id",
 ]

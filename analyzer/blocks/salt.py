@@ -8,6 +8,7 @@ Default location: ``./.kvpool-salt`` (hex text, 32 random bytes; gitignored).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -50,3 +51,12 @@ def load_salt(path: str | Path | None = None) -> bytes:
         if tmp.exists():
             tmp.unlink()
     return salt
+
+
+def salt_id(salt: bytes) -> str:
+    """12 hex digits that tell salts apart without revealing them (a keyed, one-way hash).
+
+    Written into canonical traces, so that traces hashed under different salts, whose
+    blocks can never match, are not merged as if they could.
+    """
+    return hashlib.blake2b(b"kvpool salt id", digest_size=6, key=salt).hexdigest()

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from analyzer.blocks import ArrivalLCP, BlockHasher, id_hash, load_salt
+from analyzer.blocks import ArrivalLCP, BlockHasher, id_hash, load_salt, salt_id
 from analyzer.errors import InputError, Location, UsageError
 from analyzer.ingest.detect import FORMATS, detect_format
 from analyzer.ingest.io import check_readable
@@ -436,6 +436,7 @@ class _Builder:
                 f"{f}:{os.path.basename(p)}" for p, f in zip(self.paths, self.fmts, strict=True)
             ),
             t0_epoch_s=repr(t0) if absolute else "",
+            salt_id=salt_id(self.salt),
         )
         table = pa.Table.from_pydict(columns).cast(CANONICAL_SCHEMA).replace_schema_metadata(meta)
         return table, self.previews
@@ -525,6 +526,34 @@ def coarsen_table(table: pa.Table, factor: int) -> pa.Table:
     return table.cast(CANONICAL_SCHEMA).replace_schema_metadata(make_metadata(**new_meta))
 
 
+# Metadata that decides what a block hash means: files that differ in one of these can
+# never share a block, so merging them would report no reuse between them, wrongly.
+# (key, what it is, whether an empty value is compatible with any: pre-hashed traces
+# have no tokenizer or template; files from before salt ids have none).
+_HASHING_KEYS = (
+    ("salt_id", "salts", True),
+    ("tokenizer", "tokenizers", True),
+    ("template", "chat templates", True),
+    ("hash_keys", "hash keys", False),
+)
+
+
+def _check_same_hashing(paths: list[str], metas: list[dict[str, str]]) -> None:
+    for key, what, empty_ok in _HASHING_KEYS:
+        seen = {(m.get(key) or "") for m in metas}
+        if empty_ok:
+            seen.discard("")
+        if len(seen) > 1:
+            raise InputError(
+                f"canonical traces converted with different {what} cannot be merged (their "
+                "blocks could never match): "
+                + ", ".join(
+                    f"{p} ({m.get(key) or 'none'})" for p, m in zip(paths, metas, strict=True)
+                ),
+                hint="convert the raw logs again with the same salt file and flags",
+            )
+
+
 def _open_canonical(paths: list[str], block_size: int | None = None) -> LoadedTrace:
     tables = [read_canonical(p) for p in paths]
     sizes = {read_metadata(t).get("block_size") for t in tables}
@@ -536,6 +565,7 @@ def _open_canonical(paths: list[str], block_size: int | None = None) -> LoadedTr
                 for p, t in zip(paths, tables, strict=True)
             )
         )
+    _check_same_hashing(paths, [read_metadata(t) for t in tables])
     table = tables[0]
     if len(tables) > 1:
         # Each file's arrival_s counts from its own first request: put them on one clock.
