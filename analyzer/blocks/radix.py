@@ -18,24 +18,24 @@ holds an earlier request. Rows may therefore be inserted in file order and sorte
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections.abc import Sequence
 
 import numpy as np
+from numba import njit
 
 _INF = np.iinfo(np.int64).max
 
 
 class Node:
-    __slots__ = ("children", "edge", "ends", "last_access", "m1", "m2", "parent")
+    __slots__ = ("children", "edge", "index", "last_access", "parent")
 
     def __init__(self, edge: bytes, parent: Node | None) -> None:
         self.edge = edge  # token ids as little-endian uint32 bytes
         self.parent = parent
         self.children: dict[bytes, Node] = {}  # keyed by the first token's 4 bytes
         self.last_access = 0.0
-        self.ends: list[int] | None = None
-        self.m1 = _INF
-        self.m2 = _INF
+        self.index = -1  # position in ArrivalLCP.finish's flat arrays
 
     @property
     def tokens(self) -> np.ndarray:
@@ -180,50 +180,65 @@ class ArrivalLCP:
 
     def end(self, node: Node) -> int:
         """Record a request whose prompt ends at ``node``; returns its index (0, 1, ...)."""
-        i = len(self._ends)
-        if node.ends is None:
-            node.ends = []
-        node.ends.append(i)
         self._ends.append(node)
-        return i
+        return len(self._ends) - 1
 
     def finish(self, rank: np.ndarray) -> np.ndarray:
-        """LCP per request (index order); ``rank[i]`` is request ``i``'s arrival rank."""
+        """LCP per request (index order); ``rank[i]`` is request ``i``'s arrival rank.
+
+        The tree is flattened breadth-first (a parent before its children) into parent and
+        depth arrays; the rank bookkeeping and the walks up run compiled (:func:`_lcp`).
+        """
         rank = np.asarray(rank, dtype=np.int64)
         assert rank.size == len(self._ends)
-        # Pre-order list of nodes with depths; reversed, it is a valid post-order.
-        order: list[Node] = []
         root = self.tree.root
-        depth: dict[int, int] = {id(root): 0}
-        stack = [root]
-        while stack:
-            n = stack.pop()
-            order.append(n)
-            d = depth[id(n)]
+        root.index = 0
+        nodes, parent, depth = [root], array("q", [-1]), array("q", [0])
+        i = 0
+        while i < len(nodes):
+            n, d = nodes[i], depth[i]
             for c in n.children.values():
-                depth[id(c)] = d + len(c.edge) // 4
-                stack.append(c)
-        for n in reversed(order):
-            m1 = m2 = _INF
-            for r in [int(rank[i]) for i in (n.ends or ())] + [
-                v for c in n.children.values() for v in (c.m1, c.m2)
-            ]:
-                if r < m1:
-                    m1, m2 = r, m1
-                elif r < m2:
-                    m2 = r
-            n.m1, n.m2 = m1, m2
-        out = np.zeros(rank.size, dtype=np.int64)
-        for i, node in enumerate(self._ends):
-            r = int(rank[i])
-            p: Node | None = node
-            while p is not None:
-                other = p.m2 if p.m1 == r else p.m1
-                if other < r:
-                    out[i] = depth[id(p)]
-                    break
-                p = p.parent
-        return out
+                c.index = len(nodes)
+                nodes.append(c)
+                parent.append(i)
+                depth.append(d + len(c.edge) // 4)
+            i += 1
+        ends = np.fromiter((n.index for n in self._ends), dtype=np.int64, count=len(self._ends))
+        return _lcp(
+            np.frombuffer(parent, dtype=np.int64), np.frombuffer(depth, dtype=np.int64), ends, rank
+        )
+
+
+@njit(cache=True)
+def _lcp(parent: np.ndarray, depth: np.ndarray, ends: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Each node's two smallest arrival ranks at or below it; then for request ``i`` the
+    depth of its deepest ancestor (itself included) holding a rank smaller than its own.
+    """
+    m1 = np.full(parent.size, _INF, dtype=np.int64)
+    m2 = np.full(parent.size, _INF, dtype=np.int64)
+    for i in range(ends.size):
+        v, r = ends[i], rank[i]
+        if r < m1[v]:
+            m1[v], m2[v] = r, m1[v]
+        elif r < m2[v]:
+            m2[v] = r
+    for v in range(parent.size - 1, 0, -1):  # children come after their parent
+        p = parent[v]
+        for r in (m1[v], m2[v]):
+            if r < m1[p]:
+                m1[p], m2[p] = r, m1[p]
+            elif r < m2[p]:
+                m2[p] = r
+    out = np.zeros(ends.size, dtype=np.int64)
+    for i in range(ends.size):
+        r, p = rank[i], ends[i]
+        while p >= 0:
+            other = m2[p] if m1[p] == r else m1[p]
+            if other < r:
+                out[i] = depth[p]
+                break
+            p = parent[p]
+    return out
 
 
 def lcp_reference(prompts: Sequence[Sequence[int]]) -> list[int]:
