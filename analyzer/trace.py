@@ -42,6 +42,7 @@ prefix of ``m * j + m`` blocks: coarser block sizes are derived without re-hashi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -282,7 +283,7 @@ class BlockTrace:
         return self.block_ids[self.offsets[i] : self.offsets[i + 1]]
 
     @classmethod
-    def from_table(cls, table: pa.Table, previews: dict[int, str] | None = None) -> BlockTrace:
+    def from_table(cls, table: pa.Table, previews: Mapping[int, str] | None = None) -> BlockTrace:
         """Build from a canonical table (rows need not be sorted; they are sorted here).
 
         ``previews`` maps chained block hash -> text preview and is re-keyed by dense id.

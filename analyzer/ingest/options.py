@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,7 +83,8 @@ class LoadedTrace:
     untimed_files: list[str] = field(default_factory=list)  # spaced 1 s apart in file order
     # One note per file whose epoch timestamps came in several units (each read in its own)
     mixed_unit_files: list[str] = field(default_factory=list)
-    previews: dict[int, str] = field(default_factory=dict)  # chained hash -> text preview
+    # chained hash -> text preview (a plain dict, or ingest's lazily formatted Previews)
+    previews: Mapping[int, str] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
     _trace: BlockTrace | None = field(default=None, repr=False)
 

@@ -37,7 +37,7 @@ from analyzer.ingest.readers import (
     records,
 )
 from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, numeric_seconds
-from analyzer.tokenize import Part, RenderError
+from analyzer.tokenize import Part, Previews, RenderError
 from analyzer.trace import CANONICAL_SCHEMA, coarse_positions, read_canonical, read_metadata
 from analyzer.trace import trace_metadata as make_metadata
 
@@ -127,7 +127,7 @@ class _Builder:
         has_content = any(f in TEXT_FORMATS or f == "ragpulse" for f in fmts)
         self.lcp = ArrivalLCP() if opts.exact and has_content else None
         self.cols = _Columns()
-        self.previews: dict[int, str] = {}
+        self.previews = Previews()
         self.shared: dict = {}
         self.file_abs: list[tuple[str, bool]] = []  # (file, absolute times?) per file read
         self.reordered = 0
@@ -242,7 +242,7 @@ class _Builder:
                 if k < hashes.size:
                     h = int(hashes[k])
                     if h not in self.previews:
-                        self.previews[h] = p.preview
+                        self.previews.put(h, p.role, p.text)
             pos += p.tokens.size
 
     def _add(self, raw: Raw, ctx: FileContext, line: int, t: float) -> None:
@@ -366,7 +366,7 @@ class _Builder:
 
     # -- assembling ---------------------------------------------------------------------
 
-    def finish(self) -> tuple[pa.Table, dict[int, str]]:
+    def finish(self) -> tuple[pa.Table, Previews]:
         c = self.cols
         n = len(c.time)
         times = np.asarray(c.time, dtype=np.float64)

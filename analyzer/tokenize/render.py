@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,20 +65,45 @@ class Part:
     role: str | None  # None for framing parts that have no text (BOS, generation prompt)
     text: str = ""  # the message text, kept only until the request is hashed
 
-    @property
-    def preview(self) -> str | None:
-        """~80 characters of the message, for humans (computed only when asked)."""
-        return None if self.role is None else _preview(self.role, self.text)
-
 
 def _digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
-def _preview(role: str, text: str, limit: int = 80) -> str:
+PREVIEW_CHARS = 80
+
+
+def _preview(role: str, text: str, limit: int = PREVIEW_CHARS) -> str:
     flat = " ".join(text[: 2 * limit].split())
     out = f"{role}: {flat}"
     return out if len(out) <= limit else out[: limit - 1] + "…"
+
+
+class Previews(Mapping[int, str]):
+    """Block hash -> preview text, formatted when first read.
+
+    Ingest takes a preview for every message-start block it meets (up to a bound) but a
+    plain conversion reads none of them, so each is kept as (role, first characters) and
+    written out as text only when asked for.
+    """
+
+    def __init__(self) -> None:
+        self._raw: dict[int, tuple[str, str]] = {}
+
+    def put(self, key: int, role: str, text: str) -> None:
+        self._raw[key] = (role, text[: 2 * PREVIEW_CHARS])
+
+    def __getitem__(self, key: int) -> str:
+        return _preview(*self._raw[key])
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._raw
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
 
 
 class PromptRenderer:
