@@ -421,6 +421,19 @@ def test_bad_csv_rows(tmp_path):
     assert lt.skipped.examples[0] == f"{p}:3: mistyped field (field 'ContextTokens')"
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path):
+    lines = (FIX / "chat.jsonl").read_bytes()
+    p = tmp_path / "bom.jsonl"
+    p.write_bytes(b"\xef\xbb\xbf" + lines)
+    q = tmp_path / "bom.jsonl.gz"
+    q.write_bytes(gzip.compress(b"\xef\xbb\xbf" + lines))
+    want = load(FIX / "chat.jsonl").table.column("block_hashes")
+    for f in (p, q):
+        assert detect_format(f) == "openai"
+        lt = load(f)
+        assert lt.skipped.total == 0 and lt.table.column("block_hashes") == want
+
+
 def test_a_log_that_switched_from_seconds_to_milliseconds(tmp_path):
     p = tmp_path / "mixed.jsonl"
     t0 = 1_700_000_000

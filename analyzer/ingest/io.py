@@ -17,6 +17,7 @@ from analyzer.errors import InputError, Location
 CHUNK = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+BOM = b"\xef\xbb\xbf"
 
 
 class TruncatedInput(Exception):
@@ -101,8 +102,12 @@ def iter_lines(
     """(1-based line number, line bytes without the newline); raises TruncatedInput."""
     lineno = 0
     rest = b""
+    first = True
     try:
         for chunk in _chunks(path, on_bytes):
+            if first:
+                # A UTF-8 byte order mark (Windows exports) is not part of the first line.
+                chunk, first = chunk.removeprefix(BOM), False
             buf = rest + chunk if rest else chunk
             lines = buf.split(b"\n")
             rest = lines.pop()
