@@ -421,6 +421,17 @@ def test_bad_csv_rows(tmp_path):
     assert lt.skipped.examples[0] == f"{p}:3: mistyped field (field 'ContextTokens')"
 
 
+def test_empty_prompt_cells_and_missing_times_name_their_columns(tmp_path):
+    p = tmp_path / "gen.csv"
+    p.write_text("prompt,ts\nhello,1700000000\n,1700000001\nthere,\nagain,1700000003\n")
+    lt = load(p)
+    assert lt.table.num_rows == 2
+    assert lt.skipped.examples == [
+        f"{p}:3: missing field (field 'prompt')",
+        f"{p}:4: missing timestamp (field 'ts')",
+    ]
+
+
 def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path):
     lines = (FIX / "chat.jsonl").read_bytes()
     p = tmp_path / "bom.jsonl"
@@ -443,7 +454,9 @@ def test_a_log_that_switched_from_seconds_to_milliseconds(tmp_path):
     lt = load(p)
     assert lt.table.column("arrival_s").to_pylist() == [float(i) for i in range(10)]
     assert read_metadata(lt.table)["t0_epoch_s"] == repr(float(t0))
-    assert lt.mixed_unit_files == [f"{p}: timestamps in s (6) and ms (4), each read in its own unit"]
+    assert lt.mixed_unit_files == [
+        f"{p}: timestamps in s (6) and ms (4), each read in its own unit"
+    ]
     # --time-unit still decides for the whole file; relative times are never split by band.
     assert load(p, time_unit="ms").mixed_unit_files == []
     q = tmp_path / "relative.jsonl"

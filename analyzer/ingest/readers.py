@@ -87,6 +87,7 @@ class FileContext:
     fmt: str
     opts: IngestOptions
     timed: bool | None = None  # decided by the first row: does this file carry times?
+    time_name: str | None = None  # the field the file's times were found in
     shared: dict = field(default_factory=dict)  # per-run state (Bailian sessions, ...)
 
 
@@ -172,7 +173,7 @@ def take_time(rec: dict, ctx: FileContext, names: tuple[str, ...] = TIME_FIELDS)
         if ctx.timed is None:
             ctx.timed = False
         elif ctx.timed:
-            raise RowError("missing timestamp", fname or forced or "timestamp")
+            raise RowError("missing timestamp", ctx.time_name or "timestamp")
         return raw
     if ctx.timed is False:
         return raw  # the file started without times: arrival is file order
@@ -183,6 +184,7 @@ def take_time(rec: dict, ctx: FileContext, names: tuple[str, ...] = TIME_FIELDS)
     if t < 0:
         raise RowError("negative timestamp", fname)
     ctx.timed = True
+    ctx.time_name = ctx.time_name or fname
     raw.time, raw.time_iso = t, iso
     return raw
 
@@ -467,9 +469,9 @@ def parse_generic(rec: dict, ctx: FileContext) -> Raw:
                 Location(ctx.path),
                 hint=f"name it with --prompt-column (columns: {', '.join(map(str, rec))})",
             )
-    if col not in rec:
+    value = rec.get(col)
+    if value is None or value == "":  # an empty CSV cell is how a table says "missing"
         raise RowError("missing field", col)
-    value = rec[col]
     raw = take_time(rec, ctx)
     if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
         try:
@@ -488,8 +490,6 @@ def parse_generic(rec: dict, ctx: FileContext) -> Raw:
         raw.body = {"messages": value}
     elif isinstance(value, str):
         raw.text = value
-    elif value is None:
-        raise RowError("missing field", col)
     else:
         raise RowError("mistyped field", col)
     scol = ctx.opts.session_column or next(
