@@ -62,20 +62,16 @@ def parse_time(value: object) -> tuple[float, bool]:
     raise ValueError(f"{type(value).__name__} is not a time")
 
 
+# Lower bound of each unit's band, largest first; below the last, seconds.
+_BANDS = ((1e17, "ns"), (1e14, "us"), (1e11, "ms"))
+_BAND_UNITS = (*(u for _, u in _BANDS), "s")
+
+
 def unit_for(max_value: float, forced: str | None = None) -> str:
     if forced:
         return forced
     v = abs(max_value)
-    if v >= 1e17:
-        return "ns"
-    if v >= 1e14:
-        return "us"
-    if v >= 1e11:
-        return "ms"
-    return "s"
-
-
-_BANDS = ((1e17, "ns"), (1e14, "us"), (1e11, "ms"))
+    return next((u for lo, u in _BANDS if v >= lo), "s")
 
 
 def numeric_seconds(values: np.ndarray, forced: str | None = None) -> tuple[np.ndarray, dict]:
@@ -89,11 +85,10 @@ def numeric_seconds(values: np.ndarray, forced: str | None = None) -> tuple[np.n
     v = np.asarray(values, dtype=np.float64)
     if forced is None and v.size:
         mag = np.abs(v)
-        own = np.select([mag >= lo for lo, _ in _BANDS], [UNITS[u] for _, u in _BANDS], 1.0)
-        secs = v * own
-        if np.unique(own).size > 1 and bool(np.all(secs >= ABSOLUTE_MIN_S)):
-            names = {UNITS[u]: u for u in UNITS}
-            scales, counts = np.unique(own, return_counts=True)
-            return secs, {names[float(s)]: int(n) for s, n in zip(scales, counts, strict=True)}
+        band = np.select([mag >= lo for lo, _ in _BANDS], range(len(_BANDS)), len(_BANDS))
+        secs = v * np.array([UNITS[u] for u in _BAND_UNITS])[band]
+        counts = np.bincount(band, minlength=len(_BAND_UNITS))
+        if np.count_nonzero(counts) > 1 and bool(np.all(secs >= ABSOLUTE_MIN_S)):
+            return secs, {u: int(n) for u, n in zip(_BAND_UNITS, counts, strict=True) if n}
     unit = unit_for(float(np.abs(v).max()) if v.size else 0.0, forced)
     return v * UNITS[unit], {unit: int(v.size)}
