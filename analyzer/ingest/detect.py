@@ -45,7 +45,7 @@ def _parquet_format(path: Path) -> str:
 
 
 def _csv_format(header: str) -> str:
-    cols = {c.strip().strip('"').lstrip("\ufeff") for c in header.split(",")}
+    cols = {c.strip().strip('"') for c in header.split(",")}  # iter_lines drops a BOM
     if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= cols:
         return "azure"
     if {"Request tokens", "Response tokens"} <= cols:

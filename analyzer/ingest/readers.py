@@ -194,7 +194,7 @@ def take_time(rec: dict, ctx: FileContext, names: tuple[str, ...] = TIME_FIELDS)
 Record = tuple[int, dict | RowError]
 
 
-def _slow_json(line: bytes) -> dict | list | RowError | object:
+def _slow_json(line: bytes) -> object:
     """The standard library's reading of a line orjson refused, or the reason it is bad.
 
     orjson rejects what ``json`` accepts as extensions (NaN, Infinity, lone surrogates),
@@ -279,7 +279,7 @@ def csv_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[R
                 row0 = next(reader, None)
                 if row0 is None:
                     raise InputError("CSV file has no header row", Location(path))
-                header = [h.strip().lstrip("\ufeff") for h in row0]
+                header = [h.strip() for h in row0]  # iter_lines drops a BOM
             start = state["line"] + 1  # where the next record begins
             restart = None
             for row in reader:
