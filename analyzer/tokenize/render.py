@@ -183,11 +183,19 @@ class PromptRenderer:
         """One framed message; ``pieces`` are text (str) or image digests (bytes)."""
         self.parts_seen += 1
         shown = None if preview_text is None else role
-        if not self.memo_enabled:  # no memo to address: the key would be unused work
-            self.parts_tokenized += 1
-            tokens = self._frame(role, pieces, generation)
-            self.tokens_encoded += int(tokens.size)
-            return Part(b"", tokens, shown, preview_text or "")
+        # No memo, nothing to address: the key would be unused work.
+        key = self._key(role, pieces, generation) if self.memo_enabled else b""
+        tokens = self._lookup(key)
+        if tokens is not None:
+            return Part(key, tokens, shown, preview_text or "")
+        self.parts_tokenized += 1
+        tokens = self._frame(role, pieces, generation)
+        self.tokens_encoded += int(tokens.size)
+        self._store(key, tokens)
+        return Part(key, tokens, shown, preview_text or "")
+
+    def _key(self, role: str, pieces: list[str | bytes], generation: bool) -> bytes:
+        """The content address of a framed message: template, kind, role and pieces."""
         h = hashlib.blake2b(digest_size=16)
         h.update(self.template.encode())
         h.update(b"\x00g" if generation else b"\x00m")
@@ -200,15 +208,7 @@ class PromptRenderer:
             else:
                 h.update(b"\x00t")
                 h.update(p.encode("utf-8", "surrogatepass"))
-        key = h.digest()
-        tokens = self._lookup(key)
-        if tokens is not None:
-            return Part(key, tokens, shown, preview_text or "")
-        self.parts_tokenized += 1
-        tokens = self._frame(role, pieces, generation)
-        self.tokens_encoded += int(tokens.size)
-        self._store(key, tokens)
-        return Part(key, tokens, shown, preview_text or "")
+        return h.digest()
 
     def _encode_pieces(self, pieces: list[str | bytes]) -> list[np.ndarray]:
         out = []
