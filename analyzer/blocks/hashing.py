@@ -76,7 +76,8 @@ class BlockHasher:
         # One compiled call hashes all new blocks of a prompt (blake2.py says why);
         # hashlib computes the same digests where that path cannot run.
         self._compiled = blake2.available() and compiled
-        self._start, self._counted = blake2.keyed_state(salt)
+        if self._compiled:
+            self._start, self._counted = blake2.keyed_state(salt)
         self._extras: dict[bytes, np.ndarray] = {}
         self._base = hashlib.blake2b(digest_size=8, key=salt)
         # Keys are in-memory content addresses chosen by the caller (never persisted).

@@ -209,6 +209,15 @@ class ArrivalLCP:
         )
 
 
+@njit(cache=True, inline="always")
+def _keep_two_smallest(m1: np.ndarray, m2: np.ndarray, v: int, r: int) -> None:
+    """Node ``v``'s two smallest ranks (``m1 <= m2``) with rank ``r`` added."""
+    if r < m1[v]:
+        m1[v], m2[v] = r, m1[v]
+    elif r < m2[v]:
+        m2[v] = r
+
+
 @njit(cache=True)
 def _lcp(parent: np.ndarray, depth: np.ndarray, ends: np.ndarray, rank: np.ndarray) -> np.ndarray:
     """Each node's two smallest arrival ranks at or below it; then for request ``i`` the
@@ -217,18 +226,10 @@ def _lcp(parent: np.ndarray, depth: np.ndarray, ends: np.ndarray, rank: np.ndarr
     m1 = np.full(parent.size, _INF, dtype=np.int64)
     m2 = np.full(parent.size, _INF, dtype=np.int64)
     for i in range(ends.size):
-        v, r = ends[i], rank[i]
-        if r < m1[v]:
-            m1[v], m2[v] = r, m1[v]
-        elif r < m2[v]:
-            m2[v] = r
+        _keep_two_smallest(m1, m2, ends[i], rank[i])
     for v in range(parent.size - 1, 0, -1):  # children come after their parent
-        p = parent[v]
-        for r in (m1[v], m2[v]):
-            if r < m1[p]:
-                m1[p], m2[p] = r, m1[p]
-            elif r < m2[p]:
-                m2[p] = r
+        _keep_two_smallest(m1, m2, parent[v], m1[v])
+        _keep_two_smallest(m1, m2, parent[v], m2[v])
     out = np.zeros(ends.size, dtype=np.int64)
     for i in range(ends.size):
         r, p = rank[i], ends[i]
