@@ -10,7 +10,7 @@ child process so that peak RSS is its own, ``--repeat`` times, the modes interle
 the figures are each mode's fastest run (noise from other work on the machine only
 ever adds time) and its largest peak RSS.
 
-    .venv/bin/python bench/ingest.py [--requests 50000] [--seed 1] [--repeat 3]
+    .venv/bin/python bench/ingest.py [--requests 50000] [--seed 1] [--repeat 3] [--stages]
 
 Modes: ``memo`` is ``kvpool convert`` as shipped; ``no-memo`` the same with the memos off;
 ``tokenize-all`` the naive baseline that only reads each request and tokenizes its whole
@@ -123,10 +123,72 @@ def tokenize_all(log: str) -> dict:
     return {"requests": n_requests, "tokens": n_tokens, "blocks": 0, "tokens_encoded": n_tokens}
 
 
+def stages(log: str, out: str) -> dict[str, float]:
+    """CPU seconds of each stage of the memoized convert, by wrapping its functions.
+
+    Each wrapper charges a call's time to its stage minus the time of wrapped calls
+    inside it, so the stages add up to the whole; the wrappers themselves cost a little
+    (it lands in "other"), so the total runs somewhat above the plain ``memo`` mode.
+    """
+    from collections import defaultdict
+
+    import analyzer.blocks.hashing as hashing
+    import analyzer.blocks.radix as radix
+    import analyzer.ingest.pipeline as pipeline
+    import analyzer.ingest.readers as readers
+    import analyzer.tokenize.render as render
+    import analyzer.tokenize.tokenizer as tokenizer
+    from analyzer.ingest import IngestOptions, open_trace
+    from analyzer.trace import write_canonical
+
+    spent: dict[str, float] = defaultdict(float)
+    inner: list[float] = []
+
+    def charge(owner: object, name: str, stage: str) -> None:
+        fn = getattr(owner, name)
+
+        def timed(*a, **kw):  # type: ignore[no-untyped-def]
+            c0 = time.process_time()
+            inner.append(0.0)
+            try:
+                return fn(*a, **kw)
+            finally:
+                dt = time.process_time() - c0
+                spent[stage] += dt - inner.pop()
+                if inner:
+                    inner[-1] += dt
+
+        setattr(owner, name, timed)
+
+    charge(tokenizer.Tokenizer, "encode", "tokenizer (new text only)")
+    charge(render.PromptRenderer, "render", "chat framing and memo lookups")
+    charge(hashing.BlockHasher, "extend", "block hashing")
+    charge(hashing.BlockHasher, "extend_split", "block hashing")
+    charge(radix.ArrivalLCP, "extend", "exact-LCP radix tree")
+    charge(radix.ArrivalLCP, "finish", "exact-LCP radix tree")
+    charge(readers, "parse_openai", "row fields (parse_openai)")
+    pipeline.PARSERS["openai"] = readers.parse_openai
+    charge(pipeline._Builder, "__init__", "start-up (tokenizer tables, numba code)")
+    charge(pipeline._Builder, "finish", "building the table")
+    charge(pipeline._Builder, "_hash_content", "per-request glue")
+    charge(pipeline._Builder, "_add", "per-request glue")
+    c0 = time.process_time()
+    loaded = open_trace([log], IngestOptions(salt=b"bench"))
+    c1 = time.process_time()
+    write_canonical(loaded.table, out)
+    spent["writing Parquet"] = time.process_time() - c1
+    total = time.process_time() - c0
+    spent["reading lines, JSON, other"] = total - sum(spent.values())
+    return {"total": total, **spent}
+
+
 def child(mode: str, log: str, out: str) -> None:
     from analyzer.ingest import IngestOptions, open_trace
     from analyzer.trace import write_canonical
 
+    if mode == "stages":
+        print(json.dumps(stages(log, out)))
+        return
     if mode == "tokenize-all":
         t0, c0 = time.perf_counter(), time.process_time()
         figures = tokenize_all(log)
@@ -175,6 +237,9 @@ def main() -> None:
     ap.add_argument("--modes", default="memo,no-memo,tokenize-all,no-exact")
     ap.add_argument("--generator", choices=("synth", "builtin"), default="synth")
     ap.add_argument("--repeat", type=int, default=3, help="runs per mode (the fastest counts)")
+    ap.add_argument(
+        "--stages", action="store_true", help="also print where the memoized convert's time goes"
+    )
     args = ap.parse_args()
     if args.child:
         child(*args.child)
@@ -226,6 +291,16 @@ def main() -> None:
                 f"no hashing, no output): {b['cpu_seconds'] / a['cpu_seconds']:.2f}x in CPU "
                 f"time (same prompt tokens: {a['tokens'] == b['tokens']})"
             )
+        if args.stages:
+            print_stages(log, Path(d) / "stages.parquet")
+
+
+def print_stages(log: Path, out: Path) -> None:
+    st = run_child("stages", log, out)
+    total = st.pop("total")
+    print(f"where the memoized convert's CPU time goes (one instrumented run, {total:.2f} s):")
+    for name, sec in sorted(st.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:<42} {sec:6.2f} s")
 
 
 if __name__ == "__main__":
