@@ -91,6 +91,13 @@ def analyze(
     kv_dtype: Annotated[
         str, typer.Option("--kv-dtype", help="KV cache dtype: bf16 | fp8.")
     ] = "bf16",
+    tokenizer: Annotated[
+        str,
+        typer.Option(
+            "--tokenizer",
+            help="cl100k (default), PATH/tokenizer.json, or a Hugging Face model folder (tokenizer.json + tokenizer_config.json): its chat template renders the prompts.",
+        ),
+    ] = "cl100k",
     no_rate_search: Annotated[
         bool, typer.Option("--no-rate-search", help="Skip the SLO rate search (faster).")
     ] = False,
@@ -123,6 +130,7 @@ def analyze(
         warmup=warmup,
         block_size=block_size,
         fmt=fmt,
+        tokenizer=tokenizer,
         search_rate=not no_rate_search,
     )
     # Each stage shows its own progress bar (rich allows one live display at a time).

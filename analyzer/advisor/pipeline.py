@@ -78,6 +78,7 @@ class AnalyzeOptions:
     block_size: int | None = None  # None: the format's default (16 for text logs)
     fmt: str | None = None
     template: str = "chatml"
+    tokenizer: str = "cl100k"  # or a tokenizer.json / Hugging Face model folder path
     search_rate: bool = True
     sensitivity_replays: bool = True
     knee_fraction: float = 0.9
@@ -115,6 +116,8 @@ class AnalysisResult:
     cost_json: dict | None
     break_even_curve: list[dict]
     charts: dict = field(default_factory=dict)
+    # how prompts were tokenized: the trace's tokenizer and template names
+    tokenization: dict = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -359,7 +362,12 @@ def run_analysis(
         ) as adv:
             loaded = open_trace(
                 plist,
-                IngestOptions(block_size=opts.block_size, fmt=opts.fmt, template=opts.template),
+                IngestOptions(
+                    block_size=opts.block_size,
+                    fmt=opts.fmt,
+                    template=opts.template,
+                    tokenizer=opts.tokenizer,
+                ),
                 advance=adv,
             )
     step(15)
@@ -522,6 +530,10 @@ def run_analysis(
         replay_json=replay_json,
         cost_json=_cost_json(cm) if usable else None,
         break_even_curve=be_curve,
+        tokenization={
+            "tokenizer": trace.meta.get("tokenizer", ""),
+            "template": trace.meta.get("template", ""),
+        },
     )
 
 
@@ -663,6 +675,8 @@ def report_document(r: AnalysisResult) -> dict:
     opts["thresholds"] = asdict(r.options.thresholds)
     if opts["model"].lower().endswith(".json"):  # a config.json path: keep the name only
         opts["model"] = Path(opts["model"]).name
+    if opts["tokenizer"] not in ("cl100k", "cl100k_base"):  # a path: keep the name only
+        opts["tokenizer"] = Path(opts["tokenizer"]).name
     sizing = None
     if r.sizing is not None:
         s = r.sizing
@@ -682,7 +696,7 @@ def report_document(r: AnalysisResult) -> dict:
         "kvpool_version": __version__,
         "inputs": r.inputs,
         "options": opts,
-        "trace": {**asdict(r.trace), "skipped": r.skipped},
+        "trace": {**asdict(r.trace), "skipped": r.skipped, "tokenization": r.tokenization},
         "verdict": {
             "verdict": d.verdict,
             "reasons": list(d.reasons),

@@ -29,7 +29,11 @@ def convert(
         str, typer.Option("--tools-position", help="in-system | after-system | before-system")
     ] = "in-system",
     tokenizer: Annotated[
-        str, typer.Option("--tokenizer", help="cl100k or PATH/tokenizer.json")
+        str,
+        typer.Option(
+            "--tokenizer",
+            help="cl100k (default), PATH/tokenizer.json, or a Hugging Face model folder (tokenizer.json + tokenizer_config.json): its chat template renders the prompts.",
+        ),
     ] = "cl100k",
     token_ratio: Annotated[
         float,

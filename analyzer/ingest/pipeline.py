@@ -116,14 +116,22 @@ class _Builder:
         self.renderer = None
         if self.needs_text:
             from analyzer.tokenize import PromptRenderer, load_tokenizer
-
-            self.renderer = PromptRenderer(
-                load_tokenizer(opts.tokenizer),
-                opts.template,
-                opts.tools_position,
-                opts.image_tokens,
-                memo=opts.memo,
+            from analyzer.tokenize.template import (
+                ChatTemplateRenderer,
+                is_model_folder,
+                load_model_folder,
             )
+
+            if is_model_folder(opts.tokenizer):  # the served model's own chat template
+                self.renderer = ChatTemplateRenderer(load_model_folder(opts.tokenizer))
+            else:
+                self.renderer = PromptRenderer(
+                    load_tokenizer(opts.tokenizer),
+                    opts.template,
+                    opts.tools_position,
+                    opts.image_tokens,
+                    memo=opts.memo,
+                )
         has_content = any(f in TEXT_FORMATS or f == "ragpulse" for f in fmts)
         self.lcp = ArrivalLCP() if opts.exact and has_content else None
         self.cols = _Columns()
@@ -430,7 +438,7 @@ class _Builder:
         meta = make_metadata(
             block_size=self.block_size,
             tokenizer=tok_name,
-            template=opts.template if self.needs_text else "",
+            template=self.renderer.template if self.renderer is not None else "",
             hash_keys=",".join(opts.hash_keys),
             source=",".join(
                 f"{f}:{os.path.basename(p)}" for p, f in zip(self.paths, self.fmts, strict=True)

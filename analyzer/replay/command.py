@@ -132,6 +132,11 @@ def register(app: typer.Typer) -> None:
         block_size: int = typer.Option(
             None, "--block-size", help="Tokens per block (default: the input's own)."
         ),
+        tokenizer: str = typer.Option(
+            "cl100k",
+            "--tokenizer",
+            help="cl100k (default), PATH/tokenizer.json, or a Hugging Face model folder (tokenizer.json + tokenizer_config.json): its chat template renders the prompts.",
+        ),
         warmup: float = typer.Option(
             0.0, "--warmup", help="Fraction of requests that warm the caches, not measured."
         ),
@@ -196,7 +201,9 @@ def register(app: typer.Typer) -> None:
 
         total_bytes = sum(p.stat().st_size for p in inputs if p.is_file())
         with progress("reading", total_bytes or None, unit="bytes") as advance:
-            loaded = open_trace(inputs, IngestOptions(block_size=block_size), advance=advance)
+            loaded = open_trace(
+                inputs, IngestOptions(block_size=block_size, tokenizer=tokenizer), advance=advance
+            )
         trace = loaded.trace
         console = Console(stderr=True)
         if loaded.skipped.total:

@@ -92,6 +92,16 @@ def key_figures(doc: dict) -> Table:
             f"mean {num(t.get('mean_prompt_tokens'))} per request",
         ],
     ]
+    tk = t.get("tokenization") or {}
+    if tk.get("tokenizer"):
+        rows.append(
+            [
+                "Tokens counted with",
+                tk["tokenizer"],
+                f"template {tk.get('template') or 'none'} (--tokenizer DIR: the served "
+                "model's own tokenizer and chat template)",
+            ]
+        )
     if rf.get("measurable"):
         rows += [
             [
