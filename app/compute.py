@@ -169,13 +169,13 @@ def reuse(cur: Current, warmup: float = 0.5):
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def _prefix_tree(content: str, ingest_key: Key, factor: int, levels: int, min_share: float, _trace):
-    from app.charts import prefix_tree_frame
+    from analyzer.report.figures import prefix_tree_frame
 
     return prefix_tree_frame(_trace.coarsen(factor), levels=levels, min_share=min_share)
 
 
 def prefix_tree(cur: Current, factor: int, levels: int, min_share: float):
-    """The icicle's rectangles (``app.charts.prefix_tree_frame``) at ``factor`` x the
+    """The icicle's rectangles (``app.figures.prefix_tree_frame``) at ``factor`` x the
     trace's block size, cached per trace and setting."""
     return _prefix_tree(cur.content, cur.ingest_key, factor, levels, min_share, cur.trace)
 

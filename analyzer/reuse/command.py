@@ -155,6 +155,8 @@ def reuse(
         report = analyze_reuse(trace, opts, advance=advance)
     console = Console()
     render_summary(report, console, sources=loaded.sources, skipped=str(loaded.skipped))
+    for note in loaded.notes:
+        console.print(f"note: {note}", markup=False, highlight=False)
     if json_out is not None:
         write_json(report, json_out)
         console.print(f"wrote {json_out}")
