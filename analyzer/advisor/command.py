@@ -91,6 +91,13 @@ def analyze(
     kv_dtype: Annotated[
         str, typer.Option("--kv-dtype", help="KV cache dtype: bf16 | fp8.")
     ] = "bf16",
+    only_model: Annotated[
+        str | None,
+        typer.Option(
+            "--only-model",
+            help="Analyze one of the log's models (served name or catalog id) alone.",
+        ),
+    ] = None,
     tokenizer: Annotated[
         str,
         typer.Option(
@@ -131,6 +138,7 @@ def analyze(
         block_size=block_size,
         fmt=fmt,
         tokenizer=tokenizer,
+        only_model=only_model,
         search_rate=not no_rate_search,
     )
     # Each stage shows its own progress bar (rich allows one live display at a time).
@@ -158,6 +166,8 @@ def print_summary(console, doc: dict, paths: dict) -> None:
     for r in v["reasons"]:
         console.print(f"  - {r}", highlight=False, markup=False)
     console.print(f"  {v['confidence_statement']}", highlight=False, markup=False)
+    for w in doc.get("warnings") or []:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)
     kf = key_figures(doc)
     t = Table(*kf.header, box=None, pad_edge=False)
     for row in kf.rows:

@@ -79,6 +79,7 @@ class AnalyzeOptions:
     fmt: str | None = None
     template: str = "chatml"
     tokenizer: str = "cl100k"  # or a tokenizer.json / Hugging Face model folder path
+    only_model: str | None = None  # analyze one of the log's models alone
     search_rate: bool = True
     sensitivity_replays: bool = True
     knee_fraction: float = 0.9
@@ -118,6 +119,8 @@ class AnalysisResult:
     charts: dict = field(default_factory=dict)
     # how prompts were tokenized: the trace's tokenizer and template names
     tokenization: dict = field(default_factory=dict)
+    models: dict = field(default_factory=dict)  # per-model figures (advisor.models)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -371,6 +374,14 @@ def run_analysis(
                 advance=adv,
             )
     step(15)
+    from analyzer.advisor.models import model_warning, models_document, select_model, served_models
+
+    if opts.only_model is not None:
+        loaded = select_model(loaded, opts.only_model)
+    warnings: list[str] = []
+    mismatch = model_warning(served_models(loaded.table), opts.model)
+    if mismatch:
+        warnings.append(mismatch)
     trace = loaded.trace
     inputs = [
         {"name": Path(p).name, "bytes": Path(p).stat().st_size, "sha256": _sha256(p)} for p in plist
@@ -392,6 +403,7 @@ def run_analysis(
         ],
     }
     reuse_json = rep.to_json()
+    models_doc = models_document(loaded, ReuseOptions(warmup=opts.warmup), opts.kv_dtype)
 
     usable = not (tf.count_only or tf.n_requests < th.min_requests or not rf.measurable)
     bw: BandwidthFigures | None = None
@@ -534,6 +546,8 @@ def run_analysis(
             "tokenizer": trace.meta.get("tokenizer", ""),
             "template": trace.meta.get("template", ""),
         },
+        models=models_doc,
+        warnings=warnings,
     )
 
 
@@ -697,6 +711,8 @@ def report_document(r: AnalysisResult) -> dict:
         "inputs": r.inputs,
         "options": opts,
         "trace": {**asdict(r.trace), "skipped": r.skipped, "tokenization": r.tokenization},
+        "models": r.models,
+        "warnings": list(r.warnings),
         "verdict": {
             "verdict": d.verdict,
             "reasons": list(d.reasons),

@@ -45,7 +45,11 @@ def convert(
     ] = None,
     hash_key: Annotated[
         list[str] | None,
-        typer.Option("--hash-key", help="Extra hash key so these never share KV: model, tenant."),
+        typer.Option(
+            "--hash-key",
+            help="Keys in the block hash, so these never share KV: model (the default), "
+            "tenant; 'none' lets every model share.",
+        ),
     ] = None,
     time_field: Annotated[
         str | None, typer.Option("--time-field", help="Timestamp field (a.b.c).")
@@ -87,7 +91,9 @@ def convert(
         token_ratio=token_ratio,
         strict=strict,
         salt_file=salt_file,
-        hash_keys=tuple(hash_key or ()),
+        hash_keys=("model",)
+        if hash_key is None
+        else tuple(k for k in hash_key if k.strip().lower() != "none"),
         time_field=time_field,
         time_unit=time_unit,
         prompt_column=prompt_column,

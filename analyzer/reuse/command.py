@@ -102,6 +102,13 @@ def reuse(
     fmt: Annotated[
         str | None, typer.Option("--format", help="Input format; detected if omitted.")
     ] = None,
+    only_model: Annotated[
+        str | None,
+        typer.Option(
+            "--only-model",
+            help="Analyze one of the log's models (served name or catalog id) alone.",
+        ),
+    ] = None,
     tokenizer: Annotated[
         str,
         typer.Option(
@@ -141,7 +148,14 @@ def reuse(
         top_n=top,
         shards_rate=shards_rate,
     )
+    from analyzer.advisor.models import model_warning, models_document, select_model, served_models
+
     loaded = _load(inputs, block_size, fmt, tokenizer)
+    if only_model is not None:
+        loaded = select_model(loaded, only_model)
+    warning = model_warning(served_models(loaded.table), model)
+    if warning:
+        Console(stderr=True).print(f"[yellow]warning: {warning}[/]", highlight=False)
     trace = loaded.trace
     if block_size is not None and block_size != trace.block_size:
         if block_size % trace.block_size:
@@ -158,7 +172,11 @@ def reuse(
     for note in loaded.notes:
         console.print(f"note: {note}", markup=False, highlight=False)
     if json_out is not None:
-        write_json(report, json_out)
+        with progress("per-model reuse", None):
+            models = models_document(loaded, opts, kv_dtype)
+        if warning:
+            models["warning"] = warning
+        write_json(report, json_out, extra={"models": models})
         console.print(f"wrote {json_out}")
 
 
