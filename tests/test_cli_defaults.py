@@ -58,11 +58,13 @@ def _library_defaults() -> dict[str, object]:
         "--session-column": i.session_column,
         "--strict": i.strict,
         "--no-exact": not i.exact,
+        "--exact-max-mib": i.exact_max_bytes >> 20,
         "--model": c.model,
         "--gpu": c.gpu,
         "--tp": c.tp,
         "--instances": c.instances,
         "--gpus-per-node": c.gpus_per_node,
+        "--dram-scope": c.dram_scope,
         "--kv-dtype": c.kv_dtype,
         "--router": c.router,
         "--eviction": c.eviction,
@@ -101,7 +103,7 @@ def test_each_shared_flag_has_one_default_and_one_help(name):
 def test_every_command_reading_logs_takes_every_ingest_flag():
     convert = set(_options(_commands()["convert"]))
     ingest_flags = {f for f in DEFAULTS if f in convert}
-    assert len(ingest_flags) == 15
+    assert len(ingest_flags) == 16
     for name in INPUT_COMMANDS:
         missing = ingest_flags - set(_options(_commands()[name]))
         assert not missing, f"kvpool {name} lacks {sorted(missing)}"
@@ -114,6 +116,7 @@ def test_analyze_and_replay_take_the_same_cluster_flags():
         "--tp",
         "--instances",
         "--gpus-per-node",
+        "--dram-scope",
         "--kv-dtype",
         "--router",
         "--pool-gbps",
@@ -143,6 +146,7 @@ def test_the_dashboard_starts_from_the_same_defaults():
         c.router,
         c.eviction,
     )
+    assert (d.gpus_per_node, d.dram_scope) == (c.gpus_per_node, c.dram_scope)
     assert d.warmup == DEFAULTS["--warmup"]
     assert d.ttft_slo_s == DEFAULTS["--ttft-slo"]
     # 0 in the sidebar means "the tier's catalog figure", which is what None means in

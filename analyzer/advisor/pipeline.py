@@ -104,6 +104,14 @@ class AnalyzeOptions:
         return self.cluster.gpus_per_node
 
     @property
+    def dram_scope(self) -> str:
+        return self.cluster.dram_scope
+
+    @property
+    def tokenizer(self) -> str:
+        return self.ingest.tokenizer
+
+    @property
     def kv_dtype(self) -> str:
         return self.cluster.kv_dtype
 
@@ -167,6 +175,8 @@ class AnalysisResult:
     cost_json: dict | None
     break_even_curve: list[dict]
     charts: dict = field(default_factory=dict)
+    # how prompts were tokenized: the trace's tokenizer and template names
+    tokenization: dict = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -330,8 +340,14 @@ def _replay_figures(doc: dict, slo: float) -> ReplayFigures:
                 network_bytes=float(s.get("network_bytes") or 0.0),
             )
         )
-    nodes = int((doc.get("cluster") or {}).get("nodes") or 0)
-    return ReplayFigures(scenarios=tuple(out), baseline="local", ttft_slo_s=slo, nodes=nodes)
+    cluster = doc.get("cluster") or {}
+    return ReplayFigures(
+        scenarios=tuple(out),
+        baseline="local",
+        ttft_slo_s=slo,
+        nodes=int(cluster.get("nodes") or 0),
+        dram_scope=str(cluster.get("dram_scope") or "instance"),
+    )
 
 
 def _cluster_config(opts: AnalyzeOptions, instances: int | None = None) -> ClusterConfig:
@@ -545,6 +561,10 @@ def run_analysis(
         replay_json=replay_json,
         cost_json=_cost_json(cm) if usable else None,
         break_even_curve=be_curve,
+        tokenization={
+            "tokenizer": trace.meta.get("tokenizer", ""),
+            "template": trace.meta.get("template", ""),
+        },
     )
 
 
@@ -690,6 +710,7 @@ def _options_json(o: AnalyzeOptions) -> dict:
         "tp": c.tp,
         "instances": c.instances,
         "gpus_per_node": c.gpus_per_node,
+        "dram_scope": c.dram_scope,
         "kv_dtype": c.kv_dtype,
         "mfu": c.mfu,
         "pool_gbps": c.pool_gbps,
@@ -704,6 +725,7 @@ def _options_json(o: AnalyzeOptions) -> dict:
         "block_size": i.block_size,
         "fmt": i.fmt,
         "template": i.template,
+        "tokenizer": i.tokenizer,
         "search_rate": o.search_rate,
         "sensitivity_replays": o.sensitivity_replays,
         "knee_fraction": o.knee_fraction,
@@ -716,6 +738,8 @@ def report_document(r: AnalysisResult) -> dict:
     opts = _options_json(r.options)
     if opts["model"].lower().endswith(".json"):  # a config.json path: keep the name only
         opts["model"] = Path(opts["model"]).name
+    if opts["tokenizer"] not in ("cl100k", "cl100k_base"):  # a path: keep the name only
+        opts["tokenizer"] = Path(opts["tokenizer"]).name
     sizing = None
     if r.sizing is not None:
         s = r.sizing
@@ -735,7 +759,7 @@ def report_document(r: AnalysisResult) -> dict:
         "kvpool_version": __version__,
         "inputs": r.inputs,
         "options": opts,
-        "trace": {**asdict(r.trace), "skipped": r.skipped},
+        "trace": {**asdict(r.trace), "skipped": r.skipped, "tokenization": r.tokenization},
         "verdict": {
             "verdict": d.verdict,
             "reasons": list(d.reasons),

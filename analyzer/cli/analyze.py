@@ -22,6 +22,7 @@ def analyze(
     tp: o.Tp = 1,
     instances: o.Instances = 4,
     gpus_per_node: o.GpusPerNode = 8,
+    dram_scope: o.DramScope = "instance",
     pool_gbps: o.PoolGbps = None,
     local_capacity_tokens: o.LocalCapacity = None,
     dram_capacity_tokens: o.DramCapacity = None,
@@ -52,6 +53,7 @@ def analyze(
     session_column: o.SessionColumn = None,
     strict: o.Strict = False,
     no_exact: o.NoExact = False,
+    exact_max_mib: o.ExactMaxMib = 512,
 ) -> None:
     """Log to decision: reuse, break-even, replay, verdict, sized settings and pilot gates."""
     from rich.console import Console
@@ -78,6 +80,7 @@ def analyze(
             session_column=session_column,
             strict=strict,
             no_exact=no_exact,
+            exact_max_mib=exact_max_mib,
         ),
         cluster=ClusterConfig(
             model=model,
@@ -85,6 +88,7 @@ def analyze(
             tp=tp,
             instances=instances,
             gpus_per_node=gpus_per_node,
+            dram_scope=dram_scope,
             kv_dtype=kv_dtype,
             pool_gbps=pool_gbps,
             local_capacity_tokens=o.capacity(local_capacity_tokens, "--local-capacity-tokens"),

@@ -36,12 +36,14 @@ DEFAULTS: dict[str, Any] = {
     "--session-column": None,
     "--strict": False,
     "--no-exact": False,
+    "--exact-max-mib": 512,
     # cluster (ClusterConfig)
     "--model": "llama-3.1-8b",
     "--gpu": "h100",
     "--tp": 1,
     "--instances": 4,
     "--gpus-per-node": 8,
+    "--dram-scope": "instance",
     "--kv-dtype": "bf16",
     "--router": "prefix-aware",
     "--eviction": "lru",
@@ -117,6 +119,12 @@ Strict = Annotated[bool, typer.Option("--strict", help="Stop at the first bad ro
 NoExact = Annotated[
     bool, typer.Option("--no-exact", help="Skip the token-exact LCP (for huge logs).")
 ]
+ExactMaxMib = Annotated[
+    int,
+    typer.Option(
+        "--exact-max-mib", help="Memory bound of the token-exact LCP tree; past it, skipped."
+    ),
+]
 
 # --- cluster: what the trace is replayed on (ClusterConfig) ----------------------------
 
@@ -128,6 +136,15 @@ Tp = Annotated[int, typer.Option("--tp", help="Tensor-parallel GPUs per instance
 Instances = Annotated[int, typer.Option("--instances", help="Prefill instances in the cluster.")]
 GpusPerNode = Annotated[
     int, typer.Option("--gpus-per-node", help="GPUs sharing one host (its DRAM, NVMe and NIC).")
+]
+DramScope = Annotated[
+    str,
+    typer.Option(
+        "--dram-scope",
+        help="instance: each engine process holds a private share of its node's DRAM "
+        "(LMCache local CPU, HiCache L2); node: one DRAM cache shared by the node's "
+        "instances (a node-local shared store).",
+    ),
 ]
 KvDtype = Annotated[str, typer.Option("--kv-dtype", help="KV cache dtype: bf16 | fp8.")]
 Router = Annotated[
@@ -154,7 +171,8 @@ DramCapacity = Annotated[
     str | None,
     typer.Option(
         "--dram-capacity-tokens",
-        help=f"Host DRAM KV tier per node, {_CAPACITY} (default: 512 GB of KV).",
+        help=f"Host DRAM given to KV per node, all its instances together, {_CAPACITY} "
+        "(default: 512 GB of KV).",
     ),
 ]
 PoolCapacity = Annotated[
@@ -193,10 +211,14 @@ def ingest_options(
     session_column: str | None,
     strict: bool,
     no_exact: bool,
+    exact_max_mib: int,
 ) -> Any:  # analyzer.ingest.IngestOptions (imported here, not at module load)
     """The :class:`~analyzer.ingest.IngestOptions` the ingest flags describe."""
+    from analyzer.errors import UsageError
     from analyzer.ingest.options import IngestOptions
 
+    if exact_max_mib < 1:
+        raise UsageError(f"--exact-max-mib must be at least 1, got {exact_max_mib}")
     return IngestOptions(
         block_size=block_size,
         fmt=fmt,
@@ -213,6 +235,7 @@ def ingest_options(
         time_column=time_column,
         session_column=session_column,
         exact=not no_exact,
+        exact_max_bytes=exact_max_mib << 20,
     )
 
 

@@ -76,6 +76,7 @@ def replay(
     instances: o.Instances = 4,
     tp: o.Tp = 1,
     gpus_per_node: o.GpusPerNode = 8,
+    dram_scope: o.DramScope = "instance",
     kv_dtype: o.KvDtype = "bf16",
     router: o.Router = "prefix-aware",
     scenarios: Annotated[
@@ -127,6 +128,7 @@ def replay(
     session_column: o.SessionColumn = None,
     strict: o.Strict = False,
     no_exact: o.NoExact = False,
+    exact_max_mib: o.ExactMaxMib = 512,
 ) -> None:
     """Replay the trace through a model of the cluster, once per deployment option.
 
@@ -149,6 +151,7 @@ def replay(
         tp=tp,
         instances=instances,
         gpus_per_node=gpus_per_node,
+        dram_scope=dram_scope,
         kv_dtype=kv_dtype,
         router=router,
         eviction=eviction,
@@ -183,6 +186,7 @@ def replay(
         session_column=session_column,
         strict=strict,
         no_exact=no_exact,
+        exact_max_mib=exact_max_mib,
     )
     with progress("reading", o.input_bytes(inputs) or None, unit="bytes") as advance:
         loaded = open_trace(inputs, ingest, advance=advance)

@@ -103,6 +103,7 @@ def reuse(
     session_column: o.SessionColumn = None,
     strict: o.Strict = False,
     no_exact: o.NoExact = False,
+    exact_max_mib: o.ExactMaxMib = 512,
 ) -> None:
     """Prefix reuse: ceilings, where reuse comes from, and hit rate against cache size."""
     from rich.console import Console
@@ -151,6 +152,7 @@ def reuse(
         session_column=session_column,
         strict=strict,
         no_exact=no_exact,
+        exact_max_mib=exact_max_mib,
     )
     loaded = _load(inputs, ingest)
     trace = loaded.trace
@@ -166,6 +168,8 @@ def reuse(
         report = analyze_reuse(trace, opts, advance=advance)
     console = Console()
     render_summary(report, console, sources=loaded.sources, skipped=str(loaded.skipped))
+    for note in loaded.notes:
+        console.print(f"note: {note}", markup=False, highlight=False)
     if json_out is not None:
         write_json(report, json_out)
         console.print(f"wrote {json_out}")
