@@ -125,7 +125,7 @@ def test_token_tree_bound_falls_back_with_a_note(tmp_path):
 
 def test_convert_command_prints_the_fallback(tmp_path, monkeypatch):
     import typer
-    from analyzer.ingest.command import register
+    from analyzer.cli.ingest import register
     from typer.testing import CliRunner
 
     from analyzer.errors import UsageError
