@@ -14,9 +14,9 @@ import typer
 import zstandard
 from typer.testing import CliRunner
 
+from analyzer.cli.ingest import register
 from analyzer.errors import InputError, UsageError
 from analyzer.ingest import IngestOptions, detect_format, open_trace, previews_path
-from analyzer.ingest.command import register
 from analyzer.ingest.export import export_bailian, export_mooncake
 from analyzer.trace import CANONICAL_SCHEMA, BlockTrace, read_metadata, write_canonical
 

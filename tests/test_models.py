@@ -137,7 +137,13 @@ def test_report_json_has_per_model_figures_and_the_warning(tmp_path):
     from analyzer.advisor import AnalyzeOptions, run_analysis
 
     log, _ = three_model_log(tmp_path)
-    opts = AnalyzeOptions(model="mistral-7b", search_rate=False, sensitivity_replays=False)
+    from analyzer.replay import ClusterConfig
+
+    opts = AnalyzeOptions(
+        cluster=ClusterConfig(model="mistral-7b", gpu="h100"),
+        search_rate=False,
+        sensitivity_replays=False,
+    )
     doc = run_analysis([str(log)], opts).to_json()
     per = {m["model"]: m for m in doc["models"]["per_model"]}
     assert set(per) == set(MODELS)

@@ -22,7 +22,7 @@ with state.guard():
     cur = state.loaded_trace()
     w = controls.current()
     src = state.source()
-    warmup = st.session_state.get("reuse.warmup", 0.5)
+    warmup = st.session_state.get("reuse.warmup", compute.control_defaults().warmup)
     result = compute.analysis(cur, w, warmup)
     doc = result.to_json()
     verdict = doc["verdict"]

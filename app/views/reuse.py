@@ -17,7 +17,7 @@ with state.guard():
         "Warm-up (fraction of requests that fill the cache uncounted)",
         min_value=0.0,
         max_value=0.9,
-        value=0.5,
+        value=compute.control_defaults().warmup,
         step=0.1,
         key="reuse.warmup",
         help="0.5 is the field's steady-state convention; 0 counts every request (cold start).",
