@@ -241,9 +241,10 @@ def tier(name: str):
 @st.cache_resource(show_spinner=False)
 def control_defaults() -> ControlDefaults:
     from analyzer.advisor import AnalyzeOptions
+    from analyzer.cache import replay_policies
     from analyzer.cost import get_tier, list_gpus, list_models, list_tiers
     from analyzer.replay import ROUTERS, ClusterConfig
-    from analyzer.replay.config import DRAM_SCOPES, EVICTIONS
+    from analyzer.replay.config import DRAM_SCOPES
 
     analyze = AnalyzeOptions()  # the defaults `kvpool analyze` runs with
     cluster = ClusterConfig()  # the same defaults every command's flags start from
@@ -255,7 +256,7 @@ def control_defaults() -> ControlDefaults:
         models=_catalog_ids(list_models()),
         gpus=_catalog_ids(list_gpus()),
         routers=list(ROUTERS),
-        evictions=list(EVICTIONS),
+        evictions=list(replay_policies()),
         dram_tiers=[t for t, k in kind.items() if k == "host-dram"],
         pool_tiers=[t for t, k in kind.items() if k == "network"],
         model=cluster.model,
