@@ -391,3 +391,18 @@ def test_gate_projections_show_seconds_as_seconds(at: AppTest, sample: Path) -> 
     baseline = next(c for c in projected if "mean ttft s" in c)
     value = float(baseline.split("mean ttft s ")[1].split(" s")[0])
     assert value > 0 and "%" not in baseline
+
+
+def test_node_shape_and_dram_scope_controls_reach_the_replay() -> None:
+    """The sidebar's GPUs per node and DRAM scope are the replay's and the analysis's."""
+    from dataclasses import replace
+
+    from app import controls
+
+    w = controls.default_whatif()
+    assert (w.gpus_per_node, w.dram_scope) == (8, "instance")  # `kvpool analyze`'s defaults
+    w = replace(w, gpus_per_node=2, dram_scope="node", instances=4)
+    cfg = compute.cluster_config(w)
+    assert (cfg.gpus_per_node, cfg.dram_scope, cfg.nodes) == (2, "node", 2)
+    opts = compute.analyze_options(w, 0.5)
+    assert (opts.gpus_per_node, opts.dram_scope) == (2, "node")

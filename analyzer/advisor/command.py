@@ -38,6 +38,15 @@ def analyze(
     gpus_per_node: Annotated[
         int, typer.Option("--gpus-per-node", help="GPUs sharing one host (DRAM, NIC).")
     ] = 8,
+    dram_scope: Annotated[
+        str,
+        typer.Option(
+            "--dram-scope",
+            help="instance: each engine process holds a private share of its node's DRAM "
+            "(LMCache local CPU, HiCache L2); node: one DRAM cache shared by the node's "
+            "instances (a node-local shared store).",
+        ),
+    ] = "instance",
     pool_gbps: Annotated[
         float, typer.Option("--pool-gbps", help="Per-node link to the pool, GB/s (1e9 B/s).")
     ] = 25.0,
@@ -51,7 +60,9 @@ def analyze(
     dram_capacity_tokens: Annotated[
         str | None,
         typer.Option(
-            "--dram-capacity-tokens", help="Host DRAM KV tier per node (default: 512 GB of KV)."
+            "--dram-capacity-tokens",
+            help="Host DRAM given to KV per node, all its instances together "
+            "(default: 512 GB of KV).",
         ),
     ] = None,
     pool_capacity_tokens: Annotated[
@@ -101,6 +112,7 @@ def analyze(
         tp=tp,
         instances=instances,
         gpus_per_node=gpus_per_node,
+        dram_scope=dram_scope,
         kv_dtype=kv_dtype,
         pool_gbps=pool_gbps,
         local_capacity_tokens=_capacity(local_capacity_tokens, "--local-capacity-tokens"),

@@ -66,6 +66,7 @@ class AnalyzeOptions:
     tp: int = 1
     instances: int = 4
     gpus_per_node: int = 8
+    dram_scope: str = "instance"  # replay.config.DRAM_SCOPES
     kv_dtype: str = "bf16"
     mfu: float | None = None
     pool_gbps: float | None = 25.0  # per-node link to the pool; None: the pool tier's
@@ -282,8 +283,14 @@ def _replay_figures(doc: dict, slo: float) -> ReplayFigures:
                 network_bytes=float(s.get("network_bytes") or 0.0),
             )
         )
-    nodes = int((doc.get("cluster") or {}).get("nodes") or 0)
-    return ReplayFigures(scenarios=tuple(out), baseline="local", ttft_slo_s=slo, nodes=nodes)
+    cluster = doc.get("cluster") or {}
+    return ReplayFigures(
+        scenarios=tuple(out),
+        baseline="local",
+        ttft_slo_s=slo,
+        nodes=int(cluster.get("nodes") or 0),
+        dram_scope=str(cluster.get("dram_scope") or "instance"),
+    )
 
 
 def _cluster_config(opts: AnalyzeOptions, instances: int | None = None):
@@ -295,6 +302,7 @@ def _cluster_config(opts: AnalyzeOptions, instances: int | None = None):
         tp=opts.tp,
         instances=instances or opts.instances,
         gpus_per_node=opts.gpus_per_node,
+        dram_scope=opts.dram_scope,
         kv_dtype=opts.kv_dtype,
         mfu=opts.mfu,
         router=opts.router,

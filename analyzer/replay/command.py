@@ -79,6 +79,16 @@ def register(app: typer.Typer) -> None:
         gpu: str = typer.Option(..., "--gpu", help="GPU name from the catalog (h100, h200, ...)."),
         instances: int = typer.Option(..., "--instances", help="Prefill instances in the cluster."),
         tp: int = typer.Option(1, "--tp", help="Tensor-parallel GPUs per instance."),
+        gpus_per_node: int = typer.Option(
+            8, "--gpus-per-node", help="GPUs per host: the instances on one share its DRAM."
+        ),
+        dram_scope: str = typer.Option(
+            "instance",
+            "--dram-scope",
+            help="instance: each engine process holds a private share of its node's DRAM "
+            "(LMCache local CPU, HiCache L2); node: one DRAM cache shared by the node's "
+            "instances (a node-local shared store).",
+        ),
         router: str = typer.Option(
             "prefix-aware",
             "--router",
@@ -95,7 +105,9 @@ def register(app: typer.Typer) -> None:
             help=f"HBM prefix cache per instance ({_CAPACITY_HELP}).",
         ),
         dram_capacity: str = typer.Option(
-            None, "--dram-capacity-tokens", help=f"Host DRAM KV tier per node ({_CAPACITY_HELP})."
+            None,
+            "--dram-capacity-tokens",
+            help=f"Host DRAM given to KV per node, all its instances together ({_CAPACITY_HELP}).",
         ),
         pool_capacity: str = typer.Option(
             None, "--pool-capacity-tokens", help=f"Whole pooled store ({_CAPACITY_HELP})."
@@ -165,6 +177,8 @@ def register(app: typer.Typer) -> None:
             gpu=gpu,
             tp=tp,
             instances=instances,
+            gpus_per_node=gpus_per_node,
+            dram_scope=dram_scope,
             router=router,
             eviction=eviction,
             write_policy=write_policy,
