@@ -74,7 +74,7 @@ def _serve_loop(sz: Sizing, body: list[str], port0: int) -> str:
 
 
 def _node_ip() -> str:
-    return 'NODE_IP="${NODE_IP:?set NODE_IP to this node\'s address}"\ncd "$(dirname "$0")"\n'
+    return 'NODE_IP="${NODE_IP:?set NODE_IP to the address of this node}"\ncd "$(dirname "$0")"\n'
 
 
 def _vllm_args(sz: Sizing, model: str, extra: list[str]) -> list[str]:

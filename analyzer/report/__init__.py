@@ -117,6 +117,22 @@ def write_deploy(doc: dict, out: Path) -> bool:
     return True
 
 
+def deploy_zip(doc: dict) -> bytes:
+    """The deployment bundle as one zip (fixed timestamps: the same document gives the
+    same bytes), for the dashboard's download."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in (doc.get("deploy") or {}).get("files") or []:
+            info = zipfile.ZipInfo(f["path"], date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = (0o755 if f["kind"] == "bash" else 0o644) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, f["text"])
+    return buf.getvalue()
+
+
 def write_reports(result_or_doc, out_dir: str | Path, *, pdf: bool = False) -> dict[str, Path]:
     """Write report.json, report.md and report.html (and report.pdf with ``pdf``), and
     the deployment bundle in ``deploy/`` when the analysis sized one."""
@@ -143,6 +159,7 @@ def write_reports(result_or_doc, out_dir: str | Path, *, pdf: bool = False) -> d
 
 __all__ = [
     "CHROMIUM_FLAGS",
+    "deploy_zip",
     "find_chromium",
     "render_html",
     "render_json",
