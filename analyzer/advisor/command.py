@@ -28,10 +28,15 @@ def analyze(
         Path, typer.Option("-o", "--out", help="Directory for report.html, report.md, report.json.")
     ],
     model: Annotated[
-        str, typer.Option("--model", help="Catalog model id or a config.json path.")
-    ] = "llama-3.1-8b",
-    gpu: Annotated[str, typer.Option("--gpu", help="Catalog GPU id.")] = "h100",
-    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel GPUs per instance.")] = 1,
+        str | None,
+        typer.Option(
+            "--model", help="Catalog model id or a config.json path (default llama-3.1-8b)."
+        ),
+    ] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Catalog GPU id (default h100).")] = None,
+    tp: Annotated[
+        int | None, typer.Option("--tp", help="Tensor-parallel GPUs per instance (default 1).")
+    ] = None,
     instances: Annotated[
         int, typer.Option("--instances", help="Prefill instances in the cluster.")
     ] = 4,
@@ -80,6 +85,22 @@ def analyze(
     kv_dtype: Annotated[
         str, typer.Option("--kv-dtype", help="KV cache dtype: bf16 | fp8.")
     ] = "bf16",
+    weights_dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--weights-dtype",
+            help="Deployment precision of the weights: bf16 | fp8 | fp4 (default: the "
+            "checkpoint's).",
+        ),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            "--profile",
+            help="Measured profile (`kvpool cost profile` or `kvpool cost fit`): its model, "
+            "GPU, TP and fitted prefill replace the catalog's.",
+        ),
+    ] = None,
     no_rate_search: Annotated[
         bool, typer.Option("--no-rate-search", help="Skip the SLO rate search (faster).")
     ] = False,
@@ -92,13 +113,20 @@ def analyze(
     from rich.console import Console
 
     from analyzer.advisor.pipeline import AnalyzeOptions, run_analysis
+    from analyzer.cost.command import _weights_dtype
     from analyzer.progress import progress
     from analyzer.report import write_reports
 
+    if profile is not None:
+        from analyzer.cost.calibrate import load_profile
+
+        load_profile(profile, model=model, gpu=gpu, tp=tp)  # given ones must agree
     opts = AnalyzeOptions(
-        model=model,
-        gpu=gpu,
-        tp=tp,
+        model=model or "llama-3.1-8b",
+        gpu=gpu or "h100",
+        tp=1 if tp is None else tp,
+        weights_dtype=_weights_dtype(weights_dtype),
+        profile=profile,
         instances=instances,
         gpus_per_node=gpus_per_node,
         kv_dtype=kv_dtype,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,6 +65,8 @@ class AnalyzeOptions:
     gpus_per_node: int = 8
     kv_dtype: str = "bf16"
     mfu: float | None = None
+    weights_dtype: str | None = None  # None: the checkpoint's
+    profile: str | None = None  # a `kvpool cost fit` / `kvpool cost profile` JSON
     pool_gbps: float | None = 25.0  # per-node link to the pool; None: the pool tier's
     pool_tier: str = "rdma-200"
     dram_tier: str = "pcie-gen5-dram"
@@ -114,6 +116,7 @@ class AnalysisResult:
     cost_json: dict | None
     break_even_curve: list[dict]
     charts: dict = field(default_factory=dict)
+    uncertainty: dict | None = None  # ranges from the cost model's measured error
 
     @property
     def verdict(self) -> str:
@@ -218,10 +221,36 @@ def _reuse_figures(rep, trace: BlockTrace, warmup: float, knee_fraction: float) 
     )
 
 
-def _cost(model: str, gpu: str, tp: int, kv_dtype: str, mfu: float | None):
+def _cost(
+    model: str,
+    gpu: str,
+    tp: int,
+    kv_dtype: str,
+    mfu: float | None,
+    weights_dtype: str | None = None,
+):
     from analyzer.cost import CostModel
 
-    return CostModel.from_catalog(model, gpu, tp=tp, kv_dtype=kv_dtype, mfu=mfu)
+    return CostModel.from_catalog(
+        model, gpu, tp=tp, kv_dtype=kv_dtype, mfu=mfu, weight_dtype=weights_dtype
+    )
+
+
+def _options_cost(opts: AnalyzeOptions):
+    """The cost model of the options and the options it implies.
+
+    With a profile, the model, GPU and TP are the profile's (the command checks that any
+    given explicitly agree), so the replay's cluster is the measured one.
+    """
+    if opts.profile is None:
+        cm = _cost(opts.model, opts.gpu, opts.tp, opts.kv_dtype, opts.mfu, opts.weights_dtype)
+        return cm, opts
+    from analyzer.cost.calibrate import load_profile
+
+    cm = load_profile(
+        opts.profile, kv_dtype=opts.kv_dtype, mfu=opts.mfu, weight_dtype=opts.weights_dtype
+    )
+    return cm, replace(opts, model=cm.model_ref, gpu=cm.gpu.id, tp=cm.tp)
 
 
 def _bandwidth(cm, opts: AnalyzeOptions, prefix_tokens: int) -> BandwidthFigures:
@@ -340,7 +369,7 @@ def run_analysis(
 
     # Catalog lookups and the cluster's checks first, so an unknown model or GPU, router
     # or node shape fails before any work (not after minutes of reading a large log).
-    cm = _cost(opts.model, opts.gpu, opts.tp, opts.kv_dtype, opts.mfu)
+    cm, opts = _options_cost(opts)
     cfg = _cluster_config(opts)
 
     if loaded is None:
@@ -420,6 +449,9 @@ def run_analysis(
     step(45)
 
     decision = decide(tf, rf, bw, replay, th)
+    uncertainty: dict | None = None
+    if bw is not None:
+        decision, uncertainty = _with_uncertainty(decision, cm, bw, replay, th)
 
     sizing: Sizing | None = None
     settings: list[ProductSettings] = []
@@ -514,7 +546,45 @@ def run_analysis(
         replay_json=replay_json,
         cost_json=_cost_json(cm) if usable else None,
         break_even_curve=be_curve,
+        uncertainty=uncertainty,
     )
+
+
+_LOWER = {"high": "medium", "medium": "low", "low": "low"}
+
+
+def _with_uncertainty(decision: Decision, cm, bw: BandwidthFigures, replay, th: Thresholds):
+    """Ranges on the deciding figures from the cost model's measured error, and the
+    confidence note saying whether a flip of the verdict lies inside them.
+
+    The verdict itself is the point estimate's; a flip inside the range lowers the
+    confidence one level and names the measurement that settles it.
+    """
+    from analyzer.cost import uncertainty as unc
+
+    band = unc.prefill_band(cm, bw.prefix_tokens)
+    labels = {"dram": "host DRAM", "pool": "the pool link"}
+    tiers = [(f"{labels.get(t.role, t.role)} ({t.tier})", t.bandwidth_gbps) for t in bw.tiers]
+    flip = unc.bandwidth_flip(
+        bw.break_even_gbps, bw.prefix_tokens, tiers, band, th.bandwidth_margin
+    )
+    out: dict = {
+        "band": band.to_json(),
+        "break_even_gbps": unc.break_even_range(bw.break_even_gbps, band).to_json(),
+        "prefill_tokens_per_s": unc.rate_range(bw.prefill_tokens_per_s, band).to_json(),
+        "flip": flip.to_json(),
+    }
+    if replay is not None:
+        # the compute share of a replayed TTFT carries the band; applying it to the whole
+        # TTFT (queueing and loads included) gives a range at least as wide as the truth's
+        out["ttft_mean_s"] = {
+            s.name: unc.time_range(s.ttft_mean_s, band).to_json() for s in replay.scenarios
+        }
+    if decision.verdict == "insufficient-data":
+        return decision, out
+    notes = (*decision.confidence_notes, flip.statement)
+    level = _LOWER[decision.confidence] if flip.inside else decision.confidence
+    return replace(decision, confidence=level, confidence_notes=notes), out
 
 
 def _finite_or(gbps: float, bw: BandwidthFigures | None) -> float:
@@ -691,6 +761,7 @@ def report_document(r: AnalysisResult) -> dict:
             None if r.bandwidth is None else {**asdict(r.bandwidth), "curve": r.break_even_curve}
         ),
         "cost": r.cost_json,
+        "uncertainty": r.uncertainty,
         "replay": r.replay_json,
         "sizing": sizing,
         "settings": [p.to_json() for p in r.settings],
@@ -745,12 +816,21 @@ def assumptions(r: AnalysisResult) -> list[dict]:
             "source": "kvpool reuse LRU curve (exact stack distances)",
         },
     ]
-    if r.cost_json:
+    if r.cost_json and r.cost_json.get("mfu") is not None:
         out.append(
             {
                 "what": "Prefill utilisation (MFU)",
                 "value": f"{r.cost_json['mfu']:g}",
-                "source": "cost model default (FIELD.md section 4: 0.3-0.6 dense)",
+                "source": "--mfu: the plain roofline instead of the engine model",
+            }
+        )
+    elif r.cost_json:
+        out.append(
+            {
+                "what": "Prefill speed",
+                "value": f"engine model, weights in {r.cost_json.get('weight_dtype', 'bf16')}",
+                "source": "fitted on published measurements, models/measurements.toml "
+                "(kvpool cost check; docs/cost-model.md)",
             }
         )
     return out

@@ -434,7 +434,7 @@ def profile_json(cm: CostModel) -> dict[str, Any]:
     """The fitted parts of ``cm`` as a JSON-ready dict (schema ``kvpool.cost-profile/1``)."""
     out: dict[str, Any] = {
         "schema": PROFILE_SCHEMA,
-        "model": cm.model.id,
+        "model": cm.model_ref,
         "gpu": cm.gpu.id,
         "tp": cm.tp,
         "kv_dtype": cm.kv_dtype,

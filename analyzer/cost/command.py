@@ -327,14 +327,21 @@ def show_cmd(
         f"HBM KV capacity per instance: {capacity:,} tokens"
         + ("  (weights do not fit: raise --tp)" if capacity == 0 else "")
     )
-    pt = Table(title="Recompute vs load by prefix length")
+    from analyzer.cost import uncertainty as unc
+
+    pt = Table(title="Recompute vs load by prefix length (ranges: the model's measured error)")
     for col in ("prefix", "KV bytes", "recompute (marginal)", "prefill tok/s", "break-even BW"):
         pt.add_column(col, justify="right")
     per_prefix = []
+    bands = []
     for p in plist:
         saving = cm.recompute_saving_s(p)
         be = cm.break_even_bandwidth_gbps(p)
         rate = cm.prefill_tokens_per_s(p)
+        band = unc.prefill_band(cm, p)
+        bands.append(band)
+        rate_r = unc.rate_range(rate, band)
+        be_r = unc.break_even_range(be, band)
         per_prefix.append(
             {
                 "prefix_tokens": p,
@@ -344,13 +351,25 @@ def show_cmd(
                 "prefill_time_s": cm.prefill_time_s(p, 0),
                 "prefill_tokens_per_s": rate,
                 "break_even_gbps": be,
+                "prefill_tokens_per_s_range": rate_r.to_json(),
+                "break_even_gbps_range": be_r.to_json(),
+                "error_band": band.to_json(),
                 "warnings": cm.range_warnings(new_tokens=p, cached_tokens=0),
             }
         )
+        be_text = _fmt_gbps(be)
+        if math.isfinite(be):
+            be_text += f" ({be_r.low:.3g}-{be_r.high:.3g})"
         pt.add_row(
-            f"{p:,}", _fmt_bytes(cm.kv_bytes(p)), _fmt_s(saving), f"{rate:,.0f}", _fmt_gbps(be)
+            f"{p:,}",
+            _fmt_bytes(cm.kv_bytes(p)),
+            _fmt_s(saving),
+            f"{rate:,.0f} ({rate_r.low:,.0f}-{rate_r.high:,.0f})",
+            be_text,
         )
     console.print(pt)
+    for text in sorted({b.describe() for b in bands}):
+        console.print(f"ranges: {text}")
     tiers_be = cm.tier_break_even(tier_names)
     tt = Table(title="Per tier: loading pays above this prefix length")
     for col in ("tier", "GB/s (instance)", "first byte", "break-even prefix"):
@@ -435,14 +454,21 @@ def ttft_cmd(
         f"[bold]{cm.model.name}[/] on {cm.tp} x {cm.gpu.name}: {r.concurrency} request(s) of "
         f"{r.prompt_tokens:,} tokens, {r.cached_tokens:,} cached, over {r.load_gbps:g} GB/s"
     )
+    from analyzer.cost import uncertainty as unc
+
+    band = unc.prefill_band(cm, r.prompt_tokens)
+    ttft_r = unc.ttft_range(r.ttft_s, r.compute_s, band)
+    recompute_r = unc.ttft_range(r.recompute_ttft_s, r.recompute_ttft_s - r.overhead_s, band)
     console.print(
         f"TTFT {_fmt_s(r.ttft_s)} = load {_fmt_s(r.load_s)} + compute {_fmt_s(r.compute_s)} "
-        f"+ overhead {_fmt_s(r.overhead_s)}"
+        f"+ overhead {_fmt_s(r.overhead_s)}; between {_fmt_s(ttft_r.low)} and "
+        f"{_fmt_s(ttft_r.high)} by the model's measured error"
     )
     console.print(
-        f"recompute everything: {_fmt_s(r.recompute_ttft_s)}; "
-        f"overlapped load+compute bound: {_fmt_s(r.overlap_bound_s)}"
+        f"recompute everything: {_fmt_s(r.recompute_ttft_s)} ({_fmt_s(recompute_r.low)}-"
+        f"{_fmt_s(recompute_r.high)}); overlapped load+compute bound: {_fmt_s(r.overlap_bound_s)}"
     )
+    console.print(f"ranges: {band.describe()}")
     if cm.ttft_fit is not None:
         f = cm.ttft_fit
         names = ["compute_scale", "overhead_s", "load_scale", "latency_s"]
@@ -451,6 +477,9 @@ def ttft_cmd(
         console.print(f"[yellow]warning:[/] {w}")
     out = r.to_json()
     out["cost_model"] = cm.describe()
+    out["ttft_range"] = ttft_r.to_json()
+    out["recompute_ttft_range"] = recompute_r.to_json()
+    out["error_band"] = band.to_json()
     _write_json(json_path, out)
 
 

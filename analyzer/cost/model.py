@@ -21,6 +21,7 @@ coefficients but keeps these physical forms.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -334,6 +335,15 @@ class CostModel:
 
     def with_prefill(self, coefficients: PrefillCoefficients) -> CostModel:
         return replace(self, prefill=coefficients)
+
+    @property
+    def model_ref(self) -> str:
+        """What ``--model`` takes to rebuild this model: the catalog id, or the path of the
+        user's ``config.json`` it was read from."""
+        src = self.model.source
+        if src and not src.startswith("http") and os.path.isfile(src):
+            return src
+        return self.model.id
 
     @property
     def prefill_model_label(self) -> str:

@@ -106,10 +106,12 @@ def key_figures(doc: dict) -> Table:
             ],
         ]
     if bw:
+        rng = (doc.get("uncertainty") or {}).get("break_even_gbps")
         rows.append(
             [
                 "Break-even bandwidth",
-                f"{num(bw.get('break_even_gbps'))} GB/s",
+                f"{num(bw.get('break_even_gbps'))} GB/s"
+                + (f" ({num(rng['low'])}-{num(rng['high'])})" if rng else ""),
                 f"at {num(bw.get('prefix_tokens'))} tokens",
             ]
         )
@@ -299,6 +301,21 @@ def sections(doc: dict) -> list[Section]:
             f"{num(bw['prefill_tokens_per_s'])} prefill tokens/s). The break-even falls as prefixes grow "
             "because attention is quadratic."
         )
+        u = doc.get("uncertainty")
+        if u:
+            be, rate, band = u["break_even_gbps"], u["prefill_tokens_per_s"], u["band"]
+            b.paragraphs.append(
+                f"By the cost model's measured error ({band['basis']}; {band['kind']}), the "
+                f"break-even lies between {num(be['low'])} and {num(be['high'])} GB/s and the "
+                f"prefill rate between {num(rate['low'])} and {num(rate['high'])} tokens/s"
+                + (
+                    "; this deployment is outside what the reference table measured, so the "
+                    "range may be too narrow."
+                    if band["extrapolated"]
+                    else "."
+                )
+                + " `kvpool cost check` prints the table behind it."
+            )
         b.charts.append("break_even")
         b.tables.append(
             Table(
