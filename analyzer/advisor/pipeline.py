@@ -328,8 +328,16 @@ def run_analysis(
     opts: AnalyzeOptions | None = None,
     advance: Advance | None = None,
     loaded: LoadedTrace | None = None,
+    replayer=None,
+    reuse=None,
 ) -> AnalysisResult:
     """The whole pipeline; ``advance`` (if given) receives percentage points (100 in all).
+
+    ``replayer`` replaces :func:`analyzer.replay.run_replay` (same arguments, same
+    result), for a caller that remembers replays across calls (the dashboard's
+    :class:`analyzer.replay.memo.ReplayMemo`). ``reuse`` is the reuse report of this
+    trace with ``ReuseOptions(warmup=opts.warmup, bytes_per_token=...)`` of the model,
+    when the caller has it already.
 
     ``loaded`` is what ``open_trace(paths, ...)`` already returned, for a caller that
     ingested the logs itself (the dashboard): ingestion is then skipped, so the options'
@@ -369,10 +377,13 @@ def run_analysis(
     ]
     tf = _trace_figures(loaded)
     bpt = int(cm.bytes_per_token)
-    with progress("reuse analysis", 100) as adv:
-        rep = analyze_reuse(
-            trace, ReuseOptions(warmup=opts.warmup, bytes_per_token=bpt), advance=adv
-        )
+    if reuse is not None:
+        rep = reuse
+    else:
+        with progress("reuse analysis", 100) as adv:
+            rep = analyze_reuse(
+                trace, ReuseOptions(warmup=opts.warmup, bytes_per_token=bpt), advance=adv
+            )
     step(20)
     rf = _reuse_figures(rep, trace, opts.warmup, opts.knee_fraction)
     skipped = {
@@ -396,6 +407,8 @@ def run_analysis(
         be_curve = _break_even_curve(cm, bw, prompt_max=int(trace.prompt_tokens.max()))
         from analyzer.replay import run_replay
 
+        run = replayer or run_replay
+
         # The SLO rate search is the costly part (about nine replays per scenario); it
         # runs only where the decision reads it: the baseline and the pool, and local
         # DRAM offload when that is the verdict (its projected gate KPIs). Below the
@@ -403,7 +416,7 @@ def run_analysis(
         search = opts.search_rate and rf.ceiling_hit_rate >= th.min_reuse
 
         def replay_of(names: tuple[str, ...], with_search: bool, adv) -> dict:
-            return run_replay(
+            return run(
                 trace,
                 cfg,
                 scenarios=names,
@@ -492,7 +505,7 @@ def run_analysis(
     flips: list[FlipRow] = []
     if usable and bw is not None:
         with progress("sensitivity", None):
-            flips = _sensitivity(trace, tf, rf, bw, replay, cm, opts)
+            flips = _sensitivity(trace, tf, rf, bw, replay, cm, opts, replayer)
     step(15)
 
     trace_rate = tf.n_requests / tf.duration_s if tf.duration_s > 0 else 0.0
@@ -557,7 +570,9 @@ def _cost_json(cm) -> dict:
     }
 
 
-def _sensitivity(trace, tf, rf, bw, replay, cm, opts: AnalyzeOptions) -> list[FlipRow]:
+def _sensitivity(
+    trace, tf, rf, bw, replay, cm, opts: AnalyzeOptions, replayer=None
+) -> list[FlipRow]:
     from analyzer.cost import list_tiers
 
     th = opts.thresholds
@@ -606,9 +621,11 @@ def _sensitivity(trace, tf, rf, bw, replay, cm, opts: AnalyzeOptions) -> list[Fl
     ):
         from analyzer.replay import run_replay
 
+        run = replayer or run_replay
+
         counts = sorted({max(1, opts.instances // 2), opts.instances * 2} - {opts.instances})
         for n in counts:
-            res = run_replay(
+            res = run(
                 trace,
                 _cluster_config(opts, n),
                 scenarios=SCENARIOS[1:],
