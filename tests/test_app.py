@@ -182,15 +182,22 @@ def test_replay_reruns_on_instances_but_not_ingest(at: AppTest) -> None:
     at.switch_page("views/replay.py").run()
     assert_clean(at)
     ingest0, replay0 = compute.CALLS["ingest"], compute.CALLS["replay"]
+    # The replay without the rate search is the searched replay's first run: no new run.
     at.checkbox(key="replay.search").uncheck().run()
-    assert compute.CALLS["replay"] == replay0 + 1
+    assert compute.CALLS["replay"] == replay0
     at.number_input(key="ctl.instances").set_value(1).run()
     assert_clean(at)
-    assert compute.CALLS["replay"] == replay0 + 2
+    assert compute.CALLS["replay"] == replay0 + 4  # each of the four scenarios, once
     assert any("1 instances" in c.value for c in at.caption)
-    # Back to a setting seen before: served from the cache.
+    # Back to a setting seen before: remembered.
     at.number_input(key="ctl.instances").set_value(4).run()
-    assert compute.CALLS["replay"] == replay0 + 2
+    assert compute.CALLS["replay"] == replay0 + 4
+    # The pool's bandwidth reaches only the pooled scenario.
+    pooled0 = compute.CALLS["replay:pooled"]
+    at.number_input(key="ctl.pool_gbps").set_value(7.0).run()
+    assert_clean(at)
+    assert compute.CALLS["replay"] == replay0 + 5
+    assert compute.CALLS["replay:pooled"] == pooled0 + 1
     assert compute.CALLS["ingest"] == ingest0
 
 
@@ -406,3 +413,39 @@ def test_node_shape_and_dram_scope_controls_reach_the_replay() -> None:
     assert (cfg.gpus_per_node, cfg.dram_scope, cfg.nodes) == (2, "node", 2)
     opts = compute.analyze_options(w, 0.5)
     assert (opts.gpus_per_node, opts.dram_scope) == (2, "node")
+
+
+def test_neighbouring_what_ifs_are_ready_before_the_click(at: AppTest, sample: Path) -> None:
+    """After the Recommendation, half and twice the instances and the neighbouring pool
+    networks are analysed in the background; clicking one then runs no replay."""
+    from app import prefetch
+
+    at.switch_page("views/recommend.py").run()
+    assert_clean(at)
+    pf = prefetch.prefetcher()
+    assert pf.wait(TIMEOUT_S)
+    replay0, ahead0 = compute.CALLS["replay"], compute.CALLS["prefetched"]
+    instances = compute.control_defaults().instances
+    at.number_input(key="ctl.instances").set_value(instances * 2).run()
+    assert_clean(at)
+    assert compute.CALLS["prefetched"] == ahead0 + 1
+    assert compute.CALLS["replay"] == replay0
+    banner = next(m.value for m in at.markdown if "data-verdict" in m.value)
+    # The prefetched answer is `kvpool analyze`'s for the same settings.
+    from analyzer.advisor import AnalyzeOptions, run_analysis
+
+    fresh = run_analysis([str(sample)], AnalyzeOptions(instances=instances * 2))
+    assert f"data-verdict='{fresh.verdict}'" in banner
+    assert f"{instances * 2} instances" in " ".join(c.value for c in at.caption)
+
+
+def test_thresholds_redecide_without_a_replay(at: AppTest) -> None:
+    at.switch_page("views/recommend.py").run()
+    assert_clean(at)
+    assert not any("data-verdict='not-worth-it'" in m.value for m in at.markdown)
+    replay0, analysis0 = compute.CALLS["replay"], compute.CALLS["analysis"]
+    at.number_input(key="ctl.th.min_reuse").set_value(99.0).run()
+    assert_clean(at)
+    assert compute.CALLS["analysis"] == analysis0 + 1
+    assert compute.CALLS["replay"] == replay0
+    assert any("data-verdict='not-worth-it'" in m.value for m in at.markdown)

@@ -288,7 +288,7 @@ def _replay_figures(doc: dict, slo: float) -> ReplayFigures:
     )
 
 
-def _cluster_config(opts: AnalyzeOptions, instances: int | None = None):
+def cluster_config(opts: AnalyzeOptions, instances: int | None = None):
     from analyzer.replay import ClusterConfig
 
     return ClusterConfig(
@@ -357,7 +357,7 @@ def run_analysis(
     # Catalog lookups and the cluster's checks first, so an unknown model or GPU, router
     # or node shape fails before any work (not after minutes of reading a large log).
     cm = _cost(opts.model, opts.gpu, opts.tp, opts.kv_dtype, opts.mfu)
-    cfg = _cluster_config(opts)
+    cfg = cluster_config(opts)
 
     if loaded is None:
         with progress(
@@ -627,7 +627,7 @@ def _sensitivity(
         for n in counts:
             res = run(
                 trace,
-                _cluster_config(opts, n),
+                cluster_config(opts, n),
                 scenarios=SCENARIOS[1:],
                 ttft_slo_s=opts.ttft_slo_s,
                 search_rate=False,

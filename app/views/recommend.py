@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from analyzer.report import figures
-from app import banner, compute, controls, state
+from app import banner, compute, controls, prefetch, state
 
 st.title("Recommendation")
 
@@ -22,8 +22,10 @@ with state.guard():
     cur = state.loaded_trace()
     w = controls.current()
     src = state.source()
-    warmup = st.session_state.get("reuse.warmup", 0.5)
-    result = compute.analysis(cur, w, warmup)
+    warmup = controls.current().warmup
+    thresholds = controls.thresholds()
+    result = compute.analysis(cur, w, warmup, thresholds)
+    prefetch.after_analysis(cur, result.options)
     doc = result.to_json()
     verdict = doc["verdict"]
 
