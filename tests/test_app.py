@@ -439,13 +439,21 @@ def test_neighbouring_what_ifs_are_ready_before_the_click(at: AppTest, sample: P
     assert f"{instances * 2} instances" in " ".join(c.value for c in at.caption)
 
 
-def test_thresholds_redecide_without_a_replay(at: AppTest) -> None:
+def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path) -> None:
+    from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.advisor.figures import Thresholds
+
+    loose = Thresholds(min_ttft_reduction=0.0, min_pool_advantage=0.0)
+    default = run_analysis([str(sample)], AnalyzeOptions()).verdict
+    expected = run_analysis([str(sample)], AnalyzeOptions(thresholds=loose)).verdict
+    assert expected != default  # the sample sits where these thresholds decide
     at.switch_page("views/recommend.py").run()
     assert_clean(at)
-    assert not any("data-verdict='not-worth-it'" in m.value for m in at.markdown)
+    assert any(f"data-verdict='{default}'" in m.value for m in at.markdown)
     replay0, analysis0 = compute.CALLS["replay"], compute.CALLS["analysis"]
-    at.number_input(key="ctl.th.min_reuse").set_value(99.0).run()
+    at.number_input(key="ctl.th.min_ttft_reduction").set_value(0.0).run()
+    at.number_input(key="ctl.th.min_pool_advantage").set_value(0.0).run()
     assert_clean(at)
-    assert compute.CALLS["analysis"] == analysis0 + 1
+    assert compute.CALLS["analysis"] == analysis0 + 2
     assert compute.CALLS["replay"] == replay0
-    assert any("data-verdict='not-worth-it'" in m.value for m in at.markdown)
+    assert any(f"data-verdict='{expected}'" in m.value for m in at.markdown)
