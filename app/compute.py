@@ -162,8 +162,11 @@ def _reuse(content: str, ingest_key: Key, reuse_key: Key, _trace, _advance: Adva
     return analyze_reuse(_trace, ReuseOptions(**dict(reuse_key)), advance=_advance)
 
 
-def reuse(cur: Current, warmup: float = 0.5):
-    """The reuse report (``analyzer.reuse.ReuseReport``); independent of model and GPU."""
+def reuse(cur: Current, warmup: float | None = None):
+    """The reuse report (``analyzer.reuse.ReuseReport``); independent of model and GPU.
+    ``warmup`` None: the default every command uses (``ClusterConfig.warmup_fraction``)."""
+    if warmup is None:
+        warmup = control_defaults().warmup
     with progress("Measuring prefix reuse", 100) as advance:
         return _reuse(cur.content, cur.ingest_key, as_key({"warmup": warmup}), cur.trace, advance)
 
@@ -218,10 +221,10 @@ class ControlDefaults:
     pool_tier: str
     pool_gbps: float  # 0: the pool tier's catalog figure
     ttft_slo_s: float
+    warmup: float  # fraction of requests that only warm the caches
     gpus_per_node: int
     dram_scope: str
     dram_scopes: list[str]
-    warmup: float
 
 
 def _catalog_ids(items) -> list[str]:
@@ -244,7 +247,7 @@ def control_defaults() -> ControlDefaults:
     from analyzer.replay.config import DRAM_SCOPES, EVICTIONS
 
     analyze = AnalyzeOptions()  # the defaults `kvpool analyze` runs with
-    cluster = {f.name: f.default for f in fields(ClusterConfig)}
+    cluster = ClusterConfig()  # the same defaults every command's flags start from
     tiers = list(list_tiers())
     kind = {
         (getattr(t, "name", t)): getattr(get_tier(getattr(t, "name", t)), "kind", "") for t in tiers
@@ -256,22 +259,22 @@ def control_defaults() -> ControlDefaults:
         evictions=list(EVICTIONS),
         dram_tiers=[t for t, k in kind.items() if k == "host-dram"],
         pool_tiers=[t for t, k in kind.items() if k == "network"],
-        model=analyze.model,
-        gpu=analyze.gpu,
-        tp=cluster["tp"],
-        kv_dtype=cluster["kv_dtype"],
-        instances=cluster["instances"],
-        router=cluster["router"],
-        eviction=cluster["eviction"],
-        dram_tier=cluster["dram_tier"],
-        dram_capacity_gb=float(cluster["dram_capacity_gb"]),
-        pool_tier=cluster["pool_tier"],
-        pool_gbps=float(analyze.pool_gbps or 0.0),
+        model=cluster.model,
+        gpu=cluster.gpu,
+        tp=cluster.tp,
+        kv_dtype=cluster.kv_dtype,
+        instances=cluster.instances,
+        router=cluster.router,
+        eviction=cluster.eviction,
+        dram_tier=cluster.dram_tier,
+        dram_capacity_gb=float(cluster.dram_capacity_gb),
+        pool_tier=cluster.pool_tier,
+        pool_gbps=float(cluster.pool_gbps or 0.0),
         ttft_slo_s=float(analyze.ttft_slo_s),
-        gpus_per_node=int(cluster["gpus_per_node"]),
-        dram_scope=str(cluster["dram_scope"]),
+        warmup=float(cluster.warmup_fraction),
+        gpus_per_node=int(cluster.gpus_per_node),
+        dram_scope=str(cluster.dram_scope),
         dram_scopes=list(DRAM_SCOPES),
-        warmup=float(analyze.warmup),
     )
 
 
@@ -346,23 +349,43 @@ def tier_break_even(w) -> list[dict]:
 # --- replay ------------------------------------------------------------------------------
 
 
-def cluster_config(w):
-    """``analyzer.replay.ClusterConfig`` for the what-if controls: the one `kvpool
-    analyze` replays with for the same settings (``analyzer.advisor.pipeline.
-    cluster_config``: warm-up, pool bandwidth, GPUs per node), plus the replay-only
-    controls (eviction, DRAM bandwidth, latencies; 0 = the catalog's)."""
-    from dataclasses import replace
+def controls_cluster(w):
+    """``analyzer.replay.ClusterConfig`` straight from the what-if controls (0 = derive
+    it), before the warm-up and the DRAM size are put as `kvpool analyze` puts them."""
+    from analyzer.replay import ClusterConfig
 
-    from analyzer.advisor.pipeline import cluster_config as analyze_cluster
+    bpt = int(cost_model(w.model, w.gpu, w.tp, w.kv_dtype).bytes_per_token)
 
-    opts = analyze_options(w, w.warmup)
-    return replace(
-        analyze_cluster(opts),
+    def tokens(gb: float) -> int | None:
+        return int(gb * 1e9 // bpt) if gb > 0 else None
+
+    return ClusterConfig(
+        model=w.model,
+        gpu=w.gpu,
+        tp=w.tp,
+        instances=w.instances,
+        gpus_per_node=w.gpus_per_node,
+        dram_scope=w.dram_scope,
+        kv_dtype=w.kv_dtype,
+        router=w.router,
         eviction=w.eviction,
+        local_capacity_tokens=tokens(w.local_capacity_gb),
+        dram_tier=w.dram_tier,
+        dram_capacity_gb=w.dram_capacity_gb,
         dram_gbps=w.dram_gbps or None,
         dram_latency_s=w.dram_latency_us * 1e-6 if w.dram_latency_us > 0 else None,
+        pool_tier=w.pool_tier,
+        pool_capacity_tokens=tokens(w.pool_capacity_gb),
+        pool_gbps=w.pool_gbps or None,
         pool_latency_s=w.pool_latency_us * 1e-6 if w.pool_latency_us > 0 else None,
     )
+
+
+def cluster_config(w):
+    """The cluster the Replay page replays: exactly the one the Recommendation and
+    `kvpool analyze` replay for the same settings (``analyze_options(w).cluster``: the
+    same warm-up, pool bandwidth, node shape)."""
+    return analyze_options(w, w.warmup).cluster
 
 
 def replay_work(n_requests: int, n_scenarios: int, search_rate: bool) -> float | None:
@@ -448,34 +471,24 @@ def analyze_options(w, warmup: float, block_size: int | None = None):
     """``analyzer.advisor.AnalyzeOptions`` for the what-if controls and the block size
     the trace was ingested with (so the report's options say what `kvpool analyze
     --block-size` would)."""
+    from dataclasses import replace
+
     from analyzer.advisor import AnalyzeOptions
+    from analyzer.ingest import IngestOptions
 
     bpt = int(cost_model(w.model, w.gpu, w.tp, w.kv_dtype).bytes_per_token)
-
-    def tokens(gb: float) -> int | None:
-        return int(gb * 1e9 // bpt) if gb > 0 else None
-
-    return AnalyzeOptions(
-        model=w.model,
-        gpu=w.gpu,
-        tp=w.tp,
-        instances=w.instances,
-        gpus_per_node=w.gpus_per_node,
-        dram_scope=w.dram_scope,
-        kv_dtype=w.kv_dtype,
-        pool_gbps=w.pool_gbps or None,
-        pool_tier=w.pool_tier,
-        dram_tier=w.dram_tier,
-        local_capacity_tokens=tokens(w.local_capacity_gb),
+    cluster = replace(
+        controls_cluster(w),
         # Left unset at the replay's default size, as `kvpool analyze` leaves it.
         dram_capacity_tokens=None
         if w.dram_capacity_gb == control_defaults().dram_capacity_gb
         else int(w.dram_capacity_gb * 1e9 // bpt),
-        pool_capacity_tokens=tokens(w.pool_capacity_gb),
-        router=w.router,
+        warmup_fraction=warmup,
+    )
+    return AnalyzeOptions(
+        ingest=IngestOptions(block_size=block_size),
+        cluster=cluster,
         ttft_slo_s=w.ttft_slo_s,
-        warmup=warmup,
-        block_size=block_size,
     )
 
 

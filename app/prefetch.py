@@ -114,15 +114,18 @@ def neighbours(opts) -> list:
     """Half and twice the instances, and the next slower and faster pool network."""
     from analyzer.cost import list_tiers
 
-    out = [replace(opts, instances=n) for n in (max(1, opts.instances // 2), opts.instances * 2)]
-    out = [o for o in out if o.instances != opts.instances]
+    def with_cluster(**kw):
+        return replace(opts, cluster=replace(opts.cluster, **kw))
+
+    half_twice = (max(1, opts.instances // 2), opts.instances * 2)
+    out = [with_cluster(instances=n) for n in half_twice if n != opts.instances]
     nets = sorted(
         (t for t in list_tiers() if t.kind == "network"), key=lambda t: (t.bandwidth_gbps, t.name)
     )
     names = [t.name for t in nets]
     if opts.pool_tier in names:
         i = names.index(opts.pool_tier)
-        out += [replace(opts, pool_tier=names[j]) for j in (i - 1, i + 1) if 0 <= j < len(names)]
+        out += [with_cluster(pool_tier=names[j]) for j in (i - 1, i + 1) if 0 <= j < len(names)]
     return out
 
 

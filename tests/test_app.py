@@ -166,15 +166,16 @@ def test_pool_bandwidth_moves_the_break_even_chart(at: AppTest) -> None:
     def pool() -> list[float]:
         return [v for k, v in link_rules().items() if k.startswith("pool")]
 
-    # `kvpool analyze` assumes 25 GB/s per node to the pool unless told otherwise.
-    assert pool() == [25.0]
+    # Every command starts from the pool tier's catalog figure (0 in the sidebar), shown
+    # under the tier's own name.
+    tier = compute.control_defaults().pool_tier
+    assert pool() == [] and link_rules()[tier] == compute.tier(tier).bandwidth_gbps
     at.number_input(key="ctl.pool_gbps").set_value(80.0).run()
     assert_clean(at)
     assert pool() == [80.0]
-    # 0 means the catalog tier's own figure, under the tier's name.
     at.number_input(key="ctl.pool_gbps").set_value(0.0).run()
     assert pool() == []
-    assert compute.control_defaults().pool_tier in link_rules()
+    assert tier in link_rules()
     assert compute.CALLS["ingest"] == ingest0
 
 
@@ -304,6 +305,7 @@ def test_report_download_matches_kvpool_analyze(sample: Path, block_size: int | 
     block size as --block-size) writes for the same input and the default controls,
     byte for byte."""
     from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.ingest import IngestOptions
     from analyzer.report import render_json
     from app import controls, state
 
@@ -311,7 +313,9 @@ def test_report_download_matches_kvpool_analyze(sample: Path, block_size: int | 
     w = controls.default_whatif()
     result = compute.analysis(cur, w, 0.5)
     html, markdown, payload = compute.reports(cur, result)
-    expected = render_json(run_analysis([str(sample)], AnalyzeOptions(block_size=block_size)))
+    expected = render_json(
+        run_analysis([str(sample)], AnalyzeOptions(ingest=IngestOptions(block_size=block_size)))
+    )
     assert payload == expected
     assert json.loads(payload)["inputs"][0]["name"] == sample.name
     assert html.lstrip().lower().startswith("<!doctype html")
@@ -433,8 +437,10 @@ def test_neighbouring_what_ifs_are_ready_before_the_click(at: AppTest, sample: P
     banner = next(m.value for m in at.markdown if "data-verdict" in m.value)
     # The prefetched answer is `kvpool analyze`'s for the same settings.
     from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.replay import ClusterConfig
 
-    fresh = run_analysis([str(sample)], AnalyzeOptions(instances=instances * 2))
+    twice = AnalyzeOptions(cluster=ClusterConfig(instances=instances * 2))
+    fresh = run_analysis([str(sample)], twice)
     assert f"data-verdict='{fresh.verdict}'" in banner
     assert f"{instances * 2} instances" in " ".join(c.value for c in at.caption)
 
