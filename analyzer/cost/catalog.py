@@ -824,6 +824,22 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
     return cat.models[target]
 
 
+def recognize_model(served_name: str) -> str | None:
+    """The catalog id a served model name stands for, or None.
+
+    Gateway logs name the model as the engine serves it: a Hugging Face repo
+    (``meta-llama/Llama-3.1-70B-Instruct``), its last part, a catalog alias or a
+    variant with a suffix (``-Instruct``, ``-FP8``). Paths are not names: never read.
+    """
+    cat = _catalog()
+    key = _norm(served_name)
+    for k in (key, key.split("/")[-1]):
+        target = cat.model_alias.get(k) or cat.model_alias.get(_strip_suffixes(k))
+        if target is not None:
+            return target
+    return None
+
+
 def get_gpu(name: str) -> GpuSpec:
     """A catalog GPU by id or alias (case-insensitive): ``h100``, ``H100-SXM``, ``mi300x``."""
     cat = _catalog()

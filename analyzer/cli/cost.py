@@ -27,7 +27,7 @@ _JSON_HELP = "Also write the result as JSON to FILE ('-' for stdout)."
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's commands to the ``kvpool`` app."""
+    """Add this command group to the ``kvpool`` app."""
     app.add_typer(cost_app, name="cost")
 
 
