@@ -12,6 +12,7 @@ from analyzer.cost import CostModel
 from analyzer.cost import uncertainty as unc
 from analyzer.cost.catalog import get_gpu
 from analyzer.cost.reference import default_check
+from analyzer.replay.config import ClusterConfig
 from analyzer.report import render_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,14 +98,16 @@ def test_report_states_ranges_and_a_flip_inside_them(tmp_path):
     fast = dict(search_rate=False, sensitivity_replays=False)
     first = run_analysis([str(log)], AnalyzeOptions(**fast))
     be = first.bandwidth.break_even_gbps
-    near = run_analysis([str(log)], AnalyzeOptions(pool_gbps=be * 1.05, **fast))
+    near = run_analysis(
+        [str(log)], AnalyzeOptions(cluster=ClusterConfig(pool_gbps=be * 1.05), **fast)
+    )
     d = near.decision
     statement = d.confidence_statement
     assert "A flip of the verdict lies inside that range" in statement
     assert "passes now, but fails if your GPUs prefill more than 5% faster" in statement
     assert near.uncertainty["flip"]["flip_inside_range"] is True
     # the confidence is lowered one level from what the same analysis says far from it
-    far = run_analysis([str(log)], AnalyzeOptions(pool_gbps=be * 50, **fast))
+    far = run_analysis([str(log)], AnalyzeOptions(cluster=ClusterConfig(pool_gbps=be * 50), **fast))
     assert "No tier's bandwidth check flips inside that range." in far.decision.confidence_statement
     order = ["low", "medium", "high"]
     assert order.index(d.confidence) == max(order.index(far.decision.confidence) - 1, 0)
