@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from analyzer.advisor import AnalyzeOptions, run_analysis
+from analyzer.advisor import run_analysis
 from analyzer.advisor.deploy import bundle, deploy_sizings
 from analyzer.advisor.products import DOCS_CHECKED, NODE_IP
 from analyzer.advisor.sizing import GB, GIB, ClusterFigures, size, unit_sizes
@@ -335,7 +335,7 @@ def test_every_file_parses_and_names_the_versions_checked(pooled_files, tmp_path
 def analysed(tmp_path_factory):
     d = tmp_path_factory.mktemp("deploy")
     log = make_logs.high_reuse(d / "high.jsonl.gz")
-    r = run_analysis([str(log)], AnalyzeOptions(pool_gbps=50.0, **make_logs.POOL_CLUSTER))
+    r = run_analysis([str(log)], make_logs.pooled_options())
     out = d / "report"
     paths = write_reports(r.to_json(), out)
     return r, out, paths

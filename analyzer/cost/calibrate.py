@@ -434,13 +434,13 @@ def profile_json(cm: CostModel) -> dict[str, Any]:
     """The fitted parts of ``cm`` as a JSON-ready dict (schema ``kvpool.cost-profile/1``)."""
     out: dict[str, Any] = {
         "schema": PROFILE_SCHEMA,
-        "model": cm.model.id,
+        "model": cm.model_ref,
         "gpu": cm.gpu.id,
         "tp": cm.tp,
         "kv_dtype": cm.kv_dtype,
         "compute_dtype": cm.compute_dtype,
         "weight_dtype": cm.weight_dtype,
-        "mfu": cm.mfu,
+        "mfu": cm.mfu if cm.engine is None else None,  # null: the engine model
         "prefill": None,
         "load": None,
         "ttft": None,
@@ -496,6 +496,7 @@ def load_profile(
     tp: int | None = None,
     kv_dtype: str | None = None,
     mfu: float | None = None,
+    weight_dtype: str | None = None,
 ) -> CostModel:
     """A :class:`CostModel` from a profile JSON; explicit arguments must agree with it."""
     p = Path(path)
@@ -545,14 +546,20 @@ def load_profile(
             raise InputError(f"'{key}' must be a string", Location(where, None, key))
     if tp is not None and tp != ptp:
         raise UsageError(f"profile {p} was fitted at tp={ptp}, not tp={tp}")
+    pw = data.get("weight_dtype")
+    if weight_dtype is not None and pw is not None and weight_dtype.lower() != pw.lower():
+        raise UsageError(
+            f"profile {p} was measured with weights in {pw}, not {weight_dtype}",
+            hint="drop --weights-dtype or profile that precision",
+        )
     cm = CostModel.from_catalog(
         data["model"],
         data["gpu"],
         tp=ptp,
         kv_dtype=kv_dtype or data.get("kv_dtype", "bf16"),
         mfu=mfu if mfu is not None else pmfu,
-        compute_dtype=data.get("compute_dtype", "bf16"),
-        weight_dtype=data.get("weight_dtype"),
+        compute_dtype=data.get("compute_dtype"),
+        weight_dtype=weight_dtype or pw,
     )
     sections: dict[str, Any] = {}
     for key in ("prefill", "load", "ttft"):

@@ -12,18 +12,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
-VERDICT_TEXT = {
-    "deploy-pooled": "Deploy a pooled KV cache",
-    "local-offload-only": "Offload locally, do not pool",
-    "not-worth-it": "Pooling is not worth it",
-    "insufficient-data": "Not enough data to decide",
-}
-VERDICT_COLOR = {
-    "deploy-pooled": "#1d7a3a",
-    "local-offload-only": "#1f5fa8",
-    "not-worth-it": "#8a5a00",
-    "insufficient-data": "#777777",
-}
+from analyzer.report.figures import SCENARIO_ORDER, VERDICT_COLOR, VERDICT_TEXT
 
 
 def pct(x) -> str:
@@ -93,6 +82,16 @@ def key_figures(doc: dict) -> Table:
             f"mean {num(t.get('mean_prompt_tokens'))} per request",
         ],
     ]
+    tk = t.get("tokenization") or {}
+    if tk.get("tokenizer"):
+        rows.append(
+            [
+                "Tokens counted with",
+                tk["tokenizer"],
+                f"template {tk.get('template') or 'none'} (--tokenizer DIR: the served "
+                "model's own tokenizer and chat template)",
+            ]
+        )
     if rf.get("measurable"):
         rows += [
             [
@@ -107,10 +106,12 @@ def key_figures(doc: dict) -> Table:
             ],
         ]
     if bw:
+        rng = (doc.get("uncertainty") or {}).get("break_even_gbps")
         rows.append(
             [
                 "Break-even bandwidth",
-                f"{num(bw.get('break_even_gbps'))} GB/s",
+                f"{num(bw.get('break_even_gbps'))} GB/s"
+                + (f" ({num(rng['low'])}-{num(rng['high'])})" if rng else ""),
                 f"at {num(bw.get('prefix_tokens'))} tokens",
             ]
         )
@@ -149,9 +150,6 @@ def key_figures(doc: dict) -> Table:
             ]
         )
     return Table(["Figure", "Value", "Note"], rows)
-
-
-SCENARIO_ORDER = ("none", "local", "local+dram", "pooled")
 
 
 def _scenario_key(name: str) -> tuple[int, str]:
@@ -290,6 +288,37 @@ def sections(doc: dict) -> list[Section]:
                 )
             )
     out.append(rs)
+    md = doc.get("models") or {}
+    per = [m for m in md.get("per_model") or [] if "ceiling_hit_rate" in m]
+    if per or doc.get("warnings"):
+        ms = Section("models", "Models in the log")
+        ms.paragraphs += list(doc.get("warnings") or [])
+        if per:
+            ms.tables.append(
+                Table(
+                    [
+                        "Model",
+                        "Catalog",
+                        "Requests",
+                        "Prompt tokens",
+                        "Reuse ceiling",
+                        "Working set GB",
+                    ],
+                    [
+                        [
+                            m["model"],
+                            m.get("catalog_id") or "-",
+                            num(m["requests"]),
+                            num(m["prompt_tokens"]),
+                            pct(m["ceiling_hit_rate"]),
+                            num(m.get("footprint_gb")),
+                        ]
+                        for m in per
+                    ],
+                )
+            )
+            ms.paragraphs.append(md.get("shared_pool_note", ""))
+        out.append(ms)
 
     bw = doc.get("bandwidth")
     if bw:
@@ -300,6 +329,21 @@ def sections(doc: dict) -> list[Section]:
             f"{num(bw['prefill_tokens_per_s'])} prefill tokens/s). The break-even falls as prefixes grow "
             "because attention is quadratic."
         )
+        u = doc.get("uncertainty")
+        if u:
+            be, rate, band = u["break_even_gbps"], u["prefill_tokens_per_s"], u["band"]
+            b.paragraphs.append(
+                f"By the cost model's measured error ({band['basis']}; {band['kind']}), the "
+                f"break-even lies between {num(be['low'])} and {num(be['high'])} GB/s and the "
+                f"prefill rate between {num(rate['low'])} and {num(rate['high'])} tokens/s"
+                + (
+                    "; this deployment is outside what the reference table measured, so the "
+                    "range may be too narrow."
+                    if band["extrapolated"]
+                    else "."
+                )
+                + " `kvpool cost check` prints the table behind it."
+            )
         b.charts.append("break_even")
         b.tables.append(
             Table(
