@@ -322,7 +322,7 @@ def test_every_file_parses_and_names_the_versions_checked(pooled_files, tmp_path
             assert json.loads(f.text)["_checked_against"] == f.checked
         elif f.kind == "yaml":
             list(yaml.safe_load_all(f.text))
-        elif f.kind == "bash":
+        elif f.kind in ("bash", "env"):
             script = tmp_path / "x.sh"
             script.write_text(f.text)
             subprocess.run(["bash", "-n", str(script)], check=True)
@@ -500,3 +500,86 @@ def test_dashboard_zip_holds_the_bundle_byte_for_byte(analysed):
         assert names == sorted(f["path"] for f in doc["deploy"]["files"])
         for name in names:
             assert z.read(name) == (out / name).read_bytes()
+
+
+def _sourced(text: str, tmp_path: Path) -> dict[str, str]:
+    """The variables an env file sets, as bash reads it (set -a; . FILE)."""
+    f = tmp_path / "vars.env"
+    f.write_text(_node(text))
+    script = f"set -a; . {shlex.quote(str(f))}; set +a; env -0"
+    out = subprocess.run(
+        ["bash", "-c", script], check=True, capture_output=True, env={"PATH": os.environ["PATH"]}
+    ).stdout.decode()
+    return dict(kv.split("=", 1) for kv in out.split("\0") if "=" in kv)
+
+
+def test_env_files_load_in_lmcache_and_mooncake(pooled_files, tmp_path, monkeypatch):
+    sizings, files = pooled_files
+    sz = sizings["pooled"]
+    env = _sourced(files["deploy/pooled/vllm-lmcache-mooncake/lmcache.env"].text, tmp_path)
+    for k in list(os.environ):
+        if k.startswith(("LMCACHE_", "MOONCAKE_")):
+            monkeypatch.delenv(k)
+    for k, v in env.items():
+        if k.startswith("LMCACHE_"):
+            monkeypatch.setenv(k, v)
+    cfg = L.lmcache_engine_config().from_env()
+    assert cfg.local_cpu is False and cfg.remote_url.startswith("mooncakestore://")
+    assert cfg.extra_config["local_hostname"] == "10.0.0.7"
+    assert cfg.extra_config["global_segment_size"] * sz.ranks == pytest.approx(
+        sz.pool_bytes, rel=0.01
+    )
+    L.check_lmcache_039_mooncake(cfg.extra_config)
+    menv = _sourced(files["deploy/pooled/sglang-hicache-mooncake/mooncake.env"].text, tmp_path)
+    for k, v in menv.items():
+        if k.startswith("MOONCAKE_"):
+            monkeypatch.setenv(k, v)
+    mc = L.mooncake_config().load_from_env()  # Mooncake's own reader of these variables
+    assert mc.master_server_address == "mooncake-master:50051"
+    assert mc.local_hostname == "10.0.0.7"
+    assert mc.global_segment_size * sz.instances == pytest.approx(sz.pool_bytes, rel=0.01)
+    # SGLang reads the same variables; without MOONCAKE_MASTER it refuses to start.
+    monkeypatch.delenv("MOONCAKE_MASTER")
+    with pytest.raises(ValueError, match="MOONCAKE_MASTER"):
+        L.mooncake_config().load_from_env()
+
+
+def test_report_shows_each_products_size_per_process(analysed):
+    r, out, _ = analysed
+    doc = json.loads((out / "report.json").read_text())
+    rows = doc["deploy"]["per_process"]
+    assert {row["option"] for row in rows} == {"pooled", "local-offload"}
+    emb = next(
+        row for row in rows if row["setting"] == "global_segment_size" and row["per"] == "GPU rank"
+    )
+    mc = json.loads((out / "deploy/pooled/vllm-mooncake-store/mooncake.json").read_text())
+    assert emb["bytes_each"] == mc["global_segment_size"]
+    assert emb["total_bytes"] == r.sizing.pool_bytes
+    md = (out / "report.md").read_text()
+    assert f"({emb['bytes_each']:,} B)" in md
+
+
+def test_pilot_commands_keep_tokenizer_paths_private():
+    from analyzer.advisor.pilot import pilot_commands
+
+    kw = dict(
+        inputs=["a b.jsonl"],
+        model="m/x",
+        rate_rps=2.5,
+        duration_s=99.2,
+        n_requests=248,
+        mean_input_tokens=1000.4,
+        mean_output_tokens=0,
+        sessions=False,
+    )
+    plain = {c.tool: c for c in pilot_commands(tokenizer="cl100k_base", **kw)}
+    assert (
+        plain["kvpool"].command == "kvpool convert 'a b.jsonl' --to mooncake -o pilot-trace.jsonl"
+    )
+    assert "each request replays alone" in plain["kvpool"].note
+    assert "--benchmark-duration 100" in plain["AIPerf"].command
+    assert "--random-input-len 1000 --random-output-len 1" in plain["vLLM bench serve"].command
+    served = {c.tool: c for c in pilot_commands(tokenizer="hf:tokenizer.json*1.12", **kw)}
+    cmd = served["kvpool"].command
+    assert cmd.endswith('--tokenizer "$TOKENIZER" --token-ratio 1.12')
+    assert "hf:tokenizer.json: set TOKENIZER" in served["kvpool"].note

@@ -29,7 +29,7 @@ class DeployFile:
     option: str  # "pooled" | "local-offload" | "prefix-cache-only"
     role: str  # "recommended" | "runner-up" | "index"
     stack: str  # e.g. "vLLM + Mooncake Store"
-    kind: str  # "json" | "yaml" | "bash" | "markdown"
+    kind: str  # "json" | "yaml" | "bash" | "env" | "markdown"
     checked: str  # the product versions this file was checked against
     text: str
 
@@ -97,6 +97,49 @@ def _sglang_args(sz: Sizing, model: str, extra: list[str]) -> list[str]:
         *extra,
         "--host 0.0.0.0 --port PORT",
     ]
+
+
+def _env_text(title: str, checked: str, env: dict[str, str]) -> str:
+    """KEY='value' lines: ``set -a; . FILE; set +a`` in bash, or a systemd EnvironmentFile."""
+    lines = [
+        f"# kvpool deploy: {title}",
+        f"# Checked against: {checked}",
+        "# Load with: set -a; . ./THIS_FILE; set +a",
+    ]
+    for k, v in env.items():
+        assert "'" not in v, (k, v)  # single-quoted as a whole
+        lines.append(f"{k}='{v}'")
+    return "\n".join(lines) + "\n"
+
+
+def lmcache_env(lm: dict, local_hostname: str = P.NODE_IP) -> dict[str, str]:
+    """LMCache's environment form of ``lm`` (read only when no config file is given)."""
+    env = {
+        "LMCACHE_CHUNK_SIZE": str(lm["chunk_size"]),
+        "LMCACHE_LOCAL_CPU": "True" if lm["local_cpu"] else "False",
+        "LMCACHE_MAX_LOCAL_CPU_SIZE": repr(lm["max_local_cpu_size"]),
+    }
+    if "remote_url" in lm:
+        env["LMCACHE_REMOTE_URL"] = lm["remote_url"]
+        env["LMCACHE_REMOTE_SERDE"] = lm["remote_serde"]
+    if "extra_config" in lm:
+        extra = {**lm["extra_config"], "local_hostname": local_hostname}
+        env["LMCACHE_EXTRA_CONFIG"] = json.dumps(extra, sort_keys=True)
+    return env
+
+
+def mooncake_env(sz: Sizing, net: P.Wiring) -> dict[str, str]:
+    """The MOONCAKE_* variables SGLang's HiCache backend (and Mooncake's own
+    ``MooncakeConfig.load_from_env``) read when no extra config names a master."""
+    extra = P.sglang_extra_config(sz, net)
+    return {
+        "MOONCAKE_MASTER": net.master,
+        "MOONCAKE_LOCAL_HOSTNAME": P.NODE_IP,
+        "MOONCAKE_TE_META_DATA_SERVER": net.metadata_server,
+        "MOONCAKE_GLOBAL_SEGMENT_SIZE": str(extra["global_segment_size"]),
+        "MOONCAKE_PROTOCOL": net.protocol,
+        "MOONCAKE_DEVICE": net.device_name,
+    }
 
 
 def _sh(title: str, checked: str, run: str, body: str) -> str:
@@ -188,6 +231,22 @@ def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile
     )
     out.append(
         DeployFile(
+            f"{sub}/lmcache.env",
+            "pooled",
+            role,
+            "vLLM + LMCache (Mooncake remote)",
+            "env",
+            ck,
+            _env_text(
+                "LMCache as environment variables (instead of lmcache.yaml; @NODE_IP@ is the "
+                "address of this node)",
+                ck,
+                lmcache_env(lm),
+            ),
+        )
+    )
+    out.append(
+        DeployFile(
             f"{sub}/launch.sh",
             "pooled",
             role,
@@ -232,6 +291,22 @@ def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile
             _json_text(extra, ck),
         )
     )
+    out.append(
+        DeployFile(
+            f"{sub}/mooncake.env",
+            "pooled",
+            role,
+            "SGLang HiCache (Mooncake L3)",
+            "env",
+            ck,
+            _env_text(
+                "Mooncake for SGLang HiCache as environment variables (read when "
+                "--hicache-storage-backend-extra-config is left out)",
+                ck,
+                mooncake_env(sz, net),
+            ),
+        )
+    )
     host_gb = P.sglang_host_gb(sz, "pooled")
     args = [
         "--enable-hierarchical-cache",
@@ -269,16 +344,9 @@ def _kubernetes(sz: Sizing, model: str, net: P.Wiring, lm: dict, checked: str) -
     import yaml
 
     host, _, port = net.master.rpartition(":")
-    extra = dict(lm["extra_config"])
-    extra["local_hostname"] = "$(POD_IP)"
-    env_cfg = {
-        "LMCACHE_CHUNK_SIZE": str(lm["chunk_size"]),
-        "LMCACHE_LOCAL_CPU": "False",
-        "LMCACHE_MAX_LOCAL_CPU_SIZE": repr(lm["max_local_cpu_size"]),
-        "LMCACHE_REMOTE_URL": lm["remote_url"],
-        "LMCACHE_REMOTE_SERDE": lm["remote_serde"],
-        "PYTHONHASHSEED": "0",
-    }
+    env_all = lmcache_env(lm, local_hostname="$(POD_IP)")
+    extra_json = env_all.pop("LMCACHE_EXTRA_CONFIG")
+    env_cfg = {**env_all, "PYTHONHASHSEED": "0"}
     block, _ = P.vllm_block(sz)
     kv = P._kv({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})
     tp = max(1, sz.tp)
@@ -354,7 +422,7 @@ def _kubernetes(sz: Sizing, model: str, net: P.Wiring, lm: dict, checked: str) -
                                     },
                                     {
                                         "name": "LMCACHE_EXTRA_CONFIG",
-                                        "value": json.dumps(extra, sort_keys=True),
+                                        "value": extra_json,
                                     },
                                 ],
                                 "ports": [{"containerPort": 8000}],
@@ -412,6 +480,19 @@ def _local(sz: Sizing, model: str, role: str) -> list[DeployFile]:
             ck,
             f"# kvpool deploy: LMCache engine config, local CPU tier\n# Checked against: {ck}\n"
             + P.to_yaml(lm),
+        )
+    )
+    out.append(
+        DeployFile(
+            f"{d}/vllm-lmcache-cpu/lmcache.env",
+            "local-offload",
+            role,
+            "vLLM + LMCache (local CPU)",
+            "env",
+            ck,
+            _env_text(
+                "LMCache as environment variables (instead of lmcache.yaml)", ck, lmcache_env(lm)
+            ),
         )
     )
     out.append(
@@ -584,3 +665,25 @@ def deploy_sizings(
     alt_mode = P.deployed_mode(alt, alt_mode)
     out.setdefault(alt_mode, alt)
     return out
+
+
+def per_process(sizings: dict[str, Sizing]) -> list[dict]:
+    """Every product's size per process, for the report: what each setting holds, how
+    many processes hold one, and the total they add up to."""
+    rows = []
+    for mode, sz in sizings.items():
+        for u in unit_sizes(sz, mode):
+            rows.append(
+                {
+                    "option": mode,
+                    "stack": u.product,
+                    "setting": u.setting,
+                    "per": u.unit,
+                    "bytes_each": u.written_bytes,
+                    "units": u.units,
+                    "units_per_node": u.units_per_node,
+                    "total": u.total,
+                    "total_bytes": u.total_bytes,
+                }
+            )
+    return rows

@@ -61,11 +61,12 @@ def pilot_commands(
     """Commands to replay the analysed log against a pilot deployment."""
     logs = " ".join(shlex.quote(n) for n in inputs) or "LOG"
     duration = max(1, math.ceil(duration_s))
-    tok = (
-        ""
-        if tokenizer in ("", "cl100k", "cl100k_base")
-        else f" --tokenizer {shlex.quote(tokenizer)}"
-    )
+    # The trace records the tokenizer's name, not its path (paths stay private): a
+    # served model's tokenizer is named by a variable the user sets.
+    name, _, ratio = tokenizer.partition("*")
+    tok = "" if name in ("", "cl100k", "cl100k_base") else ' --tokenizer "$TOKENIZER"'
+    if ratio:
+        tok += f" --token-ratio {ratio}"
     mean_in = max(1, round(mean_input_tokens))
     mean_out = max(1, round(mean_output_tokens))
     host, _, port = url.removeprefix("http://").partition(":")
@@ -76,9 +77,9 @@ def pilot_commands(
             f"kvpool convert {logs} --to mooncake -o {EXPORT}{tok}",
             "input_length counts tokens of the tokenizer the analysis used"
             + (
-                " (cl100k unless --tokenizer names the served model's tokenizer.json)"
-                if not tok
-                else ""
+                " (cl100k; --tokenizer names the served model's tokenizer instead)"
+                if name in ("", "cl100k", "cl100k_base")
+                else f" ({name}: set TOKENIZER to its path)"
             )
             + (
                 "; sessions are kept as session_id and delay"

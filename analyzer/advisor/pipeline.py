@@ -20,7 +20,7 @@ import numpy as np
 from analyzer import __version__
 from analyzer.advisor import gates as gates_mod
 from analyzer.advisor.decide import decide
-from analyzer.advisor.deploy import DeployFile, bundle, deploy_sizings
+from analyzer.advisor.deploy import DeployFile, bundle, deploy_sizings, per_process
 from analyzer.advisor.figures import (
     BandwidthFigures,
     Decision,
@@ -191,6 +191,7 @@ class AnalysisResult:
     warnings: list[str] = field(default_factory=list)
     pilot: tuple[PilotCommand, ...] = ()
     deploy: tuple[DeployFile, ...] = ()
+    per_process: list[dict] = field(default_factory=list)  # deploy.per_process
 
     @property
     def verdict(self) -> str:
@@ -652,6 +653,7 @@ def run_analysis(
         gates=gate_plan,
         pilot=pilot,
         deploy=deploy,
+        per_process=per_process(sizings),
         skipped=skipped,
         reuse_json=reuse_json,
         replay_json=replay_json,
@@ -927,7 +929,7 @@ def report_document(r: AnalysisResult) -> dict:
         "sensitivity": {"rows": flips, "summary": summarize(r.flips)},
         "gates": {"plan": [gates_mod.gate_to_json(g) for g in r.gates]},
         "pilot": {"commands": [c.to_json() for c in r.pilot]},
-        "deploy": {"files": [f.to_json() for f in r.deploy]},
+        "deploy": {"files": [f.to_json() for f in r.deploy], "per_process": r.per_process},
         "assumptions": assumptions(r),
     }
 

@@ -471,6 +471,25 @@ def sections(doc: dict) -> list[Section]:
             "Every size derives from the sizing above (deploy/README.md lists each "
             "product's size per process); every file names the versions it was checked against."
         )
+        rows = (doc.get("deploy") or {}).get("per_process") or []
+        if rows:
+            s.tables.append(
+                Table(
+                    ["Option", "Stack", "Setting", "Per", "Each", "Units (per node)", "Adds up to"],
+                    [
+                        [
+                            r["option"],
+                            r["stack"],
+                            r["setting"],
+                            r["per"],
+                            f"{gb(r['bytes_each'])} ({r['bytes_each']:,} B)",
+                            f"{r['units']} ({r['units_per_node']})",
+                            f"{r['total']} {gb(r['total_bytes'])}",
+                        ]
+                        for r in rows
+                    ],
+                )
+            )
         s.links = [(f["path"], f"{f['role']}, {f['option']}: {f['stack']}") for f in files]
         out.append(s)
 
