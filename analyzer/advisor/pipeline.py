@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ import numpy as np
 from analyzer import __version__
 from analyzer.advisor import gates as gates_mod
 from analyzer.advisor.decide import decide
+from analyzer.advisor.deploy import DeployFile, bundle, deploy_sizings
 from analyzer.advisor.figures import (
     BandwidthFigures,
     Decision,
@@ -29,6 +31,7 @@ from analyzer.advisor.figures import (
     TierFigure,
     TraceFigures,
 )
+from analyzer.advisor.pilot import PilotCommand, pilot_commands
 from analyzer.advisor.products import DOCS_CHECKED, ProductSettings, translate
 from analyzer.advisor.sensitivity import (
     FlipRow,
@@ -44,7 +47,7 @@ from analyzer.errors import UsageError
 from analyzer.ingest.options import IngestOptions
 from analyzer.progress import Advance, progress
 from analyzer.replay.config import ClusterConfig
-from analyzer.trace import BlockTrace
+from analyzer.trace import BlockTrace, read_metadata
 
 if TYPE_CHECKING:
     from analyzer.ingest import LoadedTrace
@@ -186,6 +189,8 @@ class AnalysisResult:
     tokenization: dict = field(default_factory=dict)
     models: dict = field(default_factory=dict)  # per-model figures (advisor.models)
     warnings: list[str] = field(default_factory=list)
+    pilot: tuple[PilotCommand, ...] = ()
+    deploy: tuple[DeployFile, ...] = ()
 
     @property
     def verdict(self) -> str:
@@ -532,7 +537,9 @@ def run_analysis(
         decision, uncertainty = _with_uncertainty(decision, cm, bw, replay, th)
 
     sizing: Sizing | None = None
+    sizings: dict[str, Sizing] = {}
     settings: list[ProductSettings] = []
+    served = cm.model.hf_repo or opts.model
     if usable and replay_json is not None:
         cluster = replay_json["cluster"]
         pooled = replay_json["scenarios"].get("pooled", {})
@@ -566,8 +573,8 @@ def run_analysis(
         dram_sim = (
             (replay_json["scenarios"].get("local+dram") or {}).get("capacity_tokens") or {}
         ).get("dram_per_node")
-        sizing = size(
-            pool=decision.verdict == "deploy-pooled",
+        sized = partial(
+            size,
             knee_tokens=knee,
             dram_simulated_tokens=dram_sim if isinstance(dram_sim, int) else None,
             cluster=ClusterFigures(
@@ -587,9 +594,11 @@ def run_analysis(
             sessions_known=tf.sessions_known,
             policy_at_knee=pol,
         )
-        settings = translate(
-            sizing, decision.verdict, model=cm.model.hf_repo or opts.model, tp=opts.tp
-        )
+        sizing = sized(pool=decision.verdict == "deploy-pooled")
+        # The runner-up option is sized too: its deploy/ files sit beside the
+        # recommended one's.
+        sizings = deploy_sizings(sizing, decision.verdict, lambda pool: sized(pool=pool))
+        settings = translate(sizing, decision.verdict, model=served, tp=opts.tp)
 
     flips: list[FlipRow] = []
     if usable and bw is not None:
@@ -606,6 +615,28 @@ def run_analysis(
         projected_baseline_ttft_s=base.ttft_mean_s if base else None,
         th=th,
     )
+    outs = trace.output_tokens[trace.output_tokens >= 0]
+    pilot = pilot_commands(
+        inputs=[i["name"] for i in inputs],
+        model=served,
+        rate_rps=trace_rate,
+        duration_s=tf.duration_s,
+        n_requests=tf.n_requests,
+        mean_input_tokens=tf.mean_prompt_tokens,
+        mean_output_tokens=float(outs.mean()) if outs.size else 256.0,
+        tokenizer=read_metadata(loaded.table).get("tokenizer", ""),
+        sessions=tf.sessions_known,
+    )
+    deploy = (
+        bundle(
+            sizings,
+            next(iter(sizings)),
+            model=served,
+            pilot=[c.to_json() for c in pilot],
+        )
+        if sizings
+        else ()
+    )
     step(5)
     return AnalysisResult(
         options=opts,
@@ -619,6 +650,8 @@ def run_analysis(
         settings=settings,
         flips=flips,
         gates=gate_plan,
+        pilot=pilot,
+        deploy=deploy,
         skipped=skipped,
         reuse_json=reuse_json,
         replay_json=replay_json,
@@ -893,6 +926,8 @@ def report_document(r: AnalysisResult) -> dict:
         "products_checked": list(DOCS_CHECKED),
         "sensitivity": {"rows": flips, "summary": summarize(r.flips)},
         "gates": {"plan": [gates_mod.gate_to_json(g) for g in r.gates]},
+        "pilot": {"commands": [c.to_json() for c in r.pilot]},
+        "deploy": {"files": [f.to_json() for f in r.deploy]},
         "assumptions": assumptions(r),
     }
 
