@@ -639,3 +639,98 @@ def check_cmd(
             f"({worst.predicted_gbps / worst.measured_gbps:.2f}x)"
         )
     _write_json(json_path, r.to_json())
+
+
+# ---------------------------------------------------------------------------------------
+# profile
+
+
+@cost_app.command("profile")
+def profile_cmd(
+    output: str = typer.Option(
+        ..., "--output", "-o", help="Profile to write, e.g. models/mine.json."
+    ),
+    model: str | None = _MODEL,
+    gpu: str | None = _GPU,
+    tp: int | None = _TP,
+    kv_dtype: str | None = _KV,
+    prompts: str = typer.Option(
+        "512,1024,2048,4096", "--prompt-tokens", help="Prompt lengths to time (comma-separated)."
+    ),
+    batches: str = typer.Option("1,4", "--batch", help="Batch sizes to time (comma-separated)."),
+    repeats: int = typer.Option(3, "--repeats", help="Timed runs per point (the fastest counts)."),
+    device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
+    nvme_dir: str | None = typer.Option(
+        None, "--nvme-dir", help="Also time reads of a fresh file in DIR (an NVMe mount)."
+    ),
+    json_path: str | None = _JSON,
+) -> None:
+    """Measure prefill and copy bandwidth on this machine's GPU; write a --profile file.
+
+    Needs PyTorch (pip install 'kvpool-advisor[profile]'). Random weights in the model's
+    shapes: nothing is downloaded. The raw points go beside the profile as CSV.
+    """
+    from dataclasses import replace
+
+    from analyzer.cost import calibrate as cal
+    from analyzer.cost import profiler
+    from analyzer.cost.model import fit_json
+
+    if not output.endswith(".json"):
+        raise UsageError(f"--output must be a .json file, got '{output}'")
+    cm = _cost_model(model, gpu, tp, kv_dtype, None, None, None)
+    console = _console(json_path)
+    run = profiler.measure(
+        cm,
+        output,
+        device=device,
+        prompts=tuple(_parse_ints(prompts, "--prompt-tokens")),
+        batches=tuple(_parse_ints(batches, "--batch")),
+        repeats=repeats,
+        nvme_dir=nvme_dir,
+    )
+    console.print(f"measured on {run.device}, {run.dtype} weights, {run.points} points")
+    if run.device.startswith("cpu"):
+        console.print(
+            "[yellow]warning:[/] no GPU: these figures describe this CPU, not a GPU; run "
+            "`kvpool cost profile` on the GPU machine for a profile of your GPUs"
+        )
+    data = cal.read_prefill_csv(run.csv["prefill"])
+    coeffs = cal.fit_prefill(cm, data)
+    cm = replace(cm.with_prefill(coeffs), profile_source=output)
+    names = (
+        ["overhead_s", "per_token_s", "per_context_token_s", "per_token_sq_s"]
+        if coeffs.compute_scale == 0
+        else ["compute_scale", "overhead_s"]
+    )
+    console.print("prefill: " + _fit_notes(coeffs.fitted, names, coeffs.cv_mape, coeffs.n_points))
+    links = {}
+    for kind in ("h2d", "d2h", "nvme"):
+        if kind in run.csv:
+            links[kind] = cal.fit_load(cal.read_load_csv(run.csv[kind]))
+            console.print(
+                f"{kind}: {links[kind].bandwidth_gbps:.2f} GB/s, first byte "
+                f"{_fmt_s(links[kind].latency_s)}"
+            )
+    if "h2d" in links:
+        cm = replace(cm, link=links["h2d"])  # loading KV from host DRAM is host-to-device
+    else:
+        console.print("no CUDA device: host<->device copy bandwidth not measured")
+    extra = {
+        "device": run.device,
+        "dtype": run.dtype,
+        "layer_shape": {
+            "hidden": run.shape.hidden,
+            "q_heads": run.shape.q_heads,
+            "kv_heads": run.shape.kv_heads,
+            "head_dim": run.shape.head_dim,
+            "mlp_width": run.shape.mlp_width,
+            "layers": run.shape.layers,
+            "vocab": run.shape.vocab,
+        },
+        "raw": {k: Path(v).name for k, v in run.csv.items()},  # beside the profile
+        "links": {k: fit_json(v, provenance=True) for k, v in links.items()},
+    }
+    path = cal.save_profile(cm, output, measured=extra)
+    console.print(f"wrote {path} (use it with --profile {path})")
+    _write_json(json_path, {"profile": cal.profile_json(cm, measured=extra), "path": str(path)})

@@ -430,8 +430,12 @@ def calibrate_ttft(cm: CostModel, path: str | Path, latency_s: float = 0.0) -> C
 # Profiles: reviewable JSON coefficients
 
 
-def profile_json(cm: CostModel) -> dict[str, Any]:
-    """The fitted parts of ``cm`` as a JSON-ready dict (schema ``kvpool.cost-profile/1``)."""
+def profile_json(cm: CostModel, measured: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The fitted parts of ``cm`` as a JSON-ready dict (schema ``kvpool.cost-profile/1``).
+
+    ``measured`` (from ``kvpool cost profile``: the device, the layer shapes timed, the
+    raw CSVs, copy and NVMe fits) is kept under ``measured``; loading ignores it.
+    """
     out: dict[str, Any] = {
         "schema": PROFILE_SCHEMA,
         "model": cm.model_ref,
@@ -453,15 +457,19 @@ def profile_json(cm: CostModel) -> dict[str, Any]:
         out["load"] = fit_json(cm.link, provenance=True)
     if cm.ttft_fit is not None:
         out["ttft"] = fit_json(cm.ttft_fit, provenance=True)
+    if measured is not None:
+        out["measured"] = measured
     return out
 
 
-def save_profile(cm: CostModel, path: str | Path) -> Path:
+def save_profile(cm: CostModel, path: str | Path, measured: dict[str, Any] | None = None) -> Path:
     p = Path(path)
-    text = json.dumps(profile_json(cm), indent=2, sort_keys=True) + "\n"
+    text = json.dumps(profile_json(cm, measured), indent=2, sort_keys=True) + "\n"
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
+        tmp = p.with_name(p.name + ".part")  # never a half-written profile
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(p)
     except OSError as exc:
         raise OutputError(f"cannot write profile {p}: {exc}") from exc
     return p
@@ -573,7 +581,11 @@ def load_profile(
         prefill, link, ttft = _sections(cm, sections, where)
     except (TypeError, ValueError) as exc:
         raise InputError(f"malformed profile section: {exc}", Location(where)) from exc
-    return replace(cm, prefill=prefill, link=link, ttft_fit=ttft, profile_source=where)
+    measured = data.get("measured")
+    source = where
+    if isinstance(measured, dict) and str(measured.get("device", "")).startswith("cpu"):
+        source += " (measured on a CPU, not a GPU)"
+    return replace(cm, prefill=prefill, link=link, ttft_fit=ttft, profile_source=source)
 
 
 def _fit_fields(sec: dict, w: str, where: str) -> dict:
