@@ -15,7 +15,7 @@ from typer.core import TyperOption
 
 from analyzer.advisor import AnalyzeOptions
 from analyzer.cli import app
-from analyzer.cli.options import DEFAULTS
+from analyzer.cli.options import DEFAULTS, hash_keys
 from analyzer.ingest import IngestOptions
 from analyzer.replay import ClusterConfig
 
@@ -50,7 +50,8 @@ def _library_defaults() -> dict[str, object]:
         "--tokenizer": i.tokenizer,
         "--token-ratio": i.token_ratio,
         "--salt-file": i.salt_file,
-        "--hash-key": list(i.hash_keys) or None,
+        # None stands for the library's own keys (the model): checked below
+        "--hash-key": None if hash_keys(None) == i.hash_keys else list(i.hash_keys),
         "--time-field": i.time_field,
         "--time-unit": i.time_unit,
         "--prompt-column": i.prompt_column,
@@ -157,3 +158,10 @@ def test_the_dashboard_starts_from_the_same_defaults():
     # are those of `kvpool analyze` without flags (the block size comes from the trace).
     opts = compute.analyze_options(w, d.warmup)
     assert dataclasses.replace(opts, ingest=IngestOptions()) == AnalyzeOptions()
+
+
+def test_hash_keys_keep_the_model_unless_none():
+    assert hash_keys(None) == IngestOptions().hash_keys == ("model",)
+    assert hash_keys(["tenant"]) == ("model", "tenant")
+    assert hash_keys(["none"]) == ()
+    assert hash_keys(["none", "tenant"]) == ("tenant",)

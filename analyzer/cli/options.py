@@ -28,7 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "--tokenizer": "cl100k",
     "--token-ratio": 1.0,
     "--salt-file": None,
-    "--hash-key": None,
+    "--hash-key": None,  # None: IngestOptions' own keys (the model)
     "--time-field": None,
     "--time-unit": "auto",
     "--prompt-column": None,
@@ -87,7 +87,14 @@ ToolsPosition = Annotated[
         help="Where tool definitions go: in-system | after-system | before-system.",
     ),
 ]
-Tokenizer = Annotated[str, typer.Option("--tokenizer", help="cl100k or PATH/tokenizer.json.")]
+Tokenizer = Annotated[
+    str,
+    typer.Option(
+        "--tokenizer",
+        help="cl100k, PATH/tokenizer.json, or a Hugging Face model folder (tokenizer.json + "
+        "tokenizer_config.json): the served model's own tokenizer and chat template.",
+    ),
+]
 TokenRatio = Annotated[
     float,
     typer.Option("--token-ratio", help="Served-model tokens per counted token (e.g. 1.12)."),
@@ -98,7 +105,11 @@ SaltFile = Annotated[
 ]
 HashKey = Annotated[
     list[str] | None,
-    typer.Option("--hash-key", help="Extra hash key so these never share KV: model, tenant."),
+    typer.Option(
+        "--hash-key",
+        help="Keys in the block hash, so these never share KV: the model always, tenant too "
+        "when given; 'none' lets every model share.",
+    ),
 ]
 TimeField = Annotated[
     str | None, typer.Option("--time-field", help="Timestamp field in JSON records (a.b.c).")
@@ -147,6 +158,22 @@ DramScope = Annotated[
     ),
 ]
 KvDtype = Annotated[str, typer.Option("--kv-dtype", help="KV cache dtype: bf16 | fp8.")]
+WeightsDtype = Annotated[
+    str | None,
+    typer.Option(
+        "--weights-dtype",
+        help="Deployment precision of the weights: bf16 | fp8 | fp4 (default: the "
+        "checkpoint's); GEMMs run at it where the GPU has tensor cores for it.",
+    ),
+]
+CostProfile = Annotated[
+    str | None,
+    typer.Option(
+        "--profile",
+        help="Measured profile (`kvpool cost profile` or `kvpool cost fit`): its model, GPU, "
+        "TP and fitted prefill replace the catalog's.",
+    ),
+]
 Router = Annotated[
     str,
     typer.Option("--router", help="round-robin | least-loaded | session | prefix-aware."),
@@ -234,7 +261,7 @@ def ingest_options(
         token_ratio=token_ratio,
         strict=strict,
         salt_file=salt_file,
-        hash_keys=tuple(hash_key or ()),
+        hash_keys=hash_keys(hash_key),
         time_field=time_field,
         time_unit=time_unit,
         prompt_column=prompt_column,
@@ -243,6 +270,15 @@ def ingest_options(
         exact=not no_exact,
         exact_max_bytes=exact_max_mib << 20,
     )
+
+
+def hash_keys(given: list[str] | None) -> tuple[str, ...]:
+    """The block-hash keys ``--hash-key`` asks for: the model always (engines never share
+    KV across models) plus those given, unless ``none`` is among them (then only the
+    others, so ``--hash-key none`` lets every model share)."""
+    keys = [k.strip().lower() for k in given or ()]
+    rest = tuple(dict.fromkeys(k for k in keys if k not in ("none", "model")))
+    return rest if "none" in keys else ("model", *rest)
 
 
 def capacity(value: str | None, flag: str) -> int | None:

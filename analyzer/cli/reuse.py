@@ -104,6 +104,13 @@ def reuse(
     strict: o.Strict = False,
     no_exact: o.NoExact = False,
     exact_max_mib: o.ExactMaxMib = 512,
+    only_model: Annotated[
+        str | None,
+        typer.Option(
+            "--only-model",
+            help="Analyze one of the log's models (served name or catalog id) alone.",
+        ),
+    ] = None,
 ) -> None:
     """Prefix reuse: ceilings, where reuse comes from, and hit rate against cache size."""
     from rich.console import Console
@@ -155,6 +162,13 @@ def reuse(
         exact_max_mib=exact_max_mib,
     )
     loaded = _load(inputs, ingest)
+    from analyzer.advisor.models import model_warning, models_document, select_model, served_models
+
+    if only_model is not None:
+        loaded = select_model(loaded, only_model)
+    warning = model_warning(served_models(loaded.table), model)
+    if warning:
+        Console(stderr=True).print(f"[yellow]warning: {warning}[/]", highlight=False)
     trace = loaded.trace
     if block_size is not None and block_size != trace.block_size:
         if block_size % trace.block_size:
@@ -171,7 +185,11 @@ def reuse(
     for note in loaded.notes:
         console.print(f"note: {note}", markup=False, highlight=False)
     if json_out is not None:
-        write_json(report, json_out)
+        with progress("per-model reuse", None):
+            models = models_document(loaded, opts, kv_dtype)
+        if warning:
+            models["warning"] = warning
+        write_json(report, json_out, extra={"models": models})
         console.print(f"wrote {json_out}")
 
 
