@@ -656,6 +656,11 @@ def test_real_mooncake_master_and_store_accept_the_emitted_configs(tmp_path):
             "lmcache extra_config": yaml.safe_load(
                 _node(files["deploy/pooled/vllm-lmcache-mooncake/lmcache.yaml"].text)
             )["extra_config"],
+            # SGLang takes the address from MOONCAKE_LOCAL_HOSTNAME and splits the
+            # server's segment over its tp ranks (tp 1 here).
+            "hicache-mooncake.json": json.loads(
+                files["deploy/pooled/sglang-hicache-mooncake/hicache-mooncake.json"].text
+            ),
         }
         MooncakeConfig = L.mooncake_config()
         for name, raw in configs.items():
@@ -667,6 +672,7 @@ def test_real_mooncake_master_and_store_accept_the_emitted_configs(tmp_path):
             cfg = MooncakeConfig.from_file(str(path))
             assert cfg.protocol == "tcp"
             assert cfg.global_segment_size * sz.ranks == pytest.approx(sz.pool_bytes, rel=0.01)
+            assert cfg.master_server_address == f"127.0.0.1:{rpc}"
             store = Store()
             rc = store.setup(
                 cfg.local_hostname,
