@@ -72,7 +72,8 @@ class ClusterConfig:
     instances: int = 4
     gpus_per_node: int = 8
     kv_dtype: str = "bf16"
-    mfu: float | None = None  # None: the cost model's default
+    mfu: float | None = None  # None: the engine model; a number: the roofline at that MFU
+    weights_dtype: str | None = None  # deployment precision of the weights; None: checkpoint's
     router: str = "prefix-aware"
     # prefix-aware score = cached_tokens - lambda * queued_tokens (see routers.py)
     prefix_aware_lambda: float = 1.0

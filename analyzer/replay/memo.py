@@ -167,7 +167,12 @@ class ReplayMemo:
             from analyzer.cost import CostModel
 
             cost = CostModel.from_catalog(
-                cfg.model, cfg.gpu, tp=cfg.tp, kv_dtype=cfg.kv_dtype, mfu=cfg.mfu
+                cfg.model,
+                cfg.gpu,
+                tp=cfg.tp,
+                kv_dtype=cfg.kv_dtype,
+                mfu=cfg.mfu,
+                weight_dtype=cfg.weights_dtype,
             )
         result = ReplayResult(
             cluster=cfg,

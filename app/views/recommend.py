@@ -57,6 +57,27 @@ with state.guard():
             on_click="ignore",
         )
 
+    files = (doc.get("deploy") or {}).get("files") or []
+    if files:
+        from analyzer.report import deploy_zip
+
+        st.subheader("Deployment bundle")
+        st.download_button(
+            f"deploy/ ({len(files)} files, zip)",
+            deploy_zip(doc),
+            file_name=f"{stem}-deploy.zip",
+            mime="application/zip",
+            key="dl.deploy",
+        )
+        with st.expander("Files one by one"):
+            for k, f in enumerate(files):
+                st.download_button(
+                    f"{f['path']} ({f['role']}, {f['stack']})",
+                    f["text"],
+                    file_name=f["path"].rsplit("/", 1)[-1],
+                    key=f"dl.deploy.{k}",
+                )
+
     st.subheader("Decision steps")
     st.dataframe(
         [
@@ -109,6 +130,14 @@ with state.guard():
                         for k, v in gate["projected"].items()
                     )
                 )
+
+    pilot = (doc.get("pilot") or {}).get("commands") or []
+    if pilot:
+        st.subheader("Pilot commands")
+        for cmd in pilot:
+            st.markdown(f"**{cmd['tool']}**: {cmd['purpose']}")
+            st.code(cmd["command"], language="bash")
+            st.caption(cmd["note"])
 
     rows = doc.get("sensitivity", {}).get("rows", [])
     if rows:
