@@ -101,6 +101,38 @@ def test_an_already_loaded_trace_gives_the_same_report(logs, pooled):
         run_analysis([str(logs["low"])], opts, loaded=loaded)
 
 
+def test_remembered_replays_give_the_same_report(logs, pooled):
+    """The dashboard's incremental what-if: replays remembered per scenario, the reuse
+    report handed over; the report is the same bytes, and a change that no replay
+    reads (a decision threshold) re-runs none, a pool bandwidth only the pool's."""
+    from dataclasses import replace
+
+    from analyzer.advisor.figures import Thresholds
+    from analyzer.ingest import open_trace
+    from analyzer.replay.memo import ReplayMemo
+
+    loaded = open_trace([str(logs["high"])])
+    opts = make_logs.pooled_options()
+    memo = ReplayMemo()
+    ran: list[str] = []
+
+    def replayer(*args, **kw):
+        return memo.run(*args, **kw, trace_key="high", on_run=ran.append)
+
+    first = run_analysis(loaded.sources, opts, loaded=loaded, replayer=replayer)
+    assert render_json(first) == render_json(pooled)
+    assert ran  # the first analysis replays
+    ran.clear()
+    stricter = replace(opts, thresholds=Thresholds(min_reuse=0.99))
+    again = run_analysis(loaded.sources, stricter, loaded=loaded, replayer=replayer)
+    assert ran == []
+    assert render_json(again) == render_json(run_analysis(loaded.sources, stricter, loaded=loaded))
+    slower = replace(opts, cluster=replace(opts.cluster, pool_gbps=5.0))
+    third = run_analysis(loaded.sources, slower, loaded=loaded, replayer=replayer)
+    assert ran and set(ran) == {"pooled"}
+    assert render_json(third) == render_json(run_analysis(loaded.sources, slower, loaded=loaded))
+
+
 def test_reusable_prefix_percentiles_against_a_loop(logs):
     from analyzer.ingest import open_trace
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ import numpy as np
 from analyzer import __version__
 from analyzer.advisor import gates as gates_mod
 from analyzer.advisor.decide import decide
+from analyzer.advisor.deploy import DeployFile, bundle, deploy_sizings, per_process
 from analyzer.advisor.figures import (
     BandwidthFigures,
     Decision,
@@ -29,6 +31,7 @@ from analyzer.advisor.figures import (
     TierFigure,
     TraceFigures,
 )
+from analyzer.advisor.pilot import PilotCommand, pilot_commands
 from analyzer.advisor.products import DOCS_CHECKED, ProductSettings, translate
 from analyzer.advisor.sensitivity import (
     FlipRow,
@@ -44,7 +47,7 @@ from analyzer.errors import UsageError
 from analyzer.ingest.options import IngestOptions
 from analyzer.progress import Advance, progress
 from analyzer.replay.config import ClusterConfig
-from analyzer.trace import BlockTrace
+from analyzer.trace import BlockTrace, read_metadata
 
 if TYPE_CHECKING:
     from analyzer.ingest import LoadedTrace
@@ -76,6 +79,7 @@ class AnalyzeOptions:
     current_instances: int | None = None
     current_router: str | None = None
     current_local_capacity_tokens: int | None = None
+    profile: str | None = None  # a `kvpool cost profile` / `kvpool cost fit` JSON
     search_rate: bool = True
     sensitivity_replays: bool = True
     knee_fraction: float = 0.9
@@ -133,6 +137,10 @@ class AnalyzeOptions:
         return self.cluster.mfu
 
     @property
+    def weights_dtype(self) -> str | None:
+        return self.cluster.weights_dtype
+
+    @property
     def router(self) -> str:
         return self.cluster.router
 
@@ -188,11 +196,15 @@ class AnalysisResult:
     cost_json: dict | None
     break_even_curve: list[dict]
     charts: dict = field(default_factory=dict)
+    uncertainty: dict | None = None  # ranges from the cost model's measured error
     # how prompts were tokenized: the trace's tokenizer and template names
     tokenization: dict = field(default_factory=dict)
     models: dict = field(default_factory=dict)  # per-model figures (advisor.models)
     measured: dict | None = None  # measured against projected (advisor.current)
     warnings: list[str] = field(default_factory=list)
+    pilot: tuple[PilotCommand, ...] = ()
+    deploy: tuple[DeployFile, ...] = ()
+    per_process: list[dict] = field(default_factory=list)  # deploy.per_process
 
     @property
     def verdict(self) -> str:
@@ -297,10 +309,39 @@ def _reuse_figures(rep, trace: BlockTrace, warmup: float, knee_fraction: float) 
     )
 
 
-def _cost(model: str, gpu: str, tp: int, kv_dtype: str, mfu: float | None):
+def _cost(
+    model: str,
+    gpu: str,
+    tp: int,
+    kv_dtype: str,
+    mfu: float | None,
+    weights_dtype: str | None = None,
+):
     from analyzer.cost import CostModel
 
-    return CostModel.from_catalog(model, gpu, tp=tp, kv_dtype=kv_dtype, mfu=mfu)
+    return CostModel.from_catalog(
+        model, gpu, tp=tp, kv_dtype=kv_dtype, mfu=mfu, weight_dtype=weights_dtype
+    )
+
+
+def _options_cost(opts: AnalyzeOptions):
+    """The cost model of the options, and the options it implies.
+
+    With a profile, the model, GPU and TP are the profile's (the command checks that any
+    given explicitly agree), so the replay's cluster is the measured one.
+    """
+    if opts.profile is None:
+        cm = _cost(opts.model, opts.gpu, opts.tp, opts.kv_dtype, opts.mfu, opts.weights_dtype)
+        return cm, opts
+    from analyzer.cost.calibrate import load_profile
+
+    cm = load_profile(
+        opts.profile, kv_dtype=opts.kv_dtype, mfu=opts.mfu, weight_dtype=opts.weights_dtype
+    )
+    cluster = replace(
+        opts.cluster, model=cm.model_ref, gpu=cm.gpu.id, tp=cm.tp, weights_dtype=cm.weight_dtype
+    )
+    return cm, replace(opts, cluster=cluster)
 
 
 def _bandwidth(cm, opts: AnalyzeOptions, prefix_tokens: int) -> BandwidthFigures:
@@ -387,8 +428,18 @@ def run_analysis(
     opts: AnalyzeOptions | None = None,
     advance: Advance | None = None,
     loaded: LoadedTrace | None = None,
+    replayer=None,
+    reuse=None,
+    models=None,
 ) -> AnalysisResult:
     """The whole pipeline; ``advance`` (if given) receives percentage points (100 in all).
+
+    ``replayer`` replaces :func:`analyzer.replay.run_replay` (same arguments, same
+    result), for a caller that remembers replays across calls (the dashboard's
+    :class:`analyzer.replay.memo.ReplayMemo`). ``reuse`` is the reuse report of this
+    trace with ``ReuseOptions(warmup=opts.warmup, bytes_per_token=...)`` of the model,
+    and ``models`` its :func:`models_document` (warm-up and KV dtype), when the caller
+    has them already.
 
     ``loaded`` is what ``open_trace(paths, ...)`` already returned, for a caller that
     ingested the logs itself (the dashboard): ingestion is then skipped, so the options'
@@ -407,7 +458,7 @@ def run_analysis(
 
     # Catalog lookups and the cluster's checks first, so an unknown model or GPU, router
     # or node shape fails before any work (not after minutes of reading a large log).
-    cm = _cost(opts.model, opts.gpu, opts.tp, opts.kv_dtype, opts.mfu)
+    cm, opts = _options_cost(opts)
     cfg = _cluster_config(opts)
 
     if loaded is None:
@@ -432,10 +483,13 @@ def run_analysis(
     ]
     tf = _trace_figures(loaded)
     bpt = int(cm.bytes_per_token)
-    with progress("reuse analysis", 100) as adv:
-        rep = analyze_reuse(
-            trace, ReuseOptions(warmup=opts.warmup, bytes_per_token=bpt), advance=adv
-        )
+    if reuse is not None:
+        rep = reuse
+    else:
+        with progress("reuse analysis", 100) as adv:
+            rep = analyze_reuse(
+                trace, ReuseOptions(warmup=opts.warmup, bytes_per_token=bpt), advance=adv
+            )
     step(20)
     rf = _reuse_figures(rep, trace, opts.warmup, opts.knee_fraction)
     skipped = {
@@ -447,7 +501,11 @@ def run_analysis(
         ],
     }
     reuse_json = rep.to_json()
-    models_doc = models_document(loaded, ReuseOptions(warmup=opts.warmup), opts.kv_dtype)
+    models_doc = (
+        models
+        if models is not None
+        else models_document(loaded, ReuseOptions(warmup=opts.warmup), opts.kv_dtype)
+    )
 
     usable = not (tf.count_only or tf.n_requests < th.min_requests or not rf.measurable)
     bw: BandwidthFigures | None = None
@@ -460,6 +518,8 @@ def run_analysis(
         be_curve = _break_even_curve(cm, bw, prompt_max=int(trace.prompt_tokens.max()))
         from analyzer.replay import run_replay
 
+        run = replayer or run_replay
+
         # The SLO rate search is the costly part (about nine replays per scenario); it
         # runs only where the decision reads it: the baseline and the pool, and local
         # DRAM offload when that is the verdict (its projected gate KPIs). Below the
@@ -467,7 +527,7 @@ def run_analysis(
         search = opts.search_rate and rf.ceiling_hit_rate >= th.min_reuse
 
         def replay_of(names: tuple[str, ...], with_search: bool, adv) -> dict:
-            return run_replay(
+            return run(
                 trace,
                 cfg,
                 scenarios=names,
@@ -492,6 +552,9 @@ def run_analysis(
     step(45)
 
     decision = decide(tf, rf, bw, replay, th)
+    uncertainty: dict | None = None
+    if bw is not None:
+        decision, uncertainty = _with_uncertainty(decision, cm, bw, replay, th)
     measured_doc = _measured_vs_projected(trace, cfg, cm, opts, usable)
     if measured_doc is not None and measured_doc[1] is not None:
         from analyzer.advisor.current import with_comparison
@@ -499,7 +562,9 @@ def run_analysis(
         decision = with_comparison(decision, measured_doc[1])
 
     sizing: Sizing | None = None
+    sizings: dict[str, Sizing] = {}
     settings: list[ProductSettings] = []
+    served = cm.model.hf_repo or opts.model
     if usable and replay_json is not None:
         cluster = replay_json["cluster"]
         pooled = replay_json["scenarios"].get("pooled", {})
@@ -533,8 +598,8 @@ def run_analysis(
         dram_sim = (
             (replay_json["scenarios"].get("local+dram") or {}).get("capacity_tokens") or {}
         ).get("dram_per_node")
-        sizing = size(
-            pool=decision.verdict == "deploy-pooled",
+        sized = partial(
+            size,
             knee_tokens=knee,
             dram_simulated_tokens=dram_sim if isinstance(dram_sim, int) else None,
             cluster=ClusterFigures(
@@ -554,14 +619,16 @@ def run_analysis(
             sessions_known=tf.sessions_known,
             policy_at_knee=pol,
         )
-        settings = translate(
-            sizing, decision.verdict, model=cm.model.hf_repo or opts.model, tp=opts.tp
-        )
+        sizing = sized(pool=decision.verdict == "deploy-pooled")
+        # The runner-up option is sized too: its deploy/ files sit beside the
+        # recommended one's.
+        sizings = deploy_sizings(sizing, decision.verdict, lambda pool: sized(pool=pool))
+        settings = translate(sizing, decision.verdict, model=served, tp=opts.tp)
 
     flips: list[FlipRow] = []
     if usable and bw is not None:
         with progress("sensitivity", None):
-            flips = _sensitivity(trace, tf, rf, bw, replay, cm, opts)
+            flips = _sensitivity(trace, tf, rf, bw, replay, cm, opts, replayer)
     step(15)
 
     trace_rate = tf.n_requests / tf.duration_s if tf.duration_s > 0 else 0.0
@@ -572,6 +639,28 @@ def run_analysis(
         trace_rate_rps=trace_rate,
         projected_baseline_ttft_s=base.ttft_mean_s if base else None,
         th=th,
+    )
+    outs = trace.output_tokens[trace.output_tokens >= 0]
+    pilot = pilot_commands(
+        inputs=[i["name"] for i in inputs],
+        model=served,
+        rate_rps=trace_rate,
+        duration_s=tf.duration_s,
+        n_requests=tf.n_requests,
+        mean_input_tokens=tf.mean_prompt_tokens,
+        mean_output_tokens=float(outs.mean()) if outs.size else 256.0,
+        tokenizer=read_metadata(loaded.table).get("tokenizer", ""),
+        sessions=tf.sessions_known,
+    )
+    deploy = (
+        bundle(
+            sizings,
+            next(iter(sizings)),
+            model=served,
+            pilot=[c.to_json() for c in pilot],
+        )
+        if sizings
+        else ()
     )
     step(5)
     return AnalysisResult(
@@ -586,6 +675,9 @@ def run_analysis(
         settings=settings,
         flips=flips,
         gates=gate_plan,
+        pilot=pilot,
+        deploy=deploy,
+        per_process=per_process(sizings),
         skipped=skipped,
         reuse_json=reuse_json,
         replay_json=replay_json,
@@ -598,6 +690,7 @@ def run_analysis(
         models=models_doc,
         warnings=warnings,
         measured=None if measured_doc is None else measured_doc[0],
+        uncertainty=uncertainty,
     )
 
 
@@ -618,6 +711,43 @@ def _measured_vs_projected(trace, cfg, cm, opts: AnalyzeOptions, usable: bool):
     with progress("replay of today's deployment", None):
         comparison = compare(trace, cfg, cm, measured, current)
     return comparison.to_json(), comparison
+
+
+_LOWER = {"high": "medium", "medium": "low", "low": "low"}
+
+
+def _with_uncertainty(decision: Decision, cm, bw: BandwidthFigures, replay, th: Thresholds):
+    """Ranges on the deciding figures from the cost model's measured error, and the
+    confidence note saying whether a flip of the verdict lies inside them.
+
+    The verdict itself is the point estimate's; a flip inside the range lowers the
+    confidence one level and names the measurement that settles it.
+    """
+    from analyzer.cost import uncertainty as unc
+
+    band = unc.prefill_band(cm, bw.prefix_tokens)
+    labels = {"dram": "host DRAM", "pool": "the pool link"}
+    tiers = [(f"{labels.get(t.role, t.role)} ({t.tier})", t.bandwidth_gbps) for t in bw.tiers]
+    flip = unc.bandwidth_flip(
+        bw.break_even_gbps, bw.prefix_tokens, tiers, band, th.bandwidth_margin
+    )
+    out: dict = {
+        "band": band.to_json(),
+        "break_even_gbps": unc.break_even_range(bw.break_even_gbps, band).to_json(),
+        "prefill_tokens_per_s": unc.rate_range(bw.prefill_tokens_per_s, band).to_json(),
+        "flip": flip.to_json(),
+    }
+    if replay is not None:
+        # the compute share of a replayed TTFT carries the band; applying it to the whole
+        # TTFT (queueing and loads included) gives a range at least as wide as the truth's
+        out["ttft_mean_s"] = {
+            s.name: unc.time_range(s.ttft_mean_s, band).to_json() for s in replay.scenarios
+        }
+    if decision.verdict == "insufficient-data":
+        return decision, out
+    notes = (*decision.confidence_notes, flip.statement)
+    level = _LOWER[decision.confidence] if flip.inside else decision.confidence
+    return replace(decision, confidence=level, confidence_notes=notes), out
 
 
 def _finite_or(gbps: float, bw: BandwidthFigures | None) -> float:
@@ -645,14 +775,18 @@ def _cost_json(cm) -> dict:
         "gpu": cm.gpu.name if hasattr(cm.gpu, "name") else str(cm.gpu),
         "tp": cm.tp,
         "kv_dtype": cm.kv_dtype,
-        "mfu": cm.mfu,
+        "weight_dtype": cm.weight_dtype,
+        "prefill_model": "roofline" if cm.engine is None else "engine",
+        "mfu": cm.mfu if cm.engine is None else None,
         "bytes_per_token": int(cm.bytes_per_token),
         "transfer_bytes_per_token": int(cm.transfer_bytes_per_token),
         "hbm_kv_capacity_tokens": int(cm.hbm_kv_capacity_tokens()),
     }
 
 
-def _sensitivity(trace, tf, rf, bw, replay, cm, opts: AnalyzeOptions) -> list[FlipRow]:
+def _sensitivity(
+    trace, tf, rf, bw, replay, cm, opts: AnalyzeOptions, replayer=None
+) -> list[FlipRow]:
     from analyzer.cost import list_tiers
 
     th = opts.thresholds
@@ -701,9 +835,11 @@ def _sensitivity(trace, tf, rf, bw, replay, cm, opts: AnalyzeOptions) -> list[Fl
     ):
         from analyzer.replay import run_replay
 
+        run = replayer or run_replay
+
         counts = sorted({max(1, opts.instances // 2), opts.instances * 2} - {opts.instances})
         for n in counts:
-            res = run_replay(
+            res = run(
                 trace,
                 _cluster_config(opts, n),
                 scenarios=SCENARIOS[1:],
@@ -833,12 +969,15 @@ def report_document(r: AnalysisResult) -> dict:
             None if r.bandwidth is None else {**asdict(r.bandwidth), "curve": r.break_even_curve}
         ),
         "cost": r.cost_json,
+        "uncertainty": r.uncertainty,
         "replay": r.replay_json,
         "sizing": sizing,
         "settings": [p.to_json() for p in r.settings],
         "products_checked": list(DOCS_CHECKED),
         "sensitivity": {"rows": flips, "summary": summarize(r.flips)},
         "gates": {"plan": [gates_mod.gate_to_json(g) for g in r.gates]},
+        "pilot": {"commands": [c.to_json() for c in r.pilot]},
+        "deploy": {"files": [f.to_json() for f in r.deploy], "per_process": r.per_process},
         "assumptions": assumptions(r),
     }
 
@@ -887,12 +1026,21 @@ def assumptions(r: AnalysisResult) -> list[dict]:
             "source": "kvpool reuse LRU curve (exact stack distances)",
         },
     ]
-    if r.cost_json:
+    if r.cost_json and r.cost_json.get("mfu") is not None:
         out.append(
             {
                 "what": "Prefill utilisation (MFU)",
                 "value": f"{r.cost_json['mfu']:g}",
-                "source": "cost model default (FIELD.md section 4: 0.3-0.6 dense)",
+                "source": "--mfu: the plain roofline instead of the engine model",
+            }
+        )
+    elif r.cost_json:
+        out.append(
+            {
+                "what": "Prefill speed",
+                "value": f"engine model, weights in {r.cost_json.get('weight_dtype', 'bf16')}",
+                "source": "fitted on published measurements, models/measurements.toml "
+                "(kvpool cost check; docs/cost-model.md)",
             }
         )
     return out

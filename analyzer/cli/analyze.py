@@ -31,6 +31,8 @@ def analyze(
     ttft_slo: o.TtftSlo = 2.0,
     warmup: o.Warmup = 0.5,
     kv_dtype: o.KvDtype = "bf16",
+    weights_dtype: o.WeightsDtype = None,
+    profile: o.CostProfile = None,
     only_model: Annotated[
         str | None,
         typer.Option(
@@ -86,10 +88,22 @@ def analyze(
     from rich.console import Console
 
     from analyzer.advisor.pipeline import AnalyzeOptions, run_analysis
+    from analyzer.cli.cost import _weights_dtype
     from analyzer.progress import progress
     from analyzer.replay.config import ClusterConfig
     from analyzer.report import write_reports
 
+    if profile is not None:
+        from analyzer.cost.calibrate import load_profile
+
+        # the profile's model, GPU and TP are used; any given away from the defaults
+        # must agree with them
+        load_profile(
+            profile,
+            model=None if model == "llama-3.1-8b" else model,
+            gpu=None if gpu == "h100" else gpu,
+            tp=None if tp == 1 else tp,
+        )
     opts = AnalyzeOptions(
         ingest=o.ingest_options(
             block_size=block_size,
@@ -117,6 +131,7 @@ def analyze(
             gpus_per_node=gpus_per_node,
             dram_scope=dram_scope,
             kv_dtype=kv_dtype,
+            weights_dtype=_weights_dtype(weights_dtype),
             pool_gbps=pool_gbps,
             local_capacity_tokens=o.capacity(local_capacity_tokens, "--local-capacity-tokens"),
             dram_capacity_tokens=o.capacity(dram_capacity_tokens, "--dram-capacity-tokens"),
@@ -131,6 +146,7 @@ def analyze(
         current_local_capacity_tokens=o.capacity(
             current_local_capacity_tokens, "--current-local-capacity-tokens"
         ),
+        profile=profile,
         search_rate=not no_rate_search,
     )
     # Each stage shows its own progress bar (rich allows one live display at a time).

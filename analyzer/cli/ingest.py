@@ -98,7 +98,31 @@ def convert(
         from analyzer.ingest.export import export_bailian
 
         export_bailian(loaded.table, out)
-    console.print(summary(loaded, table_figures(loaded.table), out), markup=False)
+    text = summary(loaded, table_figures(loaded.table), out)
+    console.print(text + "\n" + export_note(loaded.table, to), markup=False)
+
+
+def export_note(table, to: str) -> str:  # type: ignore[no-untyped-def]
+    """What an export's lengths count and what it keeps of conversations."""
+    import pyarrow.compute as pc
+
+    from analyzer.trace import read_metadata
+
+    tok = read_metadata(table).get("tokenizer") or ""
+    unit = (
+        f"{tok} tokens (set --tokenizer to the served model's tokenizer for its counts)"
+        if tok
+        else "tokens as the source trace counted them"
+    )
+    lines = [f"  input_length / output_length: {unit}"]
+    n = int(pc.count_distinct(table.column("session_id")).as_py() or 0)
+    if to == "mooncake":
+        lines.append(
+            f"  sessions: {n:,} kept as session_id + delay (AIPerf mooncake_trace multi-turn)"
+            if n
+            else "  sessions: none in the log (each request replays on its own)"
+        )
+    return "\n".join(lines)
 
 
 def summary(loaded, written, out: Path) -> str:  # type: ignore[no-untyped-def]

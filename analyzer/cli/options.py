@@ -158,11 +158,33 @@ DramScope = Annotated[
     ),
 ]
 KvDtype = Annotated[str, typer.Option("--kv-dtype", help="KV cache dtype: bf16 | fp8.")]
+WeightsDtype = Annotated[
+    str | None,
+    typer.Option(
+        "--weights-dtype",
+        help="Deployment precision of the weights: bf16 | fp8 | fp4 (default: the "
+        "checkpoint's); GEMMs run at it where the GPU has tensor cores for it.",
+    ),
+]
+CostProfile = Annotated[
+    str | None,
+    typer.Option(
+        "--profile",
+        help="Measured profile (`kvpool cost profile` or `kvpool cost fit`): its model, GPU, "
+        "TP and fitted prefill replace the catalog's.",
+    ),
+]
 Router = Annotated[
     str,
     typer.Option("--router", help="round-robin | least-loaded | session | prefix-aware."),
 ]
-Eviction = Annotated[str, typer.Option("--eviction", help="Eviction policy: lru | fifo.")]
+Eviction = Annotated[
+    str,
+    typer.Option(
+        "--eviction",
+        help="Eviction policy: lru | fifo, or one registered in analyzer/cache/policies.py.",
+    ),
+]
 PoolGbps = Annotated[
     float | None,
     typer.Option(

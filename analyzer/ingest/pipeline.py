@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from analyzer.blocks import ArrivalLCP, BlockHasher, id_hash, load_salt, salt_id
+from analyzer.blocks import BlockHasher, id_hash, load_salt, salt_id
+from analyzer.cache.token_radix import ArrivalLCP
 from analyzer.errors import InputError, Location, OutputError, UsageError
 from analyzer.ingest.detect import FORMATS, detect_format
 from analyzer.ingest.io import check_readable
