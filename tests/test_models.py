@@ -187,3 +187,16 @@ def test_each_model_is_replayed_on_its_own_instances_with_a_share_of_one_pool(tm
             sc["scenarios"]["pooled"]["hit_rate"], abs=1e-6
         )
     assert per[MODELS[0]]["replay"]["tp"] == 2  # a 70B model needs two H100s per instance
+
+
+def test_the_report_shows_each_models_figures(tmp_path):
+    from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.report.render import sections
+
+    log, _ = three_model_log(tmp_path)
+    doc = run_analysis([str(log)], AnalyzeOptions(search_rate=False)).to_json()
+    (ms,) = [s for s in sections(doc) if s.id == "models"]
+    (table,) = ms.tables
+    assert all(len(row) == len(table.header) for row in table.rows)
+    assert {row[0] for row in table.rows} == set(MODELS)
+    assert any("capacity, not hits" in p for p in ms.paragraphs)

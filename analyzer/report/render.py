@@ -303,6 +303,7 @@ def sections(doc: dict) -> list[Section]:
                         "Prompt tokens",
                         "Reuse ceiling",
                         "Working set GB",
+                        "Replayed hit rate, local / pooled",
                     ],
                     [
                         [
