@@ -50,7 +50,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analyzer.errors import InputError, Location, OutputError
+from analyzer.errors import InputError, Location
 
 SCHEMA_VERSION = "1"
 
@@ -133,8 +133,10 @@ def is_canonical(path: str | Path) -> bool:
     return "schema_version" in meta
 
 
-def write_canonical(table: pa.Table, path: str | Path) -> None:
-    """Write a canonical table; the schema is enforced so every file reads the same."""
+def write_canonical(table: pa.Table, path: str | Path, *, force: bool = False) -> None:
+    """Write a canonical table atomically; the schema is enforced so every file reads the same."""
+    from analyzer.outputs import atomic_path
+
     path = Path(path)
     missing = [f.name for f in CANONICAL_SCHEMA if f.name not in table.column_names]
     assert not missing, f"canonical table lacks columns {missing}"
@@ -142,15 +144,15 @@ def write_canonical(table: pa.Table, path: str | Path) -> None:
     table = (
         table.select(CANONICAL_SCHEMA.names).cast(CANONICAL_SCHEMA).replace_schema_metadata(meta)
     )
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, path, compression="zstd")
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    with atomic_path(path, force=force) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
 
 
 def read_canonical(path: str | Path) -> pa.Table:
+    from analyzer.outputs import note_input
+
     path = Path(path)
+    note_input(path)
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowInvalid) as exc:

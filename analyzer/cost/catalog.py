@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.errors import InputError, Location, UsageError
+from analyzer.outputs import note_input
 
 # mxfp4: 4-bit values plus one 8-bit scale per 32 (4.25 bits), as in gpt-oss checkpoints
 DTYPE_BYTES: dict[str, float] = {
@@ -755,6 +756,7 @@ def _strip_suffixes(key: str) -> str:
 def model_from_config_file(path: str | Path) -> ModelSpec:
     """A :class:`ModelSpec` from a Hugging Face ``config.json`` on disk."""
     p = Path(path)
+    note_input(p)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError as exc:

@@ -57,6 +57,10 @@ def convert(
     no_exact: Annotated[
         bool, typer.Option("--no-exact", help="Skip the token-exact LCP (for huge logs).")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Write through a symlinked output path."),
+    ] = False,
 ) -> None:
     """Convert request logs or public traces to the canonical trace (or an export)."""
     from rich.console import Console
@@ -85,11 +89,16 @@ def convert(
         session_column=session_column,
         exact=not no_exact,
     )
+    from analyzer.outputs import atomic_path, check_output
+
+    check_output(out, force=force, inputs=inputs)  # fail before the long run, not after it
+    if keep_previews:
+        check_output(previews_path(out), force=force, inputs=inputs)
     total = sum(p.stat().st_size for p in inputs if p.is_file())
     with progress("reading", total, unit="bytes") as advance:
         loaded = open_trace([str(p) for p in inputs], opts, advance=advance)
     if to == "canonical":
-        write_canonical(loaded.table, out)
+        write_canonical(loaded.table, out, force=force)
         if keep_previews and loaded.previews:
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -101,15 +110,17 @@ def convert(
                     "preview": pa.array([t for _, t in items], pa.string()),
                 }
             )
-            pq.write_table(side, previews_path(out), compression="zstd")
+            # Prompt text: readable by its owner only, like the salt.
+            with atomic_path(previews_path(out), force=force, private=True) as tmp:
+                pq.write_table(side, tmp, compression="zstd")
     elif to == "mooncake":
         from analyzer.ingest.export import export_mooncake
 
-        export_mooncake(loaded.table, out)
+        export_mooncake(loaded.table, out, force=force)
     else:
         from analyzer.ingest.export import export_bailian
 
-        export_bailian(loaded.table, out)
+        export_bailian(loaded.table, out, force=force)
     Console(stderr=True, highlight=False, soft_wrap=True).print(summary(loaded, out), markup=False)
 
 

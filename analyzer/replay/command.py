@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from analyzer.errors import OutputError, UsageError
+from analyzer.errors import UsageError
 
 _CAPACITY_HELP = "tokens, 1e6 style accepted, or 'unbounded'"
 
@@ -132,6 +132,9 @@ def register(app: typer.Typer) -> None:
         json_out: Annotated[
             Path | None, typer.Option("--json", help="Write the full results as JSON.")
         ] = None,
+        force: Annotated[
+            bool, typer.Option("--force", help="Write through a symlinked output path.")
+        ] = False,
     ) -> None:
         """Replay the trace through a model of the cluster, once per deployment option.
 
@@ -154,6 +157,10 @@ def register(app: typer.Typer) -> None:
 
         if block_size is not None and block_size < 1:
             raise UsageError("--block-size must be at least 1")
+        if json_out is not None:  # fail before the long run, not after it
+            from analyzer.outputs import check_output
+
+            check_output(json_out, force=force, inputs=[*inputs, *([config] if config else [])])
         caps = {
             "local_capacity_tokens": (local_capacity, "--local-capacity-tokens"),
             "dram_capacity_tokens": (dram_capacity, "--dram-capacity-tokens"),
@@ -222,8 +229,6 @@ def register(app: typer.Typer) -> None:
             highlight=False,
         )
         if json_out is not None:
-            try:
-                json_out.parent.mkdir(parents=True, exist_ok=True)
-                json_out.write_text(json.dumps(doc, indent=2) + "\n")
-            except OSError as exc:
-                raise OutputError(f"cannot write {json_out}: {exc.strerror or exc}") from exc
+            from analyzer.outputs import write_text
+
+            write_text(json_out, json.dumps(doc, indent=2) + "\n", force=force)

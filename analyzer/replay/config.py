@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from analyzer.errors import InputError, Location, UsageError
+from analyzer.outputs import note_input
 
 # A capacity this large (or the word "unbounded" on the command line) means no limit.
 UNBOUNDED = 2**62
@@ -228,6 +229,7 @@ def load_scenarios(path: str | Path) -> list[ScenarioSpec]:
     and a bare list are accepted too). Capacities may be the string ``"unbounded"``.
     """
     path = Path(path)
+    note_input(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:

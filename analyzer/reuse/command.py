@@ -102,6 +102,10 @@ def reuse(
     fmt: Annotated[
         str | None, typer.Option("--format", help="Input format; detected if omitted.")
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Write through a symlinked output path."),
+    ] = False,
 ) -> None:
     """Prefix reuse: ceilings, where reuse comes from, and hit rate against cache size."""
     from rich.console import Console
@@ -112,6 +116,10 @@ def reuse(
 
     if block_size is not None and block_size <= 0:
         raise UsageError("--block-size must be positive")
+    if json_out is not None:  # fail before the long run, not after it
+        from analyzer.outputs import check_output
+
+        check_output(json_out, force=force, inputs=inputs)
     caps = list(parse_tokens_list(capacity_tokens))
     gibs = parse_float_list(capacity_gib, "--capacity-gib")
     if not model and kv_dtype != "bf16":
@@ -149,7 +157,7 @@ def reuse(
     console = Console()
     render_summary(report, console, sources=loaded.sources, skipped=str(loaded.skipped))
     if json_out is not None:
-        write_json(report, json_out)
+        write_json(report, json_out, force=force)
         console.print(f"wrote {json_out}")
 
 

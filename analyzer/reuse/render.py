@@ -8,7 +8,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from analyzer.errors import OutputError
 from analyzer.reuse.analysis import GB, GIB, ReuseReport
 
 POLICY_LABELS = {"lru": "LRU", "fifo": "FIFO", "s3fifo": "S3-FIFO", "optimal": "optimal"}
@@ -40,13 +39,11 @@ def seconds(s: float | None) -> str:
     return f"{s / 3600:.1f} h"
 
 
-def write_json(report: ReuseReport, path: Path) -> None:
+def write_json(report: ReuseReport, path: Path, *, force: bool = False) -> None:
+    from analyzer.outputs import write_text
+
     text = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    write_text(path, text, force=force)
 
 
 def _size(report: ReuseReport, capacity_tokens: int) -> str:
