@@ -267,6 +267,7 @@ def test_two_runs_byte_identical(tmp_path):
     for run in range(2):
         lt = load(FIX / "chat.jsonl", FIX / "generic.csv", prompt_column="prompt")
         d = tmp_path / str(run)
+        d.mkdir()
         write_canonical(lt.table, d / "t.parquet")
         export_mooncake(lt.table, d / "m.jsonl")
         export_bailian(lt.table, d / "b.jsonl")
