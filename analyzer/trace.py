@@ -193,7 +193,67 @@ def read_canonical(path: str | Path) -> pa.Table:
                 Location(str(path), field=f.name),
             ) from exc
         table = table.set_column(table.column_names.index(f.name), f.name, col)
+    check_invariants(table, int(bs or 16), str(path))
     return table
+
+
+def check_invariants(table: pa.Table, block_size: int, where: str) -> None:
+    """The invariants of docs/schema.md, checked on read: a canonical file is input too.
+
+    An edited ``block_size``, negative or absurd lengths, NaN or unsorted arrival times
+    would otherwise give wrong answers with exit 0 (or hang the replay). Vectorised: a
+    few milliseconds per million rows.
+    """
+    import pyarrow.compute as pc
+
+    from analyzer import limits
+
+    def bad(message: str, column: str, mask: pa.ChunkedArray | np.ndarray) -> None:
+        idx = np.flatnonzero(np.asarray(mask, dtype=bool))
+        if idx.size:
+            raise InputError(
+                f"{message} ({idx.size:,} row{'s' if idx.size > 1 else ''}; "
+                f"first at row {int(idx[0])})",
+                Location(where, field=column),
+                hint="canonical files are written by kvpool convert; re-convert the raw logs",
+            )
+
+    if why := limits.reason(block_size, "block_size"):
+        raise InputError(f"kvpool.block_size {block_size}: {why}", Location(where))
+    if table.num_rows == 0:
+        return
+    prompt = table.column("prompt_tokens")
+    top = limits.MAX_REQUEST_TOKENS
+    bad("prompt_tokens is null", "prompt_tokens", pc.is_null(prompt).to_numpy())
+    p = prompt.to_numpy(zero_copy_only=False)
+    bad(f"prompt_tokens outside 0..{top:,}", "prompt_tokens", (p < 0) | (p > top))
+    out = table.column("output_tokens").to_numpy(zero_copy_only=False)
+    out_f = np.asarray(out, dtype=np.float64)  # nulls are NaN
+    bad(f"output_tokens outside 0..{top:,}", "output_tokens", (out_f < 0) | (out_f > top))
+    t = np.asarray(table.column("arrival_s").to_numpy(zero_copy_only=False), dtype=np.float64)
+    bad("arrival_s is not a finite number", "arrival_s", ~np.isfinite(t))
+    bad("arrival_s is negative", "arrival_s", t < 0)
+    bad("rows are not sorted by arrival_s", "arrival_s", np.r_[False, t[1:] < t[:-1]])
+    n_blocks = pc.list_value_length(table.column("block_hashes")).to_numpy(zero_copy_only=False)
+    n_blocks = np.asarray(n_blocks, dtype=np.float64)
+    count_only = np.asarray(table.column("count_only").to_numpy(zero_copy_only=False), dtype=bool)
+    want = p // block_size
+    bad(
+        f"block_hashes length is not prompt_tokens // block_size ({block_size})",
+        "block_hashes",
+        ~count_only & (n_blocks != want),
+    )
+    n_content = pc.list_value_length(table.column("content_hashes")).to_numpy(zero_copy_only=False)
+    n_content = np.asarray(n_content, dtype=np.float64)  # null lists are NaN
+    bad(
+        "content_hashes is neither null nor as long as block_hashes",
+        "content_hashes",
+        ~np.isnan(n_content) & (n_content != n_blocks),
+    )
+    lcp = np.asarray(
+        table.column("token_lcp_prev").to_numpy(zero_copy_only=False), dtype=np.float64
+    )
+    bad("token_lcp_prev outside 0..prompt_tokens", "token_lcp_prev", (lcp < 0) | (lcp > p))
 
 
 def _codes(values: list[str | None]) -> tuple[np.ndarray, list[str]]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from analyzer import limits
 from analyzer.errors import InputError, Location, UsageError
 from analyzer.outputs import note_input
 
@@ -319,6 +320,10 @@ def _positive_int(cfg: Mapping[str, Any], key: str, where: Location) -> int:
             f"field '{key}' must be a positive integer, got {value!r}",
             Location(where.file, None, key),
         )
+    # 10^30 layers made the KV arithmetic run for minutes, then run out of memory.
+    kind = "model_layers" if "layers" in key else "model_width"
+    if why := limits.reason(value, kind):
+        raise InputError(f"field '{key}' is {value:,}: {why}", Location(where.file, None, key))
     return value
 
 
@@ -774,7 +779,7 @@ def model_from_config_file(path: str | Path) -> ModelSpec:
         _norm(str(model_id).split("/")[-1]) or "custom",
         cfg,
         name=str(model_id),
-        source=str(p),
+        source=p.name,  # not the path: outputs carry no directory names
         where=str(p),
     )
 
