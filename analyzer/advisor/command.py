@@ -93,6 +93,20 @@ def analyze(
             "--force", help="Overwrite reports in an existing directory (default: DIR-2)."
         ),
     ] = False,
+    show_previews: Annotated[
+        bool,
+        typer.Option(
+            "--show-previews",
+            help="Show ~80 characters of prompt text for the top shared prefixes (default: "
+            "hashes only; reports are made to be shared).",
+        ),
+    ] = False,
+    keep_names: Annotated[
+        bool,
+        typer.Option(
+            "--keep-names", help="Name input files and tenants as they are (default: hidden)."
+        ),
+    ] = False,
 ) -> None:
     """Log to decision: reuse, break-even, replay, verdict, sized settings and pilot gates."""
     from rich.console import Console
@@ -120,6 +134,8 @@ def analyze(
         block_size=block_size,
         fmt=fmt,
         search_rate=not no_rate_search,
+        show_previews=show_previews,
+        keep_names=keep_names,
     )
     # Each stage shows its own progress bar (rich allows one live display at a time).
     doc = run_analysis([str(p) for p in inputs], opts).to_json()

@@ -78,6 +78,9 @@ class AnalyzeOptions:
     fmt: str | None = None
     template: str = "chatml"
     search_rate: bool = True
+    # Private by default (docs/security.md): no prompt text, no file or tenant names.
+    show_previews: bool = False
+    keep_names: bool = False
     sensitivity_replays: bool = True
     knee_fraction: float = 0.9
     thresholds: Thresholds = field(default_factory=Thresholds)
@@ -93,6 +96,22 @@ class AnalyzeOptions:
             raise UsageError("--tp and --instances must be at least 1")
         if not 0.0 < self.knee_fraction <= 1.0:
             raise UsageError("knee fraction must be in (0, 1]")
+        from analyzer import limits
+
+        limits.check(self.tp, "tp", "--tp")
+        limits.check(self.instances, "instances", "--instances")
+        limits.check(self.gpus_per_node, "gpus_per_node", "--gpus-per-node")
+        if self.pool_gbps is not None:
+            limits.check(self.pool_gbps, "bandwidth_gbps", "--pool-gbps")
+        limits.check(self.ttft_slo_s, "ttft_slo_s", "--ttft-slo")
+        if self.block_size is not None:
+            limits.check(self.block_size, "block_size", "--block-size")
+        if self.mfu is not None:
+            limits.check(self.mfu, "mfu", "mfu")
+        for name in ("local_capacity_tokens", "dram_capacity_tokens", "pool_capacity_tokens"):
+            v = getattr(self, name)
+            if v is not None and v < 2**62:  # 2**62: "unbounded"
+                limits.check(v, "capacity_tokens", "--" + name.replace("_", "-"))
 
 
 @dataclass
@@ -351,13 +370,22 @@ def run_analysis(
         ) as adv:
             loaded = open_trace(
                 plist,
-                IngestOptions(block_size=opts.block_size, fmt=opts.fmt, template=opts.template),
+                IngestOptions(
+                    block_size=opts.block_size,
+                    fmt=opts.fmt,
+                    template=opts.template,
+                    previews=opts.show_previews,
+                    keep_names=opts.keep_names,
+                ),
                 advance=adv,
             )
     step(15)
     trace = loaded.trace
+    # Reports are made to be shared: inputs are named by position, size and hash unless
+    # --keep-names (a file name can carry a customer's name).
+    names = {p: Path(p).name if opts.keep_names else f"input-{i + 1}" for i, p in enumerate(plist)}
     inputs = [
-        {"name": Path(p).name, "bytes": Path(p).stat().st_size, "sha256": _sha256(p)} for p in plist
+        {"name": names[p], "bytes": Path(p).stat().st_size, "sha256": _sha256(p)} for p in plist
     ]
     tf = _trace_figures(loaded)
     bpt = int(cm.bytes_per_token)
@@ -370,10 +398,7 @@ def run_analysis(
     skipped = {
         "total": int(loaded.skipped.total),
         "by_reason": dict(sorted(loaded.skipped.by_reason.items())),
-        "examples": [
-            Path(e.split(":", 1)[0]).name + ":" + e.split(":", 1)[1] if ":" in e else e
-            for e in loaded.skipped.examples
-        ],
+        "examples": [_private_example(e, names) for e in loaded.skipped.examples],
     }
     reuse_json = rep.to_json()
 
@@ -647,6 +672,14 @@ def _canonical(obj):
     if isinstance(obj, list | tuple):
         return [_canonical(v) for v in obj]
     return str(obj)
+
+
+def _private_example(example: str, names: dict[str, str]) -> str:
+    """A skip example ``path:line: reason`` with the path as the report names it."""
+    for path, name in names.items():
+        if example.startswith(path + ":"):
+            return name + example[len(path) :]
+    return example
 
 
 def report_document(r: AnalysisResult) -> dict:

@@ -52,7 +52,18 @@ def convert(
     session_column: Annotated[str | None, typer.Option("--session-column")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Stop at the first bad row.")] = False,
     keep_previews: Annotated[
-        bool, typer.Option("--keep-previews", help="Also write 80-char text previews beside OUT.")
+        bool,
+        typer.Option(
+            "--keep-previews", help="Also write 80-char prompt previews beside OUT (mode 0600)."
+        ),
+    ] = False,
+    keep_names: Annotated[
+        bool,
+        typer.Option(
+            "--keep-names",
+            help="Store tenant names, request ids and file names as they are (default: "
+            "salted pseudonyms).",
+        ),
     ] = False,
     no_exact: Annotated[
         bool, typer.Option("--no-exact", help="Skip the token-exact LCP (for huge logs).")
@@ -65,7 +76,7 @@ def convert(
     """Convert request logs or public traces to the canonical trace (or an export)."""
     from rich.console import Console
 
-    from analyzer.errors import UsageError
+    from analyzer.errors import UsageError, printable
     from analyzer.ingest import IngestOptions, open_trace, previews_path
     from analyzer.progress import progress
     from analyzer.trace import write_canonical
@@ -88,6 +99,8 @@ def convert(
         time_column=time_column,
         session_column=session_column,
         exact=not no_exact,
+        previews=keep_previews,
+        keep_names=keep_names,
     )
     from analyzer.outputs import atomic_path, check_output
 
@@ -121,7 +134,9 @@ def convert(
         from analyzer.ingest.export import export_bailian
 
         export_bailian(loaded.table, out, force=force)
-    Console(stderr=True, highlight=False, soft_wrap=True).print(summary(loaded, out), markup=False)
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        printable(summary(loaded, out)), markup=False
+    )
 
 
 def summary(loaded, out: Path) -> str:  # type: ignore[no-untyped-def]
@@ -142,6 +157,8 @@ def summary(loaded, out: Path) -> str:  # type: ignore[no-untyped-def]
         f"  blocks: {flat.size:,} ({np.unique(flat).size:,} distinct) of "
         f"{read_metadata(t).get('block_size')} tokens",
     ]
+    span = float(pc.max(t.column("arrival_s")).as_py() or 0.0) if t.num_rows else 0.0
+    lines.append(f"  time span: {span:,.1f} s from the first request to the last")
     if loaded.reordered:
         lines.append(f"  out-of-order rows: {loaded.reordered:,} (sorted by arrival)")
     for f in loaded.untimed_files:

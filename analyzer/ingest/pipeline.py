@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from analyzer import limits
 from analyzer.blocks import ArrivalLCP, BlockHasher, id_hash, load_salt, salt_id
 from analyzer.errors import InputError, Location, UsageError
 from analyzer.ingest.detect import FORMATS, detect_format
@@ -36,7 +37,7 @@ from analyzer.ingest.readers import (
     RowError,
     records,
 )
-from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, numeric_seconds
+from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, numeric_seconds, timestamp_outliers
 from analyzer.tokenize import Part, Previews, RenderError
 from analyzer.trace import CANONICAL_SCHEMA, coarse_positions, read_canonical, read_metadata
 from analyzer.trace import trace_metadata as make_metadata
@@ -95,6 +96,9 @@ def _validate(opts: IngestOptions) -> None:
         )
     if not opts.token_ratio > 0:
         raise UsageError(f"--token-ratio must be positive, got {opts.token_ratio}")
+    limits.check(opts.token_ratio, "token_ratio", "--token-ratio")
+    if opts.block_size is not None:
+        limits.check(opts.block_size, "block_size", "--block-size")
     bad = set(opts.hash_keys) - set(HASH_KEYS)
     if bad:
         raise UsageError(f"unknown hash key(s) {sorted(bad)}", hint="model and/or tenant")
@@ -133,7 +137,8 @@ class _Builder:
         self.reordered = 0
         self.untimed: list[str] = []
         self.mixed_units: list[str] = []
-        self._sessions: dict[str, str] = {}
+        self.dropped: list[int] = []  # rows (in input order) whose timestamp is an outlier
+        self._sessions: dict[tuple[str, str], str] = {}
 
     def _block_size(self) -> int:
         natives = {NATIVE_BLOCK[f] for f in self.fmts if f in NATIVE_BLOCK}
@@ -234,7 +239,7 @@ class _Builder:
 
         Parts of a recalled prefix had their previews taken when first hashed.
         """
-        if len(self.previews) >= self.opts.max_previews:
+        if not self.opts.previews or len(self.previews) >= self.opts.max_previews:
             return
         for p in parts[start:]:
             if p.role is not None:
@@ -246,6 +251,13 @@ class _Builder:
             pos += p.tokens.size
 
     def _add(self, raw: Raw, ctx: FileContext, line: int, t: float) -> None:
+        # One row claiming 10^12 tokens would keep the replay's prefill loop busy for hours.
+        for name, value in (
+            ("prompt_tokens", raw.prompt_tokens),
+            ("output_tokens", raw.output_tokens),
+        ):
+            if value is not None and (why := limits.reason(value, name)):
+                raise RowError(why, name)
         c = self.cols
         contents: np.ndarray | None = None
         idx = -1
@@ -271,11 +283,14 @@ class _Builder:
         out = raw.output_tokens
         if out is None and raw.output_text is not None and self.renderer is not None:
             out = self.hasher.served_tokens(int(self.renderer.tok.encode(raw.output_text).size))
-        c.request_id.append(raw.request_id or f"{Path(ctx.path).name}:{line}")
+        rid = raw.request_id or f"{Path(ctx.path).name}:{line}"
+        named = self.opts.keep_names
+        c.request_id.append(rid if named else self._pseudonym(rid, "r-"))
         c.time.append(t)
         c.session.append(self._pseudonym(raw.session))
         c.model.append(raw.model)
-        c.tenant.append(raw.tenant or raw.model)
+        tenant = raw.tenant or raw.model
+        c.tenant.append(tenant if named or tenant == raw.model else self._pseudonym(tenant, "t-"))
         c.prompt_tokens.append(int(n_prompt))
         c.output_tokens.append(out)
         # A uint8 view is a bytes-like object: one copy, straight into the array.
@@ -285,22 +300,25 @@ class _Builder:
         if contents is not None:
             c.contents.frombytes(contents.astype(np.uint64, copy=False).view(np.uint8))
         c.lcp_index.append(idx)
-        c.parent.append(raw.parent)
+        c.parent.append(raw.parent if named else self._pseudonym(raw.parent, "r-"))
         c.turn.append(raw.turn)
         c.count_only.append(raw.count_only)
         c.approx.append(bool(approx))
 
-    def _pseudonym(self, session: str | None) -> str | None:
-        """Session ids (often user names or emails) leave only as salted pseudonyms."""
-        if session is None:
+    def _pseudonym(self, value: str | None, prefix: str = "s-") -> str | None:
+        """Session ids (often user names or emails) leave only as salted pseudonyms, and so
+        do tenant names and request ids unless ``keep_names``: the same value gives the
+        same pseudonym under the same salt, so sessions, tenants and parent links still
+        group and join, but nothing in the file names a customer."""
+        if value is None:
             return None
-        hit = self._sessions.get(session)
+        # Sessions hash the bare value (as they always have); the others are namespaced.
+        key = value if prefix == "s-" else prefix + value
+        hit = self._sessions.get((prefix, value))
         if hit is None:
-            d = hashlib.blake2b(
-                session.encode("utf-8", "surrogatepass"), digest_size=8, key=self.salt
-            )
-            hit = "s-" + d.hexdigest()
-            self._sessions[session] = hit
+            d = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8, key=self.salt)
+            hit = prefix + d.hexdigest()
+            self._sessions[(prefix, value)] = hit
         return hit
 
     def _bad(self, err: RowError, ctx: FileContext, line: int) -> None:
@@ -315,6 +333,7 @@ class _Builder:
         parse = PARSERS[fmt]
         first = len(self.cols.time)
         iso_flags: list[bool] = []
+        lines: list[int] = []  # the line of each row added from this file
         seq = 0
         for line, rec in records(path, fmt, self.advance):
             if isinstance(rec, RowError):
@@ -331,6 +350,7 @@ class _Builder:
                     assert raw.time is not None
                     t, iso = raw.time, raw.time_iso
                 self._add(raw, ctx, line, t)
+                lines.append(line)
             except (RowError, RenderError, RecursionError) as err:
                 ctx.timed = timed
                 if isinstance(err, RenderError):
@@ -354,14 +374,30 @@ class _Builder:
             forced = None if self.opts.time_unit == "auto" else self.opts.time_unit
             forced = forced or NATIVE_UNIT.get(fmt)
             num = ~iso
+            # Outliers first (in the file's raw numbers, then among ISO times): one value
+            # of 0 or 1e308 must neither pick the unit nor stretch the trace's span.
+            out = np.zeros(times.size, dtype=bool)
+            out[num] = timestamp_outliers(times[num])
+            out[iso] = timestamp_outliers(times[iso])
+            for i in np.flatnonzero(out):
+                self._bad(
+                    RowError("timestamp far outside the file's others (outlier)", "timestamp"),
+                    ctx,
+                    lines[i],
+                )
+                self.dropped.append(first + int(i))
+            num &= ~out
             if num.any():
                 times[num], units = numeric_seconds(times[num], forced)
                 if len(units) > 1:
                     self.mixed_units.append(_units_note(path, units))
-            absolute = bool(times.min() >= ABSOLUTE_MIN_S)
+            times[out] = np.nan  # dropped in finish(); NaN keeps them out of min/max here
+            kept = times[~out]
+            absolute = bool(kept.min() >= ABSOLUTE_MIN_S)
         self.cols.time[first:last] = times.tolist()
         # Out of order: a row earlier than the row before it in its file.
-        self.reordered += int(np.count_nonzero(times[1:] < times[:-1]))
+        kept = times[~np.isnan(times)]
+        self.reordered += int(np.count_nonzero(kept[1:] < kept[:-1]))
         self.file_abs.append((path, absolute))
 
     # -- assembling ---------------------------------------------------------------------
@@ -375,7 +411,10 @@ class _Builder:
             raise InputError(
                 "cannot merge files with absolute and relative timestamps: " + ", ".join(kinds)
             )
-        t0 = float(times.min())
+        # Outlier rows have NaN times: they sort last (after every kept row, so they take
+        # no part in the token LCP of the others) and are cut off the table at the end.
+        n_kept = n - len(self.dropped)
+        t0 = float(np.nanmin(times))
         absolute = bool(self.file_abs and self.file_abs[0][1])
         order = np.lexsort((np.arange(n), times))
         arrival = times[order] - t0
@@ -433,12 +472,15 @@ class _Builder:
             template=opts.template if self.needs_text else "",
             hash_keys=",".join(opts.hash_keys),
             source=",".join(
-                f"{f}:{os.path.basename(p)}" for p, f in zip(self.paths, self.fmts, strict=True)
+                f"{f}:{os.path.basename(p)}" if opts.keep_names else f
+                for p, f in zip(self.paths, self.fmts, strict=True)
             ),
             t0_epoch_s=repr(t0) if absolute else "",
             salt_id=salt_id(self.salt),
         )
         table = pa.Table.from_pydict(columns).cast(CANONICAL_SCHEMA).replace_schema_metadata(meta)
+        if n_kept < n:
+            table = table.slice(0, n_kept)
         return table, self.previews
 
 
@@ -554,7 +596,9 @@ def _check_same_hashing(paths: list[str], metas: list[dict[str, str]]) -> None:
             )
 
 
-def _open_canonical(paths: list[str], block_size: int | None = None) -> LoadedTrace:
+def _open_canonical(
+    paths: list[str], block_size: int | None = None, previews_wanted: bool = False
+) -> LoadedTrace:
     tables = [read_canonical(p) for p in paths]
     sizes = {read_metadata(t).get("block_size") for t in tables}
     if len(sizes) > 1:
@@ -603,7 +647,7 @@ def _open_canonical(paths: list[str], block_size: int | None = None) -> LoadedTr
             )
         table = coarsen_table(table, block_size // fine)
     previews: dict[int, str] = {}
-    for p in paths:
+    for p in paths if previews_wanted else ():
         previews.update(_read_previews(Path(p)))
     return LoadedTrace(
         table=table,
@@ -635,7 +679,7 @@ def open_trace(
         check_readable(p)
     fmts = [opts.fmt or detect_format(p) for p in plist]
     if all(f == "canonical" for f in fmts):
-        return _open_canonical(plist, opts.block_size)
+        return _open_canonical(plist, opts.block_size, opts.previews)
     if "canonical" in fmts:
         raise UsageError("canonical traces cannot be mixed with raw logs in one run")
     b = _Builder(plist, fmts, opts, advance)

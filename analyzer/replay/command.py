@@ -135,6 +135,12 @@ def register(app: typer.Typer) -> None:
         force: Annotated[
             bool, typer.Option("--force", help="Write through a symlinked output path.")
         ] = False,
+        keep_names: Annotated[
+            bool,
+            typer.Option(
+                "--keep-names", help="Name input files in --json as they are (default: input-N)."
+            ),
+        ] = False,
     ) -> None:
         """Replay the trace through a model of the cluster, once per deployment option.
 
@@ -219,7 +225,7 @@ def register(app: typer.Typer) -> None:
                 workers=workers,
             )
         doc = result.to_json()
-        doc["inputs"] = [str(p) for p in inputs]
+        doc["inputs"] = [str(p) if keep_names else f"input-{i + 1}" for i, p in enumerate(inputs)]
         doc["skipped"] = loaded.skipped.total
         Console().print(render_table(doc))
         Console().print(

@@ -106,6 +106,14 @@ def reuse(
         bool,
         typer.Option("--force", help="Write through a symlinked output path."),
     ] = False,
+    show_previews: Annotated[
+        bool,
+        typer.Option(
+            "--show-previews",
+            help="Show ~80 characters of prompt text for the top shared prefixes (default: "
+            "hashes only; reports are made to be shared).",
+        ),
+    ] = False,
 ) -> None:
     """Prefix reuse: ceilings, where reuse comes from, and hit rate against cache size."""
     from rich.console import Console
@@ -142,7 +150,7 @@ def reuse(
         top_n=top,
         shards_rate=shards_rate,
     )
-    loaded = _load(inputs, block_size, fmt)
+    loaded = _load(inputs, block_size, fmt, show_previews)
     trace = loaded.trace
     if block_size is not None and block_size != trace.block_size:
         if block_size % trace.block_size:
@@ -161,12 +169,14 @@ def reuse(
         console.print(f"wrote {json_out}")
 
 
-def _load(inputs: list[Path], block_size: int | None, fmt: str | None):  # type: ignore[no-untyped-def]
+def _load(inputs: list[Path], block_size: int | None, fmt: str | None, previews: bool = False):  # type: ignore[no-untyped-def]
     from analyzer.ingest import IngestOptions, open_trace
     from analyzer.progress import progress
 
     total = sum(p.stat().st_size for p in inputs if p.is_file())
     with progress("reading", total, unit="bytes") as advance:
         return open_trace(
-            [str(p) for p in inputs], IngestOptions(block_size=block_size, fmt=fmt), advance
+            [str(p) for p in inputs],
+            IngestOptions(block_size=block_size, fmt=fmt, previews=previews),
+            advance,
         )
