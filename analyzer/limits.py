@@ -43,7 +43,7 @@ RANGES: dict[str, Range] = {
     "tp": Range(1, 1024, "tensor parallelism spans one or a few nodes"),
     "instances": Range(1, 4096, "the replay keeps per-instance caches and queues"),
     "gpus_per_node": Range(1, 64, "servers hold 1-16 GPUs"),
-    "bandwidth_gbps": Range(0.1, 100_000, "1 GbE is 0.125 GB/s; HBM is ~5,000 GB/s"),
+    "bandwidth_gbps": Range(0.001, 100_000, "1 MB/s is below any KV tier; HBM is ~5,000 GB/s"),
     "latency_s": Range(0, 10, "first-byte latencies are micro- to milliseconds"),
     "capacity_tokens": Range(0, 1e13, "10^13 tokens is petabytes of KV"),
     "time_scale": Range(0.001, 1000, "1000x faster or slower than the trace"),

@@ -194,14 +194,27 @@ def read_canonical(path: str | Path) -> pa.Table:
             ) from exc
         table = table.set_column(table.column_names.index(f.name), f.name, col)
     check_invariants(table, int(bs or 16), str(path))
-    return table
+    return _sorted(table)
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    """Rows in arrival order. A file whose rows are not (hand-made, or edited) is sorted
+    (stably); its ``token_lcp_prev``, measured against the rows before each in the old
+    order, no longer holds and is dropped (the block-level figures remain)."""
+    t = table.column("arrival_s").to_numpy(zero_copy_only=False)
+    if t.size < 2 or not bool(np.any(t[1:] < t[:-1])):
+        return table
+    order = np.argsort(t, kind="stable")
+    table = table.take(pa.array(order))
+    i = table.column_names.index("token_lcp_prev")
+    return table.set_column(i, "token_lcp_prev", pa.nulls(table.num_rows, pa.int64()))
 
 
 def check_invariants(table: pa.Table, block_size: int, where: str) -> None:
     """The invariants of docs/schema.md, checked on read: a canonical file is input too.
 
-    An edited ``block_size``, negative or absurd lengths, NaN or unsorted arrival times
-    would otherwise give wrong answers with exit 0 (or hang the replay). Vectorised: a
+    An edited ``block_size``, negative or absurd lengths, or NaN arrival times would
+    otherwise give wrong answers with exit 0 (or hang the replay). Vectorised: a
     few milliseconds per million rows.
     """
     import pyarrow.compute as pc
@@ -233,7 +246,6 @@ def check_invariants(table: pa.Table, block_size: int, where: str) -> None:
     t = np.asarray(table.column("arrival_s").to_numpy(zero_copy_only=False), dtype=np.float64)
     bad("arrival_s is not a finite number", "arrival_s", ~np.isfinite(t))
     bad("arrival_s is negative", "arrival_s", t < 0)
-    bad("rows are not sorted by arrival_s", "arrival_s", np.r_[False, t[1:] < t[:-1]])
     n_blocks = pc.list_value_length(table.column("block_hashes")).to_numpy(zero_copy_only=False)
     n_blocks = np.asarray(n_blocks, dtype=np.float64)
     count_only = np.asarray(table.column("count_only").to_numpy(zero_copy_only=False), dtype=bool)

@@ -248,10 +248,12 @@ def decide(
             )
             + "; local caches already capture most of the reuse."
         )
-    if replay is not None and replay.nodes == 1:
+    if replay is not None and replay.nodes == 1 and replay.dram_scope == "node":
         reasons.append(
-            "All instances share one node, whose host DRAM is already a shared cache: a pool "
-            "cannot add hits over it (describe your hosts with --gpus-per-node)."
+            "All instances share one node and its host DRAM was modelled as one cache they "
+            "share (--dram-scope node, a node-local shared store): a pool cannot add hits "
+            "over it. Engines' own DRAM tiers (LMCache local CPU, HiCache L2) are private to "
+            "each instance; describe that with --dram-scope instance."
         )
     if dram_ok is False:
         reasons.append("Host DRAM is below break-even, so only the HBM prefix cache pays.")

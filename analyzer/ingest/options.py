@@ -32,13 +32,20 @@ class IngestOptions:
     strict: bool = False
     salt_file: str | Path | None = None  # None: ./.kvpool-salt
     salt: bytes | None = None  # takes precedence over salt_file (library callers, tests)
-    hash_keys: tuple[str, ...] = ()  # subset of HASH_KEYS
+    # Subset of HASH_KEYS. The model is in the block key by default: engines never share
+    # KV across models, so two models' identical prompts are different blocks (a
+    # request whose log names no model adds nothing to its key).
+    hash_keys: tuple[str, ...] = ("model",)
     time_field: str | None = None  # dotted path in JSON records
     time_unit: str = "auto"
     prompt_column: str | None = None
     time_column: str | None = None
     session_column: str | None = None
     exact: bool = True  # compute token_lcp_prev with a token radix tree
+    # Past this estimated size of the token tree, token_lcp_prev is left null (with a
+    # note): the tree holds every distinct token of the log, the one part of a
+    # conversion whose memory would otherwise grow with it.
+    exact_max_bytes: int = 512 << 20
     image_tokens: int = 765
     memo: bool = True  # memoize tokenization and prefix hashing (off only to benchmark)
     max_examples: int = 5
@@ -93,6 +100,7 @@ class LoadedTrace:
     # chained hash -> text preview (a plain dict, or ingest's lazily formatted Previews)
     previews: Mapping[int, str] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # caveats to show (a bound was hit, ...)
     _trace: BlockTrace | None = field(default=None, repr=False)
 
     @property

@@ -39,10 +39,13 @@ def seconds(s: float | None) -> str:
     return f"{s / 3600:.1f} h"
 
 
-def write_json(report: ReuseReport, path: Path, *, force: bool = False) -> None:
+def write_json(
+    report: ReuseReport, path: Path, extra: dict | None = None, *, force: bool = False
+) -> None:
+    """The report as JSON, with ``extra`` sections (e.g. per-model figures) added."""
     from analyzer.outputs import write_text
 
-    text = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
+    text = json.dumps({**report.to_json(), **(extra or {})}, indent=2, ensure_ascii=False) + "\n"
     write_text(path, text, force=force)
 
 

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import compute, controls, state
+from analyzer.report import figures
+from app import banner, compute, controls, prefetch, state
 
 st.title("Recommendation")
-
-VERDICT_STYLE = {
-    "deploy-pooled": (st.success, "Deploy a pooled KV store"),
-    "local-offload-only": (st.info, "Offload to local host memory only; do not pool"),
-    "not-worth-it": (st.warning, "Not worth it: keep the local prefix cache"),
-    "insufficient-data": (st.warning, "Insufficient data to decide"),
-}
 
 
 def _projected(metric: str, value) -> str:
@@ -28,16 +22,19 @@ with state.guard():
     cur = state.loaded_trace()
     w = controls.current()
     src = state.source()
-    warmup = st.session_state.get("reuse.warmup", 0.5)
-    result = compute.analysis(cur, w, warmup)
+    warmup = controls.current().warmup
+    thresholds = controls.thresholds()
+    result = compute.analysis(cur, w, warmup, thresholds)
+    prefetch.after_analysis(cur, result.options)
     doc = result.to_json()
     verdict = doc["verdict"]
 
-    show, headline = VERDICT_STYLE.get(verdict["verdict"], (st.info, verdict["verdict"]))
-    show(f"**{headline}** (`{verdict['verdict']}`)")
-    for reason in verdict["reasons"]:
-        st.markdown(f"- {reason}")
-    st.caption(verdict["confidence_statement"])
+    banner.verdict_banner(verdict["verdict"], banner.summary_lines(result, doc))
+    st.caption(banner.settings_line(result.options))
+    with st.expander("Why: every reason", expanded=False):
+        for reason in verdict["reasons"]:
+            st.markdown(f"- {reason}")
+        st.caption(verdict["confidence_statement"])
 
     st.subheader("Reports")
     stem = src.label.split(".")[0] or "kvpool"
@@ -61,16 +58,35 @@ with state.guard():
         key="dl.json",
     )
 
+    files = (doc.get("deploy") or {}).get("files") or []
+    if files:
+        from analyzer.report import deploy_zip
+
+        st.subheader("Deployment bundle")
+        st.download_button(
+            f"deploy/ ({len(files)} files, zip)",
+            deploy_zip(doc),
+            file_name=f"{stem}-deploy.zip",
+            mime="application/zip",
+            key="dl.deploy",
+        )
+        with st.expander("Files one by one"):
+            for k, f in enumerate(files):
+                st.download_button(
+                    f"{f['path']} ({f['role']}, {f['stack']})",
+                    f["text"],
+                    file_name=f["path"].rsplit("/", 1)[-1],
+                    key=f"dl.deploy.{k}",
+                )
+
     st.subheader("Decision steps")
     st.dataframe(
         [
             {
                 "step": ch["step"],
-                "check": ch["name"],
-                "passed": {True: "yes", False: "no", None: "n/a"}[ch["passed"]],
-                "value": ch["value"],
-                "threshold": ch["threshold"],
-                "why": ch["text"],
+                "check": ch["name"].replace("_", " "),
+                "outcome": {True: "passed", False: "failed", None: "not evaluated"}[ch["passed"]],
+                "what was measured": ch["text"],
             }
             for ch in verdict["checks"]
         ],
@@ -80,13 +96,7 @@ with state.guard():
 
     if doc.get("sizing"):
         st.subheader("Sizing")
-        sizing = doc["sizing"]
-        flat = {k: v for k, v in sizing.items() if not isinstance(v, dict | list)}
-        st.dataframe(
-            [{"setting": k, "value": str(v)} for k, v in flat.items()],
-            hide_index=True,
-            width="stretch",
-        )
+        st.dataframe(figures.sizing_table(doc["sizing"]), hide_index=True, width="stretch")
 
     if doc.get("settings"):
         st.subheader("Product settings")
@@ -122,9 +132,30 @@ with state.guard():
                     )
                 )
 
+    pilot = (doc.get("pilot") or {}).get("commands") or []
+    if pilot:
+        st.subheader("Pilot commands")
+        for cmd in pilot:
+            st.markdown(f"**{cmd['tool']}**: {cmd['purpose']}")
+            st.code(cmd["command"], language="bash")
+            st.caption(cmd["note"])
+
     rows = doc.get("sensitivity", {}).get("rows", [])
     if rows:
         st.subheader("What would change the verdict")
-        st.dataframe(rows, hide_index=True, width="stretch")
+        st.dataframe(
+            [
+                {
+                    "if": r["dimension"],
+                    "were": r["value"],
+                    "the verdict would be": r["verdict"],
+                    "changes the verdict": "yes" if r["flips"] else "no",
+                    "note": r["note"],
+                }
+                for r in rows
+            ],
+            hide_index=True,
+            width="stretch",
+        )
         for line in doc["sensitivity"].get("summary", []):
             st.caption(line)

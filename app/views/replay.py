@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analyzer.report import figures
 from app import charts, compute, controls, state
 
 st.title("Replay")
@@ -38,10 +39,24 @@ with state.guard():
     doc = res.to_json()
     scen = doc["scenarios"]
     cluster = doc["cluster"]
+
+    def link(kind: str) -> str:
+        found = [s["link_gbps"].get(kind) for s in scen.values()]
+        gbps = (
+            next((g for g in found if g), None)
+            or compute.tier(cluster[f"{kind}_tier"]).bandwidth_gbps
+        )
+        return f"{gbps:g} GB/s"
+
     st.caption(
-        f"{w.instances} instances of {w.tp}x {w.gpu} ({cluster['nodes']} nodes), {w.model}, "
-        f"router {w.router}, eviction {w.eviction}, p90 TTFT SLO {w.ttft_slo_s:g} s; "
-        f"{doc['cluster']['requests']:,} requests. Decode is not modelled (prefill pool)."
+        f"{w.instances} instances of {w.tp}x {w.gpu} ({cluster['nodes']} nodes of "
+        f"{cluster['gpus_per_node']} GPUs), {w.model}, router {w.router}, eviction "
+        f"{w.eviction}, p90 TTFT SLO {w.ttft_slo_s:g} s; pool link {link('pool')} per "
+        f"node ({cluster['pool_tier']}), host DRAM link {link('dram')} "
+        f"({cluster['dram_tier']}, {cluster['dram_scope']} scope); warm-up "
+        f"{cluster['warmup_fraction']:.0%} of requests not counted; "
+        f"{doc['cluster']['requests']:,} requests. The same settings as the Recommendation "
+        "and `kvpool analyze`. Decode is not modelled (prefill pool)."
         + (
             f" Prefill and TTFT from the model fitted to {calibration[0]} (Cost model page)."
             if calibration
@@ -66,15 +81,17 @@ with state.guard():
     ttft = {name: res.scenarios[name].stats.ttft_s for name in order}
     left, right = st.columns(2)
     left.altair_chart(
-        charts.ttft_chart(charts.ttft_quantiles_frame(ttft), w.ttft_slo_s), width="stretch"
+        charts.ttft_chart(figures.ttft_quantiles_frame(ttft), w.ttft_slo_s), width="stretch"
     )
-    right.altair_chart(charts.tier_hits_chart(charts.tier_hits_frame(scen), order), width="stretch")
-    table = charts.scenarios_frame(scen)
+    right.altair_chart(
+        charts.tier_hits_chart(figures.tier_hits_frame(scen), order), width="stretch"
+    )
+    table = figures.scenarios_frame(scen)
     left, right = st.columns(2)
     left.altair_chart(
         charts.scenario_bar_chart(
             table,
-            "network GB",
+            "network_gb",
             "Network traffic to and from the pool",
             "GB (reads and writes)",
             ",.2f",
@@ -86,14 +103,14 @@ with state.guard():
         right.altair_chart(
             charts.scenario_bar_chart(
                 table,
-                "max rate x at SLO",
+                "max_rate_scale",
                 f"Capacity: highest rate with p90 TTFT under {w.ttft_slo_s:g} s",
                 "x the trace's arrival rate",
-                ".2f",
+                ".3g",
                 order,
             ),
             width="stretch",
         )
     else:
         right.info("Tick *Find the highest rate under the SLO* to compare capacity.")
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(figures.scenarios_table(table), hide_index=True, width="stretch")

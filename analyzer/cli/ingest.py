@@ -1,0 +1,174 @@
+"""``kvpool convert``: request logs or public traces -> canonical Parquet (or an export)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from analyzer.cli import options as o
+
+
+def register(app: typer.Typer) -> None:
+    """Add this command group to the ``kvpool`` app."""
+    app.command("convert")(convert)
+
+
+def convert(
+    inputs: o.Inputs,
+    out: Annotated[Path, typer.Option("-o", "--out", help="Output file.")],
+    fmt: o.Format = None,
+    to: Annotated[str, typer.Option("--to", help="canonical | mooncake | bailian")] = "canonical",
+    block_size: o.BlockSize = None,
+    template: o.Template = "chatml",
+    tools_position: o.ToolsPosition = "in-system",
+    tokenizer: o.Tokenizer = "cl100k",
+    token_ratio: o.TokenRatio = 1.0,
+    salt_file: o.SaltFile = None,
+    hash_key: o.HashKey = None,
+    time_field: o.TimeField = None,
+    time_unit: o.TimeUnit = "auto",
+    prompt_column: o.PromptColumn = None,
+    time_column: o.TimeColumn = None,
+    session_column: o.SessionColumn = None,
+    strict: o.Strict = False,
+    keep_previews: Annotated[
+        bool,
+        typer.Option(
+            "--keep-previews", help="Also write 80-char prompt previews beside OUT (mode 0600)."
+        ),
+    ] = False,
+    no_exact: o.NoExact = False,
+    exact_max_mib: o.ExactMaxMib = 512,
+    force: o.Force = False,
+    keep_names: o.KeepNames = False,
+) -> None:
+    """Convert request logs or public traces to the canonical trace (or an export)."""
+    from rich.console import Console
+
+    from analyzer.errors import UsageError, printable
+    from analyzer.ingest import open_trace, previews_path
+    from analyzer.ingest.pipeline import convert_trace
+    from analyzer.progress import progress
+
+    if to not in ("canonical", "mooncake", "bailian"):
+        raise UsageError(f"unknown --to '{to}'", hint="canonical, mooncake or bailian")
+    opts = o.ingest_options(
+        block_size=block_size,
+        fmt=fmt,
+        template=template,
+        tools_position=tools_position,
+        tokenizer=tokenizer,
+        token_ratio=token_ratio,
+        salt_file=salt_file,
+        hash_key=hash_key,
+        time_field=time_field,
+        time_unit=time_unit,
+        prompt_column=prompt_column,
+        time_column=time_column,
+        session_column=session_column,
+        strict=strict,
+        no_exact=no_exact,
+        exact_max_mib=exact_max_mib,
+        previews=keep_previews,
+        keep_names=keep_names,
+    )
+    from analyzer.outputs import atomic_path, check_output
+
+    check_output(out, force=force, inputs=inputs)  # fail before the long run, not after it
+    if keep_previews:
+        check_output(previews_path(out), force=force, inputs=inputs)
+    total = o.input_bytes(inputs)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    if to == "canonical":
+        with progress("reading", total, unit="bytes") as advance:
+            loaded, written = convert_trace(
+                [str(p) for p in inputs], out, opts, advance=advance, force=force
+            )
+        if keep_previews and loaded.previews:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            items = sorted(loaded.previews.items())
+            side = pa.table(
+                {
+                    "block_hash": pa.array([h for h, _ in items], pa.uint64()),
+                    "preview": pa.array([t for _, t in items], pa.string()),
+                }
+            )
+            # Prompt text: readable by its owner only, like the salt.
+            with atomic_path(previews_path(out), force=force, private=True) as tmp:
+                pq.write_table(side, tmp, compression="zstd")
+        console.print(printable(summary(loaded, written, out)), markup=False)
+        return
+    from analyzer.ingest.pipeline import table_figures
+
+    with progress("reading", total, unit="bytes") as advance:
+        loaded = open_trace([str(p) for p in inputs], opts, advance=advance)
+    if to == "mooncake":
+        from analyzer.ingest.export import export_mooncake
+
+        export_mooncake(loaded.table, out, force=force)
+    else:
+        from analyzer.ingest.export import export_bailian
+
+        export_bailian(loaded.table, out, force=force)
+    text = summary(loaded, table_figures(loaded.table), out)
+    console.print(printable(text + "\n" + export_note(loaded.table, to)), markup=False)
+
+
+def export_note(table, to: str) -> str:  # type: ignore[no-untyped-def]
+    """What an export's lengths count and what it keeps of conversations."""
+    import pyarrow.compute as pc
+
+    from analyzer.trace import read_metadata
+
+    tok = read_metadata(table).get("tokenizer") or ""
+    unit = (
+        f"{tok} tokens (set --tokenizer to the served model's tokenizer for its counts)"
+        if tok
+        else "tokens as the source trace counted them"
+    )
+    lines = [f"  input_length / output_length: {unit}"]
+    n = int(pc.count_distinct(table.column("session_id")).as_py() or 0)
+    if to == "mooncake":
+        lines.append(
+            f"  sessions: {n:,} kept as session_id + delay (AIPerf mooncake_trace multi-turn)"
+            if n
+            else "  sessions: none in the log (each request replays on its own)"
+        )
+    return "\n".join(lines)
+
+
+def summary(loaded, written, out: Path) -> str:  # type: ignore[no-untyped-def]
+    """The end-of-run summary: requests, tokens, blocks, skipped rows with examples."""
+    w = written
+    if w.distinct_sample_rate < 1:
+        distinct = (
+            f"about {w.distinct_blocks:,} distinct, counted on a 1/"
+            f"{round(1 / w.distinct_sample_rate):,} sample of hash values"
+        )
+    else:
+        distinct = f"{w.distinct_blocks:,} distinct"
+    lines = [
+        f"wrote {out}",
+        f"  requests: {w.requests:,}   formats: {', '.join(sorted(set(loaded.formats)))}",
+        f"  prompt tokens: {w.prompt_tokens:,}"
+        + ("   (count-only: lengths, no content)" if w.count_only else ""),
+        f"  blocks: {w.blocks:,} ({distinct}) of {w.block_size} tokens",
+    ]
+    lines.append(f"  time span: {w.span_s:,.1f} s from the first request to the last")
+    if loaded.reordered:
+        lines.append(f"  out-of-order rows: {loaded.reordered:,} (sorted by arrival)")
+    for f in loaded.untimed_files:
+        lines.append(f"  no timestamps in {f}: requests spaced 1 s apart in file order")
+    for note in loaded.mixed_unit_files:
+        lines.append(f"  {note}")
+    for note in loaded.notes:
+        lines.append(f"  {note}")
+    if loaded.skipped.total:
+        lines.append("  " + str(loaded.skipped).replace("\n", "\n  "))
+    else:
+        lines.append("  skipped: none")
+    return "\n".join(lines)
