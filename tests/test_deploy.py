@@ -585,3 +585,113 @@ def test_pilot_commands_keep_tokenizer_paths_private():
     cmd = served["kvpool"].command
     assert cmd.endswith('--tokenizer "$TOKENIZER" --token-ratio 1.12')
     assert "hf:tokenizer.json: set TOKENIZER" in served["kvpool"].note
+
+
+# -- the real Mooncake Store: master started from start.sh, a client from the config ----
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _mooncake_store_class():  # type: ignore[no-untyped-def]
+    import ctypes.util
+
+    if ctypes.util.find_library("ibverbs") is None:
+        pytest.skip("libibverbs is not installed (.ci/run installs libibverbs1)")
+    L.mooncake_config()  # the package is installed (or the test fails in CI)
+    try:
+        from mooncake.store import MooncakeDistributedStore
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        pytest.skip(f"Mooncake's store client does not load here: {exc}")
+    return MooncakeDistributedStore
+
+
+@pytest.mark.e2e
+def test_real_mooncake_master_and_store_accept_the_emitted_configs(tmp_path):
+    import socket
+    import sys
+    import time
+
+    Store = _mooncake_store_class()
+    rpc = _free_port()
+    sz = replace(
+        _sizing(True, instances=4, gpus_per_node=4, knee=2048), nic="tcp"
+    )  # 2048 tokens x 128 KiB = 256 MiB of pool over 4 ranks
+    files = {
+        f.path: f for f in bundle({"pooled": sz}, "pooled", model="m", master=f"127.0.0.1:{rpc}")
+    }
+    start = tmp_path / "start.sh"
+    start.write_text(files["deploy/pooled/mooncake-master/start.sh"].text)
+    bindir = str(Path(sys.executable).parent)  # mooncake_master's console script
+    env = {**os.environ, "PATH": bindir + os.pathsep + os.environ["PATH"]}
+    master = subprocess.Popen(
+        [
+            "bash",
+            str(start),
+            f"--metrics_port={_free_port()}",
+            "--rpc_address=127.0.0.1",
+            "--enable_metric_reporting=false",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", rpc), 0.2).close()
+                break
+            except OSError:
+                assert master.poll() is None, "mooncake_master exited"
+                assert time.monotonic() < deadline, "mooncake_master did not listen"
+                time.sleep(0.1)
+        configs = {
+            "mooncake.json": json.loads(
+                _node(files["deploy/pooled/vllm-mooncake-store/mooncake.json"].text)
+            ),
+            "lmcache extra_config": yaml.safe_load(
+                _node(files["deploy/pooled/vllm-lmcache-mooncake/lmcache.yaml"].text)
+            )["extra_config"],
+            # SGLang takes the address from MOONCAKE_LOCAL_HOSTNAME and splits the
+            # server's segment over its tp ranks (tp 1 here).
+            "hicache-mooncake.json": json.loads(
+                files["deploy/pooled/sglang-hicache-mooncake/hicache-mooncake.json"].text
+            ),
+        }
+        MooncakeConfig = L.mooncake_config()
+        for name, raw in configs.items():
+            raw["local_hostname"] = "127.0.0.1"
+            # The staging buffer is shrunk for the test machine; the segment is as sized.
+            raw["local_buffer_size"] = 16 * 2**20
+            path = tmp_path / "cfg.json"
+            path.write_text(json.dumps(raw))
+            cfg = MooncakeConfig.from_file(str(path))
+            assert cfg.protocol == "tcp"
+            assert cfg.global_segment_size * sz.ranks == pytest.approx(sz.pool_bytes, rel=0.01)
+            assert cfg.master_server_address == f"127.0.0.1:{rpc}"
+            store = Store()
+            rc = store.setup(
+                cfg.local_hostname,
+                cfg.metadata_server,
+                cfg.global_segment_size,
+                cfg.local_buffer_size,
+                cfg.protocol,
+                cfg.device_name,
+                cfg.master_server_address,
+            )
+            assert rc == 0, name
+            try:
+                key = f"kvpool-{name}"
+                assert store.put(key, b"a KV block") == 0, name
+                assert store.get(key) == b"a KV block", name
+            finally:
+                store.close()
+    finally:
+        master.terminate()
+        master.wait(10)

@@ -171,7 +171,8 @@ def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile
                 "# To use one instead, add --enable_http_metadata_server=true\n"
                 "# --http_metadata_server_port=8080 and set metadata_server to\n"
                 f'# "http://{host}:8080/metadata" in every config.\n'
-                f"exec mooncake_master --rpc_port={port}\n",
+                "# Extra flags (e.g. --metrics_port=9003) pass through.\n"
+                f'exec mooncake_master --rpc_port={port} "$@"\n',
             ),
         )
     )

@@ -421,6 +421,7 @@ def run_analysis(
     loaded: LoadedTrace | None = None,
     replayer=None,
     reuse=None,
+    models=None,
 ) -> AnalysisResult:
     """The whole pipeline; ``advance`` (if given) receives percentage points (100 in all).
 
@@ -428,7 +429,8 @@ def run_analysis(
     result), for a caller that remembers replays across calls (the dashboard's
     :class:`analyzer.replay.memo.ReplayMemo`). ``reuse`` is the reuse report of this
     trace with ``ReuseOptions(warmup=opts.warmup, bytes_per_token=...)`` of the model,
-    when the caller has it already.
+    and ``models`` its :func:`models_document` (warm-up and KV dtype), when the caller
+    has them already.
 
     ``loaded`` is what ``open_trace(paths, ...)`` already returned, for a caller that
     ingested the logs itself (the dashboard): ingestion is then skipped, so the options'
@@ -492,7 +494,11 @@ def run_analysis(
         "examples": [_private_example(e, names) for e in loaded.skipped.examples],
     }
     reuse_json = rep.to_json()
-    models_doc = models_document(loaded, ReuseOptions(warmup=opts.warmup), opts.kv_dtype)
+    models_doc = (
+        models
+        if models is not None
+        else models_document(loaded, ReuseOptions(warmup=opts.warmup), opts.kv_dtype)
+    )
 
     usable = not (tf.count_only or tf.n_requests < th.min_requests or not rf.measurable)
     bw: BandwidthFigures | None = None

@@ -23,7 +23,8 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer import limits
-from analyzer.blocks import ArrivalLCP, BlockHasher, id_hash, load_salt, salt_id
+from analyzer.blocks import BlockHasher, id_hash, load_salt, salt_id
+from analyzer.cache.token_radix import ArrivalLCP
 from analyzer.errors import InputError, Location, UsageError
 from analyzer.ingest.detect import FORMATS, detect_format
 from analyzer.ingest.io import check_readable
