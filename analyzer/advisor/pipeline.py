@@ -75,6 +75,10 @@ class AnalyzeOptions:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     ttft_slo_s: float = 2.0
     only_model: str | None = None  # analyze one of the log's models alone
+    # Today's deployment, replayed beside the hits the log measured (None: as `cluster`).
+    current_instances: int | None = None
+    current_router: str | None = None
+    current_local_capacity_tokens: int | None = None
     profile: str | None = None  # a `kvpool cost profile` / `kvpool cost fit` JSON
     search_rate: bool = True
     sensitivity_replays: bool = True
@@ -90,6 +94,14 @@ class AnalyzeOptions:
 
         # The cluster's and the ingest's numbers are checked by their own options.
         limits.check(self.ttft_slo_s, "ttft_slo_s", "--ttft-slo")
+        from analyzer.replay.config import ROUTERS
+
+        if self.current_instances is not None:
+            limits.check(self.current_instances, "instances", "--current-instances")
+        if self.current_router is not None and self.current_router not in ROUTERS:
+            raise UsageError(
+                f"unknown --current-router {self.current_router!r}; choose one of {ROUTERS}"
+            )
 
     # Read-only views of the composed options, under the names the advisor uses.
     @property
@@ -192,6 +204,7 @@ class AnalysisResult:
     # how prompts were tokenized: the trace's tokenizer and template names
     tokenization: dict = field(default_factory=dict)
     models: dict = field(default_factory=dict)  # per-model figures (advisor.models)
+    measured: dict | None = None  # measured against projected (advisor.current)
     warnings: list[str] = field(default_factory=list)
     pilot: tuple[PilotCommand, ...] = ()
     deploy: tuple[DeployFile, ...] = ()
@@ -548,6 +561,11 @@ def run_analysis(
     uncertainty: dict | None = None
     if bw is not None:
         decision, uncertainty = _with_uncertainty(decision, cm, bw, replay, th)
+    measured_doc = _measured_vs_projected(trace, cfg, cm, opts, usable)
+    if measured_doc is not None and measured_doc[1] is not None:
+        from analyzer.advisor.current import with_comparison
+
+        decision = with_comparison(decision, measured_doc[1])
 
     sizing: Sizing | None = None
     sizings: dict[str, Sizing] = {}
@@ -677,8 +695,28 @@ def run_analysis(
         },
         models=models_doc,
         warnings=warnings,
+        measured=None if measured_doc is None else measured_doc[0],
         uncertainty=uncertainty,
     )
+
+
+def _measured_vs_projected(trace, cfg, cm, opts: AnalyzeOptions, usable: bool):
+    """(report section, comparison) when the log's responses carry cached_tokens: the
+    measured rate always; the replay of today's deployment when the log is usable."""
+    from analyzer.advisor.current import CurrentDeployment, compare
+    from analyzer.reuse.measured import measure_cached
+
+    measured = measure_cached(trace, opts.warmup)
+    if measured is None:
+        return None
+    if not usable:
+        return {"measured": measured.to_json(), "projected": None}, None
+    current = CurrentDeployment(
+        opts.current_instances, opts.current_router, opts.current_local_capacity_tokens
+    )
+    with progress("replay of today's deployment", None):
+        comparison = compare(trace, cfg, cm, measured, current)
+    return comparison.to_json(), comparison
 
 
 _LOWER = {"high": "medium", "medium": "low", "low": "low"}
@@ -891,6 +929,9 @@ def _options_json(o: AnalyzeOptions) -> dict:
         "template": i.template,
         "tokenizer": i.tokenizer,
         "only_model": o.only_model,
+        "current_instances": o.current_instances,
+        "current_router": o.current_router,
+        "current_local_capacity_tokens": o.current_local_capacity_tokens,
         "search_rate": o.search_rate,
         "sensitivity_replays": o.sensitivity_replays,
         "knee_fraction": o.knee_fraction,
@@ -927,6 +968,7 @@ def report_document(r: AnalysisResult) -> dict:
         "trace": {**asdict(r.trace), "skipped": r.skipped, "tokenization": r.tokenization},
         "models": r.models,
         "warnings": list(r.warnings),
+        "measured_vs_projected": r.measured,
         "verdict": {
             "verdict": d.verdict,
             "reasons": list(d.reasons),

@@ -301,6 +301,8 @@ class _Builder:
             turn=raw.turn,
             count_only=raw.count_only,
             approx=bool(approx),
+            cached_tokens=raw.cached_tokens,
+            engine_prompt_tokens=raw.engine_prompt_tokens,
         )
         if self.lcp is not None and self.lcp.tree.memory_bytes() > self.opts.exact_max_bytes:
             self._drop_exact()
