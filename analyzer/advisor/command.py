@@ -98,11 +98,18 @@ def analyze(
         bool,
         typer.Option("--pdf", help="Also print report.pdf with headless Chromium, if installed."),
     ] = False,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs", "-j", help="Processes reading the logs (default: every core); same output."
+        ),
+    ] = None,
 ) -> None:
     """Log to decision: reuse, break-even, replay, verdict, sized settings and pilot gates."""
     from rich.console import Console
 
     from analyzer.advisor.pipeline import AnalyzeOptions, run_analysis
+    from analyzer.ingest.parallel import resolve_jobs
     from analyzer.progress import progress
     from analyzer.report import write_reports
 
@@ -124,6 +131,7 @@ def analyze(
         block_size=block_size,
         fmt=fmt,
         search_rate=not no_rate_search,
+        jobs=resolve_jobs(jobs),
     )
     # Each stage shows its own progress bar (rich allows one live display at a time).
     doc = run_analysis([str(p) for p in inputs], opts).to_json()

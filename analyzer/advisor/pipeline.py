@@ -82,6 +82,7 @@ class AnalyzeOptions:
     sensitivity_replays: bool = True
     knee_fraction: float = 0.9
     thresholds: Thresholds = field(default_factory=Thresholds)
+    jobs: int = 1  # processes reading the logs; not in the report (same output at any N)
 
     def __post_init__(self) -> None:
         if self.pool_gbps is not None and not (
@@ -359,7 +360,12 @@ def run_analysis(
         ) as adv:
             loaded = open_trace(
                 plist,
-                IngestOptions(block_size=opts.block_size, fmt=opts.fmt, template=opts.template),
+                IngestOptions(
+                    block_size=opts.block_size,
+                    fmt=opts.fmt,
+                    template=opts.template,
+                    jobs=opts.jobs,
+                ),
                 advance=adv,
             )
     step(15)
@@ -661,6 +667,7 @@ def report_document(r: AnalysisResult) -> dict:
     d = r.decision
     opts = asdict(r.options)
     opts["thresholds"] = asdict(r.options.thresholds)
+    del opts["jobs"]  # how the work was spread, not what was asked: output is the same
     if opts["model"].lower().endswith(".json"):  # a config.json path: keep the name only
         opts["model"] = Path(opts["model"]).name
     sizing = None

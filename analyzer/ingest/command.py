@@ -63,12 +63,19 @@ def convert(
             "--exact-max-mib", help="Memory bound of the token-exact LCP tree; past it, skipped."
         ),
     ] = 512,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs", "-j", help="Processes reading the logs (default: every core); same output."
+        ),
+    ] = None,
 ) -> None:
     """Convert request logs or public traces to the canonical trace (or an export)."""
     from rich.console import Console
 
     from analyzer.errors import UsageError
     from analyzer.ingest import IngestOptions, open_trace, previews_path
+    from analyzer.ingest.parallel import resolve_jobs
     from analyzer.ingest.pipeline import convert_trace
     from analyzer.progress import progress
 
@@ -91,6 +98,7 @@ def convert(
         session_column=session_column,
         exact=not no_exact,
         exact_max_bytes=exact_max_mib << 20,
+        jobs=resolve_jobs(jobs),
     )
     if exact_max_mib < 1:
         raise UsageError(f"--exact-max-mib must be at least 1, got {exact_max_mib}")

@@ -12,6 +12,7 @@ with ``exact=False`` / ``--no-exact`` on huge logs).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 from array import array
@@ -114,6 +115,8 @@ class _Builder:
         self.lcp = ArrivalLCP() if opts.exact and has_content else None
         self.rows = RowSpool()
         self.notes: list[str] = []
+        self.piece_stats = (0, 0, 0, 0)  # what parallel workers counted (see parallel.py)
+        self.exact_wanted = False  # in a worker: record the tree's operations
         self.previews = Previews()
         self.shared: dict = {}
         self.file_abs: list[tuple[str, bool]] = []  # (file, absolute times?) per file read
@@ -273,15 +276,16 @@ class _Builder:
             count_only=raw.count_only,
             approx=bool(approx),
         )
-        if self.lcp is not None and self.lcp.tree.memory_bytes() > self.opts.exact_max_bytes:
+        if self.lcp is not None and self.lcp.memory_bytes() > self.opts.exact_max_bytes:
             self._drop_exact()
 
-    def _drop_exact(self) -> None:
+    def _drop_exact(self, after_rows: int | None = None) -> None:
         """The token tree outgrew its bound: token-exact LCPs are not computed (see notes)."""
         assert self.lcp is not None
+        n = len(self.rows) if after_rows is None else after_rows
         self.notes.append(
             f"token-exact prefix lengths not computed: the token tree passed "
-            f"{self.opts.exact_max_bytes / 2**20:,.0f} MiB after {len(self.rows):,} requests "
+            f"{self.opts.exact_max_bytes / 2**20:,.0f} MiB after {n:,} requests "
             "(--exact-max-mib); reuse figures use the block-level ceilings"
         )
         self.lcp = None
@@ -311,11 +315,34 @@ class _Builder:
 
     def read_file(self, path: str, fmt: str) -> None:
         ctx = FileContext(path, fmt, self.opts, shared=self.shared)
-        parse = PARSERS[fmt]
         first = len(self.rows)
+        iso, _ = self.read_rows(ctx, records(path, fmt, self.advance))
+        self.settle_times(path, fmt, ctx.timed, first, np.asarray(iso, dtype=bool))
+
+    def first_timing(self, path: str, fmt: str) -> tuple[int | None, bool | None, str | None]:
+        """(line of the file's first kept row, whether the file is timed, its time field),
+        read from the top with nothing kept (a scratch builder sharing only the
+        tokenizer memo, which is a pure cache)."""
+        scratch = copy.copy(self)
+        scratch.rows, scratch.lcp, scratch.notes = RowSpool(), None, []
+        scratch.skipped = SkipSummary(max_examples=0)
+        scratch.previews = Previews()
+        scratch.hasher = BlockHasher(self.block_size, self.salt, self.opts.token_ratio)
+        ctx = FileContext(path, fmt, self.opts, shared={})
+        try:
+            _, line = scratch.read_rows(ctx, records(path, fmt, None), first_only=True)
+        finally:
+            scratch.rows.close()
+        return line, ctx.timed, ctx.time_name
+
+    def read_rows(self, ctx: FileContext, recs, first_only: bool = False):  # type: ignore[no-untyped-def]
+        """Rows of ``recs`` added; returns (per kept row: ISO time?, line of the first kept
+        row or None). ``first_only`` stops after the first kept row (a file's timing)."""
+        parse = PARSERS[ctx.fmt]
         iso_flags: list[bool] = []
+        first_line: int | None = None
         seq = 0
-        for line, rec in records(path, fmt, self.advance):
+        for line, rec in recs:
             if isinstance(rec, RowError):
                 self._bad(rec, ctx, line)
                 if rec.fatal:
@@ -340,15 +367,25 @@ class _Builder:
                 continue
             iso_flags.append(iso)
             seq += 1
+            if first_line is None:
+                first_line = line
+                if first_only:
+                    break
+        return iso_flags, first_line
+
+    def settle_times(
+        self, path: str, fmt: str, timed: bool | None, first: int, iso: np.ndarray
+    ) -> None:
+        """Times of the file's rows ``first:`` in seconds, once the whole file is read: the
+        numeric unit is resolved on all of them, then absolute vs relative."""
         last = len(self.rows)
         if last == first:
             return
-        # Resolve the numeric unit of this file, then absolute vs relative.
         times = np.frombuffer(self.rows.time, dtype=np.float64)[first:last].copy()
-        iso = np.asarray(iso_flags, dtype=bool)
-        if ctx.timed is False:
+        if timed is False:
             self.untimed.append(path)
             absolute = False
+            times = np.arange(last - first, dtype=np.float64) * UNTIMED_SPACING_S
         else:
             forced = None if self.opts.time_unit == "auto" else self.opts.time_unit
             forced = forced or NATIVE_UNIT.get(fmt)
@@ -605,8 +642,14 @@ def _read_raw(
     if "canonical" in fmts:
         raise UsageError("canonical traces cannot be mixed with raw logs in one run")
     b = _Builder(plist, fmts, opts, advance)
-    for p, f in zip(plist, fmts, strict=True):
-        b.read_file(p, f)
+    jobs = _jobs_for(plist, opts)
+    if jobs > 1:
+        from analyzer.ingest.parallel import read_parallel
+
+        read_parallel(b, jobs)
+    else:
+        for p, f in zip(plist, fmts, strict=True):
+            b.read_file(p, f)
     if not len(b.rows):
         raise InputError(
             "no usable requests in "
@@ -617,15 +660,28 @@ def _read_raw(
     return plist, b
 
 
+def _jobs_for(paths: list[str], opts: IngestOptions) -> int:
+    """Worker processes for this run: one when the inputs are too small to gain from more
+    (starting a worker costs about a second) and under --strict (the first bad row in
+    input order must be the one reported)."""
+    jobs = opts.jobs
+    if jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {jobs}")
+    if opts.strict or sum(os.path.getsize(p) for p in paths) < opts.parallel_min_bytes:
+        return 1
+    return jobs
+
+
 def _loaded(b: _Builder, plist: list[str], table: pa.Table | None) -> LoadedTrace:
     stats = {}
+    w = b.piece_stats
     if b.renderer is not None:
         stats = {
-            "parts_seen": b.renderer.parts_seen,
-            "parts_tokenized": b.renderer.parts_tokenized,
-            "tokens_encoded": b.renderer.tokens_encoded,
+            "parts_seen": b.renderer.parts_seen + w[0],
+            "parts_tokenized": b.renderer.parts_tokenized + w[1],
+            "tokens_encoded": b.renderer.tokens_encoded + w[2],
         }
-    stats["blocks_hashed"] = b.hasher.blocks_hashed
+    stats["blocks_hashed"] = b.hasher.blocks_hashed + w[3]
     return LoadedTrace(
         table=table if table is not None else CANONICAL_SCHEMA.empty_table(),
         skipped=b.skipped,

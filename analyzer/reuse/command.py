@@ -102,10 +102,17 @@ def reuse(
     fmt: Annotated[
         str | None, typer.Option("--format", help="Input format; detected if omitted.")
     ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs", "-j", help="Processes reading the logs (default: every core); same output."
+        ),
+    ] = None,
 ) -> None:
     """Prefix reuse: ceilings, where reuse comes from, and hit rate against cache size."""
     from rich.console import Console
 
+    from analyzer.ingest.parallel import resolve_jobs
     from analyzer.progress import progress
     from analyzer.reuse.analysis import ReuseOptions, analyze_reuse
     from analyzer.reuse.render import render_summary, write_json
@@ -134,7 +141,7 @@ def reuse(
         top_n=top,
         shards_rate=shards_rate,
     )
-    loaded = _load(inputs, block_size, fmt)
+    loaded = _load(inputs, block_size, fmt, resolve_jobs(jobs))
     trace = loaded.trace
     if block_size is not None and block_size != trace.block_size:
         if block_size % trace.block_size:
@@ -155,12 +162,14 @@ def reuse(
         console.print(f"wrote {json_out}")
 
 
-def _load(inputs: list[Path], block_size: int | None, fmt: str | None):  # type: ignore[no-untyped-def]
+def _load(inputs: list[Path], block_size: int | None, fmt: str | None, jobs: int = 1):  # type: ignore[no-untyped-def]
     from analyzer.ingest import IngestOptions, open_trace
     from analyzer.progress import progress
 
     total = sum(p.stat().st_size for p in inputs if p.is_file())
     with progress("reading", total, unit="bytes") as advance:
         return open_trace(
-            [str(p) for p in inputs], IngestOptions(block_size=block_size, fmt=fmt), advance
+            [str(p) for p in inputs],
+            IngestOptions(block_size=block_size, fmt=fmt, jobs=jobs),
+            advance,
         )
