@@ -35,12 +35,15 @@ import os
 import shutil
 import tempfile
 from array import array
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analyzer.errors import KvpoolError
+from analyzer.errors import InputError, KvpoolError
 from analyzer.ingest.io import Span, compression, line_spans
 from analyzer.ingest.options import SkipSummary
 from analyzer.ingest.readers import SPLITTABLE, FileContext, records
@@ -276,12 +279,15 @@ def read_parallel(b: _Builder, jobs: int) -> None:
     ctx = mp.get_context("spawn")
     counter = ctx.Value("d", 0.0) if b.advance is not None else None
     wopts = replace(b.opts, block_size=b.block_size, salt=b.salt, exact=False)
-    pool = ctx.Pool(
+    # concurrent.futures, not multiprocessing.Pool: a worker that dies (killed, out of
+    # memory) fails the run with BrokenProcessPool instead of leaving it waiting forever.
+    pool = ProcessPoolExecutor(
         min(jobs, sum(not p.in_parent for p in pieces)) or 1,
+        mp_context=ctx,
         initializer=_init,
         initargs=(b.paths, b.fmts, wopts, b.lcp is not None, counter),
     )
-    pending = [None if p.in_parent else pool.apply_async(_run, (p,)) for p in pieces]
+    pending = [None if p.in_parent else pool.submit(_run, p) for p in pieces]
     taken = 0.0
     try:
         first, isos, timed = 0, [], None
@@ -296,10 +302,15 @@ def read_parallel(b: _Builder, jobs: int) -> None:
             else:
                 while True:
                     try:
-                        res = job.get(timeout=0.2)
+                        res = job.result(timeout=0.2)
                         break
-                    except mp.TimeoutError:
+                    except FutureTimeout:
                         taken = _progress(b, counter, taken)
+                    except BrokenProcessPool as exc:
+                        raise InputError(
+                            f"a worker reading {piece.path} stopped ({exc})",
+                            hint="retry with --jobs 1 (it may have run out of memory)",
+                        ) from exc
                 pending[i] = None
                 if isinstance(res, PieceFailed):
                     raise _rebuilt(res)
@@ -310,11 +321,13 @@ def read_parallel(b: _Builder, jobs: int) -> None:
                 b.settle_times(piece.path, piece.fmt, timed, first, iso_all)
         _progress(b, counter, taken)
     finally:
-        pool.terminate()
-        pool.join()
-        for job in pending:  # results never adopted (an error stopped the run)
-            if job is not None and job.ready() and job.successful():
-                res = job.get()
+        for job in pending:  # not adopted: an error stopped the run
+            if job is not None:
+                job.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+        for job in pending:
+            if job is not None and job.done() and not job.cancelled() and not job.exception():
+                res = job.result()
                 if isinstance(res, PieceResult):
                     _discard(res)
 
