@@ -201,3 +201,16 @@ def test_distinct_counter_samples_above_its_bound():
     assert d.sample_rate < 1
     # A 1/32 or 1/64 sample of 200,000 uniform values: within 10 % (about 4 sigma).
     assert abs(d.estimate() - 200_000) < 20_000
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50),
+    st.binary(max_size=300),
+    st.binary(max_size=64),
+)
+def test_compiled_id_hashes_are_hashlibs(values, namespace, salt):
+    from analyzer.blocks import id_hash, id_hashes
+
+    got = id_hashes(namespace, np.array(values, dtype=np.int64), salt)
+    assert got.tolist() == [id_hash(namespace, v, salt) for v in values]

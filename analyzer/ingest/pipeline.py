@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from analyzer.blocks import ArrivalLCP, BlockHasher, id_hash, load_salt, salt_id
+from analyzer.blocks import ArrivalLCP, BlockHasher, id_hashes, load_salt, salt_id
 from analyzer.errors import InputError, Location, OutputError, UsageError
 from analyzer.ingest.detect import FORMATS, detect_format
 from analyzer.ingest.io import check_readable
@@ -249,11 +249,8 @@ class _Builder:
             m = self.block_size // native
             n_blocks = raw.prompt_tokens // self.block_size
             ns = ctx.fmt.encode() + self._extra(raw)
-            hashes = np.fromiter(
-                (id_hash(ns, raw.block_ids[m * j + m - 1], self.salt) for j in range(n_blocks)),
-                dtype=np.uint64,
-                count=n_blocks,
-            )
+            ids = np.asarray(raw.block_ids[m - 1 : m * n_blocks : m], dtype=np.int64)
+            hashes = id_hashes(ns, ids, self.salt)
             n_prompt = raw.prompt_tokens
         else:
             n_prompt, hashes, contents, idx = self._hash_content(raw)
