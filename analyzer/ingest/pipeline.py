@@ -39,6 +39,7 @@ from analyzer.ingest.readers import (
 )
 from analyzer.ingest.spool import DistinctCounter, RowSpool, list_array
 from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, numeric_seconds
+from analyzer.ingest.vector import BULK, read_bulk
 from analyzer.tokenize import Part, Previews, RenderError
 from analyzer.trace import (
     CANONICAL_SCHEMA,
@@ -313,8 +314,24 @@ class _Builder:
     def read_file(self, path: str, fmt: str) -> None:
         ctx = FileContext(path, fmt, self.opts, shared=self.shared)
         first = len(self.rows)
+        if fmt in BULK and self._read_bulk(path, fmt):
+            self.settle_times(path, fmt, True, first, np.zeros(len(self.rows) - first, bool))
+            return
         iso, _ = self.read_rows(ctx, records(path, fmt, self.advance))
         self.settle_times(path, fmt, ctx.timed, first, np.asarray(iso, dtype=bool))
+
+    def _read_bulk(self, path: str, fmt: str) -> bool:
+        """A clean pre-hashed trace, read whole (:mod:`analyzer.ingest.vector`)."""
+        from analyzer.ingest.readers import Raw as _Raw
+
+        got = read_bulk(path, fmt, self.block_size, self.salt, fmt.encode() + self._extra(_Raw()))
+        if got is None:
+            return False
+        table, times = got
+        self.rows.append_table(table, times)
+        if self.advance is not None:
+            self.advance(os.path.getsize(path))
+        return True
 
     def first_timing(self, path: str, fmt: str) -> tuple[int | None, bool | None, str | None]:
         """(line of the file's first kept row, whether the file is timed, its time field),

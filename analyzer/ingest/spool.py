@@ -83,19 +83,27 @@ class _Pending:
         np.cumsum(counts, out=offsets[1:])
         coffsets = np.zeros(counts.size + 1, dtype=np.int64)
         np.cumsum(np.where(has, counts, 0), out=coffsets[1:])
+
+        # Lists go in as numpy object arrays: given a plain list, pyarrow imports pandas
+        # (a third of a second) to ask whether it is a pandas object.
+        def obj(values: list, t: pa.DataType) -> pa.Array:
+            arr = np.empty(len(values), dtype=object)
+            arr[:] = values
+            return pa.array(arr, t)
+
         cols = [
-            pa.array(self.request_id, pa.string()),
-            pa.array(self.session, pa.string()),
-            pa.array(self.tenant, pa.string()),
-            pa.array(self.model, pa.string()),
-            pa.array(self.prompt_tokens, pa.int64()),
-            pa.array(self.output_tokens, pa.int64()),
+            obj(self.request_id, pa.string()),
+            obj(self.session, pa.string()),
+            obj(self.tenant, pa.string()),
+            obj(self.model, pa.string()),
+            pa.array(np.asarray(self.prompt_tokens, dtype=np.int64)),
+            obj(self.output_tokens, pa.int64()),
             list_array(offsets, np.frombuffer(self.hashes, dtype=np.uint64)),
             list_array(coffsets, np.frombuffer(self.contents, dtype=np.uint64), mask=~has),
-            pa.array(self.parent, pa.string()),
-            pa.array(self.turn, pa.int64()),
-            pa.array(self.count_only, pa.bool_()),
-            pa.array(self.approx, pa.bool_()),
+            obj(self.parent, pa.string()),
+            obj(self.turn, pa.int64()),
+            pa.array(np.asarray(self.count_only, dtype=bool)),
+            pa.array(np.asarray(self.approx, dtype=bool)),
         ]
         return pa.RecordBatch.from_arrays(cols, schema=SPOOLED)
 
@@ -106,7 +114,7 @@ def list_array(offsets: np.ndarray, flat: np.ndarray, mask=None) -> pa.Array:  #
     return pa.ListArray.from_arrays(
         pa.array(offsets.astype(np.int32)),
         pa.array(flat, type=pa.uint64()),
-        mask=None if mask is None else pa.array(mask),
+        mask=None if mask is None else pa.array(np.asarray(mask, dtype=bool)),
     )
 
 
@@ -187,23 +195,47 @@ class RowSpool:
         if len(p) >= self.batch_rows:
             self._spool()
 
+    def _open(self) -> None:
+        d = tempfile.mkdtemp(prefix="kvpool-rows-")
+        self._dirs.append(d)
+        self._files.append(os.path.join(d, "rows.arrow"))
+        self._sink = pa.OSFile(self._files[-1], "wb")
+        self._writer = pa.ipc.new_file(self._sink, SPOOLED)
+        self._in_file = 0
+
     def _spool(self) -> None:
         n = len(self._pending)
         if not n:
             return
         if self._writer is None:
-            d = tempfile.mkdtemp(prefix="kvpool-rows-")
-            self._dirs.append(d)
-            self._files.append(os.path.join(d, "rows.arrow"))
-            self._sink = pa.OSFile(self._files[-1], "wb")
-            self._writer = pa.ipc.new_file(self._sink, SPOOLED)
-            self._in_file = 0
+            self._open()
+        assert self._writer is not None
         self._writer.write_batch(self._pending.batch())
         self._starts.append(self._n_spooled)
         self._where.append((len(self._files) - 1, self._in_file))
         self._in_file += 1
         self._n_spooled += n
         self._pending = _Pending()
+
+    def append_table(self, table: pa.Table, time: np.ndarray) -> None:
+        """Rows already columnar (``SPOOLED`` schema; a bulk reader's), with their times;
+        they have no tree index."""
+        self._spool()
+        n = table.num_rows
+        self.time.frombytes(np.asarray(time, dtype=np.float64).tobytes())
+        self.prompt_tokens.frombytes(
+            np.asarray(table.column("prompt_tokens"), dtype=np.int64).tobytes()
+        )
+        self.lcp_index.frombytes(np.full(n, -1, dtype=np.int64).tobytes())
+        for batch in table.cast(SPOOLED).to_batches(max_chunksize=self.batch_rows):
+            if self._writer is None:
+                self._open()
+            assert self._writer is not None
+            self._writer.write_batch(batch)
+            self._starts.append(self._n_spooled)
+            self._where.append((len(self._files) - 1, self._in_file))
+            self._in_file += 1
+            self._n_spooled += batch.num_rows
 
     def _seal(self) -> None:
         """Spool what is pending and close the file being written."""
