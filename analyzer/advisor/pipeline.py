@@ -82,7 +82,7 @@ class AnalyzeOptions:
     sensitivity_replays: bool = True
     knee_fraction: float = 0.9
     thresholds: Thresholds = field(default_factory=Thresholds)
-    jobs: int = 1  # processes reading the logs; not in the report (same output at any N)
+    jobs: int = 1  # processes reading logs and replaying scenarios; not in the report
 
     def __post_init__(self) -> None:
         if self.pool_gbps is not None and not (
@@ -417,6 +417,9 @@ def run_analysis(
                 search_rate=with_search,
                 advance=adv,
                 cost=cm,
+                # Scenarios in parallel (each simulated alone: the same figures); the
+                # rate search is most of analyze's time on a large log.
+                workers=opts.jobs,
             ).to_json()
 
         with progress("replay", None) as adv:
@@ -621,6 +624,7 @@ def _sensitivity(trace, tf, rf, bw, replay, cm, opts: AnalyzeOptions) -> list[Fl
                 ttft_slo_s=opts.ttft_slo_s,
                 search_rate=False,
                 cost=cm,
+                workers=opts.jobs,
             )
             rp = _replay_figures(res.to_json(), opts.ttft_slo_s)
             variants.append(
