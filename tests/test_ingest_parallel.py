@@ -150,8 +150,8 @@ def test_convert_jobs_flag(tmp_path):
     import typer
     from typer.testing import CliRunner
 
+    from analyzer.cli.ingest import register
     from analyzer.errors import UsageError
-    from analyzer.ingest.command import register
 
     app = typer.Typer()
     register(app)

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import analyzer.ingest.spool as spool
-from analyzer.blocks import ArrivalLCP, lcp_reference
+from analyzer.cache import ArrivalLCP, lcp_reference
 from analyzer.ingest import IngestOptions, open_trace
 from analyzer.ingest.pipeline import convert_trace, table_figures
 from analyzer.ingest.spool import DistinctCounter
@@ -60,9 +60,9 @@ def test_spooled_rows_come_back_in_arrival_order_whatever_the_batch_size(
     tmp_path, monkeypatch, shuffle
 ):
     log = chat_log(tmp_path / "chat.jsonl", 120, seed=3, shuffle=shuffle)
-    whole = open_trace([str(log)], IngestOptions(salt=SALT)).table
+    whole = open_trace([str(log)], IngestOptions(salt=SALT, keep_names=True)).table
     monkeypatch.setattr(spool, "BATCH_ROWS", 7)  # 18 spooled batches, read back out of order
-    small = open_trace([str(log)], IngestOptions(salt=SALT)).table
+    small = open_trace([str(log)], IngestOptions(salt=SALT, keep_names=True)).table
     assert small.equals(whole)
     assert small.schema.metadata == whole.schema.metadata
     arrival = whole.column("arrival_s").to_numpy()
@@ -77,7 +77,7 @@ def test_token_lcp_matches_the_oracle_through_the_spool(tmp_path, monkeypatch):
 
     log = chat_log(tmp_path / "chat.jsonl", 40, seed=5, shuffle=True)
     monkeypatch.setattr(spool, "BATCH_ROWS", 3)
-    table = open_trace([str(log)], IngestOptions(salt=SALT)).table
+    table = open_trace([str(log)], IngestOptions(salt=SALT, keep_names=True)).table
     renderer = PromptRenderer(load_tokenizer("cl100k"), "chatml", memo=False)
     by_id = {}
     for line in log.read_text().splitlines():
@@ -127,8 +127,8 @@ def test_convert_command_prints_the_fallback(tmp_path, monkeypatch):
     import typer
     from typer.testing import CliRunner
 
+    from analyzer.cli.ingest import register
     from analyzer.errors import UsageError
-    from analyzer.ingest.command import register
 
     app = typer.Typer()
     register(app)
@@ -141,7 +141,7 @@ def test_convert_command_prints_the_fallback(tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     assert "token-exact prefix lengths not computed" not in res.output
     assert "blocks: " in res.output and " distinct) of 16 tokens" in res.output
-    monkeypatch.setattr("analyzer.blocks.radix.NODE_OVERHEAD_BYTES", 1 << 20)  # 1 MiB a node
+    monkeypatch.setattr("analyzer.cache.token_radix.NODE_OVERHEAD_BYTES", 1 << 20)  # 1 MiB a node
     res = CliRunner().invoke(
         app,
         [

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ import numpy as np
 from analyzer import __version__
 from analyzer.advisor import gates as gates_mod
 from analyzer.advisor.decide import decide
+from analyzer.advisor.deploy import DeployFile, bundle, deploy_sizings, per_process
 from analyzer.advisor.figures import (
     BandwidthFigures,
     Decision,
@@ -29,6 +31,7 @@ from analyzer.advisor.figures import (
     TierFigure,
     TraceFigures,
 )
+from analyzer.advisor.pilot import PilotCommand, pilot_commands
 from analyzer.advisor.products import DOCS_CHECKED, ProductSettings, translate
 from analyzer.advisor.sensitivity import (
     FlipRow,
@@ -41,8 +44,10 @@ from analyzer.advisor.sensitivity import (
 )
 from analyzer.advisor.sizing import ClusterFigures, Sizing, size
 from analyzer.errors import UsageError
+from analyzer.ingest.options import IngestOptions
 from analyzer.progress import Advance, progress
-from analyzer.trace import BlockTrace
+from analyzer.replay.config import ClusterConfig
+from analyzer.trace import BlockTrace, read_metadata
 
 if TYPE_CHECKING:
     from analyzer.ingest import LoadedTrace
@@ -58,43 +63,122 @@ MAX_SENSITIVITY_ACCESSES = 3_000_000
 
 @dataclass(frozen=True, slots=True)
 class AnalyzeOptions:
-    model: str = "llama-3.1-8b"
-    gpu: str = "h100"
-    tp: int = 1
-    instances: int = 4
-    gpus_per_node: int = 8
-    dram_scope: str = "instance"  # replay.config.DRAM_SCOPES
-    kv_dtype: str = "bf16"
-    mfu: float | None = None
-    pool_gbps: float | None = 25.0  # per-node link to the pool; None: the pool tier's
-    pool_tier: str = "rdma-200"
-    dram_tier: str = "pcie-gen5-dram"
-    local_capacity_tokens: int | None = None
-    dram_capacity_tokens: int | None = None
-    pool_capacity_tokens: int | None = None
-    router: str = "prefix-aware"
+    """One ``kvpool analyze`` run: how the logs are read (:class:`IngestOptions`), the
+    cluster they are replayed on (:class:`ClusterConfig`, whose ``warmup_fraction`` also
+    sets the reuse analysis's warm-up), and what the advisor adds on top.
+
+    The defaults are the library's own (``IngestOptions()``, ``ClusterConfig()``), which
+    the CLI flags and the dashboard's controls also start from.
+    """
+
+    ingest: IngestOptions = field(default_factory=IngestOptions)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     ttft_slo_s: float = 2.0
-    warmup: float = 0.5
-    block_size: int | None = None  # None: the format's default (16 for text logs)
-    fmt: str | None = None
-    template: str = "chatml"
+    only_model: str | None = None  # analyze one of the log's models alone
+    # Today's deployment, replayed beside the hits the log measured (None: as `cluster`).
+    current_instances: int | None = None
+    current_router: str | None = None
+    current_local_capacity_tokens: int | None = None
+    profile: str | None = None  # a `kvpool cost profile` / `kvpool cost fit` JSON
     search_rate: bool = True
     sensitivity_replays: bool = True
     knee_fraction: float = 0.9
     thresholds: Thresholds = field(default_factory=Thresholds)
-    jobs: int = 1  # processes reading logs and replaying scenarios; not in the report
 
     def __post_init__(self) -> None:
-        if self.pool_gbps is not None and not (
-            self.pool_gbps > 0 and math.isfinite(self.pool_gbps)
-        ):
-            raise UsageError(f"--pool-gbps must be a positive number, got {self.pool_gbps}")
-        if not 0.0 <= self.warmup < 1.0:
-            raise UsageError(f"--warmup must be in [0, 1), got {self.warmup}")
-        if self.tp < 1 or self.instances < 1:
-            raise UsageError("--tp and --instances must be at least 1")
+        if not (self.ttft_slo_s > 0 and math.isfinite(self.ttft_slo_s)):
+            raise UsageError(f"--ttft-slo must be a positive number, got {self.ttft_slo_s}")
         if not 0.0 < self.knee_fraction <= 1.0:
             raise UsageError("knee fraction must be in (0, 1]")
+        from analyzer import limits
+
+        # The cluster's and the ingest's numbers are checked by their own options.
+        limits.check(self.ttft_slo_s, "ttft_slo_s", "--ttft-slo")
+        from analyzer.replay.config import ROUTERS
+
+        if self.current_instances is not None:
+            limits.check(self.current_instances, "instances", "--current-instances")
+        if self.current_router is not None and self.current_router not in ROUTERS:
+            raise UsageError(
+                f"unknown --current-router {self.current_router!r}; choose one of {ROUTERS}"
+            )
+
+    # Read-only views of the composed options, under the names the advisor uses.
+    @property
+    def model(self) -> str:
+        return self.cluster.model
+
+    @property
+    def gpu(self) -> str:
+        return self.cluster.gpu
+
+    @property
+    def tp(self) -> int:
+        return self.cluster.tp
+
+    @property
+    def instances(self) -> int:
+        return self.cluster.instances
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.cluster.gpus_per_node
+
+    @property
+    def dram_scope(self) -> str:
+        return self.cluster.dram_scope
+
+    @property
+    def tokenizer(self) -> str:
+        return self.ingest.tokenizer
+
+    @property
+    def kv_dtype(self) -> str:
+        return self.cluster.kv_dtype
+
+    @property
+    def mfu(self) -> float | None:
+        return self.cluster.mfu
+
+    @property
+    def weights_dtype(self) -> str | None:
+        return self.cluster.weights_dtype
+
+    @property
+    def router(self) -> str:
+        return self.cluster.router
+
+    @property
+    def pool_gbps(self) -> float | None:
+        return self.cluster.pool_gbps
+
+    @property
+    def pool_tier(self) -> str:
+        return self.cluster.pool_tier
+
+    @property
+    def dram_tier(self) -> str:
+        return self.cluster.dram_tier
+
+    @property
+    def local_capacity_tokens(self) -> int | None:
+        return self.cluster.local_capacity_tokens
+
+    @property
+    def dram_capacity_tokens(self) -> int | None:
+        return self.cluster.dram_capacity_tokens
+
+    @property
+    def pool_capacity_tokens(self) -> int | None:
+        return self.cluster.pool_capacity_tokens
+
+    @property
+    def warmup(self) -> float:
+        return self.cluster.warmup_fraction
+
+    @property
+    def block_size(self) -> int | None:
+        return self.ingest.block_size
 
 
 @dataclass
@@ -116,6 +200,15 @@ class AnalysisResult:
     cost_json: dict | None
     break_even_curve: list[dict]
     charts: dict = field(default_factory=dict)
+    uncertainty: dict | None = None  # ranges from the cost model's measured error
+    # how prompts were tokenized: the trace's tokenizer and template names
+    tokenization: dict = field(default_factory=dict)
+    models: dict = field(default_factory=dict)  # per-model figures (advisor.models)
+    measured: dict | None = None  # measured against projected (advisor.current)
+    warnings: list[str] = field(default_factory=list)
+    pilot: tuple[PilotCommand, ...] = ()
+    deploy: tuple[DeployFile, ...] = ()
+    per_process: list[dict] = field(default_factory=list)  # deploy.per_process
 
     @property
     def verdict(self) -> str:
@@ -220,10 +313,39 @@ def _reuse_figures(rep, trace: BlockTrace, warmup: float, knee_fraction: float) 
     )
 
 
-def _cost(model: str, gpu: str, tp: int, kv_dtype: str, mfu: float | None):
+def _cost(
+    model: str,
+    gpu: str,
+    tp: int,
+    kv_dtype: str,
+    mfu: float | None,
+    weights_dtype: str | None = None,
+):
     from analyzer.cost import CostModel
 
-    return CostModel.from_catalog(model, gpu, tp=tp, kv_dtype=kv_dtype, mfu=mfu)
+    return CostModel.from_catalog(
+        model, gpu, tp=tp, kv_dtype=kv_dtype, mfu=mfu, weight_dtype=weights_dtype
+    )
+
+
+def _options_cost(opts: AnalyzeOptions):
+    """The cost model of the options, and the options it implies.
+
+    With a profile, the model, GPU and TP are the profile's (the command checks that any
+    given explicitly agree), so the replay's cluster is the measured one.
+    """
+    if opts.profile is None:
+        cm = _cost(opts.model, opts.gpu, opts.tp, opts.kv_dtype, opts.mfu, opts.weights_dtype)
+        return cm, opts
+    from analyzer.cost.calibrate import load_profile
+
+    cm = load_profile(
+        opts.profile, kv_dtype=opts.kv_dtype, mfu=opts.mfu, weight_dtype=opts.weights_dtype
+    )
+    cluster = replace(
+        opts.cluster, model=cm.model_ref, gpu=cm.gpu.id, tp=cm.tp, weights_dtype=cm.weight_dtype
+    )
+    return cm, replace(opts, cluster=cluster)
 
 
 def _bandwidth(cm, opts: AnalyzeOptions, prefix_tokens: int) -> BandwidthFigures:
@@ -289,27 +411,8 @@ def _replay_figures(doc: dict, slo: float) -> ReplayFigures:
     )
 
 
-def _cluster_config(opts: AnalyzeOptions, instances: int | None = None):
-    from analyzer.replay import ClusterConfig
-
-    return ClusterConfig(
-        model=opts.model,
-        gpu=opts.gpu,
-        tp=opts.tp,
-        instances=instances or opts.instances,
-        gpus_per_node=opts.gpus_per_node,
-        dram_scope=opts.dram_scope,
-        kv_dtype=opts.kv_dtype,
-        mfu=opts.mfu,
-        router=opts.router,
-        local_capacity_tokens=opts.local_capacity_tokens,
-        dram_capacity_tokens=opts.dram_capacity_tokens,
-        pool_capacity_tokens=opts.pool_capacity_tokens,
-        dram_tier=opts.dram_tier,
-        pool_tier=opts.pool_tier,
-        pool_gbps=opts.pool_gbps,
-        warmup_fraction=opts.warmup,
-    )
+def _cluster_config(opts: AnalyzeOptions, instances: int | None = None) -> ClusterConfig:
+    return replace(opts.cluster, instances=instances) if instances else opts.cluster
 
 
 def _fits(model: str, gpu: str, kv_dtype: str) -> tuple[object, int] | None:
@@ -329,15 +432,25 @@ def run_analysis(
     opts: AnalyzeOptions | None = None,
     advance: Advance | None = None,
     loaded: LoadedTrace | None = None,
+    replayer=None,
+    reuse=None,
+    models=None,
 ) -> AnalysisResult:
     """The whole pipeline; ``advance`` (if given) receives percentage points (100 in all).
 
+    ``replayer`` replaces :func:`analyzer.replay.run_replay` (same arguments, same
+    result), for a caller that remembers replays across calls (the dashboard's
+    :class:`analyzer.replay.memo.ReplayMemo`). ``reuse`` is the reuse report of this
+    trace with ``ReuseOptions(warmup=opts.warmup, bytes_per_token=...)`` of the model,
+    and ``models`` its :func:`models_document` (warm-up and KV dtype), when the caller
+    has them already.
+
     ``loaded`` is what ``open_trace(paths, ...)`` already returned, for a caller that
     ingested the logs itself (the dashboard): ingestion is then skipped, so the options'
-    ``block_size``, ``fmt`` and ``template`` play no part, and ``paths`` (its
+    ``ingest`` plays no part, and ``paths`` (its
     ``sources``) only name the files in the report.
     """
-    from analyzer.ingest import IngestOptions, open_trace
+    from analyzer.ingest import open_trace
     from analyzer.reuse import ReuseOptions, analyze_reuse
 
     opts = opts or AnalyzeOptions()
@@ -349,7 +462,7 @@ def run_analysis(
 
     # Catalog lookups and the cluster's checks first, so an unknown model or GPU, router
     # or node shape fails before any work (not after minutes of reading a large log).
-    cm = _cost(opts.model, opts.gpu, opts.tp, opts.kv_dtype, opts.mfu)
+    cm, opts = _options_cost(opts)
     cfg = _cluster_config(opts)
 
     if loaded is None:
@@ -358,38 +471,47 @@ def run_analysis(
             sum(Path(p).stat().st_size for p in plist if Path(p).is_file()) or None,
             unit="bytes",
         ) as adv:
-            loaded = open_trace(
-                plist,
-                IngestOptions(
-                    block_size=opts.block_size,
-                    fmt=opts.fmt,
-                    template=opts.template,
-                    jobs=opts.jobs,
-                ),
-                advance=adv,
-            )
+            loaded = open_trace(plist, opts.ingest, advance=adv)
     step(15)
+    from analyzer.advisor.models import model_warning, models_document, select_model, served_models
+
+    if opts.only_model is not None:
+        loaded = select_model(loaded, opts.only_model)
+    warnings: list[str] = []
+    mismatch = model_warning(served_models(loaded.table), opts.model)
+    if mismatch:
+        warnings.append(mismatch)
     trace = loaded.trace
+    # Reports are made to be shared: inputs are named by position, size and hash unless
+    # --keep-names (a file name can carry a customer's name).
+    names = {
+        p: Path(p).name if opts.ingest.keep_names else f"input-{i + 1}" for i, p in enumerate(plist)
+    }
     inputs = [
-        {"name": Path(p).name, "bytes": Path(p).stat().st_size, "sha256": _sha256(p)} for p in plist
+        {"name": names[p], "bytes": Path(p).stat().st_size, "sha256": _sha256(p)} for p in plist
     ]
     tf = _trace_figures(loaded)
     bpt = int(cm.bytes_per_token)
-    with progress("reuse analysis", 100) as adv:
-        rep = analyze_reuse(
-            trace, ReuseOptions(warmup=opts.warmup, bytes_per_token=bpt), advance=adv
-        )
+    if reuse is not None:
+        rep = reuse
+    else:
+        with progress("reuse analysis", 100) as adv:
+            rep = analyze_reuse(
+                trace, ReuseOptions(warmup=opts.warmup, bytes_per_token=bpt), advance=adv
+            )
     step(20)
     rf = _reuse_figures(rep, trace, opts.warmup, opts.knee_fraction)
     skipped = {
         "total": int(loaded.skipped.total),
         "by_reason": dict(sorted(loaded.skipped.by_reason.items())),
-        "examples": [
-            Path(e.split(":", 1)[0]).name + ":" + e.split(":", 1)[1] if ":" in e else e
-            for e in loaded.skipped.examples
-        ],
+        "examples": [_private_example(e, names) for e in loaded.skipped.examples],
     }
     reuse_json = rep.to_json()
+    models_doc = (
+        models
+        if models is not None
+        else models_document(loaded, ReuseOptions(warmup=opts.warmup), opts.kv_dtype)
+    )
 
     usable = not (tf.count_only or tf.n_requests < th.min_requests or not rf.measurable)
     bw: BandwidthFigures | None = None
@@ -402,6 +524,8 @@ def run_analysis(
         be_curve = _break_even_curve(cm, bw, prompt_max=int(trace.prompt_tokens.max()))
         from analyzer.replay import run_replay
 
+        run = replayer or run_replay
+
         # The SLO rate search is the costly part (about nine replays per scenario); it
         # runs only where the decision reads it: the baseline and the pool, and local
         # DRAM offload when that is the verdict (its projected gate KPIs). Below the
@@ -409,7 +533,7 @@ def run_analysis(
         search = opts.search_rate and rf.ceiling_hit_rate >= th.min_reuse
 
         def replay_of(names: tuple[str, ...], with_search: bool, adv) -> dict:
-            return run_replay(
+            return run(
                 trace,
                 cfg,
                 scenarios=names,
@@ -419,7 +543,7 @@ def run_analysis(
                 cost=cm,
                 # Scenarios in parallel (each simulated alone: the same figures); the
                 # rate search is most of analyze's time on a large log.
-                workers=opts.jobs,
+                workers=opts.ingest.jobs,
             ).to_json()
 
         with progress("replay", None) as adv:
@@ -437,9 +561,19 @@ def run_analysis(
     step(45)
 
     decision = decide(tf, rf, bw, replay, th)
+    uncertainty: dict | None = None
+    if bw is not None:
+        decision, uncertainty = _with_uncertainty(decision, cm, bw, replay, th)
+    measured_doc = _measured_vs_projected(trace, cfg, cm, opts, usable)
+    if measured_doc is not None and measured_doc[1] is not None:
+        from analyzer.advisor.current import with_comparison
+
+        decision = with_comparison(decision, measured_doc[1])
 
     sizing: Sizing | None = None
+    sizings: dict[str, Sizing] = {}
     settings: list[ProductSettings] = []
+    served = cm.model.hf_repo or opts.model
     if usable and replay_json is not None:
         cluster = replay_json["cluster"]
         pooled = replay_json["scenarios"].get("pooled", {})
@@ -473,8 +607,8 @@ def run_analysis(
         dram_sim = (
             (replay_json["scenarios"].get("local+dram") or {}).get("capacity_tokens") or {}
         ).get("dram_per_node")
-        sizing = size(
-            pool=decision.verdict == "deploy-pooled",
+        sized = partial(
+            size,
             knee_tokens=knee,
             dram_simulated_tokens=dram_sim if isinstance(dram_sim, int) else None,
             cluster=ClusterFigures(
@@ -494,14 +628,16 @@ def run_analysis(
             sessions_known=tf.sessions_known,
             policy_at_knee=pol,
         )
-        settings = translate(
-            sizing, decision.verdict, model=cm.model.hf_repo or opts.model, tp=opts.tp
-        )
+        sizing = sized(pool=decision.verdict == "deploy-pooled")
+        # The runner-up option is sized too: its deploy/ files sit beside the
+        # recommended one's.
+        sizings = deploy_sizings(sizing, decision.verdict, lambda pool: sized(pool=pool))
+        settings = translate(sizing, decision.verdict, model=served, tp=opts.tp)
 
     flips: list[FlipRow] = []
     if usable and bw is not None:
         with progress("sensitivity", None):
-            flips = _sensitivity(trace, tf, rf, bw, replay, cm, opts)
+            flips = _sensitivity(trace, tf, rf, bw, replay, cm, opts, replayer)
     step(15)
 
     trace_rate = tf.n_requests / tf.duration_s if tf.duration_s > 0 else 0.0
@@ -512,6 +648,28 @@ def run_analysis(
         trace_rate_rps=trace_rate,
         projected_baseline_ttft_s=base.ttft_mean_s if base else None,
         th=th,
+    )
+    outs = trace.output_tokens[trace.output_tokens >= 0]
+    pilot = pilot_commands(
+        inputs=[i["name"] for i in inputs],
+        model=served,
+        rate_rps=trace_rate,
+        duration_s=tf.duration_s,
+        n_requests=tf.n_requests,
+        mean_input_tokens=tf.mean_prompt_tokens,
+        mean_output_tokens=float(outs.mean()) if outs.size else 256.0,
+        tokenizer=read_metadata(loaded.table).get("tokenizer", ""),
+        sessions=tf.sessions_known,
+    )
+    deploy = (
+        bundle(
+            sizings,
+            next(iter(sizings)),
+            model=served,
+            pilot=[c.to_json() for c in pilot],
+        )
+        if sizings
+        else ()
     )
     step(5)
     return AnalysisResult(
@@ -526,12 +684,79 @@ def run_analysis(
         settings=settings,
         flips=flips,
         gates=gate_plan,
+        pilot=pilot,
+        deploy=deploy,
+        per_process=per_process(sizings),
         skipped=skipped,
         reuse_json=reuse_json,
         replay_json=replay_json,
         cost_json=_cost_json(cm) if usable else None,
         break_even_curve=be_curve,
+        tokenization={
+            "tokenizer": trace.meta.get("tokenizer", ""),
+            "template": trace.meta.get("template", ""),
+        },
+        models=models_doc,
+        warnings=warnings,
+        measured=None if measured_doc is None else measured_doc[0],
+        uncertainty=uncertainty,
     )
+
+
+def _measured_vs_projected(trace, cfg, cm, opts: AnalyzeOptions, usable: bool):
+    """(report section, comparison) when the log's responses carry cached_tokens: the
+    measured rate always; the replay of today's deployment when the log is usable."""
+    from analyzer.advisor.current import CurrentDeployment, compare
+    from analyzer.reuse.measured import measure_cached
+
+    measured = measure_cached(trace, opts.warmup)
+    if measured is None:
+        return None
+    if not usable:
+        return {"measured": measured.to_json(), "projected": None}, None
+    current = CurrentDeployment(
+        opts.current_instances, opts.current_router, opts.current_local_capacity_tokens
+    )
+    with progress("replay of today's deployment", None):
+        comparison = compare(trace, cfg, cm, measured, current)
+    return comparison.to_json(), comparison
+
+
+_LOWER = {"high": "medium", "medium": "low", "low": "low"}
+
+
+def _with_uncertainty(decision: Decision, cm, bw: BandwidthFigures, replay, th: Thresholds):
+    """Ranges on the deciding figures from the cost model's measured error, and the
+    confidence note saying whether a flip of the verdict lies inside them.
+
+    The verdict itself is the point estimate's; a flip inside the range lowers the
+    confidence one level and names the measurement that settles it.
+    """
+    from analyzer.cost import uncertainty as unc
+
+    band = unc.prefill_band(cm, bw.prefix_tokens)
+    labels = {"dram": "host DRAM", "pool": "the pool link"}
+    tiers = [(f"{labels.get(t.role, t.role)} ({t.tier})", t.bandwidth_gbps) for t in bw.tiers]
+    flip = unc.bandwidth_flip(
+        bw.break_even_gbps, bw.prefix_tokens, tiers, band, th.bandwidth_margin
+    )
+    out: dict = {
+        "band": band.to_json(),
+        "break_even_gbps": unc.break_even_range(bw.break_even_gbps, band).to_json(),
+        "prefill_tokens_per_s": unc.rate_range(bw.prefill_tokens_per_s, band).to_json(),
+        "flip": flip.to_json(),
+    }
+    if replay is not None:
+        # the compute share of a replayed TTFT carries the band; applying it to the whole
+        # TTFT (queueing and loads included) gives a range at least as wide as the truth's
+        out["ttft_mean_s"] = {
+            s.name: unc.time_range(s.ttft_mean_s, band).to_json() for s in replay.scenarios
+        }
+    if decision.verdict == "insufficient-data":
+        return decision, out
+    notes = (*decision.confidence_notes, flip.statement)
+    level = _LOWER[decision.confidence] if flip.inside else decision.confidence
+    return replace(decision, confidence=level, confidence_notes=notes), out
 
 
 def _finite_or(gbps: float, bw: BandwidthFigures | None) -> float:
@@ -559,14 +784,18 @@ def _cost_json(cm) -> dict:
         "gpu": cm.gpu.name if hasattr(cm.gpu, "name") else str(cm.gpu),
         "tp": cm.tp,
         "kv_dtype": cm.kv_dtype,
-        "mfu": cm.mfu,
+        "weight_dtype": cm.weight_dtype,
+        "prefill_model": "roofline" if cm.engine is None else "engine",
+        "mfu": cm.mfu if cm.engine is None else None,
         "bytes_per_token": int(cm.bytes_per_token),
         "transfer_bytes_per_token": int(cm.transfer_bytes_per_token),
         "hbm_kv_capacity_tokens": int(cm.hbm_kv_capacity_tokens()),
     }
 
 
-def _sensitivity(trace, tf, rf, bw, replay, cm, opts: AnalyzeOptions) -> list[FlipRow]:
+def _sensitivity(
+    trace, tf, rf, bw, replay, cm, opts: AnalyzeOptions, replayer=None
+) -> list[FlipRow]:
     from analyzer.cost import list_tiers
 
     th = opts.thresholds
@@ -615,16 +844,18 @@ def _sensitivity(trace, tf, rf, bw, replay, cm, opts: AnalyzeOptions) -> list[Fl
     ):
         from analyzer.replay import run_replay
 
+        run = replayer or run_replay
+
         counts = sorted({max(1, opts.instances // 2), opts.instances * 2} - {opts.instances})
         for n in counts:
-            res = run_replay(
+            res = run(
                 trace,
                 _cluster_config(opts, n),
                 scenarios=SCENARIOS[1:],
                 ttft_slo_s=opts.ttft_slo_s,
                 search_rate=False,
                 cost=cm,
-                workers=opts.jobs,
+                workers=opts.ingest.jobs,
             )
             rp = _replay_figures(res.to_json(), opts.ttft_slo_s)
             variants.append(
@@ -667,13 +898,58 @@ def _canonical(obj):
     return str(obj)
 
 
+def _private_example(example: str, names: dict[str, str]) -> str:
+    """A skip example ``path:line: reason`` with the path as the report names it."""
+    for path, name in names.items():
+        if example.startswith(path + ":"):
+            return name + example[len(path) :]
+    return example
+
+
+def _options_json(o: AnalyzeOptions) -> dict:
+    """The report's ``options`` section (flat, as ``kvpool.report/1`` has it). Ingest
+    settings that could name a file or a tenant (salt file, columns) stay out."""
+    c, i = o.cluster, o.ingest
+    return {
+        "model": c.model,
+        "gpu": c.gpu,
+        "tp": c.tp,
+        "instances": c.instances,
+        "gpus_per_node": c.gpus_per_node,
+        "dram_scope": c.dram_scope,
+        "kv_dtype": c.kv_dtype,
+        "mfu": c.mfu,
+        "pool_gbps": c.pool_gbps,
+        "pool_tier": c.pool_tier,
+        "dram_tier": c.dram_tier,
+        "local_capacity_tokens": c.local_capacity_tokens,
+        "dram_capacity_tokens": c.dram_capacity_tokens,
+        "pool_capacity_tokens": c.pool_capacity_tokens,
+        "router": c.router,
+        "ttft_slo_s": o.ttft_slo_s,
+        "warmup": c.warmup_fraction,
+        "block_size": i.block_size,
+        "fmt": i.fmt,
+        "template": i.template,
+        "tokenizer": i.tokenizer,
+        "only_model": o.only_model,
+        "current_instances": o.current_instances,
+        "current_router": o.current_router,
+        "current_local_capacity_tokens": o.current_local_capacity_tokens,
+        "search_rate": o.search_rate,
+        "sensitivity_replays": o.sensitivity_replays,
+        "knee_fraction": o.knee_fraction,
+        "thresholds": asdict(o.thresholds),
+    }
+
+
 def report_document(r: AnalysisResult) -> dict:
     d = r.decision
-    opts = asdict(r.options)
-    opts["thresholds"] = asdict(r.options.thresholds)
-    del opts["jobs"]  # how the work was spread, not what was asked: output is the same
+    opts = _options_json(r.options)
     if opts["model"].lower().endswith(".json"):  # a config.json path: keep the name only
         opts["model"] = Path(opts["model"]).name
+    if opts["tokenizer"] not in ("cl100k", "cl100k_base"):  # a path: keep the name only
+        opts["tokenizer"] = Path(opts["tokenizer"]).name
     sizing = None
     if r.sizing is not None:
         s = r.sizing
@@ -693,7 +969,10 @@ def report_document(r: AnalysisResult) -> dict:
         "kvpool_version": __version__,
         "inputs": r.inputs,
         "options": opts,
-        "trace": {**asdict(r.trace), "skipped": r.skipped},
+        "trace": {**asdict(r.trace), "skipped": r.skipped, "tokenization": r.tokenization},
+        "models": r.models,
+        "warnings": list(r.warnings),
+        "measured_vs_projected": r.measured,
         "verdict": {
             "verdict": d.verdict,
             "reasons": list(d.reasons),
@@ -708,12 +987,15 @@ def report_document(r: AnalysisResult) -> dict:
             None if r.bandwidth is None else {**asdict(r.bandwidth), "curve": r.break_even_curve}
         ),
         "cost": r.cost_json,
+        "uncertainty": r.uncertainty,
         "replay": r.replay_json,
         "sizing": sizing,
         "settings": [p.to_json() for p in r.settings],
         "products_checked": list(DOCS_CHECKED),
         "sensitivity": {"rows": flips, "summary": summarize(r.flips)},
         "gates": {"plan": [gates_mod.gate_to_json(g) for g in r.gates]},
+        "pilot": {"commands": [c.to_json() for c in r.pilot]},
+        "deploy": {"files": [f.to_json() for f in r.deploy], "per_process": r.per_process},
         "assumptions": assumptions(r),
     }
 
@@ -749,7 +1031,7 @@ def assumptions(r: AnalysisResult) -> list[dict]:
         {
             "what": "Pool link",
             "value": f"{o.pool_gbps:g} GB/s per node" if o.pool_gbps else o.pool_tier,
-            "source": "--pool-gbps (default 25 GB/s, about a 200 Gb/s RDMA NIC)",
+            "source": "--pool-gbps (default: the pool tier's catalog figure, models/hardware.toml)",
         },
         {
             "what": "Replay",
@@ -762,12 +1044,21 @@ def assumptions(r: AnalysisResult) -> list[dict]:
             "source": "kvpool reuse LRU curve (exact stack distances)",
         },
     ]
-    if r.cost_json:
+    if r.cost_json and r.cost_json.get("mfu") is not None:
         out.append(
             {
                 "what": "Prefill utilisation (MFU)",
                 "value": f"{r.cost_json['mfu']:g}",
-                "source": "cost model default (FIELD.md section 4: 0.3-0.6 dense)",
+                "source": "--mfu: the plain roofline instead of the engine model",
+            }
+        )
+    elif r.cost_json:
+        out.append(
+            {
+                "what": "Prefill speed",
+                "value": f"engine model, weights in {r.cost_json.get('weight_dtype', 'bf16')}",
+                "source": "fitted on published measurements, models/measurements.toml "
+                "(kvpool cost check; docs/cost-model.md)",
             }
         )
     return out

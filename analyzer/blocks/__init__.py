@@ -1,4 +1,5 @@
-"""blocks stage: chained block hashes, the hashing salt, and the token radix tree."""
+"""blocks stage: chained block hashes and the hashing salt (nothing else; the radix trees
+are in :mod:`analyzer.cache`)."""
 
 from analyzer.blocks.hashing import (
     BlockHasher,
@@ -7,19 +8,15 @@ from analyzer.blocks.hashing import (
     id_hash,
     id_hashes,
 )
-from analyzer.blocks.radix import ArrivalLCP, TokenRadix, lcp_reference
 from analyzer.blocks.salt import DEFAULT_SALT_FILE, load_salt, salt_id
 
 __all__ = [
     "DEFAULT_SALT_FILE",
-    "ArrivalLCP",
     "BlockHasher",
     "ChainState",
-    "TokenRadix",
     "chain_hashes_reference",
     "id_hash",
     "id_hashes",
-    "lcp_reference",
     "load_salt",
     "salt_id",
 ]

@@ -1,7 +1,14 @@
 """Anonymized exports that replayers read: Mooncake and Bailian JSONL. Never any text.
 
 * ``mooncake``: ``{"timestamp": ms, "input_length", "output_length", "hash_ids"}`` with
-  512-token blocks. Ids come from coarsening the canonical chained hashes (block ``j`` at
+  512-token blocks; where the log has sessions, each request of a session also carries
+  ``session_id`` (``"s<n>"``, numbered in order of first appearance: no name from the
+  log leaves) and every turn after the first ``delay``, the milliseconds since the
+  session's previous request arrived. AIPerf's ``mooncake_trace`` groups turns by
+  ``session_id`` and, under its fixed schedule, sends each at its ``timestamp``; with
+  ``--no-fixed-schedule`` a turn waits ``delay`` after the previous turn's response
+  (so the arrival gap written here is an upper bound on that think time). Replayers that
+  read only ``timestamp`` (SGLang's ``bench_serving``) ignore both keys. Ids come from coarsening the canonical chained hashes (block ``j`` at
   512 is the fine hash at position ``m*j + m - 1``, ``m = 512 / block_size``), renumbered
   densely from 0 in order of first appearance. As in Mooncake's own traces,
   ``len(hash_ids) == ceil(input_length / 512)``: a partial last block gets a fresh id that
@@ -25,7 +32,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from analyzer.errors import OutputError, UsageError
+from analyzer.errors import UsageError
+from analyzer.outputs import atomic_path
 from analyzer.trace import BlockTrace
 
 
@@ -52,38 +60,42 @@ def _ids(trace: BlockTrace, block: int) -> list[list[int]]:
     return out
 
 
-def _write(lines: list[str], out: str | Path) -> None:
+def _write(lines: list[str], out: str | Path, *, force: bool = False) -> None:
     p = Path(out)
     data = ("\n".join(lines) + "\n").encode() if lines else b""
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(p, force=force) as tmp:
         if p.suffix == ".gz":
-            with gzip.GzipFile(p, "wb", mtime=0) as f:  # mtime 0: byte-identical reruns
+            # mtime 0 and no name in the header: byte-identical reruns.
+            with open(tmp, "wb") as raw, gzip.GzipFile("", "wb", fileobj=raw, mtime=0) as f:
                 f.write(data)
         else:
-            p.write_bytes(data)
-    except OSError as exc:
-        raise OutputError(f"cannot write {p}: {exc.strerror or exc}") from exc
+            tmp.write_bytes(data)
 
 
-def export_mooncake(table: pa.Table, out: str | Path) -> int:
+def export_mooncake(table: pa.Table, out: str | Path, *, force: bool = False) -> int:
     trace = _coarse(table, 512)
     count_only = table.column("count_only").to_numpy(zero_copy_only=False)
     ids = _ids(trace, 512)
+    last_ms: dict[int, int] = {}
     lines = []
     for i in range(trace.n_requests):
-        rec = {
-            "timestamp": round(float(trace.arrival_s[i]) * 1000),
-            "input_length": int(trace.prompt_tokens[i]),
-            "output_length": max(0, int(trace.output_tokens[i])),
-            "hash_ids": [] if count_only[i] else ids[i],
-        }
+        ms = round(float(trace.arrival_s[i]) * 1000)
+        rec: dict = {"timestamp": ms}
+        s = int(trace.session[i])
+        if s >= 0:
+            rec["session_id"] = f"s{s}"
+            if s in last_ms:
+                rec["delay"] = ms - last_ms[s]
+            last_ms[s] = ms
+        rec["input_length"] = int(trace.prompt_tokens[i])
+        rec["output_length"] = max(0, int(trace.output_tokens[i]))
+        rec["hash_ids"] = [] if count_only[i] else ids[i]
         lines.append(json.dumps(rec, separators=(", ", ": ")))
-    _write(lines, out)
+    _write(lines, out, force=force)
     return len(lines)
 
 
-def export_bailian(table: pa.Table, out: str | Path) -> int:
+def export_bailian(table: pa.Table, out: str | Path, *, force: bool = False) -> int:
     trace = _coarse(table, 16)
     order = np.argsort(table.column("arrival_s").to_numpy(), kind="stable")
     sorted_table = table.take(pa.array(order))
@@ -117,5 +129,5 @@ def export_bailian(table: pa.Table, out: str | Path) -> int:
             "hash_ids": [] if count_only[i] else ids[i],
         }
         lines.append(json.dumps(rec, separators=(", ", ": ")))
-    _write(lines, out)
+    _write(lines, out, force=force)
     return len(lines)

@@ -192,6 +192,7 @@ _counter = None
 class PieceResult:
     spool: SpoolFile
     iso: bytes  # one bool per kept row
+    lines: bytes  # int64 per kept row: its line in the file
     lcp_dir: str  # recorded tree operations ("" when the tree is not computed)
     skipped: SkipSummary
     previews: dict  # hash -> (role, text head), as Previews keeps them
@@ -248,7 +249,7 @@ def _read_piece(b: _Builder, piece: Piece) -> PieceResult:
     ctx = FileContext(piece.path, piece.fmt, b.opts, shared=b.shared)
     ctx.timed, ctx.time_name = piece.timed, piece.time_name
     try:
-        iso, _ = b.read_rows(ctx, records(piece.path, piece.fmt, b.advance, piece.span))
+        iso, lines = b.read_rows(ctx, records(piece.path, piece.fmt, b.advance, piece.span))
     finally:
         if isinstance(b.lcp, LcpRecorder):
             b.lcp.close()
@@ -256,6 +257,7 @@ def _read_piece(b: _Builder, piece: Piece) -> PieceResult:
     return PieceResult(
         spool=b.rows.detach(),
         iso=np.asarray(iso, dtype=bool).tobytes(),
+        lines=np.asarray(lines, dtype=np.int64).tobytes(),
         lcp_dir=lcp_dir,
         skipped=b.skipped,
         previews=dict(b.previews._raw),
@@ -290,14 +292,15 @@ def read_parallel(b: _Builder, jobs: int) -> None:
     pending = [None if p.in_parent else pool.submit(_run, p) for p in pieces]
     taken = 0.0
     try:
-        first, isos, timed = 0, [], None
+        first, isos, lines, timed = 0, [], [], None
         for i, (piece, job) in enumerate(zip(pieces, pending, strict=True)):
             if i == 0 or pieces[i - 1].file != piece.file:
-                first, isos, timed = len(b.rows), [], None
+                first, isos, lines, timed = len(b.rows), [], [], None
             if job is None:
                 fctx = FileContext(piece.path, piece.fmt, b.opts, shared=b.shared)
-                iso, _ = b.read_rows(fctx, records(piece.path, piece.fmt, b.advance))
+                iso, ln = b.read_rows(fctx, records(piece.path, piece.fmt, b.advance))
                 isos.append(np.asarray(iso, dtype=bool))
+                lines.append(np.asarray(ln, dtype=np.int64))
                 timed = fctx.timed
             else:
                 while True:
@@ -315,10 +318,12 @@ def read_parallel(b: _Builder, jobs: int) -> None:
                 if isinstance(res, PieceFailed):
                     raise _rebuilt(res)
                 _adopt(b, res, isos)
+                lines.append(np.frombuffer(res.lines, dtype=np.int64))
                 timed = split_timing.get(piece.file, res.timed)
             if i + 1 == len(pieces) or pieces[i + 1].file != piece.file:
                 iso_all = np.concatenate(isos) if isos else np.empty(0, dtype=bool)
-                b.settle_times(piece.path, piece.fmt, timed, first, iso_all)
+                line_all = np.concatenate(lines) if lines else np.empty(0, dtype=np.int64)
+                b.settle_times(piece.path, piece.fmt, timed, first, iso_all, line_all)
         _progress(b, counter, taken)
     finally:
         for job in pending:  # not adopted: an error stopped the run

@@ -23,6 +23,7 @@ sketches), which is unbiased because salted BLAKE2b hashes are uniform.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -32,6 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+
+from analyzer.errors import OutputError
 
 # Columns of the canonical schema that are spooled as read (arrival_s and
 # token_lcp_prev are computed at the end).
@@ -49,6 +52,8 @@ SPOOLED = pa.schema(
         pa.field("turn", pa.int64()),
         pa.field("count_only", pa.bool_()),
         pa.field("approx_lengths", pa.bool_()),
+        pa.field("cached_tokens", pa.int64()),
+        pa.field("engine_prompt_tokens", pa.int64()),
     ]
 )
 BATCH_ROWS = 8_192
@@ -72,6 +77,8 @@ class _Pending:
     turn: list[int | None] = field(default_factory=list)
     count_only: list[bool] = field(default_factory=list)
     approx: list[bool] = field(default_factory=list)
+    cached: list[int | None] = field(default_factory=list)
+    engine_prompt: list[int | None] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.request_id)
@@ -104,6 +111,8 @@ class _Pending:
             obj(self.turn, pa.int64()),
             pa.array(np.asarray(self.count_only, dtype=bool)),
             pa.array(np.asarray(self.approx, dtype=bool)),
+            obj(self.cached, pa.int64()),
+            obj(self.engine_prompt, pa.int64()),
         ]
         return pa.RecordBatch.from_arrays(cols, schema=SPOOLED)
 
@@ -171,6 +180,8 @@ class RowSpool:
         turn: int | None,
         count_only: bool,
         approx: bool,
+        cached_tokens: int | None = None,
+        engine_prompt_tokens: int | None = None,
     ) -> None:
         p = self._pending
         self.time.append(time)
@@ -192,6 +203,8 @@ class RowSpool:
         p.turn.append(turn)
         p.count_only.append(count_only)
         p.approx.append(approx)
+        p.cached.append(cached_tokens)
+        p.engine_prompt.append(engine_prompt_tokens)
         if len(p) >= self.batch_rows:
             self._spool()
 
@@ -207,15 +220,26 @@ class RowSpool:
         n = len(self._pending)
         if not n:
             return
-        if self._writer is None:
-            self._open()
-        assert self._writer is not None
-        self._writer.write_batch(self._pending.batch())
+        self._write(self._pending.batch())
         self._starts.append(self._n_spooled)
         self._where.append((len(self._files) - 1, self._in_file))
         self._in_file += 1
         self._n_spooled += n
         self._pending = _Pending()
+
+    def _write(self, batch: pa.RecordBatch) -> None:
+        try:
+            if self._writer is None:
+                self._open()
+            assert self._writer is not None
+            self._writer.write_batch(batch)
+        except OSError as exc:  # a full temporary disk is an output error, in one line
+            self.close()
+            raise OutputError(
+                f"cannot write the temporary row spool in {tempfile.gettempdir()}: "
+                f"{exc.strerror or exc}",
+                hint="free space there, or point TMPDIR at a larger disk",
+            ) from exc
 
     def append_table(self, table: pa.Table, time: np.ndarray) -> None:
         """Rows already columnar (``SPOOLED`` schema; a bulk reader's), with their times;
@@ -228,10 +252,7 @@ class RowSpool:
         )
         self.lcp_index.frombytes(np.full(n, -1, dtype=np.int64).tobytes())
         for batch in table.cast(SPOOLED).to_batches(max_chunksize=self.batch_rows):
-            if self._writer is None:
-                self._open()
-            assert self._writer is not None
-            self._writer.write_batch(batch)
+            self._write(batch)
             self._starts.append(self._n_spooled)
             self._where.append((len(self._files) - 1, self._in_file))
             self._in_file += 1
@@ -280,24 +301,26 @@ class RowSpool:
 
     def close(self) -> None:
         """Remove the temporary files (also done when the spool is garbage-collected)."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        if self._sink is not None:
-            self._sink.close()
-            self._sink = None
+        # Each step on its own: after a failed write (a full disk) the others still run,
+        # so the temporary folders are removed whatever happened.
+        writer, sink, self._writer, self._sink = self._writer, self._sink, None, None
+        for part in (writer, sink):
+            if part is not None:
+                with contextlib.suppress(OSError):
+                    part.close()
         for d in self._dirs:
             shutil.rmtree(d, ignore_errors=True)
         self._dirs = []
 
     def __del__(self) -> None:
-        self.close()
+        with contextlib.suppress(Exception):  # at exit, after a failed write: stay quiet
+            self.close()
 
     def batches(self, order: np.ndarray, out_rows: int | None = None) -> Iterator[pa.RecordBatch]:
         """The spooled columns of rows ``order[0], order[1], ...``, a batch at a time."""
         self._seal()
-        n = len(self)
-        assert order.size == n == self._n_spooled
+        n = order.size  # all rows, or fewer (rows dropped as timestamp outliers)
+        assert n <= len(self) == self._n_spooled
         readers: dict[int, pa.ipc.RecordBatchFileReader] = {}
         starts = np.frombuffer(self._starts, dtype=np.int64)
         step = out_rows or self.batch_rows

@@ -115,6 +115,8 @@ def read_bulk(
             pa.nulls(n, pa.int64()),
             pa.array(np.zeros(n, dtype=bool)),
             pa.array(np.zeros(n, dtype=bool)),
+            pa.nulls(n, pa.int64()),  # cached_tokens: a trace has no engine usage
+            pa.nulls(n, pa.int64()),  # engine_prompt_tokens
         ],
         schema=SPOOLED,
     )

@@ -36,13 +36,15 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from analyzer import limits
+from analyzer.cache.policies import get_policy, replay_policies
 from analyzer.errors import InputError, Location, UsageError
+from analyzer.outputs import note_input
 
 # A capacity this large (or the word "unbounded" on the command line) means no limit.
 UNBOUNDED = 2**62
 
 ROUTERS = ("round-robin", "least-loaded", "session", "prefix-aware")
-EVICTIONS = ("lru", "fifo")
 # "instance": each instance's own DRAM tier, its share of the node's DRAM (the engines'
 # default); "node": one DRAM tier per node shared by its instances (a node-local store).
 DRAM_SCOPES = ("instance", "node")
@@ -66,13 +68,14 @@ class ClusterConfig:
     prefill, as in Mooncake's prefill pool): TTFT is queueing + loads + prefill.
     """
 
-    model: str
-    gpu: str
+    model: str = "llama-3.1-8b"
+    gpu: str = "h100"
     tp: int = 1
     instances: int = 4
     gpus_per_node: int = 8
     kv_dtype: str = "bf16"
-    mfu: float | None = None  # None: the cost model's default
+    mfu: float | None = None  # None: the engine model; a number: the roofline at that MFU
+    weights_dtype: str | None = None  # deployment precision of the weights; None: checkpoint's
     router: str = "prefix-aware"
     # prefix-aware score = cached_tokens - lambda * queued_tokens (see routers.py)
     prefix_aware_lambda: float = 1.0
@@ -102,8 +105,9 @@ class ClusterConfig:
     prefill_chunk_tokens: int = 8192
     # Inter-arrival times are multiplied by this (0.5 = twice the trace's rate).
     time_scale: float = 1.0
-    # Requests before this fraction of the trace warm the caches and are not measured.
-    warmup_fraction: float = 0.0
+    # Requests before this fraction of the trace warm the caches and are not measured
+    # (the steady-state convention the reuse analysis uses too; 0 = cold start).
+    warmup_fraction: float = 0.5
     # Window over which peak link utilisation is measured, in trace seconds.
     link_window_s: float = 1.0
     # Cross-check mode: every load and write is instantaneous (no bandwidth, no latency).
@@ -118,20 +122,26 @@ class ClusterConfig:
             self.dram_scope in DRAM_SCOPES,
             f"unknown DRAM scope {self.dram_scope!r}; choose one of {DRAM_SCOPES}",
         )
-        _check(self.eviction in EVICTIONS, f"unknown eviction {self.eviction!r}; use {EVICTIONS}")
+        get_policy(self.eviction, flag="--eviction", replay=True)  # registered, or an error
         _check(
             self.write_policy in WRITE_POLICIES,
             f"unknown write policy {self.write_policy!r}; use {WRITE_POLICIES}",
         )
         _check(self.prefill_chunk_tokens >= 1, "prefill_chunk_tokens must be at least 1")
         _check(self.time_scale > 0 and math.isfinite(self.time_scale), "--time-scale must be > 0")
-        _check(0.0 <= self.warmup_fraction < 1.0, "warmup_fraction must be in [0, 1)")
+        _check(
+            0.0 <= self.warmup_fraction < 1.0,
+            f"--warmup must be in [0, 1), got {self.warmup_fraction}",
+        )
         _check(self.link_window_s > 0, "link_window_s must be > 0")
         _check(0.0 <= self.hbm_reserve_fraction < 1.0, "hbm_reserve_fraction must be in [0, 1)")
         _check(self.prefix_aware_lambda >= 0, "prefix_aware_lambda must be >= 0")
         for name in ("dram_gbps", "nvme_gbps", "pool_gbps", "pool_aggregate_gbps"):
             v = getattr(self, name)
-            _check(v is None or v > 0, f"{name} must be > 0")
+            _check(
+                v is None or (v > 0 and math.isfinite(v)),
+                f"--{name.replace('_', '-')} must be a positive number, got {v}",
+            )
         for name in (
             "local_capacity_tokens",
             "dram_capacity_tokens",
@@ -140,6 +150,27 @@ class ClusterConfig:
         ):
             v = getattr(self, name)
             _check(v is None or v >= 0, f"{name} must be >= 0")
+            if v is not None and v != UNBOUNDED:
+                limits.check(v, "capacity_tokens", name)
+        # Ranges that keep one extreme value from hanging or exhausting the replay.
+        limits.check(self.tp, "tp", "--tp")
+        limits.check(self.instances, "instances", "--instances")
+        limits.check(self.gpus_per_node, "gpus_per_node", "gpus_per_node")
+        for name in ("dram_gbps", "nvme_gbps", "pool_gbps", "pool_aggregate_gbps"):
+            v = getattr(self, name)
+            if v is not None:
+                limits.check(v, "bandwidth_gbps", name)
+        for name in ("dram_latency_s", "nvme_latency_s", "pool_latency_s"):
+            v = getattr(self, name)
+            if v is not None:
+                limits.check(v, "latency_s", name)
+        for name in ("dram_capacity_gb", "nvme_capacity_gb"):
+            limits.check(getattr(self, name), "capacity_tokens", name)
+        limits.check(self.time_scale, "time_scale", "--time-scale")
+        limits.check(self.prefill_chunk_tokens, "prefill_chunk_tokens", "prefill_chunk_tokens")
+        limits.check(self.link_window_s, "link_window_s", "link_window_s")
+        if self.mfu is not None:
+            limits.check(self.mfu, "mfu", "mfu")
 
     @property
     def instances_per_node(self) -> int:
@@ -260,6 +291,7 @@ def load_scenarios(path: str | Path) -> list[ScenarioSpec]:
     and a bare list are accepted too). Capacities may be the string ``"unbounded"``.
     """
     path = Path(path)
+    note_input(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -337,7 +369,7 @@ def load_scenarios(path: str | Path) -> list[ScenarioSpec]:
         seen.add(name)
         for key, allowed in (
             ("router", ROUTERS),
-            ("eviction", EVICTIONS),
+            ("eviction", replay_policies()),
             ("write_policy", WRITE_POLICIES),
             ("dram_scope", DRAM_SCOPES),
         ):

@@ -8,10 +8,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from analyzer.errors import OutputError
+from analyzer.cache.policies import label as policy_label
 from analyzer.reuse.analysis import GB, GIB, ReuseReport
-
-POLICY_LABELS = {"lru": "LRU", "fifo": "FIFO", "s3fifo": "S3-FIFO", "optimal": "optimal"}
 
 
 def pct(x: float | None) -> str:
@@ -40,13 +38,14 @@ def seconds(s: float | None) -> str:
     return f"{s / 3600:.1f} h"
 
 
-def write_json(report: ReuseReport, path: Path) -> None:
-    text = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+def write_json(
+    report: ReuseReport, path: Path, extra: dict | None = None, *, force: bool = False
+) -> None:
+    """The report as JSON, with ``extra`` sections (e.g. per-model figures) added."""
+    from analyzer.outputs import write_text
+
+    text = json.dumps({**report.to_json(), **(extra or {})}, indent=2, ensure_ascii=False) + "\n"
+    write_text(path, text, force=force)
 
 
 def _size(report: ReuseReport, capacity_tokens: int) -> str:
@@ -149,7 +148,7 @@ def _capacities(report: ReuseReport, console: Console) -> None:
     table.add_column("capacity")
     table.add_column("LRU", justify="right")
     for p in policies:
-        table.add_column(POLICY_LABELS.get(p, p), justify="right")
+        table.add_column(policy_label(p), justify="right")
     for cap in report.capacities_tokens:
         row = [_size(report, cap), pct(report.hit_rate_at(cap))]
         points = dict(report.policy_points.items())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from analyzer.report import figures
-from app import banner, compute, controls, state
+from app import banner, compute, controls, prefetch, state
 
 st.title("Recommendation")
 
@@ -22,8 +22,10 @@ with state.guard():
     cur = state.loaded_trace()
     w = controls.current()
     src = state.source()
-    warmup = st.session_state.get("reuse.warmup", 0.5)
-    result = compute.analysis(cur, w, warmup)
+    warmup = controls.current().warmup
+    thresholds = controls.thresholds()
+    result = compute.analysis(cur, w, warmup, thresholds)
+    prefetch.after_analysis(cur, result.options)
     doc = result.to_json()
     verdict = doc["verdict"]
 
@@ -36,25 +38,45 @@ with state.guard():
 
     st.subheader("Reports")
     stem = src.label.split(".")[0] or "kvpool"
-    a, b, c = st.columns(3)
-    html, markdown, payload = compute.reports(cur, result)
-    a.download_button(
-        "HTML report", html, file_name=f"{stem}-report.html", mime="text/html", key="dl.html"
-    )
-    b.download_button(
-        "Markdown report",
-        markdown,
-        file_name=f"{stem}-report.md",
-        mime="text/markdown",
-        key="dl.md",
-    )
-    c.download_button(
-        "JSON report",
-        payload,
-        file_name=f"{stem}-report.json",
-        mime="application/json",
-        key="dl.json",
-    )
+    report = compute.reports(cur, result)
+    for col, (kind, label, mime) in zip(
+        st.columns(3),
+        (
+            ("html", "HTML report", "text/html"),
+            ("md", "Markdown report", "text/markdown"),
+            ("json", "JSON report", "application/json"),
+        ),
+        strict=True,
+    ):
+        col.download_button(
+            label,
+            lambda kind=kind: report(kind),  # drawn when clicked, not on every what-if
+            file_name=f"{stem}-report.{kind}",
+            mime=mime,
+            key=f"dl.{kind}",
+            on_click="ignore",
+        )
+
+    files = (doc.get("deploy") or {}).get("files") or []
+    if files:
+        from analyzer.report import deploy_zip
+
+        st.subheader("Deployment bundle")
+        st.download_button(
+            f"deploy/ ({len(files)} files, zip)",
+            deploy_zip(doc),
+            file_name=f"{stem}-deploy.zip",
+            mime="application/zip",
+            key="dl.deploy",
+        )
+        with st.expander("Files one by one"):
+            for k, f in enumerate(files):
+                st.download_button(
+                    f"{f['path']} ({f['role']}, {f['stack']})",
+                    f["text"],
+                    file_name=f["path"].rsplit("/", 1)[-1],
+                    key=f"dl.deploy.{k}",
+                )
 
     st.subheader("Decision steps")
     st.dataframe(
@@ -108,6 +130,14 @@ with state.guard():
                         for k, v in gate["projected"].items()
                     )
                 )
+
+    pilot = (doc.get("pilot") or {}).get("commands") or []
+    if pilot:
+        st.subheader("Pilot commands")
+        for cmd in pilot:
+            st.markdown(f"**{cmd['tool']}**: {cmd['purpose']}")
+            st.code(cmd["command"], language="bash")
+            st.caption(cmd["note"])
 
     rows = doc.get("sensitivity", {}).get("rows", [])
     if rows:

@@ -1,0 +1,102 @@
+"""The ``kvpool`` command: a thin layer that parses flags and calls into analyzer/.
+
+One module per command group (``analyzer/cli/<group>.py``, each with ``register(app)``);
+flags that several commands share are declared once in :mod:`analyzer.cli.options`. This
+module only assembles them and turns user errors into messages and exit codes. The stage
+packages below are library code and never import this layer.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from analyzer import __version__
+from analyzer.errors import EXIT_INPUT, KvpoolError
+
+app = typer.Typer(
+    name="kvpool",
+    help="Should we pool KV cache, and how? Answers from your own request logs, offline.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode="rich",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"kvpool {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """kvpool: KV-cache pooling-readiness advisor."""
+    from analyzer.outputs import reset_inputs
+
+    reset_inputs()  # inputs noted by an earlier command in this process are not ours
+
+
+def _register_all() -> None:
+    # Each command module imports its heavy dependencies (numpy, pyarrow, numba) inside
+    # the command bodies, so that `import analyzer.cli` and `kvpool --help` stay cheap.
+    from analyzer.cli import analyze, cost, ingest, replay, reuse, synth
+
+    for module in (ingest, synth, reuse, cost, replay, analyze):
+        module.register(app)
+
+    from app import command as app_cmd
+
+    app_cmd.register(app)
+
+
+_register_all()
+
+
+def _error(message: str, code: int) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from analyzer.errors import printable
+
+    Console(stderr=True, soft_wrap=True).print(
+        f"[bold red]error:[/] {escape(printable(message))}", highlight=False, markup=True
+    )
+    sys.exit(code)
+
+
+def main() -> None:
+    """Console entry point: user errors print a message, never a traceback.
+
+    Running out of memory or stack (a compression bomb, JSON nested a million deep) is
+    reported in one line too: the limits that should prevent it are in docs/security.md.
+    """
+    try:
+        app()
+    except KvpoolError as exc:
+        _error(str(exc), exc.exit_code)
+    except MemoryError:
+        _error(
+            "out of memory: the input is too large for this machine's memory or limit "
+            "(see docs/security.md for the size limits and how to raise them)",
+            EXIT_INPUT,
+        )
+    except RecursionError:
+        _error(
+            "input nested too deeply to read (JSON or TOML deeper than Python's stack)", EXIT_INPUT
+        )
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
