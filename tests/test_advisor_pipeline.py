@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from analyzer.advisor import AnalyzeOptions, run_analysis
+from analyzer.advisor import AnalyzeOptions, Thresholds, run_analysis
 from analyzer.advisor.pipeline import reusable_prefix_percentiles
 from analyzer.cli import app
 from analyzer.report import render_json
@@ -43,7 +43,12 @@ def test_low_reuse_log_is_not_worth_it(logs):
 
 @pytest.fixture(scope="module")
 def pooled(logs):
-    return run_analysis([str(logs["high"])], AnalyzeOptions(pool_gbps=50.0, **POOL_CLUSTER))
+    # a latency-first team: this small log needs one GPU whatever the option, so on cost
+    # nothing pays (test_small_log_pays_on_latency_not_on_cost)
+    return run_analysis(
+        [str(logs["high"])],
+        AnalyzeOptions(pool_gbps=50.0, thresholds=Thresholds(objective="ttft"), **POOL_CLUSTER),
+    )
 
 
 def test_high_reuse_fast_pool_deploys_pooled(pooled):
@@ -57,9 +62,29 @@ def test_high_reuse_fast_pool_deploys_pooled(pooled):
     assert set(modes.values()) == {"pooled"}
 
 
+def test_small_log_pays_on_latency_not_on_cost(logs, pooled):
+    """One GPU serves this log's load whatever the option: on cost nothing pays, and the
+    reason says so with the GPUs and money of each option."""
+    r = run_analysis(
+        [str(logs["high"])],
+        AnalyzeOptions(pool_gbps=50.0, **POOL_CLUSTER),
+    )
+    assert r.verdict == "not-worth-it"
+    doc = r.to_json()
+    opts = doc["economics"]["options"]
+    assert opts["pooled"]["gpus_at_peak_load"] == opts["local"]["gpus_at_peak_load"]
+    assert opts["pooled"]["net_usd_month"] < 0
+    assert any("No option lowers the monthly cost" in x for x in doc["verdict"]["reasons"])
+    assert pooled.verdict == "deploy-pooled"  # the same log, objective ttft
+
+
 def test_high_reuse_slow_network_is_local_offload_only(logs):
     # Host DRAM large enough for the documents (the pool link is what is slow).
-    opts = AnalyzeOptions(pool_gbps=0.05, **{**POOL_CLUSTER, "dram_capacity_tokens": 50_000})
+    opts = AnalyzeOptions(
+        pool_gbps=0.05,
+        thresholds=Thresholds(objective="ttft"),
+        **{**POOL_CLUSTER, "dram_capacity_tokens": 50_000},
+    )
     r = run_analysis([str(logs["high"])], opts)
     assert r.verdict == "local-offload-only", r.decision.reasons
     pool = next(c for c in r.decision.checks if c.name == "bandwidth: pool link")
@@ -77,11 +102,11 @@ def test_count_only_azure_trace_is_insufficient_data(shared_traces):
     assert any("prompt content or block hashes" in m for m in r.decision.missing)
     assert r.replay is None and r.sizing is None and r.settings == []
     doc = r.to_json()
-    assert doc["verdict"]["missing"] and doc["schema"] == "kvpool.report/1"
+    assert doc["verdict"]["missing"] and doc["schema"] == "kvpool.report/2"
 
 
 def test_same_input_gives_byte_identical_json(logs, pooled, tmp_path):
-    opts = AnalyzeOptions(pool_gbps=50.0, **POOL_CLUSTER)
+    opts = AnalyzeOptions(pool_gbps=50.0, thresholds=Thresholds(objective="ttft"), **POOL_CLUSTER)
     a = render_json(pooled)
     b = render_json(run_analysis([str(logs["high"])], opts))
     assert a == b
@@ -96,7 +121,7 @@ def test_an_already_loaded_trace_gives_the_same_report(logs, pooled):
     from analyzer.ingest import open_trace
 
     loaded = open_trace([str(logs["high"])])
-    opts = AnalyzeOptions(pool_gbps=50.0, **POOL_CLUSTER)
+    opts = AnalyzeOptions(pool_gbps=50.0, thresholds=Thresholds(objective="ttft"), **POOL_CLUSTER)
     assert render_json(run_analysis(loaded.sources, opts, loaded=loaded)) == render_json(pooled)
     with pytest.raises(ValueError, match="sources"):
         run_analysis([str(logs["low"])], opts, loaded=loaded)

@@ -31,7 +31,7 @@ from analyzer.advisor.gates import Gate, GateResult, evaluate, gate_from_json
 from analyzer.errors import InputError, Location, UsageError
 
 ROLES = ("baseline", "candidate", "stability")
-REPORT_SCHEMA = "kvpool.report/1"
+REPORT_SCHEMA = "kvpool.report/2"
 
 # vLLM key -> (our key, factor to seconds / plain)
 _VLLM_KEYS = {
