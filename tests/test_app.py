@@ -391,3 +391,20 @@ def test_gate_projections_show_seconds_as_seconds(at: AppTest, sample: Path) -> 
     baseline = next(c for c in projected if "mean ttft s" in c)
     value = float(baseline.split("mean ttft s ")[1].split(" s")[0])
     assert value > 0 and "%" not in baseline
+
+
+def test_recommendation_opens_with_the_summary_in_ms_gpus_and_money(
+    at: AppTest, sample: Path
+) -> None:
+    """The page's first text is the report's three-sentence summary; the money table, the
+    side-by-side table and the glossary follow, with words rather than JSON keys."""
+    at.switch_page("views/recommend.py").run()
+    assert_clean(at)
+    first = at.markdown[0].value
+    assert " ms" in first and "GPU" in first and ("$" in first or "not priced" in first)
+    subheaders = [h.value for h in at.subheader]
+    assert "GPUs and money" in subheaders
+    assert "Side by side: other models and GPUs" in subheaders
+    assert any(e.label == "Glossary" for e in at.expander)
+    for frame in at.dataframe:
+        assert "network_per_node_gbps" not in frame.value.to_string()

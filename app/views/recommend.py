@@ -4,9 +4,23 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analyzer.advisor.summary import (
+    economics_table,
+    glossary_rows,
+    price_table,
+    side_by_side_table,
+    summary_sentences,
+)
+from analyzer.report.render import check_value, gbps
 from app import compute, controls, state
 
 st.title("Recommendation")
+
+
+def _table(header_rows) -> list[dict]:
+    header, rows = header_rows
+    return [dict(zip(header, r, strict=True)) for r in rows]
+
 
 VERDICT_STYLE = {
     "deploy-pooled": (st.success, "Deploy a pooled KV store"),
@@ -33,6 +47,7 @@ with state.guard():
     doc = result.to_json()
     verdict = doc["verdict"]
 
+    st.markdown(" ".join(doc.get("summary") or summary_sentences(doc)))
     show, headline = VERDICT_STYLE.get(verdict["verdict"], (st.info, verdict["verdict"]))
     show(f"**{headline}** (`{verdict['verdict']}`)")
     for reason in verdict["reasons"]:
@@ -68,8 +83,8 @@ with state.guard():
                 "step": ch["step"],
                 "check": ch["name"],
                 "passed": {True: "yes", False: "no", None: "n/a"}[ch["passed"]],
-                "value": ch["value"],
-                "threshold": ch["threshold"],
+                "value": check_value(ch["name"], ch["value"]),
+                "threshold": check_value(ch["name"], ch["threshold"]),
                 "why": ch["text"],
             }
             for ch in verdict["checks"]
@@ -78,14 +93,34 @@ with state.guard():
         width="stretch",
     )
 
+    money = economics_table(doc)
+    if money:
+        st.subheader("GPUs and money")
+        st.dataframe(_table(money), hide_index=True, width="stretch")
+        prices = price_table(doc)
+        if prices:
+            st.caption("Prices used (override with --prices or the single price flags):")
+            st.dataframe(_table(prices), hide_index=True, width="stretch")
+
+    side = side_by_side_table(doc)
+    if side:
+        st.subheader("Side by side: other models and GPUs")
+        st.dataframe(_table(side), hide_index=True, width="stretch")
+
     if doc.get("sizing"):
         st.subheader("Sizing")
-        sizing = doc["sizing"]
-        flat = {k: v for k, v in sizing.items() if not isinstance(v, dict | list)}
+        sz = doc["sizing"]
+        rows = [
+            ("Pool capacity", f"{sz['pool_capacity_gb']:,.0f} GB" if sz["pool"] else "no pool"),
+            ("Host DRAM per node", f"{sz['dram_per_node_gb']:,.0f} GB"),
+            ("HBM prefix cache per instance", f"{sz['hbm_cache_per_instance_gb']:,.1f} GB"),
+            ("Network per node", f"{gbps(sz['network_per_node_gbps'])}, e.g. {sz['nic']}"),
+            ("Block / chunk size", f"{sz['block_size_tokens']} / {sz['chunk_size_tokens']} tokens"),
+            ("Router", sz["router"]),
+            ("Eviction", sz["eviction"]),
+        ]
         st.dataframe(
-            [{"setting": k, "value": str(v)} for k, v in flat.items()],
-            hide_index=True,
-            width="stretch",
+            [{"what": k, "recommended": v} for k, v in rows], hide_index=True, width="stretch"
         )
 
     if doc.get("settings"):
@@ -128,3 +163,10 @@ with state.guard():
         st.dataframe(rows, hide_index=True, width="stretch")
         for line in doc["sensitivity"].get("summary", []):
             st.caption(line)
+
+    with st.expander("Glossary"):
+        st.dataframe(
+            [{"term": t, "meaning": m} for t, m in glossary_rows()],
+            hide_index=True,
+            width="stretch",
+        )
