@@ -1,114 +1,33 @@
-"""Altair figures for the dashboard, and the small reshaping each one needs.
+"""Interactive Altair charts for the dashboard.
 
-Functions named ``*_frame`` turn analyzer output (a ``BlockTrace`` or a report's JSON)
-into the tidy table a chart draws; they bin and sort, they do not analyse, and they are
-tested without Streamlit. Functions named ``*_chart`` return an ``alt.Chart``.
+The tables they draw, their words, colours and orders come from
+:mod:`analyzer.report.figures`, the one place the report's SVG charts read them too;
+this module adds what a browser can do on top (tooltips, highlighting the chosen
+policy, the SLO line moving with the sidebar). Every function returns an
+``alt.Chart``.
 """
 
 from __future__ import annotations
 
-import math
-
 import altair as alt
-import numpy as np
 import pandas as pd
 
-from analyzer.report.render import rate_at_slo
-from analyzer.trace import BlockTrace
+from analyzer.report.figures import (
+    GIB,
+    OTHER_COLOR,
+    POLICY_COLORS,
+    POLICY_LABELS,
+    TIER_COLORS,
+    TIER_LABELS,
+    TIER_ORDER,
+    scenario_colors,
+    scenario_label,
+)
 
-GIB = 2**30
-# Round bin widths for arrival charts, in seconds.
-_NICE_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
-
-
-def _nice_step(span_s: float, max_bins: int = 120) -> float:
-    for step in _NICE_STEPS_S:
-        if span_s / step <= max_bins:
-            return float(step)
-    return float(math.ceil(span_s / max_bins / 86400) * 86400)
+__all__ = ["GIB"]
 
 
 # --- workload overview -------------------------------------------------------------------
-
-
-def arrivals_frame(trace: BlockTrace, max_bins: int = 120) -> pd.DataFrame:
-    """Requests and prompt tokens per second, in round time bins."""
-    t = trace.arrival_s
-    if t.size == 0:
-        return pd.DataFrame({"time_s": [], "requests_per_s": [], "prompt_tokens_per_s": []})
-    span = float(t[-1] - t[0])
-    step = _nice_step(span, max_bins)
-    idx = np.floor((t - t[0]) / step).astype(np.int64)
-    nbins = int(idx.max()) + 1
-    reqs = np.bincount(idx, minlength=nbins)
-    toks = np.bincount(idx, weights=trace.prompt_tokens.astype(np.float64), minlength=nbins)
-    return pd.DataFrame(
-        {
-            "time_s": t[0] + step * np.arange(nbins),
-            "requests_per_s": reqs / step,
-            "prompt_tokens_per_s": toks / step,
-        }
-    )
-
-
-def log2_histogram_frame(values: np.ndarray, what: str) -> pd.DataFrame:
-    """Counts in power-of-two bins ``[2^k, 2^(k+1))`` (lengths span orders of magnitude)."""
-    v = values[values >= 0]
-    if v.size == 0:
-        return pd.DataFrame({what: [], "lo": [], "hi": [], "requests": []})
-    k = np.floor(np.log2(np.maximum(v, 1))).astype(np.int64)
-    k[v == 0] = -1
-    lo_k, hi_k = int(k.min()), int(k.max())
-    counts = np.bincount(k - lo_k, minlength=hi_k - lo_k + 1)
-    ks = np.arange(lo_k, hi_k + 1)
-    lo = np.where(ks < 0, 0, 2.0**ks).astype(np.int64)
-    hi = (2.0 ** (ks + 1)).astype(np.int64) - 1
-    hi[ks < 0] = 0
-    labels = [f"{a:,}" if a == b else f"{a:,}-{b:,}" for a, b in zip(lo, hi, strict=True)]
-    return pd.DataFrame({what: labels, "lo": lo, "hi": hi, "requests": counts})
-
-
-def sessions_frame(trace: BlockTrace) -> pd.DataFrame:
-    """How many sessions have 1, 2, 3-4, 5-8, ... requests."""
-    s = trace.session[trace.session >= 0]
-    if s.size == 0:
-        return pd.DataFrame({"requests_in_session": [], "lo": [], "hi": [], "requests": []})
-    per_session = np.bincount(s)
-    per_session = per_session[per_session > 0]
-    frame = log2_histogram_frame(per_session, "requests_in_session")
-    return frame.rename(columns={"requests": "sessions"})
-
-
-def requests_in_multi_request_sessions(trace: BlockTrace) -> int:
-    s = trace.session[trace.session >= 0]
-    if s.size == 0:
-        return 0
-    per_session = np.bincount(s)
-    return int((per_session[s] > 1).sum())
-
-
-def tenants_frame(trace: BlockTrace, top: int = 20) -> pd.DataFrame:
-    """Requests and prompt tokens of the largest tenants (the rest summed as 'other')."""
-    t = trace.tenant
-    names = [*trace.tenant_names, "(none)"]
-    codes = np.where(t >= 0, t, len(trace.tenant_names))
-    reqs = np.bincount(codes, minlength=len(names))
-    toks = np.bincount(codes, weights=trace.prompt_tokens.astype(np.float64), minlength=len(names))
-    order = [i for i in np.argsort(-toks, kind="stable") if reqs[i] > 0]
-    rows = [
-        {"tenant": names[i], "requests": int(reqs[i]), "prompt_tokens": int(toks[i])}
-        for i in order[:top]
-    ]
-    rest = order[top:]
-    if rest:
-        rows.append(
-            {
-                "tenant": f"other ({len(rest)})",
-                "requests": int(reqs[rest].sum()),
-                "prompt_tokens": int(toks[rest].sum()),
-            }
-        )
-    return pd.DataFrame(rows, columns=["tenant", "requests", "prompt_tokens"])
 
 
 def arrivals_chart(frame: pd.DataFrame, field: str, title: str) -> alt.Chart:
@@ -153,166 +72,42 @@ def tenants_chart(frame: pd.DataFrame) -> alt.Chart:
 # --- prefix tree -------------------------------------------------------------------------
 
 
-def prefix_tree_frame(trace: BlockTrace, levels: int = 4, min_share: float = 0.01) -> pd.DataFrame:
-    """Icicle rectangles of the prefix tree over the first ``levels`` blocks of requests.
-
-    Because block ids are chained, block ``k`` of a request identifies its whole prefix
-    up to block ``k``: the node at depth ``k`` is just that id. Widths count requests
-    (the whole x axis is all requests); nodes holding less than ``min_share`` of the
-    requests are merged into one "other" rectangle under their parent and not expanded.
-    Requests shorter than a level leave a gap under their parent. As in a radix tree, a
-    node whose requests all continue into one child is drawn as one taller rectangle
-    (``y0_tokens`` to ``y1_tokens``), so a shared system prompt is one bar.
-    """
-    n = trace.n_requests
-    cols = [
-        "level",
-        "y0_tokens",
-        "y1_tokens",
-        "x0",
-        "x1",
-        "requests",
-        "share",
-        "label",
-        "group",
-        "tokens",
+def prefix_tree_chart(frame: pd.DataFrame, depth_tokens: int) -> alt.LayerChart:
+    """The icicle down to ``depth_tokens`` (the axis always reaches the chosen depth, so
+    where the rectangles stop is where no prefix is shared by enough requests any more).
+    Each leading prefix has its own colour; merged "other" slices are grey."""
+    groups = frame.loc[(frame["level"] == 0) & (frame["kind"] == "prefix")]
+    groups = groups.sort_values("x0")["group"].tolist()
+    x = alt.X(
+        "x0:Q", title="share of requests", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])
+    )
+    y = alt.Y(
+        "y0_tokens:Q",
+        title="tokens into the prompt",
+        scale=alt.Scale(reverse=True, nice=False, domain=[0, max(int(depth_tokens), 1)]),
+        axis=alt.Axis(format=","),
+    )
+    tooltip = [
+        alt.Tooltip("label:N", title="prefix starts"),
+        alt.Tooltip("tokens:N", title="tokens"),
+        alt.Tooltip("requests:Q", format=","),
+        alt.Tooltip("share:Q", format=".1%"),
     ]
-    if n == 0 or trace.n_accesses == 0:
-        return pd.DataFrame(columns=cols)
-    bs = trace.block_size
-    lengths = np.diff(trace.offsets)
-    starts = trace.offsets[:-1]
-    min_count = max(1, math.ceil(min_share * n))
-    rows: list[dict] = []
-    # Per request, the displayed node it sits under: -1 the root, -2 not expanded further.
-    parent = np.full(n, -1, dtype=np.int64)
-    x0_of: dict[int, float] = {-1: 0.0}
-    group_of: dict[int, str] = {-1: ""}
-    row_of: dict[int, int] = {}  # displayed node -> its rectangle
-    count_of: dict[int, int] = {-1: n}
-    for level in range(levels):
-        active = np.flatnonzero((lengths > level) & (parent != -2))
-        if active.size == 0:
-            break
-        node = trace.block_ids[starts[active] + level]
-        uniq, first, counts = np.unique(node, return_index=True, return_counts=True)
-        # Chained ids: every request through a node has the same parent.
-        parent_of = dict(zip(uniq.tolist(), parent[active[first]].tolist(), strict=True))
-        children: dict[int, list[tuple[int, int]]] = {}
-        merged: dict[int, int] = {}
-        for nd, c in zip(uniq.tolist(), counts.tolist(), strict=True):
-            p = parent_of[nd]
-            if c >= min_count:
-                children.setdefault(p, []).append((nd, c))
-            else:
-                merged[p] = merged.get(p, 0) + c
-        next_x0: dict[int, float] = {}
-        for p in sorted(set(children) | set(merged), key=lambda q: x0_of[q]):
-            x = x0_of[p]
-            for nd, c in sorted(children.get(p, []), key=lambda t: (-t[1], t[0])):
-                group_of[nd] = group_of[p] or _label(trace, nd)
-                count_of[nd] = c
-                next_x0[nd] = x
-                if p != -1 and c == count_of[p]:
-                    # Every request of the parent continues here: extend its rectangle.
-                    row_of[nd] = row_of[p]
-                    rect = rows[row_of[nd]]
-                    rect["y1_tokens"] = (level + 1) * bs
-                    rect["tokens"] = f"{rect['y0_tokens']:,}-{rect['y1_tokens']:,}"
-                else:
-                    row_of[nd] = len(rows)
-                    rows.append(_rect(level, bs, x, c, n, _label(trace, nd), group_of[nd]))
-                x += c
-            if p in merged:
-                label = f"other ({merged[p]:,} requests, each prefix < {min_share:.0%})"
-                rows.append(_rect(level, bs, x, merged[p], n, label, group_of[p] or "other"))
-        x0_of = {-1: 0.0, **next_x0}
-        expanded = np.isin(node, np.fromiter(next_x0, dtype=np.int64, count=len(next_x0)))
-        parent = np.full(n, -2, dtype=np.int64)
-        parent[active[expanded]] = node[expanded]
-    return pd.DataFrame(rows, columns=cols)
-
-
-def _label(trace: BlockTrace, node: int) -> str:
-    text = trace.previews.get(int(node))
-    if text:
-        text = " ".join(text.split())
-        return text if len(text) <= 60 else text[:57] + "..."
-    return f"block #{int(node)}"
-
-
-def _rect(level: int, bs: int, x: float, c: int, n: int, label: str, group: str) -> dict:
-    return {
-        "level": level,
-        "y0_tokens": level * bs,
-        "y1_tokens": (level + 1) * bs,
-        "x0": x / n,
-        "x1": (x + c) / n,
-        "requests": c,
-        "share": c / n,
-        "label": label,
-        "group": group,
-        "tokens": f"{level * bs:,}-{(level + 1) * bs:,}",
-    }
-
-
-def prefix_tree_chart(frame: pd.DataFrame) -> alt.Chart:
-    groups = frame.loc[frame["level"] == 0].sort_values("x0")["group"].tolist()
-    return (
-        alt.Chart(frame, title="Prefix tree (icicle): width = share of requests")
-        .mark_rect(stroke="white", strokeWidth=0.3)
-        .encode(
-            x=alt.X(
-                "x0:Q",
-                title="share of requests",
-                axis=alt.Axis(format="%"),
-                scale=alt.Scale(domain=[0, 1]),
-            ),
-            x2="x1:Q",
-            y=alt.Y(
-                "y0_tokens:Q",
-                title="tokens into the prompt",
-                scale=alt.Scale(reverse=True, nice=False),
-            ),
-            y2="y1_tokens:Q",
-            color=alt.Color("group:N", sort=groups[:10], legend=None),
-            tooltip=[
-                alt.Tooltip("label:N", title="prefix starts"),
-                alt.Tooltip("tokens:N", title="tokens"),
-                alt.Tooltip("requests:Q", format=","),
-                alt.Tooltip("share:Q", format=".1%"),
-            ],
-        )
-        .properties(height=420)
+    base = alt.Chart(frame).encode(x=x, x2="x1:Q", y=y, y2="y1_tokens:Q", tooltip=tooltip)
+    prefixes = base.transform_filter(alt.datum.kind == "prefix").mark_rect(
+        stroke="white", strokeWidth=0.3
+    )
+    prefixes = prefixes.encode(color=alt.Color("group:N", sort=groups[:10], legend=None))
+    others = base.transform_filter(alt.datum.kind == "other").mark_rect(
+        stroke="white", strokeWidth=0.3, color=OTHER_COLOR, opacity=0.8
+    )
+    return alt.layer(prefixes, others).properties(
+        height=420,
+        title="Prefix tree (icicle): width = share of requests; grey = small prefixes merged",
     )
 
 
 # --- reuse -------------------------------------------------------------------------------
-
-
-def granularity_frame(granularity: dict) -> pd.DataFrame:
-    """Ceiling per block size (and token-exact when the trace had it), steady and cold."""
-    rows = []
-    exact = granularity.get("token_exact", {})
-    if exact.get("available"):
-        rows.append(
-            {
-                "granularity": "token-exact",
-                "steady": exact["hit_rate"],
-                "cold": exact["cold_hit_rate"],
-                "note": "",
-            }
-        )
-    for row in granularity.get("blocks", []):
-        rows.append(
-            {
-                "granularity": f"{row['block_size']} tokens",
-                "steady": row.get("hit_rate") if row.get("available") else None,
-                "cold": row.get("cold_hit_rate") if row.get("available") else None,
-                "note": "" if row.get("available") else row.get("reason", ""),
-            }
-        )
-    return pd.DataFrame(rows, columns=["granularity", "steady", "cold", "note"])
 
 
 def granularity_chart(frame: pd.DataFrame) -> alt.Chart:
@@ -332,24 +127,6 @@ def granularity_chart(frame: pd.DataFrame) -> alt.Chart:
     )
 
 
-SOURCE_LABELS = {
-    "same_session": "same session",
-    "same_tenant": "same tenant, other session",
-    "cross_tenant": "another tenant",
-    "unattributed": "unattributed",
-}
-
-
-def sources_frame(sources: dict) -> pd.DataFrame:
-    shares = sources.get("share_of_hits", {})
-    tokens = sources.get("tokens", {})
-    rows = [
-        {"source": SOURCE_LABELS.get(k, k), "share": v, "tokens": tokens.get(k, 0)}
-        for k, v in shares.items()
-    ]
-    return pd.DataFrame(rows, columns=["source", "share", "tokens"])
-
-
 def sources_chart(frame: pd.DataFrame) -> alt.Chart:
     return (
         alt.Chart(frame, title="Share of reused tokens by who held them last")
@@ -366,36 +143,7 @@ def sources_chart(frame: pd.DataFrame) -> alt.Chart:
     )
 
 
-def top_prefixes_frame(entries: list[dict]) -> pd.DataFrame:
-    """The top shared prefixes; the preview column only when the log had text."""
-    cols = ["prefix_tokens", "requests", "reused_tokens", "preview", "hash"]
-    if not any(e.get("preview") for e in entries):
-        cols.remove("preview")
-    return pd.DataFrame([{k: e.get(k) for k in cols} for e in entries], columns=cols)
-
-
 # --- capacity ----------------------------------------------------------------------------
-
-
-# Fixed colours so a policy looks the same on every chart (LRU, the engines' default, dark).
-POLICY_COLORS = {"lru": "#1f4e79", "fifo": "#e07b00", "s3fifo": "#2e8b57", "optimal": "#8c8c8c"}
-
-
-def curves_frame(curves: dict, bytes_per_token: int | None) -> pd.DataFrame:
-    """Hit rate against capacity per policy, with capacities in tokens and GiB."""
-    rows = []
-    for policy, points in curves.items():
-        for p in points:
-            cap = int(p["capacity_tokens"])
-            rows.append(
-                {
-                    "policy": policy,
-                    "capacity_tokens": cap,
-                    "capacity_gib": cap * bytes_per_token / GIB if bytes_per_token else None,
-                    "hit_rate": p["hit_rate"],
-                }
-            )
-    return pd.DataFrame(rows, columns=["policy", "capacity_tokens", "capacity_gib", "hit_rate"])
 
 
 def capacity_chart(
@@ -411,13 +159,17 @@ def capacity_chart(
     data = frame[frame[x_field] > 0]
     x = alt.X(f"{x_field}:Q", title=x_title, scale=alt.Scale(type="log"))
     y = alt.Y("hit_rate:Q", title="steady-state hit rate", axis=alt.Axis(format="%"))
+    data = data.assign(policy_name=[POLICY_LABELS.get(p, p) for p in data.policy])
     lru = data[data.policy == "lru"]
     others = data[data.policy != "lru"]
     policies = [p for p in POLICY_COLORS if p in set(data.policy)]
     color = alt.Color(
-        "policy:N",
+        "policy_name:N",
         title="policy",
-        scale=alt.Scale(domain=policies, range=[POLICY_COLORS[p] for p in policies]),
+        scale=alt.Scale(
+            domain=[POLICY_LABELS[p] for p in policies], range=[POLICY_COLORS[p] for p in policies]
+        ),
+        legend=alt.Legend(orient="bottom", labelLimit=0),
     )
     layers = [
         alt.Chart(lru)
@@ -461,7 +213,7 @@ def capacity_chart(
 
 def _curve_tooltip(x_field: str) -> list:
     return [
-        "policy",
+        alt.Tooltip("policy_name:N", title="policy"),
         alt.Tooltip("capacity_tokens:Q", format=",", title="tokens"),
         alt.Tooltip("capacity_gib:Q", format=",.2f", title="GiB"),
         alt.Tooltip("hit_rate:Q", format=".1%"),
@@ -565,23 +317,6 @@ def prefix_time_chart(rows: list[dict]) -> alt.Chart:
 # --- replay ------------------------------------------------------------------------------
 
 
-def ttft_quantiles_frame(
-    ttft_by_scenario: dict[str, np.ndarray], points: int = 200
-) -> pd.DataFrame:
-    """The TTFT distribution of each scenario as quantiles (an ECDF small enough to draw)."""
-    rows = []
-    q = np.linspace(0.0, 1.0, points + 1)
-    for name, ttft in ttft_by_scenario.items():
-        if ttft.size == 0:
-            continue
-        values = np.quantile(ttft, q)
-        rows += [
-            {"scenario": name, "ttft_s": float(v), "quantile": float(p)}
-            for v, p in zip(values, q, strict=True)
-        ]
-    return pd.DataFrame(rows, columns=["scenario", "ttft_s", "quantile"])
-
-
 def ttft_chart(frame: pd.DataFrame, slo_s: float) -> alt.LayerChart:
     positive = frame[frame.ttft_s > 0]
     lines = (
@@ -606,89 +341,71 @@ def ttft_chart(frame: pd.DataFrame, slo_s: float) -> alt.LayerChart:
     return alt.layer(lines, slo).properties(height=320, title="TTFT distribution (CDF)")
 
 
-# The standard scenarios keep their colours on every chart; user-defined ones get the rest.
-SCENARIO_COLORS = {
-    "none": "#8c8c8c",
-    "local": "#1f4e79",
-    "local+dram": "#5b9bd5",
-    "pooled": "#e07b00",
-}
-_EXTRA_COLORS = ("#2e8b57", "#9467bd", "#d62728", "#8c564b", "#e377c2", "#17becf")
-
-
 def _scenario_color(names: list[str]) -> alt.Color:
-    extra = iter(_EXTRA_COLORS * 4)
-    colors = [SCENARIO_COLORS.get(n) or next(extra) for n in names]
-    return alt.Color("scenario:N", sort=names, scale=alt.Scale(domain=names, range=colors))
-
-
-def tier_hits_frame(scenarios: dict[str, dict]) -> pd.DataFrame:
-    rows = [
-        {"scenario": name, "tier": tier, "hit_rate": rate}
-        for name, s in scenarios.items()
-        for tier, rate in s["hit_rate_by_tier"].items()
-        if rate
-    ]
-    return pd.DataFrame(rows, columns=["scenario", "tier", "hit_rate"])
+    return alt.Color(
+        "scenario:N",
+        title=None,
+        sort=names,
+        scale=alt.Scale(domain=names, range=scenario_colors(names)),
+        legend=alt.Legend(orient="bottom", labelLimit=0, columns=2),
+    )
 
 
 def tier_hits_chart(frame: pd.DataFrame, order: list[str]) -> alt.Chart:
+    labels = [scenario_label(n) for n in order]
+    tiers = [t for t in TIER_ORDER if t in set(frame.tier)] or list(TIER_ORDER)
+    data = frame.assign(
+        label=[scenario_label(n) for n in frame.scenario],
+        where=[TIER_LABELS.get(t, t) for t in frame.tier],
+        rank=[TIER_ORDER.index(t) if t in TIER_ORDER else len(TIER_ORDER) for t in frame.tier],
+    )
     return (
-        alt.Chart(frame, title="Prompt tokens served from cache, by tier")
+        alt.Chart(data, title="Prompt tokens served from cache, by tier")
         .mark_bar()
         .encode(
-            x=alt.X("scenario:N", sort=order, title=None, axis=alt.Axis(labelAngle=0)),
-            y=alt.Y("hit_rate:Q", title="share of prompt tokens", axis=alt.Axis(format="%")),
+            y=alt.Y("label:N", sort=labels, title=None, axis=alt.Axis(labelLimit=0)),
+            x=alt.X("hit_rate:Q", title="share of prompt tokens", axis=alt.Axis(format="%")),
             color=alt.Color(
-                "tier:N",
+                "where:N",
+                title=None,
+                sort=[TIER_LABELS[t] for t in tiers],
                 scale=alt.Scale(
-                    domain=["hbm", "dram", "nvme", "pool"],
-                    range=["#1f4e79", "#5b9bd5", "#a9d18e", "#e07b00"],
+                    domain=[TIER_LABELS[t] for t in tiers], range=[TIER_COLORS[t] for t in tiers]
                 ),
+                legend=alt.Legend(orient="bottom", labelLimit=0),
             ),
-            order=alt.Order("tier:N"),
-            tooltip=["scenario", "tier", alt.Tooltip("hit_rate:Q", format=".1%")],
+            order=alt.Order("rank:Q"),
+            tooltip=[
+                alt.Tooltip("label:N", title="option"),
+                alt.Tooltip("where:N", title="tier"),
+                alt.Tooltip("hit_rate:Q", format=".1%", title="share"),
+            ],
         )
-        .properties(height=300)
+        .properties(height=240)
     )
 
 
 def scenario_bar_chart(
     frame: pd.DataFrame, field: str, title: str, axis_title: str, fmt: str, order: list[str]
-) -> alt.Chart:
-    return (
-        alt.Chart(frame, title=title)
-        .mark_bar()
-        .encode(
-            x=alt.X("scenario:N", sort=order, title=None, axis=alt.Axis(labelAngle=0)),
-            y=alt.Y(f"{field}:Q", title=axis_title),
-            tooltip=["scenario", alt.Tooltip(f"{field}:Q", format=fmt)],
-        )
-        .properties(height=300)
+) -> alt.LayerChart:
+    """One horizontal bar per scenario (labels never collide), its value written at the
+    bar's end. Rows without a value (None) are left out, never drawn as zero."""
+    data = frame[frame[field].notna()].assign(label=lambda f: f.scenario.map(scenario_label))
+    labels = [scenario_label(n) for n in order]
+    base = alt.Chart(data, title=title).encode(
+        y=alt.Y("label:N", sort=labels, title=None, axis=alt.Axis(labelLimit=0)),
+        x=alt.X(f"{field}:Q", title=axis_title),
+        tooltip=[alt.Tooltip("label:N", title="option"), alt.Tooltip(f"{field}:Q", format=fmt)],
     )
-
-
-def scenarios_frame(scenarios: dict[str, dict]) -> pd.DataFrame:
-    """One row per scenario with the figures the comparison table shows."""
-    rows = []
-    for name, s in scenarios.items():
-        t = s["ttft_s"]
-        rows.append(
-            {
-                "scenario": name,
-                "hit rate": s["hit_rate"],
-                "TTFT mean (s)": t["mean"],
-                "p50 (s)": t["p50"],
-                "p90 (s)": t["p90"],
-                "p99 (s)": t["p99"],
-                "prefill GPU-s": s["prefill_gpu_s"],
-                "network GB": s["network_bytes"] / 1e9,
-                "peak link use": s.get("peak_link_utilisation"),
-                "max rate x at SLO": rate_at_slo(s),
-                "description": s.get("description", ""),
-            }
+    bars = base.mark_bar().encode(
+        color=alt.Color(
+            "scenario:N",
+            legend=None,
+            scale=alt.Scale(domain=order, range=scenario_colors(order)),
         )
-    return pd.DataFrame(rows)
+    )
+    text = base.mark_text(align="left", dx=4).encode(text=alt.Text(f"{field}:Q", format=fmt))
+    return alt.layer(bars, text).properties(height=240)
 
 
 def fitted_chart(points: pd.DataFrame) -> alt.LayerChart:

@@ -169,13 +169,13 @@ def reuse(cur: Current, warmup: float = 0.5):
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def _prefix_tree(content: str, ingest_key: Key, factor: int, levels: int, min_share: float, _trace):
-    from app.charts import prefix_tree_frame
+    from analyzer.report.figures import prefix_tree_frame
 
     return prefix_tree_frame(_trace.coarsen(factor), levels=levels, min_share=min_share)
 
 
 def prefix_tree(cur: Current, factor: int, levels: int, min_share: float):
-    """The icicle's rectangles (``app.charts.prefix_tree_frame``) at ``factor`` x the
+    """The icicle's rectangles (``app.figures.prefix_tree_frame``) at ``factor`` x the
     trace's block size, cached per trace and setting."""
     return _prefix_tree(cur.content, cur.ingest_key, factor, levels, min_share, cur.trace)
 
@@ -217,6 +217,9 @@ class ControlDefaults:
     pool_tier: str
     pool_gbps: float  # 0: the pool tier's catalog figure
     ttft_slo_s: float
+    gpus_per_node: int
+    dram_scope: str
+    dram_scopes: list[str]
 
 
 def _catalog_ids(items) -> list[str]:
@@ -236,7 +239,7 @@ def control_defaults() -> ControlDefaults:
     from analyzer.advisor import AnalyzeOptions
     from analyzer.cost import get_tier, list_gpus, list_models, list_tiers
     from analyzer.replay import ROUTERS, ClusterConfig
-    from analyzer.replay.config import EVICTIONS
+    from analyzer.replay.config import DRAM_SCOPES, EVICTIONS
 
     analyze = AnalyzeOptions()  # the defaults `kvpool analyze` runs with
     cluster = {f.name: f.default for f in fields(ClusterConfig)}
@@ -263,6 +266,9 @@ def control_defaults() -> ControlDefaults:
         pool_tier=cluster["pool_tier"],
         pool_gbps=float(analyze.pool_gbps or 0.0),
         ttft_slo_s=float(analyze.ttft_slo_s),
+        gpus_per_node=int(cluster["gpus_per_node"]),
+        dram_scope=str(cluster["dram_scope"]),
+        dram_scopes=list(DRAM_SCOPES),
     )
 
 
@@ -351,6 +357,8 @@ def cluster_config(w):
         gpu=w.gpu,
         tp=w.tp,
         instances=w.instances,
+        gpus_per_node=w.gpus_per_node,
+        dram_scope=w.dram_scope,
         kv_dtype=w.kv_dtype,
         router=w.router,
         eviction=w.eviction,
@@ -467,6 +475,8 @@ def analyze_options(w, warmup: float, block_size: int | None = None):
         gpu=w.gpu,
         tp=w.tp,
         instances=w.instances,
+        gpus_per_node=w.gpus_per_node,
+        dram_scope=w.dram_scope,
         kv_dtype=w.kv_dtype,
         pool_gbps=w.pool_gbps or None,
         pool_tier=w.pool_tier,

@@ -32,7 +32,7 @@ class WhatIf:
     eviction: str
     local_capacity_gb: float  # HBM prefix cache per instance
     dram_tier: str
-    dram_capacity_gb: float  # host DRAM tier per node
+    dram_capacity_gb: float  # host DRAM given to KV per node, all its instances together
     dram_gbps: float
     dram_latency_us: float
     pool_tier: str
@@ -40,6 +40,8 @@ class WhatIf:
     pool_gbps: float  # per-node link to the pool
     pool_latency_us: float
     ttft_slo_s: float
+    gpus_per_node: int  # the instances on one node share its DRAM and NIC
+    dram_scope: str  # "instance": each instance's private share; "node": one per node
 
 
 def current() -> WhatIf:
@@ -82,6 +84,8 @@ def default_whatif() -> WhatIf:
         pool_gbps=d.pool_gbps,
         pool_latency_us=0.0,
         ttft_slo_s=d.ttft_slo_s,
+        gpus_per_node=d.gpus_per_node,
+        dram_scope=d.dram_scope,
     )
 
 
@@ -110,6 +114,9 @@ def sidebar() -> WhatIf:
                 step=1,
                 key="ctl.instances",
             )
+            gpus_per_node = _select(
+                "GPUs per node", [1, 2, 4, 8, 16], s.gpus_per_node, "ctl.gpus_per_node"
+            )
         with st.expander("Routing and eviction", expanded=True):
             router = _select("Router", d.routers, s.router, "ctl.router")
             eviction = _select("Eviction policy", d.evictions, s.eviction, "ctl.eviction")
@@ -123,6 +130,16 @@ def sidebar() -> WhatIf:
             dram_tier = _select("Host DRAM link", d.dram_tiers, s.dram_tier, "ctl.dram_tier")
             _tier_caption(dram_tier)
             dram_gb = _number("Host DRAM per node (GB)", s.dram_capacity_gb, 64.0, "ctl.dram_gb")
+            dram_scope = _select(
+                "Host DRAM cache",
+                d.dram_scopes,
+                s.dram_scope,
+                "ctl.dram_scope",
+                format_func=lambda v: {
+                    "instance": "private to each instance (LMCache local, HiCache L2)",
+                    "node": "one per node, shared by its instances",
+                }.get(v, v),
+            )
             dram_gbps = _number(
                 "DRAM bandwidth (GB/s; 0 = catalog)", s.dram_gbps, 1.0, "ctl.dram_gbps"
             )
@@ -165,6 +182,8 @@ def sidebar() -> WhatIf:
         pool_gbps=float(pool_gbps),
         pool_latency_us=float(pool_lat),
         ttft_slo_s=float(slo),
+        gpus_per_node=int(gpus_per_node),
+        dram_scope=dram_scope,
     )
     st.session_state[WHATIF_KEY] = whatif
     return whatif

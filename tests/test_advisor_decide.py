@@ -409,13 +409,17 @@ def test_dram_offload_that_does_not_help_is_not_worth_it():
     assert slow.verdict == "not-worth-it"
 
 
-def test_single_node_explains_why_a_pool_adds_nothing():
-    one = replace(replay(pooled_ttft=0.89, dram_ttft=0.9), nodes=1)
+def test_single_node_with_a_shared_dram_explains_why_a_pool_adds_nothing():
+    one = replace(replay(pooled_ttft=0.89, dram_ttft=0.9), nodes=1, dram_scope="node")
     d = decide(TRACE, REUSE, bw(), one)
     assert d.verdict == "local-offload-only"
-    assert any("share one node" in r for r in d.reasons)
+    assert any("share one node" in r and "--dram-scope node" in r for r in d.reasons)
     many = replace(one, nodes=4)
     assert not any("share one node" in r for r in decide(TRACE, REUSE, bw(), many).reasons)
+    # The engines' DRAM tiers are private per instance: on one node a pool still shares
+    # across them, so the text would be false there.
+    private = replace(one, dram_scope="instance")
+    assert not any("share one node" in r for r in decide(TRACE, REUSE, bw(), private).reasons)
 
 
 def test_coarse_trace_blocks_fall_back_to_vllm_default_block_size():

@@ -216,7 +216,7 @@ def test_count_only_trace_is_explained_on_every_page(at: AppTest, tmp_path: Path
     assert metric(at, "Requests") == "4"
     at.switch_page("views/recommend.py").run()
     assert_clean(at)
-    assert any("insufficient-data" in w.value for w in at.warning)
+    assert any("data-verdict='insufficient-data'" in m.value for m in at.markdown)
 
 
 def test_missing_path_is_an_error_message(at: AppTest, tmp_path: Path) -> None:
@@ -356,8 +356,8 @@ def test_cost_page_works_when_the_trace_does_not(at: AppTest, tmp_path: Path) ->
 @pytest.mark.skipif(not CALIBRATION.exists(), reason="cost calibration fixture not present")
 def test_fitted_model_can_drive_the_replay(at: AppTest) -> None:
     def prefill_gpu_s() -> list[float]:
-        frame = at.dataframe[0].value
-        return frame["prefill GPU-s"].tolist()
+        frame = at.dataframe[0].value  # shown as "1,234.5 GPU-s"
+        return [float(v.split()[0].replace(",", "")) for v in frame["prefill GPU time"]]
 
     at.switch_page("views/replay.py").run()
     at.checkbox(key="replay.search").uncheck().run()
@@ -408,3 +408,18 @@ def test_recommendation_opens_with_the_summary_in_ms_gpus_and_money(
     assert any(e.label == "Glossary" for e in at.expander)
     for frame in at.dataframe:
         assert "network_per_node_gbps" not in frame.value.to_string()
+
+
+def test_node_shape_and_dram_scope_controls_reach_the_replay() -> None:
+    """The sidebar's GPUs per node and DRAM scope are the replay's and the analysis's."""
+    from dataclasses import replace
+
+    from app import controls
+
+    w = controls.default_whatif()
+    assert (w.gpus_per_node, w.dram_scope) == (8, "instance")  # `kvpool analyze`'s defaults
+    w = replace(w, gpus_per_node=2, dram_scope="node", instances=4)
+    cfg = compute.cluster_config(w)
+    assert (cfg.gpus_per_node, cfg.dram_scope, cfg.nodes) == (2, "node", 2)
+    opts = compute.analyze_options(w, 0.5)
+    assert (opts.gpus_per_node, opts.dram_scope) == (2, "node")

@@ -38,6 +38,15 @@ def analyze(
     gpus_per_node: Annotated[
         int, typer.Option("--gpus-per-node", help="GPUs sharing one host (DRAM, NIC).")
     ] = 8,
+    dram_scope: Annotated[
+        str,
+        typer.Option(
+            "--dram-scope",
+            help="instance: each engine process holds a private share of its node's DRAM "
+            "(LMCache local CPU, HiCache L2); node: one DRAM cache shared by the node's "
+            "instances (a node-local shared store).",
+        ),
+    ] = "instance",
     pool_gbps: Annotated[
         float, typer.Option("--pool-gbps", help="Per-node link to the pool, GB/s (1e9 B/s).")
     ] = 25.0,
@@ -51,7 +60,9 @@ def analyze(
     dram_capacity_tokens: Annotated[
         str | None,
         typer.Option(
-            "--dram-capacity-tokens", help="Host DRAM KV tier per node (default: 512 GB of KV)."
+            "--dram-capacity-tokens",
+            help="Host DRAM given to KV per node, all its instances together "
+            "(default: 512 GB of KV).",
         ),
     ] = None,
     pool_capacity_tokens: Annotated[
@@ -80,6 +91,13 @@ def analyze(
     kv_dtype: Annotated[
         str, typer.Option("--kv-dtype", help="KV cache dtype: bf16 | fp8.")
     ] = "bf16",
+    tokenizer: Annotated[
+        str,
+        typer.Option(
+            "--tokenizer",
+            help="cl100k (default), PATH/tokenizer.json, or a Hugging Face model folder (tokenizer.json + tokenizer_config.json): its chat template renders the prompts.",
+        ),
+    ] = "cl100k",
     no_rate_search: Annotated[
         bool, typer.Option("--no-rate-search", help="Skip the SLO rate search (faster).")
     ] = False,
@@ -149,6 +167,7 @@ def analyze(
         tp=tp,
         instances=instances,
         gpus_per_node=gpus_per_node,
+        dram_scope=dram_scope,
         kv_dtype=kv_dtype,
         pool_gbps=pool_gbps,
         local_capacity_tokens=_capacity(local_capacity_tokens, "--local-capacity-tokens"),
@@ -159,6 +178,7 @@ def analyze(
         warmup=warmup,
         block_size=block_size,
         fmt=fmt,
+        tokenizer=tokenizer,
         search_rate=not no_rate_search,
         thresholds=Thresholds(objective=objective, min_pool_saving=pool_margin),
         peak_window_s=peak_window,

@@ -306,10 +306,12 @@ def decide(
     else:
         chosen = _by_ttft(candidates, replay, th, why, checks)
     _latency_line(chosen, replay, why)
-    if replay.nodes == 1 and "pooled" in candidates:
+    if replay.nodes == 1 and replay.dram_scope == "node" and "pooled" in candidates:
         why.add(
-            "All instances share one node, whose host DRAM is already a shared cache: a pool "
-            "cannot add hits over it (describe your hosts with --gpus-per-node)."
+            "All instances share one node and its host DRAM was modelled as one cache they "
+            "share (--dram-scope node, a node-local shared store): a pool cannot add hits "
+            "over it. Engines' own DRAM tiers (LMCache local CPU, HiCache L2) are private to "
+            "each instance; describe that with --dram-scope instance."
         )
     return _finish(
         VERDICT_OF[chosen], why, checks, trace, reuse, bandwidth, replay, proj, th, tuple(derived)

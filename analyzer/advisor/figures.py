@@ -145,6 +145,7 @@ class ReplayFigures:
     baseline: str = "local"  # what the pilot's TTFT reduction is measured against
     ttft_slo_s: float = 2.0
     nodes: int = 0  # hosts the instances span (0: unknown)
+    dram_scope: str = "instance"  # host DRAM private to each instance, or one per node
 
     def get(self, name: str) -> ScenarioFigures | None:
         for s in self.scenarios:

@@ -73,6 +73,7 @@ class AnalyzeOptions:
     tp: int = 1
     instances: int = 4
     gpus_per_node: int = 8
+    dram_scope: str = "instance"  # replay.config.DRAM_SCOPES
     kv_dtype: str = "bf16"
     mfu: float | None = None
     pool_gbps: float | None = 25.0  # per-node link to the pool; None: the pool tier's
@@ -87,6 +88,7 @@ class AnalyzeOptions:
     block_size: int | None = None  # None: the format's default (16 for text logs)
     fmt: str | None = None
     template: str = "chatml"
+    tokenizer: str = "cl100k"  # or a tokenizer.json / Hugging Face model folder path
     search_rate: bool = True
     sensitivity_replays: bool = True
     knee_fraction: float = 0.9
@@ -132,6 +134,8 @@ class AnalysisResult:
     charts: dict = field(default_factory=dict)
     economics: EconomicsInputs | None = None
     side_by_side: list[dict] = field(default_factory=list)
+    # how prompts were tokenized: the trace's tokenizer and template names
+    tokenization: dict = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -299,8 +303,14 @@ def _replay_figures(doc: dict, slo: float) -> ReplayFigures:
                 network_bytes=float(s.get("network_bytes") or 0.0),
             )
         )
-    nodes = int((doc.get("cluster") or {}).get("nodes") or 0)
-    return ReplayFigures(scenarios=tuple(out), baseline="local", ttft_slo_s=slo, nodes=nodes)
+    cluster = doc.get("cluster") or {}
+    return ReplayFigures(
+        scenarios=tuple(out),
+        baseline="local",
+        ttft_slo_s=slo,
+        nodes=int(cluster.get("nodes") or 0),
+        dram_scope=str(cluster.get("dram_scope") or "instance"),
+    )
 
 
 def _cluster_config(opts: AnalyzeOptions, instances: int | None = None):
@@ -312,6 +322,7 @@ def _cluster_config(opts: AnalyzeOptions, instances: int | None = None):
         tp=opts.tp,
         instances=instances or opts.instances,
         gpus_per_node=opts.gpus_per_node,
+        dram_scope=opts.dram_scope,
         kv_dtype=opts.kv_dtype,
         mfu=opts.mfu,
         router=opts.router,
@@ -374,7 +385,12 @@ def run_analysis(
         ) as adv:
             loaded = open_trace(
                 plist,
-                IngestOptions(block_size=opts.block_size, fmt=opts.fmt, template=opts.template),
+                IngestOptions(
+                    block_size=opts.block_size,
+                    fmt=opts.fmt,
+                    template=opts.template,
+                    tokenizer=opts.tokenizer,
+                ),
                 advance=adv,
             )
     step(15)
@@ -539,6 +555,10 @@ def run_analysis(
         break_even_curve=be_curve,
         economics=economics,
         side_by_side=side,
+        tokenization={
+            "tokenizer": trace.meta.get("tokenizer", ""),
+            "template": trace.meta.get("template", ""),
+        },
     )
 
 
@@ -827,6 +847,8 @@ def report_document(r: AnalysisResult) -> dict:
         opts["prices"]["prices_file"] = Path(opts["prices"]["prices_file"]).name
     if opts["model"].lower().endswith(".json"):  # a config.json path: keep the name only
         opts["model"] = Path(opts["model"]).name
+    if opts["tokenizer"] not in ("cl100k", "cl100k_base"):  # a path: keep the name only
+        opts["tokenizer"] = Path(opts["tokenizer"]).name
     sizing = None
     if r.sizing is not None:
         s = r.sizing
@@ -846,7 +868,7 @@ def report_document(r: AnalysisResult) -> dict:
         "kvpool_version": __version__,
         "inputs": r.inputs,
         "options": opts,
-        "trace": {**asdict(r.trace), "skipped": r.skipped},
+        "trace": {**asdict(r.trace), "skipped": r.skipped, "tokenization": r.tokenization},
         "verdict": {
             "verdict": d.verdict,
             "reasons": list(d.reasons),

@@ -188,6 +188,11 @@ class BlockHasher:
             self._memo.move_to_end(key)
         return st
 
+    def forget(self) -> None:
+        """Empty the memo (its states may hold anchors the caller no longer wants kept)."""
+        self._memo.clear()
+        self._memo_hashes = 0
+
     def remember(self, key: Hashable, state: ChainState) -> None:
         if key in self._memo:
             self._memo.move_to_end(key)

@@ -25,6 +25,10 @@ import numpy as np
 from numba import njit
 
 _INF = np.iinfo(np.int64).max
+# Measured per node of a chat log's tree on CPython 3.11 (tests/test_radix.py checks the
+# estimate against tracemalloc): the Node with its slots, its children dict and the
+# edge's ``bytes`` header.
+NODE_OVERHEAD_BYTES = 400
 
 
 class Node:
@@ -68,6 +72,12 @@ class TokenRadix:
         self.root = Node(b"", None)
         self.capacity_tokens = capacity_tokens
         self._bytes = 0
+        self.n_nodes = 1
+
+    def memory_bytes(self) -> int:
+        """About what the tree holds in memory: its edges' bytes plus a node's overhead
+        (the object, its children dict and edge ``bytes`` header) per node."""
+        return self._bytes + NODE_OVERHEAD_BYTES * self.n_nodes
 
     def __len__(self) -> int:
         return self._bytes // 4
@@ -107,11 +117,13 @@ class TokenRadix:
                 leaf.last_access = now
                 node.children[first] = leaf
                 self._bytes += len(leaf.edge)
+                self.n_nodes += 1
                 node = leaf
                 break
             ln = _common(child.edge, buf, pos)
             if ln < len(child.edge):  # split: `mid` takes the shared head
                 mid = Node(child.edge[:ln], node)
+                self.n_nodes += 1
                 mid.last_access = now
                 node.children[first] = mid
                 child.edge = child.edge[ln:]
@@ -150,6 +162,7 @@ class TokenRadix:
             del parent.children[leaf.edge[:4]]
             freed += len(leaf.edge) // 4
             self._bytes -= len(leaf.edge)
+            self.n_nodes -= 1
             if parent is not self.root and not parent.children and id(parent) not in guarded:
                 heapq.heappush(heap, (parent.last_access, seq, parent))
                 seq += 1

@@ -29,7 +29,11 @@ def convert(
         str, typer.Option("--tools-position", help="in-system | after-system | before-system")
     ] = "in-system",
     tokenizer: Annotated[
-        str, typer.Option("--tokenizer", help="cl100k or PATH/tokenizer.json")
+        str,
+        typer.Option(
+            "--tokenizer",
+            help="cl100k (default), PATH/tokenizer.json, or a Hugging Face model folder (tokenizer.json + tokenizer_config.json): its chat template renders the prompts.",
+        ),
     ] = "cl100k",
     token_ratio: Annotated[
         float,
@@ -57,14 +61,20 @@ def convert(
     no_exact: Annotated[
         bool, typer.Option("--no-exact", help="Skip the token-exact LCP (for huge logs).")
     ] = False,
+    exact_max_mib: Annotated[
+        int,
+        typer.Option(
+            "--exact-max-mib", help="Memory bound of the token-exact LCP tree; past it, skipped."
+        ),
+    ] = 512,
 ) -> None:
     """Convert request logs or public traces to the canonical trace (or an export)."""
     from rich.console import Console
 
     from analyzer.errors import UsageError
     from analyzer.ingest import IngestOptions, open_trace, previews_path
+    from analyzer.ingest.pipeline import convert_trace
     from analyzer.progress import progress
-    from analyzer.trace import write_canonical
 
     if to not in ("canonical", "mooncake", "bailian"):
         raise UsageError(f"unknown --to '{to}'", hint="canonical, mooncake or bailian")
@@ -84,12 +94,15 @@ def convert(
         time_column=time_column,
         session_column=session_column,
         exact=not no_exact,
+        exact_max_bytes=exact_max_mib << 20,
     )
+    if exact_max_mib < 1:
+        raise UsageError(f"--exact-max-mib must be at least 1, got {exact_max_mib}")
     total = sum(p.stat().st_size for p in inputs if p.is_file())
-    with progress("reading", total, unit="bytes") as advance:
-        loaded = open_trace([str(p) for p in inputs], opts, advance=advance)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
     if to == "canonical":
-        write_canonical(loaded.table, out)
+        with progress("reading", total, unit="bytes") as advance:
+            loaded, written = convert_trace([str(p) for p in inputs], out, opts, advance=advance)
         if keep_previews and loaded.previews:
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -102,7 +115,13 @@ def convert(
                 }
             )
             pq.write_table(side, previews_path(out), compression="zstd")
-    elif to == "mooncake":
+        console.print(summary(loaded, written, out), markup=False)
+        return
+    from analyzer.ingest.pipeline import table_figures
+
+    with progress("reading", total, unit="bytes") as advance:
+        loaded = open_trace([str(p) for p in inputs], opts, advance=advance)
+    if to == "mooncake":
         from analyzer.ingest.export import export_mooncake
 
         export_mooncake(loaded.table, out)
@@ -110,32 +129,33 @@ def convert(
         from analyzer.ingest.export import export_bailian
 
         export_bailian(loaded.table, out)
-    Console(stderr=True, highlight=False, soft_wrap=True).print(summary(loaded, out), markup=False)
+    console.print(summary(loaded, table_figures(loaded.table), out), markup=False)
 
 
-def summary(loaded, out: Path) -> str:  # type: ignore[no-untyped-def]
+def summary(loaded, written, out: Path) -> str:  # type: ignore[no-untyped-def]
     """The end-of-run summary: requests, tokens, blocks, skipped rows with examples."""
-    import numpy as np
-    import pyarrow.compute as pc
-
-    from analyzer.trace import read_metadata
-
-    t = loaded.table
-    flat = t.column("block_hashes").combine_chunks().values.to_numpy(zero_copy_only=False)
-    count_only = t.num_rows > 0 and bool(pc.all(t.column("count_only")).as_py())
+    w = written
+    if w.distinct_sample_rate < 1:
+        distinct = (
+            f"about {w.distinct_blocks:,} distinct, counted on a 1/"
+            f"{round(1 / w.distinct_sample_rate):,} sample of hash values"
+        )
+    else:
+        distinct = f"{w.distinct_blocks:,} distinct"
     lines = [
         f"wrote {out}",
-        f"  requests: {t.num_rows:,}   formats: {', '.join(sorted(set(loaded.formats)))}",
-        f"  prompt tokens: {int(pc.sum(t.column('prompt_tokens')).as_py() or 0):,}"
-        + ("   (count-only: lengths, no content)" if count_only else ""),
-        f"  blocks: {flat.size:,} ({np.unique(flat).size:,} distinct) of "
-        f"{read_metadata(t).get('block_size')} tokens",
+        f"  requests: {w.requests:,}   formats: {', '.join(sorted(set(loaded.formats)))}",
+        f"  prompt tokens: {w.prompt_tokens:,}"
+        + ("   (count-only: lengths, no content)" if w.count_only else ""),
+        f"  blocks: {w.blocks:,} ({distinct}) of {w.block_size} tokens",
     ]
     if loaded.reordered:
         lines.append(f"  out-of-order rows: {loaded.reordered:,} (sorted by arrival)")
     for f in loaded.untimed_files:
         lines.append(f"  no timestamps in {f}: requests spaced 1 s apart in file order")
     for note in loaded.mixed_unit_files:
+        lines.append(f"  {note}")
+    for note in loaded.notes:
         lines.append(f"  {note}")
     if loaded.skipped.total:
         lines.append("  " + str(loaded.skipped).replace("\n", "\n  "))

@@ -38,6 +38,10 @@ class IngestOptions:
     time_column: str | None = None
     session_column: str | None = None
     exact: bool = True  # compute token_lcp_prev with a token radix tree
+    # Past this estimated size of the token tree, token_lcp_prev is left null (with a
+    # note): the tree holds every distinct token of the log, the one part of a
+    # conversion whose memory would otherwise grow with it.
+    exact_max_bytes: int = 512 << 20
     image_tokens: int = 765
     memo: bool = True  # memoize tokenization and prefix hashing (off only to benchmark)
     max_examples: int = 5
@@ -86,6 +90,7 @@ class LoadedTrace:
     # chained hash -> text preview (a plain dict, or ingest's lazily formatted Previews)
     previews: Mapping[int, str] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # caveats to show (a bound was hit, ...)
     _trace: BlockTrace | None = field(default=None, repr=False)
 
     @property

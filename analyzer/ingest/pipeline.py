@@ -15,15 +15,15 @@ from __future__ import annotations
 import hashlib
 import os
 from array import array
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from analyzer.blocks import ArrivalLCP, BlockHasher, id_hash, load_salt, salt_id
-from analyzer.errors import InputError, Location, UsageError
+from analyzer.errors import InputError, Location, OutputError, UsageError
 from analyzer.ingest.detect import FORMATS, detect_format
 from analyzer.ingest.io import check_readable
 from analyzer.ingest.options import HASH_KEYS, TIME_UNITS, IngestOptions, LoadedTrace, SkipSummary
@@ -36,9 +36,16 @@ from analyzer.ingest.readers import (
     RowError,
     records,
 )
+from analyzer.ingest.spool import DistinctCounter, RowSpool, list_array
 from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, numeric_seconds
 from analyzer.tokenize import Part, Previews, RenderError
-from analyzer.trace import CANONICAL_SCHEMA, coarse_positions, read_canonical, read_metadata
+from analyzer.trace import (
+    CANONICAL_SCHEMA,
+    coarse_positions,
+    read_canonical,
+    read_metadata,
+    write_canonical,
+)
 from analyzer.trace import trace_metadata as make_metadata
 
 TEXT_FORMATS = {
@@ -57,27 +64,6 @@ def previews_path(out: str | Path) -> Path:
     """Where ``--keep-previews`` writes the preview sidecar of canonical file ``out``."""
     p = Path(out)
     return p.with_name(p.stem + ".previews.parquet")
-
-
-@dataclass
-class _Columns:
-    request_id: list[str] = field(default_factory=list)
-    time: list[float] = field(default_factory=list)
-    session: list[str | None] = field(default_factory=list)
-    tenant: list[str | None] = field(default_factory=list)
-    model: list[str | None] = field(default_factory=list)
-    prompt_tokens: list[int] = field(default_factory=list)
-    output_tokens: list[int | None] = field(default_factory=list)
-    # Block hashes of all rows, flat, in input order (8 bytes a block, no per-row arrays).
-    hashes: array = field(default_factory=lambda: array("Q"))
-    n_blocks: array = field(default_factory=lambda: array("q"))
-    contents: array = field(default_factory=lambda: array("Q"))
-    has_contents: array = field(default_factory=lambda: array("b"))
-    lcp_index: list[int] = field(default_factory=list)
-    parent: list[str | None] = field(default_factory=list)
-    turn: list[int | None] = field(default_factory=list)
-    count_only: list[bool] = field(default_factory=list)
-    approx: list[bool] = field(default_factory=list)
 
 
 def _validate(opts: IngestOptions) -> None:
@@ -116,17 +102,26 @@ class _Builder:
         self.renderer = None
         if self.needs_text:
             from analyzer.tokenize import PromptRenderer, load_tokenizer
-
-            self.renderer = PromptRenderer(
-                load_tokenizer(opts.tokenizer),
-                opts.template,
-                opts.tools_position,
-                opts.image_tokens,
-                memo=opts.memo,
+            from analyzer.tokenize.template import (
+                ChatTemplateRenderer,
+                is_model_folder,
+                load_model_folder,
             )
+
+            if is_model_folder(opts.tokenizer):  # the served model's own chat template
+                self.renderer = ChatTemplateRenderer(load_model_folder(opts.tokenizer))
+            else:
+                self.renderer = PromptRenderer(
+                    load_tokenizer(opts.tokenizer),
+                    opts.template,
+                    opts.tools_position,
+                    opts.image_tokens,
+                    memo=opts.memo,
+                )
         has_content = any(f in TEXT_FORMATS or f == "ragpulse" for f in fmts)
         self.lcp = ArrivalLCP() if opts.exact and has_content else None
-        self.cols = _Columns()
+        self.rows = RowSpool()
+        self.notes: list[str] = []
         self.previews = Previews()
         self.shared: dict = {}
         self.file_abs: list[tuple[str, bool]] = []  # (file, absolute times?) per file read
@@ -246,7 +241,6 @@ class _Builder:
             pos += p.tokens.size
 
     def _add(self, raw: Raw, ctx: FileContext, line: int, t: float) -> None:
-        c = self.cols
         contents: np.ndarray | None = None
         idx = -1
         approx = raw.approx or (self.hasher.ratio != 1 and raw.block_ids is None)
@@ -271,24 +265,35 @@ class _Builder:
         out = raw.output_tokens
         if out is None and raw.output_text is not None and self.renderer is not None:
             out = self.hasher.served_tokens(int(self.renderer.tok.encode(raw.output_text).size))
-        c.request_id.append(raw.request_id or f"{Path(ctx.path).name}:{line}")
-        c.time.append(t)
-        c.session.append(self._pseudonym(raw.session))
-        c.model.append(raw.model)
-        c.tenant.append(raw.tenant or raw.model)
-        c.prompt_tokens.append(int(n_prompt))
-        c.output_tokens.append(out)
-        # A uint8 view is a bytes-like object: one copy, straight into the array.
-        c.hashes.frombytes(hashes.astype(np.uint64, copy=False).view(np.uint8))
-        c.n_blocks.append(int(hashes.size))
-        c.has_contents.append(contents is not None)
-        if contents is not None:
-            c.contents.frombytes(contents.astype(np.uint64, copy=False).view(np.uint8))
-        c.lcp_index.append(idx)
-        c.parent.append(raw.parent)
-        c.turn.append(raw.turn)
-        c.count_only.append(raw.count_only)
-        c.approx.append(bool(approx))
+        self.rows.append(
+            request_id=raw.request_id or f"{Path(ctx.path).name}:{line}",
+            time=t,
+            session=self._pseudonym(raw.session),
+            tenant=raw.tenant or raw.model,
+            model=raw.model,
+            prompt_tokens=int(n_prompt),
+            output_tokens=out,
+            hashes=hashes,
+            contents=contents,
+            lcp_index=idx,
+            parent=raw.parent,
+            turn=raw.turn,
+            count_only=raw.count_only,
+            approx=bool(approx),
+        )
+        if self.lcp is not None and self.lcp.tree.memory_bytes() > self.opts.exact_max_bytes:
+            self._drop_exact()
+
+    def _drop_exact(self) -> None:
+        """The token tree outgrew its bound: token-exact LCPs are not computed (see notes)."""
+        assert self.lcp is not None
+        self.notes.append(
+            f"token-exact prefix lengths not computed: the token tree passed "
+            f"{self.opts.exact_max_bytes / 2**20:,.0f} MiB after {len(self.rows):,} requests "
+            "(--exact-max-mib); reuse figures use the block-level ceilings"
+        )
+        self.lcp = None
+        self.hasher.forget()  # the memo's states hold tree nodes (their anchors)
 
     def _pseudonym(self, session: str | None) -> str | None:
         """Session ids (often user names or emails) leave only as salted pseudonyms."""
@@ -296,6 +301,8 @@ class _Builder:
             return None
         hit = self._sessions.get(session)
         if hit is None:
+            if len(self._sessions) >= 200_000:  # a cache of a pure function: bound it
+                self._sessions.clear()
             d = hashlib.blake2b(
                 session.encode("utf-8", "surrogatepass"), digest_size=8, key=self.salt
             )
@@ -313,7 +320,7 @@ class _Builder:
     def read_file(self, path: str, fmt: str) -> None:
         ctx = FileContext(path, fmt, self.opts, shared=self.shared)
         parse = PARSERS[fmt]
-        first = len(self.cols.time)
+        first = len(self.rows)
         iso_flags: list[bool] = []
         seq = 0
         for line, rec in records(path, fmt, self.advance):
@@ -341,11 +348,11 @@ class _Builder:
                 continue
             iso_flags.append(iso)
             seq += 1
-        last = len(self.cols.time)
+        last = len(self.rows)
         if last == first:
             return
         # Resolve the numeric unit of this file, then absolute vs relative.
-        times = np.asarray(self.cols.time[first:last], dtype=np.float64)
+        times = np.frombuffer(self.rows.time, dtype=np.float64)[first:last].copy()
         iso = np.asarray(iso_flags, dtype=bool)
         if ctx.timed is False:
             self.untimed.append(path)
@@ -359,17 +366,18 @@ class _Builder:
                 if len(units) > 1:
                     self.mixed_units.append(_units_note(path, units))
             absolute = bool(times.min() >= ABSOLUTE_MIN_S)
-        self.cols.time[first:last] = times.tolist()
+        self.rows.time[first:last] = array("d", times.tobytes())
         # Out of order: a row earlier than the row before it in its file.
         self.reordered += int(np.count_nonzero(times[1:] < times[:-1]))
         self.file_abs.append((path, absolute))
 
     # -- assembling ---------------------------------------------------------------------
 
-    def finish(self) -> tuple[pa.Table, Previews]:
-        c = self.cols
-        n = len(c.time)
-        times = np.asarray(c.time, dtype=np.float64)
+    def finish(self) -> tuple[dict[bytes, bytes], Iterator[pa.RecordBatch]]:
+        """The canonical file's metadata, and its rows in arrival order, a batch at a time."""
+        rows = self.rows
+        n = len(rows)
+        times = np.frombuffer(rows.time, dtype=np.float64)
         if len({a for _, a in self.file_abs}) > 1:
             kinds = [f"{p} ({'absolute' if a else 'relative'})" for p, a in self.file_abs]
             raise InputError(
@@ -379,50 +387,23 @@ class _Builder:
         absolute = bool(self.file_abs and self.file_abs[0][1])
         order = np.lexsort((np.arange(n), times))
         arrival = times[order] - t0
-        lcp_col = None
+        lcp_sorted: np.ndarray | None = None
+        has_sorted: np.ndarray | None = None
         if self.lcp is not None and len(self.lcp):
-            lcp_idx = np.asarray(c.lcp_index, dtype=np.int64)
+            lcp_idx = np.frombuffer(rows.lcp_index, dtype=np.int64)
             has = lcp_idx >= 0
             rank = np.empty(n, dtype=np.int64)
             rank[order] = np.arange(n)
             sub_rank = np.empty(len(self.lcp), dtype=np.int64)
             sub_rank[lcp_idx[has]] = rank[has]
             lcp_by_idx = self.lcp.finish(sub_rank)
+            self.lcp = None  # the tree is not needed past this point
             vals = np.zeros(n, dtype=np.int64)
             vals[has] = lcp_by_idx[lcp_idx[has]]
             served = (vals * self.hasher.ratio.numerator) // self.hasher.ratio.denominator
-            prompt = np.asarray(c.prompt_tokens, dtype=np.int64)
-            served = np.minimum(served, prompt)
-            lcp_col = pa.array(served[order], type=pa.int64(), mask=~has[order])
-
-        def take(values: list) -> list:
-            return [values[i] for i in order]
-
-        counts_in = np.frombuffer(c.n_blocks, dtype=np.int64)
-        has_in = np.frombuffer(c.has_contents, dtype=np.int8).astype(bool)
-        flat_in = np.frombuffer(c.hashes, dtype=np.uint64)
-        cflat_in = np.frombuffer(c.contents, dtype=np.uint64)
-        offsets, flat = _permute(counts_in, flat_in, order)
-        block_hashes = _list_array(offsets, flat)
-        has_c = has_in[order]
-        coff, cflat = _permute(np.where(has_in, counts_in, 0), cflat_in, order)
-        content_hashes = _list_array(coff, cflat, mask=~has_c)
-        columns = {
-            "request_id": pa.array(take(c.request_id), pa.string()),
-            "arrival_s": pa.array(arrival, pa.float64()),
-            "session_id": pa.array(take(c.session), pa.string()),
-            "tenant": pa.array(take(c.tenant), pa.string()),
-            "model": pa.array(take(c.model), pa.string()),
-            "prompt_tokens": pa.array(np.asarray(c.prompt_tokens, np.int64)[order]),
-            "output_tokens": pa.array(take(c.output_tokens), pa.int64()),
-            "block_hashes": block_hashes,
-            "content_hashes": content_hashes,
-            "token_lcp_prev": lcp_col if lcp_col is not None else pa.nulls(n, type=pa.int64()),
-            "parent_request_id": pa.array(take(c.parent), pa.string()),
-            "turn": pa.array(take(c.turn), pa.int64()),
-            "count_only": pa.array(take(c.count_only), pa.bool_()),
-            "approx_lengths": pa.array(take(c.approx), pa.bool_()),
-        }
+            prompt = np.frombuffer(rows.prompt_tokens, dtype=np.int64)
+            lcp_sorted = np.minimum(served, prompt)[order]
+            has_sorted = has[order]
         opts = self.opts
         tok_name = self.renderer.tok.name if self.renderer is not None else ""
         if opts.token_ratio != 1 and tok_name:
@@ -430,7 +411,7 @@ class _Builder:
         meta = make_metadata(
             block_size=self.block_size,
             tokenizer=tok_name,
-            template=opts.template if self.needs_text else "",
+            template=self.renderer.template if self.renderer is not None else "",
             hash_keys=",".join(opts.hash_keys),
             source=",".join(
                 f"{f}:{os.path.basename(p)}" for p, f in zip(self.paths, self.fmts, strict=True)
@@ -438,8 +419,25 @@ class _Builder:
             t0_epoch_s=repr(t0) if absolute else "",
             salt_id=salt_id(self.salt),
         )
-        table = pa.Table.from_pydict(columns).cast(CANONICAL_SCHEMA).replace_schema_metadata(meta)
-        return table, self.previews
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            a = 0
+            for part in rows.batches(order):
+                b = a + part.num_rows
+                if lcp_sorted is not None and has_sorted is not None:
+                    lcp = pa.array(lcp_sorted[a:b], type=pa.int64(), mask=~has_sorted[a:b])
+                else:
+                    lcp = pa.nulls(b - a, type=pa.int64())
+                cols = {name: part.column(name) for name in part.schema.names}
+                cols["arrival_s"] = pa.array(arrival[a:b], pa.float64())
+                cols["token_lcp_prev"] = lcp
+                yield pa.RecordBatch.from_arrays(
+                    [cols[f.name] for f in CANONICAL_SCHEMA], schema=CANONICAL_SCHEMA
+                )
+                a = b
+            rows.close()
+
+        return meta, batches()
 
 
 def _units_note(path: str, units: dict[str, int]) -> str:
@@ -456,33 +454,13 @@ def _joined(arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint32)
 
 
-def _permute(
-    counts: np.ndarray, flat: np.ndarray, order: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of a flat list column (``counts`` per row) taken in ``order``: (offsets, flat)."""
-    src = np.zeros(counts.size + 1, dtype=np.int64)
-    np.cumsum(counts, out=src[1:])
-    new_counts = counts[order]
-    offsets = np.zeros(counts.size + 1, dtype=np.int64)
-    np.cumsum(new_counts, out=offsets[1:])
-    if np.array_equal(order, np.arange(order.size)):
-        return offsets, flat
-    row = np.repeat(np.arange(order.size), new_counts)
-    pos = src[order][row] + (np.arange(offsets[-1]) - offsets[row])
-    return offsets, flat[pos]
-
-
 def _list_array(offsets: np.ndarray, flat: np.ndarray, mask=None) -> pa.Array:  # type: ignore[no-untyped-def]
     if offsets[-1] >= 2**31:
         raise InputError(
             f"{offsets[-1]:,} blocks do not fit in one canonical file",
             hint="convert the log in parts, or with a larger --block-size",
         )
-    return pa.ListArray.from_arrays(
-        pa.array(offsets.astype(np.int32)),
-        pa.array(flat, type=pa.uint64()),
-        mask=None if mask is None else pa.array(mask),
-    )
+    return list_array(offsets, flat, mask)
 
 
 def _read_previews(path: Path) -> dict[int, str]:
@@ -614,16 +592,12 @@ def _open_canonical(paths: list[str], block_size: int | None = None) -> LoadedTr
     )
 
 
-def open_trace(
+def _read_raw(
     paths: str | Path | Sequence[str | Path],
-    opts: IngestOptions | None = None,
-    advance: Callable[[float], None] | None = None,
-) -> LoadedTrace:
-    """Read inputs of any supported format (or canonical Parquet) into a canonical trace.
-
-    ``advance(n)`` is called with input bytes consumed, for a progress bar whose total is
-    the sum of the input file sizes. Raises InputError when nothing usable is found.
-    """
+    opts: IngestOptions | None,
+    advance: Callable[[float], None] | None,
+) -> tuple[list[str], _Builder | LoadedTrace]:
+    """Every row of the inputs read, hashed and spooled; canonical inputs come back loaded."""
     opts = opts or IngestOptions()
     _validate(opts)
     if isinstance(paths, str | Path):
@@ -635,20 +609,23 @@ def open_trace(
         check_readable(p)
     fmts = [opts.fmt or detect_format(p) for p in plist]
     if all(f == "canonical" for f in fmts):
-        return _open_canonical(plist, opts.block_size)
+        return plist, _open_canonical(plist, opts.block_size)
     if "canonical" in fmts:
         raise UsageError("canonical traces cannot be mixed with raw logs in one run")
     b = _Builder(plist, fmts, opts, advance)
     for p, f in zip(plist, fmts, strict=True):
         b.read_file(p, f)
-    if not b.cols.time:
+    if not len(b.rows):
         raise InputError(
             "no usable requests in "
             + ", ".join(plist)
             + (f"; {b.skipped}" if b.skipped.total else ""),
             hint="check --format and the column flags (see docs/formats.md)",
         )
-    table, previews = b.finish()
+    return plist, b
+
+
+def _loaded(b: _Builder, plist: list[str], table: pa.Table | None) -> LoadedTrace:
     stats = {}
     if b.renderer is not None:
         stats = {
@@ -657,16 +634,119 @@ def open_trace(
             "tokens_encoded": b.renderer.tokens_encoded,
         }
     stats["blocks_hashed"] = b.hasher.blocks_hashed
-    skipped, reordered, untimed, mixed = b.skipped, b.reordered, b.untimed, b.mixed_units
-    del b  # memos, radix tree and row lists go before the compact trace is built
     return LoadedTrace(
-        table=table,
-        skipped=skipped,
+        table=table if table is not None else CANONICAL_SCHEMA.empty_table(),
+        skipped=b.skipped,
         sources=plist,
-        formats=fmts,
-        reordered=reordered,
-        untimed_files=untimed,
-        mixed_unit_files=mixed,
-        previews=previews,
+        formats=b.fmts,
+        reordered=b.reordered,
+        untimed_files=b.untimed,
+        mixed_unit_files=b.mixed_units,
+        previews=b.previews,
         stats=stats,
+        notes=b.notes,
+    )
+
+
+def open_trace(
+    paths: str | Path | Sequence[str | Path],
+    opts: IngestOptions | None = None,
+    advance: Callable[[float], None] | None = None,
+) -> LoadedTrace:
+    """Read inputs of any supported format (or canonical Parquet) into a canonical trace.
+
+    ``advance(n)`` is called with input bytes consumed, for a progress bar whose total is
+    the sum of the input file sizes. Raises InputError when nothing usable is found.
+    """
+    plist, b = _read_raw(paths, opts, advance)
+    if isinstance(b, LoadedTrace):
+        return b
+    meta, batches = b.finish()
+    table = pa.Table.from_batches(list(batches), schema=CANONICAL_SCHEMA)
+    return _loaded(b, plist, table.replace_schema_metadata(meta))
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What :func:`convert_trace` wrote: the figures of ``kvpool convert``'s summary."""
+
+    requests: int
+    prompt_tokens: int
+    blocks: int
+    distinct_blocks: int  # estimated when distinct_sample_rate < 1
+    distinct_sample_rate: float
+    block_size: int
+    count_only: bool
+
+
+def convert_trace(
+    paths: str | Path | Sequence[str | Path],
+    out: str | Path,
+    opts: IngestOptions | None = None,
+    advance: Callable[[float], None] | None = None,
+) -> tuple[LoadedTrace, Written]:
+    """Convert inputs to a canonical Parquet file at ``out``, streaming its rows.
+
+    Memory holds the bounded memos and tree, 24 bytes a request and one batch of output
+    rows (:mod:`analyzer.ingest.spool`), not the trace. The returned LoadedTrace has an
+    empty table (its other fields as :func:`open_trace` gives them).
+    """
+    import pyarrow.parquet as pq
+
+    plist, b = _read_raw(paths, opts, advance)
+    if isinstance(b, LoadedTrace):  # canonical in: written through (maybe coarsened)
+        write_canonical(b.table, out)
+        return b, table_figures(b.table)
+    meta, batches = b.finish()
+    out = Path(out)
+    distinct = DistinctCounter()
+    n_rows = n_blocks = tokens = 0
+    count_only = True
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with pq.ParquetWriter(
+            out,
+            CANONICAL_SCHEMA.with_metadata(meta),
+            compression="zstd",
+            # Hashes are all distinct values: a dictionary per row group only costs memory.
+            use_dictionary=["request_id", "session_id", "tenant", "model", "parent_request_id"],
+        ) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
+                flat = batch.column("block_hashes").values.to_numpy(zero_copy_only=False)
+                distinct.add(flat)
+                n_rows += batch.num_rows
+                n_blocks += flat.size
+                tokens += int(np.asarray(batch.column("prompt_tokens")).sum())
+                count_only = count_only and bool(np.asarray(batch.column("count_only")).all())
+    except OSError as exc:
+        raise OutputError(f"cannot write {out}: {exc.strerror or exc}") from exc
+    written = Written(
+        requests=n_rows,
+        prompt_tokens=tokens,
+        blocks=n_blocks,
+        distinct_blocks=distinct.estimate(),
+        distinct_sample_rate=distinct.sample_rate,
+        block_size=b.block_size,
+        count_only=count_only,
+    )
+    return _loaded(b, plist, None), written
+
+
+def table_figures(t: pa.Table) -> Written:
+    """:class:`Written`'s figures of a canonical table in memory."""
+    import pyarrow.compute as pc
+
+    flat = t.column("block_hashes").combine_chunks().values.to_numpy(zero_copy_only=False)
+    distinct = DistinctCounter()
+    distinct.add(flat)
+    n_rows, n_blocks = t.num_rows, flat.size
+    return Written(
+        requests=n_rows,
+        prompt_tokens=int(pc.sum(t.column("prompt_tokens")).as_py() or 0),
+        blocks=n_blocks,
+        distinct_blocks=distinct.estimate(),
+        distinct_sample_rate=distinct.sample_rate,
+        block_size=int(read_metadata(t).get("block_size") or 16),
+        count_only=n_rows > 0 and bool(pc.all(t.column("count_only")).as_py()),
     )

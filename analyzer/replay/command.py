@@ -79,6 +79,16 @@ def register(app: typer.Typer) -> None:
         gpu: str = typer.Option(..., "--gpu", help="GPU name from the catalog (h100, h200, ...)."),
         instances: int = typer.Option(..., "--instances", help="Prefill instances in the cluster."),
         tp: int = typer.Option(1, "--tp", help="Tensor-parallel GPUs per instance."),
+        gpus_per_node: int = typer.Option(
+            8, "--gpus-per-node", help="GPUs per host: the instances on one share its DRAM."
+        ),
+        dram_scope: str = typer.Option(
+            "instance",
+            "--dram-scope",
+            help="instance: each engine process holds a private share of its node's DRAM "
+            "(LMCache local CPU, HiCache L2); node: one DRAM cache shared by the node's "
+            "instances (a node-local shared store).",
+        ),
         router: str = typer.Option(
             "prefix-aware",
             "--router",
@@ -95,7 +105,9 @@ def register(app: typer.Typer) -> None:
             help=f"HBM prefix cache per instance ({_CAPACITY_HELP}).",
         ),
         dram_capacity: str = typer.Option(
-            None, "--dram-capacity-tokens", help=f"Host DRAM KV tier per node ({_CAPACITY_HELP})."
+            None,
+            "--dram-capacity-tokens",
+            help=f"Host DRAM given to KV per node, all its instances together ({_CAPACITY_HELP}).",
         ),
         pool_capacity: str = typer.Option(
             None, "--pool-capacity-tokens", help=f"Whole pooled store ({_CAPACITY_HELP})."
@@ -119,6 +131,11 @@ def register(app: typer.Typer) -> None:
         ),
         block_size: int = typer.Option(
             None, "--block-size", help="Tokens per block (default: the input's own)."
+        ),
+        tokenizer: str = typer.Option(
+            "cl100k",
+            "--tokenizer",
+            help="cl100k (default), PATH/tokenizer.json, or a Hugging Face model folder (tokenizer.json + tokenizer_config.json): its chat template renders the prompts.",
         ),
         warmup: float = typer.Option(
             0.0, "--warmup", help="Fraction of requests that warm the caches, not measured."
@@ -165,6 +182,8 @@ def register(app: typer.Typer) -> None:
             gpu=gpu,
             tp=tp,
             instances=instances,
+            gpus_per_node=gpus_per_node,
+            dram_scope=dram_scope,
             router=router,
             eviction=eviction,
             write_policy=write_policy,
@@ -182,7 +201,9 @@ def register(app: typer.Typer) -> None:
 
         total_bytes = sum(p.stat().st_size for p in inputs if p.is_file())
         with progress("reading", total_bytes or None, unit="bytes") as advance:
-            loaded = open_trace(inputs, IngestOptions(block_size=block_size), advance=advance)
+            loaded = open_trace(
+                inputs, IngestOptions(block_size=block_size, tokenizer=tokenizer), advance=advance
+            )
         trace = loaded.trace
         console = Console(stderr=True)
         if loaded.skipped.total:

@@ -11,10 +11,21 @@ Standard scenarios (stable names, used by the advisor and the report):
 ==============  ================================================================
 ``none``        no prefix cache: every prompt token is prefilled
 ``local``       per-instance HBM prefix cache (vLLM / SGLang automatic prefix caching)
-``local+dram``  plus a per-node host-DRAM tier over PCIe (LMCache local CPU, HiCache L2)
+``local+dram``  plus a host-DRAM tier over PCIe (LMCache local CPU, HiCache L2): by
+                default one private tier per instance, holding its share of the
+                node's DRAM (``dram_scope="instance"``)
 ``pooled``      HBM cache plus one cluster-wide pool over RDMA (Mooncake Store,
-                LMCache remote, HiCache L3)
+                LMCache remote, HiCache L3), shared by every instance, those on
+                the same node included
 ==============  ================================================================
+
+Host DRAM is private to each serving process in the engines this models: LMCache's
+local CPU backend (``max_local_cpu_size``, in GB per process) and SGLang HiCache's host
+pool (``--hicache-size`` / ``--hicache-ratio``, per server) both live inside the engine,
+so eight instances on one node hold eight separate DRAM caches and one instance never
+hits what another computed. Only a shared store (Mooncake Store, LMCache's remote or
+P2P backend, HiCache's L3) does. ``dram_scope="node"`` models one DRAM cache per node
+shared by its instances instead, for deployments that run a node-local shared store.
 """
 
 from __future__ import annotations
@@ -32,6 +43,9 @@ UNBOUNDED = 2**62
 
 ROUTERS = ("round-robin", "least-loaded", "session", "prefix-aware")
 EVICTIONS = ("lru", "fifo")
+# "instance": each instance's own DRAM tier, its share of the node's DRAM (the engines'
+# default); "node": one DRAM tier per node shared by its instances (a node-local store).
+DRAM_SCOPES = ("instance", "node")
 WRITE_POLICIES = ("write-through", "on-evict")
 
 
@@ -46,7 +60,9 @@ class ClusterConfig:
 
     ``instances`` prefill instances of ``tp`` GPUs each; ``gpus_per_node`` GPUs share
     one host (its DRAM, NVMe and network link), so a node holds
-    ``max(1, gpus_per_node // tp)`` instances. Decode is not modelled (disaggregated
+    ``max(1, gpus_per_node // tp)`` instances. ``dram_capacity_*`` is the host DRAM a
+    node gives to KV; with ``dram_scope="instance"`` each instance on it holds an
+    equal, private share (see :attr:`dram_sharers`). Decode is not modelled (disaggregated
     prefill, as in Mooncake's prefill pool): TTFT is queueing + loads + prefill.
     """
 
@@ -65,7 +81,8 @@ class ClusterConfig:
     # Capacities (None: derived from the catalogs; UNBOUNDED: no limit).
     local_capacity_tokens: int | None = None  # HBM prefix cache per instance
     hbm_reserve_fraction: float = 0.1  # HBM kept free besides weights (activations)
-    dram_capacity_tokens: int | None = None  # host DRAM KV tier per node
+    dram_capacity_tokens: int | None = None  # host DRAM KV tier per node (all its instances)
+    dram_scope: str = "instance"  # see DRAM_SCOPES
     dram_capacity_gb: float = 512.0  # default DRAM given to KV per node, when tokens unset
     nvme_capacity_tokens: int | None = None  # local NVMe KV tier per node
     nvme_capacity_gb: float = 3840.0  # default NVMe given to KV per node
@@ -97,6 +114,10 @@ class ClusterConfig:
         _check(self.instances >= 1, "--instances must be at least 1")
         _check(self.gpus_per_node >= 1, "gpus_per_node must be at least 1")
         _check(self.router in ROUTERS, f"unknown router {self.router!r}; choose one of {ROUTERS}")
+        _check(
+            self.dram_scope in DRAM_SCOPES,
+            f"unknown DRAM scope {self.dram_scope!r}; choose one of {DRAM_SCOPES}",
+        )
         _check(self.eviction in EVICTIONS, f"unknown eviction {self.eviction!r}; use {EVICTIONS}")
         _check(
             self.write_policy in WRITE_POLICIES,
@@ -131,6 +152,15 @@ class ClusterConfig:
     def node_of(self, instance: int) -> int:
         return instance // self.instances_per_node
 
+    @property
+    def dram_sharers(self) -> int:
+        """How many DRAM caches a node's DRAM is split into: one per instance on a full
+        node (``dram_scope="instance"``; a partly filled last node gives its instances
+        the same share), or one for the node (``"node"``)."""
+        if self.dram_scope == "node":
+            return 1
+        return min(self.instances, self.instances_per_node)
+
 
 @dataclass(frozen=True, slots=True)
 class ScenarioSpec:
@@ -138,13 +168,14 @@ class ScenarioSpec:
 
     name: str
     local: bool = True  # HBM prefix cache on each instance
-    dram: bool = False  # host DRAM tier per node
+    dram: bool = False  # host DRAM tier (per instance or per node: dram_scope)
     nvme: bool = False  # local NVMe tier per node
     pool: bool = False  # cluster-wide pooled store
     description: str = ""
     router: str | None = None
     eviction: str | None = None
     write_policy: str | None = None
+    dram_scope: str | None = None
     local_capacity_tokens: int | None = None
     dram_capacity_tokens: int | None = None
     nvme_capacity_tokens: int | None = None
@@ -176,13 +207,14 @@ STANDARD_SCENARIOS: dict[str, ScenarioSpec] = {
     "local+dram": ScenarioSpec(
         "local+dram",
         dram=True,
-        description="HBM cache plus per-node host DRAM offload (LMCache local, HiCache L2)",
+        description="HBM cache plus host DRAM offload, private to each instance (LMCache "
+        "local CPU, HiCache L2)",
     ),
     "pooled": ScenarioSpec(
         "pooled",
         pool=True,
-        description="HBM cache plus a cluster-wide pool over RDMA (Mooncake Store, "
-        "LMCache remote, HiCache L3)",
+        description="HBM cache plus a pool over RDMA shared by every instance (Mooncake "
+        "Store, LMCache remote, HiCache L3)",
     ),
 }
 
@@ -210,7 +242,7 @@ _INT_KEYS = {
     "pool_capacity_tokens",
 }
 _FLOAT_KEYS = {"dram_gbps", "nvme_gbps", "pool_gbps", "pool_aggregate_gbps", "pool_latency_s"}
-_STR_KEYS = {"name", "description", "router", "eviction", "write_policy"}
+_STR_KEYS = {"name", "description", "router", "eviction", "write_policy", "dram_scope"}
 
 
 def load_scenarios(path: str | Path) -> list[ScenarioSpec]:
@@ -307,6 +339,7 @@ def load_scenarios(path: str | Path) -> list[ScenarioSpec]:
             ("router", ROUTERS),
             ("eviction", EVICTIONS),
             ("write_policy", WRITE_POLICIES),
+            ("dram_scope", DRAM_SCOPES),
         ):
             if key in values and values[key] not in allowed:
                 raise InputError(

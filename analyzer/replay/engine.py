@@ -16,7 +16,8 @@ Handlers take an event and return the events it causes.
 A request's life:
 
 1. **Arrival**: the router picks an instance. The longest cached prefix is found tier
-   by tier (the instance's HBM, its node's host DRAM, its node's NVMe, the pool); each
+   by tier (the instance's HBM, its host DRAM (its own share, or its node's shared DRAM
+   when ``dram_shared_by_node``), its node's NVMe, the pool); each
    tier extends the prefix the tiers above it left, so the blocks each tier supplies
    are loaded over that tier's link. A hit never covers the last prompt token (it is
    recomputed to produce the first logits). Blocks read from a lower tier are touched
@@ -94,7 +95,8 @@ class Plan:
     chunk_tokens: int
     local: bool
     local_capacity_blocks: int | None
-    dram: TierPlan | None
+    dram: TierPlan | None  # one DRAM cache: an instance's (default) or its node's
+    dram_shared_by_node: bool
     nvme: TierPlan | None
     pool: TierPlan | None
     router: str
@@ -231,7 +233,9 @@ class Simulation:
                 pool_tier = _Tier(3, pool_cache, read, write, p.latency_s)
             node_pool.append(pool_tier)
         node_dram = [
-            BlockRadix(plan.dram.capacity_blocks, policy) if plan.dram is not None else None
+            BlockRadix(plan.dram.capacity_blocks, policy)
+            if plan.dram is not None and plan.dram_shared_by_node
+            else None
             for _ in range(n_nodes)
         ]
         self.instances: list[Instance] = []
@@ -240,10 +244,11 @@ class Simulation:
             local_lower: list[_Tier] = []
             if plan.dram is not None:
                 p = plan.dram
+                shared = node_dram[j]
                 local_lower.append(
                     _Tier(
                         1,
-                        node_dram[j],  # type: ignore[arg-type]
+                        shared if shared is not None else BlockRadix(p.capacity_blocks, policy),
                         link(f"pcie-read:{i}", "pcie-read", p.read_bytes_per_s),
                         link(f"pcie-write:{i}", "pcie-write", p.write_bytes_per_s),
                         p.latency_s,

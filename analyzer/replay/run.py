@@ -58,7 +58,8 @@ class Resolved:
     plan: Plan
     cluster: ClusterConfig
     local_capacity_tokens: int | None
-    dram_capacity_tokens: int | None
+    dram_capacity_tokens: int | None  # the node's DRAM for KV, all its DRAM caches together
+    dram_per_cache_tokens: int | None  # one DRAM cache: an instance's share, or the node's
     nvme_capacity_tokens: int | None
     pool_capacity_tokens: int | None
     dram_gbps: float | None
@@ -122,6 +123,9 @@ def resolve(
     dram_tokens = c.dram_capacity_tokens
     if dram_tokens is None:
         dram_tokens = int(c.dram_capacity_gb * 1e9 // bpt)
+    # The engines' DRAM tier lives in each serving process: a node's DRAM is split into
+    # one private cache per instance unless the scope is the node (config.DRAM_SCOPES).
+    dram_cache_tokens = dram_tokens if dram_tokens >= UNBOUNDED else dram_tokens // c.dram_sharers
     nvme_tokens = c.nvme_capacity_tokens
     if nvme_tokens is None:
         nvme_tokens = int(c.nvme_capacity_gb * 1e9 // bpt)
@@ -149,7 +153,7 @@ def resolve(
     dram = nvme = pool = None
     dram_gbps = nvme_gbps = pool_gbps = pool_lat = None
     if scenario.dram:
-        dram, dram_gbps, _ = tier(c.dram_tier, c.dram_gbps, c.dram_latency_s, dram_tokens)
+        dram, dram_gbps, _ = tier(c.dram_tier, c.dram_gbps, c.dram_latency_s, dram_cache_tokens)
     if scenario.nvme:
         nvme, nvme_gbps, _ = tier(c.nvme_tier, c.nvme_gbps, c.nvme_latency_s, nvme_tokens)
     if scenario.pool:
@@ -168,6 +172,7 @@ def resolve(
         local=scenario.local,
         local_capacity_blocks=_blocks(local_tokens, block_size),
         dram=dram,
+        dram_shared_by_node=c.dram_scope == "node",
         nvme=nvme,
         pool=pool,
         router=c.router,
@@ -183,6 +188,7 @@ def resolve(
         cluster=c,
         local_capacity_tokens=local_tokens if scenario.local else None,
         dram_capacity_tokens=dram_tokens if scenario.dram else None,
+        dram_per_cache_tokens=dram_cache_tokens if scenario.dram else None,
         nvme_capacity_tokens=nvme_tokens if scenario.nvme else None,
         pool_capacity_tokens=pool_tokens if scenario.pool else None,
         dram_gbps=dram_gbps,
@@ -264,9 +270,13 @@ class ScenarioResult:
             "router": c.router,
             "eviction": c.eviction,
             "write_policy": c.write_policy,
+            "dram_scope": c.dram_scope if self.spec.dram else None,
             "capacity_tokens": {
                 "local_per_instance": _cap_json(r.local_capacity_tokens),
                 "dram_per_node": _cap_json(r.dram_capacity_tokens),
+                "dram_per_instance": _cap_json(
+                    r.dram_per_cache_tokens if c.dram_scope == "instance" else None
+                ),
                 "nvme_per_node": _cap_json(r.nvme_capacity_tokens),
                 "pool": _cap_json(r.pool_capacity_tokens),
             },
@@ -328,6 +338,7 @@ class ReplayResult:
             {
                 "nodes": self.cluster.nodes,
                 "instances_per_node": self.cluster.instances_per_node,
+                "dram_caches_per_node": self.cluster.dram_sharers,
                 "bytes_per_token": self.bytes_per_token,
                 "block_size": self.block_size,
                 "requests": self.n_requests,

@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import altair as alt
 
+from analyzer.report.figures import (
+    SCENARIO_ORDER,
+    SOURCE_LABELS,
+    TIER_COLORS,
+    TIER_LABELS,
+    TIER_ORDER,
+    scenario_colors,
+)
+
 WIDTH = 520
 HEIGHT = 260
-TIER_ORDER = ["hbm", "dram", "nvme", "pool"]
-SCENARIO_ORDER = ["none", "local", "local+dram", "pooled"]
 
 
 def to_svg(chart: alt.TopLevelMixin) -> str:
@@ -78,12 +85,7 @@ def sources_chart(doc: dict) -> str | None:
     shares = src.get("share_of_prompt") or {}
     if not shares:
         return None
-    labels = {
-        "same_session": "same session (earlier turns)",
-        "same_tenant": "same tenant, other sessions",
-        "cross_tenant": "other tenants",
-        "unattributed": "unattributed",
-    }
+    labels = SOURCE_LABELS
     vals = [{"source": labels.get(k, k), "share": v} for k, v in shares.items()]
     chart = (
         _base(vals)
@@ -160,7 +162,7 @@ def ttft_chart(doc: dict) -> str | None:
         _base(vals)
         .mark_bar()
         .encode(
-            x=alt.X("scenario:N", sort=SCENARIO_ORDER, title=None),
+            x=alt.X("scenario:N", sort=list(SCENARIO_ORDER), title=None),
             xOffset=alt.XOffset("statistic:N", sort=["mean", "p50", "p90", "p99"]),
             y=alt.Y("ttft_s:Q", title="TTFT (s)"),
             color=alt.Color("statistic:N", sort=["mean", "p50", "p90", "p99"], title="TTFT"),
@@ -175,19 +177,37 @@ def tier_hits_chart(doc: dict) -> str | None:
     vals = []
     for name, s in sc.items():
         for tier, v in (s.get("hit_rate_by_tier") or {}).items():
-            vals.append({"scenario": name, "tier": tier, "hit_rate": v})
+            rank = TIER_ORDER.index(tier) if tier in TIER_ORDER else len(TIER_ORDER)
+            vals.append(
+                {
+                    "scenario": name,
+                    "tier": tier,
+                    "tier_label": TIER_LABELS.get(tier, tier),
+                    "rank": rank,
+                    "hit_rate": v,
+                }
+            )
     if not vals:
         return None
     chart = (
         _base(vals)
         .mark_bar()
         .encode(
-            x=alt.X("scenario:N", sort=SCENARIO_ORDER, title=None),
+            x=alt.X("scenario:N", sort=list(SCENARIO_ORDER), title=None),
             y=alt.Y(
                 "hit_rate:Q", axis=alt.Axis(format="%"), title="prompt tokens served from cache"
             ),
-            color=alt.Color("tier:N", sort=TIER_ORDER, title="tier"),
-            order=alt.Order("tier:N"),
+            color=alt.Color(
+                "tier_label:N",
+                sort=[TIER_LABELS[t] for t in TIER_ORDER],
+                title="tier",
+                scale=alt.Scale(
+                    domain=[TIER_LABELS[t] for t in TIER_ORDER],
+                    range=[TIER_COLORS[t] for t in TIER_ORDER],
+                ),
+                legend=alt.Legend(orient="bottom", labelLimit=0),
+            ),
+            order=alt.Order("rank:Q"),
         )
         .properties(title="Hit rate by tier")
     )
@@ -203,9 +223,16 @@ def network_chart(doc: dict) -> str | None:
         return None
     chart = (
         _base(vals)
-        .mark_bar(color="#6b4fa0")
+        .mark_bar()
         .encode(
-            x=alt.X("scenario:N", sort=SCENARIO_ORDER, title=None),
+            x=alt.X("scenario:N", sort=list(SCENARIO_ORDER), title=None),
+            color=alt.Color(
+                "scenario:N",
+                legend=None,
+                scale=alt.Scale(
+                    domain=list(SCENARIO_ORDER), range=scenario_colors(list(SCENARIO_ORDER))
+                ),
+            ),
             y=alt.Y("network_gb:Q", title="network bytes (GB, pool reads + writes)"),
         )
         .properties(height=180, title="Network use")

@@ -22,19 +22,7 @@ from analyzer.advisor.summary import (
     side_by_side_table,
     summary_sentences,
 )
-
-VERDICT_TEXT = {
-    "deploy-pooled": "Deploy a pooled KV cache",
-    "local-offload-only": "Offload locally, do not pool",
-    "not-worth-it": "Pooling is not worth it",
-    "insufficient-data": "Not enough data to decide",
-}
-VERDICT_COLOR = {
-    "deploy-pooled": "#1d7a3a",
-    "local-offload-only": "#1f5fa8",
-    "not-worth-it": "#8a5a00",
-    "insufficient-data": "#777777",
-}
+from analyzer.report.figures import SCENARIO_ORDER, VERDICT_COLOR, VERDICT_TEXT
 
 
 def pct(x) -> str:
@@ -147,6 +135,16 @@ def key_figures(doc: dict) -> Table:
             f"mean {num(t.get('mean_prompt_tokens'))} per request",
         ],
     ]
+    tk = t.get("tokenization") or {}
+    if tk.get("tokenizer"):
+        rows.append(
+            [
+                "Tokens counted with",
+                tk["tokenizer"],
+                f"template {tk.get('template') or 'none'} (--tokenizer DIR: the served "
+                "model's own tokenizer and chat template)",
+            ]
+        )
     if rf.get("measurable"):
         rows += [
             [
@@ -208,9 +206,6 @@ def key_figures(doc: dict) -> Table:
             ]
         )
     return Table(["Figure", "Value", "Note"], rows)
-
-
-SCENARIO_ORDER = ("none", "local", "local+dram", "local+dram+nvme", "pooled")
 
 
 def _scenario_key(name: str) -> tuple[int, str]:

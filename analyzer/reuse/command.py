@@ -102,6 +102,13 @@ def reuse(
     fmt: Annotated[
         str | None, typer.Option("--format", help="Input format; detected if omitted.")
     ] = None,
+    tokenizer: Annotated[
+        str,
+        typer.Option(
+            "--tokenizer",
+            help="cl100k (default), PATH/tokenizer.json, or a Hugging Face model folder (tokenizer.json + tokenizer_config.json): its chat template renders the prompts.",
+        ),
+    ] = "cl100k",
 ) -> None:
     """Prefix reuse: ceilings, where reuse comes from, and hit rate against cache size."""
     from rich.console import Console
@@ -134,7 +141,7 @@ def reuse(
         top_n=top,
         shards_rate=shards_rate,
     )
-    loaded = _load(inputs, block_size, fmt)
+    loaded = _load(inputs, block_size, fmt, tokenizer)
     trace = loaded.trace
     if block_size is not None and block_size != trace.block_size:
         if block_size % trace.block_size:
@@ -148,17 +155,21 @@ def reuse(
         report = analyze_reuse(trace, opts, advance=advance)
     console = Console()
     render_summary(report, console, sources=loaded.sources, skipped=str(loaded.skipped))
+    for note in loaded.notes:
+        console.print(f"note: {note}", markup=False, highlight=False)
     if json_out is not None:
         write_json(report, json_out)
         console.print(f"wrote {json_out}")
 
 
-def _load(inputs: list[Path], block_size: int | None, fmt: str | None):  # type: ignore[no-untyped-def]
+def _load(inputs: list[Path], block_size: int | None, fmt: str | None, tokenizer: str = "cl100k"):  # type: ignore[no-untyped-def]
     from analyzer.ingest import IngestOptions, open_trace
     from analyzer.progress import progress
 
     total = sum(p.stat().st_size for p in inputs if p.is_file())
     with progress("reading", total, unit="bytes") as advance:
         return open_trace(
-            [str(p) for p in inputs], IngestOptions(block_size=block_size, fmt=fmt), advance
+            [str(p) for p in inputs],
+            IngestOptions(block_size=block_size, fmt=fmt, tokenizer=tokenizer),
+            advance,
         )

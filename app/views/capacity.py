@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analyzer.report import figures
 from app import charts, compute, controls, state
 
 st.title("Capacity")
@@ -32,13 +33,13 @@ with state.guard():
     )
     knee = rep.knee_tokens(fraction)
     hbm = int(cm.hbm_kv_capacity_tokens())
-    to_unit = (lambda t: t * bytes_per_token / charts.GIB) if unit == "GiB" else float
+    to_unit = (lambda t: t * bytes_per_token / figures.GIB) if unit == "GiB" else float
     marks = [
         (f"knee {fraction:.0%}", to_unit(knee)),
         (f"HBM per instance ({w.model}, {w.tp}x {w.gpu})", to_unit(hbm)),
         (f"HBM x {w.instances} instances", to_unit(hbm * w.instances)),
     ]
-    frame = charts.curves_frame(doc["curves"], bytes_per_token)
+    frame = figures.curves_frame(doc["curves"], bytes_per_token)
     st.altair_chart(
         charts.capacity_chart(frame, unit, w.eviction, marks, rep.ceiling_hit_rate),
         width="stretch",
@@ -49,7 +50,7 @@ with state.guard():
     c[1].metric(
         f"Knee ({fraction:.0%} of ceiling)",
         f"{knee:,} tok",
-        help=f"{knee * bytes_per_token / charts.GIB:,.2f} GiB of KV for {w.model}",
+        help=f"{knee * bytes_per_token / figures.GIB:,.2f} GiB of KV for {w.model}",
     )
     c[2].metric(
         "Hit rate in one instance's HBM",
@@ -62,9 +63,9 @@ with state.guard():
         help="The capacity at which LRU reaches the ceiling.",
     )
     st.caption(
-        f"In GiB for {w.model} ({w.kv_dtype}): knee {knee * bytes_per_token / charts.GIB:,.2f} "
-        f"GiB, whole working set {rep.footprint_tokens * bytes_per_token / charts.GIB:,.2f} "
-        f"GiB, one instance's HBM {hbm * bytes_per_token / charts.GIB:,.1f} GiB."
+        f"In GiB for {w.model} ({w.kv_dtype}): knee {knee * bytes_per_token / figures.GIB:,.2f} "
+        f"GiB, whole working set {rep.footprint_tokens * bytes_per_token / figures.GIB:,.2f} "
+        f"GiB, one instance's HBM {hbm * bytes_per_token / figures.GIB:,.1f} GiB."
     )
     st.caption(
         f"{bytes_per_token:,} bytes of KV per token ({w.model}, {w.kv_dtype}); "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from analyzer.report import figures
 from app import charts, state
 
 st.title("Workload overview")
@@ -27,7 +28,7 @@ with state.guard():
     c[4].metric("Sessions", f"{len(trace.session_names):,}")
 
     st.subheader("Arrivals")
-    arrivals = charts.arrivals_frame(trace)
+    arrivals = figures.arrivals_frame(trace)
     left, right = st.columns(2)
     left.altair_chart(
         charts.arrivals_chart(arrivals, "requests_per_s", "requests per second"),
@@ -42,7 +43,7 @@ with state.guard():
     left, right = st.columns(2)
     left.altair_chart(
         charts.histogram_chart(
-            charts.log2_histogram_frame(trace.prompt_tokens, "prompt_tokens"),
+            figures.log2_histogram_frame(trace.prompt_tokens, "prompt_tokens"),
             "prompt_tokens",
             "requests",
             "Prompt length (tokens)",
@@ -52,7 +53,7 @@ with state.guard():
     if known_out.size:
         right.altair_chart(
             charts.histogram_chart(
-                charts.log2_histogram_frame(known_out, "output_tokens"),
+                figures.log2_histogram_frame(known_out, "output_tokens"),
                 "output_tokens",
                 "requests",
                 "Output length (tokens)",
@@ -64,9 +65,9 @@ with state.guard():
 
     st.subheader("Sessions and tenants")
     left, right = st.columns(2)
-    sessions = charts.sessions_frame(trace)
+    sessions = figures.sessions_frame(trace)
     if len(sessions):
-        in_multi = charts.requests_in_multi_request_sessions(trace)
+        in_multi = figures.requests_in_multi_request_sessions(trace)
         left.altair_chart(
             charts.histogram_chart(
                 sessions, "requests_in_session", "sessions", "Requests per session"
@@ -79,7 +80,7 @@ with state.guard():
         )
     else:
         left.info("The trace names no sessions (no session id, user or cache key).")
-    tenants = charts.tenants_frame(trace)
+    tenants = figures.tenants_frame(trace)
     right.altair_chart(charts.tenants_chart(tenants), width="stretch")
     n_tenants = len(trace.tenant_names)
     right.caption(

@@ -11,8 +11,8 @@ from analyzer.advisor.summary import (
     side_by_side_table,
     summary_sentences,
 )
-from analyzer.report.render import check_value, gbps
-from app import compute, controls, state
+from analyzer.report import figures
+from app import banner, compute, controls, state
 
 st.title("Recommendation")
 
@@ -20,14 +20,6 @@ st.title("Recommendation")
 def _table(header_rows) -> list[dict]:
     header, rows = header_rows
     return [dict(zip(header, r, strict=True)) for r in rows]
-
-
-VERDICT_STYLE = {
-    "deploy-pooled": (st.success, "Deploy a pooled KV store"),
-    "local-offload-only": (st.info, "Offload to local host memory only; do not pool"),
-    "not-worth-it": (st.warning, "Not worth it: keep the local prefix cache"),
-    "insufficient-data": (st.warning, "Insufficient data to decide"),
-}
 
 
 def _projected(metric: str, value) -> str:
@@ -47,12 +39,13 @@ with state.guard():
     doc = result.to_json()
     verdict = doc["verdict"]
 
-    st.markdown(" ".join(doc.get("summary") or summary_sentences(doc)))
-    show, headline = VERDICT_STYLE.get(verdict["verdict"], (st.info, verdict["verdict"]))
-    show(f"**{headline}** (`{verdict['verdict']}`)")
-    for reason in verdict["reasons"]:
-        st.markdown(f"- {reason}")
-    st.caption(verdict["confidence_statement"])
+    # the report's three-sentence summary (verdict; ms, GPUs, money; confidence) opens the page
+    banner.verdict_banner(verdict["verdict"], doc.get("summary") or summary_sentences(doc))
+    st.caption(banner.settings_line(result.options))
+    with st.expander("Why: every reason", expanded=False):
+        for reason in verdict["reasons"]:
+            st.markdown(f"- {reason}")
+        st.caption(verdict["confidence_statement"])
 
     st.subheader("Reports")
     stem = src.label.split(".")[0] or "kvpool"
@@ -81,11 +74,9 @@ with state.guard():
         [
             {
                 "step": ch["step"],
-                "check": ch["name"],
-                "passed": {True: "yes", False: "no", None: "n/a"}[ch["passed"]],
-                "value": check_value(ch["name"], ch["value"]),
-                "threshold": check_value(ch["name"], ch["threshold"]),
-                "why": ch["text"],
+                "check": ch["name"].replace("_", " "),
+                "outcome": {True: "passed", False: "failed", None: "not evaluated"}[ch["passed"]],
+                "what was measured": ch["text"],
             }
             for ch in verdict["checks"]
         ],
@@ -109,19 +100,7 @@ with state.guard():
 
     if doc.get("sizing"):
         st.subheader("Sizing")
-        sz = doc["sizing"]
-        rows = [
-            ("Pool capacity", f"{sz['pool_capacity_gb']:,.0f} GB" if sz["pool"] else "no pool"),
-            ("Host DRAM per node", f"{sz['dram_per_node_gb']:,.0f} GB"),
-            ("HBM prefix cache per instance", f"{sz['hbm_cache_per_instance_gb']:,.1f} GB"),
-            ("Network per node", f"{gbps(sz['network_per_node_gbps'])}, e.g. {sz['nic']}"),
-            ("Block / chunk size", f"{sz['block_size_tokens']} / {sz['chunk_size_tokens']} tokens"),
-            ("Router", sz["router"]),
-            ("Eviction", sz["eviction"]),
-        ]
-        st.dataframe(
-            [{"what": k, "recommended": v} for k, v in rows], hide_index=True, width="stretch"
-        )
+        st.dataframe(figures.sizing_table(doc["sizing"]), hide_index=True, width="stretch")
 
     if doc.get("settings"):
         st.subheader("Product settings")
@@ -160,7 +139,20 @@ with state.guard():
     rows = doc.get("sensitivity", {}).get("rows", [])
     if rows:
         st.subheader("What would change the verdict")
-        st.dataframe(rows, hide_index=True, width="stretch")
+        st.dataframe(
+            [
+                {
+                    "if": r["dimension"],
+                    "were": r["value"],
+                    "the verdict would be": r["verdict"],
+                    "changes the verdict": "yes" if r["flips"] else "no",
+                    "note": r["note"],
+                }
+                for r in rows
+            ],
+            hide_index=True,
+            width="stretch",
+        )
         for line in doc["sensitivity"].get("summary", []):
             st.caption(line)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analyzer.report import figures
 from app import charts, compute, controls, state
 
 st.title("Replay")
@@ -66,15 +67,17 @@ with state.guard():
     ttft = {name: res.scenarios[name].stats.ttft_s for name in order}
     left, right = st.columns(2)
     left.altair_chart(
-        charts.ttft_chart(charts.ttft_quantiles_frame(ttft), w.ttft_slo_s), width="stretch"
+        charts.ttft_chart(figures.ttft_quantiles_frame(ttft), w.ttft_slo_s), width="stretch"
     )
-    right.altair_chart(charts.tier_hits_chart(charts.tier_hits_frame(scen), order), width="stretch")
-    table = charts.scenarios_frame(scen)
+    right.altair_chart(
+        charts.tier_hits_chart(figures.tier_hits_frame(scen), order), width="stretch"
+    )
+    table = figures.scenarios_frame(scen)
     left, right = st.columns(2)
     left.altair_chart(
         charts.scenario_bar_chart(
             table,
-            "network GB",
+            "network_gb",
             "Network traffic to and from the pool",
             "GB (reads and writes)",
             ",.2f",
@@ -86,14 +89,14 @@ with state.guard():
         right.altair_chart(
             charts.scenario_bar_chart(
                 table,
-                "max rate x at SLO",
+                "max_rate_scale",
                 f"Capacity: highest rate with p90 TTFT under {w.ttft_slo_s:g} s",
                 "x the trace's arrival rate",
-                ".2f",
+                ".3g",
                 order,
             ),
             width="stretch",
         )
     else:
         right.info("Tick *Find the highest rate under the SLO* to compare capacity.")
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(figures.scenarios_table(table), hide_index=True, width="stretch")

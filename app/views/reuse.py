@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from analyzer.report import figures
 from app import charts, compute, state
 
 st.title("Prefix reuse")
@@ -45,12 +46,12 @@ with state.guard():
     left, right = st.columns(2)
     with left:
         st.subheader("Granularity")
-        gran = charts.granularity_frame(doc["granularity"])
+        gran = figures.granularity_frame(doc["granularity"])
         st.altair_chart(charts.granularity_chart(gran), width="stretch")
         st.dataframe(gran, hide_index=True, width="stretch")
     with right:
         st.subheader("Where reuse comes from")
-        src = charts.sources_frame(doc["sources"])
+        src = figures.sources_frame(doc["sources"])
         st.altair_chart(charts.sources_chart(src), width="stretch")
         st.caption(doc["sources"].get("attribution", ""))
         non_prefix = doc["non_prefix"]
@@ -71,10 +72,10 @@ with state.guard():
     tops = doc["top_prefixes"]
     by_volume, by_count = st.tabs(["By reused tokens", "By requests"])
     by_volume.dataframe(
-        charts.top_prefixes_frame(tops.get("by_volume", [])), hide_index=True, width="stretch"
+        figures.top_prefixes_frame(tops.get("by_volume", [])), hide_index=True, width="stretch"
     )
     by_count.dataframe(
-        charts.top_prefixes_frame(tops.get("by_count", [])), hide_index=True, width="stretch"
+        figures.top_prefixes_frame(tops.get("by_count", [])), hide_index=True, width="stretch"
     )
     if tops.get("note"):
         st.caption(tops["note"])
@@ -111,7 +112,14 @@ with state.guard():
     if tree.empty:
         st.info(f"No request has a full block of {step} tokens.")
     else:
-        st.altair_chart(charts.prefix_tree_chart(tree), width="stretch")
+        st.altair_chart(charts.prefix_tree_chart(tree, depth), width="stretch")
+        reached = int(tree.y1_tokens.max())
+        if reached < depth:
+            st.caption(
+                f"No prefix is shared by at least {min_share:.1%} of requests beyond "
+                f"{reached:,} tokens: below that every prefix is in a grey merged slice or "
+                "the prompts have ended."
+            )
         st.caption(
             "Read down from the top of the prompt: a rectangle is one distinct prefix, as "
             "wide as the share of requests that start with it and as tall as the tokens "

@@ -1,12 +1,12 @@
-"""The dashboard's chart tables, on a hand-built trace whose numbers are known."""
+"""The chart tables (analyzer.report.figures), on a hand-built trace whose numbers are known."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from analyzer.report import figures
 from analyzer.trace import BlockTrace, table_from_rows
-from app import charts
 
 
 def _trace(rows: list[dict], block_size: int = 16) -> BlockTrace:
@@ -33,7 +33,7 @@ def tree_trace() -> BlockTrace:
 
 
 def test_prefix_tree_widths_count_requests(tree_trace: BlockTrace) -> None:
-    frame = charts.prefix_tree_frame(tree_trace, levels=3, min_share=0.0)
+    frame = figures.prefix_tree_frame(tree_trace, levels=3, min_share=0.0)
     level0 = frame[frame.level == 0].sort_values("x0")
     assert level0.requests.tolist() == [4, 1]  # the shared root first, then 900
     assert level0.x0.tolist() == pytest.approx([0.0, 4 / 6])
@@ -54,7 +54,7 @@ def test_prefix_tree_widths_count_requests(tree_trace: BlockTrace) -> None:
 
 
 def test_prefix_tree_merges_small_prefixes(tree_trace: BlockTrace) -> None:
-    frame = charts.prefix_tree_frame(tree_trace, levels=3, min_share=0.5)
+    frame = figures.prefix_tree_frame(tree_trace, levels=3, min_share=0.5)
     level0 = frame[frame.level == 0].sort_values("x0")
     assert level0.requests.tolist() == [4, 1]
     assert level0.label.iloc[1].startswith("other (1 requests")
@@ -65,7 +65,7 @@ def test_prefix_tree_merges_small_prefixes(tree_trace: BlockTrace) -> None:
 
 
 def test_arrivals_bins_in_round_steps(tree_trace: BlockTrace) -> None:
-    frame = charts.arrivals_frame(tree_trace, max_bins=3)
+    frame = figures.arrivals_frame(tree_trace, max_bins=3)
     # Span 5 s in at most 3 bins: 2 s bins, 3 of them: [0,2) [2,4) [4,6).
     assert frame.time_s.tolist() == [0.0, 2.0, 4.0]
     assert frame.requests_per_s.tolist() == [1.0, 1.0, 1.0]
@@ -73,7 +73,7 @@ def test_arrivals_bins_in_round_steps(tree_trace: BlockTrace) -> None:
 
 
 def test_log2_histogram() -> None:
-    frame = charts.log2_histogram_frame(np.array([0, 1, 2, 3, 4, 1000, -1]), "x")
+    frame = figures.log2_histogram_frame(np.array([0, 1, 2, 3, 4, 1000, -1]), "x")
     assert frame.x.tolist()[:4] == ["0", "1", "2-3", "4-7"]
     assert frame.requests.tolist()[:4] == [1, 1, 2, 1]
     assert frame.requests.sum() == 6  # unknown (-1) left out
@@ -81,13 +81,78 @@ def test_log2_histogram() -> None:
 
 
 def test_sessions_and_tenants(tree_trace: BlockTrace) -> None:
-    sessions = charts.sessions_frame(tree_trace)
+    sessions = figures.sessions_frame(tree_trace)
     assert dict(zip(sessions.requests_in_session, sessions.sessions, strict=True)) == {
         "1": 2,
         "2-3": 1,
     }
-    assert charts.requests_in_multi_request_sessions(tree_trace) == 2
-    tenants = charts.tenants_frame(tree_trace, top=1)
+    assert figures.requests_in_multi_request_sessions(tree_trace) == 2
+    tenants = figures.tenants_frame(tree_trace, top=1)
     assert tenants.tenant.tolist() == ["t1", "other (2)"]
     assert tenants.requests.tolist() == [2, 4]
     assert tenants.prompt_tokens.sum() == tree_trace.prompt_tokens.sum()
+
+
+def test_prefix_tree_marks_merged_slices_as_other(tree_trace: BlockTrace) -> None:
+    # At 20% (2 of 6 requests) the request starting with 900 and the one branching to 210
+    # are merged: drawn as "other", grey, never as a distinct shared prefix.
+    frame = figures.prefix_tree_frame(tree_trace, levels=2, min_share=0.2)
+    other = frame[frame.kind == "other"]
+    assert other.requests.tolist() == [1, 1]
+    assert other.level.tolist() == [0, 1]
+    assert set(frame[frame.kind == "prefix"].requests.tolist()) == {4, 2}
+
+
+REPLAY_SCENARIOS = {
+    "local": {
+        "hit_rate": 0.5,
+        "ttft_s": {"mean": 0.2, "p50": 0.1, "p90": 0.4, "p99": 1.5},
+        "prefill_gpu_s": 12.0,
+        "network_bytes": 0.0,
+        "peak_link_utilisation": None,
+        "max_rate_scale_at_slo": 16.0,
+        "rate_search": {"capped": False},
+        "hit_rate_by_tier": {"hbm": 0.5},
+    },
+    "pooled": {
+        "hit_rate": 0.6,
+        "ttft_s": {"mean": 0.15, "p50": 0.08, "p90": 0.3, "p99": 1.0},
+        "prefill_gpu_s": 10.0,
+        "network_bytes": 3e9,
+        "peak_link_utilisation": 0.25,
+        "max_rate_scale_at_slo": 32.0,
+        "rate_search": {"capped": True},
+        "hit_rate_by_tier": {"hbm": 0.4, "pool": 0.2},
+    },
+}
+
+
+def test_scenarios_frame_keeps_numbers_and_table_says_units() -> None:
+    frame = figures.scenarios_frame(REPLAY_SCENARIOS)
+    # The capacity chart draws this column: numbers, not "x16" strings (an empty chart).
+    assert frame.max_rate_scale.tolist() == [16.0, 32.0]
+    assert frame.network_gb.tolist() == [0.0, 3.0]
+    table = figures.scenarios_table(frame)
+    row = table.iloc[1].to_dict()
+    assert row["option"] == "pooled KV store"
+    assert row["prompt tokens from cache"] == "60.0%"
+    assert row["TTFT p90"] == "300 ms"
+    assert row["TTFT p99"] == "1.00 s"
+    assert row["highest rate under the SLO"] == ">= x32"
+    assert row["busiest link, peak"] == "25%"
+    assert table.iloc[0]["busiest link, peak"] == "-"
+    assert not any("_" in c for c in table.columns)  # words, not key names
+
+
+def test_scenario_charts_have_marks() -> None:
+    from app import charts
+
+    frame = figures.scenarios_frame(REPLAY_SCENARIOS)
+    spec = charts.scenario_bar_chart(
+        frame, "max_rate_scale", "capacity", "x", ".3g", ["local", "pooled"]
+    ).to_dict()
+    values = next(iter(spec["datasets"].values()))
+    assert [v["max_rate_scale"] for v in values] == [16.0, 32.0]
+    hits = charts.tier_hits_chart(figures.tier_hits_frame(REPLAY_SCENARIOS), ["local", "pooled"])
+    legend = hits.to_dict()["encoding"]["color"]
+    assert legend["scale"]["domain"] == ["GPU HBM", "pool (network)"]

@@ -1,0 +1,502 @@
+"""Every chart's data, labels, colours and orders, in one place.
+
+The dashboard (``app/charts.py``, interactive Altair) and the report
+(``analyzer/report/charts.py``, SVG through vl-convert) draw the same figures; both read
+their tables, the words on their axes and legends, the colour of each scenario, tier
+and policy and the order things are listed in from here, so a scenario is the same
+colour and a column the same name on screen and on paper.
+
+Functions named ``*_frame`` turn a stage's output (a ``BlockTrace``, a reuse or replay
+report) into the tidy table a chart draws: they bin, sort and name columns; the one
+analysis here, :func:`prefix_tree_frame`, is a pure function of the trace, tested on a
+hand-built trace. ``*_table`` functions give the same figures as the words and units a
+reader sees in a table (percentages, seconds, GB), never raw key names.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analyzer.trace import BlockTrace
+
+# --- orders, colours and words -------------------------------------------------------------
+
+SCENARIO_ORDER = ("none", "local", "local+dram", "local+dram+nvme", "pooled")
+# The standard scenarios keep their colours on every chart; user-defined ones get the rest.
+SCENARIO_COLORS = {
+    "none": "#8c8c8c",
+    "local": "#1f4e79",
+    "local+dram": "#5b9bd5",
+    "pooled": "#e07b00",
+}
+_EXTRA_COLORS = ("#2e8b57", "#9467bd", "#d62728", "#8c564b", "#e377c2", "#17becf")
+SCENARIO_LABELS = {
+    "none": "no prefix cache",
+    "local": "local HBM cache",
+    "local+dram": "local HBM + host DRAM",
+    "pooled": "pooled KV store",
+}
+TIER_ORDER = ("hbm", "dram", "nvme", "pool")
+TIER_LABELS = {"hbm": "GPU HBM", "dram": "host DRAM", "nvme": "NVMe", "pool": "pool (network)"}
+TIER_COLORS = {"hbm": "#1f4e79", "dram": "#5b9bd5", "nvme": "#a9d18e", "pool": "#e07b00"}
+# Fixed colours so a policy looks the same on every chart (LRU, the engines' default, dark).
+POLICY_COLORS = {"lru": "#1f4e79", "fifo": "#e07b00", "s3fifo": "#2e8b57", "optimal": "#8c8c8c"}
+POLICY_ORDER = ("lru", "fifo", "s3fifo", "optimal")
+POLICY_LABELS = {"lru": "LRU", "fifo": "FIFO", "s3fifo": "S3-FIFO", "optimal": "Belady (optimal)"}
+SOURCE_LABELS = {
+    "same_session": "same session",
+    "same_tenant": "same tenant, other session",
+    "cross_tenant": "another tenant",
+    "unattributed": "unattributed",
+}
+# Merged "other" slices of the icicle: grey, so they never read as one shared prefix.
+OTHER_COLOR = "#d0d0d0"
+# The verdict's headline and banner colour, the same in the report and on the dashboard.
+VERDICT_TEXT = {
+    "deploy-pooled": "Deploy a pooled KV cache",
+    "local-offload-only": "Offload locally, do not pool",
+    "not-worth-it": "Pooling is not worth it",
+    "insufficient-data": "Not enough data to decide",
+}
+VERDICT_COLOR = {
+    "deploy-pooled": "#1d7a3a",
+    "local-offload-only": "#1f5fa8",
+    "not-worth-it": "#8a5a00",
+    "insufficient-data": "#777777",
+}
+
+
+def scenario_label(name: str) -> str:
+    return SCENARIO_LABELS.get(name, name)
+
+
+def scenario_colors(names: list[str]) -> list[str]:
+    """One colour per scenario name, the standard ones fixed, others from a spare list."""
+    extra = iter(_EXTRA_COLORS * 4)
+    return [SCENARIO_COLORS.get(n) or next(extra) for n in names]
+
+
+def percent(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{100 * x:.{digits}f}%"
+
+
+def seconds(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "-"
+    return f"{x * 1000:.0f} ms" if x < 1 else f"{x:.2f} s"
+
+
+def rate_multiple(x: float | None, capped: bool = False) -> str:
+    """A rate search's result: x16, or >= x32 when the search's top scale still passed."""
+    if x is None or not math.isfinite(x):
+        return "-"
+    return f"{'>= ' if capped else ''}x{x:.3g}"
+
+
+GIB = 2**30
+
+
+# Round bin widths for arrival charts, in seconds.
+_NICE_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
+
+
+def _nice_step(span_s: float, max_bins: int = 120) -> float:
+    for step in _NICE_STEPS_S:
+        if span_s / step <= max_bins:
+            return float(step)
+    return float(math.ceil(span_s / max_bins / 86400) * 86400)
+
+
+def arrivals_frame(trace: BlockTrace, max_bins: int = 120) -> pd.DataFrame:
+    """Requests and prompt tokens per second, in round time bins."""
+    t = trace.arrival_s
+    if t.size == 0:
+        return pd.DataFrame({"time_s": [], "requests_per_s": [], "prompt_tokens_per_s": []})
+    span = float(t[-1] - t[0])
+    step = _nice_step(span, max_bins)
+    idx = np.floor((t - t[0]) / step).astype(np.int64)
+    nbins = int(idx.max()) + 1
+    reqs = np.bincount(idx, minlength=nbins)
+    toks = np.bincount(idx, weights=trace.prompt_tokens.astype(np.float64), minlength=nbins)
+    return pd.DataFrame(
+        {
+            "time_s": t[0] + step * np.arange(nbins),
+            "requests_per_s": reqs / step,
+            "prompt_tokens_per_s": toks / step,
+        }
+    )
+
+
+def log2_histogram_frame(values: np.ndarray, what: str) -> pd.DataFrame:
+    """Counts in power-of-two bins ``[2^k, 2^(k+1))`` (lengths span orders of magnitude)."""
+    v = values[values >= 0]
+    if v.size == 0:
+        return pd.DataFrame({what: [], "lo": [], "hi": [], "requests": []})
+    k = np.floor(np.log2(np.maximum(v, 1))).astype(np.int64)
+    k[v == 0] = -1
+    lo_k, hi_k = int(k.min()), int(k.max())
+    counts = np.bincount(k - lo_k, minlength=hi_k - lo_k + 1)
+    ks = np.arange(lo_k, hi_k + 1)
+    lo = np.where(ks < 0, 0, 2.0**ks).astype(np.int64)
+    hi = (2.0 ** (ks + 1)).astype(np.int64) - 1
+    hi[ks < 0] = 0
+    labels = [f"{a:,}" if a == b else f"{a:,}-{b:,}" for a, b in zip(lo, hi, strict=True)]
+    return pd.DataFrame({what: labels, "lo": lo, "hi": hi, "requests": counts})
+
+
+def sessions_frame(trace: BlockTrace) -> pd.DataFrame:
+    """How many sessions have 1, 2, 3-4, 5-8, ... requests."""
+    s = trace.session[trace.session >= 0]
+    if s.size == 0:
+        return pd.DataFrame({"requests_in_session": [], "lo": [], "hi": [], "requests": []})
+    per_session = np.bincount(s)
+    per_session = per_session[per_session > 0]
+    frame = log2_histogram_frame(per_session, "requests_in_session")
+    return frame.rename(columns={"requests": "sessions"})
+
+
+def requests_in_multi_request_sessions(trace: BlockTrace) -> int:
+    s = trace.session[trace.session >= 0]
+    if s.size == 0:
+        return 0
+    per_session = np.bincount(s)
+    return int((per_session[s] > 1).sum())
+
+
+def tenants_frame(trace: BlockTrace, top: int = 20) -> pd.DataFrame:
+    """Requests and prompt tokens of the largest tenants (the rest summed as 'other')."""
+    t = trace.tenant
+    names = [*trace.tenant_names, "(none)"]
+    codes = np.where(t >= 0, t, len(trace.tenant_names))
+    reqs = np.bincount(codes, minlength=len(names))
+    toks = np.bincount(codes, weights=trace.prompt_tokens.astype(np.float64), minlength=len(names))
+    order = [i for i in np.argsort(-toks, kind="stable") if reqs[i] > 0]
+    rows = [
+        {"tenant": names[i], "requests": int(reqs[i]), "prompt_tokens": int(toks[i])}
+        for i in order[:top]
+    ]
+    rest = order[top:]
+    if rest:
+        rows.append(
+            {
+                "tenant": f"other ({len(rest)})",
+                "requests": int(reqs[rest].sum()),
+                "prompt_tokens": int(toks[rest].sum()),
+            }
+        )
+    return pd.DataFrame(rows, columns=["tenant", "requests", "prompt_tokens"])
+
+
+def prefix_tree_frame(trace: BlockTrace, levels: int = 4, min_share: float = 0.01) -> pd.DataFrame:
+    """Icicle rectangles of the prefix tree over the first ``levels`` blocks of requests.
+
+    Because block ids are chained, block ``k`` of a request identifies its whole prefix
+    up to block ``k``: the node at depth ``k`` is just that id. Widths count requests
+    (the whole x axis is all requests); nodes holding less than ``min_share`` of the
+    requests are merged into one "other" rectangle under their parent and not expanded.
+    Requests shorter than a level leave a gap under their parent. As in a radix tree, a
+    node whose requests all continue into one child is drawn as one taller rectangle
+    (``y0_tokens`` to ``y1_tokens``), so a shared system prompt is one bar.
+    """
+    n = trace.n_requests
+    cols = [
+        "level",
+        "y0_tokens",
+        "y1_tokens",
+        "x0",
+        "x1",
+        "requests",
+        "share",
+        "label",
+        "group",
+        "tokens",
+        "kind",
+    ]
+    if n == 0 or trace.n_accesses == 0:
+        return pd.DataFrame(columns=cols)
+    bs = trace.block_size
+    lengths = np.diff(trace.offsets)
+    starts = trace.offsets[:-1]
+    min_count = max(1, math.ceil(min_share * n))
+    rows: list[dict] = []
+    # Per request, the displayed node it sits under: -1 the root, -2 not expanded further.
+    parent = np.full(n, -1, dtype=np.int64)
+    x0_of: dict[int, float] = {-1: 0.0}
+    group_of: dict[int, str] = {-1: ""}
+    row_of: dict[int, int] = {}  # displayed node -> its rectangle
+    count_of: dict[int, int] = {-1: n}
+    for level in range(levels):
+        active = np.flatnonzero((lengths > level) & (parent != -2))
+        if active.size == 0:
+            break
+        node = trace.block_ids[starts[active] + level]
+        uniq, first, counts = np.unique(node, return_index=True, return_counts=True)
+        # Chained ids: every request through a node has the same parent.
+        parent_of = dict(zip(uniq.tolist(), parent[active[first]].tolist(), strict=True))
+        children: dict[int, list[tuple[int, int]]] = {}
+        merged: dict[int, int] = {}
+        for nd, c in zip(uniq.tolist(), counts.tolist(), strict=True):
+            p = parent_of[nd]
+            if c >= min_count:
+                children.setdefault(p, []).append((nd, c))
+            else:
+                merged[p] = merged.get(p, 0) + c
+        next_x0: dict[int, float] = {}
+        for p in sorted(set(children) | set(merged), key=lambda q: x0_of[q]):
+            x = x0_of[p]
+            for nd, c in sorted(children.get(p, []), key=lambda t: (-t[1], t[0])):
+                group_of[nd] = group_of[p] or _label(trace, nd)
+                count_of[nd] = c
+                next_x0[nd] = x
+                if p != -1 and c == count_of[p]:
+                    # Every request of the parent continues here: extend its rectangle.
+                    row_of[nd] = row_of[p]
+                    rect = rows[row_of[nd]]
+                    rect["y1_tokens"] = (level + 1) * bs
+                    rect["tokens"] = f"{rect['y0_tokens']:,}-{rect['y1_tokens']:,}"
+                else:
+                    row_of[nd] = len(rows)
+                    rows.append(_rect(level, bs, x, c, n, _label(trace, nd), group_of[nd]))
+                x += c
+            if p in merged:
+                label = f"other ({merged[p]:,} requests, each prefix < {min_share:.0%})"
+                rows.append(
+                    _rect(level, bs, x, merged[p], n, label, group_of[p] or "other", "other")
+                )
+        x0_of = {-1: 0.0, **next_x0}
+        expanded = np.isin(node, np.fromiter(next_x0, dtype=np.int64, count=len(next_x0)))
+        parent = np.full(n, -2, dtype=np.int64)
+        parent[active[expanded]] = node[expanded]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _label(trace: BlockTrace, node: int) -> str:
+    text = trace.previews.get(int(node))
+    if text:
+        text = " ".join(text.split())
+        return text if len(text) <= 60 else text[:57] + "..."
+    return f"block #{int(node)}"
+
+
+def _rect(
+    level: int, bs: int, x: float, c: int, n: int, label: str, group: str, kind: str = "prefix"
+) -> dict:
+    return {
+        "level": level,
+        "y0_tokens": level * bs,
+        "y1_tokens": (level + 1) * bs,
+        "x0": x / n,
+        "x1": (x + c) / n,
+        "requests": c,
+        "share": c / n,
+        "label": label,
+        "group": group,
+        "tokens": f"{level * bs:,}-{(level + 1) * bs:,}",
+        "kind": kind,  # "prefix": one distinct prefix; "other": small ones merged
+    }
+
+
+def granularity_frame(granularity: dict) -> pd.DataFrame:
+    """Ceiling per block size (and token-exact when the trace had it), steady and cold."""
+    rows = []
+    exact = granularity.get("token_exact", {})
+    if exact.get("available"):
+        rows.append(
+            {
+                "granularity": "token-exact",
+                "steady": exact["hit_rate"],
+                "cold": exact["cold_hit_rate"],
+                "note": "",
+            }
+        )
+    for row in granularity.get("blocks", []):
+        rows.append(
+            {
+                "granularity": f"{row['block_size']} tokens",
+                "steady": row.get("hit_rate") if row.get("available") else None,
+                "cold": row.get("cold_hit_rate") if row.get("available") else None,
+                "note": "" if row.get("available") else row.get("reason", ""),
+            }
+        )
+    return pd.DataFrame(rows, columns=["granularity", "steady", "cold", "note"])
+
+
+def sources_frame(sources: dict) -> pd.DataFrame:
+    shares = sources.get("share_of_hits", {})
+    tokens = sources.get("tokens", {})
+    rows = [
+        {"source": SOURCE_LABELS.get(k, k), "share": v, "tokens": tokens.get(k, 0)}
+        for k, v in shares.items()
+    ]
+    return pd.DataFrame(rows, columns=["source", "share", "tokens"])
+
+
+def top_prefixes_frame(entries: list[dict]) -> pd.DataFrame:
+    """The top shared prefixes; the preview column only when the log had text."""
+    cols = ["prefix_tokens", "requests", "reused_tokens", "preview", "hash"]
+    if not any(e.get("preview") for e in entries):
+        cols.remove("preview")
+    return pd.DataFrame([{k: e.get(k) for k in cols} for e in entries], columns=cols)
+
+
+def curves_frame(curves: dict, bytes_per_token: int | None) -> pd.DataFrame:
+    """Hit rate against capacity per policy, with capacities in tokens and GiB."""
+    rows = []
+    for policy, points in curves.items():
+        for p in points:
+            cap = int(p["capacity_tokens"])
+            rows.append(
+                {
+                    "policy": policy,
+                    "capacity_tokens": cap,
+                    "capacity_gib": cap * bytes_per_token / GIB if bytes_per_token else None,
+                    "hit_rate": p["hit_rate"],
+                }
+            )
+    return pd.DataFrame(rows, columns=["policy", "capacity_tokens", "capacity_gib", "hit_rate"])
+
+
+def ttft_quantiles_frame(
+    ttft_by_scenario: dict[str, np.ndarray], points: int = 200
+) -> pd.DataFrame:
+    """The TTFT distribution of each scenario as quantiles (an ECDF small enough to draw)."""
+    rows = []
+    q = np.linspace(0.0, 1.0, points + 1)
+    for name, ttft in ttft_by_scenario.items():
+        if ttft.size == 0:
+            continue
+        values = np.quantile(ttft, q)
+        rows += [
+            {"scenario": name, "ttft_s": float(v), "quantile": float(p)}
+            for v, p in zip(values, q, strict=True)
+        ]
+    return pd.DataFrame(rows, columns=["scenario", "ttft_s", "quantile"])
+
+
+def tier_hits_frame(scenarios: dict[str, dict]) -> pd.DataFrame:
+    rows = [
+        {"scenario": name, "tier": tier, "hit_rate": rate}
+        for name, s in scenarios.items()
+        for tier, rate in s["hit_rate_by_tier"].items()
+        if rate
+    ]
+    return pd.DataFrame(rows, columns=["scenario", "tier", "hit_rate"])
+
+
+def scenarios_frame(scenarios: dict[str, dict]) -> pd.DataFrame:
+    """One row per scenario with the figures the comparison charts draw, as numbers
+    (shares as fractions, times in seconds, traffic in GB; None where not measured)."""
+    rows = []
+    for name, s in scenarios.items():
+        t = s["ttft_s"]
+        search = s.get("rate_search") or {}
+        rows.append(
+            {
+                "scenario": name,
+                "label": scenario_label(name),
+                "hit_rate": s["hit_rate"],
+                "ttft_mean_s": t["mean"],
+                "ttft_p50_s": t["p50"],
+                "ttft_p90_s": t["p90"],
+                "ttft_p99_s": t["p99"],
+                "prefill_gpu_s": s["prefill_gpu_s"],
+                "network_gb": s["network_bytes"] / 1e9,
+                "peak_link_use": s.get("peak_link_utilisation"),
+                "max_rate_scale": s.get("max_rate_scale_at_slo"),
+                "max_rate_capped": bool(search.get("capped")),
+                "description": s.get("description", ""),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def scenarios_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """:func:`scenarios_frame` as a reader sees it: words, percentages and units."""
+    return pd.DataFrame(
+        [
+            {
+                "option": r["label"],
+                "prompt tokens from cache": percent(r["hit_rate"]),
+                "TTFT mean": seconds(r["ttft_mean_s"]),
+                "TTFT p50": seconds(r["ttft_p50_s"]),
+                "TTFT p90": seconds(r["ttft_p90_s"]),
+                "TTFT p99": seconds(r["ttft_p99_s"]),
+                "prefill GPU time": f"{r['prefill_gpu_s']:,.2f} GPU-s",
+                "network traffic": f"{r['network_gb']:,.2f} GB",
+                "busiest link, peak": percent(r["peak_link_use"], 0),
+                "highest rate under the SLO": rate_multiple(
+                    r["max_rate_scale"], r["max_rate_capped"]
+                ),
+                "what it models": r["description"],
+            }
+            for r in frame.to_dict("records")
+        ],
+    )
+
+
+# --- recommendation ------------------------------------------------------------------------
+
+
+def sizing_table(sizing: dict) -> list[dict]:
+    """The sized recommendation (the report's ``sizing`` object) as rows a manager reads:
+    what, how much (in GB and tokens, GB/s, yes/no), and why."""
+
+    def gb_tok(gb: float, tokens: int) -> str:
+        return f"{gb:,.1f} GB ({tokens:,} tokens)"
+
+    rows = [
+        {
+            "what": "Pooled KV store",
+            "value": "yes" if sizing.get("pool") else "no",
+            "why": "",
+        }
+    ]
+    if sizing.get("pool"):
+        rows.append(
+            {
+                "what": "Pool capacity, whole cluster",
+                "value": gb_tok(sizing["pool_capacity_gb"], sizing["pool_capacity_tokens"]),
+                "why": "the knee of the hit-ratio curve",
+            }
+        )
+    rows += [
+        {
+            "what": "Host DRAM for KV, per node",
+            "value": gb_tok(sizing["dram_per_node_gb"], sizing["dram_per_node_tokens"]),
+            "why": sizing.get("dram_reason", ""),
+        },
+        {
+            "what": "HBM prefix cache, per instance",
+            "value": gb_tok(
+                sizing["hbm_cache_per_instance_gb"], sizing["hbm_cache_per_instance_tokens"]
+            ),
+            "why": "what the GPU's memory leaves after the weights and a reserve",
+        },
+        {
+            "what": "Network per node",
+            "value": f"{sizing['network_per_node_gbps']:,.1f} GB/s ({sizing['nic']})",
+            "why": "beats recomputing the shorter reused prefixes, with headroom",
+        },
+        {
+            "what": "Engine block size",
+            "value": f"{sizing['block_size_tokens']:,} tokens",
+            "why": sizing.get("block_size_reason", ""),
+        },
+        {
+            "what": "Offload chunk",
+            "value": f"{sizing['chunk_size_tokens']:,} tokens",
+            "why": "",
+        },
+        {"what": "Router", "value": sizing["router"], "why": sizing.get("router_reason", "")},
+        {"what": "Eviction", "value": sizing["eviction"], "why": sizing.get("eviction_reason", "")},
+        {
+            "what": "Cluster",
+            "value": f"{sizing['instances']} instances on {sizing['nodes']} nodes "
+            f"({sizing['instances_per_node']} per node)",
+            "why": "",
+        },
+    ]
+    return rows

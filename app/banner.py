@@ -1,0 +1,56 @@
+"""The verdict as a strong banner, and the one line that says which settings made it.
+
+The banner's headline and colour are the report's (:mod:`analyzer.report.figures`), so
+the dashboard and ``report.html`` look alike. Under the headline go up to three short
+sentences for a reader who reads nothing else; :func:`summary_lines` takes them from
+the analysis (the verdict's first reasons until a plain-language summary is part of
+the result, then that summary).
+"""
+
+from __future__ import annotations
+
+import html
+
+import streamlit as st
+
+from analyzer.report.figures import VERDICT_COLOR, VERDICT_TEXT
+
+
+def summary_lines(result, doc: dict) -> list[str]:
+    """Up to three sentences under the headline."""
+    summary = getattr(result, "summary", None)
+    if callable(summary):
+        summary = summary()
+    if isinstance(summary, str) and summary.strip():
+        return [summary.strip()]
+    if isinstance(summary, list | tuple) and summary:
+        return [str(s) for s in summary[:3]]
+    return [str(r) for r in doc["verdict"]["reasons"][:3]]
+
+
+def banner_html(verdict: str, lines: list[str]) -> str:
+    color = VERDICT_COLOR.get(verdict, "#444444")
+    body = "".join(f"<p style='margin:0.35em 0 0 0'>{html.escape(t)}</p>" for t in lines)
+    return (
+        f"<div data-testid='kvpool-verdict' data-verdict='{html.escape(verdict)}' "
+        f"style='background:{color};color:#fff;border-radius:8px;padding:1.1em 1.4em;"
+        "margin:0.4em 0 1em 0'>"
+        f"<div style='font-size:1.7em;font-weight:700'>{html.escape(VERDICT_TEXT.get(verdict, verdict))}</div>"
+        f"<div style='opacity:0.85;font-family:monospace'>{html.escape(verdict)}</div>"
+        f"{body}</div>"
+    )
+
+
+def verdict_banner(verdict: str, lines: list[str]) -> None:
+    st.markdown(banner_html(verdict, lines), unsafe_allow_html=True)
+
+
+def settings_line(opts) -> str:
+    """Which settings the figures on the page come from, in the sidebar's words."""
+    pool = f"{opts.pool_gbps:g} GB/s per node" if opts.pool_gbps else f"{opts.pool_tier} (catalog)"
+    return (
+        f"Computed for {opts.instances} instances of {opts.model} on {opts.tp} x {opts.gpu} "
+        f"({opts.gpus_per_node} GPUs per node), router {opts.router}, pool link {pool}, "
+        f"host DRAM link {opts.dram_tier}, p90 TTFT target {opts.ttft_slo_s:g} s, warm-up "
+        f"{opts.warmup:.0%} of requests (not counted)."
+    )

@@ -1,0 +1,203 @@
+"""Conversion in bounded memory: rows spooled to disk, the token tree's bound, distinct counts."""
+
+from __future__ import annotations
+
+import json
+import random
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import analyzer.ingest.spool as spool
+from analyzer.blocks import ArrivalLCP, lcp_reference
+from analyzer.ingest import IngestOptions, open_trace
+from analyzer.ingest.pipeline import convert_trace, table_figures
+from analyzer.ingest.spool import DistinctCounter
+
+FIX = Path(__file__).parent / "fixtures" / "ingest"
+SALT = b"fixed test salt"
+
+
+def chat_log(path: Path, n: int, seed: int = 0, shuffle: bool = False) -> Path:
+    """Multi-turn chat requests (history resent every turn), optionally out of time order."""
+    rnd = random.Random(seed)
+    words = [
+        "cache",
+        "token",
+        "prefix",
+        "model",
+        "block",
+        "hash",
+        "user",
+        "answer",
+        "data",
+        "kernel",
+    ]
+    sessions: list[list[dict]] = []
+    rows = []
+    for i in range(n):
+        if not sessions or rnd.random() < 0.3:
+            sessions.append([{"role": "system", "content": "You help. " * rnd.randint(1, 40)}])
+        msgs = rnd.choice(sessions)
+        msgs.append({"role": "user", "content": " ".join(rnd.choices(words, k=rnd.randint(3, 60)))})
+        rows.append(
+            {"id": f"r{i}", "timestamp": 1_700_000_000 + i, "request": {"messages": list(msgs)}}
+        )
+        msgs.append({"role": "assistant", "content": " ".join(rnd.choices(words, k=9))})
+    if shuffle:
+        rnd.shuffle(rows)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_spooled_rows_come_back_in_arrival_order_whatever_the_batch_size(
+    tmp_path, monkeypatch, shuffle
+):
+    log = chat_log(tmp_path / "chat.jsonl", 120, seed=3, shuffle=shuffle)
+    whole = open_trace([str(log)], IngestOptions(salt=SALT)).table
+    monkeypatch.setattr(spool, "BATCH_ROWS", 7)  # 18 spooled batches, read back out of order
+    small = open_trace([str(log)], IngestOptions(salt=SALT)).table
+    assert small.equals(whole)
+    assert small.schema.metadata == whole.schema.metadata
+    arrival = whole.column("arrival_s").to_numpy()
+    assert np.all(np.diff(arrival) >= 0)
+    # The rows are those of the log, once each; the LCP is that of the brute-force oracle.
+    ids = whole.column("request_id").to_pylist()
+    assert ids == [f"r{i}" for i in range(120)]
+
+
+def test_token_lcp_matches_the_oracle_through_the_spool(tmp_path, monkeypatch):
+    from analyzer.tokenize import PromptRenderer, load_tokenizer
+
+    log = chat_log(tmp_path / "chat.jsonl", 40, seed=5, shuffle=True)
+    monkeypatch.setattr(spool, "BATCH_ROWS", 3)
+    table = open_trace([str(log)], IngestOptions(salt=SALT)).table
+    renderer = PromptRenderer(load_tokenizer("cl100k"), "chatml", memo=False)
+    by_id = {}
+    for line in log.read_text().splitlines():
+        rec = json.loads(line)
+        parts, gen = renderer.render(rec["request"])
+        by_id[rec["id"]] = [int(t) for p in (*parts, *gen) for t in p.tokens]
+    prompts = [by_id[i] for i in table.column("request_id").to_pylist()]
+    assert table.column("token_lcp_prev").to_pylist() == lcp_reference(prompts)
+
+
+def test_convert_streams_the_same_file_open_trace_builds(tmp_path, monkeypatch):
+    log = chat_log(tmp_path / "chat.jsonl", 90, seed=1, shuffle=True)
+    monkeypatch.setattr(spool, "BATCH_ROWS", 16)
+    opts = IngestOptions(salt=SALT)
+    _, written = convert_trace([str(log)], tmp_path / "t.parquet", opts)
+    in_memory = open_trace([str(log)], opts).table
+    on_disk = pq.read_table(tmp_path / "t.parquet")
+    assert on_disk.equals(in_memory)
+    assert on_disk.schema.metadata == in_memory.schema.metadata
+    assert written == table_figures(in_memory)
+    assert written.requests == 90 and written.distinct_sample_rate == 1
+
+
+def test_spool_leaves_no_temporary_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(spool.tempfile, "tempdir", None)  # re-read TMPDIR
+    monkeypatch.setattr(spool, "BATCH_ROWS", 5)
+    log = chat_log(tmp_path / "chat.jsonl", 30)
+    convert_trace([str(log)], tmp_path / "t.parquet", IngestOptions(salt=SALT))
+    open_trace([str(log)], IngestOptions(salt=SALT))
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_token_tree_bound_falls_back_with_a_note(tmp_path):
+    log = chat_log(tmp_path / "chat.jsonl", 50, seed=2)
+    loaded = open_trace([str(log)], IngestOptions(salt=SALT, exact_max_bytes=20_000))
+    assert loaded.table.column("token_lcp_prev").null_count == 50
+    assert len(loaded.notes) == 1 and "token-exact prefix lengths not computed" in loaded.notes[0]
+    # Hashes do not depend on the tree (the memo was emptied with it, not changed).
+    full = open_trace([str(log)], IngestOptions(salt=SALT))
+    assert loaded.table.column("block_hashes").equals(full.table.column("block_hashes"))
+    assert full.notes == [] and full.table.column("token_lcp_prev").null_count == 0
+
+
+def test_convert_command_prints_the_fallback(tmp_path, monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    from analyzer.errors import UsageError
+    from analyzer.ingest.command import register
+
+    app = typer.Typer()
+    register(app)
+    app.command("noop")(lambda: None)  # a second command keeps typer in multi-command mode
+    log = chat_log(tmp_path / "chat.jsonl", 50, seed=2)
+    out = str(tmp_path / "t.parquet")
+    res = CliRunner().invoke(
+        app, ["convert", str(log), "-o", out, "--salt-file", str(tmp_path / "s")]
+    )
+    assert res.exit_code == 0, res.output
+    assert "token-exact prefix lengths not computed" not in res.output
+    assert "blocks: " in res.output and " distinct) of 16 tokens" in res.output
+    monkeypatch.setattr("analyzer.blocks.radix.NODE_OVERHEAD_BYTES", 1 << 20)  # 1 MiB a node
+    res = CliRunner().invoke(
+        app,
+        [
+            "convert",
+            str(log),
+            "-o",
+            out,
+            "--salt-file",
+            str(tmp_path / "s"),
+            "--exact-max-mib",
+            "1",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "token-exact prefix lengths not computed: the token tree passed 1 MiB" in res.output
+    res = CliRunner().invoke(app, ["convert", str(log), "-o", out, "--exact-max-mib", "0"])
+    assert isinstance(res.exception, UsageError)
+
+
+def test_tree_memory_estimate_is_within_a_quarter_of_what_python_allocates():
+    rng = np.random.default_rng(0)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        lcp = ArrivalLCP()
+        systems = [lcp.extend(None, rng.integers(0, 50_000, 400).astype(np.uint32))]
+        ends = {}
+        for _ in range(5_000):
+            s = int(rng.integers(0, 500))
+            node = ends.get(s, systems[0])
+            tokens = rng.integers(0, 50_000, int(rng.integers(20, 200))).astype(np.uint32)
+            ends[s] = lcp.extend(node, tokens)
+        used = tracemalloc.get_traced_memory()[0] - before - 8 * len(ends) * 4
+    finally:
+        tracemalloc.stop()
+    est = lcp.tree.memory_bytes()
+    assert 0.75 * used <= est <= 1.25 * used, (est, used)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=400), st.integers(1, 64))
+def test_distinct_counter_is_exact_below_its_bound(values, chunk):
+    d = DistinctCounter(max_kept=1_000)
+    arr = np.array(values, dtype=np.uint64)
+    for i in range(0, arr.size, chunk):
+        d.add(arr[i : i + chunk])
+    assert d.sample_rate == 1 and d.estimate() == np.unique(arr).size
+
+
+def test_distinct_counter_samples_above_its_bound():
+    rng = np.random.default_rng(7)
+    arr = rng.integers(0, 2**63, 200_000, dtype=np.uint64) * np.uint64(2)
+    arr = np.concatenate([arr, arr[:50_000]])  # repeats are not new values
+    d = DistinctCounter(max_kept=8_000)
+    for i in range(0, arr.size, 10_000):
+        d.add(arr[i : i + 10_000])
+    assert d.sample_rate < 1
+    # A 1/32 or 1/64 sample of 200,000 uniform values: within 10 % (about 4 sigma).
+    assert abs(d.estimate() - 200_000) < 20_000
