@@ -94,7 +94,7 @@ def _one_thing(doc: dict) -> str:
         key=lambda r: (distance(r), order.index(r["dimension"]) if r["dimension"] in order else 99)
     )
     r = rows[0]
-    return f"the {r['dimension']} ({r['value']} makes it {r['verdict']})"
+    return f"{r['dimension']} at {r['value']} would make it {r['verdict']}"
 
 
 def summary_sentences(doc: dict) -> list[str]:
