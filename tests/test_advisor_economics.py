@@ -351,6 +351,15 @@ def test_the_mooncake_conversation_trace_decides_on_value(docs):
     assert len(doc["summary"]) == 3 and "GPU" in doc["summary"][1] and "$" in doc["summary"][1]
     sbs = doc["side_by_side"]
     assert sbs[0]["gpu"] == "h100" and 4 <= len(sbs) <= 6
+    # the same two properties on the real trace's sensitivity rows
+    rows = {
+        r["value"].split(" ")[0]: r["verdict"]
+        for r in doc["sensitivity"]["rows"]
+        if r["dimension"] == "GPU price"
+    }
+    assert rows["x0"] == "not-worth-it"
+    if v["verdict"] == "deploy-pooled":
+        assert rows["x2"] != "not-worth-it" and rows["x10"] != "not-worth-it"
 
 
 def _bench(scenario: dict, throughput: float, n: int = 1000) -> dict:
