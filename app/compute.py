@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -161,8 +162,11 @@ def _reuse(content: str, ingest_key: Key, reuse_key: Key, _trace, _advance: Adva
     return analyze_reuse(_trace, ReuseOptions(**dict(reuse_key)), advance=_advance)
 
 
-def reuse(cur: Current, warmup: float = 0.5):
-    """The reuse report (``analyzer.reuse.ReuseReport``); independent of model and GPU."""
+def reuse(cur: Current, warmup: float | None = None):
+    """The reuse report (``analyzer.reuse.ReuseReport``); independent of model and GPU.
+    ``warmup`` None: the default every command uses (``ClusterConfig.warmup_fraction``)."""
+    if warmup is None:
+        warmup = control_defaults().warmup
     with progress("Measuring prefix reuse", 100) as advance:
         return _reuse(cur.content, cur.ingest_key, as_key({"warmup": warmup}), cur.trace, advance)
 
@@ -217,6 +221,7 @@ class ControlDefaults:
     pool_tier: str
     pool_gbps: float  # 0: the pool tier's catalog figure
     ttft_slo_s: float
+    warmup: float  # fraction of requests that only warm the caches
     gpus_per_node: int
     dram_scope: str
     dram_scopes: list[str]
@@ -242,7 +247,7 @@ def control_defaults() -> ControlDefaults:
     from analyzer.replay.config import DRAM_SCOPES, EVICTIONS
 
     analyze = AnalyzeOptions()  # the defaults `kvpool analyze` runs with
-    cluster = {f.name: f.default for f in fields(ClusterConfig)}
+    cluster = ClusterConfig()  # the same defaults every command's flags start from
     tiers = list(list_tiers())
     kind = {
         (getattr(t, "name", t)): getattr(get_tier(getattr(t, "name", t)), "kind", "") for t in tiers
@@ -254,20 +259,21 @@ def control_defaults() -> ControlDefaults:
         evictions=list(EVICTIONS),
         dram_tiers=[t for t, k in kind.items() if k == "host-dram"],
         pool_tiers=[t for t, k in kind.items() if k == "network"],
-        model=analyze.model,
-        gpu=analyze.gpu,
-        tp=cluster["tp"],
-        kv_dtype=cluster["kv_dtype"],
-        instances=cluster["instances"],
-        router=cluster["router"],
-        eviction=cluster["eviction"],
-        dram_tier=cluster["dram_tier"],
-        dram_capacity_gb=float(cluster["dram_capacity_gb"]),
-        pool_tier=cluster["pool_tier"],
-        pool_gbps=float(analyze.pool_gbps or 0.0),
+        model=cluster.model,
+        gpu=cluster.gpu,
+        tp=cluster.tp,
+        kv_dtype=cluster.kv_dtype,
+        instances=cluster.instances,
+        router=cluster.router,
+        eviction=cluster.eviction,
+        dram_tier=cluster.dram_tier,
+        dram_capacity_gb=float(cluster.dram_capacity_gb),
+        pool_tier=cluster.pool_tier,
+        pool_gbps=float(cluster.pool_gbps or 0.0),
         ttft_slo_s=float(analyze.ttft_slo_s),
-        gpus_per_node=int(cluster["gpus_per_node"]),
-        dram_scope=str(cluster["dram_scope"]),
+        warmup=float(cluster.warmup_fraction),
+        gpus_per_node=int(cluster.gpus_per_node),
+        dram_scope=str(cluster.dram_scope),
         dram_scopes=list(DRAM_SCOPES),
     )
 
@@ -343,8 +349,9 @@ def tier_break_even(w) -> list[dict]:
 # --- replay ------------------------------------------------------------------------------
 
 
-def cluster_config(w):
-    """``analyzer.replay.ClusterConfig`` for the what-if controls (0 = derive it)."""
+def controls_cluster(w):
+    """``analyzer.replay.ClusterConfig`` straight from the what-if controls (0 = derive
+    it), before the warm-up and the DRAM size are put as `kvpool analyze` puts them."""
     from analyzer.replay import ClusterConfig
 
     bpt = int(cost_model(w.model, w.gpu, w.tp, w.kv_dtype).bytes_per_token)
@@ -374,6 +381,13 @@ def cluster_config(w):
     )
 
 
+def cluster_config(w):
+    """The cluster the Replay page replays: exactly the one the Recommendation and
+    `kvpool analyze` replay for the same settings (``analyze_options(w).cluster``: the
+    same warm-up, pool bandwidth, node shape)."""
+    return analyze_options(w, w.warmup).cluster
+
+
 def replay_work(n_requests: int, n_scenarios: int, search_rate: bool) -> float | None:
     """The total ``run_replay`` reports through ``advance``: per scenario, the requests
     times one run plus the rate search's most runs (``analyzer.replay.run.MAX_RUNS``).
@@ -386,32 +400,19 @@ def replay_work(n_requests: int, n_scenarios: int, search_rate: bool) -> float |
     return float(n_requests * (1 + (runs if search_rate else 0)) * n_scenarios)
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
-def _replay(
-    content: str,
-    ingest_key: Key,
-    cfg_key: Key,
-    scenarios: tuple[str, ...],
-    ttft_slo_s: float,
-    search_rate: bool,
-    calibration_sha: str | None,
-    _trace,
-    _cost,
-    _advance: Advance | None,
-):
-    CALLS["replay"] += 1
-    from analyzer.replay import ClusterConfig, run_replay
+@st.cache_resource(show_spinner=False)
+def replay_memo():
+    """The server's remembered replays, one per scenario and the settings it reads
+    (``analyzer.replay.memo.ReplayMemo``): the Replay page, the Recommendation and the
+    background prefetch all fill and read it, so a scenario is replayed once."""
+    from analyzer.replay.memo import ReplayMemo
 
-    return run_replay(
-        _trace,
-        ClusterConfig(**dict(cfg_key)),
-        scenarios=scenarios,
-        ttft_slo_s=ttft_slo_s,
-        search_rate=search_rate,
-        advance=_advance,
-        cost=_cost,
-        workers=replay_workers(_trace.n_requests, len(scenarios)),
-    )
+    return ReplayMemo(max_entries=128)
+
+
+def _count_run(name: str) -> None:
+    CALLS["replay"] += 1
+    CALLS[f"replay:{name}"] += 1
 
 
 # Below this many requests, starting worker processes costs more than it saves.
@@ -436,26 +437,30 @@ def replay(
 
     ``calibration`` (file name, CSV bytes) replays with the TTFT model fitted to it
     instead of the catalog's."""
-    from dataclasses import asdict
-
     cfg = cluster_config(w)
     cost, sha = None, None
     if calibration is not None:
         cost, _ = calibrated_model(w, *calibration)
         sha = hashlib.sha256(calibration[1]).hexdigest()
     total = replay_work(cur.trace.n_requests, len(scenarios), search_rate)
-    with progress("Replaying the trace", total, "requests simulated") as advance:
-        return _replay(
-            cur.content,
-            cur.ingest_key,
-            as_key(asdict(cfg)),
-            tuple(scenarios),
-            w.ttft_slo_s,
-            search_rate,
-            sha,
+    from app.prefetch import prefetcher
+
+    with (
+        prefetcher().foreground(),
+        progress("Replaying the trace", total, "requests simulated") as advance,
+    ):
+        return replay_memo().run(
             cur.trace,
-            cost,
-            advance,
+            cfg,
+            scenarios=tuple(scenarios),
+            ttft_slo_s=w.ttft_slo_s,
+            search_rate=search_rate,
+            advance=advance,
+            cost=cost,
+            workers=replay_workers(cur.trace.n_requests, len(scenarios)),
+            trace_key=(cur.content, cur.ingest_key),
+            cost_key=sha,
+            on_run=_count_run,
         )
 
 
@@ -466,48 +471,113 @@ def analyze_options(w, warmup: float, block_size: int | None = None):
     """``analyzer.advisor.AnalyzeOptions`` for the what-if controls and the block size
     the trace was ingested with (so the report's options say what `kvpool analyze
     --block-size` would)."""
-    from analyzer.advisor import AnalyzeOptions
+    from dataclasses import replace
 
-    cfg = cluster_config(w)
+    from analyzer.advisor import AnalyzeOptions
+    from analyzer.ingest import IngestOptions
+
     bpt = int(cost_model(w.model, w.gpu, w.tp, w.kv_dtype).bytes_per_token)
-    return AnalyzeOptions(
-        model=w.model,
-        gpu=w.gpu,
-        tp=w.tp,
-        instances=w.instances,
-        gpus_per_node=w.gpus_per_node,
-        dram_scope=w.dram_scope,
-        kv_dtype=w.kv_dtype,
-        pool_gbps=w.pool_gbps or None,
-        pool_tier=w.pool_tier,
-        dram_tier=w.dram_tier,
-        local_capacity_tokens=cfg.local_capacity_tokens,
+    cluster = replace(
+        controls_cluster(w),
         # Left unset at the replay's default size, as `kvpool analyze` leaves it.
         dram_capacity_tokens=None
         if w.dram_capacity_gb == control_defaults().dram_capacity_gb
         else int(w.dram_capacity_gb * 1e9 // bpt),
-        pool_capacity_tokens=cfg.pool_capacity_tokens,
-        router=w.router,
+        warmup_fraction=warmup,
+    )
+    return AnalyzeOptions(
+        ingest=IngestOptions(block_size=block_size),
+        cluster=cluster,
         ttft_slo_s=w.ttft_slo_s,
-        warmup=warmup,
-        block_size=block_size,
     )
 
 
-@st.cache_resource(show_spinner=False, max_entries=8)
-def _analysis(content: str, ingest_key: Key, opts_key: str, _opts, _loaded, _advance):
-    CALLS["analysis"] += 1
+_REUSE_LOCK = threading.Lock()
+_REUSE: dict[tuple, Any] = {}  # (content, ingest, warm-up, bytes per token) -> report
+_REUSE_MAX = 8
+
+
+def _analysis_reuse(content: str, ingest_key: Key, warmup: float, bytes_per_token: int, trace):
+    """The reuse report as `kvpool analyze` makes it (warm-up and the model's bytes per
+    token): one per trace, warm-up and model, however many analyses read it. A plain,
+    locked dict rather than ``st.cache_resource``: the background prefetch reads it,
+    and Streamlit's caches log a warning for every call from outside a page run."""
+    from analyzer.reuse import ReuseOptions, analyze_reuse
+
+    key = (content, ingest_key, warmup, bytes_per_token)
+    with _REUSE_LOCK:
+        if key in _REUSE:
+            return _REUSE[key]
+    CALLS["analysis_reuse"] += 1
+    rep = analyze_reuse(trace, ReuseOptions(warmup=warmup, bytes_per_token=bytes_per_token))
+    with _REUSE_LOCK:
+        _REUSE[key] = rep
+        while len(_REUSE) > _REUSE_MAX:
+            _REUSE.pop(next(iter(_REUSE)))
+    return rep
+
+
+def run_whatif(
+    cur: Current, opts, advance: Advance | None = None, on_run=None, gate=None, memo=None
+):
+    """``run_analysis`` on the loaded trace with every layer remembered: the reuse report
+    per warm-up and model, each replay per scenario and the settings it reads. Safe to
+    call from a background thread (it touches no page element); ``gate`` is then called
+    at every replay progress step (the prefetch waits there while a page computes), and
+    ``memo`` the :func:`replay_memo` fetched by the page (no Streamlit call in a thread)."""
     from analyzer.advisor import run_analysis
+    from analyzer.cost import CostModel
 
-    return run_analysis(_loaded.sources, _opts, advance=_advance, loaded=_loaded)
+    bpt = int(
+        CostModel.from_catalog(
+            opts.model, opts.gpu, tp=opts.tp, kv_dtype=opts.kv_dtype, mfu=opts.mfu
+        ).bytes_per_token
+    )
+    rep = _analysis_reuse(cur.content, cur.ingest_key, opts.warmup, bpt, cur.trace)
+    memo = memo or replay_memo()
+
+    def replayer(trace, cfg, scenarios, ttft_slo_s, search_rate, advance=None, cost=None):
+        return memo.run(
+            trace,
+            cfg,
+            scenarios=scenarios,
+            ttft_slo_s=ttft_slo_s,
+            search_rate=search_rate,
+            advance=gate or advance,
+            cost=cost,
+            trace_key=(cur.content, cur.ingest_key),
+            cost_key=None,  # the catalog model of cfg, as the analysis builds it
+            on_run=on_run,
+        )
+
+    return run_analysis(
+        cur.loaded.sources, opts, advance=advance, loaded=cur.loaded, replayer=replayer, reuse=rep
+    )
 
 
-def analysis(cur: Current, w, warmup: float):
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _analysis(content: str, ingest_key: Key, opts_key: str, _opts, _cur, _advance):
+    CALLS["analysis"] += 1
+    return run_whatif(_cur, _opts, _advance, on_run=_count_run)
+
+
+def analysis(cur: Current, w, warmup: float, thresholds=None):
     """``analyzer.advisor.AnalysisResult`` (verdict, sizing, settings, gates) of the
-    trace on screen, from its ingestion (never re-read)."""
+    trace on screen, from its ingestion (never re-read); ``thresholds`` are the decision
+    thresholds (``analyzer.advisor.figures.Thresholds``; None: the defaults)."""
+    from dataclasses import replace
+
     opts = analyze_options(w, warmup, dict(cur.ingest_key).get("block_size"))
-    with progress("Running the analysis", 100) as advance:
-        return _analysis(cur.content, cur.ingest_key, repr(opts), opts, cur.loaded, advance)
+    if thresholds is not None:
+        opts = replace(opts, thresholds=thresholds)
+    from app.prefetch import analysis_key, prefetcher
+
+    ahead = prefetcher().get(analysis_key(cur, opts))
+    if ahead is not None:
+        CALLS["prefetched"] += 1
+        return ahead
+    with prefetcher().foreground(), progress("Running the analysis", 100) as advance:
+        return _analysis(cur.content, cur.ingest_key, repr(opts), opts, cur, advance)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

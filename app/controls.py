@@ -40,6 +40,7 @@ class WhatIf:
     pool_gbps: float  # per-node link to the pool
     pool_latency_us: float
     ttft_slo_s: float
+    warmup: float  # share of requests that only warm the caches (not counted)
     gpus_per_node: int  # the instances on one node share its DRAM and NIC
     dram_scope: str  # "instance": each instance's private share; "node": one per node
 
@@ -84,6 +85,7 @@ def default_whatif() -> WhatIf:
         pool_gbps=d.pool_gbps,
         pool_latency_us=0.0,
         ttft_slo_s=d.ttft_slo_s,
+        warmup=d.warmup,
         gpus_per_node=d.gpus_per_node,
         dram_scope=d.dram_scope,
     )
@@ -164,6 +166,17 @@ def sidebar() -> WhatIf:
             slo = st.number_input(
                 "TTFT SLO, p90 (s)", min_value=0.01, value=s.ttft_slo_s, step=0.25, key="ctl.slo"
             )
+            warmup = st.slider(
+                "Warm-up (share of requests that fill the caches uncounted)",
+                min_value=0.0,
+                max_value=0.9,
+                value=s.warmup,
+                step=0.1,
+                key="ctl.warmup",
+                help="0.5 is the field's steady-state convention (kvpool analyze's default); "
+                "0 counts every request (cold start). Used by Prefix reuse, Capacity, Replay "
+                "and Recommendation.",
+            )
     whatif = WhatIf(
         model=model,
         gpu=gpu,
@@ -182,8 +195,59 @@ def sidebar() -> WhatIf:
         pool_gbps=float(pool_gbps),
         pool_latency_us=float(pool_lat),
         ttft_slo_s=float(slo),
+        warmup=float(warmup),
         gpus_per_node=int(gpus_per_node),
         dram_scope=dram_scope,
     )
     st.session_state[WHATIF_KEY] = whatif
     return whatif
+
+
+# Decision thresholds: (Thresholds field, label, help). Shares, shown in percent.
+THRESHOLD_CONTROLS = (
+    ("min_reuse", "Least prefix reuse worth a cache (%)", "below it: not worth it"),
+    (
+        "min_ttft_reduction",
+        "Least TTFT reduction the pilot must show (%)",
+        "the pilot's main gate",
+    ),
+    (
+        "min_pool_advantage",
+        "Pool's least TTFT advantage over host DRAM (%)",
+        "below it, local offload is recommended instead of a pool",
+    ),
+    (
+        "min_dram_gain",
+        "Host DRAM's least TTFT gain over HBM alone (%)",
+        "below it, not even local offload pays",
+    ),
+)
+_KEPT = "kvpool.thresholds"
+
+
+def thresholds():
+    """The decision thresholds (``analyzer.advisor.figures.Thresholds``) under a
+    "Decision thresholds" expander on the page that calls it; kept across pages.
+    Changing one re-decides from the remembered replays: no replay runs."""
+    from dataclasses import replace
+
+    from analyzer.advisor.figures import Thresholds
+
+    base = Thresholds()
+    kept = st.session_state.setdefault(_KEPT, {})
+    values = {}
+    with st.expander("Decision thresholds"):
+        cols = st.columns(len(THRESHOLD_CONTROLS))
+        for col, (name, label, why) in zip(cols, THRESHOLD_CONTROLS, strict=True):
+            pct = col.number_input(
+                label,
+                min_value=0.0,
+                max_value=100.0,
+                value=float(kept.get(name, 100 * getattr(base, name))),
+                step=1.0,
+                key=f"ctl.th.{name}",
+                help=f"{why}; default {100 * getattr(base, name):g}% (docs/advisor.md)",
+            )
+            kept[name] = pct
+            values[name] = round(pct / 100, 6)
+    return replace(base, **values)

@@ -114,7 +114,7 @@ def bench_mooncake(scenarios: str, workers: int) -> None:
     t0 = time.perf_counter()
     trace = open_trace([MOONCAKE], IngestOptions()).trace
     t_load = time.perf_counter() - t0
-    cfg = ClusterConfig(model="llama-3.1-8b", gpu="h100", tp=1, instances=8)
+    cfg = ClusterConfig(model="llama-3.1-8b", gpu="h100", tp=1, instances=8, warmup_fraction=0.0)
     print(
         f"mooncake conversation: {trace.n_requests:,} requests, {trace.n_accesses:,} block "
         f"accesses, block {trace.block_size}; llama-3.1-8b on 8 x h100, read in {t_load:.1f} s"
@@ -162,7 +162,7 @@ def bench_large(n: int, scenarios: str) -> None:
         f"generated: {n:,} requests, {trace.n_accesses:,} block accesses, "
         f"{trace.n_blocks:,} distinct blocks, built in {time.perf_counter() - t0:.1f} s"
     )
-    cfg = ClusterConfig(model="llama-3.1-8b", gpu="h100", tp=1, instances=64)
+    cfg = ClusterConfig(model="llama-3.1-8b", gpu="h100", tp=1, instances=64, warmup_fraction=0.0)
     for spec in select_scenarios(scenarios):
         r = resolve(cfg, spec, trace.block_size)
         t0 = time.perf_counter()

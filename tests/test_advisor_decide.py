@@ -314,14 +314,17 @@ def test_product_settings_use_documented_option_names():
         for p in products:
             for s in p.settings:
                 if not s.option.startswith("("):
-                    assert s.option in documented, (p.product, s.option)
+                    for part in s.option.split("."):  # extra_config.global_segment_size
+                        assert part in documented, (p.product, s.option)
     pooled = {p.product: p for p in translate(_sizing(True), "deploy-pooled", model="m", tp=1)}
     mc = json.loads(pooled["Mooncake Store"].snippet)
-    seg_gb = 1_000_000 * 131072 / 1e9
-    assert mc["global_segment_size"] == f"{-(-round(seg_gb * 10, 6) // 1) / 10:g}GB"
-    assert mc["protocol"] == "rdma"
+    # Embedded mode: every GPU rank contributes an equal segment (8 ranks, 4 per node),
+    # in bytes (Mooncake reads "GB" as GiB).
+    assert mc["global_segment_size"] == -(-2_000_000 * 131072 // 8)
+    assert mc["protocol"] == "rdma" and mc["mode"] == "embedded"
     assert "--hicache-storage-backend mooncake" in pooled["SGLang HiCache"].snippet
-    assert "LMCacheConnectorV1" in pooled["vLLM"].snippet
+    assert "MooncakeStoreConnector" in pooled["vLLM"].snippet
+    assert "MOONCAKE_CONFIG_PATH=mooncake.json" in pooled["vLLM"].snippet
     local = {p.product: p for p in translate(_sizing(False), "local-offload-only", model="m", tp=1)}
     cfg = json.loads(local["vLLM"].snippet.split("--kv-transfer-config '")[1].rstrip("'"))
     assert cfg["kv_connector"] == "OffloadingConnector"

@@ -43,6 +43,7 @@ from analyzer.advisor.validate import validate
 from analyzer.cli import app
 from analyzer.cost.prices import PriceOverrides, resolve_prices
 from analyzer.errors import InputError, UsageError
+from analyzer.replay import ClusterConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location(
@@ -270,26 +271,19 @@ def docs(tmp_path_factory, shared_traces) -> dict[str, dict]:
     d = tmp_path_factory.mktemp("econ-logs")
     high = make_logs.high_reuse(d / "high.jsonl")
     low = make_logs.low_reuse(d / "low.jsonl")
-    cluster = make_logs.POOL_CLUSTER
+    ttft = make_logs.pooled_options()  # latency first (the fixture's objective)
     out = {
         "low": run_analysis([str(low)], AnalyzeOptions(sensitivity_replays=False)),
-        "high-cost": run_analysis([str(high)], AnalyzeOptions(pool_gbps=50.0, **cluster)),
-        "high-ttft": run_analysis(
-            [str(high)],
-            AnalyzeOptions(pool_gbps=50.0, thresholds=Thresholds(objective="ttft"), **cluster),
-        ),
+        "high-cost": run_analysis([str(high)], replace(ttft, thresholds=Thresholds())),
+        "high-ttft": run_analysis([str(high)], ttft),
         "high-slow-pool": run_analysis(
-            [str(high)],
-            AnalyzeOptions(
-                pool_gbps=0.05,
-                thresholds=Thresholds(objective="ttft"),
-                **{**cluster, "dram_capacity_tokens": 50_000},
-            ),
+            [str(high)], make_logs.pooled_options(0.05, dram_capacity_tokens=50_000)
         ),
         "mooncake": run_analysis(
             [str(shared_traces / "mooncake" / "conversation_trace.jsonl")],
             AnalyzeOptions(
-                instances=8, gpus_per_node=1, router="round-robin", sensitivity_replays=False
+                cluster=ClusterConfig(instances=8, gpus_per_node=1, router="round-robin"),
+                sensitivity_replays=False,
             ),
         ),
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 from analyzer.advisor import AnalyzeOptions, Thresholds, run_analysis
 from analyzer.advisor.pipeline import reusable_prefix_percentiles
 from analyzer.cli import app
+from analyzer.replay import ClusterConfig
 from analyzer.report import render_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,8 +23,6 @@ _spec = importlib.util.spec_from_file_location(
 )
 make_logs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(make_logs)
-
-POOL_CLUSTER = make_logs.POOL_CLUSTER
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +43,7 @@ def test_low_reuse_log_is_not_worth_it(logs):
 
 @pytest.fixture(scope="module")
 def pooled(logs):
-    # a latency-first team: this small log needs one GPU whatever the option, so on cost
-    # nothing pays (test_small_log_pays_on_latency_not_on_cost)
-    return run_analysis(
-        [str(logs["high"])],
-        AnalyzeOptions(pool_gbps=50.0, thresholds=Thresholds(objective="ttft"), **POOL_CLUSTER),
-    )
+    return run_analysis([str(logs["high"])], make_logs.pooled_options())
 
 
 def test_high_reuse_fast_pool_deploys_pooled(pooled):
@@ -65,26 +60,20 @@ def test_high_reuse_fast_pool_deploys_pooled(pooled):
 def test_small_log_pays_on_latency_not_on_cost(logs, pooled):
     """One GPU serves this log's load whatever the option: on cost nothing pays, and the
     reason says so with the GPUs and money of each option."""
-    r = run_analysis(
-        [str(logs["high"])],
-        AnalyzeOptions(pool_gbps=50.0, **POOL_CLUSTER),
-    )
+    opts = make_logs.pooled_options()
+    r = run_analysis([str(logs["high"])], replace(opts, thresholds=Thresholds(objective="cost")))
     assert r.verdict == "not-worth-it"
     doc = r.to_json()
     opts = doc["economics"]["options"]
     assert opts["pooled"]["gpus_at_peak_load"] == opts["local"]["gpus_at_peak_load"]
     assert opts["pooled"]["net_usd_month"] < 0
     assert any("No option lowers the monthly cost" in x for x in doc["verdict"]["reasons"])
-    assert pooled.verdict == "deploy-pooled"  # the same log, objective ttft
+    assert pooled.verdict == "deploy-pooled"  # the same log, objective ttft (latency first)
 
 
 def test_high_reuse_slow_network_is_local_offload_only(logs):
     # Host DRAM large enough for the documents (the pool link is what is slow).
-    opts = AnalyzeOptions(
-        pool_gbps=0.05,
-        thresholds=Thresholds(objective="ttft"),
-        **{**POOL_CLUSTER, "dram_capacity_tokens": 50_000},
-    )
+    opts = make_logs.pooled_options(0.05, dram_capacity_tokens=50_000)
     r = run_analysis([str(logs["high"])], opts)
     assert r.verdict == "local-offload-only", r.decision.reasons
     pool = next(c for c in r.decision.checks if c.name == "bandwidth: pool link")
@@ -106,7 +95,7 @@ def test_count_only_azure_trace_is_insufficient_data(shared_traces):
 
 
 def test_same_input_gives_byte_identical_json(logs, pooled, tmp_path):
-    opts = AnalyzeOptions(pool_gbps=50.0, thresholds=Thresholds(objective="ttft"), **POOL_CLUSTER)
+    opts = make_logs.pooled_options()
     a = render_json(pooled)
     b = render_json(run_analysis([str(logs["high"])], opts))
     assert a == b
@@ -121,10 +110,42 @@ def test_an_already_loaded_trace_gives_the_same_report(logs, pooled):
     from analyzer.ingest import open_trace
 
     loaded = open_trace([str(logs["high"])])
-    opts = AnalyzeOptions(pool_gbps=50.0, thresholds=Thresholds(objective="ttft"), **POOL_CLUSTER)
+    opts = make_logs.pooled_options()
     assert render_json(run_analysis(loaded.sources, opts, loaded=loaded)) == render_json(pooled)
     with pytest.raises(ValueError, match="sources"):
         run_analysis([str(logs["low"])], opts, loaded=loaded)
+
+
+def test_remembered_replays_give_the_same_report(logs, pooled):
+    """The dashboard's incremental what-if: replays remembered per scenario, the reuse
+    report handed over; the report is the same bytes, and a change that no replay
+    reads (a decision threshold) re-runs none, a pool bandwidth only the pool's."""
+    from dataclasses import replace
+
+    from analyzer.advisor.figures import Thresholds
+    from analyzer.ingest import open_trace
+    from analyzer.replay.memo import ReplayMemo
+
+    loaded = open_trace([str(logs["high"])])
+    opts = make_logs.pooled_options()
+    memo = ReplayMemo()
+    ran: list[str] = []
+
+    def replayer(*args, **kw):
+        return memo.run(*args, **kw, trace_key="high", on_run=ran.append)
+
+    first = run_analysis(loaded.sources, opts, loaded=loaded, replayer=replayer)
+    assert render_json(first) == render_json(pooled)
+    assert ran  # the first analysis replays
+    ran.clear()
+    stricter = replace(opts, thresholds=Thresholds(min_reuse=0.99))
+    again = run_analysis(loaded.sources, stricter, loaded=loaded, replayer=replayer)
+    assert ran == []
+    assert render_json(again) == render_json(run_analysis(loaded.sources, stricter, loaded=loaded))
+    slower = replace(opts, cluster=replace(opts.cluster, pool_gbps=5.0))
+    third = run_analysis(loaded.sources, slower, loaded=loaded, replayer=replayer)
+    assert ran and set(ran) == {"pooled"}
+    assert render_json(third) == render_json(run_analysis(loaded.sources, slower, loaded=loaded))
 
 
 def test_reusable_prefix_percentiles_against_a_loop(logs):
@@ -186,9 +207,9 @@ def test_bad_cluster_options_fail_before_reading_the_log(tmp_path):
 
     never_read = str(tmp_path / "absent.jsonl")
     with pytest.raises(UsageError, match="unknown router"):
-        run_analysis([never_read], AnalyzeOptions(router="nope"))
+        run_analysis([never_read], AnalyzeOptions(cluster=ClusterConfig(router="nope")))
     with pytest.raises(UsageError, match="gpus_per_node"):
-        run_analysis([never_read], AnalyzeOptions(gpus_per_node=0))
+        run_analysis([never_read], AnalyzeOptions(cluster=ClusterConfig(gpus_per_node=0)))
 
 
 def test_cli_bad_inputs_are_user_errors(logs, tmp_path):

@@ -166,15 +166,16 @@ def test_pool_bandwidth_moves_the_break_even_chart(at: AppTest) -> None:
     def pool() -> list[float]:
         return [v for k, v in link_rules().items() if k.startswith("pool")]
 
-    # `kvpool analyze` assumes 25 GB/s per node to the pool unless told otherwise.
-    assert pool() == [25.0]
+    # Every command starts from the pool tier's catalog figure (0 in the sidebar), shown
+    # under the tier's own name.
+    tier = compute.control_defaults().pool_tier
+    assert pool() == [] and link_rules()[tier] == compute.tier(tier).bandwidth_gbps
     at.number_input(key="ctl.pool_gbps").set_value(80.0).run()
     assert_clean(at)
     assert pool() == [80.0]
-    # 0 means the catalog tier's own figure, under the tier's name.
     at.number_input(key="ctl.pool_gbps").set_value(0.0).run()
     assert pool() == []
-    assert compute.control_defaults().pool_tier in link_rules()
+    assert tier in link_rules()
     assert compute.CALLS["ingest"] == ingest0
 
 
@@ -182,15 +183,22 @@ def test_replay_reruns_on_instances_but_not_ingest(at: AppTest) -> None:
     at.switch_page("views/replay.py").run()
     assert_clean(at)
     ingest0, replay0 = compute.CALLS["ingest"], compute.CALLS["replay"]
+    # The replay without the rate search is the searched replay's first run: no new run.
     at.checkbox(key="replay.search").uncheck().run()
-    assert compute.CALLS["replay"] == replay0 + 1
+    assert compute.CALLS["replay"] == replay0
     at.number_input(key="ctl.instances").set_value(1).run()
     assert_clean(at)
-    assert compute.CALLS["replay"] == replay0 + 2
+    assert compute.CALLS["replay"] == replay0 + 4  # each of the four scenarios, once
     assert any("1 instances" in c.value for c in at.caption)
-    # Back to a setting seen before: served from the cache.
+    # Back to a setting seen before: remembered.
     at.number_input(key="ctl.instances").set_value(4).run()
-    assert compute.CALLS["replay"] == replay0 + 2
+    assert compute.CALLS["replay"] == replay0 + 4
+    # The pool's bandwidth reaches only the pooled scenario.
+    pooled0 = compute.CALLS["replay:pooled"]
+    at.number_input(key="ctl.pool_gbps").set_value(7.0).run()
+    assert_clean(at)
+    assert compute.CALLS["replay"] == replay0 + 5
+    assert compute.CALLS["replay:pooled"] == pooled0 + 1
     assert compute.CALLS["ingest"] == ingest0
 
 
@@ -297,6 +305,7 @@ def test_report_download_matches_kvpool_analyze(sample: Path, block_size: int | 
     block size as --block-size) writes for the same input and the default controls,
     byte for byte."""
     from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.ingest import IngestOptions
     from analyzer.report import render_json
     from app import controls, state
 
@@ -304,7 +313,9 @@ def test_report_download_matches_kvpool_analyze(sample: Path, block_size: int | 
     w = controls.default_whatif()
     result = compute.analysis(cur, w, 0.5)
     html, markdown, payload = compute.reports(cur, result)
-    expected = render_json(run_analysis([str(sample)], AnalyzeOptions(block_size=block_size)))
+    expected = render_json(
+        run_analysis([str(sample)], AnalyzeOptions(ingest=IngestOptions(block_size=block_size)))
+    )
     assert payload == expected
     assert json.loads(payload)["inputs"][0]["name"] == sample.name
     assert html.lstrip().lower().startswith("<!doctype html")
@@ -423,3 +434,49 @@ def test_node_shape_and_dram_scope_controls_reach_the_replay() -> None:
     assert (cfg.gpus_per_node, cfg.dram_scope, cfg.nodes) == (2, "node", 2)
     opts = compute.analyze_options(w, 0.5)
     assert (opts.gpus_per_node, opts.dram_scope) == (2, "node")
+
+
+def test_neighbouring_what_ifs_are_ready_before_the_click(at: AppTest, sample: Path) -> None:
+    """After the Recommendation, half and twice the instances and the neighbouring pool
+    networks are analysed in the background; clicking one then runs no replay."""
+    from app import prefetch
+
+    at.switch_page("views/recommend.py").run()
+    assert_clean(at)
+    pf = prefetch.prefetcher()
+    assert pf.wait(TIMEOUT_S)
+    replay0, ahead0 = compute.CALLS["replay"], compute.CALLS["prefetched"]
+    instances = compute.control_defaults().instances
+    at.number_input(key="ctl.instances").set_value(instances * 2).run()
+    assert_clean(at)
+    assert compute.CALLS["prefetched"] == ahead0 + 1
+    assert compute.CALLS["replay"] == replay0
+    banner = next(m.value for m in at.markdown if "data-verdict" in m.value)
+    # The prefetched answer is `kvpool analyze`'s for the same settings.
+    from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.replay import ClusterConfig
+
+    twice = AnalyzeOptions(cluster=ClusterConfig(instances=instances * 2))
+    fresh = run_analysis([str(sample)], twice)
+    assert f"data-verdict='{fresh.verdict}'" in banner
+    assert f"{instances * 2} instances" in " ".join(c.value for c in at.caption)
+
+
+def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path) -> None:
+    from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.advisor.figures import Thresholds
+
+    loose = Thresholds(min_ttft_reduction=0.0, min_pool_advantage=0.0)
+    default = run_analysis([str(sample)], AnalyzeOptions()).verdict
+    expected = run_analysis([str(sample)], AnalyzeOptions(thresholds=loose)).verdict
+    assert expected != default  # the sample sits where these thresholds decide
+    at.switch_page("views/recommend.py").run()
+    assert_clean(at)
+    assert any(f"data-verdict='{default}'" in m.value for m in at.markdown)
+    replay0, analysis0 = compute.CALLS["replay"], compute.CALLS["analysis"]
+    at.number_input(key="ctl.th.min_ttft_reduction").set_value(0.0).run()
+    at.number_input(key="ctl.th.min_pool_advantage").set_value(0.0).run()
+    assert_clean(at)
+    assert compute.CALLS["analysis"] == analysis0 + 2
+    assert compute.CALLS["replay"] == replay0
+    assert any(f"data-verdict='{expected}'" in m.value for m in at.markdown)

@@ -277,7 +277,11 @@ def test_analyze_report_says_which_tokenizer_and_template(tmp_path):
     with open(ROOT / "traces" / "chat.jsonl.zst", "rb") as fh:
         lines = zstandard.ZstdDecompressor().stream_reader(fh).read().decode().splitlines()
     src.write_text("\n".join(lines[:60]) + "\n")
-    doc = run_analysis([str(src)], AnalyzeOptions(tokenizer=str(QWEN))).to_json()
+    from analyzer.ingest import IngestOptions
+
+    doc = run_analysis(
+        [str(src)], AnalyzeOptions(ingest=IngestOptions(tokenizer=str(QWEN)))
+    ).to_json()
     tk = doc["trace"]["tokenization"]
     assert tk["tokenizer"] == "hf:tokenizer_files"
     assert tk["template"].startswith("hf:tokenizer_files#")

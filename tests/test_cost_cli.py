@@ -97,7 +97,7 @@ def test_ttft_json_fields(tmp_path):
 
 def test_ttft_with_calibration_and_warning(tmp_path):
     out = tmp_path / "t.json"
-    base = ["ttft", "-m", "llama-3.1-8b", "-g", "h100", "--load-gbps", "25"]
+    base = ["ttft", "-m", "llama-3.1-8b", "-g", "h100", "--load-gbps", "25", "--mfu", "0.5"]
     r = _run(
         *base,
         "--prompt-tokens",

@@ -79,7 +79,7 @@ def test_caching_never_costs_more(model, total, frac):
 
 
 def test_hbm_floor_for_small_chunks():
-    cm = CostModel.from_catalog("llama-3.1-8b", "h100")
+    cm = CostModel.from_catalog("llama-3.1-8b", "h100", mfu=0.5)
     floor = (8.03e9 * 2 + 131_072 * 16) / 3.35e12
     assert cm.compute_time_s(16, 0) == pytest.approx(floor, rel=1e-9)
     big = 2 * cm.model.active_nonembedding_params * 8192
@@ -229,6 +229,40 @@ def _slow_compute_s(cm: CostModel, s: int, p: int, k: int) -> float:
     return max(k * flops / peak, (weights + kv) / (cm.gpu.hbm_tbps * 1e12))
 
 
+def _slow_engine_s(cm: CostModel, s: int, p: int, k: int) -> float:
+    """Oracle: the engine model of analyzer/cost/engine.py's docstring, layer by layer."""
+    m, e = cm.model, cm.engine
+    tokens = s * k
+    expert_active = 0.0
+    if m.is_moe and m.total_params > m.active_params:
+        r = m.experts_per_token / m.num_experts
+        expert_active = (m.total_params - m.active_params) / (1 - r) * r
+    dense = 2 * (m.active_nonembedding_params - expert_active) * tokens
+    attn = 0.0
+    for kind in m.layer_kinds:
+        if kind == "full":
+            attn += 4 * m.attention_dim * sum(x + 0.5 for x in range(p, p + s))
+        elif kind == "sliding":
+            w = m.sliding_window_tokens
+            attn += 4 * m.attention_dim * sum(min(x + 0.5, w) for x in range(p, p + s))
+        else:
+            dense += 4 * m.linear_state_elements_per_layer * tokens
+    peak = cm.gpu.tflops(cm.compute_dtype) * 1e12 * cm.tp
+    base = e.gemm_eff_bf16 if cm.compute_dtype == "bf16" else e.gemm_eff_fp8
+    eff = base * tokens / (tokens + e.gemm_half_tokens)
+    gemm = dense / (peak * eff) + 2 * expert_active * tokens / (peak * eff * e.moe_eff)
+    attn_s = k * attn / (cm.gpu.tflops("bf16") * 1e12 * cm.tp * e.attn_eff)
+    weights = m.weight_bytes_read(s * k, cm.weight_dtype) / cm.tp
+    kv = k * m.kv_bytes_for_tokens(p + s, cm.kv_dtype, cm.tp, per_rank=True)
+    hbm = (weights + kv) / (cm.gpu.hbm_tbps * 1e12 * e.hbm_eff)
+    comm = 0.0
+    if cm.tp > 1:
+        ring = 2 * (cm.tp - 1) / cm.tp * tokens * m.hidden_size * 2
+        link = cm.gpu.interconnect_gbps * 1e9 * e.link_eff
+        comm = sum(2 * ring / link for _ in range(m.num_layers))
+    return max(gemm + attn_s, hbm) + comm + m.num_layers * e.layer_step_s
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     model=st.sampled_from(
@@ -242,13 +276,17 @@ def _slow_compute_s(cm: CostModel, s: int, p: int, k: int) -> float:
 )
 def test_fast_path_matches_slow_oracle(model, tp, s, p, k, kv_dtype):
     cm = CostModel.from_catalog(model, "h200", tp=tp, kv_dtype=kv_dtype)
-    assert cm.analytic_compute_s(s, p, k) == pytest.approx(_slow_compute_s(cm, s, p, k), rel=1e-9)
+    assert cm.analytic_compute_s(s, p, k) == pytest.approx(_slow_engine_s(cm, s, p, k), rel=1e-9)
+    roof = CostModel.from_catalog(model, "h200", tp=tp, kv_dtype=kv_dtype, mfu=0.4)
+    assert roof.analytic_compute_s(s, p, k) == pytest.approx(
+        _slow_compute_s(roof, s, p, k), rel=1e-9
+    )
     assert cm.transfer_bytes(p) == tp * cm.model.kv_bytes_for_tokens(p, kv_dtype, tp, per_rank=True)
 
 
 def test_moe_tiny_prefix_saves_flops_not_weight_reads():
     """Skipping a prefix saves its FLOPs; the experts a batch touches are read anyway."""
-    ds = CostModel.from_catalog("deepseek-v3", "h200", tp=8)
+    ds = CostModel.from_catalog("deepseek-v3", "h200", tp=8, mfu=0.35, compute_dtype="bf16")
     assert math.isinf(ds.break_even_bandwidth_gbps(4))
     p = ds.break_even_prefix_tokens(21.75, 2e-5)
     assert p is not None and p > 256

@@ -21,7 +21,10 @@ DRAM_ONLY = ScenarioSpec("dram-only", local=False, dram=True)
 
 
 def cfg(**kw) -> ClusterConfig:
-    base = dict(model="test-model", gpu="test-gpu", instances=1, free_loads=True)
+    # Cold start unless a test says otherwise: the oracles count every request.
+    base = dict(
+        model="test-model", gpu="test-gpu", instances=1, free_loads=True, warmup_fraction=0.0
+    )
     base.update(kw)
     return ClusterConfig(**base)
 

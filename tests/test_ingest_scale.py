@@ -127,8 +127,8 @@ def test_convert_command_prints_the_fallback(tmp_path, monkeypatch):
     import typer
     from typer.testing import CliRunner
 
+    from analyzer.cli.ingest import register
     from analyzer.errors import UsageError
-    from analyzer.ingest.command import register
 
     app = typer.Typer()
     register(app)

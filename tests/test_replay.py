@@ -44,7 +44,10 @@ POOL_ONLY = ScenarioSpec("pool-only", local=False, pool=True)
 
 
 def cfg(**kw) -> ClusterConfig:
-    base = dict(model="test-model", gpu="test-gpu", instances=1, free_loads=True)
+    # Cold start unless a test says otherwise: these figures count every request.
+    base = dict(
+        model="test-model", gpu="test-gpu", instances=1, free_loads=True, warmup_fraction=0.0
+    )
     base.update(kw)
     return ClusterConfig(**base)
 
@@ -194,6 +197,7 @@ def test_same_run_twice_identical_json(mooncake_timed):
     c = ClusterConfig(
         model="test-model",
         gpu="test-gpu",
+        warmup_fraction=0.0,
         instances=4,
         gpus_per_node=2,
         local_capacity_tokens=300_000,
@@ -236,6 +240,7 @@ def test_one_request_pool_load_then_prefill_timing():
     c = ClusterConfig(
         model="m",
         gpu="g",
+        warmup_fraction=0.0,
         instances=2,
         gpus_per_node=1,
         router="round-robin",
@@ -431,7 +436,12 @@ def test_least_loaded_spreads_simultaneous_requests():
 
 def test_rate_search_brackets_the_slo(mooncake_timed):
     c = ClusterConfig(
-        model="m", gpu="g", instances=8, local_capacity_tokens=500_000, free_loads=True
+        model="m",
+        gpu="g",
+        instances=8,
+        local_capacity_tokens=500_000,
+        free_loads=True,
+        warmup_fraction=0.0,
     )
     # Prefill alone takes over 2 s for more than 10% of these prompts, and requests come
     # in bursts with equal timestamps that no time scale separates: hence 8 instances
@@ -541,6 +551,7 @@ def test_pool_aggregate_bandwidth_is_shared(aggregate_gbps, share):
     c = ClusterConfig(
         model="m",
         gpu="g",
+        warmup_fraction=0.0,
         instances=3,
         gpus_per_node=1,
         router="round-robin",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.advisor import AnalyzeOptions, Thresholds, run_analysis
+from analyzer.advisor import AnalyzeOptions, run_analysis
 from analyzer.report import (
     CHROMIUM_FLAGS,
     find_chromium,
@@ -37,12 +37,7 @@ _spec.loader.exec_module(make_logs)
 def doc(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("report-logs")
     log = make_logs.high_reuse(d / "high.jsonl")
-    r = run_analysis(
-        [str(log)],
-        AnalyzeOptions(
-            pool_gbps=50.0, thresholds=Thresholds(objective="ttft"), **make_logs.POOL_CLUSTER
-        ),
-    )
+    r = run_analysis([str(log)], make_logs.pooled_options())
     assert r.verdict == "deploy-pooled"
     return r.to_json()
 

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from analyzer.cli import app
+from analyzer.cli.reuse import parse_tokens_list
 from analyzer.errors import UsageError
-from analyzer.reuse.command import parse_tokens_list
 from analyzer.trace import CANONICAL_SCHEMA, trace_metadata, write_canonical
 
 

@@ -184,8 +184,9 @@ def plan(
             "arrival",
             "Arrival acceptance",
             f"Replay the trace against one instance at its logged rate ({trace_rate_rps:.3g} "
-            "req/s for the whole cluster; scale by 1/instances), e.g. export it with "
-            "`kvpool convert --to mooncake` and run `vllm bench serve --save-result`.",
+            "req/s for the whole cluster; scale by 1/instances): `vllm bench serve "
+            "--save-result` at the logged rate and mean lengths, or the Mooncake export "
+            "(`kvpool convert --to mooncake`) replayed by AIPerf; see Pilot commands.",
             "baseline",
             (
                 Criterion("completed_ratio", ">=", 0.99, "at least 99% of requests complete"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ import numpy as np
 from analyzer import __version__
 from analyzer.advisor import gates as gates_mod
 from analyzer.advisor.decide import decide
+from analyzer.advisor.deploy import DeployFile, bundle, deploy_sizings, per_process
 from analyzer.advisor.economics import (
     PEAK_WINDOW_S,
     EconomicsInputs,
@@ -38,6 +40,7 @@ from analyzer.advisor.figures import (
     TierFigure,
     TraceFigures,
 )
+from analyzer.advisor.pilot import PilotCommand, pilot_commands
 from analyzer.advisor.products import DOCS_CHECKED, ProductSettings, translate
 from analyzer.advisor.sensitivity import (
     FlipRow,
@@ -51,8 +54,10 @@ from analyzer.advisor.sensitivity import (
 from analyzer.advisor.sizing import ClusterFigures, Sizing, size
 from analyzer.cost.prices import PriceOverrides, Prices, resolve_prices
 from analyzer.errors import UsageError
+from analyzer.ingest.options import IngestOptions
 from analyzer.progress import Advance, progress
-from analyzer.trace import BlockTrace
+from analyzer.replay.config import ClusterConfig
+from analyzer.trace import BlockTrace, read_metadata
 
 if TYPE_CHECKING:
     from analyzer.ingest import LoadedTrace
@@ -68,27 +73,19 @@ MAX_SENSITIVITY_ACCESSES = 3_000_000
 
 @dataclass(frozen=True, slots=True)
 class AnalyzeOptions:
-    model: str = "llama-3.1-8b"
-    gpu: str = "h100"
-    tp: int = 1
-    instances: int = 4
-    gpus_per_node: int = 8
-    dram_scope: str = "instance"  # replay.config.DRAM_SCOPES
-    kv_dtype: str = "bf16"
-    mfu: float | None = None
-    pool_gbps: float | None = 25.0  # per-node link to the pool; None: the pool tier's
-    pool_tier: str = "rdma-200"
-    dram_tier: str = "pcie-gen5-dram"
-    local_capacity_tokens: int | None = None
-    dram_capacity_tokens: int | None = None
-    pool_capacity_tokens: int | None = None
-    router: str = "prefix-aware"
+    """One ``kvpool analyze`` run: how the logs are read (:class:`IngestOptions`), the
+    cluster they are replayed on (:class:`ClusterConfig`, whose ``warmup_fraction`` also
+    sets the reuse analysis's warm-up), and what the advisor adds on top.
+
+    The defaults are the library's own (``IngestOptions()``, ``ClusterConfig()``), which
+    the CLI flags and the dashboard's controls also start from.
+    """
+
+    ingest: IngestOptions = field(default_factory=IngestOptions)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     ttft_slo_s: float = 2.0
-    warmup: float = 0.5
-    block_size: int | None = None  # None: the format's default (16 for text logs)
-    fmt: str | None = None
-    template: str = "chatml"
-    tokenizer: str = "cl100k"  # or a tokenizer.json / Hugging Face model folder path
+    only_model: str | None = None  # analyze one of the log's models alone
+    profile: str | None = None  # a `kvpool cost profile` / `kvpool cost fit` JSON
     search_rate: bool = True
     sensitivity_replays: bool = True
     knee_fraction: float = 0.9
@@ -101,16 +98,87 @@ class AnalyzeOptions:
             raise UsageError(
                 f"--peak-window must be a positive number of seconds, got {self.peak_window_s}"
             )
-        if self.pool_gbps is not None and not (
-            self.pool_gbps > 0 and math.isfinite(self.pool_gbps)
-        ):
-            raise UsageError(f"--pool-gbps must be a positive number, got {self.pool_gbps}")
-        if not 0.0 <= self.warmup < 1.0:
-            raise UsageError(f"--warmup must be in [0, 1), got {self.warmup}")
-        if self.tp < 1 or self.instances < 1:
-            raise UsageError("--tp and --instances must be at least 1")
+        if not (self.ttft_slo_s > 0 and math.isfinite(self.ttft_slo_s)):
+            raise UsageError(f"--ttft-slo must be a positive number, got {self.ttft_slo_s}")
         if not 0.0 < self.knee_fraction <= 1.0:
             raise UsageError("knee fraction must be in (0, 1]")
+
+    # Read-only views of the composed options, under the names the advisor uses.
+    @property
+    def model(self) -> str:
+        return self.cluster.model
+
+    @property
+    def gpu(self) -> str:
+        return self.cluster.gpu
+
+    @property
+    def tp(self) -> int:
+        return self.cluster.tp
+
+    @property
+    def instances(self) -> int:
+        return self.cluster.instances
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.cluster.gpus_per_node
+
+    @property
+    def dram_scope(self) -> str:
+        return self.cluster.dram_scope
+
+    @property
+    def tokenizer(self) -> str:
+        return self.ingest.tokenizer
+
+    @property
+    def kv_dtype(self) -> str:
+        return self.cluster.kv_dtype
+
+    @property
+    def mfu(self) -> float | None:
+        return self.cluster.mfu
+
+    @property
+    def weights_dtype(self) -> str | None:
+        return self.cluster.weights_dtype
+
+    @property
+    def router(self) -> str:
+        return self.cluster.router
+
+    @property
+    def pool_gbps(self) -> float | None:
+        return self.cluster.pool_gbps
+
+    @property
+    def pool_tier(self) -> str:
+        return self.cluster.pool_tier
+
+    @property
+    def dram_tier(self) -> str:
+        return self.cluster.dram_tier
+
+    @property
+    def local_capacity_tokens(self) -> int | None:
+        return self.cluster.local_capacity_tokens
+
+    @property
+    def dram_capacity_tokens(self) -> int | None:
+        return self.cluster.dram_capacity_tokens
+
+    @property
+    def pool_capacity_tokens(self) -> int | None:
+        return self.cluster.pool_capacity_tokens
+
+    @property
+    def warmup(self) -> float:
+        return self.cluster.warmup_fraction
+
+    @property
+    def block_size(self) -> int | None:
+        return self.ingest.block_size
 
 
 @dataclass
@@ -134,8 +202,14 @@ class AnalysisResult:
     charts: dict = field(default_factory=dict)
     economics: EconomicsInputs | None = None
     side_by_side: list[dict] = field(default_factory=list)
+    uncertainty: dict | None = None  # ranges from the cost model's measured error
     # how prompts were tokenized: the trace's tokenizer and template names
     tokenization: dict = field(default_factory=dict)
+    models: dict = field(default_factory=dict)  # per-model figures (advisor.models)
+    warnings: list[str] = field(default_factory=list)
+    pilot: tuple[PilotCommand, ...] = ()
+    deploy: tuple[DeployFile, ...] = ()
+    per_process: list[dict] = field(default_factory=list)  # deploy.per_process
 
     @property
     def verdict(self) -> str:
@@ -244,10 +318,39 @@ def _reuse_figures(rep, trace: BlockTrace, warmup: float, knee_fraction: float) 
     )
 
 
-def _cost(model: str, gpu: str, tp: int, kv_dtype: str, mfu: float | None):
+def _cost(
+    model: str,
+    gpu: str,
+    tp: int,
+    kv_dtype: str,
+    mfu: float | None,
+    weights_dtype: str | None = None,
+):
     from analyzer.cost import CostModel
 
-    return CostModel.from_catalog(model, gpu, tp=tp, kv_dtype=kv_dtype, mfu=mfu)
+    return CostModel.from_catalog(
+        model, gpu, tp=tp, kv_dtype=kv_dtype, mfu=mfu, weight_dtype=weights_dtype
+    )
+
+
+def _options_cost(opts: AnalyzeOptions):
+    """The cost model of the options, and the options it implies.
+
+    With a profile, the model, GPU and TP are the profile's (the command checks that any
+    given explicitly agree), so the replay's cluster is the measured one.
+    """
+    if opts.profile is None:
+        cm = _cost(opts.model, opts.gpu, opts.tp, opts.kv_dtype, opts.mfu, opts.weights_dtype)
+        return cm, opts
+    from analyzer.cost.calibrate import load_profile
+
+    cm = load_profile(
+        opts.profile, kv_dtype=opts.kv_dtype, mfu=opts.mfu, weight_dtype=opts.weights_dtype
+    )
+    cluster = replace(
+        opts.cluster, model=cm.model_ref, gpu=cm.gpu.id, tp=cm.tp, weights_dtype=cm.weight_dtype
+    )
+    return cm, replace(opts, cluster=cluster)
 
 
 def _bandwidth(cm, opts: AnalyzeOptions, prefix_tokens: int) -> BandwidthFigures:
@@ -313,27 +416,8 @@ def _replay_figures(doc: dict, slo: float) -> ReplayFigures:
     )
 
 
-def _cluster_config(opts: AnalyzeOptions, instances: int | None = None):
-    from analyzer.replay import ClusterConfig
-
-    return ClusterConfig(
-        model=opts.model,
-        gpu=opts.gpu,
-        tp=opts.tp,
-        instances=instances or opts.instances,
-        gpus_per_node=opts.gpus_per_node,
-        dram_scope=opts.dram_scope,
-        kv_dtype=opts.kv_dtype,
-        mfu=opts.mfu,
-        router=opts.router,
-        local_capacity_tokens=opts.local_capacity_tokens,
-        dram_capacity_tokens=opts.dram_capacity_tokens,
-        pool_capacity_tokens=opts.pool_capacity_tokens,
-        dram_tier=opts.dram_tier,
-        pool_tier=opts.pool_tier,
-        pool_gbps=opts.pool_gbps,
-        warmup_fraction=opts.warmup,
-    )
+def _cluster_config(opts: AnalyzeOptions, instances: int | None = None) -> ClusterConfig:
+    return replace(opts.cluster, instances=instances) if instances else opts.cluster
 
 
 def _fits(model: str, gpu: str, kv_dtype: str) -> tuple[object, int] | None:
@@ -353,15 +437,23 @@ def run_analysis(
     opts: AnalyzeOptions | None = None,
     advance: Advance | None = None,
     loaded: LoadedTrace | None = None,
+    replayer=None,
+    reuse=None,
 ) -> AnalysisResult:
     """The whole pipeline; ``advance`` (if given) receives percentage points (100 in all).
 
+    ``replayer`` replaces :func:`analyzer.replay.run_replay` (same arguments, same
+    result), for a caller that remembers replays across calls (the dashboard's
+    :class:`analyzer.replay.memo.ReplayMemo`). ``reuse`` is the reuse report of this
+    trace with ``ReuseOptions(warmup=opts.warmup, bytes_per_token=...)`` of the model,
+    when the caller has it already.
+
     ``loaded`` is what ``open_trace(paths, ...)`` already returned, for a caller that
     ingested the logs itself (the dashboard): ingestion is then skipped, so the options'
-    ``block_size``, ``fmt`` and ``template`` play no part, and ``paths`` (its
+    ``ingest`` plays no part, and ``paths`` (its
     ``sources``) only name the files in the report.
     """
-    from analyzer.ingest import IngestOptions, open_trace
+    from analyzer.ingest import open_trace
     from analyzer.reuse import ReuseOptions, analyze_reuse
 
     opts = opts or AnalyzeOptions()
@@ -373,7 +465,7 @@ def run_analysis(
 
     # Catalog lookups and the cluster's checks first, so an unknown model or GPU, router
     # or node shape fails before any work (not after minutes of reading a large log).
-    cm = _cost(opts.model, opts.gpu, opts.tp, opts.kv_dtype, opts.mfu)
+    cm, opts = _options_cost(opts)
     cfg = _cluster_config(opts)
     prices = resolve_prices(opts.gpu, opts.prices)
 
@@ -383,27 +475,29 @@ def run_analysis(
             sum(Path(p).stat().st_size for p in plist if Path(p).is_file()) or None,
             unit="bytes",
         ) as adv:
-            loaded = open_trace(
-                plist,
-                IngestOptions(
-                    block_size=opts.block_size,
-                    fmt=opts.fmt,
-                    template=opts.template,
-                    tokenizer=opts.tokenizer,
-                ),
-                advance=adv,
-            )
+            loaded = open_trace(plist, opts.ingest, advance=adv)
     step(15)
+    from analyzer.advisor.models import model_warning, models_document, select_model, served_models
+
+    if opts.only_model is not None:
+        loaded = select_model(loaded, opts.only_model)
+    warnings: list[str] = []
+    mismatch = model_warning(served_models(loaded.table), opts.model)
+    if mismatch:
+        warnings.append(mismatch)
     trace = loaded.trace
     inputs = [
         {"name": Path(p).name, "bytes": Path(p).stat().st_size, "sha256": _sha256(p)} for p in plist
     ]
     tf = _trace_figures(loaded)
     bpt = int(cm.bytes_per_token)
-    with progress("reuse analysis", 100) as adv:
-        rep = analyze_reuse(
-            trace, ReuseOptions(warmup=opts.warmup, bytes_per_token=bpt), advance=adv
-        )
+    if reuse is not None:
+        rep = reuse
+    else:
+        with progress("reuse analysis", 100) as adv:
+            rep = analyze_reuse(
+                trace, ReuseOptions(warmup=opts.warmup, bytes_per_token=bpt), advance=adv
+            )
     step(20)
     rf = _reuse_figures(rep, trace, opts.warmup, opts.knee_fraction)
     skipped = {
@@ -415,6 +509,7 @@ def run_analysis(
         ],
     }
     reuse_json = rep.to_json()
+    models_doc = models_document(loaded, ReuseOptions(warmup=opts.warmup), opts.kv_dtype)
 
     usable = not (tf.count_only or tf.n_requests < th.min_requests or not rf.measurable)
     bw: BandwidthFigures | None = None
@@ -428,6 +523,8 @@ def run_analysis(
         be_curve = _break_even_curve(cm, bw, prompt_max=int(trace.prompt_tokens.max()))
         from analyzer.replay import ScenarioSpec, run_replay
 
+        run = replayer or run_replay
+
         # The SLO rate search is the costly part (about nine replays per scenario); it
         # runs for every option, since each one's GPUs at the log's load come from it.
         # Below the reuse guideline no gain is projected, so nothing is searched.
@@ -440,7 +537,7 @@ def run_analysis(
             "local CPU + disk, HiCache L2 + L3 file)",
         )
         with progress("replay", None) as adv:
-            replay_json = run_replay(
+            replay_json = run(
                 trace,
                 cfg,
                 scenarios=("none", "local", "local+dram", nvme_spec, "pooled"),
@@ -454,9 +551,14 @@ def run_analysis(
     step(45)
 
     decision = decide(tf, rf, bw, replay, th, economics)
+    uncertainty: dict | None = None
+    if bw is not None:
+        decision, uncertainty = _with_uncertainty(decision, cm, bw, replay, th)
 
     sizing: Sizing | None = None
+    sizings: dict[str, Sizing] = {}
     settings: list[ProductSettings] = []
+    served = cm.model.hf_repo or opts.model
     if usable and replay_json is not None:
         cluster = replay_json["cluster"]
         pooled = replay_json["scenarios"].get("pooled", {})
@@ -490,8 +592,8 @@ def run_analysis(
         dram_sim = (
             (replay_json["scenarios"].get("local+dram") or {}).get("capacity_tokens") or {}
         ).get("dram_per_node")
-        sizing = size(
-            pool=decision.verdict == "deploy-pooled",
+        sized = partial(
+            size,
             knee_tokens=knee,
             dram_simulated_tokens=dram_sim if isinstance(dram_sim, int) else None,
             cluster=ClusterFigures(
@@ -511,15 +613,17 @@ def run_analysis(
             sessions_known=tf.sessions_known,
             policy_at_knee=pol,
         )
-        settings = translate(
-            sizing, decision.verdict, model=cm.model.hf_repo or opts.model, tp=opts.tp
-        )
+        sizing = sized(pool=decision.verdict == "deploy-pooled")
+        # The runner-up option is sized too: its deploy/ files sit beside the
+        # recommended one's.
+        sizings = deploy_sizings(sizing, decision.verdict, lambda pool: sized(pool=pool))
+        settings = translate(sizing, decision.verdict, model=served, tp=opts.tp)
 
     flips: list[FlipRow] = []
     side: list[dict] = []
     if usable and bw is not None:
         with progress("sensitivity", None):
-            flips, side = _sensitivity(trace, tf, rf, bw, replay, cm, opts, economics)
+            flips, side = _sensitivity(trace, tf, rf, bw, replay, cm, opts, economics, replayer)
     step(15)
 
     trace_rate = tf.n_requests / tf.duration_s if tf.duration_s > 0 else 0.0
@@ -535,6 +639,28 @@ def run_analysis(
         baseline=base,
         ttft_slo_s=opts.ttft_slo_s if replay else None,
     )
+    outs = trace.output_tokens[trace.output_tokens >= 0]
+    pilot = pilot_commands(
+        inputs=[i["name"] for i in inputs],
+        model=served,
+        rate_rps=trace_rate,
+        duration_s=tf.duration_s,
+        n_requests=tf.n_requests,
+        mean_input_tokens=tf.mean_prompt_tokens,
+        mean_output_tokens=float(outs.mean()) if outs.size else 256.0,
+        tokenizer=read_metadata(loaded.table).get("tokenizer", ""),
+        sessions=tf.sessions_known,
+    )
+    deploy = (
+        bundle(
+            sizings,
+            next(iter(sizings)),
+            model=served,
+            pilot=[c.to_json() for c in pilot],
+        )
+        if sizings
+        else ()
+    )
     step(5)
     return AnalysisResult(
         options=opts,
@@ -548,6 +674,9 @@ def run_analysis(
         settings=settings,
         flips=flips,
         gates=gate_plan,
+        pilot=pilot,
+        deploy=deploy,
+        per_process=per_process(sizings),
         skipped=skipped,
         reuse_json=reuse_json,
         replay_json=replay_json,
@@ -559,6 +688,9 @@ def run_analysis(
             "tokenizer": trace.meta.get("tokenizer", ""),
             "template": trace.meta.get("template", ""),
         },
+        models=models_doc,
+        warnings=warnings,
+        uncertainty=uncertainty,
     )
 
 
@@ -608,6 +740,43 @@ def _economics(
     )
 
 
+_LOWER = {"high": "medium", "medium": "low", "low": "low"}
+
+
+def _with_uncertainty(decision: Decision, cm, bw: BandwidthFigures, replay, th: Thresholds):
+    """Ranges on the deciding figures from the cost model's measured error, and the
+    confidence note saying whether a flip of the verdict lies inside them.
+
+    The verdict itself is the point estimate's; a flip inside the range lowers the
+    confidence one level and names the measurement that settles it.
+    """
+    from analyzer.cost import uncertainty as unc
+
+    band = unc.prefill_band(cm, bw.prefix_tokens)
+    labels = {"dram": "host DRAM", "pool": "the pool link"}
+    tiers = [(f"{labels.get(t.role, t.role)} ({t.tier})", t.bandwidth_gbps) for t in bw.tiers]
+    flip = unc.bandwidth_flip(
+        bw.break_even_gbps, bw.prefix_tokens, tiers, band, th.bandwidth_margin
+    )
+    out: dict = {
+        "band": band.to_json(),
+        "break_even_gbps": unc.break_even_range(bw.break_even_gbps, band).to_json(),
+        "prefill_tokens_per_s": unc.rate_range(bw.prefill_tokens_per_s, band).to_json(),
+        "flip": flip.to_json(),
+    }
+    if replay is not None:
+        # the compute share of a replayed TTFT carries the band; applying it to the whole
+        # TTFT (queueing and loads included) gives a range at least as wide as the truth's
+        out["ttft_mean_s"] = {
+            s.name: unc.time_range(s.ttft_mean_s, band).to_json() for s in replay.scenarios
+        }
+    if decision.verdict == "insufficient-data":
+        return decision, out
+    notes = (*decision.confidence_notes, flip.statement)
+    level = _LOWER[decision.confidence] if flip.inside else decision.confidence
+    return replace(decision, confidence=level, confidence_notes=notes), out
+
+
 def _finite_or(gbps: float, bw: BandwidthFigures | None) -> float:
     """``gbps`` if finite, else the median-prefix break-even (or 0 when that is not either):
     very short prefixes may never pay to load, which must not size an infinite NIC."""
@@ -633,7 +802,9 @@ def _cost_json(cm) -> dict:
         "gpu": cm.gpu.name if hasattr(cm.gpu, "name") else str(cm.gpu),
         "tp": cm.tp,
         "kv_dtype": cm.kv_dtype,
-        "mfu": cm.mfu,
+        "weight_dtype": cm.weight_dtype,
+        "prefill_model": "roofline" if cm.engine is None else "engine",
+        "mfu": cm.mfu if cm.engine is None else None,
         "bytes_per_token": int(cm.bytes_per_token),
         "transfer_bytes_per_token": int(cm.transfer_bytes_per_token),
         "hbm_kv_capacity_tokens": int(cm.hbm_kv_capacity_tokens()),
@@ -641,7 +812,15 @@ def _cost_json(cm) -> dict:
 
 
 def _sensitivity(
-    trace, tf, rf, bw, replay, cm, opts: AnalyzeOptions, economics: EconomicsInputs | None
+    trace,
+    tf,
+    rf,
+    bw,
+    replay,
+    cm,
+    opts: AnalyzeOptions,
+    economics: EconomicsInputs | None,
+    replayer=None,
 ) -> tuple[list[FlipRow], list[dict]]:
     """The sensitivity table's rows, and the side-by-side pricing of other models and GPUs."""
     from analyzer.cost import list_tiers
@@ -749,9 +928,11 @@ def _sensitivity(
     ):
         from analyzer.replay import run_replay
 
+        run = replayer or run_replay
+
         counts = sorted({max(1, opts.instances // 2), opts.instances * 2} - {opts.instances})
         for n in counts:
-            res = run_replay(
+            res = run(
                 trace,
                 _cluster_config(opts, n),
                 scenarios=("local", "local+dram", "pooled"),
@@ -838,13 +1019,51 @@ def _canonical(obj):
     return str(obj)
 
 
+def _options_json(o: AnalyzeOptions) -> dict:
+    """The report's ``options`` section (flat, as ``kvpool.report/1`` has it). Ingest
+    settings that could name a file or a tenant (salt file, columns) stay out."""
+    c, i = o.cluster, o.ingest
+    return {
+        "model": c.model,
+        "gpu": c.gpu,
+        "tp": c.tp,
+        "instances": c.instances,
+        "gpus_per_node": c.gpus_per_node,
+        "dram_scope": c.dram_scope,
+        "kv_dtype": c.kv_dtype,
+        "mfu": c.mfu,
+        "pool_gbps": c.pool_gbps,
+        "pool_tier": c.pool_tier,
+        "dram_tier": c.dram_tier,
+        "local_capacity_tokens": c.local_capacity_tokens,
+        "dram_capacity_tokens": c.dram_capacity_tokens,
+        "pool_capacity_tokens": c.pool_capacity_tokens,
+        "router": c.router,
+        "ttft_slo_s": o.ttft_slo_s,
+        "warmup": c.warmup_fraction,
+        "block_size": i.block_size,
+        "fmt": i.fmt,
+        "template": i.template,
+        "tokenizer": i.tokenizer,
+        "only_model": o.only_model,
+        "search_rate": o.search_rate,
+        "sensitivity_replays": o.sensitivity_replays,
+        "knee_fraction": o.knee_fraction,
+        "thresholds": asdict(o.thresholds),
+        "peak_window_s": o.peak_window_s,
+        "prices": {
+            **asdict(o.prices),
+            # a path: keep the file's name only
+            "prices_file": None
+            if o.prices.prices_file is None
+            else Path(o.prices.prices_file).name,
+        },
+    }
+
+
 def report_document(r: AnalysisResult) -> dict:
     d = r.decision
-    opts = asdict(r.options)
-    opts["thresholds"] = asdict(r.options.thresholds)
-    opts["prices"] = asdict(r.options.prices)
-    if opts["prices"]["prices_file"]:  # a path: keep the name only
-        opts["prices"]["prices_file"] = Path(opts["prices"]["prices_file"]).name
+    opts = _options_json(r.options)
     if opts["model"].lower().endswith(".json"):  # a config.json path: keep the name only
         opts["model"] = Path(opts["model"]).name
     if opts["tokenizer"] not in ("cl100k", "cl100k_base"):  # a path: keep the name only
@@ -869,6 +1088,8 @@ def report_document(r: AnalysisResult) -> dict:
         "inputs": r.inputs,
         "options": opts,
         "trace": {**asdict(r.trace), "skipped": r.skipped, "tokenization": r.tokenization},
+        "models": r.models,
+        "warnings": list(r.warnings),
         "verdict": {
             "verdict": d.verdict,
             "reasons": list(d.reasons),
@@ -887,12 +1108,15 @@ def report_document(r: AnalysisResult) -> dict:
             None if r.bandwidth is None else {**asdict(r.bandwidth), "curve": r.break_even_curve}
         ),
         "cost": r.cost_json,
+        "uncertainty": r.uncertainty,
         "replay": r.replay_json,
         "sizing": sizing,
         "settings": [p.to_json() for p in r.settings],
         "products_checked": list(DOCS_CHECKED),
         "sensitivity": {"rows": flips, "summary": summarize(r.flips)},
         "gates": {"plan": [gates_mod.gate_to_json(g) for g in r.gates]},
+        "pilot": {"commands": [c.to_json() for c in r.pilot]},
+        "deploy": {"files": [f.to_json() for f in r.deploy], "per_process": r.per_process},
         "assumptions": assumptions(r),
         "economics": economics_json(r.replay, r.economics),
         "side_by_side": r.side_by_side,
@@ -951,8 +1175,8 @@ def assumptions(r: AnalysisResult) -> list[dict]:
                 if o.pool_gbps
                 else o.pool_tier
             ),
-            "source": "--pool-gbps (default 25 GB/s: a 200 Gb/s RDMA NIC at about 87% of "
-            "line rate, as Mooncake's Transfer Engine reaches)",
+            "source": "--pool-gbps (default: the pool tier's catalog figure, models/hardware.toml; RDMA at "
+            "about 87% of line rate, as Mooncake's Transfer Engine reaches)",
         },
         {
             "what": "Replay",
@@ -973,13 +1197,22 @@ def assumptions(r: AnalysisResult) -> list[dict]:
             "source": "kvpool reuse LRU curve (exact stack distances, Mattson et al., 1970)",
         },
     ]
-    if r.cost_json:
+    if r.cost_json and r.cost_json.get("mfu") is not None:
         out.append(
             {
                 "what": "Prefill utilisation (MFU)",
                 "value": f"{100 * r.cost_json['mfu']:.0f}% of peak FLOP/s",
-                "source": "cost model default (docs/cost-model.md; MFU as defined by "
-                "Chowdhery et al., PaLM, 2022)",
+                "source": "--mfu: the plain roofline instead of the engine model (MFU as "
+                "defined by Chowdhery et al., PaLM, 2022)",
+            }
+        )
+    elif r.cost_json:
+        out.append(
+            {
+                "what": "Prefill speed",
+                "value": f"engine model, weights in {r.cost_json.get('weight_dtype', 'bf16')}",
+                "source": "fitted on published measurements, models/measurements.toml "
+                "(kvpool cost check; docs/cost-model.md)",
             }
         )
     if r.economics is not None:

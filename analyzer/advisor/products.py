@@ -1,11 +1,21 @@
 """Translate a sizing into the settings of the products a team would deploy.
 
-Option names were checked against each product's documentation on the pages listed
-in :data:`DOCS_CHECKED` (also in docs/products.md and in every report); the
-translator emits only those names. Sizes are written the way each product reads
-them: LMCache's ``max_local_cpu_size`` / ``max_local_disk_size`` in GB, Mooncake's
-``global_segment_size`` / ``local_buffer_size`` as strings such as ``"80GB"``, vLLM's
-``cpu_bytes_to_use`` in bytes, SGLang's ``--hicache-size`` in GB.
+Option names and config keys were checked against each product's source and
+documentation at the versions in :data:`DOCS_CHECKED` (also in docs/products.md, in
+every report and in every file of the report's ``deploy/`` folder); the translator
+emits only those names. Every size comes from :func:`analyzer.advisor.sizing.unit_sizes`
+(one sizing record, split per process the way each product allocates it) and is
+written the way the product reads it:
+
+* Mooncake ``global_segment_size`` / ``local_buffer_size``: integer bytes. Mooncake,
+  vLLM and SGLang all parse a ``"GB"`` suffix as 2^30 bytes, and SGLang only takes a
+  whole number before it, so a plain byte count is the one form every loader reads
+  the same way.
+* LMCache ``max_local_cpu_size``: GiB (LMCache allocates ``size * 1024**3`` bytes),
+  per GPU rank.
+* vLLM ``cpu_bytes_to_use``: bytes, per instance (the offloading spec divides it over
+  the instance's workers).
+* SGLang ``--hicache-size``: a whole number of GB (10^9 bytes) per rank.
 """
 
 from __future__ import annotations
@@ -13,46 +23,79 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from analyzer.advisor.sizing import Sizing
+from analyzer.advisor.sizing import GB, STAGING_PER_RANK_BYTES, Sizing, unit_sizes
 
-GB = 10**9
-
+# Products' versions and the sources the names and semantics were checked against.
 DOCS_CHECKED: tuple[dict[str, str], ...] = (
     {
         "product": "vLLM",
-        "version": "v0.21-v0.28 docs (stable, checked 2026-12)",
-        "pages": "https://docs.vllm.ai/en/stable/features/kv_offloading_usage/ ; "
-        "https://docs.vllm.ai/en/v0.28.0/features/mooncake_store_connector_usage/ ; "
-        "https://docs.vllm.ai/en/v0.15.0/api/vllm/v1/kv_offload/cpu/",
-        "options": "--enable-prefix-caching, --block-size, --kv-transfer-config "
-        "{kv_connector: OffloadingConnector | LMCacheConnectorV1 | MooncakeStoreConnector, "
-        "kv_role: kv_both, kv_connector_extra_config: {block_size, cpu_bytes_to_use}}",
+        "version": "v0.28 to main of 2026-12 (docs of v0.21, v0.28 and latest; main source; "
+        "before v0.28 the Mooncake config has no `mode`: embedded only)",
+        "pages": "https://docs.vllm.ai/en/latest/features/mooncake_store_connector_usage/ ; "
+        "vllm/distributed/kv_transfer/kv_connector/v1/mooncake/store/worker.py "
+        "(MooncakeStoreConfig.from_file) ; vllm/v1/kv_offload/cpu/spec.py "
+        "(CPUOffloadingSpec: cpu_bytes_to_use required, divided over world_size) ; "
+        "https://docs.vllm.ai/en/stable/features/kv_offloading_usage/",
+        "options": "--enable-prefix-caching, --block-size, --tensor-parallel-size, "
+        "--kv-transfer-config {kv_connector: OffloadingConnector | LMCacheConnectorV1 | "
+        "MooncakeStoreConnector, kv_role: kv_both, kv_connector_extra_config: {block_size, "
+        "cpu_bytes_to_use}}, MOONCAKE_CONFIG_PATH, LMCACHE_CONFIG_FILE",
     },
     {
         "product": "LMCache",
-        "version": "LMCache main / 0.3.x configuration reference (LMCacheEngineConfig)",
+        "version": "0.3.9 to 0.5.6 (source of 0.5.6: lmcache/v1/config.py, "
+        "v1/storage_backend/connector/mooncakestore_connector.py; 0.3.9.post2 reads "
+        "local_hostname, metadata_server, master_server_address without a default)",
         "pages": "https://docs.lmcache.ai/api_reference/configurations.html ; "
-        "https://docs.lmcache.ai (Mooncake backend: remote_url mooncakestore://host:port/, "
-        "extra_config) ; https://docs.nvidia.com/dynamo/kv-managers/lm-cache.md",
-        "options": "chunk_size, local_cpu, max_local_cpu_size (GB), local_disk, "
-        "max_local_disk_size (GB), remote_url, remote_serde (naive | cachegen), "
-        "extra_config; env form LMCACHE_<NAME>",
+        "https://docs.lmcache.ai/kv_cache/storage_backends/mooncake.html ; "
+        "https://github.com/LMCache/LMCache/issues/2901 (max_local_cpu_size is per TP rank)",
+        "options": "chunk_size, local_cpu, max_local_cpu_size (GiB per rank), remote_url "
+        "(mooncakestore://host:port/), remote_serde, extra_config {local_hostname, "
+        "metadata_server, master_server_address, global_segment_size, local_buffer_size, "
+        "protocol, device_name}; env form LMCACHE_<KEY>, LMCACHE_EXTRA_CONFIG (JSON)",
     },
     {
         "product": "Mooncake Store",
-        "version": "mooncake-transfer-engine as documented by vLLM v0.21-v0.28",
-        "pages": "https://docs.vllm.ai/en/latest/features/mooncake_store_connector_usage/",
-        "options": "metadata_server, master_server_address, global_segment_size, "
-        "local_buffer_size, protocol (rdma | tcp), device_name",
+        "version": "mooncake-transfer-engine 0.3.13.post1 (mooncake/mooncake_config.py)",
+        "pages": "https://github.com/kvcache-ai/Mooncake (mooncake_config.py: MooncakeConfig, "
+        "required local_hostname, metadata_server, master_server_address) ; "
+        "https://docs.vllm.ai/en/latest/features/mooncake_store_connector_usage/",
+        "options": "local_hostname, metadata_server, master_server_address, "
+        "global_segment_size, local_buffer_size, protocol (rdma | tcp), device_name, mode "
+        "(embedded | standalone-store); mooncake_master --rpc_port",
     },
     {
         "product": "SGLang HiCache",
-        "version": "SGLang docs (hicache_best_practices, checked 2026-12)",
-        "pages": "https://docs.sglang.io/advanced_features/hicache_best_practices.html",
-        "options": "--enable-hierarchical-cache, --hicache-ratio, --hicache-size (GB), "
-        "--hicache-write-policy, --hicache-storage-backend, --page-size",
+        "version": "sglang 0.5.23 (srt/mem_cache/storage/mooncake_store/mooncake_store.py, "
+        "srt/arg_groups/fields/memory.py; earlier releases not checked)",
+        "pages": "https://docs.sglang.io/advanced_features/hicache_best_practices.html ; "
+        "https://docs.sglang.io/advanced_features/hicache_storage_runtime_attach_detach.html",
+        "options": "--page-size, --tp, --enable-hierarchical-cache, --hicache-ratio, "
+        "--hicache-size (int GB per rank), --hicache-write-policy, --hicache-storage-backend, "
+        "--hicache-storage-backend-extra-config {master_server_address, metadata_server, "
+        "global_segment_size, protocol, device_name}; MOONCAKE_LOCAL_HOSTNAME",
     },
 )
+
+VLLM_BLOCK_SIZES = (8, 16, 32, 64, 128)  # CUDA paged-attention block sizes
+
+# Placeholder each node replaces with its own address before start-up (launch.sh does it
+# with sed; the Kubernetes form takes the pod IP): Mooncake needs a reachable hostname.
+NODE_IP = "@NODE_IP@"
+
+
+@dataclass(frozen=True, slots=True)
+class Wiring:
+    """Where the pool lives and how nodes reach it (the same for every product)."""
+
+    master: str = "mooncake-master:50051"
+    protocol: str = "rdma"
+    metadata_server: str = "P2PHANDSHAKE"  # peer-to-peer handshake: no etcd/HTTP needed
+    device_name: str = ""  # RDMA devices auto-detected; pin NICs by naming them
+
+    @property
+    def pool_url(self) -> str:
+        return f"mooncakestore://{self.master}/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,19 +125,6 @@ class ProductSettings:
         }
 
 
-VLLM_BLOCK_SIZES = (8, 16, 32, 64, 128)  # CUDA paged-attention block sizes
-
-
-def _gb(n_bytes: float) -> float:
-    """GB rounded up to 0.1, at least 0.1 (products refuse a zero size)."""
-    return max(0.1, -(-round(n_bytes / GB * 10, 6) // 1) / 10)
-
-
-def _gb_str(n_bytes: float) -> str:
-    g = _gb(n_bytes)
-    return f"{g:g}GB"
-
-
 def mode_for(verdict: str) -> str:
     return {
         "deploy-pooled": "pooled",
@@ -102,17 +132,124 @@ def mode_for(verdict: str) -> str:
     }.get(verdict, "prefix-cache-only")
 
 
-def vllm_settings(sz: Sizing, mode: str, model: str, tp: int) -> ProductSettings:
+def runner_up(mode: str) -> str:
+    """The option next in line: what to deploy if the recommended one is turned down
+    (the pool -> a DRAM tier per node; a DRAM tier -> the pool; the HBM prefix cache
+    alone -> a DRAM tier, the cheaper step)."""
+    return {"pooled": "local-offload", "local-offload": "pooled"}.get(mode, "local-offload")
+
+
+def _unit(sz: Sizing, mode: str, key: str) -> int:
+    return next(u for u in unit_sizes(sz, mode) if u.key == key).written_bytes
+
+
+def _gib_text(n_bytes: int) -> str:
+    """GiB for LMCache, exact to the MiB (k / 1024 prints exactly)."""
+    mib = -(-n_bytes // 2**20)
+    return repr(max(1, mib) / 1024)
+
+
+def _fmt(n_bytes: float) -> str:
+    return f"{n_bytes / GB:.3g} GB"
+
+
+# -- the product configs (the files in deploy/ and the report's snippets) ------------------
+
+
+def vllm_block(sz: Sizing) -> tuple[int, str]:
     block = sz.block_size_tokens
-    why = "KV block size in tokens; the analysis used this size"
-    if block not in VLLM_BLOCK_SIZES:
-        # e.g. Mooncake traces hash 512-token blocks: vLLM's paged attention takes up to
-        # 128 on CUDA, and finer blocks can only add hits to what was measured.
-        why = (
-            f"vLLM's default; the trace's {block}-token blocks are coarser than vLLM "
-            "supports, so the measured hit rates are a lower bound"
-        )
-        block = 16
+    if block in VLLM_BLOCK_SIZES:
+        return block, "KV block size in tokens; the analysis used this size"
+    # e.g. Mooncake traces hash 512-token blocks: vLLM's paged attention takes up to
+    # 128 on CUDA, and finer blocks can only add hits to what was measured.
+    return 16, (
+        f"vLLM's default; the trace's {block}-token blocks are coarser than vLLM "
+        "supports, so the measured hit rates are a lower bound"
+    )
+
+
+def mooncake_store_config(sz: Sizing, net: Wiring, *, standalone: bool = False) -> dict:
+    """vLLM MooncakeStoreConnector's JSON (``MOONCAKE_CONFIG_PATH``); with
+    ``local_hostname`` it also passes Mooncake's own ``MooncakeConfig.from_file``."""
+    return {
+        "mode": "standalone-store" if standalone else "embedded",
+        "local_hostname": NODE_IP,
+        "metadata_server": net.metadata_server,
+        "master_server_address": net.master,
+        "global_segment_size": 0 if standalone else _unit(sz, "pooled", "vllm-mooncake-embedded"),
+        "local_buffer_size": STAGING_PER_RANK_BYTES,
+        "protocol": net.protocol,
+        "device_name": net.device_name,
+    }
+
+
+def lmcache_config(sz: Sizing, mode: str, net: Wiring) -> dict:
+    """LMCache's engine config (``LMCACHE_CONFIG_FILE``), Mooncake remote when pooled."""
+    cfg: dict = {"chunk_size": sz.chunk_size_tokens}
+    if mode == "pooled":
+        # The pool is the DRAM tier: LMCache keeps no second copy (local_cpu false) and
+        # its CPU buffer only stages transfers.
+        cfg["local_cpu"] = False
+        cfg["max_local_cpu_size"] = float(_gib_text(STAGING_PER_RANK_BYTES))
+        cfg["remote_url"] = net.pool_url
+        cfg["remote_serde"] = "naive"
+        cfg["extra_config"] = {
+            "local_hostname": NODE_IP,
+            "metadata_server": net.metadata_server,
+            "master_server_address": net.master,
+            "global_segment_size": _unit(sz, "pooled", "lmcache-mooncake"),
+            "local_buffer_size": STAGING_PER_RANK_BYTES,
+            "protocol": net.protocol,
+            "device_name": net.device_name,
+        }
+    else:
+        cfg["local_cpu"] = True
+        cfg["max_local_cpu_size"] = float(_gib_text(_unit(sz, "local-offload", "lmcache-cpu")))
+    return cfg
+
+
+def sglang_extra_config(sz: Sizing, net: Wiring) -> dict:
+    """``--hicache-storage-backend-extra-config`` for the Mooncake L3 backend."""
+    return {
+        "master_server_address": net.master,
+        "metadata_server": net.metadata_server,
+        "global_segment_size": _unit(sz, "pooled", "sglang-mooncake"),
+        "protocol": net.protocol,
+        "device_name": net.device_name,
+    }
+
+
+def sglang_host_gb(sz: Sizing, mode: str) -> int:
+    """``--hicache-size``: whole GB per rank (the pool's staging when pooled)."""
+    if mode == "pooled":
+        return -(-STAGING_PER_RANK_BYTES // GB)
+    return _unit(sz, "local-offload", "sglang-hicache") // GB
+
+
+def sglang_page(sz: Sizing) -> int:
+    return 64 if sz.chunk_size_tokens >= 64 else sz.block_size_tokens
+
+
+def vllm_offload_config(sz: Sizing) -> dict:
+    return {
+        "kv_connector": "OffloadingConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "block_size": sz.chunk_size_tokens,
+            "cpu_bytes_to_use": _unit(sz, "local-offload", "vllm-offloading"),
+        },
+    }
+
+
+def _kv(cfg: dict) -> str:
+    return json.dumps(cfg, sort_keys=True, separators=(",", ":"))
+
+
+# -- settings tables for the report -------------------------------------------------------
+
+
+def vllm_settings(sz: Sizing, mode: str, model: str, tp: int) -> ProductSettings:
+    block, why = vllm_block(sz)
     s = [
         Setting("--enable-prefix-caching", "on", "automatic prefix caching in HBM (the baseline)"),
         Setting("--block-size", str(block), why),
@@ -124,133 +261,125 @@ def vllm_settings(sz: Sizing, mode: str, model: str, tp: int) -> ProductSettings
         f"--block-size {block}",
     ]
     if mode == "local-offload":
-        dram_instance = sz.dram_per_instance_bytes
-        cpu_bytes = int(_gb(dram_instance) * GB)
-        cfg = {
-            "kv_connector": "OffloadingConnector",
-            "kv_role": "kv_both",
-            "kv_connector_extra_config": {
-                "block_size": sz.chunk_size_tokens,
-                "cpu_bytes_to_use": cpu_bytes,
-            },
-        }
+        cfg = vllm_offload_config(sz)
+        cpu = cfg["kv_connector_extra_config"]["cpu_bytes_to_use"]
         s.append(
             Setting(
                 "--kv-transfer-config",
-                json.dumps(cfg, sort_keys=True),
-                f"offload KV to {cpu_bytes / GB:g} GB of pinned host DRAM per instance "
-                f"({sz.dram_per_node_gb:.1f} GB per node of {sz.instances_per_node} instances)",
+                _kv(cfg),
+                f"offload KV to {_fmt(cpu)} of pinned host DRAM per instance "
+                f"({sz.dram_per_node_gb:.3g} GB per node of {sz.instances_per_node} instances)",
             )
         )
-        cmd.append(f"--kv-transfer-config '{json.dumps(cfg, sort_keys=True)}'")
+        cmd.append(f"--kv-transfer-config '{_kv(cfg)}'")
     elif mode == "pooled":
-        cfg = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
-        s.append(
+        cfg = {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}
+        s += [
+            Setting(
+                "MOONCAKE_CONFIG_PATH",
+                "mooncake.json",
+                "the connector reads the sized Mooncake Store config from this file "
+                "(required; see Mooncake Store below)",
+            ),
             Setting(
                 "--kv-transfer-config",
-                json.dumps(cfg, sort_keys=True),
-                "LMCache connector; LMCache's remote_url points at the pool (see LMCache "
-                "and Mooncake Store settings). MooncakeStoreConnector is the alternative "
-                "without LMCache.",
-            )
-        )
-        cmd.insert(0, "LMCACHE_CONFIG_FILE=lmcache.yaml")
-        cmd.append(f"--kv-transfer-config '{json.dumps(cfg, sort_keys=True)}'")
+                _kv(cfg),
+                "Mooncake Store as the shared pool; LMCacheConnectorV1 with LMCache's "
+                "Mooncake remote is the alternative (deploy/pooled/vllm-lmcache-mooncake)",
+            ),
+        ]
+        cmd.insert(0, "MOONCAKE_CONFIG_PATH=mooncake.json")
+        cmd.append(f"--kv-transfer-config '{_kv(cfg)}'")
     return ProductSettings("vLLM", mode, tuple(s), " \\\n  ".join(cmd), "bash")
 
 
-def lmcache_settings(
-    sz: Sizing, mode: str, pool_url: str, master: str = "", protocol: str = "rdma"
-) -> ProductSettings:
-    dram_instance = sz.dram_per_instance_bytes
+def lmcache_settings(sz: Sizing, mode: str, net: Wiring) -> ProductSettings:
+    if mode == "prefix-cache-only":
+        rows = (
+            Setting("chunk_size", str(sz.chunk_size_tokens), sz.block_size_reason),
+            Setting("(not deployed)", "-", "the verdict does not call for LMCache"),
+        )
+        return ProductSettings("LMCache", mode, rows, f"chunk_size: {sz.chunk_size_tokens}", "yaml")
+    cfg = lmcache_config(sz, mode, net)
+    rows = [Setting("chunk_size", str(cfg["chunk_size"]), sz.block_size_reason)]
     if mode == "pooled":
-        # The pool holds the shared KV; a small local CPU buffer keeps hot chunks.
-        dram_instance = min(dram_instance, sz.pool_capacity_gb * GB / max(1, sz.instances))
-    rows = [
-        Setting("chunk_size", str(sz.chunk_size_tokens), sz.block_size_reason),
-        Setting(
-            "local_cpu",
-            "true" if mode != "prefix-cache-only" else "false",
-            "keep a host-DRAM copy of KV chunks",
-        ),
-        Setting(
-            "max_local_cpu_size", f"{_gb(dram_instance):g}", "GB of host DRAM per instance for KV"
-        ),
-    ]
-    if mode == "pooled":
+        seg = cfg["extra_config"]["global_segment_size"]
         rows += [
-            Setting("remote_url", pool_url, "the cluster-wide pool (Mooncake Store master)"),
+            Setting("local_cpu", "false", "the pool is the DRAM tier: no second copy per rank"),
+            Setting(
+                "max_local_cpu_size",
+                f"{cfg['max_local_cpu_size']:g}",
+                "GiB per GPU rank: LMCache's CPU buffer stages pool transfers",
+            ),
+            Setting("remote_url", cfg["remote_url"], "the cluster-wide pool (Mooncake Store)"),
             Setting(
                 "remote_serde",
                 "naive",
                 "no compression: the pool link is fast enough "
                 "(cachegen trades GPU time for bytes on slow links)",
             ),
+            Setting(
+                "extra_config.global_segment_size",
+                str(seg),
+                f"bytes each GPU rank adds to the pool ({_fmt(seg)}; pool "
+                f"{sz.pool_capacity_gb:.3g} GB / {sz.ranks} ranks)",
+            ),
+            Setting(
+                "extra_config.local_hostname",
+                NODE_IP,
+                "each node's own address (read without a default by LMCache before 0.5)",
+            ),
+            Setting("extra_config.master_server_address", net.master, "mooncake_master's RPC port"),
         ]
-    if mode == "prefix-cache-only":
-        rows = rows[:1]
-        rows.append(Setting("(not deployed)", "-", "the verdict does not call for LMCache"))
-    lines = []
-    for r in rows:
-        if r.option.startswith("("):
-            continue
-        v = r.value
-        if r.option in ("remote_url", "remote_serde"):
-            v = f'"{v}"'
-        lines.append(f"{r.option}: {v}")
-    if mode == "pooled":
-        # LMCache's Mooncake backend takes the store's settings under extra_config.
-        lines += [
-            "extra_config:",
-            f'  master_server_address: "{master}"',
-            f'  protocol: "{protocol}"',
+    else:
+        rows += [
+            Setting("local_cpu", "true", "keep a host-DRAM copy of KV chunks"),
+            Setting(
+                "max_local_cpu_size",
+                f"{cfg['max_local_cpu_size']:g}",
+                f"GiB of host DRAM per GPU rank ({sz.dram_per_node_gb:.3g} GB per node / "
+                f"{sz.ranks_per_node} ranks)",
+            ),
         ]
-    return ProductSettings("LMCache", mode, tuple(rows), "\n".join(lines), "yaml")
+    return ProductSettings("LMCache", mode, tuple(rows), to_yaml(cfg), "yaml")
 
 
-def mooncake_settings(sz: Sizing, mode: str, master: str, protocol: str) -> ProductSettings:
-    seg = sz.pool_segment_per_node_gb * GB
-    # The local transfer buffer holds the KV of the largest loads in flight; 4 GB is the
-    # documented default and covers a few 100k-token prefixes of an 8B model.
-    buf = max(4 * GB, min(seg, 16 * GB))
-    cfg = {
-        "metadata_server": "P2PHANDSHAKE",
-        "master_server_address": master,
-        "global_segment_size": _gb_str(seg),
-        "local_buffer_size": _gb_str(buf),
-        "protocol": protocol,
-        "device_name": "",
-    }
+def mooncake_settings(sz: Sizing, mode: str, net: Wiring) -> ProductSettings:
+    if mode != "pooled":
+        rows = (Setting("(not deployed)", "-", "the verdict does not call for a pool"),)
+        return ProductSettings("Mooncake Store", mode, rows, "", "json")
+    cfg = mooncake_store_config(sz, net)
+    seg = cfg["global_segment_size"]
     rows = (
         Setting(
             "global_segment_size",
-            cfg["global_segment_size"],
-            f"each node's DRAM contribution: pool {sz.pool_capacity_gb:.1f} GB / {sz.nodes} nodes",
+            str(seg),
+            f"bytes each GPU rank contributes in embedded mode ({_fmt(seg)}: pool "
+            f"{sz.pool_capacity_gb:.3g} GB / {sz.ranks} ranks, {sz.ranks_per_node} per node)",
         ),
-        Setting("local_buffer_size", cfg["local_buffer_size"], "staging buffer for transfers"),
+        Setting(
+            "local_buffer_size",
+            str(cfg["local_buffer_size"]),
+            "staging buffer per GPU rank (4 GiB, vLLM's documented value)",
+        ),
         Setting(
             "protocol",
-            protocol,
+            net.protocol,
             "RDMA when the NICs support it; tcp otherwise"
-            if protocol == "rdma"
+            if net.protocol == "rdma"
             else "the chosen link is TCP",
         ),
-        Setting("metadata_server", "P2PHANDSHAKE", "peer-to-peer handshake, no etcd needed"),
-        Setting("master_server_address", master, "mooncake_master --port 50051"),
+        Setting("metadata_server", net.metadata_server, "peer-to-peer handshake, no etcd needed"),
+        Setting("master_server_address", net.master, "mooncake_master --rpc_port 50051"),
+        Setting("mode", "embedded", "each rank holds its segment in-process"),
     )
-    if mode != "pooled":
-        rows = (Setting("(not deployed)", "-", "the verdict does not call for a pool"),)
     return ProductSettings(
         "Mooncake Store", mode, rows, json.dumps(cfg, indent=2, sort_keys=True), "json"
     )
 
 
-def sglang_settings(sz: Sizing, mode: str, model: str, tp: int) -> ProductSettings:
-    page = 64 if sz.chunk_size_tokens >= 64 else sz.block_size_tokens
-    host_gb = _gb(sz.dram_per_instance_bytes)
-    ratio = (sz.dram_per_node_tokens / max(1, sz.instances_per_node)) / max(
-        1, sz.hbm_cache_per_instance_tokens
-    )
+def sglang_settings(sz: Sizing, mode: str, model: str, tp: int, net: Wiring) -> ProductSettings:
+    page = sglang_page(sz)
     rows = [Setting("--page-size", str(page), "tokens per page; radix cache with pages")]
     cmd = [
         f"python -m sglang.launch_server --model-path {model}",
@@ -258,29 +387,62 @@ def sglang_settings(sz: Sizing, mode: str, model: str, tp: int) -> ProductSettin
         f"--page-size {page}",
     ]
     if mode in ("local-offload", "pooled"):
+        host = sglang_host_gb(sz, mode)
+        why = (
+            "GB of host DRAM per GPU rank, staging for the L3 pool"
+            if mode == "pooled"
+            else f"GB of host DRAM per GPU rank ({sz.dram_per_node_gb:.3g} GB per node / "
+            f"{sz.ranks_per_node} ranks; a whole number, rounded up; overrides --hicache-ratio)"
+        )
         rows += [
             Setting("--enable-hierarchical-cache", "on", "HBM + host DRAM (L2) radix cache"),
-            Setting(
-                "--hicache-size",
-                f"{host_gb:g}",
-                f"GB of host DRAM per instance (overrides --hicache-ratio; about "
-                f"{ratio:.1f}x the HBM cache)",
-            ),
+            Setting("--hicache-size", str(host), why),
             Setting("--hicache-write-policy", "write_through", "copy new KV to host as produced"),
         ]
         cmd += [
             "--enable-hierarchical-cache",
-            f"--hicache-size {host_gb:g}",
+            f"--hicache-size {host}",
             "--hicache-write-policy write_through",
         ]
     if mode == "pooled":
-        rows.append(
+        extra = sglang_extra_config(sz, net)
+        rows += [
             Setting(
                 "--hicache-storage-backend", "mooncake", "L3: the cluster-wide Mooncake Store pool"
-            )
-        )
-        cmd.append("--hicache-storage-backend mooncake")
+            ),
+            Setting(
+                "--hicache-storage-backend-extra-config",
+                _kv(extra),
+                f"master address and the bytes each server adds to the pool "
+                f"({_fmt(extra['global_segment_size'])}: pool / {sz.instances} servers; "
+                "SGLang divides it over the server's tp x pp ranks)",
+            ),
+            Setting("MOONCAKE_LOCAL_HOSTNAME", NODE_IP, "each node's own address"),
+        ]
+        cmd.insert(0, f"MOONCAKE_LOCAL_HOSTNAME={NODE_IP}")
+        cmd += [
+            "--hicache-storage-backend mooncake",
+            f"--hicache-storage-backend-extra-config '{_kv(extra)}'",
+        ]
     return ProductSettings("SGLang HiCache", mode, tuple(rows), " \\\n  ".join(cmd), "bash")
+
+
+def to_yaml(obj: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, width=1000)
+
+
+def wiring_for(sz: Sizing, master: str = "mooncake-master:50051") -> Wiring:
+    return Wiring(master=master, protocol="tcp" if sz.nic.startswith("tcp") else "rdma")
+
+
+def deployed_mode(sz: Sizing, mode: str) -> str:
+    if mode == "local-offload" and sz.dram_per_node_tokens == 0:
+        return "prefix-cache-only"  # HBM holds the working set: no tier to configure
+    if mode == "pooled" and sz.pool_capacity_tokens == 0:
+        return "prefix-cache-only"
+    return mode
 
 
 def translate(
@@ -292,14 +454,11 @@ def translate(
     master: str = "mooncake-master:50051",
 ) -> list[ProductSettings]:
     """Settings for every product, for the deployment the verdict calls for."""
-    mode = mode_for(verdict)
-    if mode == "local-offload" and sz.dram_per_node_tokens == 0:
-        mode = "prefix-cache-only"  # HBM holds the working set: no tier to configure
-    protocol = "tcp" if sz.nic.startswith("tcp") else "rdma"
-    pool_url = f"mooncakestore://{master}/"
+    mode = deployed_mode(sz, mode_for(verdict))
+    net = wiring_for(sz, master)
     return [
         vllm_settings(sz, mode, model, tp),
-        lmcache_settings(sz, mode, pool_url, master, protocol),
-        mooncake_settings(sz, mode, master, protocol),
-        sglang_settings(sz, mode, model, tp),
+        lmcache_settings(sz, mode, net),
+        mooncake_settings(sz, mode, net),
+        sglang_settings(sz, mode, model, tp, net),
     ]

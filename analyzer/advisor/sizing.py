@@ -4,8 +4,8 @@ router and eviction policy.
 * **Pool capacity** is the knee of the LRU hit-ratio curve: the smallest capacity
   reaching ``knee_fraction`` (90 %) of the ceiling. Capacity past the knee buys little
   hit rate per GB.
-* **Host DRAM per node**: with a pool, each node contributes ``pool / nodes`` of its
-  DRAM to the pool (Mooncake's ``global_segment_size``). Without a pool, the node's
+* **Host DRAM per node**: with a pool, each node contributes its ranks' share of the
+  pool (``pool / nodes`` when every node is full). Without a pool, the node's
   DRAM is written through (it holds every block its instances produce, HBM's
   included), so it is sized at the knee itself, an upper bound (the knee is the whole
   cluster's working set; routing by session or prefix lets a node hold less), or at
@@ -23,6 +23,11 @@ from dataclasses import dataclass
 
 GB = 10**9
 GIB = 2**30
+
+# Transfer staging each GPU rank keeps beside the pool (Mooncake ``local_buffer_size``,
+# LMCache's CPU buffer when the pool is the only DRAM tier, HiCache's host pool in front
+# of L3). vLLM's Mooncake Store page writes "4GB" per GPU, which Mooncake reads as GiB.
+STAGING_PER_RANK_BYTES = 4 * GIB
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +68,7 @@ class Sizing:
     nodes: int
     instances: int
     instances_per_node: int
+    tp: int = 1  # GPU ranks (processes) per instance
 
     def gb(self, tokens: int) -> float:
         return tokens * self.bytes_per_token / GB
@@ -79,13 +85,36 @@ class Sizing:
         return self.gb(self.dram_per_node_tokens)
 
     @property
+    def pool_bytes(self) -> int:
+        return self.pool_capacity_tokens * self.bytes_per_token
+
+    @property
+    def dram_per_node_bytes(self) -> int:
+        return self.dram_per_node_tokens * self.bytes_per_token
+
+    @property
+    def ranks(self) -> int:
+        """GPU ranks in the cluster: one engine worker process each."""
+        return self.instances * max(1, self.tp)
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.instances_per_node * max(1, self.tp)
+
+    @property
     def dram_per_instance_bytes(self) -> float:
         """Each instance's share of its node's host DRAM (engines size it per instance)."""
-        return self.dram_per_node_tokens * self.bytes_per_token / max(1, self.instances_per_node)
+        return self.dram_per_node_bytes / max(1, self.instances_per_node)
+
+    @property
+    def dram_per_rank_bytes(self) -> float:
+        """Each GPU rank's share: LMCache and HiCache allocate their CPU pool per rank."""
+        return self.dram_per_instance_bytes / max(1, self.tp)
 
     @property
     def pool_segment_per_node_gb(self) -> float:
-        return self.pool_capacity_gb / max(1, self.nodes)
+        """What a full node contributes to the pool (its ranks' share)."""
+        return self.pool_bytes * self.ranks_per_node / max(1, self.ranks) / GB
 
 
 def choose_block_size(
@@ -169,7 +198,10 @@ def size(
     hbm_node = cluster.hbm_cache_tokens_per_instance * cluster.instances_per_node
     if pool:
         pool_tokens = knee_tokens
-        dram_node = -(-pool_tokens // nodes)  # each node's share of the pool
+        # Every GPU rank contributes an equal segment, so a full node holds its ranks'
+        # share (pool / nodes when the instances fill the nodes evenly).
+        ranks = cluster.instances * max(1, cluster.tp)
+        dram_node = -(-pool_tokens * cluster.instances_per_node * max(1, cluster.tp) // ranks)
         dram_reason = f"each node's share of the pool ({nodes} nodes)"
     else:
         pool_tokens = 0
@@ -220,4 +252,144 @@ def size(
         nodes=nodes,
         instances=cluster.instances,
         instances_per_node=cluster.instances_per_node,
+        tp=max(1, cluster.tp),
     )
+
+
+# -- per-unit sizes: what each product's setting holds, and how many hold it --------------
+
+
+@dataclass(frozen=True, slots=True)
+class UnitSize:
+    """A sized total (the pool, or a node's DRAM tier) split among the processes that
+    each allocate a part of it: ``bytes_per_unit * units`` gives the total back.
+
+    ``granularity_bytes`` is the step the product's setting takes (1 for settings in
+    bytes; 10^9 for SGLang's whole-GB ``--hicache-size``); ``written_bytes`` is the
+    share rounded up to that step, the value the deployment files carry.
+    """
+
+    key: str
+    product: str
+    setting: str
+    unit: str  # what allocates one share: "GPU rank", "vLLM instance", "SGLang server"
+    units: int  # in the whole cluster
+    units_per_node: int  # on a full node
+    total: str  # "pool" | "node DRAM"
+    total_bytes: int  # the whole cluster's total (node DRAM: per node x nodes)
+    granularity_bytes: int = 1
+
+    @property
+    def bytes_per_unit(self) -> int:
+        """The exact share, rounded up to a byte."""
+        return -(-self.total_bytes // max(1, self.units))
+
+    @property
+    def written_bytes(self) -> int:
+        g = max(1, self.granularity_bytes)
+        return max(g, -(-self.bytes_per_unit // g) * g)
+
+    @property
+    def per_node_bytes(self) -> int:
+        return self.written_bytes * self.units_per_node
+
+
+def unit_sizes(sz: Sizing, mode: str) -> tuple[UnitSize, ...]:
+    """Every product's per-process size for ``mode`` ("pooled" | "local-offload"), each
+    derived from the one sizing record so that the products cannot disagree.
+
+    Who allocates what (checked against each product's source, see docs/products.md):
+
+    * Mooncake Store under vLLM's MooncakeStoreConnector, embedded mode: each GPU rank
+      contributes ``global_segment_size`` (vLLM docs: "per GPU"); in standalone-store
+      mode one ``mooncake_client`` per node owns the segment and ranks contribute 0.
+    * LMCache runs one engine per vLLM worker (GPU rank): ``max_local_cpu_size`` and
+      the Mooncake ``global_segment_size`` in its ``extra_config`` are per rank.
+    * SGLang HiCache: ``--hicache-size`` is each rank's host pool (GB of 10^9 bytes, an
+      integer); the Mooncake L3 ``global_segment_size`` is per server, divided by
+      ``tp * pp`` among its ranks.
+    * vLLM's OffloadingConnector: ``cpu_bytes_to_use`` is the instance's total over its
+      workers.
+    """
+    nodes = max(1, sz.nodes)
+    rpn, ipn = sz.ranks_per_node, sz.instances_per_node
+    if mode == "pooled":
+        pool = sz.pool_bytes
+        return (
+            UnitSize(
+                "vllm-mooncake-embedded",
+                "vLLM + Mooncake Store (embedded)",
+                "global_segment_size",
+                "GPU rank",
+                sz.ranks,
+                rpn,
+                "pool",
+                pool,
+            ),
+            UnitSize(
+                "mooncake-standalone",
+                "Mooncake Store (standalone-store owner)",
+                "mooncake_client --global_segment_size",
+                "node",
+                nodes,
+                1,
+                "pool",
+                pool,
+            ),
+            UnitSize(
+                "lmcache-mooncake",
+                "vLLM + LMCache (Mooncake remote)",
+                "extra_config.global_segment_size",
+                "GPU rank",
+                sz.ranks,
+                rpn,
+                "pool",
+                pool,
+            ),
+            UnitSize(
+                "sglang-mooncake",
+                "SGLang HiCache (Mooncake L3)",
+                "global_segment_size",
+                "SGLang server",
+                sz.instances,
+                ipn,
+                "pool",
+                pool,
+            ),
+        )
+    if mode == "local-offload":
+        dram = sz.dram_per_node_bytes
+        return (
+            UnitSize(
+                "vllm-offloading",
+                "vLLM OffloadingConnector",
+                "cpu_bytes_to_use",
+                "vLLM instance",
+                ipn * nodes,
+                ipn,
+                "node DRAM",
+                dram * nodes,
+            ),
+            UnitSize(
+                "lmcache-cpu",
+                "vLLM + LMCache (local CPU)",
+                "max_local_cpu_size",
+                "GPU rank",
+                rpn * nodes,
+                rpn,
+                "node DRAM",
+                dram * nodes,
+            ),
+            UnitSize(
+                "sglang-hicache",
+                "SGLang HiCache (host L2)",
+                "--hicache-size",
+                "GPU rank",
+                rpn * nodes,
+                rpn,
+                "node DRAM",
+                dram * nodes,
+                granularity_bytes=GB,
+            ),
+        )
+    return ()

@@ -14,6 +14,7 @@ from analyzer.cost.catalog import (
     list_models,
     list_tiers,
     model_from_config_file,
+    recognize_model,
     spec_from_hf_config,
 )
 from analyzer.cost.model import (
@@ -46,5 +47,6 @@ __all__ = [
     "list_models",
     "list_tiers",
     "model_from_config_file",
+    "recognize_model",
     "spec_from_hf_config",
 ]

@@ -430,17 +430,21 @@ def calibrate_ttft(cm: CostModel, path: str | Path, latency_s: float = 0.0) -> C
 # Profiles: reviewable JSON coefficients
 
 
-def profile_json(cm: CostModel) -> dict[str, Any]:
-    """The fitted parts of ``cm`` as a JSON-ready dict (schema ``kvpool.cost-profile/1``)."""
+def profile_json(cm: CostModel, measured: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The fitted parts of ``cm`` as a JSON-ready dict (schema ``kvpool.cost-profile/1``).
+
+    ``measured`` (from ``kvpool cost profile``: the device, the layer shapes timed, the
+    raw CSVs, copy and NVMe fits) is kept under ``measured``; loading ignores it.
+    """
     out: dict[str, Any] = {
         "schema": PROFILE_SCHEMA,
-        "model": cm.model.id,
+        "model": cm.model_ref,
         "gpu": cm.gpu.id,
         "tp": cm.tp,
         "kv_dtype": cm.kv_dtype,
         "compute_dtype": cm.compute_dtype,
         "weight_dtype": cm.weight_dtype,
-        "mfu": cm.mfu,
+        "mfu": cm.mfu if cm.engine is None else None,  # null: the engine model
         "prefill": None,
         "load": None,
         "ttft": None,
@@ -453,15 +457,19 @@ def profile_json(cm: CostModel) -> dict[str, Any]:
         out["load"] = fit_json(cm.link, provenance=True)
     if cm.ttft_fit is not None:
         out["ttft"] = fit_json(cm.ttft_fit, provenance=True)
+    if measured is not None:
+        out["measured"] = measured
     return out
 
 
-def save_profile(cm: CostModel, path: str | Path) -> Path:
+def save_profile(cm: CostModel, path: str | Path, measured: dict[str, Any] | None = None) -> Path:
     p = Path(path)
-    text = json.dumps(profile_json(cm), indent=2, sort_keys=True) + "\n"
+    text = json.dumps(profile_json(cm, measured), indent=2, sort_keys=True) + "\n"
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
+        tmp = p.with_name(p.name + ".part")  # never a half-written profile
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(p)
     except OSError as exc:
         raise OutputError(f"cannot write profile {p}: {exc}") from exc
     return p
@@ -496,6 +504,7 @@ def load_profile(
     tp: int | None = None,
     kv_dtype: str | None = None,
     mfu: float | None = None,
+    weight_dtype: str | None = None,
 ) -> CostModel:
     """A :class:`CostModel` from a profile JSON; explicit arguments must agree with it."""
     p = Path(path)
@@ -545,14 +554,20 @@ def load_profile(
             raise InputError(f"'{key}' must be a string", Location(where, None, key))
     if tp is not None and tp != ptp:
         raise UsageError(f"profile {p} was fitted at tp={ptp}, not tp={tp}")
+    pw = data.get("weight_dtype")
+    if weight_dtype is not None and pw is not None and weight_dtype.lower() != pw.lower():
+        raise UsageError(
+            f"profile {p} was measured with weights in {pw}, not {weight_dtype}",
+            hint="drop --weights-dtype or profile that precision",
+        )
     cm = CostModel.from_catalog(
         data["model"],
         data["gpu"],
         tp=ptp,
         kv_dtype=kv_dtype or data.get("kv_dtype", "bf16"),
         mfu=mfu if mfu is not None else pmfu,
-        compute_dtype=data.get("compute_dtype", "bf16"),
-        weight_dtype=data.get("weight_dtype"),
+        compute_dtype=data.get("compute_dtype"),
+        weight_dtype=weight_dtype or pw,
     )
     sections: dict[str, Any] = {}
     for key in ("prefill", "load", "ttft"):
@@ -566,7 +581,11 @@ def load_profile(
         prefill, link, ttft = _sections(cm, sections, where)
     except (TypeError, ValueError) as exc:
         raise InputError(f"malformed profile section: {exc}", Location(where)) from exc
-    return replace(cm, prefill=prefill, link=link, ttft_fit=ttft, profile_source=where)
+    measured = data.get("measured")
+    source = where
+    if isinstance(measured, dict) and str(measured.get("device", "")).startswith("cpu"):
+        source += " (measured on a CPU, not a GPU)"
+    return replace(cm, prefill=prefill, link=link, ttft_fit=ttft, profile_source=source)
 
 
 def _fit_fields(sec: dict, w: str, where: str) -> dict:

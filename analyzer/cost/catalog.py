@@ -40,9 +40,14 @@ DTYPE_BYTES: dict[str, float] = {
     "fp8": 1,
     "int8": 1,
     "mxfp4": 4.25 / 8,
+    "fp4": 4.5 / 8,  # NVFP4: 4-bit values plus one FP8 scale per 16
     "int4": 0.5,
 }
 KV_DTYPES = ("bf16", "fp16", "fp8")
+# Deployment precisions of the weights (--weights-dtype): what the GEMMs run at when the
+# GPU has tensor cores for it (W8A8 fp8, W4A4 fp4); otherwise the weights are dequantized
+# and the GEMMs run at the next precision the GPU has (see GpuSpec.compute_dtype_for).
+WEIGHT_DTYPES = ("bf16", "fp8", "fp4")
 
 FULL, SLIDING, LINEAR = "full", "sliding", "linear"
 
@@ -572,10 +577,27 @@ class GpuSpec:
     hbm_tbps: float
     source: str = ""
     aliases: tuple[str, ...] = ()
+    fp4_tflops: float | None = None
+    interconnect_gbps: float = 0.0  # GPU-to-GPU bandwidth each way (NVLink / Infinity Fabric)
 
     @property
     def hbm_bytes(self) -> int:
         return int(self.hbm_gib * 2**30)
+
+    def compute_dtype_for(self, weight_dtype: str) -> str:
+        """The precision GEMMs run at for weights stored in ``weight_dtype``.
+
+        fp8 weights run on fp8 tensor cores (W8A8) and fp4 weights on fp4 ones (W4A4) where
+        the GPU has them; otherwise they are dequantized on the fly and the GEMMs run in
+        bf16 (W4A16 / W8A16 kernels: mxfp4 gpt-oss on H100, fp8 on A100).
+        """
+        wants = {"fp4": "fp4", "mxfp4": "fp4", "int4": "fp4", "fp8": "fp8", "int8": "fp8"}
+        key = wants.get(weight_dtype.strip().lower(), "bf16")
+        if key == "fp4" and self.fp4_tflops is not None:
+            return "fp4"
+        if key == "fp8" and self.fp8_tflops is not None:
+            return "fp8"
+        return "bf16"
 
     def tflops(self, dtype: str = "bf16") -> float:
         """Dense peak TFLOP/s for ``dtype`` (bf16/fp16 or fp8)."""
@@ -588,7 +610,13 @@ class GpuSpec:
                     f"{self.name} has no fp8 tensor cores", hint="use --compute-dtype bf16"
                 )
             return self.fp8_tflops
-        raise UsageError(f"unknown compute dtype '{dtype}'", hint="choose bf16 or fp8")
+        if key == "fp4":
+            if self.fp4_tflops is None:
+                raise UsageError(
+                    f"{self.name} has no fp4 tensor cores", hint="use --weights-dtype fp8 or bf16"
+                )
+            return self.fp4_tflops
+        raise UsageError(f"unknown compute dtype '{dtype}'", hint="choose bf16, fp8 or fp4")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -597,6 +625,8 @@ class GpuSpec:
             "vendor": self.vendor,
             "bf16_tflops": self.bf16_tflops,
             "fp8_tflops": self.fp8_tflops,
+            "fp4_tflops": self.fp4_tflops,
+            "interconnect_gbps": self.interconnect_gbps,
             "hbm_gib": self.hbm_gib,
             "hbm_tbps": self.hbm_tbps,
             "source": self.source,
@@ -713,6 +743,8 @@ def _load(directory: str) -> _Catalog:
             hbm_tbps=float(entry["hbm_tbps"]),
             source=entry.get("source", ""),
             aliases=tuple(entry.get("aliases", ())),
+            fp4_tflops=float(entry["fp4_tflops"]) if "fp4_tflops" in entry else None,
+            interconnect_gbps=float(entry.get("interconnect_gbps", 0.0)),
         )
         gpu_alias.update(_aliases(key, entry))
     tiers: dict[str, TierSpec] = {}
@@ -790,6 +822,22 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
     if target is None:
         raise _unknown("model", text, _suggestions(cat.model_alias), "kvpool cost models")
     return cat.models[target]
+
+
+def recognize_model(served_name: str) -> str | None:
+    """The catalog id a served model name stands for, or None.
+
+    Gateway logs name the model as the engine serves it: a Hugging Face repo
+    (``meta-llama/Llama-3.1-70B-Instruct``), its last part, a catalog alias or a
+    variant with a suffix (``-Instruct``, ``-FP8``). Paths are not names: never read.
+    """
+    cat = _catalog()
+    key = _norm(served_name)
+    for k in (key, key.split("/")[-1]):
+        target = cat.model_alias.get(k) or cat.model_alias.get(_strip_suffixes(k))
+        if target is not None:
+            return target
+    return None
 
 
 def get_gpu(name: str) -> GpuSpec:

@@ -21,6 +21,7 @@ coefficients but keeps these physical forms.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -35,6 +36,7 @@ from analyzer.cost.catalog import (
     get_tier,
     list_tiers,
 )
+from analyzer.cost.engine import DEFAULT_ENGINE, EngineConstants
 from analyzer.errors import UsageError
 
 DEFAULT_MFU_DENSE = 0.5  # FIELD.md section 4: achieved prefill MFU 0.3-0.6 dense
@@ -190,6 +192,13 @@ class _Constants:
     full_per_rank: int  # KV bytes per token per rank, full-attention layers
     window_per_rank: int
     state_per_rank: int
+    # engine model (analyzer.cost.engine)
+    expert_flops_per_token: float = 0.0  # 2 * active expert parameters (part of dense_...)
+    gemm_flops_per_s: float = 0.0  # peak at the compute dtype, whole instance
+    attn_flops_per_s: float = 0.0  # bf16 peak, whole instance
+    comm_bytes_per_token: float = 0.0  # all-reduce bytes each rank sends per token, all layers
+    interconnect_bytes_per_s: float = 0.0
+    num_layers: int = 0
 
     @classmethod
     def of(cls, cm: CostModel) -> _Constants:
@@ -198,11 +207,18 @@ class _Constants:
         expert = 0.0
         miss = 1.0
         dense = m.total_params * b
+        expert_active = 0.0
         if m.is_moe and m.total_params > m.active_params:
             ratio = m.experts_per_token / m.num_experts
             expert = (m.total_params - m.active_params) / (1.0 - ratio) * b
             dense = max(m.total_params * b - expert, 0.0)
             miss = 1.0 - ratio
+            expert_active = expert / b * ratio
+        comm = 0.0
+        if cm.tp > 1 and not cm.expert_parallel:
+            # two all-reduces per layer (after attention and after the MLP) of the hidden
+            # states in 16-bit; a ring sends 2(TP-1)/TP of the buffer from every rank
+            comm = m.num_layers * 2 * 2 * (cm.tp - 1) / cm.tp * m.hidden_size * 2
         return cls(
             dense_flops_per_token=2.0 * m.active_nonembedding_params,
             attn_coef=4.0 * m.attention_dim,
@@ -218,6 +234,12 @@ class _Constants:
             full_per_rank=m.kv_bytes_per_token_per_rank(cm.kv_dtype, cm.tp),
             window_per_rank=m.kv_window_bytes_per_token_per_rank(cm.kv_dtype, cm.tp),
             state_per_rank=m.linear_state_bytes(cm.tp, per_rank=True) if m.linear_layers else 0,
+            expert_flops_per_token=2.0 * expert_active,
+            gemm_flops_per_s=cm.gpu.tflops(cm.compute_dtype) * 1e12 * cm.tp,
+            attn_flops_per_s=cm.gpu.tflops("bf16") * 1e12 * cm.tp,
+            comm_bytes_per_token=comm,
+            interconnect_bytes_per_s=cm.gpu.interconnect_gbps * 1e9,
+            num_layers=m.num_layers,
         )
 
     def kv_per_rank(self, tokens: int) -> float:
@@ -242,9 +264,14 @@ class CostModel:
     link: LoadLink | None = None  # a fitted link from a profile, used where no bandwidth is given
     ttft_fit: TtftCoefficients | None = None
     profile_source: str = ""
+    # the engine model (analyzer.cost.engine); None: the roofline at ``mfu``
+    engine: EngineConstants | None = DEFAULT_ENGINE
+    expert_parallel: bool = False  # DP attention + expert parallelism: no TP all-reduce
     _k: _Constants = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.tp > 1 and not self.expert_parallel and self.gpu.interconnect_gbps <= 0:
+            raise UsageError(f"{self.gpu.name} has no interconnect figure for tp={self.tp}")
         object.__setattr__(self, "_k", _Constants.of(self))
 
     @classmethod
@@ -256,19 +283,30 @@ class CostModel:
         kv_dtype: str = "bf16",
         mfu: float | None = None,
         *,
-        compute_dtype: str = "bf16",
+        compute_dtype: str | None = None,
         weight_dtype: str | None = None,
         overhead_s: float | None = None,
+        engine: EngineConstants | None = DEFAULT_ENGINE,
+        expert_parallel: bool = False,
     ) -> CostModel:
-        """The analytic model from the catalogs; ``mfu=None`` takes the documented default."""
+        """The model from the catalogs.
+
+        ``mfu=None`` prices prefill with the engine model (``engine``); a number gives the
+        plain roofline at that utilisation instead. ``weight_dtype`` (the deployment's
+        precision, default the checkpoint's) sets the bytes read and, unless
+        ``compute_dtype`` is given, the tensor-core precision GEMMs run at.
+        """
         m = model if isinstance(model, ModelSpec) else get_model(model)
         g = gpu if isinstance(gpu, GpuSpec) else get_gpu(gpu)
         m.check_tp(tp)
         dtype_bytes(kv_dtype, allowed=("bf16", "fp16", "fp8"))
         weight_dtype = weight_dtype or m.weight_dtype
         dtype_bytes(weight_dtype)
+        compute_dtype = compute_dtype or g.compute_dtype_for(weight_dtype)
         g.tflops(compute_dtype)  # validates, e.g. fp8 on A100
-        if mfu is None:
+        if mfu is not None:
+            engine = None
+        else:
             mfu = default_mfu(m)
         if not 0 < mfu <= 1:
             raise UsageError(f"--mfu must be in (0, 1], got {mfu}")
@@ -284,6 +322,8 @@ class CostModel:
             compute_dtype=compute_dtype.lower(),
             weight_dtype=weight_dtype.lower(),
             prefill=PrefillCoefficients(overhead_s=float(overhead)),
+            engine=engine,
+            expert_parallel=expert_parallel,
         )
 
     @classmethod
@@ -295,6 +335,22 @@ class CostModel:
 
     def with_prefill(self, coefficients: PrefillCoefficients) -> CostModel:
         return replace(self, prefill=coefficients)
+
+    @property
+    def model_ref(self) -> str:
+        """What ``--model`` takes to rebuild this model: the catalog id, or the path of the
+        user's ``config.json`` it was read from."""
+        src = self.model.source
+        if src and not src.startswith("http") and os.path.isfile(src):
+            return src
+        return self.model.id
+
+    @property
+    def prefill_model_label(self) -> str:
+        """How prefill is priced, for headers: the engine model or the roofline's MFU."""
+        if self.engine is None:
+            return f"roofline at MFU {self.mfu:g}"
+        return "engine model (models/measurements.toml)"
 
     # -- bytes ----------------------------------------------------------------------------
     @property
@@ -384,11 +440,51 @@ class CostModel:
         batch: int = 1,
         weight_tokens: int | None = None,
     ) -> float:
-        """Roofline prefill time of ``batch`` identical requests prefilled together."""
+        """Prefill time of ``batch`` identical requests prefilled together in one forward.
+
+        The engine model (analyzer.cost.engine) when ``engine`` is set, else the roofline
+        ``max(FLOPs / (peak * mfu), HBM floor)``.
+        """
         if new_tokens <= 0 or batch <= 0:
             return 0.0
-        compute = batch * self.prefill_flops(new_tokens, cached_tokens) / self._k.flops_per_s
-        return max(compute, self.hbm_floor_s(new_tokens, cached_tokens, batch, weight_tokens))
+        if self.engine is None:
+            compute = batch * self.prefill_flops(new_tokens, cached_tokens) / self._k.flops_per_s
+            hbm = self.hbm_floor_s(new_tokens, cached_tokens, batch, weight_tokens)
+            return max(compute, hbm)
+        return self.engine_compute_s(new_tokens, cached_tokens, batch, self.engine, weight_tokens)
+
+    def engine_compute_s(
+        self,
+        new_tokens: int,
+        cached_tokens: int,
+        batch: int,
+        e: EngineConstants,
+        weight_tokens: int | None = None,
+    ) -> float:
+        """One forward of ``batch`` requests under the engine model with constants ``e``.
+
+        See analyzer/cost/engine.py for the formula; ``kvpool cost check`` calls this with
+        the constants it is fitting.
+        """
+        if new_tokens <= 0 or batch <= 0:
+            return 0.0
+        k = self._k
+        hbm = self.hbm_floor_s(new_tokens, cached_tokens, batch, weight_tokens)
+        s, p = float(new_tokens), float(cached_tokens)
+        tokens = s * batch
+        eff = e.gemm_eff(self.compute_dtype) * tokens / (tokens + e.gemm_half_tokens)
+        dense = k.dense_flops_per_token - k.expert_flops_per_token + k.linear_flops_per_token
+        gemm = tokens * dense / (k.gemm_flops_per_s * eff)
+        if k.expert_flops_per_token:
+            gemm += tokens * k.expert_flops_per_token / (k.gemm_flops_per_s * eff * e.moe_eff)
+        ctx = k.full_layers * (p * s + s * s / 2.0)
+        if k.sliding_layers:
+            ctx += k.sliding_layers * window_context(s, p, k.window)
+        attn = batch * k.attn_coef * ctx / (k.attn_flops_per_s * e.attn_eff)
+        comm = 0.0
+        if k.comm_bytes_per_token:
+            comm = tokens * k.comm_bytes_per_token / (k.interconnect_bytes_per_s * e.link_eff)
+        return max(gemm + attn, hbm / e.hbm_eff) + comm + k.num_layers * e.layer_step_s
 
     def compute_time_s(
         self,
@@ -743,10 +839,15 @@ class CostModel:
             "kv_dtype": self.kv_dtype,
             "compute_dtype": self.compute_dtype,
             "weight_dtype": self.weight_dtype,
-            "mfu": self.mfu,
+            "prefill_model": "roofline" if self.engine is None else "engine",
+            "mfu": self.mfu if self.engine is None else None,
             "peak_tflops_instance": self.peak_flops / 1e12,
             "prefill": fit_json(c, provenance=False),
         }
+        if self.engine is not None:
+            out["engine"] = self.engine.to_json()
+        if self.expert_parallel:
+            out["expert_parallel"] = True
         if self.link is not None:
             out["load_link"] = {
                 "bandwidth_gbps": self.link.bandwidth_gbps,

@@ -1,7 +1,14 @@
 """Anonymized exports that replayers read: Mooncake and Bailian JSONL. Never any text.
 
 * ``mooncake``: ``{"timestamp": ms, "input_length", "output_length", "hash_ids"}`` with
-  512-token blocks. Ids come from coarsening the canonical chained hashes (block ``j`` at
+  512-token blocks; where the log has sessions, each request of a session also carries
+  ``session_id`` (``"s<n>"``, numbered in order of first appearance: no name from the
+  log leaves) and every turn after the first ``delay``, the milliseconds since the
+  session's previous request arrived. AIPerf's ``mooncake_trace`` groups turns by
+  ``session_id`` and, under its fixed schedule, sends each at its ``timestamp``; with
+  ``--no-fixed-schedule`` a turn waits ``delay`` after the previous turn's response
+  (so the arrival gap written here is an upper bound on that think time). Replayers that
+  read only ``timestamp`` (SGLang's ``bench_serving``) ignore both keys. Ids come from coarsening the canonical chained hashes (block ``j`` at
   512 is the fine hash at position ``m*j + m - 1``, ``m = 512 / block_size``), renumbered
   densely from 0 in order of first appearance. As in Mooncake's own traces,
   ``len(hash_ids) == ceil(input_length / 512)``: a partial last block gets a fresh id that
@@ -70,14 +77,20 @@ def export_mooncake(table: pa.Table, out: str | Path) -> int:
     trace = _coarse(table, 512)
     count_only = table.column("count_only").to_numpy(zero_copy_only=False)
     ids = _ids(trace, 512)
+    last_ms: dict[int, int] = {}
     lines = []
     for i in range(trace.n_requests):
-        rec = {
-            "timestamp": round(float(trace.arrival_s[i]) * 1000),
-            "input_length": int(trace.prompt_tokens[i]),
-            "output_length": max(0, int(trace.output_tokens[i])),
-            "hash_ids": [] if count_only[i] else ids[i],
-        }
+        ms = round(float(trace.arrival_s[i]) * 1000)
+        rec: dict = {"timestamp": ms}
+        s = int(trace.session[i])
+        if s >= 0:
+            rec["session_id"] = f"s{s}"
+            if s in last_ms:
+                rec["delay"] = ms - last_ms[s]
+            last_ms[s] = ms
+        rec["input_length"] = int(trace.prompt_tokens[i])
+        rec["output_length"] = max(0, int(trace.output_tokens[i]))
+        rec["hash_ids"] = [] if count_only[i] else ids[i]
         lines.append(json.dumps(rec, separators=(", ", ": ")))
     _write(lines, out)
     return len(lines)

@@ -31,7 +31,10 @@ class IngestOptions:
     strict: bool = False
     salt_file: str | Path | None = None  # None: ./.kvpool-salt
     salt: bytes | None = None  # takes precedence over salt_file (library callers, tests)
-    hash_keys: tuple[str, ...] = ()  # subset of HASH_KEYS
+    # Subset of HASH_KEYS. The model is in the block key by default: engines never share
+    # KV across models, so two models' identical prompts are different blocks (a
+    # request whose log names no model adds nothing to its key).
+    hash_keys: tuple[str, ...] = ("model",)
     time_field: str | None = None  # dotted path in JSON records
     time_unit: str = "auto"
     prompt_column: str | None = None

@@ -155,7 +155,12 @@ class _Builder:
             return b""
         parts = []
         for k in self.opts.hash_keys:
-            v = raw.model if k == "model" else (raw.tenant or raw.model)
+            if k == "model":
+                if raw.model is None:  # unknown: nothing to keep apart
+                    continue
+                v = raw.model
+            else:
+                v = raw.tenant or raw.model
             parts.append(f"{k}={v or ''}")
         return ("\x00".join(parts)).encode("utf-8", "surrogatepass")
 

@@ -66,13 +66,14 @@ class ClusterConfig:
     prefill, as in Mooncake's prefill pool): TTFT is queueing + loads + prefill.
     """
 
-    model: str
-    gpu: str
+    model: str = "llama-3.1-8b"
+    gpu: str = "h100"
     tp: int = 1
     instances: int = 4
     gpus_per_node: int = 8
     kv_dtype: str = "bf16"
-    mfu: float | None = None  # None: the cost model's default
+    mfu: float | None = None  # None: the engine model; a number: the roofline at that MFU
+    weights_dtype: str | None = None  # deployment precision of the weights; None: checkpoint's
     router: str = "prefix-aware"
     # prefix-aware score = cached_tokens - lambda * queued_tokens (see routers.py)
     prefix_aware_lambda: float = 1.0
@@ -102,8 +103,9 @@ class ClusterConfig:
     prefill_chunk_tokens: int = 8192
     # Inter-arrival times are multiplied by this (0.5 = twice the trace's rate).
     time_scale: float = 1.0
-    # Requests before this fraction of the trace warm the caches and are not measured.
-    warmup_fraction: float = 0.0
+    # Requests before this fraction of the trace warm the caches and are not measured
+    # (the steady-state convention the reuse analysis uses too; 0 = cold start).
+    warmup_fraction: float = 0.5
     # Window over which peak link utilisation is measured, in trace seconds.
     link_window_s: float = 1.0
     # Cross-check mode: every load and write is instantaneous (no bandwidth, no latency).
@@ -125,13 +127,19 @@ class ClusterConfig:
         )
         _check(self.prefill_chunk_tokens >= 1, "prefill_chunk_tokens must be at least 1")
         _check(self.time_scale > 0 and math.isfinite(self.time_scale), "--time-scale must be > 0")
-        _check(0.0 <= self.warmup_fraction < 1.0, "warmup_fraction must be in [0, 1)")
+        _check(
+            0.0 <= self.warmup_fraction < 1.0,
+            f"--warmup must be in [0, 1), got {self.warmup_fraction}",
+        )
         _check(self.link_window_s > 0, "link_window_s must be > 0")
         _check(0.0 <= self.hbm_reserve_fraction < 1.0, "hbm_reserve_fraction must be in [0, 1)")
         _check(self.prefix_aware_lambda >= 0, "prefix_aware_lambda must be >= 0")
         for name in ("dram_gbps", "nvme_gbps", "pool_gbps", "pool_aggregate_gbps"):
             v = getattr(self, name)
-            _check(v is None or v > 0, f"{name} must be > 0")
+            _check(
+                v is None or (v > 0 and math.isfinite(v)),
+                f"--{name.replace('_', '-')} must be a positive number, got {v}",
+            )
         for name in (
             "local_capacity_tokens",
             "dram_capacity_tokens",

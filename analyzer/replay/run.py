@@ -108,7 +108,9 @@ def resolve(
     if cost is None:
         from analyzer.cost import CostModel
 
-        cost = CostModel.from_catalog(c.model, c.gpu, tp=c.tp, kv_dtype=c.kv_dtype, mfu=c.mfu)
+        cost = CostModel.from_catalog(
+            c.model, c.gpu, tp=c.tp, kv_dtype=c.kv_dtype, mfu=c.mfu, weight_dtype=c.weights_dtype
+        )
     bpt = int(cost.bytes_per_token)
     if bpt <= 0:
         raise UsageError(f"model {c.model!r} has no KV bytes per token")
@@ -472,7 +474,12 @@ def run_replay(
         from analyzer.cost import CostModel
 
         cost = CostModel.from_catalog(
-            cfg.model, cfg.gpu, tp=cfg.tp, kv_dtype=cfg.kv_dtype, mfu=cfg.mfu
+            cfg.model,
+            cfg.gpu,
+            tp=cfg.tp,
+            kv_dtype=cfg.kv_dtype,
+            mfu=cfg.mfu,
+            weight_dtype=cfg.weights_dtype,
         )
     result = ReplayResult(
         cluster=cfg,

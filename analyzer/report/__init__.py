@@ -87,8 +87,55 @@ def write_pdf(html_path: Path, pdf_path: Path) -> bool:
     return pdf_path.is_file()
 
 
+def write_deploy(doc: dict, out: Path) -> bool:
+    """Write the document's deployment bundle to ``out/deploy/`` (launch scripts
+    executable). The folder is built beside the old one and swapped in, so a failed
+    write never leaves a mix of two analyses' files."""
+    files = (doc.get("deploy") or {}).get("files") or []
+    if not files:
+        return False
+    final = out / "deploy"
+    tmp = out / ".deploy.tmp"
+    old = out / ".deploy.old"
+    for d in (tmp, old):
+        if d.exists():
+            shutil.rmtree(d)
+    for f in files:
+        rel = Path(f["path"])
+        # Paths come from analyzer.advisor.deploy; never let one leave deploy/.
+        assert rel.parts[0] == "deploy" and ".." not in rel.parts and not rel.is_absolute()
+        target = tmp.joinpath(*rel.parts[1:])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(f["text"], encoding="utf-8")
+        if f["kind"] == "bash":
+            target.chmod(0o755)
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    if old.exists():
+        shutil.rmtree(old)
+    return True
+
+
+def deploy_zip(doc: dict) -> bytes:
+    """The deployment bundle as one zip (fixed timestamps: the same document gives the
+    same bytes), for the dashboard's download."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in (doc.get("deploy") or {}).get("files") or []:
+            info = zipfile.ZipInfo(f["path"], date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = (0o755 if f["kind"] == "bash" else 0o644) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, f["text"])
+    return buf.getvalue()
+
+
 def write_reports(result_or_doc, out_dir: str | Path, *, pdf: bool = False) -> dict[str, Path]:
-    """Write report.json, report.md and report.html (and report.pdf with ``pdf``)."""
+    """Write report.json, report.md and report.html (and report.pdf with ``pdf``), and
+    the deployment bundle in ``deploy/`` when the analysis sized one."""
     out = Path(out_dir)
     doc = _doc(result_or_doc)
     try:
@@ -101,6 +148,8 @@ def write_reports(result_or_doc, out_dir: str | Path, *, pdf: bool = False) -> d
         paths["json"].write_text(render_json(doc), encoding="utf-8")
         paths["md"].write_text(render_markdown(doc), encoding="utf-8")
         paths["html"].write_text(render_html(doc), encoding="utf-8")
+        if write_deploy(doc, out):
+            paths["deploy"] = out / "deploy"
     except OSError as exc:
         raise OutputError(f"cannot write reports to {out}: {exc.strerror or exc}") from exc
     if pdf and write_pdf(paths["html"], out / "report.pdf"):
@@ -110,10 +159,12 @@ def write_reports(result_or_doc, out_dir: str | Path, *, pdf: bool = False) -> d
 
 __all__ = [
     "CHROMIUM_FLAGS",
+    "deploy_zip",
     "find_chromium",
     "render_html",
     "render_json",
     "render_markdown",
+    "write_deploy",
     "write_pdf",
     "write_reports",
 ]

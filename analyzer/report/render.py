@@ -120,6 +120,7 @@ class Section:
     tables: list[Table] = field(default_factory=list)
     charts: list[str] = field(default_factory=list)  # chart names
     code: list[tuple[str, str, str]] = field(default_factory=list)  # (title, lang, text)
+    links: list[tuple[str, str]] = field(default_factory=list)  # (relative path, note)
 
 
 def key_figures(doc: dict) -> Table:
@@ -159,10 +160,12 @@ def key_figures(doc: dict) -> Table:
             ],
         ]
     if bw:
+        rng = (doc.get("uncertainty") or {}).get("break_even_gbps")
         rows.append(
             [
                 "Break-even bandwidth",
-                gbps(bw.get("break_even_gbps")),
+                gbps(bw.get("break_even_gbps"))
+                + (f" (range {num(rng['low'])}-{num(rng['high'])} GB/s)" if rng else ""),
                 f"at a {num(bw.get('prefix_tokens'))}-token prefix",
             ]
         )
@@ -352,6 +355,37 @@ def sections(doc: dict) -> list[Section]:
                 )
             )
     out.append(rs)
+    md = doc.get("models") or {}
+    per = [m for m in md.get("per_model") or [] if "ceiling_hit_rate" in m]
+    if per or doc.get("warnings"):
+        ms = Section("models", "Models in the log")
+        ms.paragraphs += list(doc.get("warnings") or [])
+        if per:
+            ms.tables.append(
+                Table(
+                    [
+                        "Model",
+                        "Catalog",
+                        "Requests",
+                        "Prompt tokens",
+                        "Reuse ceiling",
+                        "Working set GB",
+                    ],
+                    [
+                        [
+                            m["model"],
+                            m.get("catalog_id") or "-",
+                            num(m["requests"]),
+                            num(m["prompt_tokens"]),
+                            pct(m["ceiling_hit_rate"]),
+                            num(m.get("footprint_gb")),
+                        ]
+                        for m in per
+                    ],
+                )
+            )
+            ms.paragraphs.append(md.get("shared_pool_note", ""))
+        out.append(ms)
 
     bw = doc.get("bandwidth")
     if bw:
@@ -362,6 +396,21 @@ def sections(doc: dict) -> list[Section]:
             f"{num(bw['prefill_tokens_per_s'])} prefill tokens/s). The break-even falls as prefixes grow "
             "because attention is quadratic."
         )
+        u = doc.get("uncertainty")
+        if u:
+            be, rate, band = u["break_even_gbps"], u["prefill_tokens_per_s"], u["band"]
+            b.paragraphs.append(
+                f"By the cost model's measured error ({band['basis']}; {band['kind']}), the "
+                f"break-even lies between {num(be['low'])} and {num(be['high'])} GB/s and the "
+                f"prefill rate between {num(rate['low'])} and {num(rate['high'])} tokens/s"
+                + (
+                    "; this deployment is outside what the reference table measured, so the "
+                    "range may be too narrow."
+                    if band["extrapolated"]
+                    else "."
+                )
+                + " `kvpool cost check` prints the table behind it."
+            )
         b.charts.append("break_even")
         b.tables.append(
             Table(
@@ -523,6 +572,37 @@ def sections(doc: dict) -> list[Section]:
         )
         out.append(s)
 
+    files = (doc.get("deploy") or {}).get("files") or []
+    if files:
+        s = Section("deploy", "Deployment bundle")
+        s.paragraphs.append(
+            "Written next to this report in deploy/: launch commands, config files and a "
+            "Kubernetes form, per product, for the recommended option and the runner-up. "
+            "Every size derives from the sizing above (deploy/README.md lists each "
+            "product's size per process); every file names the versions it was checked against."
+        )
+        rows = (doc.get("deploy") or {}).get("per_process") or []
+        if rows:
+            s.tables.append(
+                Table(
+                    ["Option", "Stack", "Setting", "Per", "Each", "Units (per node)", "Adds up to"],
+                    [
+                        [
+                            r["option"],
+                            r["stack"],
+                            r["setting"],
+                            r["per"],
+                            f"{gb(r['bytes_each'])} ({r['bytes_each']:,} B)",
+                            f"{r['units']} ({r['units_per_node']})",
+                            f"{r['total']} {gb(r['total_bytes'])}",
+                        ]
+                        for r in rows
+                    ],
+                )
+            )
+        s.links = [(f["path"], f"{f['role']}, {f['option']}: {f['stack']}") for f in files]
+        out.append(s)
+
     plan = (doc.get("gates") or {}).get("plan") or []
     if plan:
         s = Section("gates", "Pilot gates")
@@ -551,6 +631,18 @@ def sections(doc: dict) -> list[Section]:
         s.tables.append(
             Table(["Gate", "Criterion", "Passes when", "Projected", "How to run"], rows)
         )
+        out.append(s)
+
+    cmds = (doc.get("pilot") or {}).get("commands") or []
+    if cmds:
+        s = Section("pilot", "Pilot commands")
+        s.paragraphs.append(
+            "The log replayed against the pilot: export it once, then run the replayer "
+            "that fits the stack; the file, rate and duration are filled in."
+        )
+        for c in cmds:
+            s.code.append((f"{c['tool']}: {c['purpose']}", "bash", c["command"]))
+            s.paragraphs.append(f"{c['tool']}: {c['note']}")
         out.append(s)
 
     s = Section("assumptions", "Assumptions and sources")
@@ -646,6 +738,8 @@ def render_markdown_doc(doc: dict) -> str:
             parts += [_md_table(t), ""]
         for title, lang, text in s.code:
             parts += [f"**{title}**", "", f"```{lang}", text, "```", ""]
+        if s.links:
+            parts += [f"- [{path}]({path}) ({note})" for path, note in s.links] + [""]
     return "\n".join(parts).rstrip() + "\n"
 
 
@@ -719,6 +813,15 @@ def render_html_doc(doc: dict, charts: dict[str, str]) -> str:
             out.append("</tbody></table>")
         for title, _lang, text in s.code:
             out.append(f"<h3>{e(title)}</h3><pre><code>{e(text)}</code></pre>")
+        if s.links:
+            out.append(
+                "<ul>"
+                + "".join(
+                    f'<li><a href="{e(path)}">{e(path)}</a> ({e(note)})</li>'
+                    for path, note in s.links
+                )
+                + "</ul>"
+            )
         out.append("</section>")
     out.append(
         '<p class="muted">Generated by kvpool from the report document '

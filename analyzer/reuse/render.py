@@ -40,8 +40,9 @@ def seconds(s: float | None) -> str:
     return f"{s / 3600:.1f} h"
 
 
-def write_json(report: ReuseReport, path: Path) -> None:
-    text = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
+def write_json(report: ReuseReport, path: Path, extra: dict | None = None) -> None:
+    """The report as JSON, with ``extra`` sections (e.g. per-model figures) added."""
+    text = json.dumps({**report.to_json(), **(extra or {})}, indent=2, ensure_ascii=False) + "\n"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")

@@ -13,7 +13,7 @@ with state.guard():
     cur = state.loaded_trace()
     state.require_content(cur.trace, "the hit-ratio curve")
     w = controls.current()
-    rep = compute.reuse(cur, st.session_state.get("reuse.warmup", 0.5))
+    rep = compute.reuse(cur, controls.current().warmup)
     doc = rep.to_json()
     if not doc["measurable"]:
         st.warning(f"Reuse cannot be measured: {doc['reason']}")

@@ -14,8 +14,9 @@ with state.guard():
     w = controls.current()
     cm = compute.cost_model(w.model, w.gpu, w.tp, w.kv_dtype)
     st.caption(
-        f"{w.model} on {w.tp}x {w.gpu} ({w.kv_dtype} KV), analytic prefill model at "
-        f"MFU {cm.mfu:.2f}. The trace does not enter this page except for its prompt lengths."
+        f"{w.model} on {w.tp}x {w.gpu} ({w.kv_dtype} KV), prefill priced by the "
+        f"{cm.prefill_model_label}. The trace does not enter this page except for its "
+        "prompt lengths."
     )
 
     typical = None

@@ -12,7 +12,7 @@ from analyzer.advisor.summary import (
     summary_sentences,
 )
 from analyzer.report import figures
-from app import banner, compute, controls, state
+from app import banner, compute, controls, prefetch, state
 
 st.title("Recommendation")
 
@@ -34,8 +34,10 @@ with state.guard():
     cur = state.loaded_trace()
     w = controls.current()
     src = state.source()
-    warmup = st.session_state.get("reuse.warmup", 0.5)
-    result = compute.analysis(cur, w, warmup)
+    warmup = controls.current().warmup
+    thresholds = controls.thresholds()
+    result = compute.analysis(cur, w, warmup, thresholds)
+    prefetch.after_analysis(cur, result.options)
     doc = result.to_json()
     verdict = doc["verdict"]
 
@@ -68,6 +70,27 @@ with state.guard():
         mime="application/json",
         key="dl.json",
     )
+
+    files = (doc.get("deploy") or {}).get("files") or []
+    if files:
+        from analyzer.report import deploy_zip
+
+        st.subheader("Deployment bundle")
+        st.download_button(
+            f"deploy/ ({len(files)} files, zip)",
+            deploy_zip(doc),
+            file_name=f"{stem}-deploy.zip",
+            mime="application/zip",
+            key="dl.deploy",
+        )
+        with st.expander("Files one by one"):
+            for k, f in enumerate(files):
+                st.download_button(
+                    f"{f['path']} ({f['role']}, {f['stack']})",
+                    f["text"],
+                    file_name=f["path"].rsplit("/", 1)[-1],
+                    key=f"dl.deploy.{k}",
+                )
 
     st.subheader("Decision steps")
     st.dataframe(
@@ -135,6 +158,14 @@ with state.guard():
                         for k, v in gate["projected"].items()
                     )
                 )
+
+    pilot = (doc.get("pilot") or {}).get("commands") or []
+    if pilot:
+        st.subheader("Pilot commands")
+        for cmd in pilot:
+            st.markdown(f"**{cmd['tool']}**: {cmd['purpose']}")
+            st.code(cmd["command"], language="bash")
+            st.caption(cmd["note"])
 
     rows = doc.get("sensitivity", {}).get("rows", [])
     if rows:

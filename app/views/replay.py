@@ -39,10 +39,24 @@ with state.guard():
     doc = res.to_json()
     scen = doc["scenarios"]
     cluster = doc["cluster"]
+
+    def link(kind: str) -> str:
+        found = [s["link_gbps"].get(kind) for s in scen.values()]
+        gbps = (
+            next((g for g in found if g), None)
+            or compute.tier(cluster[f"{kind}_tier"]).bandwidth_gbps
+        )
+        return f"{gbps:g} GB/s"
+
     st.caption(
-        f"{w.instances} instances of {w.tp}x {w.gpu} ({cluster['nodes']} nodes), {w.model}, "
-        f"router {w.router}, eviction {w.eviction}, p90 TTFT SLO {w.ttft_slo_s:g} s; "
-        f"{doc['cluster']['requests']:,} requests. Decode is not modelled (prefill pool)."
+        f"{w.instances} instances of {w.tp}x {w.gpu} ({cluster['nodes']} nodes of "
+        f"{cluster['gpus_per_node']} GPUs), {w.model}, router {w.router}, eviction "
+        f"{w.eviction}, p90 TTFT SLO {w.ttft_slo_s:g} s; pool link {link('pool')} per "
+        f"node ({cluster['pool_tier']}), host DRAM link {link('dram')} "
+        f"({cluster['dram_tier']}, {cluster['dram_scope']} scope); warm-up "
+        f"{cluster['warmup_fraction']:.0%} of requests not counted; "
+        f"{doc['cluster']['requests']:,} requests. The same settings as the Recommendation "
+        "and `kvpool analyze`. Decode is not modelled (prefill pool)."
         + (
             f" Prefill and TTFT from the model fitted to {calibration[0]} (Cost model page)."
             if calibration

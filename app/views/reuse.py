@@ -6,22 +6,14 @@ import numpy as np
 import streamlit as st
 
 from analyzer.report import figures
-from app import charts, compute, state
+from app import charts, compute, controls, state
 
 st.title("Prefix reuse")
 
 with state.guard():
     cur = state.loaded_trace()
     state.require_content(cur.trace, "prefix reuse")
-    warmup = st.slider(
-        "Warm-up (fraction of requests that fill the cache uncounted)",
-        min_value=0.0,
-        max_value=0.9,
-        value=0.5,
-        step=0.1,
-        key="reuse.warmup",
-        help="0.5 is the field's steady-state convention; 0 counts every request (cold start).",
-    )
+    warmup = controls.current().warmup
     rep = compute.reuse(cur, warmup)
     doc = rep.to_json()
     if not doc["measurable"]:

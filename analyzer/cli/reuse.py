@@ -9,13 +9,14 @@ from typing import Annotated
 
 import typer
 
+from analyzer.cli import options as o
 from analyzer.errors import UsageError
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9}
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's commands to the ``kvpool`` app."""
+    """Add this command group to the ``kvpool`` app."""
     app.command("reuse")(reuse)
 
 
@@ -59,25 +60,14 @@ def model_bytes_per_token(model: str, kv_dtype: str) -> int:
 
 
 def reuse(
-    inputs: Annotated[
-        list[Path], typer.Argument(help="Logs, public traces or a canonical .parquet.")
-    ],
-    warmup: Annotated[
-        float,
-        typer.Option(
-            "--warmup", help="Fraction of requests that fill the cache uncounted (0 = cold)."
-        ),
-    ] = 0.5,
-    block_size: Annotated[
-        int | None,
-        typer.Option("--block-size", help="Tokens per block (default: the input's; 16 for logs)."),
-    ] = None,
+    inputs: o.Inputs,
+    warmup: o.Warmup = 0.5,
+    block_size: o.BlockSize = None,
     model: Annotated[
-        str | None, typer.Option("--model", help="Model id or config.json, for sizes in GB/GiB.")
+        str | None,
+        typer.Option("--model", help="Model id or config.json, for sizes in GB/GiB (optional)."),
     ] = None,
-    kv_dtype: Annotated[
-        str, typer.Option("--kv-dtype", help="KV cache dtype: bf16 | fp8")
-    ] = "bf16",
+    kv_dtype: o.KvDtype = "bf16",
     capacity_tokens: Annotated[
         str | None,
         typer.Option("--capacity-tokens", help="Capacities to compare policies at: 1M,4M,..."),
@@ -99,16 +89,28 @@ def reuse(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write the full report as JSON here.")
     ] = None,
-    fmt: Annotated[
-        str | None, typer.Option("--format", help="Input format; detected if omitted.")
-    ] = None,
-    tokenizer: Annotated[
-        str,
+    fmt: o.Format = None,
+    template: o.Template = "chatml",
+    tools_position: o.ToolsPosition = "in-system",
+    tokenizer: o.Tokenizer = "cl100k",
+    token_ratio: o.TokenRatio = 1.0,
+    salt_file: o.SaltFile = None,
+    hash_key: o.HashKey = None,
+    time_field: o.TimeField = None,
+    time_unit: o.TimeUnit = "auto",
+    prompt_column: o.PromptColumn = None,
+    time_column: o.TimeColumn = None,
+    session_column: o.SessionColumn = None,
+    strict: o.Strict = False,
+    no_exact: o.NoExact = False,
+    exact_max_mib: o.ExactMaxMib = 512,
+    only_model: Annotated[
+        str | None,
         typer.Option(
-            "--tokenizer",
-            help="cl100k (default), PATH/tokenizer.json, or a Hugging Face model folder (tokenizer.json + tokenizer_config.json): its chat template renders the prompts.",
+            "--only-model",
+            help="Analyze one of the log's models (served name or catalog id) alone.",
         ),
-    ] = "cl100k",
+    ] = None,
 ) -> None:
     """Prefix reuse: ceilings, where reuse comes from, and hit rate against cache size."""
     from rich.console import Console
@@ -141,7 +143,32 @@ def reuse(
         top_n=top,
         shards_rate=shards_rate,
     )
-    loaded = _load(inputs, block_size, fmt, tokenizer)
+    ingest = o.ingest_options(
+        block_size=block_size,
+        fmt=fmt,
+        template=template,
+        tools_position=tools_position,
+        tokenizer=tokenizer,
+        token_ratio=token_ratio,
+        salt_file=salt_file,
+        hash_key=hash_key,
+        time_field=time_field,
+        time_unit=time_unit,
+        prompt_column=prompt_column,
+        time_column=time_column,
+        session_column=session_column,
+        strict=strict,
+        no_exact=no_exact,
+        exact_max_mib=exact_max_mib,
+    )
+    loaded = _load(inputs, ingest)
+    from analyzer.advisor.models import model_warning, models_document, select_model, served_models
+
+    if only_model is not None:
+        loaded = select_model(loaded, only_model)
+    warning = model_warning(served_models(loaded.table), model)
+    if warning:
+        Console(stderr=True).print(f"[yellow]warning: {warning}[/]", highlight=False)
     trace = loaded.trace
     if block_size is not None and block_size != trace.block_size:
         if block_size % trace.block_size:
@@ -158,18 +185,17 @@ def reuse(
     for note in loaded.notes:
         console.print(f"note: {note}", markup=False, highlight=False)
     if json_out is not None:
-        write_json(report, json_out)
+        with progress("per-model reuse", None):
+            models = models_document(loaded, opts, kv_dtype)
+        if warning:
+            models["warning"] = warning
+        write_json(report, json_out, extra={"models": models})
         console.print(f"wrote {json_out}")
 
 
-def _load(inputs: list[Path], block_size: int | None, fmt: str | None, tokenizer: str = "cl100k"):  # type: ignore[no-untyped-def]
-    from analyzer.ingest import IngestOptions, open_trace
+def _load(inputs: list[Path], ingest):  # type: ignore[no-untyped-def]
+    from analyzer.ingest import open_trace
     from analyzer.progress import progress
 
-    total = sum(p.stat().st_size for p in inputs if p.is_file())
-    with progress("reading", total, unit="bytes") as advance:
-        return open_trace(
-            [str(p) for p in inputs],
-            IngestOptions(block_size=block_size, fmt=fmt, tokenizer=tokenizer),
-            advance,
-        )
+    with progress("reading", o.input_bytes(inputs), unit="bytes") as advance:
+        return open_trace([str(p) for p in inputs], ingest, advance)

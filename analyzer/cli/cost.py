@@ -27,7 +27,7 @@ _JSON_HELP = "Also write the result as JSON to FILE ('-' for stdout)."
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's commands to the ``kvpool`` app."""
+    """Add this command group to the ``kvpool`` app."""
     app.add_typer(cost_app, name="cost")
 
 
@@ -89,14 +89,22 @@ def _cost_model(
     kv_dtype: str | None,
     mfu: float | None,
     profile: str | None,
-    compute_dtype: str = "bf16",
+    weights_dtype: str | None = None,
 ):
     from analyzer.cost.model import CostModel
 
     if profile:
         from analyzer.cost.calibrate import load_profile
 
-        return load_profile(profile, model=model, gpu=gpu, tp=tp, kv_dtype=kv_dtype, mfu=mfu)
+        return load_profile(
+            profile,
+            model=model,
+            gpu=gpu,
+            tp=tp,
+            kv_dtype=kv_dtype,
+            mfu=mfu,
+            weight_dtype=weights_dtype,
+        )
     if not model or not gpu:
         raise UsageError("--model and --gpu are required (or --profile FILE)")
     return CostModel.from_catalog(
@@ -105,8 +113,23 @@ def _cost_model(
         tp=1 if tp is None else tp,
         kv_dtype=kv_dtype or "bf16",
         mfu=mfu,
-        compute_dtype=compute_dtype,
+        weight_dtype=_weights_dtype(weights_dtype),
     )
+
+
+def _weights_dtype(value: str | None) -> str | None:
+    from analyzer.cost.catalog import WEIGHT_DTYPES
+
+    if value is None:
+        return None
+    key = value.strip().lower()
+    if key == "fp16":
+        key = "bf16"
+    if key not in WEIGHT_DTYPES:
+        raise UsageError(
+            f"--weights-dtype must be one of {', '.join(WEIGHT_DTYPES)}, got '{value}'"
+        )
+    return key
 
 
 def _fmt_bytes(n: float) -> str:
@@ -140,7 +163,18 @@ _MODEL = typer.Option(None, "--model", "-m", help="Catalog id (e.g. llama-3.1-70
 _GPU = typer.Option(None, "--gpu", "-g", help="Catalog GPU (a100, h100, h200, b200, mi300x, ...).")
 _TP = typer.Option(None, "--tp", help="Tensor-parallel degree of one instance (default 1).")
 _KV = typer.Option(None, "--kv-dtype", help="KV cache dtype: bf16 (default) or fp8.")
-_MFU = typer.Option(None, "--mfu", help="Prefill utilisation (default 0.5 dense, 0.35 MoE).")
+_WDT = typer.Option(
+    None,
+    "--weights-dtype",
+    help="Deployment precision of the weights: bf16, fp8 or fp4 (default: the checkpoint's). "
+    "GEMMs run at it where the GPU has tensor cores for it.",
+)
+_MFU = typer.Option(
+    None,
+    "--mfu",
+    help="Price prefill with the plain roofline at this utilisation instead of the engine "
+    "model fitted on models/measurements.toml.",
+)
 _PROFILE = typer.Option(None, "--profile", help="Fitted profile JSON from `kvpool cost fit`.")
 _JSON = typer.Option(None, "--json", help=_JSON_HELP)
 _TIERS = typer.Option(
@@ -235,6 +269,7 @@ def show_cmd(
     gpu: str | None = _GPU,
     tp: int | None = _TP,
     kv_dtype: str | None = _KV,
+    weights_dtype: str | None = _WDT,
     mfu: float | None = _MFU,
     profile: str | None = _PROFILE,
     prefixes: str = typer.Option(
@@ -254,7 +289,7 @@ def show_cmd(
 
     from analyzer.cost.catalog import TierSpec, check_bandwidth, get_tier, list_tiers
 
-    cm = _cost_model(model, gpu, tp, kv_dtype, mfu, profile)
+    cm = _cost_model(model, gpu, tp, kv_dtype, mfu, profile, weights_dtype)
     plist = _parse_ints(prefixes, "--prefix-tokens")
     tier_names: list = [get_tier(t).name for t in tiers] if tiers else []
     tier_names = tier_names or [t.name for t in list_tiers() if t.kind != "gpu"]
@@ -270,7 +305,7 @@ def show_cmd(
     m = cm.model
     console.print(
         f"[bold]{m.name}[/] on {cm.tp} x {cm.gpu.name}, KV {cm.kv_dtype}, "
-        f"MFU {cm.mfu:g}, weights {cm.weight_dtype}"
+        f"weights {cm.weight_dtype} (GEMMs in {cm.compute_dtype}), {cm.prefill_model_label}"
         + (f", profile {cm.profile_source}" if cm.profile_source else "")
     )
     console.print(
@@ -292,14 +327,21 @@ def show_cmd(
         f"HBM KV capacity per instance: {capacity:,} tokens"
         + ("  (weights do not fit: raise --tp)" if capacity == 0 else "")
     )
-    pt = Table(title="Recompute vs load by prefix length")
+    from analyzer.cost import uncertainty as unc
+
+    pt = Table(title="Recompute vs load by prefix length (ranges: the model's measured error)")
     for col in ("prefix", "KV bytes", "recompute (marginal)", "prefill tok/s", "break-even BW"):
         pt.add_column(col, justify="right")
     per_prefix = []
+    bands = []
     for p in plist:
         saving = cm.recompute_saving_s(p)
         be = cm.break_even_bandwidth_gbps(p)
         rate = cm.prefill_tokens_per_s(p)
+        band = unc.prefill_band(cm, p)
+        bands.append(band)
+        rate_r = unc.rate_range(rate, band)
+        be_r = unc.break_even_range(be, band)
         per_prefix.append(
             {
                 "prefix_tokens": p,
@@ -309,13 +351,25 @@ def show_cmd(
                 "prefill_time_s": cm.prefill_time_s(p, 0),
                 "prefill_tokens_per_s": rate,
                 "break_even_gbps": be,
+                "prefill_tokens_per_s_range": rate_r.to_json(),
+                "break_even_gbps_range": be_r.to_json(),
+                "error_band": band.to_json(),
                 "warnings": cm.range_warnings(new_tokens=p, cached_tokens=0),
             }
         )
+        be_text = _fmt_gbps(be)
+        if math.isfinite(be):
+            be_text += f" ({be_r.low:.3g}-{be_r.high:.3g})"
         pt.add_row(
-            f"{p:,}", _fmt_bytes(cm.kv_bytes(p)), _fmt_s(saving), f"{rate:,.0f}", _fmt_gbps(be)
+            f"{p:,}",
+            _fmt_bytes(cm.kv_bytes(p)),
+            _fmt_s(saving),
+            f"{rate:,.0f} ({rate_r.low:,.0f}-{rate_r.high:,.0f})",
+            be_text,
         )
     console.print(pt)
+    for text in sorted({b.describe() for b in bands}):
+        console.print(f"ranges: {text}")
     tiers_be = cm.tier_break_even(tier_names)
     tt = Table(title="Per tier: loading pays above this prefix length")
     for col in ("tier", "GB/s (instance)", "first byte", "break-even prefix"):
@@ -367,6 +421,7 @@ def ttft_cmd(
     ),
     tp: int | None = _TP,
     kv_dtype: str | None = _KV,
+    weights_dtype: str | None = _WDT,
     mfu: float | None = _MFU,
     calibration: str | None = typer.Option(
         None,
@@ -381,7 +436,7 @@ def ttft_cmd(
     Their C cached tokens are read over one link of B GB/s shared by all K; then the K
     remaining suffixes are prefilled on the GPU as one batch.
     """
-    cm = _cost_model(model, gpu, tp, kv_dtype, mfu, profile)
+    cm = _cost_model(model, gpu, tp, kv_dtype, mfu, profile, weights_dtype)
     latency_s = None if load_latency_ms is None else load_latency_ms / 1e3
     if load_latency_ms is not None and not 0 <= load_latency_ms < math.inf:  # nan too
         raise UsageError(f"--load-latency-ms must be >= 0, got {load_latency_ms}")
@@ -399,14 +454,21 @@ def ttft_cmd(
         f"[bold]{cm.model.name}[/] on {cm.tp} x {cm.gpu.name}: {r.concurrency} request(s) of "
         f"{r.prompt_tokens:,} tokens, {r.cached_tokens:,} cached, over {r.load_gbps:g} GB/s"
     )
+    from analyzer.cost import uncertainty as unc
+
+    band = unc.prefill_band(cm, r.prompt_tokens)
+    ttft_r = unc.ttft_range(r.ttft_s, r.compute_s, band)
+    recompute_r = unc.ttft_range(r.recompute_ttft_s, r.recompute_ttft_s - r.overhead_s, band)
     console.print(
         f"TTFT {_fmt_s(r.ttft_s)} = load {_fmt_s(r.load_s)} + compute {_fmt_s(r.compute_s)} "
-        f"+ overhead {_fmt_s(r.overhead_s)}"
+        f"+ overhead {_fmt_s(r.overhead_s)}; between {_fmt_s(ttft_r.low)} and "
+        f"{_fmt_s(ttft_r.high)} by the model's measured error"
     )
     console.print(
-        f"recompute everything: {_fmt_s(r.recompute_ttft_s)}; "
-        f"overlapped load+compute bound: {_fmt_s(r.overlap_bound_s)}"
+        f"recompute everything: {_fmt_s(r.recompute_ttft_s)} ({_fmt_s(recompute_r.low)}-"
+        f"{_fmt_s(recompute_r.high)}); overlapped load+compute bound: {_fmt_s(r.overlap_bound_s)}"
     )
+    console.print(f"ranges: {band.describe()}")
     if cm.ttft_fit is not None:
         f = cm.ttft_fit
         names = ["compute_scale", "overhead_s", "load_scale", "latency_s"]
@@ -415,6 +477,9 @@ def ttft_cmd(
         console.print(f"[yellow]warning:[/] {w}")
     out = r.to_json()
     out["cost_model"] = cm.describe()
+    out["ttft_range"] = ttft_r.to_json()
+    out["recompute_ttft_range"] = recompute_r.to_json()
+    out["error_band"] = band.to_json()
     _write_json(json_path, out)
 
 
@@ -438,6 +503,7 @@ def fit_cmd(
     gpu: str | None = _GPU,
     tp: int | None = _TP,
     kv_dtype: str | None = _KV,
+    weights_dtype: str | None = _WDT,
     mfu: float | None = _MFU,
     json_path: str | None = _JSON,
 ) -> None:
@@ -450,7 +516,7 @@ def fit_cmd(
         raise UsageError("give at least one of --prefill CSV, --load CSV or --ttft CSV")
     if not output.endswith(".json"):
         raise UsageError(f"--output must be a .json file, got '{output}'")
-    cm = _cost_model(model, gpu, tp, kv_dtype, mfu, None)
+    cm = _cost_model(model, gpu, tp, kv_dtype, mfu, None, weights_dtype)
     console = _console(json_path)
     summary: dict[str, Any] = {}
     if prefill:
@@ -490,3 +556,181 @@ def fit_cmd(
     path = cal.save_profile(cm, output)
     console.print(f"wrote {path} (use it with --profile {path})")
     _write_json(json_path, {"profile": cal.profile_json(cm), "path": str(path), **summary})
+
+
+# ---------------------------------------------------------------------------------------
+# check
+
+
+@cost_app.command("check")
+def check_cmd(
+    table: str | None = typer.Option(
+        None, "--table", help="Reference table (default: models/measurements.toml)."
+    ),
+    json_path: str | None = _JSON,
+) -> None:
+    """The model against published measurements: prediction, measurement, ratio per row.
+
+    The engine model's free constants are fitted on the prefill rows; each row's
+    leave-one-out ratio comes from constants fitted on all the other rows.
+    """
+    from rich.table import Table
+
+    from analyzer.cost.reference import check
+
+    r = check(table)
+    console = _console(json_path)
+    pt = Table(title=f"Prefill: model vs published measurements ({r.path})")
+    for col in ("row", "engine", "deployment", "prompt x batch", "measured", "predicted"):
+        left = col in ("row", "engine", "deployment")
+        pt.add_column(col, justify="left" if left else "right", overflow="fold")
+    pt.add_column("ratio", justify="right")
+    pt.add_column("leave-one-out", justify="right")
+    pt.add_column("old roofline", justify="right")
+    for c in r.rows:
+        row = c.row
+        unit = _fmt_s if row.quantity == "ttft_s" else (lambda v: f"{v:,.0f} tok/s")
+        pt.add_row(
+            row.id,
+            f"{row.engine} {row.engine_version.split(' ')[0]}",
+            f"{row.model} {row.tp}x{row.gpu} {row.parallelism} {row.weights_dtype}",
+            f"{row.prompt_tokens:,} x {row.batch}",
+            unit(row.value),
+            unit(c.predicted),
+            f"{c.ratio:.2f}",
+            f"{c.loo_ratio:.2f}",
+            f"{c.roofline_ratio:.2f}",
+        )
+    console.print(pt)
+    console.print(
+        "ratio = predicted / measured time (throughput rows: measured / predicted rate); "
+        "above 1 the model is too slow. old roofline: bf16 peak x MFU 0.5 dense / 0.35 MoE "
+        "+ 10 ms, the model this one replaced."
+    )
+    within = sum(1 for c in r.rows if 1 / 1.5 <= c.loo_ratio <= 1.5)
+    console.print(
+        f"leave-one-out over {len(r.rows)} rows: median error {r.loo_median_error:.1%}, "
+        f"worst factor {r.loo_worst_factor:.2f}x, {within}/{len(r.rows)} rows within 1.5x"
+    )
+    f = r.fitted
+    console.print(
+        "fitted on every row: "
+        + ", ".join(f"{n} {getattr(f, n):.4g}" for n in ("gemm_eff_bf16", "gemm_eff_fp8"))
+        + f", gemm_half_tokens {f.gemm_half_tokens:.4g}, layer_step_s {f.layer_step_s:.4g}, "
+        f"moe_eff {f.moe_eff:.4g} (fixed: attn_eff {f.attn_eff:g}, hbm_eff {f.hbm_eff:g}, "
+        f"link_eff {f.link_eff:g})"
+    )
+    if r.links:
+        lt = Table(title="Links: catalog tier x links vs published bandwidth")
+        for col in ("row", "tier x links", "measured", "predicted", "ratio"):
+            lt.add_column(col, justify="left" if col in ("row", "tier x links") else "right")
+        for link in r.links:
+            lt.add_row(
+                link.id,
+                f"{link.tier} x {link.links}",
+                _fmt_gbps(link.measured_gbps),
+                _fmt_gbps(link.predicted_gbps),
+                f"{link.predicted_gbps / link.measured_gbps:.2f}",
+            )
+        console.print(lt)
+        worst = max(r.links, key=lambda x: abs(math.log(x.predicted_gbps / x.measured_gbps)))
+        console.print(
+            f"links have no fitted constant; worst: {worst.id} "
+            f"({worst.predicted_gbps / worst.measured_gbps:.2f}x)"
+        )
+    _write_json(json_path, r.to_json())
+
+
+# ---------------------------------------------------------------------------------------
+# profile
+
+
+@cost_app.command("profile")
+def profile_cmd(
+    output: str = typer.Option(
+        ..., "--output", "-o", help="Profile to write, e.g. models/mine.json."
+    ),
+    model: str | None = _MODEL,
+    gpu: str | None = _GPU,
+    tp: int | None = _TP,
+    kv_dtype: str | None = _KV,
+    prompts: str = typer.Option(
+        "512,1024,2048,4096", "--prompt-tokens", help="Prompt lengths to time (comma-separated)."
+    ),
+    batches: str = typer.Option("1,4", "--batch", help="Batch sizes to time (comma-separated)."),
+    repeats: int = typer.Option(3, "--repeats", help="Timed runs per point (the fastest counts)."),
+    device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
+    nvme_dir: str | None = typer.Option(
+        None, "--nvme-dir", help="Also time reads of a fresh file in DIR (an NVMe mount)."
+    ),
+    json_path: str | None = _JSON,
+) -> None:
+    """Measure prefill and copy bandwidth on this machine's GPU; write a --profile file.
+
+    Needs PyTorch (pip install 'kvpool-advisor[profile]'). Random weights in the model's
+    shapes: nothing is downloaded. The raw points go beside the profile as CSV.
+    """
+    from dataclasses import replace
+
+    from analyzer.cost import calibrate as cal
+    from analyzer.cost import profiler
+    from analyzer.cost.model import fit_json
+
+    if not output.endswith(".json"):
+        raise UsageError(f"--output must be a .json file, got '{output}'")
+    cm = _cost_model(model, gpu, tp, kv_dtype, None, None, None)
+    console = _console(json_path)
+    run = profiler.measure(
+        cm,
+        output,
+        device=device,
+        prompts=tuple(_parse_ints(prompts, "--prompt-tokens")),
+        batches=tuple(_parse_ints(batches, "--batch")),
+        repeats=repeats,
+        nvme_dir=nvme_dir,
+    )
+    console.print(f"measured on {run.device}, {run.dtype} weights, {run.points} points")
+    if run.device.startswith("cpu"):
+        console.print(
+            "[yellow]warning:[/] no GPU: these figures describe this CPU, not a GPU; run "
+            "`kvpool cost profile` on the GPU machine for a profile of your GPUs"
+        )
+    data = cal.read_prefill_csv(run.csv["prefill"])
+    coeffs = cal.fit_prefill(cm, data)
+    cm = replace(cm.with_prefill(coeffs), profile_source=output)
+    names = (
+        ["overhead_s", "per_token_s", "per_context_token_s", "per_token_sq_s"]
+        if coeffs.compute_scale == 0
+        else ["compute_scale", "overhead_s"]
+    )
+    console.print("prefill: " + _fit_notes(coeffs.fitted, names, coeffs.cv_mape, coeffs.n_points))
+    links = {}
+    for kind in ("h2d", "d2h", "nvme"):
+        if kind in run.csv:
+            links[kind] = cal.fit_load(cal.read_load_csv(run.csv[kind]))
+            console.print(
+                f"{kind}: {links[kind].bandwidth_gbps:.2f} GB/s, first byte "
+                f"{_fmt_s(links[kind].latency_s)}"
+            )
+    if "h2d" in links:
+        cm = replace(cm, link=links["h2d"])  # loading KV from host DRAM is host-to-device
+    else:
+        console.print("no CUDA device: host<->device copy bandwidth not measured")
+    extra = {
+        "device": run.device,
+        "dtype": run.dtype,
+        "layer_shape": {
+            "hidden": run.shape.hidden,
+            "q_heads": run.shape.q_heads,
+            "kv_heads": run.shape.kv_heads,
+            "head_dim": run.shape.head_dim,
+            "mlp_width": run.shape.mlp_width,
+            "layers": run.shape.layers,
+            "vocab": run.shape.vocab,
+        },
+        "raw": {k: Path(v).name for k, v in run.csv.items()},  # beside the profile
+        "links": {k: fit_json(v, provenance=True) for k, v in links.items()},
+    }
+    path = cal.save_profile(cm, output, measured=extra)
+    console.print(f"wrote {path} (use it with --profile {path})")
+    _write_json(json_path, {"profile": cal.profile_json(cm, measured=extra), "path": str(path)})

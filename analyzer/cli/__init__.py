@@ -1,7 +1,9 @@
 """The ``kvpool`` command: a thin layer that parses flags and calls into analyzer/.
 
-Each stage registers its own commands (``register(app)`` in ``analyzer/<stage>/command.py``);
-this module only assembles them and turns user errors into messages and exit codes.
+One module per command group (``analyzer/cli/<group>.py``, each with ``register(app)``);
+flags that several commands share are declared once in :mod:`analyzer.cli.options`. This
+module only assembles them and turns user errors into messages and exit codes. The stage
+packages below are library code and never import this layer.
 """
 
 from __future__ import annotations
@@ -39,16 +41,11 @@ def _root(
 
 
 def _register_all() -> None:
-    # Imported here so that `import analyzer.cli` stays cheap; each module imports its
-    # heavy dependencies inside the command bodies.
-    from analyzer.advisor import command as advisor_cmd
-    from analyzer.cost import command as cost_cmd
-    from analyzer.ingest import command as ingest_cmd
-    from analyzer.replay import command as replay_cmd
-    from analyzer.reuse import command as reuse_cmd
-    from analyzer.synth import command as synth_cmd
+    # Each command module imports its heavy dependencies (numpy, pyarrow, numba) inside
+    # the command bodies, so that `import analyzer.cli` and `kvpool --help` stay cheap.
+    from analyzer.cli import analyze, cost, ingest, replay, reuse, synth
 
-    for module in (ingest_cmd, synth_cmd, reuse_cmd, cost_cmd, replay_cmd, advisor_cmd):
+    for module in (ingest, synth, reuse, cost, replay, analyze):
         module.register(app)
 
     from app import command as app_cmd

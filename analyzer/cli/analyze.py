@@ -8,96 +8,38 @@ from typing import Annotated
 
 import typer
 
+from analyzer.cli import options as o
 from analyzer.errors import EXIT_GATES
 
 
-def _capacity(value: str | None, flag: str) -> int | None:
-    if value is None:
-        return None
-    from analyzer.replay import parse_capacity
-
-    return parse_capacity(value, flag)
-
-
 def analyze(
-    inputs: Annotated[
-        list[Path],
-        typer.Argument(help="Request logs or traces (any format `kvpool convert` reads)."),
-    ],
+    inputs: o.Inputs,
     out: Annotated[
         Path, typer.Option("-o", "--out", help="Directory for report.html, report.md, report.json.")
     ],
-    model: Annotated[
-        str, typer.Option("--model", help="Catalog model id or a config.json path.")
-    ] = "llama-3.1-8b",
-    gpu: Annotated[str, typer.Option("--gpu", help="Catalog GPU id.")] = "h100",
-    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel GPUs per instance.")] = 1,
-    instances: Annotated[
-        int, typer.Option("--instances", help="Prefill instances in the cluster.")
-    ] = 4,
-    gpus_per_node: Annotated[
-        int, typer.Option("--gpus-per-node", help="GPUs sharing one host (DRAM, NIC).")
-    ] = 8,
-    dram_scope: Annotated[
-        str,
-        typer.Option(
-            "--dram-scope",
-            help="instance: each engine process holds a private share of its node's DRAM "
-            "(LMCache local CPU, HiCache L2); node: one DRAM cache shared by the node's "
-            "instances (a node-local shared store).",
-        ),
-    ] = "instance",
-    pool_gbps: Annotated[
-        float, typer.Option("--pool-gbps", help="Per-node link to the pool, GB/s (1e9 B/s).")
-    ] = 25.0,
-    local_capacity_tokens: Annotated[
+    model: o.Model = "llama-3.1-8b",
+    gpu: o.Gpu = "h100",
+    tp: o.Tp = 1,
+    instances: o.Instances = 4,
+    gpus_per_node: o.GpusPerNode = 8,
+    dram_scope: o.DramScope = "instance",
+    pool_gbps: o.PoolGbps = None,
+    local_capacity_tokens: o.LocalCapacity = None,
+    dram_capacity_tokens: o.DramCapacity = None,
+    pool_capacity_tokens: o.PoolCapacity = None,
+    router: o.Router = "prefix-aware",
+    ttft_slo: o.TtftSlo = 2.0,
+    warmup: o.Warmup = 0.5,
+    kv_dtype: o.KvDtype = "bf16",
+    weights_dtype: o.WeightsDtype = None,
+    profile: o.CostProfile = None,
+    only_model: Annotated[
         str | None,
         typer.Option(
-            "--local-capacity-tokens",
-            help="HBM prefix cache per instance (default: from the model and GPU).",
+            "--only-model",
+            help="Analyze one of the log's models (served name or catalog id) alone.",
         ),
     ] = None,
-    dram_capacity_tokens: Annotated[
-        str | None,
-        typer.Option(
-            "--dram-capacity-tokens",
-            help="Host DRAM given to KV per node, all its instances together "
-            "(default: 512 GB of KV).",
-        ),
-    ] = None,
-    pool_capacity_tokens: Annotated[
-        str | None,
-        typer.Option(
-            "--pool-capacity-tokens",
-            help="Whole pool (default: the nodes' DRAM, summed); 'unbounded' allowed.",
-        ),
-    ] = None,
-    router: Annotated[
-        str, typer.Option("--router", help="round-robin | least-loaded | session | prefix-aware")
-    ] = "prefix-aware",
-    ttft_slo: Annotated[
-        float, typer.Option("--ttft-slo", help="p90 TTFT SLO in seconds for the rate search.")
-    ] = 2.0,
-    warmup: Annotated[
-        float, typer.Option("--warmup", help="Fraction of requests that only warm the caches.")
-    ] = 0.5,
-    block_size: Annotated[
-        int | None,
-        typer.Option("--block-size", help="Block size in tokens (default: 16 for text logs)."),
-    ] = None,
-    fmt: Annotated[
-        str | None, typer.Option("--format", help="Input format (default: detected per file).")
-    ] = None,
-    kv_dtype: Annotated[
-        str, typer.Option("--kv-dtype", help="KV cache dtype: bf16 | fp8.")
-    ] = "bf16",
-    tokenizer: Annotated[
-        str,
-        typer.Option(
-            "--tokenizer",
-            help="cl100k (default), PATH/tokenizer.json, or a Hugging Face model folder (tokenizer.json + tokenizer_config.json): its chat template renders the prompts.",
-        ),
-    ] = "cl100k",
     no_rate_search: Annotated[
         bool, typer.Option("--no-rate-search", help="Skip the SLO rate search (faster).")
     ] = False,
@@ -151,34 +93,83 @@ def analyze(
             "--store-month-usd", help="The KV store's own servers (master, metadata), USD/month."
         ),
     ] = None,
+    block_size: o.BlockSize = None,
+    fmt: o.Format = None,
+    template: o.Template = "chatml",
+    tools_position: o.ToolsPosition = "in-system",
+    tokenizer: o.Tokenizer = "cl100k",
+    token_ratio: o.TokenRatio = 1.0,
+    salt_file: o.SaltFile = None,
+    hash_key: o.HashKey = None,
+    time_field: o.TimeField = None,
+    time_unit: o.TimeUnit = "auto",
+    prompt_column: o.PromptColumn = None,
+    time_column: o.TimeColumn = None,
+    session_column: o.SessionColumn = None,
+    strict: o.Strict = False,
+    no_exact: o.NoExact = False,
+    exact_max_mib: o.ExactMaxMib = 512,
 ) -> None:
     """Log to decision: reuse, break-even, replay, verdict, sized settings and pilot gates."""
     from rich.console import Console
 
     from analyzer.advisor.figures import Thresholds
     from analyzer.advisor.pipeline import AnalyzeOptions, run_analysis
+    from analyzer.cli.cost import _weights_dtype
     from analyzer.cost.prices import PriceOverrides
     from analyzer.progress import progress
+    from analyzer.replay.config import ClusterConfig
     from analyzer.report import write_reports
 
+    if profile is not None:
+        from analyzer.cost.calibrate import load_profile
+
+        # the profile's model, GPU and TP are used; any given away from the defaults
+        # must agree with them
+        load_profile(
+            profile,
+            model=None if model == "llama-3.1-8b" else model,
+            gpu=None if gpu == "h100" else gpu,
+            tp=None if tp == 1 else tp,
+        )
     opts = AnalyzeOptions(
-        model=model,
-        gpu=gpu,
-        tp=tp,
-        instances=instances,
-        gpus_per_node=gpus_per_node,
-        dram_scope=dram_scope,
-        kv_dtype=kv_dtype,
-        pool_gbps=pool_gbps,
-        local_capacity_tokens=_capacity(local_capacity_tokens, "--local-capacity-tokens"),
-        dram_capacity_tokens=_capacity(dram_capacity_tokens, "--dram-capacity-tokens"),
-        pool_capacity_tokens=_capacity(pool_capacity_tokens, "--pool-capacity-tokens"),
-        router=router,
+        ingest=o.ingest_options(
+            block_size=block_size,
+            fmt=fmt,
+            template=template,
+            tools_position=tools_position,
+            tokenizer=tokenizer,
+            token_ratio=token_ratio,
+            salt_file=salt_file,
+            hash_key=hash_key,
+            time_field=time_field,
+            time_unit=time_unit,
+            prompt_column=prompt_column,
+            time_column=time_column,
+            session_column=session_column,
+            strict=strict,
+            no_exact=no_exact,
+            exact_max_mib=exact_max_mib,
+        ),
+        cluster=ClusterConfig(
+            model=model,
+            gpu=gpu,
+            tp=tp,
+            instances=instances,
+            gpus_per_node=gpus_per_node,
+            dram_scope=dram_scope,
+            kv_dtype=kv_dtype,
+            weights_dtype=_weights_dtype(weights_dtype),
+            pool_gbps=pool_gbps,
+            local_capacity_tokens=o.capacity(local_capacity_tokens, "--local-capacity-tokens"),
+            dram_capacity_tokens=o.capacity(dram_capacity_tokens, "--dram-capacity-tokens"),
+            pool_capacity_tokens=o.capacity(pool_capacity_tokens, "--pool-capacity-tokens"),
+            router=router,
+            warmup_fraction=warmup,
+        ),
         ttft_slo_s=ttft_slo,
-        warmup=warmup,
-        block_size=block_size,
-        fmt=fmt,
-        tokenizer=tokenizer,
+        only_model=only_model,
+        profile=profile,
         search_rate=not no_rate_search,
         thresholds=Thresholds(objective=objective, min_pool_saving=pool_margin),
         peak_window_s=peak_window,
@@ -220,6 +211,8 @@ def print_summary(console, doc: dict, paths: dict) -> None:
     for r in v["reasons"]:
         console.print(f"  - {r}", highlight=False, markup=False)
     console.print(f"  {v['confidence_statement']}", highlight=False, markup=False)
+    for w in doc.get("warnings") or []:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)
     kf = key_figures(doc)
     t = Table(*kf.header, box=None, pad_edge=False)
     for row in kf.rows:
@@ -318,6 +311,6 @@ def validate(
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's commands to the ``kvpool`` app."""
+    """Add this command group to the ``kvpool`` app."""
     app.command("analyze")(analyze)
     app.command("validate")(validate)

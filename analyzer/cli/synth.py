@@ -9,7 +9,7 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's commands to the ``kvpool`` app."""
+    """Add this command group to the ``kvpool`` app."""
     app.command("synth")(synth)
 
 

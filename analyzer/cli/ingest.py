@@ -7,98 +7,67 @@ from typing import Annotated
 
 import typer
 
+from analyzer.cli import options as o
+
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's commands to the ``kvpool`` app."""
+    """Add this command group to the ``kvpool`` app."""
     app.command("convert")(convert)
 
 
 def convert(
-    inputs: Annotated[list[Path], typer.Argument(help="Log files or traces (gzip/zstd ok).")],
+    inputs: o.Inputs,
     out: Annotated[Path, typer.Option("-o", "--out", help="Output file.")],
-    fmt: Annotated[
-        str | None, typer.Option("--format", help="Input format; detected if omitted.")
-    ] = None,
+    fmt: o.Format = None,
     to: Annotated[str, typer.Option("--to", help="canonical | mooncake | bailian")] = "canonical",
-    block_size: Annotated[
-        int | None,
-        typer.Option("--block-size", help="Tokens per block (default 16; 512 for Mooncake)."),
-    ] = None,
-    template: Annotated[str, typer.Option("--template", help="chatml | llama3")] = "chatml",
-    tools_position: Annotated[
-        str, typer.Option("--tools-position", help="in-system | after-system | before-system")
-    ] = "in-system",
-    tokenizer: Annotated[
-        str,
-        typer.Option(
-            "--tokenizer",
-            help="cl100k (default), PATH/tokenizer.json, or a Hugging Face model folder (tokenizer.json + tokenizer_config.json): its chat template renders the prompts.",
-        ),
-    ] = "cl100k",
-    token_ratio: Annotated[
-        float,
-        typer.Option("--token-ratio", help="Served-model tokens per counted token (e.g. 1.12)."),
-    ] = 1.0,
-    salt_file: Annotated[
-        Path | None,
-        typer.Option("--salt-file", help="Hashing salt, made on first use [./.kvpool-salt]."),
-    ] = None,
-    hash_key: Annotated[
-        list[str] | None,
-        typer.Option("--hash-key", help="Extra hash key so these never share KV: model, tenant."),
-    ] = None,
-    time_field: Annotated[
-        str | None, typer.Option("--time-field", help="Timestamp field (a.b.c).")
-    ] = None,
-    time_unit: Annotated[str, typer.Option("--time-unit", help="auto | s | ms | us | ns")] = "auto",
-    prompt_column: Annotated[str | None, typer.Option("--prompt-column")] = None,
-    time_column: Annotated[str | None, typer.Option("--time-column")] = None,
-    session_column: Annotated[str | None, typer.Option("--session-column")] = None,
-    strict: Annotated[bool, typer.Option("--strict", help="Stop at the first bad row.")] = False,
+    block_size: o.BlockSize = None,
+    template: o.Template = "chatml",
+    tools_position: o.ToolsPosition = "in-system",
+    tokenizer: o.Tokenizer = "cl100k",
+    token_ratio: o.TokenRatio = 1.0,
+    salt_file: o.SaltFile = None,
+    hash_key: o.HashKey = None,
+    time_field: o.TimeField = None,
+    time_unit: o.TimeUnit = "auto",
+    prompt_column: o.PromptColumn = None,
+    time_column: o.TimeColumn = None,
+    session_column: o.SessionColumn = None,
+    strict: o.Strict = False,
     keep_previews: Annotated[
         bool, typer.Option("--keep-previews", help="Also write 80-char text previews beside OUT.")
     ] = False,
-    no_exact: Annotated[
-        bool, typer.Option("--no-exact", help="Skip the token-exact LCP (for huge logs).")
-    ] = False,
-    exact_max_mib: Annotated[
-        int,
-        typer.Option(
-            "--exact-max-mib", help="Memory bound of the token-exact LCP tree; past it, skipped."
-        ),
-    ] = 512,
+    no_exact: o.NoExact = False,
+    exact_max_mib: o.ExactMaxMib = 512,
 ) -> None:
     """Convert request logs or public traces to the canonical trace (or an export)."""
     from rich.console import Console
 
     from analyzer.errors import UsageError
-    from analyzer.ingest import IngestOptions, open_trace, previews_path
+    from analyzer.ingest import open_trace, previews_path
     from analyzer.ingest.pipeline import convert_trace
     from analyzer.progress import progress
 
     if to not in ("canonical", "mooncake", "bailian"):
         raise UsageError(f"unknown --to '{to}'", hint="canonical, mooncake or bailian")
-    opts = IngestOptions(
+    opts = o.ingest_options(
         block_size=block_size,
         fmt=fmt,
         template=template,
         tools_position=tools_position,
         tokenizer=tokenizer,
         token_ratio=token_ratio,
-        strict=strict,
         salt_file=salt_file,
-        hash_keys=tuple(hash_key or ()),
+        hash_key=hash_key,
         time_field=time_field,
         time_unit=time_unit,
         prompt_column=prompt_column,
         time_column=time_column,
         session_column=session_column,
-        exact=not no_exact,
-        exact_max_bytes=exact_max_mib << 20,
+        strict=strict,
+        no_exact=no_exact,
+        exact_max_mib=exact_max_mib,
     )
-    if exact_max_mib < 1:
-        raise UsageError(f"--exact-max-mib must be at least 1, got {exact_max_mib}")
-    total = sum(p.stat().st_size for p in inputs if p.is_file())
+    total = o.input_bytes(inputs)
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     if to == "canonical":
         with progress("reading", total, unit="bytes") as advance:
@@ -129,7 +98,31 @@ def convert(
         from analyzer.ingest.export import export_bailian
 
         export_bailian(loaded.table, out)
-    console.print(summary(loaded, table_figures(loaded.table), out), markup=False)
+    text = summary(loaded, table_figures(loaded.table), out)
+    console.print(text + "\n" + export_note(loaded.table, to), markup=False)
+
+
+def export_note(table, to: str) -> str:  # type: ignore[no-untyped-def]
+    """What an export's lengths count and what it keeps of conversations."""
+    import pyarrow.compute as pc
+
+    from analyzer.trace import read_metadata
+
+    tok = read_metadata(table).get("tokenizer") or ""
+    unit = (
+        f"{tok} tokens (set --tokenizer to the served model's tokenizer for its counts)"
+        if tok
+        else "tokens as the source trace counted them"
+    )
+    lines = [f"  input_length / output_length: {unit}"]
+    n = int(pc.count_distinct(table.column("session_id")).as_py() or 0)
+    if to == "mooncake":
+        lines.append(
+            f"  sessions: {n:,} kept as session_id + delay (AIPerf mooncake_trace multi-turn)"
+            if n
+            else "  sessions: none in the log (each request replays on its own)"
+        )
+    return "\n".join(lines)
 
 
 def summary(loaded, written, out: Path) -> str:  # type: ignore[no-untyped-def]

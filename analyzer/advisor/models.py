@@ -1,0 +1,167 @@
+"""Several models in one log: which models it names, the figures of each, one of them.
+
+Gateway logs carry a ``model`` per request, as the engine serves it
+(``meta-llama/Llama-3.1-70B-Instruct``, ``Qwen/Qwen2.5-32B-Instruct``, a catalog alias).
+Engines never share KV across models, and ingest puts the model in the block key by
+default (:class:`analyzer.ingest.IngestOptions.hash_keys`), so no block of one model
+ever matches a block of another: each model's reuse is its own. What a pool shared by
+several models gains is capacity (one store sized for all of them, each model's
+working set in it), never hits across models.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from analyzer.errors import UsageError
+from analyzer.trace import read_metadata
+
+SHARED_POOL_NOTE = (
+    "Blocks of different models never match (each model's KV is its own), so a pool shared "
+    "by several models adds capacity, not hits: one store holds every model's working set, "
+    "sized for all of them together."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ServedModel:
+    """One model a log names, with its share of the traffic."""
+
+    name: str  # as the log names it
+    catalog_id: str | None  # the cost catalog's id, when recognized
+    requests: int
+    prompt_tokens: int
+
+
+def _recognize(name: str) -> str | None:
+    from analyzer.cost import recognize_model
+
+    return recognize_model(name)
+
+
+def served_models(table: pa.Table) -> list[ServedModel]:
+    """The models a canonical table names, most requests first (ties by name)."""
+    if "model" not in table.column_names or table.num_rows == 0:
+        return []
+    names = table.column("model").to_pylist()
+    prompts = table.column("prompt_tokens").to_pylist()
+    reqs = Counter(n for n in names if n is not None)
+    toks: Counter[str] = Counter()
+    for n, p in zip(names, prompts, strict=True):
+        if n is not None:
+            toks[n] += int(p)
+    return [
+        ServedModel(n, _recognize(n), reqs[n], toks[n])
+        for n in sorted(reqs, key=lambda n: (-reqs[n], n))
+    ]
+
+
+def _matches(m: ServedModel, wanted: str) -> bool:
+    w = wanted.strip().lower()
+    if m.name.lower() == w or m.name.lower().split("/")[-1] == w.split("/")[-1]:
+        return True
+    target = _recognize(wanted)
+    return target is not None and m.catalog_id == target
+
+
+def model_warning(models: list[ServedModel], model_flag: str | None) -> str | None:
+    """A warning when ``--model`` names a model the log does not (None when it does, or
+    when the log names none)."""
+    if not model_flag or not models or model_flag.lower().endswith(".json"):
+        return None
+    if any(_matches(m, model_flag) for m in models):
+        return None
+    names = ", ".join(m.name for m in models)
+    return (
+        f"--model {model_flag} is not a model this log names ({names}): the figures are "
+        f"priced for {model_flag}; pass --model for the served model, or --only-model NAME "
+        "to analyze one of the log's"
+    )
+
+
+def select_model(loaded, wanted: str):  # LoadedTrace -> LoadedTrace
+    """Only the requests of one model (``--only-model``): its served name, the name
+    without its organisation, or anything naming the same catalog model."""
+    models = served_models(loaded.table)
+    keep = [m.name for m in models if _matches(m, wanted)]
+    if not keep:
+        names = ", ".join(m.name for m in models) or "none"
+        raise UsageError(
+            f"--only-model {wanted}: the log names no such model", hint=f"it names: {names}"
+        )
+    mask = pc.is_in(loaded.table.column("model"), value_set=pa.array(keep, pa.string()))
+    table = loaded.table.filter(pc.fill_null(mask, False))
+    return dataclasses.replace(loaded, table=table, _trace=None)
+
+
+def per_model_reuse(loaded, opts, kv_dtype: str = "bf16") -> list[dict]:
+    """Per model the log names: requests, tokens, reuse ceilings, the exact LRU hit-ratio
+    curve and, for a catalog model, its KV bytes per token and working set in GB.
+
+    ``opts`` is the :class:`analyzer.reuse.ReuseOptions` of the whole run (its
+    ``bytes_per_token`` is replaced by each model's own)."""
+    from analyzer.cost import get_model
+    from analyzer.reuse import analyze_reuse
+    from analyzer.trace import BlockTrace
+
+    out: list[dict] = []
+    names = loaded.table.column("model")
+    for m in served_models(loaded.table):
+        table = loaded.table.filter(pc.fill_null(pc.equal(names, m.name), False))
+        trace = BlockTrace.from_table(table)
+        bpt = (
+            int(get_model(m.catalog_id).kv_bytes_per_token(dtype=kv_dtype))
+            if m.catalog_id
+            else None
+        )
+        rep = analyze_reuse(trace, dataclasses.replace(opts, bytes_per_token=bpt))
+        doc = rep.to_json()
+        out.append(
+            {
+                "model": m.name,
+                "catalog_id": m.catalog_id,
+                "requests": m.requests,
+                "prompt_tokens": m.prompt_tokens,
+                "measurable": rep.measurable,
+                "ceiling_hit_rate": round(float(rep.ceiling_hit_rate), 6),
+                "cold_ceiling_hit_rate": round(float(rep.cold_ceiling_hit_rate), 6),
+                "distinct_blocks": int(trace.n_blocks),
+                "footprint_tokens": int(rep.footprint_tokens) if rep.measurable else 0,
+                "kv_bytes_per_token": bpt,
+                "footprint_gb": (
+                    round(rep.footprint_tokens * bpt / 1e9, 6) if bpt and rep.measurable else None
+                ),
+                "hit_ratio_curve": (doc.get("curves") or {}).get("lru", []),
+            }
+        )
+    return out
+
+
+def models_document(loaded, opts, kv_dtype: str = "bf16") -> dict:
+    """The ``models`` section of ``kvpool reuse --json`` and ``report.json``."""
+    models = served_models(loaded.table)
+    doc: dict = {
+        "count": len(models),
+        "block_key_includes_model": "model"
+        in read_metadata(loaded.table).get("hash_keys", "").split(","),
+        "per_model": per_model_reuse(loaded, opts, kv_dtype) if len(models) > 1 else [],
+    }
+    if len(models) == 1:
+        m = models[0]
+        doc["per_model"] = [
+            {
+                "model": m.name,
+                "catalog_id": m.catalog_id,
+                "requests": m.requests,
+                "prompt_tokens": m.prompt_tokens,
+                "same_as_overall": True,
+            }
+        ]
+    if len(models) > 1:
+        doc["shared_pool_note"] = SHARED_POOL_NOTE
+    return doc

@@ -1,0 +1,143 @@
+"""The exact pilot commands: the log exported for replayers, and each replayer's command
+line with the export, the logged rate and the duration filled in.
+
+What each replayer does with a Mooncake-format file (checked in its source):
+
+* AIPerf 0.13.0 (``aiperf/dataset/loader/models.py`` ``MooncakeTrace``,
+  ``aiperf/timing/strategies/fixed_schedule.py``): ``--custom-dataset-type
+  mooncake_trace`` reads ``input_length``/``output_length``/``hash_ids`` and groups
+  turns by ``session_id``; a trace with timestamps runs under its fixed schedule (the
+  logged arrivals, so the logged rate). Prompts are synthesized from ``hash_ids`` so
+  requests sharing an id share that prefix.
+* SGLang 0.5.23 ``python -m sglang.bench_serving --dataset-name mooncake``
+  (``sglang/benchmark/datasets/mooncake.py``): replays ``timestamp`` only with
+  ``--backend sglang``; it builds each prompt from ``hash_ids`` (128 words a block),
+  so ``input_length`` and sessions are not reproduced, only which requests share which
+  blocks and when they arrive.
+* ``vllm bench serve`` has no Mooncake dataset (its ``--dataset-name`` choices are
+  sharegpt, burstgpt, sonnet, random, hf, custom, prefix_repetition, ...): it applies
+  to the arrival gate only, at the logged rate with the logged mean lengths, and its
+  ``--save-result`` JSON is what ``kvpool validate`` reads.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass
+
+EXPORT = "pilot-trace.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class PilotCommand:
+    tool: str
+    purpose: str
+    command: str
+    note: str
+
+    def to_json(self) -> dict:
+        return {
+            "tool": self.tool,
+            "purpose": self.purpose,
+            "command": self.command,
+            "note": self.note,
+        }
+
+
+def pilot_commands(
+    *,
+    inputs: list[str],
+    model: str,
+    rate_rps: float,
+    duration_s: float,
+    n_requests: int,
+    mean_input_tokens: float,
+    mean_output_tokens: float,
+    tokenizer: str,
+    sessions: bool,
+    url: str = "http://localhost:8000",
+) -> tuple[PilotCommand, ...]:
+    """Commands to replay the analysed log against a pilot deployment."""
+    logs = " ".join(shlex.quote(n) for n in inputs) or "LOG"
+    duration = max(1, math.ceil(duration_s))
+    # The trace records the tokenizer's name, not its path (paths stay private): a
+    # served model's tokenizer is named by a variable the user sets.
+    name, _, ratio = tokenizer.partition("*")
+    tok = "" if name in ("", "cl100k", "cl100k_base") else ' --tokenizer "$TOKENIZER"'
+    if ratio:
+        tok += f" --token-ratio {ratio}"
+    mean_in = max(1, round(mean_input_tokens))
+    mean_out = max(1, round(mean_output_tokens))
+    host, _, port = url.removeprefix("http://").partition(":")
+    return (
+        PilotCommand(
+            "kvpool",
+            "export the analysed log for the replayers",
+            f"kvpool convert {logs} --to mooncake -o {EXPORT}{tok}",
+            "input_length counts tokens of the tokenizer the analysis used"
+            + (
+                " (cl100k; --tokenizer names the served model's tokenizer instead)"
+                if name in ("", "cl100k", "cl100k_base")
+                else f" ({name}: set TOKENIZER to its path)"
+            )
+            + (
+                "; sessions are kept as session_id and delay"
+                if sessions
+                else "; the log has no sessions, so each request replays alone"
+            ),
+        ),
+        PilotCommand(
+            "AIPerf",
+            "replay the log at its logged arrivals (main and stability gates)",
+            " ".join(
+                [
+                    "aiperf profile",
+                    f"--model {shlex.quote(model)}",
+                    f"--url {url}",
+                    "--endpoint-type chat --streaming",
+                    f"--input-file {EXPORT}",
+                    "--custom-dataset-type mooncake_trace",
+                    "--fixed-schedule --fixed-schedule-auto-offset",
+                    f"--benchmark-duration {duration}",
+                ]
+            ),
+            f"{n_requests:,} requests over {duration:,} s ({rate_rps:.3g} req/s, the logged "
+            "rate, for the whole cluster: point --url at its router)",
+        ),
+        PilotCommand(
+            "SGLang bench_serving",
+            "replay arrivals and shared blocks against SGLang",
+            " ".join(
+                [
+                    "python -m sglang.bench_serving --backend sglang",
+                    f"--host {host or 'localhost'} --port {port or '30000'}",
+                    f"--model {shlex.quote(model)}",
+                    f"--dataset-name mooncake --dataset-path {EXPORT}",
+                    f"--num-prompts {n_requests}",
+                    "--use-trace-timestamps --mooncake-slowdown-factor 1",
+                    "--output-file sglang-pilot.jsonl",
+                ]
+            ),
+            "prompts are built from hash_ids (input_length and sessions are not replayed); "
+            "--request-rate is ignored for this dataset",
+        ),
+        PilotCommand(
+            "vLLM bench serve",
+            "arrival gate: the logged rate and mean lengths (no prefix reuse)",
+            " ".join(
+                [
+                    "vllm bench serve",
+                    f"--model {shlex.quote(model)}",
+                    f"--base-url {url}",
+                    "--dataset-name random",
+                    f"--random-input-len {mean_in} --random-output-len {mean_out}",
+                    f"--request-rate {rate_rps:.4g}",
+                    f"--num-prompts {n_requests}",
+                    "--save-result --result-filename baseline.json",
+                ]
+            ),
+            "vllm bench serve has no Mooncake dataset; use its JSON with "
+            "`kvpool validate baseline=baseline.json --report report.json`",
+        ),
+    )

@@ -1,0 +1,289 @@
+"""Flags that several commands share, each declared once: one name, one default, one help.
+
+A command lists the aliases it takes (``block_size: BlockSize = None``); the default
+written beside an alias is the one given here in ``DEFAULTS``, and
+``tests/test_cli_defaults.py`` checks that these equal the library's own defaults
+(:class:`~analyzer.ingest.IngestOptions`, :class:`~analyzer.replay.ClusterConfig`,
+:class:`~analyzer.advisor.AnalyzeOptions`) and the dashboard's starting controls, so that
+the same trace and flags give the same figures in every command.
+
+Only typer and the standard library are imported here: ``kvpool --help`` must not pay
+for numpy, pyarrow or numba.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+# The one default of every shared flag (flag name -> value), as the commands use them.
+DEFAULTS: dict[str, Any] = {
+    # ingest (IngestOptions)
+    "--format": None,
+    "--block-size": None,
+    "--template": "chatml",
+    "--tools-position": "in-system",
+    "--tokenizer": "cl100k",
+    "--token-ratio": 1.0,
+    "--salt-file": None,
+    "--hash-key": None,  # None: IngestOptions' own keys (the model)
+    "--time-field": None,
+    "--time-unit": "auto",
+    "--prompt-column": None,
+    "--time-column": None,
+    "--session-column": None,
+    "--strict": False,
+    "--no-exact": False,
+    "--exact-max-mib": 512,
+    # cluster (ClusterConfig)
+    "--model": "llama-3.1-8b",
+    "--gpu": "h100",
+    "--tp": 1,
+    "--instances": 4,
+    "--gpus-per-node": 8,
+    "--dram-scope": "instance",
+    "--kv-dtype": "bf16",
+    "--router": "prefix-aware",
+    "--eviction": "lru",
+    "--pool-gbps": None,
+    "--local-capacity-tokens": None,
+    "--dram-capacity-tokens": None,
+    "--pool-capacity-tokens": None,
+    "--warmup": 0.5,
+    "--ttft-slo": 2.0,
+}
+
+_CAPACITY = "tokens (1e6 style accepted) or 'unbounded'"
+
+# --- inputs ------------------------------------------------------------------------------
+
+Inputs = Annotated[
+    list[Path],
+    typer.Argument(
+        help="Request logs, public traces or canonical .parquet (gzip/zstd ok; "
+        "any format `kvpool convert` reads)."
+    ),
+]
+
+# --- ingest: how the inputs are read and hashed (IngestOptions) ------------------------
+
+Format = Annotated[
+    str | None, typer.Option("--format", help="Input format; detected per file if omitted.")
+]
+BlockSize = Annotated[
+    int | None,
+    typer.Option(
+        "--block-size",
+        help="Tokens per block (default: the input's own; 16 for text logs, 512 for Mooncake).",
+    ),
+]
+Template = Annotated[str, typer.Option("--template", help="Prompt framing: chatml | llama3.")]
+ToolsPosition = Annotated[
+    str,
+    typer.Option(
+        "--tools-position",
+        help="Where tool definitions go: in-system | after-system | before-system.",
+    ),
+]
+Tokenizer = Annotated[
+    str,
+    typer.Option(
+        "--tokenizer",
+        help="cl100k, PATH/tokenizer.json, or a Hugging Face model folder (tokenizer.json + "
+        "tokenizer_config.json): the served model's own tokenizer and chat template.",
+    ),
+]
+TokenRatio = Annotated[
+    float,
+    typer.Option("--token-ratio", help="Served-model tokens per counted token (e.g. 1.12)."),
+]
+SaltFile = Annotated[
+    Path | None,
+    typer.Option("--salt-file", help="Hashing salt, made on first use (default ./.kvpool-salt)."),
+]
+HashKey = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--hash-key",
+        help="Keys in the block hash, so these never share KV: the model always, tenant too "
+        "when given; 'none' lets every model share.",
+    ),
+]
+TimeField = Annotated[
+    str | None, typer.Option("--time-field", help="Timestamp field in JSON records (a.b.c).")
+]
+TimeUnit = Annotated[
+    str, typer.Option("--time-unit", help="Unit of numeric timestamps: auto | s | ms | us | ns.")
+]
+PromptColumn = Annotated[
+    str | None, typer.Option("--prompt-column", help="CSV column holding the prompt.")
+]
+TimeColumn = Annotated[
+    str | None, typer.Option("--time-column", help="CSV column holding the timestamp.")
+]
+SessionColumn = Annotated[
+    str | None, typer.Option("--session-column", help="CSV column holding the session id.")
+]
+Strict = Annotated[bool, typer.Option("--strict", help="Stop at the first bad row.")]
+NoExact = Annotated[
+    bool, typer.Option("--no-exact", help="Skip the token-exact LCP (for huge logs).")
+]
+ExactMaxMib = Annotated[
+    int,
+    typer.Option(
+        "--exact-max-mib", help="Memory bound of the token-exact LCP tree; past it, skipped."
+    ),
+]
+
+# --- cluster: what the trace is replayed on (ClusterConfig) ----------------------------
+
+Model = Annotated[
+    str, typer.Option("--model", help="Catalog model id (e.g. llama-3.1-70b) or a config.json.")
+]
+Gpu = Annotated[str, typer.Option("--gpu", help="Catalog GPU id (a100, h100, h200, b200, ...).")]
+Tp = Annotated[int, typer.Option("--tp", help="Tensor-parallel GPUs per instance.")]
+Instances = Annotated[int, typer.Option("--instances", help="Prefill instances in the cluster.")]
+GpusPerNode = Annotated[
+    int, typer.Option("--gpus-per-node", help="GPUs sharing one host (its DRAM, NVMe and NIC).")
+]
+DramScope = Annotated[
+    str,
+    typer.Option(
+        "--dram-scope",
+        help="instance: each engine process holds a private share of its node's DRAM "
+        "(LMCache local CPU, HiCache L2); node: one DRAM cache shared by the node's "
+        "instances (a node-local shared store).",
+    ),
+]
+KvDtype = Annotated[str, typer.Option("--kv-dtype", help="KV cache dtype: bf16 | fp8.")]
+WeightsDtype = Annotated[
+    str | None,
+    typer.Option(
+        "--weights-dtype",
+        help="Deployment precision of the weights: bf16 | fp8 | fp4 (default: the "
+        "checkpoint's); GEMMs run at it where the GPU has tensor cores for it.",
+    ),
+]
+CostProfile = Annotated[
+    str | None,
+    typer.Option(
+        "--profile",
+        help="Measured profile (`kvpool cost profile` or `kvpool cost fit`): its model, GPU, "
+        "TP and fitted prefill replace the catalog's.",
+    ),
+]
+Router = Annotated[
+    str,
+    typer.Option("--router", help="round-robin | least-loaded | session | prefix-aware."),
+]
+Eviction = Annotated[str, typer.Option("--eviction", help="Eviction policy: lru | fifo.")]
+PoolGbps = Annotated[
+    float | None,
+    typer.Option(
+        "--pool-gbps",
+        help="Per-node link to the pool, GB/s (1e9 B/s; default: the pool tier's catalog "
+        "figure, rdma-200).",
+    ),
+]
+LocalCapacity = Annotated[
+    str | None,
+    typer.Option(
+        "--local-capacity-tokens",
+        help=f"HBM prefix cache per instance, {_CAPACITY} (default: from the model and GPU).",
+    ),
+]
+DramCapacity = Annotated[
+    str | None,
+    typer.Option(
+        "--dram-capacity-tokens",
+        help=f"Host DRAM given to KV per node, all its instances together, {_CAPACITY} "
+        "(default: 512 GB of KV).",
+    ),
+]
+PoolCapacity = Annotated[
+    str | None,
+    typer.Option(
+        "--pool-capacity-tokens",
+        help=f"Whole pooled store, {_CAPACITY} (default: the nodes' DRAM, summed).",
+    ),
+]
+Warmup = Annotated[
+    float,
+    typer.Option(
+        "--warmup",
+        help="Fraction of requests that only warm the caches, not measured (0 = cold start).",
+    ),
+]
+TtftSlo = Annotated[
+    float, typer.Option("--ttft-slo", help="p90 TTFT target in seconds, for the rate search.")
+]
+
+
+def ingest_options(
+    *,
+    block_size: int | None,
+    fmt: str | None,
+    template: str,
+    tools_position: str,
+    tokenizer: str,
+    token_ratio: float,
+    salt_file: Path | None,
+    hash_key: list[str] | None,
+    time_field: str | None,
+    time_unit: str,
+    prompt_column: str | None,
+    time_column: str | None,
+    session_column: str | None,
+    strict: bool,
+    no_exact: bool,
+    exact_max_mib: int,
+) -> Any:  # analyzer.ingest.IngestOptions (imported here, not at module load)
+    """The :class:`~analyzer.ingest.IngestOptions` the ingest flags describe."""
+    from analyzer.errors import UsageError
+    from analyzer.ingest.options import IngestOptions
+
+    if exact_max_mib < 1:
+        raise UsageError(f"--exact-max-mib must be at least 1, got {exact_max_mib}")
+    return IngestOptions(
+        block_size=block_size,
+        fmt=fmt,
+        template=template,
+        tools_position=tools_position,
+        tokenizer=tokenizer,
+        token_ratio=token_ratio,
+        strict=strict,
+        salt_file=salt_file,
+        hash_keys=hash_keys(hash_key),
+        time_field=time_field,
+        time_unit=time_unit,
+        prompt_column=prompt_column,
+        time_column=time_column,
+        session_column=session_column,
+        exact=not no_exact,
+        exact_max_bytes=exact_max_mib << 20,
+    )
+
+
+def hash_keys(given: list[str] | None) -> tuple[str, ...]:
+    """The block-hash keys ``--hash-key`` asks for: the model always (engines never share
+    KV across models) plus those given, unless ``none`` is among them (then only the
+    others, so ``--hash-key none`` lets every model share)."""
+    keys = [k.strip().lower() for k in given or ()]
+    rest = tuple(dict.fromkeys(k for k in keys if k not in ("none", "model")))
+    return rest if "none" in keys else ("model", *rest)
+
+
+def capacity(value: str | None, flag: str) -> int | None:
+    """A capacity flag's token count (None when the flag was not given)."""
+    if value is None:
+        return None
+    from analyzer.replay.config import parse_capacity
+
+    return parse_capacity(value, flag)
+
+
+def input_bytes(inputs: list[Path]) -> int:
+    """Total size of the input files, for the reading progress bar."""
+    return sum(p.stat().st_size for p in inputs if p.is_file())

@@ -1,0 +1,236 @@
+"""``kvpool replay``: the trace through private caches and a pooled store, side by side."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from analyzer.cli import options as o
+from analyzer.errors import OutputError, UsageError
+
+
+def _fmt_rate(v: float | None, capped: bool) -> str:
+    if v is None:
+        return "-"
+    return (">=" if capped else "") + f"{v:.2f}x"
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:,.1f}"
+
+
+def render_table(doc: dict):  # -> rich.table.Table
+    """A readable table of the replay JSON: one column per scenario, one row per figure
+    (so that it fits a narrow terminal)."""
+    from rich.table import Table
+
+    scen = doc["scenarios"]
+    table = Table(title="Cluster replay", title_justify="left")
+    table.add_column("", no_wrap=True)
+    for name in scen:
+        table.add_column(name, justify="right", no_wrap=True)
+
+    def ttft(s: dict, key: str) -> str:
+        v = s["ttft_s"][key]
+        return "-" if v is None else f"{v:.2f}"
+
+    rows: list[tuple[str, object]] = [
+        ("hit rate", lambda s: f"{s['hit_rate']:.1%}"),
+    ]
+    for tier in ("hbm", "dram", "nvme", "pool"):
+        if any(s["hit_rate_by_tier"][tier] for s in scen.values()):
+            rows.append((f"  from {tier}", lambda s, t=tier: f"{s['hit_rate_by_tier'][t]:.1%}"))
+    rows += [
+        ("TTFT mean s", lambda s: ttft(s, "mean")),
+        ("TTFT p50 s", lambda s: ttft(s, "p50")),
+        ("TTFT p90 s", lambda s: ttft(s, "p90")),
+        ("TTFT p99 s", lambda s: ttft(s, "p99")),
+        ("prefill GPU-s", lambda s: f"{s['prefill_gpu_s']:,.0f}"),
+        ("network GB", lambda s: _gb(s["network_bytes"])),
+        ("peak link util.", lambda s: f"{s['peak_link_utilisation']:.0%}"),
+        ("dup. KV GB (avg)", lambda s: _gb(s["duplicated_kv_bytes"]["time_avg"])),
+        (
+            "max rate @SLO",
+            lambda s: _fmt_rate(
+                s["max_rate_scale_at_slo"], bool((s.get("rate_search") or {}).get("capped"))
+            ),
+        ),
+    ]
+    for label, fn in rows:
+        table.add_row(label, *(fn(s) for s in scen.values()))  # type: ignore[operator]
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    """Add this command group to the ``kvpool`` app."""
+    app.command("replay")(replay)
+
+
+def replay(
+    inputs: o.Inputs,
+    model: o.Model = "llama-3.1-8b",
+    gpu: o.Gpu = "h100",
+    instances: o.Instances = 4,
+    tp: o.Tp = 1,
+    gpus_per_node: o.GpusPerNode = 8,
+    dram_scope: o.DramScope = "instance",
+    kv_dtype: o.KvDtype = "bf16",
+    router: o.Router = "prefix-aware",
+    scenarios: Annotated[
+        str,
+        typer.Option(
+            "--scenarios", help="Comma-separated scenario names (standard or from --config)."
+        ),
+    ] = "none,local,local+dram,pooled",
+    local_capacity: o.LocalCapacity = None,
+    dram_capacity: o.DramCapacity = None,
+    pool_capacity: o.PoolCapacity = None,
+    pool_gbps: o.PoolGbps = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="TOML or JSON file with user-defined [[scenario]] entries."),
+    ] = None,
+    time_scale: Annotated[
+        float,
+        typer.Option("--time-scale", help="Multiply inter-arrival times (0.5 = twice the rate)."),
+    ] = 1.0,
+    ttft_slo: o.TtftSlo = 2.0,
+    eviction: o.Eviction = "lru",
+    write_policy: Annotated[
+        str, typer.Option("--write-policy", help="write-through | on-evict.")
+    ] = "write-through",
+    warmup: o.Warmup = 0.5,
+    search: Annotated[
+        bool, typer.Option("--search/--no-search", help="Search the highest rate meeting the SLO.")
+    ] = True,
+    workers: Annotated[
+        int,
+        typer.Option("--workers", help="Processes running scenarios at once (0: half the CPUs)."),
+    ] = 0,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write the full results as JSON.")
+    ] = None,
+    block_size: o.BlockSize = None,
+    fmt: o.Format = None,
+    template: o.Template = "chatml",
+    tools_position: o.ToolsPosition = "in-system",
+    tokenizer: o.Tokenizer = "cl100k",
+    token_ratio: o.TokenRatio = 1.0,
+    salt_file: o.SaltFile = None,
+    hash_key: o.HashKey = None,
+    time_field: o.TimeField = None,
+    time_unit: o.TimeUnit = "auto",
+    prompt_column: o.PromptColumn = None,
+    time_column: o.TimeColumn = None,
+    session_column: o.SessionColumn = None,
+    strict: o.Strict = False,
+    no_exact: o.NoExact = False,
+    exact_max_mib: o.ExactMaxMib = 512,
+) -> None:
+    """Replay the trace through a model of the cluster, once per deployment option.
+
+    Compares no cache, per-instance HBM caches, HBM plus host DRAM, and HBM plus a
+    pooled store: hit rates by tier, TTFT, prefill GPU-seconds, link traffic,
+    duplicated KV and the highest rate meeting the TTFT SLO. Decode is not modelled.
+    """
+    from rich.console import Console
+
+    from analyzer.ingest import open_trace
+    from analyzer.progress import progress
+    from analyzer.replay import ClusterConfig, load_scenarios, run_replay, select_scenarios
+    from analyzer.replay.run import MAX_RUNS
+
+    if block_size is not None and block_size < 1:
+        raise UsageError("--block-size must be at least 1")
+    cfg = ClusterConfig(
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        instances=instances,
+        gpus_per_node=gpus_per_node,
+        dram_scope=dram_scope,
+        kv_dtype=kv_dtype,
+        router=router,
+        eviction=eviction,
+        write_policy=write_policy,
+        pool_gbps=pool_gbps,
+        time_scale=time_scale,
+        warmup_fraction=warmup,
+        local_capacity_tokens=o.capacity(local_capacity, "--local-capacity-tokens"),
+        dram_capacity_tokens=o.capacity(dram_capacity, "--dram-capacity-tokens"),
+        pool_capacity_tokens=o.capacity(pool_capacity, "--pool-capacity-tokens"),
+    )
+    extra = load_scenarios(config) if config is not None else []
+    specs = select_scenarios(scenarios, extra)
+    # Fail on an unknown model/GPU before reading a large trace.
+    from analyzer.cost import CostModel
+
+    CostModel.from_catalog(model, gpu, tp=tp, kv_dtype=cfg.kv_dtype, mfu=cfg.mfu)
+
+    ingest = o.ingest_options(
+        block_size=block_size,
+        fmt=fmt,
+        template=template,
+        tools_position=tools_position,
+        tokenizer=tokenizer,
+        token_ratio=token_ratio,
+        salt_file=salt_file,
+        hash_key=hash_key,
+        time_field=time_field,
+        time_unit=time_unit,
+        prompt_column=prompt_column,
+        time_column=time_column,
+        session_column=session_column,
+        strict=strict,
+        no_exact=no_exact,
+        exact_max_mib=exact_max_mib,
+    )
+    with progress("reading", o.input_bytes(inputs) or None, unit="bytes") as advance:
+        loaded = open_trace(inputs, ingest, advance=advance)
+    trace = loaded.trace
+    console = Console(stderr=True)
+    if loaded.skipped.total:
+        console.print(f"[yellow]skipped {loaded.skipped}[/]", highlight=False)
+    if trace.count_only:
+        console.print(
+            "[yellow]this trace has lengths only (no prefix hashes): no request can hit "
+            "a cache, so every scenario shows the no-cache timing[/]"
+        )
+    if workers < 0:
+        raise UsageError("--workers must be 0 (auto) or more")
+    if workers == 0:
+        import os
+
+        workers = max(1, min(len(specs), (os.cpu_count() or 2) // 2))
+    runs = 1 + (MAX_RUNS if search else 0)
+    with progress(
+        "replaying", trace.n_requests * len(specs) * runs or None, unit="requests"
+    ) as advance:
+        result = run_replay(
+            trace,
+            cfg,
+            scenarios=specs,
+            ttft_slo_s=ttft_slo,
+            search_rate=search,
+            advance=advance,
+            workers=workers,
+        )
+    doc = result.to_json()
+    doc["inputs"] = [str(p) for p in inputs]
+    doc["skipped"] = loaded.skipped.total
+    Console().print(render_table(doc))
+    Console().print(
+        f"{trace.n_requests:,} requests, block size {trace.block_size}, "
+        f"{cfg.instances} x {cfg.tp} {gpu} ({model}); max rate: highest multiple of the "
+        f"trace's arrival rate with p90 TTFT <= {ttft_slo:g} s. Decode is not modelled.",
+        highlight=False,
+    )
+    if json_out is not None:
+        try:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_text(json.dumps(doc, indent=2) + "\n")
+        except OSError as exc:
+            raise OutputError(f"cannot write {json_out}: {exc.strerror or exc}") from exc

@@ -1,0 +1,402 @@
+"""The reference table: published measurements, the model's predictions and its error.
+
+``models/measurements.toml`` holds measured first-token latencies, prefill throughputs and
+link bandwidths, each with its public source. This module reads it, predicts every row
+with the cost model, fits the engine model's free constants (analyzer/cost/engine.py) on
+the prefill rows, and measures the error that matters: the **leave-one-out** error, each
+row predicted by constants fitted on all the other rows. ``kvpool cost check`` prints it;
+:mod:`analyzer.cost.uncertainty` turns it into ranges on every figure the tool prints.
+
+Fitting is a least-squares on ``log(prediction / measurement)`` (relative error, as the
+rows span 7 ms to 2.6 s) over the logarithms of the constants, from a fixed start, so the
+result is deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from analyzer.cost.catalog import get_tier, models_dir
+from analyzer.cost.engine import DEFAULT_ENGINE, FITTED, EngineConstants
+from analyzer.errors import InputError, Location
+
+QUANTITIES = ("ttft_s", "prefill_tokens_per_s")
+PARALLELISMS = ("tp", "dp-attention+ep")
+# the fit starts here (not at the shipped defaults, so that a test refitting from scratch
+# checks those defaults) and stays inside these bounds
+_START = {
+    "gemm_eff_bf16": 0.5,
+    "gemm_eff_fp8": 0.5,
+    "gemm_half_tokens": 64.0,
+    "layer_step_s": 1e-4,
+    "moe_eff": 0.5,
+}
+_BOUNDS = {
+    "gemm_eff_bf16": (0.01, 1.0),
+    "gemm_eff_fp8": (0.01, 1.0),
+    "gemm_half_tokens": (1e-3, 1e5),
+    "layer_step_s": (1e-7, 1e-2),
+    "moe_eff": (0.01, 1.0),
+}
+
+
+def measurements_path() -> Path:
+    return models_dir() / "measurements.toml"
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillRow:
+    """One published prefill measurement (see the header of models/measurements.toml)."""
+
+    id: str
+    model: str
+    gpu: str
+    tp: int
+    parallelism: str
+    weights_dtype: str
+    kv_dtype: str
+    engine: str
+    engine_version: str
+    prompt_tokens: int
+    cached_tokens: int
+    batch: int
+    quantity: str
+    value: float
+    source: str
+    url: str
+
+    @property
+    def is_moe(self) -> bool:
+        from analyzer.cost.catalog import get_model
+
+        return get_model(self.model).is_moe
+
+
+@dataclass(frozen=True, slots=True)
+class LinkRow:
+    """One published link bandwidth, against the catalog tier it would be priced with."""
+
+    id: str
+    tier: str
+    links: int
+    measured_gbps: float
+    engine: str
+    source: str
+    url: str
+
+    @property
+    def predicted_gbps(self) -> float:
+        return get_tier(self.tier).bandwidth_gbps * self.links
+
+
+@dataclass(frozen=True, slots=True)
+class Measurements:
+    prefill: tuple[PrefillRow, ...]
+    links: tuple[LinkRow, ...]
+    path: str
+
+
+_PREFILL_FIELDS: dict[str, type] = {
+    "id": str,
+    "model": str,
+    "gpu": str,
+    "tp": int,
+    "parallelism": str,
+    "weights_dtype": str,
+    "kv_dtype": str,
+    "engine": str,
+    "engine_version": str,
+    "prompt_tokens": int,
+    "cached_tokens": int,
+    "batch": int,
+    "quantity": str,
+    "value": float,
+    "source": str,
+    "url": str,
+}
+_LINK_FIELDS: dict[str, type] = {
+    "id": str,
+    "tier": str,
+    "links": int,
+    "measured_gbps": float,
+    "engine": str,
+    "source": str,
+    "url": str,
+}
+
+
+def _row(entry: Any, spec: dict[str, type], where: str, index: int, table: str) -> dict:
+    if not isinstance(entry, dict):
+        raise InputError(f"[[{table}]] #{index + 1} is not a table", Location(where))
+    out: dict[str, Any] = {}
+    name = entry.get("id", f"#{index + 1}")
+    for key, kind in spec.items():
+        value = entry.get(key)
+        ok = isinstance(value, kind) and not isinstance(value, bool)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value, ok = float(value), True
+        if not ok:
+            raise InputError(
+                f"[[{table}]] '{name}': field '{key}' must be a {kind.__name__}, got {value!r}",
+                Location(where, None, key),
+            )
+        if kind in (int, float) and not value > 0 and key != "cached_tokens":
+            raise InputError(
+                f"[[{table}]] '{name}': field '{key}' must be positive, got {value!r}",
+                Location(where, None, key),
+            )
+        out[key] = value
+    return out
+
+
+def load_measurements(path: str | Path | None = None) -> Measurements:
+    """Read and validate the reference table (InputError naming the row and field)."""
+    p = Path(path) if path is not None else measurements_path()
+    where = str(p)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InputError(f"reference table not found: {p}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read reference table {p}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"reference table is not valid TOML: {exc}", Location(where)) from None
+    prefill = []
+    seen: set[str] = set()
+    for i, entry in enumerate(data.get("prefill", [])):
+        r = _row(entry, _PREFILL_FIELDS, where, i, "prefill")
+        if r["quantity"] not in QUANTITIES:
+            raise InputError(
+                f"[[prefill]] '{r['id']}': quantity must be one of {', '.join(QUANTITIES)}",
+                Location(where, None, "quantity"),
+            )
+        if r["parallelism"] not in PARALLELISMS:
+            raise InputError(
+                f"[[prefill]] '{r['id']}': parallelism must be one of {', '.join(PARALLELISMS)}",
+                Location(where, None, "parallelism"),
+            )
+        if r["cached_tokens"] < 0 or r["cached_tokens"] >= r["prompt_tokens"]:
+            raise InputError(
+                f"[[prefill]] '{r['id']}': cached_tokens must be in [0, prompt_tokens)",
+                Location(where, None, "cached_tokens"),
+            )
+        prefill.append(PrefillRow(**r))
+    links = [
+        LinkRow(**_row(e, _LINK_FIELDS, where, i, "link"))
+        for i, e in enumerate(data.get("link", []))
+    ]
+    for r in [*prefill, *links]:
+        if r.id in seen:
+            raise InputError(f"duplicate row id '{r.id}'", Location(where, None, "id"))
+        seen.add(r.id)
+    if not prefill:
+        raise InputError("the reference table has no [[prefill]] rows", Location(where))
+    return Measurements(tuple(prefill), tuple(links), where)
+
+
+# ---------------------------------------------------------------------------------------
+# predictions
+
+
+@lru_cache(maxsize=256)
+def _cost_model(row: PrefillRow):
+    from analyzer.cost.model import CostModel
+
+    return CostModel.from_catalog(
+        row.model,
+        row.gpu,
+        tp=row.tp,
+        kv_dtype=row.kv_dtype,
+        weight_dtype=row.weights_dtype,
+        expert_parallel=row.parallelism == "dp-attention+ep",
+        overhead_s=0.0,
+    )
+
+
+def predict(row: PrefillRow, engine: EngineConstants = DEFAULT_ENGINE) -> float:
+    """The model's value of ``row.quantity`` for the row's deployment.
+
+    TTFTs are timed inside the engine in every source, so no per-request server overhead
+    is added; a throughput row is the batch's prompt tokens over one forward's time.
+    """
+    cm = _cost_model(row)
+    new = row.prompt_tokens - row.cached_tokens
+    t = cm.engine_compute_s(new, row.cached_tokens, row.batch, engine)
+    if row.quantity == "ttft_s":
+        return t
+    return new * row.batch / t
+
+
+def ratio(row: PrefillRow, engine: EngineConstants = DEFAULT_ENGINE) -> float:
+    """prediction / measurement, always as a ratio of TIMES (>1: the model is too slow).
+
+    For throughput rows this is measurement / prediction, so that every ratio reads the
+    same way: above 1 the model overestimates the time a prefill takes.
+    """
+    p = predict(row, engine)
+    return p / row.value if row.quantity == "ttft_s" else row.value / p
+
+
+def roofline_ratio(row: PrefillRow) -> float:
+    """The time ratio of the plain roofline this model replaced: bf16 peak, MFU 0.5 dense /
+    0.35 MoE, the checkpoint's weights, 10 ms of overhead on TTFT rows."""
+    from analyzer.cost.model import CostModel, default_mfu
+
+    cm = CostModel.from_catalog(
+        row.model,
+        row.gpu,
+        tp=row.tp,
+        kv_dtype=row.kv_dtype,
+        mfu=default_mfu(_cost_model(row).model),
+        compute_dtype="bf16",
+    )
+    new = row.prompt_tokens - row.cached_tokens
+    if row.quantity == "ttft_s":
+        return cm.prefill_time_s(new, row.cached_tokens, row.batch) / row.value
+    return row.value / (new * row.batch / cm.compute_time_s(new, row.cached_tokens, row.batch))
+
+
+def fit_engine(
+    rows: tuple[PrefillRow, ...], base: EngineConstants = DEFAULT_ENGINE
+) -> EngineConstants:
+    """Least-squares fit of the FITTED constants on ``rows`` (relative error, log space)."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    names = [n for n in FITTED if _used(n, rows)]
+    lo = np.log([_BOUNDS[n][0] for n in names])
+    hi = np.log([_BOUNDS[n][1] for n in names])
+    x0 = np.log([_START[n] for n in names])
+
+    def residuals(x):
+        e = base.with_values(dict(zip(names, np.exp(x), strict=True)))
+        return [math.log(ratio(r, e)) for r in rows]
+
+    res = least_squares(residuals, x0, bounds=(lo, hi), method="trf", xtol=1e-12, ftol=1e-12)
+    values = {n: float(v) for n, v in zip(names, np.exp(res.x), strict=True)}
+    return base.with_values(values)
+
+
+def _used(name: str, rows: tuple[PrefillRow, ...]) -> bool:
+    """Whether any row informs ``name`` (a constant no row touches keeps its default)."""
+    if name == "gemm_eff_bf16":
+        return any(_cost_model(r).compute_dtype == "bf16" for r in rows)
+    if name == "gemm_eff_fp8":
+        return any(_cost_model(r).compute_dtype != "bf16" for r in rows)
+    if name == "moe_eff":
+        return any(r.is_moe for r in rows)
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedRow:
+    row: PrefillRow
+    predicted: float  # with the constants fitted on every row
+    ratio: float  # time ratio, prediction / measurement
+    loo_predicted: float  # with the constants fitted on every other row
+    loo_ratio: float
+    roofline_ratio: float  # the plain roofline (bf16 peak x default MFU), for comparison
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    rows: tuple[CheckedRow, ...]
+    links: tuple[LinkRow, ...]
+    fitted: EngineConstants  # on every row
+    path: str
+
+    @property
+    def loo_median_error(self) -> float:
+        """Median of |LOO ratio - 1| over the prefill rows."""
+        return statistics.median(abs(r.loo_ratio - 1) for r in self.rows)
+
+    @property
+    def loo_worst_factor(self) -> float:
+        """The largest max(ratio, 1/ratio) among the LOO predictions."""
+        return max(max(r.loo_ratio, 1 / r.loo_ratio) for r in self.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.path,
+            "fitted_constants": self.fitted.to_json(),
+            "prefill": [
+                {
+                    "id": c.row.id,
+                    "model": c.row.model,
+                    "gpu": c.row.gpu,
+                    "tp": c.row.tp,
+                    "parallelism": c.row.parallelism,
+                    "weights_dtype": c.row.weights_dtype,
+                    "engine": f"{c.row.engine} {c.row.engine_version}",
+                    "prompt_tokens": c.row.prompt_tokens,
+                    "cached_tokens": c.row.cached_tokens,
+                    "batch": c.row.batch,
+                    "quantity": c.row.quantity,
+                    "measured": c.row.value,
+                    "predicted": c.predicted,
+                    "ratio": c.ratio,
+                    "loo_predicted": c.loo_predicted,
+                    "loo_ratio": c.loo_ratio,
+                    "roofline_ratio": c.roofline_ratio,
+                    "source": c.row.source,
+                    "url": c.row.url,
+                }
+                for c in self.rows
+            ],
+            "links": [
+                {
+                    "id": r.id,
+                    "tier": r.tier,
+                    "links": r.links,
+                    "measured_gbps": r.measured_gbps,
+                    "predicted_gbps": r.predicted_gbps,
+                    "ratio": r.predicted_gbps / r.measured_gbps,
+                    "source": r.source,
+                    "url": r.url,
+                }
+                for r in self.links
+            ],
+            "summary": {
+                "prefill_rows": len(self.rows),
+                "loo_median_abs_error": self.loo_median_error,
+                "loo_worst_factor": self.loo_worst_factor,
+                "loo_within_1_5x": sum(1 for r in self.rows if 1 / 1.5 <= r.loo_ratio <= 1.5),
+            },
+        }
+
+
+def check(path: str | Path | None = None) -> CheckResult:
+    """Predict every row, fit on all rows, and leave each row out in turn."""
+    m = load_measurements(path)
+    return _check(m)
+
+
+@lru_cache(maxsize=4)
+def _check(m: Measurements) -> CheckResult:
+    fitted = fit_engine(m.prefill)
+    out = []
+    for i, row in enumerate(m.prefill):
+        others = m.prefill[:i] + m.prefill[i + 1 :]
+        loo = fit_engine(others)
+        out.append(
+            CheckedRow(
+                row=row,
+                predicted=predict(row, fitted),
+                ratio=ratio(row, fitted),
+                loo_predicted=predict(row, loo),
+                loo_ratio=ratio(row, loo),
+                roofline_ratio=roofline_ratio(row),
+            )
+        )
+    return CheckResult(tuple(out), m.links, fitted, m.path)
+
+
+def default_check() -> CheckResult:
+    """The shipped table's check, computed once per process."""
+    return _check(load_measurements())

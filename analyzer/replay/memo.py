@@ -1,0 +1,193 @@
+"""Replays remembered per scenario, keyed by exactly the settings each scenario reads.
+
+A what-if tool changes one setting at a time. Most settings matter to only some of the
+deployment options: the pool's bandwidth never reaches the ``local`` or ``none``
+scenarios, the host DRAM link never reaches ``local``. :class:`ReplayMemo` keeps each
+scenario's result under a key from which the settings it never reads are removed
+(:func:`scenario_key`), so a change re-runs only the scenarios it can move; the others
+come back from memory. ``ReplayMemo.run`` takes the same arguments as
+:func:`analyzer.replay.run_replay` and returns the same result: a remembered scenario is
+re-resolved for the settings asked (its capacities and links are reported as asked),
+and its simulation, which those settings cannot reach, is reused; a replay with the rate
+search also answers the same replay without it (its first run). ``tests/test_replay_memo``
+checks that against a fresh replay for every setting the key leaves out.
+
+The memo is bounded (least recently used entries go first) and safe to share between
+threads (the dashboard prefetches likely next settings in the background).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import fields, replace
+
+from analyzer.progress import Advance
+from analyzer.replay.config import (
+    STANDARD_SCENARIOS,
+    ClusterConfig,
+    ScenarioSpec,
+    select_scenarios,
+)
+
+# Settings only a tier's scenarios read. The pool's default capacity is the nodes' DRAM
+# summed, so a pooled scenario keeps the DRAM sizes in its key.
+POOL_FIELDS = frozenset(
+    {"pool_capacity_tokens", "pool_tier", "pool_gbps", "pool_aggregate_gbps", "pool_latency_s"}
+)
+DRAM_FIELDS = frozenset(
+    {
+        "dram_capacity_tokens",
+        "dram_scope",
+        "dram_capacity_gb",
+        "dram_tier",
+        "dram_gbps",
+        "dram_latency_s",
+    }
+)
+NVME_FIELDS = frozenset(
+    {"nvme_capacity_tokens", "nvme_capacity_gb", "nvme_tier", "nvme_gbps", "nvme_latency_s"}
+)
+_DEFAULTS = {f.name: f.default for f in fields(ClusterConfig)}
+
+
+def unread_fields(spec: ScenarioSpec) -> frozenset[str]:
+    """The cluster settings a scenario's replay never reads."""
+    out: set[str] = set()
+    if not spec.pool:
+        out |= POOL_FIELDS
+    if not spec.dram and not spec.pool:
+        out |= DRAM_FIELDS
+    if not spec.nvme:
+        out |= NVME_FIELDS
+    return frozenset(out)
+
+
+def scenario_key(cfg: ClusterConfig, spec: ScenarioSpec) -> ClusterConfig:
+    """``cfg`` with the settings ``spec`` never reads put back to their defaults."""
+    return replace(cfg, **{name: _DEFAULTS[name] for name in unread_fields(spec)})
+
+
+class ReplayMemo:
+    """Per-scenario replay results, remembered under :func:`scenario_key`."""
+
+    def __init__(self, max_entries: int = 96) -> None:
+        self.max_entries = max_entries
+        self._lock = threading.Lock()
+        self._results: OrderedDict[Hashable, object] = OrderedDict()
+        self.runs = 0  # scenarios actually simulated (misses)
+        self.hits = 0
+
+    def _key(self, trace_key, cost_key, cfg, spec, slo, search) -> Hashable:
+        return (trace_key, cost_key, scenario_key(cfg, spec), spec, slo if search else None, search)
+
+    def known(
+        self,
+        trace_key: Hashable,
+        cost_key: Hashable,
+        cfg: ClusterConfig,
+        scenario: str | ScenarioSpec,
+        ttft_slo_s: float,
+        search_rate: bool,
+    ) -> bool:
+        """Whether this scenario's replay is remembered."""
+        (spec,) = select_scenarios([scenario])
+        with self._lock:
+            return (
+                self._key(trace_key, cost_key, cfg, spec, ttft_slo_s, search_rate) in self._results
+            )
+
+    def run(
+        self,
+        trace,
+        cfg: ClusterConfig,
+        scenarios=tuple(STANDARD_SCENARIOS),
+        ttft_slo_s: float = 2.0,
+        search_rate: bool = True,
+        advance: Advance | None = None,
+        cost=None,
+        workers: int = 1,
+        *,
+        trace_key: Hashable,
+        cost_key: Hashable | None = None,
+        on_run: Callable[[str], None] | None = None,
+    ):
+        """:func:`run_replay` with remembered scenarios reused.
+
+        ``trace_key`` names the trace (its content hash); ``cost_key`` the cost model when
+        one is given (None: the catalog model of ``cfg``). ``on_run(name)`` is called for
+        every scenario that is really simulated."""
+        from analyzer.replay.run import ReplayResult, resolve, run_replay
+
+        specs = select_scenarios(scenarios)
+        ck = (
+            cost_key
+            if cost is not None
+            else ("catalog", cfg.model, cfg.gpu, cfg.tp, cfg.kv_dtype, cfg.mfu)
+        )
+        keys = {s.name: self._key(trace_key, ck, cfg, s, ttft_slo_s, search_rate) for s in specs}
+        with self._lock:
+            found = {n: self._results[k] for n, k in keys.items() if k in self._results}
+            for k in keys.values():
+                if k in self._results:
+                    self._results.move_to_end(k)
+        missing = [s for s in specs if s.name not in found]
+        fresh = None
+        if missing:
+            for s in missing:
+                if on_run is not None:
+                    on_run(s.name)
+            fresh = run_replay(
+                trace,
+                cfg,
+                scenarios=missing,
+                ttft_slo_s=ttft_slo_s,
+                search_rate=search_rate,
+                advance=advance,
+                cost=cost,
+                workers=workers,
+            )
+            with self._lock:
+                self.runs += len(missing)
+                for s in missing:
+                    got = fresh.scenarios[s.name]
+                    self._results[keys[s.name]] = got
+                    self._results.move_to_end(keys[s.name])
+                    if search_rate:  # its first run is the replay without the search
+                        plain = self._key(trace_key, ck, cfg, s, ttft_slo_s, False)
+                        self._results.setdefault(plain, type(got)(s, got.resolved, got.stats, None))
+                while len(self._results) > self.max_entries:
+                    self._results.popitem(last=False)
+        with self._lock:
+            self.hits += len(found)
+        if fresh is not None and not found:
+            return fresh
+        if cost is None:
+            from analyzer.cost import CostModel
+
+            cost = CostModel.from_catalog(
+                cfg.model,
+                cfg.gpu,
+                tp=cfg.tp,
+                kv_dtype=cfg.kv_dtype,
+                mfu=cfg.mfu,
+                weight_dtype=cfg.weights_dtype,
+            )
+        result = ReplayResult(
+            cluster=cfg,
+            ttft_slo_s=ttft_slo_s,
+            block_size=trace.block_size,
+            n_requests=trace.n_requests,
+            bytes_per_token=int(cost.bytes_per_token),
+        )
+        for s in specs:
+            if s.name in found:
+                old = found[s.name]
+                # The settings as asked (capacities, links in the JSON); the simulation
+                # is the remembered one, which the differing settings cannot reach.
+                res = resolve(cfg, s, trace.block_size, cost=cost)
+                result.scenarios[s.name] = type(old)(s, res, old.stats, old.search)
+            else:
+                result.scenarios[s.name] = fresh.scenarios[s.name]
+        return result

@@ -1,0 +1,91 @@
+"""The import graph follows the layers the README documents: a package imports only
+packages on its own row or above, nothing in analyzer/ imports Streamlit or the app
+(the CLI's dashboard command aside), and `import analyzer.cli` stays light."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ANALYZER = ROOT / "analyzer"
+
+# The rows of README.md "Layout", top (1) to bottom (7).
+LAYERS = {
+    "__init__": 1,
+    "errors": 1,
+    "progress": 1,
+    "trace": 1,
+    "tokenize": 2,
+    "blocks": 2,
+    "cost": 2,
+    "synth": 2,
+    "ingest": 3,
+    "reuse": 3,
+    "replay": 4,
+    "advisor": 5,
+    "report": 6,
+    "cli": 7,
+}
+
+
+def _package(path: Path) -> str:
+    return path.relative_to(ANALYZER).parts[0].removesuffix(".py")
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """Every absolute import in the file, including those inside functions."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.lineno, node.module))
+    return out
+
+
+def test_every_package_has_a_layer():
+    found = {_package(p) for p in ANALYZER.rglob("*.py")}
+    assert found <= set(LAYERS), f"add {sorted(found - set(LAYERS))} to README and LAYERS"
+
+
+def test_no_upward_imports():
+    bad = []
+    for path in sorted(ANALYZER.rglob("*.py")):
+        src = _package(path)
+        for line, module in _imports(path):
+            top = module.split(".")[0]
+            where = f"{path.relative_to(ROOT)}:{line}: {module}"
+            if top in ("app", "streamlit") and src != "cli":
+                bad.append(where)
+            if top != "analyzer" or module == "analyzer":
+                continue
+            dst = module.split(".")[1]
+            if dst in LAYERS and LAYERS[dst] > LAYERS[src]:
+                bad.append(where)
+    assert not bad, "imports of a higher layer:\n" + "\n".join(bad)
+
+
+def test_only_the_dashboard_command_imports_the_app():
+    users = sorted(
+        str(p.relative_to(ROOT))
+        for p in ANALYZER.rglob("*.py")
+        if any(m.split(".")[0] in ("app", "streamlit") for _, m in _imports(p))
+    )
+    assert users == ["analyzer/cli/__init__.py"]
+
+
+def test_the_command_layer_loads_no_heavy_library():
+    """`kvpool --help` pays for typer and rich only: numba, numpy, pyarrow, polars and
+    streamlit are imported by the commands that use them."""
+    code = (
+        "import sys, analyzer.cli\n"
+        "heavy = ('numba', 'numpy', 'pyarrow', 'polars', 'streamlit', 'sklearn', 'tiktoken')\n"
+        "print(' '.join(sorted(m for m in heavy if m in sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert out.stdout.strip() == ""

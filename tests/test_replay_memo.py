@@ -1,0 +1,112 @@
+"""ReplayMemo: a remembered scenario gives exactly what a fresh replay gives, for every
+setting its key leaves out (the oracle is ``run_replay`` itself)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+from test_replay_helpers import build_trace, chained_requests
+
+from analyzer.replay import STANDARD_SCENARIOS, ClusterConfig, run_replay
+from analyzer.replay.memo import ReplayMemo, scenario_key, unread_fields
+
+# A value other than the default for every setting some scenario does not read.
+CHANGED = {
+    "pool_capacity_tokens": 20_000,
+    "pool_tier": "tcp",
+    "pool_gbps": 3.0,
+    "pool_aggregate_gbps": 40.0,
+    "pool_latency_s": 2e-3,
+    "dram_capacity_tokens": 30_000,
+    "dram_scope": "node",
+    "dram_capacity_gb": 8.0,
+    "dram_tier": "pcie-gen4-dram",
+    "dram_gbps": 4.0,
+    "dram_latency_s": 5e-4,
+    "nvme_capacity_tokens": 50_000,
+    "nvme_capacity_gb": 100.0,
+    "nvme_tier": "nvme-gen5",
+    "nvme_gbps": 1.5,
+    "nvme_latency_s": 1e-3,
+}
+
+
+@pytest.fixture(scope="module")
+def trace():
+    rng = random.Random(7)
+    spec = [(rng.randrange(60), rng.randrange(0, 40), rng.randrange(1, 30)) for _ in range(160)]
+    blocks = chained_requests(spec)
+    arrivals = [0.05 * i for i in range(len(blocks))]
+    return build_trace(blocks, block_size=16, arrivals=arrivals)
+
+
+BASE = ClusterConfig(
+    model="llama-3.1-8b",
+    gpu="h100",
+    instances=4,
+    gpus_per_node=2,
+    local_capacity_tokens=4_000,
+    dram_capacity_tokens=12_000,
+)
+
+
+def test_every_changed_value_differs_from_the_default() -> None:
+    for name, value in CHANGED.items():
+        assert getattr(BASE, name) != value, name
+    assert set(CHANGED) >= set().union(*(unread_fields(s) for s in STANDARD_SCENARIOS.values()))
+
+
+@pytest.mark.parametrize("name", list(STANDARD_SCENARIOS))
+def test_remembered_scenario_equals_a_fresh_replay(trace, name: str) -> None:
+    spec = STANDARD_SCENARIOS[name]
+    memo = ReplayMemo()
+    first = memo.run(trace, BASE, [name], search_rate=False, trace_key="t").to_json()
+    assert memo.runs == 1
+    tiers = first["scenarios"][name]["hit_rate_by_tier"]
+    assert all(tiers[t] > 0 for t in ("dram", "pool") if t in first["scenarios"][name]["tiers"])
+    for field in sorted(unread_fields(spec)):
+        other = replace(BASE, **{field: CHANGED[field]})
+        assert scenario_key(other, spec) == scenario_key(BASE, spec)
+        got = memo.run(trace, other, [name], search_rate=False, trace_key="t").to_json()
+        fresh = run_replay(trace, other, scenarios=[name], search_rate=False).to_json()
+        assert got == fresh, f"{name} after changing {field}"
+    assert memo.runs == 1  # none of those changes re-ran the scenario
+
+
+def test_a_setting_the_scenario_reads_reruns_it(trace) -> None:
+    memo = ReplayMemo()
+    first = memo.run(trace, BASE, ["pooled", "local"], search_rate=False, trace_key="t")
+    assert memo.runs == 2
+    pooled = first.to_json()["scenarios"]["pooled"]
+    assert pooled["hit_rate_by_tier"]["pool"] > 0  # the pool is used, so its link matters
+    faster = replace(BASE, pool_gbps=3.0)
+    got = memo.run(trace, faster, ["pooled", "local"], search_rate=False, trace_key="t")
+    assert memo.runs == 3  # only the pool re-ran
+    fresh = run_replay(trace, faster, scenarios=["pooled", "local"], search_rate=False)
+    assert got.to_json() == fresh.to_json()
+    assert got.to_json()["scenarios"]["pooled"]["ttft_s"] != pooled["ttft_s"]
+    memo.run(trace, BASE, ["local"], search_rate=False, trace_key="other trace")
+    assert memo.runs == 4  # another trace is another key
+
+
+def test_rate_search_is_keyed_by_the_slo(trace) -> None:
+    memo = ReplayMemo()
+    a = memo.run(trace, BASE, ["local"], ttft_slo_s=2.0, trace_key="t")
+    memo.run(trace, BASE, ["local"], ttft_slo_s=2.0, trace_key="t")
+    assert memo.runs == 1
+    b = memo.run(trace, BASE, ["local"], ttft_slo_s=0.05, trace_key="t")
+    assert memo.runs == 2
+    assert b.to_json() == run_replay(trace, BASE, ["local"], ttft_slo_s=0.05).to_json()
+    assert a.to_json() != b.to_json()
+    plain = memo.run(trace, BASE, ["local"], search_rate=False, trace_key="t")
+    assert memo.runs == 2  # the searched replay's first run answers it
+    assert plain.to_json() == run_replay(trace, BASE, ["local"], search_rate=False).to_json()
+
+
+def test_memo_is_bounded(trace) -> None:
+    memo = ReplayMemo(max_entries=2)
+    for n in (1, 2, 3):
+        memo.run(trace, replace(BASE, instances=n), ["local"], search_rate=False, trace_key="t")
+    assert len(memo._results) == 2
