@@ -466,7 +466,7 @@ def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path) -> None
     from analyzer.advisor import AnalyzeOptions, run_analysis
     from analyzer.advisor.figures import Thresholds
 
-    loose = Thresholds(min_ttft_reduction=0.0, min_pool_advantage=0.0)
+    loose = Thresholds(objective="ttft", min_dram_gain=0.0, min_pool_advantage=0.0)
     default = run_analysis([str(sample)], AnalyzeOptions()).verdict
     expected = run_analysis([str(sample)], AnalyzeOptions(thresholds=loose)).verdict
     assert expected != default  # the sample sits where these thresholds decide
@@ -474,9 +474,10 @@ def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path) -> None
     assert_clean(at)
     assert any(f"data-verdict='{default}'" in m.value for m in at.markdown)
     replay0, analysis0 = compute.CALLS["replay"], compute.CALLS["analysis"]
-    at.number_input(key="ctl.th.min_ttft_reduction").set_value(0.0).run()
+    at.radio(key="ctl.th.objective").set_value("ttft").run()
+    at.number_input(key="ctl.th.min_dram_gain").set_value(0.0).run()
     at.number_input(key="ctl.th.min_pool_advantage").set_value(0.0).run()
     assert_clean(at)
-    assert compute.CALLS["analysis"] == analysis0 + 2
+    assert compute.CALLS["analysis"] == analysis0 + 3
     assert compute.CALLS["replay"] == replay0
     assert any(f"data-verdict='{expected}'" in m.value for m in at.markdown)
