@@ -80,7 +80,7 @@ def test_markdown_and_html_carry_the_same_sections(doc):
     assert " ms" in summary and "GPUs" in summary and "$" in summary
     lines = md.split("\n")
     assert lines[2:4] == ["## Summary", ""]
-    assert re.sub(r"\[([^]]+)\]\(#glossary\)", r"\1", lines[4]) == summary
+    assert lines[4] == summary
     assert html.index(html_escape(summary[:60])) < html.index("<nav>")
     for t in (
         "GPUs and money",

@@ -731,8 +731,6 @@ def render_markdown_doc(doc: dict) -> str:
         parts += [f"## {s.title}", ""]
         for p in s.paragraphs:
             if p:
-                if s.id != "glossary":
-                    p = link_terms(p, lambda _t, m: f"[{m}](#glossary)")
                 parts += [p, ""]
         for t in s.tables:
             parts += [_md_table(t), ""]
