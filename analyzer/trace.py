@@ -26,6 +26,11 @@ parent_request_id   string, nullable     previous turn, when the format says (Ba
 turn                int64, nullable      turn number, when the format says
 count_only          bool                 the source has lengths only, no content
 approx_lengths      bool                 lengths were estimated or corrected, not counted
+cached_tokens       int64, nullable      prompt tokens the serving engine found cached, as
+                                         its response said (``usage.prompt_tokens_details
+                                         .cached_tokens``)
+engine_prompt_tokens int64, nullable     prompt tokens as the engine counted them
+                                         (``usage.prompt_tokens``)
 ==================  ===================  ==================================================
 
 File-level metadata (all strings): ``kvpool.schema_version``, ``kvpool.block_size``,
@@ -70,8 +75,13 @@ CANONICAL_SCHEMA = pa.schema(
         pa.field("turn", pa.int64()),
         pa.field("count_only", pa.bool_(), nullable=False),
         pa.field("approx_lengths", pa.bool_(), nullable=False),
+        pa.field("cached_tokens", pa.int64()),
+        pa.field("engine_prompt_tokens", pa.int64()),
     ]
 )
+# Nullable columns added to version 1 after its first files: a file without them reads
+# as if every row left them out.
+ADDED_IN_V1 = ("cached_tokens", "engine_prompt_tokens")
 
 META_KEYS = (
     "schema_version",
@@ -168,6 +178,12 @@ def read_canonical(path: str | Path) -> pa.Table:
             f"(this kvpool reads version {SCHEMA_VERSION})",
             Location(str(path)),
         )
+    for name in ADDED_IN_V1:
+        if name not in table.column_names:
+            table = table.append_column(
+                CANONICAL_SCHEMA.field(name),
+                pa.nulls(table.num_rows, CANONICAL_SCHEMA.field(name).type),
+            )
     missing = [n for n in CANONICAL_SCHEMA.names if n not in table.column_names]
     if missing:
         raise InputError(f"canonical trace lacks columns {missing}", Location(str(path)))
@@ -265,6 +281,12 @@ class BlockTrace:
     token_lcp_prev: np.ndarray | None = None  # int64 (n,)
     previews: dict[int, str] = field(default_factory=dict)  # dense block id -> text
     meta: dict[str, str] = field(default_factory=dict)
+    # What the serving engine's responses said, -1 where a request's did not say
+    # (None: no request did): cached prompt tokens, and the prompt as it counted it.
+    cached_tokens: np.ndarray | None = None  # int64 (n,)
+    engine_prompt_tokens: np.ndarray | None = None  # int64 (n,)
+    model: np.ndarray | None = None  # int32 (n,) codes into model_names, -1 when none
+    model_names: list[str] = field(default_factory=list)
 
     @property
     def n_requests(self) -> int:
@@ -311,6 +333,14 @@ class BlockTrace:
         sess, sess_names = _codes(col("session_id").to_pylist())
         ten, ten_names = _codes(col("tenant").to_pylist())
         out_tok = col("output_tokens").fill_null(-1).to_numpy().astype(np.int64)
+        cached = engine_prompt = None
+        names = table.column_names
+        if "cached_tokens" in names and col("cached_tokens").null_count < table.num_rows:
+            cached = col("cached_tokens").fill_null(-1).to_numpy().astype(np.int64)
+            if "engine_prompt_tokens" in names:
+                engine_prompt = col("engine_prompt_tokens").fill_null(-1).to_numpy()
+                engine_prompt = engine_prompt.astype(np.int64)
+        model, model_names = _codes(col("model").to_pylist())
         count_only = bool(table.num_rows) and bool(pa.compute.all(col("count_only")).as_py())
         by_id: dict[int, str] = {}
         if previews:
@@ -334,6 +364,10 @@ class BlockTrace:
             token_lcp_prev=lcp,
             previews=by_id,
             meta=meta,
+            cached_tokens=cached,
+            engine_prompt_tokens=engine_prompt,
+            model=model,
+            model_names=model_names,
         )
 
     @classmethod
@@ -385,4 +419,8 @@ class BlockTrace:
             token_lcp_prev=self.token_lcp_prev,
             previews=previews,
             meta={**self.meta, "block_size": str(self.block_size * factor)},
+            cached_tokens=self.cached_tokens,
+            engine_prompt_tokens=self.engine_prompt_tokens,
+            model=self.model,
+            model_names=self.model_names,
         )

@@ -242,9 +242,10 @@ def tier(name: str):
 @st.cache_resource(show_spinner=False)
 def control_defaults() -> ControlDefaults:
     from analyzer.advisor import AnalyzeOptions
+    from analyzer.cache import replay_policies
     from analyzer.cost import get_tier, list_gpus, list_models, list_tiers
     from analyzer.replay import ROUTERS, ClusterConfig
-    from analyzer.replay.config import DRAM_SCOPES, EVICTIONS
+    from analyzer.replay.config import DRAM_SCOPES
 
     analyze = AnalyzeOptions()  # the defaults `kvpool analyze` runs with
     cluster = ClusterConfig()  # the same defaults every command's flags start from
@@ -256,7 +257,7 @@ def control_defaults() -> ControlDefaults:
         models=_catalog_ids(list_models()),
         gpus=_catalog_ids(list_gpus()),
         routers=list(ROUTERS),
-        evictions=list(EVICTIONS),
+        evictions=list(replay_policies()),
         dram_tiers=[t for t, k in kind.items() if k == "host-dram"],
         pool_tiers=[t for t, k in kind.items() if k == "network"],
         model=cluster.model,
@@ -492,29 +493,44 @@ def analyze_options(w, warmup: float, block_size: int | None = None):
     )
 
 
-_REUSE_LOCK = threading.Lock()
-_REUSE: dict[tuple, Any] = {}  # (content, ingest, warm-up, bytes per token) -> report
-_REUSE_MAX = 8
+_LAYER_LOCK = threading.Lock()
+_LAYERS: dict[tuple, Any] = {}  # small analysis layers, most recent last
+_LAYERS_MAX = 24
+
+
+def _remember(key: tuple, make: Callable[[], Any]) -> Any:
+    """``make()`` once per ``key``: a plain, locked dict rather than ``st.cache_*``,
+    because the background prefetch and the download buttons call it from other threads,
+    where Streamlit's caches log a warning for every call."""
+    with _LAYER_LOCK:
+        if key in _LAYERS:
+            return _LAYERS[key]
+    value = make()
+    with _LAYER_LOCK:
+        _LAYERS[key] = value
+        while len(_LAYERS) > _LAYERS_MAX:
+            _LAYERS.pop(next(iter(_LAYERS)))
+    return value
 
 
 def _analysis_reuse(content: str, ingest_key: Key, warmup: float, bytes_per_token: int, trace):
     """The reuse report as `kvpool analyze` makes it (warm-up and the model's bytes per
-    token): one per trace, warm-up and model, however many analyses read it. A plain,
-    locked dict rather than ``st.cache_resource``: the background prefetch reads it,
-    and Streamlit's caches log a warning for every call from outside a page run."""
-    from analyzer.reuse import ReuseOptions, analyze_reuse
+    token): one per trace, warm-up and model, however many analyses read it."""
 
-    key = (content, ingest_key, warmup, bytes_per_token)
-    with _REUSE_LOCK:
-        if key in _REUSE:
-            return _REUSE[key]
-    CALLS["analysis_reuse"] += 1
-    rep = analyze_reuse(trace, ReuseOptions(warmup=warmup, bytes_per_token=bytes_per_token))
-    with _REUSE_LOCK:
-        _REUSE[key] = rep
-        while len(_REUSE) > _REUSE_MAX:
-            _REUSE.pop(next(iter(_REUSE)))
-    return rep
+    def make():
+        from analyzer.reuse import ReuseOptions, analyze_reuse
+
+        CALLS["analysis_reuse"] += 1
+        return analyze_reuse(trace, ReuseOptions(warmup=warmup, bytes_per_token=bytes_per_token))
+
+    return _remember(("reuse", content, ingest_key, warmup, bytes_per_token), make)
+
+
+def _models_document(loaded, warmup: float, kv_dtype: str) -> dict:
+    from analyzer.advisor.models import models_document
+    from analyzer.reuse import ReuseOptions
+
+    return models_document(loaded, ReuseOptions(warmup=warmup), kv_dtype)
 
 
 def run_whatif(
@@ -534,6 +550,10 @@ def run_whatif(
         ).bytes_per_token
     )
     rep = _analysis_reuse(cur.content, cur.ingest_key, opts.warmup, bpt, cur.trace)
+    models = _remember(
+        ("models", cur.content, cur.ingest_key, opts.warmup, opts.kv_dtype),
+        lambda: _models_document(cur.loaded, opts.warmup, opts.kv_dtype),
+    )
     memo = memo or replay_memo()
 
     def replayer(trace, cfg, scenarios, ttft_slo_s, search_rate, advance=None, cost=None):
@@ -551,7 +571,13 @@ def run_whatif(
         )
 
     return run_analysis(
-        cur.loaded.sources, opts, advance=advance, loaded=cur.loaded, replayer=replayer, reuse=rep
+        cur.loaded.sources,
+        opts,
+        advance=advance,
+        loaded=cur.loaded,
+        replayer=replayer,
+        reuse=rep,
+        models=models,
     )
 
 
@@ -580,18 +606,23 @@ def analysis(cur: Current, w, warmup: float, thresholds=None):
         return _analysis(cur.content, cur.ingest_key, repr(opts), opts, cur, advance)
 
 
-@st.cache_resource(show_spinner=False, max_entries=8)
-def _reports(content: str, ingest_key: Key, opts_key: str, _result) -> tuple[str, str, str]:
-    from analyzer.report import render_html, render_json, render_markdown
+def reports(cur: Current, result) -> Callable[[str], str]:
+    """The HTML, Markdown or JSON report of :func:`analysis`'s result, as ``kvpool
+    analyze`` writes them (``analyzer.report``): ``reports(cur, result)("html")``,
+    rendered once per analysis and format, when first asked (the HTML's charts take
+    about a second, so they are drawn when a download button is clicked, not on every
+    what-if)."""
 
-    doc = _result.to_json()
-    return render_html(doc), render_markdown(doc), render_json(doc)
+    def render(kind: str) -> str:
+        def make() -> str:
+            from analyzer.report import render_html, render_json, render_markdown
 
+            fn = {"html": render_html, "md": render_markdown, "json": render_json}[kind]
+            return fn(result.to_json())
 
-def reports(cur: Current, result) -> tuple[str, str, str]:
-    """The HTML, Markdown and JSON reports of :func:`analysis`'s result, as ``kvpool
-    analyze`` writes them (``analyzer.report``); rendered once per analysis."""
-    return _reports(cur.content, cur.ingest_key, repr(result.options), result)
+        return _remember(("report", kind, cur.content, cur.ingest_key, repr(result.options)), make)
+
+    return render
 
 
 @dataclass(frozen=True, slots=True)

@@ -133,7 +133,7 @@ def stages(log: str, out: str) -> dict[str, float]:
     from collections import defaultdict
 
     import analyzer.blocks.hashing as hashing
-    import analyzer.blocks.radix as radix
+    import analyzer.cache.token_radix as radix
     import analyzer.ingest.pipeline as pipeline
     import analyzer.ingest.readers as readers
     import analyzer.tokenize.render as render

@@ -25,6 +25,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from analyzer.cache.kernels import simulate_fast  # noqa: E402
+from analyzer.cache.simulate import simulate  # noqa: E402
+from analyzer.cache.stack import lru_histogram  # noqa: E402
 from analyzer.reuse.analysis import (  # noqa: E402
     ReuseOptions,
     analyze_reuse,
@@ -33,9 +36,6 @@ from analyzer.reuse.analysis import (  # noqa: E402
     shards_curve,
     shards_error,
 )
-from analyzer.reuse.fastsim import simulate_fast  # noqa: E402
-from analyzer.reuse.policies import simulate  # noqa: E402
-from analyzer.reuse.stack import lru_histogram  # noqa: E402
 from analyzer.reuse.synthetic import chained_trace  # noqa: E402
 from analyzer.trace import BlockTrace  # noqa: E402
 

@@ -312,7 +312,8 @@ def test_report_download_matches_kvpool_analyze(sample: Path, block_size: int | 
     cur = compute.ingest((str(sample),), state.IngestChoice(block_size=block_size).key())
     w = controls.default_whatif()
     result = compute.analysis(cur, w, 0.5)
-    html, markdown, payload = compute.reports(cur, result)
+    report = compute.reports(cur, result)
+    html, markdown, payload = report("html"), report("md"), report("json")
     expected = render_json(
         run_analysis([str(sample)], AnalyzeOptions(ingest=IngestOptions(block_size=block_size)))
     )

@@ -7,14 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.blocks import (
-    ArrivalLCP,
-    BlockHasher,
-    TokenRadix,
-    chain_hashes_reference,
-    lcp_reference,
-    load_salt,
-)
+from analyzer.blocks import BlockHasher, chain_hashes_reference, load_salt
+from analyzer.cache import ArrivalLCP, TokenRadix, lcp_reference
 from analyzer.errors import InputError
 
 SALT = b"test-salt"

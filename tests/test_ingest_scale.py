@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import analyzer.ingest.spool as spool
-from analyzer.blocks import ArrivalLCP, lcp_reference
+from analyzer.cache import ArrivalLCP, lcp_reference
 from analyzer.ingest import IngestOptions, open_trace
 from analyzer.ingest.pipeline import convert_trace, table_figures
 from analyzer.ingest.spool import DistinctCounter
@@ -141,7 +141,7 @@ def test_convert_command_prints_the_fallback(tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     assert "token-exact prefix lengths not computed" not in res.output
     assert "blocks: " in res.output and " distinct) of 16 tokens" in res.output
-    monkeypatch.setattr("analyzer.blocks.radix.NODE_OVERHEAD_BYTES", 1 << 20)  # 1 MiB a node
+    monkeypatch.setattr("analyzer.cache.token_radix.NODE_OVERHEAD_BYTES", 1 << 20)  # 1 MiB a node
     res = CliRunner().invoke(
         app,
         [

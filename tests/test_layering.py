@@ -21,6 +21,7 @@ LAYERS = {
     "tokenize": 2,
     "blocks": 2,
     "cost": 2,
+    "cache": 2,
     "synth": 2,
     "ingest": 3,
     "reuse": 3,

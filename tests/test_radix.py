@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.reuse.radix import FIFO, LRU, ROOT, BlockRadix
+from analyzer.cache.radix import FIFO, LRU, ROOT, BlockRadix
 
 
 @st.composite
@@ -175,9 +175,9 @@ def test_zero_capacity_caches_nothing():
     assert len(cache) == 0 and cache.match([0]) == 0
 
 
-def test_token_radix_is_re_exported():
-    from analyzer.blocks.radix import TokenRadix as Owned
-    from analyzer.reuse.radix import TokenRadix
+def test_token_radix_is_exported_by_the_cache_package():
+    from analyzer.cache import TokenRadix
+    from analyzer.cache.token_radix import TokenRadix as Owned
 
     assert TokenRadix is Owned
     tree = TokenRadix()

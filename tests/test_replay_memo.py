@@ -110,3 +110,33 @@ def test_memo_is_bounded(trace) -> None:
     for n in (1, 2, 3):
         memo.run(trace, replace(BASE, instances=n), ["local"], search_rate=False, trace_key="t")
     assert len(memo._results) == 2
+
+
+def test_worker_processes_do_not_rerun_the_callers_script(tmp_path) -> None:
+    """Replay workers are spawned processes; they must not re-run the caller's main
+    script (under the dashboard, a Streamlit page: seconds and a flood of warnings)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    marker = tmp_path / "ran.txt"
+    script = tmp_path / "caller.py"
+    tests = Path(__file__).resolve().parent
+    script.write_text(
+        f"""
+import sys
+sys.path.insert(0, {str(tests)!r})
+with open({str(marker)!r}, "a") as f:
+    f.write("ran\\n")
+if __name__ == "__main__":
+    from test_replay_helpers import build_trace
+    from analyzer.replay import ClusterConfig, run_replay
+    trace = build_trace([[1, 2, 3], [1, 2, 4], [1, 5]] * 20, block_size=16)
+    cfg = ClusterConfig(model="llama-3.1-8b", gpu="h100", instances=2)
+    res = run_replay(trace, cfg, ["local", "pooled"], search_rate=False, workers=2)
+    assert set(res.scenarios) == {{"local", "pooled"}}
+"""
+    )
+    root = tests.parent
+    subprocess.run([sys.executable, str(script)], check=True, cwd=root, timeout=300)
+    assert marker.read_text().splitlines() == ["ran"]

@@ -11,6 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from analyzer.cache import POLICIES
+from analyzer.cache.kernels import simulate_fast
+from analyzer.cache.radix import ROOT
+from analyzer.cache.simulate import next_use_requests, simulate
+from analyzer.cache.stack import access_weights, lru_histogram
 from analyzer.reuse import ReuseOptions, analyze_reuse
 from analyzer.reuse.analysis import (
     first_counted_request,
@@ -18,10 +23,6 @@ from analyzer.reuse.analysis import (
     shards_curve,
     shards_error,
 )
-from analyzer.reuse.fastsim import simulate_fast
-from analyzer.reuse.policies import POLICY_NAMES, next_use_requests, simulate
-from analyzer.reuse.radix import ROOT
-from analyzer.reuse.stack import access_weights, lru_histogram
 from analyzer.reuse.synthetic import chained_trace
 from analyzer.trace import CANONICAL_SCHEMA, BlockTrace, trace_metadata
 
@@ -220,7 +221,7 @@ def test_policy_simulations_against_oracles(data, capacity):
     assert simulate(*args, capacity, "optimal") == naive_belady(chains, prompts, 4, first, capacity)
     # with room for everything no policy ever evicts: all reach the ceiling
     ceiling = naive_ceiling(chains, prompts, 4, first)
-    for policy in POLICY_NAMES:
+    for policy in POLICIES:
         assert simulate(*args, max(tr.n_blocks, 1), policy) == ceiling
         # the numba versions take the same decisions as the Python reference
         assert simulate_fast(*args, capacity, policy) == simulate(*args, capacity, policy)
@@ -438,6 +439,7 @@ def mooncake_table(path, block_size: int = 512) -> pa.Table:
     cols["block_hashes"] = [r["hash_ids"][: r["input_length"] // block_size] for r in rows]
     cols["count_only"] = [False] * n
     cols["approx_lengths"] = [False] * n
+    cols["cached_tokens"] = cols["engine_prompt_tokens"] = [None] * n
     meta = trace_metadata(block_size=block_size)
     return pa.table(cols, schema=CANONICAL_SCHEMA).replace_schema_metadata(meta)
 
@@ -565,7 +567,7 @@ def test_fast_simulations_match_the_reference_on_a_longer_trace():
     first = first_counted_request(tr.n_requests, 0.5)
     args = (tr.block_ids, tr.offsets, tr.prompt_tokens, tr.block_size, first)
     for cap in (1, 2, 3, 7, 20, 100, 400):
-        for policy in POLICY_NAMES:
+        for policy in POLICIES:
             assert simulate_fast(*args, cap, policy) == simulate(*args, cap, policy), (cap, policy)
 
 

@@ -85,6 +85,10 @@ class AnalyzeOptions:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     ttft_slo_s: float = 2.0
     only_model: str | None = None  # analyze one of the log's models alone
+    # Today's deployment, replayed beside the hits the log measured (None: as `cluster`).
+    current_instances: int | None = None
+    current_router: str | None = None
+    current_local_capacity_tokens: int | None = None
     profile: str | None = None  # a `kvpool cost profile` / `kvpool cost fit` JSON
     search_rate: bool = True
     sensitivity_replays: bool = True
@@ -102,6 +106,14 @@ class AnalyzeOptions:
             raise UsageError(f"--ttft-slo must be a positive number, got {self.ttft_slo_s}")
         if not 0.0 < self.knee_fraction <= 1.0:
             raise UsageError("knee fraction must be in (0, 1]")
+        from analyzer.replay.config import ROUTERS
+
+        if self.current_instances is not None and self.current_instances < 1:
+            raise UsageError("--current-instances must be at least 1")
+        if self.current_router is not None and self.current_router not in ROUTERS:
+            raise UsageError(
+                f"unknown --current-router {self.current_router!r}; choose one of {ROUTERS}"
+            )
 
     # Read-only views of the composed options, under the names the advisor uses.
     @property
@@ -206,6 +218,7 @@ class AnalysisResult:
     # how prompts were tokenized: the trace's tokenizer and template names
     tokenization: dict = field(default_factory=dict)
     models: dict = field(default_factory=dict)  # per-model figures (advisor.models)
+    measured: dict | None = None  # measured against projected (advisor.current)
     warnings: list[str] = field(default_factory=list)
     pilot: tuple[PilotCommand, ...] = ()
     deploy: tuple[DeployFile, ...] = ()
@@ -439,6 +452,7 @@ def run_analysis(
     loaded: LoadedTrace | None = None,
     replayer=None,
     reuse=None,
+    models=None,
 ) -> AnalysisResult:
     """The whole pipeline; ``advance`` (if given) receives percentage points (100 in all).
 
@@ -446,7 +460,8 @@ def run_analysis(
     result), for a caller that remembers replays across calls (the dashboard's
     :class:`analyzer.replay.memo.ReplayMemo`). ``reuse`` is the reuse report of this
     trace with ``ReuseOptions(warmup=opts.warmup, bytes_per_token=...)`` of the model,
-    when the caller has it already.
+    and ``models`` its :func:`models_document` (warm-up and KV dtype), when the caller
+    has them already.
 
     ``loaded`` is what ``open_trace(paths, ...)`` already returned, for a caller that
     ingested the logs itself (the dashboard): ingestion is then skipped, so the options'
@@ -509,7 +524,11 @@ def run_analysis(
         ],
     }
     reuse_json = rep.to_json()
-    models_doc = models_document(loaded, ReuseOptions(warmup=opts.warmup), opts.kv_dtype)
+    models_doc = (
+        models
+        if models is not None
+        else models_document(loaded, ReuseOptions(warmup=opts.warmup), opts.kv_dtype)
+    )
 
     usable = not (tf.count_only or tf.n_requests < th.min_requests or not rf.measurable)
     bw: BandwidthFigures | None = None
@@ -554,6 +573,11 @@ def run_analysis(
     uncertainty: dict | None = None
     if bw is not None:
         decision, uncertainty = _with_uncertainty(decision, cm, bw, replay, th)
+    measured_doc = _measured_vs_projected(trace, cfg, cm, opts, usable)
+    if measured_doc is not None and measured_doc[1] is not None:
+        from analyzer.advisor.current import with_comparison
+
+        decision = with_comparison(decision, measured_doc[1])
 
     sizing: Sizing | None = None
     sizings: dict[str, Sizing] = {}
@@ -690,6 +714,7 @@ def run_analysis(
         },
         models=models_doc,
         warnings=warnings,
+        measured=None if measured_doc is None else measured_doc[0],
         uncertainty=uncertainty,
     )
 
@@ -738,6 +763,25 @@ def _economics(
             OptionResources("pooled", dram_gb=gb(pool), nic_nodes=nodes, store=True),
         ),
     )
+
+
+def _measured_vs_projected(trace, cfg, cm, opts: AnalyzeOptions, usable: bool):
+    """(report section, comparison) when the log's responses carry cached_tokens: the
+    measured rate always; the replay of today's deployment when the log is usable."""
+    from analyzer.advisor.current import CurrentDeployment, compare
+    from analyzer.reuse.measured import measure_cached
+
+    measured = measure_cached(trace, opts.warmup)
+    if measured is None:
+        return None
+    if not usable:
+        return {"measured": measured.to_json(), "projected": None}, None
+    current = CurrentDeployment(
+        opts.current_instances, opts.current_router, opts.current_local_capacity_tokens
+    )
+    with progress("replay of today's deployment", None):
+        comparison = compare(trace, cfg, cm, measured, current)
+    return comparison.to_json(), comparison
 
 
 _LOWER = {"high": "medium", "medium": "low", "low": "low"}
@@ -1046,6 +1090,9 @@ def _options_json(o: AnalyzeOptions) -> dict:
         "template": i.template,
         "tokenizer": i.tokenizer,
         "only_model": o.only_model,
+        "current_instances": o.current_instances,
+        "current_router": o.current_router,
+        "current_local_capacity_tokens": o.current_local_capacity_tokens,
         "search_rate": o.search_rate,
         "sensitivity_replays": o.sensitivity_replays,
         "knee_fraction": o.knee_fraction,
@@ -1090,6 +1137,7 @@ def report_document(r: AnalysisResult) -> dict:
         "trace": {**asdict(r.trace), "skipped": r.skipped, "tokenization": r.tokenization},
         "models": r.models,
         "warnings": list(r.warnings),
+        "measured_vs_projected": r.measured,
         "verdict": {
             "verdict": d.verdict,
             "reasons": list(d.reasons),

@@ -40,6 +40,26 @@ def analyze(
             help="Analyze one of the log's models (served name or catalog id) alone.",
         ),
     ] = None,
+    current_instances: Annotated[
+        int | None,
+        typer.Option(
+            "--current-instances",
+            help="Today's deployment, replayed beside the hits its log measured "
+            "(cached_tokens): instances (default: --instances).",
+        ),
+    ] = None,
+    current_router: Annotated[
+        str | None,
+        typer.Option("--current-router", help="Today's router (default: --router)."),
+    ] = None,
+    current_local_capacity_tokens: Annotated[
+        str | None,
+        typer.Option(
+            "--current-local-capacity-tokens",
+            help="Today's HBM prefix cache per instance, tokens (default: as "
+            "--local-capacity-tokens).",
+        ),
+    ] = None,
     no_rate_search: Annotated[
         bool, typer.Option("--no-rate-search", help="Skip the SLO rate search (faster).")
     ] = False,
@@ -169,6 +189,11 @@ def analyze(
         ),
         ttft_slo_s=ttft_slo,
         only_model=only_model,
+        current_instances=current_instances,
+        current_router=current_router,
+        current_local_capacity_tokens=o.capacity(
+            current_local_capacity_tokens, "--current-local-capacity-tokens"
+        ),
         profile=profile,
         search_rate=not no_rate_search,
         thresholds=Thresholds(objective=objective, min_pool_saving=pool_margin),

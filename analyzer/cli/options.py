@@ -178,7 +178,13 @@ Router = Annotated[
     str,
     typer.Option("--router", help="round-robin | least-loaded | session | prefix-aware."),
 ]
-Eviction = Annotated[str, typer.Option("--eviction", help="Eviction policy: lru | fifo.")]
+Eviction = Annotated[
+    str,
+    typer.Option(
+        "--eviction",
+        help="Eviction policy: lru | fifo, or one registered in analyzer/cache/policies.py.",
+    ),
+]
 PoolGbps = Annotated[
     float | None,
     typer.Option(

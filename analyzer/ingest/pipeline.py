@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from analyzer.blocks import ArrivalLCP, BlockHasher, id_hash, load_salt, salt_id
+from analyzer.blocks import BlockHasher, id_hash, load_salt, salt_id
+from analyzer.cache.token_radix import ArrivalLCP
 from analyzer.errors import InputError, Location, OutputError, UsageError
 from analyzer.ingest.detect import FORMATS, detect_format
 from analyzer.ingest.io import check_readable
@@ -285,6 +286,8 @@ class _Builder:
             turn=raw.turn,
             count_only=raw.count_only,
             approx=bool(approx),
+            cached_tokens=raw.cached_tokens,
+            engine_prompt_tokens=raw.engine_prompt_tokens,
         )
         if self.lcp is not None and self.lcp.tree.memory_bytes() > self.opts.exact_max_bytes:
             self._drop_exact()

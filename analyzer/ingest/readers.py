@@ -70,6 +70,8 @@ class Raw:
     model: str | None = None
     output_tokens: int | None = None
     output_text: str | None = None  # counted with the tokenizer when usage is absent
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
+    engine_prompt_tokens: int | None = None  # usage.prompt_tokens
     parent: str | None = None
     turn: int | None = None
     body: dict | None = None  # chat-completions request body
@@ -414,6 +416,23 @@ def parse_openai(rec: dict, ctx: FileContext) -> Raw:
             if usage.get(k) is not None:
                 raw.output_tokens = _int(usage[k], f"usage.{k}")
                 break
+        # The hits today's engine measured (vLLM with --enable-prompt-tokens-details,
+        # SGLang, OpenAI): cached prompt tokens, and the prompt as the engine counted it.
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and details.get("cached_tokens") is not None:
+            raw.cached_tokens = _int(
+                details["cached_tokens"], "usage.prompt_tokens_details.cached_tokens"
+            )
+            if usage.get("prompt_tokens") is not None:
+                raw.engine_prompt_tokens = _int(usage["prompt_tokens"], "usage.prompt_tokens")
+            if raw.cached_tokens is not None and (
+                raw.cached_tokens < 0
+                or (
+                    raw.engine_prompt_tokens is not None
+                    and raw.cached_tokens > raw.engine_prompt_tokens
+                )
+            ):
+                raise RowError("invalid value", "usage.prompt_tokens_details.cached_tokens")
     if raw.output_tokens is None:
         for k in ("output_tokens", "completion_tokens"):
             if rec.get(k) not in (None, ""):

@@ -49,6 +49,8 @@ SPOOLED = pa.schema(
         pa.field("turn", pa.int64()),
         pa.field("count_only", pa.bool_()),
         pa.field("approx_lengths", pa.bool_()),
+        pa.field("cached_tokens", pa.int64()),
+        pa.field("engine_prompt_tokens", pa.int64()),
     ]
 )
 BATCH_ROWS = 8_192
@@ -72,6 +74,8 @@ class _Pending:
     turn: list[int | None] = field(default_factory=list)
     count_only: list[bool] = field(default_factory=list)
     approx: list[bool] = field(default_factory=list)
+    cached: list[int | None] = field(default_factory=list)
+    engine_prompt: list[int | None] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.request_id)
@@ -96,6 +100,8 @@ class _Pending:
             pa.array(self.turn, pa.int64()),
             pa.array(self.count_only, pa.bool_()),
             pa.array(self.approx, pa.bool_()),
+            pa.array(self.cached, pa.int64()),
+            pa.array(self.engine_prompt, pa.int64()),
         ]
         return pa.RecordBatch.from_arrays(cols, schema=SPOOLED)
 
@@ -146,6 +152,8 @@ class RowSpool:
         turn: int | None,
         count_only: bool,
         approx: bool,
+        cached_tokens: int | None = None,
+        engine_prompt_tokens: int | None = None,
     ) -> None:
         p = self._pending
         self.time.append(time)
@@ -167,6 +175,8 @@ class RowSpool:
         p.turn.append(turn)
         p.count_only.append(count_only)
         p.approx.append(approx)
+        p.cached.append(cached_tokens)
+        p.engine_prompt.append(engine_prompt_tokens)
         if len(p) >= self.batch_rows:
             self._spool()
 

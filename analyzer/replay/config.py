@@ -36,13 +36,13 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from analyzer.cache.policies import get_policy, replay_policies
 from analyzer.errors import InputError, Location, UsageError
 
 # A capacity this large (or the word "unbounded" on the command line) means no limit.
 UNBOUNDED = 2**62
 
 ROUTERS = ("round-robin", "least-loaded", "session", "prefix-aware")
-EVICTIONS = ("lru", "fifo")
 # "instance": each instance's own DRAM tier, its share of the node's DRAM (the engines'
 # default); "node": one DRAM tier per node shared by its instances (a node-local store).
 DRAM_SCOPES = ("instance", "node")
@@ -120,7 +120,7 @@ class ClusterConfig:
             self.dram_scope in DRAM_SCOPES,
             f"unknown DRAM scope {self.dram_scope!r}; choose one of {DRAM_SCOPES}",
         )
-        _check(self.eviction in EVICTIONS, f"unknown eviction {self.eviction!r}; use {EVICTIONS}")
+        get_policy(self.eviction, flag="--eviction", replay=True)  # registered, or an error
         _check(
             self.write_policy in WRITE_POLICIES,
             f"unknown write policy {self.write_policy!r}; use {WRITE_POLICIES}",
@@ -345,7 +345,7 @@ def load_scenarios(path: str | Path) -> list[ScenarioSpec]:
         seen.add(name)
         for key, allowed in (
             ("router", ROUTERS),
-            ("eviction", EVICTIONS),
+            ("eviction", replay_policies()),
             ("write_policy", WRITE_POLICIES),
             ("dram_scope", DRAM_SCOPES),
         ):

@@ -51,10 +51,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analyzer.cache.policies import get_policy
+from analyzer.cache.radix import BlockRadix
 from analyzer.progress import Advance
 from analyzer.replay.links import Link
 from analyzer.replay.routers import make_router
-from analyzer.reuse.radix import FIFO, LRU, BlockRadix
 from analyzer.trace import BlockTrace
 
 # Event kinds, in tie-breaking order at equal time (see the module docstring).
@@ -188,7 +189,7 @@ class Simulation:
         if plan.write_policy == "on-evict":
             self._parent = _parents(trace)
 
-        policy = LRU() if plan.eviction == "lru" else FIFO()
+        policy = get_policy(plan.eviction, flag="--eviction", replay=True).reference()
         window = plan.link_window_s
         self.links: list[Link] = []
 

@@ -27,6 +27,9 @@ Definitions of the reported figures:
 from __future__ import annotations
 
 import math
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -447,6 +450,29 @@ def _run_scenario(
     return ScenarioResult(spec, res, stats, search)
 
 
+@contextmanager
+def _main_not_rerun() -> Iterator[None]:
+    """Start worker processes without re-running the caller's main script in each.
+
+    A spawned worker first re-imports the parent's ``__main__`` (by module name or file
+    path). The workers need only this module; under the dashboard ``__main__`` is the
+    Streamlit page script, which each worker would re-run outside a server, seconds of
+    work and hundreds of "missing ScriptRunContext" warnings. While the workers start,
+    ``__main__`` names neither a module nor a file, so nothing is re-run."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    saved = {k: main.__dict__[k] for k in ("__spec__", "__file__") if k in main.__dict__}
+    main.__dict__["__spec__"] = None
+    main.__dict__.pop("__file__", None)
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
+
+
 def run_replay(
     trace: BlockTrace,
     cfg: ClusterConfig,
@@ -499,10 +525,11 @@ def run_replay(
 
         ctx = multiprocessing.get_context("spawn")  # safe under threads (dashboard)
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            futures = [
-                pool.submit(_run_scenario, trace, cfg, spec, cost, ttft_slo_s, search_rate)
-                for spec in specs
-            ]
+            with _main_not_rerun():  # the workers start at these submits
+                futures = [
+                    pool.submit(_run_scenario, trace, cfg, spec, cost, ttft_slo_s, search_rate)
+                    for spec in specs
+                ]
             for spec, fut in zip(specs, futures, strict=True):
                 result.scenarios[spec.name] = fut.result()
                 if advance is not None:

@@ -10,9 +10,9 @@
 * **sources**: who last held each reused block (same session, same tenant, another
   tenant), the top shared prefixes, reuse distance and reuse time, working set;
 * **curves**: exact LRU hit rate at every capacity from one stack-distance pass
-  (:mod:`analyzer.reuse.stack`), SHARDS-sampled beyond ``shards_threshold_accesses``,
+  (:mod:`analyzer.cache.stack`), SHARDS-sampled beyond ``shards_threshold_accesses``,
   plus FIFO, S3-FIFO and Belady's optimal at chosen capacities
-  (:mod:`analyzer.reuse.policies`);
+  (:mod:`analyzer.cache.simulate`);
 * **non-prefix reuse**: content seen before at any position, minus prefix hits.
 
 Every rate is hit tokens / prompt tokens of the counted requests; a hit never covers
@@ -26,17 +26,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analyzer.errors import UsageError
-from analyzer.progress import Advance
-from analyzer.reuse.fastsim import simulate_fast
-from analyzer.reuse.policies import POLICY_NAMES, next_use_requests
-from analyzer.reuse.stack import (
+from analyzer.cache.kernels import simulate_fast
+from analyzer.cache.policies import get_policy
+from analyzer.cache.policies import label as policy_label
+from analyzer.cache.simulate import next_use_requests
+from analyzer.cache.stack import (
     access_weights,
     lru_histogram,
     reuse_scan,
     sampled_histogram,
     splitmix64,
 )
+from analyzer.errors import UsageError
+from analyzer.progress import Advance
 from analyzer.trace import BlockTrace
 
 GIB = 2**30
@@ -72,11 +74,8 @@ class ReuseOptions:
             raise UsageError("capacities must not be negative")
         if self.top_n < 0:
             raise UsageError(f"--top must be >= 0, got {self.top_n}")
-        unknown = [p for p in self.policies if p not in POLICY_NAMES]
-        if unknown:
-            raise UsageError(
-                f"unknown policies {unknown}", hint=f"choose from {', '.join(POLICY_NAMES)}"
-            )
+        for name in self.policies:
+            get_policy(name)  # registered, or a usage error naming the choices
         if self.shards_rate is not None and not 0.0 < self.shards_rate <= 1.0:
             raise UsageError(f"SHARDS rate must be in (0, 1], got {self.shards_rate}")
         if self.bytes_per_token is not None and self.bytes_per_token <= 0:
@@ -629,6 +628,12 @@ def _unmeasurable(trace: BlockTrace, opts: ReuseOptions, reason: str) -> ReuseRe
 # -- the analysis ------------------------------------------------------------------
 
 
+def _needs_next_use(name: str) -> bool:
+    """The policy orders leaves by next use (Belady): the simulation passes next uses in."""
+    entry = get_policy(name)
+    return entry.leaf and entry.reference.needs_next_use
+
+
 def analyze_reuse(
     trace: BlockTrace, opts: ReuseOptions | None = None, advance: Advance | None = None
 ) -> ReuseReport:
@@ -698,7 +703,8 @@ def analyze_reuse(
     if sim_policies and capacities:
         if trace.n_accesses > opts.policy_max_accesses:
             notes.append(
-                f"FIFO/S3-FIFO/optimal not simulated: {trace.n_accesses:,} block accesses "
+                f"{'/'.join(policy_label(p) for p in sim_policies)} not simulated: "
+                f"{trace.n_accesses:,} block accesses "
                 f"exceed the per-capacity simulation limit of {opts.policy_max_accesses:,}"
             )
             step(40)
@@ -706,7 +712,7 @@ def analyze_reuse(
             share = 40 / (len(sim_policies) * len(capacities))
             next_use = (
                 next_use_requests(trace.block_ids, trace.offsets)
-                if "optimal" in sim_policies
+                if any(_needs_next_use(p) for p in sim_policies)
                 else None
             )
             for policy in sim_policies:

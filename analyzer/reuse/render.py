@@ -8,10 +8,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from analyzer.cache.policies import label as policy_label
 from analyzer.errors import OutputError
 from analyzer.reuse.analysis import GB, GIB, ReuseReport
-
-POLICY_LABELS = {"lru": "LRU", "fifo": "FIFO", "s3fifo": "S3-FIFO", "optimal": "optimal"}
 
 
 def pct(x: float | None) -> str:
@@ -150,7 +149,7 @@ def _capacities(report: ReuseReport, console: Console) -> None:
     table.add_column("capacity")
     table.add_column("LRU", justify="right")
     for p in policies:
-        table.add_column(POLICY_LABELS.get(p, p), justify="right")
+        table.add_column(policy_label(p), justify="right")
     for cap in report.capacities_tokens:
         row = [_size(report, cap), pct(report.hit_rate_at(cap))]
         points = dict(report.policy_points.items())

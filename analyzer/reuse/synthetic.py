@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzer.reuse.stack import splitmix64
+from analyzer.cache.stack import splitmix64
 from analyzer.trace import BlockTrace
 
 

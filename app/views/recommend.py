@@ -51,25 +51,24 @@ with state.guard():
 
     st.subheader("Reports")
     stem = src.label.split(".")[0] or "kvpool"
-    a, b, c = st.columns(3)
-    html, markdown, payload = compute.reports(cur, result)
-    a.download_button(
-        "HTML report", html, file_name=f"{stem}-report.html", mime="text/html", key="dl.html"
-    )
-    b.download_button(
-        "Markdown report",
-        markdown,
-        file_name=f"{stem}-report.md",
-        mime="text/markdown",
-        key="dl.md",
-    )
-    c.download_button(
-        "JSON report",
-        payload,
-        file_name=f"{stem}-report.json",
-        mime="application/json",
-        key="dl.json",
-    )
+    report = compute.reports(cur, result)
+    for col, (kind, label, mime) in zip(
+        st.columns(3),
+        (
+            ("html", "HTML report", "text/html"),
+            ("md", "Markdown report", "text/markdown"),
+            ("json", "JSON report", "application/json"),
+        ),
+        strict=True,
+    ):
+        col.download_button(
+            label,
+            lambda kind=kind: report(kind),  # drawn when clicked, not on every what-if
+            file_name=f"{stem}-report.{kind}",
+            mime=mime,
+            key=f"dl.{kind}",
+            on_click="ignore",
+        )
 
     files = (doc.get("deploy") or {}).get("files") or []
     if files:

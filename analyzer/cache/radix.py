@@ -16,7 +16,8 @@ unchanged), so insert, touch and evict cost O(log n) per block.
 
 ``now`` is the caller's clock (trace time, or a request index); the cache never reads
 the wall clock. ``TokenRadix`` (token-exact, SGLang RadixAttention with page size 1)
-lives in :mod:`analyzer.blocks.radix` and is re-exported here when present.
+lives in :mod:`analyzer.cache.token_radix`; the policies by name are registered in
+:mod:`analyzer.cache.policies`.
 """
 
 from __future__ import annotations
@@ -24,9 +25,6 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-
-# The token-exact tree is owned by the blocks stage (ingest needs it for token_lcp_prev).
-from analyzer.blocks.radix import TokenRadix
 
 ROOT = -1  # parent of the first block of every request
 
@@ -51,6 +49,9 @@ class Policy:
     """Eviction order: the cached leaf with the smallest ``key`` goes first."""
 
     name = "policy"
+    # True for a policy that orders leaves by the caller-given ``rank`` (the next use):
+    # the simulations then pass next uses in and let it evict the arriving blocks too.
+    needs_next_use = False
 
     def key(self, node: Node) -> tuple[float, ...]:  # pragma: no cover - interface
         raise AssertionError("subclasses define key()")
@@ -92,12 +93,10 @@ class FarthestRank(Policy):
     """
 
     name = "optimal"
+    needs_next_use = True
 
     def key(self, node: Node) -> tuple[float, ...]:
         return (-node.rank, -node.insert_seq)
-
-
-POLICIES: dict[str, type[Policy]] = {"lru": LRU, "fifo": FIFO, "optimal": FarthestRank}
 
 
 class BlockRadix:
@@ -302,11 +301,9 @@ class BlockRadix:
 __all__ = [
     "FIFO",
     "LRU",
-    "POLICIES",
     "ROOT",
     "BlockRadix",
     "FarthestRank",
     "Node",
     "Policy",
-    "TokenRadix",
 ]

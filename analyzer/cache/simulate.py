@@ -1,10 +1,11 @@
 """Per-capacity cache simulations: FIFO, Belady's optimal, S3-FIFO (and LRU as a check).
 
-This module is the readable reference; :mod:`analyzer.reuse.fastsim` runs the same
-decisions in numba and the analysis uses that (tests replay both).
+This module is the readable reference; :mod:`analyzer.cache.kernels` runs the same
+decisions in numba and the analysis uses that (tests replay both). Policies are looked
+up by name in :mod:`analyzer.cache.policies`; one without a compiled kernel runs here.
 
 Each request is looked up at arrival (hit = the leading blocks present), then cached.
-LRU, FIFO and optimal run on :class:`~analyzer.reuse.radix.BlockRadix`, so they are
+LRU, FIFO and optimal run on :class:`~analyzer.cache.radix.BlockRadix`, so they are
 prefix-closed by construction (only leaves are evicted):
 
 * ``lru``: least recently used leaf; equals the one-pass curve (tested).
@@ -24,14 +25,11 @@ prefix-closed by construction (only leaves are evicted):
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-
 import numpy as np
 
-from analyzer.reuse.radix import FIFO, LRU, BlockRadix, FarthestRank
-from analyzer.reuse.stack import access_weights
-
-POLICY_NAMES = ("lru", "fifo", "s3fifo", "optimal")
+from analyzer.cache.policies import get_policy
+from analyzer.cache.radix import BlockRadix
+from analyzer.cache.stack import access_weights
 
 
 def next_use_requests(block_ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -46,64 +44,6 @@ def next_use_requests(block_ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return out
 
 
-class S3FIFO:
-    """S3-FIFO over block ids; ``access`` returns nothing, ``__contains__`` answers lookups."""
-
-    def __init__(self, capacity_blocks: int, small_fraction: float = 0.1) -> None:
-        assert capacity_blocks >= 1
-        self.capacity = capacity_blocks
-        self.small_cap = max(1, int(capacity_blocks * small_fraction))
-        self.small: deque[int] = deque()
-        self.main: deque[int] = deque()
-        self.ghost: OrderedDict[int, None] = OrderedDict()
-        self.freq: dict[int, int] = {}
-        self.in_small: dict[int, bool] = {}
-
-    def __contains__(self, b: int) -> bool:
-        return b in self.freq
-
-    def __len__(self) -> int:
-        return len(self.freq)
-
-    def access(self, b: int) -> None:
-        if b in self.freq:
-            self.freq[b] = min(self.freq[b] + 1, 3)
-            return
-        while len(self.freq) >= self.capacity:
-            self._evict()
-        self.freq[b] = 0
-        if b in self.ghost:
-            del self.ghost[b]
-            self.main.append(b)
-            self.in_small[b] = False
-        else:
-            self.small.append(b)
-            self.in_small[b] = True
-
-    def _evict(self) -> None:
-        if len(self.small) >= self.small_cap or not self.main:
-            while self.small:
-                b = self.small.popleft()
-                if self.freq[b] > 0:  # hit while probationary: promote
-                    self.freq[b] = 0
-                    self.in_small[b] = False
-                    self.main.append(b)
-                    continue
-                del self.freq[b], self.in_small[b]
-                self.ghost[b] = None
-                if len(self.ghost) > self.capacity - self.small_cap:
-                    self.ghost.popitem(last=False)
-                return
-        while self.main:
-            b = self.main.popleft()
-            if self.freq[b] > 0:
-                self.freq[b] -= 1
-                self.main.append(b)
-                continue
-            del self.freq[b], self.in_small[b]
-            return
-
-
 def simulate(
     block_ids: np.ndarray,
     offsets: np.ndarray,
@@ -113,8 +53,9 @@ def simulate(
     capacity_blocks: int,
     policy: str,
 ) -> int:
-    """Prefix-hit tokens of the counted requests (index >= first_counted) at one capacity."""
-    assert policy in POLICY_NAMES, policy
+    """Prefix-hit tokens of the counted requests (index >= first_counted) at one capacity,
+    with the registered policy's readable reference (:mod:`analyzer.cache.policies`)."""
+    entry = get_policy(policy)
     block_ids = block_ids[: offsets[-1]]
     weights = access_weights(offsets, prompt_tokens, block_size)
     ids = block_ids.tolist()
@@ -122,8 +63,8 @@ def simulate(
     hit_tokens = 0
     if capacity_blocks <= 0:
         return 0
-    if policy == "s3fifo":
-        cache = S3FIFO(capacity_blocks)
+    if not entry.leaf:  # a block cache blind to prefixes (S3-FIFO)
+        cache = entry.reference(capacity_blocks)
         for r in range(len(offs) - 1):
             lo, hi = offs[r], offs[r + 1]
             k = lo
@@ -134,11 +75,11 @@ def simulate(
             for j in range(hi - 1, lo - 1, -1):
                 cache.access(ids[j])
         return hit_tokens
-    ranks = next_use_requests(block_ids, offsets).tolist() if policy == "optimal" else None
-    pol = {"lru": LRU, "fifo": FIFO, "optimal": FarthestRank}[policy]()
+    pol = entry.reference()
+    ranks = next_use_requests(block_ids, offsets).tolist() if pol.needs_next_use else None
     # The offline optimum may evict the arriving request's own blocks (bypass): insert
     # without a bound, then evict leaves by next use, the new ones included.
-    bypass = policy == "optimal"
+    bypass = pol.needs_next_use
     radix = BlockRadix(None if bypass else capacity_blocks, pol)
     for r in range(len(offs) - 1):
         lo, hi = offs[r], offs[r + 1]

@@ -1,8 +1,8 @@
-"""numba versions of the per-capacity simulations in :mod:`analyzer.reuse.policies`.
+"""numba versions of the per-capacity simulations in :mod:`analyzer.cache.simulate`.
 
 Same semantics, decision for decision (tests replay both on generated traces): the
-leaf policies (LRU, FIFO, optimal) follow :class:`~analyzer.reuse.radix.BlockRadix`
-with its tie-breaks, S3-FIFO follows :class:`~analyzer.reuse.policies.S3FIFO`. The
+leaf policies (LRU, FIFO, optimal) follow :class:`~analyzer.cache.radix.BlockRadix`
+with its tie-breaks, S3-FIFO follows :class:`~analyzer.cache.s3fifo.S3FIFO`. The
 Python versions stay as the readable reference; these run in O(accesses x log
 capacity) with arrays sized by distinct blocks and capacity.
 """
@@ -12,7 +12,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+# The kernels :data:`analyzer.cache.policies.POLICIES` entries name: the leaf policies'
+# codes in leaf_sim (its sort key, :func:`_key`), and "s3fifo" for s3fifo_sim.
 LEAF_POLICIES = {"lru": 0, "fifo": 1, "optimal": 2}
+KERNELS = (*LEAF_POLICIES, "s3fifo")
 
 
 @njit(cache=True, inline="always")
@@ -311,9 +314,19 @@ def simulate_fast(
     policy: str,
     next_use: np.ndarray | None = None,
 ) -> int:
-    """Same contract as :func:`analyzer.reuse.policies.simulate`."""
+    """Same contract as :func:`analyzer.cache.simulate.simulate`: the registered policy's
+    compiled kernel, or its reference simulation when it has none."""
+    from analyzer.cache.policies import get_policy
+
+    entry = get_policy(policy)
     block_ids = block_ids[: offsets[-1]]
-    if policy == "s3fifo":
+    if entry.kernel is None:
+        from analyzer.cache.simulate import simulate
+
+        return simulate(
+            block_ids, offsets, prompt_tokens, block_size, first_counted, capacity_blocks, policy
+        )
+    if entry.kernel == "s3fifo":
         small_cap = max(1, int(capacity_blocks * 0.1))
         return int(
             s3fifo_sim(
@@ -328,8 +341,8 @@ def simulate_fast(
         )
     if next_use is None:
         next_use = np.zeros(0, dtype=np.int64)
-        if policy == "optimal":
-            from analyzer.reuse.policies import next_use_requests
+        if entry.kernel == "optimal":
+            from analyzer.cache.simulate import next_use_requests
 
             next_use = next_use_requests(block_ids, offsets)
     return int(
@@ -340,7 +353,7 @@ def simulate_fast(
             block_size,
             first_counted,
             capacity_blocks,
-            LEAF_POLICIES[policy],
+            LEAF_POLICIES[entry.kernel],
             next_use,
         )
     )

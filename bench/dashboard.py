@@ -1,0 +1,220 @@
+"""What-if timings of the dashboard, measured as a user meets them: in headless Chromium,
+from the click to the page's updated answer, on the bundled ``mixed`` sample.
+
+    .venv/bin/python bench/dashboard.py [--trace traces/mixed.jsonl.zst] [--port 0]
+
+Starts ``kvpool dashboard TRACE`` (a real server), drives Debian's Chromium through
+Playwright and prints, against the targets of the what-if issue:
+
+* first Recommendation page, from opening it on a fresh server      (target < 15 s)
+* a what-if that needs no replay (a decision threshold)             (target < 1 s)
+* a what-if prefetched while the user read (twice the instances)    (no replay left)
+* a what-if that replays one scenario (the pool's bandwidth)
+* a what-if that replays all four scenarios (instances 3; Replay page, with and
+  without the SLO rate search)                                      (target < 8 s)
+* the server's terminal: lines written, and Streamlit warnings among them
+
+A timing ends when the app reports that its script run is over (Streamlit's
+``data-test-script-state``), so it includes the browser's drawing. The machine these
+figures come from may be shared: a run on a loaded 2-core box can be twice as slow as
+on an idle one, so read them with ``nproc`` and the load average printed beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+RUNNING = '[data-testid="stApp"][data-test-script-state="running"]'
+TIMEOUT_MS = 600_000
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(trace: Path, port: int, log: Path) -> subprocess.Popen:
+    kvpool = Path(sys.executable).with_name("kvpool")
+    cmd = [str(kvpool)] if kvpool.exists() else [sys.executable, "-m", "analyzer.cli"]
+    env = {**os.environ, "KVPOOL_NO_PROGRESS": "1"}
+    env.pop("KVPOOL_DASHBOARD_INPUT", None)
+    out = log.open("wb")
+    proc = subprocess.Popen(
+        [*cmd, "dashboard", "--port", str(port), str(trace)],
+        cwd=ROOT,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"kvpool dashboard exited with {proc.returncode}: {log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2):
+                return proc
+        except OSError:
+            time.sleep(0.3)
+    raise SystemExit("the dashboard did not become healthy in 120 s")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    except ProcessLookupError:
+        pass
+
+
+def settle(page) -> None:
+    """Until the script run is over and stays over for a moment."""
+    for _ in range(50):
+        page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
+        page.wait_for_timeout(250)
+        if page.locator(IDLE).count():
+            return
+    raise RuntimeError("the page kept rerunning")
+
+
+def timed(page, action) -> float:
+    """Seconds from ``action()`` (a click or an edit) to the end of the run it starts."""
+    t0 = time.perf_counter()
+    action()
+    # A run shorter than one poll may be over before it is seen running.
+    with contextlib.suppress(Exception):
+        page.wait_for_selector(RUNNING, timeout=3000)
+    page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
+    took = time.perf_counter() - t0
+    settle(page)
+    return took
+
+
+def open_page(page, name: str) -> float:
+    nav = page.locator('[data-testid="stSidebarNav"]')
+    return timed(page, lambda: nav.get_by_text(name, exact=True).click())
+
+
+def set_number(page, label: str, value: float) -> None:
+    box = page.get_by_label(label, exact=True)
+    box.fill(f"{value:g}")
+    box.press("Enter")
+
+
+def expand(page, title: str) -> None:
+    page.locator('[data-testid="stExpander"] summary').filter(has_text=title).first.click()
+    page.wait_for_timeout(300)
+
+
+def verdict(page) -> str:
+    return page.locator("[data-testid=kvpool-verdict]").first.get_attribute("data-verdict") or ""
+
+
+def wait_prefetch(page, seconds: float) -> None:
+    """Let the background prefetch finish while 'the user reads'."""
+    page.wait_for_timeout(int(seconds * 1000))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", type=Path, default=ROOT / "traces" / "mixed.jsonl.zst")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--read-s", type=float, default=60.0, help="time given to the prefetch")
+    args = ap.parse_args()
+    if not CHROMIUM.exists():
+        raise SystemExit(f"needs Chromium at {CHROMIUM} (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    from analyzer.report import CHROMIUM_FLAGS
+
+    port = args.port or free_port()
+    log = Path(tempfile.mkdtemp(prefix="kvpool-bench-")) / "server.log"
+    t_start = time.perf_counter()
+    proc = start_server(args.trace, port, log)
+    started_s = time.perf_counter() - t_start
+    rows: list[tuple[str, float, str]] = []
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=list(CHROMIUM_FLAGS))
+            page = browser.new_page(viewport={"width": 1400, "height": 1800})
+            page.goto(f"http://127.0.0.1:{port}", wait_until="domcontentloaded")
+            page.get_by_role("heading", name="Load a trace").wait_for(timeout=TIMEOUT_MS)
+            settle(page)
+            rows.append(("server start to healthy", started_s, ""))
+
+            first = open_page(page, "Recommendation")
+            rows.append(("first Recommendation page", first, "< 15 s"))
+            before = verdict(page)
+
+            expand(page, "Decision thresholds")
+            t = timed(
+                page,
+                lambda: set_number(page, "Least TTFT reduction the pilot must show (%)", 5),
+            )
+            rows.append(("what-if, no replay (a decision threshold)", t, "< 1 s"))
+            t = timed(
+                page,
+                lambda: set_number(page, "Least TTFT reduction the pilot must show (%)", 25),
+            )
+            rows.append(("what-if, no replay (threshold back)", t, "< 1 s"))
+            assert verdict(page) == before
+
+            wait_prefetch(page, args.read_s)
+            t = timed(page, lambda: set_number(page, "Instances", 8))
+            rows.append(("what-if, prefetched (instances 4 -> 8)", t, "< 1 s"))
+            t = timed(page, lambda: set_number(page, "Instances", 4))
+            rows.append(("what-if, seen before (instances back to 4)", t, "< 1 s"))
+
+            expand(page, "Tiers and links")
+            t = timed(
+                page, lambda: set_number(page, "Pool bandwidth per node (GB/s; 0 = catalog)", 40)
+            )
+            rows.append(("what-if, pool replayed (pool 40 GB/s)", t, ""))
+
+            t = timed(page, lambda: set_number(page, "Instances", 3))
+            rows.append(("what-if, whole analysis (instances 3)", t, ""))
+
+            open_page(page, "Replay")
+            t = timed(page, lambda: set_number(page, "Instances", 5))
+            rows.append(("Replay page, 4 scenarios with rate search (instances 5)", t, "< 8 s"))
+            page.get_by_text("Find the highest rate under the SLO").click()
+            settle(page)
+            t = timed(page, lambda: set_number(page, "Instances", 6))
+            rows.append(("Replay page, 4 scenarios, no rate search (instances 6)", t, "< 8 s"))
+            browser.close()
+    finally:
+        stop_server(proc)
+    lines = log.read_text(errors="replace").splitlines()
+    warnings = [ln for ln in lines if "ScriptRunContext" in ln or "Warning" in ln]
+    load = os.getloadavg()
+    print(
+        f"kvpool dashboard on {args.trace.name}; {os.cpu_count()} CPUs, load average "
+        f"{load[0]:.1f} / {load[1]:.1f} (1 / 5 min): timings on a shared box are noisy"
+    )
+    print(f"{'what':<58} {'seconds':>8}  target")
+    for what, secs, target in rows:
+        print(f"{what:<58} {secs:>8.2f}  {target}")
+    print(f"server terminal: {len(lines)} lines, {len(warnings)} framework warnings")
+    for ln in lines[-5:]:
+        print(f"  | {ln}")
+
+
+if __name__ == "__main__":
+    main()
