@@ -106,10 +106,14 @@ class AnalyzeOptions:
             raise UsageError(f"--ttft-slo must be a positive number, got {self.ttft_slo_s}")
         if not 0.0 < self.knee_fraction <= 1.0:
             raise UsageError("knee fraction must be in (0, 1]")
+        from analyzer import limits
+
+        # The cluster's and the ingest's numbers are checked by their own options.
+        limits.check(self.ttft_slo_s, "ttft_slo_s", "--ttft-slo")
         from analyzer.replay.config import ROUTERS
 
-        if self.current_instances is not None and self.current_instances < 1:
-            raise UsageError("--current-instances must be at least 1")
+        if self.current_instances is not None:
+            limits.check(self.current_instances, "instances", "--current-instances")
         if self.current_router is not None and self.current_router not in ROUTERS:
             raise UsageError(
                 f"unknown --current-router {self.current_router!r}; choose one of {ROUTERS}"
@@ -501,8 +505,13 @@ def run_analysis(
     if mismatch:
         warnings.append(mismatch)
     trace = loaded.trace
+    # Reports are made to be shared: inputs are named by position, size and hash unless
+    # --keep-names (a file name can carry a customer's name).
+    names = {
+        p: Path(p).name if opts.ingest.keep_names else f"input-{i + 1}" for i, p in enumerate(plist)
+    }
     inputs = [
-        {"name": Path(p).name, "bytes": Path(p).stat().st_size, "sha256": _sha256(p)} for p in plist
+        {"name": names[p], "bytes": Path(p).stat().st_size, "sha256": _sha256(p)} for p in plist
     ]
     tf = _trace_figures(loaded)
     bpt = int(cm.bytes_per_token)
@@ -518,10 +527,7 @@ def run_analysis(
     skipped = {
         "total": int(loaded.skipped.total),
         "by_reason": dict(sorted(loaded.skipped.by_reason.items())),
-        "examples": [
-            Path(e.split(":", 1)[0]).name + ":" + e.split(":", 1)[1] if ":" in e else e
-            for e in loaded.skipped.examples
-        ],
+        "examples": [_private_example(e, names) for e in loaded.skipped.examples],
     }
     reuse_json = rep.to_json()
     models_doc = (
@@ -1061,6 +1067,14 @@ def _canonical(obj):
     if isinstance(obj, list | tuple):
         return [_canonical(v) for v in obj]
     return str(obj)
+
+
+def _private_example(example: str, names: dict[str, str]) -> str:
+    """A skip example ``path:line: reason`` with the path as the report names it."""
+    for path, name in names.items():
+        if example.startswith(path + ":"):
+            return name + example[len(path) :]
+    return example
 
 
 def _options_json(o: AnalyzeOptions) -> dict:

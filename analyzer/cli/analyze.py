@@ -129,6 +129,9 @@ def analyze(
     strict: o.Strict = False,
     no_exact: o.NoExact = False,
     exact_max_mib: o.ExactMaxMib = 512,
+    force: o.Force = False,
+    show_previews: o.ShowPreviews = False,
+    keep_names: o.KeepNames = False,
 ) -> None:
     """Log to decision: reuse, break-even, replay, verdict, sized settings and pilot gates."""
     from rich.console import Console
@@ -137,10 +140,12 @@ def analyze(
     from analyzer.advisor.pipeline import AnalyzeOptions, run_analysis
     from analyzer.cli.cost import _weights_dtype
     from analyzer.cost.prices import PriceOverrides
+    from analyzer.outputs import report_dir
     from analyzer.progress import progress
     from analyzer.replay.config import ClusterConfig
     from analyzer.report import write_reports
 
+    report_dir(out, force=force, create=False)  # fail before the long run, not after it
     if profile is not None:
         from analyzer.cost.calibrate import load_profile
 
@@ -170,6 +175,8 @@ def analyze(
             strict=strict,
             no_exact=no_exact,
             exact_max_mib=exact_max_mib,
+            previews=show_previews,
+            keep_names=keep_names,
         ),
         cluster=ClusterConfig(
             model=model,
@@ -210,8 +217,14 @@ def analyze(
     # Each stage shows its own progress bar (rich allows one live display at a time).
     doc = run_analysis([str(p) for p in inputs], opts).to_json()
     with progress("writing reports", None):
-        paths = write_reports(doc, out, pdf=pdf)
+        paths = write_reports(doc, out, pdf=pdf, force=force)
     console = Console()
+    if paths["json"].parent != out:
+        console.print(
+            f"[yellow]{out} already holds files; wrote to {paths['json'].parent} instead "
+            "(--force overwrites)[/]",
+            highlight=False,
+        )
     print_summary(console, doc, paths)
     if pdf and "pdf" not in paths:
         console.print("[yellow]no PDF: Chromium is not installed (/usr/bin/chromium)[/]")
@@ -286,6 +299,9 @@ def validate(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write the validation as JSON here.")
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write through a symlinked output path.")
+    ] = False,
 ) -> None:
     """Compare measured pilot results with the projection and the gates (exit 5 if a gate fails)."""
     import json
@@ -295,7 +311,11 @@ def validate(
     from rich.table import Table
 
     from analyzer.advisor.validate import validate as run_validate
-    from analyzer.errors import OutputError
+    from analyzer.outputs import check_output, write_text
+
+    if json_out is not None:
+        roles = [r.split("=", 1)[-1] for r in results]
+        check_output(json_out, force=force, inputs=[report, *roles])
 
     v = run_validate(list(results), str(report))
     console = Console()
@@ -322,12 +342,7 @@ def validate(
             highlight=False,
         )
     if json_out is not None:
-        try:
-            json_out.write_text(
-                json.dumps(v.to_json(), sort_keys=True, indent=2) + "\n", encoding="utf-8"
-            )
-        except OSError as exc:
-            raise OutputError(f"cannot write {json_out}: {exc.strerror or exc}") from exc
+        write_text(json_out, json.dumps(v.to_json(), sort_keys=True, indent=2) + "\n", force=force)
     if v.failed:
         failed = ", ".join(g.gate.name for g in v.gates if g.status == "fail")
         console.print(f"[bold red]gate failed:[/] {failed}", highlight=False)

@@ -238,7 +238,19 @@ def json_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[
                 continue
             yield lineno, obj
     except TruncatedInput as exc:
-        yield exc.line, RowError("truncated compressed file", fatal=True)
+        raise truncated(path, exc.line) from None
+
+
+def truncated(path: str, line: int) -> InputError:
+    """A compressed file cut short is an error, not a skipped row: the rows after the cut
+    (often most of the file) are lost, and a summary saying "1 row skipped" hid that."""
+    return InputError(
+        f"truncated compressed file: the stream ends inside line {line} "
+        f"(the {line - 1:,} lines before it are complete)",
+        Location(path, line),
+        hint="a copy or download was cut short, or the file is still being written; "
+        "to use the complete lines, decompress what is there (zcat / zstdcat) to a new file",
+    )
 
 
 MAX_CSV_RESTARTS = 20
@@ -311,7 +323,7 @@ def csv_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[R
                 return
             resume = restart
     except TruncatedInput as exc:
-        yield exc.line, RowError("truncated compressed file", fatal=True)
+        raise truncated(path, exc.line) from None
     except csv.Error as exc:
         yield state["line"], RowError(f"CSV error: {exc}", fatal=True)
 

@@ -761,8 +761,20 @@ def link_terms(text: str, link) -> str:
 # -- Markdown -----------------------------------------------------------------------------
 
 
+_MD_ESCAPES = str.maketrans(
+    {"&": "&amp;", "<": "&lt;", ">": "&gt;", "[": "\\[", "]": "\\]", "`": "\\`"}
+)
+
+
+def _md_text(x: str) -> str:
+    """Text as Markdown shows it and nothing more: no raw HTML (a ``<script>`` or
+    ``<img onerror>`` in a prompt preview or a file name), no links (``[x](javascript:..)``),
+    no code spans. Entities and backslash escapes render as the characters themselves."""
+    return str(x).translate(_MD_ESCAPES)
+
+
 def _md_cell(x: str) -> str:
-    return str(x).replace("|", "\\|").replace("\n", " ")
+    return _md_text(x).replace("|", "\\|").replace("\n", " ")
 
 
 def _md_table(t: Table) -> str:
@@ -781,7 +793,7 @@ def render_markdown_doc(doc: dict) -> str:
         parts += [f"## {s.title}", ""]
         for p in s.paragraphs:
             if p:
-                parts += [p, ""]
+                parts += [_md_text(p), ""]
         for t in s.tables:
             parts += [_md_table(t), ""]
         for title, lang, text in s.code:
