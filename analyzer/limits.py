@@ -57,12 +57,17 @@ RANGES: dict[str, Range] = {
 }
 
 
+def _num(x: float) -> str:
+    """10,000,000 rather than 1e+07; 0.001 rather than 1e-03."""
+    return f"{int(x):,}" if x == int(x) and abs(x) < 1e15 else f"{x:g}"
+
+
 def check(value: object, name: str, flag: str | None = None) -> None:
     """Raise a usage error (exit 2) unless ``value`` is a finite number in ``RANGES[name]``."""
     r = RANGES[name]
     if value not in r:
         raise UsageError(
-            f"{flag or name} must be a number from {r.lo:,g} to {r.hi:,g}, got {value!r}",
+            f"{flag or name} must be a number from {_num(r.lo)} to {_num(r.hi)}, got {value!r}",
             hint=f"the range covers every real deployment ({r.why}); see docs/security.md",
         )
 
@@ -72,4 +77,4 @@ def reason(value: object, name: str) -> str | None:
     r = RANGES[name]
     if value in r:
         return None
-    return f"{name} outside {r.lo:,g}..{r.hi:,g}"
+    return f"{name} outside {_num(r.lo)}..{_num(r.hi)}"

@@ -124,7 +124,7 @@ def test_an_absurd_request_length_is_a_counted_skip(tmp_path):
     )
     lt = open_trace([p], OPTS)
     assert lt.table.num_rows == 30
-    assert lt.skipped.by_reason == {"prompt_tokens outside 0..1e+07": 1}
+    assert lt.skipped.by_reason == {"prompt_tokens outside 0..10,000,000": 1}
 
 
 @pytest.mark.parametrize(
