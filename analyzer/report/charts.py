@@ -2,7 +2,7 @@
 
 The SVG is embedded inline in the HTML report, so the report needs no script, font
 or network access to display. Each function takes the report document (the
-``kvpool.report/1`` JSON) and returns an SVG string, or None when the document
+``kvpool.report/2`` JSON) and returns an SVG string, or None when the document
 holds no data for that chart.
 """
 
