@@ -29,9 +29,10 @@ import numpy as np
 
 from analyzer.advisor.gates import Gate, GateResult, evaluate, gate_from_json
 from analyzer.errors import InputError, Location, UsageError
+from analyzer.outputs import note_input
 
 ROLES = ("baseline", "candidate", "stability")
-REPORT_SCHEMA = "kvpool.report/1"
+REPORT_SCHEMA = "kvpool.report/2"
 
 # vLLM key -> (our key, factor to seconds / plain)
 _VLLM_KEYS = {
@@ -120,6 +121,7 @@ def _parses(text: str) -> bool:
 
 
 def read_json_results(path: str) -> dict[str, float]:
+    note_input(path)
     text = Path(path).read_text(encoding="utf-8", errors="replace")
     try:
         doc = json.loads(text)
@@ -145,6 +147,7 @@ def _percentile(values: np.ndarray, q: float) -> float:
 
 
 def read_csv_results(path: str) -> tuple[str, dict[str, float]]:
+    note_input(path)
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:
             rows = list(csv.reader(fh))
@@ -339,6 +342,7 @@ class Validation:
 
 def load_report(path: str) -> dict:
     p = Path(path)
+    note_input(p)
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
     except UnicodeDecodeError:

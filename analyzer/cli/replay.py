@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from analyzer.cli import options as o
-from analyzer.errors import OutputError, UsageError
+from analyzer.errors import UsageError
 
 
 def _fmt_rate(v: float | None, capped: bool) -> str:
@@ -129,6 +129,8 @@ def replay(
     strict: o.Strict = False,
     no_exact: o.NoExact = False,
     exact_max_mib: o.ExactMaxMib = 512,
+    force: o.Force = False,
+    keep_names: o.KeepNames = False,
 ) -> None:
     """Replay the trace through a model of the cluster, once per deployment option.
 
@@ -145,6 +147,10 @@ def replay(
 
     if block_size is not None and block_size < 1:
         raise UsageError("--block-size must be at least 1")
+    if json_out is not None:  # fail before the long run, not after it
+        from analyzer.outputs import check_output
+
+        check_output(json_out, force=force, inputs=[*inputs, *([config] if config else [])])
     cfg = ClusterConfig(
         model=model,
         gpu=gpu,
@@ -219,7 +225,7 @@ def replay(
             workers=workers,
         )
     doc = result.to_json()
-    doc["inputs"] = [str(p) for p in inputs]
+    doc["inputs"] = [str(p) if keep_names else f"input-{i + 1}" for i, p in enumerate(inputs)]
     doc["skipped"] = loaded.skipped.total
     Console().print(render_table(doc))
     Console().print(
@@ -229,8 +235,6 @@ def replay(
         highlight=False,
     )
     if json_out is not None:
-        try:
-            json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(json.dumps(doc, indent=2) + "\n")
-        except OSError as exc:
-            raise OutputError(f"cannot write {json_out}: {exc.strerror or exc}") from exc
+        from analyzer.outputs import write_text
+
+        write_text(json_out, json.dumps(doc, indent=2) + "\n", force=force)

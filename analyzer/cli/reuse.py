@@ -104,6 +104,7 @@ def reuse(
     strict: o.Strict = False,
     no_exact: o.NoExact = False,
     exact_max_mib: o.ExactMaxMib = 512,
+    jobs: o.Jobs = None,
     only_model: Annotated[
         str | None,
         typer.Option(
@@ -111,6 +112,8 @@ def reuse(
             help="Analyze one of the log's models (served name or catalog id) alone.",
         ),
     ] = None,
+    force: o.Force = False,
+    show_previews: o.ShowPreviews = False,
 ) -> None:
     """Prefix reuse: ceilings, where reuse comes from, and hit rate against cache size."""
     from rich.console import Console
@@ -121,6 +124,10 @@ def reuse(
 
     if block_size is not None and block_size <= 0:
         raise UsageError("--block-size must be positive")
+    if json_out is not None:  # fail before the long run, not after it
+        from analyzer.outputs import check_output
+
+        check_output(json_out, force=force, inputs=inputs)
     caps = list(parse_tokens_list(capacity_tokens))
     gibs = parse_float_list(capacity_gib, "--capacity-gib")
     if not model and kv_dtype != "bf16":
@@ -160,6 +167,8 @@ def reuse(
         strict=strict,
         no_exact=no_exact,
         exact_max_mib=exact_max_mib,
+        jobs=jobs,
+        previews=show_previews,
     )
     loaded = _load(inputs, ingest)
     from analyzer.advisor.models import model_warning, models_document, select_model, served_models
@@ -189,7 +198,7 @@ def reuse(
             models = models_document(loaded, opts, kv_dtype)
         if warning:
             models["warning"] = warning
-        write_json(report, json_out, extra={"models": models})
+        write_json(report, json_out, extra={"models": models}, force=force)
         console.print(f"wrote {json_out}")
 
 

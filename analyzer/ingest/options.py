@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from analyzer.errors import printable
 from analyzer.trace import BlockTrace
 
 HASH_KEYS = ("model", "tenant")
@@ -46,9 +47,19 @@ class IngestOptions:
     # conversion whose memory would otherwise grow with it.
     exact_max_bytes: int = 512 << 20
     image_tokens: int = 765
+    # Worker processes (see parallel.py); the CLI's default is every core. A script that
+    # asks for more than one must start under ``if __name__ == "__main__":`` (workers are
+    # started with multiprocessing's "spawn", which imports the main module again).
+    jobs: int = 1
+    parallel_min_bytes: int = 32 << 20  # smaller inputs are read in one process
     memo: bool = True  # memoize tokenization and prefix hashing (off only to benchmark)
     max_examples: int = 5
     max_previews: int = 200_000
+    # Private by default (docs/security.md): prompt-text previews are collected only when
+    # asked (--show-previews, --keep-previews), and tenant names, request ids and input
+    # file names are stored as salted pseudonyms unless --keep-names.
+    previews: bool = False
+    keep_names: bool = False
 
 
 @dataclass(slots=True)
@@ -74,7 +85,8 @@ class SkipSummary:
         parts = ", ".join(f"{n} {r}" for r, n in sorted(self.by_reason.items()))
         lines = [f"skipped {self.total} rows: {parts}"]
         lines += [f"  {e}" for e in self.examples]
-        return "\n".join(lines)
+        # Field names and file names come from the input: no terminal escapes through them.
+        return "\n".join(printable(line) for line in lines)
 
 
 @dataclass(eq=False)

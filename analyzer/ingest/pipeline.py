@@ -12,6 +12,7 @@ with ``exact=False`` / ``--no-exact`` on huge logs).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 from array import array
@@ -22,9 +23,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from analyzer.blocks import BlockHasher, id_hash, load_salt, salt_id
+from analyzer import limits
+from analyzer.blocks import BlockHasher, id_hashes, load_salt, salt_id
 from analyzer.cache.token_radix import ArrivalLCP
-from analyzer.errors import InputError, Location, OutputError, UsageError
+from analyzer.errors import InputError, Location, UsageError
 from analyzer.ingest.detect import FORMATS, detect_format
 from analyzer.ingest.io import check_readable
 from analyzer.ingest.options import HASH_KEYS, TIME_UNITS, IngestOptions, LoadedTrace, SkipSummary
@@ -38,7 +40,8 @@ from analyzer.ingest.readers import (
     records,
 )
 from analyzer.ingest.spool import DistinctCounter, RowSpool, list_array
-from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, numeric_seconds
+from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, numeric_seconds, timestamp_outliers
+from analyzer.ingest.vector import BULK, read_bulk
 from analyzer.tokenize import Part, Previews, RenderError
 from analyzer.trace import (
     CANONICAL_SCHEMA,
@@ -82,6 +85,9 @@ def _validate(opts: IngestOptions) -> None:
         )
     if not opts.token_ratio > 0:
         raise UsageError(f"--token-ratio must be positive, got {opts.token_ratio}")
+    limits.check(opts.token_ratio, "token_ratio", "--token-ratio")
+    if opts.block_size is not None:
+        limits.check(opts.block_size, "block_size", "--block-size")
     bad = set(opts.hash_keys) - set(HASH_KEYS)
     if bad:
         raise UsageError(f"unknown hash key(s) {sorted(bad)}", hint="model and/or tenant")
@@ -123,13 +129,18 @@ class _Builder:
         self.lcp = ArrivalLCP() if opts.exact and has_content else None
         self.rows = RowSpool()
         self.notes: list[str] = []
+        # 8 bytes per row with a request id of its own, to count duplicates at the end.
+        self._id_hashes = array("Q")
+        self.piece_stats = (0, 0, 0, 0)  # what parallel workers counted (see parallel.py)
+        self.exact_wanted = False  # in a worker: record the tree's operations
         self.previews = Previews()
         self.shared: dict = {}
         self.file_abs: list[tuple[str, bool]] = []  # (file, absolute times?) per file read
         self.reordered = 0
         self.untimed: list[str] = []
         self.mixed_units: list[str] = []
-        self._sessions: dict[str, str] = {}
+        self.dropped: list[int] = []  # rows (in input order) whose timestamp is an outlier
+        self._sessions: dict[tuple[str, str], str] = {}
 
     def _block_size(self) -> int:
         natives = {NATIVE_BLOCK[f] for f in self.fmts if f in NATIVE_BLOCK}
@@ -235,7 +246,7 @@ class _Builder:
 
         Parts of a recalled prefix had their previews taken when first hashed.
         """
-        if len(self.previews) >= self.opts.max_previews:
+        if not self.opts.previews or len(self.previews) >= self.opts.max_previews:
             return
         for p in parts[start:]:
             if p.role is not None:
@@ -247,6 +258,13 @@ class _Builder:
             pos += p.tokens.size
 
     def _add(self, raw: Raw, ctx: FileContext, line: int, t: float) -> None:
+        # One row claiming 10^12 tokens would keep the replay's prefill loop busy for hours.
+        for name, value in (
+            ("prompt_tokens", raw.prompt_tokens),
+            ("output_tokens", raw.output_tokens),
+        ):
+            if value is not None and (why := limits.reason(value, name)):
+                raise RowError(why, name)
         contents: np.ndarray | None = None
         idx = -1
         approx = raw.approx or (self.hasher.ratio != 1 and raw.block_ids is None)
@@ -260,62 +278,69 @@ class _Builder:
             m = self.block_size // native
             n_blocks = raw.prompt_tokens // self.block_size
             ns = ctx.fmt.encode() + self._extra(raw)
-            hashes = np.fromiter(
-                (id_hash(ns, raw.block_ids[m * j + m - 1], self.salt) for j in range(n_blocks)),
-                dtype=np.uint64,
-                count=n_blocks,
-            )
+            ids = np.asarray(raw.block_ids[m - 1 : m * n_blocks : m], dtype=np.int64)
+            hashes = id_hashes(ns, ids, self.salt)
             n_prompt = raw.prompt_tokens
         else:
             n_prompt, hashes, contents, idx = self._hash_content(raw)
         out = raw.output_tokens
         if out is None and raw.output_text is not None and self.renderer is not None:
             out = self.hasher.served_tokens(int(self.renderer.tok.encode(raw.output_text).size))
+        rid = raw.request_id or f"{Path(ctx.path).name}:{line}"
+        if raw.request_id:
+            h = hashlib.blake2b(rid.encode("utf-8", "surrogatepass"), digest_size=8)
+            self._id_hashes.append(int.from_bytes(h.digest(), "little"))
+        named = self.opts.keep_names
+        tenant = raw.tenant or raw.model
         self.rows.append(
-            request_id=raw.request_id or f"{Path(ctx.path).name}:{line}",
+            request_id=rid if named else self._pseudonym(rid, "r-"),
             time=t,
             session=self._pseudonym(raw.session),
-            tenant=raw.tenant or raw.model,
+            tenant=tenant if named or tenant == raw.model else self._pseudonym(tenant, "t-"),
             model=raw.model,
             prompt_tokens=int(n_prompt),
             output_tokens=out,
             hashes=hashes,
             contents=contents,
             lcp_index=idx,
-            parent=raw.parent,
+            parent=raw.parent if named else self._pseudonym(raw.parent, "r-"),
             turn=raw.turn,
             count_only=raw.count_only,
             approx=bool(approx),
             cached_tokens=raw.cached_tokens,
             engine_prompt_tokens=raw.engine_prompt_tokens,
         )
-        if self.lcp is not None and self.lcp.tree.memory_bytes() > self.opts.exact_max_bytes:
+        if self.lcp is not None and self.lcp.memory_bytes() > self.opts.exact_max_bytes:
             self._drop_exact()
 
-    def _drop_exact(self) -> None:
+    def _drop_exact(self, after_rows: int | None = None) -> None:
         """The token tree outgrew its bound: token-exact LCPs are not computed (see notes)."""
         assert self.lcp is not None
+        n = len(self.rows) if after_rows is None else after_rows
         self.notes.append(
             f"token-exact prefix lengths not computed: the token tree passed "
-            f"{self.opts.exact_max_bytes / 2**20:,.0f} MiB after {len(self.rows):,} requests "
+            f"{self.opts.exact_max_bytes / 2**20:,.0f} MiB after {n:,} requests "
             "(--exact-max-mib); reuse figures use the block-level ceilings"
         )
         self.lcp = None
         self.hasher.forget()  # the memo's states hold tree nodes (their anchors)
 
-    def _pseudonym(self, session: str | None) -> str | None:
-        """Session ids (often user names or emails) leave only as salted pseudonyms."""
-        if session is None:
+    def _pseudonym(self, value: str | None, prefix: str = "s-") -> str | None:
+        """Session ids (often user names or emails) leave only as salted pseudonyms, and so
+        do tenant names and request ids unless ``keep_names``: the same value gives the
+        same pseudonym under the same salt, so sessions, tenants and parent links still
+        group and join, but nothing in the file names a customer."""
+        if value is None:
             return None
-        hit = self._sessions.get(session)
+        # Sessions hash the bare value (as they always have); the others are namespaced.
+        key = value if prefix == "s-" else prefix + value
+        hit = self._sessions.get((prefix, value))
         if hit is None:
             if len(self._sessions) >= 200_000:  # a cache of a pure function: bound it
                 self._sessions.clear()
-            d = hashlib.blake2b(
-                session.encode("utf-8", "surrogatepass"), digest_size=8, key=self.salt
-            )
-            hit = "s-" + d.hexdigest()
-            self._sessions[session] = hit
+            d = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8, key=self.salt)
+            hit = prefix + d.hexdigest()
+            self._sessions[(prefix, value)] = hit
         return hit
 
     def _bad(self, err: RowError, ctx: FileContext, line: int) -> None:
@@ -327,11 +352,62 @@ class _Builder:
 
     def read_file(self, path: str, fmt: str) -> None:
         ctx = FileContext(path, fmt, self.opts, shared=self.shared)
-        parse = PARSERS[fmt]
         first = len(self.rows)
+        if fmt in BULK and self._read_bulk(path, fmt):
+            n = len(self.rows) - first
+            self.settle_times(
+                path, fmt, True, first, np.zeros(n, bool), np.arange(1, n + 1, dtype=np.int64)
+            )
+            return
+        iso, lines = self.read_rows(ctx, records(path, fmt, self.advance))
+        self.settle_times(
+            path, fmt, ctx.timed, first, np.asarray(iso, dtype=bool), np.asarray(lines, np.int64)
+        )
+
+    def _read_bulk(self, path: str, fmt: str) -> bool:
+        """A clean pre-hashed trace, read whole (:mod:`analyzer.ingest.vector`)."""
+        from analyzer.ingest.readers import Raw as _Raw
+
+        got = read_bulk(path, fmt, self.block_size, self.salt, fmt.encode() + self._extra(_Raw()))
+        if got is None:
+            return False
+        table, times = got
+        if not self.opts.keep_names:  # request ids leave as pseudonyms, as in _add
+            key = self.salt
+            ids = [
+                "r-" + hashlib.blake2b(b"r-" + r.encode(), digest_size=8, key=key).hexdigest()
+                for r in table.column("request_id").to_pylist()
+            ]
+            table = table.set_column(0, "request_id", pa.array(np.array(ids, dtype=object)))
+        self.rows.append_table(table, times)
+        if self.advance is not None:
+            self.advance(os.path.getsize(path))
+        return True
+
+    def first_timing(self, path: str, fmt: str) -> tuple[int | None, bool | None, str | None]:
+        """(line of the file's first kept row, whether the file is timed, its time field),
+        read from the top with nothing kept (a scratch builder sharing only the
+        tokenizer memo, which is a pure cache)."""
+        scratch = copy.copy(self)
+        scratch.rows, scratch.lcp, scratch.notes = RowSpool(), None, []
+        scratch.skipped = SkipSummary(max_examples=0)
+        scratch.previews = Previews()
+        scratch.hasher = BlockHasher(self.block_size, self.salt, self.opts.token_ratio)
+        ctx = FileContext(path, fmt, self.opts, shared={})
+        try:
+            _, lines = scratch.read_rows(ctx, records(path, fmt, None), first_only=True)
+        finally:
+            scratch.rows.close()
+        return (lines[0] if lines else None), ctx.timed, ctx.time_name
+
+    def read_rows(self, ctx: FileContext, recs, first_only: bool = False):  # type: ignore[no-untyped-def]
+        """Rows of ``recs`` added; returns (per kept row: ISO time?, per kept row: its
+        line). ``first_only`` stops after the first kept row (a file's timing)."""
+        parse = PARSERS[ctx.fmt]
         iso_flags: list[bool] = []
+        lines: list[int] = []  # the line of each row added from this file
         seq = 0
-        for line, rec in records(path, fmt, self.advance):
+        for line, rec in recs:
             if isinstance(rec, RowError):
                 self._bad(rec, ctx, line)
                 if rec.fatal:
@@ -346,6 +422,7 @@ class _Builder:
                     assert raw.time is not None
                     t, iso = raw.time, raw.time_iso
                 self._add(raw, ctx, line, t)
+                lines.append(line)
             except (RowError, RenderError, RecursionError) as err:
                 ctx.timed = timed
                 if isinstance(err, RenderError):
@@ -356,27 +433,59 @@ class _Builder:
                 continue
             iso_flags.append(iso)
             seq += 1
+            if first_only:
+                break
+        return iso_flags, lines
+
+    def settle_times(
+        self,
+        path: str,
+        fmt: str,
+        timed: bool | None,
+        first: int,
+        iso: np.ndarray,
+        lines: np.ndarray,
+    ) -> None:
+        """Times of the file's rows ``first:`` in seconds, once the whole file is read:
+        outliers dropped, the numeric unit resolved on all of them, then absolute vs
+        relative. ``lines`` holds each of those rows' line in the file."""
+        ctx = FileContext(path, fmt, self.opts)
         last = len(self.rows)
         if last == first:
             return
-        # Resolve the numeric unit of this file, then absolute vs relative.
         times = np.frombuffer(self.rows.time, dtype=np.float64)[first:last].copy()
-        iso = np.asarray(iso_flags, dtype=bool)
-        if ctx.timed is False:
+        if timed is False:
             self.untimed.append(path)
             absolute = False
+            times = np.arange(last - first, dtype=np.float64) * UNTIMED_SPACING_S
         else:
             forced = None if self.opts.time_unit == "auto" else self.opts.time_unit
             forced = forced or NATIVE_UNIT.get(fmt)
             num = ~iso
+            # Outliers first (in the file's raw numbers, then among ISO times): one value
+            # of 0 or 1e308 must neither pick the unit nor stretch the trace's span.
+            out = np.zeros(times.size, dtype=bool)
+            out[num] = timestamp_outliers(times[num])
+            out[iso] = timestamp_outliers(times[iso])
+            for i in np.flatnonzero(out):
+                self._bad(
+                    RowError("timestamp far outside the file's others (outlier)", "timestamp"),
+                    ctx,
+                    int(lines[i]),
+                )
+                self.dropped.append(first + int(i))
+            num &= ~out
             if num.any():
                 times[num], units = numeric_seconds(times[num], forced)
                 if len(units) > 1:
                     self.mixed_units.append(_units_note(path, units))
-            absolute = bool(times.min() >= ABSOLUTE_MIN_S)
+            times[out] = np.nan  # dropped in finish(); NaN keeps them out of min/max here
+            kept = times[~out]
+            absolute = bool(kept.min() >= ABSOLUTE_MIN_S)
         self.rows.time[first:last] = array("d", times.tobytes())
         # Out of order: a row earlier than the row before it in its file.
-        self.reordered += int(np.count_nonzero(times[1:] < times[:-1]))
+        kept = times[~np.isnan(times)]
+        self.reordered += int(np.count_nonzero(kept[1:] < kept[:-1]))
         self.file_abs.append((path, absolute))
 
     # -- assembling ---------------------------------------------------------------------
@@ -385,13 +494,24 @@ class _Builder:
         """The canonical file's metadata, and its rows in arrival order, a batch at a time."""
         rows = self.rows
         n = len(rows)
+        if self._id_hashes:
+            ids = np.frombuffer(self._id_hashes, dtype=np.uint64)
+            dup = int(ids.size - np.unique(ids).size)
+            if dup:
+                self.notes.append(
+                    f"duplicate request ids: {dup:,} rows repeat an earlier row's id "
+                    "(all kept; a log written twice, or retries, would count double)"
+                )
         times = np.frombuffer(rows.time, dtype=np.float64)
         if len({a for _, a in self.file_abs}) > 1:
             kinds = [f"{p} ({'absolute' if a else 'relative'})" for p, a in self.file_abs]
             raise InputError(
                 "cannot merge files with absolute and relative timestamps: " + ", ".join(kinds)
             )
-        t0 = float(times.min())
+        # Outlier rows have NaN times: they sort last (after every kept row, so they take
+        # no part in the token LCP of the others) and are cut off the table at the end.
+        n_kept = n - len(self.dropped)
+        t0 = float(np.nanmin(times))
         absolute = bool(self.file_abs and self.file_abs[0][1])
         order = np.lexsort((np.arange(n), times))
         arrival = times[order] - t0
@@ -410,8 +530,9 @@ class _Builder:
             vals[has] = lcp_by_idx[lcp_idx[has]]
             served = (vals * self.hasher.ratio.numerator) // self.hasher.ratio.denominator
             prompt = np.frombuffer(rows.prompt_tokens, dtype=np.int64)
-            lcp_sorted = np.minimum(served, prompt)[order]
-            has_sorted = has[order]
+            lcp_sorted = np.minimum(served, prompt)[order][:n_kept]
+            has_sorted = has[order][:n_kept]
+        order, arrival = order[:n_kept], arrival[:n_kept]
         opts = self.opts
         tok_name = self.renderer.tok.name if self.renderer is not None else ""
         if opts.token_ratio != 1 and tok_name:
@@ -422,7 +543,8 @@ class _Builder:
             template=self.renderer.template if self.renderer is not None else "",
             hash_keys=",".join(opts.hash_keys),
             source=",".join(
-                f"{f}:{os.path.basename(p)}" for p, f in zip(self.paths, self.fmts, strict=True)
+                f"{f}:{os.path.basename(p)}" if opts.keep_names else f
+                for p, f in zip(self.paths, self.fmts, strict=True)
             ),
             t0_epoch_s=repr(t0) if absolute else "",
             salt_id=salt_id(self.salt),
@@ -540,7 +662,9 @@ def _check_same_hashing(paths: list[str], metas: list[dict[str, str]]) -> None:
             )
 
 
-def _open_canonical(paths: list[str], block_size: int | None = None) -> LoadedTrace:
+def _open_canonical(
+    paths: list[str], block_size: int | None = None, previews_wanted: bool = False
+) -> LoadedTrace:
     tables = [read_canonical(p) for p in paths]
     sizes = {read_metadata(t).get("block_size") for t in tables}
     if len(sizes) > 1:
@@ -589,7 +713,7 @@ def _open_canonical(paths: list[str], block_size: int | None = None) -> LoadedTr
             )
         table = coarsen_table(table, block_size // fine)
     previews: dict[int, str] = {}
-    for p in paths:
+    for p in paths if previews_wanted else ():
         previews.update(_read_previews(Path(p)))
     return LoadedTrace(
         table=table,
@@ -617,12 +741,18 @@ def _read_raw(
         check_readable(p)
     fmts = [opts.fmt or detect_format(p) for p in plist]
     if all(f == "canonical" for f in fmts):
-        return plist, _open_canonical(plist, opts.block_size)
+        return plist, _open_canonical(plist, opts.block_size, opts.previews)
     if "canonical" in fmts:
         raise UsageError("canonical traces cannot be mixed with raw logs in one run")
     b = _Builder(plist, fmts, opts, advance)
-    for p, f in zip(plist, fmts, strict=True):
-        b.read_file(p, f)
+    jobs = _jobs_for(plist, opts)
+    if jobs > 1:
+        from analyzer.ingest.parallel import read_parallel
+
+        read_parallel(b, jobs)
+    else:
+        for p, f in zip(plist, fmts, strict=True):
+            b.read_file(p, f)
     if not len(b.rows):
         raise InputError(
             "no usable requests in "
@@ -633,15 +763,28 @@ def _read_raw(
     return plist, b
 
 
+def _jobs_for(paths: list[str], opts: IngestOptions) -> int:
+    """Worker processes for this run: one when the inputs are too small to gain from more
+    (starting a worker costs about a second) and under --strict (the first bad row in
+    input order must be the one reported)."""
+    jobs = opts.jobs
+    if jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {jobs}")
+    if opts.strict or sum(os.path.getsize(p) for p in paths) < opts.parallel_min_bytes:
+        return 1
+    return jobs
+
+
 def _loaded(b: _Builder, plist: list[str], table: pa.Table | None) -> LoadedTrace:
     stats = {}
+    w = b.piece_stats
     if b.renderer is not None:
         stats = {
-            "parts_seen": b.renderer.parts_seen,
-            "parts_tokenized": b.renderer.parts_tokenized,
-            "tokens_encoded": b.renderer.tokens_encoded,
+            "parts_seen": b.renderer.parts_seen + w[0],
+            "parts_tokenized": b.renderer.parts_tokenized + w[1],
+            "tokens_encoded": b.renderer.tokens_encoded + w[2],
         }
-    stats["blocks_hashed"] = b.hasher.blocks_hashed
+    stats["blocks_hashed"] = b.hasher.blocks_hashed + w[3]
     return LoadedTrace(
         table=table if table is not None else CANONICAL_SCHEMA.empty_table(),
         skipped=b.skipped,
@@ -685,6 +828,7 @@ class Written:
     distinct_sample_rate: float
     block_size: int
     count_only: bool
+    span_s: float = 0.0  # first to last arrival
 
 
 def convert_trace(
@@ -692,43 +836,52 @@ def convert_trace(
     out: str | Path,
     opts: IngestOptions | None = None,
     advance: Callable[[float], None] | None = None,
+    *,
+    force: bool = False,
 ) -> tuple[LoadedTrace, Written]:
     """Convert inputs to a canonical Parquet file at ``out``, streaming its rows.
 
     Memory holds the bounded memos and tree, 24 bytes a request and one batch of output
     rows (:mod:`analyzer.ingest.spool`), not the trace. The returned LoadedTrace has an
-    empty table (its other fields as :func:`open_trace` gives them).
+    empty table (its other fields as :func:`open_trace` gives them). The file is written
+    atomically (analyzer/outputs.py), never over an input.
     """
     import pyarrow.parquet as pq
 
+    from analyzer.outputs import atomic_path, check_output
+
+    inputs = [paths] if isinstance(paths, str | Path) else list(paths)
+    check_output(out, force=force, inputs=inputs)  # before the long run, not after it
     plist, b = _read_raw(paths, opts, advance)
     if isinstance(b, LoadedTrace):  # canonical in: written through (maybe coarsened)
-        write_canonical(b.table, out)
+        write_canonical(b.table, out, force=force)
         return b, table_figures(b.table)
     meta, batches = b.finish()
     out = Path(out)
     distinct = DistinctCounter()
     n_rows = n_blocks = tokens = 0
+    span_s = 0.0
     count_only = True
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with pq.ParquetWriter(
-            out,
+    with (
+        atomic_path(out, force=force) as tmp,
+        pq.ParquetWriter(
+            tmp,
             CANONICAL_SCHEMA.with_metadata(meta),
             compression="zstd",
             # Hashes are all distinct values: a dictionary per row group only costs memory.
             use_dictionary=["request_id", "session_id", "tenant", "model", "parent_request_id"],
-        ) as writer:
-            for batch in batches:
-                writer.write_batch(batch)
-                flat = batch.column("block_hashes").values.to_numpy(zero_copy_only=False)
-                distinct.add(flat)
-                n_rows += batch.num_rows
-                n_blocks += flat.size
-                tokens += int(np.asarray(batch.column("prompt_tokens")).sum())
-                count_only = count_only and bool(np.asarray(batch.column("count_only")).all())
-    except OSError as exc:
-        raise OutputError(f"cannot write {out}: {exc.strerror or exc}") from exc
+        ) as writer,
+    ):
+        for batch in batches:
+            writer.write_batch(batch)
+            flat = batch.column("block_hashes").values.to_numpy(zero_copy_only=False)
+            distinct.add(flat)
+            n_rows += batch.num_rows
+            n_blocks += flat.size
+            tokens += int(np.asarray(batch.column("prompt_tokens")).sum())
+            count_only = count_only and bool(np.asarray(batch.column("count_only")).all())
+            if batch.num_rows:
+                span_s = float(batch.column("arrival_s")[-1].as_py())  # rows are sorted
     written = Written(
         requests=n_rows,
         prompt_tokens=tokens,
@@ -737,6 +890,7 @@ def convert_trace(
         distinct_sample_rate=distinct.sample_rate,
         block_size=b.block_size,
         count_only=count_only,
+        span_s=span_s,
     )
     return _loaded(b, plist, None), written
 
@@ -757,4 +911,5 @@ def table_figures(t: pa.Table) -> Written:
         distinct_sample_rate=distinct.sample_rate,
         block_size=int(read_metadata(t).get("block_size") or 16),
         count_only=n_rows > 0 and bool(pc.all(t.column("count_only")).as_py()),
+        span_s=float(pc.max(t.column("arrival_s")).as_py() or 0.0) if n_rows else 0.0,
     )
