@@ -570,6 +570,11 @@ def run_analysis(
                 search_rate=search,
                 advance=adv,
                 cost=cm,
+                # Scenarios in parallel (each simulated alone: the same figures); the
+                # rate search is most of analyze's time on a large log. Only asked for
+                # above one: a caller's own replay function (the dashboard's) has no such
+                # argument.
+                **_workers(opts),
             ).to_json()
         replay = _replay_figures(replay_json, opts.ttft_slo_s)
         economics = _economics(opts, trace, rf, replay_json, prices, bpt)
@@ -989,6 +994,7 @@ def _sensitivity(
                 ttft_slo_s=opts.ttft_slo_s,
                 search_rate=False,
                 cost=cm,
+                **_workers(opts),
             )
             rp = _replay_figures(res.to_json(), opts.ttft_slo_s)
             variants.append(
@@ -1075,6 +1081,11 @@ def _private_example(example: str, names: dict[str, str]) -> str:
         if example.startswith(path + ":"):
             return name + example[len(path) :]
     return example
+
+
+def _workers(opts: AnalyzeOptions) -> dict[str, int]:
+    """``run_replay``'s ``workers`` argument when ``--jobs`` asks for more than one."""
+    return {"workers": opts.ingest.jobs} if opts.ingest.jobs > 1 else {}
 
 
 def _options_json(o: AnalyzeOptions) -> dict:
