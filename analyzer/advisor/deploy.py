@@ -619,7 +619,13 @@ def _index(
     if pilot:
         lines += ["", "## Pilot commands", ""]
         for c in pilot:
-            lines += [f"{c['tool']}: {c['purpose']}", "", "    " + c["command"], ""]
+            lines += [
+                f"{c['tool']}: {c['purpose']}",
+                "",
+                "    # " + c["note"],
+                "    " + c["command"],
+                "",
+            ]
     return DeployFile(
         f"{ROOT}/README.md",
         recommended,

@@ -53,10 +53,11 @@ def pilot_commands(
     duration_s: float,
     n_requests: int,
     mean_input_tokens: float,
-    mean_output_tokens: float,
+    mean_output_tokens: float | None,
     tokenizer: str,
     sessions: bool,
     url: str = "http://localhost:8000",
+    sglang_port: int = 30000,
 ) -> tuple[PilotCommand, ...]:
     """Commands to replay the analysed log against a pilot deployment."""
     logs = " ".join(shlex.quote(n) for n in inputs) or "LOG"
@@ -68,8 +69,9 @@ def pilot_commands(
     if ratio:
         tok += f" --token-ratio {ratio}"
     mean_in = max(1, round(mean_input_tokens))
-    mean_out = max(1, round(mean_output_tokens))
-    host, _, port = url.removeprefix("http://").partition(":")
+    out_known = mean_output_tokens is not None
+    mean_out = max(1, round(mean_output_tokens)) if mean_output_tokens is not None else 256
+    host = url.removeprefix("http://").partition(":")[0]
     return (
         PilotCommand(
             "kvpool",
@@ -111,7 +113,7 @@ def pilot_commands(
             " ".join(
                 [
                     "python -m sglang.bench_serving --backend sglang",
-                    f"--host {host or 'localhost'} --port {port or '30000'}",
+                    f"--host {host or 'localhost'} --port {sglang_port}",
                     f"--model {shlex.quote(model)}",
                     f"--dataset-name mooncake --dataset-path {EXPORT}",
                     f"--num-prompts {n_requests}",
@@ -138,6 +140,7 @@ def pilot_commands(
                 ]
             ),
             "vllm bench serve has no Mooncake dataset; use its JSON with "
-            "`kvpool validate baseline=baseline.json --report report.json`",
+            "`kvpool validate baseline=baseline.json --report report.json`"
+            + ("" if out_known else "; the log has no output lengths, so 256 is assumed"),
         ),
     )

@@ -694,7 +694,7 @@ def run_analysis(
         duration_s=tf.duration_s,
         n_requests=tf.n_requests,
         mean_input_tokens=tf.mean_prompt_tokens,
-        mean_output_tokens=float(outs.mean()) if outs.size else 256.0,
+        mean_output_tokens=float(outs.mean()) if outs.size else None,
         tokenizer=read_metadata(loaded.table).get("tokenizer", ""),
         sessions=tf.sessions_known,
     )

@@ -8,9 +8,10 @@
   ``session_id`` and, under its fixed schedule, sends each at its ``timestamp``; with
   ``--no-fixed-schedule`` a turn waits ``delay`` after the previous turn's response
   (so the arrival gap written here is an upper bound on that think time). Replayers that
-  read only ``timestamp`` (SGLang's ``bench_serving``) ignore both keys. Ids come from coarsening the canonical chained hashes (block ``j`` at
-  512 is the fine hash at position ``m*j + m - 1``, ``m = 512 / block_size``), renumbered
-  densely from 0 in order of first appearance. As in Mooncake's own traces,
+  read only ``timestamp`` (SGLang's ``bench_serving``) ignore both keys. Ids come from
+  coarsening the canonical chained hashes (block ``j`` at 512 is the fine hash at
+  position ``m*j + m - 1``, ``m = 512 / block_size``), renumbered densely from 0 in
+  order of first appearance. As in Mooncake's own traces,
   ``len(hash_ids) == ceil(input_length / 512)``: a partial last block gets a fresh id that
   no other request shares.
 * ``bailian``: ``{"chat_id", "parent_chat_id", "timestamp": s, "input_length",

@@ -700,8 +700,9 @@ def sections(doc: dict) -> list[Section]:
             "that fits the stack; the file, rate and duration are filled in."
         )
         for c in cmds:
-            s.code.append((f"{c['tool']}: {c['purpose']}", "bash", c["command"]))
-            s.paragraphs.append(f"{c['tool']}: {c['note']}")
+            s.code.append(
+                (f"{c['tool']}: {c['purpose']}", "bash", f"# {c['note']}\n{c['command']}")
+            )
         out.append(s)
 
     s = Section("assumptions", "Assumptions and sources")
