@@ -129,10 +129,19 @@ def test_break_even_falls_with_prefix_length():
     cm = CostModel.from_catalog("llama-3.1-70b", "h100", tp=4)
     values = [cm.break_even_bandwidth_gbps(p) for p in (1024, 2048, 4096, 8192, 16384, 65536)]
     assert all(a > b for a, b in itertools.pairwise(values))
-    # definition: bytes over the marginal saving
+    # definition: bytes over the marginal saving, less the HBM scatter a hit pays
     p = 4096
     saving = cm.compute_time_s(p + 1, 0) - cm.compute_time_s(1, p)
-    assert cm.break_even_bandwidth_gbps(p) == pytest.approx(cm.transfer_bytes(p) / saving / 1e9)
+    per_rank = cm.transfer_bytes(p) / cm.tp
+    scatter = per_rank / (cm.gpu.hbm_tbps * 1e12 * cm.engine.hbm_eff)
+    assert cm.hit_overhead_s(p) == pytest.approx(scatter)
+    assert cm.break_even_bandwidth_gbps(p) == pytest.approx(
+        cm.transfer_bytes(p) / (saving - scatter) / 1e9
+    )
+    roof = CostModel.from_catalog("llama-3.1-70b", "h100", tp=4, mfu=0.5)
+    saving = roof.compute_time_s(p + 1, 0) - roof.compute_time_s(1, p)
+    assert roof.hit_overhead_s(p) == 0.0
+    assert roof.break_even_bandwidth_gbps(p) == pytest.approx(roof.transfer_bytes(p) / saving / 1e9)
     # tiny prefixes are free to recompute (the weight-read floor is paid anyway)
     assert math.isinf(CostModel.from_catalog("llama-3.1-8b", "h100").break_even_bandwidth_gbps(16))
 
@@ -197,7 +206,8 @@ def test_ttft_semantics():
     assert none.load_s == 0.0
     k, c, bw, lat = 4, 6000, 25.0, 2e-3
     r = cm.ttft(8192, c, k, bw, lat)
-    assert r.load_s == pytest.approx(lat + k * c * 131_072 / (bw * 1e9))
+    scatter = k * c * 131_072 / (3.35e12 * cm.engine.hbm_eff)  # into the paged KV cache
+    assert r.load_s == pytest.approx(lat + k * c * 131_072 / (bw * 1e9) + scatter)
     assert r.compute_s == pytest.approx(cm.compute_time_s(8192 - c, c, batch=k))
     assert r.ttft_s == pytest.approx(r.load_s + r.compute_s + r.overhead_s)
     assert r.recompute_ttft_s == pytest.approx(cm.compute_time_s(8192, 0, batch=k) + r.overhead_s)

@@ -79,6 +79,15 @@ def test_replay_command_json_and_table(mooncake_file, tmp_path):
     assert doc["scenarios"]["local"]["capacity_tokens"]["local_per_instance"] == (
         cm.hbm_kv_capacity_tokens(0.1)
     )
+    # the TTFTs carry the cost model's measured error (docs/cost-model.md section 3c)
+    from analyzer.cost.uncertainty import prefill_band
+
+    band = prefill_band(
+        cm, int(max(json.loads(line)["input_length"] for line in open(mooncake_file)))
+    )
+    assert doc["error_band"]["high_ratio"] == pytest.approx(band.high)
+    assert "may be off by the cost model's measured error" in result.output
+    assert f"{1 / band.high:.2f}x and {1 / band.low:.2f}x" in result.output
 
 
 def test_replay_command_is_deterministic(mooncake_file, tmp_path):

@@ -174,7 +174,7 @@ def replay(
     # Fail on an unknown model/GPU before reading a large trace.
     from analyzer.cost import CostModel
 
-    CostModel.from_catalog(model, gpu, tp=tp, kv_dtype=cfg.kv_dtype, mfu=cfg.mfu)
+    cm = CostModel.from_catalog(model, gpu, tp=tp, kv_dtype=cfg.kv_dtype, mfu=cfg.mfu)
 
     ingest = o.ingest_options(
         block_size=block_size,
@@ -224,14 +224,24 @@ def replay(
             advance=advance,
             workers=workers,
         )
+    from analyzer.cost.uncertainty import prefill_band
+
+    band = prefill_band(cm, int(trace.prompt_tokens.max()) if trace.n_requests else None)
     doc = result.to_json()
     doc["inputs"] = [str(p) if keep_names else f"input-{i + 1}" for i, p in enumerate(inputs)]
     doc["skipped"] = loaded.skipped.total
+    doc["error_band"] = band.to_json()
     Console().print(render_table(doc))
     Console().print(
         f"{trace.n_requests:,} requests, block size {trace.block_size}, "
         f"{cfg.instances} x {cfg.tp} {gpu} ({model}); max rate: highest multiple of the "
         f"trace's arrival rate with p90 TTFT <= {ttft_slo:g} s. Decode is not modelled.",
+        highlight=False,
+    )
+    Console().print(
+        f"The prefill inside every TTFT may be off by the cost model's measured error: "
+        f"{band.describe()}; the true prefill time lies between {1 / band.high:.2f}x and "
+        f"{1 / band.low:.2f}x of the modelled one.",
         highlight=False,
     )
     if json_out is not None:

@@ -579,23 +579,41 @@ class CostModel:
             return replace(t, bandwidth_gbps=t.bandwidth_gbps * self.tp)
         return t
 
+    def hit_overhead_s(self, cached_tokens: int, concurrency: int = 1) -> float:
+        """What ``concurrency`` cached-prefix hits pay besides the transfer itself.
+
+        The loaded blocks are scattered into the paged KV cache: an HBM write of each
+        rank's bytes (at the engine model's achieved HBM bandwidth). The block lookup is in
+        the tier's first-byte latency; the last token's attention over the loaded context
+        is in ``compute_time_s(1 | P)``. Zero for the plain roofline (``--mfu``).
+        """
+        if self.engine is None or cached_tokens <= 0:
+            return 0.0
+        k = self._k
+        return (
+            concurrency * k.kv_per_rank(cached_tokens) / (k.hbm_bytes_per_s * self.engine.hbm_eff)
+        )
+
     def load_prefix_s(
         self, prefix_tokens: int, bandwidth_gbps: float, latency_s: float, concurrency: int = 1
     ) -> float:
+        """Loading a prefix: the transfer plus the per-hit scatter (:meth:`hit_overhead_s`)."""
         return self.load_time_s(
             self.transfer_bytes(prefix_tokens), bandwidth_gbps, latency_s, concurrency
-        )
+        ) + self.hit_overhead_s(prefix_tokens, concurrency)
 
     # -- break-even -----------------------------------------------------------------------
     def break_even_bandwidth_gbps(self, prefix_tokens: int, suffix_tokens: int = 1) -> float:
         """Bandwidth above which loading a prefix beats recomputing it (zero latency).
 
-        ``BW* = bytes(P) / saving(P)``, i.e. bytes per token times the prefill rate of the
-        prefix's marginal tokens. It falls as P grows (attention is quadratic).
+        ``BW* = bytes(P) / (saving(P) - scatter(P))``, i.e. bytes per token times the
+        prefill rate of the prefix's marginal tokens (less the HBM scatter a hit pays). It
+        falls as P grows (attention is quadratic).
         """
         if prefix_tokens <= 0:
             raise UsageError(f"prefix length must be positive, got {prefix_tokens}")
         saving = self.recompute_saving_s(prefix_tokens, suffix_tokens)
+        saving -= self.hit_overhead_s(prefix_tokens)
         if saving <= 0:
             return math.inf
         return self.transfer_bytes(prefix_tokens) / saving / 1e9
@@ -672,7 +690,9 @@ class CostModel:
             be = self.break_even_bandwidth_gbps(p, suffix_tokens)
             be_json = be if math.isfinite(be) else None  # None: loading never beats it
             for link in links:
-                load = self.load_time_s(moved, link.bandwidth_gbps, link.latency_s, concurrency)
+                load = self.load_time_s(
+                    moved, link.bandwidth_gbps, link.latency_s, concurrency
+                ) + self.hit_overhead_s(p, concurrency)
                 rows.append(
                     {
                         "prefix_tokens": int(p),
@@ -767,6 +787,7 @@ class CostModel:
         load = 0.0
         if cached > 0:
             load = latency + load_scale * moved * concurrency / (load_gbps * 1e9)
+            load += self.hit_overhead_s(cached, concurrency)
         compute = self.compute_time_s(new, cached, concurrency)
         recompute = self.compute_time_s(prompt_tokens, 0, concurrency) + overhead
         if cached > 0:

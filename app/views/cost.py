@@ -35,12 +35,34 @@ with state.guard():
         key="cost.prefix",
         help="Starts at the trace's median prompt length.",
     )
+    from analyzer.cost import uncertainty as unc
+
+    band = unc.prefill_band(cm, prefix)
+    rate = unc.rate_range(cm.prefill_tokens_per_s(prefix), band)
     c = st.columns(4)
     c[0].metric("KV per token", f"{cm.bytes_per_token:,} B", help="Whole model, all ranks.")
-    c[1].metric("Prefill rate", f"{cm.prefill_tokens_per_s(prefix):,.0f} tok/s")
+    c[1].metric(
+        "Prefill rate",
+        f"{rate.value:,.0f} tok/s",
+        help=f"{rate.low:,.0f}-{rate.high:,.0f} tok/s by the model's measured error.",
+    )
     be = cm.break_even_bandwidth_gbps(prefix)
-    c[2].metric("Break-even bandwidth", f"{be:,.1f} GB/s" if np.isfinite(be) else "never")
+    be_r = unc.break_even_range(be, band)
+    c[2].metric(
+        "Break-even bandwidth",
+        f"{be:,.1f} GB/s" if np.isfinite(be) else "never",
+        help=f"{be_r.low:,.1f}-{be_r.high:,.1f} GB/s by the model's measured error."
+        if np.isfinite(be)
+        else None,
+    )
     c[3].metric("HBM left for KV", f"{cm.hbm_kv_capacity_tokens():,} tok", help="Per instance.")
+
+    range_text = (
+        f"Ranges: prefill {rate.low:,.0f}-{rate.high:,.0f} tok/s"
+        + (f", break-even {be_r.low:,.1f}-{be_r.high:,.1f} GB/s" if np.isfinite(be) else "")
+        + f", from {band.describe()} (`kvpool cost check`)."
+    )
+    st.caption(range_text)
 
     rows = compute.break_even_rows(w)
     left, right = st.columns(2)
