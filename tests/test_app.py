@@ -464,3 +464,19 @@ def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path) -> None
     assert compute.CALLS["analysis"] == analysis0 + 2
     assert compute.CALLS["replay"] == replay0
     assert any(f"data-verdict='{expected}'" in m.value for m in at.markdown)
+
+
+def test_errors_name_the_controls_not_the_flags(at: AppTest) -> None:
+    from app.state import gui_words
+
+    assert gui_words("raise --tp or give --local-capacity-tokens") == (
+        "raise 'Tensor parallel (GPUs per instance)' or give 'HBM prefix cache per instance'"
+    )
+    assert gui_words("--unknown-flag stays") == "--unknown-flag stays"
+    # A 70B model does not fit one H100: the replay says so in the sidebar's words.
+    at.switch_page("views/replay.py").run()
+    at.selectbox(key="ctl.model").set_value("llama-3.1-70b").run()
+    assert not at.exception
+    shown = " ".join(e.value for e in at.error)
+    assert "Tensor parallel (GPUs per instance)" in shown, shown
+    assert "--" not in shown
