@@ -480,3 +480,36 @@ def test_errors_name_the_controls_not_the_flags(at: AppTest) -> None:
     shown = " ".join(e.value for e in at.error)
     assert "Tensor parallel (GPUs per instance)" in shown, shown
     assert "--" not in shown
+
+
+def test_pinned_configurations_are_compared_and_exported(at: AppTest, sample: Path) -> None:
+    from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.replay import ClusterConfig
+    from analyzer.report import figures
+    from app import compare
+
+    at.switch_page("views/recommend.py").run()
+    at.button(key="cmp.pin").click().run()
+    instances = compute.control_defaults().instances
+    at.number_input(key="ctl.instances").set_value(instances * 2).run()
+    assert_clean(at)
+    table = next(d.value for d in at.dataframe if "GPUs" in d.value.columns)
+    assert table.option.tolist() == ["A: reference", f"B: instances {instances * 2}"]
+    assert table.GPUs.tolist() == [instances, instances * 2]
+    # Each row is `kvpool analyze`'s answer for its settings.
+    twice = run_analysis(
+        [str(sample)], AnalyzeOptions(cluster=ClusterConfig(instances=instances * 2))
+    )
+    assert table.verdict.tolist()[1] == figures.VERDICT_TEXT[twice.verdict]
+    rec = figures.RECOMMENDED_SCENARIO[twice.verdict]
+    assert table["p90 TTFT, recommended"].tolist()[1] == figures.seconds(
+        twice.replay.get(rec).ttft_p90_s
+    )
+    rows = figures.comparison_rows([twice, twice])
+    md = compare.with_comparison("md", "# report\n", rows)
+    assert "## Configurations compared" in md and "B: as pinned first" in md
+    html = compare.with_comparison("html", "<html><body></body></html>", rows)
+    assert html.index("Configurations compared") < html.index("</body>")
+    assert compare.with_comparison("json", "{}", rows) == "{}"
+    at.button(key="cmp.clear").click().run()
+    assert not any("GPUs" in d.value.columns for d in at.dataframe)
