@@ -596,6 +596,12 @@ def analysis(cur: Current, w, warmup: float, thresholds=None):
     opts = analyze_options(w, warmup, dict(cur.ingest_key).get("block_size"))
     if thresholds is not None:
         opts = replace(opts, thresholds=thresholds)
+    return analysis_of(cur, opts)
+
+
+def analysis_of(cur: Current, opts):
+    """The analysis of the trace on screen for ``opts`` (``AnalyzeOptions``): from the
+    prefetch when it got there first, else run with every layer remembered."""
     from app.prefetch import analysis_key, prefetcher
 
     ahead = prefetcher().get(analysis_key(cur, opts))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -151,15 +152,53 @@ def save_upload(name: str, data: bytes) -> Source:
     return Source(label=safe, paths=(str(path),), kind="upload")
 
 
+# The analyzer's messages name command-line flags; on the dashboard the same setting is
+# a control in the sidebar (or on a page), so a message says the control's name.
+GUI_WORDS = {
+    "--model": "Model",
+    "--gpu": "GPU",
+    "--tp": "Tensor parallel (GPUs per instance)",
+    "--kv-dtype": "KV cache dtype",
+    "--instances": "Instances",
+    "--gpus-per-node": "GPUs per node",
+    "--router": "Router",
+    "--eviction": "Eviction policy",
+    "--dram-scope": "Host DRAM cache",
+    "--dram-tier": "Host DRAM link",
+    "--dram-gbps": "DRAM bandwidth",
+    "--pool-tier": "Pool network",
+    "--pool-gbps": "Pool bandwidth per node",
+    "--local-capacity-tokens": "HBM prefix cache per instance",
+    "--pool-capacity-tokens": "Pool capacity",
+    "--dram-capacity-tokens": "Host DRAM per node",
+    "--ttft-slo": "TTFT SLO",
+    "--warmup": "Warm-up",
+    "--block-size": "Block size (Load a trace)",
+    "--strict": "Strict (Load a trace)",
+    "--calibration": "Calibration CSV (Cost model)",
+}
+_FLAG = re.compile(r"--[a-z][a-z0-9-]*")
+
+
+def gui_words(text: str) -> str:
+    """``text`` with each command-line flag the dashboard has a control for replaced by
+    that control's name in quotes: "raise --tp" reads "raise 'Tensor parallel (GPUs per
+    instance)'"."""
+    return _FLAG.sub(
+        lambda m: f"'{GUI_WORDS[m.group(0)]}'" if m.group(0) in GUI_WORDS else m.group(0), text
+    )
+
+
 @contextmanager
 def guard() -> Iterator[None]:
-    """Show a user's mistake (:class:`KvpoolError`) as an error box and stop the page."""
+    """Show a user's mistake (:class:`KvpoolError`) as an error box and stop the page,
+    in the dashboard's words (:func:`gui_words`)."""
     try:
         yield
     except KvpoolError as exc:
-        st.error(exc.message)
+        st.error(gui_words(exc.message))
         if exc.hint:
-            st.caption(f"Hint: {exc.hint}")
+            st.caption(f"Hint: {gui_words(exc.hint)}")
         st.stop()
 
 

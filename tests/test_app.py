@@ -482,3 +482,52 @@ def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path) -> None
     assert compute.CALLS["analysis"] == analysis0 + 3
     assert compute.CALLS["replay"] == replay0
     assert any(f"data-verdict='{expected}'" in m.value for m in at.markdown)
+
+
+def test_errors_name_the_controls_not_the_flags(at: AppTest) -> None:
+    from app.state import gui_words
+
+    assert gui_words("raise --tp or give --local-capacity-tokens") == (
+        "raise 'Tensor parallel (GPUs per instance)' or give 'HBM prefix cache per instance'"
+    )
+    assert gui_words("--unknown-flag stays") == "--unknown-flag stays"
+    # A 70B model does not fit one H100: the replay says so in the sidebar's words.
+    at.switch_page("views/replay.py").run()
+    at.selectbox(key="ctl.model").set_value("llama-3.1-70b").run()
+    assert not at.exception
+    shown = " ".join(e.value for e in at.error)
+    assert "Tensor parallel (GPUs per instance)" in shown, shown
+    assert "--" not in shown
+
+
+def test_pinned_configurations_are_compared_and_exported(at: AppTest, sample: Path) -> None:
+    from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.replay import ClusterConfig
+    from analyzer.report import figures
+    from app import compare
+
+    at.switch_page("views/recommend.py").run()
+    at.button(key="cmp.pin").click().run()
+    instances = compute.control_defaults().instances
+    at.number_input(key="ctl.instances").set_value(instances * 2).run()
+    assert_clean(at)
+    table = next(d.value for d in at.dataframe if "GPUs" in d.value.columns)
+    assert table.option.tolist() == ["A: reference", f"B: instances {instances * 2}"]
+    assert table.GPUs.tolist() == [instances, instances * 2]
+    # Each row is `kvpool analyze`'s answer for its settings.
+    twice = run_analysis(
+        [str(sample)], AnalyzeOptions(cluster=ClusterConfig(instances=instances * 2))
+    )
+    assert table.verdict.tolist()[1] == figures.VERDICT_TEXT[twice.verdict]
+    rec = figures.RECOMMENDED_SCENARIO[twice.verdict]
+    assert table["p90 TTFT, recommended"].tolist()[1] == figures.seconds(
+        twice.replay.get(rec).ttft_p90_s
+    )
+    rows = figures.comparison_rows([twice, twice])
+    md = compare.with_comparison("md", "# report\n", rows)
+    assert "## Configurations compared" in md and "B: as pinned first" in md
+    html = compare.with_comparison("html", "<html><body></body></html>", rows)
+    assert html.index("Configurations compared") < html.index("</body>")
+    assert compare.with_comparison("json", "{}", rows) == "{}"
+    at.button(key="cmp.clear").click().run()
+    assert not any("GPUs" in d.value.columns for d in at.dataframe)

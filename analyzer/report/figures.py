@@ -500,3 +500,119 @@ def sizing_table(sizing: dict) -> list[dict]:
         },
     ]
     return rows
+
+
+# --- comparing pinned configurations ---------------------------------------------------------
+
+# The deployment option each verdict recommends: its TTFT is the one a team compares.
+RECOMMENDED_SCENARIO = {
+    "deploy-pooled": "pooled",
+    "local-offload-only": "local+dram",
+    "not-worth-it": "local",
+    "insufficient-data": "local",
+}
+COMPARED_SETTINGS = (
+    ("model", "model"),
+    ("gpu", "GPU"),
+    ("tp", "TP"),
+    ("instances", "instances"),
+    ("gpus_per_node", "GPUs per node"),
+    ("router", "router"),
+    ("dram_scope", "DRAM scope"),
+    ("pool_tier", "pool network"),
+    ("pool_gbps", "pool GB/s"),
+    ("warmup", "warm-up"),
+    ("ttft_slo_s", "SLO s"),
+)
+
+
+def _setting(opts, name: str):
+    return getattr(opts, name, None)
+
+
+def configuration_label(opts, reference) -> str:
+    """How ``opts`` differs from ``reference`` (the first pinned), in a few words."""
+    diffs = [
+        f"{label} {_setting(opts, name)}"
+        for name, label in COMPARED_SETTINGS
+        if _setting(opts, name) != _setting(reference, name)
+    ]
+    if opts.thresholds != reference.thresholds:
+        diffs.append("other thresholds")
+    return ", ".join(diffs) or "as pinned first"
+
+
+def comparison_rows(results: list) -> list[dict]:
+    """One row per analysis (``AnalysisResult``, the first is the reference): what
+    differs, the verdict, GPUs, the p90 TTFT of the recommended option and of the local
+    cache alone, the prompt tokens served from cache and the highest rate under the SLO."""
+    rows = []
+    for i, r in enumerate(results):
+        o = r.options
+        rec = RECOMMENDED_SCENARIO.get(r.verdict, "local")
+        s = r.replay.get(rec) if r.replay else None
+        local = r.replay.get("local") if r.replay else None
+        rows.append(
+            {
+                "option": f"{chr(ord('A') + i)}: "
+                + (configuration_label(o, results[0].options) if i else "reference"),
+                "verdict": r.verdict,
+                "GPUs": o.instances * o.tp,
+                "recommended": scenario_label(rec),
+                "p90 TTFT, recommended": s.ttft_p90_s if s else None,
+                "p90 TTFT, local cache": local.ttft_p90_s if local else None,
+                "prompt tokens from cache": s.hit_rate if s else None,
+                "highest rate under the SLO": s.max_rate_scale if s else None,
+            }
+        )
+    return rows
+
+
+def comparison_table(rows: list[dict]) -> list[dict]:
+    """:func:`comparison_rows` in words and units."""
+    return [
+        {
+            **r,
+            "verdict": VERDICT_TEXT.get(r["verdict"], r["verdict"]),
+            "p90 TTFT, recommended": seconds(r["p90 TTFT, recommended"]),
+            "p90 TTFT, local cache": seconds(r["p90 TTFT, local cache"]),
+            "prompt tokens from cache": percent(r["prompt tokens from cache"]),
+            "highest rate under the SLO": rate_multiple(r["highest rate under the SLO"]),
+        }
+        for r in rows
+    ]
+
+
+def comparison_markdown(rows: list[dict]) -> str:
+    """The comparison as a Markdown section (appended to the downloaded report)."""
+    table = comparison_table(rows)
+    if not table:
+        return ""
+    cols = list(table[0])
+    lines = [
+        "## Configurations compared",
+        "",
+        "| " + " | ".join(cols) + " |",
+        "|" + "---|" * len(cols),
+    ]
+    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in table]
+    return "\n".join(lines) + "\n"
+
+
+def comparison_html(rows: list[dict]) -> str:
+    """The comparison as an HTML section (inserted into the downloaded report)."""
+    import html
+
+    table = comparison_table(rows)
+    if not table:
+        return ""
+    cols = list(table[0])
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(r[c]))}</td>" for c in cols) + "</tr>"
+        for r in table
+    )
+    return (
+        "<section id='comparison'><h2>Configurations compared</h2>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></section>"
+    )

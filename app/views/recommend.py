@@ -12,7 +12,7 @@ from analyzer.advisor.summary import (
     summary_sentences,
 )
 from analyzer.report import figures
-from app import banner, compute, controls, prefetch, state
+from app import banner, compare, compute, controls, prefetch, state
 
 st.title("Recommendation")
 
@@ -49,6 +49,8 @@ with state.guard():
             st.markdown(f"- {reason}")
         st.caption(verdict["confidence_statement"])
 
+    pinned = compare.section(cur, result)
+
     st.subheader("Reports")
     stem = src.label.split(".")[0] or "kvpool"
     report = compute.reports(cur, result)
@@ -63,33 +65,13 @@ with state.guard():
     ):
         col.download_button(
             label,
-            lambda kind=kind: report(kind),  # drawn when clicked, not on every what-if
+            # Drawn when clicked, not on every what-if; with the comparison when pinned.
+            lambda kind=kind: compare.with_comparison(kind, report(kind), pinned),
             file_name=f"{stem}-report.{kind}",
             mime=mime,
             key=f"dl.{kind}",
             on_click="ignore",
         )
-
-    files = (doc.get("deploy") or {}).get("files") or []
-    if files:
-        from analyzer.report import deploy_zip
-
-        st.subheader("Deployment bundle")
-        st.download_button(
-            f"deploy/ ({len(files)} files, zip)",
-            deploy_zip(doc),
-            file_name=f"{stem}-deploy.zip",
-            mime="application/zip",
-            key="dl.deploy",
-        )
-        with st.expander("Files one by one"):
-            for k, f in enumerate(files):
-                st.download_button(
-                    f"{f['path']} ({f['role']}, {f['stack']})",
-                    f["text"],
-                    file_name=f["path"].rsplit("/", 1)[-1],
-                    key=f"dl.deploy.{k}",
-                )
 
     st.subheader("Decision steps")
     st.dataframe(

@@ -72,10 +72,14 @@ with state.guard():
         if name != "local" and "local" in scen and p90 is not None and base["ttft_s"]["p90"]:
             delta = f"{p90 / base['ttft_s']['p90'] - 1:+.0%} vs local"
         col.metric(
-            f"{name}: p90 TTFT",
+            f"{figures.scenario_label(name)}: p90 TTFT",
             f"{p90:.3f} s" if p90 is not None else "n/a",
             delta=delta,
             delta_color="inverse",
+        )
+        col.caption(
+            f"prompt tokens from cache: **{figures.percent(scen[name]['hit_rate'], 2)}**",
+            help=f"scenario `{name}` in `kvpool replay --json`",
         )
 
     ttft = {name: res.scenarios[name].stats.ttft_s for name in order}

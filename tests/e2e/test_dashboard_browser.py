@@ -69,14 +69,20 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90.0) -> 
 
 
 @pytest.fixture(scope="module")
-def dashboard_url(tmp_path_factory) -> Iterator[str]:
-    if not CHROMIUM.exists():
-        pytest.skip(f"headless Chromium not installed at {CHROMIUM} (apt-get install chromium)")
+def first_log(tmp_path_factory) -> Path:
+    """The log the server opens at start (a new browser session starts on it)."""
     from analyzer.synth import SynthConfig, generate
 
-    # Opened at start; the test then loads a bundled sample from the Load page.
     first = tmp_path_factory.mktemp("e2e") / "first.jsonl"
     generate(SynthConfig(profile="chat", requests=300, seed=2), first, fmt="openai")
+    return first
+
+
+@pytest.fixture(scope="module")
+def dashboard_url(first_log: Path) -> Iterator[str]:
+    if not CHROMIUM.exists():
+        pytest.skip(f"headless Chromium not installed at {CHROMIUM} (apt-get install chromium)")
+    first = first_log
     port = _free_port()
     env = {
         **os.environ,
@@ -171,5 +177,149 @@ def test_dashboard_pages_in_chromium(dashboard_url: str) -> None:
                 slug = title.lower().replace(" ", "-")
                 page.screenshot(path=str(ARTIFACTS / f"{i}-{slug}.png"), full_page=True)
             assert not console_errors, f"JavaScript errors in the page: {console_errors}"
+        finally:
+            browser.close()
+
+
+# Counts the drawn marks of every chart on the page: coloured pixels on a canvas (axes,
+# grid lines and text are grey or black), or filled shapes in an SVG.
+CHART_MARKS_JS = """
+() => Array.from(document.querySelectorAll('.vega-embed')).map((el) => {
+  const canvas = el.querySelector('canvas');
+  if (canvas) {
+    const ctx = canvas.getContext('2d');
+    const {data} = ctx.getImageData(0, 0, canvas.width, canvas.height);
+    let coloured = 0;
+    for (let i = 0; i < data.length; i += 4) {
+      const r = data[i], g = data[i + 1], b = data[i + 2], a = data[i + 3];
+      if (a > 0 && Math.max(r, g, b) - Math.min(r, g, b) > 40) coloured++;
+    }
+    return coloured;
+  }
+  return el.querySelectorAll('svg .mark-rect path, svg .mark-line path, svg .mark-area path, svg .mark-symbol path').length;
+})
+"""
+
+# One change per control, away from its default (the changes add up, as in a meeting).
+SELECTS = [
+    ("Model", "qwen2.5-7b"),
+    ("GPU", "h200"),
+    ("Tensor parallel (GPUs per instance)", "2"),
+    ("KV cache dtype", "fp8"),
+    ("GPUs per node", "4"),
+    ("Router", "round-robin"),
+    ("Eviction policy", "fifo"),
+    ("Host DRAM link", "pcie-gen4-dram"),
+    ("Host DRAM cache", "one per node, shared by its instances"),
+    ("Pool network", "rdma-400"),
+]
+NUMBERS = [
+    ("Instances", 2),
+    ("HBM prefix cache per instance (GB; 0 = what the HBM leaves)", 5),
+    ("Host DRAM per node (GB)", 64),
+    ("DRAM bandwidth (GB/s; 0 = catalog)", 10),
+    ("DRAM first-byte latency (µs; 0 = catalog)", 20),
+    ("Pool capacity, whole cluster (GB; 0 = the nodes' DRAM)", 100),
+    ("Pool bandwidth per node (GB/s; 0 = catalog)", 10),
+    ("Pool first-byte latency (µs; 0 = catalog)", 50),
+    ("TTFT SLO, p90 (s)", 1),
+]
+
+
+def _open(page, link: str) -> None:
+    page.locator('[data-testid="stSidebarNav"]').get_by_text(link, exact=True).click()
+    page.get_by_role("heading", name=link).first.wait_for(timeout=PAGE_TIMEOUT_MS)
+    _settle(page)
+
+
+def _charts_have_marks(page, where: str) -> None:
+    marks = page.evaluate(CHART_MARKS_JS)
+    assert marks, f"{where}: no chart on the page"
+    assert all(m > 0 for m in marks), f"{where}: a chart without marks: {marks}"
+
+
+def _select(page, label: str, option: str) -> None:
+    page.locator('[data-testid="stSelectbox"]').filter(
+        has=page.get_by_text(label, exact=True)
+    ).first.click()
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def _number(page, label: str, value: float) -> None:
+    box = page.get_by_label(label, exact=True)
+    box.fill(f"{value:g}")
+    box.press("Enter")
+
+
+def _kvpool_json(args: list[str], tmp: Path) -> dict:
+    import json
+
+    subprocess.run([*_kvpool(), *args], cwd=ROOT, check=True, capture_output=True, timeout=600)
+    return json.loads(tmp.read_text())
+
+
+def test_replay_and_verdict_equal_the_cli_and_every_control_works(
+    dashboard_url: str, first_log: Path, tmp_path: Path
+) -> None:
+    """A fresh session (on the log the server opened): the Replay page's hit rates are
+    `kvpool replay --json`'s and the Recommendation's verdict `kvpool analyze`'s for the
+    default settings; then each sidebar control is changed once on the Replay page, with
+    no error box and every chart drawing marks."""
+    from playwright.sync_api import sync_playwright
+
+    from analyzer.report import figures
+
+    replay_json = _kvpool_json(
+        ["replay", str(first_log), "--json", str(tmp_path / "replay.json")],
+        tmp_path / "replay.json",
+    )
+    report = _kvpool_json(
+        ["analyze", str(first_log), "-o", str(tmp_path / "report")],
+        tmp_path / "report" / "report.json",
+    )
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=list(CHROMIUM_FLAGS))
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 2400})
+            page.goto(dashboard_url, wait_until="domcontentloaded")
+            page.get_by_role("heading", name="Load a trace").wait_for(timeout=PAGE_TIMEOUT_MS)
+            _settle(page)
+            page.get_by_text(f"Loaded: {first_log.name}").wait_for(timeout=PAGE_TIMEOUT_MS)
+
+            _open(page, "Replay")
+            _assert_no_errors(page, "Replay")
+            _charts_have_marks(page, "Replay")
+            text = page.locator('[data-testid="stMain"]').inner_text()
+            for name, s in replay_json["scenarios"].items():
+                shown = f"prompt tokens from cache: {figures.percent(s['hit_rate'], 2)}"
+                assert shown in text, f"{name}: {shown!r} not on the Replay page"
+
+            _open(page, "Recommendation")
+            _assert_no_errors(page, "Recommendation")
+            verdict = page.locator("[data-testid=kvpool-verdict]").first
+            assert verdict.get_attribute("data-verdict") == report["verdict"]["verdict"]
+
+            _open(page, "Replay")
+            page.get_by_text("Find the highest rate under the SLO").click()
+            _settle(page)
+            page.locator('[data-testid="stExpander"] summary').filter(
+                has_text="Tiers and links"
+            ).first.click()
+            _settle(page)
+            for label, option in SELECTS:
+                _select(page, label, option)
+                _settle(page)
+                _assert_no_errors(page, f"{label} = {option}")
+                _charts_have_marks(page, f"{label} = {option}")
+            for label, value in NUMBERS:
+                _number(page, label, value)
+                _settle(page)
+                _assert_no_errors(page, f"{label} = {value}")
+                _charts_have_marks(page, f"{label} = {value}")
+            page.get_by_role("slider").first.press("ArrowLeft")
+            _settle(page)
+            _assert_no_errors(page, "warm-up")
+            _charts_have_marks(page, "warm-up")
+            page.screenshot(path=str(ARTIFACTS / "8-controls.png"), full_page=True)
         finally:
             browser.close()
