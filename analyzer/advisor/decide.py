@@ -111,11 +111,10 @@ def decide(
     th = th or Thresholds()
     missing = missing_data(trace, reuse, th)
     if missing:
-        reasons = tuple(f"Missing: {m}." for m in missing)
         few = trace.n_requests < th.min_requests
         return Decision(
             verdict="insufficient-data",
-            reasons=reasons,
+            reasons=tuple(f"Missing: {m}." for m in missing),
             checks=(
                 Check(
                     0,
@@ -236,10 +235,14 @@ def decide(
             f"{_pct(th.min_pool_advantage)}): the pool's infrastructure is not justified."
         )
     else:
-        red = proj.pooled_ttft_reduction
+        red_or_none = proj.pooled_ttft_reduction
         reasons.append(
             "The replay projects the pool below the main gate: "
-            + (f"{_pct(red)} lower mean TTFT" if red is not None else "no TTFT figure")
+            + (
+                f"{_pct(red_or_none)} lower mean TTFT"
+                if red_or_none is not None
+                else "no TTFT figure"
+            )
             + f" (needs {_pct(th.min_ttft_reduction)})"
             + (
                 f", {proj.pooled_throughput_gain:+.0%} rate at the SLO"

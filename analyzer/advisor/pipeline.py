@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -50,7 +50,9 @@ from analyzer.replay.config import ClusterConfig
 from analyzer.trace import BlockTrace, read_metadata
 
 if TYPE_CHECKING:
+    from analyzer.cost import CostModel
     from analyzer.ingest import LoadedTrace
+    from analyzer.reuse import ReuseReport
 
 SCHEMA = "kvpool.report/1"
 SCENARIOS = ("none", "local", "local+dram", "pooled")
@@ -168,7 +170,7 @@ class AnalyzeOptions:
 @dataclass
 class AnalysisResult:
     options: AnalyzeOptions
-    inputs: list[dict]
+    inputs: list[dict[str, Any]]
     trace: TraceFigures
     reuse: ReuseFigures
     bandwidth: BandwidthFigures | None
@@ -178,27 +180,28 @@ class AnalysisResult:
     settings: list[ProductSettings]
     flips: list[FlipRow]
     gates: tuple[gates_mod.Gate, ...]
-    skipped: dict
-    reuse_json: dict
-    replay_json: dict | None
-    cost_json: dict | None
-    break_even_curve: list[dict]
-    charts: dict = field(default_factory=dict)
-    uncertainty: dict | None = None  # ranges from the cost model's measured error
+    skipped: dict[str, Any]
+    reuse_json: dict[str, Any]
+    replay_json: dict[str, Any] | None
+    cost_json: dict[str, Any] | None
+    break_even_curve: list[dict[str, Any]]
+    charts: dict[str, Any] = field(default_factory=dict)
+    uncertainty: dict[str, Any] | None = None  # ranges from the cost model's measured error
     # how prompts were tokenized: the trace's tokenizer and template names
-    tokenization: dict = field(default_factory=dict)
-    models: dict = field(default_factory=dict)  # per-model figures (advisor.models)
+    tokenization: dict[str, Any] = field(default_factory=dict)
+    models: dict[str, Any] = field(default_factory=dict)  # per-model figures (advisor.models)
     warnings: list[str] = field(default_factory=list)
     pilot: tuple[PilotCommand, ...] = ()
     deploy: tuple[DeployFile, ...] = ()
-    per_process: list[dict] = field(default_factory=list)  # deploy.per_process
+    per_process: list[dict[str, Any]] = field(default_factory=list)  # deploy.per_process
 
     @property
     def verdict(self) -> str:
         return self.decision.verdict
 
-    def to_json(self) -> dict:
-        return _canonical(report_document(self))
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = _canonical(report_document(self))
+        return doc
 
 
 def _sha256(path: str) -> str:
@@ -252,7 +255,7 @@ def reusable_prefix_percentiles(trace: BlockTrace, warmup: float) -> tuple[int, 
     return q(0.5), q(0.25)
 
 
-def _trace_figures(loaded) -> TraceFigures:
+def _trace_figures(loaded: LoadedTrace) -> TraceFigures:
     t: BlockTrace = loaded.trace
     n = t.n_requests
     approx = False
@@ -275,7 +278,9 @@ def _trace_figures(loaded) -> TraceFigures:
     )
 
 
-def _reuse_figures(rep, trace: BlockTrace, warmup: float, knee_fraction: float) -> ReuseFigures:
+def _reuse_figures(
+    rep: ReuseReport, trace: BlockTrace, warmup: float, knee_fraction: float
+) -> ReuseFigures:
     if not rep.measurable:
         return ReuseFigures(measurable=False, warmup=warmup, reason=rep.reason)
     med, p25 = reusable_prefix_percentiles(trace, warmup)
@@ -303,7 +308,7 @@ def _cost(
     kv_dtype: str,
     mfu: float | None,
     weights_dtype: str | None = None,
-):
+) -> CostModel:
     from analyzer.cost import CostModel
 
     return CostModel.from_catalog(
@@ -311,7 +316,7 @@ def _cost(
     )
 
 
-def _options_cost(opts: AnalyzeOptions):
+def _options_cost(opts: AnalyzeOptions) -> tuple[CostModel, AnalyzeOptions]:
     """The cost model of the options, and the options it implies.
 
     With a profile, the model, GPU and TP are the profile's (the command checks that any
@@ -331,7 +336,7 @@ def _options_cost(opts: AnalyzeOptions):
     return cm, replace(opts, cluster=cluster)
 
 
-def _bandwidth(cm, opts: AnalyzeOptions, prefix_tokens: int) -> BandwidthFigures:
+def _bandwidth(cm: CostModel, opts: AnalyzeOptions, prefix_tokens: int) -> BandwidthFigures:
     from analyzer.cost import get_tier
 
     p = max(int(prefix_tokens), 1)
@@ -361,7 +366,7 @@ def _bandwidth(cm, opts: AnalyzeOptions, prefix_tokens: int) -> BandwidthFigures
     )
 
 
-def _replay_figures(doc: dict, slo: float) -> ReplayFigures:
+def _replay_figures(doc: dict[str, Any], slo: float) -> ReplayFigures:
     out = []
     for name, s in doc["scenarios"].items():
         t = s.get("ttft_s") or {}
@@ -398,7 +403,7 @@ def _cluster_config(opts: AnalyzeOptions, instances: int | None = None) -> Clust
     return replace(opts.cluster, instances=instances) if instances else opts.cluster
 
 
-def _fits(model: str, gpu: str, kv_dtype: str) -> tuple[object, int] | None:
+def _fits(model: str, gpu: str, kv_dtype: str) -> tuple[CostModel, int] | None:
     """The smallest TP (1, 2, 4, 8) at which ``model`` fits on ``gpu`` with KV room."""
     for tp in (1, 2, 4, 8):
         try:
@@ -415,9 +420,9 @@ def run_analysis(
     opts: AnalyzeOptions | None = None,
     advance: Advance | None = None,
     loaded: LoadedTrace | None = None,
-    replayer=None,
-    reuse=None,
-    models=None,
+    replayer: Any = None,
+    reuse: Any = None,
+    models: Any = None,
 ) -> AnalysisResult:
     """The whole pipeline; ``advance`` (if given) receives percentage points (100 in all).
 
@@ -465,7 +470,7 @@ def run_analysis(
     if mismatch:
         warnings.append(mismatch)
     trace = loaded.trace
-    inputs = [
+    inputs: list[dict[str, Any]] = [
         {"name": Path(p).name, "bytes": Path(p).stat().st_size, "sha256": _sha256(p)} for p in plist
     ]
     tf = _trace_figures(loaded)
@@ -497,8 +502,8 @@ def run_analysis(
     usable = not (tf.count_only or tf.n_requests < th.min_requests or not rf.measurable)
     bw: BandwidthFigures | None = None
     replay: ReplayFigures | None = None
-    replay_json: dict | None = None
-    be_curve: list[dict] = []
+    replay_json: dict[str, Any] | None = None
+    be_curve: list[dict[str, Any]] = []
     if usable:
         prefix = rf.median_prefix_tokens or max(trace.block_size, int(tf.mean_prompt_tokens // 2))
         bw = _bandwidth(cm, opts, prefix)
@@ -513,7 +518,9 @@ def run_analysis(
         # reuse guideline no gain is projected, so nothing is searched.
         search = opts.search_rate and rf.ceiling_hit_rate >= th.min_reuse
 
-        def replay_of(names: tuple[str, ...], with_search: bool, adv) -> dict:
+        def replay_of(
+            names: tuple[str, ...], with_search: bool, adv: Advance | None
+        ) -> dict[str, Any]:
             return run(
                 trace,
                 cfg,
@@ -539,7 +546,7 @@ def run_analysis(
     step(45)
 
     decision = decide(tf, rf, bw, replay, th)
-    uncertainty: dict | None = None
+    uncertainty: dict[str, Any] | None = None
     if bw is not None:
         decision, uncertainty = _with_uncertainty(decision, cm, bw, replay, th)
 
@@ -678,7 +685,9 @@ def run_analysis(
 _LOWER = {"high": "medium", "medium": "low", "low": "low"}
 
 
-def _with_uncertainty(decision: Decision, cm, bw: BandwidthFigures, replay, th: Thresholds):
+def _with_uncertainty(
+    decision: Decision, cm: CostModel, bw: BandwidthFigures, replay: Any, th: Thresholds
+) -> Any:
     """Ranges on the deciding figures from the cost model's measured error, and the
     confidence note saying whether a flip of the verdict lies inside them.
 
@@ -693,7 +702,7 @@ def _with_uncertainty(decision: Decision, cm, bw: BandwidthFigures, replay, th: 
     flip = unc.bandwidth_flip(
         bw.break_even_gbps, bw.prefix_tokens, tiers, band, th.bandwidth_margin
     )
-    out: dict = {
+    out: dict[str, Any] = {
         "band": band.to_json(),
         "break_even_gbps": unc.break_even_range(bw.break_even_gbps, band).to_json(),
         "prefill_tokens_per_s": unc.rate_range(bw.prefill_tokens_per_s, band).to_json(),
@@ -722,7 +731,7 @@ def _finite_or(gbps: float, bw: BandwidthFigures | None) -> float:
     return 0.0
 
 
-def _break_even_curve(cm, bw: BandwidthFigures, prompt_max: int) -> list[dict]:
+def _break_even_curve(cm: CostModel, bw: BandwidthFigures, prompt_max: int) -> list[dict[str, Any]]:
     top = max(1024, min(int(prompt_max), 1 << 20))
     lengths = sorted({int(x) for x in np.geomspace(16, top, 24)} | {bw.prefix_tokens})
     return [
@@ -731,7 +740,7 @@ def _break_even_curve(cm, bw: BandwidthFigures, prompt_max: int) -> list[dict]:
     ]
 
 
-def _cost_json(cm) -> dict:
+def _cost_json(cm: CostModel) -> dict[str, Any]:
     return {
         "model": cm.model.name if hasattr(cm.model, "name") else str(cm.model),
         "gpu": cm.gpu.name if hasattr(cm.gpu, "name") else str(cm.gpu),
@@ -747,7 +756,14 @@ def _cost_json(cm) -> dict:
 
 
 def _sensitivity(
-    trace, tf, rf, bw, replay, cm, opts: AnalyzeOptions, replayer=None
+    trace: BlockTrace,
+    tf: TraceFigures,
+    rf: ReuseFigures,
+    bw: BandwidthFigures,
+    replay: ReplayFigures | None,
+    cm: CostModel,
+    opts: AnalyzeOptions,
+    replayer: Any = None,
 ) -> list[FlipRow]:
     from analyzer.cost import list_tiers
 
@@ -835,7 +851,7 @@ def _round(x: float) -> float | None:
     return float(f"{x:.6g}")
 
 
-def _canonical(obj):
+def _canonical(obj: Any) -> Any:
     """Rounded floats (6 significant digits), no NaN/inf, plain types: stable bytes."""
     if isinstance(obj, bool) or obj is None or isinstance(obj, str):
         return obj
@@ -850,7 +866,7 @@ def _canonical(obj):
     return str(obj)
 
 
-def _options_json(o: AnalyzeOptions) -> dict:
+def _options_json(o: AnalyzeOptions) -> dict[str, Any]:
     """The report's ``options`` section (flat, as ``kvpool.report/1`` has it). Ingest
     settings that could name a file or a tenant (salt file, columns) stay out."""
     c, i = o.cluster, o.ingest
@@ -884,7 +900,7 @@ def _options_json(o: AnalyzeOptions) -> dict:
     }
 
 
-def report_document(r: AnalysisResult) -> dict:
+def report_document(r: AnalysisResult) -> dict[str, Any]:
     d = r.decision
     opts = _options_json(r.options)
     if opts["model"].lower().endswith(".json"):  # a config.json path: keep the name only
@@ -940,7 +956,7 @@ def report_document(r: AnalysisResult) -> dict:
     }
 
 
-def assumptions(r: AnalysisResult) -> list[dict]:
+def assumptions(r: AnalysisResult) -> list[dict[str, Any]]:
     o = r.options
     out = [
         {

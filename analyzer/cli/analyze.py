@@ -4,7 +4,7 @@ against the report's gates)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -134,10 +134,11 @@ def analyze(
         console.print("[yellow]no PDF: Chromium is not installed (/usr/bin/chromium)[/]")
 
 
-def print_summary(console, doc: dict, paths: dict) -> None:
+def print_summary(console: Any, doc: dict[str, Any], paths: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from analyzer.report.render import VERDICT_TEXT, key_figures, num
+    from analyzer.report.figures import VERDICT_TEXT
+    from analyzer.report.render import key_figures, num
 
     v = doc["verdict"]
     color = {"deploy-pooled": "green", "local-offload-only": "blue", "not-worth-it": "yellow"}.get(

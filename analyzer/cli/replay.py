@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -22,7 +22,7 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:,.1f}"
 
 
-def render_table(doc: dict):  # -> rich.table.Table
+def render_table(doc: dict[str, Any]) -> Any:  # rich.table.Table
     """A readable table of the replay JSON: one column per scenario, one row per figure
     (so that it fits a narrow terminal)."""
     from rich.table import Table
@@ -33,7 +33,7 @@ def render_table(doc: dict):  # -> rich.table.Table
     for name in scen:
         table.add_column(name, justify="right", no_wrap=True)
 
-    def ttft(s: dict, key: str) -> str:
+    def ttft(s: dict[str, Any], key: str) -> str:
         v = s["ttft_s"][key]
         return "-" if v is None else f"{v:.2f}"
 

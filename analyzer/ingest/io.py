@@ -11,6 +11,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from analyzer.errors import InputError, Location
 
@@ -59,14 +60,14 @@ def _chunks(path: str | Path, on_bytes: Callable[[int], None] | None) -> Iterato
             return
         if kind == "gzip":
 
-            def new():  # type: ignore[no-untyped-def]
+            def new() -> Any:
                 return zlib.decompressobj(wbits=47)
         else:
             import zstandard
 
             zd = zstandard.ZstdDecompressor()
 
-            def new():  # type: ignore[no-untyped-def]
+            def new() -> Any:
                 return zd.decompressobj()
 
         dec = new()

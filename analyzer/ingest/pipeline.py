@@ -18,6 +18,7 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +40,7 @@ from analyzer.ingest.readers import (
 )
 from analyzer.ingest.spool import DistinctCounter, RowSpool, list_array
 from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, numeric_seconds
+from analyzer.progress import Advance
 from analyzer.tokenize import Part, Previews, RenderError
 from analyzer.trace import (
     CANONICAL_SCHEMA,
@@ -90,7 +92,9 @@ def _validate(opts: IngestOptions) -> None:
 
 
 class _Builder:
-    def __init__(self, paths: list[str], fmts: list[str], opts: IngestOptions, advance) -> None:
+    def __init__(
+        self, paths: list[str], fmts: list[str], opts: IngestOptions, advance: Advance | None
+    ) -> None:
         self.paths, self.fmts, self.opts = paths, fmts, opts
         self.advance = advance
         self.skipped = SkipSummary(max_examples=opts.max_examples)
@@ -100,7 +104,7 @@ class _Builder:
             self.block_size, self.salt, opts.token_ratio, memo_max_hashes=4_000_000
         )
         self.needs_text = any(f in TEXT_FORMATS for f in fmts)
-        self.renderer = None
+        self.renderer: PromptRenderer | ChatTemplateRenderer | None = None
         if self.needs_text:
             from analyzer.tokenize import PromptRenderer, load_tokenizer
             from analyzer.tokenize.template import (
@@ -124,7 +128,7 @@ class _Builder:
         self.rows = RowSpool()
         self.notes: list[str] = []
         self.previews = Previews()
-        self.shared: dict = {}
+        self.shared: dict[str, Any] = {}
         self.file_abs: list[tuple[str, bool]] = []  # (file, absolute times?) per file read
         self.reordered = 0
         self.untimed: list[str] = []
@@ -155,6 +159,7 @@ class _Builder:
         if not self.opts.hash_keys:
             return b""
         parts = []
+        v: str | None
         for k in self.opts.hash_keys:
             if k == "model":
                 if raw.model is None:  # unknown: nothing to keep apart
@@ -194,7 +199,7 @@ class _Builder:
                 break
         if state is None:
             state = hasher.empty()
-        node = state.anchor
+        node: Any = state.anchor
         start_tokens = state.n_tokens  # counted tokens of parts[:start]
         last = len(parts) - 1
         j = start
@@ -359,16 +364,16 @@ class _Builder:
             return
         # Resolve the numeric unit of this file, then absolute vs relative.
         times = np.frombuffer(self.rows.time, dtype=np.float64)[first:last].copy()
-        iso = np.asarray(iso_flags, dtype=bool)
+        iso_rows = np.asarray(iso_flags, dtype=bool)
         if ctx.timed is False:
             self.untimed.append(path)
             absolute = False
         else:
             forced = None if self.opts.time_unit == "auto" else self.opts.time_unit
             forced = forced or NATIVE_UNIT.get(fmt)
-            num = ~iso
-            if num.any():
-                times[num], units = numeric_seconds(times[num], forced)
+            numeric = ~iso_rows
+            if numeric.any():
+                times[numeric], units = numeric_seconds(times[numeric], forced)
                 if len(units) > 1:
                     self.mixed_units.append(_units_note(path, units))
             absolute = bool(times.min() >= ABSOLUTE_MIN_S)

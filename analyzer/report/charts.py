@@ -8,6 +8,8 @@ holds no data for that chart.
 
 from __future__ import annotations
 
+from typing import Any
+
 import altair as alt
 
 from analyzer.report.figures import (
@@ -32,11 +34,11 @@ def to_svg(chart: alt.TopLevelMixin) -> str:
     return svg[start:] if start >= 0 else svg
 
 
-def _base(values: list[dict]) -> alt.Chart:
+def _base(values: list[dict[str, Any]]) -> alt.Chart:
     return alt.Chart(alt.Data(values=values)).properties(width=WIDTH, height=HEIGHT)
 
 
-def hit_ratio_curve(doc: dict) -> str | None:
+def hit_ratio_curve(doc: dict[str, Any]) -> str | None:
     curve = ((doc.get("reuse") or {}).get("analysis") or {}).get("curves", {}).get("lru") or []
     pts = [
         {"capacity_tokens": max(int(p["capacity_tokens"]), 1), "hit_rate": p["hit_rate"]}
@@ -80,7 +82,7 @@ def hit_ratio_curve(doc: dict) -> str | None:
     return to_svg(alt.layer(*layers).properties(title="Hit ratio against capacity"))
 
 
-def sources_chart(doc: dict) -> str | None:
+def sources_chart(doc: dict[str, Any]) -> str | None:
     src = ((doc.get("reuse") or {}).get("analysis") or {}).get("sources") or {}
     shares = src.get("share_of_prompt") or {}
     if not shares:
@@ -99,7 +101,7 @@ def sources_chart(doc: dict) -> str | None:
     return to_svg(chart)
 
 
-def break_even_chart(doc: dict) -> str | None:
+def break_even_chart(doc: dict[str, Any]) -> str | None:
     bw = doc.get("bandwidth") or {}
     curve = bw.get("curve") or []
     pts = [p for p in curve if p.get("break_even_gbps") is not None]
@@ -144,11 +146,11 @@ def break_even_chart(doc: dict) -> str | None:
     )
 
 
-def _scenarios(doc: dict) -> dict:
+def _scenarios(doc: dict[str, Any]) -> dict[str, Any]:
     return ((doc.get("replay") or {}).get("scenarios")) or {}
 
 
-def ttft_chart(doc: dict) -> str | None:
+def ttft_chart(doc: dict[str, Any]) -> str | None:
     sc = _scenarios(doc)
     vals = []
     for name, s in sc.items():
@@ -172,7 +174,7 @@ def ttft_chart(doc: dict) -> str | None:
     return to_svg(chart)
 
 
-def tier_hits_chart(doc: dict) -> str | None:
+def tier_hits_chart(doc: dict[str, Any]) -> str | None:
     sc = _scenarios(doc)
     vals = []
     for name, s in sc.items():
@@ -214,7 +216,7 @@ def tier_hits_chart(doc: dict) -> str | None:
     return to_svg(chart)
 
 
-def network_chart(doc: dict) -> str | None:
+def network_chart(doc: dict[str, Any]) -> str | None:
     sc = _scenarios(doc)
     vals = [
         {"scenario": n, "network_gb": (s.get("network_bytes") or 0.0) / 1e9} for n, s in sc.items()
@@ -240,7 +242,7 @@ def network_chart(doc: dict) -> str | None:
     return to_svg(chart)
 
 
-def all_charts(doc: dict) -> dict[str, str]:
+def all_charts(doc: dict[str, Any]) -> dict[str, str]:
     out = {}
     for name, fn in (
         ("hit_ratio", hit_ratio_curve),

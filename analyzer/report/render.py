@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
+from typing import Any
 
 from analyzer.report.figures import SCENARIO_ORDER, VERDICT_COLOR, VERDICT_TEXT
 
 
-def pct(x) -> str:
+def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def num(x, digits: int = 3) -> str:
+def num(x: float | None, digits: int = 3) -> str:
     if x is None:
         return "-"
     if isinstance(x, int):
@@ -29,7 +30,7 @@ def num(x, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
-def threshold_pct(doc: dict, name: str) -> str:
+def threshold_pct(doc: dict[str, Any], name: str) -> str:
     """A decision threshold of this report's run (``options.thresholds``) as "25%"."""
     from analyzer.advisor.figures import Thresholds
 
@@ -39,7 +40,7 @@ def threshold_pct(doc: dict, name: str) -> str:
     return f"{100 * value:.0f}%"
 
 
-def rate_at_slo(scenario: dict) -> str:
+def rate_at_slo(scenario: dict[str, Any]) -> str:
     """The highest rate multiple under the SLO; '>=' when the search's top one passed."""
     x = scenario.get("max_rate_scale_at_slo")
     if x is None:
@@ -48,7 +49,7 @@ def rate_at_slo(scenario: dict) -> str:
     return f"{'>=' if capped else ''}x{x:.3g}"
 
 
-def gb(n_bytes) -> str:
+def gb(n_bytes: float | None) -> str:
     return "-" if n_bytes is None else f"{n_bytes / 1e9:,.2f} GB"
 
 
@@ -69,7 +70,7 @@ class Section:
     links: list[tuple[str, str]] = field(default_factory=list)  # (relative path, note)
 
 
-def key_figures(doc: dict) -> Table:
+def key_figures(doc: dict[str, Any]) -> Table:
     t = doc.get("trace") or {}
     rf = (doc.get("reuse") or {}).get("figures") or {}
     bw = doc.get("bandwidth") or {}
@@ -156,7 +157,7 @@ def _scenario_key(name: str) -> tuple[int, str]:
     return (SCENARIO_ORDER.index(name) if name in SCENARIO_ORDER else len(SCENARIO_ORDER), name)
 
 
-def scenario_table(doc: dict) -> Table | None:
+def scenario_table(doc: dict[str, Any]) -> Table | None:
     sc = ((doc.get("replay") or {}).get("scenarios")) or {}
     if not sc:
         return None
@@ -195,7 +196,7 @@ def scenario_table(doc: dict) -> Table | None:
     )
 
 
-def sections(doc: dict) -> list[Section]:
+def sections(doc: dict[str, Any]) -> list[Section]:
     v = doc.get("verdict") or {}
     out: list[Section] = []
     verdict = Section("verdict", "Verdict")
@@ -471,8 +472,8 @@ def sections(doc: dict) -> list[Section]:
             "Every size derives from the sizing above (deploy/README.md lists each "
             "product's size per process); every file names the versions it was checked against."
         )
-        rows = (doc.get("deploy") or {}).get("per_process") or []
-        if rows:
+        per_process: list[dict[str, Any]] = (doc.get("deploy") or {}).get("per_process") or []
+        if per_process:
             s.tables.append(
                 Table(
                     ["Option", "Stack", "Setting", "Per", "Each", "Units (per node)", "Adds up to"],
@@ -486,7 +487,7 @@ def sections(doc: dict) -> list[Section]:
                             f"{r['units']} ({r['units_per_node']})",
                             f"{r['total']} {gb(r['total_bytes'])}",
                         ]
-                        for r in rows
+                        for r in per_process
                     ],
                 )
             )
@@ -575,7 +576,7 @@ def _md_table(t: Table) -> str:
     return "\n".join(lines)
 
 
-def render_markdown_doc(doc: dict) -> str:
+def render_markdown_doc(doc: dict[str, Any]) -> str:
     v = (doc.get("verdict") or {}).get("verdict", "")
     parts = [f"# kvpool report: **{v}**", "", f"> {VERDICT_TEXT.get(v, v)}", ""]
     for s in sections(doc):
@@ -609,7 +610,7 @@ nav a{margin-right:12px}.muted{color:#666;font-size:.9em}
 """
 
 
-def render_html_doc(doc: dict, charts: dict[str, str]) -> str:
+def render_html_doc(doc: dict[str, Any], charts: dict[str, str]) -> str:
     e = html.escape
     v = (doc.get("verdict") or {}).get("verdict", "")
     secs = sections(doc)

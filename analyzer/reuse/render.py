@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -39,7 +40,7 @@ def seconds(s: float | None) -> str:
     return f"{s / 3600:.1f} h"
 
 
-def write_json(report: ReuseReport, path: Path, extra: dict | None = None) -> None:
+def write_json(report: ReuseReport, path: Path, extra: dict[str, Any] | None = None) -> None:
     """The report as JSON, with ``extra`` sections (e.g. per-model figures) added."""
     text = json.dumps({**report.to_json(), **(extra or {})}, indent=2, ensure_ascii=False) + "\n"
     try:

@@ -16,6 +16,7 @@ import json
 import math
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,6 @@ from analyzer.synth.config import FORMATS, SynthConfig, SynthStats
 from analyzer.synth.workload import (
     PROFILE_TENANTS,
     Request,
-    Session,
     Tenant,
     World,
     make_tenant,
@@ -103,7 +103,7 @@ class _Writer:
         self.fmt = fmt
         self.buf: list[str] = []
         self.size = 0
-        self._blocks: dict[tuple, int] = {}
+        self._blocks: dict[tuple[Any, ...], int] = {}
         self._csv_out = io.StringIO()
         self._csv = csv.writer(self._csv_out, lineterminator="\n")
         if fmt == "gateway-csv":
@@ -169,7 +169,7 @@ class _Writer:
         return ids
 
 
-def _open_out(path: Path):
+def _open_out(path: Path) -> tuple[Any, Any]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         raw = open(path, "wb")  # noqa: SIM115 - closed by the caller
@@ -247,7 +247,7 @@ def generate(
         tenants.append(tenant)
 
     rate = config.effective_rate_rps
-    heap: list[tuple[float, int, int, object]] = []
+    heap: list[tuple[float, int, int, Any]] = []
     seq = 0
     sources = []
     for tenant in tenants:
@@ -271,16 +271,16 @@ def generate(
     sink = _Sink(out, out_path)
     try:
         while world.n_requests < config.requests:
-            t, _, kind, obj = heapq.heappop(heap)
-            if kind == 0:  # a source: start a session now, schedule the next start
-                tenant, arr = sources[obj]  # type: ignore[index]
+            t, _, event, obj = heapq.heappop(heap)
+            if event == 0:  # a source: start a session now, schedule the next start
+                tenant, arr = sources[obj]
                 sess = new_session(world, tenant, n_sessions, config.session_id_share)
                 n_sessions += 1
                 heapq.heappush(heap, (t, seq, 1, sess))
                 heapq.heappush(heap, (arr.next(t), seq + 1, 0, obj))
                 seq += 2
                 continue
-            sess: Session = obj  # type: ignore[no-redef]
+            sess = obj
             req, delay = sess.step(t)
             rid = f"req-{world.n_requests:08d}"
             writer.add(req, rid, t)
@@ -331,12 +331,12 @@ class _Sink:
     write. At most two chunks wait, so memory stays bounded.
     """
 
-    def __init__(self, out, path: Path) -> None:
+    def __init__(self, out: Any, path: Path) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         self.out, self.path = out, path
         self.pool = ThreadPoolExecutor(max_workers=1)
-        self.pending: list = []
+        self.pending: list[Any] = []
         self.written = 0
 
     def write(self, writer: _Writer) -> None:
@@ -348,7 +348,7 @@ class _Sink:
         while len(self.pending) > 2:
             self._wait(self.pending.pop(0))
 
-    def _wait(self, fut) -> None:
+    def _wait(self, fut: Any) -> None:
         try:
             fut.result()
         except OSError as exc:
