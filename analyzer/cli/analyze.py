@@ -47,6 +47,10 @@ def analyze(
         bool,
         typer.Option("--pdf", help="Also print report.pdf with headless Chromium, if installed."),
     ] = False,
+    json_out: Annotated[
+        Path | None,
+        typer.Option("--json", help="Also write report.json's document here ('-': stdout, alone)."),
+    ] = None,
     block_size: o.BlockSize = None,
     fmt: o.Format = None,
     template: o.Template = "chatml",
@@ -65,13 +69,12 @@ def analyze(
     exact_max_mib: o.ExactMaxMib = 512,
 ) -> None:
     """Log to decision: reuse, break-even, replay, verdict, sized settings and pilot gates."""
-    from rich.console import Console
-
     from analyzer.advisor.pipeline import AnalyzeOptions, run_analysis
     from analyzer.cli.cost import _weights_dtype
+    from analyzer.cli.output import report_console, write_text
     from analyzer.progress import progress
     from analyzer.replay.config import ClusterConfig
-    from analyzer.report import write_reports
+    from analyzer.report import render_json, write_reports
 
     if profile is not None:
         from analyzer.cost.calibrate import load_profile
@@ -128,8 +131,10 @@ def analyze(
     doc = run_analysis([str(p) for p in inputs], opts).to_json()
     with progress("writing reports", None):
         paths = write_reports(doc, out, pdf=pdf)
-    console = Console()
+    console = report_console(json_out)
     print_summary(console, doc, paths)
+    if json_out is not None:
+        write_text(json_out, render_json(doc))
     if pdf and "pdf" not in paths:
         console.print("[yellow]no PDF: Chromium is not installed (/usr/bin/chromium)[/]")
 

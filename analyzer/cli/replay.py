@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from analyzer.cli import options as o
-from analyzer.errors import OutputError, UsageError
+from analyzer.errors import UsageError
 
 
 def _fmt_rate(v: float | None, capped: bool) -> str:
@@ -99,9 +98,7 @@ def replay(
     ] = 1.0,
     ttft_slo: o.TtftSlo = 2.0,
     eviction: o.Eviction = "lru",
-    write_policy: Annotated[
-        str, typer.Option("--write-policy", help="write-through | on-evict.")
-    ] = "write-through",
+    write_policy: o.WritePolicy = "write-through",
     warmup: o.Warmup = 0.5,
     search: Annotated[
         bool, typer.Option("--search/--no-search", help="Search the highest rate meeting the SLO.")
@@ -111,7 +108,8 @@ def replay(
         typer.Option("--workers", help="Processes running scenarios at once (0: half the CPUs)."),
     ] = 0,
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write the full results as JSON.")
+        Path | None,
+        typer.Option("--json", help="Write the full results as JSON here ('-': stdout)."),
     ] = None,
     block_size: o.BlockSize = None,
     fmt: o.Format = None,
@@ -138,6 +136,7 @@ def replay(
     """
     from rich.console import Console
 
+    from analyzer.cli.output import report_console, write_json
     from analyzer.ingest import open_trace
     from analyzer.progress import progress
     from analyzer.replay import ClusterConfig, load_scenarios, run_replay, select_scenarios
@@ -221,16 +220,12 @@ def replay(
     doc = result.to_json()
     doc["inputs"] = [str(p) for p in inputs]
     doc["skipped"] = loaded.skipped.total
-    Console().print(render_table(doc))
-    Console().print(
+    out = report_console(json_out)
+    out.print(render_table(doc))
+    out.print(
         f"{trace.n_requests:,} requests, block size {trace.block_size}, "
         f"{cfg.instances} x {cfg.tp} {gpu} ({model}); max rate: highest multiple of the "
         f"trace's arrival rate with p90 TTFT <= {ttft_slo:g} s. Decode is not modelled.",
-        highlight=False,
     )
     if json_out is not None:
-        try:
-            json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(json.dumps(doc, indent=2) + "\n")
-        except OSError as exc:
-            raise OutputError(f"cannot write {json_out}: {exc.strerror or exc}") from exc
+        write_json(json_out, doc, ensure_ascii=True)
