@@ -17,6 +17,19 @@ EXIT_OUTPUT = 4  # output could not be written
 EXIT_GATES = 5  # `kvpool validate`: at least one pilot gate failed
 
 
+_CONTROL = {c: "?" for c in (*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F)}
+_CONTROL.update({c: "?" for c in range(0x80, 0xA0)})
+
+
+def printable(text: str) -> str:
+    """``text`` with terminal control characters (ANSI escapes, bells, C1 codes) made '?'.
+
+    Field names, file names and values from a hostile file reach the terminal through
+    error messages and summaries; an escape sequence there could rewrite the screen.
+    """
+    return text.translate(_CONTROL)
+
+
 class KvpoolError(Exception):
     """An error the user can fix; printed without a traceback."""
 

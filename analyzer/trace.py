@@ -26,6 +26,11 @@ parent_request_id   string, nullable     previous turn, when the format says (Ba
 turn                int64, nullable      turn number, when the format says
 count_only          bool                 the source has lengths only, no content
 approx_lengths      bool                 lengths were estimated or corrected, not counted
+cached_tokens       int64, nullable      prompt tokens the serving engine found cached, as
+                                         its response said (``usage.prompt_tokens_details
+                                         .cached_tokens``)
+engine_prompt_tokens int64, nullable     prompt tokens as the engine counted them
+                                         (``usage.prompt_tokens``)
 ==================  ===================  ==================================================
 
 File-level metadata (all strings): ``kvpool.schema_version``, ``kvpool.block_size``,
@@ -51,7 +56,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analyzer.errors import InputError, Location, OutputError
+from analyzer.errors import InputError, Location
 
 SCHEMA_VERSION = "1"
 
@@ -71,8 +76,13 @@ CANONICAL_SCHEMA = pa.schema(
         pa.field("turn", pa.int64()),
         pa.field("count_only", pa.bool_(), nullable=False),
         pa.field("approx_lengths", pa.bool_(), nullable=False),
+        pa.field("cached_tokens", pa.int64()),
+        pa.field("engine_prompt_tokens", pa.int64()),
     ]
 )
+# Nullable columns added to version 1 after its first files: a file without them reads
+# as if every row left them out.
+ADDED_IN_V1 = ("cached_tokens", "engine_prompt_tokens")
 
 META_KEYS = (
     "schema_version",
@@ -134,8 +144,10 @@ def is_canonical(path: str | Path) -> bool:
     return "schema_version" in meta
 
 
-def write_canonical(table: pa.Table, path: str | Path) -> None:
-    """Write a canonical table; the schema is enforced so every file reads the same."""
+def write_canonical(table: pa.Table, path: str | Path, *, force: bool = False) -> None:
+    """Write a canonical table atomically; the schema is enforced so every file reads the same."""
+    from analyzer.outputs import atomic_path
+
     path = Path(path)
     missing = [f.name for f in CANONICAL_SCHEMA if f.name not in table.column_names]
     assert not missing, f"canonical table lacks columns {missing}"
@@ -143,15 +155,15 @@ def write_canonical(table: pa.Table, path: str | Path) -> None:
     table = (
         table.select(CANONICAL_SCHEMA.names).cast(CANONICAL_SCHEMA).replace_schema_metadata(meta)
     )
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, path, compression="zstd")
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    with atomic_path(path, force=force) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
 
 
 def read_canonical(path: str | Path) -> pa.Table:
+    from analyzer.outputs import note_input
+
     path = Path(path)
+    note_input(path)
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowInvalid) as exc:
@@ -169,6 +181,12 @@ def read_canonical(path: str | Path) -> pa.Table:
             f"(this kvpool reads version {SCHEMA_VERSION})",
             Location(str(path)),
         )
+    for name in ADDED_IN_V1:
+        if name not in table.column_names:
+            table = table.append_column(
+                CANONICAL_SCHEMA.field(name),
+                pa.nulls(table.num_rows, CANONICAL_SCHEMA.field(name).type),
+            )
     missing = [n for n in CANONICAL_SCHEMA.names if n not in table.column_names]
     if missing:
         raise InputError(f"canonical trace lacks columns {missing}", Location(str(path)))
@@ -192,7 +210,79 @@ def read_canonical(path: str | Path) -> pa.Table:
                 Location(str(path), field=f.name),
             ) from exc
         table = table.set_column(table.column_names.index(f.name), f.name, col)
-    return table
+    check_invariants(table, int(bs or 16), str(path))
+    return _sorted(table)
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    """Rows in arrival order. A file whose rows are not (hand-made, or edited) is sorted
+    (stably); its ``token_lcp_prev``, measured against the rows before each in the old
+    order, no longer holds and is dropped (the block-level figures remain)."""
+    t = table.column("arrival_s").to_numpy(zero_copy_only=False)
+    if t.size < 2 or not bool(np.any(t[1:] < t[:-1])):
+        return table
+    order = np.argsort(t, kind="stable")
+    table = table.take(pa.array(order))
+    i = table.column_names.index("token_lcp_prev")
+    return table.set_column(i, "token_lcp_prev", pa.nulls(table.num_rows, pa.int64()))
+
+
+def check_invariants(table: pa.Table, block_size: int, where: str) -> None:
+    """The invariants of docs/schema.md, checked on read: a canonical file is input too.
+
+    An edited ``block_size``, negative or absurd lengths, or NaN arrival times would
+    otherwise give wrong answers with exit 0 (or hang the replay). Vectorised: a
+    few milliseconds per million rows.
+    """
+    import pyarrow.compute as pc
+
+    from analyzer import limits
+
+    def bad(message: str, column: str, mask: pa.ChunkedArray | np.ndarray) -> None:
+        idx = np.flatnonzero(np.asarray(mask, dtype=bool))
+        if idx.size:
+            raise InputError(
+                f"{message} ({idx.size:,} row{'s' if idx.size > 1 else ''}; "
+                f"first at row {int(idx[0])})",
+                Location(where, field=column),
+                hint="canonical files are written by kvpool convert; re-convert the raw logs",
+            )
+
+    if why := limits.reason(block_size, "block_size"):
+        raise InputError(f"kvpool.block_size {block_size}: {why}", Location(where))
+    if table.num_rows == 0:
+        return
+    prompt = table.column("prompt_tokens")
+    top = limits.MAX_REQUEST_TOKENS
+    bad("prompt_tokens is null", "prompt_tokens", pc.is_null(prompt).to_numpy())
+    p = prompt.to_numpy(zero_copy_only=False)
+    bad(f"prompt_tokens outside 0..{top:,}", "prompt_tokens", (p < 0) | (p > top))
+    out = table.column("output_tokens").to_numpy(zero_copy_only=False)
+    out_f = np.asarray(out, dtype=np.float64)  # nulls are NaN
+    bad(f"output_tokens outside 0..{top:,}", "output_tokens", (out_f < 0) | (out_f > top))
+    t = np.asarray(table.column("arrival_s").to_numpy(zero_copy_only=False), dtype=np.float64)
+    bad("arrival_s is not a finite number", "arrival_s", ~np.isfinite(t))
+    bad("arrival_s is negative", "arrival_s", t < 0)
+    n_blocks = pc.list_value_length(table.column("block_hashes")).to_numpy(zero_copy_only=False)
+    n_blocks = np.asarray(n_blocks, dtype=np.float64)
+    count_only = np.asarray(table.column("count_only").to_numpy(zero_copy_only=False), dtype=bool)
+    want = p // block_size
+    bad(
+        f"block_hashes length is not prompt_tokens // block_size ({block_size})",
+        "block_hashes",
+        ~count_only & (n_blocks != want),
+    )
+    n_content = pc.list_value_length(table.column("content_hashes")).to_numpy(zero_copy_only=False)
+    n_content = np.asarray(n_content, dtype=np.float64)  # null lists are NaN
+    bad(
+        "content_hashes is neither null nor as long as block_hashes",
+        "content_hashes",
+        ~np.isnan(n_content) & (n_content != n_blocks),
+    )
+    lcp = np.asarray(
+        table.column("token_lcp_prev").to_numpy(zero_copy_only=False), dtype=np.float64
+    )
+    bad("token_lcp_prev outside 0..prompt_tokens", "token_lcp_prev", (lcp < 0) | (lcp > p))
 
 
 def _codes(values: list[str | None]) -> tuple[np.ndarray, list[str]]:
@@ -266,6 +356,12 @@ class BlockTrace:
     token_lcp_prev: np.ndarray | None = None  # int64 (n,)
     previews: dict[int, str] = field(default_factory=dict)  # dense block id -> text
     meta: dict[str, str] = field(default_factory=dict)
+    # What the serving engine's responses said, -1 where a request's did not say
+    # (None: no request did): cached prompt tokens, and the prompt as it counted it.
+    cached_tokens: np.ndarray | None = None  # int64 (n,)
+    engine_prompt_tokens: np.ndarray | None = None  # int64 (n,)
+    model: np.ndarray | None = None  # int32 (n,) codes into model_names, -1 when none
+    model_names: list[str] = field(default_factory=list)
 
     @property
     def n_requests(self) -> int:
@@ -312,6 +408,14 @@ class BlockTrace:
         sess, sess_names = _codes(col("session_id").to_pylist())
         ten, ten_names = _codes(col("tenant").to_pylist())
         out_tok = col("output_tokens").fill_null(-1).to_numpy().astype(np.int64)
+        cached = engine_prompt = None
+        names = table.column_names
+        if "cached_tokens" in names and col("cached_tokens").null_count < table.num_rows:
+            cached = col("cached_tokens").fill_null(-1).to_numpy().astype(np.int64)
+            if "engine_prompt_tokens" in names:
+                engine_prompt = col("engine_prompt_tokens").fill_null(-1).to_numpy()
+                engine_prompt = engine_prompt.astype(np.int64)
+        model, model_names = _codes(col("model").to_pylist())
         count_only = bool(table.num_rows) and bool(pa.compute.all(col("count_only")).as_py())
         by_id: dict[int, str] = {}
         if previews:
@@ -335,6 +439,10 @@ class BlockTrace:
             token_lcp_prev=lcp,
             previews=by_id,
             meta=meta,
+            cached_tokens=cached,
+            engine_prompt_tokens=engine_prompt,
+            model=model,
+            model_names=model_names,
         )
 
     @classmethod
@@ -386,4 +494,8 @@ class BlockTrace:
             token_lcp_prev=self.token_lcp_prev,
             previews=previews,
             meta={**self.meta, "block_size": str(self.block_size * factor)},
+            cached_tokens=self.cached_tokens,
+            engine_prompt_tokens=self.engine_prompt_tokens,
+            model=self.model,
+            model_names=self.model_names,
         )

@@ -26,7 +26,19 @@ ENTRYPOINT = APP_DIR / "streamlit_app.py"
 # Environment read by the app (see app/state.py).
 ENV_INPUT = "KVPOOL_DASHBOARD_INPUT"
 ENV_MAX_UPLOAD_MB = "KVPOOL_MAX_UPLOAD_MB"
+ENV_SCRATCH = "KVPOOL_DASHBOARD_SCRATCH"  # the server's temporary folder, removed on exit
+ENV_ROOTS = "KVPOOL_DASHBOARD_ROOTS"  # folders the path box may open (os.pathsep list)
 DEFAULT_MAX_UPLOAD_MB = 200
+
+
+def allowed_roots() -> list[Path]:
+    """Folders whose files the path box opens: where the dashboard was started, the
+    bundled samples, and any listed in ``KVPOOL_DASHBOARD_ROOTS``. Anyone who can reach
+    the page could otherwise read the first line of any file the server's user can
+    (``/etc/shadow`` as root, ``~/.ssh/id_ed25519``) through the format error."""
+    roots = [Path.cwd(), APP_DIR.parent / "traces"]
+    roots += [Path(r) for r in os.environ.get(ENV_ROOTS, "").split(os.pathsep) if r.strip()]
+    return [r.expanduser().resolve() for r in roots]
 
 
 def max_upload_mb() -> int:
@@ -45,8 +57,18 @@ def max_upload_mb() -> int:
     return value
 
 
-def check_trace_path(path: Path) -> None:
-    """A trace path given by hand (command line, load page) names a file that exists."""
+def check_trace_path(path: Path, *, confined: bool = False) -> None:
+    """A trace path given by hand (command line, load page) names a file that exists;
+    ``confined`` (the page's path box) also requires it under :func:`allowed_roots`."""
+    if confined:
+        real = path.expanduser().resolve()
+        roots = allowed_roots()
+        if not any(real.is_relative_to(r) for r in roots):
+            raise InputError(
+                "outside the folders this dashboard opens files from",
+                Location(str(path)),
+                hint=f"start kvpool dashboard in the data's folder, or list it in {ENV_ROOTS}",
+            )
     if path.is_dir():
         raise InputError("is a directory: give one of its files", Location(str(path)))
     if not path.is_file():
@@ -139,16 +161,47 @@ def register(app: typer.Typer) -> None:
         address = f"http://127.0.0.1:{port}"
         typer.echo(f"kvpool dashboard: {address}  (Ctrl-C to stop)", err=False)
         sys.stdout.flush()
-        proc = subprocess.Popen(streamlit_command(port, upload_mb), env=env)
-        # `kill PID` (SIGTERM) or a closed terminal (SIGHUP) stop the server as Ctrl-C does,
-        # so it is never left running without us.
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, _interrupt)
+        import shutil
+        import tempfile
+
+        scratch = tempfile.mkdtemp(prefix="kvpool-dashboard-")
+        env[ENV_SCRATCH] = scratch
+        env[ENV_ROOTS] = os.pathsep.join(
+            [str(Path.cwd()), *([str(input.resolve().parent)] if input is not None else [])]
+            + [r for r in os.environ.get(ENV_ROOTS, "").split(os.pathsep) if r]
+        )
         try:
-            code = proc.wait()
-        except KeyboardInterrupt:
-            _stop(proc)
-            typer.echo("kvpool dashboard: stopped")
-            return
-        if code != 0:
-            raise typer.Exit(code)
+            proc = subprocess.Popen(
+                streamlit_command(port, upload_mb), env=env, preexec_fn=_die_with_parent
+            )
+            _serve(proc)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)  # uploaded logs do not outlive us
+
+
+def _die_with_parent() -> None:
+    """In the server's process: get SIGTERM when ``kvpool dashboard`` dies, even by
+    SIGKILL, so no server keeps listening with nobody to stop it (Linux ``prctl``)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: Ctrl-C and SIGTERM still stop it
+        pass
+
+
+def _serve(proc: subprocess.Popen[bytes]) -> None:
+    """Wait for the server; Ctrl-C, SIGTERM or SIGHUP stop it cleanly."""
+    # `kill PID` (SIGTERM) or a closed terminal (SIGHUP) stop the server as Ctrl-C does,
+    # so it is never left running without us.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        _stop(proc)
+        typer.echo("kvpool dashboard: stopped")
+        return
+    if code != 0:
+        raise typer.Exit(code)

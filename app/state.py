@@ -18,7 +18,7 @@ from pathlib import Path
 import streamlit as st
 
 from analyzer.errors import KvpoolError
-from app.command import ENV_INPUT, max_upload_mb
+from app.command import ENV_INPUT, ENV_SCRATCH, max_upload_mb
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES_DIR = REPO / "traces"
@@ -113,7 +113,18 @@ def scratch_dir() -> Path:
     """This server's temporary folder (uploads, calibration CSVs); one per process."""
     global _UPLOAD_DIR
     if _UPLOAD_DIR is None:
-        _UPLOAD_DIR = Path(tempfile.mkdtemp(prefix="kvpool-dashboard-"))
+        import atexit
+        import shutil
+
+        # Made by kvpool dashboard, which removes it when the server stops; removed here
+        # too, for a parent killed with SIGKILL (the server then gets SIGTERM) and for a
+        # `streamlit run` by hand.
+        given = os.environ.get(ENV_SCRATCH)
+        if given and Path(given).is_dir():
+            _UPLOAD_DIR = Path(given)
+        else:
+            _UPLOAD_DIR = Path(tempfile.mkdtemp(prefix="kvpool-dashboard-"))
+        atexit.register(shutil.rmtree, _UPLOAD_DIR, ignore_errors=True)
     return _UPLOAD_DIR
 
 

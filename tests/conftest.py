@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,9 @@ SHARED_TRACES = ROOT.parent / "shared" / "traces"
 SAMPLES = ROOT / "traces"
 
 os.environ.setdefault("KVPOOL_NO_PROGRESS", "1")
+# The dashboard's path box opens files only under its allowed folders; tests keep their
+# traces in pytest's temporary folders.
+os.environ.setdefault("KVPOOL_DASHBOARD_ROOTS", tempfile.gettempdir())
 
 
 @pytest.fixture(scope="session")

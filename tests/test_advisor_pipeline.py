@@ -85,7 +85,7 @@ def test_same_input_gives_byte_identical_json(logs, pooled, tmp_path):
     b = render_json(run_analysis([str(logs["high"])], opts))
     assert a == b
     doc = json.loads(a)
-    assert doc["inputs"][0]["name"] == "high.jsonl.gz"
+    assert doc["inputs"][0]["name"] == "input-1"  # file names only with --keep-names
     assert len(doc["inputs"][0]["sha256"]) == 64
     assert str(tmp_path) not in a and str(logs["high"].parent) not in a
 

@@ -318,7 +318,7 @@ def test_report_download_matches_kvpool_analyze(sample: Path, block_size: int | 
         run_analysis([str(sample)], AnalyzeOptions(ingest=IngestOptions(block_size=block_size)))
     )
     assert payload == expected
-    assert json.loads(payload)["inputs"][0]["name"] == sample.name
+    assert json.loads(payload)["inputs"][0]["name"] == "input-1"  # no file names by default
     assert html.lstrip().lower().startswith("<!doctype html")
     assert json.loads(payload)["verdict"]["verdict"] in markdown
 

@@ -254,7 +254,7 @@ def test_convert_with_the_folder_counts_what_transformers_counts(hf, tmp_path):
     with open(ROOT / "traces" / "agent.jsonl.zst", "rb") as fh:
         lines = zstandard.ZstdDecompressor().stream_reader(fh).read().decode().splitlines()
     src.write_text("\n".join(lines[:30]) + "\n")
-    loaded = open_trace([src], IngestOptions(tokenizer=str(QWEN), salt=b"k" * 32))
+    loaded = open_trace([src], IngestOptions(tokenizer=str(QWEN), salt=b"k" * 32, keep_names=True))
     want = [len(_oracle(hf, json.loads(line)["request"])) for line in lines[:30]]
     by_id = dict(
         zip(

@@ -150,6 +150,7 @@ def test_profile_round_trip(cm, tmp_path):
     pre = cal.fit_prefill(cm, cal.read_prefill_csv(FIX / "prefill_llama8b_h100.csv"))
     link = cal.fit_load(cal.read_load_csv(FIX / "load_rdma.csv"))
     fitted = replace(cm.with_prefill(pre), link=link)
+    (tmp_path / "models").mkdir()  # outputs never create directories from scratch
     path = cal.save_profile(fitted, tmp_path / "models" / "mine.json")
     text = path.read_text()
     assert json.loads(text)["schema"] == "kvpool.cost-profile/1"

@@ -128,6 +128,7 @@ def test_ttft_with_calibration_and_warning(tmp_path):
 
 def test_fit_then_profile(tmp_path):
     prof = tmp_path / "models" / "h100-llama8b.json"
+    prof.parent.mkdir()
     r = _run(
         "fit",
         "-m",

@@ -382,7 +382,8 @@ def test_report_links_every_deploy_file_and_gives_the_pilot_commands(analysed):
     )
     rate = r.trace.n_requests / r.trace.duration_s
     assert f"--request-rate {rate:.4g}" in cmds["vLLM bench serve"]
-    assert cmds["kvpool"].startswith("kvpool convert high.jsonl.gz --to mooncake")
+    # inputs are named input-N unless --keep-names (the report is made to be shared)
+    assert cmds["kvpool"].startswith("kvpool convert input-1 --to mooncake")
     assert "```bash" in md and "Pilot commands" in md
 
 
@@ -396,6 +397,7 @@ def test_cli_analyze_writes_deploy_and_reruns_replace_it(tmp_path):
         str(log),
         "-o",
         str(out),
+        "--force",  # a rerun into the same directory (without it: rep-2)
         "--pool-gbps",
         "50",
         "--local-capacity-tokens",

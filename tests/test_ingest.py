@@ -64,7 +64,7 @@ def test_same_conversation_in_three_formats_hashes_identically():
 
 
 def test_openai_log_fields_and_multi_turn_sharing():
-    lt = load(FIX / "chat.jsonl")
+    lt = load(FIX / "chat.jsonl", previews=True, keep_names=True)
     t = lt.table
     assert t.num_rows == 6
     sessions = t.column("session_id").to_pylist()
@@ -111,7 +111,7 @@ def test_mooncake_fixture_full_blocks_only():
 
 
 def test_bailian_fixture_sessions_and_parents():
-    t = load(FIX / "bailian_small.jsonl").table
+    t = load(FIX / "bailian_small.jsonl", keep_names=True).table
     s = t.column("session_id").to_pylist()
     assert s[0] == s[2] != s[1]
     assert t.column("parent_request_id").to_pylist() == [None, None, "10"]
@@ -227,7 +227,8 @@ def test_canonical_files_hashed_differently_are_not_merged(tmp_path):
 
 
 def test_canonical_round_trip_with_previews(tmp_path):
-    lt = load(FIX / "chat.jsonl")
+    assert not load(FIX / "chat.jsonl").previews  # private by default: no text kept
+    lt = load(FIX / "chat.jsonl", previews=True)
     out = tmp_path / "t.parquet"
     write_canonical(lt.table, out)
     assert pq.read_schema(out).remove_metadata() == CANONICAL_SCHEMA.remove_metadata()
@@ -247,7 +248,9 @@ def test_canonical_round_trip_with_previews(tmp_path):
         ),
         previews_path(out),
     )
-    assert open_trace([out], OPTS).trace.previews == lt.trace.previews
+    assert open_trace([out], OPTS).trace.previews == {}  # the sidecar is read when asked
+    wanted = IngestOptions(salt=SALT, previews=True)
+    assert open_trace([out], wanted).trace.previews == lt.trace.previews
 
 
 def test_no_text_in_canonical_or_exports(tmp_path):
@@ -267,6 +270,7 @@ def test_two_runs_byte_identical(tmp_path):
     for run in range(2):
         lt = load(FIX / "chat.jsonl", FIX / "generic.csv", prompt_column="prompt")
         d = tmp_path / str(run)
+        d.mkdir()
         write_canonical(lt.table, d / "t.parquet")
         export_mooncake(lt.table, d / "m.jsonl")
         export_bailian(lt.table, d / "b.jsonl")
@@ -381,7 +385,7 @@ def test_empty_and_missing_files(tmp_path):
         open_trace([junk], OPTS)
 
 
-def test_truncated_gzip_keeps_what_was_read(tmp_path):
+def test_truncated_gzip_is_an_error(tmp_path):
     rnd = random.Random(0)
     rows = [json.loads(x) for x in (FIX / "chat.jsonl").read_text().splitlines()] * 60
     # Random padding keeps the compressors from collapsing the repeats.
@@ -391,15 +395,15 @@ def test_truncated_gzip_keeps_what_was_read(tmp_path):
     z = gzip.compress(raw)
     p = tmp_path / "cut.jsonl.gz"
     p.write_bytes(z[: len(z) * 2 // 3])
-    lt = open_trace([p], OPTS)
-    assert lt.skipped.by_reason == {"truncated compressed file": 1}
-    assert 0 < lt.table.num_rows < 360
-    with pytest.raises(InputError, match="truncated compressed file"):
-        open_trace([p], IngestOptions(salt=SALT, strict=True))
+    # An error, not "1 row skipped": the rows after the cut (a third here) are lost.
+    for opts in (OPTS, IngestOptions(salt=SALT, strict=True)):
+        with pytest.raises(InputError, match=r"truncated compressed file.*lines before it"):
+            open_trace([p], opts)
     zs = zstandard.ZstdCompressor().compress(raw)
     q = tmp_path / "cut.jsonl.zst"
     q.write_bytes(zs[: len(zs) // 2])
-    assert open_trace([q], OPTS).skipped.by_reason == {"truncated compressed file": 1}
+    with pytest.raises(InputError, match="truncated compressed file"):
+        open_trace([q], OPTS)
 
 
 def test_bad_csv_rows(tmp_path):

@@ -60,9 +60,9 @@ def test_spooled_rows_come_back_in_arrival_order_whatever_the_batch_size(
     tmp_path, monkeypatch, shuffle
 ):
     log = chat_log(tmp_path / "chat.jsonl", 120, seed=3, shuffle=shuffle)
-    whole = open_trace([str(log)], IngestOptions(salt=SALT)).table
+    whole = open_trace([str(log)], IngestOptions(salt=SALT, keep_names=True)).table
     monkeypatch.setattr(spool, "BATCH_ROWS", 7)  # 18 spooled batches, read back out of order
-    small = open_trace([str(log)], IngestOptions(salt=SALT)).table
+    small = open_trace([str(log)], IngestOptions(salt=SALT, keep_names=True)).table
     assert small.equals(whole)
     assert small.schema.metadata == whole.schema.metadata
     arrival = whole.column("arrival_s").to_numpy()
@@ -77,7 +77,7 @@ def test_token_lcp_matches_the_oracle_through_the_spool(tmp_path, monkeypatch):
 
     log = chat_log(tmp_path / "chat.jsonl", 40, seed=5, shuffle=True)
     monkeypatch.setattr(spool, "BATCH_ROWS", 3)
-    table = open_trace([str(log)], IngestOptions(salt=SALT)).table
+    table = open_trace([str(log)], IngestOptions(salt=SALT, keep_names=True)).table
     renderer = PromptRenderer(load_tokenizer("cl100k"), "chatml", memo=False)
     by_id = {}
     for line in log.read_text().splitlines():

@@ -16,6 +16,8 @@ ANALYZER = ROOT / "analyzer"
 LAYERS = {
     "__init__": 1,
     "errors": 1,
+    "limits": 1,
+    "outputs": 1,
     "progress": 1,
     "trace": 1,
     "tokenize": 2,

@@ -64,6 +64,8 @@ def build_trace(
         "turn": [None] * n,
         "count_only": [False] * n,
         "approx_lengths": [False] * n,
+        "cached_tokens": [None] * n,
+        "engine_prompt_tokens": [None] * n,
     }
     table = pa.table(cols, schema=CANONICAL_SCHEMA).replace_schema_metadata(
         trace_metadata(block_size=block_size)

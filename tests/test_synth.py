@@ -89,6 +89,7 @@ def test_tool_schema_estimate_and_shape():
 def test_same_seed_same_bytes(tmp_path, fmt):
     cfg = SynthConfig(profile="mixed", requests=300, seed=11)
     a, b = tmp_path / "a" / "x.jsonl.gz", tmp_path / "b" / "other-name.gz"
+    a.parent.mkdir(), b.parent.mkdir()
     sa = generate(cfg, a, fmt=fmt, truth_path=tmp_path / "ta.json")
     sb = generate(cfg, b, fmt=fmt, truth_path=tmp_path / "tb.json")
     assert a.read_bytes() == b.read_bytes()
@@ -306,6 +307,7 @@ def test_arrival_processes(tmp_path):
 
 def test_cli_writes_log_and_truth(tmp_path):
     out, truth = tmp_path / "o" / "x.jsonl.gz", tmp_path / "t.json"
+    out.parent.mkdir()
     r = runner.invoke(
         app,
         ["synth", "--profile", "rag", "--requests", "40", "--seed", "2", "-o", str(out),

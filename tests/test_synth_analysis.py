@@ -37,6 +37,7 @@ SIZES = {"chat": 1500, "agent": 3000, "rag": 800, "api": 800}
 
 def _load(path: Path, **kw):
     kw.setdefault("block_size", 16)
+    kw.setdefault("keep_names", True)  # request ids are matched against the ground truth
     return open_trace([str(path)], IngestOptions(**kw))
 
 

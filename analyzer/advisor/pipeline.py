@@ -77,6 +77,10 @@ class AnalyzeOptions:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     ttft_slo_s: float = 2.0
     only_model: str | None = None  # analyze one of the log's models alone
+    # Today's deployment, replayed beside the hits the log measured (None: as `cluster`).
+    current_instances: int | None = None
+    current_router: str | None = None
+    current_local_capacity_tokens: int | None = None
     profile: str | None = None  # a `kvpool cost profile` / `kvpool cost fit` JSON
     search_rate: bool = True
     sensitivity_replays: bool = True
@@ -88,6 +92,18 @@ class AnalyzeOptions:
             raise UsageError(f"--ttft-slo must be a positive number, got {self.ttft_slo_s}")
         if not 0.0 < self.knee_fraction <= 1.0:
             raise UsageError("knee fraction must be in (0, 1]")
+        from analyzer import limits
+
+        # The cluster's and the ingest's numbers are checked by their own options.
+        limits.check(self.ttft_slo_s, "ttft_slo_s", "--ttft-slo")
+        from analyzer.replay.config import ROUTERS
+
+        if self.current_instances is not None:
+            limits.check(self.current_instances, "instances", "--current-instances")
+        if self.current_router is not None and self.current_router not in ROUTERS:
+            raise UsageError(
+                f"unknown --current-router {self.current_router!r}; choose one of {ROUTERS}"
+            )
 
     # Read-only views of the composed options, under the names the advisor uses.
     @property
@@ -190,6 +206,7 @@ class AnalysisResult:
     # how prompts were tokenized: the trace's tokenizer and template names
     tokenization: dict[str, Any] = field(default_factory=dict)
     models: dict[str, Any] = field(default_factory=dict)  # per-model figures (advisor.models)
+    measured: dict[str, Any] | None = None  # measured against projected (advisor.current)
     warnings: list[str] = field(default_factory=list)
     pilot: tuple[PilotCommand, ...] = ()
     deploy: tuple[DeployFile, ...] = ()
@@ -470,8 +487,13 @@ def run_analysis(
     if mismatch:
         warnings.append(mismatch)
     trace = loaded.trace
+    # Reports are made to be shared: inputs are named by position, size and hash unless
+    # --keep-names (a file name can carry a customer's name).
+    names = {
+        p: Path(p).name if opts.ingest.keep_names else f"input-{i + 1}" for i, p in enumerate(plist)
+    }
     inputs: list[dict[str, Any]] = [
-        {"name": Path(p).name, "bytes": Path(p).stat().st_size, "sha256": _sha256(p)} for p in plist
+        {"name": names[p], "bytes": Path(p).stat().st_size, "sha256": _sha256(p)} for p in plist
     ]
     tf = _trace_figures(loaded)
     bpt = int(cm.bytes_per_token)
@@ -487,10 +509,7 @@ def run_analysis(
     skipped = {
         "total": int(loaded.skipped.total),
         "by_reason": dict(sorted(loaded.skipped.by_reason.items())),
-        "examples": [
-            Path(e.split(":", 1)[0]).name + ":" + e.split(":", 1)[1] if ":" in e else e
-            for e in loaded.skipped.examples
-        ],
+        "examples": [_private_example(e, names) for e in loaded.skipped.examples],
     }
     reuse_json = rep.to_json()
     models_doc = (
@@ -549,6 +568,11 @@ def run_analysis(
     uncertainty: dict[str, Any] | None = None
     if bw is not None:
         decision, uncertainty = _with_uncertainty(decision, cm, bw, replay, th)
+    measured_doc = _measured_vs_projected(trace, cfg, cm, opts, usable)
+    if measured_doc is not None and measured_doc[1] is not None:
+        from analyzer.advisor.current import with_comparison
+
+        decision = with_comparison(decision, measured_doc[1])
 
     sizing: Sizing | None = None
     sizings: dict[str, Sizing] = {}
@@ -678,8 +702,30 @@ def run_analysis(
         },
         models=models_doc,
         warnings=warnings,
+        measured=None if measured_doc is None else measured_doc[0],
         uncertainty=uncertainty,
     )
+
+
+def _measured_vs_projected(
+    trace: Any, cfg: Any, cm: Any, opts: AnalyzeOptions, usable: bool
+) -> Any:
+    """(report section, comparison) when the log's responses carry cached_tokens: the
+    measured rate always; the replay of today's deployment when the log is usable."""
+    from analyzer.advisor.current import CurrentDeployment, compare
+    from analyzer.reuse.measured import measure_cached
+
+    measured = measure_cached(trace, opts.warmup)
+    if measured is None:
+        return None
+    if not usable:
+        return {"measured": measured.to_json(), "projected": None}, None
+    current = CurrentDeployment(
+        opts.current_instances, opts.current_router, opts.current_local_capacity_tokens
+    )
+    with progress("replay of today's deployment", None):
+        comparison = compare(trace, cfg, cm, measured, current)
+    return comparison.to_json(), comparison
 
 
 _LOWER = {"high": "medium", "medium": "low", "low": "low"}
@@ -866,6 +912,14 @@ def _canonical(obj: Any) -> Any:
     return str(obj)
 
 
+def _private_example(example: str, names: dict[str, str]) -> str:
+    """A skip example ``path:line: reason`` with the path as the report names it."""
+    for path, name in names.items():
+        if example.startswith(path + ":"):
+            return name + example[len(path) :]
+    return example
+
+
 def _options_json(o: AnalyzeOptions) -> dict[str, Any]:
     """The report's ``options`` section (flat, as ``kvpool.report/1`` has it). Ingest
     settings that could name a file or a tenant (salt file, columns) stay out."""
@@ -893,6 +947,9 @@ def _options_json(o: AnalyzeOptions) -> dict[str, Any]:
         "template": i.template,
         "tokenizer": i.tokenizer,
         "only_model": o.only_model,
+        "current_instances": o.current_instances,
+        "current_router": o.current_router,
+        "current_local_capacity_tokens": o.current_local_capacity_tokens,
         "search_rate": o.search_rate,
         "sensitivity_replays": o.sensitivity_replays,
         "knee_fraction": o.knee_fraction,
@@ -929,6 +986,7 @@ def report_document(r: AnalysisResult) -> dict[str, Any]:
         "trace": {**asdict(r.trace), "skipped": r.skipped, "tokenization": r.tokenization},
         "models": r.models,
         "warnings": list(r.warnings),
+        "measured_vs_projected": r.measured,
         "verdict": {
             "verdict": d.verdict,
             "reasons": list(d.reasons),

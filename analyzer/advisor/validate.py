@@ -30,6 +30,7 @@ import numpy as np
 
 from analyzer.advisor.gates import Gate, GateResult, evaluate, gate_from_json
 from analyzer.errors import InputError, Location, UsageError
+from analyzer.outputs import note_input
 
 ROLES = ("baseline", "candidate", "stability")
 REPORT_SCHEMA = "kvpool.report/1"
@@ -121,6 +122,7 @@ def _parses(text: str) -> bool:
 
 
 def read_json_results(path: str) -> dict[str, float]:
+    note_input(path)
     text = Path(path).read_text(encoding="utf-8", errors="replace")
     try:
         doc = json.loads(text)
@@ -146,6 +148,7 @@ def _percentile(values: np.ndarray, q: float) -> float:
 
 
 def read_csv_results(path: str) -> tuple[str, dict[str, float]]:
+    note_input(path)
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:
             rows = list(csv.reader(fh))
@@ -340,6 +343,7 @@ class Validation:
 
 def load_report(path: str) -> dict[str, Any]:
     p = Path(path)
+    note_input(p)
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
     except UnicodeDecodeError:

@@ -37,7 +37,6 @@ def load_salt(path: str | Path | None = None) -> bytes:
     # wins the link or reads a complete file, never a half-written one.
     tmp = p.with_name(f".{p.name}.{os.getpid()}.{salt[:4].hex()}.tmp")
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="ascii") as f:
             f.write(salt.hex() + "\n")

@@ -14,7 +14,7 @@ import sys
 import typer
 
 from analyzer import __version__
-from analyzer.errors import KvpoolError
+from analyzer.errors import EXIT_INPUT, KvpoolError
 
 app = typer.Typer(
     name="kvpool",
@@ -56,6 +56,9 @@ def _root(
     ),
 ) -> None:
     """kvpool: KV-cache pooling-readiness advisor."""
+    from analyzer.outputs import reset_inputs
+
+    reset_inputs()  # inputs noted by an earlier command in this process are not ours
 
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
     log = logging.getLogger("kvpool")
@@ -83,15 +86,38 @@ def _register_all() -> None:
 _register_all()
 
 
+def _error(message: str, code: int) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from analyzer.errors import printable
+
+    Console(stderr=True, soft_wrap=True).print(
+        f"[bold red]error:[/] {escape(printable(message))}", highlight=False, markup=True
+    )
+    sys.exit(code)
+
+
 def main() -> None:
-    """Console entry point: user errors print a message, never a traceback."""
+    """Console entry point: user errors print a message, never a traceback.
+
+    Running out of memory or stack (a compression bomb, JSON nested a million deep) is
+    reported in one line too: the limits that should prevent it are in docs/security.md.
+    """
     try:
         app()
     except KvpoolError as exc:
-        from rich.console import Console
-
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
-        sys.exit(exc.exit_code)
+        _error(str(exc), exc.exit_code)
+    except MemoryError:
+        _error(
+            "out of memory: the input is too large for this machine's memory or limit "
+            "(see docs/security.md for the size limits and how to raise them)",
+            EXIT_INPUT,
+        )
+    except RecursionError:
+        _error(
+            "input nested too deeply to read (JSON or TOML deeper than Python's stack)", EXIT_INPUT
+        )
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)

@@ -40,6 +40,26 @@ def analyze(
             help="Analyze one of the log's models (served name or catalog id) alone.",
         ),
     ] = None,
+    current_instances: Annotated[
+        int | None,
+        typer.Option(
+            "--current-instances",
+            help="Today's deployment, replayed beside the hits its log measured "
+            "(cached_tokens): instances (default: --instances).",
+        ),
+    ] = None,
+    current_router: Annotated[
+        str | None,
+        typer.Option("--current-router", help="Today's router (default: --router)."),
+    ] = None,
+    current_local_capacity_tokens: Annotated[
+        str | None,
+        typer.Option(
+            "--current-local-capacity-tokens",
+            help="Today's HBM prefix cache per instance, tokens (default: as "
+            "--local-capacity-tokens).",
+        ),
+    ] = None,
     no_rate_search: Annotated[
         bool, typer.Option("--no-rate-search", help="Skip the SLO rate search (faster).")
     ] = False,
@@ -67,15 +87,20 @@ def analyze(
     strict: o.Strict = False,
     no_exact: o.NoExact = False,
     exact_max_mib: o.ExactMaxMib = 512,
+    force: o.Force = False,
+    show_previews: o.ShowPreviews = False,
+    keep_names: o.KeepNames = False,
 ) -> None:
     """Log to decision: reuse, break-even, replay, verdict, sized settings and pilot gates."""
     from analyzer.advisor.pipeline import AnalyzeOptions, run_analysis
     from analyzer.cli.cost import _weights_dtype
     from analyzer.cli.output import report_console, write_text
+    from analyzer.outputs import report_dir
     from analyzer.progress import progress
     from analyzer.replay.config import ClusterConfig
     from analyzer.report import render_json, write_reports
 
+    report_dir(out, force=force, create=False)  # fail before the long run, not after it
     if profile is not None:
         from analyzer.cost.calibrate import load_profile
 
@@ -105,6 +130,8 @@ def analyze(
             strict=strict,
             no_exact=no_exact,
             exact_max_mib=exact_max_mib,
+            previews=show_previews,
+            keep_names=keep_names,
         ),
         cluster=ClusterConfig(
             model=model,
@@ -124,17 +151,28 @@ def analyze(
         ),
         ttft_slo_s=ttft_slo,
         only_model=only_model,
+        current_instances=current_instances,
+        current_router=current_router,
+        current_local_capacity_tokens=o.capacity(
+            current_local_capacity_tokens, "--current-local-capacity-tokens"
+        ),
         profile=profile,
         search_rate=not no_rate_search,
     )
     # Each stage shows its own progress bar (rich allows one live display at a time).
     doc = run_analysis([str(p) for p in inputs], opts).to_json()
     with progress("writing reports", None):
-        paths = write_reports(doc, out, pdf=pdf)
+        paths = write_reports(doc, out, pdf=pdf, force=force)
     console = report_console(json_out)
+    if paths["json"].parent != out:
+        console.print(
+            f"[yellow]{out} already holds files; wrote to {paths['json'].parent} instead "
+            "(--force overwrites)[/]",
+            highlight=False,
+        )
     print_summary(console, doc, paths)
     if json_out is not None:
-        write_text(json_out, render_json(doc))
+        write_text(json_out, render_json(doc), force=force)
     if pdf and "pdf" not in paths:
         console.print("[yellow]no PDF: Chromium is not installed (/usr/bin/chromium)[/]")
 
@@ -197,6 +235,9 @@ def validate(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write the validation as JSON here.")
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write through a symlinked output path.")
+    ] = False,
 ) -> None:
     """Compare measured pilot results with the projection and the gates (exit 5 if a gate fails)."""
     import json
@@ -206,7 +247,11 @@ def validate(
     from rich.table import Table
 
     from analyzer.advisor.validate import validate as run_validate
-    from analyzer.errors import OutputError
+    from analyzer.outputs import check_output, write_text
+
+    if json_out is not None:
+        roles = [r.split("=", 1)[-1] for r in results]
+        check_output(json_out, force=force, inputs=[report, *roles])
 
     v = run_validate(list(results), str(report))
     console = Console()
@@ -233,12 +278,7 @@ def validate(
             highlight=False,
         )
     if json_out is not None:
-        try:
-            json_out.write_text(
-                json.dumps(v.to_json(), sort_keys=True, indent=2) + "\n", encoding="utf-8"
-            )
-        except OSError as exc:
-            raise OutputError(f"cannot write {json_out}: {exc.strerror or exc}") from exc
+        write_text(json_out, json.dumps(v.to_json(), sort_keys=True, indent=2) + "\n", force=force)
     if v.failed:
         failed = ", ".join(g.gate.name for g in v.gates if g.status == "fail")
         console.print(f"[bold red]gate failed:[/] {failed}", highlight=False)

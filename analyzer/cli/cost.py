@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from analyzer.errors import OutputError, UsageError
+from analyzer.errors import UsageError
 
 cost_app = typer.Typer(
     name="cost",
@@ -53,12 +53,9 @@ def _write_json(path: str | None, payload: dict[str, Any]) -> None:
     if path == "-":
         typer.echo(text, nl=False)
         return
-    p = Path(path)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise OutputError(f"cannot write {p}: {exc}") from exc
+    from analyzer.outputs import write_text
+
+    write_text(Path(path), text)
 
 
 def _console(json_path: str | None) -> Any:

@@ -37,15 +37,20 @@ def convert(
     session_column: o.SessionColumn = None,
     strict: o.Strict = False,
     keep_previews: Annotated[
-        bool, typer.Option("--keep-previews", help="Also write 80-char text previews beside OUT.")
+        bool,
+        typer.Option(
+            "--keep-previews", help="Also write 80-char prompt previews beside OUT (mode 0600)."
+        ),
     ] = False,
     no_exact: o.NoExact = False,
     exact_max_mib: o.ExactMaxMib = 512,
+    force: o.Force = False,
+    keep_names: o.KeepNames = False,
 ) -> None:
     """Convert request logs or public traces to the canonical trace (or an export)."""
     from rich.console import Console
 
-    from analyzer.errors import UsageError
+    from analyzer.errors import UsageError, printable
     from analyzer.ingest import open_trace, previews_path
     from analyzer.ingest.pipeline import convert_trace
     from analyzer.progress import progress
@@ -69,12 +74,21 @@ def convert(
         strict=strict,
         no_exact=no_exact,
         exact_max_mib=exact_max_mib,
+        previews=keep_previews,
+        keep_names=keep_names,
     )
+    from analyzer.outputs import atomic_path, check_output
+
+    check_output(out, force=force, inputs=inputs)  # fail before the long run, not after it
+    if keep_previews:
+        check_output(previews_path(out), force=force, inputs=inputs)
     total = o.input_bytes(inputs)
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     if to == "canonical":
         with progress("reading", total, unit="bytes") as advance:
-            loaded, written = convert_trace([str(p) for p in inputs], out, opts, advance=advance)
+            loaded, written = convert_trace(
+                [str(p) for p in inputs], out, opts, advance=advance, force=force
+            )
         if keep_previews and loaded.previews:
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -86,8 +100,10 @@ def convert(
                     "preview": pa.array([t for _, t in items], pa.string()),
                 }
             )
-            pq.write_table(side, previews_path(out), compression="zstd")
-        console.print(summary(loaded, written, out), markup=False)
+            # Prompt text: readable by its owner only, like the salt.
+            with atomic_path(previews_path(out), force=force, private=True) as tmp:
+                pq.write_table(side, tmp, compression="zstd")
+        console.print(printable(summary(loaded, written, out)), markup=False)
         return
     from analyzer.ingest.pipeline import table_figures
 
@@ -96,13 +112,13 @@ def convert(
     if to == "mooncake":
         from analyzer.ingest.export import export_mooncake
 
-        export_mooncake(loaded.table, out)
+        export_mooncake(loaded.table, out, force=force)
     else:
         from analyzer.ingest.export import export_bailian
 
-        export_bailian(loaded.table, out)
+        export_bailian(loaded.table, out, force=force)
     text = summary(loaded, table_figures(loaded.table), out)
-    console.print(text + "\n" + export_note(loaded.table, to), markup=False)
+    console.print(printable(text + "\n" + export_note(loaded.table, to)), markup=False)
 
 
 def export_note(table, to: str) -> str:  # type: ignore[no-untyped-def]
@@ -145,6 +161,7 @@ def summary(loaded, written, out: Path) -> str:  # type: ignore[no-untyped-def]
         + ("   (count-only: lengths, no content)" if w.count_only else ""),
         f"  blocks: {w.blocks:,} ({distinct}) of {w.block_size} tokens",
     ]
+    lines.append(f"  time span: {w.span_s:,.1f} s from the first request to the last")
     if loaded.reordered:
         lines.append(f"  out-of-order rows: {loaded.reordered:,} (sorted by arrival)")
     for f in loaded.untimed_files:

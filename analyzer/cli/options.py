@@ -142,6 +142,30 @@ SessionColumn = Annotated[
     str | None, typer.Option("--session-column", help="CSV column holding the session id.")
 ]
 Strict = Annotated[bool, typer.Option("--strict", help="Stop at the first bad row.")]
+# Outputs and privacy (docs/security.md).
+Force = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Write through a symlinked output path; overwrite reports in an existing directory.",
+    ),
+]
+ShowPreviews = Annotated[
+    bool,
+    typer.Option(
+        "--show-previews",
+        help="Show ~80 characters of prompt text for the top shared prefixes (default: "
+        "hashes only; outputs are made to be shared).",
+    ),
+]
+KeepNames = Annotated[
+    bool,
+    typer.Option(
+        "--keep-names",
+        help="Keep tenant names, request ids and input file names as they are (default: "
+        "salted pseudonyms and input-N).",
+    ),
+]
 NoExact = Annotated[
     bool, typer.Option("--no-exact", help="Skip the token-exact LCP (for huge logs).")
 ]
@@ -263,6 +287,8 @@ def ingest_options(
     strict: bool,
     no_exact: bool,
     exact_max_mib: int,
+    previews: bool = False,
+    keep_names: bool = False,
 ) -> Any:  # analyzer.ingest.IngestOptions (imported here, not at module load)
     """The :class:`~analyzer.ingest.IngestOptions` the ingest flags describe."""
     from analyzer.errors import UsageError
@@ -287,6 +313,8 @@ def ingest_options(
         session_column=session_column,
         exact=not no_exact,
         exact_max_bytes=exact_max_mib << 20,
+        previews=previews,
+        keep_names=keep_names,
     )
 
 

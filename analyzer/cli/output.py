@@ -11,8 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from analyzer.errors import OutputError
-
 STDIO = "-"
 # Piped or captured output gets this width instead of rich's 80 columns, so that a
 # table written to a file or a pager keeps one row per line.
@@ -38,20 +36,20 @@ def report_console(json_out: Path | str | None) -> Any:
     return console(stderr=is_stdio(json_out))
 
 
-def write_json(path: Path | str, doc: Any, *, ensure_ascii: bool = False) -> None:
+def write_json(
+    path: Path | str, doc: Any, *, ensure_ascii: bool = False, force: bool = False
+) -> None:
     """Write ``doc`` as JSON to ``path`` (``-``: stdout); errors name the file."""
-    write_text(path, json.dumps(doc, indent=2, ensure_ascii=ensure_ascii) + "\n")
+    write_text(path, json.dumps(doc, indent=2, ensure_ascii=ensure_ascii) + "\n", force=force)
 
 
-def write_text(path: Path | str, text: str) -> None:
-    """Write ``text`` to ``path`` (``-``: stdout); errors name the file."""
+def write_text(path: Path | str, text: str, *, force: bool = False) -> None:
+    """Write ``text`` to ``path`` atomically (:func:`analyzer.outputs.write_text`), or to
+    stdout for ``-``."""
     if is_stdio(path):
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    p = Path(path)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise OutputError(f"cannot write {p}: {exc.strerror or exc}") from exc
+    from analyzer.outputs import write_text as write_atomic
+
+    write_atomic(path, text, force=force)

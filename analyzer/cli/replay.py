@@ -127,6 +127,8 @@ def replay(
     strict: o.Strict = False,
     no_exact: o.NoExact = False,
     exact_max_mib: o.ExactMaxMib = 512,
+    force: o.Force = False,
+    keep_names: o.KeepNames = False,
 ) -> None:
     """Replay the trace through a model of the cluster, once per deployment option.
 
@@ -144,6 +146,10 @@ def replay(
 
     if block_size is not None and block_size < 1:
         raise UsageError("--block-size must be at least 1")
+    if json_out is not None:  # fail before the long run, not after it
+        from analyzer.outputs import check_output
+
+        check_output(json_out, force=force, inputs=[*inputs, *([config] if config else [])])
     cfg = ClusterConfig(
         model=model,
         gpu=gpu,
@@ -218,7 +224,7 @@ def replay(
             workers=workers,
         )
     doc = result.to_json()
-    doc["inputs"] = [str(p) for p in inputs]
+    doc["inputs"] = [str(p) if keep_names else f"input-{i + 1}" for i, p in enumerate(inputs)]
     doc["skipped"] = loaded.skipped.total
     out = report_console(json_out)
     out.print(render_table(doc))
@@ -228,4 +234,4 @@ def replay(
         f"trace's arrival rate with p90 TTFT <= {ttft_slo:g} s. Decode is not modelled.",
     )
     if json_out is not None:
-        write_json(json_out, doc, ensure_ascii=True)
+        write_json(json_out, doc, ensure_ascii=True, force=force)

@@ -112,6 +112,8 @@ def reuse(
             help="Analyze one of the log's models (served name or catalog id) alone.",
         ),
     ] = None,
+    force: o.Force = False,
+    show_previews: o.ShowPreviews = False,
 ) -> None:
     """Prefix reuse: ceilings, where reuse comes from, and hit rate against cache size."""
     from analyzer.cli.output import console, is_stdio, report_console, write_json
@@ -121,6 +123,10 @@ def reuse(
 
     if block_size is not None and block_size <= 0:
         raise UsageError("--block-size must be positive")
+    if json_out is not None and not is_stdio(json_out):  # fail before the long run
+        from analyzer.outputs import check_output
+
+        check_output(json_out, force=force, inputs=inputs)
     caps = list(parse_tokens_list(capacity_tokens))
     gibs = parse_float_list(capacity_gib, "--capacity-gib")
     if not model and kv_dtype != "bf16":
@@ -160,6 +166,7 @@ def reuse(
         strict=strict,
         no_exact=no_exact,
         exact_max_mib=exact_max_mib,
+        previews=show_previews,
     )
     loaded = _load(inputs, ingest)
     from analyzer.advisor.models import model_warning, models_document, select_model, served_models
@@ -189,7 +196,7 @@ def reuse(
             models = models_document(loaded, opts, kv_dtype)
         if warning:
             models["warning"] = warning
-        write_json(json_out, {**report.to_json(), "models": models})
+        write_json(json_out, {**report.to_json(), "models": models}, force=force)
         if not is_stdio(json_out):
             out.print(f"wrote {json_out}")
 

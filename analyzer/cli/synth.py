@@ -53,6 +53,9 @@ def synth(
         Path | None,
         typer.Option("--truth", help="Also write a JSON ground truth (sessions, who resent what)."),
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write through a symlinked output path.")
+    ] = False,
 ) -> None:
     """Write a synthetic OpenAI chat-completions log (or gateway CSV, or Mooncake trace)."""
     from rich.console import Console
@@ -71,7 +74,7 @@ def synth(
         documents=documents,
     )
     with progress("synth", config.requests, unit="requests") as advance:
-        stats = generate(config, output, fmt=fmt, truth_path=truth, advance=advance)
+        stats = generate(config, output, fmt=fmt, truth_path=truth, advance=advance, force=force)
     console = Console(stderr=True)
     console.print(
         f"wrote {stats.requests:,} requests ({stats.sessions:,} sessions, "

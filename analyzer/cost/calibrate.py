@@ -41,7 +41,8 @@ from analyzer.cost.model import (
     TtftCoefficients,
     fit_json,
 )
-from analyzer.errors import InputError, Location, OutputError, UsageError
+from analyzer.errors import InputError, Location, UsageError
+from analyzer.outputs import note_input
 
 PROFILE_SCHEMA = "kvpool.cost-profile/1"
 
@@ -84,6 +85,7 @@ def read_measurements(
     """
     p = Path(path)
     optional = optional or {}
+    note_input(p)
     try:
         text = p.read_text(encoding="utf-8-sig")  # measurement files are small
     except FileNotFoundError as exc:
@@ -466,14 +468,9 @@ def profile_json(cm: CostModel, measured: dict[str, Any] | None = None) -> dict[
 def save_profile(cm: CostModel, path: str | Path, measured: dict[str, Any] | None = None) -> Path:
     p = Path(path)
     text = json.dumps(profile_json(cm, measured), indent=2, sort_keys=True) + "\n"
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + ".part")  # never a half-written profile
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(p)
-    except OSError as exc:
-        raise OutputError(f"cannot write profile {p}: {exc}") from exc
-    return p
+    from analyzer.outputs import write_text
+
+    return write_text(p, text)
 
 
 def _num(section: dict[str, Any], key: str, where: str, *, default: float | None = None) -> float:
@@ -510,6 +507,7 @@ def load_profile(
     """A :class:`CostModel` from a profile JSON; explicit arguments must agree with it."""
     p = Path(path)
     where = str(p)
+    note_input(p)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:

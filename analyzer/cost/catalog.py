@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from analyzer import limits
 from analyzer.errors import InputError, Location, UsageError
+from analyzer.outputs import note_input
 
 # mxfp4: 4-bit values plus one 8-bit scale per 32 (4.25 bits), as in gpt-oss checkpoints
 DTYPE_BYTES: dict[str, float] = {
@@ -277,7 +279,12 @@ class ModelSpec:
             "id": self.id,
             "name": self.name,
             "hf_repo": self.hf_repo,
-            "source": self.source,
+            # A user's config.json is named, not located: outputs carry no directories.
+            "source": (
+                os.path.basename(self.source)
+                if self.source and os.path.isabs(self.source)
+                else self.source
+            ),
             "layers": self.num_layers,
             "full_attention_layers": self.full_layers,
             "sliding_window_layers": self.sliding_layers,
@@ -323,6 +330,10 @@ def _positive_int(cfg: Mapping[str, Any], key: str, where: Location) -> int:
             f"field '{key}' must be a positive integer, got {value!r}",
             Location(where.file, None, key),
         )
+    # 10^30 layers made the KV arithmetic run for minutes, then run out of memory.
+    kind = "model_layers" if "layers" in key else "model_width"
+    if why := limits.reason(value, kind):
+        raise InputError(f"field '{key}' is {value:,}: {why}", Location(where.file, None, key))
     return value
 
 
@@ -787,6 +798,7 @@ def _strip_suffixes(key: str) -> str:
 def model_from_config_file(path: str | Path) -> ModelSpec:
     """A :class:`ModelSpec` from a Hugging Face ``config.json`` on disk."""
     p = Path(path)
+    note_input(p)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
@@ -804,7 +816,7 @@ def model_from_config_file(path: str | Path) -> ModelSpec:
         _norm(str(model_id).split("/")[-1]) or "custom",
         cfg,
         name=str(model_id),
-        source=str(p),
+        source=str(p),  # a profile rebuilds the model from it (CostModel.model_ref)
         where=str(p),
     )
 

@@ -81,16 +81,24 @@ def detect_format(path: str | Path) -> str:
         magic = f.read(4)
     if magic == b"PAR1":
         return _parquet_format(p)
-    lines = head_lines(p, 3)
+    # Several lines, so that one malformed line at the top (a log cut mid-line by
+    # rotation, a stray banner) does not hide a valid JSONL file behind it.
+    lines = head_lines(p, 8)
     if not lines:
         raise InputError("file has no data (only blank lines)", Location(str(path)))
+    if lines[0][:2] in (b"\xff\xfe", b"\xfe\xff") or lines[0][:4].count(b"\x00") >= 2:
+        raise InputError(
+            "file is UTF-16 (or has NUL bytes); kvpool reads UTF-8",
+            Location(str(path), 1),
+            hint="convert it: iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8",
+        )
     try:
         first = lines[0].decode("utf-8")
     except UnicodeDecodeError:
         first = lines[0].decode("utf-8", "replace")
     name = p.name.lower()
     stripped = first.lstrip()
-    if stripped.startswith("{"):
+    if any(line.lstrip().startswith(b"{") for line in lines):
         for line in lines:
             try:
                 obj = json.loads(line)
@@ -98,9 +106,10 @@ def detect_format(path: str | Path) -> str:
                 continue
             if isinstance(obj, dict):
                 return _json_format(obj)
-        raise InputError(
-            "first lines are not valid JSON", Location(str(path), 1), hint="use --format"
-        )
+        if stripped.startswith("{"):
+            raise InputError(
+                "first lines are not valid JSON", Location(str(path), 1), hint="use --format"
+            )
     if ".csv" in name or "," in first:
         return _csv_format(first)
     raise InputError(

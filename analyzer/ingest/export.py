@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from analyzer.errors import OutputError, UsageError
+from analyzer.errors import UsageError
+from analyzer.outputs import atomic_path
 from analyzer.trace import BlockTrace
 
 
@@ -60,21 +61,19 @@ def _ids(trace: BlockTrace, block: int) -> list[list[int]]:
     return out
 
 
-def _write(lines: list[str], out: str | Path) -> None:
+def _write(lines: list[str], out: str | Path, *, force: bool = False) -> None:
     p = Path(out)
     data = ("\n".join(lines) + "\n").encode() if lines else b""
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(p, force=force) as tmp:
         if p.suffix == ".gz":
-            with gzip.GzipFile(p, "wb", mtime=0) as f:  # mtime 0: byte-identical reruns
+            # mtime 0 and no name in the header: byte-identical reruns.
+            with open(tmp, "wb") as raw, gzip.GzipFile("", "wb", fileobj=raw, mtime=0) as f:
                 f.write(data)
         else:
-            p.write_bytes(data)
-    except OSError as exc:
-        raise OutputError(f"cannot write {p}: {exc.strerror or exc}") from exc
+            tmp.write_bytes(data)
 
 
-def export_mooncake(table: pa.Table, out: str | Path) -> int:
+def export_mooncake(table: pa.Table, out: str | Path, *, force: bool = False) -> int:
     trace = _coarse(table, 512)
     count_only = table.column("count_only").to_numpy(zero_copy_only=False)
     ids = _ids(trace, 512)
@@ -93,11 +92,11 @@ def export_mooncake(table: pa.Table, out: str | Path) -> int:
         rec["output_length"] = max(0, int(trace.output_tokens[i]))
         rec["hash_ids"] = [] if count_only[i] else ids[i]
         lines.append(json.dumps(rec, separators=(", ", ": ")))
-    _write(lines, out)
+    _write(lines, out, force=force)
     return len(lines)
 
 
-def export_bailian(table: pa.Table, out: str | Path) -> int:
+def export_bailian(table: pa.Table, out: str | Path, *, force: bool = False) -> int:
     trace = _coarse(table, 16)
     order = np.argsort(table.column("arrival_s").to_numpy(), kind="stable")
     sorted_table = table.take(pa.array(order))
@@ -131,5 +130,5 @@ def export_bailian(table: pa.Table, out: str | Path) -> int:
             "hash_ids": [] if count_only[i] else ids[i],
         }
         lines.append(json.dumps(rec, separators=(", ", ": ")))
-    _write(lines, out)
+    _write(lines, out, force=force)
     return len(lines)

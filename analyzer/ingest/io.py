@@ -1,24 +1,65 @@
 """Reading input files as numbered lines: plain, gzip or zstd, with truncation detected.
 
 Compression is recognised by its magic bytes, not the file name. Decompression is done
-chunk by chunk (1 MiB of compressed input at a time) so memory stays bounded whatever
-the file size; a stream that ends before its end-of-stream marker is reported as
-truncated (``TruncatedInput``) after every complete line before it has been yielded.
+in small steps whose output is bounded (64 KiB of gzip input can inflate to at most
+~64 MiB, deflate's limit being 1032:1; 2 KiB of zstd input to at most ~64 MiB, one
+128 KiB RLE block per 4 bytes), so memory stays bounded whatever the file holds; a
+stream that ends before its end-of-stream marker is reported as truncated
+(``TruncatedInput``) after every complete line before it has been yielded.
+
+Two limits stop hostile files early with a one-line error (docs/security.md), each
+overridable by an environment variable:
+
+- a line longer than ``KVPOOL_MAX_LINE_MB`` (default 64 MiB; a 1M-token prompt is
+  about 4 MiB of text) is an error at that line, before it is held whole in memory;
+- a compressed file that inflates more than ``KVPOOL_MAX_INFLATE_RATIO`` times its size
+  (default 2000; the bundled zstd samples are 10-50:1, chat logs rarely pass 200:1) is a
+  compression bomb, refused once 64 MiB have come out of it.
 """
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from analyzer.errors import InputError, Location
+from analyzer.outputs import note_input
 
 CHUNK = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 BOM = b"\xef\xbb\xbf"
+GZIP_STEP = 64 << 10  # compressed bytes per decompress call: output <= ~64 MiB
+ZSTD_STEP = 2 << 10
+INFLATE_FLOOR = 64 << 20  # the ratio limit applies past this much output
+
+
+def _env_number(name: str, default: float, lo: float, hi: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not lo <= value <= hi:  # NaN fails too
+        from analyzer.errors import UsageError
+
+        raise UsageError(f"{name}={raw!r} must be a number from {lo:g} to {hi:g}")
+    return value
+
+
+def max_line_bytes() -> int:
+    """The longest input line read (``KVPOOL_MAX_LINE_MB``, MiB, default 64)."""
+    return int(_env_number("KVPOOL_MAX_LINE_MB", 64, 1, 1 << 20) * (1 << 20))
+
+
+def max_inflate_ratio() -> float:
+    """Decompressed bytes allowed per compressed byte (``KVPOOL_MAX_INFLATE_RATIO``)."""
+    return _env_number("KVPOOL_MAX_INFLATE_RATIO", 2000, 1, 1e9)
 
 
 class TruncatedInput(Exception):
@@ -41,6 +82,7 @@ def compression(path: str | Path) -> str:
 
 def check_readable(path: str | Path) -> None:
     p = Path(path)
+    note_input(p)
     if not p.exists():
         raise InputError("file not found", Location(str(path)))
     if p.is_dir():
@@ -58,43 +100,95 @@ def _chunks(path: str | Path, on_bytes: Callable[[int], None] | None) -> Iterato
                     on_bytes(len(chunk))
                 yield chunk
             return
-        if kind == "gzip":
-
-            def new() -> Any:
-                return zlib.decompressobj(wbits=47)
-        else:
-            import zstandard
-
-            zd = zstandard.ZstdDecompressor()
-
-            def new() -> Any:
-                return zd.decompressobj()
-
-        dec = new()
-        pending = b""
-        done = False  # the current member/frame reached its end marker
+        ratio = max_inflate_ratio()
+        n_in = n_out = 0
+        step = GZIP_STEP if kind == "gzip" else ZSTD_STEP
+        out_parts: list[bytes] = []
+        out_size = 0
+        pieces = _inflate(f, kind, on_bytes, step)
         while True:
-            chunk = pending or f.read(CHUNK)
-            pending = b""
+            try:
+                piece = next(pieces)
+            except StopIteration:
+                break
+            except TruncatedInput:
+                if out_parts:  # every complete line before the cut is still read
+                    yield b"".join(out_parts)
+                raise
+            if isinstance(piece, int):
+                n_in += piece
+                continue
+            n_out += len(piece)
+            if n_out > INFLATE_FLOOR and n_out > ratio * max(n_in, 1):
+                raise InputError(
+                    f"{kind} data inflates more than {ratio:g} times its size "
+                    f"({n_in:,} bytes read gave {n_out:,}): a compression bomb?",
+                    Location(str(path)),
+                    hint="if the file is genuine, raise KVPOOL_MAX_INFLATE_RATIO",
+                )
+            # Many small outputs are joined to ~1 MiB so the line splitter stays fast.
+            out_parts.append(piece)
+            out_size += len(piece)
+            if out_size >= CHUNK:
+                yield b"".join(out_parts)
+                out_parts, out_size = [], 0
+        if out_parts:
+            yield b"".join(out_parts)
+
+
+def _inflate(f, kind: str, on_bytes: Callable[[int], None] | None, step: int):  # type: ignore[no-untyped-def]
+    """Decompressed pieces of ``f``, and (as ints) the compressed bytes consumed."""
+    if kind == "gzip":
+
+        def new() -> Any:
+            return zlib.decompressobj(wbits=47)
+    else:
+        import zstandard
+
+        zd = zstandard.ZstdDecompressor()
+
+        def new() -> Any:
+            return zd.decompressobj()
+
+    dec = new()
+    pending = b""
+    done = False  # the current member/frame reached its end marker
+    while True:
+        chunk = pending
+        pending = b""
+        if not chunk:
+            chunk = f.read(CHUNK)
             if not chunk:
                 break
             if on_bytes:
                 on_bytes(len(chunk))
-            if done:
-                if not chunk.strip(b"\x00"):
-                    continue  # zero padding after the last gzip member is allowed
-                dec, done = new(), False
+        if done:
+            if not chunk.strip(b"\x00"):
+                continue  # zero padding after the last gzip member is allowed
+            dec, done = new(), False
+        for at in range(0, len(chunk), step):
+            piece = chunk[at : at + step]
             try:
-                out = dec.decompress(chunk)
+                out = dec.decompress(piece)
             except Exception as exc:  # zlib.error, ZstdError: corrupt data reads as truncated
                 raise TruncatedInput(-1) from exc
+            yield len(piece)
             if out:
                 yield out
             if dec.eof:
                 done = True
-                pending = dec.unused_data
-        if not done:
-            raise TruncatedInput(-1)
+                pending = dec.unused_data + chunk[at + step :]
+                break
+    if not done:
+        raise TruncatedInput(-1)
+
+
+def _too_long(path: str | Path, lineno: int, limit: int) -> None:
+    raise InputError(
+        f"line is longer than {limit >> 20} MiB (a hostile or corrupt file?)",
+        Location(str(path), lineno),
+        hint="if the line is genuine, raise KVPOOL_MAX_LINE_MB",
+    )
 
 
 def iter_lines(
@@ -103,21 +197,38 @@ def iter_lines(
     """(1-based line number, line bytes without the newline); raises TruncatedInput."""
     lineno = 0
     rest = b""
+    held: list[bytes] = []  # chunks of one long line, joined once its end arrives
+    held_size = 0
     first = True
+    limit = max_line_bytes()
     try:
         for chunk in _chunks(path, on_bytes):
             if first:
                 # A UTF-8 byte order mark (Windows exports) is not part of the first line.
                 chunk, first = chunk.removeprefix(BOM), False
+            if b"\n" not in chunk:
+                held.append(chunk)
+                held_size += len(chunk)
+                if len(rest) + held_size > limit:
+                    _too_long(path, lineno + 1, limit)
+                continue
+            if held:
+                chunk, held, held_size = b"".join([*held, chunk]), [], 0
             buf = rest + chunk if rest else chunk
             lines = buf.split(b"\n")
             rest = lines.pop()
             for line in lines:
                 lineno += 1
+                if len(line) > limit:
+                    _too_long(path, lineno, limit)
                 yield lineno, line
+            if len(rest) > limit:
+                _too_long(path, lineno + 1, limit)
     except TruncatedInput as exc:
         # The partial last line is not yielded: it is the truncated one.
         raise TruncatedInput(lineno + 1) from exc
+    if held:
+        rest += b"".join(held)
     if rest:
         lineno += 1
         yield lineno, rest

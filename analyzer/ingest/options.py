@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from analyzer.errors import printable
 from analyzer.trace import BlockTrace
 
 HASH_KEYS = ("model", "tenant")
@@ -49,6 +50,11 @@ class IngestOptions:
     memo: bool = True  # memoize tokenization and prefix hashing (off only to benchmark)
     max_examples: int = 5
     max_previews: int = 200_000
+    # Private by default (docs/security.md): prompt-text previews are collected only when
+    # asked (--show-previews, --keep-previews), and tenant names, request ids and input
+    # file names are stored as salted pseudonyms unless --keep-names.
+    previews: bool = False
+    keep_names: bool = False
 
 
 @dataclass(slots=True)
@@ -74,7 +80,8 @@ class SkipSummary:
         parts = ", ".join(f"{n} {r}" for r, n in sorted(self.by_reason.items()))
         lines = [f"skipped {self.total} rows: {parts}"]
         lines += [f"  {e}" for e in self.examples]
-        return "\n".join(lines)
+        # Field names and file names come from the input: no terminal escapes through them.
+        return "\n".join(printable(line) for line in lines)
 
 
 @dataclass(eq=False)

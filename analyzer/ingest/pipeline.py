@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from analyzer import limits
 from analyzer.blocks import BlockHasher, id_hash, load_salt, salt_id
 from analyzer.cache.token_radix import ArrivalLCP
-from analyzer.errors import InputError, Location, OutputError, UsageError
+from analyzer.errors import InputError, Location, UsageError
 from analyzer.ingest.detect import FORMATS, detect_format
 from analyzer.ingest.io import check_readable
 from analyzer.ingest.options import HASH_KEYS, TIME_UNITS, IngestOptions, LoadedTrace, SkipSummary
@@ -39,7 +40,7 @@ from analyzer.ingest.readers import (
     records,
 )
 from analyzer.ingest.spool import DistinctCounter, RowSpool, list_array
-from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, numeric_seconds
+from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, numeric_seconds, timestamp_outliers
 from analyzer.progress import Advance
 from analyzer.tokenize import Part, Previews, RenderError
 from analyzer.trace import (
@@ -84,6 +85,9 @@ def _validate(opts: IngestOptions) -> None:
         )
     if not opts.token_ratio > 0:
         raise UsageError(f"--token-ratio must be positive, got {opts.token_ratio}")
+    limits.check(opts.token_ratio, "token_ratio", "--token-ratio")
+    if opts.block_size is not None:
+        limits.check(opts.block_size, "block_size", "--block-size")
     bad = set(opts.hash_keys) - set(HASH_KEYS)
     if bad:
         raise UsageError(f"unknown hash key(s) {sorted(bad)}", hint="model and/or tenant")
@@ -133,7 +137,8 @@ class _Builder:
         self.reordered = 0
         self.untimed: list[str] = []
         self.mixed_units: list[str] = []
-        self._sessions: dict[str, str] = {}
+        self.dropped: list[int] = []  # rows (in input order) whose timestamp is an outlier
+        self._sessions: dict[tuple[str, str], str] = {}
 
     def _block_size(self) -> int:
         natives = {NATIVE_BLOCK[f] for f in self.fmts if f in NATIVE_BLOCK}
@@ -240,7 +245,7 @@ class _Builder:
 
         Parts of a recalled prefix had their previews taken when first hashed.
         """
-        if len(self.previews) >= self.opts.max_previews:
+        if not self.opts.previews or len(self.previews) >= self.opts.max_previews:
             return
         for p in parts[start:]:
             if p.role is not None:
@@ -252,6 +257,13 @@ class _Builder:
             pos += p.tokens.size
 
     def _add(self, raw: Raw, ctx: FileContext, line: int, t: float) -> None:
+        # One row claiming 10^12 tokens would keep the replay's prefill loop busy for hours.
+        for name, value in (
+            ("prompt_tokens", raw.prompt_tokens),
+            ("output_tokens", raw.output_tokens),
+        ):
+            if value is not None and (why := limits.reason(value, name)):
+                raise RowError(why, name)
         contents: np.ndarray | None = None
         idx = -1
         approx = raw.approx or (self.hasher.ratio != 1 and raw.block_ids is None)
@@ -276,21 +288,26 @@ class _Builder:
         out = raw.output_tokens
         if out is None and raw.output_text is not None and self.renderer is not None:
             out = self.hasher.served_tokens(int(self.renderer.tok.encode(raw.output_text).size))
+        rid = raw.request_id or f"{Path(ctx.path).name}:{line}"
+        named = self.opts.keep_names
+        tenant = raw.tenant or raw.model
         self.rows.append(
-            request_id=raw.request_id or f"{Path(ctx.path).name}:{line}",
+            request_id=rid if named else self._pseudonym(rid, "r-") or rid,
             time=t,
             session=self._pseudonym(raw.session),
-            tenant=raw.tenant or raw.model,
+            tenant=tenant if named or tenant == raw.model else self._pseudonym(tenant, "t-"),
             model=raw.model,
             prompt_tokens=int(n_prompt),
             output_tokens=out,
             hashes=hashes,
             contents=contents,
             lcp_index=idx,
-            parent=raw.parent,
+            parent=raw.parent if named else self._pseudonym(raw.parent, "r-"),
             turn=raw.turn,
             count_only=raw.count_only,
             approx=bool(approx),
+            cached_tokens=raw.cached_tokens,
+            engine_prompt_tokens=raw.engine_prompt_tokens,
         )
         if self.lcp is not None and self.lcp.tree.memory_bytes() > self.opts.exact_max_bytes:
             self._drop_exact()
@@ -306,19 +323,22 @@ class _Builder:
         self.lcp = None
         self.hasher.forget()  # the memo's states hold tree nodes (their anchors)
 
-    def _pseudonym(self, session: str | None) -> str | None:
-        """Session ids (often user names or emails) leave only as salted pseudonyms."""
-        if session is None:
+    def _pseudonym(self, value: str | None, prefix: str = "s-") -> str | None:
+        """Session ids (often user names or emails) leave only as salted pseudonyms, and so
+        do tenant names and request ids unless ``keep_names``: the same value gives the
+        same pseudonym under the same salt, so sessions, tenants and parent links still
+        group and join, but nothing in the file names a customer."""
+        if value is None:
             return None
-        hit = self._sessions.get(session)
+        # Sessions hash the bare value (as they always have); the others are namespaced.
+        key = value if prefix == "s-" else prefix + value
+        hit = self._sessions.get((prefix, value))
         if hit is None:
             if len(self._sessions) >= 200_000:  # a cache of a pure function: bound it
                 self._sessions.clear()
-            d = hashlib.blake2b(
-                session.encode("utf-8", "surrogatepass"), digest_size=8, key=self.salt
-            )
-            hit = "s-" + d.hexdigest()
-            self._sessions[session] = hit
+            d = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8, key=self.salt)
+            hit = prefix + d.hexdigest()
+            self._sessions[(prefix, value)] = hit
         return hit
 
     def _bad(self, err: RowError, ctx: FileContext, line: int) -> None:
@@ -333,6 +353,7 @@ class _Builder:
         parse = PARSERS[fmt]
         first = len(self.rows)
         iso_flags: list[bool] = []
+        lines: list[int] = []  # the line of each row added from this file
         seq = 0
         for line, rec in records(path, fmt, self.advance):
             if isinstance(rec, RowError):
@@ -349,6 +370,7 @@ class _Builder:
                     assert raw.time is not None
                     t, iso = raw.time, raw.time_iso
                 self._add(raw, ctx, line, t)
+                lines.append(line)
             except (RowError, RenderError, RecursionError) as err:
                 ctx.timed = timed
                 if isinstance(err, RenderError):
@@ -372,14 +394,30 @@ class _Builder:
             forced = None if self.opts.time_unit == "auto" else self.opts.time_unit
             forced = forced or NATIVE_UNIT.get(fmt)
             numeric = ~iso_rows
+            # Outliers first (in the file's raw numbers, then among ISO times): one value
+            # of 0 or 1e308 must neither pick the unit nor stretch the trace's span.
+            out = np.zeros(times.size, dtype=bool)
+            out[numeric] = timestamp_outliers(times[numeric])
+            out[iso_rows] = timestamp_outliers(times[iso_rows])
+            for i in np.flatnonzero(out):
+                self._bad(
+                    RowError("timestamp far outside the file's others (outlier)", "timestamp"),
+                    ctx,
+                    lines[i],
+                )
+                self.dropped.append(first + int(i))
+            numeric &= ~out
             if numeric.any():
                 times[numeric], units = numeric_seconds(times[numeric], forced)
                 if len(units) > 1:
                     self.mixed_units.append(_units_note(path, units))
-            absolute = bool(times.min() >= ABSOLUTE_MIN_S)
+            times[out] = np.nan  # dropped in finish(); NaN keeps them out of min/max here
+            kept = times[~out]
+            absolute = bool(kept.min() >= ABSOLUTE_MIN_S)
         self.rows.time[first:last] = array("d", times.tobytes())
         # Out of order: a row earlier than the row before it in its file.
-        self.reordered += int(np.count_nonzero(times[1:] < times[:-1]))
+        kept = times[~np.isnan(times)]
+        self.reordered += int(np.count_nonzero(kept[1:] < kept[:-1]))
         self.file_abs.append((path, absolute))
 
     # -- assembling ---------------------------------------------------------------------
@@ -394,7 +432,10 @@ class _Builder:
             raise InputError(
                 "cannot merge files with absolute and relative timestamps: " + ", ".join(kinds)
             )
-        t0 = float(times.min())
+        # Outlier rows have NaN times: they sort last (after every kept row, so they take
+        # no part in the token LCP of the others) and are cut off the table at the end.
+        n_kept = n - len(self.dropped)
+        t0 = float(np.nanmin(times))
         absolute = bool(self.file_abs and self.file_abs[0][1])
         order = np.lexsort((np.arange(n), times))
         arrival = times[order] - t0
@@ -413,8 +454,9 @@ class _Builder:
             vals[has] = lcp_by_idx[lcp_idx[has]]
             served = (vals * self.hasher.ratio.numerator) // self.hasher.ratio.denominator
             prompt = np.frombuffer(rows.prompt_tokens, dtype=np.int64)
-            lcp_sorted = np.minimum(served, prompt)[order]
-            has_sorted = has[order]
+            lcp_sorted = np.minimum(served, prompt)[order][:n_kept]
+            has_sorted = has[order][:n_kept]
+        order, arrival = order[:n_kept], arrival[:n_kept]
         opts = self.opts
         tok_name = self.renderer.tok.name if self.renderer is not None else ""
         if opts.token_ratio != 1 and tok_name:
@@ -425,7 +467,8 @@ class _Builder:
             template=self.renderer.template if self.renderer is not None else "",
             hash_keys=",".join(opts.hash_keys),
             source=",".join(
-                f"{f}:{os.path.basename(p)}" for p, f in zip(self.paths, self.fmts, strict=True)
+                f"{f}:{os.path.basename(p)}" if opts.keep_names else f
+                for p, f in zip(self.paths, self.fmts, strict=True)
             ),
             t0_epoch_s=repr(t0) if absolute else "",
             salt_id=salt_id(self.salt),
@@ -543,7 +586,9 @@ def _check_same_hashing(paths: list[str], metas: list[dict[str, str]]) -> None:
             )
 
 
-def _open_canonical(paths: list[str], block_size: int | None = None) -> LoadedTrace:
+def _open_canonical(
+    paths: list[str], block_size: int | None = None, previews_wanted: bool = False
+) -> LoadedTrace:
     tables = [read_canonical(p) for p in paths]
     sizes = {read_metadata(t).get("block_size") for t in tables}
     if len(sizes) > 1:
@@ -592,7 +637,7 @@ def _open_canonical(paths: list[str], block_size: int | None = None) -> LoadedTr
             )
         table = coarsen_table(table, block_size // fine)
     previews: dict[int, str] = {}
-    for p in paths:
+    for p in paths if previews_wanted else ():
         previews.update(_read_previews(Path(p)))
     return LoadedTrace(
         table=table,
@@ -620,7 +665,7 @@ def _read_raw(
         check_readable(p)
     fmts = [opts.fmt or detect_format(p) for p in plist]
     if all(f == "canonical" for f in fmts):
-        return plist, _open_canonical(plist, opts.block_size)
+        return plist, _open_canonical(plist, opts.block_size, opts.previews)
     if "canonical" in fmts:
         raise UsageError("canonical traces cannot be mixed with raw logs in one run")
     b = _Builder(plist, fmts, opts, advance)
@@ -688,6 +733,7 @@ class Written:
     distinct_sample_rate: float
     block_size: int
     count_only: bool
+    span_s: float = 0.0  # first to last arrival
 
 
 def convert_trace(
@@ -695,43 +741,52 @@ def convert_trace(
     out: str | Path,
     opts: IngestOptions | None = None,
     advance: Callable[[float], None] | None = None,
+    *,
+    force: bool = False,
 ) -> tuple[LoadedTrace, Written]:
     """Convert inputs to a canonical Parquet file at ``out``, streaming its rows.
 
     Memory holds the bounded memos and tree, 24 bytes a request and one batch of output
     rows (:mod:`analyzer.ingest.spool`), not the trace. The returned LoadedTrace has an
-    empty table (its other fields as :func:`open_trace` gives them).
+    empty table (its other fields as :func:`open_trace` gives them). The file is written
+    atomically (analyzer/outputs.py), never over an input.
     """
     import pyarrow.parquet as pq
 
+    from analyzer.outputs import atomic_path, check_output
+
+    inputs = [paths] if isinstance(paths, str | Path) else list(paths)
+    check_output(out, force=force, inputs=inputs)  # before the long run, not after it
     plist, b = _read_raw(paths, opts, advance)
     if isinstance(b, LoadedTrace):  # canonical in: written through (maybe coarsened)
-        write_canonical(b.table, out)
+        write_canonical(b.table, out, force=force)
         return b, table_figures(b.table)
     meta, batches = b.finish()
     out = Path(out)
     distinct = DistinctCounter()
     n_rows = n_blocks = tokens = 0
+    span_s = 0.0
     count_only = True
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with pq.ParquetWriter(
-            out,
+    with (
+        atomic_path(out, force=force) as tmp,
+        pq.ParquetWriter(
+            tmp,
             CANONICAL_SCHEMA.with_metadata(meta),
             compression="zstd",
             # Hashes are all distinct values: a dictionary per row group only costs memory.
             use_dictionary=["request_id", "session_id", "tenant", "model", "parent_request_id"],
-        ) as writer:
-            for batch in batches:
-                writer.write_batch(batch)
-                flat = batch.column("block_hashes").values.to_numpy(zero_copy_only=False)
-                distinct.add(flat)
-                n_rows += batch.num_rows
-                n_blocks += flat.size
-                tokens += int(np.asarray(batch.column("prompt_tokens")).sum())
-                count_only = count_only and bool(np.asarray(batch.column("count_only")).all())
-    except OSError as exc:
-        raise OutputError(f"cannot write {out}: {exc.strerror or exc}") from exc
+        ) as writer,
+    ):
+        for batch in batches:
+            writer.write_batch(batch)
+            flat = batch.column("block_hashes").values.to_numpy(zero_copy_only=False)
+            distinct.add(flat)
+            n_rows += batch.num_rows
+            n_blocks += flat.size
+            tokens += int(np.asarray(batch.column("prompt_tokens")).sum())
+            count_only = count_only and bool(np.asarray(batch.column("count_only")).all())
+            if batch.num_rows:
+                span_s = float(batch.column("arrival_s")[-1].as_py())  # rows are sorted
     written = Written(
         requests=n_rows,
         prompt_tokens=tokens,
@@ -740,6 +795,7 @@ def convert_trace(
         distinct_sample_rate=distinct.sample_rate,
         block_size=b.block_size,
         count_only=count_only,
+        span_s=span_s,
     )
     return _loaded(b, plist, None), written
 
@@ -760,4 +816,5 @@ def table_figures(t: pa.Table) -> Written:
         distinct_sample_rate=distinct.sample_rate,
         block_size=int(read_metadata(t).get("block_size") or 16),
         count_only=n_rows > 0 and bool(pc.all(t.column("count_only")).as_py()),
+        span_s=float(pc.max(t.column("arrival_s")).as_py() or 0.0) if n_rows else 0.0,
     )

@@ -71,6 +71,8 @@ class Raw:
     model: str | None = None
     output_tokens: int | None = None
     output_text: str | None = None  # counted with the tokenizer when usage is absent
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
+    engine_prompt_tokens: int | None = None  # usage.prompt_tokens
     parent: str | None = None
     turn: int | None = None
     body: dict[str, Any] | None = None  # chat-completions request body
@@ -237,7 +239,19 @@ def json_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[
                 continue
             yield lineno, obj
     except TruncatedInput as exc:
-        yield exc.line, RowError("truncated compressed file", fatal=True)
+        raise truncated(path, exc.line) from None
+
+
+def truncated(path: str, line: int) -> InputError:
+    """A compressed file cut short is an error, not a skipped row: the rows after the cut
+    (often most of the file) are lost, and a summary saying "1 row skipped" hid that."""
+    return InputError(
+        f"truncated compressed file: the stream ends inside line {line} "
+        f"(the {line - 1:,} lines before it are complete)",
+        Location(path, line),
+        hint="a copy or download was cut short, or the file is still being written; "
+        "to use the complete lines, decompress what is there (zcat / zstdcat) to a new file",
+    )
 
 
 MAX_CSV_RESTARTS = 20
@@ -310,7 +324,7 @@ def csv_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[R
                 return
             resume = restart
     except TruncatedInput as exc:
-        yield exc.line, RowError("truncated compressed file", fatal=True)
+        raise truncated(path, exc.line) from None
     except csv.Error as exc:
         yield state["line"], RowError(f"CSV error: {exc}", fatal=True)
 
@@ -415,6 +429,23 @@ def parse_openai(rec: dict[str, Any], ctx: FileContext) -> Raw:
             if usage.get(k) is not None:
                 raw.output_tokens = _int(usage[k], f"usage.{k}")
                 break
+        # The hits today's engine measured (vLLM with --enable-prompt-tokens-details,
+        # SGLang, OpenAI): cached prompt tokens, and the prompt as the engine counted it.
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and details.get("cached_tokens") is not None:
+            raw.cached_tokens = _int(
+                details["cached_tokens"], "usage.prompt_tokens_details.cached_tokens"
+            )
+            if usage.get("prompt_tokens") is not None:
+                raw.engine_prompt_tokens = _int(usage["prompt_tokens"], "usage.prompt_tokens")
+            if raw.cached_tokens is not None and (
+                raw.cached_tokens < 0
+                or (
+                    raw.engine_prompt_tokens is not None
+                    and raw.cached_tokens > raw.engine_prompt_tokens
+                )
+            ):
+                raise RowError("invalid value", "usage.prompt_tokens_details.cached_tokens")
     if raw.output_tokens is None:
         for k in ("output_tokens", "completion_tokens"):
             if rec.get(k) not in (None, ""):

@@ -23,6 +23,7 @@ sketches), which is unbiased because salted BLAKE2b hashes are uniform.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -32,6 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+
+from analyzer.errors import OutputError
 
 # Columns of the canonical schema that are spooled as read (arrival_s and
 # token_lcp_prev are computed at the end).
@@ -49,6 +52,8 @@ SPOOLED = pa.schema(
         pa.field("turn", pa.int64()),
         pa.field("count_only", pa.bool_()),
         pa.field("approx_lengths", pa.bool_()),
+        pa.field("cached_tokens", pa.int64()),
+        pa.field("engine_prompt_tokens", pa.int64()),
     ]
 )
 BATCH_ROWS = 8_192
@@ -72,6 +77,8 @@ class _Pending:
     turn: list[int | None] = field(default_factory=list)
     count_only: list[bool] = field(default_factory=list)
     approx: list[bool] = field(default_factory=list)
+    cached: list[int | None] = field(default_factory=list)
+    engine_prompt: list[int | None] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.request_id)
@@ -96,6 +103,8 @@ class _Pending:
             pa.array(self.turn, pa.int64()),
             pa.array(self.count_only, pa.bool_()),
             pa.array(self.approx, pa.bool_()),
+            pa.array(self.cached, pa.int64()),
+            pa.array(self.engine_prompt, pa.int64()),
         ]
         return pa.RecordBatch.from_arrays(cols, schema=SPOOLED)
 
@@ -146,6 +155,8 @@ class RowSpool:
         turn: int | None,
         count_only: bool,
         approx: bool,
+        cached_tokens: int | None = None,
+        engine_prompt_tokens: int | None = None,
     ) -> None:
         p = self._pending
         self.time.append(time)
@@ -167,35 +178,52 @@ class RowSpool:
         p.turn.append(turn)
         p.count_only.append(count_only)
         p.approx.append(approx)
+        p.cached.append(cached_tokens)
+        p.engine_prompt.append(engine_prompt_tokens)
         if len(p) >= self.batch_rows:
             self._spool()
 
     def _spool(self) -> None:
         if not len(self._pending):
             return
-        if self._writer is None:
-            self._dir = tempfile.mkdtemp(prefix="kvpool-rows-")
-            self._sink = pa.OSFile(os.path.join(self._dir, "rows.arrow"), "wb")
-            self._writer = pa.ipc.new_file(self._sink, SPOOLED)
-        self._writer.write_batch(self._pending.batch())
+        try:
+            if self._writer is None:
+                self._dir = tempfile.mkdtemp(prefix="kvpool-rows-")
+                self._sink = pa.OSFile(os.path.join(self._dir, "rows.arrow"), "wb")
+                self._writer = pa.ipc.new_file(self._sink, SPOOLED)
+            self._writer.write_batch(self._pending.batch())
+        except OSError as exc:  # a full temporary disk is an output error, in one line
+            self.close()
+            raise OutputError(
+                f"cannot write the temporary row spool in {tempfile.gettempdir()}: "
+                f"{exc.strerror or exc}",
+                hint="free space there, or point TMPDIR at a larger disk",
+            ) from exc
         self._n_spooled += len(self._pending)
         self._pending = _Pending()
 
     def close(self) -> None:
         """Remove the temporary file (also done when the spool is garbage-collected)."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        if self._sink is not None:
-            self._sink.close()
-            self._sink = None
-        self._reader = None
+        # Each step on its own: after a failed write (a full disk) the others still run,
+        # so the temporary folder is removed whatever happened.
+        writer, sink, self._writer, self._sink, self._reader = (
+            self._writer,
+            self._sink,
+            None,
+            None,
+            None,
+        )
+        for part in (writer, sink):
+            if part is not None:
+                with contextlib.suppress(OSError):
+                    part.close()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
     def __del__(self) -> None:
-        self.close()
+        with contextlib.suppress(Exception):  # at exit, after a failed write: stay quiet
+            self.close()
 
     def batches(self, order: np.ndarray, out_rows: int | None = None) -> Iterator[pa.RecordBatch]:
         """The spooled columns of rows ``order[0], order[1], ...``, a batch at a time."""
@@ -208,8 +236,8 @@ class RowSpool:
             self._sink = None
             assert self._dir is not None
             self._reader = pa.ipc.open_file(pa.OSFile(os.path.join(self._dir, "rows.arrow")))
-        n = len(self)
-        assert order.size == n
+        n = order.size  # all rows, or fewer (rows dropped as timestamp outliers)
+        assert n <= len(self)
         step = out_rows or self.batch_rows
         cache: dict[int, pa.RecordBatch] = {}
         for a in range(0, n, step):

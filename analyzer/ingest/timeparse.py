@@ -95,3 +95,34 @@ def numeric_seconds(
             return secs, {u: int(n) for u, n in zip(_BAND_UNITS, counts, strict=True) if n}
     unit = unit_for(float(np.abs(v).max()) if v.size else 0.0, forced)
     return v * UNITS[unit], {unit: int(v.size)}
+
+
+# A timestamp this many spreads of the file's central 80% beyond it is an outlier.
+OUTLIER_SPREADS = 10.0
+
+
+def timestamp_outliers(values: np.ndarray) -> np.ndarray:
+    """Which of one file's raw timestamps lie far outside the others (a bool mask).
+
+    One row with time 0 among epoch seconds made a trace of 1.7e9 s; one of 1.5e308
+    chose nanoseconds for the whole file. The rule is robust: the spread is that of
+    the central 80% of values, and a value more than ``OUTLIER_SPREADS`` spreads below
+    the 10th or above the 90th percentile is an outlier. So that a burst at one instant
+    has room around it, the spread is at least 0.1% of the values' magnitude (20 days
+    for epoch seconds, in any unit) and, for relative times, at least 10^6 (in the
+    file's own unit: 11 days of seconds, 17 minutes of milliseconds). Real traces,
+    dense or bursty, relative or absolute, sit well inside; at most 10% of values on
+    either side can ever be flagged, and none in a file of fewer than 10.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    out: np.ndarray = np.zeros(v.size, dtype=bool)
+    if v.size < 10:
+        return out
+    s = np.sort(v)
+    k = v.size // 10
+    lo, hi = s[k], s[v.size - 1 - k]
+    relative_floor = 1e6 if hi < ABSOLUTE_MIN_S else 0.0
+    spread = max(hi - lo, 1e-3 * max(abs(lo), abs(hi)), relative_floor)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = (v < lo - OUTLIER_SPREADS * spread) | (v > hi + OUTLIER_SPREADS * spread)
+    return out

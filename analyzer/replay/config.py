@@ -36,8 +36,10 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from analyzer import limits
 from analyzer.cache.policies import get_policy, replay_policies
 from analyzer.errors import InputError, Location, UsageError
+from analyzer.outputs import note_input
 
 # A capacity this large (or the word "unbounded" on the command line) means no limit.
 UNBOUNDED = 2**62
@@ -148,6 +150,27 @@ class ClusterConfig:
         ):
             v = getattr(self, name)
             _check(v is None or v >= 0, f"{name} must be >= 0")
+            if v is not None and v != UNBOUNDED:
+                limits.check(v, "capacity_tokens", name)
+        # Ranges that keep one extreme value from hanging or exhausting the replay.
+        limits.check(self.tp, "tp", "--tp")
+        limits.check(self.instances, "instances", "--instances")
+        limits.check(self.gpus_per_node, "gpus_per_node", "gpus_per_node")
+        for name in ("dram_gbps", "nvme_gbps", "pool_gbps", "pool_aggregate_gbps"):
+            v = getattr(self, name)
+            if v is not None:
+                limits.check(v, "bandwidth_gbps", name)
+        for name in ("dram_latency_s", "nvme_latency_s", "pool_latency_s"):
+            v = getattr(self, name)
+            if v is not None:
+                limits.check(v, "latency_s", name)
+        for name in ("dram_capacity_gb", "nvme_capacity_gb"):
+            limits.check(getattr(self, name), "capacity_tokens", name)
+        limits.check(self.time_scale, "time_scale", "--time-scale")
+        limits.check(self.prefill_chunk_tokens, "prefill_chunk_tokens", "prefill_chunk_tokens")
+        limits.check(self.link_window_s, "link_window_s", "link_window_s")
+        if self.mfu is not None:
+            limits.check(self.mfu, "mfu", "mfu")
 
     @property
     def instances_per_node(self) -> int:
@@ -268,6 +291,7 @@ def load_scenarios(path: str | Path) -> list[ScenarioSpec]:
     and a bare list are accepted too). Capacities may be the string ``"unbounded"``.
     """
     path = Path(path)
+    note_input(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:

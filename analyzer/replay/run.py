@@ -451,6 +451,9 @@ def _run_scenario(
     advance: Advance | None = None,
 ) -> ScenarioResult:
     """One scenario: the replay at the configured rate, then the rate search."""
+    from analyzer import limits
+
+    limits.check(ttft_slo_s, "ttft_slo_s", "--ttft-slo")
     memo = memo if memo is not None else _Memo(cost.compute_time_s)
     res = resolve(cfg, spec, trace.block_size, cost=cost, prefill_s=memo)
     stats = simulate(trace, res.plan, res.cluster.time_scale, advance=advance)

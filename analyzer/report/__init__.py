@@ -12,6 +12,7 @@ loaded back), so the three outputs carry the same content.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -21,10 +22,16 @@ from typing import Any
 from analyzer.errors import OutputError
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
-# Headless Chromium in a container or CI: no sandbox, GPU, network chatter or first-run
-# setup. Shared by the PDF printer and the browser tests.
+# Headless Chromium: no GPU, network chatter or first-run setup. Shared by the PDF printer
+# and the browser tests. The sandbox stays on unless it cannot work: Chromium refuses to
+# start sandboxed as root (containers, CI), so only there is --no-sandbox added, or when
+# KVPOOL_CHROMIUM_NO_SANDBOX=1 says the host lacks the user namespaces it needs.
 CHROMIUM_FLAGS = (
-    "--no-sandbox",
+    *(
+        ("--no-sandbox",)
+        if os.geteuid() == 0 or os.environ.get("KVPOOL_CHROMIUM_NO_SANDBOX") == "1"
+        else ()
+    ),
     "--disable-gpu",
     "--disable-background-networking",
     "--disable-component-update",
@@ -86,7 +93,7 @@ def write_pdf(html_path: Path, pdf_path: Path) -> bool:
             subprocess.run(cmd, check=True, capture_output=True, timeout=120)
         except (OSError, subprocess.SubprocessError) as exc:
             raise OutputError(f"Chromium could not print {html_path} to PDF: {exc}") from exc
-    return pdf_path.is_file()
+    return pdf_path.is_file() and pdf_path.stat().st_size > 0
 
 
 def write_deploy(doc: dict[str, Any], out: Path) -> bool:
@@ -135,26 +142,32 @@ def deploy_zip(doc: dict[str, Any]) -> bytes:
     return buf.getvalue()
 
 
-def write_reports(result_or_doc: Any, out_dir: str | Path, *, pdf: bool = False) -> dict[str, Path]:
+def write_reports(
+    result_or_doc: Any, out_dir: str | Path, *, pdf: bool = False, force: bool = False
+) -> dict[str, Path]:
     """Write report.json, report.md and report.html (and report.pdf with ``pdf``), and
-    the deployment bundle in ``deploy/`` when the analysis sized one."""
-    out = Path(out_dir)
+    the deployment bundle in ``deploy/`` when the analysis sized one.
+
+    All three are rendered first, then written together atomically (analyzer/outputs.py).
+    An ``out_dir`` that already holds files is kept: the reports go to ``out_dir-2`` (the
+    returned paths say where) unless ``force``.
+    """
+    from analyzer.outputs import atomic_path, report_dir, write_files
+
     doc = _doc(result_or_doc)
+    texts = {"json": render_json(doc), "md": render_markdown(doc), "html": render_html(doc)}
+    out, _ = report_dir(out_dir, force=force)
+    paths = {k: out / f"report.{k}" for k in texts}
+    write_files({paths[k]: texts[k] for k in texts}, force=force)
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        paths = {
-            "json": out / "report.json",
-            "md": out / "report.md",
-            "html": out / "report.html",
-        }
-        paths["json"].write_text(render_json(doc), encoding="utf-8")
-        paths["md"].write_text(render_markdown(doc), encoding="utf-8")
-        paths["html"].write_text(render_html(doc), encoding="utf-8")
         if write_deploy(doc, out):
             paths["deploy"] = out / "deploy"
     except OSError as exc:
-        raise OutputError(f"cannot write reports to {out}: {exc.strerror or exc}") from exc
-    if pdf and write_pdf(paths["html"], out / "report.pdf"):
+        raise OutputError(f"cannot write {out / 'deploy'}: {exc.strerror or exc}") from exc
+    if pdf and find_chromium() is not None:
+        with atomic_path(out / "report.pdf", force=force) as tmp:
+            if not write_pdf(paths["html"], tmp):
+                raise OutputError(f"Chromium printed no PDF of {paths['html']}")
         paths["pdf"] = out / "report.pdf"
     return paths
 

@@ -321,6 +321,56 @@ def sections(doc: dict[str, Any]) -> list[Section]:
             ms.paragraphs.append(md.get("shared_pool_note", ""))
         out.append(ms)
 
+    mp = doc.get("measured_vs_projected")
+    if mp:
+        me = mp["measured"]
+        s = Section("measured", "Measured against projected")
+        s.paragraphs.append(
+            f"The log's responses carry cached_tokens for {num(me['requests'])} of the "
+            f"{num(me['steady_requests'])} steady-state requests: today's deployment served "
+            f"{pct(me['hit_rate'])} of their prompt tokens from its prefix cache "
+            "(sum of cached_tokens / sum of prompt_tokens)."
+        )
+        pr = mp.get("projected")
+        if pr:
+            s.tables.append(
+                Table(
+                    ["", "Hit rate", "Instances", "Router", "HBM cache / instance (tokens)"],
+                    [
+                        ["measured (log)", pct(me["hit_rate"]), "", "", ""],
+                        [
+                            "projected (replay of today's deployment)",
+                            pct(pr["hit_rate"]),
+                            num(pr["instances"]),
+                            pr["router"],
+                            num(pr["local_capacity_tokens_per_instance"]),
+                        ],
+                    ],
+                )
+            )
+            if mp["within_tolerance"]:
+                s.paragraphs.append(
+                    f"They agree within {pct(mp['tolerance'])}: the replay describes today's "
+                    "engines."
+                )
+            elif mp.get("fitted_local_capacity_tokens_per_instance") is not None:
+                s.paragraphs.append(
+                    f"They differ by more than {pct(mp['tolerance'])}; an effective HBM cache of "
+                    f"{num(mp['fitted_local_capacity_tokens_per_instance'])} tokens per instance "
+                    f"reproduces the measured rate ({pct(mp['fitted_hit_rate'])} replayed)."
+                )
+            else:
+                s.paragraphs.append(mp.get("fit_note") or "")
+        by_model = me.get("by_model") or {}
+        if len(by_model) > 1:
+            s.tables.append(
+                Table(
+                    ["Model", "Requests", "Measured hit rate"],
+                    [[k, num(v["requests"]), pct(v["hit_rate"])] for k, v in by_model.items()],
+                )
+            )
+        out.append(s)
+
     bw = doc.get("bandwidth")
     if bw:
         b = Section("bandwidth", "Bandwidth against break-even")
@@ -563,8 +613,20 @@ def sections(doc: dict[str, Any]) -> list[Section]:
 # -- Markdown -----------------------------------------------------------------------------
 
 
+_MD_ESCAPES = str.maketrans(
+    {"&": "&amp;", "<": "&lt;", ">": "&gt;", "[": "\\[", "]": "\\]", "`": "\\`"}
+)
+
+
+def _md_text(x: str) -> str:
+    """Text as Markdown shows it and nothing more: no raw HTML (a ``<script>`` or
+    ``<img onerror>`` in a prompt preview or a file name), no links (``[x](javascript:..)``),
+    no code spans. Entities and backslash escapes render as the characters themselves."""
+    return str(x).translate(_MD_ESCAPES)
+
+
 def _md_cell(x: str) -> str:
-    return str(x).replace("|", "\\|").replace("\n", " ")
+    return _md_text(x).replace("|", "\\|").replace("\n", " ")
 
 
 def _md_table(t: Table) -> str:
@@ -583,7 +645,7 @@ def render_markdown_doc(doc: dict[str, Any]) -> str:
         parts += [f"## {s.title}", ""]
         for p in s.paragraphs:
             if p:
-                parts += [p, ""]
+                parts += [_md_text(p), ""]
         for t in s.tables:
             parts += [_md_table(t), ""]
         for title, lang, text in s.code:

@@ -10,7 +10,6 @@ from rich.console import Console
 from rich.table import Table
 
 from analyzer.cache.policies import label as policy_label
-from analyzer.errors import OutputError
 from analyzer.reuse.analysis import GB, GIB, ReuseReport
 
 
@@ -40,14 +39,14 @@ def seconds(s: float | None) -> str:
     return f"{s / 3600:.1f} h"
 
 
-def write_json(report: ReuseReport, path: Path, extra: dict[str, Any] | None = None) -> None:
+def write_json(
+    report: ReuseReport, path: Path, extra: dict[str, Any] | None = None, *, force: bool = False
+) -> None:
     """The report as JSON, with ``extra`` sections (e.g. per-model figures) added."""
+    from analyzer.outputs import write_text
+
     text = json.dumps({**report.to_json(), **(extra or {})}, indent=2, ensure_ascii=False) + "\n"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    write_text(path, text, force=force)
 
 
 def _size(report: ReuseReport, capacity_tokens: int) -> str:

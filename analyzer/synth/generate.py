@@ -9,6 +9,7 @@ sessions, never the log.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import heapq
 import io
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from analyzer.errors import OutputError, UsageError
+from analyzer.outputs import atomic_paths
 from analyzer.progress import Advance
 from analyzer.synth.config import FORMATS, SynthConfig, SynthStats
 from analyzer.synth.workload import (
@@ -169,16 +171,16 @@ class _Writer:
         return ids
 
 
-def _open_out(path: Path) -> tuple[Any, Any]:
+def _open_out(path: Path, name: str) -> tuple[Any, Any]:
+    """Open ``path`` (a temporary file) for an output called ``name`` (.gz, .zst or plain)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         raw = open(path, "wb")  # noqa: SIM115 - closed by the caller
     except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
-    if path.name.endswith(".gz"):
+        raise OutputError(f"cannot write {name}: {exc.strerror or exc}") from None
+    if name.endswith(".gz"):
         # mtime=0 and no file name in the header: the same seed gives the same bytes.
         return raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=5)
-    if path.name.endswith(".zst"):
+    if name.endswith(".zst"):
         import zstandard
 
         # zstd's window reaches back over the history every turn resends, which gzip's 32 KiB
@@ -225,12 +227,14 @@ def generate(
     fmt: str = "openai",
     truth_path: str | Path | None = None,
     advance: Advance | None = None,
+    force: bool = False,
 ) -> SynthStats:
     """Write ``config.requests`` synthetic requests to ``out_path`` (gzip for .gz, zstd for .zst).
 
     Same config, same bytes. ``truth_path`` gets a JSON description of what was built:
     tenants, shared templates and documents, and per request its session, the earlier
-    request whose whole prompt it resent (``parent``) and how much of it.
+    request whose whole prompt it resent (``parent``) and how much of it. Both files are
+    written atomically (analyzer/outputs.py): an interrupted run leaves neither half-written.
     """
     if fmt not in FORMATS:
         raise UsageError(f"unknown output format '{fmt}'", hint="formats: " + ", ".join(FORMATS))
@@ -258,14 +262,32 @@ def generate(
         seq += 1
 
     truth = _Truth() if truth_p is not None else None
-    if truth_p is not None:  # fail before the long run, not after it
-        try:
-            truth_p.parent.mkdir(parents=True, exist_ok=True)
-            truth_p.touch()
-        except OSError as exc:
-            raise OutputError(f"cannot write {truth_p}: {exc.strerror or exc}") from None
+    targets = [out_path] if truth_p is None else [out_path, truth_p]
+    with atomic_paths(targets, force=force) as temps:  # checked before the long run
+        stats = _run(
+            config, fmt, world, tenants, sources, heap, seq, truth, temps, out_path, advance
+        )
+    return dataclasses.replace(
+        stats, path=str(out_path), truth_path=str(truth_p) if truth_p is not None else None
+    )
+
+
+def _run(
+    config: Any,
+    fmt: str,
+    world: Any,
+    tenants: Any,
+    sources: Any,
+    heap: Any,
+    seq: int,
+    truth: Any,
+    temps: Any,
+    out_path: Path,
+    advance: Any,
+) -> SynthStats:
+    """The generation loop of :func:`generate`, writing to the temporary files ``temps``."""
     writer = _Writer(fmt)
-    raw, out = _open_out(out_path)
+    raw, out = _open_out(temps[0], out_path.name)
     n_sessions = prompt_sum = completion_sum = 0
     first_t = last_t = 0.0
     sink = _Sink(out, out_path)
@@ -308,6 +330,7 @@ def generate(
         if out is not raw:
             out.close()
         raw.close()
+    truth_p = temps[1] if truth is not None else None
     if truth is not None and truth_p is not None:
         _write_truth(truth_p, config, fmt, tenants, world, truth, n_sessions)
     return SynthStats(
@@ -319,7 +342,7 @@ def generate(
         prompt_tokens=prompt_sum,
         completion_tokens=completion_sum,
         span_s=last_t - first_t,
-        truth_path=str(truth_p) if truth_p is not None else None,
+        truth_path=None,
     )
 
 
@@ -427,8 +450,4 @@ def _write_truth(
             "documents": truth.documents,
         },
     }
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n")
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    path.write_text(json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n")

@@ -49,7 +49,7 @@ with state.guard():
         )
         if st.button("Open path", type="primary", key="load.open_path") and typed.strip():
             path = Path(typed.strip()).expanduser()
-            check_trace_path(path)
+            check_trace_path(path, confined=True)
             state.set_source(state.Source(path.name, (str(path.resolve()),), "path"))
 
     with st.expander("Ingest options"):
