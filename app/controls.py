@@ -207,9 +207,9 @@ def sidebar() -> WhatIf:
 THRESHOLD_CONTROLS = (
     ("min_reuse", "Least prefix reuse worth a cache (%)", "below it: not worth it"),
     (
-        "min_ttft_reduction",
-        "Least TTFT reduction the pilot must show (%)",
-        "the pilot's main gate",
+        "min_pool_saving",
+        "Pool's least saving over the best local option (% of the baseline's monthly cost)",
+        "the margin that pays for running a distributed store (objective cost)",
     ),
     (
         "min_pool_advantage",
@@ -235,8 +235,19 @@ def thresholds():
 
     base = Thresholds()
     kept = st.session_state.setdefault(_KEPT, {})
-    values = {}
     with st.expander("Decision thresholds"):
+        objectives = ["cost", "ttft"]
+        objective = st.radio(
+            "Decide on",
+            objectives,
+            index=objectives.index(kept.get("objective", base.objective)),
+            horizontal=True,
+            key="ctl.th.objective",
+            help="cost: the option serving the load within the TTFT SLO at the lowest "
+            "monthly cost; ttft: the lowest mean TTFT (--objective, docs/advisor.md)",
+        )
+        kept["objective"] = objective
+        values: dict = {"objective": objective}
         cols = st.columns(len(THRESHOLD_CONTROLS))
         for col, (name, label, why) in zip(cols, THRESHOLD_CONTROLS, strict=True):
             pct = col.number_input(

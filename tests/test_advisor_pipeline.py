@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from analyzer.advisor import AnalyzeOptions, run_analysis
+from analyzer.advisor import AnalyzeOptions, Thresholds, run_analysis
 from analyzer.advisor.pipeline import reusable_prefix_percentiles
 from analyzer.cli import app
 from analyzer.replay import ClusterConfig
@@ -56,6 +57,20 @@ def test_high_reuse_fast_pool_deploys_pooled(pooled):
     assert set(modes.values()) == {"pooled"}
 
 
+def test_small_log_pays_on_latency_not_on_cost(logs, pooled):
+    """One GPU serves this log's load whatever the option: on cost nothing pays, and the
+    reason says so with the GPUs and money of each option."""
+    opts = make_logs.pooled_options()
+    r = run_analysis([str(logs["high"])], replace(opts, thresholds=Thresholds(objective="cost")))
+    assert r.verdict == "not-worth-it"
+    doc = r.to_json()
+    opts = doc["economics"]["options"]
+    assert opts["pooled"]["gpus_at_peak_load"] == opts["local"]["gpus_at_peak_load"]
+    assert opts["pooled"]["net_usd_month"] < 0
+    assert any("No option lowers the monthly cost" in x for x in doc["verdict"]["reasons"])
+    assert pooled.verdict == "deploy-pooled"  # the same log, objective ttft (latency first)
+
+
 def test_high_reuse_slow_network_is_local_offload_only(logs):
     # Host DRAM large enough for the documents (the pool link is what is slow).
     opts = make_logs.pooled_options(0.05, dram_capacity_tokens=50_000)
@@ -76,7 +91,7 @@ def test_count_only_azure_trace_is_insufficient_data(shared_traces):
     assert any("prompt content or block hashes" in m for m in r.decision.missing)
     assert r.replay is None and r.sizing is None and r.settings == []
     doc = r.to_json()
-    assert doc["verdict"]["missing"] and doc["schema"] == "kvpool.report/1"
+    assert doc["verdict"]["missing"] and doc["schema"] == "kvpool.report/2"
 
 
 def test_same_input_gives_byte_identical_json(logs, pooled, tmp_path):

@@ -405,6 +405,23 @@ def test_gate_projections_show_seconds_as_seconds(at: AppTest, sample: Path) -> 
     assert value > 0 and "%" not in baseline
 
 
+def test_recommendation_opens_with_the_summary_in_ms_gpus_and_money(
+    at: AppTest, sample: Path
+) -> None:
+    """The page's first text is the report's three-sentence summary; the money table, the
+    side-by-side table and the glossary follow, with words rather than JSON keys."""
+    at.switch_page("views/recommend.py").run()
+    assert_clean(at)
+    first = at.markdown[0].value
+    assert " ms" in first and "GPU" in first and ("$" in first or "not priced" in first)
+    subheaders = [h.value for h in at.subheader]
+    assert "GPUs and money" in subheaders
+    assert "Side by side: other models and GPUs" in subheaders
+    assert any(e.label == "Glossary" for e in at.expander)
+    for frame in at.dataframe:
+        assert "network_per_node_gbps" not in frame.value.to_string()
+
+
 def test_node_shape_and_dram_scope_controls_reach_the_replay() -> None:
     """The sidebar's GPUs per node and DRAM scope are the replay's and the analysis's."""
     from dataclasses import replace
@@ -450,7 +467,7 @@ def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path) -> None
     from analyzer.advisor import AnalyzeOptions, run_analysis
     from analyzer.advisor.figures import Thresholds
 
-    loose = Thresholds(min_ttft_reduction=0.0, min_pool_advantage=0.0)
+    loose = Thresholds(objective="ttft", min_dram_gain=0.0, min_pool_advantage=0.0)
     default = run_analysis([str(sample)], AnalyzeOptions()).verdict
     expected = run_analysis([str(sample)], AnalyzeOptions(thresholds=loose)).verdict
     assert expected != default  # the sample sits where these thresholds decide
@@ -458,9 +475,10 @@ def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path) -> None
     assert_clean(at)
     assert any(f"data-verdict='{default}'" in m.value for m in at.markdown)
     replay0, analysis0 = compute.CALLS["replay"], compute.CALLS["analysis"]
-    at.number_input(key="ctl.th.min_ttft_reduction").set_value(0.0).run()
+    at.radio(key="ctl.th.objective").set_value("ttft").run()
+    at.number_input(key="ctl.th.min_dram_gain").set_value(0.0).run()
     at.number_input(key="ctl.th.min_pool_advantage").set_value(0.0).run()
     assert_clean(at)
-    assert compute.CALLS["analysis"] == analysis0 + 2
+    assert compute.CALLS["analysis"] == analysis0 + 3
     assert compute.CALLS["replay"] == replay0
     assert any(f"data-verdict='{expected}'" in m.value for m in at.markdown)

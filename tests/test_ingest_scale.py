@@ -201,3 +201,68 @@ def test_distinct_counter_samples_above_its_bound():
     assert d.sample_rate < 1
     # A 1/32 or 1/64 sample of 200,000 uniform values: within 10 % (about 4 sigma).
     assert abs(d.estimate() - 200_000) < 20_000
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50),
+    st.binary(max_size=300),
+    st.binary(max_size=64),
+)
+def test_compiled_id_hashes_are_hashlibs(values, namespace, salt):
+    from analyzer.blocks import id_hash, id_hashes
+
+    got = id_hashes(namespace, np.array(values, dtype=np.int64), salt)
+    assert got.tolist() == [id_hash(namespace, v, salt) for v in values]
+
+
+# -- the bulk reader of pre-hashed traces ------------------------------------------------
+
+
+def _line_reader_only(monkeypatch):
+    import analyzer.ingest.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "BULK", {})
+
+
+@pytest.mark.parametrize("block_size", [None, 1024])
+def test_bulk_mooncake_reader_matches_the_line_reader(monkeypatch, block_size):
+    from analyzer.ingest.vector import read_bulk
+
+    path = str(FIX / "mooncake_small.jsonl")
+    assert read_bulk(path, "mooncake", block_size or 512, SALT, b"mooncake") is not None
+    bulk = open_trace([path], IngestOptions(salt=SALT, block_size=block_size))
+    _line_reader_only(monkeypatch)
+    lines = open_trace([path], IngestOptions(salt=SALT, block_size=block_size))
+    assert bulk.table.equals(lines.table)
+    assert bulk.table.schema.metadata == lines.table.schema.metadata
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",  # a blank line: line numbers would shift
+        "{not json",
+        '{"timestamp": 5, "input_length": 600, "hash_ids": [1.5]}',
+        '{"timestamp": -1, "input_length": 600, "hash_ids": [1, 2]}',
+        '{"timestamp": 5, "input_length": 2000, "hash_ids": [1]}',
+        '{"timestamp": 5, "input_length": 600, "hash_ids": [1, 2], "session_id": "a"}',
+        '{"timestamp": 5, "hash_ids": [1, 2]}',
+    ],
+)
+def test_bulk_reader_leaves_unusual_files_to_the_line_reader(tmp_path, monkeypatch, bad):
+    from analyzer.ingest.vector import read_bulk
+
+    good = [
+        json.dumps(
+            {"timestamp": i, "input_length": 700 + i, "output_length": 3, "hash_ids": [0, i]}
+        )
+        for i in range(5)
+    ]
+    path = tmp_path / "m.jsonl"
+    path.write_text("\n".join([*good[:2], bad, *good[2:]]) + "\n")
+    assert read_bulk(str(path), "mooncake", 512, SALT, b"mooncake") is None
+    got = open_trace([str(path)], IngestOptions(salt=SALT, fmt="mooncake"))
+    _line_reader_only(monkeypatch)
+    want = open_trace([str(path)], IngestOptions(salt=SALT, fmt="mooncake"))
+    assert got.table.equals(want.table) and str(got.skipped) == str(want.skipped)

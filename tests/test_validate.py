@@ -71,7 +71,7 @@ def _report(tmp_path: Path) -> Path:
         projected_baseline_ttft_s=0.8,
     )
     doc = {
-        "schema": "kvpool.report/1",
+        "schema": "kvpool.report/2",
         "verdict": {"verdict": d.verdict},
         "gates": {"plan": [gate_to_json(g) for g in gates]},
     }
@@ -162,7 +162,8 @@ def test_validate_passes_and_fails_gates(tmp_path):
     base = _write(tmp_path / "baseline.json", VLLM_BASE)
     good = _write(
         tmp_path / "pool.json",
-        dict(VLLM_BASE, mean_ttft_ms=410.0, p99_ttft_ms=2500.0, request_throughput=3.99),
+        # capacity runs: throughput +30% against the projected +50% (the gate asks half)
+        dict(VLLM_BASE, mean_ttft_ms=410.0, p99_ttft_ms=2500.0, request_throughput=5.17),
     )
     v = validate([str(base), f"candidate={good}"], str(report))
     status = {g.gate.id: g.status for g in v.gates}
@@ -179,8 +180,12 @@ def test_validate_passes_and_fails_gates(tmp_path):
 def test_cli_validate_exit_codes(tmp_path):
     report = _report(tmp_path)
     base = _write(tmp_path / "baseline.json", VLLM_BASE)
-    good = _write(tmp_path / "cand.json", dict(VLLM_BASE, mean_ttft_ms=400.0))
-    bad = _write(tmp_path / "cand2.json", dict(VLLM_BASE, mean_ttft_ms=800.0))
+    good = _write(
+        tmp_path / "cand.json", dict(VLLM_BASE, mean_ttft_ms=400.0, request_throughput=5.2)
+    )
+    bad = _write(
+        tmp_path / "cand2.json", dict(VLLM_BASE, mean_ttft_ms=800.0, request_throughput=5.2)
+    )
     runner = CliRunner()
     ok = runner.invoke(
         app,
@@ -243,7 +248,7 @@ def test_malformed_results_and_reports_are_input_errors(tmp_path):
         ([{"id": "m", "name": "M", "results_role": "candidate", "criteria": "x"}], "malformed"),
     ):
         rep = _write(
-            tmp_path / "rep.json", {"schema": "kvpool.report/1", "gates": {"plan": entries}}
+            tmp_path / "rep.json", {"schema": "kvpool.report/2", "gates": {"plan": entries}}
         )
         with pytest.raises(InputError, match=rf"gates\.plan\[0\].*{field}"):
             validate([str(good)], str(rep))
@@ -251,7 +256,7 @@ def test_malformed_results_and_reports_are_input_errors(tmp_path):
     doc["gates"]["plan"][0]["criteria"][0]["op"] = "=="
     with pytest.raises(InputError, match="unknown criterion operator"):
         validate([str(good)], str(_write(tmp_path / "op.json", doc)))
-    doc = {"schema": "kvpool.report/1", "verdict": "x", "gates": {"plan": []}}
+    doc = {"schema": "kvpool.report/2", "verdict": "x", "gates": {"plan": []}}
     assert validate([str(good)], str(_write(tmp_path / "v.json", doc))).verdict == ""
 
 

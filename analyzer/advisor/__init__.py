@@ -5,7 +5,7 @@ Public API::
     from analyzer.advisor import AnalyzeOptions, run_analysis, Verdict
     result = run_analysis(["log.jsonl.gz"], AnalyzeOptions(model="llama-3.1-8b", gpu="h100"))
     result.verdict          # one of VERDICTS
-    result.to_json()        # schema "kvpool.report/1"
+    result.to_json()        # schema "kvpool.report/2"
 
 The decision functions (:func:`decide`, :func:`analyzer.advisor.sizing.size`,
 :func:`analyzer.advisor.gates.plan`, ...) are pure functions over the records in

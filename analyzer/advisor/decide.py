@@ -1,4 +1,4 @@
-"""The verdict, in the order the practice uses (FIELD.md section 6).
+"""The verdict, in the order the practice uses, decided last on value.
 
 1. **Prefix reuse.** The steady-state ceiling (unlimited cache, perfect routing) must
    reach ``min_reuse`` (30 %). Below it the prefill a pool saves is too small to pay
@@ -6,31 +6,41 @@
 2. **Bandwidth.** A tier is only useful if loading a reusable prefix from it is faster
    than recomputing it: its effective bandwidth must reach the break-even bandwidth
    ``bytes_per_token * prefill_tokens_per_s`` at this workload's reusable prefix
-   length (the token-weighted median). A pool link below break-even makes the verdict
-   ``local-offload-only`` when host DRAM still beats recompute (and the replay shows
-   local DRAM offload lowering TTFT by at least ``min_dram_gain``), else
-   ``not-worth-it``.
-3. **Projected gains.** The replay projects the pooled deployment's TTFT and its
-   highest rate under the TTFT SLO against the baseline (per-instance HBM prefix
-   caching, what vLLM and SGLang do by default). ``deploy-pooled`` needs the pilot's
-   main-gate KPIs (TTFT reduction >= 25 %, no throughput loss) and a clear advantage
-   over local DRAM offload; otherwise local offload is what pays, if the replay shows
-   it lowering TTFT at all (``min_dram_gain``, 2 %): when the HBM prefix cache already
-   captures the reuse, nothing is worth adding (``not-worth-it``).
+   length (the token-weighted median). A tier below break-even is not a candidate.
+3. **Value.** The candidates are the baseline (per-instance HBM prefix caching, the
+   default of vLLM and SGLang), local DRAM offload and the pool. With the ``cost``
+   objective the verdict is the candidate that serves the log's peak load within the
+   TTFT SLO at the lowest monthly cost (GPUs needed, from the replay's rate search,
+   plus the DRAM, NICs and store servers the option adds;
+   :mod:`analyzer.advisor.economics`); a pool must beat the best local candidate by
+   ``min_pool_saving`` of the baseline's monthly cost, the margin that pays for
+   operating a distributed store. With the ``ttft`` objective the verdict is the
+   candidate with the lowest mean TTFT that does not lower the rate served within the
+   SLO; the pool must beat local DRAM offload by ``min_pool_advantage`` and local
+   offload the baseline by ``min_dram_gain``. Without prices or a rate search the
+   ``cost`` objective falls back to ``ttft`` and says so.
+
+Every reason carries the figures it states (:class:`analyzer.advisor.figures.Fact`):
+their paths in the report, the values as shown and the comparison drawn, so a test can
+check each reason against the report's own numbers.
 
 ``insufficient-data`` comes first: count-only logs (lengths, no content), fewer than
 ``min_requests`` requests, or a reuse analysis that could not run.
 
-Everything here is a pure function of the records in :mod:`analyzer.advisor.figures`,
-so the sensitivity table can call :func:`decide` on perturbed inputs.
+Everything here is a pure function of the records in :mod:`analyzer.advisor.figures`
+(and :mod:`analyzer.advisor.economics`), so the sensitivity table can call
+:func:`decide` on perturbed inputs.
 """
 
 from __future__ import annotations
 
+from analyzer.advisor.economics import EconomicsInputs, OptionCost, option_costs
 from analyzer.advisor.figures import (
+    VERDICT_SCENARIO,
     BandwidthFigures,
     Check,
     Decision,
+    Fact,
     Projection,
     ReplayFigures,
     ReuseFigures,
@@ -101,12 +111,41 @@ def missing_data(trace: TraceFigures, reuse: ReuseFigures, th: Thresholds) -> tu
     return tuple(missing)
 
 
+def _sc(name: str, key: str) -> str:
+    return f"replay.scenarios[{name}].{key}"
+
+
+def _ec(name: str, key: str) -> str:
+    return f"economics.options[{name}].{key}"
+
+
+LABEL = {
+    "local": "the baseline (HBM prefix cache only)",
+    "local+dram": "local DRAM offload",
+    "pooled": "the pool",
+}
+VERDICT_OF = {v: k for k, v in VERDICT_SCENARIO.items()}
+
+
+class _Why:
+    """Reasons and the facts each one states, built together."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.facts: list[tuple[Fact, ...]] = []
+
+    def add(self, text: str, *facts: Fact) -> None:
+        self.texts.append(text)
+        self.facts.append(tuple(facts))
+
+
 def decide(
     trace: TraceFigures,
     reuse: ReuseFigures,
     bandwidth: BandwidthFigures | None,
     replay: ReplayFigures | None,
     th: Thresholds | None = None,
+    economics: EconomicsInputs | None = None,
 ) -> Decision:
     th = th or Thresholds()
     missing = missing_data(trace, reuse, th)
@@ -130,10 +169,11 @@ def decide(
                 "The log itself cannot answer the question; no projection was made.",
             ),
             missing=missing,
+            facts=tuple(() for _ in missing),
         )
 
     checks: list[Check] = []
-    reasons: list[str] = []
+    why = _Why()
     proj = project(replay)
 
     # (1) prefix reuse
@@ -150,17 +190,25 @@ def decide(
         "pool saves cannot pay for the pool's memory, network and operations."
     )
     checks.append(Check(1, "prefix reuse", reuse_ok, ceiling, th.min_reuse, text1))
+    f_ceiling = Fact(
+        "reuse.figures.ceiling_hit_rate",
+        ceiling,
+        "pct",
+        ">=" if reuse_ok else "<",
+        "options.thresholds.min_reuse",
+        th.min_reuse,
+    )
     if not reuse_ok:
-        reasons.append(
-            f"Prefix reuse is {_pct(ceiling)}, below the {_pct(th.min_reuse)} guideline: too "
+        why.add(
+            f"Prefix reuse is {f_ceiling.shown}, below the {_pct(th.min_reuse)} guideline: too "
             "little repeated prefill for pooling or offload to pay for themselves. Keep the "
-            "engine's default HBM prefix cache."
+            "engine's default HBM prefix cache.",
+            f_ceiling,
         )
-        return _finish("not-worth-it", reasons, checks, trace, reuse, bandwidth, replay, proj, th)
+        return _finish("not-worth-it", why, checks, trace, reuse, bandwidth, replay, proj, th)
 
     # (2) bandwidth against break-even
-    pool_ok: bool | None = None
-    dram_ok: bool | None = None
+    ok_by_role: dict[str, bool] = {}
     if bandwidth is not None:
         need = bandwidth.break_even_gbps * th.bandwidth_margin
         for role in ("dram", "pool", "nvme"):
@@ -183,193 +231,374 @@ def decide(
                     f"{bandwidth.prefill_tokens_per_s:,.0f} prefill tokens/s).",
                 )
             )
-            if role == "pool":
-                pool_ok = ok
-            elif role == "dram":
-                dram_ok = ok
-    if pool_ok is False:
-        tier = bandwidth.tier("pool") if bandwidth else None
-        assert tier is not None and bandwidth is not None
-        reasons.append(
-            f"Prefix reuse is high ({_pct(ceiling)}), but the pool link ({tier.bandwidth_gbps:.3g} "
-            f"GB/s per node) is slower than recomputing: break-even is "
-            f"{bandwidth.break_even_gbps:.3g} GB/s for a {bandwidth.prefix_tokens:,}-token prefix."
-        )
-        if dram_ok is False:
-            reasons.append(
-                "Host DRAM is below break-even too, so no tier beneath HBM pays; keep the HBM "
-                "prefix cache only."
+            ok_by_role[role] = ok
+    candidates = ["local"]
+    for role, name in (("dram", "local+dram"), ("pool", "pooled")):
+        if ok_by_role.get(role) is False:
+            assert bandwidth is not None
+            tier = bandwidth.tier(role)
+            assert tier is not None
+            f_bw = Fact(
+                f"bandwidth.tiers[{role}].bandwidth_gbps",
+                tier.bandwidth_gbps,
+                "gbps",
+                "<",
+                "bandwidth.break_even_gbps",
+                bandwidth.break_even_gbps,
             )
-            return _finish(
-                "not-worth-it", reasons, checks, trace, reuse, bandwidth, replay, proj, th
+            f_be = Fact("bandwidth.break_even_gbps", bandwidth.break_even_gbps, "gbps")
+            what = "The pool link" if role == "pool" else "Host DRAM"
+            why.add(
+                f"{what} ({f_bw.shown} per node) is slower than recomputing: loading a "
+                f"{bandwidth.prefix_tokens:,}-token prefix pays only above {f_be.shown}, so "
+                f"{LABEL[name]} is not a candidate.",
+                f_bw,
+                f_be,
             )
-        reasons.append("Host DRAM over PCIe beats recompute: offload locally, do not pool.")
-        _step3(checks, proj, th)
-        return _local(reasons, checks, trace, reuse, bandwidth, replay, proj, th)
+        elif replay is None or replay.get(name) is not None:
+            candidates.append(name)
 
-    # (3) projected gains against the pilot gates
-    gates_ok, vs_dram_ok = _step3(checks, proj, th)
-    if gates_ok and vs_dram_ok is not False:
-        red = proj.pooled_ttft_reduction or 0.0
-        reasons.append(
-            f"Prefix reuse {_pct(ceiling)} is above the guideline, the pool link beats "
-            f"recompute, and the replay projects {_pct(red)} lower mean TTFT than the baseline "
-            f"(gate: {_pct(th.min_ttft_reduction)})"
-            + (
-                f" and {proj.pooled_throughput_gain:+.0%} rate at the TTFT SLO."
-                if proj.pooled_throughput_gain is not None
-                else "."
+    if replay is None:
+        if "pooled" in candidates and ok_by_role.get("pool"):
+            why.add(
+                "Reuse and bandwidth favour a pool, but no replay was run to project its "
+                "latency and GPUs; treat this as a candidate for a pilot.",
+                f_ceiling,
             )
+            return _finish("deploy-pooled", why, checks, trace, reuse, bandwidth, replay, proj, th)
+        verdict = "local-offload-only" if "local+dram" in candidates else "not-worth-it"
+        why.add(
+            "No replay was run, so no gain is projected; host DRAM beats recompute, so local "
+            "offload is the candidate for a pilot."
+            if verdict == "local-offload-only"
+            else "No tier below HBM beats recompute: keep the HBM prefix cache only.",
+            f_ceiling,
         )
-        return _finish("deploy-pooled", reasons, checks, trace, reuse, bandwidth, replay, proj, th)
-    if gates_ok is None and replay is None and pool_ok:
-        reasons.append(
-            "Reuse and bandwidth favour a pool, but no replay was run to project the gains; "
-            "treat this as a candidate for a pilot."
+        return _finish(verdict, why, checks, trace, reuse, bandwidth, replay, proj, th)
+
+    # (3) value
+    costs = option_costs(replay, economics) if economics is not None else {}
+    priced = (
+        th.objective == "cost"
+        and economics is not None
+        and economics.prices.gpu_hour is not None
+        and all(
+            costs.get(n) is not None and costs[n].total_usd_month is not None for n in candidates
         )
-        return _finish("deploy-pooled", reasons, checks, trace, reuse, bandwidth, replay, proj, th)
-    if gates_ok and vs_dram_ok is False:
-        reasons.append(
-            f"The pool passes the TTFT gate, but local DRAM offload projects nearly the same "
-            f"TTFT (pool only {_pct(proj.pool_vs_dram_ttft or 0.0)} lower; needs "
-            f"{_pct(th.min_pool_advantage)}): the pool's infrastructure is not justified."
-        )
+    )
+    derived: list[tuple[str, float]] = []
+    if th.objective == "cost" and not priced:
+        if economics is None or economics.prices.gpu_hour is None:
+            gpu = economics.gpu if economics is not None else "this GPU"
+            why.add(
+                f"No GPU price for {gpu}, so the GPUs an option saves cannot be priced: decided "
+                "on mean TTFT instead (give --gpu-hour-usd to decide on cost)."
+            )
+        else:
+            why.add(
+                "The rate search did not give the GPUs every option needs (it was skipped, or "
+                "an option cannot serve the load within the TTFT SLO): decided on mean TTFT "
+                "instead."
+            )
+    if priced:
+        chosen = _by_cost(candidates, costs, replay, th, why, checks, derived)
     else:
-        red_or_none = proj.pooled_ttft_reduction
-        reasons.append(
-            "The replay projects the pool below the main gate: "
-            + (
-                f"{_pct(red_or_none)} lower mean TTFT"
-                if red_or_none is not None
-                else "no TTFT figure"
-            )
-            + f" (needs {_pct(th.min_ttft_reduction)})"
-            + (
-                f", {proj.pooled_throughput_gain:+.0%} rate at the SLO"
-                if proj.pooled_throughput_gain is not None
-                else ""
-            )
-            + "; local caches already capture most of the reuse."
-        )
-    if replay is not None and replay.nodes == 1 and replay.dram_scope == "node":
-        reasons.append(
+        chosen = _by_ttft(candidates, replay, th, why, checks)
+    _latency_line(chosen, replay, why)
+    if replay.nodes == 1 and replay.dram_scope == "node" and "pooled" in candidates:
+        why.add(
             "All instances share one node and its host DRAM was modelled as one cache they "
             "share (--dram-scope node, a node-local shared store): a pool cannot add hits "
             "over it. Engines' own DRAM tiers (LMCache local CPU, HiCache L2) are private to "
             "each instance; describe that with --dram-scope instance."
         )
-    if dram_ok is False:
-        reasons.append("Host DRAM is below break-even, so only the HBM prefix cache pays.")
-        return _finish("not-worth-it", reasons, checks, trace, reuse, bandwidth, replay, proj, th)
-    return _local(reasons, checks, trace, reuse, bandwidth, replay, proj, th)
+    return _finish(
+        VERDICT_OF[chosen], why, checks, trace, reuse, bandwidth, replay, proj, th, tuple(derived)
+    )
 
 
-def _local(
-    reasons: list[str],
-    checks: list[Check],
-    trace: TraceFigures,
-    reuse: ReuseFigures,
-    bandwidth: BandwidthFigures | None,
-    replay: ReplayFigures | None,
-    proj: Projection,
+def _cost_fact(name: str, o: OptionCost) -> Fact:
+    assert o.total_usd_month is not None
+    return Fact(_ec(name, "total_usd_month"), o.total_usd_month, "usd")
+
+
+def _gpus_fact(name: str, o: OptionCost) -> Fact:
+    assert o.capacity.gpus_peak is not None
+    return Fact(_ec(name, "gpus_at_peak_load"), float(o.capacity.gpus_peak), "count")
+
+
+def _n_gpus(f: Fact, o: OptionCost) -> str:
+    """``6 GPUs``, ``1 GPU``, ``at most 2 GPUs`` (the rate search's top multiple passed)."""
+    bound = "at most " if o.capacity.bound == "at most" else ""
+    return f"{bound}{f.shown} GPU{'' if f.value == 1 else 's'}"
+
+
+def _by_cost(
+    candidates: list[str],
+    costs: dict[str, OptionCost],
+    replay: ReplayFigures,
     th: Thresholds,
-) -> Decision:
-    """No pool: local DRAM offload when the replay shows it helps, else nothing to add."""
-    red = proj.dram_ttft_reduction
-    if red is None:
-        return _finish(
-            "local-offload-only", reasons, checks, trace, reuse, bandwidth, replay, proj, th
+    why: _Why,
+    checks: list[Check],
+    derived: list[tuple[str, float]],
+) -> str:
+    """The cheapest candidate; a pool only when it is cheaper by the margin."""
+
+    def total(n: str) -> float:
+        t = costs[n].total_usd_month
+        assert t is not None
+        return t
+
+    local = [n for n in ("local", "local+dram") if n in candidates]
+    best_local = min(local, key=lambda n: (total(n), local.index(n)))
+    base = costs["local"]
+    margin = th.min_pool_saving * total("local")
+    derived.append(("pool_margin_usd_month", margin))
+    chosen: str = best_local
+    if "pooled" in candidates:
+        saving = total(best_local) - total("pooled")
+        derived.append(("pool_saving_vs_best_local_usd_month", saving))
+        ok = saving >= margin and saving > 0
+        checks.append(
+            Check(
+                3,
+                "pool saving over the best local option (USD/month)",
+                ok,
+                saving,
+                margin,
+                f"The pool costs {_usd(total('pooled'))}/month against {_usd(total(best_local))} "
+                f"for {LABEL[best_local]}; it must be cheaper by {_usd(margin)} "
+                f"({100 * th.min_pool_saving:.0f}% of the baseline's {_usd(total('local'))}).",
+            )
         )
-    ok = red >= th.min_dram_gain
-    checks.append(
-        Check(
-            3,
-            "local DRAM offload gain",
-            ok,
-            red,
-            th.min_dram_gain,
-            f"Local DRAM offload: mean TTFT {_pct(red)} below the baseline (worth configuring "
-            f"from {_pct(th.min_dram_gain)}).",
+        if ok:
+            chosen = "pooled"
+    if "local+dram" in candidates:
+        checks.append(
+            Check(
+                3,
+                "local DRAM offload net value (USD/month)",
+                (costs["local+dram"].net_usd_month or 0.0) > 0,
+                costs["local+dram"].net_usd_month,
+                0.0,
+                f"Local DRAM offload: {costs['local+dram'].capacity.gpus_peak} GPUs at the peak "
+                f"load against {base.capacity.gpus_peak} for the baseline, net "
+                f"{_usd(costs['local+dram'].net_usd_month or 0.0)}/month.",
+            )
         )
+    c = costs[chosen]
+    f_gpus = _gpus_fact(chosen, c)
+    f_base_gpus = _gpus_fact("local", base)
+    f_total = _cost_fact(chosen, c)
+    if chosen == "local":
+        others = [n for n in candidates if n != "local"]
+        facts = [f_gpus, f_total]
+        parts = []
+        for n in others:
+            o = costs[n]
+            f_o = Fact(
+                _ec(n, "total_usd_month"),
+                total(n),
+                "usd",
+                ">=",
+                _ec("local", "total_usd_month"),
+                total("local"),
+            )
+            f_og = _gpus_fact(n, o)
+            facts += [f_o, f_og]
+            parts.append(f"{LABEL[n]} {_n_gpus(f_og, o)} and {f_o.shown}/month")
+        if "pooled" in others and total("pooled") < total("local"):
+            # cheaper than the baseline, but not by the margin
+            f_m = Fact("verdict.figures.pool_margin_usd_month", margin, "usd")
+            f_s = Fact(
+                "verdict.figures.pool_saving_vs_best_local_usd_month",
+                total(best_local) - total("pooled"),
+                "usd",
+                "<",
+                "verdict.figures.pool_margin_usd_month",
+                margin,
+            )
+            why.add(
+                f"The pool would save only {f_s.shown}/month, less than the {f_m.shown} margin "
+                f"({100 * th.min_pool_saving:.0f}% of the baseline's cost) that pays for "
+                "running a distributed store.",
+                f_s,
+                f_m,
+            )
+        why.add(
+            "No option lowers the monthly cost of serving the log's peak load within the TTFT "
+            f"SLO: the baseline needs {_n_gpus(f_gpus, c)} ({f_total.shown}/month); "
+            + ("; ".join(parts) if parts else "no other option is a candidate")
+            + ". Keep the engine's HBM prefix cache.",
+            *facts,
+        )
+        return chosen
+    f_net = Fact(_ec(chosen, "net_usd_month"), c.net_usd_month or 0.0, "usd", ">", "", 0.0)
+    f_added = Fact(_ec(chosen, "added_usd_month"), c.added_usd_month, "usd")
+    f_saving = Fact(_ec(chosen, "gpu_saving_usd_month"), c.gpu_saving_usd_month or 0.0, "usd")
+    what = {"pooled": "memory, NICs and store servers", "local+dram": "host DRAM"}[chosen]
+    why.add(
+        f"{LABEL[chosen][0].upper()}{LABEL[chosen][1:]} serves the log's peak load within the "
+        f"p90 TTFT SLO on {_n_gpus(f_gpus, c)} instead of {_n_gpus(f_base_gpus, base)}: "
+        f"{f_saving.shown}/month of GPUs saved against {f_added.shown}/month of {what}, "
+        f"net {f_net.shown}/month.",
+        f_gpus,
+        f_base_gpus,
+        f_saving,
+        f_added,
+        f_net,
     )
-    if ok:
-        reasons.append(
-            f"The replay projects local DRAM offload {_pct(red)} below the baseline's mean TTFT."
+    if chosen == "pooled" and best_local != "local":
+        f_l = Fact(
+            _ec(best_local, "total_usd_month"),
+            total(best_local),
+            "usd",
+            ">",
+            _ec("pooled", "total_usd_month"),
+            total("pooled"),
         )
-        return _finish(
-            "local-offload-only", reasons, checks, trace, reuse, bandwidth, replay, proj, th
+        why.add(
+            f"It costs {f_total.shown}/month against {f_l.shown} for {LABEL[best_local]}, "
+            f"cheaper by more than the {_usd(margin)} margin for operating a distributed store.",
+            f_total,
+            f_l,
         )
-    reasons.append(
-        f"Local DRAM offload projects only {_pct(red)} lower TTFT: the HBM prefix cache already "
-        "captures the reuse, so neither a pool nor an offload tier pays."
-    )
-    return _finish("not-worth-it", reasons, checks, trace, reuse, bandwidth, replay, proj, th)
+    if chosen == "local+dram" and "pooled" in candidates:
+        f_p = Fact(
+            _ec("pooled", "total_usd_month"),
+            total("pooled"),
+            "usd",
+            ">",
+            "verdict.figures.pool_threshold_usd_month",
+            total("local+dram") - margin,
+        )
+        derived.append(("pool_threshold_usd_month", total("local+dram") - margin))
+        why.add(
+            f"The pool would cost {f_p.shown}/month against {f_total.shown} for local DRAM "
+            f"offload: not cheaper by the {_usd(margin)} margin that pays for running a "
+            "distributed store, so do not pool.",
+            f_p,
+            f_total,
+        )
+    return chosen
 
 
-def _step3(
-    checks: list[Check], proj: Projection, th: Thresholds
-) -> tuple[bool | None, bool | None]:
-    red = proj.pooled_ttft_reduction
-    thr = proj.pooled_throughput_gain
-    if red is None:
+def _by_ttft(
+    candidates: list[str],
+    replay: ReplayFigures,
+    th: Thresholds,
+    why: _Why,
+    checks: list[Check],
+) -> str:
+    """The lowest mean TTFT that keeps the rate served within the SLO."""
+    base = replay.get("local")
+    assert base is not None
+
+    def no_regression(s: ScenarioFigures) -> bool:
+        g = _gain(s, base)
+        return g is None or g >= 0.0
+
+    chosen = "local"
+    dram = replay.get("local+dram") if "local+dram" in candidates else None
+    pooled = replay.get("pooled") if "pooled" in candidates else None
+    if dram is not None:
+        red = _reduction(dram.ttft_mean_s, base.ttft_mean_s) or 0.0
+        ok = red >= th.min_dram_gain and no_regression(dram)
         checks.append(
             Check(
                 3,
-                "projected TTFT reduction",
-                None,
-                None,
-                th.min_ttft_reduction,
-                "No replay figures: the gain was not projected.",
+                "local DRAM offload TTFT gain",
+                ok,
+                red,
+                th.min_dram_gain,
+                f"Local DRAM offload: mean TTFT {_pct(red)} below the baseline (worth configuring "
+                f"from {_pct(th.min_dram_gain)}).",
             )
         )
-        return None, None
-    ttft_ok = red >= th.min_ttft_reduction
-    checks.append(
-        Check(
-            3,
-            "projected TTFT reduction",
-            ttft_ok,
-            red,
-            th.min_ttft_reduction,
-            f"Pooled mean TTFT {_pct(red)} below the baseline (gate: at least "
-            f"{_pct(th.min_ttft_reduction)}).",
+        if ok:
+            chosen = "local+dram"
+    if pooled is not None:
+        ref = replay.get(chosen)
+        assert ref is not None
+        red = _reduction(pooled.ttft_mean_s, ref.ttft_mean_s) or 0.0
+        need = th.min_pool_advantage if chosen == "local+dram" else th.min_dram_gain
+        ok = red >= need and no_regression(pooled)
+        checks.append(
+            Check(
+                3,
+                f"pool TTFT advantage over {LABEL[chosen]}",
+                ok,
+                red,
+                need,
+                f"Pooled mean TTFT {_pct(red)} below {LABEL[chosen]} (needed: {_pct(need)}).",
+            )
         )
+        if ok:
+            chosen = "pooled"
+        else:
+            f_p = Fact(_sc("pooled", "ttft_s.mean"), pooled.ttft_mean_s, "ms")
+            f_r = Fact(_sc(chosen, "ttft_s.mean"), ref.ttft_mean_s, "ms")
+            why.add(
+                f"The pool's mean TTFT ({f_p.shown}) is not at least {_pct(need)} below "
+                f"{LABEL[chosen]}'s ({f_r.shown}), or it lowers the rate served within the "
+                "SLO: its extra infrastructure is not justified.",
+                f_p,
+                f_r,
+            )
+    s = replay.get(chosen)
+    assert s is not None
+    f_c = Fact(_sc(chosen, "ttft_s.mean"), s.ttft_mean_s, "ms")
+    f_b = Fact(_sc("local", "ttft_s.mean"), base.ttft_mean_s, "ms")
+    if chosen == "local":
+        why.add(
+            f"No option lowers mean TTFT enough to configure: the baseline's is {f_b.shown}. "
+            "Keep the engine's HBM prefix cache.",
+            f_b,
+        )
+    else:
+        why.add(
+            f"Objective TTFT: {LABEL[chosen]} gives the lowest mean TTFT, {f_c.shown} against "
+            f"{f_b.shown} for the baseline, without lowering the rate served within the SLO.",
+            Fact(
+                _sc(chosen, "ttft_s.mean"),
+                s.ttft_mean_s,
+                "ms",
+                "<",
+                _sc("local", "ttft_s.mean"),
+                base.ttft_mean_s,
+            ),
+            f_b,
+        )
+    return chosen
+
+
+def _latency_line(chosen: str, replay: ReplayFigures, why: _Why) -> None:
+    """What the chosen option does to latency, in ms (also for the baseline: nothing)."""
+    if chosen == "local":
+        return
+    s, b = replay.get(chosen), replay.get("local")
+    assert s is not None and b is not None
+    f_m = Fact(_sc(chosen, "ttft_s.mean"), s.ttft_mean_s, "ms")
+    f_bm = Fact(_sc("local", "ttft_s.mean"), b.ttft_mean_s, "ms")
+    f_p = Fact(_sc(chosen, "ttft_s.p90"), s.ttft_p90_s, "ms")
+    f_bp = Fact(_sc("local", "ttft_s.p90"), b.ttft_p90_s, "ms")
+    why.add(
+        f"Latency: mean TTFT {f_bm.shown} -> {f_m.shown}, p90 {f_bp.shown} -> {f_p.shown} "
+        "(replay at the log's rate).",
+        f_bm,
+        f_m,
+        f_bp,
+        f_p,
     )
-    thr_ok = True
-    if thr is not None:
-        thr_ok = thr >= th.min_throughput_gain
-        checks.append(
-            Check(
-                3,
-                "projected throughput gain",
-                thr_ok,
-                thr,
-                th.min_throughput_gain,
-                f"Highest request rate under the TTFT SLO {thr:+.1%} against the baseline "
-                f"(gate: at least {th.min_throughput_gain:+.0%}).",
-            )
-        )
-    vs = proj.pool_vs_dram_ttft
-    vs_ok: bool | None = None
-    if vs is not None:
-        vs_ok = vs >= th.min_pool_advantage
-        checks.append(
-            Check(
-                3,
-                "pool advantage over local DRAM",
-                vs_ok,
-                vs,
-                th.min_pool_advantage,
-                f"Pooled mean TTFT {_pct(vs)} below local+DRAM offload (needed: "
-                f"{_pct(th.min_pool_advantage)} to justify a pool).",
-            )
-        )
-    return ttft_ok and thr_ok, vs_ok
+
+
+def _usd(x: float) -> str:
+    return f"-${-x:,.0f}" if x < 0 else f"${x:,.0f}"
 
 
 def _finish(
     verdict: str,
-    reasons: list[str],
+    why: _Why,
     checks: list[Check],
     trace: TraceFigures,
     reuse: ReuseFigures,
@@ -377,6 +606,7 @@ def _finish(
     replay: ReplayFigures | None,
     proj: Projection,
     th: Thresholds,
+    derived: tuple[tuple[str, float], ...] = (),
 ) -> Decision:
     notes: list[str] = []
     downgrades = 0
@@ -411,9 +641,11 @@ def _finish(
     level = ("high", "medium", "low")[min(downgrades, 2)]
     return Decision(
         verdict=verdict,
-        reasons=tuple(reasons),
+        reasons=tuple(why.texts),
         checks=tuple(checks),
         confidence=level,
         confidence_notes=tuple(notes),
         projection=proj,
+        facts=tuple(why.facts),
+        derived=derived,
     )

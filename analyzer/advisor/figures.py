@@ -12,8 +12,16 @@ Units are in the field names: ``*_tokens`` are token counts, ``*_gbps`` are GB/s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 VERDICTS = ("deploy-pooled", "local-offload-only", "not-worth-it", "insufficient-data")
+OBJECTIVES = ("cost", "ttft")
+# The option each verdict deploys (its replay scenario).
+VERDICT_SCENARIO = {
+    "deploy-pooled": "pooled",
+    "local-offload-only": "local+dram",
+    "not-worth-it": "local",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,19 +29,37 @@ class Thresholds:
     """The decision's thresholds; each one is documented in docs/advisor.md.
 
     ``min_reuse``: below about 30 % steady-state prefix reuse, the prefill a pool
-    saves cannot pay for the pool's memory, NICs and operations (FIELD.md section 6).
-    ``min_ttft_reduction`` and ``min_throughput_gain`` are the pilot's main-gate KPIs;
-    ``min_pool_advantage`` is how much better than local DRAM offload the pool must
-    project before its extra infrastructure is recommended.
+    saves cannot pay for the pool's memory, NICs and operations (the guideline of the
+    Mooncake and LMCache deployments; docs/advisor.md). ``objective`` decides the last
+    step: ``cost`` recommends the option serving the log's load within the TTFT SLO at
+    the lowest monthly cost, ``ttft`` the one with the lowest mean TTFT. A pool must
+    beat the best local option by ``min_pool_saving`` of the baseline's monthly cost
+    (objective cost) or by ``min_pool_advantage`` of mean TTFT (objective ttft): the
+    margin that pays for running a distributed store. ``min_dram_gain`` is the TTFT
+    gain below which local DRAM offload is not worth configuring (objective ttft).
+    ``pilot_fraction`` is the share of the projected gain the pilot's main gate asks for.
     """
 
     min_requests: int = 200
     min_reuse: float = 0.30
-    min_ttft_reduction: float = 0.25
-    min_throughput_gain: float = 0.0  # pooled / baseline max rate at SLO, minus 1
+    objective: str = "cost"  # "cost" | "ttft"
+    min_pool_saving: float = 0.05  # of the baseline's monthly cost (objective cost)
     min_pool_advantage: float = 0.10  # pooled TTFT below local+dram TTFT by this fraction
     bandwidth_margin: float = 1.0  # a tier must reach break-even x this
     min_dram_gain: float = 0.02  # local+dram TTFT below local TTFT by this fraction
+    pilot_fraction: float = 0.5  # main gate: at least this share of the projected gains
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            from analyzer.errors import UsageError
+
+            raise UsageError(
+                f"--objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}"
+            )
+        if not 0.0 <= self.min_pool_saving < 1.0:
+            from analyzer.errors import UsageError
+
+            raise UsageError(f"--pool-margin must be in [0, 1), got {self.min_pool_saving}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +168,87 @@ class Check:
 
 
 @dataclass(frozen=True, slots=True)
+class Fact:
+    """A figure a reason states, addressed by its path in the report document
+    (``replay.scenarios.pooled.ttft_s.mean``; list items by their ``role`` or ``name``),
+    and optionally the comparison the reason draws with another figure."""
+
+    figure: str
+    value: float
+    unit: str  # how the reason shows it: see show()
+    op: str = ""  # "<", "<=", ">", ">=", "==" against ``against`` / ``against_value``
+    against: str = ""  # a figure path, or "" for a constant (a threshold)
+    against_value: float | None = None
+
+    @property
+    def shown(self) -> str:
+        return show(self.value, self.unit)
+
+    def holds(self) -> bool:
+        if not self.op or self.against_value is None:
+            return True
+        a, b = self.value, self.against_value
+        return {
+            "<": a < b,
+            "<=": a <= b,
+            ">": a > b,
+            ">=": a >= b,
+            "==": a == b,
+        }[self.op]
+
+
+def show(value: float, unit: str) -> str:
+    """A figure as a reason prints it: ``pct`` fractions as percentages, ``ms`` seconds
+    as milliseconds, ``usd`` dollars, ``count`` whole numbers, ``gbps`` GB/s, ``tokens``,
+    ``x`` rate multiples."""
+    if unit == "pct":
+        return f"{100 * value:.1f}%"
+    if unit == "spct":
+        return f"{100 * value:+.1f}%"
+    if unit == "ms":
+        return f"{1000 * value:,.0f} ms"
+    if unit == "usd":
+        return f"-${-value:,.0f}" if value < 0 else f"${value:,.0f}"
+    if unit == "count":
+        return f"{round(value):,}"
+    if unit == "gbps":
+        return f"{value:.3g} GB/s"
+    if unit == "tokens":
+        return f"{round(value):,} tokens"
+    if unit == "x":
+        return f"x{value:.3g}"
+    raise ValueError(f"unknown unit {unit!r}")
+
+
+def lookup(doc: dict[str, Any], path: str) -> Any:
+    """The value at ``path`` in a report document (dots; list items by role or name)."""
+    cur: object = doc
+    for part in _split(path):
+        if isinstance(cur, dict):
+            cur = cur[part]
+        elif isinstance(cur, list):
+            cur = next(
+                x for x in cur if isinstance(x, dict) and part in (x.get("role"), x.get("name"))
+            )
+        else:
+            raise KeyError(path)
+    return cur
+
+
+def _split(path: str) -> list[str]:
+    """Dots separate keys; a key in brackets may hold dots or '+' (``options[local+dram]``)."""
+    out: list[str] = []
+    for chunk in path.replace("]", "").split("["):
+        if not out and chunk:
+            out += [p for p in chunk.split(".") if p]
+        elif chunk:
+            key, _, rest = chunk.partition(".")
+            out.append(key)
+            out += [p for p in rest.split(".") if p]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
 class Projection:
     """The replay's projected gains of the candidate deployments over the baseline."""
 
@@ -161,6 +268,8 @@ class Decision:
     confidence_notes: tuple[str, ...]
     projection: Projection = field(default_factory=Projection)
     missing: tuple[str, ...] = ()  # what data the log lacks (insufficient-data)
+    facts: tuple[tuple[Fact, ...], ...] = ()  # per reason: the figures it states
+    derived: tuple[tuple[str, float], ...] = ()  # figures the reasons derive (verdict.figures)
 
     @property
     def confidence_statement(self) -> str:

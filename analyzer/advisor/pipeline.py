@@ -21,7 +21,16 @@ from analyzer import __version__
 from analyzer.advisor import gates as gates_mod
 from analyzer.advisor.decide import decide
 from analyzer.advisor.deploy import DeployFile, bundle, deploy_sizings, per_process
+from analyzer.advisor.economics import (
+    PEAK_WINDOW_S,
+    EconomicsInputs,
+    OptionResources,
+    economics_json,
+    load_figures,
+    scaled,
+)
 from analyzer.advisor.figures import (
+    VERDICT_SCENARIO,
     BandwidthFigures,
     Decision,
     ReplayFigures,
@@ -43,6 +52,7 @@ from analyzer.advisor.sensitivity import (
     summarize,
 )
 from analyzer.advisor.sizing import ClusterFigures, Sizing, size
+from analyzer.cost.prices import PriceOverrides, Prices, resolve_prices
 from analyzer.errors import UsageError
 from analyzer.ingest.options import IngestOptions
 from analyzer.progress import Advance, progress
@@ -54,8 +64,8 @@ if TYPE_CHECKING:
     from analyzer.ingest import LoadedTrace
     from analyzer.reuse import ReuseReport
 
-SCHEMA = "kvpool.report/1"
-SCENARIOS = ("none", "local", "local+dram", "pooled")
+SCHEMA = "kvpool.report/2"
+SCENARIOS = ("none", "local", "local+dram", "local+dram+nvme", "pooled")
 REUSE_FACTORS = (0.25, 0.5, 0.75, 1.5)
 ALT_MODELS = ("llama-3.1-8b", "qwen2.5-7b", "llama-3.1-70b", "deepseek-v3")
 ALT_GPUS = ("a100", "h100", "h200", "b200")
@@ -86,8 +96,14 @@ class AnalyzeOptions:
     sensitivity_replays: bool = True
     knee_fraction: float = 0.9
     thresholds: Thresholds = field(default_factory=Thresholds)
+    peak_window_s: float = PEAK_WINDOW_S
+    prices: PriceOverrides = field(default_factory=PriceOverrides)
 
     def __post_init__(self) -> None:
+        if not (self.peak_window_s > 0 and math.isfinite(self.peak_window_s)):
+            raise UsageError(
+                f"--peak-window must be a positive number of seconds, got {self.peak_window_s}"
+            )
         if not (self.ttft_slo_s > 0 and math.isfinite(self.ttft_slo_s)):
             raise UsageError(f"--ttft-slo must be a positive number, got {self.ttft_slo_s}")
         if not 0.0 < self.knee_fraction <= 1.0:
@@ -202,6 +218,8 @@ class AnalysisResult:
     cost_json: dict[str, Any] | None
     break_even_curve: list[dict[str, Any]]
     charts: dict[str, Any] = field(default_factory=dict)
+    economics: EconomicsInputs | None = None
+    side_by_side: list[dict[str, Any]] = field(default_factory=list)
     uncertainty: dict[str, Any] | None = None  # ranges from the cost model's measured error
     # how prompts were tokenized: the trace's tokenizer and template names
     tokenization: dict[str, Any] = field(default_factory=dict)
@@ -217,7 +235,10 @@ class AnalysisResult:
         return self.decision.verdict
 
     def to_json(self) -> dict[str, Any]:
+        from analyzer.advisor.summary import summary_sentences
+
         doc: dict[str, Any] = _canonical(report_document(self))
+        doc["summary"] = summary_sentences(doc)  # from the rounded figures the reader sees
         return doc
 
 
@@ -469,6 +490,7 @@ def run_analysis(
     # or node shape fails before any work (not after minutes of reading a large log).
     cm, opts = _options_cost(opts)
     cfg = _cluster_config(opts)
+    prices = resolve_prices(opts.gpu, opts.prices)
 
     if loaded is None:
         with progress(
@@ -522,49 +544,47 @@ def run_analysis(
     bw: BandwidthFigures | None = None
     replay: ReplayFigures | None = None
     replay_json: dict[str, Any] | None = None
+    economics: EconomicsInputs | None = None
     be_curve: list[dict[str, Any]] = []
     if usable:
         prefix = rf.median_prefix_tokens or max(trace.block_size, int(tf.mean_prompt_tokens // 2))
         bw = _bandwidth(cm, opts, prefix)
         be_curve = _break_even_curve(cm, bw, prompt_max=int(trace.prompt_tokens.max()))
-        from analyzer.replay import run_replay
+        from analyzer.replay import ScenarioSpec, run_replay
 
         run = replayer or run_replay
 
         # The SLO rate search is the costly part (about nine replays per scenario); it
-        # runs only where the decision reads it: the baseline and the pool, and local
-        # DRAM offload when that is the verdict (its projected gate KPIs). Below the
-        # reuse guideline no gain is projected, so nothing is searched.
+        # runs for every option, since each one's GPUs at the log's load come from it.
+        # Below the reuse guideline no gain is projected, so nothing is searched.
         search = opts.search_rate and rf.ceiling_hit_rate >= th.min_reuse
-
-        def replay_of(
-            names: tuple[str, ...], with_search: bool, adv: Advance | None
-        ) -> dict[str, Any]:
-            return run(
+        nvme_spec = ScenarioSpec(
+            "local+dram+nvme",
+            dram=True,
+            nvme=True,
+            description="HBM cache plus per-node host DRAM and local NVMe tiers (LMCache "
+            "local CPU + disk, HiCache L2 + L3 file)",
+        )
+        with progress("replay", None) as adv:
+            replay_json = run(
                 trace,
                 cfg,
-                scenarios=names,
+                scenarios=("none", "local", "local+dram", nvme_spec, "pooled"),
                 ttft_slo_s=opts.ttft_slo_s,
-                search_rate=with_search,
+                search_rate=search,
                 advance=adv,
                 cost=cm,
+                # Scenarios in parallel (each simulated alone: the same figures); the
+                # rate search is most of analyze's time on a large log. Only asked for
+                # above one: a caller's own replay function (the dashboard's) has no such
+                # argument.
+                **_workers(opts),
             ).to_json()
-
-        with progress("replay", None) as adv:
-            replay_json = replay_of(("local", "pooled"), search, adv)
-            plain = replay_of(("none", "local+dram"), False, adv)
-        replay_json["scenarios"] = {
-            name: {**plain["scenarios"], **replay_json["scenarios"]}[name] for name in SCENARIOS
-        }
         replay = _replay_figures(replay_json, opts.ttft_slo_s)
-        if search and decide(tf, rf, bw, replay, th).verdict == "local-offload-only":
-            with progress("replay (local+dram rate search)", None) as adv:
-                again = replay_of(("local+dram",), True, adv)
-            replay_json["scenarios"]["local+dram"] = again["scenarios"]["local+dram"]
-            replay = _replay_figures(replay_json, opts.ttft_slo_s)
+        economics = _economics(opts, trace, rf, replay_json, prices, bpt)
     step(45)
 
-    decision = decide(tf, rf, bw, replay, th)
+    decision = decide(tf, rf, bw, replay, th, economics)
     uncertainty: dict[str, Any] | None = None
     if bw is not None:
         decision, uncertainty = _with_uncertainty(decision, cm, bw, replay, th)
@@ -639,19 +659,24 @@ def run_analysis(
         settings = translate(sizing, decision.verdict, model=served, tp=opts.tp)
 
     flips: list[FlipRow] = []
+    side: list[dict[str, Any]] = []
     if usable and bw is not None:
         with progress("sensitivity", None):
-            flips = _sensitivity(trace, tf, rf, bw, replay, cm, opts, replayer)
+            flips, side = _sensitivity(trace, tf, rf, bw, replay, cm, opts, economics, replayer)
     step(15)
 
     trace_rate = tf.n_requests / tf.duration_s if tf.duration_s > 0 else 0.0
     base = replay.get("local") if replay else None
+    chosen = VERDICT_SCENARIO.get(decision.verdict)
     gate_plan = gates_mod.plan(
         verdict=decision.verdict,
         projection=decision.projection,
         trace_rate_rps=trace_rate,
         projected_baseline_ttft_s=base.ttft_mean_s if base else None,
         th=th,
+        candidate=replay.get(chosen) if replay and chosen else None,
+        baseline=base,
+        ttft_slo_s=opts.ttft_slo_s if replay else None,
     )
     outs = trace.output_tokens[trace.output_tokens >= 0]
     pilot = pilot_commands(
@@ -696,6 +721,8 @@ def run_analysis(
         replay_json=replay_json,
         cost_json=_cost_json(cm) if usable else None,
         break_even_curve=be_curve,
+        economics=economics,
+        side_by_side=side,
         tokenization={
             "tokenizer": trace.meta.get("tokenizer", ""),
             "template": trace.meta.get("template", ""),
@@ -704,6 +731,52 @@ def run_analysis(
         warnings=warnings,
         measured=None if measured_doc is None else measured_doc[0],
         uncertainty=uncertainty,
+    )
+
+
+def _economics(
+    opts: AnalyzeOptions,
+    trace: BlockTrace,
+    rf: ReuseFigures,
+    replay_json: dict[str, Any],
+    prices: Prices,
+    bytes_per_token: int,
+) -> EconomicsInputs:
+    """What each option adds, sized as the recommendation sizes it: host DRAM per node and
+    the pool at the knee of the hit-ratio curve, capped at what the replay simulated (so
+    the projection backs the figure); NVMe holds what DRAM does not, up to its simulated
+    size; a pool adds a NIC per node and the store's servers."""
+    nodes = int(replay_json["cluster"]["nodes"])
+    sc = replay_json["scenarios"]
+
+    def simulated(name: str, key: str) -> int | None:
+        v = ((sc.get(name) or {}).get("capacity_tokens") or {}).get(key)
+        return v if isinstance(v, int) else None
+
+    def capped(tokens: int, cap: int | None) -> int:
+        return tokens if cap is None else min(tokens, cap)
+
+    knee = rf.knee_tokens
+    dram = capped(knee, simulated("local+dram", "dram_per_node"))
+    nvme = capped(max(knee - dram, 0), simulated("local+dram+nvme", "nvme_per_node"))
+    pool = capped(knee, simulated("pooled", "pool"))
+
+    def gb(tokens: int) -> float:
+        return tokens * bytes_per_token / 1e9
+
+    return EconomicsInputs(
+        instances=opts.instances,
+        tp=opts.tp,
+        gpu=opts.gpu,
+        load=load_figures(trace.arrival_s, opts.peak_window_s),
+        prices=prices,
+        resources=(
+            OptionResources("local+dram", dram_gb=nodes * gb(dram)),
+            OptionResources(
+                "local+dram+nvme", dram_gb=nodes * gb(dram), nvme_tb=nodes * gb(nvme) / 1000
+            ),
+            OptionResources("pooled", dram_gb=gb(pool), nic_nodes=nodes, store=True),
+        ),
     )
 
 
@@ -809,8 +882,10 @@ def _sensitivity(
     replay: ReplayFigures | None,
     cm: CostModel,
     opts: AnalyzeOptions,
+    economics: EconomicsInputs | None,
     replayer: Any = None,
-) -> list[FlipRow]:
+) -> tuple[list[FlipRow], list[dict[str, Any]]]:
+    """The sensitivity table's rows, and the side-by-side pricing of other models and GPUs."""
     from analyzer.cost import list_tiers
 
     th = opts.thresholds
@@ -823,12 +898,57 @@ def _sensitivity(
         v = bandwidth_variant(rf, bw, replay, float(t.bandwidth_gbps), tf.mean_prompt_tokens)
         variants.append(
             Variant(
-                v.dimension, f"{t.bandwidth_gbps:g} GB/s ({t.name})", v.reuse, v.bandwidth, v.replay
+                v.dimension,
+                f"{t.bandwidth_gbps:g} GB/s ({8 * t.bandwidth_gbps:g} Gb/s effective, {t.name})",
+                v.reuse,
+                v.bandwidth,
+                v.replay,
             )
         )
+    if economics is not None and replay is not None:
+        gpu_hour = economics.prices.gpu_hour
+        if gpu_hour is not None:
+            for f in (0.0, 0.5, 2.0, 10.0):
+                variants.append(
+                    Variant(
+                        "GPU price",
+                        f"x{f:g} (${gpu_hour.usd * f:.2f} per GPU-hour)",
+                        rf,
+                        bw,
+                        replay,
+                        economics=scaled(economics, gpu_price=f),
+                    )
+                )
+        dram = economics.prices.dram_gb_month
+        for f in (0.0, 0.5, 2.0):
+            variants.append(
+                Variant(
+                    "DRAM price",
+                    f"x{f:g} (${dram.usd * f:.2f} per GB-month)",
+                    rf,
+                    bw,
+                    replay,
+                    economics=scaled(economics, dram_price=f),
+                )
+            )
+        for f in (0.5, 2.0):
+            variants.append(
+                Variant(
+                    "load",
+                    f"x{f:g} ({economics.load.mean_rps * f:.3g} requests/s on average)",
+                    rf,
+                    bw,
+                    replay,
+                    economics=scaled(economics, load=f),
+                )
+            )
     s_mean = max(1, round(tf.mean_prompt_tokens))
     base_t = cm.prefill_time_s(s_mean, 0)
-    for dim, names in (("model", ALT_MODELS), ("gpu", ALT_GPUS)):
+    side: list[dict[str, Any]] = []
+    if replay is not None:
+        side.append(_side_row(opts.model, opts.gpu, opts.tp, replay, economics, tf, rf, bw, th))
+    n_models = 0
+    for dim, names in (("gpu", ALT_GPUS), ("model", ALT_MODELS)):
         for name in names:
             if (dim == "model" and name == opts.model) or (dim == "gpu" and name == opts.gpu):
                 continue
@@ -839,21 +959,33 @@ def _sensitivity(
             alt, tp = fit
             alt_bw = _bandwidth(alt, opts, bw.prefix_tokens)
             ratio = alt.prefill_time_s(s_mean, 0) / base_t if base_t > 0 else 1.0
-            variants.append(
-                hardware_variant(
-                    dim,
-                    f"{name} (tp {tp})",
-                    rf,
-                    bw,
-                    alt_bw,
-                    replay,
-                    ratio,
-                    tf.mean_prompt_tokens,
-                    note=f"break-even {alt_bw.break_even_gbps:.3g} GB/s",
+            alt_econ = None
+            if economics is not None:
+                alt_prices = replace(
+                    economics.prices, gpu=g, gpu_hour=economics.prices.gpu_hour_for(g)
                 )
+                alt_econ = replace(economics, gpu=g, tp=tp, prices=alt_prices)
+            v = hardware_variant(
+                dim,
+                f"{name} (tp {tp})",
+                rf,
+                bw,
+                alt_bw,
+                replay,
+                ratio,
+                tf.mean_prompt_tokens,
+                note=f"break-even {alt_bw.break_even_gbps:.3g} GB/s",
+                economics=alt_econ,
             )
+            variants.append(v)
+            if v.replay is not None and (dim == "gpu" or n_models < 2):
+                n_models += dim == "model"
+                side.append(_side_row(m, g, tp, v.replay, alt_econ, tf, rf, alt_bw, th))
+    # Other instance counts are a quick replay without the rate search: they say nothing
+    # about GPUs or money, so they only enter a latency-first (objective ttft) table.
     if (
         opts.sensitivity_replays
+        and th.objective == "ttft"
         and replay is not None
         and trace.n_accesses <= MAX_SENSITIVITY_ACCESSES
     ):
@@ -866,10 +998,11 @@ def _sensitivity(
             res = run(
                 trace,
                 _cluster_config(opts, n),
-                scenarios=SCENARIOS[1:],
+                scenarios=("local", "local+dram", "pooled"),
                 ttft_slo_s=opts.ttft_slo_s,
                 search_rate=False,
                 cost=cm,
+                **_workers(opts),
             )
             rp = _replay_figures(res.to_json(), opts.ttft_slo_s)
             variants.append(
@@ -882,8 +1015,46 @@ def _sensitivity(
                     "quick replay without the SLO rate search",
                 )
             )
-    _, rows = flip_table(tf, rf, bw, replay, variants, th)
-    return rows
+    _, rows = flip_table(tf, rf, bw, replay, variants, th, economics)
+    return rows, side
+
+
+def _side_row(
+    model: str,
+    gpu: str,
+    tp: int,
+    replay: ReplayFigures,
+    economics: EconomicsInputs | None,
+    tf: TraceFigures,
+    rf: ReuseFigures,
+    bw: BandwidthFigures,
+    th: Thresholds,
+) -> dict[str, Any]:
+    """One model/GPU choice priced on this log: per option TTFT, GPUs and monthly cost."""
+    from analyzer.advisor.economics import option_costs
+
+    costs = option_costs(replay, economics) if economics is not None else {}
+    options = {}
+    for name in ("local", "local+dram", "pooled"):
+        s = replay.get(name)
+        if s is None:
+            continue
+        c = costs.get(name)
+        options[name] = {
+            "ttft_mean_s": s.ttft_mean_s,
+            "ttft_p90_s": s.ttft_p90_s,
+            "gpus_at_peak_load": None if c is None else c.capacity.gpus_peak,
+            "total_usd_month": None if c is None else c.total_usd_month,
+        }
+    price = economics.prices.gpu_hour if economics is not None else None
+    return {
+        "model": model,
+        "gpu": gpu,
+        "tp": tp,
+        "usd_per_gpu_hour": None if price is None else price.usd,
+        "verdict": decide(tf, rf, bw, replay, th, economics).verdict,
+        "options": options,
+    }
 
 
 # -- the JSON document ---------------------------------------------------------------------
@@ -920,6 +1091,11 @@ def _private_example(example: str, names: dict[str, str]) -> str:
     return example
 
 
+def _workers(opts: AnalyzeOptions) -> dict[str, Any]:
+    """``run_replay``'s ``workers`` argument when ``--jobs`` asks for more than one."""
+    return {"workers": opts.ingest.jobs} if opts.ingest.jobs > 1 else {}
+
+
 def _options_json(o: AnalyzeOptions) -> dict[str, Any]:
     """The report's ``options`` section (flat, as ``kvpool.report/1`` has it). Ingest
     settings that could name a file or a tenant (salt file, columns) stay out."""
@@ -954,6 +1130,14 @@ def _options_json(o: AnalyzeOptions) -> dict[str, Any]:
         "sensitivity_replays": o.sensitivity_replays,
         "knee_fraction": o.knee_fraction,
         "thresholds": asdict(o.thresholds),
+        "peak_window_s": o.peak_window_s,
+        "prices": {
+            **asdict(o.prices),
+            # a path: keep the file's name only
+            "prices_file": None
+            if o.prices.prices_file is None
+            else Path(o.prices.prices_file).name,
+        },
     }
 
 
@@ -995,6 +1179,10 @@ def report_document(r: AnalysisResult) -> dict[str, Any]:
             "missing": list(d.missing),
             "checks": [asdict(c) for c in d.checks],
             "projection": asdict(d.projection),
+            "reason_facts": [[asdict(f) for f in facts] for facts in d.facts],
+            "figures": dict(d.derived),
+            "scenario": VERDICT_SCENARIO.get(d.verdict),
+            "objective": r.options.thresholds.objective,
         },
         "reuse": {"figures": asdict(r.reuse), "analysis": r.reuse_json},
         "bandwidth": (
@@ -1011,59 +1199,92 @@ def report_document(r: AnalysisResult) -> dict[str, Any]:
         "pilot": {"commands": [c.to_json() for c in r.pilot]},
         "deploy": {"files": [f.to_json() for f in r.deploy], "per_process": r.per_process},
         "assumptions": assumptions(r),
+        "economics": economics_json(r.replay, r.economics),
+        "side_by_side": r.side_by_side,
     }
 
 
 def assumptions(r: AnalysisResult) -> list[dict[str, Any]]:
     o = r.options
+    th = o.thresholds
     out = [
         {
             "what": "Steady-state reuse",
-            "value": f"first {o.warmup:g} of requests warm the cache uncounted",
-            "source": "kvcache-simulator / llmtrafficlens convention (FIELD.md section 2)",
+            "value": f"first {100 * o.warmup:.0f}% of requests warm the cache uncounted",
+            "source": "warm-up excluded from hit rates, as cache simulators do (e.g. "
+            "libCacheSim, github.com/1a1a11a/libCacheSim); docs/reuse.md",
         },
         {
             "what": "Reuse guideline",
-            "value": f"{100 * o.thresholds.min_reuse:.0f}% prefix reuse",
-            "source": "industry decision sequence (FIELD.md section 6)",
+            "value": f"{100 * th.min_reuse:.0f}% steady-state prefix reuse",
+            "source": "kvpool default threshold (docs/advisor.md, overridable)",
+        },
+        {
+            "what": "Objective",
+            "value": (
+                "lowest monthly cost serving the peak load within the TTFT SLO; a pool must "
+                f"save {100 * th.min_pool_saving:.0f}% of the baseline's monthly cost more than "
+                "the best local option"
+                if th.objective == "cost"
+                else "lowest mean TTFT without lowering the rate served within the SLO; a "
+                f"pool must beat local DRAM offload by {100 * th.min_pool_advantage:.0f}%"
+            ),
+            "source": "--objective, --pool-margin (docs/advisor.md)",
         },
         {
             "what": "Pilot KPIs",
-            "value": f"TTFT -{100 * o.thresholds.min_ttft_reduction:.0f}%, throughput not lower, 72 h stability",
-            "source": "gated pilot practice (FIELD.md section 6)",
+            "value": f"at least {100 * th.pilot_fraction:.0f}% of the projected TTFT reduction "
+            "and throughput gain, p90 TTFT within the SLO, 72 h stability",
+            "source": "gated pilot derived from the projection (docs/advisor.md)",
         },
         {
             "what": "Break-even bandwidth",
             "value": "bytes/token x prefill tokens/s of the prefix's marginal tokens",
-            "source": "FIELD.md section 5; Mooncake FAST'25",
+            "source": "Mooncake (Qin et al., FAST'25): load KV when faster than recomputing "
+            "it; docs/cost-model.md",
         },
         {
             "what": "Model and GPU",
             "value": f"{o.model} on {o.tp} x {o.gpu}, KV {o.kv_dtype}",
-            "source": "kvpool catalogs models/models.toml, models/hardware.toml",
+            "source": "kvpool catalogs models/models.toml, models/hardware.toml (model "
+            "config.json files and vendor datasheets)",
         },
         {
             "what": "Pool link",
-            "value": f"{o.pool_gbps:g} GB/s per node" if o.pool_gbps else o.pool_tier,
-            "source": "--pool-gbps (default: the pool tier's catalog figure, models/hardware.toml)",
+            "value": (
+                f"{o.pool_gbps:g} GB/s per node ({8 * o.pool_gbps:g} Gb/s)"
+                if o.pool_gbps
+                else o.pool_tier
+            ),
+            "source": "--pool-gbps (default: the pool tier's catalog figure, models/hardware.toml; RDMA at "
+            "about 87% of line rate, as Mooncake's Transfer Engine reaches)",
         },
         {
             "what": "Replay",
-            "value": f"{o.instances} prefill instances, router {o.router}, decode not modelled, TTFT SLO {o.ttft_slo_s:g} s (p90)",
+            "value": f"{o.instances} prefill instances, router {o.router}, decode not "
+            f"modelled, TTFT SLO {1000 * o.ttft_slo_s:,.0f} ms (p90)",
             "source": "kvpool replay (docs/replay.md)",
+        },
+        {
+            "what": "GPUs needed",
+            "value": "instances x load / (highest rate multiple within the SLO), at the mean "
+            f"and at the busiest {o.peak_window_s:g} s window; prefill GPUs only (a "
+            "disaggregated prefill pool, as in Mooncake)",
+            "source": "kvpool replay rate search; docs/advisor.md",
         },
         {
             "what": "Knee",
             "value": f"{100 * o.knee_fraction:.0f}% of the LRU ceiling",
-            "source": "kvpool reuse LRU curve (exact stack distances)",
+            "source": "kvpool reuse LRU curve (exact stack distances, Mattson et al., 1970)",
         },
     ]
     if r.cost_json and r.cost_json.get("mfu") is not None:
         out.append(
             {
                 "what": "Prefill utilisation (MFU)",
-                "value": f"{r.cost_json['mfu']:g}",
-                "source": "--mfu: the plain roofline instead of the engine model",
+                "value": f"{100 * r.cost_json['mfu']:.0f}% of peak FLOP/s",
+                "source": "--mfu: the plain roofline instead of the engine model (MFU as "
+                "defined by Chowdhery et al., PaLM, 2022)",
             }
         )
     elif r.cost_json:
@@ -1075,4 +1296,14 @@ def assumptions(r: AnalysisResult) -> list[dict[str, Any]]:
                 "(kvpool cost check; docs/cost-model.md)",
             }
         )
+    if r.economics is not None:
+        for p in r.economics.prices.used():
+            price = "not priced" if p["usd"] is None else f"${p['usd']:,.4g} per {p['unit']}"
+            out.append(
+                {
+                    "what": f"Price: {p['what']}",
+                    "value": price,
+                    "source": p["source"] + (f" (read {p['date']})" if p["date"] else ""),
+                }
+            )
     return out

@@ -9,8 +9,11 @@ Each perturbation is re-priced cheaply rather than re-simulated:
   scenario's mean TTFT changes by the time its pool reads take at ``B'`` instead of
   ``B`` (``pool hit tokens x bytes/token x (1/B' - 1/B)``), without link contention.
 * **model / GPU**: the pipeline prices the break-even with the other model or GPU
-  and passes a compute-time ratio; every scenario's TTFT scales by it and the pool
-  reads by the KV-size ratio.
+  and passes a compute-time ratio; every scenario's TTFT scales by it, the pool
+  reads by the KV-size ratio, and the rate served within the SLO by its inverse.
+* **GPU price, DRAM price, load**: the money figures re-priced
+  (:func:`analyzer.advisor.economics.scaled`); the load multiplies the instances each
+  option needs to serve it within the SLO.
 * **instances**: the pipeline re-runs a quick replay (no SLO search) at other
   instance counts when the trace is small enough, and passes its figures in.
 """
@@ -22,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from analyzer.advisor.decide import decide
+from analyzer.advisor.economics import EconomicsInputs
 from analyzer.advisor.figures import (
     BandwidthFigures,
     ReplayFigures,
@@ -40,6 +44,7 @@ class Variant:
     bandwidth: BandwidthFigures | None
     replay: ReplayFigures | None
     note: str = ""
+    economics: EconomicsInputs | None = None  # None: the base analysis's
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +153,7 @@ def hardware_variant(
     compute_ratio: float,
     mean_prompt_tokens: float,
     note: str = "",
+    economics: EconomicsInputs | None = None,
 ) -> Variant:
     """Another model or GPU: ``alt_bandwidth`` priced by the pipeline, TTFTs scaled by
     ``compute_ratio`` (alternative prefill time / current), pool reads by the KV size."""
@@ -165,10 +171,16 @@ def hardware_variant(
                     s, mean_prompt_tokens, alt_bandwidth.bytes_per_token, pool.bandwidth_gbps
                 )
                 t = (s.ttft_mean_s - load) * compute_ratio + load2
-            return replace(s, ttft_mean_s=max(1e-9, t))
+            rate = s.max_rate_scale
+            return replace(
+                s,
+                ttft_mean_s=max(1e-9, t),
+                ttft_p90_s=max(1e-9, s.ttft_p90_s * t / s.ttft_mean_s if s.ttft_mean_s > 0 else t),
+                max_rate_scale=None if rate is None else rate / max(compute_ratio, 1e-9),
+            )
 
         rp2 = _scenarios(replay, reprice)
-    return Variant(dimension, label, reuse, alt_bandwidth, rp2, note)
+    return Variant(dimension, label, reuse, alt_bandwidth, rp2, note, economics)
 
 
 def flip_table(
@@ -178,12 +190,13 @@ def flip_table(
     replay: ReplayFigures | None,
     variants: list[Variant],
     th: Thresholds | None = None,
+    economics: EconomicsInputs | None = None,
 ) -> tuple[str, list[FlipRow]]:
     """The base verdict and one row per variant."""
-    base = decide(trace, reuse, bandwidth, replay, th).verdict
+    base = decide(trace, reuse, bandwidth, replay, th, economics).verdict
     rows = []
     for v in variants:
-        d = decide(trace, v.reuse, v.bandwidth, v.replay, th)
+        d = decide(trace, v.reuse, v.bandwidth, v.replay, th, v.economics or economics)
         rows.append(FlipRow(v.dimension, v.label, d.verdict, d.verdict != base, v.note))
     return base, rows
 

@@ -33,7 +33,7 @@ from analyzer.errors import InputError, Location, UsageError
 from analyzer.outputs import note_input
 
 ROLES = ("baseline", "candidate", "stability")
-REPORT_SCHEMA = "kvpool.report/1"
+REPORT_SCHEMA = "kvpool.report/2"
 
 # vLLM key -> (our key, factor to seconds / plain)
 _VLLM_KEYS = {

@@ -190,3 +190,22 @@ def extend_chain(
         prev = _digest(start, counted, h, words, length)
         hashes[k] = prev
     return hashes, contents, prev
+
+
+@njit(cache=True)
+def id_digests(start: np.ndarray, counted: int, prefix: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``blake2b(prefix || id as little-endian int64)`` (keyed, 8-byte digest) of each id."""
+    length = prefix.size + 8
+    cap = ((length + BLOCK - 1) // BLOCK) * BLOCK
+    scratch = np.zeros(cap, dtype=np.uint8)
+    scratch[: prefix.size] = prefix
+    words = scratch.view(np.uint64)
+    value = np.zeros(1, dtype=np.int64)
+    value_bytes = value.view(np.uint8)
+    h = np.empty(8, dtype=np.uint64)
+    out = np.empty(ids.size, dtype=np.uint64)
+    for i in range(ids.size):
+        value[0] = ids[i]
+        scratch[prefix.size : length] = value_bytes
+        out[i] = _digest(start, counted, h, words, length)
+    return out

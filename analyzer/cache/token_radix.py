@@ -179,6 +179,15 @@ class ArrivalLCP:
     def __len__(self) -> int:
         return len(self._ends)
 
+    def memory_bytes(self) -> int:
+        """About what the tree holds, from quantities that do not depend on how the
+        requests were inserted (whole or continuing a recalled prefix, which can leave
+        a node more or less): its tokens (4 bytes each), two nodes a request (a chat
+        turn makes about that: where its new messages start and its leaf) and the end
+        list. A conversion compares it to ``--exact-max-mib``, so the choice is the same
+        in one process and over parallel workers."""
+        return self.tree._bytes + (2 * NODE_OVERHEAD_BYTES + 8) * len(self._ends)
+
     def add(self, tokens: Sequence[int] | np.ndarray) -> int:
         """Insert one request's prompt tokens; returns its index (0, 1, ...)."""
         return self.end(self.tree.insert(tokens))

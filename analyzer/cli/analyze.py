@@ -71,6 +71,52 @@ def analyze(
         Path | None,
         typer.Option("--json", help="Also write report.json's document here ('-': stdout, alone)."),
     ] = None,
+    objective: Annotated[
+        str,
+        typer.Option(
+            "--objective",
+            help="cost: the cheapest option serving the load within the SLO; ttft: the "
+            "lowest mean TTFT.",
+        ),
+    ] = "cost",
+    pool_margin: Annotated[
+        float,
+        typer.Option(
+            "--pool-margin",
+            help="How much cheaper than the best local option a pool must be, as a fraction "
+            "of the baseline's monthly cost (its operational risk).",
+        ),
+    ] = 0.05,
+    peak_window: Annotated[
+        float,
+        typer.Option(
+            "--peak-window", help="Window (s) of the busiest load the GPUs are sized for."
+        ),
+    ] = 300.0,
+    prices: Annotated[
+        Path | None,
+        typer.Option("--prices", help="A price file in the layout of models/prices.toml."),
+    ] = None,
+    gpu_hour_usd: Annotated[
+        float | None, typer.Option("--gpu-hour-usd", help="Price of one GPU-hour (USD).")
+    ] = None,
+    dram_gb_month_usd: Annotated[
+        float | None,
+        typer.Option("--dram-gb-month-usd", help="Host DRAM, USD per GB-month (0: bundled)."),
+    ] = None,
+    nvme_tb_month_usd: Annotated[
+        float | None, typer.Option("--nvme-tb-month-usd", help="NVMe, USD per TB-month.")
+    ] = None,
+    nic_node_month_usd: Annotated[
+        float | None,
+        typer.Option("--nic-node-month-usd", help="A pool NIC, USD per node-month."),
+    ] = None,
+    store_month_usd: Annotated[
+        float | None,
+        typer.Option(
+            "--store-month-usd", help="The KV store's own servers (master, metadata), USD/month."
+        ),
+    ] = None,
     block_size: o.BlockSize = None,
     fmt: o.Format = None,
     template: o.Template = "chatml",
@@ -87,14 +133,18 @@ def analyze(
     strict: o.Strict = False,
     no_exact: o.NoExact = False,
     exact_max_mib: o.ExactMaxMib = 512,
+    jobs: o.Jobs = None,
     force: o.Force = False,
     show_previews: o.ShowPreviews = False,
     keep_names: o.KeepNames = False,
 ) -> None:
     """Log to decision: reuse, break-even, replay, verdict, sized settings and pilot gates."""
+
+    from analyzer.advisor.figures import Thresholds
     from analyzer.advisor.pipeline import AnalyzeOptions, run_analysis
     from analyzer.cli.cost import _weights_dtype
     from analyzer.cli.output import report_console, write_text
+    from analyzer.cost.prices import PriceOverrides
     from analyzer.outputs import report_dir
     from analyzer.progress import progress
     from analyzer.replay.config import ClusterConfig
@@ -130,6 +180,7 @@ def analyze(
             strict=strict,
             no_exact=no_exact,
             exact_max_mib=exact_max_mib,
+            jobs=jobs,
             previews=show_previews,
             keep_names=keep_names,
         ),
@@ -158,6 +209,16 @@ def analyze(
         ),
         profile=profile,
         search_rate=not no_rate_search,
+        thresholds=Thresholds(objective=objective, min_pool_saving=pool_margin),
+        peak_window_s=peak_window,
+        prices=PriceOverrides(
+            prices_file=None if prices is None else str(prices),
+            gpu_hour_usd=gpu_hour_usd,
+            dram_gb_month_usd=dram_gb_month_usd,
+            nvme_tb_month_usd=nvme_tb_month_usd,
+            nic_node_month_usd=nic_node_month_usd,
+            store_month_usd=store_month_usd,
+        ),
     )
     # Each stage shows its own progress bar (rich allows one live display at a time).
     doc = run_analysis([str(p) for p in inputs], opts).to_json()
@@ -180,9 +241,13 @@ def analyze(
 def print_summary(console: Any, doc: dict[str, Any], paths: dict[str, Any]) -> None:
     from rich.table import Table
 
+    from analyzer.advisor.summary import economics_table, summary_sentences
     from analyzer.report.figures import VERDICT_TEXT
-    from analyzer.report.render import key_figures, num
+    from analyzer.report.render import gbps, key_figures, num
 
+    for sentence in doc.get("summary") or summary_sentences(doc):
+        console.print(sentence, highlight=False, markup=False)
+    console.print()
     v = doc["verdict"]
     color = {"deploy-pooled": "green", "local-offload-only": "blue", "not-worth-it": "yellow"}.get(
         v["verdict"], "white"
@@ -200,11 +265,19 @@ def print_summary(console: Any, doc: dict[str, Any], paths: dict[str, Any]) -> N
     for row in kf.rows:
         t.add_row(*row)
     console.print(t)
+    et = economics_table(doc)
+    if et:
+        header, rows = et
+        keep = [0, 1, 2, 6, 7]  # option, GPUs (mean, busiest), total, net
+        t = Table(*[header[i] for i in keep], box=None, pad_edge=False)
+        for row in rows:
+            t.add_row(*[row[i] for i in keep])
+        console.print(t)
     sz = doc.get("sizing")
     if sz:
         console.print(
             f"Sizing: pool {num(sz['pool_capacity_gb'])} GB, host DRAM {num(sz['dram_per_node_gb'])} "
-            f"GB/node, network {num(sz['network_per_node_gbps'])} GB/s/node ({sz['nic']}), block "
+            f"GB/node, network {gbps(sz['network_per_node_gbps'])} per node ({sz['nic']}), block "
             f"{sz['block_size_tokens']}, chunk {sz['chunk_size_tokens']}, router {sz['router']}, "
             f"eviction {sz['eviction']}",
             highlight=False,

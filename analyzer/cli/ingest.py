@@ -44,6 +44,7 @@ def convert(
     ] = False,
     no_exact: o.NoExact = False,
     exact_max_mib: o.ExactMaxMib = 512,
+    jobs: o.Jobs = None,
     force: o.Force = False,
     keep_names: o.KeepNames = False,
 ) -> None:
@@ -74,6 +75,7 @@ def convert(
         strict=strict,
         no_exact=no_exact,
         exact_max_mib=exact_max_mib,
+        jobs=jobs,
         previews=keep_previews,
         keep_names=keep_names,
     )

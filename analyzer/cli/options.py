@@ -169,6 +169,12 @@ KeepNames = Annotated[
 NoExact = Annotated[
     bool, typer.Option("--no-exact", help="Skip the token-exact LCP (for huge logs).")
 ]
+Jobs = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs", "-j", help="Processes reading the logs (default: every core); same output."
+    ),
+]
 ExactMaxMib = Annotated[
     int,
     typer.Option(
@@ -289,10 +295,12 @@ def ingest_options(
     exact_max_mib: int,
     previews: bool = False,
     keep_names: bool = False,
+    jobs: int | None = 1,
 ) -> Any:  # analyzer.ingest.IngestOptions (imported here, not at module load)
     """The :class:`~analyzer.ingest.IngestOptions` the ingest flags describe."""
     from analyzer.errors import UsageError
     from analyzer.ingest.options import IngestOptions
+    from analyzer.ingest.parallel import resolve_jobs
 
     if exact_max_mib < 1:
         raise UsageError(f"--exact-max-mib must be at least 1, got {exact_max_mib}")
@@ -315,6 +323,7 @@ def ingest_options(
         exact_max_bytes=exact_max_mib << 20,
         previews=previews,
         keep_names=keep_names,
+        jobs=resolve_jobs(jobs),
     )
 
 

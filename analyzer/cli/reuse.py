@@ -105,6 +105,7 @@ def reuse(
     strict: o.Strict = False,
     no_exact: o.NoExact = False,
     exact_max_mib: o.ExactMaxMib = 512,
+    jobs: o.Jobs = None,
     only_model: Annotated[
         str | None,
         typer.Option(
@@ -166,6 +167,7 @@ def reuse(
         strict=strict,
         no_exact=no_exact,
         exact_max_mib=exact_max_mib,
+        jobs=jobs,
         previews=show_previews,
     )
     loaded = _load(inputs, ingest)

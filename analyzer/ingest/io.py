@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,9 +92,21 @@ def check_readable(path: str | Path) -> None:
         raise InputError("file is empty", Location(str(path)))
 
 
-def _chunks(path: str | Path, on_bytes: Callable[[int], None] | None) -> Iterator[bytes]:
+def _chunks(
+    path: str | Path, on_bytes: Callable[[int], None] | None, span: Span | None = None
+) -> Iterator[bytes]:
     kind = compression(path)
     with open(path, "rb") as f:
+        if span is not None:  # a byte range of an uncompressed file
+            assert kind == "none"
+            f.seek(span.start)
+            left = span.end - span.start
+            while left > 0 and (chunk := f.read(min(CHUNK, left))):
+                left -= len(chunk)
+                if on_bytes:
+                    on_bytes(len(chunk))
+                yield chunk
+            return
         if kind == "none":
             while chunk := f.read(CHUNK):
                 if on_bytes:
@@ -191,18 +204,61 @@ def _too_long(path: str | Path, lineno: int, limit: int) -> None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Bytes ``[start, end)`` of an uncompressed file, starting at line ``first_line``
+    (``start`` is 0 or just after a newline); see :func:`line_spans`."""
+
+    start: int
+    end: int
+    first_line: int
+
+
+def line_spans(path: str | Path, parts: int) -> list[Span]:
+    """An uncompressed file cut into about ``parts`` spans of equal size at line ends.
+
+    Reads the file once, counting newlines, so that each span knows its first line
+    number (error messages and default request ids name lines).
+    """
+    size = Path(path).stat().st_size
+    targets = [size * k // parts for k in range(1, parts)]
+    cuts, lines_before = [0], [0]
+    pos, lines = 0, 0
+    with open(path, "rb") as f:
+        while targets and (chunk := f.read(CHUNK)):
+            lo = 0
+            while targets and pos + len(chunk) > targets[0]:
+                i = chunk.find(b"\n", max(lo, targets[0] - pos))
+                if i < 0:
+                    break
+                lines += chunk.count(b"\n", lo, i + 1)
+                lo = i + 1
+                if pos + lo < size and pos + lo > cuts[-1]:
+                    cuts.append(pos + lo)
+                    lines_before.append(lines)
+                while targets and targets[0] < pos + lo:
+                    targets.pop(0)
+            lines += chunk.count(b"\n", lo)
+            pos += len(chunk)
+    cuts.append(size)
+    return [Span(cuts[k], cuts[k + 1], lines_before[k] + 1) for k in range(len(cuts) - 1)]
+
+
 def iter_lines(
-    path: str | Path, on_bytes: Callable[[int], None] | None = None
+    path: str | Path, on_bytes: Callable[[int], None] | None = None, span: Span | None = None
 ) -> Iterator[tuple[int, bytes]]:
-    """(1-based line number, line bytes without the newline); raises TruncatedInput."""
-    lineno = 0
+    """(1-based line number, line bytes without the newline); raises TruncatedInput.
+
+    With ``span``, only the lines of that byte range (numbered from its first line).
+    """
+    lineno = span.first_line - 1 if span is not None else 0
     rest = b""
     held: list[bytes] = []  # chunks of one long line, joined once its end arrives
     held_size = 0
-    first = True
+    first = span is None or span.start == 0
     limit = max_line_bytes()
     try:
-        for chunk in _chunks(path, on_bytes):
+        for chunk in _chunks(path, on_bytes, span):
             if first:
                 # A UTF-8 byte order mark (Windows exports) is not part of the first line.
                 chunk, first = chunk.removeprefix(BOM), False

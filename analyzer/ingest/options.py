@@ -47,6 +47,11 @@ class IngestOptions:
     # conversion whose memory would otherwise grow with it.
     exact_max_bytes: int = 512 << 20
     image_tokens: int = 765
+    # Worker processes (see parallel.py); the CLI's default is every core. A script that
+    # asks for more than one must start under ``if __name__ == "__main__":`` (workers are
+    # started with multiprocessing's "spawn", which imports the main module again).
+    jobs: int = 1
+    parallel_min_bytes: int = 32 << 20  # smaller inputs are read in one process
     memo: bool = True  # memoize tokenization and prefix hashing (off only to benchmark)
     max_examples: int = 5
     max_previews: int = 200_000

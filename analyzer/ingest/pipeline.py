@@ -12,6 +12,7 @@ with ``exact=False`` / ``--no-exact`` on huge logs).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 from array import array
@@ -24,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer import limits
-from analyzer.blocks import BlockHasher, id_hash, load_salt, salt_id
+from analyzer.blocks import BlockHasher, id_hashes, load_salt, salt_id
 from analyzer.cache.token_radix import ArrivalLCP
 from analyzer.errors import InputError, Location, UsageError
 from analyzer.ingest.detect import FORMATS, detect_format
@@ -41,6 +42,7 @@ from analyzer.ingest.readers import (
 )
 from analyzer.ingest.spool import DistinctCounter, RowSpool, list_array
 from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, numeric_seconds, timestamp_outliers
+from analyzer.ingest.vector import BULK, read_bulk
 from analyzer.progress import Advance
 from analyzer.tokenize import Part, Previews, RenderError
 from analyzer.trace import (
@@ -131,6 +133,10 @@ class _Builder:
         self.lcp = ArrivalLCP() if opts.exact and has_content else None
         self.rows = RowSpool()
         self.notes: list[str] = []
+        # 8 bytes per row with a request id of its own, to count duplicates at the end.
+        self._id_hashes = array("Q")
+        self.piece_stats = (0, 0, 0, 0)  # what parallel workers counted (see parallel.py)
+        self.exact_wanted = False  # in a worker: record the tree's operations
         self.previews = Previews()
         self.shared: dict[str, Any] = {}
         self.file_abs: list[tuple[str, bool]] = []  # (file, absolute times?) per file read
@@ -277,11 +283,8 @@ class _Builder:
             m = self.block_size // native
             n_blocks = raw.prompt_tokens // self.block_size
             ns = ctx.fmt.encode() + self._extra(raw)
-            hashes = np.fromiter(
-                (id_hash(ns, raw.block_ids[m * j + m - 1], self.salt) for j in range(n_blocks)),
-                dtype=np.uint64,
-                count=n_blocks,
-            )
+            ids = np.asarray(raw.block_ids[m - 1 : m * n_blocks : m], dtype=np.int64)
+            hashes = id_hashes(ns, ids, self.salt)
             n_prompt = raw.prompt_tokens
         else:
             n_prompt, hashes, contents, idx = self._hash_content(raw)
@@ -289,6 +292,9 @@ class _Builder:
         if out is None and raw.output_text is not None and self.renderer is not None:
             out = self.hasher.served_tokens(int(self.renderer.tok.encode(raw.output_text).size))
         rid = raw.request_id or f"{Path(ctx.path).name}:{line}"
+        if raw.request_id:
+            h = hashlib.blake2b(rid.encode("utf-8", "surrogatepass"), digest_size=8)
+            self._id_hashes.append(int.from_bytes(h.digest(), "little"))
         named = self.opts.keep_names
         tenant = raw.tenant or raw.model
         self.rows.append(
@@ -309,15 +315,16 @@ class _Builder:
             cached_tokens=raw.cached_tokens,
             engine_prompt_tokens=raw.engine_prompt_tokens,
         )
-        if self.lcp is not None and self.lcp.tree.memory_bytes() > self.opts.exact_max_bytes:
+        if self.lcp is not None and self.lcp.memory_bytes() > self.opts.exact_max_bytes:
             self._drop_exact()
 
-    def _drop_exact(self) -> None:
+    def _drop_exact(self, after_rows: int | None = None) -> None:
         """The token tree outgrew its bound: token-exact LCPs are not computed (see notes)."""
         assert self.lcp is not None
+        n = len(self.rows) if after_rows is None else after_rows
         self.notes.append(
             f"token-exact prefix lengths not computed: the token tree passed "
-            f"{self.opts.exact_max_bytes / 2**20:,.0f} MiB after {len(self.rows):,} requests "
+            f"{self.opts.exact_max_bytes / 2**20:,.0f} MiB after {n:,} requests "
             "(--exact-max-mib); reuse figures use the block-level ceilings"
         )
         self.lcp = None
@@ -350,12 +357,62 @@ class _Builder:
 
     def read_file(self, path: str, fmt: str) -> None:
         ctx = FileContext(path, fmt, self.opts, shared=self.shared)
-        parse = PARSERS[fmt]
         first = len(self.rows)
+        if fmt in BULK and self._read_bulk(path, fmt):
+            n = len(self.rows) - first
+            self.settle_times(
+                path, fmt, True, first, np.zeros(n, bool), np.arange(1, n + 1, dtype=np.int64)
+            )
+            return
+        iso, lines = self.read_rows(ctx, records(path, fmt, self.advance))
+        self.settle_times(
+            path, fmt, ctx.timed, first, np.asarray(iso, dtype=bool), np.asarray(lines, np.int64)
+        )
+
+    def _read_bulk(self, path: str, fmt: str) -> bool:
+        """A clean pre-hashed trace, read whole (:mod:`analyzer.ingest.vector`)."""
+        from analyzer.ingest.readers import Raw as _Raw
+
+        got = read_bulk(path, fmt, self.block_size, self.salt, fmt.encode() + self._extra(_Raw()))
+        if got is None:
+            return False
+        table, times = got
+        if not self.opts.keep_names:  # request ids leave as pseudonyms, as in _add
+            key = self.salt
+            ids = [
+                "r-" + hashlib.blake2b(b"r-" + r.encode(), digest_size=8, key=key).hexdigest()
+                for r in table.column("request_id").to_pylist()
+            ]
+            table = table.set_column(0, "request_id", pa.array(np.array(ids, dtype=object)))
+        self.rows.append_table(table, times)
+        if self.advance is not None:
+            self.advance(os.path.getsize(path))
+        return True
+
+    def first_timing(self, path: str, fmt: str) -> tuple[int | None, bool | None, str | None]:
+        """(line of the file's first kept row, whether the file is timed, its time field),
+        read from the top with nothing kept (a scratch builder sharing only the
+        tokenizer memo, which is a pure cache)."""
+        scratch = copy.copy(self)
+        scratch.rows, scratch.lcp, scratch.notes = RowSpool(), None, []
+        scratch.skipped = SkipSummary(max_examples=0)
+        scratch.previews = Previews()
+        scratch.hasher = BlockHasher(self.block_size, self.salt, self.opts.token_ratio)
+        ctx = FileContext(path, fmt, self.opts, shared={})
+        try:
+            _, lines = scratch.read_rows(ctx, records(path, fmt, None), first_only=True)
+        finally:
+            scratch.rows.close()
+        return (lines[0] if lines else None), ctx.timed, ctx.time_name
+
+    def read_rows(self, ctx: FileContext, recs, first_only: bool = False):  # type: ignore[no-untyped-def]
+        """Rows of ``recs`` added; returns (per kept row: ISO time?, per kept row: its
+        line). ``first_only`` stops after the first kept row (a file's timing)."""
+        parse = PARSERS[ctx.fmt]
         iso_flags: list[bool] = []
         lines: list[int] = []  # the line of each row added from this file
         seq = 0
-        for line, rec in records(path, fmt, self.advance):
+        for line, rec in recs:
             if isinstance(rec, RowError):
                 self._bad(rec, ctx, line)
                 if rec.fatal:
@@ -381,29 +438,45 @@ class _Builder:
                 continue
             iso_flags.append(iso)
             seq += 1
+            if first_only:
+                break
+        return iso_flags, lines
+
+    def settle_times(
+        self,
+        path: str,
+        fmt: str,
+        timed: bool | None,
+        first: int,
+        iso: np.ndarray,
+        lines: np.ndarray,
+    ) -> None:
+        """Times of the file's rows ``first:`` in seconds, once the whole file is read:
+        outliers dropped, the numeric unit resolved on all of them, then absolute vs
+        relative. ``lines`` holds each of those rows' line in the file."""
+        ctx = FileContext(path, fmt, self.opts)
         last = len(self.rows)
         if last == first:
             return
-        # Resolve the numeric unit of this file, then absolute vs relative.
         times = np.frombuffer(self.rows.time, dtype=np.float64)[first:last].copy()
-        iso_rows = np.asarray(iso_flags, dtype=bool)
-        if ctx.timed is False:
+        if timed is False:
             self.untimed.append(path)
             absolute = False
+            times = np.arange(last - first, dtype=np.float64) * UNTIMED_SPACING_S
         else:
             forced = None if self.opts.time_unit == "auto" else self.opts.time_unit
             forced = forced or NATIVE_UNIT.get(fmt)
-            numeric = ~iso_rows
+            numeric = ~iso
             # Outliers first (in the file's raw numbers, then among ISO times): one value
             # of 0 or 1e308 must neither pick the unit nor stretch the trace's span.
             out = np.zeros(times.size, dtype=bool)
             out[numeric] = timestamp_outliers(times[numeric])
-            out[iso_rows] = timestamp_outliers(times[iso_rows])
+            out[iso] = timestamp_outliers(times[iso])
             for i in np.flatnonzero(out):
                 self._bad(
                     RowError("timestamp far outside the file's others (outlier)", "timestamp"),
                     ctx,
-                    lines[i],
+                    int(lines[i]),
                 )
                 self.dropped.append(first + int(i))
             numeric &= ~out
@@ -426,6 +499,14 @@ class _Builder:
         """The canonical file's metadata, and its rows in arrival order, a batch at a time."""
         rows = self.rows
         n = len(rows)
+        if self._id_hashes:
+            ids = np.frombuffer(self._id_hashes, dtype=np.uint64)
+            dup = int(ids.size - np.unique(ids).size)
+            if dup:
+                self.notes.append(
+                    f"duplicate request ids: {dup:,} rows repeat an earlier row's id "
+                    "(all kept; a log written twice, or retries, would count double)"
+                )
         times = np.frombuffer(rows.time, dtype=np.float64)
         if len({a for _, a in self.file_abs}) > 1:
             kinds = [f"{p} ({'absolute' if a else 'relative'})" for p, a in self.file_abs]
@@ -669,8 +750,14 @@ def _read_raw(
     if "canonical" in fmts:
         raise UsageError("canonical traces cannot be mixed with raw logs in one run")
     b = _Builder(plist, fmts, opts, advance)
-    for p, f in zip(plist, fmts, strict=True):
-        b.read_file(p, f)
+    jobs = _jobs_for(plist, opts)
+    if jobs > 1:
+        from analyzer.ingest.parallel import read_parallel
+
+        read_parallel(b, jobs)
+    else:
+        for p, f in zip(plist, fmts, strict=True):
+            b.read_file(p, f)
     if not len(b.rows):
         raise InputError(
             "no usable requests in "
@@ -681,15 +768,28 @@ def _read_raw(
     return plist, b
 
 
+def _jobs_for(paths: list[str], opts: IngestOptions) -> int:
+    """Worker processes for this run: one when the inputs are too small to gain from more
+    (starting a worker costs about a second) and under --strict (the first bad row in
+    input order must be the one reported)."""
+    jobs = opts.jobs
+    if jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {jobs}")
+    if opts.strict or sum(os.path.getsize(p) for p in paths) < opts.parallel_min_bytes:
+        return 1
+    return jobs
+
+
 def _loaded(b: _Builder, plist: list[str], table: pa.Table | None) -> LoadedTrace:
     stats = {}
+    w = b.piece_stats
     if b.renderer is not None:
         stats = {
-            "parts_seen": b.renderer.parts_seen,
-            "parts_tokenized": b.renderer.parts_tokenized,
-            "tokens_encoded": b.renderer.tokens_encoded,
+            "parts_seen": b.renderer.parts_seen + w[0],
+            "parts_tokenized": b.renderer.parts_tokenized + w[1],
+            "tokens_encoded": b.renderer.tokens_encoded + w[2],
         }
-    stats["blocks_hashed"] = b.hasher.blocks_hashed
+    stats["blocks_hashed"] = b.hasher.blocks_hashed + w[3]
     return LoadedTrace(
         table=table if table is not None else CANONICAL_SCHEMA.empty_table(),
         skipped=b.skipped,

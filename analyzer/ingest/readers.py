@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 
 from analyzer.errors import InputError, Location
-from analyzer.ingest.io import TruncatedInput, iter_lines
+from analyzer.ingest.io import Span, TruncatedInput, iter_lines
 from analyzer.ingest.options import IngestOptions
 from analyzer.ingest.timeparse import parse_time
 
@@ -194,6 +194,10 @@ def take_time(rec: dict[str, Any], ctx: FileContext, names: tuple[str, ...] = TI
 
 # -- record streams ----------------------------------------------------------------------
 
+# Formats whose uncompressed files may be read in byte ranges by parallel workers: one
+# record a line, and no state carried from row to row (Bailian and RAGPulse carry some).
+SPLITTABLE = frozenset({"openai", "openai-batch", "generic-jsonl"})
+
 Record = tuple[int, dict[str, Any] | RowError]
 
 
@@ -215,7 +219,9 @@ def _slow_json(line: bytes) -> object:
         return RowError("JSON nested too deeply")
 
 
-def json_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[Record]:
+def json_records(
+    path: str, on_bytes: Callable[[int], None] | None, span: Span | None = None
+) -> Iterator[Record]:
     """JSON lines through orjson (twice the standard library's speed on chat logs).
 
     One difference remains: an integer beyond 64 bits reads as a float (orjson), where
@@ -224,7 +230,7 @@ def json_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[
     lineno = 0
     loads, refused = orjson.loads, orjson.JSONDecodeError
     try:
-        for lineno, line in iter_lines(path, on_bytes):
+        for lineno, line in iter_lines(path, on_bytes, span):
             if not line.strip():
                 continue
             try:
@@ -358,7 +364,13 @@ def parquet_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterat
             on_bytes(size * in_group / n_rows)
 
 
-def records(path: str, fmt: str, on_bytes: Callable[[int], None] | None) -> Iterator[Record]:
+def records(
+    path: str, fmt: str, on_bytes: Callable[[int], None] | None, span: Span | None = None
+) -> Iterator[Record]:
+    """The records of ``path`` (of ``span`` only: JSON-lines formats, uncompressed)."""
+    if span is not None:
+        assert fmt in SPLITTABLE
+        return json_records(path, on_bytes, span)
     if fmt.endswith("parquet"):
         return parquet_records(path, on_bytes)
     if fmt.endswith("csv") or fmt in ("azure", "burstgpt"):

@@ -30,6 +30,7 @@ import tempfile
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -90,21 +91,29 @@ class _Pending:
         np.cumsum(counts, out=offsets[1:])
         coffsets = np.zeros(counts.size + 1, dtype=np.int64)
         np.cumsum(np.where(has, counts, 0), out=coffsets[1:])
+
+        # Lists go in as numpy object arrays: given a plain list, pyarrow imports pandas
+        # (a third of a second) to ask whether it is a pandas object.
+        def obj(values: list[Any], t: pa.DataType) -> pa.Array:
+            arr = np.empty(len(values), dtype=object)
+            arr[:] = values
+            return pa.array(arr, t)
+
         cols = [
-            pa.array(self.request_id, pa.string()),
-            pa.array(self.session, pa.string()),
-            pa.array(self.tenant, pa.string()),
-            pa.array(self.model, pa.string()),
-            pa.array(self.prompt_tokens, pa.int64()),
-            pa.array(self.output_tokens, pa.int64()),
+            obj(self.request_id, pa.string()),
+            obj(self.session, pa.string()),
+            obj(self.tenant, pa.string()),
+            obj(self.model, pa.string()),
+            pa.array(np.asarray(self.prompt_tokens, dtype=np.int64)),
+            obj(self.output_tokens, pa.int64()),
             list_array(offsets, np.frombuffer(self.hashes, dtype=np.uint64)),
             list_array(coffsets, np.frombuffer(self.contents, dtype=np.uint64), mask=~has),
-            pa.array(self.parent, pa.string()),
-            pa.array(self.turn, pa.int64()),
-            pa.array(self.count_only, pa.bool_()),
-            pa.array(self.approx, pa.bool_()),
-            pa.array(self.cached, pa.int64()),
-            pa.array(self.engine_prompt, pa.int64()),
+            obj(self.parent, pa.string()),
+            obj(self.turn, pa.int64()),
+            pa.array(np.asarray(self.count_only, dtype=bool)),
+            pa.array(np.asarray(self.approx, dtype=bool)),
+            obj(self.cached, pa.int64()),
+            obj(self.engine_prompt, pa.int64()),
         ]
         return pa.RecordBatch.from_arrays(cols, schema=SPOOLED)
 
@@ -115,12 +124,27 @@ def list_array(offsets: np.ndarray, flat: np.ndarray, mask=None) -> pa.Array:  #
     return pa.ListArray.from_arrays(
         pa.array(offsets.astype(np.int32)),
         pa.array(flat, type=pa.uint64()),
-        mask=None if mask is None else pa.array(mask),
+        mask=None if mask is None else pa.array(np.asarray(mask, dtype=bool)),
     )
 
 
+@dataclass(frozen=True, slots=True)
+class SpoolFile:
+    """A spool's rows handed to another process: its IPC file, batch sizes and sort keys."""
+
+    directory: str
+    batch_rows: tuple[int, ...]
+    time: bytes  # float64 per row
+    prompt_tokens: bytes  # int64 per row
+    lcp_index: bytes  # int64 per row
+
+
 class RowSpool:
-    """Canonical rows in input order: the sort keys in memory, the rest on disk."""
+    """Canonical rows in input order: the sort keys in memory, the rest on disk.
+
+    The rows may come from several spool files (one per parallel worker, adopted in input
+    order, see :meth:`adopt`); batches are addressed by the global row they start at.
+    """
 
     def __init__(self, batch_rows: int | None = None) -> None:
         self.batch_rows = batch_rows or BATCH_ROWS
@@ -129,10 +153,12 @@ class RowSpool:
         self.prompt_tokens = array("q")
         self.lcp_index = array("q")
         self._pending = _Pending()
-        self._dir: str | None = None
-        self._sink: pa.NativeFile | None = None
+        self._dirs: list[str] = []  # owned: removed by close()
+        self._files: list[str] = []  # IPC files, in order
         self._writer: pa.ipc.RecordBatchFileWriter | None = None
-        self._reader: pa.ipc.RecordBatchFileReader | None = None
+        self._sink: pa.NativeFile | None = None
+        self._starts = array("q")  # global first row of each spooled batch
+        self._where: list[tuple[int, int]] = []  # (file, batch in file) of each batch
         self._n_spooled = 0
 
     def __len__(self) -> int:
@@ -183,15 +209,31 @@ class RowSpool:
         if len(p) >= self.batch_rows:
             self._spool()
 
+    def _open(self) -> None:
+        d = tempfile.mkdtemp(prefix="kvpool-rows-")
+        self._dirs.append(d)
+        self._files.append(os.path.join(d, "rows.arrow"))
+        self._sink = pa.OSFile(self._files[-1], "wb")
+        self._writer = pa.ipc.new_file(self._sink, SPOOLED)
+        self._in_file = 0
+
     def _spool(self) -> None:
-        if not len(self._pending):
+        n = len(self._pending)
+        if not n:
             return
+        self._write(self._pending.batch())
+        self._starts.append(self._n_spooled)
+        self._where.append((len(self._files) - 1, self._in_file))
+        self._in_file += 1
+        self._n_spooled += n
+        self._pending = _Pending()
+
+    def _write(self, batch: pa.RecordBatch) -> None:
         try:
             if self._writer is None:
-                self._dir = tempfile.mkdtemp(prefix="kvpool-rows-")
-                self._sink = pa.OSFile(os.path.join(self._dir, "rows.arrow"), "wb")
-                self._writer = pa.ipc.new_file(self._sink, SPOOLED)
-            self._writer.write_batch(self._pending.batch())
+                self._open()
+            assert self._writer is not None
+            self._writer.write_batch(batch)
         except OSError as exc:  # a full temporary disk is an output error, in one line
             self.close()
             raise OutputError(
@@ -199,27 +241,77 @@ class RowSpool:
                 f"{exc.strerror or exc}",
                 hint="free space there, or point TMPDIR at a larger disk",
             ) from exc
-        self._n_spooled += len(self._pending)
-        self._pending = _Pending()
+
+    def append_table(self, table: pa.Table, time: np.ndarray) -> None:
+        """Rows already columnar (``SPOOLED`` schema; a bulk reader's), with their times;
+        they have no tree index."""
+        self._spool()
+        n = table.num_rows
+        self.time.frombytes(np.asarray(time, dtype=np.float64).tobytes())
+        self.prompt_tokens.frombytes(
+            np.asarray(table.column("prompt_tokens"), dtype=np.int64).tobytes()
+        )
+        self.lcp_index.frombytes(np.full(n, -1, dtype=np.int64).tobytes())
+        for batch in table.cast(SPOOLED).to_batches(max_chunksize=self.batch_rows):
+            self._write(batch)
+            self._starts.append(self._n_spooled)
+            self._where.append((len(self._files) - 1, self._in_file))
+            self._in_file += 1
+            self._n_spooled += batch.num_rows
+
+    def _seal(self) -> None:
+        """Spool what is pending and close the file being written."""
+        self._spool()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._sink is not None:
+            self._sink.close()
+            self._sink = None
+
+    def detach(self) -> SpoolFile:
+        """Everything as one spool file for :meth:`adopt` elsewhere; this spool lets go of it."""
+        self._seal()
+        assert len(self._files) <= 1
+        sizes = np.diff(np.append(np.frombuffer(self._starts, np.int64), self._n_spooled))
+        out = SpoolFile(
+            self._dirs[0] if self._dirs else "",
+            tuple(int(x) for x in sizes),
+            self.time.tobytes(),
+            self.prompt_tokens.tobytes(),
+            self.lcp_index.tobytes(),
+        )
+        self._dirs, self._files = [], []
+        return out
+
+    def adopt(self, f: SpoolFile, lcp_base: int = 0) -> None:
+        """Append the rows of ``f`` (made by :meth:`detach`); their tree indices are
+        shifted by ``lcp_base`` (-1, no index, stays -1). This spool removes the file."""
+        self._seal()
+        if f.directory:
+            self._dirs.append(f.directory)
+            self._files.append(os.path.join(f.directory, "rows.arrow"))
+        for k, n in enumerate(f.batch_rows):
+            self._starts.append(self._n_spooled)
+            self._where.append((len(self._files) - 1, k))
+            self._n_spooled += n
+        self.time.frombytes(f.time)
+        self.prompt_tokens.frombytes(f.prompt_tokens)
+        idx = np.frombuffer(f.lcp_index, dtype=np.int64)
+        self.lcp_index.frombytes(np.where(idx >= 0, idx + lcp_base, -1).tobytes())
 
     def close(self) -> None:
-        """Remove the temporary file (also done when the spool is garbage-collected)."""
+        """Remove the temporary files (also done when the spool is garbage-collected)."""
         # Each step on its own: after a failed write (a full disk) the others still run,
-        # so the temporary folder is removed whatever happened.
-        writer, sink, self._writer, self._sink, self._reader = (
-            self._writer,
-            self._sink,
-            None,
-            None,
-            None,
-        )
+        # so the temporary folders are removed whatever happened.
+        writer, sink, self._writer, self._sink = self._writer, self._sink, None, None
         for part in (writer, sink):
             if part is not None:
                 with contextlib.suppress(OSError):
                     part.close()
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
+        for d in self._dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        self._dirs = []
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at exit, after a failed write: stay quiet
@@ -227,33 +319,29 @@ class RowSpool:
 
     def batches(self, order: np.ndarray, out_rows: int | None = None) -> Iterator[pa.RecordBatch]:
         """The spooled columns of rows ``order[0], order[1], ...``, a batch at a time."""
-        self._spool()
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-            assert self._sink is not None
-            self._sink.close()
-            self._sink = None
-            assert self._dir is not None
-            self._reader = pa.ipc.open_file(pa.OSFile(os.path.join(self._dir, "rows.arrow")))
+        self._seal()
         n = order.size  # all rows, or fewer (rows dropped as timestamp outliers)
-        assert n <= len(self)
+        assert n <= len(self) == self._n_spooled
+        readers: dict[int, pa.ipc.RecordBatchFileReader] = {}
+        starts = np.frombuffer(self._starts, dtype=np.int64)
         step = out_rows or self.batch_rows
         cache: dict[int, pa.RecordBatch] = {}
         for a in range(0, n, step):
             rows = order[a : a + step]
-            which = rows // self.batch_rows
+            which = np.searchsorted(starts, rows, side="right") - 1
             pieces, where = [], []
             for k in np.unique(which):
                 batch = cache.get(int(k))
                 if batch is None:
-                    assert self._reader is not None
-                    batch = self._reader.get_batch(int(k))
+                    fi, bi = self._where[int(k)]
+                    if fi not in readers:
+                        readers[fi] = pa.ipc.open_file(pa.OSFile(self._files[fi]))
+                    batch = readers[fi].get_batch(bi)
                     cache[int(k)] = batch
                     while len(cache) > 2:
                         cache.pop(next(iter(cache)))
                 sel = np.flatnonzero(which == k)
-                pieces.append(batch.take(pa.array(rows[sel] - k * self.batch_rows)))
+                pieces.append(batch.take(pa.array(rows[sel] - starts[k])))
                 where.append(sel)
             merged = pa.Table.from_batches(pieces, schema=SPOOLED).combine_chunks()
             pos = np.concatenate(where)

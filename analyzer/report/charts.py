@@ -2,7 +2,7 @@
 
 The SVG is embedded inline in the HTML report, so the report needs no script, font
 or network access to display. Each function takes the report document (the
-``kvpool.report/1`` JSON) and returns an SVG string, or None when the document
+``kvpool.report/2`` JSON) and returns an SVG string, or None when the document
 holds no data for that chart.
 """
 
@@ -25,7 +25,23 @@ WIDTH = 520
 HEIGHT = 260
 
 
-def to_svg(chart: alt.TopLevelMixin) -> str:
+# vl-convert runs the Vega renderer in V8, whose heap cage reserves tens of GiB of address
+# space up front; under a lower `ulimit -v` V8 aborts the whole process (SIGTRAP, no
+# report at all). There the charts are left out instead (docs/security.md).
+V8_ADDRESS_SPACE_BYTES = 64 << 30
+
+
+def charts_possible() -> bool:
+    """False under an address-space limit V8 cannot start in."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return soft == resource.RLIM_INFINITY or soft >= V8_ADDRESS_SPACE_BYTES
+
+
+def to_svg(chart: alt.TopLevelMixin) -> str | None:
+    if not charts_possible():
+        return None
     import vl_convert as vlc
 
     svg = vlc.vegalite_to_svg(chart.to_json())

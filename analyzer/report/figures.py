@@ -25,7 +25,7 @@ from analyzer.trace import BlockTrace
 
 # --- orders, colours and words -------------------------------------------------------------
 
-SCENARIO_ORDER = ("none", "local", "local+dram", "pooled")
+SCENARIO_ORDER = ("none", "local", "local+dram", "local+dram+nvme", "pooled")
 # The standard scenarios keep their colours on every chart; user-defined ones get the rest.
 SCENARIO_COLORS = {
     "none": "#8c8c8c",

@@ -1,4 +1,4 @@
-"""HTML and Markdown reports, both rendered from the ``kvpool.report/1`` document.
+"""HTML and Markdown reports, both rendered from the ``kvpool.report/2`` document.
 
 Both follow one outline (:func:`sections`): verdict first, key figures, reuse (curve
 and sources), bandwidth (break-even), scenarios, sensitivity, sized recommendation
@@ -10,9 +10,19 @@ the HTML adds the charts as inline SVG.
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from analyzer.advisor.summary import (
+    GLOSSARY,
+    OPTION_LABEL,
+    economics_table,
+    glossary_rows,
+    price_table,
+    side_by_side_table,
+    summary_sentences,
+)
 from analyzer.report.figures import SCENARIO_ORDER, VERDICT_COLOR, VERDICT_TEXT
 
 
@@ -51,6 +61,50 @@ def rate_at_slo(scenario: dict[str, Any]) -> str:
 
 def gb(n_bytes: float | None) -> str:
     return "-" if n_bytes is None else f"{n_bytes / 1e9:,.2f} GB"
+
+
+def ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{1000 * seconds:,.0f} ms"
+
+
+def gbps(x: Any) -> str:
+    """A bandwidth in GB/s with its Gb/s (bits) beside it."""
+    return "-" if x is None else f"{num(x)} GB/s ({num(8 * x)} Gb/s)"
+
+
+def usd(x: Any) -> str:
+    if x is None:
+        return "-"
+    return f"-${-x:,.0f}" if x < 0 else f"${x:,.0f}"
+
+
+TIER_LABEL = {"dram": "Host DRAM", "pool": "Pool link", "nvme": "Local NVMe"}
+
+
+def check_value(name: str, x: Any) -> str:
+    """A decision check's value in its unit: money, bandwidth or a percentage."""
+    if x is None:
+        return "-"
+    if "USD" in name:
+        return usd(x)
+    if name.startswith("bandwidth"):
+        return gbps(x)
+    return pct(x)
+
+
+def criterion_value(metric: str, x: Any) -> str:
+    """A gate threshold or projection in its unit."""
+    if x is None:
+        return "-"
+    if metric.endswith("_s"):
+        return ms(x)
+    if metric.endswith("_h"):
+        return f"{x:g} h"
+    if metric in ("p99_ttft_ratio", "p99_drift"):
+        return f"{x:.2f}x"
+    if metric == "throughput_gain":
+        return f"{100 * x:+.1f}%"
+    return pct(x)
 
 
 @dataclass
@@ -98,7 +152,7 @@ def key_figures(doc: dict[str, Any]) -> Table:
             [
                 "Prefix reuse ceiling (steady state)",
                 pct(rf.get("ceiling_hit_rate")),
-                f"cold start {pct(rf.get('cold_ceiling_hit_rate'))}; warm-up {rf.get('warmup')}",
+                f"cold start {pct(rf.get('cold_ceiling_hit_rate'))}; warm-up {pct(rf.get('warmup'))}",
             ],
             [
                 "Median reusable prefix",
@@ -111,34 +165,39 @@ def key_figures(doc: dict[str, Any]) -> Table:
         rows.append(
             [
                 "Break-even bandwidth",
-                f"{num(bw.get('break_even_gbps'))} GB/s"
-                + (f" ({num(rng['low'])}-{num(rng['high'])})" if rng else ""),
-                f"at {num(bw.get('prefix_tokens'))} tokens",
+                gbps(bw.get("break_even_gbps"))
+                + (f" (range {num(rng['low'])}-{num(rng['high'])} GB/s)" if rng else ""),
+                f"at a {num(bw.get('prefix_tokens'))}-token prefix",
             ]
         )
         for tier in bw.get("tiers") or []:
             rows.append(
-                [f"{tier['role']} bandwidth", f"{num(tier['bandwidth_gbps'])} GB/s", tier["tier"]]
+                [
+                    TIER_LABEL.get(tier["role"], tier["role"]) + " bandwidth",
+                    gbps(tier["bandwidth_gbps"]),
+                    tier["tier"],
+                ]
             )
-    if proj.get("pooled_ttft_reduction") is not None:
-        rows.append(
-            [
-                "Projected TTFT reduction (pooled vs local)",
-                pct(proj["pooled_ttft_reduction"]),
-                f"gate: {threshold_pct(doc, 'min_ttft_reduction')}",
-            ]
-        )
+    sc = ((doc.get("replay") or {}).get("scenarios")) or {}
+    base = (sc.get("local") or {}).get("ttft_s") or {}
+    for name in ("local+dram", "pooled"):
+        t = (sc.get(name) or {}).get("ttft_s") or {}
+        if t.get("mean") is not None and base.get("mean"):
+            rows.append(
+                [
+                    f"Mean TTFT, {OPTION_LABEL[name]} against the baseline",
+                    f"{ms(t['mean'])} vs {ms(base['mean'])}",
+                    f"{pct(1 - t['mean'] / base['mean'])} lower; p90 {ms(t.get('p90'))} vs "
+                    f"{ms(base.get('p90'))}",
+                ]
+            )
     if proj.get("pooled_throughput_gain") is not None:
         rows.append(
             [
-                "Projected rate gain at SLO (pooled vs local)",
+                "Rate served within the SLO, pooled against the baseline",
                 f"{100 * proj['pooled_throughput_gain']:+.1f}%",
-                "max rate with p90 TTFT under SLO",
+                "highest request rate keeping p90 TTFT under the SLO",
             ]
-        )
-    if proj.get("dram_ttft_reduction") is not None:
-        rows.append(
-            ["Projected TTFT reduction (local+dram vs local)", pct(proj["dram_ttft_reduction"]), ""]
         )
     if rf.get("knee_tokens"):
         bpt = (doc.get("cost") or {}).get("bytes_per_token") or 0
@@ -167,13 +226,17 @@ def scenario_table(doc: dict[str, Any]) -> Table | None:
         by = s.get("hit_rate_by_tier") or {}
         rows.append(
             [
-                name,
+                OPTION_LABEL.get(name, name),
                 pct(s.get("hit_rate")),
-                " / ".join(f"{k} {pct(v)}" for k, v in by.items() if v),
-                num(t.get("mean")),
-                num(t.get("p50")),
-                num(t.get("p90")),
-                num(t.get("p99")),
+                " / ".join(
+                    f"{k.upper() if k in ('hbm', 'dram') else k} {pct(v)}"
+                    for k, v in by.items()
+                    if v
+                ),
+                ms(t.get("mean")),
+                ms(t.get("p50")),
+                ms(t.get("p90")),
+                ms(t.get("p99")),
                 num(s.get("prefill_gpu_s")),
                 gb(s.get("network_bytes")),
                 rate_at_slo(s),
@@ -181,24 +244,28 @@ def scenario_table(doc: dict[str, Any]) -> Table | None:
         )
     return Table(
         [
-            "Scenario",
+            "Option",
             "Hit rate",
             "By tier",
-            "TTFT mean (s)",
-            "p50",
-            "p90",
-            "p99",
-            "Prefill GPU-s",
-            "Network",
-            "Max rate at SLO",
+            "Mean TTFT",
+            "p50 TTFT",
+            "p90 TTFT",
+            "p99 TTFT",
+            "Prefill GPU-seconds",
+            "Network traffic",
+            "Highest rate within the SLO",
         ],
         rows,
     )
 
 
+def summary_of(doc: dict[str, Any]) -> list[str]:
+    return list(doc.get("summary") or summary_sentences(doc))
+
+
 def sections(doc: dict[str, Any]) -> list[Section]:
     v = doc.get("verdict") or {}
-    out: list[Section] = []
+    out: list[Section] = [Section("summary", "Summary", paragraphs=[" ".join(summary_of(doc))])]
     verdict = Section("verdict", "Verdict")
     verdict.paragraphs += list(v.get("reasons") or [])
     verdict.paragraphs.append(v.get("confidence_statement", ""))
@@ -211,8 +278,8 @@ def sections(doc: dict[str, Any]) -> list[Section]:
                         str(c["step"]),
                         c["name"],
                         {True: "pass", False: "fail", None: "n/a"}[c["passed"]],
-                        num(c["value"]),
-                        num(c["threshold"]),
+                        check_value(c["name"], c["value"]),
+                        check_value(c["name"], c["threshold"]),
                     ]
                     for c in v["checks"]
                 ],
@@ -425,6 +492,49 @@ def sections(doc: dict[str, Any]) -> list[Section]:
         s.tables.append(st)
         out.append(s)
 
+    et = economics_table(doc)
+    if et:
+        econ = doc.get("economics") or {}
+        load = econ.get("load") or {}
+        s = Section("economics", "GPUs and money")
+        s.paragraphs.append(
+            f"GPUs needed to serve the log's load within the p90 TTFT SLO, from the replay's "
+            f"rate search: {num(load.get('mean_rps'))} requests/s on average and "
+            f"{num(load.get('peak_rps'))} requests/s in the busiest "
+            f"{num(load.get('peak_window_s'))} s window ({num(load.get('peak_factor'))}x the "
+            "mean). Money is priced at the busiest load: what you must provision."
+        )
+        s.paragraphs.append(
+            "Decode is not modelled: these are prefill GPUs, as in a disaggregated prefill "
+            "pool (Mooncake, vLLM and SGLang prefill/decode disaggregation). In an aggregated "
+            "deployment the saving is on prefill GPU time only: about "
+            f"{pct(econ.get('aggregated_prefill_share'))} of GPU time for chat workloads "
+            "(Splitwise, ISCA'24; DistServe, OSDI'24), so multiply the GPUs saved by that share."
+        )
+        s.paragraphs.append(
+            "Net value is the GPU cost saved against the baseline minus what the option "
+            "adds; the payback is the pilot's cost (the "
+            f"{num(econ.get('pilot_hours'))}-hour stability gate on the option's GPUs) over "
+            "the net value."
+        )
+        s.tables.append(Table(*et))
+        pt = price_table(doc)
+        if pt:
+            s.tables.append(Table(*pt))
+        out.append(s)
+
+    sb = side_by_side_table(doc)
+    if sb:
+        s = Section("side-by-side", "Side by side: other models and GPUs on this log")
+        s.paragraphs.append(
+            "The same log priced on your model and GPU and on catalog alternatives (each at "
+            "the smallest tensor parallelism that fits). Alternatives are re-priced from "
+            "your replay: TTFT scaled by the prefill-time ratio, the rate served within the "
+            "SLO by its inverse."
+        )
+        s.tables.append(Table(*sb))
+        out.append(s)
+
     sens = doc.get("sensitivity") or {}
     if sens.get("rows"):
         s = Section("sensitivity", "Sensitivity: what would change the verdict")
@@ -475,7 +585,7 @@ def sections(doc: dict[str, Any]) -> list[Section]:
                 f"{num(sz['hbm_cache_per_instance_tokens'])} tokens",
                 f"{num(sz['hbm_cache_per_instance_gb'])} GB",
             ],
-            ["Network per node", f"{num(sz['network_per_node_gbps'])} GB/s", f"e.g. {sz['nic']}"],
+            ["Network per node", gbps(sz["network_per_node_gbps"]), f"e.g. {sz['nic']}"],
             [
                 "Block size / chunk",
                 f"{sz['block_size_tokens']} / {sz['chunk_size_tokens']} tokens",
@@ -564,12 +674,14 @@ def sections(doc: dict[str, Any]) -> list[Section]:
                     [
                         g["name"] if k == 0 else "",
                         c["text"],
-                        f"{c['metric']} {c['op']} {num(c['threshold'])}",
-                        "-" if proj is None else num(proj),
+                        f"{c['op']} {criterion_value(c['metric'], c['threshold'])}",
+                        criterion_value(c["metric"], proj),
                         g["run"] if k == 0 else "",
                     ]
                 )
-        s.tables.append(Table(["Gate", "Criterion", "Test", "Projected", "How to run"], rows))
+        s.tables.append(
+            Table(["Gate", "Criterion", "Passes when", "Projected", "How to run"], rows)
+        )
         out.append(s)
 
     cmds = (doc.get("pilot") or {}).get("commands") or []
@@ -607,7 +719,44 @@ def sections(doc: dict[str, Any]) -> list[Section]:
         )
     s.paragraphs.append(f"Report schema {doc.get('schema')}, kvpool {doc.get('kvpool_version')}.")
     out.append(s)
+    out.append(
+        Section("glossary", "Glossary", tables=[Table(["Term", "Meaning"], glossary_rows())])
+    )
     return out
+
+
+# -- glossary links -----------------------------------------------------------------------
+
+_CASED = {"TTFT", "MFU", "SLO", "p90"}
+
+
+def term_anchor(term: str) -> str:
+    return "g-" + re.sub(r"[^a-z0-9]+", "-", term.lower()).strip("-")
+
+
+def _term_pattern(term: str) -> re.Pattern[str]:
+    flags = 0 if term in _CASED else re.IGNORECASE
+    return re.compile(r"(?<![\w#-])(" + re.escape(term) + r")(?![\w-])", flags)
+
+
+_TERM_RE = [(t, _term_pattern(t)) for t in sorted(GLOSSARY, key=len, reverse=True)]
+
+
+def link_terms(text: str, link: Any) -> str:
+    """``text`` with the first occurrence of each glossary term passed through
+    ``link(term, matched)`` (links are not nested: a matched span is not searched again)."""
+    spans: list[tuple[int, int, str]] = []
+    for term, rx in _TERM_RE:
+        for m in rx.finditer(text):
+            if any(a < m.end() and m.start() < b for a, b, _ in spans):
+                continue
+            spans.append((m.start(), m.end(), link(term, m.group(1))))
+            break
+    out, at = [], 0
+    for a, b, rep in sorted(spans):
+        out += [text[at:a], rep]
+        at = b
+    return "".join(out) + text[at:]
 
 
 # -- Markdown -----------------------------------------------------------------------------
@@ -640,7 +789,7 @@ def _md_table(t: Table) -> str:
 
 def render_markdown_doc(doc: dict[str, Any]) -> str:
     v = (doc.get("verdict") or {}).get("verdict", "")
-    parts = [f"# kvpool report: **{v}**", "", f"> {VERDICT_TEXT.get(v, v)}", ""]
+    parts = [f"# kvpool report: **{v}**", ""]
     for s in sections(doc):
         parts += [f"## {s.title}", ""]
         for p in s.paragraphs:
@@ -669,7 +818,17 @@ th{background:#f3f5f8}td{overflow-wrap:anywhere}
 pre{background:#f6f8fa;padding:10px;border-radius:6px;overflow-x:auto;font-size:.88em}
 .chart{margin:12px 0}.chart svg{max-width:100%;height:auto}
 nav a{margin-right:12px}.muted{color:#666;font-size:.9em}
+.verdict .summary{margin:.6em 0 0;font-size:1em}.verdict a{color:#fff}
+a.term{color:inherit;text-decoration:underline dotted}
 """
+
+
+def _linked(text: str) -> str:
+    """Escaped HTML with glossary terms linked to their definitions."""
+    return link_terms(
+        html.escape(text),
+        lambda term, m: f'<a class="term" href="#{term_anchor(term)}">{m}</a>',
+    )
 
 
 def render_html_doc(doc: dict[str, Any], charts: dict[str, str]) -> str:
@@ -684,14 +843,15 @@ def render_html_doc(doc: dict[str, Any], charts: dict[str, str]) -> str:
         f"<style>{CSS}</style></head><body>",
         "<h1>kvpool: KV-cache pooling readiness</h1>",
         f'<div class="verdict" style="background:{VERDICT_COLOR.get(v, "#444")}">'
-        f'<div class="v">{e(v)}</div><div class="t">{e(VERDICT_TEXT.get(v, ""))}</div></div>',
-        "<nav>" + "".join(f'<a href="#{s.id}">{e(s.title)}</a>' for s in secs) + "</nav>",
+        f'<div class="v">{e(v)}</div><div class="t">{e(VERDICT_TEXT.get(v, ""))}</div>'
+        f'<p class="summary">{_linked(" ".join(summary_of(doc)))}</p></div>',
+        "<nav>" + "".join(f'<a href="#{s.id}">{e(s.title)}</a>' for s in secs[1:]) + "</nav>",
     ]
-    for s in secs:
+    for s in secs[1:]:
         out.append(f'<section id="{s.id}"><h2>{e(s.title)}</h2>')
         for p in s.paragraphs:
             if p:
-                out.append(f"<p>{e(p)}</p>")
+                out.append(f"<p>{_linked(p)}</p>")
         for name in s.charts:
             if name in charts:
                 out.append(f'<div class="chart">{charts[name]}</div>')
@@ -701,7 +861,16 @@ def render_html_doc(doc: dict[str, Any], charts: dict[str, str]) -> str:
                 + "".join(f"<th>{e(h)}</th>" for h in t.header)
                 + "</tr></thead><tbody>"
             )
-            out += ["<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>" for r in t.rows]
+            if s.id == "glossary":
+                out += [
+                    f'<tr id="{term_anchor(r[0])}"><td>{e(r[0])}</td><td>{e(r[1])}</td></tr>'
+                    for r in t.rows
+                ]
+            else:
+                out += [
+                    "<tr>" + "".join(f"<td>{_linked(str(c))}</td>" for c in r) + "</tr>"
+                    for r in t.rows
+                ]
             out.append("</tbody></table>")
         for title, _lang, text in s.code:
             out.append(f"<h3>{e(title)}</h3><pre><code>{e(text)}</code></pre>")

@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analyzer.advisor.summary import (
+    economics_table,
+    glossary_rows,
+    price_table,
+    side_by_side_table,
+    summary_sentences,
+)
 from analyzer.report import figures
 from app import banner, compute, controls, prefetch, state
 
 st.title("Recommendation")
+
+
+def _table(header_rows) -> list[dict]:
+    header, rows = header_rows
+    return [dict(zip(header, r, strict=True)) for r in rows]
 
 
 def _projected(metric: str, value) -> str:
@@ -29,7 +41,8 @@ with state.guard():
     doc = result.to_json()
     verdict = doc["verdict"]
 
-    banner.verdict_banner(verdict["verdict"], banner.summary_lines(result, doc))
+    # the report's three-sentence summary (verdict; ms, GPUs, money; confidence) opens the page
+    banner.verdict_banner(verdict["verdict"], doc.get("summary") or summary_sentences(doc))
     st.caption(banner.settings_line(result.options))
     with st.expander("Why: every reason", expanded=False):
         for reason in verdict["reasons"]:
@@ -92,6 +105,20 @@ with state.guard():
         hide_index=True,
         width="stretch",
     )
+
+    money = economics_table(doc)
+    if money:
+        st.subheader("GPUs and money")
+        st.dataframe(_table(money), hide_index=True, width="stretch")
+        prices = price_table(doc)
+        if prices:
+            st.caption("Prices used (override with --prices or the single price flags):")
+            st.dataframe(_table(prices), hide_index=True, width="stretch")
+
+    side = side_by_side_table(doc)
+    if side:
+        st.subheader("Side by side: other models and GPUs")
+        st.dataframe(_table(side), hide_index=True, width="stretch")
 
     if doc.get("sizing"):
         st.subheader("Sizing")
@@ -158,3 +185,10 @@ with state.guard():
         )
         for line in doc["sensitivity"].get("summary", []):
             st.caption(line)
+
+    with st.expander("Glossary"):
+        st.dataframe(
+            [{"term": t, "meaning": m} for t, m in glossary_rows()],
+            hide_index=True,
+            width="stretch",
+        )

@@ -1,0 +1,270 @@
+"""Plain words over a ``kvpool.report/2`` document: the three-sentence summary that
+opens every output, the glossary, and the money and side-by-side tables.
+
+Everything here reads the report document only (never a stage), so the terminal, the
+Markdown and HTML reports and the dashboard show the same sentences and rows.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+# The option each scenario name stands for, in words.
+OPTION_LABEL = {
+    "none": "no prefix cache",
+    "local": "HBM prefix cache only (baseline)",
+    "local+dram": "local DRAM offload",
+    "local+dram+nvme": "local DRAM + NVMe offload",
+    "pooled": "pooled KV store",
+}
+VERDICT_SENTENCE = {
+    "deploy-pooled": "Deploy a pooled KV-cache store (Mooncake Store, LMCache remote or "
+    "SGLang HiCache L3) in front of the engines' HBM prefix caches",
+    "local-offload-only": "Offload KV to each node's host DRAM (LMCache local CPU or SGLang "
+    "HiCache L2); do not pool",
+    "not-worth-it": "Keep the engine's HBM prefix cache; neither a pool nor an offload tier "
+    "pays on this log",
+    "insufficient-data": "The log cannot answer the question yet",
+}
+
+GLOSSARY: dict[str, str] = {
+    "TTFT": "Time to first token: queueing, KV loads and prefill of a request, in ms.",
+    "p90": "The 90th percentile: 9 requests in 10 are at or below it.",
+    "SLO": "Service-level objective; here a p90 TTFT target (--ttft-slo).",
+    "prefill": "Processing the prompt before the first token; the work a KV cache saves.",
+    "ceiling": "The share of prompt tokens a cache of unlimited size with perfect routing "
+    "would serve: the most any cache can save on this log.",
+    "steady state": "Figures measured after the warm-up, once caches hold what the "
+    "workload keeps reusing.",
+    "warm-up": "The first share of requests (--warmup, default 50%) that only fill the "
+    "caches and are not counted.",
+    "knee": "The smallest cache reaching 90% of the ceiling on the LRU hit-ratio curve: "
+    "beyond it, more memory buys little.",
+    "working set": "The KV bytes of the prefixes the workload keeps reusing; the cache "
+    "size at which the hit ratio reaches the ceiling.",
+    "break-even bandwidth": "The link speed (GB/s) above which loading a cached prefix is "
+    "faster than recomputing it: bytes per token x prefill tokens per second.",
+    "MFU": "Model FLOP/s utilisation: the share of the GPU's peak FLOP/s prefill achieves.",
+    "gate": "A pilot check with a pass/fail criterion; `kvpool validate` tests measured "
+    "results against it.",
+    "flip": "A change of an input (price, load, reuse, hardware) that changes the verdict.",
+    "write-through": "Every KV block computed is written to the lower tiers at once, so a "
+    "later request on any instance can load it.",
+}
+
+_MS = 1000.0
+
+
+def _usd(x: float | None) -> str:
+    if x is None:
+        return "not priced"
+    return f"-${-x:,.0f}" if x < 0 else f"${x:,.0f}"
+
+
+def _ms(s: float | None) -> str:
+    return "-" if s is None else f"{_MS * s:,.0f} ms"
+
+
+def _signed_ms(delta_s: float) -> str:
+    return f"{'+' if delta_s >= 0 else '-'}{abs(_MS * delta_s):,.0f} ms"
+
+
+def _gpus(n: Any) -> str:
+    if n is None:
+        return "an unknown number of GPUs"
+    return f"{n} GPU" + ("" if n == 1 else "s")
+
+
+def _one_thing(doc: dict[str, Any]) -> str:
+    """The smallest perturbation in the sensitivity table that flips the verdict."""
+    rows = [r for r in (doc.get("sensitivity") or {}).get("rows") or [] if r.get("flips")]
+    if not rows:
+        return "no single input of the sensitivity table flips it"
+
+    def distance(r: dict[str, Any]) -> float:
+        m = re.match(r"x([0-9.]+)", str(r.get("value", "")))
+        if not m:
+            return 10.0
+        f = float(m.group(1))
+        return 20.0 if f <= 0 else abs(math.log(f))
+
+    order = ["GPU price", "load", "DRAM price", "reuse", "pool bandwidth", "gpu", "model"]
+    rows.sort(
+        key=lambda r: (distance(r), order.index(r["dimension"]) if r["dimension"] in order else 99)
+    )
+    r = rows[0]
+    return f"{r['dimension']} at {r['value']} would make it {r['verdict']}"
+
+
+def summary_sentences(doc: dict[str, Any]) -> list[str]:
+    """Three sentences: the verdict; what it buys in ms of mean and p90 TTFT, in GPUs and
+    in money per month; the confidence and the one thing that would most change it."""
+    v = doc.get("verdict") or {}
+    verdict = v.get("verdict", "")
+    first = VERDICT_SENTENCE.get(verdict, verdict) + "."
+    econ = doc.get("economics") or {}
+    opts = econ.get("options") or {}
+    scen = ((doc.get("replay") or {}).get("scenarios")) or {}
+    chosen = v.get("scenario")
+    base = "local"
+    if verdict == "insufficient-data" or not scen or base not in scen:
+        missing = "; ".join(v.get("missing") or []) or "a replay"
+        second = f"No TTFT, GPU or money figure is projected without it: missing {missing}."
+    else:
+        b = scen[base]["ttft_s"]
+        bo = opts.get(base) or {}
+        if chosen and chosen != base and chosen in scen:
+            c = scen[chosen]["ttft_s"]
+            co = opts.get(chosen) or {}
+            gpus = co.get("gpus_at_peak_load")
+            bg = bo.get("gpus_at_peak_load")
+            gpu_part = (
+                f"serves the busiest load on {_gpus(gpus)} instead of {bg}"
+                if gpus is not None and bg is not None
+                else "GPUs needed not projected (no rate search)"
+            )
+            money = co.get("net_usd_month")
+            money_part = (
+                f"{'saves' if money >= 0 else 'costs'} {_usd(abs(money))} per month net "
+                f"(GPUs saved minus {_usd(co.get('added_usd_month'))} of memory, NICs and servers)"
+                if money is not None
+                else "money not priced (no GPU price)"
+            )
+            second = (
+                f"Against the baseline it changes mean TTFT by {_signed_ms(c['mean'] - b['mean'])} "
+                f"({_ms(b['mean'])} to {_ms(c['mean'])}) and p90 TTFT by "
+                f"{_signed_ms(c['p90'] - b['p90'])}, {gpu_part}, and {money_part}."
+            )
+        else:
+            bg = bo.get("gpus_at_peak_load")
+            total = bo.get("total_usd_month")
+            alts = [
+                (n, o)
+                for n, o in opts.items()
+                if n not in ("none", base) and o.get("total_usd_month") is not None
+            ]
+            alt = min(alts, key=lambda no: no[1]["total_usd_month"]) if alts else None
+            second = (
+                f"The baseline serves the busiest load on {_gpus(bg)} "
+                f"for {_usd(total)} per month at {_ms(b['mean'])} mean and {_ms(b['p90'])} p90 "
+                "TTFT"
+            )
+            if alt is not None and total is not None:
+                n, o = alt
+                t = scen[n]["ttft_s"]
+                second += (
+                    f"; the cheapest alternative, {OPTION_LABEL.get(n, n)}, would change mean "
+                    f"TTFT by {_signed_ms(t['mean'] - b['mean'])} and p90 by "
+                    f"{_signed_ms(t['p90'] - b['p90'])} on {_gpus(o.get('gpus_at_peak_load'))} "
+                    f"and cost {_usd(o['total_usd_month'] - total)} per month more"
+                )
+            second += "."
+    third = (
+        f"Confidence is {v.get('confidence', '?')}; the one thing that would most change "
+        f"it: {_one_thing(doc)}."
+    )
+    return [first, second, third]
+
+
+def economics_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
+    """Per option: GPUs at the mean and busiest load, monthly cost, net value, payback."""
+    econ = doc.get("economics") or {}
+    opts = econ.get("options") or {}
+    if not opts:
+        return None
+    header = [
+        "Option",
+        "GPUs (mean load)",
+        "GPUs (busiest load)",
+        "GPUs saved",
+        "GPU cost / month",
+        "Added: DRAM, NVMe, NICs, servers / month",
+        "Total / month",
+        "Net value / month",
+        "Payback of the pilot",
+    ]
+    rows = []
+    for name in ("none", "local", "local+dram", "local+dram+nvme", "pooled"):
+        o = opts.get(name)
+        if o is None:
+            continue
+        bound = o.get("capacity_bound")
+        prefix = "at most " if bound == "at most" else ""
+        gm = o.get("gpus_at_mean_load")
+        gp = o.get("gpus_at_peak_load")
+        if bound == "infeasible":
+            gm_s = gp_s = "cannot meet the SLO"
+        else:
+            gm_s = "-" if gm is None else f"{prefix}{gm}"
+            gp_s = "-" if gp is None else f"{prefix}{gp}"
+        pay = o.get("payback_months")
+        rows.append(
+            [
+                OPTION_LABEL.get(name, name),
+                gm_s,
+                gp_s,
+                "-" if o.get("gpus_saved") is None else f"{o['gpus_saved']:+d}",
+                _usd(o.get("gpu_usd_month")),
+                f"{_usd(o.get('added_usd_month'))} ({o.get('dram_gb', 0):,.0f} GB DRAM, "
+                f"{o.get('nvme_tb', 0):,.1f} TB NVMe, {o.get('nic_nodes', 0)} NICs)",
+                _usd(o.get("total_usd_month")),
+                _usd(o.get("net_usd_month")) if name != "local" else "baseline",
+                "-" if pay is None else f"{pay:.1f} months ({_usd(o.get('pilot_usd'))})",
+            ]
+        )
+    return header, rows
+
+
+def price_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
+    econ = doc.get("economics") or {}
+    prices = econ.get("prices") or []
+    if not prices:
+        return None
+    rows = [
+        [
+            p["what"],
+            "not priced" if p.get("usd") is None else f"${p['usd']:,.4g} per {p['unit']}",
+            p.get("source", ""),
+            p.get("date", "") or "-",
+        ]
+        for p in prices
+    ]
+    return ["Price", "Value", "Source", "Read on"], rows
+
+
+def side_by_side_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
+    """The same log priced on the user's model and GPU and catalog alternatives."""
+    rows_in = doc.get("side_by_side") or []
+    if not rows_in:
+        return None
+    header = [
+        "Model on GPU",
+        "Option",
+        "Mean TTFT",
+        "p90 TTFT",
+        "GPUs (busiest load)",
+        "Cost / month",
+        "Verdict there",
+    ]
+    rows = []
+    for k, r in enumerate(rows_in):
+        choice = f"{r['model']} on {r['tp']} x {r['gpu']}" + (" (yours)" if k == 0 else "")
+        for j, (name, o) in enumerate((r.get("options") or {}).items()):
+            rows.append(
+                [
+                    choice if j == 0 else "",
+                    OPTION_LABEL.get(name, name),
+                    _ms(o.get("ttft_mean_s")),
+                    _ms(o.get("ttft_p90_s")),
+                    "-" if o.get("gpus_at_peak_load") is None else str(o["gpus_at_peak_load"]),
+                    _usd(o.get("total_usd_month")),
+                    r.get("verdict", "") if j == 0 else "",
+                ]
+            )
+    return header, rows
+
+
+def glossary_rows() -> list[list[str]]:
+    return [[term, text] for term, text in GLOSSARY.items()]

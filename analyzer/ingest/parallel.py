@@ -1,0 +1,403 @@
+"""Reading the inputs on several cores (``--jobs N``), with the output of one process.
+
+The inputs are cut into pieces in file order: an uncompressed JSON-lines log of a
+splittable format (``SPLITTABLE``: one record a line, no state carried between rows) into
+``jobs`` byte ranges at line ends, every other file whole. Worker processes read,
+render, tokenize and hash the pieces (each with its own memos: a conversation's turns
+sit close together in a log, so nearly all of a session's requests fall in one piece
+and its memo hits stay in that worker); the parent adopts their rows in piece order, so
+rows, hashes and order are those of a one-process run. Bailian and RAGPulse files carry
+state from row to row (session roots, component padding) and are read in the parent,
+in their place in the order.
+
+What is per file rather than per row is settled where a one-process run settles it:
+
+* whether the file has timestamps is decided by its first kept row; the parent finds
+  that row (reading from the top until one is kept) and tells the pieces after it;
+* the timestamp unit is resolved over all the file's times once every piece is in, and
+  an untimed file is spaced 1 s apart over the whole file;
+* the token-exact LCP needs one radix tree over all requests. Workers do not build it:
+  each records its tree operations ("continue the sequence at handle h with these new
+  tokens", "a request ends at handle h"; handles are the anchors its hash memo keeps),
+  so only new tokens cross processes (a few hundred bytes a chat request), and the
+  parent replays them in input order into its tree. The tree's memory bound is checked
+  on quantities that do not depend on the insertion path (its tokens and requests), so
+  it falls back at the same request as in one process.
+
+Nothing but hashes, counts and token ids crosses between processes (through
+temporary files under ``$TMPDIR``); no prompt text.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import tempfile
+from array import array
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from analyzer.errors import InputError, KvpoolError
+from analyzer.ingest.io import Span, compression, line_spans
+from analyzer.ingest.options import SkipSummary
+from analyzer.ingest.readers import SPLITTABLE, FileContext, records
+from analyzer.ingest.spool import RowSpool, SpoolFile
+
+if TYPE_CHECKING:
+    from analyzer.ingest.pipeline import _Builder
+
+# Formats read in the parent: they carry state between rows and across files.
+STATEFUL = frozenset({"bailian", "ragpulse"})
+
+
+def default_jobs() -> int:
+    """All the cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def resolve_jobs(jobs: int | None) -> int:
+    """``--jobs``: None is every core; fewer than one is a usage error."""
+    from analyzer.errors import UsageError
+
+    if jobs is None:
+        return default_jobs()
+    if jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {jobs}")
+    return jobs
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One unit of work: a file, or a byte range of one, and the file's timing so far."""
+
+    file: int  # index into the run's paths
+    path: str
+    fmt: str
+    span: Span | None = None
+    timed: bool | None = None  # decided before this piece (None: decided in it, or later)
+    time_name: str | None = None
+    in_parent: bool = False
+
+
+def plan(paths: list[str], fmts: list[str], jobs: int) -> list[Piece]:
+    """The pieces of the inputs, in input order."""
+    out = []
+    for i, (p, f) in enumerate(zip(paths, fmts, strict=True)):
+        if f in STATEFUL:
+            out.append(Piece(i, p, f, in_parent=True))
+        elif f in SPLITTABLE and compression(p) == "none" and jobs > 1:
+            out.extend(Piece(i, p, f, span=s) for s in line_spans(p, jobs))
+        else:
+            out.append(Piece(i, p, f))
+    return out
+
+
+# -- the token tree's operations, recorded in a worker and replayed in the parent --------
+
+
+class LcpRecorder:
+    """Stands in for :class:`~analyzer.blocks.ArrivalLCP` in a worker: same calls, but
+    nodes are integer handles and every call is written down (``ops``: one int64 triple
+    per call; ``tokens``: the new tokens, flat)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._ops = open(os.path.join(directory, "ops.bin"), "wb")  # noqa: SIM115
+        self._tokens = open(os.path.join(directory, "tokens.bin"), "wb")  # noqa: SIM115
+        self._next = 1  # handle 0 is the root
+        self._ends = 0
+        self._buf = array("q")
+
+    def __len__(self) -> int:
+        return self._ends
+
+    def memory_bytes(self) -> int:
+        return 0  # the parent's tree is the one bounded
+
+    def extend(self, at: int | None, tokens: np.ndarray) -> int:
+        if not tokens.size:
+            return at or 0
+        h = self._next
+        self._next += 1
+        self._buf.extend((h, at or 0, int(tokens.size)))
+        self._tokens.write(tokens.astype("<u4", copy=False).tobytes())
+        if len(self._buf) >= 3 << 14:
+            self._flush()
+        return h
+
+    def end(self, node: int) -> int:
+        self._buf.extend((-1, node, 0))
+        self._ends += 1
+        return self._ends - 1
+
+    def add(self, tokens: np.ndarray) -> int:
+        return self.end(self.extend(None, tokens))
+
+    def _flush(self) -> None:
+        self._ops.write(self._buf.tobytes())
+        self._buf = array("q")
+
+    def close(self) -> None:
+        self._flush()
+        self._ops.close()
+        self._tokens.close()
+
+
+def replay(b: _Builder, directory: str, rows_before: int, row_of_end: np.ndarray) -> None:
+    """Apply a worker's recorded tree operations to the parent's tree, in order.
+
+    ``row_of_end[k]`` is the piece's row (0-based) whose request the ``k``-th end
+    records; the tree's bound is checked after each, as :meth:`_Builder._add` does.
+    """
+    nodes: dict[int, Any] = {}
+    with (
+        open(os.path.join(directory, "ops.bin"), "rb") as fo,
+        open(os.path.join(directory, "tokens.bin"), "rb") as ft,
+    ):
+        k = 0
+        while b.lcp is not None:
+            ops = np.fromfile(fo, dtype=np.int64, count=3 << 14).reshape(-1, 3)
+            if not ops.size:
+                break
+            for h, at, n in ops.tolist():
+                lcp = b.lcp
+                if lcp is None:
+                    break
+                if h >= 0:
+                    tokens = np.fromfile(ft, dtype="<u4", count=n)
+                    nodes[h] = lcp.extend(nodes.get(at) if at else None, tokens)
+                else:
+                    lcp.end(nodes[at] if at else lcp.tree.root)
+                    if lcp.memory_bytes() > b.opts.exact_max_bytes:
+                        b._drop_exact(rows_before + int(row_of_end[k]) + 1)
+                    k += 1
+
+
+# -- the worker side ---------------------------------------------------------------------
+
+_worker: _Builder | None = None
+_counter = None
+
+
+@dataclass(frozen=True, slots=True)
+class PieceResult:
+    spool: SpoolFile
+    iso: bytes  # one bool per kept row
+    lines: bytes  # int64 per kept row: its line in the file
+    lcp_dir: str  # recorded tree operations ("" when the tree is not computed)
+    skipped: SkipSummary
+    previews: dict[str, Any]  # hash -> (role, text head), as Previews keeps them
+    stats: tuple[int, int, int, int]  # parts seen, parts tokenized, tokens encoded, blocks
+    timed: bool | None  # the file's timing as the piece ended
+
+
+@dataclass(frozen=True, slots=True)
+class PieceFailed:
+    """A user-facing error raised in a worker, in a form that survives pickling."""
+
+    kind: type
+    message: str
+    hint: str | None
+
+
+def _init(paths: list[str], fmts: list[str], opts, exact: bool, counter) -> None:  # type: ignore[no-untyped-def]
+    from analyzer.ingest.pipeline import _Builder
+
+    global _worker, _counter
+    _counter = counter
+
+    def advance(n: float) -> None:
+        with counter.get_lock():
+            counter.value += n
+
+    _worker = _Builder(paths, fmts, opts, advance if counter is not None else None)
+    _worker.exact_wanted = exact
+
+
+def _run(piece: Piece) -> PieceResult | PieceFailed:
+    b = _worker
+    assert b is not None
+    try:
+        return _read_piece(b, piece)
+    except KvpoolError as exc:
+        return PieceFailed(type(exc), str(exc.message), exc.hint)
+
+
+def _read_piece(b: _Builder, piece: Piece) -> PieceResult:
+    from analyzer.tokenize import Previews
+
+    r = b.renderer
+    before = (r.parts_seen, r.parts_tokenized, r.tokens_encoded) if r is not None else (0, 0, 0)
+    blocks_before = b.hasher.blocks_hashed
+    b.rows = RowSpool()
+    b.skipped = SkipSummary(max_examples=b.opts.max_examples)
+    b.previews = Previews()
+    b.hasher.forget()  # handles of the last piece's recorder must not be recalled
+    lcp_dir = ""
+    if b.exact_wanted:
+        lcp_dir = tempfile.mkdtemp(prefix="kvpool-lcp-")
+        b.lcp = LcpRecorder(lcp_dir)  # type: ignore[assignment]
+    ctx = FileContext(piece.path, piece.fmt, b.opts, shared=b.shared)
+    ctx.timed, ctx.time_name = piece.timed, piece.time_name
+    try:
+        iso, lines = b.read_rows(ctx, records(piece.path, piece.fmt, b.advance, piece.span))
+    finally:
+        if isinstance(b.lcp, LcpRecorder):
+            b.lcp.close()
+    after = (r.parts_seen, r.parts_tokenized, r.tokens_encoded) if r is not None else (0, 0, 0)
+    return PieceResult(
+        spool=b.rows.detach(),
+        iso=np.asarray(iso, dtype=bool).tobytes(),
+        lines=np.asarray(lines, dtype=np.int64).tobytes(),
+        lcp_dir=lcp_dir,
+        skipped=b.skipped,
+        previews=dict(b.previews._raw),  # type: ignore[arg-type]
+        stats=(
+            after[0] - before[0],
+            after[1] - before[1],
+            after[2] - before[2],
+            b.hasher.blocks_hashed - blocks_before,
+        ),
+        timed=ctx.timed,
+    )
+
+
+# -- the parent side ---------------------------------------------------------------------
+
+
+def read_parallel(b: _Builder, jobs: int) -> None:
+    """Read ``b``'s inputs over ``jobs`` worker processes into ``b`` (rows, skips, previews,
+    tree, times), as ``for each file: b.read_file(...)`` would."""
+    pieces, split_timing = _with_timing(b, plan(b.paths, b.fmts, jobs))
+    ctx = mp.get_context("spawn")
+    counter = ctx.Value("d", 0.0) if b.advance is not None else None
+    wopts = replace(b.opts, block_size=b.block_size, salt=b.salt, exact=False)
+    # concurrent.futures, not multiprocessing.Pool: a worker that dies (killed, out of
+    # memory) fails the run with BrokenProcessPool instead of leaving it waiting forever.
+    pool = ProcessPoolExecutor(
+        min(jobs, sum(not p.in_parent for p in pieces)) or 1,
+        mp_context=ctx,
+        initializer=_init,
+        initargs=(b.paths, b.fmts, wopts, b.lcp is not None, counter),
+    )
+    pending = [None if p.in_parent else pool.submit(_run, p) for p in pieces]
+    taken = 0.0
+    try:
+        first, timed = 0, None
+        isos: list[np.ndarray] = []
+        lines: list[np.ndarray] = []
+        for i, (piece, job) in enumerate(zip(pieces, pending, strict=True)):
+            if i == 0 or pieces[i - 1].file != piece.file:
+                first, isos, lines, timed = len(b.rows), [], [], None
+            if job is None:
+                fctx = FileContext(piece.path, piece.fmt, b.opts, shared=b.shared)
+                iso, ln = b.read_rows(fctx, records(piece.path, piece.fmt, b.advance))
+                isos.append(np.asarray(iso, dtype=bool))
+                lines.append(np.asarray(ln, dtype=np.int64))
+                timed = fctx.timed
+            else:
+                while True:
+                    try:
+                        res = job.result(timeout=0.2)
+                        break
+                    except FutureTimeout:
+                        taken = _progress(b, counter, taken)
+                    except BrokenProcessPool as exc:
+                        raise InputError(
+                            f"a worker reading {piece.path} stopped ({exc})",
+                            hint="retry with --jobs 1 (it may have run out of memory)",
+                        ) from exc
+                pending[i] = None
+                if isinstance(res, PieceFailed):
+                    raise _rebuilt(res)
+                _adopt(b, res, isos)
+                lines.append(np.frombuffer(res.lines, dtype=np.int64))
+                timed = split_timing.get(piece.file, res.timed)
+            if i + 1 == len(pieces) or pieces[i + 1].file != piece.file:
+                iso_all = np.concatenate(isos) if isos else np.empty(0, dtype=bool)
+                line_all = np.concatenate(lines) if lines else np.empty(0, dtype=np.int64)
+                b.settle_times(piece.path, piece.fmt, timed, first, iso_all, line_all)
+        _progress(b, counter, taken)
+    finally:
+        for job in pending:  # not adopted: an error stopped the run
+            if job is not None:
+                job.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+        for job in pending:
+            if job is not None and job.done() and not job.cancelled() and not job.exception():
+                res = job.result()
+                if isinstance(res, PieceResult):
+                    _discard(res)
+
+
+def _progress(b: _Builder, counter, taken: float) -> float:  # type: ignore[no-untyped-def]
+    if counter is None or b.advance is None:
+        return taken
+    now = float(counter.value)
+    if now > taken:
+        b.advance(now - taken)
+    return now
+
+
+def _rebuilt(f: PieceFailed) -> KvpoolError:
+    exc: KvpoolError = f.kind.__new__(f.kind)  # type: ignore[call-overload]
+    KvpoolError.__init__(exc, f.message, hint=f.hint)
+    return exc
+
+
+def _discard(res: PieceResult) -> None:
+    if res.spool.directory:
+        shutil.rmtree(res.spool.directory, ignore_errors=True)
+    if res.lcp_dir:
+        shutil.rmtree(res.lcp_dir, ignore_errors=True)
+
+
+def _adopt(b: _Builder, res: PieceResult, isos: list[np.ndarray]) -> None:
+    """A worker's piece appended to ``b`` in input order."""
+    rows_before = len(b.rows)
+    lcp_base = len(b.lcp) if b.lcp is not None else 0
+    b.rows.adopt(res.spool, lcp_base)
+    isos.append(np.frombuffer(res.iso, dtype=bool))
+    for reason, n in res.skipped.by_reason.items():
+        b.skipped.by_reason[reason] = b.skipped.by_reason.get(reason, 0) + n
+    b.skipped.total += res.skipped.total
+    room = b.skipped.max_examples - len(b.skipped.examples)
+    b.skipped.examples.extend(res.skipped.examples[: max(0, room)])
+    for h, v in res.previews.items():
+        if len(b.previews) >= b.opts.max_previews:
+            break
+        if h not in b.previews:  # type: ignore[comparison-overlap]
+            b.previews._raw[h] = v  # type: ignore[index]
+    b.piece_stats = tuple(x + y for x, y in zip(b.piece_stats, res.stats, strict=True))  # type: ignore[assignment]
+    if res.lcp_dir:
+        try:
+            if b.lcp is not None:
+                idx = np.frombuffer(res.spool.lcp_index, dtype=np.int64)
+                replay(b, res.lcp_dir, rows_before, np.flatnonzero(idx >= 0))
+        finally:
+            shutil.rmtree(res.lcp_dir, ignore_errors=True)
+
+
+def _with_timing(b: _Builder, pieces: list[Piece]) -> tuple[list[Piece], dict[int, bool | None]]:
+    """Each range of a split file told the file's timing when the row that decided it
+    (its first kept row, found by reading from the top) lies before the range."""
+    timing: dict[int, tuple[int | None, bool | None, str | None]] = {}
+    out = []
+    for p in pieces:
+        if p.span is not None:
+            if p.file not in timing:
+                timing[p.file] = b.first_timing(p.path, p.fmt)
+            line, timed, name = timing[p.file]
+            if line is not None and p.span.first_line > line:
+                p = replace(p, timed=timed, time_name=name)
+        out.append(p)
+    return out, {f: t[1] for f, t in timing.items()}
