@@ -50,6 +50,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -125,7 +126,7 @@ _ROW_DEFAULTS = {
 }
 
 
-def table_from_rows(rows: list[dict], **meta: object) -> pa.Table:
+def table_from_rows(rows: list[dict[str, Any]], **meta: object) -> pa.Table:
     """A canonical table from row dicts (request_id, arrival_s, prompt_tokens and
     block_hashes required; the other columns default to null, the flags to False)."""
     full = [{**_ROW_DEFAULTS, **r} for r in rows]

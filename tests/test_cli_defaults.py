@@ -165,3 +165,30 @@ def test_hash_keys_keep_the_model_unless_none():
     assert hash_keys(["tenant"]) == ("model", "tenant")
     assert hash_keys(["none"]) == ()
     assert hash_keys(["none", "tenant"]) == ("tenant",)
+
+
+def test_closed_choices_are_the_owning_stages():
+    """The choices --help lists and the parser checks are the ones the library accepts."""
+    from analyzer.cli.options import CHOICES
+    from analyzer.cost.catalog import KV_DTYPES
+    from analyzer.ingest.options import TIME_UNITS
+    from analyzer.replay.config import DRAM_SCOPES, ROUTERS, WRITE_POLICIES
+    from analyzer.tokenize.render import TEMPLATES, TOOLS_POSITIONS
+
+    assert CHOICES == {
+        "--template": TEMPLATES,
+        "--tools-position": TOOLS_POSITIONS,
+        "--time-unit": TIME_UNITS,
+        "--router": ROUTERS,
+        "--dram-scope": DRAM_SCOPES,
+        "--kv-dtype": KV_DTYPES,
+        "--write-policy": WRITE_POLICIES,
+    }
+
+
+def test_a_value_outside_the_choices_is_a_usage_error():
+    from typer.testing import CliRunner
+
+    r = CliRunner().invoke(app, ["replay", "x.jsonl", "--router", "random"])
+    assert r.exit_code == 2
+    assert "'--router'" in r.output and "prefix-aware" in r.output

@@ -104,7 +104,6 @@ def test_replay_command_is_deterministic(mooncake_file, tmp_path):
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--router", "random"], "unknown router"),
         (["--scenarios", "local,magic"], "unknown scenario"),
         (["--local-capacity-tokens", "lots"], "--local-capacity-tokens"),
         (["--time-scale", "0"], "--time-scale"),

@@ -12,7 +12,7 @@ The decision functions (:func:`decide`, :func:`analyzer.advisor.sizing.size`,
 :mod:`analyzer.advisor.figures`, so they can be used and tested without a trace.
 """
 
-from typing import Literal
+from typing import Any, Literal
 
 from analyzer.advisor.decide import decide
 from analyzer.advisor.figures import (
@@ -32,7 +32,7 @@ from analyzer.advisor.figures import (
 _LAZY = {"SCHEMA", "AnalysisResult", "AnalyzeOptions", "run_analysis"}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
         from analyzer.advisor import pipeline
 

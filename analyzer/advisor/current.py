@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 from analyzer.reuse.measured import MeasuredHits
 
@@ -54,7 +55,7 @@ class Comparison:
     def within_tolerance(self) -> bool:
         return abs(self.difference) <= self.tolerance
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "measured": self.measured.to_json(),
             "projected": {
@@ -94,7 +95,7 @@ class Comparison:
         return text
 
 
-def _hit_rate(trace, cfg, cost, capacity_tokens: int) -> float:
+def _hit_rate(trace: Any, cfg: Any, cost: Any, capacity_tokens: int) -> float:
     from analyzer.replay import run_replay
 
     c = replace(cfg, local_capacity_tokens=capacity_tokens)
@@ -102,7 +103,9 @@ def _hit_rate(trace, cfg, cost, capacity_tokens: int) -> float:
     return float(res.to_json()["scenarios"]["local"]["hit_rate"])
 
 
-def fit_capacity(trace, cfg, cost, target: float) -> tuple[int | None, float | None, str]:
+def fit_capacity(
+    trace: Any, cfg: Any, cost: Any, target: float
+) -> tuple[int | None, float | None, str]:
     """Smallest per-instance HBM capacity (tokens, whole blocks) whose replayed hit rate
     reaches ``target``, by bisection on a log scale; (None, best, why) when even an
     unbounded cache stays below it."""
@@ -137,7 +140,11 @@ def fit_capacity(trace, cfg, cost, target: float) -> tuple[int | None, float | N
 
 
 def compare(
-    trace, cfg, cost, measured: MeasuredHits, current: CurrentDeployment | None = None
+    trace: Any,
+    cfg: Any,
+    cost: Any,
+    measured: MeasuredHits,
+    current: CurrentDeployment | None = None,
 ) -> Comparison:
     """Replay today's deployment and set it beside the measured rate (module docstring)."""
     from analyzer.replay import run_replay
@@ -170,7 +177,7 @@ def compare(
     return replace(out, fitted_local_capacity_tokens=fitted, fitted_hit_rate=rate, fit_note=note)
 
 
-def with_comparison(decision, comparison: Comparison | None):
+def with_comparison(decision: Any, comparison: Comparison | None) -> Any:
     """The decision with its confidence one step lower, and why, when the measured and
     projected hit rates disagree beyond the tolerance."""
     note = comparison.confidence_note() if comparison is not None else None

@@ -150,11 +150,10 @@ def decide(
     th = th or Thresholds()
     missing = missing_data(trace, reuse, th)
     if missing:
-        reasons = tuple(f"Missing: {m}." for m in missing)
         few = trace.n_requests < th.min_requests
         return Decision(
             verdict="insufficient-data",
-            reasons=reasons,
+            reasons=tuple(f"Missing: {m}." for m in missing),
             checks=(
                 Check(
                     0,
@@ -170,7 +169,7 @@ def decide(
                 "The log itself cannot answer the question; no projection was made.",
             ),
             missing=missing,
-            facts=tuple(() for _ in reasons),
+            facts=tuple(() for _ in missing),
         )
 
     checks: list[Check] = []
@@ -355,7 +354,7 @@ def _by_cost(
     base = costs["local"]
     margin = th.min_pool_saving * total("local")
     derived.append(("pool_margin_usd_month", margin))
-    chosen = best_local
+    chosen: str = best_local
     if "pooled" in candidates:
         saving = total(best_local) - total("pooled")
         derived.append(("pool_saving_vs_best_local_usd_month", saving))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from analyzer.advisor import products as P
 from analyzer.advisor.sizing import STAGING_PER_RANK_BYTES, Sizing, unit_sizes
@@ -33,7 +34,7 @@ class DeployFile:
     checked: str  # the product versions this file was checked against
     text: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "option": self.option,
@@ -50,7 +51,7 @@ def _checked(*names: str) -> str:
     return "; ".join(f"{n} {by[n]}" for n in names)
 
 
-def _json_text(cfg: dict, checked: str) -> str:
+def _json_text(cfg: dict[str, Any], checked: str) -> str:
     return json.dumps({"_checked_against": checked, **cfg}, indent=2) + "\n"
 
 
@@ -112,7 +113,7 @@ def _env_text(title: str, checked: str, env: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def lmcache_env(lm: dict, local_hostname: str = P.NODE_IP) -> dict[str, str]:
+def lmcache_env(lm: dict[str, Any], local_hostname: str = P.NODE_IP) -> dict[str, str]:
     """LMCache's environment form of ``lm`` (read only when no config file is given)."""
     env = {
         "LMCACHE_CHUNK_SIZE": str(lm["chunk_size"]),
@@ -338,7 +339,7 @@ def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile
     return out
 
 
-def _kubernetes(sz: Sizing, model: str, net: P.Wiring, lm: dict, checked: str) -> str:
+def _kubernetes(sz: Sizing, model: str, net: P.Wiring, lm: dict[str, Any], checked: str) -> str:
     """ConfigMap, master Deployment + Service, and the vLLM + LMCache Deployment. LMCache
     reads its settings from LMCACHE_* variables here (no file), so the pod IP can enter
     extra_config through Kubernetes' $(VAR) expansion."""
@@ -443,7 +444,8 @@ def _kubernetes(sz: Sizing, model: str, net: P.Wiring, lm: dict, checked: str) -
         f"# adds {tp} x {lm['extra_config']['global_segment_size']} bytes to the pool and\n"
         "# needs that much host memory plus the staging buffers.\n"
     )
-    return head + yaml.safe_dump_all(docs, sort_keys=False, width=1000)
+    body: str = yaml.safe_dump_all(docs, sort_keys=False, width=1000)
+    return head + body
 
 
 def _local(sz: Sizing, model: str, role: str) -> list[DeployFile]:
@@ -577,7 +579,7 @@ def _index(
     files: list[DeployFile],
     sizings: dict[str, Sizing],
     recommended: str,
-    pilot: list[dict],
+    pilot: list[dict[str, Any]],
 ) -> DeployFile:
     lines = [
         "# Deployment bundle",
@@ -643,7 +645,7 @@ def bundle(
     *,
     model: str,
     master: str = "mooncake-master:50051",
-    pilot: list[dict] | None = None,
+    pilot: list[dict[str, Any]] | None = None,
 ) -> tuple[DeployFile, ...]:
     """The bundle for each option in ``sizings`` (recommended first, then the
     runner-up), plus ``deploy/README.md`` indexing them."""
@@ -674,7 +676,7 @@ def deploy_sizings(
     return out
 
 
-def per_process(sizings: dict[str, Sizing]) -> list[dict]:
+def per_process(sizings: dict[str, Sizing]) -> list[dict[str, Any]]:
     """Every product's size per process, for the report: what each setting holds, how
     many processes hold one, and the total they add up to."""
     rows = []

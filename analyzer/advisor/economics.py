@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -188,7 +189,7 @@ class OptionCost:
             return None
         return self.pilot_usd / net
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         c = self.capacity
         return {
             "scenario": self.name,
@@ -265,7 +266,9 @@ def scaled(
     )
 
 
-def economics_json(replay: ReplayFigures | None, inp: EconomicsInputs | None) -> dict | None:
+def economics_json(
+    replay: ReplayFigures | None, inp: EconomicsInputs | None
+) -> dict[str, Any] | None:
     """The report's ``economics`` section."""
     if inp is None:
         return None

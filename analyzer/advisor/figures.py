@@ -12,6 +12,7 @@ Units are in the field names: ``*_tokens`` are token counts, ``*_gbps`` are GB/s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 VERDICTS = ("deploy-pooled", "local-offload-only", "not-worth-it", "insufficient-data")
 OBJECTIVES = ("cost", "ttft")
@@ -219,7 +220,7 @@ def show(value: float, unit: str) -> str:
     raise ValueError(f"unknown unit {unit!r}")
 
 
-def lookup(doc: dict, path: str):
+def lookup(doc: dict[str, Any], path: str) -> Any:
     """The value at ``path`` in a report document (dots; list items by role or name)."""
     cur: object = doc
     for part in _split(path):

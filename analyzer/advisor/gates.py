@@ -28,6 +28,7 @@ seconds: ``mean_ttft_s``, ``median_ttft_s``, ``p99_ttft_s``, ``request_throughpu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from analyzer.advisor.figures import Projection, ScenarioFigures, Thresholds
 
@@ -309,7 +310,7 @@ def evaluate(
     return tuple(out)
 
 
-def gate_to_json(g: Gate) -> dict:
+def gate_to_json(g: Gate) -> dict[str, Any]:
     return {
         "id": g.id,
         "name": g.name,
@@ -323,7 +324,7 @@ def gate_to_json(g: Gate) -> dict:
     }
 
 
-def gate_from_json(d: dict) -> Gate:
+def gate_from_json(d: dict[str, Any]) -> Gate:
     return Gate(
         id=str(d["id"]),
         name=str(d["name"]),

@@ -15,6 +15,7 @@ import dataclasses
 import math
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -85,7 +86,7 @@ def model_warning(models: list[ServedModel], model_flag: str | None) -> str | No
     )
 
 
-def select_model(loaded, wanted: str):  # LoadedTrace -> LoadedTrace
+def select_model(loaded: Any, wanted: str) -> Any:  # LoadedTrace -> LoadedTrace
     """Only the requests of one model (``--only-model``): its served name, the name
     without its organisation, or anything naming the same catalog model."""
     models = served_models(loaded.table)
@@ -100,7 +101,7 @@ def select_model(loaded, wanted: str):  # LoadedTrace -> LoadedTrace
     return dataclasses.replace(loaded, table=table, _trace=None)
 
 
-def per_model_reuse(loaded, opts, kv_dtype: str = "bf16") -> list[dict]:
+def per_model_reuse(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> list[dict[str, Any]]:
     """Per model the log names: requests, tokens, reuse ceilings, the exact LRU hit-ratio
     curve and, for a catalog model, its KV bytes per token and working set in GB.
 
@@ -110,7 +111,7 @@ def per_model_reuse(loaded, opts, kv_dtype: str = "bf16") -> list[dict]:
     from analyzer.reuse import analyze_reuse
     from analyzer.trace import BlockTrace
 
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     names = loaded.table.column("model")
     for m in served_models(loaded.table):
         table = loaded.table.filter(pc.fill_null(pc.equal(names, m.name), False))
@@ -143,10 +144,10 @@ def per_model_reuse(loaded, opts, kv_dtype: str = "bf16") -> list[dict]:
     return out
 
 
-def models_document(loaded, opts, kv_dtype: str = "bf16") -> dict:
+def models_document(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> dict[str, Any]:
     """The ``models`` section of ``kvpool reuse --json`` and ``report.json``."""
     models = served_models(loaded.table)
-    doc: dict = {
+    doc: dict[str, Any] = {
         "count": len(models),
         "block_key_includes_model": "model"
         in read_metadata(loaded.table).get("hash_keys", "").split(","),

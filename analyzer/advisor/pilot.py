@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 EXPORT = "pilot-trace.jsonl"
 
@@ -36,7 +37,7 @@ class PilotCommand:
     command: str
     note: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "tool": self.tool,
             "purpose": self.purpose,

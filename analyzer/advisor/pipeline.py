@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -60,7 +60,9 @@ from analyzer.replay.config import ClusterConfig
 from analyzer.trace import BlockTrace, read_metadata
 
 if TYPE_CHECKING:
+    from analyzer.cost import CostModel
     from analyzer.ingest import LoadedTrace
+    from analyzer.reuse import ReuseReport
 
 SCHEMA = "kvpool.report/2"
 SCENARIOS = ("none", "local", "local+dram", "local+dram+nvme", "pooled")
@@ -200,7 +202,7 @@ class AnalyzeOptions:
 @dataclass
 class AnalysisResult:
     options: AnalyzeOptions
-    inputs: list[dict]
+    inputs: list[dict[str, Any]]
     trace: TraceFigures
     reuse: ReuseFigures
     bandwidth: BandwidthFigures | None
@@ -210,32 +212,32 @@ class AnalysisResult:
     settings: list[ProductSettings]
     flips: list[FlipRow]
     gates: tuple[gates_mod.Gate, ...]
-    skipped: dict
-    reuse_json: dict
-    replay_json: dict | None
-    cost_json: dict | None
-    break_even_curve: list[dict]
-    charts: dict = field(default_factory=dict)
+    skipped: dict[str, Any]
+    reuse_json: dict[str, Any]
+    replay_json: dict[str, Any] | None
+    cost_json: dict[str, Any] | None
+    break_even_curve: list[dict[str, Any]]
+    charts: dict[str, Any] = field(default_factory=dict)
     economics: EconomicsInputs | None = None
-    side_by_side: list[dict] = field(default_factory=list)
-    uncertainty: dict | None = None  # ranges from the cost model's measured error
+    side_by_side: list[dict[str, Any]] = field(default_factory=list)
+    uncertainty: dict[str, Any] | None = None  # ranges from the cost model's measured error
     # how prompts were tokenized: the trace's tokenizer and template names
-    tokenization: dict = field(default_factory=dict)
-    models: dict = field(default_factory=dict)  # per-model figures (advisor.models)
-    measured: dict | None = None  # measured against projected (advisor.current)
+    tokenization: dict[str, Any] = field(default_factory=dict)
+    models: dict[str, Any] = field(default_factory=dict)  # per-model figures (advisor.models)
+    measured: dict[str, Any] | None = None  # measured against projected (advisor.current)
     warnings: list[str] = field(default_factory=list)
     pilot: tuple[PilotCommand, ...] = ()
     deploy: tuple[DeployFile, ...] = ()
-    per_process: list[dict] = field(default_factory=list)  # deploy.per_process
+    per_process: list[dict[str, Any]] = field(default_factory=list)  # deploy.per_process
 
     @property
     def verdict(self) -> str:
         return self.decision.verdict
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         from analyzer.advisor.summary import summary_sentences
 
-        doc = _canonical(report_document(self))
+        doc: dict[str, Any] = _canonical(report_document(self))
         doc["summary"] = summary_sentences(doc)  # from the rounded figures the reader sees
         return doc
 
@@ -291,7 +293,7 @@ def reusable_prefix_percentiles(trace: BlockTrace, warmup: float) -> tuple[int, 
     return q(0.5), q(0.25)
 
 
-def _trace_figures(loaded) -> TraceFigures:
+def _trace_figures(loaded: LoadedTrace) -> TraceFigures:
     t: BlockTrace = loaded.trace
     n = t.n_requests
     approx = False
@@ -314,7 +316,9 @@ def _trace_figures(loaded) -> TraceFigures:
     )
 
 
-def _reuse_figures(rep, trace: BlockTrace, warmup: float, knee_fraction: float) -> ReuseFigures:
+def _reuse_figures(
+    rep: ReuseReport, trace: BlockTrace, warmup: float, knee_fraction: float
+) -> ReuseFigures:
     if not rep.measurable:
         return ReuseFigures(measurable=False, warmup=warmup, reason=rep.reason)
     med, p25 = reusable_prefix_percentiles(trace, warmup)
@@ -342,7 +346,7 @@ def _cost(
     kv_dtype: str,
     mfu: float | None,
     weights_dtype: str | None = None,
-):
+) -> CostModel:
     from analyzer.cost import CostModel
 
     return CostModel.from_catalog(
@@ -350,7 +354,7 @@ def _cost(
     )
 
 
-def _options_cost(opts: AnalyzeOptions):
+def _options_cost(opts: AnalyzeOptions) -> tuple[CostModel, AnalyzeOptions]:
     """The cost model of the options, and the options it implies.
 
     With a profile, the model, GPU and TP are the profile's (the command checks that any
@@ -370,7 +374,7 @@ def _options_cost(opts: AnalyzeOptions):
     return cm, replace(opts, cluster=cluster)
 
 
-def _bandwidth(cm, opts: AnalyzeOptions, prefix_tokens: int) -> BandwidthFigures:
+def _bandwidth(cm: CostModel, opts: AnalyzeOptions, prefix_tokens: int) -> BandwidthFigures:
     from analyzer.cost import get_tier
 
     p = max(int(prefix_tokens), 1)
@@ -400,7 +404,7 @@ def _bandwidth(cm, opts: AnalyzeOptions, prefix_tokens: int) -> BandwidthFigures
     )
 
 
-def _replay_figures(doc: dict, slo: float) -> ReplayFigures:
+def _replay_figures(doc: dict[str, Any], slo: float) -> ReplayFigures:
     out = []
     for name, s in doc["scenarios"].items():
         t = s.get("ttft_s") or {}
@@ -437,7 +441,7 @@ def _cluster_config(opts: AnalyzeOptions, instances: int | None = None) -> Clust
     return replace(opts.cluster, instances=instances) if instances else opts.cluster
 
 
-def _fits(model: str, gpu: str, kv_dtype: str) -> tuple[object, int] | None:
+def _fits(model: str, gpu: str, kv_dtype: str) -> tuple[CostModel, int] | None:
     """The smallest TP (1, 2, 4, 8) at which ``model`` fits on ``gpu`` with KV room."""
     for tp in (1, 2, 4, 8):
         try:
@@ -454,9 +458,9 @@ def run_analysis(
     opts: AnalyzeOptions | None = None,
     advance: Advance | None = None,
     loaded: LoadedTrace | None = None,
-    replayer=None,
-    reuse=None,
-    models=None,
+    replayer: Any = None,
+    reuse: Any = None,
+    models: Any = None,
 ) -> AnalysisResult:
     """The whole pipeline; ``advance`` (if given) receives percentage points (100 in all).
 
@@ -510,7 +514,7 @@ def run_analysis(
     names = {
         p: Path(p).name if opts.ingest.keep_names else f"input-{i + 1}" for i, p in enumerate(plist)
     }
-    inputs = [
+    inputs: list[dict[str, Any]] = [
         {"name": names[p], "bytes": Path(p).stat().st_size, "sha256": _sha256(p)} for p in plist
     ]
     tf = _trace_figures(loaded)
@@ -539,9 +543,9 @@ def run_analysis(
     usable = not (tf.count_only or tf.n_requests < th.min_requests or not rf.measurable)
     bw: BandwidthFigures | None = None
     replay: ReplayFigures | None = None
-    replay_json: dict | None = None
+    replay_json: dict[str, Any] | None = None
     economics: EconomicsInputs | None = None
-    be_curve: list[dict] = []
+    be_curve: list[dict[str, Any]] = []
     if usable:
         prefix = rf.median_prefix_tokens or max(trace.block_size, int(tf.mean_prompt_tokens // 2))
         bw = _bandwidth(cm, opts, prefix)
@@ -593,7 +597,7 @@ def run_analysis(
     step(45)
 
     decision = decide(tf, rf, bw, replay, th, economics)
-    uncertainty: dict | None = None
+    uncertainty: dict[str, Any] | None = None
     if bw is not None:
         decision, uncertainty = _with_uncertainty(decision, cm, bw, replay, th)
     measured_doc = _measured_vs_projected(trace, cfg, cm, opts, usable)
@@ -667,7 +671,7 @@ def run_analysis(
         settings = translate(sizing, decision.verdict, model=served, tp=opts.tp)
 
     flips: list[FlipRow] = []
-    side: list[dict] = []
+    side: list[dict[str, Any]] = []
     if usable and bw is not None:
         with progress("sensitivity", None):
             flips, side = _sensitivity(trace, tf, rf, bw, replay, cm, opts, economics, replayer)
@@ -746,7 +750,7 @@ def _economics(
     opts: AnalyzeOptions,
     trace: BlockTrace,
     rf: ReuseFigures,
-    replay_json: dict,
+    replay_json: dict[str, Any],
     prices: Prices,
     bytes_per_token: int,
 ) -> EconomicsInputs:
@@ -788,7 +792,9 @@ def _economics(
     )
 
 
-def _measured_vs_projected(trace, cfg, cm, opts: AnalyzeOptions, usable: bool):
+def _measured_vs_projected(
+    trace: Any, cfg: Any, cm: Any, opts: AnalyzeOptions, usable: bool
+) -> Any:
     """(report section, comparison) when the log's responses carry cached_tokens: the
     measured rate always; the replay of today's deployment when the log is usable."""
     from analyzer.advisor.current import CurrentDeployment, compare
@@ -810,7 +816,9 @@ def _measured_vs_projected(trace, cfg, cm, opts: AnalyzeOptions, usable: bool):
 _LOWER = {"high": "medium", "medium": "low", "low": "low"}
 
 
-def _with_uncertainty(decision: Decision, cm, bw: BandwidthFigures, replay, th: Thresholds):
+def _with_uncertainty(
+    decision: Decision, cm: CostModel, bw: BandwidthFigures, replay: Any, th: Thresholds
+) -> Any:
     """Ranges on the deciding figures from the cost model's measured error, and the
     confidence note saying whether a flip of the verdict lies inside them.
 
@@ -825,7 +833,7 @@ def _with_uncertainty(decision: Decision, cm, bw: BandwidthFigures, replay, th: 
     flip = unc.bandwidth_flip(
         bw.break_even_gbps, bw.prefix_tokens, tiers, band, th.bandwidth_margin
     )
-    out: dict = {
+    out: dict[str, Any] = {
         "band": band.to_json(),
         "break_even_gbps": unc.break_even_range(bw.break_even_gbps, band).to_json(),
         "prefill_tokens_per_s": unc.rate_range(bw.prefill_tokens_per_s, band).to_json(),
@@ -854,7 +862,7 @@ def _finite_or(gbps: float, bw: BandwidthFigures | None) -> float:
     return 0.0
 
 
-def _break_even_curve(cm, bw: BandwidthFigures, prompt_max: int) -> list[dict]:
+def _break_even_curve(cm: CostModel, bw: BandwidthFigures, prompt_max: int) -> list[dict[str, Any]]:
     top = max(1024, min(int(prompt_max), 1 << 20))
     lengths = sorted({int(x) for x in np.geomspace(16, top, 24)} | {bw.prefix_tokens})
     return [
@@ -863,7 +871,7 @@ def _break_even_curve(cm, bw: BandwidthFigures, prompt_max: int) -> list[dict]:
     ]
 
 
-def _cost_json(cm) -> dict:
+def _cost_json(cm: CostModel) -> dict[str, Any]:
     return {
         "model": cm.model.name if hasattr(cm.model, "name") else str(cm.model),
         "gpu": cm.gpu.name if hasattr(cm.gpu, "name") else str(cm.gpu),
@@ -879,16 +887,16 @@ def _cost_json(cm) -> dict:
 
 
 def _sensitivity(
-    trace,
-    tf,
-    rf,
-    bw,
-    replay,
-    cm,
+    trace: BlockTrace,
+    tf: TraceFigures,
+    rf: ReuseFigures,
+    bw: BandwidthFigures,
+    replay: ReplayFigures | None,
+    cm: CostModel,
     opts: AnalyzeOptions,
     economics: EconomicsInputs | None,
-    replayer=None,
-) -> tuple[list[FlipRow], list[dict]]:
+    replayer: Any = None,
+) -> tuple[list[FlipRow], list[dict[str, Any]]]:
     """The sensitivity table's rows, and the side-by-side pricing of other models and GPUs."""
     from analyzer.cost import list_tiers
 
@@ -948,7 +956,7 @@ def _sensitivity(
             )
     s_mean = max(1, round(tf.mean_prompt_tokens))
     base_t = cm.prefill_time_s(s_mean, 0)
-    side: list[dict] = []
+    side: list[dict[str, Any]] = []
     if replay is not None:
         side.append(_side_row(opts.model, opts.gpu, opts.tp, replay, economics, tf, rf, bw, th))
     n_models = 0
@@ -1033,7 +1041,7 @@ def _side_row(
     rf: ReuseFigures,
     bw: BandwidthFigures,
     th: Thresholds,
-) -> dict:
+) -> dict[str, Any]:
     """One model/GPU choice priced on this log: per option TTFT, GPUs and monthly cost."""
     from analyzer.advisor.economics import option_costs
 
@@ -1072,7 +1080,7 @@ def _round(x: float) -> float | None:
     return float(f"{x:.6g}")
 
 
-def _canonical(obj):
+def _canonical(obj: Any) -> Any:
     """Rounded floats (6 significant digits), no NaN/inf, plain types: stable bytes."""
     if isinstance(obj, bool) or obj is None or isinstance(obj, str):
         return obj
@@ -1095,12 +1103,12 @@ def _private_example(example: str, names: dict[str, str]) -> str:
     return example
 
 
-def _workers(opts: AnalyzeOptions) -> dict[str, int]:
+def _workers(opts: AnalyzeOptions) -> dict[str, Any]:
     """``run_replay``'s ``workers`` argument when ``--jobs`` asks for more than one."""
     return {"workers": opts.ingest.jobs} if opts.ingest.jobs > 1 else {}
 
 
-def _options_json(o: AnalyzeOptions) -> dict:
+def _options_json(o: AnalyzeOptions) -> dict[str, Any]:
     """The report's ``options`` section (flat, as ``kvpool.report/1`` has it). Ingest
     settings that could name a file or a tenant (salt file, columns) stay out."""
     c, i = o.cluster, o.ingest
@@ -1145,7 +1153,7 @@ def _options_json(o: AnalyzeOptions) -> dict:
     }
 
 
-def report_document(r: AnalysisResult) -> dict:
+def report_document(r: AnalysisResult) -> dict[str, Any]:
     d = r.decision
     opts = _options_json(r.options)
     if opts["model"].lower().endswith(".json"):  # a config.json path: keep the name only
@@ -1208,7 +1216,7 @@ def report_document(r: AnalysisResult) -> dict:
     }
 
 
-def assumptions(r: AnalysisResult) -> list[dict]:
+def assumptions(r: AnalysisResult) -> list[dict[str, Any]]:
     o = r.options
     th = o.thresholds
     out = [

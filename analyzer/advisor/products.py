@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from analyzer.advisor.sizing import GB, STAGING_PER_RANK_BYTES, Sizing, unit_sizes
 
@@ -113,7 +114,7 @@ class ProductSettings:
     snippet: str  # ready-to-paste command line or config file
     snippet_lang: str  # "bash" | "yaml" | "json"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "product": self.product,
             "mode": self.mode,
@@ -168,7 +169,7 @@ def vllm_block(sz: Sizing) -> tuple[int, str]:
     )
 
 
-def mooncake_store_config(sz: Sizing, net: Wiring, *, standalone: bool = False) -> dict:
+def mooncake_store_config(sz: Sizing, net: Wiring, *, standalone: bool = False) -> dict[str, Any]:
     """vLLM MooncakeStoreConnector's JSON (``MOONCAKE_CONFIG_PATH``); with
     ``local_hostname`` it also passes Mooncake's own ``MooncakeConfig.from_file``."""
     return {
@@ -183,9 +184,9 @@ def mooncake_store_config(sz: Sizing, net: Wiring, *, standalone: bool = False) 
     }
 
 
-def lmcache_config(sz: Sizing, mode: str, net: Wiring) -> dict:
+def lmcache_config(sz: Sizing, mode: str, net: Wiring) -> dict[str, Any]:
     """LMCache's engine config (``LMCACHE_CONFIG_FILE``), Mooncake remote when pooled."""
-    cfg: dict = {"chunk_size": sz.chunk_size_tokens}
+    cfg: dict[str, Any] = {"chunk_size": sz.chunk_size_tokens}
     if mode == "pooled":
         # The pool is the DRAM tier: LMCache keeps no second copy (local_cpu false) and
         # its CPU buffer only stages transfers.
@@ -208,7 +209,7 @@ def lmcache_config(sz: Sizing, mode: str, net: Wiring) -> dict:
     return cfg
 
 
-def sglang_extra_config(sz: Sizing, net: Wiring) -> dict:
+def sglang_extra_config(sz: Sizing, net: Wiring) -> dict[str, Any]:
     """``--hicache-storage-backend-extra-config`` for the Mooncake L3 backend."""
     return {
         "master_server_address": net.master,
@@ -230,7 +231,7 @@ def sglang_page(sz: Sizing) -> int:
     return 64 if sz.chunk_size_tokens >= 64 else sz.block_size_tokens
 
 
-def vllm_offload_config(sz: Sizing) -> dict:
+def vllm_offload_config(sz: Sizing) -> dict[str, Any]:
     return {
         "kv_connector": "OffloadingConnector",
         "kv_role": "kv_both",
@@ -241,7 +242,7 @@ def vllm_offload_config(sz: Sizing) -> dict:
     }
 
 
-def _kv(cfg: dict) -> str:
+def _kv(cfg: dict[str, Any]) -> str:
     return json.dumps(cfg, sort_keys=True, separators=(",", ":"))
 
 
@@ -295,11 +296,13 @@ def vllm_settings(sz: Sizing, mode: str, model: str, tp: int) -> ProductSettings
 
 def lmcache_settings(sz: Sizing, mode: str, net: Wiring) -> ProductSettings:
     if mode == "prefix-cache-only":
-        rows = (
+        chunk_only = (
             Setting("chunk_size", str(sz.chunk_size_tokens), sz.block_size_reason),
             Setting("(not deployed)", "-", "the verdict does not call for LMCache"),
         )
-        return ProductSettings("LMCache", mode, rows, f"chunk_size: {sz.chunk_size_tokens}", "yaml")
+        return ProductSettings(
+            "LMCache", mode, chunk_only, f"chunk_size: {sz.chunk_size_tokens}", "yaml"
+        )
     cfg = lmcache_config(sz, mode, net)
     rows = [Setting("chunk_size", str(cfg["chunk_size"]), sz.block_size_reason)]
     if mode == "pooled":
@@ -346,8 +349,8 @@ def lmcache_settings(sz: Sizing, mode: str, net: Wiring) -> ProductSettings:
 
 def mooncake_settings(sz: Sizing, mode: str, net: Wiring) -> ProductSettings:
     if mode != "pooled":
-        rows = (Setting("(not deployed)", "-", "the verdict does not call for a pool"),)
-        return ProductSettings("Mooncake Store", mode, rows, "", "json")
+        idle = (Setting("(not deployed)", "-", "the verdict does not call for a pool"),)
+        return ProductSettings("Mooncake Store", mode, idle, "", "json")
     cfg = mooncake_store_config(sz, net)
     seg = cfg["global_segment_size"]
     rows = (
@@ -427,10 +430,11 @@ def sglang_settings(sz: Sizing, mode: str, model: str, tp: int, net: Wiring) -> 
     return ProductSettings("SGLang HiCache", mode, tuple(rows), " \\\n  ".join(cmd), "bash")
 
 
-def to_yaml(obj: dict) -> str:
+def to_yaml(obj: dict[str, Any]) -> str:
     import yaml
 
-    return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, width=1000)
+    text: str = yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, width=1000)
+    return text
 
 
 def wiring_for(sz: Sizing, master: str = "mooncake-master:50051") -> Wiring:

@@ -20,7 +20,9 @@ Each perturbation is re-priced cheaply rather than re-simulated:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from analyzer.advisor.decide import decide
 from analyzer.advisor.economics import EconomicsInputs
@@ -53,7 +55,7 @@ class FlipRow:
     flips: bool
     note: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "dimension": self.dimension,
             "value": self.label,
@@ -63,7 +65,9 @@ class FlipRow:
         }
 
 
-def _scenarios(replay: ReplayFigures, fn) -> ReplayFigures:
+def _scenarios(
+    replay: ReplayFigures, fn: Callable[[ScenarioFigures], ScenarioFigures]
+) -> ReplayFigures:
     return replace(replay, scenarios=tuple(fn(s) for s in replay.scenarios))
 
 

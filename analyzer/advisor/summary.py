@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 # The option each scenario name stands for, in words.
 OPTION_LABEL = {
@@ -70,19 +71,19 @@ def _signed_ms(delta_s: float) -> str:
     return f"{'+' if delta_s >= 0 else '-'}{abs(_MS * delta_s):,.0f} ms"
 
 
-def _gpus(n) -> str:
+def _gpus(n: Any) -> str:
     if n is None:
         return "an unknown number of GPUs"
     return f"{n} GPU" + ("" if n == 1 else "s")
 
 
-def _one_thing(doc: dict) -> str:
+def _one_thing(doc: dict[str, Any]) -> str:
     """The smallest perturbation in the sensitivity table that flips the verdict."""
     rows = [r for r in (doc.get("sensitivity") or {}).get("rows") or [] if r.get("flips")]
     if not rows:
         return "no single input of the sensitivity table flips it"
 
-    def distance(r: dict) -> float:
+    def distance(r: dict[str, Any]) -> float:
         m = re.match(r"x([0-9.]+)", str(r.get("value", "")))
         if not m:
             return 10.0
@@ -97,7 +98,7 @@ def _one_thing(doc: dict) -> str:
     return f"{r['dimension']} at {r['value']} would make it {r['verdict']}"
 
 
-def summary_sentences(doc: dict) -> list[str]:
+def summary_sentences(doc: dict[str, Any]) -> list[str]:
     """Three sentences: the verdict; what it buys in ms of mean and p90 TTFT, in GPUs and
     in money per month; the confidence and the one thing that would most change it."""
     v = doc.get("verdict") or {}
@@ -167,7 +168,7 @@ def summary_sentences(doc: dict) -> list[str]:
     return [first, second, third]
 
 
-def economics_table(doc: dict) -> tuple[list[str], list[list[str]]] | None:
+def economics_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
     """Per option: GPUs at the mean and busiest load, monthly cost, net value, payback."""
     econ = doc.get("economics") or {}
     opts = econ.get("options") or {}
@@ -216,7 +217,7 @@ def economics_table(doc: dict) -> tuple[list[str], list[list[str]]] | None:
     return header, rows
 
 
-def price_table(doc: dict) -> tuple[list[str], list[list[str]]] | None:
+def price_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
     econ = doc.get("economics") or {}
     prices = econ.get("prices") or []
     if not prices:
@@ -233,7 +234,7 @@ def price_table(doc: dict) -> tuple[list[str], list[list[str]]] | None:
     return ["Price", "Value", "Source", "Read on"], rows
 
 
-def side_by_side_table(doc: dict) -> tuple[list[str], list[list[str]]] | None:
+def side_by_side_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
     """The same log priced on the user's model and GPU and catalog alternatives."""
     rows_in = doc.get("side_by_side") or []
     if not rows_in:

@@ -24,6 +24,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -89,7 +90,7 @@ def _num(value: object, loc: Location) -> float | None:
     return v
 
 
-def _from_mapping(doc: dict, path: str, line: int | None) -> dict[str, float]:
+def _from_mapping(doc: dict[str, Any], path: str, line: int | None) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, (ours, factor) in _VLLM_KEYS.items():
         if key not in doc:
@@ -297,13 +298,13 @@ class Validation:
     verdict: str
     measured: tuple[Measured, ...]
     gates: tuple[GateResult, ...]
-    comparisons: tuple[dict, ...]  # measured vs projected figures
+    comparisons: tuple[dict[str, Any], ...]  # measured vs projected figures
 
     @property
     def failed(self) -> bool:
         return any(g.status == "fail" for g in self.gates)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "schema": "kvpool.validation/1",
             "verdict": self.verdict,
@@ -340,7 +341,7 @@ class Validation:
         }
 
 
-def load_report(path: str) -> dict:
+def load_report(path: str) -> dict[str, Any]:
     p = Path(path)
     note_input(p)
     try:
@@ -362,7 +363,7 @@ def load_report(path: str) -> dict:
     return doc
 
 
-def report_gates(doc: dict, path: str) -> tuple[Gate, ...]:
+def report_gates(doc: dict[str, Any], path: str) -> tuple[Gate, ...]:
     """The gate plan of a report from :func:`load_report`; a malformed entry is an
     :class:`InputError` naming it (a hand-edited or truncated report)."""
     gates = []
@@ -394,7 +395,7 @@ def validate(results_args: list[str], report_path: str) -> Validation:
     measured = tuple(read_results(p, role) for role, p in assign_roles(results_args))
     by_role = {m.role: m.metrics for m in measured}
     results = evaluate(gates, by_role)
-    comps: list[dict] = []
+    comps: list[dict[str, Any]] = []
     main = next((g for g in results if g.gate.id == "main"), None)
     if main is not None:
         for r in main.results:

@@ -137,7 +137,8 @@ def _digest(
     for j in range(n):
         t = min(length, (j + 1) * BLOCK)
         _compress(h, words[16 * j : 16 * j + 16], counted + t, j == n - 1)
-    return h[0]
+    first: np.uint64 = h[0]
+    return first
 
 
 @njit(cache=True)

@@ -131,7 +131,8 @@ class BlockHasher:
                 x,
             )
         else:
-            hashes, contents, last = self._extend_py(state, buf, k1, extra)
+            hashes, contents, last_py = self._extend_py(state, buf, k1, extra)
+            last = np.uint64(last_py)
         self.blocks_hashed += k1 - k0
         # A copy: a view would keep the whole new buffer alive in the memo.
         tail = buf[self.bound(k1) - self.bound(k0) :].copy()

@@ -19,12 +19,14 @@ KERNELS = (*LEAF_POLICIES, "s3fifo")
 
 
 @njit(cache=True, inline="always")
-def _less(hk, hi, a, b) -> bool:
-    return hk[a] < hk[b] or (hk[a] == hk[b] and hi[a] < hi[b])
+def _less(hk: np.ndarray, hi: np.ndarray, a: int, b: int) -> bool:
+    return bool(hk[a] < hk[b] or (hk[a] == hk[b] and hi[a] < hi[b]))
 
 
 @njit(cache=True)
-def _push(hk, hi, hv, n, key, block, ver) -> int:
+def _push(
+    hk: np.ndarray, hi: np.ndarray, hv: np.ndarray, n: int, key: int, block: int, ver: int
+) -> int:
     hk[n] = key
     hi[n] = block
     hv[n] = ver
@@ -42,7 +44,7 @@ def _push(hk, hi, hv, n, key, block, ver) -> int:
 
 
 @njit(cache=True)
-def _sift_down(hk, hi, hv, n, i) -> None:
+def _sift_down(hk: np.ndarray, hi: np.ndarray, hv: np.ndarray, n: int, i: int) -> None:
     while True:
         left = 2 * i + 1
         if left >= n:
@@ -60,7 +62,7 @@ def _sift_down(hk, hi, hv, n, i) -> None:
 
 
 @njit(cache=True)
-def _pop(hk, hi, hv, n) -> int:
+def _pop(hk: np.ndarray, hi: np.ndarray, hv: np.ndarray, n: int) -> int:
     """Move the minimum to slot n-1 and restore the heap over n-1 entries."""
     last = n - 1
     hk[0], hk[last] = hk[last], hk[0]
@@ -71,16 +73,25 @@ def _pop(hk, hi, hv, n) -> int:
 
 
 @njit(cache=True)
-def _key(policy, b, touch_seq, ins_seq, rank) -> int:
+def _key(policy: int, b: int, touch_seq: np.ndarray, ins_seq: np.ndarray, rank: np.ndarray) -> int:
     if policy == 0:
-        return touch_seq[b]
+        return int(touch_seq[b])
     if policy == 1:
-        return ins_seq[b]
-    return -(rank[b] * 4294967296 + ins_seq[b])  # farthest next use, then newest
+        return int(ins_seq[b])
+    return int(-(rank[b] * 4294967296 + ins_seq[b]))  # farthest next use, then newest
 
 
 @njit(cache=True)
-def leaf_sim(block_ids, offsets, prompt_tokens, block_size, first, capacity, policy, next_use):
+def leaf_sim(
+    block_ids: np.ndarray,
+    offsets: np.ndarray,
+    prompt_tokens: np.ndarray,
+    block_size: int,
+    first: int,
+    capacity: int,
+    policy: int,
+    next_use: np.ndarray,
+) -> int:
     """Prefix-hit tokens of counted requests for a leaf-evicting cache of ``capacity`` blocks."""
     n_ids = int(block_ids.max()) + 1 if block_ids.size else 0
     cached = np.zeros(n_ids, dtype=np.bool_)
@@ -184,7 +195,15 @@ def leaf_sim(block_ids, offsets, prompt_tokens, block_size, first, capacity, pol
 
 
 @njit(cache=True)
-def _compact_heap(hk, hi, hv, n, cached, version, children) -> int:
+def _compact_heap(
+    hk: np.ndarray,
+    hi: np.ndarray,
+    hv: np.ndarray,
+    n: int,
+    cached: np.ndarray,
+    version: np.ndarray,
+    children: np.ndarray,
+) -> int:
     """Drop stale entries (order is kept by re-heapifying)."""
     m = 0
     for i in range(n):
@@ -200,7 +219,15 @@ def _compact_heap(hk, hi, hv, n, cached, version, children) -> int:
 
 
 @njit(cache=True)
-def s3fifo_sim(block_ids, offsets, prompt_tokens, block_size, first, capacity, small_cap):
+def s3fifo_sim(
+    block_ids: np.ndarray,
+    offsets: np.ndarray,
+    prompt_tokens: np.ndarray,
+    block_size: int,
+    first: int,
+    capacity: int,
+    small_cap: int,
+) -> int:
     """Prefix-hit tokens of counted requests for S3-FIFO over the tail-first block stream."""
     n_ids = int(block_ids.max()) + 1 if block_ids.size else 0
     freq = np.full(n_ids, -1, dtype=np.int64)  # -1: not cached

@@ -22,6 +22,8 @@ token (it must be recomputed to produce the first logits).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 
@@ -177,7 +179,7 @@ def reuse_scan(
     n_windows: int,
     time_edges: np.ndarray,
     distances: bool = True,
-):
+) -> tuple[Any, ...]:
     """Everything the reuse report needs, in one pass; memory linear in distinct blocks.
 
     With ``distances=False`` (a SHARDS run, where the curve comes from the sample) the
@@ -293,9 +295,10 @@ def access_weights(offsets: np.ndarray, prompt_tokens: np.ndarray, block_size: i
     req = np.repeat(np.arange(counts.size), counts)
     k = np.arange(offsets[-1]) - offsets[req]
     last = prompt_tokens[req] - 1
-    return np.maximum(
+    weights: np.ndarray = np.maximum(
         np.minimum((k + 1) * block_size, last) - np.minimum(k * block_size, last), 0
     ).astype(np.int64)
+    return weights
 
 
 @njit(cache=True)
@@ -309,7 +312,7 @@ def sampled_histogram(
     unit: int,
     first_counted: int,
     n_bins: int,
-):
+) -> tuple[Any, ...]:
     """Stack distances over a spatially sampled stream, streaming (no per-access arrays).
 
     ``sample_index[b]`` is block ``b``'s slot among the sampled blocks (-1: not sampled).

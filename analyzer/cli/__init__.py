@@ -8,6 +8,7 @@ packages below are library code and never import this layer.
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import typer
@@ -21,7 +22,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,  # help text is plain: [[scenario]] prints as written
 )
 
 
@@ -31,16 +32,42 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+class _Stderr(logging.Handler):
+    """Log records to whatever sys.stderr is when they are written (a StreamHandler
+    keeps the stream it was made with, which a test runner may have closed since)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:
+            self.handleError(record)
+
+
 @app.callback()
 def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+    quiet: bool = typer.Option(
+        False, "-q", "--quiet", help="Only warnings and errors on stderr (no progress bars)."
+    ),
+    verbose: bool = typer.Option(
+        False, "-v", "--verbose", help="Also log each stage and how long it took (stderr)."
     ),
 ) -> None:
     """kvpool: KV-cache pooling-readiness advisor."""
     from analyzer.outputs import reset_inputs
 
     reset_inputs()  # inputs noted by an earlier command in this process are not ours
+
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    log = logging.getLogger("kvpool")
+    log.setLevel(level)
+    if not any(isinstance(h, _Stderr) for h in log.handlers):
+        handler = _Stderr()
+        handler.setFormatter(logging.Formatter("kvpool: %(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
 
 
 def _register_all() -> None:

@@ -4,7 +4,7 @@ against the report's gates)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -67,6 +67,10 @@ def analyze(
         bool,
         typer.Option("--pdf", help="Also print report.pdf with headless Chromium, if installed."),
     ] = False,
+    json_out: Annotated[
+        Path | None,
+        typer.Option("--json", help="Also write report.json's document here ('-': stdout, alone)."),
+    ] = None,
     objective: Annotated[
         str,
         typer.Option(
@@ -135,16 +139,16 @@ def analyze(
     keep_names: o.KeepNames = False,
 ) -> None:
     """Log to decision: reuse, break-even, replay, verdict, sized settings and pilot gates."""
-    from rich.console import Console
 
     from analyzer.advisor.figures import Thresholds
     from analyzer.advisor.pipeline import AnalyzeOptions, run_analysis
     from analyzer.cli.cost import _weights_dtype
+    from analyzer.cli.output import report_console, write_text
     from analyzer.cost.prices import PriceOverrides
     from analyzer.outputs import report_dir
     from analyzer.progress import progress
     from analyzer.replay.config import ClusterConfig
-    from analyzer.report import write_reports
+    from analyzer.report import render_json, write_reports
 
     report_dir(out, force=force, create=False)  # fail before the long run, not after it
     if profile is not None:
@@ -220,7 +224,7 @@ def analyze(
     doc = run_analysis([str(p) for p in inputs], opts).to_json()
     with progress("writing reports", None):
         paths = write_reports(doc, out, pdf=pdf, force=force)
-    console = Console()
+    console = report_console(json_out)
     if paths["json"].parent != out:
         console.print(
             f"[yellow]{out} already holds files; wrote to {paths['json'].parent} instead "
@@ -228,15 +232,18 @@ def analyze(
             highlight=False,
         )
     print_summary(console, doc, paths)
+    if json_out is not None:
+        write_text(json_out, render_json(doc), force=force)
     if pdf and "pdf" not in paths:
         console.print("[yellow]no PDF: Chromium is not installed (/usr/bin/chromium)[/]")
 
 
-def print_summary(console, doc: dict, paths: dict) -> None:
+def print_summary(console: Any, doc: dict[str, Any], paths: dict[str, Any]) -> None:
     from rich.table import Table
 
     from analyzer.advisor.summary import economics_table, summary_sentences
-    from analyzer.report.render import VERDICT_TEXT, gbps, key_figures, num
+    from analyzer.report.figures import VERDICT_TEXT
+    from analyzer.report.render import gbps, key_figures, num
 
     for sentence in doc.get("summary") or summary_sentences(doc):
         console.print(sentence, highlight=False, markup=False)

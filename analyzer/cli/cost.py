@@ -58,7 +58,7 @@ def _write_json(path: str | None, payload: dict[str, Any]) -> None:
     write_text(Path(path), text)
 
 
-def _console(json_path: str | None):
+def _console(json_path: str | None) -> Any:
     from rich.console import Console
 
     # With --json -, stdout carries the JSON only; the table goes to stderr. Piped or
@@ -87,7 +87,7 @@ def _cost_model(
     mfu: float | None,
     profile: str | None,
     weights_dtype: str | None = None,
-):
+) -> Any:
     from analyzer.cost.model import CostModel
 
     if profile:
@@ -288,7 +288,7 @@ def show_cmd(
 
     cm = _cost_model(model, gpu, tp, kv_dtype, mfu, profile, weights_dtype)
     plist = _parse_ints(prefixes, "--prefix-tokens")
-    tier_names: list = [get_tier(t).name for t in tiers] if tiers else []
+    tier_names: list[Any] = [get_tier(t).name for t in tiers] if tiers else []
     tier_names = tier_names or [t.name for t in list_tiers() if t.kind != "gpu"]
     if cm.link is not None:
         tier_names = [*tier_names, "fitted"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -19,7 +19,10 @@ def convert(
     inputs: o.Inputs,
     out: Annotated[Path, typer.Option("-o", "--out", help="Output file.")],
     fmt: o.Format = None,
-    to: Annotated[str, typer.Option("--to", help="canonical | mooncake | bailian")] = "canonical",
+    to: Annotated[
+        Literal["canonical", "mooncake", "bailian"],
+        typer.Option("--to", help="What to write: the canonical trace or an export."),
+    ] = "canonical",
     block_size: o.BlockSize = None,
     template: o.Template = "chatml",
     tools_position: o.ToolsPosition = "in-system",

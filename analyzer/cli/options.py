@@ -14,7 +14,7 @@ for numpy, pyarrow or numba.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 
 import typer
 
@@ -57,6 +57,26 @@ DEFAULTS: dict[str, Any] = {
 
 _CAPACITY = "tokens (1e6 style accepted) or 'unbounded'"
 
+# Closed sets of names, checked by the parser and listed in --help. Written out here so
+# that `kvpool --help` imports no library module; tests/test_cli_defaults.py checks each
+# against the tuple its owning stage validates with.
+TemplateName = Literal["chatml", "llama3"]  # tokenize.render.TEMPLATES
+ToolsPositionName = Literal["in-system", "after-system", "before-system"]  # TOOLS_POSITIONS
+TimeUnitName = Literal["auto", "s", "ms", "us", "ns"]  # ingest.options.TIME_UNITS
+RouterName = Literal["round-robin", "least-loaded", "session", "prefix-aware"]  # ROUTERS
+DramScopeName = Literal["instance", "node"]  # replay.config.DRAM_SCOPES
+KvDtypeName = Literal["bf16", "fp16", "fp8"]  # cost.catalog.KV_DTYPES
+WritePolicyName = Literal["write-through", "on-evict"]  # replay.config.WRITE_POLICIES
+CHOICES = {
+    "--template": get_args(TemplateName),
+    "--tools-position": get_args(ToolsPositionName),
+    "--time-unit": get_args(TimeUnitName),
+    "--router": get_args(RouterName),
+    "--dram-scope": get_args(DramScopeName),
+    "--kv-dtype": get_args(KvDtypeName),
+    "--write-policy": get_args(WritePolicyName),
+}
+
 # --- inputs ------------------------------------------------------------------------------
 
 Inputs = Annotated[
@@ -79,13 +99,10 @@ BlockSize = Annotated[
         help="Tokens per block (default: the input's own; 16 for text logs, 512 for Mooncake).",
     ),
 ]
-Template = Annotated[str, typer.Option("--template", help="Prompt framing: chatml | llama3.")]
+Template = Annotated[TemplateName, typer.Option("--template", help="Prompt framing.")]
 ToolsPosition = Annotated[
-    str,
-    typer.Option(
-        "--tools-position",
-        help="Where tool definitions go: in-system | after-system | before-system.",
-    ),
+    ToolsPositionName,
+    typer.Option("--tools-position", help="Where tool definitions go in the prompt."),
 ]
 Tokenizer = Annotated[
     str,
@@ -114,9 +131,7 @@ HashKey = Annotated[
 TimeField = Annotated[
     str | None, typer.Option("--time-field", help="Timestamp field in JSON records (a.b.c).")
 ]
-TimeUnit = Annotated[
-    str, typer.Option("--time-unit", help="Unit of numeric timestamps: auto | s | ms | us | ns.")
-]
+TimeUnit = Annotated[TimeUnitName, typer.Option("--time-unit", help="Unit of numeric timestamps.")]
 PromptColumn = Annotated[
     str | None, typer.Option("--prompt-column", help="CSV column holding the prompt.")
 ]
@@ -179,7 +194,7 @@ GpusPerNode = Annotated[
     int, typer.Option("--gpus-per-node", help="GPUs sharing one host (its DRAM, NVMe and NIC).")
 ]
 DramScope = Annotated[
-    str,
+    DramScopeName,
     typer.Option(
         "--dram-scope",
         help="instance: each engine process holds a private share of its node's DRAM "
@@ -187,7 +202,7 @@ DramScope = Annotated[
         "instances (a node-local shared store).",
     ),
 ]
-KvDtype = Annotated[str, typer.Option("--kv-dtype", help="KV cache dtype: bf16 | fp8.")]
+KvDtype = Annotated[KvDtypeName, typer.Option("--kv-dtype", help="KV cache dtype.")]
 WeightsDtype = Annotated[
     str | None,
     typer.Option(
@@ -205,8 +220,11 @@ CostProfile = Annotated[
     ),
 ]
 Router = Annotated[
-    str,
-    typer.Option("--router", help="round-robin | least-loaded | session | prefix-aware."),
+    RouterName, typer.Option("--router", help="How requests are spread over instances.")
+]
+WritePolicy = Annotated[
+    WritePolicyName,
+    typer.Option("--write-policy", help="When a tier writes blocks to the next one down."),
 ]
 Eviction = Annotated[
     str,

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -22,7 +21,7 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:,.1f}"
 
 
-def render_table(doc: dict):  # -> rich.table.Table
+def render_table(doc: dict[str, Any]) -> Any:  # rich.table.Table
     """A readable table of the replay JSON: one column per scenario, one row per figure
     (so that it fits a narrow terminal)."""
     from rich.table import Table
@@ -33,7 +32,7 @@ def render_table(doc: dict):  # -> rich.table.Table
     for name in scen:
         table.add_column(name, justify="right", no_wrap=True)
 
-    def ttft(s: dict, key: str) -> str:
+    def ttft(s: dict[str, Any], key: str) -> str:
         v = s["ttft_s"][key]
         return "-" if v is None else f"{v:.2f}"
 
@@ -99,9 +98,7 @@ def replay(
     ] = 1.0,
     ttft_slo: o.TtftSlo = 2.0,
     eviction: o.Eviction = "lru",
-    write_policy: Annotated[
-        str, typer.Option("--write-policy", help="write-through | on-evict.")
-    ] = "write-through",
+    write_policy: o.WritePolicy = "write-through",
     warmup: o.Warmup = 0.5,
     search: Annotated[
         bool, typer.Option("--search/--no-search", help="Search the highest rate meeting the SLO.")
@@ -111,7 +108,8 @@ def replay(
         typer.Option("--workers", help="Processes running scenarios at once (0: half the CPUs)."),
     ] = 0,
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write the full results as JSON.")
+        Path | None,
+        typer.Option("--json", help="Write the full results as JSON here ('-': stdout)."),
     ] = None,
     block_size: o.BlockSize = None,
     fmt: o.Format = None,
@@ -140,6 +138,7 @@ def replay(
     """
     from rich.console import Console
 
+    from analyzer.cli.output import report_console, write_json
     from analyzer.ingest import open_trace
     from analyzer.progress import progress
     from analyzer.replay import ClusterConfig, load_scenarios, run_replay, select_scenarios
@@ -231,20 +230,18 @@ def replay(
     doc["inputs"] = [str(p) if keep_names else f"input-{i + 1}" for i, p in enumerate(inputs)]
     doc["skipped"] = loaded.skipped.total
     doc["error_band"] = band.to_json()
-    Console().print(render_table(doc))
-    Console().print(
+    out = report_console(json_out)
+    out.print(render_table(doc))
+    out.print(
         f"{trace.n_requests:,} requests, block size {trace.block_size}, "
         f"{cfg.instances} x {cfg.tp} {gpu} ({model}); max rate: highest multiple of the "
         f"trace's arrival rate with p90 TTFT <= {ttft_slo:g} s. Decode is not modelled.",
-        highlight=False,
     )
-    Console().print(
+    out.print(
         f"The prefill inside every TTFT may be off by the cost model's measured error: "
         f"{band.describe()}; the true prefill time lies between {1 / band.high:.2f}x and "
         f"{1 / band.low:.2f}x of the modelled one.",
         highlight=False,
     )
     if json_out is not None:
-        from analyzer.outputs import write_text
-
-        write_text(json_out, json.dumps(doc, indent=2) + "\n", force=force)
+        write_json(json_out, doc, ensure_ascii=True, force=force)

@@ -87,7 +87,8 @@ def reuse(
     ] = None,
     top: Annotated[int, typer.Option("--top", help="Shared prefixes to list.")] = 10,
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write the full report as JSON here.")
+        Path | None,
+        typer.Option("--json", help="Write the full report as JSON here ('-': stdout)."),
     ] = None,
     fmt: o.Format = None,
     template: o.Template = "chatml",
@@ -116,15 +117,14 @@ def reuse(
     show_previews: o.ShowPreviews = False,
 ) -> None:
     """Prefix reuse: ceilings, where reuse comes from, and hit rate against cache size."""
-    from rich.console import Console
-
+    from analyzer.cli.output import console, is_stdio, report_console, write_json
     from analyzer.progress import progress
     from analyzer.reuse.analysis import ReuseOptions, analyze_reuse
-    from analyzer.reuse.render import render_summary, write_json
+    from analyzer.reuse.render import render_summary
 
     if block_size is not None and block_size <= 0:
         raise UsageError("--block-size must be positive")
-    if json_out is not None:  # fail before the long run, not after it
+    if json_out is not None and not is_stdio(json_out):  # fail before the long run
         from analyzer.outputs import check_output
 
         check_output(json_out, force=force, inputs=inputs)
@@ -177,7 +177,7 @@ def reuse(
         loaded = select_model(loaded, only_model)
     warning = model_warning(served_models(loaded.table), model)
     if warning:
-        Console(stderr=True).print(f"[yellow]warning: {warning}[/]", highlight=False)
+        console(stderr=True).print(f"[yellow]warning: {warning}[/]")
     trace = loaded.trace
     if block_size is not None and block_size != trace.block_size:
         if block_size % trace.block_size:
@@ -189,17 +189,18 @@ def reuse(
         trace = trace.coarsen(block_size // trace.block_size)
     with progress("analysing reuse", 100) as advance:
         report = analyze_reuse(trace, opts, advance=advance)
-    console = Console()
-    render_summary(report, console, sources=loaded.sources, skipped=str(loaded.skipped))
+    out = report_console(json_out)
+    render_summary(report, out, sources=loaded.sources, skipped=str(loaded.skipped))
     for note in loaded.notes:
-        console.print(f"note: {note}", markup=False, highlight=False)
+        out.print(f"note: {note}", markup=False, highlight=False)
     if json_out is not None:
         with progress("per-model reuse", None):
             models = models_document(loaded, opts, kv_dtype)
         if warning:
             models["warning"] = warning
-        write_json(report, json_out, extra={"models": models}, force=force)
-        console.print(f"wrote {json_out}")
+        write_json(json_out, {**report.to_json(), "models": models}, force=force)
+        if not is_stdio(json_out):
+            out.print(f"wrote {json_out}")
 
 
 def _load(inputs: list[Path], ingest):  # type: ignore[no-untyped-def]

@@ -16,7 +16,12 @@ def register(app: typer.Typer) -> None:
 def synth(
     output: Annotated[
         Path,
-        typer.Option("-o", "--output", help="Log to write (.gz: gzip, .zst: zstd, compressed)."),
+        typer.Option(
+            "-o",
+            "--out",
+            "--output",
+            help="Log to write (.gz: gzip, .zst: zstd, compressed).",
+        ),
     ],
     profile: Annotated[
         str, typer.Option("--profile", help="chat | agent | rag | api | mixed.")

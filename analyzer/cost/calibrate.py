@@ -186,7 +186,8 @@ def _solve(m: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
     scale[scale == 0] = 1.0
     reg = LinearRegression(fit_intercept=False, positive=True)
     reg.fit(m / scale, y, sample_weight=weight)
-    return reg.coef_ / scale
+    coef: np.ndarray = reg.coef_ / scale
+    return coef
 
 
 def fit_physical(
@@ -586,7 +587,7 @@ def load_profile(
     return replace(cm, prefill=prefill, link=link, ttft_fit=ttft, profile_source=source)
 
 
-def _fit_fields(sec: dict, w: str, where: str) -> dict:
+def _fit_fields(sec: dict[str, Any], w: str, where: str) -> dict[str, Any]:
     """The bookkeeping every fitted section carries: what was fitted, its error and range."""
     return {
         "fitted": tuple(sec.get("fitted", ())),

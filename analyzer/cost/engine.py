@@ -48,7 +48,7 @@ class EngineConstants:
         """Large-GEMM efficiency at ``compute_dtype`` (fp4 has no published row: fp8's)."""
         return self.gemm_eff_bf16 if compute_dtype in ("bf16", "fp16") else self.gemm_eff_fp8
 
-    def with_values(self, values: dict[str, float]) -> EngineConstants:
+    def with_values(self, values: dict[str, Any]) -> EngineConstants:
         return replace(self, **values)
 
     def to_json(self) -> dict[str, Any]:

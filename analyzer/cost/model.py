@@ -119,7 +119,9 @@ class TtftCoefficients:
     source: str = ""
 
 
-def fit_json(fit: PrefillCoefficients | LoadLink | TtftCoefficients, provenance: bool) -> dict:
+def fit_json(
+    fit: PrefillCoefficients | LoadLink | TtftCoefficients, provenance: bool
+) -> dict[str, Any]:
     """A fit's fields as JSON, in field order; ``ranges`` and ``source`` only with
     ``provenance`` (profiles keep them, :meth:`CostModel.describe` does not)."""
     out: dict[str, Any] = {}

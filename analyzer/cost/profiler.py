@@ -23,6 +23,7 @@ import csv
 import os
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ class LayerShape:
     vocab: int
 
     @classmethod
-    def of(cls, model, tp: int) -> LayerShape:
+    def of(cls, model: Any, tp: int) -> LayerShape:
         h = model.hidden_size
         hd = model.head_dim
         attn = h * hd * (2 * model.num_q_heads + 2 * model.num_kv_heads)
@@ -64,7 +65,7 @@ class LayerShape:
         )
 
 
-def _torch():
+def _torch() -> Any:
     try:
         import torch
     except ImportError as exc:
@@ -98,7 +99,7 @@ class _Timer:
         self.torch = _torch()
         self.cuda = device == "cuda"
 
-    def __call__(self, fn, repeats: int) -> float:
+    def __call__(self, fn: Any, repeats: int) -> float:  # fn() runs the work
         """Fastest of ``repeats`` timed runs of ``fn()`` after one warm-up run.
 
         The minimum, not the mean: whatever else runs on the machine only ever adds time.
@@ -117,13 +118,13 @@ class _Timer:
         return min(times)
 
 
-def _layer(shape: LayerShape, device: str, dtype):
+def _layer(shape: LayerShape, device: str, dtype: Any) -> Callable[..., Any]:
     """A callable running one layer forward on ``x`` of (batch, tokens, hidden)."""
     torch = _torch()
     f = torch.nn.functional
     g = torch.Generator(device=device).manual_seed(0)
 
-    def w(*dims):
+    def w(*dims: int) -> Any:
         return torch.randn(*dims, generator=g, device=device, dtype=dtype) * 0.02
 
     h, hd = shape.hidden, shape.head_dim
@@ -132,10 +133,10 @@ def _layer(shape: LayerShape, device: str, dtype):
     wg, wu, wd = w(h, shape.mlp_width), w(h, shape.mlp_width), w(shape.mlp_width, h)
     group = shape.q_heads // shape.kv_heads
 
-    def rms(x):
+    def rms(x: Any) -> Any:
         return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
 
-    def forward(x, past=None, mask=None):
+    def forward(x: Any, past: Any = None, mask: Any = None) -> Any:
         """``past``: cached (k, v) of earlier tokens; ``mask``: causal mask with offset."""
         b, s, _ = x.shape
         y = rms(x)
@@ -300,7 +301,7 @@ class ProfileRun:
 
 
 def measure(
-    cm,
+    cm: Any,
     output: str,
     *,
     device: str = "auto",

@@ -131,7 +131,7 @@ _LINK_FIELDS: dict[str, type] = {
 }
 
 
-def _row(entry: Any, spec: dict[str, type], where: str, index: int, table: str) -> dict:
+def _row(entry: Any, spec: dict[str, type], where: str, index: int, table: str) -> dict[str, Any]:
     if not isinstance(entry, dict):
         raise InputError(f"[[{table}]] #{index + 1} is not a table", Location(where))
     out: dict[str, Any] = {}
@@ -146,7 +146,7 @@ def _row(entry: Any, spec: dict[str, type], where: str, index: int, table: str) 
                 f"[[{table}]] '{name}': field '{key}' must be a {kind.__name__}, got {value!r}",
                 Location(where, None, key),
             )
-        if kind in (int, float) and not value > 0 and key != "cached_tokens":
+        if kind in (int, float) and not value > 0 and key != "cached_tokens":  # type: ignore[operator]
             raise InputError(
                 f"[[{table}]] '{name}': field '{key}' must be positive, got {value!r}",
                 Location(where, None, key),
@@ -191,10 +191,11 @@ def load_measurements(path: str | Path | None = None) -> Measurements:
         LinkRow(**_row(e, _LINK_FIELDS, where, i, "link"))
         for i, e in enumerate(data.get("link", []))
     ]
-    for r in [*prefill, *links]:
-        if r.id in seen:
-            raise InputError(f"duplicate row id '{r.id}'", Location(where, None, "id"))
-        seen.add(r.id)
+    rows: list[PrefillRow | LinkRow] = [*prefill, *links]
+    for row in rows:
+        if row.id in seen:
+            raise InputError(f"duplicate row id '{row.id}'", Location(where, None, "id"))
+        seen.add(row.id)
     if not prefill:
         raise InputError("the reference table has no [[prefill]] rows", Location(where))
     return Measurements(tuple(prefill), tuple(links), where)
@@ -205,7 +206,7 @@ def load_measurements(path: str | Path | None = None) -> Measurements:
 
 
 @lru_cache(maxsize=256)
-def _cost_model(row: PrefillRow):
+def _cost_model(row: PrefillRow) -> Any:
     from analyzer.cost.model import CostModel
 
     return CostModel.from_catalog(
@@ -229,8 +230,8 @@ def predict(row: PrefillRow, engine: EngineConstants = DEFAULT_ENGINE) -> float:
     new = row.prompt_tokens - row.cached_tokens
     t = cm.engine_compute_s(new, row.cached_tokens, row.batch, engine)
     if row.quantity == "ttft_s":
-        return t
-    return new * row.batch / t
+        return float(t)
+    return float(new * row.batch / t)
 
 
 def ratio(row: PrefillRow, engine: EngineConstants = DEFAULT_ENGINE) -> float:
@@ -274,7 +275,7 @@ def fit_engine(
     hi = np.log([_BOUNDS[n][1] for n in names])
     x0 = np.log([_START[n] for n in names])
 
-    def residuals(x):
+    def residuals(x: np.ndarray) -> list[float]:
         e = base.with_values(dict(zip(names, np.exp(x), strict=True)))
         return [math.log(ratio(r, e)) for r in rows]
 

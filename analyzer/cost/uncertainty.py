@@ -28,7 +28,7 @@ from typing import Any
 MIN_DEPLOYMENTS = 3
 
 
-def _deployments(checked) -> int:
+def _deployments(checked: Any) -> int:
     return len(
         {
             (r.model, r.gpu, r.tp, r.parallelism, r.weights_dtype, r.engine)
@@ -84,7 +84,7 @@ def _kind_of(is_moe: bool, compute_dtype: str) -> tuple[str, str]:
     return ("MoE" if is_moe else "dense", "bf16" if compute_dtype in ("bf16", "fp16") else "fp8")
 
 
-def prefill_band(cm, context_tokens: int | None = None) -> ErrorBand:
+def prefill_band(cm: Any, context_tokens: int | None = None) -> ErrorBand:
     """The error band for prefill times of ``cm`` at prompts of ``context_tokens``."""
     fits = [f for f in (cm.ttft_fit, cm.prefill) if f is not None and f.fitted]
     if fits:

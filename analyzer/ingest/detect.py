@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from analyzer.errors import InputError, Location
 from analyzer.ingest.io import check_readable, head_lines
@@ -55,7 +56,7 @@ def _csv_format(header: str) -> str:
     return "generic-csv"
 
 
-def _json_format(obj: dict) -> str:
+def _json_format(obj: dict[str, Any]) -> str:
     ids = obj.get("hash_ids")
     if isinstance(ids, dict):
         return "ragpulse"

@@ -24,6 +24,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from analyzer.errors import InputError, Location
 from analyzer.outputs import note_input
@@ -152,14 +153,14 @@ def _inflate(f, kind: str, on_bytes: Callable[[int], None] | None, step: int):  
     """Decompressed pieces of ``f``, and (as ints) the compressed bytes consumed."""
     if kind == "gzip":
 
-        def new():  # type: ignore[no-untyped-def]
+        def new() -> Any:
             return zlib.decompressobj(wbits=47)
     else:
         import zstandard
 
         zd = zstandard.ZstdDecompressor()
 
-        def new():  # type: ignore[no-untyped-def]
+        def new() -> Any:
             return zd.decompressobj()
 
     dec = new()

@@ -39,7 +39,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -158,7 +158,7 @@ def replay(b: _Builder, directory: str, rows_before: int, row_of_end: np.ndarray
     ``row_of_end[k]`` is the piece's row (0-based) whose request the ``k``-th end
     records; the tree's bound is checked after each, as :meth:`_Builder._add` does.
     """
-    nodes: dict[int, object] = {}
+    nodes: dict[int, Any] = {}
     with (
         open(os.path.join(directory, "ops.bin"), "rb") as fo,
         open(os.path.join(directory, "tokens.bin"), "rb") as ft,
@@ -195,7 +195,7 @@ class PieceResult:
     lines: bytes  # int64 per kept row: its line in the file
     lcp_dir: str  # recorded tree operations ("" when the tree is not computed)
     skipped: SkipSummary
-    previews: dict  # hash -> (role, text head), as Previews keeps them
+    previews: dict[str, Any]  # hash -> (role, text head), as Previews keeps them
     stats: tuple[int, int, int, int]  # parts seen, parts tokenized, tokens encoded, blocks
     timed: bool | None  # the file's timing as the piece ended
 
@@ -260,7 +260,7 @@ def _read_piece(b: _Builder, piece: Piece) -> PieceResult:
         lines=np.asarray(lines, dtype=np.int64).tobytes(),
         lcp_dir=lcp_dir,
         skipped=b.skipped,
-        previews=dict(b.previews._raw),
+        previews=dict(b.previews._raw),  # type: ignore[arg-type]
         stats=(
             after[0] - before[0],
             after[1] - before[1],
@@ -292,7 +292,9 @@ def read_parallel(b: _Builder, jobs: int) -> None:
     pending = [None if p.in_parent else pool.submit(_run, p) for p in pieces]
     taken = 0.0
     try:
-        first, isos, lines, timed = 0, [], [], None
+        first, timed = 0, None
+        isos: list[np.ndarray] = []
+        lines: list[np.ndarray] = []
         for i, (piece, job) in enumerate(zip(pieces, pending, strict=True)):
             if i == 0 or pieces[i - 1].file != piece.file:
                 first, isos, lines, timed = len(b.rows), [], [], None
@@ -340,14 +342,14 @@ def read_parallel(b: _Builder, jobs: int) -> None:
 def _progress(b: _Builder, counter, taken: float) -> float:  # type: ignore[no-untyped-def]
     if counter is None or b.advance is None:
         return taken
-    now = counter.value
+    now = float(counter.value)
     if now > taken:
         b.advance(now - taken)
     return now
 
 
 def _rebuilt(f: PieceFailed) -> KvpoolError:
-    exc = f.kind.__new__(f.kind)
+    exc: KvpoolError = f.kind.__new__(f.kind)  # type: ignore[call-overload]
     KvpoolError.__init__(exc, f.message, hint=f.hint)
     return exc
 
@@ -373,9 +375,9 @@ def _adopt(b: _Builder, res: PieceResult, isos: list[np.ndarray]) -> None:
     for h, v in res.previews.items():
         if len(b.previews) >= b.opts.max_previews:
             break
-        if h not in b.previews:
-            b.previews._raw[h] = v
-    b.piece_stats = tuple(x + y for x, y in zip(b.piece_stats, res.stats, strict=True))
+        if h not in b.previews:  # type: ignore[comparison-overlap]
+            b.previews._raw[h] = v  # type: ignore[index]
+    b.piece_stats = tuple(x + y for x, y in zip(b.piece_stats, res.stats, strict=True))  # type: ignore[assignment]
     if res.lcp_dir:
         try:
             if b.lcp is not None:

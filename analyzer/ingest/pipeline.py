@@ -19,6 +19,7 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -42,6 +43,7 @@ from analyzer.ingest.readers import (
 from analyzer.ingest.spool import DistinctCounter, RowSpool, list_array
 from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, numeric_seconds, timestamp_outliers
 from analyzer.ingest.vector import BULK, read_bulk
+from analyzer.progress import Advance
 from analyzer.tokenize import Part, Previews, RenderError
 from analyzer.trace import (
     CANONICAL_SCHEMA,
@@ -96,7 +98,9 @@ def _validate(opts: IngestOptions) -> None:
 
 
 class _Builder:
-    def __init__(self, paths: list[str], fmts: list[str], opts: IngestOptions, advance) -> None:
+    def __init__(
+        self, paths: list[str], fmts: list[str], opts: IngestOptions, advance: Advance | None
+    ) -> None:
         self.paths, self.fmts, self.opts = paths, fmts, opts
         self.advance = advance
         self.skipped = SkipSummary(max_examples=opts.max_examples)
@@ -106,7 +110,7 @@ class _Builder:
             self.block_size, self.salt, opts.token_ratio, memo_max_hashes=4_000_000
         )
         self.needs_text = any(f in TEXT_FORMATS for f in fmts)
-        self.renderer = None
+        self.renderer: PromptRenderer | ChatTemplateRenderer | None = None
         if self.needs_text:
             from analyzer.tokenize import PromptRenderer, load_tokenizer
             from analyzer.tokenize.template import (
@@ -134,7 +138,7 @@ class _Builder:
         self.piece_stats = (0, 0, 0, 0)  # what parallel workers counted (see parallel.py)
         self.exact_wanted = False  # in a worker: record the tree's operations
         self.previews = Previews()
-        self.shared: dict = {}
+        self.shared: dict[str, Any] = {}
         self.file_abs: list[tuple[str, bool]] = []  # (file, absolute times?) per file read
         self.reordered = 0
         self.untimed: list[str] = []
@@ -166,6 +170,7 @@ class _Builder:
         if not self.opts.hash_keys:
             return b""
         parts = []
+        v: str | None
         for k in self.opts.hash_keys:
             if k == "model":
                 if raw.model is None:  # unknown: nothing to keep apart
@@ -205,7 +210,7 @@ class _Builder:
                 break
         if state is None:
             state = hasher.empty()
-        node = state.anchor
+        node: Any = state.anchor
         start_tokens = state.n_tokens  # counted tokens of parts[:start]
         last = len(parts) - 1
         j = start
@@ -293,7 +298,7 @@ class _Builder:
         named = self.opts.keep_names
         tenant = raw.tenant or raw.model
         self.rows.append(
-            request_id=rid if named else self._pseudonym(rid, "r-"),
+            request_id=rid if named else self._pseudonym(rid, "r-") or rid,
             time=t,
             session=self._pseudonym(raw.session),
             tenant=tenant if named or tenant == raw.model else self._pseudonym(tenant, "t-"),
@@ -461,11 +466,11 @@ class _Builder:
         else:
             forced = None if self.opts.time_unit == "auto" else self.opts.time_unit
             forced = forced or NATIVE_UNIT.get(fmt)
-            num = ~iso
+            numeric = ~iso
             # Outliers first (in the file's raw numbers, then among ISO times): one value
             # of 0 or 1e308 must neither pick the unit nor stretch the trace's span.
             out = np.zeros(times.size, dtype=bool)
-            out[num] = timestamp_outliers(times[num])
+            out[numeric] = timestamp_outliers(times[numeric])
             out[iso] = timestamp_outliers(times[iso])
             for i in np.flatnonzero(out):
                 self._bad(
@@ -474,9 +479,9 @@ class _Builder:
                     int(lines[i]),
                 )
                 self.dropped.append(first + int(i))
-            num &= ~out
-            if num.any():
-                times[num], units = numeric_seconds(times[num], forced)
+            numeric &= ~out
+            if numeric.any():
+                times[numeric], units = numeric_seconds(times[numeric], forced)
                 if len(units) > 1:
                     self.mixed_units.append(_units_note(path, units))
             times[out] = np.nan  # dropped in finish(); NaN keeps them out of min/max here

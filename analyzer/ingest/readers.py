@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -74,7 +75,7 @@ class Raw:
     engine_prompt_tokens: int | None = None  # usage.prompt_tokens
     parent: str | None = None
     turn: int | None = None
-    body: dict | None = None  # chat-completions request body
+    body: dict[str, Any] | None = None  # chat-completions request body
     text: str | None = None  # raw prompt text
     tokens: np.ndarray | None = None  # token ids given by the format (RAGPulse)
     block_ids: list[int] | None = None  # the trace's own chained block ids
@@ -90,13 +91,13 @@ class FileContext:
     opts: IngestOptions
     timed: bool | None = None  # decided by the first row: does this file carry times?
     time_name: str | None = None  # the field the file's times were found in
-    shared: dict = field(default_factory=dict)  # per-run state (Bailian sessions, ...)
+    shared: dict[str, Any] = field(default_factory=dict)  # per-run state (Bailian sessions, ...)
 
 
 # -- field helpers -----------------------------------------------------------------------
 
 
-def _get(rec: dict, dotted: str) -> object:
+def _get(rec: dict[str, Any], dotted: str) -> object:
     cur: object = rec
     for key in dotted.split("."):
         if not isinstance(cur, dict):
@@ -154,7 +155,7 @@ def _maybe_json(value: object, field: str) -> object:
     return value
 
 
-def take_time(rec: dict, ctx: FileContext, names: tuple[str, ...] = TIME_FIELDS) -> Raw:
+def take_time(rec: dict[str, Any], ctx: FileContext, names: tuple[str, ...] = TIME_FIELDS) -> Raw:
     """A Raw with the row's time set; applies the per-file timed/untimed rule."""
     opts = ctx.opts
     forced = opts.time_field or opts.time_column
@@ -197,7 +198,7 @@ def take_time(rec: dict, ctx: FileContext, names: tuple[str, ...] = TIME_FIELDS)
 # record a line, and no state carried from row to row (Bailian and RAGPulse carry some).
 SPLITTABLE = frozenset({"openai", "openai-batch", "generic-jsonl"})
 
-Record = tuple[int, dict | RowError]
+Record = tuple[int, dict[str, Any] | RowError]
 
 
 def _slow_json(line: bytes) -> object:
@@ -398,9 +399,9 @@ _SESSION_SOURCES = (
 _TENANT_SOURCES = (*((1, k) for k in _TENANT_KEYS), (2, "tenant"), (3, "tenant"))
 
 
-def parse_openai(rec: dict, ctx: FileContext) -> Raw:
+def parse_openai(rec: dict[str, Any], ctx: FileContext) -> Raw:
     """OpenAI chat-completions log rows, Batch input lines and gateway CSV/Parquet rows."""
-    body: dict | None = None
+    body: dict[str, Any] | None = None
     if isinstance(rec.get("messages"), list) or isinstance(rec.get("prompt"), str):
         body = rec
     else:
@@ -501,7 +502,7 @@ def parse_openai(rec: dict, ctx: FileContext) -> Raw:
 _PROMPT_GUESSES = ("prompt", "text", "input", "messages", "question", "query")
 
 
-def parse_generic(rec: dict, ctx: FileContext) -> Raw:
+def parse_generic(rec: dict[str, Any], ctx: FileContext) -> Raw:
     """A table with a prompt column (text, or a JSON list of messages)."""
     col = ctx.opts.prompt_column
     if col is None:
@@ -567,12 +568,12 @@ def _hash_id_list(value: object, field: str) -> list[int]:
     return value
 
 
-def parse_mooncake(rec: dict, ctx: FileContext) -> Raw:
+def parse_mooncake(rec: dict[str, Any], ctx: FileContext) -> Raw:
     raw = take_time(rec, ctx, ("timestamp",))
     raw.prompt_tokens = _int(rec.get("input_length"), "input_length")
     raw.output_tokens = _int(rec.get("output_length"), "output_length", required=False)
     ids = _hash_id_list(rec.get("hash_ids"), "hash_ids")
-    if len(ids) < raw.prompt_tokens // 512:
+    if len(ids) < (raw.prompt_tokens or 0) // 512:
         raise RowError("hash_ids shorter than input_length / 512", "hash_ids")
     raw.block_ids = ids
     for k in ("session_id", "chat_id"):
@@ -582,7 +583,7 @@ def parse_mooncake(rec: dict, ctx: FileContext) -> Raw:
     return raw
 
 
-def parse_bailian(rec: dict, ctx: FileContext) -> Raw:
+def parse_bailian(rec: dict[str, Any], ctx: FileContext) -> Raw:
     raw = take_time(rec, ctx, ("timestamp",))
     chat = rec.get("chat_id")
     if chat is None:
@@ -592,6 +593,7 @@ def parse_bailian(rec: dict, ctx: FileContext) -> Raw:
     raw.parent = None if parent in (None, -1, "-1", "") else _str(parent)
     roots: dict[str, str] = ctx.shared.setdefault("bailian_roots", {})
     root = roots.get(raw.parent, raw.parent) if raw.parent is not None else raw.request_id
+    assert raw.request_id is not None
     assert root is not None
     roots[raw.request_id] = root
     raw.session = root
@@ -599,7 +601,7 @@ def parse_bailian(rec: dict, ctx: FileContext) -> Raw:
     raw.prompt_tokens = _int(rec.get("input_length"), "input_length")
     raw.output_tokens = _int(rec.get("output_length"), "output_length", required=False)
     ids = _hash_id_list(rec.get("hash_ids"), "hash_ids")
-    if len(ids) < raw.prompt_tokens // 16:
+    if len(ids) < (raw.prompt_tokens or 0) // 16:
         raise RowError("hash_ids shorter than input_length / 16", "hash_ids")
     raw.block_ids = ids
     raw.tenant = _str(rec.get("type"))
@@ -619,7 +621,7 @@ RAGPULSE_PAD_KIND = 15
 
 
 def _ragpulse_lengths(ctx: FileContext) -> dict[str, dict[int, int]]:
-    cache = ctx.shared.setdefault("ragpulse_lengths", {})
+    cache: dict[str, dict[str, dict[int, int]]] = ctx.shared.setdefault("ragpulse_lengths", {})
     folder = str(Path(ctx.path).parent)
     if folder in cache:
         return cache[folder]
@@ -645,7 +647,7 @@ def _ragpulse_lengths(ctx: FileContext) -> dict[str, dict[int, int]]:
     return out
 
 
-def parse_ragpulse(rec: dict, ctx: FileContext) -> Raw:
+def parse_ragpulse(rec: dict[str, Any], ctx: FileContext) -> Raw:
     lengths = _ragpulse_lengths(ctx)
     raw = take_time(rec, ctx, ("timestamp",))
     n_in = _int(rec.get("input_length"), "input_length")
@@ -686,7 +688,7 @@ def parse_ragpulse(rec: dict, ctx: FileContext) -> Raw:
     return raw
 
 
-def parse_azure(rec: dict, ctx: FileContext) -> Raw:
+def parse_azure(rec: dict[str, Any], ctx: FileContext) -> Raw:
     raw = take_time(rec, ctx, ("TIMESTAMP", "timestamp"))
     raw.prompt_tokens = _int(rec.get("ContextTokens"), "ContextTokens")
     raw.output_tokens = _int(rec.get("GeneratedTokens"), "GeneratedTokens", required=False)
@@ -694,7 +696,7 @@ def parse_azure(rec: dict, ctx: FileContext) -> Raw:
     return raw
 
 
-def parse_burstgpt(rec: dict, ctx: FileContext) -> Raw:
+def parse_burstgpt(rec: dict[str, Any], ctx: FileContext) -> Raw:
     raw = take_time(rec, ctx, ("Timestamp", "timestamp"))
     raw.prompt_tokens = _int(rec.get("Request tokens"), "Request tokens")
     raw.output_tokens = _int(rec.get("Response tokens"), "Response tokens", required=False)
@@ -704,7 +706,7 @@ def parse_burstgpt(rec: dict, ctx: FileContext) -> Raw:
     return raw
 
 
-PARSERS: dict[str, Callable[[dict, FileContext], Raw]] = {
+PARSERS: dict[str, Callable[[dict[str, Any], FileContext], Raw]] = {
     "openai": parse_openai,
     "openai-batch": parse_openai,
     "gateway-csv": parse_openai,

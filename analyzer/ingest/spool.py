@@ -30,6 +30,7 @@ import tempfile
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -69,9 +70,9 @@ class _Pending:
     model: list[str | None] = field(default_factory=list)
     prompt_tokens: list[int] = field(default_factory=list)
     output_tokens: list[int | None] = field(default_factory=list)
-    hashes: array = field(default_factory=lambda: array("Q"))
-    n_blocks: array = field(default_factory=lambda: array("q"))
-    contents: array = field(default_factory=lambda: array("Q"))
+    hashes: array[int] = field(default_factory=lambda: array("Q"))
+    n_blocks: array[int] = field(default_factory=lambda: array("q"))
+    contents: array[int] = field(default_factory=lambda: array("Q"))
     has_contents: list[bool] = field(default_factory=list)
     parent: list[str | None] = field(default_factory=list)
     turn: list[int | None] = field(default_factory=list)
@@ -93,7 +94,7 @@ class _Pending:
 
         # Lists go in as numpy object arrays: given a plain list, pyarrow imports pandas
         # (a third of a second) to ask whether it is a pandas object.
-        def obj(values: list, t: pa.DataType) -> pa.Array:
+        def obj(values: list[Any], t: pa.DataType) -> pa.Array:
             arr = np.empty(len(values), dtype=object)
             arr[:] = values
             return pa.array(arr, t)
@@ -194,11 +195,11 @@ class RowSpool:
         p.prompt_tokens.append(prompt_tokens)
         p.output_tokens.append(output_tokens)
         # A uint8 view is a bytes-like object: one copy, straight into the array.
-        p.hashes.frombytes(hashes.astype(np.uint64, copy=False).view(np.uint8))
+        p.hashes.frombytes(hashes.astype(np.uint64, copy=False).view(np.uint8).data)
         p.n_blocks.append(int(hashes.size))
         p.has_contents.append(contents is not None)
         if contents is not None:
-            p.contents.frombytes(contents.astype(np.uint64, copy=False).view(np.uint8))
+            p.contents.frombytes(contents.astype(np.uint64, copy=False).view(np.uint8).data)
         p.parent.append(parent)
         p.turn.append(turn)
         p.count_only.append(count_only)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, date, datetime, time
+from typing import Any
 
 import numpy as np
 
@@ -74,7 +75,9 @@ def unit_for(max_value: float, forced: str | None = None) -> str:
     return next((u for lo, u in _BANDS if v >= lo), "s")
 
 
-def numeric_seconds(values: np.ndarray, forced: str | None = None) -> tuple[np.ndarray, dict]:
+def numeric_seconds(
+    values: np.ndarray, forced: str | None = None
+) -> tuple[np.ndarray, dict[str, Any]]:
     """One file's numeric times in seconds, and how many were read in each unit.
 
     ``forced``: that unit for all. Otherwise the file's unit is the band of its largest
@@ -112,7 +115,7 @@ def timestamp_outliers(values: np.ndarray) -> np.ndarray:
     either side can ever be flagged, and none in a file of fewer than 10.
     """
     v = np.asarray(values, dtype=np.float64)
-    out = np.zeros(v.size, dtype=bool)
+    out: np.ndarray = np.zeros(v.size, dtype=bool)
     if v.size < 10:
         return out
     s = np.sort(v)

@@ -46,8 +46,9 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -284,7 +285,7 @@ class Simulation:
     # -- the loop ---------------------------------------------------------------------
 
     def run(self) -> RunStats:
-        heap: list[tuple] = []
+        heap: list[tuple[Any, ...]] = []
         if self.n:
             heap.append((self.times[0], ARRIVAL, 0, 0, None))
         handlers = (self._on_xfer_done, self._on_xfer_start, self._on_step_done, self._on_arrival)
@@ -327,10 +328,10 @@ class Simulation:
 
     # -- handlers ---------------------------------------------------------------------
 
-    def _on_arrival(self, ev: tuple) -> list[tuple]:
+    def _on_arrival(self, ev: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         t = ev[0]
         k = ev[3]
-        out: list[tuple] = []
+        out: list[tuple[Any, ...]] = []
         if k + 1 < self.n:
             out.append((self.times[k + 1], ARRIVAL, self._next_seq(), k + 1, None))
         blocks = self.block_ids[self.offsets[k] : self.offsets[k + 1]].tolist()
@@ -390,20 +391,20 @@ class Simulation:
         self._ready(r, t, out)
         return out
 
-    def _on_xfer_start(self, ev: tuple) -> list[tuple]:
+    def _on_xfer_start(self, ev: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         lk: Link = ev[3]
         n_bytes, item = ev[4]
         end = lk.add(ev[0], n_bytes, item)
         return [(end, XFER_DONE, self._next_seq(), lk, lk.version)]
 
-    def _on_xfer_done(self, ev: tuple) -> list[tuple]:
+    def _on_xfer_done(self, ev: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         lk: Link = ev[3]
         t = ev[0]
         res = lk.finish(t, ev[4])
         if res is None:
             return []
         done, nxt = res
-        out: list[tuple] = []
+        out: list[tuple[Any, ...]] = []
         if nxt is not None:
             out.append((nxt, XFER_DONE, self._next_seq(), lk, lk.version))
         for item in done:
@@ -414,10 +415,10 @@ class Simulation:
                     self._ready(r, t, out)
         return out
 
-    def _on_step_done(self, ev: tuple) -> list[tuple]:
+    def _on_step_done(self, ev: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         t = ev[0]
         inst: Instance = ev[3]
-        out: list[tuple] = []
+        out: list[tuple[Any, ...]] = []
         loads = self.loads
         for r, take in inst.batch:  # type: ignore[union-attr]
             r.done += take
@@ -432,17 +433,17 @@ class Simulation:
 
     # -- helpers ----------------------------------------------------------------------
 
-    def _cached(self, i: int, blocks: list[int]) -> int:
+    def _cached(self, i: int, blocks: Sequence[int]) -> int:
         hbm = self.instances[i].hbm
         return hbm.match(blocks) * self.bs if hbm is not None else 0
 
-    def _ready(self, r: Req, t: float, out: list[tuple]) -> None:
+    def _ready(self, r: Req, t: float, out: list[tuple[Any, ...]]) -> None:
         inst = r.inst
         inst.queue.append(r)
         if inst.batch is None:
             out.append(self._start_step(inst, t))
 
-    def _start_step(self, inst: Instance, t: float) -> tuple:
+    def _start_step(self, inst: Instance, t: float) -> tuple[Any, ...]:
         budget = self.plan.chunk_tokens
         prefill_s = self.plan.prefill_s
         batch = []
@@ -467,7 +468,7 @@ class Simulation:
         inst.batch = batch
         return (t + dt, STEP_DONE, self._next_seq(), inst, None)
 
-    def _complete(self, r: Req, t: float, out: list[tuple]) -> None:
+    def _complete(self, r: Req, t: float, out: list[tuple[Any, ...]]) -> None:
         self.done_count += 1
         if self.advance is not None and self.done_count % 1024 == 0:
             self.advance(1024)
@@ -519,7 +520,9 @@ class Simulation:
                 if top > mt:
                     self._write(tier.write, (top - mt) * self.bpb, t, out)
 
-    def _spill(self, inst: Instance, level: int, evicted: list[int], t: float, out: list) -> None:
+    def _spill(
+        self, inst: Instance, level: int, evicted: list[int], t: float, out: list[Any]
+    ) -> None:
         """On-evict: write blocks evicted from one tier into the next one down."""
         if level >= len(inst.lower):
             return
@@ -553,7 +556,7 @@ class Simulation:
         if written:
             self._write(tier.write, written * self.bpb, t, out)
 
-    def _write(self, lk: Link, n_bytes: float, t: float, out: list[tuple]) -> None:
+    def _write(self, lk: Link, n_bytes: float, t: float, out: list[tuple[Any, ...]]) -> None:
         if self.free:
             lk.record_instant(n_bytes)
             return

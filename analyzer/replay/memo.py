@@ -22,6 +22,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import fields, replace
+from typing import Any
 
 from analyzer.progress import Advance
 from analyzer.replay.config import (
@@ -66,7 +67,8 @@ def unread_fields(spec: ScenarioSpec) -> frozenset[str]:
 
 def scenario_key(cfg: ClusterConfig, spec: ScenarioSpec) -> ClusterConfig:
     """``cfg`` with the settings ``spec`` never reads put back to their defaults."""
-    return replace(cfg, **{name: _DEFAULTS[name] for name in unread_fields(spec)})
+    defaults: dict[str, Any] = {name: _DEFAULTS[name] for name in unread_fields(spec)}
+    return replace(cfg, **defaults)
 
 
 class ReplayMemo:
@@ -75,11 +77,19 @@ class ReplayMemo:
     def __init__(self, max_entries: int = 96) -> None:
         self.max_entries = max_entries
         self._lock = threading.Lock()
-        self._results: OrderedDict[Hashable, object] = OrderedDict()
+        self._results: OrderedDict[Hashable, Any] = OrderedDict()
         self.runs = 0  # scenarios actually simulated (misses)
         self.hits = 0
 
-    def _key(self, trace_key, cost_key, cfg, spec, slo, search) -> Hashable:
+    def _key(
+        self,
+        trace_key: Hashable,
+        cost_key: Hashable,
+        cfg: ClusterConfig,
+        spec: ScenarioSpec,
+        slo: float,
+        search: bool,
+    ) -> Hashable:
         return (trace_key, cost_key, scenario_key(cfg, spec), spec, slo if search else None, search)
 
     def known(
@@ -98,7 +108,7 @@ class ReplayMemo:
                 self._key(trace_key, cost_key, cfg, spec, ttft_slo_s, search_rate) in self._results
             )
 
-    def run(
+    def run(  # type: ignore[no-untyped-def]
         self,
         trace,
         cfg: ClusterConfig,
@@ -189,5 +199,6 @@ class ReplayMemo:
                 res = resolve(cfg, s, trace.block_size, cost=cost)
                 result.scenarios[s.name] = type(old)(s, res, old.stats, old.search)
             else:
+                assert fresh is not None  # every scenario not remembered was just run
                 result.scenarios[s.name] = fresh.scenarios[s.name]
         return result

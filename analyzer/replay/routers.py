@@ -61,14 +61,28 @@ class RoundRobin(Router):
     def __init__(self, n: int) -> None:
         self.n = n
 
-    def pick(self, k, session, blocks, loads, cached):  # type: ignore[override]
+    def pick(
+        self,
+        k: int,
+        session: int,
+        blocks: Sequence[int],
+        loads: list[int],
+        cached: Callable[[int, Sequence[int]], int],
+    ) -> int:
         return k % self.n
 
 
 class LeastLoaded(Router):
     name = "least-loaded"
 
-    def pick(self, k, session, blocks, loads, cached):  # type: ignore[override]
+    def pick(
+        self,
+        k: int,
+        session: int,
+        blocks: Sequence[int],
+        loads: list[int],
+        cached: Callable[[int, Sequence[int]], int],
+    ) -> int:
         return _least(loads)
 
 
@@ -78,7 +92,14 @@ class SessionAffinity(Router):
     def __init__(self, n: int, session_names: Sequence[str]) -> None:
         self.by_code = [session_instance(s, n) for s in session_names]
 
-    def pick(self, k, session, blocks, loads, cached):  # type: ignore[override]
+    def pick(
+        self,
+        k: int,
+        session: int,
+        blocks: Sequence[int],
+        loads: list[int],
+        cached: Callable[[int, Sequence[int]], int],
+    ) -> int:
         if session < 0:
             return _least(loads)
         return self.by_code[session]
@@ -90,7 +111,14 @@ class PrefixAware(Router):
     def __init__(self, lam: float) -> None:
         self.lam = lam
 
-    def pick(self, k, session, blocks, loads, cached):  # type: ignore[override]
+    def pick(
+        self,
+        k: int,
+        session: int,
+        blocks: Sequence[int],
+        loads: list[int],
+        cached: Callable[[int, Sequence[int]], int],
+    ) -> int:
         if not blocks:
             return _least(loads)
         lam = self.lam

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +89,7 @@ class _Memo:
 
     __slots__ = ("_d", "_f", "limit")
 
-    def __init__(self, f, limit: int = 2_000_000) -> None:
+    def __init__(self, f: Callable[[int, int], float], limit: int = 2_000_000) -> None:
         self._f = f
         self._d: dict[tuple[int, int], float] = {}
         self.limit = limit
@@ -104,7 +105,11 @@ class _Memo:
 
 
 def resolve(
-    cfg: ClusterConfig, scenario: ScenarioSpec, block_size: int, cost=None, prefill_s=None
+    cfg: ClusterConfig,
+    scenario: ScenarioSpec,
+    block_size: int,
+    cost: Any = None,
+    prefill_s: Callable[[int, int], float] | None = None,
 ) -> Resolved:
     """Apply the scenario's overrides and fill every default from the cost catalogs."""
     c = scenario.applied_to(cfg)
@@ -221,7 +226,7 @@ class ScenarioResult:
     stats: RunStats
     search: RateSearch | None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         st = self.stats
         r = self.resolved
         c = r.cluster
@@ -229,7 +234,13 @@ class ScenarioResult:
         hits = st.hit_tokens_by_tier
         ttft = st.ttft_s
         n = int(ttft.size)
-        ttft_json = {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+        ttft_json: dict[str, float | None] = {
+            "mean": None,
+            "p50": None,
+            "p90": None,
+            "p99": None,
+            "max": None,
+        }
         if n:
             q = np.percentile(ttft, [50, 90, 99])
             ttft_json = {
@@ -239,7 +250,7 @@ class ScenarioResult:
                 "p99": float(q[2]),
                 "max": float(ttft.max()),
             }
-        links: dict[str, dict] = {}
+        links: dict[str, dict[str, Any]] = {}
         for lk in st.links:
             s = lk.stats(st.duration_s)
             agg = links.setdefault(
@@ -337,7 +348,7 @@ class ReplayResult:
     bytes_per_token: int
     scenarios: dict[str, ScenarioResult] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         cluster = asdict(self.cluster)
         cluster.update(
             {
@@ -433,7 +444,7 @@ def _run_scenario(
     trace: BlockTrace,
     cfg: ClusterConfig,
     spec: ScenarioSpec,
-    cost,
+    cost: Any,
     ttft_slo_s: float,
     search_rate: bool,
     memo: _Memo | None = None,
@@ -466,7 +477,9 @@ def _main_not_rerun() -> Iterator[None]:
     if main is None:
         yield
         return
-    saved = {k: main.__dict__[k] for k in ("__spec__", "__file__") if k in main.__dict__}
+    saved: dict[str, Any] = {
+        k: main.__dict__[k] for k in ("__spec__", "__file__") if k in main.__dict__
+    }
     main.__dict__["__spec__"] = None
     main.__dict__.pop("__file__", None)
     try:
@@ -479,12 +492,12 @@ def _main_not_rerun() -> Iterator[None]:
 def run_replay(
     trace: BlockTrace,
     cfg: ClusterConfig,
-    scenarios: tuple | list | str = tuple(STANDARD_SCENARIOS),
+    scenarios: tuple[Any, ...] | list[Any] | str = tuple(STANDARD_SCENARIOS),
     ttft_slo_s: float = 2.0,
     search_rate: bool = True,
     advance: Advance | None = None,
     extra_scenarios: list[ScenarioSpec] | None = None,
-    cost=None,
+    cost: Any = None,
     workers: int = 1,
 ) -> ReplayResult:
     """Replay ``trace`` on ``cfg`` once per scenario (names or :class:`ScenarioSpec`).
@@ -498,7 +511,7 @@ def run_replay(
         raise UsageError("--ttft-slo must be a positive number of seconds")
     if workers < 1:
         raise UsageError("--workers must be at least 1")
-    specs = select_scenarios(scenarios, extra_scenarios)  # type: ignore[arg-type]
+    specs = select_scenarios(scenarios, extra_scenarios)
     if cost is None:
         from analyzer.cost import CostModel
 

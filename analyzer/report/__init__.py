@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from analyzer.errors import OutputError
 
@@ -39,25 +40,26 @@ CHROMIUM_FLAGS = (
 )
 
 
-def _doc(result_or_doc) -> dict:
+def _doc(result_or_doc: Any) -> dict[str, Any]:
     """The document with keys sorted, as it reads back from report.json: every renderer
     sees the same order whether it is given a fresh result or a reloaded file."""
     doc = result_or_doc if isinstance(result_or_doc, dict) else result_or_doc.to_json()
-    return json.loads(json.dumps(doc, sort_keys=True))
+    sorted_doc: dict[str, Any] = json.loads(json.dumps(doc, sort_keys=True))
+    return sorted_doc
 
 
-def render_json(result_or_doc) -> str:
+def render_json(result_or_doc: Any) -> str:
     """Deterministic JSON text: sorted keys, floats already rounded, no timestamps."""
     return json.dumps(_doc(result_or_doc), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
-def render_markdown(result_or_doc) -> str:
+def render_markdown(result_or_doc: Any) -> str:
     from analyzer.report.render import render_markdown_doc
 
     return render_markdown_doc(_doc(result_or_doc))
 
 
-def render_html(result_or_doc) -> str:
+def render_html(result_or_doc: Any) -> str:
     from analyzer.report.charts import all_charts
     from analyzer.report.render import render_html_doc
 
@@ -94,7 +96,7 @@ def write_pdf(html_path: Path, pdf_path: Path) -> bool:
     return pdf_path.is_file() and pdf_path.stat().st_size > 0
 
 
-def write_deploy(doc: dict, out: Path) -> bool:
+def write_deploy(doc: dict[str, Any], out: Path) -> bool:
     """Write the document's deployment bundle to ``out/deploy/`` (launch scripts
     executable). The folder is built beside the old one and swapped in, so a failed
     write never leaves a mix of two analyses' files."""
@@ -124,7 +126,7 @@ def write_deploy(doc: dict, out: Path) -> bool:
     return True
 
 
-def deploy_zip(doc: dict) -> bytes:
+def deploy_zip(doc: dict[str, Any]) -> bytes:
     """The deployment bundle as one zip (fixed timestamps: the same document gives the
     same bytes), for the dashboard's download."""
     import io
@@ -141,7 +143,7 @@ def deploy_zip(doc: dict) -> bytes:
 
 
 def write_reports(
-    result_or_doc, out_dir: str | Path, *, pdf: bool = False, force: bool = False
+    result_or_doc: Any, out_dir: str | Path, *, pdf: bool = False, force: bool = False
 ) -> dict[str, Path]:
     """Write report.json, report.md and report.html (and report.pdf with ``pdf``), and
     the deployment bundle in ``deploy/`` when the analysis sized one.

@@ -8,6 +8,8 @@ holds no data for that chart.
 
 from __future__ import annotations
 
+from typing import Any
+
 import altair as alt
 
 from analyzer.report.figures import (
@@ -48,11 +50,11 @@ def to_svg(chart: alt.TopLevelMixin) -> str | None:
     return svg[start:] if start >= 0 else svg
 
 
-def _base(values: list[dict]) -> alt.Chart:
+def _base(values: list[dict[str, Any]]) -> alt.Chart:
     return alt.Chart(alt.Data(values=values)).properties(width=WIDTH, height=HEIGHT)
 
 
-def hit_ratio_curve(doc: dict) -> str | None:
+def hit_ratio_curve(doc: dict[str, Any]) -> str | None:
     curve = ((doc.get("reuse") or {}).get("analysis") or {}).get("curves", {}).get("lru") or []
     pts = [
         {"capacity_tokens": max(int(p["capacity_tokens"]), 1), "hit_rate": p["hit_rate"]}
@@ -96,7 +98,7 @@ def hit_ratio_curve(doc: dict) -> str | None:
     return to_svg(alt.layer(*layers).properties(title="Hit ratio against capacity"))
 
 
-def sources_chart(doc: dict) -> str | None:
+def sources_chart(doc: dict[str, Any]) -> str | None:
     src = ((doc.get("reuse") or {}).get("analysis") or {}).get("sources") or {}
     shares = src.get("share_of_prompt") or {}
     if not shares:
@@ -115,7 +117,7 @@ def sources_chart(doc: dict) -> str | None:
     return to_svg(chart)
 
 
-def break_even_chart(doc: dict) -> str | None:
+def break_even_chart(doc: dict[str, Any]) -> str | None:
     bw = doc.get("bandwidth") or {}
     curve = bw.get("curve") or []
     pts = [p for p in curve if p.get("break_even_gbps") is not None]
@@ -160,11 +162,11 @@ def break_even_chart(doc: dict) -> str | None:
     )
 
 
-def _scenarios(doc: dict) -> dict:
+def _scenarios(doc: dict[str, Any]) -> dict[str, Any]:
     return ((doc.get("replay") or {}).get("scenarios")) or {}
 
 
-def ttft_chart(doc: dict) -> str | None:
+def ttft_chart(doc: dict[str, Any]) -> str | None:
     sc = _scenarios(doc)
     vals = []
     for name, s in sc.items():
@@ -188,7 +190,7 @@ def ttft_chart(doc: dict) -> str | None:
     return to_svg(chart)
 
 
-def tier_hits_chart(doc: dict) -> str | None:
+def tier_hits_chart(doc: dict[str, Any]) -> str | None:
     sc = _scenarios(doc)
     vals = []
     for name, s in sc.items():
@@ -230,7 +232,7 @@ def tier_hits_chart(doc: dict) -> str | None:
     return to_svg(chart)
 
 
-def network_chart(doc: dict) -> str | None:
+def network_chart(doc: dict[str, Any]) -> str | None:
     sc = _scenarios(doc)
     vals = [
         {"scenario": n, "network_gb": (s.get("network_bytes") or 0.0) / 1e9} for n, s in sc.items()
@@ -256,7 +258,7 @@ def network_chart(doc: dict) -> str | None:
     return to_svg(chart)
 
 
-def all_charts(doc: dict) -> dict[str, str]:
+def all_charts(doc: dict[str, Any]) -> dict[str, str]:
     out = {}
     for name, fn in (
         ("hit_ratio", hit_ratio_curve),

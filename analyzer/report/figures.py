@@ -16,6 +16,7 @@ reader sees in a table (percentages, seconds, GB), never raw key names.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -221,7 +222,7 @@ def prefix_tree_frame(trace: BlockTrace, levels: int = 4, min_share: float = 0.0
     lengths = np.diff(trace.offsets)
     starts = trace.offsets[:-1]
     min_count = max(1, math.ceil(min_share * n))
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     # Per request, the displayed node it sits under: -1 the root, -2 not expanded further.
     parent = np.full(n, -1, dtype=np.int64)
     x0_of: dict[int, float] = {-1: 0.0}
@@ -283,7 +284,7 @@ def _label(trace: BlockTrace, node: int) -> str:
 
 def _rect(
     level: int, bs: int, x: float, c: int, n: int, label: str, group: str, kind: str = "prefix"
-) -> dict:
+) -> dict[str, Any]:
     return {
         "level": level,
         "y0_tokens": level * bs,
@@ -299,7 +300,7 @@ def _rect(
     }
 
 
-def granularity_frame(granularity: dict) -> pd.DataFrame:
+def granularity_frame(granularity: dict[str, Any]) -> pd.DataFrame:
     """Ceiling per block size (and token-exact when the trace had it), steady and cold."""
     rows = []
     exact = granularity.get("token_exact", {})
@@ -324,7 +325,7 @@ def granularity_frame(granularity: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["granularity", "steady", "cold", "note"])
 
 
-def sources_frame(sources: dict) -> pd.DataFrame:
+def sources_frame(sources: dict[str, Any]) -> pd.DataFrame:
     shares = sources.get("share_of_hits", {})
     tokens = sources.get("tokens", {})
     rows = [
@@ -334,7 +335,7 @@ def sources_frame(sources: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["source", "share", "tokens"])
 
 
-def top_prefixes_frame(entries: list[dict]) -> pd.DataFrame:
+def top_prefixes_frame(entries: list[dict[str, Any]]) -> pd.DataFrame:
     """The top shared prefixes; the preview column only when the log had text."""
     cols = ["prefix_tokens", "requests", "reused_tokens", "preview", "hash"]
     if not any(e.get("preview") for e in entries):
@@ -342,7 +343,7 @@ def top_prefixes_frame(entries: list[dict]) -> pd.DataFrame:
     return pd.DataFrame([{k: e.get(k) for k in cols} for e in entries], columns=cols)
 
 
-def curves_frame(curves: dict, bytes_per_token: int | None) -> pd.DataFrame:
+def curves_frame(curves: dict[str, Any], bytes_per_token: int | None) -> pd.DataFrame:
     """Hit rate against capacity per policy, with capacities in tokens and GiB."""
     rows = []
     for policy, points in curves.items():
@@ -376,7 +377,7 @@ def ttft_quantiles_frame(
     return pd.DataFrame(rows, columns=["scenario", "ttft_s", "quantile"])
 
 
-def tier_hits_frame(scenarios: dict[str, dict]) -> pd.DataFrame:
+def tier_hits_frame(scenarios: dict[str, dict[str, Any]]) -> pd.DataFrame:
     rows = [
         {"scenario": name, "tier": tier, "hit_rate": rate}
         for name, s in scenarios.items()
@@ -386,7 +387,7 @@ def tier_hits_frame(scenarios: dict[str, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["scenario", "tier", "hit_rate"])
 
 
-def scenarios_frame(scenarios: dict[str, dict]) -> pd.DataFrame:
+def scenarios_frame(scenarios: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """One row per scenario with the figures the comparison charts draw, as numbers
     (shares as fractions, times in seconds, traffic in GB; None where not measured)."""
     rows = []
@@ -440,7 +441,7 @@ def scenarios_table(frame: pd.DataFrame) -> pd.DataFrame:
 # --- recommendation ------------------------------------------------------------------------
 
 
-def sizing_table(sizing: dict) -> list[dict]:
+def sizing_table(sizing: dict[str, Any]) -> list[dict[str, Any]]:
     """The sized recommendation (the report's ``sizing`` object) as rows a manager reads:
     what, how much (in GB and tokens, GB/s, yes/no), and why."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from analyzer.advisor.summary import (
     GLOSSARY,
@@ -25,11 +26,11 @@ from analyzer.advisor.summary import (
 from analyzer.report.figures import SCENARIO_ORDER, VERDICT_COLOR, VERDICT_TEXT
 
 
-def pct(x) -> str:
+def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def num(x, digits: int = 3) -> str:
+def num(x: float | None, digits: int = 3) -> str:
     if x is None:
         return "-"
     if isinstance(x, int):
@@ -39,7 +40,7 @@ def num(x, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
-def threshold_pct(doc: dict, name: str) -> str:
+def threshold_pct(doc: dict[str, Any], name: str) -> str:
     """A decision threshold of this report's run (``options.thresholds``) as "25%"."""
     from analyzer.advisor.figures import Thresholds
 
@@ -49,7 +50,7 @@ def threshold_pct(doc: dict, name: str) -> str:
     return f"{100 * value:.0f}%"
 
 
-def rate_at_slo(scenario: dict) -> str:
+def rate_at_slo(scenario: dict[str, Any]) -> str:
     """The highest rate multiple under the SLO; '>=' when the search's top one passed."""
     x = scenario.get("max_rate_scale_at_slo")
     if x is None:
@@ -58,20 +59,20 @@ def rate_at_slo(scenario: dict) -> str:
     return f"{'>=' if capped else ''}x{x:.3g}"
 
 
-def gb(n_bytes) -> str:
+def gb(n_bytes: float | None) -> str:
     return "-" if n_bytes is None else f"{n_bytes / 1e9:,.2f} GB"
 
 
-def ms(seconds) -> str:
+def ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{1000 * seconds:,.0f} ms"
 
 
-def gbps(x) -> str:
+def gbps(x: Any) -> str:
     """A bandwidth in GB/s with its Gb/s (bits) beside it."""
     return "-" if x is None else f"{num(x)} GB/s ({num(8 * x)} Gb/s)"
 
 
-def usd(x) -> str:
+def usd(x: Any) -> str:
     if x is None:
         return "-"
     return f"-${-x:,.0f}" if x < 0 else f"${x:,.0f}"
@@ -80,7 +81,7 @@ def usd(x) -> str:
 TIER_LABEL = {"dram": "Host DRAM", "pool": "Pool link", "nvme": "Local NVMe"}
 
 
-def check_value(name: str, x) -> str:
+def check_value(name: str, x: Any) -> str:
     """A decision check's value in its unit: money, bandwidth or a percentage."""
     if x is None:
         return "-"
@@ -91,7 +92,7 @@ def check_value(name: str, x) -> str:
     return pct(x)
 
 
-def criterion_value(metric: str, x) -> str:
+def criterion_value(metric: str, x: Any) -> str:
     """A gate threshold or projection in its unit."""
     if x is None:
         return "-"
@@ -123,7 +124,7 @@ class Section:
     links: list[tuple[str, str]] = field(default_factory=list)  # (relative path, note)
 
 
-def key_figures(doc: dict) -> Table:
+def key_figures(doc: dict[str, Any]) -> Table:
     t = doc.get("trace") or {}
     rf = (doc.get("reuse") or {}).get("figures") or {}
     bw = doc.get("bandwidth") or {}
@@ -215,7 +216,7 @@ def _scenario_key(name: str) -> tuple[int, str]:
     return (SCENARIO_ORDER.index(name) if name in SCENARIO_ORDER else len(SCENARIO_ORDER), name)
 
 
-def scenario_table(doc: dict) -> Table | None:
+def scenario_table(doc: dict[str, Any]) -> Table | None:
     sc = ((doc.get("replay") or {}).get("scenarios")) or {}
     if not sc:
         return None
@@ -258,11 +259,11 @@ def scenario_table(doc: dict) -> Table | None:
     )
 
 
-def summary_of(doc: dict) -> list[str]:
+def summary_of(doc: dict[str, Any]) -> list[str]:
     return list(doc.get("summary") or summary_sentences(doc))
 
 
-def sections(doc: dict) -> list[Section]:
+def sections(doc: dict[str, Any]) -> list[Section]:
     v = doc.get("verdict") or {}
     out: list[Section] = [Section("summary", "Summary", paragraphs=[" ".join(summary_of(doc))])]
     verdict = Section("verdict", "Verdict")
@@ -640,8 +641,8 @@ def sections(doc: dict) -> list[Section]:
             "Every size derives from the sizing above (deploy/README.md lists each "
             "product's size per process); every file names the versions it was checked against."
         )
-        rows = (doc.get("deploy") or {}).get("per_process") or []
-        if rows:
+        per_process: list[dict[str, Any]] = (doc.get("deploy") or {}).get("per_process") or []
+        if per_process:
             s.tables.append(
                 Table(
                     ["Option", "Stack", "Setting", "Per", "Each", "Units (per node)", "Adds up to"],
@@ -655,7 +656,7 @@ def sections(doc: dict) -> list[Section]:
                             f"{r['units']} ({r['units_per_node']})",
                             f"{r['total']} {gb(r['total_bytes'])}",
                         ]
-                        for r in rows
+                        for r in per_process
                     ],
                 )
             )
@@ -751,7 +752,7 @@ def _term_pattern(term: str) -> re.Pattern[str]:
 _TERM_RE = [(t, _term_pattern(t)) for t in sorted(GLOSSARY, key=len, reverse=True)]
 
 
-def link_terms(text: str, link) -> str:
+def link_terms(text: str, link: Any) -> str:
     """``text`` with the first occurrence of each glossary term passed through
     ``link(term, matched)`` (links are not nested: a matched span is not searched again)."""
     spans: list[tuple[int, int, str]] = []
@@ -796,7 +797,7 @@ def _md_table(t: Table) -> str:
     return "\n".join(lines)
 
 
-def render_markdown_doc(doc: dict) -> str:
+def render_markdown_doc(doc: dict[str, Any]) -> str:
     v = (doc.get("verdict") or {}).get("verdict", "")
     parts = [f"# kvpool report: **{v}**", ""]
     for s in sections(doc):
@@ -840,7 +841,7 @@ def _linked(text: str) -> str:
     )
 
 
-def render_html_doc(doc: dict, charts: dict[str, str]) -> str:
+def render_html_doc(doc: dict[str, Any], charts: dict[str, str]) -> str:
     e = html.escape
     v = (doc.get("verdict") or {}).get("verdict", "")
     secs = sections(doc)

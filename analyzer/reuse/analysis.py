@@ -23,6 +23,7 @@ block_size``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -121,17 +122,17 @@ class ReuseReport:
     curve: StepCurve | None = None
     cold_curve: StepCurve | None = None  # every request counted (exact runs only)
     curve_method: str = "exact"  # or "shards"
-    shards: dict | None = None
+    shards: dict[str, Any] | None = None
     policy_points: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     policy_notes: list[str] = field(default_factory=list)
     capacities_tokens: tuple[int, ...] = ()
-    sources: dict = field(default_factory=dict)
-    top_prefixes: dict = field(default_factory=dict)
-    granularity: dict = field(default_factory=dict)
-    non_prefix: dict = field(default_factory=dict)
-    reuse_distance: dict = field(default_factory=dict)
-    reuse_time: dict = field(default_factory=dict)
-    working_set: dict = field(default_factory=dict)
+    sources: dict[str, Any] = field(default_factory=dict)
+    top_prefixes: dict[str, Any] = field(default_factory=dict)
+    granularity: dict[str, Any] = field(default_factory=dict)
+    non_prefix: dict[str, Any] = field(default_factory=dict)
+    reuse_distance: dict[str, Any] = field(default_factory=dict)
+    reuse_time: dict[str, Any] = field(default_factory=dict)
+    working_set: dict[str, Any] = field(default_factory=dict)
     curve_points: int = 200
 
     # -- capacity queries ----------------------------------------------------------
@@ -191,18 +192,18 @@ class ReuseReport:
 
     # -- output ---------------------------------------------------------------------
 
-    def _capacity_fields(self, capacity_tokens: int) -> dict:
-        out: dict = {"capacity_tokens": int(capacity_tokens)}
+    def _capacity_fields(self, capacity_tokens: int) -> dict[str, Any]:
+        out: dict[str, Any] = {"capacity_tokens": int(capacity_tokens)}
         if self.bytes_per_token:
             n_bytes = capacity_tokens * self.bytes_per_token
             out["capacity_gb"] = round(n_bytes / GB, 3)
             out["capacity_gib"] = round(n_bytes / GIB, 3)
         return out
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """Plain, deterministic JSON (floats rounded to 6 places)."""
         r6 = _round
-        doc: dict = {
+        doc: dict[str, Any] = {
             "measurable": self.measurable,
             "reason": self.reason,
             "trace": {
@@ -227,7 +228,7 @@ class ReuseReport:
         if not self.measurable:
             doc["curves"] = {}
             return doc
-        curves: dict = {
+        curves: dict[str, Any] = {
             "lru": [{**self._capacity_fields(c), "hit_rate": r6(h)} for c, h in self.lru_curve]
         }
         for policy, points in self.policy_points.items():
@@ -239,7 +240,7 @@ class ReuseReport:
             for policy, points in self.policy_points.items():
                 row[policy] = r6(dict(points)[cap]) if cap in dict(points) else None
             table.append(row)
-        cold: list[dict] = []
+        cold: list[dict[str, Any]] = []
         if self.cold_curve is not None:
             cold = [
                 {**self._capacity_fields(c), "hit_rate": r6(h)}
@@ -274,7 +275,7 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(float(x), 6)
 
 
-def _round_tree(obj):
+def _round_tree(obj: Any) -> Any:
     if isinstance(obj, float):
         return round(obj, 6)
     if isinstance(obj, dict):
@@ -336,7 +337,8 @@ def prefix_hit_tokens(trace: BlockTrace, factor: int = 1) -> np.ndarray:
         ids = trace.block_ids[trace.offsets[req] + within * factor + factor - 1]
     k = leading_run(seen_before(ids, offsets), offsets)
     size = trace.block_size * factor
-    return np.clip(np.minimum(k * size, trace.prompt_tokens - 1), 0, None)
+    hits: np.ndarray = np.clip(np.minimum(k * size, trace.prompt_tokens - 1), 0, None)
+    return hits
 
 
 def _rates(hit: np.ndarray, prompt: np.ndarray, first: int) -> tuple[float, float]:
@@ -350,13 +352,13 @@ def _rates(hit: np.ndarray, prompt: np.ndarray, first: int) -> tuple[float, floa
 
 def granularity_table(
     trace: BlockTrace, first: int, sizes: tuple[int, ...], own_hits: np.ndarray | None = None
-) -> dict:
+) -> dict[str, Any]:
     """Ceilings token-exact and at each block size derivable from the trace's hashes.
 
     ``own_hits`` (per-request hit tokens at the trace's own block size) saves a pass.
     """
     prompt = trace.prompt_tokens
-    out: dict = {}
+    out: dict[str, Any] = {}
     if trace.token_lcp_prev is not None:
         hit = np.clip(np.minimum(trace.token_lcp_prev, prompt - 1), 0, None)
         steady, cold = _rates(hit, prompt, first)
@@ -369,7 +371,7 @@ def granularity_table(
         }
     rows = []
     for size in sorted(set(sizes) | {trace.block_size}):
-        row: dict = {"block_size": size}
+        row: dict[str, Any] = {"block_size": size}
         if size % trace.block_size:
             row.update(
                 available=False,
@@ -388,7 +390,7 @@ def granularity_table(
     return out
 
 
-def non_prefix_reuse(trace: BlockTrace, first: int, prefix_hit: np.ndarray) -> dict:
+def non_prefix_reuse(trace: BlockTrace, first: int, prefix_hit: np.ndarray) -> dict[str, Any]:
     """Tokens whose content was seen before at any position, and the part beyond prefixes."""
     if trace.content_ids is None:
         return {
@@ -417,7 +419,7 @@ def non_prefix_reuse(trace: BlockTrace, first: int, prefix_hit: np.ndarray) -> d
     }
 
 
-def _percentiles_from_counts(values: np.ndarray, counts: np.ndarray) -> dict:
+def _percentiles_from_counts(values: np.ndarray, counts: np.ndarray) -> dict[str, Any]:
     total = int(counts.sum())
     if total == 0:
         return {f"p{p}": None for p in PERCENTILES}
@@ -444,7 +446,7 @@ def _preview(trace: BlockTrace, block: int, parent: np.ndarray) -> str | None:
 
 def top_prefixes(
     trace: BlockTrace, hits: np.ndarray, parent: np.ndarray, depth: np.ndarray, top_n: int
-) -> dict:
+) -> dict[str, Any]:
     """Shared prefixes: chains ending where the number of requests reusing them drops.
 
     Block ``b`` stands for the prefix of ``depth[b] + 1`` blocks ending at ``b``; it is
@@ -461,7 +463,7 @@ def top_prefixes(
     prefix_tokens = (depth[cand] + 1) * trace.block_size
     volume = hits[cand] * prefix_tokens
 
-    def entry(i: int) -> dict:
+    def entry(i: int) -> dict[str, Any]:
         b = int(cand[i])
         return {
             "block_id": b,
@@ -500,7 +502,9 @@ def _shards_rate(rate: float) -> float:
     return _shards_threshold(rate) / 2**32
 
 
-def _sample(trace: BlockTrace, rate: float, n_ids: int, n_acc: int):
+def _sample(
+    trace: BlockTrace, rate: float, n_ids: int, n_acc: int
+) -> tuple[np.ndarray, np.ndarray, int]:
     """SHARDS spatial sample of the first ``n_acc`` accesses (ids below ``n_ids``), stratified.
 
     A block is sampled when a fixed 64-bit mix of its chained hash falls under
@@ -535,7 +539,7 @@ def _prefix_requests(trace: BlockTrace, n_accesses: int | None) -> tuple[int, in
     return n_req, acc, n_ids
 
 
-def shards_curve(trace: BlockTrace, rate: float, first: int, n_accesses: int | None = None):
+def shards_curve(trace: BlockTrace, rate: float, first: int, n_accesses: int | None = None) -> Any:
     """Stratified SHARDS-adj LRU curve (after Waldspurger et al., FAST'15), token-weighted.
 
     Runs over the first requests within ``n_accesses`` (all by default). The gap between
@@ -570,7 +574,7 @@ def shards_curve(trace: BlockTrace, rate: float, first: int, n_accesses: int | N
     return StepCurve((d + 1).astype(np.int64), np.maximum.accumulate(rates))
 
 
-def shards_error(trace: BlockTrace, rate: float, warmup: float, n_accesses: int) -> dict:
+def shards_error(trace: BlockTrace, rate: float, warmup: float, n_accesses: int) -> dict[str, Any]:
     """Measured error of the sampled curve against the exact one on a prefix of the trace."""
     n_req, acc, n_ids = _prefix_requests(trace, n_accesses)
     first = first_counted_request(n_req, warmup)
@@ -631,7 +635,7 @@ def _unmeasurable(trace: BlockTrace, opts: ReuseOptions, reason: str) -> ReuseRe
 def _needs_next_use(name: str) -> bool:
     """The policy orders leaves by next use (Belady): the simulation passes next uses in."""
     entry = get_policy(name)
-    return entry.leaf and entry.reference.needs_next_use
+    return entry.leaf and bool(getattr(entry.reference, "needs_next_use", False))
 
 
 def analyze_reuse(
@@ -684,6 +688,7 @@ def analyze_reuse(
     curve_method = "exact"
     shards = None
     if sampled:
+        assert rate is not None
         curve = shards_curve(trace, rate, first)
         curve_method = "shards"
         shards = {
@@ -735,7 +740,7 @@ def analyze_reuse(
         step(40)
 
     hit_total = int(src.sum())
-    sources = {
+    sources: dict[str, Any] = {
         "attribution": "each reused block is credited to the most recent earlier request "
         "that held it",
         "tokens": {k: int(v) for k, v in zip(SOURCE_KEYS, src, strict=True)},

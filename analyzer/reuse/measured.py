@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ class MeasuredRate:
     def hit_rate(self) -> float:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "requests": self.requests,
             "cached_tokens": self.cached_tokens,
@@ -53,14 +54,14 @@ class MeasuredHits:
     warmup: float
     steady_requests: int  # steady-state requests, with the field or not
     by_model: dict[str, MeasuredRate] = field(default_factory=dict)
-    over_time: list[dict] = field(default_factory=list)
+    over_time: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def coverage(self) -> float:
         """Share of the steady-state requests whose response carried the field."""
         return self.overall.requests / self.steady_requests if self.steady_requests else 0.0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "definition": "sum(cached_tokens) / sum(prompt_tokens) over the steady-state "
             "requests whose responses carry usage.prompt_tokens_details.cached_tokens "
@@ -101,7 +102,7 @@ def measure_cached(trace: BlockTrace, warmup: float = 0.5) -> MeasuredHits | Non
             if sel.any():
                 by_model[name] = _rate(c[sel], p[sel])
     t = trace.arrival_s[start:][has]
-    over_time: list[dict] = []
+    over_time: list[dict[str, Any]] = []
     if t.size:
         lo, hi = float(t[0]), float(t[-1])
         edges = np.linspace(lo, hi, WINDOWS + 1)

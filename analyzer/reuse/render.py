@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -39,7 +40,7 @@ def seconds(s: float | None) -> str:
 
 
 def write_json(
-    report: ReuseReport, path: Path, extra: dict | None = None, *, force: bool = False
+    report: ReuseReport, path: Path, extra: dict[str, Any] | None = None, *, force: bool = False
 ) -> None:
     """The report as JSON, with ``extra`` sections (e.g. per-model figures) added."""
     from analyzer.outputs import write_text

@@ -85,7 +85,8 @@ def chained_trace(
 def _segment_cumsum(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
     c = np.cumsum(x)
     base = np.repeat(c[starts[:-1]] - x[starts[:-1]], np.diff(starts))
-    return c - base
+    out: np.ndarray = c - base
+    return out
 
 
 def _first_seen(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

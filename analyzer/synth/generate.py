@@ -17,6 +17,7 @@ import json
 import math
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,6 @@ from analyzer.synth.config import FORMATS, SynthConfig, SynthStats
 from analyzer.synth.workload import (
     PROFILE_TENANTS,
     Request,
-    Session,
     Tenant,
     World,
     make_tenant,
@@ -105,7 +105,7 @@ class _Writer:
         self.fmt = fmt
         self.buf: list[str] = []
         self.size = 0
-        self._blocks: dict[tuple, int] = {}
+        self._blocks: dict[tuple[Any, ...], int] = {}
         self._csv_out = io.StringIO()
         self._csv = csv.writer(self._csv_out, lineterminator="\n")
         if fmt == "gateway-csv":
@@ -171,7 +171,7 @@ class _Writer:
         return ids
 
 
-def _open_out(path: Path, name: str):
+def _open_out(path: Path, name: str) -> tuple[Any, Any]:
     """Open ``path`` (a temporary file) for an output called ``name`` (.gz, .zst or plain)."""
     try:
         raw = open(path, "wb")  # noqa: SIM115 - closed by the caller
@@ -251,7 +251,7 @@ def generate(
         tenants.append(tenant)
 
     rate = config.effective_rate_rps
-    heap: list[tuple[float, int, int, object]] = []
+    heap: list[tuple[float, int, int, Any]] = []
     seq = 0
     sources = []
     for tenant in tenants:
@@ -272,7 +272,19 @@ def generate(
     )
 
 
-def _run(config, fmt, world, tenants, sources, heap, seq, truth, temps, out_path, advance):  # type: ignore[no-untyped-def]
+def _run(
+    config: Any,
+    fmt: str,
+    world: Any,
+    tenants: Any,
+    sources: Any,
+    heap: Any,
+    seq: int,
+    truth: Any,
+    temps: Any,
+    out_path: Path,
+    advance: Any,
+) -> SynthStats:
     """The generation loop of :func:`generate`, writing to the temporary files ``temps``."""
     writer = _Writer(fmt)
     raw, out = _open_out(temps[0], out_path.name)
@@ -281,16 +293,16 @@ def _run(config, fmt, world, tenants, sources, heap, seq, truth, temps, out_path
     sink = _Sink(out, out_path)
     try:
         while world.n_requests < config.requests:
-            t, _, kind, obj = heapq.heappop(heap)
-            if kind == 0:  # a source: start a session now, schedule the next start
-                tenant, arr = sources[obj]  # type: ignore[index]
+            t, _, event, obj = heapq.heappop(heap)
+            if event == 0:  # a source: start a session now, schedule the next start
+                tenant, arr = sources[obj]
                 sess = new_session(world, tenant, n_sessions, config.session_id_share)
                 n_sessions += 1
                 heapq.heappush(heap, (t, seq, 1, sess))
                 heapq.heappush(heap, (arr.next(t), seq + 1, 0, obj))
                 seq += 2
                 continue
-            sess: Session = obj  # type: ignore[no-redef]
+            sess = obj
             req, delay = sess.step(t)
             rid = f"req-{world.n_requests:08d}"
             writer.add(req, rid, t)
@@ -342,12 +354,12 @@ class _Sink:
     write. At most two chunks wait, so memory stays bounded.
     """
 
-    def __init__(self, out, path: Path) -> None:
+    def __init__(self, out: Any, path: Path) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         self.out, self.path = out, path
         self.pool = ThreadPoolExecutor(max_workers=1)
-        self.pending: list = []
+        self.pending: list[Any] = []
         self.written = 0
 
     def write(self, writer: _Writer) -> None:
@@ -359,7 +371,7 @@ class _Sink:
         while len(self.pending) > 2:
             self._wait(self.pending.pop(0))
 
-    def _wait(self, fut) -> None:
+    def _wait(self, fut: Any) -> None:
         try:
             fut.result()
         except OSError as exc:

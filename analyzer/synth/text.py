@@ -10,6 +10,7 @@ per generator, with their token counts measured by a fixed characters-per-token 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +66,8 @@ class TextGen:
         return _TABLE[self.rng.integers(0, 1 << 16, size=n)]
 
     def words(self, n: int) -> list[str]:
-        return _BARE[self._word_idx(n)].tolist()
+        words: list[str] = _BARE[self._word_idx(n)].tolist()
+        return words
 
     def prose(self, n_tokens: int) -> tuple[str, int]:
         """Sentences of about ``n_tokens`` tokens; returns (text, exact token estimate)."""
@@ -133,7 +135,7 @@ class TextGen:
         return text, max(1, round(float(self._code_tokens[pick].sum())))
 
     # -- structured pieces -------------------------------------------------------------
-    def tool_schema(self) -> dict:
+    def tool_schema(self) -> dict[str, Any]:
         """One OpenAI function tool with a JSON schema of a few typed parameters."""
         n_params = int(self.rng.integers(1, 6))
         props = {}

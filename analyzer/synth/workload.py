@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -112,8 +113,10 @@ class World:
         self._seg += 1
         return self._seg
 
-    def message(self, role: str, content: str, tokens: int, extra: dict | None = None) -> Msg:
-        obj: dict = {"role": role, "content": content}
+    def message(
+        self, role: str, content: str, tokens: int, extra: dict[str, Any] | None = None
+    ) -> Msg:
+        obj: dict[str, Any] = {"role": role, "content": content}
         if extra:
             obj.update(extra)
         return Msg(
@@ -166,7 +169,9 @@ def _system_prompt(world: World, median: int, sigma: float, name: str) -> tuple[
     return f"{head}\n\n{body}", t + 13
 
 
-def make_tenant(world: World, name: str, model: str, kind: str, share: float, templates: int):
+def make_tenant(
+    world: World, name: str, model: str, kind: str, share: float, templates: int
+) -> Tenant:
     tenant = Tenant(name=name, model=model, kind=kind, share=share)
     if kind == "chat":
         for _ in range(3):

@@ -32,6 +32,7 @@ import json
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -260,6 +261,7 @@ class PromptRenderer:
             raise RenderError("mistyped field", field)
         pieces: list[str | bytes] = []
         text: list[str] = []
+        value: Any
         for j, part in enumerate(content):
             if isinstance(part, str):
                 kind, value = "text", part
@@ -301,15 +303,16 @@ class PromptRenderer:
         lines = [json.dumps(t, ensure_ascii=False) for t in tools]
         return "# Tools\n\n" + "\n".join(lines)
 
-    def render(self, body: dict) -> tuple[list[Part], list[Part]]:
+    def render(self, body: dict[str, Any]) -> tuple[list[Part], list[Part]]:
         """(message parts, generation-prompt parts) of a chat-completions request body."""
         messages = body.get("messages")
         if not isinstance(messages, list):
             raise RenderError("missing field" if messages is None else "mistyped field", "messages")
         tools = body.get("tools") or body.get("functions")
-        tools_text = self._tools_text(tools) if tools else None
+        tools_done = not tools
+        # Used only while tools_done is False, that is when there are tools.
+        tools_text = self._tools_text(tools) if tools else ""
         parts: list[Part] = [self._bos_part] if self._bos_part is not None else []
-        tools_done = tools_text is None
         if not tools_done and self.tools_position == "before-system":
             parts.append(self._part("system", [tools_text], tools_text))
             tools_done = True

@@ -42,6 +42,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -103,7 +104,8 @@ def _token_text(value: object) -> str | None:
     if isinstance(value, str):
         return value
     if isinstance(value, dict) and isinstance(value.get("content"), str):
-        return value["content"]  # an AddedToken written out as a dict
+        content: str = value["content"]  # an AddedToken written out as a dict
+        return content
     return None
 
 
@@ -153,7 +155,7 @@ def load_model_folder(path: str | Path) -> ModelFolder:
     return ModelFolder(folder.name or "model", tok, templates, specials)
 
 
-def _environment():
+def _environment() -> Any:
     """The sandbox ``apply_chat_template`` renders in (see the module docstring)."""
     import jinja2
     import jinja2.ext
@@ -165,25 +167,31 @@ def _environment():
 
         tags = {"generation"}  # noqa: RUF012 (jinja's own class attribute)
 
-        def parse(self, parser):
+        def parse(self, parser: Any) -> Any:
             lineno = next(parser.stream).lineno
             body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
             return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(
                 lineno
             )
 
-        def _body(self, caller):
+        def _body(self, caller: Any) -> Any:
             return caller()
 
-    def raise_exception(message):
+    def raise_exception(message: str) -> None:
         raise jinja2.exceptions.TemplateError(message)
 
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    def tojson(
+        x: Any,
+        ensure_ascii: bool = False,
+        indent: int | None = None,
+        separators: tuple[str, str] | None = None,
+        sort_keys: bool = False,
+    ) -> str:
         return json.dumps(
             x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
         )
 
-    def strftime_now(fmt):
+    def strftime_now(fmt: str) -> str:
         return FIXED_NOW.strftime(fmt)
 
     env = ImmutableSandboxedEnvironment(
@@ -195,10 +203,11 @@ def _environment():
     return env
 
 
-def _plain_content(content: list, field: str, as_parts: bool) -> str | list:
+def _plain_content(content: list[Any], field: str, as_parts: bool) -> str | list[Any]:
     texts: list[str] = []
-    parts: list[dict] = []
+    parts: list[dict[str, Any]] = []
     for j, part in enumerate(content):
+        value: Any
         if isinstance(part, str):
             kind, value = "text", part
         elif isinstance(part, dict):
@@ -213,12 +222,12 @@ def _plain_content(content: list, field: str, as_parts: bool) -> str | list:
     return parts if as_parts else "\n".join(texts)
 
 
-def normalize_messages(messages: object, parts_format: bool = False) -> list[dict]:
+def normalize_messages(messages: object, parts_format: bool = False) -> list[dict[str, Any]]:
     """A request's messages as the server hands them to the template (module docstring,
     step 1). ``parts_format``: the template reads content as a list of parts."""
     if not isinstance(messages, list):
         raise RenderError("missing field" if messages is None else "mistyped field", "messages")
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for i, msg in enumerate(messages):
         field_name = f"messages[{i}]"
         if not isinstance(msg, dict):
@@ -291,7 +300,7 @@ class ChatTemplateRenderer:
         src = self.folder.template_for(has_tools)
         return next(k for k, v in self.folder.templates.items() if v == src)
 
-    def render_string(self, body: dict) -> str:
+    def render_string(self, body: dict[str, Any]) -> str:
         """The prompt text the template renders for a chat-completions request body."""
         if not isinstance(body, dict):
             raise RenderError("mistyped field", "body")
@@ -301,7 +310,7 @@ class ChatTemplateRenderer:
         name = self._name_for(bool(tools))
         messages = normalize_messages(body.get("messages"), self._parts_format[name])
         try:
-            return self._compiled[name].render(
+            text: str = self._compiled[name].render(
                 messages=messages,
                 tools=tools or None,
                 documents=None,
@@ -313,8 +322,9 @@ class ChatTemplateRenderer:
             # message goes with the field, shown in the first examples.
             why = str(exc).splitlines()[0][:100] if str(exc) else type(exc).__name__
             raise RenderError("chat template refused the request", f"messages: {why}") from None
+        return text
 
-    def render(self, body: dict) -> tuple[list[Part], list[Part]]:
+    def render(self, body: dict[str, Any]) -> tuple[list[Part], list[Part]]:
         text = self.render_string(body)
         return self.render_text(text, role="prompt"), []
 

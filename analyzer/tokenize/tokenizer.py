@@ -73,10 +73,13 @@ def load_tokenizer(spec: str = "cl100k") -> Tokenizer:
         if hasattr(enc, "encode_to_numpy"):  # tiktoken >= 0.7: no list of ints in between
             none: frozenset[str] = frozenset()
 
-            def encode(text: str) -> np.ndarray:
-                return enc.encode_to_numpy(text, allowed_special=none, disallowed_special=())
+            def encode_np(text: str) -> np.ndarray:
+                ids: np.ndarray = enc.encode_to_numpy(
+                    text, allowed_special=none, disallowed_special=()
+                )
+                return ids
 
-            return Tokenizer("cl100k_base", encode)
+            return Tokenizer("cl100k_base", encode_np)
         return Tokenizer("cl100k_base", enc.encode_ordinary)
     path = Path(spec)
     if not path.is_file():
