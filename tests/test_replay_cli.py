@@ -82,9 +82,9 @@ def test_replay_command_json_and_table(mooncake_file, tmp_path):
     # the TTFTs carry the cost model's measured error (docs/cost-model.md section 3c)
     from analyzer.cost.uncertainty import prefill_band
 
-    band = prefill_band(
-        cm, int(max(json.loads(line)["input_length"] for line in open(mooncake_file)))
-    )
+    with open(mooncake_file) as fh:
+        longest = max(json.loads(line)["input_length"] for line in fh)
+    band = prefill_band(cm, int(longest))
     assert doc["error_band"]["high_ratio"] == pytest.approx(band.high)
     assert "may be off by the cost model's measured error" in result.output
     assert f"{1 / band.high:.2f}x and {1 / band.low:.2f}x" in result.output
