@@ -8,6 +8,7 @@ import json
 
 from typer.testing import CliRunner
 
+from analyzer.advisor.pipeline import SCHEMA
 from analyzer.cli import app
 from analyzer.cli.output import PIPE_WIDTH, console
 from tests.fixtures.advisor import make_logs
@@ -43,7 +44,7 @@ def test_analyze_json_to_stdout_is_report_json(tmp_path):
     )
     assert r.exit_code == 0, r.output
     assert r.stdout == (out / "report.json").read_text(encoding="utf-8")
-    assert json.loads(r.stdout)["schema"] == "kvpool.report/1"
+    assert json.loads(r.stdout)["schema"] == SCHEMA
 
 
 def test_piped_tables_are_not_cut_at_80_columns():

@@ -169,7 +169,7 @@ def models_document(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> dict[str,
     return doc
 
 
-def per_model_replay(loaded, cfg, per_model: list[dict], fits) -> None:
+def per_model_replay(loaded: Any, cfg: Any, per_model: list[dict[str, Any]], fits: Any) -> None:
     """Each model of a multi-model log replayed on its own instances, in place: adds
     ``replay`` to each entry of ``per_model`` (from :func:`per_model_reuse`).
 

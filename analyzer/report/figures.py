@@ -527,11 +527,11 @@ COMPARED_SETTINGS = (
 )
 
 
-def _setting(opts, name: str):
+def _setting(opts: Any, name: str) -> Any:
     return getattr(opts, name, None)
 
 
-def configuration_label(opts, reference) -> str:
+def configuration_label(opts: Any, reference: Any) -> str:
     """How ``opts`` differs from ``reference`` (the first pinned), in a few words."""
     diffs = [
         f"{label} {_setting(opts, name)}"
@@ -543,11 +543,11 @@ def configuration_label(opts, reference) -> str:
     return ", ".join(diffs) or "as pinned first"
 
 
-def comparison_rows(results: list) -> list[dict]:
+def comparison_rows(results: list[Any]) -> list[dict[str, Any]]:
     """One row per analysis (``AnalysisResult``, the first is the reference): what
     differs, the verdict, GPUs, the p90 TTFT of the recommended option and of the local
     cache alone, the prompt tokens served from cache and the highest rate under the SLO."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i, r in enumerate(results):
         o = r.options
         rec = RECOMMENDED_SCENARIO.get(r.verdict, "local")
@@ -569,7 +569,7 @@ def comparison_rows(results: list) -> list[dict]:
     return rows
 
 
-def comparison_table(rows: list[dict]) -> list[dict]:
+def comparison_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """:func:`comparison_rows` in words and units."""
     return [
         {
@@ -584,7 +584,7 @@ def comparison_table(rows: list[dict]) -> list[dict]:
     ]
 
 
-def comparison_markdown(rows: list[dict]) -> str:
+def comparison_markdown(rows: list[dict[str, Any]]) -> str:
     """The comparison as a Markdown section (appended to the downloaded report)."""
     table = comparison_table(rows)
     if not table:
@@ -600,7 +600,7 @@ def comparison_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def comparison_html(rows: list[dict]) -> str:
+def comparison_html(rows: list[dict[str, Any]]) -> str:
     """The comparison as an HTML section (inserted into the downloaded report)."""
     import html
 
