@@ -339,3 +339,46 @@ def test_unsorted_canonical_rows_are_sorted_and_lose_their_token_lcp(canonical, 
     assert (np.diff(arrival) >= 0).all()
     assert back.column("token_lcp_prev").null_count == back.num_rows
     assert back.column("block_hashes") == read_canonical(canonical).column("block_hashes")
+
+
+def test_analyze_under_an_address_space_limit_writes_its_reports(tmp_path):
+    # V8 (inside vl-convert, the chart renderer) aborted the process under any
+    # `ulimit -v` (exit 133, no report); the reports are now written without charts.
+    write_log(tmp_path / "in.jsonl", n=80)
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "analyzer.cli",
+            "analyze",
+            "in.jsonl",
+            "-o",
+            "rep",
+            "--no-rate-search",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=cap,
+        cwd=tmp_path,
+        env={**os.environ, "KVPOOL_NO_PROGRESS": "1"},
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "rep" / "report.html").is_file()
+
+
+def test_duplicate_request_ids_are_counted(tmp_path):
+    lines = [
+        json.dumps({"request_id": f"r{i % 25}", **json.loads(chat_line(i, 1.7e9 + i))})
+        for i in range(30)
+    ]
+    p = tmp_path / "in.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    lt = open_trace([p], OPTS)
+    assert lt.table.num_rows == 30
+    assert any("duplicate request ids: 5 rows" in n for n in lt.notes)
+    assert not open_trace([write_log(tmp_path / "ok.jsonl")], OPTS).notes

@@ -154,3 +154,49 @@ def test_report_json_has_per_model_figures_and_the_warning(tmp_path):
     ).to_json()
     assert [m["model"] for m in only["models"]["per_model"]] == [MODELS[2]]
     assert only["warnings"] == [] or all("llama3.1-8b" not in w for w in only["warnings"])
+
+
+def test_each_model_is_replayed_on_its_own_instances_with_a_share_of_one_pool(tmp_path):
+    import dataclasses
+
+    from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.cost import CostModel
+    from analyzer.replay import ClusterConfig, run_replay
+
+    log, parts = three_model_log(tmp_path)
+    cluster = ClusterConfig(instances=2, warmup_fraction=0.5)
+    opts = AnalyzeOptions(cluster=cluster, search_rate=False, sensitivity_replays=False)
+    doc = run_analysis([str(log)], opts).to_json()
+    per = {m["model"]: m for m in doc["models"]["per_model"]}
+    shares = [per[m]["replay"]["pool_share"] for m in MODELS]
+    assert sum(shares) == pytest.approx(1.0, abs=1e-5)
+    gb = [per[m]["footprint_gb"] for m in MODELS]
+    assert shares == pytest.approx([g / sum(gb) for g in gb], abs=1e-5)
+    for j, name in enumerate(MODELS):
+        r = per[name]["replay"]
+        assert r["model"] == recognize_model(name) and r["instances"] == 2
+        # the same replay, run here on the model's own requests
+        cost = CostModel.from_catalog(r["model"], "h100", tp=r["tp"])
+        c = dataclasses.replace(
+            cluster, model=r["model"], tp=r["tp"], pool_capacity_tokens=r["pool_capacity_tokens"]
+        )
+        alone = open_trace([parts[j]], IngestOptions()).trace
+        sc = run_replay(alone, c, ["local", "pooled"], search_rate=False, cost=cost).to_json()
+        assert r["local_hit_rate"] == pytest.approx(sc["scenarios"]["local"]["hit_rate"], abs=1e-6)
+        assert r["pooled_hit_rate"] == pytest.approx(
+            sc["scenarios"]["pooled"]["hit_rate"], abs=1e-6
+        )
+    assert per[MODELS[0]]["replay"]["tp"] == 2  # a 70B model needs two H100s per instance
+
+
+def test_the_report_shows_each_models_figures(tmp_path):
+    from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.report.render import sections
+
+    log, _ = three_model_log(tmp_path)
+    doc = run_analysis([str(log)], AnalyzeOptions(search_rate=False)).to_json()
+    (ms,) = [s for s in sections(doc) if s.id == "models"]
+    (table,) = ms.tables
+    assert all(len(row) == len(table.header) for row in table.rows)
+    assert {row[0] for row in table.rows} == set(MODELS)
+    assert any("capacity, not hits" in p for p in ms.paragraphs)

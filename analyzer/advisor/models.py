@@ -12,6 +12,7 @@ working set in it), never hits across models.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from dataclasses import dataclass
 
@@ -165,3 +166,78 @@ def models_document(loaded, opts, kv_dtype: str = "bf16") -> dict:
     if len(models) > 1:
         doc["shared_pool_note"] = SHARED_POOL_NOTE
     return doc
+
+
+def per_model_replay(loaded, cfg, per_model: list[dict], fits) -> None:
+    """Each model of a multi-model log replayed on its own instances, in place: adds
+    ``replay`` to each entry of ``per_model`` (from :func:`per_model_reuse`).
+
+    Engines serve one model each, so each model gets ``cfg.instances`` instances of its
+    own (its catalog model's cost and HBM, at the smallest tensor parallelism it fits
+    at; a model the catalog does not know is priced as ``cfg.model``), and the
+    ``local`` and ``pooled`` scenarios are replayed on its requests alone. The pool is
+    one store sized for all models (the DRAM of the nodes all their instances fill, or
+    ``cfg.pool_capacity_tokens`` of ``cfg.model``'s KV), each model holding a share in
+    proportion to its working set in bytes: blocks of different models never match, so
+    what each model gains from the shared store is that capacity, never another model's
+    hits. ``fits(model, gpu, kv_dtype)`` gives ``(cost model, tp)`` or None.
+    """
+    from analyzer.cost import get_model
+    from analyzer.replay import UNBOUNDED, run_replay
+    from analyzer.trace import BlockTrace
+
+    if len(per_model) < 2:
+        return
+    names = loaded.table.column("model")
+    n_models = len(per_model)
+    per_node = max(1, cfg.gpus_per_node // cfg.tp)
+    nodes = -(-cfg.instances * n_models // per_node)
+    base_bpt = int(get_model(cfg.model).kv_bytes_per_token(dtype=cfg.kv_dtype))
+    if cfg.pool_capacity_tokens is not None and cfg.pool_capacity_tokens < UNBOUNDED:
+        pool_bytes = float(cfg.pool_capacity_tokens) * base_bpt
+    elif cfg.pool_capacity_tokens is None:
+        per_node_bytes = (
+            cfg.dram_capacity_tokens * base_bpt
+            if cfg.dram_capacity_tokens is not None and cfg.dram_capacity_tokens < UNBOUNDED
+            else cfg.dram_capacity_gb * 1e9
+        )
+        pool_bytes = per_node_bytes * nodes
+    else:
+        pool_bytes = math.inf
+    sets = [float(m.get("footprint_gb") or 0.0) for m in per_model]
+    total = sum(sets)
+    for m, ws in zip(per_model, sets, strict=True):
+        model = m.get("catalog_id") or cfg.model
+        fit = fits(model, cfg.gpu, cfg.kv_dtype)
+        if fit is None:
+            m["replay"] = {"model": model, "skipped": f"{model} does not fit on {cfg.gpu}"}
+            continue
+        cost, tp = fit
+        bpt = int(cost.bytes_per_token)
+        share = ws / total if total > 0 else 1.0 / n_models
+        pool_tokens = UNBOUNDED if math.isinf(pool_bytes) else int(pool_bytes * share // bpt)
+        c = dataclasses.replace(
+            cfg,
+            model=model,
+            tp=tp,
+            local_capacity_tokens=None,
+            pool_capacity_tokens=pool_tokens,
+            dram_capacity_tokens=None,
+        )
+        table = loaded.table.filter(pc.fill_null(pc.equal(names, m["model"]), False))
+        trace = BlockTrace.from_table(table)
+        doc = run_replay(
+            trace, c, scenarios=["local", "pooled"], search_rate=False, cost=cost
+        ).to_json()
+        sc = doc["scenarios"]
+        m["replay"] = {
+            "model": model,
+            "tp": tp,
+            "instances": c.instances,
+            "pool_share": round(share, 6),
+            "pool_capacity_tokens": None if math.isinf(pool_bytes) else pool_tokens,
+            "local_hit_rate": sc["local"]["hit_rate"],
+            "pooled_hit_rate": sc["pooled"]["hit_rate"],
+            "local_ttft_mean_s": sc["local"]["ttft_s"]["mean"],
+            "pooled_ttft_mean_s": sc["pooled"]["ttft_s"]["mean"],
+        }

@@ -578,6 +578,18 @@ def run_analysis(
             ).to_json()
         replay = _replay_figures(replay_json, opts.ttft_slo_s)
         economics = _economics(opts, trace, rf, replay_json, prices, bpt)
+    per = [m for m in models_doc.get("per_model") or [] if "footprint_gb" in m]
+    if usable and len(per) > 1:
+        from analyzer.advisor.models import per_model_replay
+
+        with progress("replay per model", None):
+            per_model_replay(loaded, cfg, per, _fits)
+        models_doc["per_model_replay"] = (
+            f"each model on {cfg.instances} instances of its own (its catalog model's cost "
+            "and HBM, at the smallest tensor parallelism it fits at), local and pooled "
+            "scenarios on its requests alone, the pool one store sized for all models, "
+            "shared in proportion to each model's working set in bytes"
+        )
     step(45)
 
     decision = decide(tf, rf, bw, replay, th, economics)

@@ -275,18 +275,17 @@ def time_nvme(directory: str, device: str, mib: int = 256) -> list[dict[str, flo
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".part")
-        with open(tmp, "w", newline="", encoding="utf-8") as fh:
-            wr = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            wr.writeheader()
-            for r in rows:
-                wr.writerow({k: (f"{v:.9g}" if isinstance(v, float) else v) for k, v in r.items()})
-        tmp.replace(path)
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc}") from exc
-    return path
+    """The measured points as CSV, written atomically (analyzer/outputs.py)."""
+    import io
+
+    from analyzer.outputs import write_text
+
+    buf = io.StringIO(newline="")
+    wr = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    wr.writeheader()
+    for r in rows:
+        wr.writerow({k: (f"{v:.9g}" if isinstance(v, float) else v) for k, v in r.items()})
+    return write_text(path, buf.getvalue())
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,6 +129,8 @@ class _Builder:
         self.lcp = ArrivalLCP() if opts.exact and has_content else None
         self.rows = RowSpool()
         self.notes: list[str] = []
+        # 8 bytes per row with a request id of its own, to count duplicates at the end.
+        self._id_hashes = array("Q")
         self.piece_stats = (0, 0, 0, 0)  # what parallel workers counted (see parallel.py)
         self.exact_wanted = False  # in a worker: record the tree's operations
         self.previews = Previews()
@@ -285,6 +287,9 @@ class _Builder:
         if out is None and raw.output_text is not None and self.renderer is not None:
             out = self.hasher.served_tokens(int(self.renderer.tok.encode(raw.output_text).size))
         rid = raw.request_id or f"{Path(ctx.path).name}:{line}"
+        if raw.request_id:
+            h = hashlib.blake2b(rid.encode("utf-8", "surrogatepass"), digest_size=8)
+            self._id_hashes.append(int.from_bytes(h.digest(), "little"))
         named = self.opts.keep_names
         tenant = raw.tenant or raw.model
         self.rows.append(
@@ -489,6 +494,14 @@ class _Builder:
         """The canonical file's metadata, and its rows in arrival order, a batch at a time."""
         rows = self.rows
         n = len(rows)
+        if self._id_hashes:
+            ids = np.frombuffer(self._id_hashes, dtype=np.uint64)
+            dup = int(ids.size - np.unique(ids).size)
+            if dup:
+                self.notes.append(
+                    f"duplicate request ids: {dup:,} rows repeat an earlier row's id "
+                    "(all kept; a log written twice, or retries, would count double)"
+                )
         times = np.frombuffer(rows.time, dtype=np.float64)
         if len({a for _, a in self.file_abs}) > 1:
             kinds = [f"{p} ({'absolute' if a else 'relative'})" for p, a in self.file_abs]

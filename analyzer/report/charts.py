@@ -23,7 +23,23 @@ WIDTH = 520
 HEIGHT = 260
 
 
-def to_svg(chart: alt.TopLevelMixin) -> str:
+# vl-convert runs the Vega renderer in V8, whose heap cage reserves tens of GiB of address
+# space up front; under a lower `ulimit -v` V8 aborts the whole process (SIGTRAP, no
+# report at all). There the charts are left out instead (docs/security.md).
+V8_ADDRESS_SPACE_BYTES = 64 << 30
+
+
+def charts_possible() -> bool:
+    """False under an address-space limit V8 cannot start in."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return soft == resource.RLIM_INFINITY or soft >= V8_ADDRESS_SPACE_BYTES
+
+
+def to_svg(chart: alt.TopLevelMixin) -> str | None:
+    if not charts_possible():
+        return None
     import vl_convert as vlc
 
     svg = vlc.vegalite_to_svg(chart.to_json())

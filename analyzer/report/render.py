@@ -370,6 +370,7 @@ def sections(doc: dict) -> list[Section]:
                         "Prompt tokens",
                         "Reuse ceiling",
                         "Working set GB",
+                        "Replayed hit rate, local / pooled",
                     ],
                     [
                         [
@@ -379,12 +380,20 @@ def sections(doc: dict) -> list[Section]:
                             num(m["prompt_tokens"]),
                             pct(m["ceiling_hit_rate"]),
                             num(m.get("footprint_gb")),
+                            (
+                                f"{pct(m['replay']['local_hit_rate'])} / "
+                                f"{pct(m['replay']['pooled_hit_rate'])}"
+                                if "local_hit_rate" in (m.get("replay") or {})
+                                else "-"
+                            ),
                         ]
                         for m in per
                     ],
                 )
             )
             ms.paragraphs.append(md.get("shared_pool_note", ""))
+            if md.get("per_model_replay"):
+                ms.paragraphs.append("Replayed per model: " + md["per_model_replay"] + ".")
         out.append(ms)
 
     mp = doc.get("measured_vs_projected")
