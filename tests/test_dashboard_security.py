@@ -57,31 +57,33 @@ def _wait(cond, timeout: float) -> bool:
     return False
 
 
-def _scratch_dirs() -> set[str]:
-    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+def _scratch_dirs(tmp: Path) -> set[str]:
     return {p.name for p in tmp.glob("kvpool-dashboard-*")}
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["term", "kill"])
 def test_server_stops_with_its_parent_and_leaves_no_scratch(tmp_path, how) -> None:
     port = _free_port()
-    before = _scratch_dirs()
+    # A temporary folder of its own: other tests (and other runs) start dashboards too.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    before = _scratch_dirs(tmp)
     parent = subprocess.Popen(
         [sys.executable, "-m", "analyzer.cli", "dashboard", "--port", str(port)],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "KVPOOL_NO_PROGRESS": "1"},
+        env={**os.environ, "KVPOOL_NO_PROGRESS": "1", "TMPDIR": str(tmp)},
     )
     try:
         assert _wait(lambda: _listening(port), 60), "the dashboard never started"
-        made = _scratch_dirs() - before
+        made = _scratch_dirs(tmp) - before
         assert len(made) == 1
         parent.send_signal(how)
         parent.wait(timeout=30)
         assert _wait(lambda: not _listening(port), 30), "the server outlived its parent"
         if how == signal.SIGTERM:  # SIGKILL gives the parent no chance to clean up
-            assert not (_scratch_dirs() & made)
+            assert not (_scratch_dirs(tmp) & made)
     finally:
         if parent.poll() is None:
             parent.kill()
