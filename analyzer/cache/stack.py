@@ -1,6 +1,7 @@
 """One-pass LRU stack distances (Mattson) over prefix-closed block traces, in numba.
 
-Model (FIELD.md §1). Requests are replayed in arrival order. At a request's arrival
+Model (Mattson et al., "Evaluation techniques for storage hierarchies", IBM Systems
+Journal 1970; tail-first freeing as in vLLM's block pool). Requests are replayed in arrival order. At a request's arrival
 each of its blocks is looked up in the cache state left by the earlier requests; then
 the request touches its blocks tail-first (last block first, block 0 last), as vLLM
 frees them. A block's *stack distance* at arrival is the number of distinct blocks

@@ -1,6 +1,7 @@
 """Recompute versus load: the analytic prefill and load model, and the break-even.
 
-Prefill of ``S`` new tokens after ``P`` cached ones (FIELD.md section 4)::
+Prefill of ``S`` new tokens after ``P`` cached ones (2 FLOPs per parameter per token, Kaplan
+et al. 2020; causal attention as in Mooncake, FAST'25, Eq. 1-2)::
 
     FLOPs = 2 * N_active_nonembedding * S
           + 4 * d_attn * (L_full * (P*S + S^2/2) + L_window * integral_P^{P+S} min(x, W) dx)
@@ -39,7 +40,7 @@ from analyzer.cost.catalog import (
 from analyzer.cost.engine import DEFAULT_ENGINE, EngineConstants
 from analyzer.errors import UsageError
 
-DEFAULT_MFU_DENSE = 0.5  # FIELD.md section 4: achieved prefill MFU 0.3-0.6 dense
+DEFAULT_MFU_DENSE = 0.5  # the --mfu roofline; the engine model fits on models/measurements.toml
 DEFAULT_MFU_MOE = 0.35  # lower for MoE: expert imbalance, grouped GEMMs, all-to-all
 DEFAULT_OVERHEAD_S = 0.01  # scheduling, sampling, HTTP per request, outside the forward
 DEFAULT_TIERS = ("pcie-gen4-dram", "pcie-gen5-dram", "nvme-gen4", "rdma-200", "rdma-400", "tcp")
