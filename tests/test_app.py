@@ -306,7 +306,7 @@ def test_report_download_matches_kvpool_analyze(sample: Path, block_size: int | 
     byte for byte."""
     from analyzer.advisor import AnalyzeOptions, run_analysis
     from analyzer.ingest import IngestOptions
-    from analyzer.report import render_json
+    from analyzer.report import ReportDocument, render_json
     from app import controls, state
 
     cur = compute.ingest((str(sample),), state.IngestChoice(block_size=block_size).key())
@@ -315,7 +315,9 @@ def test_report_download_matches_kvpool_analyze(sample: Path, block_size: int | 
     report = compute.reports(cur, result)
     html, markdown, payload = report("html"), report("md"), report("json")
     expected = render_json(
-        run_analysis([str(sample)], AnalyzeOptions(ingest=IngestOptions(block_size=block_size)))
+        ReportDocument.of(
+            run_analysis([str(sample)], AnalyzeOptions(ingest=IngestOptions(block_size=block_size)))
+        )
     )
     assert payload == expected
     assert json.loads(payload)["inputs"][0]["name"] == "input-1"  # no file names by default

@@ -148,7 +148,7 @@ def analyze(
     from analyzer.outputs import report_dir
     from analyzer.progress import progress
     from analyzer.replay.config import ClusterConfig
-    from analyzer.report import render_json, write_reports
+    from analyzer.report import ReportDocument, render_json, write_reports
 
     report_dir(out, force=force, create=False)  # fail before the long run, not after it
     if profile is not None:
@@ -221,9 +221,9 @@ def analyze(
         ),
     )
     # Each stage shows its own progress bar (rich allows one live display at a time).
-    doc = run_analysis([str(p) for p in inputs], opts).to_json()
+    document = ReportDocument.of(run_analysis([str(p) for p in inputs], opts))
     with progress("writing reports", None):
-        paths = write_reports(doc, out, pdf=pdf, force=force)
+        paths = write_reports(document, out, pdf=pdf, force=force)
     console = report_console(json_out)
     if paths["json"].parent != out:
         console.print(
@@ -231,9 +231,9 @@ def analyze(
             "(--force overwrites)[/]",
             highlight=False,
         )
-    print_summary(console, doc, paths)
+    print_summary(console, document.json, paths)
     if json_out is not None:
-        write_text(json_out, render_json(doc), force=force)
+        write_text(json_out, render_json(document), force=force)
     if pdf and "pdf" not in paths:
         console.print("[yellow]no PDF: Chromium is not installed (/usr/bin/chromium)[/]")
 

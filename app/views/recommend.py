@@ -12,6 +12,7 @@ from analyzer.advisor.summary import (
     summary_sentences,
 )
 from analyzer.report import figures
+from analyzer.report.document import report_json
 from app import banner, compare, compute, controls, prefetch, state
 
 st.title("Recommendation")
@@ -38,7 +39,7 @@ with state.guard():
     thresholds = controls.thresholds()
     result = compute.analysis(cur, w, warmup, thresholds)
     prefetch.after_analysis(cur, result.options)
-    doc = result.to_json()
+    doc = report_json(result)
     verdict = doc["verdict"]
 
     # the report's three-sentence summary (verdict; ms, GPUs, money; confidence) opens the page
