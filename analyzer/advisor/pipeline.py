@@ -61,6 +61,7 @@ from analyzer.trace import BlockTrace, read_metadata
 if TYPE_CHECKING:
     from analyzer.cost import CostModel
     from analyzer.ingest import LoadedTrace
+    from analyzer.replay import ReplayResult
     from analyzer.reuse import ReuseReport
 
 SCENARIOS = (
@@ -218,7 +219,7 @@ class AnalysisResult:
     gates: tuple[gates_mod.Gate, ...]
     skipped: dict[str, Any]
     reuse_json: dict[str, Any]
-    replay_json: dict[str, Any] | None
+    replay_result: ReplayResult | None
     cost_json: dict[str, Any] | None
     break_even_curve: list[dict[str, Any]]
     charts: dict[str, Any] = field(default_factory=dict)
@@ -401,36 +402,32 @@ def _bandwidth(cm: CostModel, opts: AnalyzeOptions, prefix_tokens: int) -> Bandw
     )
 
 
-def _replay_figures(doc: dict[str, Any], slo: float) -> ReplayFigures:
+def _replay_figures(result: ReplayResult, slo: float) -> ReplayFigures:
     out = []
-    for name, s in doc["scenarios"].items():
-        t = s.get("ttft_s") or {}
-        by = s.get("hit_rate_by_tier") or {}
+    for name, s in result.scenarios.items():
+        t = s.ttft
+        by = s.hit_rate_by_tier
+        rate = s.max_rate_scale_at_slo
         out.append(
             ScenarioFigures(
                 name=name,
-                hit_rate=float(s.get("hit_rate") or 0.0),
-                ttft_mean_s=float(t.get("mean") or 0.0),
-                ttft_p90_s=float(t.get("p90") or 0.0),
-                ttft_p99_s=float(t.get("p99") or 0.0),
-                max_rate_scale=(
-                    None
-                    if s.get("max_rate_scale_at_slo") is None
-                    else float(s["max_rate_scale_at_slo"])
-                ),
-                max_rate_capped=bool((s.get("rate_search") or {}).get("capped")),
-                pool_hit_rate=float(by.get(Tier.POOL, 0.0)),
-                dram_hit_rate=float(by.get(Tier.DRAM, 0.0)),
-                network_bytes=float(s.get("network_bytes") or 0.0),
+                hit_rate=s.hit_rate,
+                ttft_mean_s=t.mean_s or 0.0,
+                ttft_p90_s=t.p90_s or 0.0,
+                ttft_p99_s=t.p99_s or 0.0,
+                max_rate_scale=None if rate is None else float(rate),
+                max_rate_capped=s.search is not None and s.search.capped,
+                pool_hit_rate=by[Tier.POOL],
+                dram_hit_rate=by[Tier.DRAM],
+                network_bytes=float(s.network_bytes),
             )
         )
-    cluster = doc.get("cluster") or {}
     return ReplayFigures(
         scenarios=tuple(out),
         baseline=Scenario.LOCAL,
         ttft_slo_s=slo,
-        nodes=int(cluster.get("nodes") or 0),
-        dram_scope=str(cluster.get("dram_scope") or "instance"),
+        nodes=result.cluster.nodes,
+        dram_scope=result.cluster.dram_scope,
     )
 
 
@@ -540,7 +537,7 @@ def run_analysis(
     usable = not (tf.count_only or tf.n_requests < th.min_requests or not rf.measurable)
     bw: BandwidthFigures | None = None
     replay: ReplayFigures | None = None
-    replay_json: dict[str, Any] | None = None
+    replay_result: ReplayResult | None = None
     economics: EconomicsInputs | None = None
     be_curve: list[dict[str, Any]] = []
     if usable:
@@ -563,7 +560,7 @@ def run_analysis(
             "local CPU + disk, HiCache L2 + L3 file)",
         )
         with progress("replay", None) as adv:
-            replay_json = run(
+            replay_result = run(
                 trace,
                 cfg,
                 scenarios=(
@@ -582,9 +579,9 @@ def run_analysis(
                 # above one: a caller's own replay function (the dashboard's) has no such
                 # argument.
                 **_workers(opts),
-            ).to_json()
-        replay = _replay_figures(replay_json, opts.ttft_slo_s)
-        economics = _economics(opts, trace, rf, replay_json, prices, bpt)
+            )
+        replay = _replay_figures(replay_result, opts.ttft_slo_s)
+        economics = _economics(opts, trace, rf, replay_result, prices, bpt)
     per = [m for m in models_doc.get("per_model") or [] if "footprint_gb" in m]
     if usable and len(per) > 1:
         from analyzer.advisor.models import per_model_replay
@@ -613,16 +610,15 @@ def run_analysis(
     sizings: dict[str, Sizing] = {}
     settings: list[ProductSettings] = []
     served = cm.model.hf_repo or opts.model
-    if usable and replay_json is not None:
-        cluster = replay_json["cluster"]
-        pooled = replay_json["scenarios"].get(Scenario.POOLED, {})
-        local = replay_json["scenarios"].get(Scenario.LOCAL, {})
-        hbm_tokens = local.get("capacity_tokens", {}).get("local_per_instance")
-        if not isinstance(hbm_tokens, int):
+    if usable and replay_result is not None:
+        sc = replay_result.scenarios
+        pooled, local = sc.get(Scenario.POOLED), sc.get(Scenario.LOCAL)
+        hbm_tokens = None if local is None else local.capacity.local_per_instance
+        if hbm_tokens is None:
             hbm_tokens = int(cm.hbm_kv_capacity_tokens())
-        nodes = int(cluster["nodes"])
-        makespan = float(pooled.get("makespan_s") or 0.0)
-        pool_read = float((pooled.get("bytes_read_by_tier") or {}).get(Tier.POOL, 0.0))
+        nodes = replay_result.cluster.nodes
+        makespan = 0.0 if pooled is None else pooled.makespan_s
+        pool_read = 0.0 if pooled is None else float(pooled.bytes_read_by_tier[Tier.POOL])
         read_gbps = pool_read / makespan / nodes / 1e9 if makespan > 0 else 0.0
         from analyzer.cost import list_tiers
 
@@ -643,13 +639,12 @@ def run_analysis(
             for cap, rate in pts:
                 if cap == knee:
                     pol[name] = float(rate)
-        dram_sim = (
-            (replay_json["scenarios"].get(Scenario.LOCAL_DRAM) or {}).get("capacity_tokens") or {}
-        ).get("dram_per_node")
+        dram_run = sc.get(Scenario.LOCAL_DRAM)
+        dram_sim = None if dram_run is None else dram_run.capacity.dram_per_node
         sized = partial(
             size,
             knee_tokens=knee,
-            dram_simulated_tokens=dram_sim if isinstance(dram_sim, int) else None,
+            dram_simulated_tokens=dram_sim,
             cluster=ClusterFigures(
                 instances=opts.instances,
                 tp=opts.tp,
@@ -733,7 +728,7 @@ def run_analysis(
         per_process=per_process(sizings),
         skipped=skipped,
         reuse_json=reuse_json,
-        replay_json=replay_json,
+        replay_result=replay_result,
         cost_json=_cost_json(cm) if usable else None,
         break_even_curve=be_curve,
         economics=economics,
@@ -753,7 +748,7 @@ def _economics(
     opts: AnalyzeOptions,
     trace: BlockTrace,
     rf: ReuseFigures,
-    replay_json: dict[str, Any],
+    replay_result: ReplayResult,
     prices: Prices,
     bytes_per_token: int,
 ) -> EconomicsInputs:
@@ -761,20 +756,22 @@ def _economics(
     the pool at the knee of the hit-ratio curve, capped at what the replay simulated (so
     the projection backs the figure); NVMe holds what DRAM does not, up to its simulated
     size; a pool adds a NIC per node and the store's servers."""
-    nodes = int(replay_json["cluster"]["nodes"])
-    sc = replay_json["scenarios"]
+    from analyzer.replay import ScenarioCapacity
 
-    def simulated(name: str, key: str) -> int | None:
-        v = ((sc.get(name) or {}).get("capacity_tokens") or {}).get(key)
-        return v if isinstance(v, int) else None
+    nodes = replay_result.cluster.nodes
+    sc = replay_result.scenarios
+
+    def simulated(name: str) -> ScenarioCapacity:
+        s = sc.get(name)
+        return ScenarioCapacity(None, None, None, None, None) if s is None else s.capacity
 
     def capped(tokens: int, cap: int | None) -> int:
         return tokens if cap is None else min(tokens, cap)
 
     knee = rf.knee_tokens
-    dram = capped(knee, simulated(Scenario.LOCAL_DRAM, "dram_per_node"))
-    nvme = capped(max(knee - dram, 0), simulated(Scenario.LOCAL_DRAM_NVME, "nvme_per_node"))
-    pool = capped(knee, simulated(Scenario.POOLED, "pool"))
+    dram = capped(knee, simulated(Scenario.LOCAL_DRAM).dram_per_node)
+    nvme = capped(max(knee - dram, 0), simulated(Scenario.LOCAL_DRAM_NVME).nvme_per_node)
+    pool = capped(knee, simulated(Scenario.POOLED).pool)
 
     def gb(tokens: int) -> float:
         return tokens * bytes_per_token / 1e9
@@ -1019,7 +1016,7 @@ def _sensitivity(
                 cost=cm,
                 **_workers(opts),
             )
-            rp = _replay_figures(res.to_json(), opts.ttft_slo_s)
+            rp = _replay_figures(res, opts.ttft_slo_s)
             variants.append(
                 Variant(
                     "instances",

@@ -184,7 +184,7 @@ def report_document(r: AnalysisResult) -> dict[str, Any]:
         ),
         "cost": r.cost_json,
         "uncertainty": r.uncertainty,
-        "replay": r.replay_json,
+        "replay": None if r.replay_result is None else r.replay_result.to_json(),
         "sizing": sizing,
         "settings": [p.to_json() for p in r.settings],
         "products_checked": list(DOCS_CHECKED),
