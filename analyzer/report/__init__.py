@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import OutputError
 from analyzer.report.document import SCHEMA, ReportDocument, report_json
@@ -43,13 +43,21 @@ CHROMIUM_FLAGS = (
 )
 
 
-Document = ReportDocument | dict[str, Any]  # a fresh document, or a report.json loaded back
+if TYPE_CHECKING:
+    from analyzer.advisor.pipeline import AnalysisResult
+
+    # a fresh document (or the analysis it is made of), or a report.json loaded back
+    Document = ReportDocument | AnalysisResult | dict[str, Any]
 
 
 def _doc(document: Document) -> dict[str, Any]:
     """The document with keys sorted, as it reads back from report.json: every renderer
     sees the same order whether it is given a fresh document or a reloaded file."""
-    doc = document.json if isinstance(document, ReportDocument) else document
+    if isinstance(document, dict):
+        doc = document
+    else:
+        fresh = document if isinstance(document, ReportDocument) else ReportDocument.of(document)
+        doc = fresh.json
     sorted_doc: dict[str, Any] = json.loads(json.dumps(doc, sort_keys=True))
     return sorted_doc
 
@@ -181,7 +189,6 @@ def write_reports(
 __all__ = [
     "CHROMIUM_FLAGS",
     "SCHEMA",
-    "Document",
     "ReportDocument",
     "deploy_zip",
     "find_chromium",
