@@ -262,9 +262,10 @@ def _reuse_streamed(
     from analyzer.reuse.frame import analyze_canonical, canonical_files, scan_trace
     from analyzer.reuse.render import render_summary
 
-    lf, meta = scan_trace(path)
-    small = lf.select("model", "prompt_tokens").collect(engine="streaming").to_arrow()
-    small = small.replace_schema_metadata({f"kvpool.{k}": v for k, v in meta.items()})
+    with progress("reading", None):
+        lf, meta = scan_trace(path)
+        small = lf.select("model", "prompt_tokens").collect(engine="streaming").to_arrow()
+        small = small.replace_schema_metadata({f"kvpool.{k}": v for k, v in meta.items()})
     loaded = LoadedTrace(
         table=small,
         skipped=SkipSummary(),

@@ -194,27 +194,78 @@ def _seen(acc: pl.LazyFrame) -> pl.LazyFrame:
     return acc.join(first, on="h").with_columns(seen=pl.col("fr") < pl.col("r"))
 
 
-def leading_runs(
-    lf: pl.LazyFrame, req: Requests, factors: tuple[int, ...]
-) -> dict[int, np.ndarray]:
-    """Per request, its leading run of blocks seen before, at each ``factor x`` block size."""
-    acc = _seen(_accesses(lf))
+ROWS_PER_PART = 8_000_000
+
+
+class Parts:
+    """The accesses of one hash column, split by hash (``h mod P``) into ``P`` parts of
+    about ``rows_per_part`` rows.
+
+    Every figure keyed by a block (first sight, previous holder, distinct counts) is
+    computed part by part and the parts' results are added, so the memory a query holds
+    is one part's, whatever the size of the trace. With more than one part, the parts
+    are spilled once to temporary Parquet files under ``tmp`` (one scan of the trace).
+    """
+
+    def __init__(
+        self, lf: pl.LazyFrame, column: str, n_rows: int, rows_per_part: int, tmp: Path
+    ) -> None:
+        import pyarrow.parquet as pq
+
+        self.n = max(1, -(-n_rows // max(rows_per_part, 1)))
+        acc = _accesses(lf, column)
+        if self.n == 1:
+            self.frames = [acc]
+            return
+        d = tmp / column
+        d.mkdir(parents=True, exist_ok=True)
+        paths = [d / f"part-{p:05d}.parquet" for p in range(self.n)]
+        writers: list[Any] = [None] * self.n
+        try:
+            for batch in _batches(acc):
+                part = batch.with_columns(_p=(pl.col("h") % self.n).cast(pl.Int64))
+                for key, sub in part.partition_by("_p", as_dict=True).items():
+                    p = int(key[0])
+                    t = sub.drop("_p").to_arrow()
+                    if writers[p] is None:
+                        writers[p] = pq.ParquetWriter(paths[p], t.schema, compression="lz4")
+                    writers[p].write_table(t)
+        finally:
+            for w in writers:
+                if w is not None:
+                    w.close()
+        self.frames = [
+            pl.scan_parquet(path) if w is not None else acc.clear()
+            for path, w in zip(paths, writers, strict=True)
+        ]
+
+    def of(self, key: str) -> pl.Expr:
+        """Rows whose ``key`` hash falls in the same part as the part's own hashes."""
+        return pl.col(key) % self.n
+
+
+def leading_runs(parts: Parts, req: Requests, factors: tuple[int, ...]) -> dict[int, np.ndarray]:
+    """Per request, its leading run of blocks seen before, at each ``factor x`` block size
+    (a coarse block ``j`` is the fine block ``j * f + f - 1``: same chained hash)."""
     k, seen = pl.col("k"), pl.col("seen")
     misses = [
         pl.when(~seen & ((k + 1) % f == 0)).then(k // f).otherwise(None).alias(f"m{f}")
         for f in factors
     ]
-    per_req = _collect(acc.select("r", *misses).group_by("r").agg(pl.col("^m.*$").min()))
-    r = per_req["r"].to_numpy()
-    out = {}
-    for f in factors:
-        run = req.n_blocks // f  # no miss: every coarse block hit
-        m = per_req[f"m{f}"]
-        has = m.is_not_null().to_numpy()
-        run = run.copy()
-        run[r[has]] = m.to_numpy()[has]
-        out[f] = run
-    return out
+    big = np.iinfo(np.int64).max
+    first_miss = {f: np.full(req.n, big, dtype=np.int64) for f in factors}
+    for acc in parts.frames:
+        per_req = _collect(_seen(acc).select("r", *misses).group_by("r").agg(pl.col("^m.*$").min()))
+        r = per_req["r"].to_numpy()
+        for f in factors:
+            m = per_req[f"m{f}"]
+            has = m.is_not_null().to_numpy()
+            idx = r[has]
+            first_miss[f][idx] = np.minimum(first_miss[f][idx], m.to_numpy()[has])
+    return {
+        f: np.where(first_miss[f] == big, req.n_blocks // f, first_miss[f]).astype(np.int64)
+        for f in factors
+    }
 
 
 def run_tokens(run: np.ndarray, req: Requests, size: int) -> np.ndarray:
@@ -223,21 +274,21 @@ def run_tokens(run: np.ndarray, req: Requests, size: int) -> np.ndarray:
     return hit.astype(np.int64)
 
 
-def content_seen_tokens(lf: pl.LazyFrame, req: Requests, block_size: int) -> np.ndarray:
+def content_seen_tokens(parts: Parts, req: Requests, block_size: int) -> np.ndarray:
     """Per request, tokens of blocks whose content an earlier request held (any position)."""
-    acc = _seen(_accesses(lf, "content_hashes"))
-    prompt = pl.Series("prompt", req.prompt_tokens)
-    reqs = pl.LazyFrame({"r": np.arange(req.n, dtype=np.int64), "prompt": prompt})
+    reqs = pl.LazyFrame({"r": np.arange(req.n, dtype=np.int64), "prompt": req.prompt_tokens})
     w = _weight(pl.col("k"), pl.col("prompt"), block_size)
-    per_req = _collect(
-        acc.filter(pl.col("seen"))
-        .join(reqs, on="r")
-        .select("r", w=w)
-        .group_by("r")
-        .agg(pl.col("w").sum())
-    )
     out = np.zeros(req.n, dtype=np.int64)
-    out[per_req["r"].to_numpy()] = per_req["w"].to_numpy()
+    for acc in parts.frames:
+        per_req = _collect(
+            _seen(acc)
+            .filter(pl.col("seen"))
+            .join(reqs, on="r")
+            .select("r", w=w)
+            .group_by("r")
+            .agg(pl.col("w").sum())
+        )
+        np.add.at(out, per_req["r"].to_numpy(), per_req["w"].to_numpy().astype(np.int64))
     return out
 
 
@@ -248,12 +299,16 @@ class HitFacts:
     source_tokens: np.ndarray  # int64 (4,): same session, same tenant, other, unknown
     time_count: np.ndarray  # int64 (len(time_edges) + 1,): hit accesses per reuse-time bin
     working_set: np.ndarray  # int64 (n_windows,): distinct blocks per window
-    n_distinct: int
-    top: pl.DataFrame  # candidate shared prefixes (see top_prefix_rows)
+    first_pos: np.ndarray  # sorted: each distinct block's first access (its dense id's rank)
+    top: pl.DataFrame  # shared-prefix candidates (see top_prefix_rows)
+
+    @property
+    def n_distinct(self) -> int:
+        return int(self.first_pos.size)
 
 
 def hit_facts(
-    lf: pl.LazyFrame,
+    parts: Parts,
     req: Requests,
     run: np.ndarray,
     block_size: int,
@@ -262,6 +317,7 @@ def hit_facts(
     n_windows: int,
     time_edges: np.ndarray,
     top_n: int,
+    tmp: Path,
 ) -> HitFacts:
     """Sources, reuse times, working set and shared prefixes of the counted prefix hits."""
     n = req.n
@@ -272,91 +328,210 @@ def hit_facts(
     else:
         win = np.zeros(n, dtype=np.int64)
     reqs = pl.LazyFrame(
-        {
-            "r": np.arange(n, dtype=np.int64),
-            "run": run,
-            "prompt": req.prompt_tokens,
-            "win": win,
-        }
+        {"r": np.arange(n, dtype=np.int64), "run": run, "prompt": req.prompt_tokens, "win": win}
     )
-    acc = _accesses(lf).join(reqs, on="r")
-    ws = _collect(acc.select("win", "h").unique().group_by("win").len())
     working_set = np.zeros(max(n_windows, 1), dtype=np.int64)
-    working_set[ws["win"].to_numpy()] = ws["len"].to_numpy()
-
+    time_count = np.zeros(time_edges.size + 1, dtype=np.int64)
+    source_tokens = np.zeros(4, dtype=np.int64)
+    first_pos: list[np.ndarray] = []
+    hit_blocks: list[pl.LazyFrame] = []
     hit = (pl.col("k") < pl.col("run")) & (pl.col("r") >= first)
-    ordered = acc.select("h", "r", "k", "prompt", "run").sort("h", "r", "k")
-    same = pl.col("h") == pl.col("h").shift(1)
-    prev = pl.when(same).then(pl.col("r").shift(1)).otherwise(None)
-    with_prev = ordered.with_columns(prev=prev)
     w = _weight(pl.col("k"), pl.col("prompt"), block_size)
-    pairs = _collect(
-        with_prev.filter(hit)
-        .select("r", "prev", w=w)
-        .group_by("r", "prev")
-        .agg(n=pl.len(), w=pl.col("w").sum())
-        .sort("r", "prev")
-    )
+    for p, part in enumerate(parts.frames):
+        acc = part.join(reqs, on="r")
+        ws = _collect(acc.select("win", "h").unique().group_by("win").len())
+        np.add.at(working_set, ws["win"].to_numpy(), ws["len"].to_numpy().astype(np.int64))
+        # previous holder: the row before in (hash, position) order
+        ordered = acc.select("h", "pos", "r", "k", "prompt", "run").sort("h", "pos")
+        same = pl.col("h") == pl.col("h").shift(1)
+        prev = pl.when(same).then(pl.col("r").shift(1)).otherwise(None)
+        pairs = _collect(
+            ordered.with_columns(prev=prev)
+            .filter(hit)
+            .select("r", "prev", w=w)
+            .group_by("r", "prev")
+            .agg(n=pl.len(), w=pl.col("w").sum())
+        )
+        _add_pairs(pairs, req, time_edges, time_count, source_tokens)
+        firsts = acc.group_by("h").agg(pl.col("pos").min())
+        fp = _collect(firsts.select("pos"))["pos"].to_numpy().astype(np.int64)
+        first_pos.append(fp)
+        if top_n:
+            at_first = firsts.join(acc.select("pos", "k", "ph"), on="pos")
+            hits = acc.filter(hit).group_by("h").agg(hits=pl.len())
+            blocks = at_first.join(hits, on="h").select(
+                "h", "ph", "k", "pos", pl.col("hits").cast(pl.Int64)
+            )
+            if parts.n == 1:
+                hit_blocks.append(_collect(blocks).lazy())
+            else:
+                path = tmp / f"hit-blocks-{p:05d}.parquet"
+                blocks.sink_parquet(path, engine=STREAMING)
+                hit_blocks.append(pl.scan_parquet(path))
+    all_first = np.sort(np.concatenate(first_pos)) if first_pos else np.zeros(0, np.int64)
+    top = top_prefix_rows(hit_blocks, parts, top_n, all_first)
+    return HitFacts(source_tokens, time_count, working_set, all_first, top)
+
+
+def _add_pairs(
+    pairs: pl.DataFrame,
+    req: Requests,
+    time_edges: np.ndarray,
+    time_count: np.ndarray,
+    source_tokens: np.ndarray,
+) -> None:
+    """Add hits grouped by (request, previous holder) to the time and source counts."""
     r = pairs["r"].to_numpy()
     p = pairs["prev"].to_numpy()
     counts = pairs["n"].to_numpy().astype(np.int64)
     weights = pairs["w"].to_numpy().astype(np.int64)
     dt = req.arrival_s[r] - req.arrival_s[p]
-    time_count = np.bincount(
-        np.searchsorted(time_edges, dt, side="right"),
-        weights=counts,
-        minlength=time_edges.size + 1,
-    ).astype(np.int64)
+    bins = np.searchsorted(time_edges, dt, side="right")
+    np.add.at(time_count, bins, counts)
     s, t = req.session, req.tenant
     cls = np.full(r.size, 3, dtype=np.int64)
-    other = (t[r] >= 0) & (t[p] >= 0)
-    cls[other] = 2
+    cls[(t[r] >= 0) & (t[p] >= 0)] = 2
     cls[(t[r] >= 0) & (t[r] == t[p])] = 1
     cls[(s[r] >= 0) & (s[r] == s[p])] = 0
-    source_tokens = np.bincount(cls, weights=weights, minlength=4).astype(np.int64)
-
-    top = top_prefix_rows(acc, hit, top_n)
-    n_distinct = int(_collect(acc.select(pl.col("h").n_unique()))[0, 0])
-    return HitFacts(source_tokens, time_count, working_set, n_distinct, top)
+    np.add.at(source_tokens, cls, weights)
 
 
-def top_prefix_rows(acc: pl.LazyFrame, hit: pl.Expr, top_n: int) -> pl.DataFrame:
-    """The shared-prefix candidates: the ``top_n`` by volume and by count.
+def top_prefix_rows(
+    hit_blocks: list[pl.LazyFrame], parts: Parts, top_n: int, all_first: np.ndarray
+) -> pl.DataFrame:
+    """The ``top_n`` shared-prefix candidates by volume and by count.
 
-    Block ``b`` (dense id = rank of its first access) stands for the prefix ending at
-    it; it is a candidate when counted requests hit it and none of its children (by
-    parent at first sight) was hit by as many.
+    Block ``b`` stands for the prefix ending at it (depth ``k`` at first sight); it is a
+    candidate when counted requests hit it and none of its children (blocks whose parent
+    at first sight is ``b``) was hit by as many. A block's children may sit in any part:
+    each part's candidates are checked against the children from every part whose
+    parent hash falls in it. Dense ids are ranks of first accesses (``all_first``).
     """
-    if top_n == 0:
+    if top_n == 0 or not hit_blocks:
         return pl.DataFrame()
-    pos = acc
-    first = pos.group_by("h").agg(pos=pl.col("pos").min())
-    at_first = first.join(pos.select("pos", "k", "ph"), on="pos")
-    hits = pos.filter(hit).group_by("h").agg(hits=pl.len())
-    blocks = (
-        at_first.join(hits, on="h", how="left")
-        .with_columns(pl.col("hits").fill_null(0).cast(pl.Int64), id=pl.col("pos").rank("ordinal"))
-        .with_columns(pl.col("id").cast(pl.Int64) - 1)
-    )
-    child = (
-        blocks.filter(pl.col("ph").is_not_null()).group_by("ph").agg(max_child=pl.col("hits").max())
-    )
-    cand = (
-        blocks.join(child, left_on="h", right_on="ph", how="left")
-        .filter((pl.col("hits") > 0) & (pl.col("max_child").fill_null(0) < pl.col("hits")))
-        .select("id", "h", depth="k", hits="hits", blocks=pl.col("k") + 1)
-        .with_columns(volume=pl.col("hits") * pl.col("blocks"))
-    )
-    by_volume = cand.sort("volume", "hits", "id", descending=[True, True, False]).head(top_n)
-    by_count = cand.sort("hits", "blocks", "id", descending=[True, True, False]).head(top_n)
-    return _collect(
-        pl.concat(
-            [
-                by_volume.with_columns(order=pl.lit("by_volume")),
-                by_count.with_columns(order=pl.lit("by_count")),
-            ]
+    everything = pl.concat(hit_blocks)
+    chosen = []
+    for p, blocks in enumerate(hit_blocks):
+        children = (
+            everything.filter(pl.col("ph").is_not_null() & (parts.of("ph") == p))
+            .group_by("ph")
+            .agg(max_child=pl.col("hits").max())
         )
+        cand = (
+            blocks.join(children, left_on="h", right_on="ph", how="left")
+            .filter(pl.col("max_child").fill_null(0) < pl.col("hits"))
+            .select("h", "pos", "hits", blocks=pl.col("k") + 1)
+            .with_columns(volume=pl.col("hits") * pl.col("blocks"))
+        )
+        chosen.append(_collect(_tops(cand, top_n, "pos")))
+    best = _tops(pl.concat(chosen).drop("order").unique().lazy(), top_n, "pos")
+    out = _collect(best)
+    ids = np.searchsorted(all_first, out["pos"].to_numpy().astype(np.int64))
+    return out.with_columns(id=pl.Series(ids.astype(np.int64)))
+
+
+def _tops(cand: pl.LazyFrame, top_n: int, tie: str) -> pl.LazyFrame:
+    """The first ``top_n`` by volume and by count (ties: earlier first access first)."""
+    base = cand.select("h", "pos", "hits", "blocks", "volume")
+    by_volume = base.sort("volume", "hits", tie, descending=[True, True, False]).head(top_n)
+    by_count = base.sort("hits", "blocks", tie, descending=[True, True, False]).head(top_n)
+    return pl.concat(
+        [
+            by_volume.with_columns(order=pl.lit("by_volume")),
+            by_count.with_columns(order=pl.lit("by_count")),
+        ]
     )
+
+
+def dense_ids(parts: Parts, all_first: np.ndarray, n_accesses: int) -> np.ndarray:
+    """Every access's dense block id (rank of its block's first access), in access order."""
+    ids = np.empty(n_accesses, dtype=np.int64)
+    for acc in parts.frames:
+        firsts = acc.group_by("h").agg(first=pl.col("pos").min())
+        df = _collect(acc.select("pos", "h").join(firsts, on="h").select("pos", "first"))
+        pos = df["pos"].to_numpy().astype(np.int64)
+        ids[pos] = np.searchsorted(all_first, df["first"].to_numpy().astype(np.int64))
+    return ids
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A SHARDS spatial sample of the accesses, taken while scanning."""
+
+    ids: np.ndarray  # int64 per kept access: slot among the kept blocks (first-seen order)
+    offsets: np.ndarray  # int64 (n + 1,): each request's kept accesses
+    weights: np.ndarray  # int64 per kept access: tokens (last-token rule)
+    id_weight: np.ndarray  # int64 per slot: unit (kept at rate 1) or 2**32
+    unit: int
+    kept_accesses: int
+
+
+def _batches(lf: pl.LazyFrame) -> Iterator[pl.DataFrame]:
+    yield from lf.collect_batches(chunk_size=1 << 20, engine=STREAMING)
+
+
+def hot_blocks(parts: Parts, n_hot: int) -> np.ndarray:
+    """Hashes of the blocks used more often than the ``n_hot``-th most used (sorted).
+
+    The global top ``n_hot`` is within the union of each part's top ``n_hot``."""
+    if n_hot <= 0:
+        return np.zeros(0, dtype=np.uint64)
+    tops = [_collect(acc.group_by("h").len().top_k(n_hot, by="len")) for acc in parts.frames]
+    union = pl.concat(tops)
+    cut = int(union["len"].top_k(n_hot).min())  # type: ignore[arg-type]
+    hot = union.filter(pl.col("len") > cut)["h"].to_numpy().astype(np.uint64)
+    return np.sort(hot)
+
+
+def shards_sample(
+    lf: pl.LazyFrame, parts: Parts, req: Requests, block_size: int, rate: float, n_ids: int
+) -> Sample:
+    """Stratified SHARDS sample (``analysis._sample``) taken in one scan of the accesses.
+
+    A block is kept when ``splitmix64(hash) >> 32 < rate x 2**32``, or when it is one of
+    the ``rate x distinct`` most-used blocks (kept at rate 1, found by group-bys); only
+    kept accesses are held, so memory is the sample's, not the trace's.
+    """
+    from analyzer.cache.stack import splitmix64
+    from analyzer.reuse.analysis import _shards_rate, _shards_threshold
+
+    unit = _shards_threshold(rate)
+    n_hot = int(_shards_rate(rate) * n_ids)
+    hot = hot_blocks(parts, n_hot) if 0 < n_hot < n_ids else np.zeros(0, dtype=np.uint64)
+    hs: list[np.ndarray] = []
+    rs: list[np.ndarray] = []
+    ks: list[np.ndarray] = []
+    for batch in _batches(_accesses(lf).select("r", "k", "h")):
+        h = batch["h"].to_numpy().astype(np.uint64)
+        keep = (splitmix64(h) >> np.uint64(32)) < np.uint64(unit)
+        if hot.size:
+            keep |= np.isin(h, hot)
+        if not keep.any():
+            continue
+        hs.append(h[keep])
+        rs.append(batch["r"].to_numpy()[keep].astype(np.int64))
+        ks.append(batch["k"].to_numpy()[keep].astype(np.int64))
+    kept_h = np.concatenate(hs) if hs else np.zeros(0, dtype=np.uint64)
+    r = np.concatenate(rs) if rs else np.zeros(0, dtype=np.int64)
+    k = np.concatenate(ks) if ks else np.zeros(0, dtype=np.int64)
+    offsets = np.zeros(req.n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(r, minlength=req.n), out=offsets[1:])
+    last = req.prompt_tokens[r] - 1
+    weights = np.maximum(
+        np.minimum((k + 1) * block_size, last) - np.minimum(k * block_size, last), 0
+    ).astype(np.int64)
+    if kept_h.size:
+        uniq, first_at, inverse = np.unique(kept_h, return_index=True, return_inverse=True)
+        order = np.argsort(first_at, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        ids = rank[inverse.reshape(-1)].astype(np.int64)
+        is_hot = np.isin(uniq[order], hot) if hot.size else np.zeros(order.size, dtype=bool)
+    else:
+        ids = np.zeros(0, dtype=np.int64)
+        is_hot = np.zeros(0, dtype=bool)
+    id_weight = np.where(is_hot, np.int64(unit), np.int64(2**32)).astype(np.int64)
+    return Sample(ids, offsets, weights, id_weight, unit, int(kept_h.size))
 
 
 def breakdown_rows(keyed: pl.LazyFrame) -> list[dict[str, Any]]:
@@ -406,88 +581,6 @@ def breakdowns(req: Requests, hit: np.ndarray, first: int) -> dict[str, Any]:
     )
 
 
-def dense_ids(lf: pl.LazyFrame) -> np.ndarray:
-    """Every access's dense block id (rank of its block's first access), in access order."""
-    acc = _accesses(lf).select("pos", "h")
-    first = acc.group_by("h").agg(pl.col("pos").min())
-    ids = first.select("h", id=pl.col("pos").rank("ordinal").cast(pl.Int64) - 1)
-    out = _collect(acc.join(ids, on="h", how="left", maintain_order="left").select("id"))
-    return out["id"].to_numpy().astype(np.int64)
-
-
-@dataclass(frozen=True)
-class Sample:
-    """A SHARDS spatial sample of the accesses, taken while scanning."""
-
-    ids: np.ndarray  # int64 per kept access: slot among the kept blocks (first-seen order)
-    offsets: np.ndarray  # int64 (n + 1,): each request's kept accesses
-    weights: np.ndarray  # int64 per kept access: tokens (last-token rule)
-    id_weight: np.ndarray  # int64 per slot: unit (kept at rate 1) or 2**32
-    unit: int
-    kept_accesses: int
-
-
-def _batches(lf: pl.LazyFrame) -> Iterator[pl.DataFrame]:
-    yield from lf.collect_batches(chunk_size=1 << 20, engine=STREAMING)
-
-
-def shards_sample(
-    lf: pl.LazyFrame, req: Requests, block_size: int, rate: float, n_ids: int
-) -> Sample:
-    """Stratified SHARDS sample (``analysis._sample``) taken in one scan of the accesses.
-
-    A block is kept when ``splitmix64(hash) >> 32 < rate x 2**32``, or when it is one of
-    the ``rate x distinct`` most-used blocks (those kept at rate 1, found by a group-by);
-    only kept accesses are held, so memory is the sample's, not the trace's.
-    """
-    from analyzer.cache.stack import splitmix64
-    from analyzer.reuse.analysis import _shards_rate, _shards_threshold
-
-    unit = _shards_threshold(rate)
-    acc = _accesses(lf)
-    n_hot = int(_shards_rate(rate) * n_ids)
-    hot = np.zeros(0, dtype=np.uint64)
-    if 0 < n_hot < n_ids:
-        uses = acc.group_by("h").len()
-        cut = _collect(uses.select(pl.col("len").top_k(n_hot).min()))[0, 0]
-        hot_df = _collect(uses.filter(pl.col("len") > cut).select("h"))
-        hot = np.sort(hot_df["h"].to_numpy().astype(np.uint64))
-    hs: list[np.ndarray] = []
-    rs: list[np.ndarray] = []
-    ks: list[np.ndarray] = []
-    for batch in _batches(acc.select("r", "k", "h")):
-        h = batch["h"].to_numpy().astype(np.uint64)
-        keep = (splitmix64(h) >> np.uint64(32)) < np.uint64(unit)
-        if hot.size:
-            keep |= np.isin(h, hot, assume_unique=False)
-        if not keep.any():
-            continue
-        hs.append(h[keep])
-        rs.append(batch["r"].to_numpy()[keep].astype(np.int64))
-        ks.append(batch["k"].to_numpy()[keep].astype(np.int64))
-    kept_h = np.concatenate(hs) if hs else np.zeros(0, dtype=np.uint64)
-    r = np.concatenate(rs) if rs else np.zeros(0, dtype=np.int64)
-    k = np.concatenate(ks) if ks else np.zeros(0, dtype=np.int64)
-    offsets = np.zeros(req.n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(r, minlength=req.n), out=offsets[1:])
-    last = req.prompt_tokens[r] - 1
-    weights = np.maximum(
-        np.minimum((k + 1) * block_size, last) - np.minimum(k * block_size, last), 0
-    ).astype(np.int64)
-    if kept_h.size:
-        uniq, first_at, inverse = np.unique(kept_h, return_index=True, return_inverse=True)
-        order = np.argsort(first_at, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.size)
-        ids = rank[inverse.reshape(-1)].astype(np.int64)
-        is_hot = np.isin(uniq[order], hot) if hot.size else np.zeros(order.size, dtype=bool)
-    else:
-        ids = np.zeros(0, dtype=np.int64)
-        is_hot = np.zeros(0, dtype=bool)
-    id_weight = np.where(is_hot, np.int64(unit), np.int64(2**32)).astype(np.int64)
-    return Sample(ids, offsets, weights, id_weight, unit, int(kept_h.size))
-
-
 def _check_rows(req: Requests, block_size: int, where: str) -> None:
     """The row invariants ``trace.check_invariants`` checks that this path relies on."""
     from analyzer import limits
@@ -528,16 +621,24 @@ def in_arrival_order(source: str | Path) -> bool:
     return bool(t.size < 2 or not np.any(t[1:] < t[:-1]))
 
 
-def analyze_canonical(source: str | Path, opts: Any = None, advance: Any = None) -> Any:
+def analyze_canonical(
+    source: str | Path,
+    opts: ReuseOptions | None = None,
+    advance: Advance | None = None,
+    rows_per_part: int = ROWS_PER_PART,
+) -> ReuseReport:
     """:func:`analysis.analyze_reuse` of a canonical file or dataset, streaming.
 
     The set-operation figures come from polars queries (module docstring); the LRU curve
     from the compiled one-pass scan over dense block ids, or, above
     ``opts.shards_threshold_accesses`` accesses (or with ``opts.shards_rate``), over a
-    SHARDS sample taken while scanning, so only the sample is held. A file whose rows
-    are not in arrival order is read whole and sorted (:func:`analysis.analyze_reuse`).
+    SHARDS sample taken while scanning, so only the sample is held. Above
+    ``rows_per_part`` block accesses the block-keyed queries run on hash parts of that
+    size (:class:`Parts`), spilled to a temporary directory. A file whose rows are not in
+    arrival order is read whole and sorted (:func:`analysis.analyze_reuse`).
     """
-    from analyzer.cache.stack import reuse_scan, sampled_histogram_sparse
+    import tempfile
+
     from analyzer.reuse import analysis as a
     from analyzer.trace import BlockTrace
 
@@ -585,12 +686,35 @@ def analyze_canonical(source: str | Path, opts: Any = None, advance: Any = None)
         )
     if n == 0:
         return unmeasurable("the trace has no requests")
+    with tempfile.TemporaryDirectory(prefix="kvpool-reuse-") as tmp:
+        return _measure(lf, meta, req, opts, step, Path(tmp), rows_per_part)
+
+
+def _measure(
+    lf: pl.LazyFrame,
+    meta: dict[str, str],
+    req: Requests,
+    opts: ReuseOptions,
+    step: Advance,
+    tmp: Path,
+    rows_per_part: int,
+) -> ReuseReport:
+    """The measurable case of :func:`analyze_canonical`."""
+    from analyzer.cache.stack import reuse_scan, sampled_histogram_sparse
+    from analyzer.reuse import analysis as a
+    from analyzer.trace import BlockTrace
+
+    bs = int(meta.get("block_size") or 16)
+    n, t, prompt = req.n, req.arrival_s, req.prompt_tokens
+    first = a.first_counted_request(n, opts.warmup)
+    n_acc = int(req.n_blocks.sum())
+    parts = Parts(lf, "block_hashes", n_acc, rows_per_part, tmp)
     span = float(t[-1] - t[0])
     n_windows = max(1, opts.n_windows) if span > 0 else 1
     window_s = span / n_windows if span > 0 else 0.0
 
     factors = tuple(sorted({1} | {g // bs for g in opts.granularities if g % bs == 0}))
-    runs = leading_runs(lf, req, factors)
+    runs = leading_runs(parts, req, factors)
     hit_per_req = run_tokens(runs[1], req, bs)
     steady, cold = a._rates(hit_per_req, prompt, first)
     den = int(prompt[first:].sum())
@@ -604,12 +728,17 @@ def analyze_canonical(source: str | Path, opts: Any = None, advance: Any = None)
     )
     if req.content_ok:
         non_prefix = a.non_prefix_document(
-            content_seen_tokens(lf, req, bs), prompt, first, hit_per_req
+            content_seen_tokens(Parts(lf, "content_hashes", n_acc, rows_per_part, tmp), req, bs),
+            prompt,
+            first,
+            hit_per_req,
         )
     else:
         non_prefix = dict(a.NO_CONTENT)
     step(15)
-    facts = hit_facts(lf, req, runs[1], bs, first, window_s, n_windows, a.TIME_EDGES, opts.top_n)
+    facts = hit_facts(
+        parts, req, runs[1], bs, first, window_s, n_windows, a.TIME_EDGES, opts.top_n, tmp
+    )
     step(15)
 
     rate = opts.shards_rate
@@ -627,7 +756,7 @@ def analyze_canonical(source: str | Path, opts: Any = None, advance: Any = None)
             session=req.session,
             tenant=req.tenant,
             offsets=req.offsets,
-            block_ids=dense_ids(lf),
+            block_ids=dense_ids(parts, facts.first_pos, n_acc),
             block_hashes=np.zeros(facts.n_distinct, dtype=np.uint64),  # not used here
             request_ids=[],
             session_names=[],
@@ -639,7 +768,7 @@ def analyze_canonical(source: str | Path, opts: Any = None, advance: Any = None)
     cold_curve = None
     if sampled:
         assert rate is not None
-        sample = shards_sample(lf, req, bs, rate, facts.n_distinct)
+        sample = shards_sample(lf, parts, req, bs, rate, facts.n_distinct)
         hist = sampled_histogram_sparse(
             sample.ids,
             sample.offsets,
