@@ -120,7 +120,7 @@ def analyze(
 ) -> None:
     """Log to decision: reuse, break-even, replay, verdict, sized settings and pilot gates."""
 
-    from analyzer.advisor.figures import Thresholds
+    from analyzer.advisor.figures import Objective, Thresholds
     from analyzer.advisor.pipeline import AnalyzeOptions, run_analysis
     from analyzer.cli.cost import _weights_dtype
     from analyzer.cli.output import report_console, write_text
@@ -169,7 +169,7 @@ def analyze(
         ),
         profile=profile,
         search_rate=not no_rate_search,
-        thresholds=Thresholds(objective=objective, min_pool_saving=pool_margin),
+        thresholds=Thresholds(objective=Objective.parse(objective), min_pool_saving=pool_margin),
         peak_window_s=peak_window,
         prices=PriceOverrides(
             prices_file=None if prices is None else str(prices),
@@ -201,6 +201,7 @@ def analyze(
 def print_summary(console: Any, doc: dict[str, Any], paths: dict[str, Any]) -> None:
     from rich.table import Table
 
+    from analyzer.advisor.figures import Verdict
     from analyzer.advisor.summary import economics_table, summary_sentences
     from analyzer.report.figures import VERDICT_TEXT
     from analyzer.report.render import gbps, key_figures, num
@@ -209,9 +210,11 @@ def print_summary(console: Any, doc: dict[str, Any], paths: dict[str, Any]) -> N
         console.print(sentence, highlight=False, markup=False)
     console.print()
     v = doc["verdict"]
-    color = {"deploy-pooled": "green", "local-offload-only": "blue", "not-worth-it": "yellow"}.get(
-        v["verdict"], "white"
-    )
+    color = {
+        Verdict.DEPLOY_POOLED: "green",
+        Verdict.LOCAL_OFFLOAD_ONLY: "blue",
+        Verdict.NOT_WORTH_IT: "yellow",
+    }.get(v["verdict"], "white")
     console.print(
         f"[bold {color}]{v['verdict']}[/]  {VERDICT_TEXT.get(v['verdict'], '')}", highlight=False
     )
