@@ -548,7 +548,7 @@ def run_analysis(
 
         run = replayer or run_replay
 
-        # The SLO rate search is the costly part (about nine replays per scenario); it
+        # The SLO rate search is the costly part (five to eight replays per scenario); it
         # runs for every option, since each one's GPUs at the log's load come from it.
         # Below the reuse guideline no gain is projected, so nothing is searched.
         search = opts.search_rate and rf.ceiling_hit_rate >= th.min_reuse

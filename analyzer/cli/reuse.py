@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -59,10 +59,12 @@ def model_bytes_per_token(model: str, kv_dtype: str) -> int:
     return int(get_model(model).kv_bytes_per_token(dtype=kv_dtype))
 
 
+@o.ingest_flags
 def reuse(
     inputs: o.Inputs,
+    *,
     warmup: o.Warmup = 0.5,
-    block_size: o.BlockSize = None,
+    ingest: o.IngestFlags,
     model: Annotated[
         str | None,
         typer.Option("--model", help="Model id or config.json, for sizes in GB/GiB (optional)."),
@@ -85,34 +87,23 @@ def reuse(
             help="Sample the LRU curve (SHARDS) at this rate (auto beyond 50M accesses).",
         ),
     ] = None,
+    shards_above: Annotated[
+        int,
+        typer.Option(
+            "--shards-above",
+            help="Block accesses above which the LRU curve is SHARDS-sampled (rate 0.01).",
+        ),
+    ] = 50_000_000,
+    exact_curve: Annotated[
+        bool,
+        typer.Option("--exact-curve", help="Always compute the exact LRU curve (no sampling)."),
+    ] = False,
     top: Annotated[int, typer.Option("--top", help="Shared prefixes to list.")] = 10,
     json_out: Annotated[
         Path | None,
         typer.Option("--json", help="Write the full report as JSON here ('-': stdout)."),
     ] = None,
-    fmt: o.Format = None,
-    template: o.Template = "chatml",
-    tools_position: o.ToolsPosition = "in-system",
-    tokenizer: o.Tokenizer = "cl100k",
-    token_ratio: o.TokenRatio = 1.0,
-    salt_file: o.SaltFile = None,
-    hash_key: o.HashKey = None,
-    time_field: o.TimeField = None,
-    time_unit: o.TimeUnit = "auto",
-    prompt_column: o.PromptColumn = None,
-    time_column: o.TimeColumn = None,
-    session_column: o.SessionColumn = None,
-    strict: o.Strict = False,
-    no_exact: o.NoExact = False,
-    exact_max_mib: o.ExactMaxMib = 512,
-    jobs: o.Jobs = None,
-    only_model: Annotated[
-        str | None,
-        typer.Option(
-            "--only-model",
-            help="Analyze one of the log's models (served name or catalog id) alone.",
-        ),
-    ] = None,
+    only_model: o.OnlyModel = None,
     force: o.Force = False,
     show_previews: o.ShowPreviews = False,
 ) -> None:
@@ -122,6 +113,7 @@ def reuse(
     from analyzer.reuse.analysis import ReuseOptions, analyze_reuse
     from analyzer.reuse.render import render_summary
 
+    block_size = ingest.block_size
     if block_size is not None and block_size <= 0:
         raise UsageError("--block-size must be positive")
     if json_out is not None and not is_stdio(json_out):  # fail before the long run
@@ -148,30 +140,20 @@ def reuse(
         bytes_per_token=bpt,
         policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
         top_n=top,
-        shards_rate=shards_rate,
+        shards_rate=1.0 if exact_curve else shards_rate,
+        shards_threshold_accesses=shards_above,
     )
-    ingest = o.ingest_options(
-        block_size=block_size,
-        fmt=fmt,
-        template=template,
-        tools_position=tools_position,
-        tokenizer=tokenizer,
-        token_ratio=token_ratio,
-        salt_file=salt_file,
-        hash_key=hash_key,
-        time_field=time_field,
-        time_unit=time_unit,
-        prompt_column=prompt_column,
-        time_column=time_column,
-        session_column=session_column,
-        strict=strict,
-        no_exact=no_exact,
-        exact_max_mib=exact_max_mib,
-        jobs=jobs,
-        previews=show_previews,
-    )
-    loaded = _load(inputs, ingest)
+    if exact_curve and shards_rate is not None:
+        raise UsageError("--exact-curve and --shards-rate contradict each other; give one")
+    if shards_above < 0:
+        raise UsageError(f"--shards-above must be >= 0, got {shards_above}")
     from analyzer.advisor.models import model_warning, models_document, select_model, served_models
+
+    streamed = _streamable(inputs, block_size, only_model, show_previews)
+    if streamed is not None:
+        _reuse_streamed(streamed, opts, model, kv_dtype, json_out, force)
+        return
+    loaded = _load(inputs, ingest.options(previews=show_previews))
 
     if only_model is not None:
         loaded = select_model(loaded, only_model)
@@ -194,6 +176,76 @@ def reuse(
     for note in loaded.notes:
         out.print(f"note: {note}", markup=False, highlight=False)
     if json_out is not None:
+        with progress("per-model reuse", None):
+            models = models_document(loaded, opts, kv_dtype)
+        if warning:
+            models["warning"] = warning
+        write_json(json_out, {**report.to_json(), "models": models}, force=force)
+        if not is_stdio(json_out):
+            out.print(f"wrote {json_out}")
+
+
+def _streamable(
+    inputs: list[Path], block_size: int | None, only_model: str | None, previews: bool
+) -> Path | None:
+    """The one canonical file or dataset directory that :func:`analyze_canonical` streams
+    (None: read the inputs whole, as every other command does)."""
+    if len(inputs) != 1 or only_model is not None or previews:
+        return None
+    path = inputs[0]
+    if path.is_dir():
+        return path
+    from analyzer.trace import is_canonical, read_metadata
+
+    if not path.is_file() or not is_canonical(path):
+        return None
+    if block_size is not None:
+        import pyarrow.parquet as pq
+
+        if str(block_size) != read_metadata(pq.read_schema(path)).get("block_size", "16"):
+            return None
+    return path
+
+
+def _reuse_streamed(
+    path: Path,
+    opts: Any,  # ReuseOptions
+    model: str | None,
+    kv_dtype: str,
+    json_out: Path | None,
+    force: bool,
+) -> None:
+    """``kvpool reuse`` of one canonical file or dataset, streamed (analyzer/reuse/frame.py)."""
+    from analyzer.advisor.models import model_warning, models_document, served_models
+    from analyzer.cli.output import console, is_stdio, report_console, write_json
+    from analyzer.ingest.options import LoadedTrace, SkipSummary
+    from analyzer.progress import progress
+    from analyzer.reuse.frame import analyze_canonical, canonical_files, scan_trace
+    from analyzer.reuse.render import render_summary
+
+    with progress("reading", None):
+        lf, meta = scan_trace(path)
+        small = lf.select("model", "prompt_tokens").collect(engine="streaming").to_arrow()
+        small = small.replace_schema_metadata({f"kvpool.{k}": v for k, v in meta.items()})
+    loaded = LoadedTrace(
+        table=small,
+        skipped=SkipSummary(),
+        sources=[str(f) for f in canonical_files(path)],
+        formats=["canonical"],
+    )
+    warning = model_warning(served_models(small), model)
+    if warning:
+        console(stderr=True).print(f"[yellow]warning: {warning}[/]")
+    with progress("analysing reuse", 100) as advance:
+        report = analyze_canonical(path, opts, advance=advance)
+    out = report_console(json_out)
+    render_summary(report, out, sources=loaded.sources, skipped=str(loaded.skipped))
+    if json_out is not None:
+        if len(served_models(small)) > 1:
+            from analyzer.ingest import open_trace
+
+            # per-model curves read each model's rows whole (ingest's reader)
+            loaded = open_trace([str(f) for f in canonical_files(path)])
         with progress("per-model reuse", None):
             models = models_document(loaded, opts, kv_dtype)
         if warning:
