@@ -210,13 +210,38 @@ def resolve(
 
 
 @dataclass(frozen=True, slots=True)
+class RatePoint:
+    """One run of the rate search, kept so that another SLO can re-read it.
+
+    A run that went to the end knows its p90 TTFT (nearest rank, as :func:`_passes`
+    reads it: ``p90_s``), which decides any SLO. A run stopped once its SLO was lost
+    knows only that the p90 is above that SLO (``above_s``): it decides the SLOs up to
+    that one (they fail too) and no higher one."""
+
+    rate: float
+    p90_s: float | None
+    above_s: float | None = None
+
+    def passes(self, slo_s: float) -> bool | None:
+        """Whether this run meets ``slo_s``; None when it cannot say."""
+        if self.p90_s is not None:
+            return self.p90_s <= slo_s
+        if self.above_s is not None and slo_s <= self.above_s:
+            return False
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class RateSearch:
-    """Outcome of the SLO search: ``value`` passed, ``fail_at`` (when known) did not."""
+    """Outcome of the SLO search: ``value`` passed, ``fail_at`` (when known) did not.
+    ``points``: what each of its runs measured (not reported; another SLO re-reads them,
+    see :func:`search_again`)."""
 
     value: float | None
     fail_at: float | None
     runs: int
     capped: bool  # every multiple up to STEP**MAX_UP passed
+    points: tuple[RatePoint, ...] = ()
 
 
 @dataclass(slots=True)
@@ -387,6 +412,28 @@ def _passes(stats: RunStats, slo_s: float) -> bool:
     return not stats.aborted and int(np.count_nonzero(ttft > slo_s)) <= _allowed(int(ttft.size))
 
 
+def _point(rate: float, stats: RunStats, slo_s: float) -> RatePoint:
+    """What a run at ``rate`` measured, as :class:`RatePoint`."""
+    if stats.aborted:
+        return RatePoint(rate, None, slo_s)
+    ttft = stats.ttft_s
+    k = int(ttft.size) - _allowed(int(ttft.size))  # the k-th smallest decides _passes
+    return RatePoint(rate, float(np.partition(ttft, k - 1)[k - 1]) if k > 0 else 0.0)
+
+
+def _says_more(p: RatePoint, q: RatePoint) -> bool:
+    """A run that went to the end says more than one that stopped; of two that stopped,
+    the one stopped at the higher SLO."""
+    if q.p90_s is not None:
+        return False
+    return p.p90_s is not None or (p.above_s or 0.0) > (q.above_s or 0.0)
+
+
+class UnknownPoint(LookupError):
+    """:func:`find_max_rate` with ``simulate_missing=False`` met a rate its known points
+    do not decide."""
+
+
 def find_max_rate(
     trace: BlockTrace,
     plan: Plan,
@@ -394,19 +441,46 @@ def find_max_rate(
     slo_s: float,
     passed_at_1: bool,
     advance: Advance | None = None,
+    known: tuple[RatePoint, ...] = (),
+    simulate_missing: bool = True,
 ) -> RateSearch:
-    """Highest arrival-rate multiple with p90 TTFT <= ``slo_s`` (see module docstring)."""
+    """Highest arrival-rate multiple with p90 TTFT <= ``slo_s`` (see module docstring).
+
+    ``known``: runs of earlier searches of the same scenario (another SLO); a step they
+    decide is not simulated again, and counts as a run as it would have in a fresh
+    search, so the result is the fresh search's. Without ``simulate_missing`` a step
+    they do not decide raises :class:`UnknownPoint`."""
     n_measured = trace.n_requests - int(plan.warmup_fraction * trace.n_requests)
     if n_measured <= 0:
         return RateSearch(None, None, 0, False)
     allowed = _allowed(n_measured)
     runs = 0
+    points: dict[float, RatePoint] = {}
+    for p in known:
+        have = points.get(p.rate)
+        if have is None or _says_more(p, have):
+            points[p.rate] = p
 
     def ok(rate: float) -> bool:
         nonlocal runs
         runs += 1
+        seen = points.get(rate)
+        decided = seen.passes(slo_s) if seen is not None else None
+        if decided is not None:
+            return decided
+        if not simulate_missing:
+            raise UnknownPoint(rate)
         st = simulate(trace, plan, time_scale / rate, slo_abort=(slo_s, allowed), advance=advance)
+        points[rate] = _point(rate, st, slo_s)
         return _passes(st, slo_s)
+
+    found = _search(ok, passed_at_1)
+    return replace(found, runs=runs, points=tuple(points[r] for r in sorted(points)))
+
+
+def _search(ok: Callable[[float], bool], passed_at_1: bool) -> RateSearch:
+    """The search's steps (see module docstring); ``ok(rate)`` says whether a rate
+    passes. Its runs are counted by the caller."""
 
     lo: float | None
     hi: float | None
@@ -420,7 +494,7 @@ def find_max_rate(
                 hi = rate
                 break
         if hi is None:
-            return RateSearch(lo, None, runs, True)
+            return RateSearch(lo, None, 0, True)
     else:
         lo, hi = None, 1.0
         for k in range(1, MAX_DOWN + 1):
@@ -430,14 +504,14 @@ def find_max_rate(
                 break
             hi = rate
         if lo is None:
-            return RateSearch(0.0, hi, runs, False)
+            return RateSearch(0.0, hi, 0, False)
     for _ in range(BISECTIONS):
         mid = math.sqrt(lo * hi)
         if ok(mid):
             lo = mid
         else:
             hi = mid
-    return RateSearch(lo, hi, runs, False)
+    return RateSearch(lo, hi, 0, False)
 
 
 def _run_scenario(
@@ -462,6 +536,36 @@ def _run_scenario(
         passed = _passes(stats, ttft_slo_s)
         search = find_max_rate(trace, res.plan, res.cluster.time_scale, ttft_slo_s, passed, advance)
     return ScenarioResult(spec, res, stats, search)
+
+
+def search_again(
+    trace: BlockTrace,
+    old: ScenarioResult,
+    ttft_slo_s: float,
+    known: tuple[RatePoint, ...] = (),
+    advance: Advance | None = None,
+    simulate_missing: bool = True,
+) -> ScenarioResult:
+    """``old``'s scenario with the rate search for another SLO, equal to a fresh
+    :func:`_run_scenario`: the run at the trace's rate is ``old``'s (the SLO only enters
+    the search), and ``known`` (the points of ``old``'s and other earlier searches)
+    answer every step they decide; only the others are simulated."""
+    from analyzer import limits
+
+    limits.check(ttft_slo_s, "ttft_slo_s", "--ttft-slo")
+    passed = _passes(old.stats, ttft_slo_s)
+    res = old.resolved
+    search = find_max_rate(
+        trace,
+        res.plan,
+        res.cluster.time_scale,
+        ttft_slo_s,
+        passed,
+        advance,
+        known=known,
+        simulate_missing=simulate_missing,
+    )
+    return ScenarioResult(old.spec, res, old.stats, search)
 
 
 @contextmanager
