@@ -595,12 +595,15 @@ def run_whatif(
     )
 
 
-def analysis_options(cur: Current, w, warmup: float, thresholds=None):
-    """The ``AnalyzeOptions`` of the what-if controls for the trace on screen."""
+def analysis_options(cur: Current, w, warmup: float, thresholds=None, prices=None):
+    """The ``AnalyzeOptions`` of the what-if controls for the trace on screen, with the
+    decision thresholds and the prices (``PriceOverrides``) when given."""
     from dataclasses import replace
 
     opts = analyze_options(w, warmup, dict(cur.ingest_key).get("block_size"))
-    return opts if thresholds is None else replace(opts, thresholds=thresholds)
+    if thresholds is not None:
+        opts = replace(opts, thresholds=thresholds)
+    return opts if prices is None else replace(opts, prices=prices)
 
 
 def analysis(cur: Current, w, warmup: float, thresholds=None):

@@ -610,3 +610,34 @@ def test_a_change_needing_replays_keeps_the_last_answer_until_ready(
     fresh = run_analysis([str(sample)], AnalyzeOptions(cluster=ClusterConfig(instances=3)))
     assert f"data-verdict='{fresh.verdict}'" in banner
     assert "3 instances" in " ".join(c.value for c in at.caption)
+
+
+def test_a_price_redecides_without_a_replay(at: AppTest, sample: Path, monkeypatch) -> None:
+    """The GPU's price, moved on the page, reaches the money (as `kvpool analyze
+    --gpu-hour-usd`) and replays nothing."""
+    from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.cost.prices import PriceOverrides
+    from app import prefetch
+
+    monkeypatch.setattr(prefetch, "after_analysis", lambda cur, opts: None)
+    at.switch_page("views/recommend.py").run()
+    assert_clean(at)
+    replay0 = compute.CALLS["replay"]
+    gpu = compute.control_defaults().gpu
+    at.number_input(key=f"ctl.price.gpu_hour_usd.{gpu}").set_value(9.5).run()
+    assert_clean(at)
+    assert compute.CALLS["replay"] == replay0
+    assert not any("data-stale" in m.value for m in at.markdown)
+    import html
+
+    from analyzer.advisor.summary import summary_sentences
+
+    def lines(opts: AnalyzeOptions) -> tuple[str, list[str]]:
+        doc = run_analysis([str(sample)], opts).to_json()
+        return doc["verdict"]["verdict"], doc.get("summary") or summary_sentences(doc)
+
+    verdict, expected = lines(AnalyzeOptions(prices=PriceOverrides(gpu_hour_usd=9.5)))
+    assert expected != lines(AnalyzeOptions())[1]  # the price shows in the summary's money
+    banner = next(m.value for m in at.markdown if "data-verdict" in m.value)
+    assert f"data-verdict='{verdict}'" in banner
+    assert all(html.escape(t) in banner for t in expected)

@@ -60,7 +60,8 @@ with state.guard():
     src = state.source()
     warmup = controls.current().warmup
     thresholds = controls.thresholds()
-    opts = compute.analysis_options(cur, w, warmup, thresholds)
+    prices = controls.prices(w.gpu)
+    opts = compute.analysis_options(cur, w, warmup, thresholds, prices)
     shown = st.session_state.get(STALE_KEY)
     same_trace = shown is not None and shown[:2] == (cur.content, cur.ingest_key)
     ans = compute.answer(cur, opts, shown[2] if same_trace else None)
@@ -133,7 +134,7 @@ with body, state.guard():
         st.dataframe(_table(money), hide_index=True, width="stretch")
         prices = price_table(doc)
         if prices:
-            st.caption("Prices used (override with --prices or the single price flags):")
+            st.caption("Prices used (change them under Prices above):")
             st.dataframe(_table(prices), hide_index=True, width="stretch")
 
     side = side_by_side_table(doc)
