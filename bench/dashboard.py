@@ -167,6 +167,8 @@ def main() -> None:
 
     from analyzer.report import CHROMIUM_FLAGS
 
+    # A `timeout` or Ctrl-C still stops the server and prints what was measured.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     port = args.port or free_port()
     log = Path(tempfile.mkdtemp(prefix="kvpool-bench-")) / "server.log"
     t_start = time.perf_counter()
@@ -227,11 +229,16 @@ def main() -> None:
             browser.close()
     finally:
         stop_server(proc)
+        # Printed even when a step failed or the run was stopped: what was measured.
+        report(args.trace, rows, log)
+
+
+def report(trace: Path, rows: list[tuple[str, float, str]], log: Path) -> None:
     lines = log.read_text(errors="replace").splitlines()
     warnings = [ln for ln in lines if "ScriptRunContext" in ln or "Warning" in ln]
     load = os.getloadavg()
     print(
-        f"kvpool dashboard on {args.trace.name}; {os.cpu_count()} CPUs, load average "
+        f"kvpool dashboard on {trace.name}; {os.cpu_count()} CPUs, load average "
         f"{load[0]:.1f} / {load[1]:.1f} (1 / 5 min): timings on a shared box are noisy"
     )
     print(f"{'what':<58} {'seconds':>8}  target")
@@ -239,7 +246,7 @@ def main() -> None:
         print(f"{what:<58} {secs:>8.2f}  {target}")
     print(f"server terminal: {len(lines)} lines, {len(warnings)} framework warnings")
     for ln in lines[-5:]:
-        print(f"  | {ln}")
+        print(f"  | {ln}", flush=True)
 
 
 if __name__ == "__main__":
