@@ -176,6 +176,7 @@ class ReplayMemo:
             except UnknownPoint:
                 continue
             # A point the earlier searches lacked (or could not decide) was simulated.
+            assert got.search is not None  # search_again always searches
             ran = set(got.search.points) - set(points)
             if on_run is not None and ran:
                 on_run(name)
