@@ -44,6 +44,11 @@ class Prefetcher:
         self._urgent: dict[Hashable, list[float]] = {}  # run_now jobs: [simulated, started]
         self._failed: dict[Hashable, str] = {}
         self._threads: list[threading.Thread] = []
+        # The neighbour being prefetched, its [simulated, started], and the one the user
+        # asked for while it ran (it then runs on without pausing for the page).
+        self._current: Hashable | None = None
+        self._progress: list[float] = [0.0, 0.0]
+        self._promoted: Hashable | None = None
         self.started: list[Hashable] = []  # what ran, in order (tests read it)
 
     def get(self, key: Hashable):
@@ -70,6 +75,9 @@ class Prefetcher:
         one. Nothing happens if ``key`` is known, running, or failed already."""
         with self._lock:
             if key in self._results or key in self._urgent or key in self._failed:
+                return
+            if key == self._current:  # the prefetch is on it: let it run unpaused
+                self._promoted = key
                 return
             self._urgent[key] = [0.0, time.monotonic()]
             self._busy += 1
@@ -107,6 +115,8 @@ class Prefetcher:
         running; None once it is done (its answer is then in :meth:`get`) or failed."""
         with self._lock:
             got = self._urgent.get(key)
+            if got is None and key == self._current == self._promoted:
+                got = self._progress
             return None if got is None else (got[0], time.monotonic() - got[1])
 
     def failed(self, key: Hashable) -> bool:
@@ -125,8 +135,12 @@ class Prefetcher:
                 )
                 self._thread.start()
 
-    def _gate(self, _n: float) -> None:
-        self._idle.wait()
+    def _gate(self, n: float) -> None:
+        with self._lock:
+            self._progress[0] += n
+            asked = self._current == self._promoted
+        if not asked:  # a neighbour the user has not asked for yet waits for the page
+            self._idle.wait()
 
     def _loop(self) -> None:
         while True:
@@ -136,14 +150,20 @@ class Prefetcher:
                     return
                 key, fn = self._pending.pop(0)
                 self.started.append(key)
+                self._current, self._progress = key, [0.0, time.monotonic()]
             self._idle.wait()
             try:
                 result = fn(self._gate)
             except Exception as exc:  # a neighbour that cannot be analysed: skip it
                 log.debug("prefetch of %r failed: %s", key, exc)
+                with self._lock:
+                    if key == self._promoted:  # asked for: the page runs it and says why
+                        self._failed[key] = str(exc)
+                    self._current = None
                 continue
             with self._lock:
                 self._store(key, result)
+                self._current = None
 
     @contextmanager
     def foreground(self) -> Iterator[None]:

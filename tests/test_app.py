@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -641,3 +642,35 @@ def test_a_price_redecides_without_a_replay(at: AppTest, sample: Path, monkeypat
     banner = next(m.value for m in at.markdown if "data-verdict" in m.value)
     assert f"data-verdict='{verdict}'" in banner
     assert all(html.escape(t) in banner for t in expected)
+
+
+def test_a_neighbour_being_prefetched_is_not_started_twice_when_asked_for() -> None:
+    """The user clicks the setting the prefetch is computing: it runs on (no second run
+    of it, no pause while a page computes), and the page sees its progress and answer."""
+    from app.prefetch import Prefetcher
+
+    pf = Prefetcher()
+    started, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def neighbour(gate):
+        calls.append("neighbour")
+        started.set()
+        release.wait(TIMEOUT_S)
+        gate(10)  # would wait for the page, were it not asked for
+        gate(5)
+        return "answer"
+
+    pf.submit([("k", neighbour)])
+    assert started.wait(TIMEOUT_S)
+    pf.run_now("k", lambda gate: calls.append("again"))
+    with pf.foreground():  # a page computing meanwhile
+        release.set()
+        deadline = time.monotonic() + TIMEOUT_S
+        while pf.get("k") is None and time.monotonic() < deadline:
+            assert pf.running("k") is not None or pf.get("k") is not None
+            time.sleep(0.01)
+    assert pf.get("k") == "answer"
+    assert pf.running("k") is None
+    assert calls == ["neighbour"]
+    assert pf.wait(TIMEOUT_S)
