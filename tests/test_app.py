@@ -547,6 +547,12 @@ def test_pinned_configurations_are_compared_and_exported(at: AppTest, sample: Pa
     instances = compute.control_defaults().instances
     at.number_input(key="ctl.instances").set_value(instances * 2).run()
     assert_clean(at)
+    # Replayed in the background unless prefetched already; then the page shows it.
+    from app import prefetch
+
+    assert prefetch.prefetcher().wait(TIMEOUT_S)
+    at.run()
+    assert_clean(at)
     table = next(d.value for d in at.dataframe if "GPUs" in d.value.columns)
     assert table.option.tolist() == ["A: reference", f"B: instances {instances * 2}"]
     assert table.GPUs.tolist() == [instances, instances * 2]
