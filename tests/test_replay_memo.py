@@ -124,13 +124,14 @@ def test_a_new_slo_rereads_the_searches_points(trace, name: str, monkeypatch) ->
     first = memo.run(trace, BASE, [name], ttft_slo_s=0.2, trace_key="t")
     monkeypatch.setattr(run_mod, "simulate", counted)
     assert first.to_json() == run_replay(trace, BASE, [name], ttft_slo_s=0.2).to_json()
-    fresh_runs = len(sims)
     sims.clear()
     again = memo.run(trace, BASE, [name], ttft_slo_s=0.2, trace_key="t")
     assert again.to_json() == first.to_json() and sims == []
     seen: list[int] = []
     for slo in (0.05, 1.0, 0.12, 0.02, 3.0, 0.2, 0.3):
+        sims.clear()
         fresh = run_replay(trace, BASE, [name], ttft_slo_s=slo).to_json()
+        fresh_runs = len(sims)
         sims.clear()
         try:
             quick = memo.run(trace, BASE, [name], ttft_slo_s=slo, trace_key="t", only_known=True)

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analyzer.errors import UsageError
+from analyzer.replay.config import Scenario
 from analyzer.trace import read_metadata
 
 SHARED_POOL_NOTE = (
@@ -240,7 +241,9 @@ def per_model_replay(
         table = loaded.table.filter(pc.fill_null(pc.equal(names, m["model"]), False))
         trace = BlockTrace.from_table(table)
         run = run_replay if replayer is None else partial(replayer, part=str(m["model"]))
-        doc = run(trace, c, scenarios=("local", "pooled"), search_rate=False, cost=cost).to_json()
+        doc = run(
+            trace, c, scenarios=(Scenario.LOCAL, Scenario.POOLED), search_rate=False, cost=cost
+        ).to_json()
         sc = doc["scenarios"]
         m["replay"] = {
             "model": model,
@@ -248,8 +251,8 @@ def per_model_replay(
             "instances": c.instances,
             "pool_share": round(share, 6),
             "pool_capacity_tokens": None if math.isinf(pool_bytes) else pool_tokens,
-            "local_hit_rate": sc["local"]["hit_rate"],
-            "pooled_hit_rate": sc["pooled"]["hit_rate"],
-            "local_ttft_mean_s": sc["local"]["ttft_s"]["mean"],
-            "pooled_ttft_mean_s": sc["pooled"]["ttft_s"]["mean"],
+            "local_hit_rate": sc[Scenario.LOCAL]["hit_rate"],
+            "pooled_hit_rate": sc[Scenario.POOLED]["hit_rate"],
+            "local_ttft_mean_s": sc[Scenario.LOCAL]["ttft_s"]["mean"],
+            "pooled_ttft_mean_s": sc[Scenario.POOLED]["ttft_s"]["mean"],
         }

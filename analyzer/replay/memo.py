@@ -164,21 +164,26 @@ class ReplayMemo:
             }
         out: dict[str, Any] = {}
         for name, (old, points) in before.items():
+            simulated = [0.0]
+
+            def counted(n: float, simulated: list[float] = simulated) -> None:
+                simulated[0] += n
+                if advance is not None:
+                    advance(n)
+
             try:
                 got = search_again(
                     trace,
                     old,
                     ttft_slo_s,
                     known=points,
-                    advance=advance,
+                    advance=counted,
                     simulate_missing=not only_known,
                 )
             except UnknownPoint:
                 continue
             # A point the earlier searches lacked (or could not decide) was simulated.
-            assert got.search is not None  # search_again always searches
-            ran = set(got.search.points) - set(points)
-            if on_run is not None and ran:
+            if on_run is not None and simulated[0] > 0:
                 on_run(name)
             with self._lock:
                 self.searched_again += 1

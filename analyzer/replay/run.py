@@ -3,11 +3,13 @@
 ``run_replay`` replays the trace once per scenario at the configured time scale, then
 (unless ``search_rate=False``) finds ``max_rate_scale_at_slo``: the highest multiple of
 the trace's arrival rate at which at least 90% of the measured requests get their
-first token within ``ttft_slo_s`` (p90 TTFT <= SLO, nearest rank). The search
-multiplies (or divides) the rate by ``STEP`` from 1 until the answer flips, then bisects
-the bracket geometrically ``BISECTIONS`` times, reporting the largest multiple that
-passed; it is deterministic and runs at most ``MAX_RUNS`` simulations besides the
-main one. Runs stop early once the SLO is lost.
+first token within ``ttft_slo_s`` (p90 TTFT <= SLO, nearest rank). The rates searched
+are the grid ``STEP ** (j / GRID)`` (about 4.4% apart) from 1/1024x to 64x; the answer
+is the grid rate that passes while the next one up fails. The search starts where the
+rate-1 run says the GPUs would saturate (:func:`first_guess`), gallops away from it
+until the answer flips, then bisects; it is deterministic, runs at most ``MAX_RUNS``
+simulations besides the main one, and keeps each run's TTFT percentiles
+(``RateSearch.points``). Runs stop early once the SLO is lost.
 
 Definitions of the reported figures:
 
@@ -51,7 +53,11 @@ STEP = 4.0  # the bracket grows or shrinks by this factor
 MAX_UP = 3  # rate multiples searched up to 4**3 = 64
 MAX_DOWN = 5  # and down to 4**-5 = 1/1024
 BISECTIONS = 5  # final bracket ratio 4**(1/32) = 2**(1/16): about 4.4% precision
-MAX_RUNS = 1 + MAX_DOWN + BISECTIONS
+GRID: int = 2**BISECTIONS  # grid points per factor STEP: the rates searched are STEP ** (j / GRID)
+J_TOP = MAX_UP * GRID  # 64x
+J_BOTTOM = -MAX_DOWN * GRID  # 1/1024x
+# Most runs one search takes: galloping across the whole grid, then bisecting the last step.
+MAX_RUNS = 2 * math.ceil(math.log2(J_TOP - J_BOTTOM)) + 1
 SLO_QUANTILE = 0.9
 
 
@@ -211,31 +217,56 @@ def resolve(
 
 @dataclass(frozen=True, slots=True)
 class RatePoint:
-    """One run of the rate search, kept so that another SLO can re-read it.
-
-    A run that went to the end knows its p90 TTFT (nearest rank, as :func:`_passes`
-    reads it: ``p90_s``), which decides any SLO. A run stopped once its SLO was lost
-    knows only that the p90 is above that SLO (``above_s``): it decides the SLOs up to
-    that one (they fail too) and no higher one."""
+    """One run of the rate search: the rate multiple, whether p90 TTFT met the SLO, and
+    the TTFT percentiles of its measured requests (None when the run stopped early,
+    once more requests than the SLO allows had missed it)."""
 
     rate: float
-    p90_s: float | None
+    passed: bool
+    ttft_p50_s: float | None
+    ttft_p90_s: float | None
+    ttft_p99_s: float | None
+    # Kept so that another SLO can re-read the run (not reported): a run that went to
+    # the end knows the TTFT that decides the p90 test at any SLO (nearest rank, as
+    # :func:`_passes` reads it); one stopped once its SLO was lost only knows that its
+    # p90 is above that SLO, which decides the SLOs up to it (they fail too).
+    rank_s: float | None = None
     above_s: float | None = None
 
     def passes(self, slo_s: float) -> bool | None:
         """Whether this run meets ``slo_s``; None when it cannot say."""
-        if self.p90_s is not None:
-            return self.p90_s <= slo_s
+        if self.rank_s is not None:
+            return self.rank_s <= slo_s
         if self.above_s is not None and slo_s <= self.above_s:
             return False
         return None
+
+    def at(self, slo_s: float) -> RatePoint:
+        """This run as a search for ``slo_s`` would have recorded it (a run that fails
+        stops early, so its percentiles are unknown); None-free only when decided."""
+        passed = self.passes(slo_s)
+        assert passed is not None
+        if passed:
+            return replace(self, passed=True)
+        # As the fresh search records it: stopped early at ``slo_s``. What this run
+        # knows beyond that stays with this run (the memo keeps both).
+        return RatePoint(self.rate, False, None, None, None, above_s=slo_s)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rate": self.rate,
+            "passed": self.passed,
+            "ttft_p50_s": self.ttft_p50_s,
+            "ttft_p90_s": self.ttft_p90_s,
+            "ttft_p99_s": self.ttft_p99_s,
+        }
 
 
 @dataclass(frozen=True, slots=True)
 class RateSearch:
     """Outcome of the SLO search: ``value`` passed, ``fail_at`` (when known) did not.
-    ``points``: what each of its runs measured (not reported; another SLO re-reads them,
-    see :func:`search_again`)."""
+    ``points`` are its runs by rate (the rate-1 run, which is the scenario's own replay,
+    not among them)."""
 
     value: float | None
     fail_at: float | None
@@ -360,6 +391,7 @@ class ScenarioResult:
                 "failed_at": self.search.fail_at,
                 "capped": self.search.capped,
                 "runs": self.search.runs,
+                "points": [p.to_json() for p in self.search.points],
             }
         return out
 
@@ -412,26 +444,49 @@ def _passes(stats: RunStats, slo_s: float) -> bool:
     return not stats.aborted and int(np.count_nonzero(ttft > slo_s)) <= _allowed(int(ttft.size))
 
 
+def grid_rate(j: int) -> float:
+    """The ``j``-th rate of the search's grid: ``STEP ** (j / GRID)`` (1 at ``j = 0``)."""
+    return float(STEP ** (j / GRID))
+
+
 def _point(rate: float, stats: RunStats, slo_s: float) -> RatePoint:
-    """What a run at ``rate`` measured, as :class:`RatePoint`."""
     if stats.aborted:
-        return RatePoint(rate, None, slo_s)
+        return RatePoint(rate, False, None, None, None, above_s=slo_s)
+    if stats.ttft_s.size == 0:
+        return RatePoint(rate, _passes(stats, slo_s), None, None, None, rank_s=0.0)
     ttft = stats.ttft_s
     k = int(ttft.size) - _allowed(int(ttft.size))  # the k-th smallest decides _passes
-    return RatePoint(rate, float(np.partition(ttft, k - 1)[k - 1]) if k > 0 else 0.0)
-
-
-def _says_more(p: RatePoint, q: RatePoint) -> bool:
-    """A run that went to the end says more than one that stopped; of two that stopped,
-    the one stopped at the higher SLO."""
-    if q.p90_s is not None:
-        return False
-    return p.p90_s is not None or (p.above_s or 0.0) > (q.above_s or 0.0)
+    rank = float(np.partition(ttft, k - 1)[k - 1])
+    q = np.percentile(ttft, [50, 90, 99])
+    return RatePoint(
+        rate, _passes(stats, slo_s), float(q[0]), float(q[1]), float(q[2]), rank_s=rank
+    )
 
 
 class UnknownPoint(LookupError):
     """:func:`find_max_rate` with ``simulate_missing=False`` met a rate its known points
     do not decide."""
+
+
+def _says_more(p: RatePoint, q: RatePoint) -> bool:
+    """A run that went to the end says more than one that stopped; of two that stopped,
+    the one stopped at the higher SLO."""
+    if q.rank_s is not None:
+        return False
+    return p.rank_s is not None or (p.above_s or 0.0) > (q.above_s or 0.0)
+
+
+def first_guess(stats: RunStats, plan: Plan) -> int:
+    """Grid index of the rate at which the busiest-on-average GPU would be saturated
+    (1 / mean busy fraction at rate 1): where the search looks first. Only a starting
+    point: the search's answer does not depend on it (see :func:`find_max_rate`)."""
+    busy = (
+        stats.gpu_s_all / plan.tp / (plan.instances * stats.duration_s) if stats.duration_s else 0
+    )
+    if not busy > 0:
+        return J_TOP
+    j: int = round(GRID * math.log(1 / busy) / math.log(STEP))
+    return max(J_BOTTOM, min(J_TOP, j))
 
 
 def find_max_rate(
@@ -441,77 +496,107 @@ def find_max_rate(
     slo_s: float,
     passed_at_1: bool,
     advance: Advance | None = None,
+    guess: int | None = None,
     known: tuple[RatePoint, ...] = (),
     simulate_missing: bool = True,
 ) -> RateSearch:
     """Highest arrival-rate multiple with p90 TTFT <= ``slo_s`` (see module docstring).
 
-    ``known``: runs of earlier searches of the same scenario (another SLO); a step they
-    decide is not simulated again, and counts as a run as it would have in a fresh
-    search, so the result is the fresh search's. Without ``simulate_missing`` a step
-    they do not decide raises :class:`UnknownPoint`."""
+    The candidates are the grid ``STEP ** (j / GRID)`` for integer ``j`` from
+    ``J_BOTTOM`` to ``J_TOP``; the answer is the grid rate that passes while the next
+    one up fails. The search starts at ``guess`` (a grid index; by default
+    :func:`first_guess` of the rate-1 run is passed by the caller, else the middle of
+    the known side), gallops away from it in steps of 2, 4, 8... grid points until the
+    answer flips, then bisects the bracket down to neighbouring grid points. When
+    meeting the SLO is monotone in the rate (the premise of any bisection) every start
+    gives the same answer; the start only changes how many runs it takes.
+
+    ``known``: runs of earlier searches of the same scenario (another SLO, see
+    :func:`search_again`); a step one of them decides is not simulated again but
+    recorded as the fresh search would have recorded it, so the result is the fresh
+    search's. Without ``simulate_missing`` a step they do not decide raises
+    :class:`UnknownPoint`."""
     n_measured = trace.n_requests - int(plan.warmup_fraction * trace.n_requests)
     if n_measured <= 0:
         return RateSearch(None, None, 0, False)
     allowed = _allowed(n_measured)
-    runs = 0
-    points: dict[float, RatePoint] = {}
+    points: list[RatePoint] = []
+    before: dict[float, RatePoint] = {}
     for p in known:
-        have = points.get(p.rate)
-        if have is None or _says_more(p, have):
-            points[p.rate] = p
+        if p.rate not in before or _says_more(p, before[p.rate]):
+            before[p.rate] = p
 
-    def ok(rate: float) -> bool:
-        nonlocal runs
-        runs += 1
-        seen = points.get(rate)
-        decided = seen.passes(slo_s) if seen is not None else None
-        if decided is not None:
-            return decided
+    def ok(j: int) -> bool:
+        rate = grid_rate(j)
+        seen = before.get(rate)
+        if seen is not None and seen.passes(slo_s) is not None:
+            points.append(seen.at(slo_s))
+            return points[-1].passed
         if not simulate_missing:
             raise UnknownPoint(rate)
         st = simulate(trace, plan, time_scale / rate, slo_abort=(slo_s, allowed), advance=advance)
-        points[rate] = _point(rate, st, slo_s)
-        return _passes(st, slo_s)
+        points.append(_point(rate, st, slo_s))
+        return points[-1].passed
 
-    found = _search(ok, passed_at_1)
-    return replace(found, runs=runs, points=tuple(points[r] for r in sorted(points)))
+    lo, hi = search_grid(ok, passed_at_1, guess)
+    pts = tuple(sorted(points, key=lambda p: p.rate))
+    if lo is None:  # even the lowest rate searched missed the SLO
+        return RateSearch(0.0, grid_rate(J_BOTTOM), len(points), False, pts)
+    if hi is None:  # even the highest passed
+        return RateSearch(grid_rate(J_TOP), None, len(points), True, pts)
+    return RateSearch(grid_rate(lo), grid_rate(hi), len(points), False, pts)
 
 
-def _search(ok: Callable[[float], bool], passed_at_1: bool) -> RateSearch:
-    """The search's steps (see module docstring); ``ok(rate)`` says whether a rate
-    passes. Its runs are counted by the caller."""
-
-    lo: float | None
-    hi: float | None
-    if passed_at_1:
-        lo, hi = 1.0, None
-        for k in range(1, MAX_UP + 1):
-            rate = STEP**k
-            if ok(rate):
-                lo = rate
-            else:
-                hi = rate
-                break
-        if hi is None:
-            return RateSearch(lo, None, 0, True)
+def search_grid(
+    ok: Callable[[int], bool], passed_at_1: bool, guess: int | None = None
+) -> tuple[int | None, int | None]:
+    """The grid indices ``(lo, hi)`` with ``ok(lo)`` and not ``ok(hi = lo + 1)``, found
+    from the start ``guess`` by galloping away from it (steps of 2, 4, 8... grid points,
+    up while it passes, down while it fails) until the answer flips, then bisecting. ``lo`` is None when ``ok(J_BOTTOM)`` fails, ``hi`` None when
+    ``ok(J_TOP)`` passes. ``ok(0)`` is ``passed_at_1`` and is not asked again; no
+    index is asked twice, and at most ``MAX_RUNS`` are asked."""
+    lo: int | None = 0 if passed_at_1 else None  # highest grid index known to pass
+    hi: int | None = None if passed_at_1 else 0  # lowest grid index known to fail
+    j = guess if guess is not None else (J_TOP if passed_at_1 else J_BOTTOM) // 2
+    j = max(j, lo + 1) if lo is not None else min(j, hi - 1)  # type: ignore[operator]
+    j = min(max(j, J_BOTTOM), J_TOP)
+    asked = 1
+    up = ok(j)  # then gallop that way until the answer flips
+    if up:
+        lo = j
     else:
-        lo, hi = None, 1.0
-        for k in range(1, MAX_DOWN + 1):
-            rate = STEP**-k
-            if ok(rate):
-                lo = rate
+        hi = j
+    step = 2
+    while True:
+        if up:
+            if lo == J_TOP or (hi is not None and lo + step >= hi):  # type: ignore[operator]
                 break
-            hi = rate
-        if lo is None:
-            return RateSearch(0.0, hi, 0, False)
-    for _ in range(BISECTIONS):
-        mid = math.sqrt(lo * hi)
+            j = min(lo + step, J_TOP)  # type: ignore[operator]
+        else:
+            if hi == J_BOTTOM or (lo is not None and hi - step <= lo):  # type: ignore[operator]
+                break
+            j = max(hi - step, J_BOTTOM)  # type: ignore[operator]
+        step *= 2
+        asked += 1
+        if ok(j):
+            lo = j
+            if not up:
+                break
+        else:
+            hi = j
+            if up:
+                break
+    if lo is None or hi is None:
+        return lo, hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        asked += 1
         if ok(mid):
             lo = mid
         else:
             hi = mid
-    return RateSearch(lo, hi, 0, False)
+    assert asked <= MAX_RUNS
+    return lo, hi
 
 
 def _run_scenario(
@@ -534,7 +619,15 @@ def _run_scenario(
     search = None
     if search_rate:
         passed = _passes(stats, ttft_slo_s)
-        search = find_max_rate(trace, res.plan, res.cluster.time_scale, ttft_slo_s, passed, advance)
+        search = find_max_rate(
+            trace,
+            res.plan,
+            res.cluster.time_scale,
+            ttft_slo_s,
+            passed,
+            advance,
+            guess=first_guess(stats, res.plan),
+        )
     return ScenarioResult(spec, res, stats, search)
 
 
@@ -548,20 +641,21 @@ def search_again(
 ) -> ScenarioResult:
     """``old``'s scenario with the rate search for another SLO, equal to a fresh
     :func:`_run_scenario`: the run at the trace's rate is ``old``'s (the SLO only enters
-    the search), and ``known`` (the points of ``old``'s and other earlier searches)
-    answer every step they decide; only the others are simulated."""
+    the search, and its start :func:`first_guess` reads that run alone), and ``known``
+    (the points of ``old``'s and other earlier searches) answer every step they decide;
+    only the others are simulated."""
     from analyzer import limits
 
     limits.check(ttft_slo_s, "ttft_slo_s", "--ttft-slo")
-    passed = _passes(old.stats, ttft_slo_s)
     res = old.resolved
     search = find_max_rate(
         trace,
         res.plan,
         res.cluster.time_scale,
         ttft_slo_s,
-        passed,
+        _passes(old.stats, ttft_slo_s),
         advance,
+        guess=first_guess(old.stats, res.plan),
         known=known,
         simulate_missing=simulate_missing,
     )
@@ -645,13 +739,18 @@ def run_replay(
 
         ctx = multiprocessing.get_context("spawn")  # safe under threads (dashboard)
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            # The costliest first (each cache tier adds lookups and inserts), so that the
+            # cheap ones fill the gaps at the end instead of leaving a worker idle.
+            order = sorted(specs, key=lambda s: -(s.local + s.dram + s.nvme + s.pool))
             with _main_not_rerun():  # the workers start at these submits
-                futures = [
-                    pool.submit(_run_scenario, trace, cfg, spec, cost, ttft_slo_s, search_rate)
-                    for spec in specs
-                ]
-            for spec, fut in zip(specs, futures, strict=True):
-                result.scenarios[spec.name] = fut.result()
+                futures = {
+                    spec.name: pool.submit(
+                        _run_scenario, trace, cfg, spec, cost, ttft_slo_s, search_rate
+                    )
+                    for spec in order
+                }
+            for spec in specs:
+                result.scenarios[spec.name] = futures[spec.name].result()
                 if advance is not None:
                     advance(budget)
         return result
