@@ -262,14 +262,16 @@ def validate(
         list[str],
         typer.Argument(
             help="Benchmark results: vLLM `bench serve --save-result` JSON or CSV; ROLE=PATH to name the role "
-            "(baseline, candidate, stability).",
+            "(baseline, candidate, stability); '-' reads one from stdin.",
         ),
     ],
     report: Annotated[
-        Path, typer.Option("--report", help="The report.json written by `kvpool analyze`.")
+        Path,
+        typer.Option("--report", help="The report.json written by `kvpool analyze` ('-': stdin)."),
     ],
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write the validation as JSON here.")
+        Path | None,
+        typer.Option("--json", help="Write the validation as JSON here ('-': stdout)."),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Write through a symlinked output path.")
@@ -278,22 +280,28 @@ def validate(
     """Compare measured pilot results with the projection and the gates (exit 5 if a gate fails)."""
     import json
 
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     from analyzer.advisor.validate import validate as run_validate
-    from analyzer.outputs import check_output, write_text
+    from analyzer.cli.output import is_stdio, report_console, write_text
+    from analyzer.cli.stdio import stdin_inputs
+    from analyzer.errors import shown
+    from analyzer.outputs import check_output
 
-    if json_out is not None:
-        roles = [r.split("=", 1)[-1] for r in results]
-        check_output(json_out, force=force, inputs=[report, *roles])
-
-    v = run_validate(list(results), str(report))
-    console = Console()
+    paths = [Path(r.split("=", 1)[-1]) for r in results]
+    if json_out is not None and not is_stdio(json_out):
+        check_output(json_out, force=force, inputs=[report, *paths])
+    with stdin_inputs([report, *paths]) as (report, *copies):  # '-': stdin
+        results = [
+            r[: len(r) - len(str(p))] + str(c)
+            for r, p, c in zip(results, paths, copies, strict=True)
+        ]
+        v = run_validate(list(results), str(report))
+    console = report_console(json_out)
     console.print(f"Report verdict: [bold]{v.verdict}[/]", highlight=False)
     for m in v.measured:
-        console.print(f"  {m.role}: {m.path} ({m.fmt})", highlight=False, markup=False)
+        console.print(f"  {m.role}: {shown(m.path)} ({m.fmt})", highlight=False, markup=False)
     t = Table("Gate", "Status", "Criterion", "Result", "Measured", "Threshold")
     style = {"pass": "green", "fail": "red", "partial": "yellow", "not-run": "dim"}
     for g in v.gates:

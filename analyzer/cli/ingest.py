@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 def convert(
     inputs: o.Inputs,
     *,
-    out: Annotated[Path, typer.Option("-o", "--out", help="Output file.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Output file ('-': stdout).")],
     ingest: o.IngestFlags,
     to: Annotated[
         Literal["canonical", "mooncake", "bailian"],
@@ -35,18 +35,29 @@ def convert(
     keep_names: o.KeepNames = False,
 ) -> None:
     """Convert request logs or public traces to the canonical trace (or an export)."""
-    from rich.console import Console
-
-    from analyzer.errors import UsageError, printable
-    from analyzer.ingest import open_trace, previews_path
-    from analyzer.ingest.pipeline import convert_trace
-    from analyzer.progress import progress
+    from analyzer.cli.stdio import is_stdio, output_file
+    from analyzer.errors import UsageError
 
     if to not in ("canonical", "mooncake", "bailian"):
         raise UsageError(f"unknown --to '{to}'", hint="canonical, mooncake or bailian")
     opts = ingest.options(previews=keep_previews, keep_names=keep_names)
-    from analyzer.outputs import atomic_path, check_output
+    if is_stdio(out) and keep_previews:
+        raise UsageError("--keep-previews writes a file beside -o FILE; not with -o - (stdout)")
+    with output_file(out) as target:
+        _convert(inputs, target, "<stdout>" if is_stdio(out) else str(out), to, opts, force)
 
+
+def _convert(inputs: list[Path], out: Path, name: str, to: str, opts, force: bool) -> None:  # type: ignore[no-untyped-def]
+    """``convert`` into the file ``out`` (a temporary one for stdout), called ``name``."""
+    from rich.console import Console
+
+    from analyzer.errors import printable
+    from analyzer.ingest import open_trace, previews_path
+    from analyzer.ingest.pipeline import convert_trace
+    from analyzer.outputs import atomic_path, check_output
+    from analyzer.progress import progress
+
+    keep_previews = opts.previews
     check_output(out, force=force, inputs=inputs)  # fail before the long run, not after it
     if keep_previews:
         check_output(previews_path(out), force=force, inputs=inputs)
@@ -71,7 +82,7 @@ def convert(
             # Prompt text: readable by its owner only, like the salt.
             with atomic_path(previews_path(out), force=force, private=True) as tmp:
                 pq.write_table(side, tmp, compression="zstd")
-        console.print(printable(summary(loaded, written, out)), markup=False)
+        console.print(printable(summary(loaded, written, name)), markup=False)
         return
     from analyzer.ingest.pipeline import table_figures
 
@@ -85,7 +96,7 @@ def convert(
         from analyzer.ingest.export import export_bailian
 
         export_bailian(loaded.table, out, force=force)
-    text = summary(loaded, table_figures(loaded.table), out)
+    text = summary(loaded, table_figures(loaded.table), name)
     console.print(printable(text + "\n" + export_note(loaded.table, to)), markup=False)
 
 
@@ -112,8 +123,10 @@ def export_note(table, to: str) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(lines)
 
 
-def summary(loaded, written, out: Path) -> str:  # type: ignore[no-untyped-def]
+def summary(loaded, written, out: Path | str) -> str:  # type: ignore[no-untyped-def]
     """The end-of-run summary: requests, tokens, blocks, skipped rows with examples."""
+    from analyzer.errors import shown
+
     w = written
     if w.distinct_sample_rate < 1:
         distinct = (
@@ -133,7 +146,7 @@ def summary(loaded, written, out: Path) -> str:  # type: ignore[no-untyped-def]
     if loaded.reordered:
         lines.append(f"  out-of-order rows: {loaded.reordered:,} (sorted by arrival)")
     for f in loaded.untimed_files:
-        lines.append(f"  no timestamps in {f}: requests spaced 1 s apart in file order")
+        lines.append(f"  no timestamps in {shown(f)}: requests spaced 1 s apart in file order")
     for note in loaded.mixed_unit_files:
         lines.append(f"  {note}")
     for note in loaded.notes:
