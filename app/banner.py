@@ -1,10 +1,8 @@
 """The verdict as a strong banner, and the one line that says which settings made it.
 
 The banner's headline and colour are the report's (:mod:`analyzer.report.figures`), so
-the dashboard and ``report.html`` look alike. Under the headline go up to three short
-sentences for a reader who reads nothing else; :func:`summary_lines` takes them from
-the analysis (the verdict's first reasons until a plain-language summary is part of
-the result, then that summary).
+the dashboard and ``report.html`` look alike. Under the headline go the report's
+three-sentence summary, for a reader who reads nothing else.
 """
 
 from __future__ import annotations
@@ -14,18 +12,6 @@ import html
 import streamlit as st
 
 from analyzer.report.figures import VERDICT_COLOR, VERDICT_TEXT
-
-
-def summary_lines(result, doc: dict) -> list[str]:
-    """Up to three sentences under the headline."""
-    summary = getattr(result, "summary", None)
-    if callable(summary):
-        summary = summary()
-    if isinstance(summary, str) and summary.strip():
-        return [summary.strip()]
-    if isinstance(summary, list | tuple) and summary:
-        return [str(s) for s in summary[:3]]
-    return [str(r) for r in doc["verdict"]["reasons"][:3]]
 
 
 def banner_html(verdict: str, lines: list[str], stale: bool = False) -> str:

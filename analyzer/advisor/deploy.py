@@ -14,11 +14,12 @@ launch scripts do it with ``sed``, the Kubernetes form takes the pod IP.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from analyzer.advisor import products as P
+from analyzer.advisor.pilot import PilotCommand
 from analyzer.advisor.sizing import STAGING_PER_RANK_BYTES, Sizing, unit_sizes
 
 ROOT = "deploy"
@@ -579,7 +580,7 @@ def _index(
     files: list[DeployFile],
     sizings: dict[str, Sizing],
     recommended: str,
-    pilot: list[dict[str, Any]],
+    pilot: Sequence[PilotCommand],
 ) -> DeployFile:
     lines = [
         "# Deployment bundle",
@@ -622,10 +623,10 @@ def _index(
         lines += ["", "## Pilot commands", ""]
         for c in pilot:
             lines += [
-                f"{c['tool']}: {c['purpose']}",
+                f"{c.tool}: {c.purpose}",
                 "",
-                "    # " + c["note"],
-                "    " + c["command"],
+                "    # " + c.note,
+                "    " + c.command,
                 "",
             ]
     return DeployFile(
@@ -645,7 +646,7 @@ def bundle(
     *,
     model: str,
     master: str = "mooncake-master:50051",
-    pilot: list[dict[str, Any]] | None = None,
+    pilot: Sequence[PilotCommand] = (),
 ) -> tuple[DeployFile, ...]:
     """The bundle for each option in ``sizings`` (recommended first, then the
     runner-up), plus ``deploy/README.md`` indexing them."""
@@ -659,7 +660,7 @@ def bundle(
             files += _local(sz, model, role)
         else:
             files += _prefix_only(sz, model, role)
-    return (_index(files, sizings, recommended, pilot or []), *files)
+    return (_index(files, sizings, recommended, pilot), *files)
 
 
 def deploy_sizings(

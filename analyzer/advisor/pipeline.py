@@ -709,7 +709,7 @@ def run_analysis(
             sizings,
             next(iter(sizings)),
             model=served,
-            pilot=[c.to_json() for c in pilot],
+            pilot=pilot,
         )
         if sizings
         else ()

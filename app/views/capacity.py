@@ -14,10 +14,10 @@ with state.guard():
     state.require_content(cur.trace, "the hit-ratio curve")
     w = controls.current()
     rep = compute.reuse(cur, controls.current().warmup)
-    doc = rep.to_json()
-    if not doc["measurable"]:
-        st.warning(f"Reuse cannot be measured: {doc['reason']}")
+    if not rep.measurable:
+        st.warning(f"Reuse cannot be measured: {rep.reason}")
         st.stop()
+    doc = rep.to_json()  # the curves and the capacity table as `kvpool reuse --json` has them
     cm = compute.cost_model(w.model, w.gpu, w.tp, w.kv_dtype)
     bytes_per_token = int(cm.bytes_per_token)
 
@@ -69,11 +69,11 @@ with state.guard():
     )
     st.caption(
         f"{bytes_per_token:,} bytes of KV per token ({w.model}, {w.kv_dtype}); "
-        f"LRU curve: {doc.get('curve_method', 'exact')}. Other policies are simulated at "
+        f"LRU curve: {rep.curve_method}. Other policies are simulated at "
         "the capacities in the table. Change the model, TP or KV dtype in the sidebar to "
         "see the GiB axis move; the curve in tokens does not depend on them."
     )
-    for note in doc.get("policy_notes", []):
+    for note in rep.policy_notes:
         st.info(note)
     if doc.get("capacities"):
         st.dataframe(doc["capacities"], hide_index=True)

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analyzer.advisor.products import DOCS_CHECKED
+from analyzer.advisor.sensitivity import summarize
 from analyzer.advisor.summary import (
     economics_table,
     glossary_rows,
     price_table,
     side_by_side_table,
-    summary_sentences,
 )
 from analyzer.report import figures
-from analyzer.report.document import report_json
+from analyzer.report.document import ReportDocument
 from app import banner, compare, compute, controls, prefetch, state
 
 st.title("Recommendation")
@@ -73,22 +74,21 @@ with state.guard():
         st.session_state[STALE_KEY] = (cur.content, cur.ingest_key, result)
         if ans.pending is None:
             prefetch.after_analysis(cur, result.options)
-    doc = report_json(result)
-    verdict = doc["verdict"]
+    report_doc = ReportDocument.of(result)
+    doc = report_doc.json  # the money and side-by-side tables are the report's own rows
+    decision = result.decision
     if ans.stale:
         st.markdown(STALE_CSS, unsafe_allow_html=True)
     body = st.container(key="kvpool-answer-stale" if ans.stale else "kvpool-answer")
 
 with body, state.guard():
     # the report's three-sentence summary (verdict; ms, GPUs, money; confidence) opens the page
-    banner.verdict_banner(
-        verdict["verdict"], doc.get("summary") or summary_sentences(doc), stale=ans.stale
-    )
+    banner.verdict_banner(decision.verdict, list(report_doc.summary), stale=ans.stale)
     st.caption(banner.settings_line(result.options))
     with st.expander("Why: every reason", expanded=False):
-        for reason in verdict["reasons"]:
+        for reason in decision.reasons:
             st.markdown(f"- {reason}")
-        st.caption(verdict["confidence_statement"])
+        st.caption(decision.confidence_statement)
 
     pinned = compare.section(cur, result)
 
@@ -118,12 +118,12 @@ with body, state.guard():
     st.dataframe(
         [
             {
-                "step": ch["step"],
-                "check": ch["name"].replace("_", " "),
-                "outcome": {True: "passed", False: "failed", None: "not evaluated"}[ch["passed"]],
-                "what was measured": ch["text"],
+                "step": ch.step,
+                "check": ch.name.replace("_", " "),
+                "outcome": {True: "passed", False: "failed", None: "not evaluated"}[ch.passed],
+                "what was measured": ch.text,
             }
-            for ch in verdict["checks"]
+            for ch in decision.checks
         ],
         hide_index=True,
         width="stretch",
@@ -147,68 +147,70 @@ with body, state.guard():
         st.subheader("Sizing")
         st.dataframe(figures.sizing_table(doc["sizing"]), hide_index=True, width="stretch")
 
-    if doc.get("settings"):
+    if result.settings:
         st.subheader("Product settings")
-        products = doc["settings"]
-        tabs = st.tabs([f"{p.get('product', '?')} ({p.get('mode', '')})" for p in products])
+        products = result.settings
+        tabs = st.tabs([f"{p.product} ({p.mode})" for p in products])
         for tab, product in zip(tabs, products, strict=True):
             with tab:
-                st.dataframe(product.get("settings", []), hide_index=True, width="stretch")
-                if product.get("snippet"):
-                    st.code(product["snippet"], language=product.get("snippet_lang") or None)
-        checked = doc.get("products_checked") or []
-        if checked:
-            st.caption(
-                "Option names checked against: "
-                + "; ".join(f"{p.get('product')} {p.get('version')}" for p in checked)
-            )
+                st.dataframe(
+                    [
+                        {"option": s.option, "value": s.value, "why": s.why}
+                        for s in product.settings
+                    ],
+                    hide_index=True,
+                    width="stretch",
+                )
+                if product.snippet:
+                    st.code(product.snippet, language=product.snippet_lang or None)
+        st.caption(
+            "Option names checked against: "
+            + "; ".join(f"{p['product']} {p['version']}" for p in DOCS_CHECKED)
+        )
 
     st.subheader("Pilot gates")
-    plan = doc.get("gates", {}).get("plan", [])
-    if not plan:
+    if not result.gates:
         st.caption("No gate plan for this verdict.")
-    for gate in plan:
-        with st.expander(f"{gate.get('name', gate.get('id'))}", expanded=gate.get("id") == "main"):
-            st.write(gate.get("run", ""))
-            for crit in gate.get("criteria", []):
-                st.markdown(f"- {crit.get('text', crit)}")
-            if gate.get("projected"):
+    for gate in result.gates:
+        with st.expander(gate.name, expanded=gate.id == "main"):
+            st.write(gate.run)
+            for crit in gate.criteria:
+                st.markdown(f"- {crit.text}")
+            if gate.projected:
                 st.caption(
                     "Projected by the replay: "
                     + ", ".join(
                         f"{k.replace('_', ' ')} {_projected(k, v)}"
-                        for k, v in gate["projected"].items()
+                        for k, v in sorted(gate.projected.items())
                     )
                 )
 
-    pilot = (doc.get("pilot") or {}).get("commands") or []
-    if pilot:
+    if result.pilot:
         st.subheader("Pilot commands")
-        for cmd in pilot:
-            st.markdown(f"**{cmd['tool']}**: {cmd['purpose']}")
-            st.code(cmd["command"], language="bash")
-            st.caption(cmd["note"])
+        for cmd in result.pilot:
+            st.markdown(f"**{cmd.tool}**: {cmd.purpose}")
+            st.code(cmd.command, language="bash")
+            st.caption(cmd.note)
 
-    rows = doc.get("sensitivity", {}).get("rows", [])
-    if rows:
+    if result.flips:
         st.subheader("What would change the verdict")
         if ans.partial:
             st.caption(f"Still being replayed in the background: {ans.partial}.")
         st.dataframe(
             [
                 {
-                    "if": r["dimension"],
-                    "were": r["value"],
-                    "the verdict would be": r["verdict"],
-                    "changes the verdict": "yes" if r["flips"] else "no",
-                    "note": r["note"],
+                    "if": r.dimension,
+                    "were": r.label,
+                    "the verdict would be": r.verdict,
+                    "changes the verdict": "yes" if r.flips else "no",
+                    "note": r.note,
                 }
-                for r in rows
+                for r in result.flips
             ],
             hide_index=True,
             width="stretch",
         )
-        for line in doc["sensitivity"].get("summary", []):
+        for line in summarize(result.flips):
             st.caption(line)
 
     with st.expander("Glossary"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analyzer.replay.config import Scenario
 from analyzer.report import figures
 from app import charts, compute, controls, state
 
@@ -36,26 +37,23 @@ with state.guard():
     order = [n for n in names if n in chosen]
     calibration = state.calibration()
     res = compute.replay(cur, w, tuple(order), search_rate=search, calibration=calibration)
-    doc = res.to_json()
-    scen = doc["scenarios"]
-    cluster = doc["cluster"]
+    scen = res.scenarios
+    cluster = res.cluster
 
-    def link(kind: str) -> str:
-        found = [s["link_gbps"].get(kind) for s in scen.values()]
-        gbps = (
-            next((g for g in found if g), None)
-            or compute.tier(cluster[f"{kind}_tier"]).bandwidth_gbps
-        )
+    def link(pool: bool) -> str:
+        found = [s.resolved.pool_gbps if pool else s.resolved.dram_gbps for s in scen.values()]
+        tier = cluster.pool_tier if pool else cluster.dram_tier
+        gbps = next((g for g in found if g), None) or compute.tier(tier).bandwidth_gbps
         return f"{gbps:g} GB/s"
 
     st.caption(
-        f"{w.instances} instances of {w.tp}x {w.gpu} ({cluster['nodes']} nodes of "
-        f"{cluster['gpus_per_node']} GPUs), {w.model}, router {w.router}, eviction "
-        f"{w.eviction}, p90 TTFT SLO {w.ttft_slo_s:g} s; pool link {link('pool')} per "
-        f"node ({cluster['pool_tier']}), host DRAM link {link('dram')} "
-        f"({cluster['dram_tier']}, {cluster['dram_scope']} scope); warm-up "
-        f"{cluster['warmup_fraction']:.0%} of requests not counted; "
-        f"{doc['cluster']['requests']:,} requests. The same settings as the Recommendation "
+        f"{w.instances} instances of {w.tp}x {w.gpu} ({cluster.nodes} nodes of "
+        f"{cluster.gpus_per_node} GPUs), {w.model}, router {w.router}, eviction "
+        f"{w.eviction}, p90 TTFT SLO {w.ttft_slo_s:g} s; pool link {link(True)} per "
+        f"node ({cluster.pool_tier}), host DRAM link {link(False)} "
+        f"({cluster.dram_tier}, {cluster.dram_scope} scope); warm-up "
+        f"{cluster.warmup_fraction:.0%} of requests not counted; "
+        f"{res.n_requests:,} requests. The same settings as the Recommendation "
         "and `kvpool analyze`. Decode is not modelled (prefill pool)."
         + (
             f" Prefill and TTFT from the model fitted to {calibration[0]} (Cost model page)."
@@ -65,12 +63,17 @@ with state.guard():
     )
 
     cols = st.columns(len(order))
-    base = scen.get("local") or scen[order[0]]
+    base = scen.get(Scenario.LOCAL) or scen[order[0]]
     for col, name in zip(cols, order, strict=True):
-        p90 = scen[name]["ttft_s"]["p90"]
+        p90 = scen[name].ttft.p90_s
         delta = None
-        if name != "local" and "local" in scen and p90 is not None and base["ttft_s"]["p90"]:
-            delta = f"{p90 / base['ttft_s']['p90'] - 1:+.0%} vs local"
+        if (
+            name != Scenario.LOCAL
+            and Scenario.LOCAL in scen
+            and p90 is not None
+            and base.ttft.p90_s
+        ):
+            delta = f"{p90 / base.ttft.p90_s - 1:+.0%} vs local"
         col.metric(
             f"{figures.scenario_label(name)}: p90 TTFT",
             f"{p90:.3f} s" if p90 is not None else "n/a",
@@ -78,19 +81,22 @@ with state.guard():
             delta_color="inverse",
         )
         col.caption(
-            f"prompt tokens from cache: **{figures.percent(scen[name]['hit_rate'], 2)}**",
+            f"prompt tokens from cache: **{figures.percent(scen[name].hit_rate, 2)}**",
             help=f"scenario `{name}` in `kvpool replay --json`",
         )
 
-    ttft = {name: res.scenarios[name].stats.ttft_s for name in order}
+    ttft = {name: scen[name].stats.ttft_s for name in order}
+    # the chart data takes the scenarios as `kvpool replay --json` writes them, the form
+    # the report's charts read back from report.json
+    rows = {name: s.to_json() for name, s in scen.items()}
     left, right = st.columns(2)
     left.altair_chart(
         charts.ttft_chart(figures.ttft_quantiles_frame(ttft), w.ttft_slo_s), width="stretch"
     )
     right.altair_chart(
-        charts.tier_hits_chart(figures.tier_hits_frame(scen), order), width="stretch"
+        charts.tier_hits_chart(figures.tier_hits_frame(rows), order), width="stretch"
     )
-    table = figures.scenarios_frame(scen)
+    table = figures.scenarios_frame(rows)
     left, right = st.columns(2)
     left.altair_chart(
         charts.scenario_bar_chart(

@@ -15,23 +15,22 @@ with state.guard():
     state.require_content(cur.trace, "prefix reuse")
     warmup = controls.current().warmup
     rep = compute.reuse(cur, warmup)
-    doc = rep.to_json()
-    if not doc["measurable"]:
-        st.warning(f"Reuse cannot be measured: {doc['reason']}")
+    if not rep.measurable:
+        st.warning(f"Reuse cannot be measured: {rep.reason}")
         st.stop()
+    doc = rep.to_json()  # the reuse sections below are drawn from `kvpool reuse --json`'s form
 
-    ceiling = doc["ceiling"]
     c = st.columns(4)
     c[0].metric(
-        f"Ceiling, steady (warm-up {ceiling['warmup']:.0%})",
-        f"{ceiling['hit_rate']:.1%}",
+        f"Ceiling, steady (warm-up {rep.warmup:.0%})",
+        f"{rep.ceiling_hit_rate:.1%}",
         help="Token-weighted prefix hit rate with unlimited cache and perfect routing.",
     )
-    c[1].metric("Ceiling, cold start", f"{ceiling['cold_hit_rate']:.1%}")
-    c[2].metric("Counted prompt tokens", f"{ceiling['prompt_tokens']:,}")
-    c[3].metric("Reusable tokens", f"{ceiling['hit_tokens']:,}")
+    c[1].metric("Ceiling, cold start", f"{rep.cold_ceiling_hit_rate:.1%}")
+    c[2].metric("Counted prompt tokens", f"{rep.prompt_tokens:,}")
+    c[3].metric("Reusable tokens", f"{rep.hit_tokens:,}")
     st.caption(
-        f"Block size {ceiling['block_size']} tokens; the last prompt token is always "
+        f"Block size {rep.block_size} tokens; the last prompt token is always "
         "recomputed, so a hit covers at most prompt - 1 tokens."
     )
 
