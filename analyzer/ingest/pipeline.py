@@ -358,25 +358,27 @@ class _Builder:
     def read_file(self, path: str, fmt: str) -> None:
         ctx = FileContext(path, fmt, self.opts, shared=self.shared)
         first = len(self.rows)
-        if fmt in BULK and self._read_bulk(path, fmt):
+        bulk = fmt in BULK and not (self.opts.time_field or self.opts.time_column)
+        if bulk and (iso := self._read_bulk(path, fmt)) is not None:
             n = len(self.rows) - first
-            self.settle_times(
-                path, fmt, True, first, np.zeros(n, bool), np.arange(1, n + 1, dtype=np.int64)
-            )
+            line1 = 2 if fmt == Format.AZURE else 1  # below a CSV's header
+            lines = np.arange(line1, n + line1, dtype=np.int64)
+            self.settle_times(path, fmt, True, first, np.full(n, iso, bool), lines)
             return
         iso, lines = self.read_rows(ctx, records(path, fmt, self.advance))
         self.settle_times(
             path, fmt, ctx.timed, first, np.asarray(iso, dtype=bool), np.asarray(lines, np.int64)
         )
 
-    def _read_bulk(self, path: str, fmt: str) -> bool:
-        """A clean pre-hashed trace, read whole (:mod:`analyzer.ingest.vector`)."""
+    def _read_bulk(self, path: str, fmt: str) -> bool | None:
+        """A clean public trace, read whole (:mod:`analyzer.ingest.vector`): whether its
+        times are ISO strings, or None when the line reader must read it."""
         from analyzer.ingest.readers import Raw as _Raw
 
         got = read_bulk(path, fmt, self.block_size, self.salt, fmt.encode() + self._extra(_Raw()))
         if got is None:
-            return False
-        table, times = got
+            return None
+        table, times, iso = got
         if not self.opts.keep_names:  # request ids leave as pseudonyms, as in _add
             key = self.salt
             ids = [
@@ -387,7 +389,7 @@ class _Builder:
         self.rows.append_table(table, times)
         if self.advance is not None:
             self.advance(os.path.getsize(path))
-        return True
+        return iso
 
     def first_timing(self, path: str, fmt: str) -> tuple[int | None, bool | None, str | None]:
         """(line of the file's first kept row, whether the file is timed, its time field),
