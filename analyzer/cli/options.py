@@ -273,6 +273,14 @@ Warmup = Annotated[
 TtftSlo = Annotated[
     float, typer.Option("--ttft-slo", help="p90 TTFT target in seconds, for the rate search.")
 ]
+FullReplay = Annotated[
+    bool,
+    typer.Option(
+        "--full-replay",
+        help="Replay every request, also above the size replayed in miniature (a session "
+        "sample on scaled caches; docs/replay.md).",
+    ),
+]
 
 
 def ingest_options(

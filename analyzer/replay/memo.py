@@ -89,8 +89,17 @@ class ReplayMemo:
         spec: ScenarioSpec,
         slo: float,
         search: bool,
+        full_replay: bool = False,
     ) -> Hashable:
-        return (trace_key, cost_key, scenario_key(cfg, spec), spec, slo if search else None, search)
+        return (
+            trace_key,
+            cost_key,
+            scenario_key(cfg, spec),
+            spec,
+            slo if search else None,
+            search,
+            full_replay,
+        )
 
     def known(
         self,
@@ -118,6 +127,7 @@ class ReplayMemo:
         advance: Advance | None = None,
         cost=None,
         workers: int = 1,
+        full_replay: bool = False,
         *,
         trace_key: Hashable,
         cost_key: Hashable | None = None,
@@ -128,6 +138,7 @@ class ReplayMemo:
         ``trace_key`` names the trace (its content hash); ``cost_key`` the cost model when
         one is given (None: the catalog model of ``cfg``). ``on_run(name)`` is called for
         every scenario that is really simulated."""
+        from analyzer.replay.miniature import sample, sampling_rate
         from analyzer.replay.run import ReplayResult, resolve, run_replay
 
         specs = select_scenarios(scenarios)
@@ -136,7 +147,10 @@ class ReplayMemo:
             if cost is not None
             else ("catalog", cfg.model, cfg.gpu, cfg.tp, cfg.kv_dtype, cfg.mfu)
         )
-        keys = {s.name: self._key(trace_key, ck, cfg, s, ttft_slo_s, search_rate) for s in specs}
+        keys = {
+            s.name: self._key(trace_key, ck, cfg, s, ttft_slo_s, search_rate, full_replay)
+            for s in specs
+        }
         with self._lock:
             found = {n: self._results[k] for n, k in keys.items() if k in self._results}
             for k in keys.values():
@@ -157,6 +171,7 @@ class ReplayMemo:
                 advance=advance,
                 cost=cost,
                 workers=workers,
+                full_replay=full_replay,
             )
             with self._lock:
                 self.runs += len(missing)
@@ -165,8 +180,10 @@ class ReplayMemo:
                     self._results[keys[s.name]] = got
                     self._results.move_to_end(keys[s.name])
                     if search_rate:  # its first run is the replay without the search
-                        plain = self._key(trace_key, ck, cfg, s, ttft_slo_s, False)
-                        self._results.setdefault(plain, type(got)(s, got.resolved, got.stats, None))
+                        plain = self._key(trace_key, ck, cfg, s, ttft_slo_s, False, full_replay)
+                        self._results.setdefault(
+                            plain, type(got)(s, got.resolved, got.stats, None, got.scale)
+                        )
                 while len(self._results) > self.max_entries:
                     self._results.popitem(last=False)
         with self._lock:
@@ -191,13 +208,16 @@ class ReplayMemo:
             n_requests=trace.n_requests,
             bytes_per_token=int(cost.bytes_per_token),
         )
+        rate = None if full_replay or trace.count_only else sampling_rate(trace.n_accesses)
+        if rate is not None:  # how the remembered replays sampled this trace
+            result.miniature = sample(trace, rate)[1]
         for s in specs:
             if s.name in found:
                 old = found[s.name]
                 # The settings as asked (capacities, links in the JSON); the simulation
                 # is the remembered one, which the differing settings cannot reach.
                 res = resolve(cfg, s, trace.block_size, cost=cost)
-                result.scenarios[s.name] = type(old)(s, res, old.stats, old.search)
+                result.scenarios[s.name] = type(old)(s, res, old.stats, old.search, old.scale)
             else:
                 assert fresh is not None  # every scenario not remembered was just run
                 result.scenarios[s.name] = fresh.scenarios[s.name]
