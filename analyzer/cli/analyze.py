@@ -12,8 +12,10 @@ from analyzer.cli import options as o
 from analyzer.errors import EXIT_GATES
 
 
+@o.ingest_flags
 def analyze(
     inputs: o.Inputs,
+    *,
     out: Annotated[
         Path, typer.Option("-o", "--out", help="Directory for report.html, report.md, report.json.")
     ],
@@ -33,13 +35,7 @@ def analyze(
     kv_dtype: o.KvDtype = "bf16",
     weights_dtype: o.WeightsDtype = None,
     profile: o.CostProfile = None,
-    only_model: Annotated[
-        str | None,
-        typer.Option(
-            "--only-model",
-            help="Analyze one of the log's models (served name or catalog id) alone.",
-        ),
-    ] = None,
+    only_model: o.OnlyModel = None,
     current_instances: Annotated[
         int | None,
         typer.Option(
@@ -118,23 +114,7 @@ def analyze(
             "--store-month-usd", help="The KV store's own servers (master, metadata), USD/month."
         ),
     ] = None,
-    block_size: o.BlockSize = None,
-    fmt: o.Format = None,
-    template: o.Template = "chatml",
-    tools_position: o.ToolsPosition = "in-system",
-    tokenizer: o.Tokenizer = "cl100k",
-    token_ratio: o.TokenRatio = 1.0,
-    salt_file: o.SaltFile = None,
-    hash_key: o.HashKey = None,
-    time_field: o.TimeField = None,
-    time_unit: o.TimeUnit = "auto",
-    prompt_column: o.PromptColumn = None,
-    time_column: o.TimeColumn = None,
-    session_column: o.SessionColumn = None,
-    strict: o.Strict = False,
-    no_exact: o.NoExact = False,
-    exact_max_mib: o.ExactMaxMib = 512,
-    jobs: o.Jobs = None,
+    ingest: o.IngestFlags,
     force: o.Force = False,
     show_previews: o.ShowPreviews = False,
     keep_names: o.KeepNames = False,
@@ -164,27 +144,7 @@ def analyze(
             tp=None if tp == 1 else tp,
         )
     opts = AnalyzeOptions(
-        ingest=o.ingest_options(
-            block_size=block_size,
-            fmt=fmt,
-            template=template,
-            tools_position=tools_position,
-            tokenizer=tokenizer,
-            token_ratio=token_ratio,
-            salt_file=salt_file,
-            hash_key=hash_key,
-            time_field=time_field,
-            time_unit=time_unit,
-            prompt_column=prompt_column,
-            time_column=time_column,
-            session_column=session_column,
-            strict=strict,
-            no_exact=no_exact,
-            exact_max_mib=exact_max_mib,
-            jobs=jobs,
-            previews=show_previews,
-            keep_names=keep_names,
-        ),
+        ingest=ingest.options(previews=show_previews, keep_names=keep_names),
         cluster=ClusterConfig(
             model=model,
             gpu=gpu,
