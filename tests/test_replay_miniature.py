@@ -170,3 +170,22 @@ def test_the_measured_error_printed_is_the_one_the_bench_recorded():
     assert f"{err['hit_rate_abs_error'] * 100:.1f} points" in line
     assert f"{err['ttft_p90_rel_error']:.0%}" in line
     assert "--full-replay" in line
+
+
+def test_a_remembered_miniature_searches_a_new_slo_on_the_same_sample(monkeypatch):
+    from analyzer.replay.memo import ReplayMemo
+
+    monkeypatch.setattr(replay_run, "sampling_rate", lambda n: 0.5)
+    trace = _sessions_trace(n_sessions=80)
+    cfg = ClusterConfig(model="m", gpu="g", instances=2, local_capacity_tokens=4_000)
+    memo = ReplayMemo()
+    args = dict(scenarios=["local"], cost=COST, trace_key="t", cost_key="c")
+    memo.run(trace, cfg, ttft_slo_s=0.5, **args)
+    again = memo.run(trace, cfg, ttft_slo_s=0.3, **args).to_json()
+    fresh = run_replay(trace, cfg, scenarios=["local"], ttft_slo_s=0.3, cost=COST).to_json()
+    assert memo.searched_again == 1
+    got, want = again["scenarios"]["local"], fresh["scenarios"]["local"]
+    assert got["max_rate_scale_at_slo"] == want["max_rate_scale_at_slo"]
+    assert (
+        got["prompt_tokens"] == want["prompt_tokens"] and again["miniature"] == fresh["miniature"]
+    )

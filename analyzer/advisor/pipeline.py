@@ -8,6 +8,7 @@ pure decision, sizing, sensitivity and gate functions on them.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 from dataclasses import asdict, dataclass, field, replace
@@ -475,7 +476,8 @@ def run_analysis(
 
     ``replayer`` replaces :func:`analyzer.replay.run_replay` (same arguments, same
     result), for a caller that remembers replays across calls (the dashboard's
-    :class:`analyzer.replay.memo.ReplayMemo`). ``reuse`` is the reuse report of this
+    :class:`analyzer.replay.memo.ReplayMemo`); the per-model replays of a multi-model log
+    also pass it ``part``, the model whose requests alone are replayed. ``reuse`` is the reuse report of this
     trace with ``ReuseOptions(warmup=opts.warmup, bytes_per_token=...)`` of the model,
     and ``models`` its :func:`models_document` (warm-up and KV dtype), when the caller
     has them already.
@@ -543,8 +545,10 @@ def run_analysis(
         "examples": [_private_example(e, names) for e in loaded.skipped.examples],
     }
     reuse_json = rep.to_json()
+    # A caller's document is copied: the per-model replay below writes into it, and the
+    # caller may hand the same one to the next analysis.
     models_doc = (
-        models
+        copy.deepcopy(models)
         if models is not None
         else models_document(loaded, ReuseOptions(warmup=opts.warmup), opts.kv_dtype)
     )
@@ -603,7 +607,7 @@ def run_analysis(
         from analyzer.advisor.models import per_model_replay
 
         with progress("replay per model", None):
-            per_model_replay(loaded, cfg, per, _fits)
+            per_model_replay(loaded, cfg, per, _fits, replayer)
         models_doc["per_model_replay"] = (
             f"each model on {cfg.instances} instances of its own (its catalog model's cost "
             "and HBM, at the smallest tensor parallelism it fits at), local and pooled "

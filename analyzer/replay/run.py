@@ -47,7 +47,8 @@ from analyzer.replay.config import (
     select_scenarios,
 )
 from analyzer.replay.engine import TIER_NAMES, Plan, RunStats, TierPlan, simulate
-from analyzer.replay.miniature import Miniature, sample, sampling_rate
+from analyzer.replay.miniature import Miniature, sample
+from analyzer.replay.miniature import sampling_rate as sampling_rate
 from analyzer.trace import BlockTrace
 
 STEP = 4.0  # the bracket grows or shrinks by this factor
@@ -237,6 +238,31 @@ class RatePoint:
     ttft_p50_s: float | None
     ttft_p90_s: float | None
     ttft_p99_s: float | None
+    # Kept so that another SLO can re-read the run (not reported): a run that went to
+    # the end knows the TTFT that decides the p90 test at any SLO (nearest rank, as
+    # :func:`_passes` reads it); one stopped once its SLO was lost only knows that its
+    # p90 is above that SLO, which decides the SLOs up to it (they fail too).
+    rank_s: float | None = None
+    above_s: float | None = None
+
+    def passes(self, slo_s: float) -> bool | None:
+        """Whether this run meets ``slo_s``; None when it cannot say."""
+        if self.rank_s is not None:
+            return self.rank_s <= slo_s
+        if self.above_s is not None and slo_s <= self.above_s:
+            return False
+        return None
+
+    def at(self, slo_s: float) -> RatePoint:
+        """This run as a search for ``slo_s`` would have recorded it (a run that fails
+        stops early, so its percentiles are unknown); None-free only when decided."""
+        passed = self.passes(slo_s)
+        assert passed is not None
+        if passed:
+            return replace(self, passed=True)
+        # As the fresh search records it: stopped early at ``slo_s``. What this run
+        # knows beyond that stays with this run (the memo keeps both).
+        return RatePoint(self.rate, False, None, None, None, above_s=slo_s)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -462,10 +488,30 @@ def grid_rate(j: int) -> float:
 
 
 def _point(rate: float, stats: RunStats, slo_s: float) -> RatePoint:
-    if stats.aborted or stats.ttft_s.size == 0:
-        return RatePoint(rate, _passes(stats, slo_s), None, None, None)
-    q = np.percentile(stats.ttft_s, [50, 90, 99])
-    return RatePoint(rate, _passes(stats, slo_s), float(q[0]), float(q[1]), float(q[2]))
+    if stats.aborted:
+        return RatePoint(rate, False, None, None, None, above_s=slo_s)
+    if stats.ttft_s.size == 0:
+        return RatePoint(rate, _passes(stats, slo_s), None, None, None, rank_s=0.0)
+    ttft = stats.ttft_s
+    k = int(ttft.size) - _allowed(int(ttft.size))  # the k-th smallest decides _passes
+    rank = float(np.partition(ttft, k - 1)[k - 1])
+    q = np.percentile(ttft, [50, 90, 99])
+    return RatePoint(
+        rate, _passes(stats, slo_s), float(q[0]), float(q[1]), float(q[2]), rank_s=rank
+    )
+
+
+class UnknownPoint(LookupError):
+    """:func:`find_max_rate` with ``simulate_missing=False`` met a rate its known points
+    do not decide."""
+
+
+def _says_more(p: RatePoint, q: RatePoint) -> bool:
+    """A run that went to the end says more than one that stopped; of two that stopped,
+    the one stopped at the higher SLO."""
+    if q.rank_s is not None:
+        return False
+    return p.rank_s is not None or (p.above_s or 0.0) > (q.above_s or 0.0)
 
 
 def first_guess(stats: RunStats, plan: Plan) -> int:
@@ -489,6 +535,8 @@ def find_max_rate(
     passed_at_1: bool,
     advance: Advance | None = None,
     guess: int | None = None,
+    known: tuple[RatePoint, ...] = (),
+    simulate_missing: bool = True,
 ) -> RateSearch:
     """Highest arrival-rate multiple with p90 TTFT <= ``slo_s`` (see module docstring).
 
@@ -499,15 +547,31 @@ def find_max_rate(
     the known side), gallops away from it in steps of 2, 4, 8... grid points until the
     answer flips, then bisects the bracket down to neighbouring grid points. When
     meeting the SLO is monotone in the rate (the premise of any bisection) every start
-    gives the same answer; the start only changes how many runs it takes."""
+    gives the same answer; the start only changes how many runs it takes.
+
+    ``known``: runs of earlier searches of the same scenario (another SLO, see
+    :func:`search_again`); a step one of them decides is not simulated again but
+    recorded as the fresh search would have recorded it, so the result is the fresh
+    search's. Without ``simulate_missing`` a step they do not decide raises
+    :class:`UnknownPoint`."""
     n_measured = trace.n_requests - int(plan.warmup_fraction * trace.n_requests)
     if n_measured <= 0:
         return RateSearch(None, None, 0, False)
     allowed = _allowed(n_measured)
     points: list[RatePoint] = []
+    before: dict[float, RatePoint] = {}
+    for p in known:
+        if p.rate not in before or _says_more(p, before[p.rate]):
+            before[p.rate] = p
 
     def ok(j: int) -> bool:
         rate = grid_rate(j)
+        seen = before.get(rate)
+        if seen is not None and seen.passes(slo_s) is not None:
+            points.append(seen.at(slo_s))
+            return points[-1].passed
+        if not simulate_missing:
+            raise UnknownPoint(rate)
         st = simulate(trace, plan, time_scale / rate, slo_abort=(slo_s, allowed), advance=advance)
         points.append(_point(rate, st, slo_s))
         return points[-1].passed
@@ -607,6 +671,40 @@ def _run_scenario(
             guess=first_guess(stats, res.plan),
         )
     return ScenarioResult(spec, res, stats, search, 1.0 / rate)
+
+
+def search_again(
+    trace: BlockTrace,
+    old: ScenarioResult,
+    ttft_slo_s: float,
+    known: tuple[RatePoint, ...] = (),
+    advance: Advance | None = None,
+    simulate_missing: bool = True,
+) -> ScenarioResult:
+    """``old``'s scenario with the rate search for another SLO, equal to a fresh
+    :func:`_run_scenario`: the run at the trace's rate is ``old``'s (the SLO only enters
+    the search, and its start :func:`first_guess` reads that run alone), and ``known``
+    (the points of ``old``'s and other earlier searches) answer every step they decide;
+    only the others are simulated."""
+    from analyzer import limits
+
+    limits.check(ttft_slo_s, "ttft_slo_s", "--ttft-slo")
+    res = old.resolved
+    rate = 1.0 / old.scale
+    if rate < 1.0:  # ``old`` ran in miniature: search on the same sample
+        trace = sample(trace, rate)[0]
+    search = find_max_rate(
+        trace,
+        res.plan,
+        res.cluster.time_scale * rate,
+        ttft_slo_s,
+        _passes(old.stats, ttft_slo_s),
+        advance,
+        guess=first_guess(old.stats, res.plan),
+        known=known,
+        simulate_missing=simulate_missing,
+    )
+    return ScenarioResult(old.spec, res, old.stats, search, old.scale)
 
 
 @contextmanager
