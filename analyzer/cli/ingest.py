@@ -17,7 +17,9 @@ def register(app: typer.Typer) -> None:
 
 def convert(
     inputs: o.Inputs,
-    out: Annotated[Path, typer.Option("-o", "--out", help="Output file.")],
+    out: Annotated[
+        Path, typer.Option("-o", "--out", help="Output file (a folder with --ray, --window-s).")
+    ],
     fmt: o.Format = None,
     to: Annotated[
         Literal["canonical", "mooncake", "bailian"],
@@ -45,6 +47,15 @@ def convert(
     no_exact: o.NoExact = False,
     exact_max_mib: o.ExactMaxMib = 512,
     jobs: o.Jobs = None,
+    ray: o.Ray = None,
+    window_s: Annotated[
+        int | None,
+        typer.Option(
+            "--window-s",
+            help="Write OUT as a dataset folder, one Parquet file per this many seconds of "
+            "arrival (window_start_s=N/; the default with --ray: 3600).",
+        ),
+    ] = None,
     force: o.Force = False,
     keep_names: o.KeepNames = False,
 ) -> None:
@@ -76,12 +87,23 @@ def convert(
         no_exact=no_exact,
         exact_max_mib=exact_max_mib,
         jobs=jobs,
+        ray=ray,
         previews=keep_previews,
         keep_names=keep_names,
     )
-    from analyzer.outputs import atomic_path, check_output
+    from analyzer.outputs import atomic_path, check_dataset_output, check_output
 
-    check_output(out, force=force, inputs=inputs)  # fail before the long run, not after it
+    if ray is not None and window_s is None and to == "canonical":
+        window_s = 3600  # a cluster's output: a dataset partitioned by hour
+    if window_s is not None and to != "canonical":
+        raise UsageError("--window-s applies to the canonical trace, not to --to " + to)
+    # Fail before the long run, not after it.
+    if window_s is not None:
+        if window_s < 1:
+            raise UsageError(f"--window-s must be at least 1, got {window_s}")
+        check_dataset_output(out, inputs=inputs)
+    else:
+        check_output(out, force=force, inputs=inputs)
     if keep_previews:
         check_output(previews_path(out), force=force, inputs=inputs)
     total = o.input_bytes(inputs)
@@ -89,7 +111,7 @@ def convert(
     if to == "canonical":
         with progress("reading", total, unit="bytes") as advance:
             loaded, written = convert_trace(
-                [str(p) for p in inputs], out, opts, advance=advance, force=force
+                [str(p) for p in inputs], out, opts, advance=advance, force=force, window_s=window_s
             )
         if keep_previews and loaded.previews:
             import pyarrow as pa

@@ -13,6 +13,7 @@ for numpy, pyarrow or numba.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -175,6 +176,17 @@ Jobs = Annotated[
         "--jobs", "-j", help="Processes reading the logs (default: every core); same output."
     ),
 ]
+Ray = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="[ADDRESS]",
+        help="Read and hash the logs on a Ray cluster: auto, ray://HOST:10001 or HOST:6379; "
+        "alone, a Ray instance started on this machine (pip install 'kvpool-advisor[ray]'). "
+        "Same rows; only hashes and counts cross the network, so the token-exact LCP is "
+        "not computed (docs/scale.md).",
+    ),
+]
 ExactMaxMib = Annotated[
     int,
     typer.Option(
@@ -296,6 +308,7 @@ def ingest_options(
     previews: bool = False,
     keep_names: bool = False,
     jobs: int | None = 1,
+    ray: str | None = None,
 ) -> Any:  # analyzer.ingest.IngestOptions (imported here, not at module load)
     """The :class:`~analyzer.ingest.IngestOptions` the ingest flags describe."""
     from analyzer.errors import UsageError
@@ -324,7 +337,25 @@ def ingest_options(
         previews=previews,
         keep_names=keep_names,
         jobs=resolve_jobs(jobs),
+        ray_address=ray,
     )
+
+
+# What may follow --ray as its address; anything else (an input file, another flag) means
+# that --ray was given alone (typer has no options with optional values).
+_RAY_ADDRESS = re.compile(r"(auto|local|ray://\S+|[\w.-]+:\d+)")
+
+
+def bare_ray(argv: list[str]) -> list[str]:
+    """``argv`` with ``local`` after a ``--ray`` that has no address."""
+    out = []
+    for i, arg in enumerate(argv):
+        out.append(arg)
+        if arg == "--":
+            return out + argv[i + 1 :]
+        if arg == "--ray" and (i + 1 == len(argv) or not _RAY_ADDRESS.fullmatch(argv[i + 1])):
+            out.append("local")
+    return out
 
 
 def hash_keys(given: list[str] | None) -> tuple[str, ...]:

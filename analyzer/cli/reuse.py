@@ -106,6 +106,7 @@ def reuse(
     no_exact: o.NoExact = False,
     exact_max_mib: o.ExactMaxMib = 512,
     jobs: o.Jobs = None,
+    ray: o.Ray = None,
     only_model: Annotated[
         str | None,
         typer.Option(
@@ -168,6 +169,7 @@ def reuse(
         no_exact=no_exact,
         exact_max_mib=exact_max_mib,
         jobs=jobs,
+        ray=ray,
         previews=show_previews,
     )
     loaded = _load(inputs, ingest)
