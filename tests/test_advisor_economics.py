@@ -431,3 +431,12 @@ def test_terminal_output_opens_with_the_summary(tmp_path):
     assert doc["economics"]["prices"][0]["source"] == "set by --gpu-hour-usd"
     md = (tmp_path / "r" / "report.md").read_text()
     assert md.splitlines()[2] == "## Summary"
+
+
+def test_a_sub_millisecond_ttft_change_reads_as_less_than_1_ms_never_minus_zero():
+    from analyzer.advisor.summary import _signed_ms
+
+    assert _signed_ms(-0.0004) == "less than 1 ms"
+    assert _signed_ms(0.0) == "less than 1 ms"
+    assert _signed_ms(-0.002) == "-2 ms"
+    assert _signed_ms(0.0126) == "+13 ms"

@@ -68,7 +68,11 @@ def _ms(s: float | None) -> str:
 
 
 def _signed_ms(delta_s: float) -> str:
-    return f"{'+' if delta_s >= 0 else '-'}{abs(_MS * delta_s):,.0f} ms"
+    """A TTFT change in whole ms; one that rounds to zero reads as such, never as "-0 ms"."""
+    ms = _MS * delta_s
+    if round(abs(ms)) == 0:
+        return "less than 1 ms"
+    return f"{'+' if ms > 0 else '-'}{abs(ms):,.0f} ms"
 
 
 def _gpus(n: Any) -> str:
