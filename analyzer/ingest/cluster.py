@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from analyzer.errors import InputError, KvpoolError, UsageError
+from analyzer.errors import InputError, KvpoolError, OutputError, UsageError
 from analyzer.ingest.parallel import (
     Piece,
     PieceFailed,
@@ -176,9 +176,19 @@ def _put_spool(data: bytes, res: PieceResult) -> PieceResult:
     """A piece's rows written back to a temporary spool folder on the driver."""
     if not data:
         return res
+    import shutil
+
     d = tempfile.mkdtemp(prefix="kvpool-rows-")
-    with open(os.path.join(d, "rows.arrow"), "wb") as f:
-        f.write(data)
+    try:
+        with open(os.path.join(d, "rows.arrow"), "wb") as f:
+            f.write(data)
+    except OSError as exc:  # a full temporary disk, in one line (as RowSpool says it)
+        shutil.rmtree(d, ignore_errors=True)
+        raise OutputError(
+            f"cannot write the temporary row spool in {tempfile.gettempdir()}: "
+            f"{exc.strerror or exc}",
+            hint="free space there, or point TMPDIR at a larger disk",
+        ) from None
     return replace(res, spool=replace(res.spool, directory=d))
 
 
