@@ -15,7 +15,7 @@ from typer.core import TyperOption
 
 from analyzer.advisor import AnalyzeOptions
 from analyzer.cli import app
-from analyzer.cli.options import DEFAULTS, hash_keys
+from analyzer.cli.options import DEFAULTS, INGEST_FLAG_NAMES, IngestFlags, hash_keys
 from analyzer.ingest import IngestOptions
 from analyzer.replay import ClusterConfig
 
@@ -41,7 +41,12 @@ def _options(cmd) -> dict[str, TyperOption]:  # type: ignore[no-untyped-def]
 
 
 def _library_defaults() -> dict[str, object]:
+    from analyzer.ingest.parallel import default_jobs, resolve_jobs
+
     i, c, a = IngestOptions(), ClusterConfig(), AnalyzeOptions()
+    # The library runs one process unless told; the command line's default (None) is
+    # every core.
+    assert i.jobs == 1 and resolve_jobs(None) == default_jobs()
     return {
         "--format": i.fmt,
         "--block-size": i.block_size,
@@ -60,6 +65,7 @@ def _library_defaults() -> dict[str, object]:
         "--strict": i.strict,
         "--no-exact": not i.exact,
         "--exact-max-mib": i.exact_max_bytes >> 20,
+        "--jobs": None,
         "--model": c.model,
         "--gpu": c.gpu,
         "--tp": c.tp,
@@ -102,12 +108,60 @@ def test_each_shared_flag_has_one_default_and_one_help(name):
 
 
 def test_every_command_reading_logs_takes_every_ingest_flag():
-    convert = set(_options(_commands()["convert"]))
-    ingest_flags = {f for f in DEFAULTS if f in convert}
-    assert len(ingest_flags) == 16
+    """The group is declared once (IngestFlags): every command reading logs takes all of
+    it, and the flags' defaults give the library's own IngestOptions."""
+    assert len(INGEST_FLAG_NAMES) == 17
     for name in INPUT_COMMANDS:
-        missing = ingest_flags - set(_options(_commands()[name]))
+        missing = set(INGEST_FLAG_NAMES) - set(_options(_commands()[name]))
         assert not missing, f"kvpool {name} lacks {sorted(missing)}"
+    convert = set(_options(_commands()["convert"]))
+    assert convert & set(DEFAULTS) == set(INGEST_FLAG_NAMES)
+    assert dataclasses.replace(IngestFlags().options(), jobs=1) == IngestOptions()
+
+
+def test_the_ingest_group_reaches_the_command(tmp_path, monkeypatch):
+    """A flag given on the command line arrives in the options the command reads with."""
+    from typer.testing import CliRunner
+
+    seen = {}
+
+    def spy(paths, out, opts, advance=None, force=False):  # type: ignore[no-untyped-def]
+        seen["opts"] = opts
+        raise SystemExit(0)
+
+    log = tmp_path / "a.jsonl"
+    log.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    import analyzer.ingest.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "convert_trace", spy)
+    r = CliRunner().invoke(
+        app,
+        [
+            "convert",
+            str(log),
+            "-o",
+            str(tmp_path / "o.parquet"),
+            "--time-unit",
+            "ms",
+            "--exact-max-mib",
+            "7",
+            "--hash-key",
+            "tenant",
+            "-j",
+            "1",
+            "--format",
+            "openai",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    opts = seen["opts"]
+    assert (opts.time_unit, opts.exact_max_bytes, opts.hash_keys, opts.jobs, opts.fmt) == (
+        "ms",
+        7 << 20,
+        ("model", "tenant"),
+        1,
+        "openai",
+    )
 
 
 def test_analyze_and_replay_take_the_same_cluster_flags():
@@ -171,11 +225,13 @@ def test_closed_choices_are_the_owning_stages():
     """The choices --help lists and the parser checks are the ones the library accepts."""
     from analyzer.cli.options import CHOICES
     from analyzer.cost.catalog import KV_DTYPES
+    from analyzer.ingest.detect import FORMATS
     from analyzer.ingest.options import TIME_UNITS
     from analyzer.replay.config import DRAM_SCOPES, ROUTERS, WRITE_POLICIES
     from analyzer.tokenize.render import TEMPLATES, TOOLS_POSITIONS
 
     assert CHOICES == {
+        "--format": FORMATS,
         "--template": TEMPLATES,
         "--tools-position": TOOLS_POSITIONS,
         "--time-unit": TIME_UNITS,

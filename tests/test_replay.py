@@ -36,7 +36,18 @@ from analyzer.replay import (
 from analyzer.replay.engine import simulate
 from analyzer.replay.links import Link
 from analyzer.replay.routers import session_instance
-from analyzer.replay.run import BISECTIONS, STEP
+from analyzer.replay.run import (
+    BISECTIONS,
+    GRID,
+    J_BOTTOM,
+    J_TOP,
+    MAX_DOWN,
+    MAX_RUNS,
+    MAX_UP,
+    STEP,
+    grid_rate,
+    search_grid,
+)
 from analyzer.reuse.analysis import ReuseOptions, analyze_reuse
 
 COST = AnalyticCost()
@@ -459,6 +470,72 @@ def test_rate_search_brackets_the_slo(mooncake_timed):
         return ttft[math.ceil(0.9 * ttft.size) - 1]
 
     assert p90(search.value) <= slo < p90(search.fail_at)
+    # every run of the search is kept with its TTFT percentiles, by rate
+    rates = [p.rate for p in search.points]
+    assert rates == sorted(rates) and len(rates) == search.runs
+    assert search.value in rates and search.fail_at in rates
+    top = next(p for p in search.points if p.rate == search.value)
+    assert top.passed and top.ttft_p90_s is not None
+    ttft = simulate(mooncake_timed, sr.resolved.plan, 1.0 / search.value).ttft_s
+    assert top.ttft_p90_s == pytest.approx(float(np.percentile(ttft, 90)), rel=1e-12)
+    assert all(p.passed == (p.rate <= search.value) for p in search.points)
+
+
+def _search_from_one(ok, passed_at_1):
+    """The search as it was before it started from a guess (the oracle): from rate 1
+    multiply the rate by STEP until the answer flips, then bisect BISECTIONS times."""
+    if passed_at_1:
+        lo, hi = 0, None
+        for k in range(1, MAX_UP + 1):
+            if ok(k * GRID):
+                lo = k * GRID
+            else:
+                hi = k * GRID
+                break
+        if hi is None:
+            return lo, None
+    else:
+        lo, hi = None, 0
+        for k in range(1, MAX_DOWN + 1):
+            if ok(-k * GRID):
+                lo = -k * GRID
+                break
+            hi = -k * GRID
+        if lo is None:
+            return None, hi
+    for _ in range(BISECTIONS):
+        mid = (lo + hi) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    threshold=st.integers(J_BOTTOM - 1, J_TOP),
+    guess=st.one_of(st.none(), st.integers(J_BOTTOM - 40, J_TOP + 40)),
+)
+def test_search_from_any_guess_finds_what_the_search_from_one_found(threshold, guess):
+    """When meeting the SLO is monotone in the rate, the answer does not depend on where
+    the search starts: the grid rate that passes below one that fails."""
+    asked: list[int] = []
+
+    def ok(j: int) -> bool:
+        asked.append(j)
+        return j <= threshold
+
+    got = search_grid(ok, threshold >= 0, guess)
+    assert got == _search_from_one(lambda j: j <= threshold, threshold >= 0)
+    assert len(asked) == len(set(asked)) <= MAX_RUNS and 0 not in asked
+    if guess is not None and J_BOTTOM < guess == threshold < J_TOP:
+        assert len(asked) <= 3  # a good guess: itself, the next step up, then between
+
+
+def test_the_grid_holds_the_old_bracket_ends_exactly():
+    assert grid_rate(0) == 1.0 and grid_rate(J_TOP) == STEP**MAX_UP
+    assert grid_rate(J_BOTTOM) == STEP**-MAX_DOWN and grid_rate(GRID) == STEP
 
 
 # -- config --------------------------------------------------------------------------

@@ -12,10 +12,11 @@ The decision functions (:func:`decide`, :func:`analyzer.advisor.sizing.size`,
 :mod:`analyzer.advisor.figures`, so they can be used and tested without a trace.
 """
 
-from typing import Any, Literal
+from typing import Any
 
 from analyzer.advisor.decide import decide
 from analyzer.advisor.figures import (
+    OBJECTIVES,
     VERDICTS,
     BandwidthFigures,
     Decision,
@@ -25,6 +26,7 @@ from analyzer.advisor.figures import (
     Thresholds,
     TierFigure,
     TraceFigures,
+    Verdict,
 )
 
 # The pipeline (numpy, pyarrow, the stages) loads on first use, so that `kvpool --help`
@@ -40,9 +42,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'analyzer.advisor' has no attribute {name!r}")
 
 
-Verdict = Literal["deploy-pooled", "local-offload-only", "not-worth-it", "insufficient-data"]
-
 __all__ = [
+    "OBJECTIVES",
     "SCHEMA",
     "VERDICTS",
     "AnalysisResult",

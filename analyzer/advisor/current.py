@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from analyzer.replay.config import Scenario
 from analyzer.reuse.measured import MeasuredHits
 
 TOLERANCE = 0.05  # absolute difference in hit rate (5 points) beyond which we say so
@@ -59,7 +60,7 @@ class Comparison:
         return {
             "measured": self.measured.to_json(),
             "projected": {
-                "scenario": "local",
+                "scenario": Scenario.LOCAL,
                 "hit_rate": round(self.projected_hit_rate, 6),
                 "instances": self.instances,
                 "router": self.router,
@@ -99,8 +100,8 @@ def _hit_rate(trace: Any, cfg: Any, cost: Any, capacity_tokens: int) -> float:
     from analyzer.replay import run_replay
 
     c = replace(cfg, local_capacity_tokens=capacity_tokens)
-    res = run_replay(trace, c, scenarios=["local"], search_rate=False, cost=cost)
-    return float(res.to_json()["scenarios"]["local"]["hit_rate"])
+    res = run_replay(trace, c, scenarios=[Scenario.LOCAL], search_rate=False, cost=cost)
+    return float(res.to_json()["scenarios"][Scenario.LOCAL]["hit_rate"])
 
 
 def fit_capacity(
@@ -161,8 +162,8 @@ def compare(
         ),
         warmup_fraction=measured.warmup,
     )
-    res = run_replay(trace, c, scenarios=["local"], search_rate=False, cost=cost).to_json()
-    local = res["scenarios"]["local"]
+    res = run_replay(trace, c, scenarios=[Scenario.LOCAL], search_rate=False, cost=cost).to_json()
+    local = res["scenarios"][Scenario.LOCAL]
     cap = local["capacity_tokens"]["local_per_instance"]
     out = Comparison(
         measured=measured,

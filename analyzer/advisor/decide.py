@@ -41,13 +41,16 @@ from analyzer.advisor.figures import (
     Check,
     Decision,
     Fact,
+    Objective,
     Projection,
     ReplayFigures,
     ReuseFigures,
     ScenarioFigures,
     Thresholds,
     TraceFigures,
+    Verdict,
 )
+from analyzer.replay.config import Scenario, Tier
 
 
 def _pct(x: float) -> str:
@@ -74,8 +77,8 @@ def project(replay: ReplayFigures | None) -> Projection:
     if replay is None:
         return Projection()
     base = replay.get(replay.baseline)
-    pooled = replay.get("pooled")
-    dram = replay.get("local+dram")
+    pooled = replay.get(Scenario.POOLED)
+    dram = replay.get(Scenario.LOCAL_DRAM)
     if base is None:
         return Projection()
     out: dict[str, float | None] = {}
@@ -119,12 +122,12 @@ def _ec(name: str, key: str) -> str:
     return f"economics.options[{name}].{key}"
 
 
-LABEL = {
-    "local": "the baseline (HBM prefix cache only)",
-    "local+dram": "local DRAM offload",
-    "pooled": "the pool",
+LABEL: dict[str, str] = {
+    Scenario.LOCAL: "the baseline (HBM prefix cache only)",
+    Scenario.LOCAL_DRAM: "local DRAM offload",
+    Scenario.POOLED: "the pool",
 }
-VERDICT_OF = {v: k for k, v in VERDICT_SCENARIO.items()}
+VERDICT_OF: dict[str, str] = {v: k for k, v in VERDICT_SCENARIO.items()}
 
 
 class _Why:
@@ -152,7 +155,7 @@ def decide(
     if missing:
         few = trace.n_requests < th.min_requests
         return Decision(
-            verdict="insufficient-data",
+            verdict=Verdict.INSUFFICIENT_DATA,
             reasons=tuple(f"Missing: {m}." for m in missing),
             checks=(
                 Check(
@@ -205,18 +208,18 @@ def decide(
             "engine's default HBM prefix cache.",
             f_ceiling,
         )
-        return _finish("not-worth-it", why, checks, trace, reuse, bandwidth, replay, proj, th)
+        return _finish(Verdict.NOT_WORTH_IT, why, checks, trace, reuse, bandwidth, replay, proj, th)
 
     # (2) bandwidth against break-even
     ok_by_role: dict[str, bool] = {}
     if bandwidth is not None:
         need = bandwidth.break_even_gbps * th.bandwidth_margin
-        for role in ("dram", "pool", "nvme"):
+        for role in (Tier.DRAM, Tier.POOL, Tier.NVME):
             tier = bandwidth.tier(role)
             if tier is None:
                 continue
             ok = tier.bandwidth_gbps >= need
-            label = {"dram": "host DRAM", "pool": "pool link", "nvme": "local NVMe"}[role]
+            label = {Tier.DRAM: "host DRAM", Tier.POOL: "pool link", Tier.NVME: "local NVMe"}[role]
             checks.append(
                 Check(
                     2,
@@ -232,8 +235,8 @@ def decide(
                 )
             )
             ok_by_role[role] = ok
-    candidates = ["local"]
-    for role, name in (("dram", "local+dram"), ("pool", "pooled")):
+    candidates: list[str] = [Scenario.LOCAL]
+    for role, name in ((Tier.DRAM, Scenario.LOCAL_DRAM), (Tier.POOL, Scenario.POOLED)):
         if ok_by_role.get(role) is False:
             assert bandwidth is not None
             tier = bandwidth.tier(role)
@@ -247,7 +250,7 @@ def decide(
                 bandwidth.break_even_gbps,
             )
             f_be = Fact("bandwidth.break_even_gbps", bandwidth.break_even_gbps, "gbps")
-            what = "The pool link" if role == "pool" else "Host DRAM"
+            what = "The pool link" if role == Tier.POOL else "Host DRAM"
             why.add(
                 f"{what} ({f_bw.shown} per node) is slower than recomputing: loading a "
                 f"{bandwidth.prefix_tokens:,}-token prefix pays only above {f_be.shown}, so "
@@ -259,18 +262,24 @@ def decide(
             candidates.append(name)
 
     if replay is None:
-        if "pooled" in candidates and ok_by_role.get("pool"):
+        if Scenario.POOLED in candidates and ok_by_role.get(Tier.POOL):
             why.add(
                 "Reuse and bandwidth favour a pool, but no replay was run to project its "
                 "latency and GPUs; treat this as a candidate for a pilot.",
                 f_ceiling,
             )
-            return _finish("deploy-pooled", why, checks, trace, reuse, bandwidth, replay, proj, th)
-        verdict = "local-offload-only" if "local+dram" in candidates else "not-worth-it"
+            return _finish(
+                Verdict.DEPLOY_POOLED, why, checks, trace, reuse, bandwidth, replay, proj, th
+            )
+        verdict = (
+            Verdict.LOCAL_OFFLOAD_ONLY
+            if Scenario.LOCAL_DRAM in candidates
+            else Verdict.NOT_WORTH_IT
+        )
         why.add(
             "No replay was run, so no gain is projected; host DRAM beats recompute, so local "
             "offload is the candidate for a pilot."
-            if verdict == "local-offload-only"
+            if verdict == Verdict.LOCAL_OFFLOAD_ONLY
             else "No tier below HBM beats recompute: keep the HBM prefix cache only.",
             f_ceiling,
         )
@@ -279,7 +288,7 @@ def decide(
     # (3) value
     costs = option_costs(replay, economics) if economics is not None else {}
     priced = (
-        th.objective == "cost"
+        th.objective == Objective.COST
         and economics is not None
         and economics.prices.gpu_hour is not None
         and all(
@@ -287,7 +296,7 @@ def decide(
         )
     )
     derived: list[tuple[str, float]] = []
-    if th.objective == "cost" and not priced:
+    if th.objective == Objective.COST and not priced:
         if economics is None or economics.prices.gpu_hour is None:
             gpu = economics.gpu if economics is not None else "this GPU"
             why.add(
@@ -305,7 +314,7 @@ def decide(
     else:
         chosen = _by_ttft(candidates, replay, th, why, checks)
     _latency_line(chosen, replay, why)
-    if replay.nodes == 1 and replay.dram_scope == "node" and "pooled" in candidates:
+    if replay.nodes == 1 and replay.dram_scope == "node" and Scenario.POOLED in candidates:
         why.add(
             "All instances share one node and its host DRAM was modelled as one cache they "
             "share (--dram-scope node, a node-local shared store): a pool cannot add hits "
@@ -349,14 +358,14 @@ def _by_cost(
         assert t is not None
         return t
 
-    local = [n for n in ("local", "local+dram") if n in candidates]
+    local = [n for n in (Scenario.LOCAL, Scenario.LOCAL_DRAM) if n in candidates]
     best_local = min(local, key=lambda n: (total(n), local.index(n)))
-    base = costs["local"]
-    margin = th.min_pool_saving * total("local")
+    base = costs[Scenario.LOCAL]
+    margin = th.min_pool_saving * total(Scenario.LOCAL)
     derived.append(("pool_margin_usd_month", margin))
     chosen: str = best_local
-    if "pooled" in candidates:
-        saving = total(best_local) - total("pooled")
+    if Scenario.POOLED in candidates:
+        saving = total(best_local) - total(Scenario.POOLED)
         derived.append(("pool_saving_vs_best_local_usd_month", saving))
         ok = saving >= margin and saving > 0
         checks.append(
@@ -372,14 +381,14 @@ def _by_cost(
             )
         )
         if ok:
-            chosen = "pooled"
-    if "local+dram" in candidates:
+            chosen = Scenario.POOLED
+    if Scenario.LOCAL_DRAM in candidates:
         checks.append(
             Check(
                 3,
                 "local DRAM offload net value (USD/month)",
-                (costs["local+dram"].net_usd_month or 0.0) > 0,
-                costs["local+dram"].net_usd_month,
+                (costs[Scenario.LOCAL_DRAM].net_usd_month or 0.0) > 0,
+                costs[Scenario.LOCAL_DRAM].net_usd_month,
                 0.0,
                 f"Local DRAM offload: {costs['local+dram'].capacity.gpus_peak} GPUs at the peak "
                 f"load against {base.capacity.gpus_peak} for the baseline, net "
@@ -388,10 +397,10 @@ def _by_cost(
         )
     c = costs[chosen]
     f_gpus = _gpus_fact(chosen, c)
-    f_base_gpus = _gpus_fact("local", base)
+    f_base_gpus = _gpus_fact(Scenario.LOCAL, base)
     f_total = _cost_fact(chosen, c)
-    if chosen == "local":
-        others = [n for n in candidates if n != "local"]
+    if chosen == Scenario.LOCAL:
+        others = [n for n in candidates if n != Scenario.LOCAL]
         facts = [f_gpus, f_total]
         parts = []
         for n in others:
@@ -401,18 +410,18 @@ def _by_cost(
                 total(n),
                 "usd",
                 ">=",
-                _ec("local", "total_usd_month"),
-                total("local"),
+                _ec(Scenario.LOCAL, "total_usd_month"),
+                total(Scenario.LOCAL),
             )
             f_og = _gpus_fact(n, o)
             facts += [f_o, f_og]
             parts.append(f"{LABEL[n]} {_n_gpus(f_og, o)} and {f_o.shown}/month")
-        if "pooled" in others and total("pooled") < total("local"):
+        if Scenario.POOLED in others and total(Scenario.POOLED) < total(Scenario.LOCAL):
             # cheaper than the baseline, but not by the margin
             f_m = Fact("verdict.figures.pool_margin_usd_month", margin, "usd")
             f_s = Fact(
                 "verdict.figures.pool_saving_vs_best_local_usd_month",
-                total(best_local) - total("pooled"),
+                total(best_local) - total(Scenario.POOLED),
                 "usd",
                 "<",
                 "verdict.figures.pool_margin_usd_month",
@@ -436,7 +445,11 @@ def _by_cost(
     f_net = Fact(_ec(chosen, "net_usd_month"), c.net_usd_month or 0.0, "usd", ">", "", 0.0)
     f_added = Fact(_ec(chosen, "added_usd_month"), c.added_usd_month, "usd")
     f_saving = Fact(_ec(chosen, "gpu_saving_usd_month"), c.gpu_saving_usd_month or 0.0, "usd")
-    what = {"pooled": "memory, NICs and store servers", "local+dram": "host DRAM"}[chosen]
+    added: dict[str, str] = {
+        Scenario.POOLED: "memory, NICs and store servers",
+        Scenario.LOCAL_DRAM: "host DRAM",
+    }
+    what = added[chosen]
     why.add(
         f"{LABEL[chosen][0].upper()}{LABEL[chosen][1:]} serves the log's peak load within the "
         f"p90 TTFT SLO on {_n_gpus(f_gpus, c)} instead of {_n_gpus(f_base_gpus, base)}: "
@@ -448,14 +461,14 @@ def _by_cost(
         f_added,
         f_net,
     )
-    if chosen == "pooled" and best_local != "local":
+    if chosen == Scenario.POOLED and best_local != Scenario.LOCAL:
         f_l = Fact(
             _ec(best_local, "total_usd_month"),
             total(best_local),
             "usd",
             ">",
-            _ec("pooled", "total_usd_month"),
-            total("pooled"),
+            _ec(Scenario.POOLED, "total_usd_month"),
+            total(Scenario.POOLED),
         )
         why.add(
             f"It costs {f_total.shown}/month against {f_l.shown} for {LABEL[best_local]}, "
@@ -463,16 +476,16 @@ def _by_cost(
             f_total,
             f_l,
         )
-    if chosen == "local+dram" and "pooled" in candidates:
+    if chosen == Scenario.LOCAL_DRAM and Scenario.POOLED in candidates:
         f_p = Fact(
-            _ec("pooled", "total_usd_month"),
-            total("pooled"),
+            _ec(Scenario.POOLED, "total_usd_month"),
+            total(Scenario.POOLED),
             "usd",
             ">",
             "verdict.figures.pool_threshold_usd_month",
-            total("local+dram") - margin,
+            total(Scenario.LOCAL_DRAM) - margin,
         )
-        derived.append(("pool_threshold_usd_month", total("local+dram") - margin))
+        derived.append(("pool_threshold_usd_month", total(Scenario.LOCAL_DRAM) - margin))
         why.add(
             f"The pool would cost {f_p.shown}/month against {f_total.shown} for local DRAM "
             f"offload: not cheaper by the {_usd(margin)} margin that pays for running a "
@@ -491,16 +504,16 @@ def _by_ttft(
     checks: list[Check],
 ) -> str:
     """The lowest mean TTFT that keeps the rate served within the SLO."""
-    base = replay.get("local")
+    base = replay.get(Scenario.LOCAL)
     assert base is not None
 
     def no_regression(s: ScenarioFigures) -> bool:
         g = _gain(s, base)
         return g is None or g >= 0.0
 
-    chosen = "local"
-    dram = replay.get("local+dram") if "local+dram" in candidates else None
-    pooled = replay.get("pooled") if "pooled" in candidates else None
+    chosen = Scenario.LOCAL
+    dram = replay.get(Scenario.LOCAL_DRAM) if Scenario.LOCAL_DRAM in candidates else None
+    pooled = replay.get(Scenario.POOLED) if Scenario.POOLED in candidates else None
     if dram is not None:
         red = _reduction(dram.ttft_mean_s, base.ttft_mean_s) or 0.0
         ok = red >= th.min_dram_gain and no_regression(dram)
@@ -516,12 +529,12 @@ def _by_ttft(
             )
         )
         if ok:
-            chosen = "local+dram"
+            chosen = Scenario.LOCAL_DRAM
     if pooled is not None:
         ref = replay.get(chosen)
         assert ref is not None
         red = _reduction(pooled.ttft_mean_s, ref.ttft_mean_s) or 0.0
-        need = th.min_pool_advantage if chosen == "local+dram" else th.min_dram_gain
+        need = th.min_pool_advantage if chosen == Scenario.LOCAL_DRAM else th.min_dram_gain
         ok = red >= need and no_regression(pooled)
         checks.append(
             Check(
@@ -534,9 +547,9 @@ def _by_ttft(
             )
         )
         if ok:
-            chosen = "pooled"
+            chosen = Scenario.POOLED
         else:
-            f_p = Fact(_sc("pooled", "ttft_s.mean"), pooled.ttft_mean_s, "ms")
+            f_p = Fact(_sc(Scenario.POOLED, "ttft_s.mean"), pooled.ttft_mean_s, "ms")
             f_r = Fact(_sc(chosen, "ttft_s.mean"), ref.ttft_mean_s, "ms")
             why.add(
                 f"The pool's mean TTFT ({f_p.shown}) is not at least {_pct(need)} below "
@@ -548,8 +561,8 @@ def _by_ttft(
     s = replay.get(chosen)
     assert s is not None
     f_c = Fact(_sc(chosen, "ttft_s.mean"), s.ttft_mean_s, "ms")
-    f_b = Fact(_sc("local", "ttft_s.mean"), base.ttft_mean_s, "ms")
-    if chosen == "local":
+    f_b = Fact(_sc(Scenario.LOCAL, "ttft_s.mean"), base.ttft_mean_s, "ms")
+    if chosen == Scenario.LOCAL:
         why.add(
             f"No option lowers mean TTFT enough to configure: the baseline's is {f_b.shown}. "
             "Keep the engine's HBM prefix cache.",
@@ -564,7 +577,7 @@ def _by_ttft(
                 s.ttft_mean_s,
                 "ms",
                 "<",
-                _sc("local", "ttft_s.mean"),
+                _sc(Scenario.LOCAL, "ttft_s.mean"),
                 base.ttft_mean_s,
             ),
             f_b,
@@ -574,14 +587,14 @@ def _by_ttft(
 
 def _latency_line(chosen: str, replay: ReplayFigures, why: _Why) -> None:
     """What the chosen option does to latency, in ms (also for the baseline: nothing)."""
-    if chosen == "local":
+    if chosen == Scenario.LOCAL:
         return
-    s, b = replay.get(chosen), replay.get("local")
+    s, b = replay.get(chosen), replay.get(Scenario.LOCAL)
     assert s is not None and b is not None
     f_m = Fact(_sc(chosen, "ttft_s.mean"), s.ttft_mean_s, "ms")
-    f_bm = Fact(_sc("local", "ttft_s.mean"), b.ttft_mean_s, "ms")
+    f_bm = Fact(_sc(Scenario.LOCAL, "ttft_s.mean"), b.ttft_mean_s, "ms")
     f_p = Fact(_sc(chosen, "ttft_s.p90"), s.ttft_p90_s, "ms")
-    f_bp = Fact(_sc("local", "ttft_s.p90"), b.ttft_p90_s, "ms")
+    f_bp = Fact(_sc(Scenario.LOCAL, "ttft_s.p90"), b.ttft_p90_s, "ms")
     why.add(
         f"Latency: mean TTFT {f_bm.shown} -> {f_m.shown}, p90 {f_bp.shown} -> {f_p.shown} "
         "(replay at the log's rate).",
@@ -630,7 +643,7 @@ def _finish(
     if trace.approx_lengths:
         downgrades += 1
         notes.append("Some prompt lengths were estimated, not counted.")
-    if replay is None and verdict != "not-worth-it":
+    if replay is None and verdict != Verdict.NOT_WORTH_IT:
         downgrades += 1
         notes.append("No replay was run, so the gains are not projected.")
     if bandwidth is not None:

@@ -34,6 +34,7 @@ import numpy as np
 
 from analyzer.advisor.figures import ReplayFigures, ScenarioFigures
 from analyzer.cost.prices import Prices
+from analyzer.replay.config import Scenario
 
 PEAK_WINDOW_S = 300.0
 PILOT_HOURS = 72.0
@@ -99,7 +100,7 @@ class EconomicsInputs:
     resources: tuple[OptionResources, ...]
     load_factor: float = 1.0  # sensitivity: the log's load x this
     pilot_hours: float = PILOT_HOURS
-    baseline: str = "local"
+    baseline: str = Scenario.LOCAL
 
     def resources_of(self, name: str) -> OptionResources:
         for r in self.resources:
@@ -163,7 +164,7 @@ class OptionCost:
     gpus_saved: int | None  # against the baseline, at the peak load
     gpu_saving_usd_month: float | None
     pilot_usd: float | None
-    baseline: str = "local"
+    baseline: str = Scenario.LOCAL
 
     @property
     def added_usd_month(self) -> float:

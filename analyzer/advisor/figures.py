@@ -12,15 +12,44 @@ Units are in the field names: ``*_tokens`` are token counts, ``*_gbps`` are GB/s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-VERDICTS = ("deploy-pooled", "local-offload-only", "not-worth-it", "insufficient-data")
-OBJECTIVES = ("cost", "ttft")
+from analyzer.replay.config import Scenario
+
+
+class Verdict(StrEnum):
+    """What the advisor recommends (docs/advisor.md)."""
+
+    DEPLOY_POOLED = "deploy-pooled"
+    LOCAL_OFFLOAD_ONLY = "local-offload-only"
+    NOT_WORTH_IT = "not-worth-it"
+    INSUFFICIENT_DATA = "insufficient-data"
+
+
+class Objective(StrEnum):
+    """What the last step of the decision optimises (``--objective``)."""
+
+    COST = "cost"
+    TTFT = "ttft"
+
+    @classmethod
+    def parse(cls, text: str) -> Objective:
+        """The objective named by ``--objective``; a usage error names the choices."""
+        if text not in cls.__members__.values():
+            from analyzer.errors import UsageError
+
+            raise UsageError(f"--objective must be one of {', '.join(cls)}, got {text!r}")
+        return cls(text)
+
+
+VERDICTS = tuple(Verdict)
+OBJECTIVES = tuple(Objective)
 # The option each verdict deploys (its replay scenario).
-VERDICT_SCENARIO = {
-    "deploy-pooled": "pooled",
-    "local-offload-only": "local+dram",
-    "not-worth-it": "local",
+VERDICT_SCENARIO: dict[str, Scenario] = {
+    Verdict.DEPLOY_POOLED: Scenario.POOLED,
+    Verdict.LOCAL_OFFLOAD_ONLY: Scenario.LOCAL_DRAM,
+    Verdict.NOT_WORTH_IT: Scenario.LOCAL,
 }
 
 
@@ -42,7 +71,7 @@ class Thresholds:
 
     min_requests: int = 200
     min_reuse: float = 0.30
-    objective: str = "cost"  # "cost" | "ttft"
+    objective: Objective = Objective.COST
     min_pool_saving: float = 0.05  # of the baseline's monthly cost (objective cost)
     min_pool_advantage: float = 0.10  # pooled TTFT below local+dram TTFT by this fraction
     bandwidth_margin: float = 1.0  # a tier must reach break-even x this
@@ -50,12 +79,8 @@ class Thresholds:
     pilot_fraction: float = 0.5  # main gate: at least this share of the projected gains
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            from analyzer.errors import UsageError
-
-            raise UsageError(
-                f"--objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}"
-            )
+        # a caller's plain string is checked and kept as the enum
+        object.__setattr__(self, "objective", Objective.parse(self.objective))
         if not 0.0 <= self.min_pool_saving < 1.0:
             from analyzer.errors import UsageError
 
@@ -143,7 +168,7 @@ class ScenarioFigures:
 @dataclass(frozen=True, slots=True)
 class ReplayFigures:
     scenarios: tuple[ScenarioFigures, ...]
-    baseline: str = "local"  # what the pilot's TTFT reduction is measured against
+    baseline: str = Scenario.LOCAL  # what the pilot's TTFT reduction is measured against
     ttft_slo_s: float = 2.0
     nodes: int = 0  # hosts the instances span (0: unknown)
     dram_scope: str = "instance"  # host DRAM private to each instance, or one per node

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from analyzer.advisor.figures import Projection, ScenarioFigures, Thresholds
+from analyzer.advisor.figures import Projection, ScenarioFigures, Thresholds, Verdict
 
 GATE_IDS = ("arrival", "baseline", "main", "stability")
 
@@ -93,10 +93,11 @@ def plan(
     recommended option (``candidate`` against ``baseline`` when given, else the
     ``projection``'s figures for the verdict)."""
     th = th or Thresholds()
-    target = {
-        "deploy-pooled": "the pooled deployment (pool + HBM prefix cache)",
-        "local-offload-only": "local DRAM offload (HBM prefix cache + host DRAM tier)",
-    }.get(verdict, "the candidate deployment")
+    targets: dict[str, str] = {
+        Verdict.DEPLOY_POOLED: "the pooled deployment (pool + HBM prefix cache)",
+        Verdict.LOCAL_OFFLOAD_ONLY: "local DRAM offload (HBM prefix cache + host DRAM tier)",
+    }
+    target = targets.get(verdict, "the candidate deployment")
     if candidate is not None and baseline is not None:
         proj_red = (
             1.0 - candidate.ttft_mean_s / baseline.ttft_mean_s if baseline.ttft_mean_s > 0 else None
@@ -113,12 +114,12 @@ def plan(
     else:
         proj_red = (
             projection.pooled_ttft_reduction
-            if verdict != "local-offload-only"
+            if verdict != Verdict.LOCAL_OFFLOAD_ONLY
             else projection.dram_ttft_reduction
         )
         proj_thr = (
             projection.pooled_throughput_gain
-            if verdict != "local-offload-only"
+            if verdict != Verdict.LOCAL_OFFLOAD_ONLY
             else projection.dram_throughput_gain
         )
     f = th.pilot_fraction

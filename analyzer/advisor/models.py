@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analyzer.errors import UsageError
+from analyzer.replay.config import Scenario
 from analyzer.trace import read_metadata
 
 SHARED_POOL_NOTE = (
@@ -228,7 +229,7 @@ def per_model_replay(loaded: Any, cfg: Any, per_model: list[dict[str, Any]], fit
         table = loaded.table.filter(pc.fill_null(pc.equal(names, m["model"]), False))
         trace = BlockTrace.from_table(table)
         doc = run_replay(
-            trace, c, scenarios=["local", "pooled"], search_rate=False, cost=cost
+            trace, c, scenarios=[Scenario.LOCAL, Scenario.POOLED], search_rate=False, cost=cost
         ).to_json()
         sc = doc["scenarios"]
         m["replay"] = {
@@ -237,8 +238,8 @@ def per_model_replay(loaded: Any, cfg: Any, per_model: list[dict[str, Any]], fit
             "instances": c.instances,
             "pool_share": round(share, 6),
             "pool_capacity_tokens": None if math.isinf(pool_bytes) else pool_tokens,
-            "local_hit_rate": sc["local"]["hit_rate"],
-            "pooled_hit_rate": sc["pooled"]["hit_rate"],
-            "local_ttft_mean_s": sc["local"]["ttft_s"]["mean"],
-            "pooled_ttft_mean_s": sc["pooled"]["ttft_s"]["mean"],
+            "local_hit_rate": sc[Scenario.LOCAL]["hit_rate"],
+            "pooled_hit_rate": sc[Scenario.POOLED]["hit_rate"],
+            "local_ttft_mean_s": sc[Scenario.LOCAL]["ttft_s"]["mean"],
+            "pooled_ttft_mean_s": sc[Scenario.POOLED]["ttft_s"]["mean"],
         }

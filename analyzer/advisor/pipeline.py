@@ -33,12 +33,14 @@ from analyzer.advisor.figures import (
     VERDICT_SCENARIO,
     BandwidthFigures,
     Decision,
+    Objective,
     ReplayFigures,
     ReuseFigures,
     ScenarioFigures,
     Thresholds,
     TierFigure,
     TraceFigures,
+    Verdict,
 )
 from analyzer.advisor.pilot import PilotCommand, pilot_commands
 from analyzer.advisor.products import DOCS_CHECKED, ProductSettings, translate
@@ -56,7 +58,7 @@ from analyzer.cost.prices import PriceOverrides, Prices, resolve_prices
 from analyzer.errors import UsageError
 from analyzer.ingest.options import IngestOptions
 from analyzer.progress import Advance, progress
-from analyzer.replay.config import ClusterConfig
+from analyzer.replay.config import ClusterConfig, Scenario, Tier
 from analyzer.trace import BlockTrace, read_metadata
 
 if TYPE_CHECKING:
@@ -65,7 +67,13 @@ if TYPE_CHECKING:
     from analyzer.reuse import ReuseReport
 
 SCHEMA = "kvpool.report/2"
-SCENARIOS = ("none", "local", "local+dram", "local+dram+nvme", "pooled")
+SCENARIOS = (
+    Scenario.NONE,
+    Scenario.LOCAL,
+    Scenario.LOCAL_DRAM,
+    Scenario.LOCAL_DRAM_NVME,
+    Scenario.POOLED,
+)
 REUSE_FACTORS = (0.25, 0.5, 0.75, 1.5)
 ALT_MODELS = ("llama-3.1-8b", "qwen2.5-7b", "llama-3.1-70b", "deepseek-v3")
 ALT_GPUS = ("a100", "h100", "h200", "b200")
@@ -391,9 +399,9 @@ def _bandwidth(cm: CostModel, opts: AnalyzeOptions, prefix_tokens: int) -> Bandw
         bytes_per_token=int(cm.transfer_bytes_per_token),
         prefill_tokens_per_s=float(p / saving) if saving > 0 else math.inf,
         tiers=(
-            TierFigure("dram", dram.name, float(dram.bandwidth_gbps), float(dram.latency_s)),
+            TierFigure(Tier.DRAM, dram.name, float(dram.bandwidth_gbps), float(dram.latency_s)),
             TierFigure(
-                "pool",
+                Tier.POOL,
                 pool_spec.name
                 if opts.pool_gbps is None
                 else f"{pool_spec.name} link at {pool_bw:g} GB/s",
@@ -422,15 +430,15 @@ def _replay_figures(doc: dict[str, Any], slo: float) -> ReplayFigures:
                     else float(s["max_rate_scale_at_slo"])
                 ),
                 max_rate_capped=bool((s.get("rate_search") or {}).get("capped")),
-                pool_hit_rate=float(by.get("pool", 0.0)),
-                dram_hit_rate=float(by.get("dram", 0.0)),
+                pool_hit_rate=float(by.get(Tier.POOL, 0.0)),
+                dram_hit_rate=float(by.get(Tier.DRAM, 0.0)),
                 network_bytes=float(s.get("network_bytes") or 0.0),
             )
         )
     cluster = doc.get("cluster") or {}
     return ReplayFigures(
         scenarios=tuple(out),
-        baseline="local",
+        baseline=Scenario.LOCAL,
         ttft_slo_s=slo,
         nodes=int(cluster.get("nodes") or 0),
         dram_scope=str(cluster.get("dram_scope") or "instance"),
@@ -554,12 +562,12 @@ def run_analysis(
 
         run = replayer or run_replay
 
-        # The SLO rate search is the costly part (about nine replays per scenario); it
+        # The SLO rate search is the costly part (five to eight replays per scenario); it
         # runs for every option, since each one's GPUs at the log's load come from it.
         # Below the reuse guideline no gain is projected, so nothing is searched.
         search = opts.search_rate and rf.ceiling_hit_rate >= th.min_reuse
         nvme_spec = ScenarioSpec(
-            "local+dram+nvme",
+            Scenario.LOCAL_DRAM_NVME,
             dram=True,
             nvme=True,
             description="HBM cache plus per-node host DRAM and local NVMe tiers (LMCache "
@@ -569,7 +577,13 @@ def run_analysis(
             replay_json = run(
                 trace,
                 cfg,
-                scenarios=("none", "local", "local+dram", nvme_spec, "pooled"),
+                scenarios=(
+                    Scenario.NONE,
+                    Scenario.LOCAL,
+                    Scenario.LOCAL_DRAM,
+                    nvme_spec,
+                    Scenario.POOLED,
+                ),
                 ttft_slo_s=opts.ttft_slo_s,
                 search_rate=search,
                 advance=adv,
@@ -612,14 +626,14 @@ def run_analysis(
     served = cm.model.hf_repo or opts.model
     if usable and replay_json is not None:
         cluster = replay_json["cluster"]
-        pooled = replay_json["scenarios"].get("pooled", {})
-        local = replay_json["scenarios"].get("local", {})
+        pooled = replay_json["scenarios"].get(Scenario.POOLED, {})
+        local = replay_json["scenarios"].get(Scenario.LOCAL, {})
         hbm_tokens = local.get("capacity_tokens", {}).get("local_per_instance")
         if not isinstance(hbm_tokens, int):
             hbm_tokens = int(cm.hbm_kv_capacity_tokens())
         nodes = int(cluster["nodes"])
         makespan = float(pooled.get("makespan_s") or 0.0)
-        pool_read = float((pooled.get("bytes_read_by_tier") or {}).get("pool", 0.0))
+        pool_read = float((pooled.get("bytes_read_by_tier") or {}).get(Tier.POOL, 0.0))
         read_gbps = pool_read / makespan / nodes / 1e9 if makespan > 0 else 0.0
         from analyzer.cost import list_tiers
 
@@ -641,7 +655,7 @@ def run_analysis(
                 if cap == knee:
                     pol[name] = float(rate)
         dram_sim = (
-            (replay_json["scenarios"].get("local+dram") or {}).get("capacity_tokens") or {}
+            (replay_json["scenarios"].get(Scenario.LOCAL_DRAM) or {}).get("capacity_tokens") or {}
         ).get("dram_per_node")
         sized = partial(
             size,
@@ -664,7 +678,7 @@ def run_analysis(
             sessions_known=tf.sessions_known,
             policy_at_knee=pol,
         )
-        sizing = sized(pool=decision.verdict == "deploy-pooled")
+        sizing = sized(pool=decision.verdict == Verdict.DEPLOY_POOLED)
         # The runner-up option is sized too: its deploy/ files sit beside the
         # recommended one's.
         sizings = deploy_sizings(sizing, decision.verdict, lambda pool: sized(pool=pool))
@@ -678,7 +692,7 @@ def run_analysis(
     step(15)
 
     trace_rate = tf.n_requests / tf.duration_s if tf.duration_s > 0 else 0.0
-    base = replay.get("local") if replay else None
+    base = replay.get(Scenario.LOCAL) if replay else None
     chosen = VERDICT_SCENARIO.get(decision.verdict)
     gate_plan = gates_mod.plan(
         verdict=decision.verdict,
@@ -769,9 +783,9 @@ def _economics(
         return tokens if cap is None else min(tokens, cap)
 
     knee = rf.knee_tokens
-    dram = capped(knee, simulated("local+dram", "dram_per_node"))
-    nvme = capped(max(knee - dram, 0), simulated("local+dram+nvme", "nvme_per_node"))
-    pool = capped(knee, simulated("pooled", "pool"))
+    dram = capped(knee, simulated(Scenario.LOCAL_DRAM, "dram_per_node"))
+    nvme = capped(max(knee - dram, 0), simulated(Scenario.LOCAL_DRAM_NVME, "nvme_per_node"))
+    pool = capped(knee, simulated(Scenario.POOLED, "pool"))
 
     def gb(tokens: int) -> float:
         return tokens * bytes_per_token / 1e9
@@ -783,11 +797,11 @@ def _economics(
         load=load_figures(trace.arrival_s, opts.peak_window_s),
         prices=prices,
         resources=(
-            OptionResources("local+dram", dram_gb=nodes * gb(dram)),
+            OptionResources(Scenario.LOCAL_DRAM, dram_gb=nodes * gb(dram)),
             OptionResources(
-                "local+dram+nvme", dram_gb=nodes * gb(dram), nvme_tb=nodes * gb(nvme) / 1000
+                Scenario.LOCAL_DRAM_NVME, dram_gb=nodes * gb(dram), nvme_tb=nodes * gb(nvme) / 1000
             ),
-            OptionResources("pooled", dram_gb=gb(pool), nic_nodes=nodes, store=True),
+            OptionResources(Scenario.POOLED, dram_gb=gb(pool), nic_nodes=nodes, store=True),
         ),
     )
 
@@ -828,7 +842,7 @@ def _with_uncertainty(
     from analyzer.cost import uncertainty as unc
 
     band = unc.prefill_band(cm, bw.prefix_tokens)
-    labels = {"dram": "host DRAM", "pool": "the pool link"}
+    labels: dict[str, str] = {Tier.DRAM: "host DRAM", Tier.POOL: "the pool link"}
     tiers = [(f"{labels.get(t.role, t.role)} ({t.tier})", t.bandwidth_gbps) for t in bw.tiers]
     flip = unc.bandwidth_flip(
         bw.break_even_gbps, bw.prefix_tokens, tiers, band, th.bandwidth_margin
@@ -845,7 +859,7 @@ def _with_uncertainty(
         out["ttft_mean_s"] = {
             s.name: unc.time_range(s.ttft_mean_s, band).to_json() for s in replay.scenarios
         }
-    if decision.verdict == "insufficient-data":
+    if decision.verdict == Verdict.INSUFFICIENT_DATA:
         return decision, out
     notes = (*decision.confidence_notes, flip.statement)
     level = _LOWER[decision.confidence] if flip.inside else decision.confidence
@@ -902,7 +916,7 @@ def _sensitivity(
 
     th = opts.thresholds
     variants: list[Variant] = [reuse_variant(rf, bw, replay, f) for f in REUSE_FACTORS]
-    pool = bw.tier("pool")
+    pool = bw.tier(Tier.POOL)
     current = pool.bandwidth_gbps if pool else None
     for t in list_tiers():
         if t.kind != "network" or current is None or abs(t.bandwidth_gbps - current) < 1e-9:
@@ -997,7 +1011,7 @@ def _sensitivity(
     # about GPUs or money, so they only enter a latency-first (objective ttft) table.
     if (
         opts.sensitivity_replays
-        and th.objective == "ttft"
+        and th.objective == Objective.TTFT
         and replay is not None
         and trace.n_accesses <= MAX_SENSITIVITY_ACCESSES
     ):
@@ -1010,7 +1024,7 @@ def _sensitivity(
             res = run(
                 trace,
                 _cluster_config(opts, n),
-                scenarios=("local", "local+dram", "pooled"),
+                scenarios=(Scenario.LOCAL, Scenario.LOCAL_DRAM, Scenario.POOLED),
                 ttft_slo_s=opts.ttft_slo_s,
                 search_rate=False,
                 cost=cm,
@@ -1047,7 +1061,7 @@ def _side_row(
 
     costs = option_costs(replay, economics) if economics is not None else {}
     options = {}
-    for name in ("local", "local+dram", "pooled"):
+    for name in (Scenario.LOCAL, Scenario.LOCAL_DRAM, Scenario.POOLED):
         s = replay.get(name)
         if s is None:
             continue
@@ -1237,7 +1251,7 @@ def assumptions(r: AnalysisResult) -> list[dict[str, Any]]:
                 "lowest monthly cost serving the peak load within the TTFT SLO; a pool must "
                 f"save {100 * th.min_pool_saving:.0f}% of the baseline's monthly cost more than "
                 "the best local option"
-                if th.objective == "cost"
+                if th.objective == Objective.COST
                 else "lowest mean TTFT without lowering the rate served within the SLO; a "
                 f"pool must beat local DRAM offload by {100 * th.min_pool_advantage:.0f}%"
             ),

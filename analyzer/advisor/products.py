@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from analyzer.advisor.figures import Verdict
 from analyzer.advisor.sizing import GB, STAGING_PER_RANK_BYTES, Sizing, unit_sizes
 
 # Products' versions and the sources the names and semantics were checked against.
@@ -127,10 +128,11 @@ class ProductSettings:
 
 
 def mode_for(verdict: str) -> str:
-    return {
-        "deploy-pooled": "pooled",
-        "local-offload-only": "local-offload",
-    }.get(verdict, "prefix-cache-only")
+    modes: dict[str, str] = {
+        Verdict.DEPLOY_POOLED: "pooled",
+        Verdict.LOCAL_OFFLOAD_ONLY: "local-offload",
+    }
+    return modes.get(verdict, "prefix-cache-only")
 
 
 def runner_up(mode: str) -> str:

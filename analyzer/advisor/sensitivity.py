@@ -34,6 +34,7 @@ from analyzer.advisor.figures import (
     Thresholds,
     TraceFigures,
 )
+from analyzer.replay.config import Scenario, Tier
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +81,11 @@ def reuse_variant(
         cold_ceiling_hit_rate=min(1.0, reuse.cold_ceiling_hit_rate * f),
     )
     rp2 = replay
-    none = replay.get("none") if replay is not None else None
+    none = replay.get(Scenario.NONE) if replay is not None else None
     if replay is not None and none is not None:
 
         def scale(s: ScenarioFigures) -> ScenarioFigures:
-            if s.name == "none":
+            if s.name == Scenario.NONE:
                 return s
             saved = none.ttft_mean_s - s.ttft_mean_s
             return replace(
@@ -119,12 +120,12 @@ def bandwidth_variant(
     gbps: float,
     mean_prompt_tokens: float,
 ) -> Variant:
-    pool = bandwidth.tier("pool")
+    pool = bandwidth.tier(Tier.POOL)
     assert pool is not None
     bw2 = replace(
         bandwidth,
         tiers=tuple(
-            replace(t, bandwidth_gbps=gbps) if t.role == "pool" else t for t in bandwidth.tiers
+            replace(t, bandwidth_gbps=gbps) if t.role == Tier.POOL else t for t in bandwidth.tiers
         ),
     )
     rp2 = replay
@@ -132,7 +133,7 @@ def bandwidth_variant(
         bpt = bandwidth.bytes_per_token
 
         def reprice(s: ScenarioFigures) -> ScenarioFigures:
-            if s.name != "pooled":
+            if s.name != Scenario.POOLED:
                 return s
             delta = pool_load_s(s, mean_prompt_tokens, bpt, gbps) - pool_load_s(
                 s, mean_prompt_tokens, bpt, pool.bandwidth_gbps
@@ -158,12 +159,12 @@ def hardware_variant(
     """Another model or GPU: ``alt_bandwidth`` priced by the pipeline, TTFTs scaled by
     ``compute_ratio`` (alternative prefill time / current), pool reads by the KV size."""
     rp2 = replay
-    pool = bandwidth.tier("pool")
+    pool = bandwidth.tier(Tier.POOL)
     if replay is not None:
 
         def reprice(s: ScenarioFigures) -> ScenarioFigures:
             t = s.ttft_mean_s * compute_ratio
-            if s.name == "pooled" and pool is not None:
+            if s.name == Scenario.POOLED and pool is not None:
                 load = pool_load_s(
                     s, mean_prompt_tokens, bandwidth.bytes_per_token, pool.bandwidth_gbps
                 )

@@ -11,22 +11,25 @@ import math
 import re
 from typing import Any
 
+from analyzer.advisor.figures import Verdict
+from analyzer.replay.config import Scenario
+
 # The option each scenario name stands for, in words.
 OPTION_LABEL = {
-    "none": "no prefix cache",
-    "local": "HBM prefix cache only (baseline)",
-    "local+dram": "local DRAM offload",
-    "local+dram+nvme": "local DRAM + NVMe offload",
-    "pooled": "pooled KV store",
+    Scenario.NONE: "no prefix cache",
+    Scenario.LOCAL: "HBM prefix cache only (baseline)",
+    Scenario.LOCAL_DRAM: "local DRAM offload",
+    Scenario.LOCAL_DRAM_NVME: "local DRAM + NVMe offload",
+    Scenario.POOLED: "pooled KV store",
 }
 VERDICT_SENTENCE = {
-    "deploy-pooled": "Deploy a pooled KV-cache store (Mooncake Store, LMCache remote or "
+    Verdict.DEPLOY_POOLED: "Deploy a pooled KV-cache store (Mooncake Store, LMCache remote or "
     "SGLang HiCache L3) in front of the engines' HBM prefix caches",
-    "local-offload-only": "Offload KV to each node's host DRAM (LMCache local CPU or SGLang "
+    Verdict.LOCAL_OFFLOAD_ONLY: "Offload KV to each node's host DRAM (LMCache local CPU or SGLang "
     "HiCache L2); do not pool",
-    "not-worth-it": "Keep the engine's HBM prefix cache; neither a pool nor an offload tier "
+    Verdict.NOT_WORTH_IT: "Keep the engine's HBM prefix cache; neither a pool nor an offload tier "
     "pays on this log",
-    "insufficient-data": "The log cannot answer the question yet",
+    Verdict.INSUFFICIENT_DATA: "The log cannot answer the question yet",
 }
 
 GLOSSARY: dict[str, str] = {
@@ -112,8 +115,8 @@ def summary_sentences(doc: dict[str, Any]) -> list[str]:
     opts = econ.get("options") or {}
     scen = ((doc.get("replay") or {}).get("scenarios")) or {}
     chosen = v.get("scenario")
-    base = "local"
-    if verdict == "insufficient-data" or not scen or base not in scen:
+    base = Scenario.LOCAL
+    if verdict == Verdict.INSUFFICIENT_DATA or not scen or base not in scen:
         missing = "; ".join(v.get("missing") or []) or "a replay"
         second = f"No TTFT, GPU or money figure is projected without it: missing {missing}."
     else:
@@ -147,7 +150,7 @@ def summary_sentences(doc: dict[str, Any]) -> list[str]:
             alts = [
                 (n, o)
                 for n, o in opts.items()
-                if n not in ("none", base) and o.get("total_usd_month") is not None
+                if n not in (Scenario.NONE, base) and o.get("total_usd_month") is not None
             ]
             alt = min(alts, key=lambda no: no[1]["total_usd_month"]) if alts else None
             second = (
@@ -190,7 +193,13 @@ def economics_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]] | 
         "Payback of the pilot",
     ]
     rows = []
-    for name in ("none", "local", "local+dram", "local+dram+nvme", "pooled"):
+    for name in (
+        Scenario.NONE,
+        Scenario.LOCAL,
+        Scenario.LOCAL_DRAM,
+        Scenario.LOCAL_DRAM_NVME,
+        Scenario.POOLED,
+    ):
         o = opts.get(name)
         if o is None:
             continue
@@ -214,7 +223,7 @@ def economics_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]] | 
                 f"{_usd(o.get('added_usd_month'))} ({o.get('dram_gb', 0):,.0f} GB DRAM, "
                 f"{o.get('nvme_tb', 0):,.1f} TB NVMe, {o.get('nic_nodes', 0)} NICs)",
                 _usd(o.get("total_usd_month")),
-                _usd(o.get("net_usd_month")) if name != "local" else "baseline",
+                _usd(o.get("net_usd_month")) if name != Scenario.LOCAL else "baseline",
                 "-" if pay is None else f"{pay:.1f} months ({_usd(o.get('pilot_usd'))})",
             ]
         )

@@ -12,8 +12,10 @@ from analyzer.cli import options as o
 from analyzer.errors import EXIT_GATES
 
 
+@o.ingest_flags
 def analyze(
     inputs: o.Inputs,
+    *,
     out: Annotated[
         Path, typer.Option("-o", "--out", help="Directory for report.html, report.md, report.json.")
     ],
@@ -33,13 +35,7 @@ def analyze(
     kv_dtype: o.KvDtype = "bf16",
     weights_dtype: o.WeightsDtype = None,
     profile: o.CostProfile = None,
-    only_model: Annotated[
-        str | None,
-        typer.Option(
-            "--only-model",
-            help="Analyze one of the log's models (served name or catalog id) alone.",
-        ),
-    ] = None,
+    only_model: o.OnlyModel = None,
     current_instances: Annotated[
         int | None,
         typer.Option(
@@ -117,31 +113,14 @@ def analyze(
             "--store-month-usd", help="The KV store's own servers (master, metadata), USD/month."
         ),
     ] = None,
-    block_size: o.BlockSize = None,
-    fmt: o.Format = None,
-    template: o.Template = "chatml",
-    tools_position: o.ToolsPosition = "in-system",
-    tokenizer: o.Tokenizer = "cl100k",
-    token_ratio: o.TokenRatio = 1.0,
-    salt_file: o.SaltFile = None,
-    hash_key: o.HashKey = None,
-    time_field: o.TimeField = None,
-    time_unit: o.TimeUnit = "auto",
-    prompt_column: o.PromptColumn = None,
-    time_column: o.TimeColumn = None,
-    session_column: o.SessionColumn = None,
-    strict: o.Strict = False,
-    no_exact: o.NoExact = False,
-    exact_max_mib: o.ExactMaxMib = 512,
-    jobs: o.Jobs = None,
-    ray: o.Ray = None,
+    ingest: o.IngestFlags,
     force: o.Force = False,
     show_previews: o.ShowPreviews = False,
     keep_names: o.KeepNames = False,
 ) -> None:
     """Log to decision: reuse, break-even, replay, verdict, sized settings and pilot gates."""
 
-    from analyzer.advisor.figures import Thresholds
+    from analyzer.advisor.figures import Objective, Thresholds
     from analyzer.advisor.pipeline import AnalyzeOptions, run_analysis
     from analyzer.cli.cost import _weights_dtype
     from analyzer.cli.output import report_console, write_text
@@ -164,28 +143,7 @@ def analyze(
             tp=None if tp == 1 else tp,
         )
     opts = AnalyzeOptions(
-        ingest=o.ingest_options(
-            block_size=block_size,
-            fmt=fmt,
-            template=template,
-            tools_position=tools_position,
-            tokenizer=tokenizer,
-            token_ratio=token_ratio,
-            salt_file=salt_file,
-            hash_key=hash_key,
-            time_field=time_field,
-            time_unit=time_unit,
-            prompt_column=prompt_column,
-            time_column=time_column,
-            session_column=session_column,
-            strict=strict,
-            no_exact=no_exact,
-            exact_max_mib=exact_max_mib,
-            jobs=jobs,
-            ray=ray,
-            previews=show_previews,
-            keep_names=keep_names,
-        ),
+        ingest=ingest.options(previews=show_previews, keep_names=keep_names),
         cluster=ClusterConfig(
             model=model,
             gpu=gpu,
@@ -211,7 +169,7 @@ def analyze(
         ),
         profile=profile,
         search_rate=not no_rate_search,
-        thresholds=Thresholds(objective=objective, min_pool_saving=pool_margin),
+        thresholds=Thresholds(objective=Objective.parse(objective), min_pool_saving=pool_margin),
         peak_window_s=peak_window,
         prices=PriceOverrides(
             prices_file=None if prices is None else str(prices),
@@ -243,6 +201,7 @@ def analyze(
 def print_summary(console: Any, doc: dict[str, Any], paths: dict[str, Any]) -> None:
     from rich.table import Table
 
+    from analyzer.advisor.figures import Verdict
     from analyzer.advisor.summary import economics_table, summary_sentences
     from analyzer.report.figures import VERDICT_TEXT
     from analyzer.report.render import gbps, key_figures, num
@@ -251,9 +210,11 @@ def print_summary(console: Any, doc: dict[str, Any], paths: dict[str, Any]) -> N
         console.print(sentence, highlight=False, markup=False)
     console.print()
     v = doc["verdict"]
-    color = {"deploy-pooled": "green", "local-offload-only": "blue", "not-worth-it": "yellow"}.get(
-        v["verdict"], "white"
-    )
+    color = {
+        Verdict.DEPLOY_POOLED: "green",
+        Verdict.LOCAL_OFFLOAD_ONLY: "blue",
+        Verdict.NOT_WORTH_IT: "yellow",
+    }.get(v["verdict"], "white")
     console.print(
         f"[bold {color}]{v['verdict']}[/]  {VERDICT_TEXT.get(v['verdict'], '')}", highlight=False
     )

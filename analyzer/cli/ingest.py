@@ -15,39 +15,24 @@ def register(app: typer.Typer) -> None:
     app.command("convert")(convert)
 
 
+@o.ingest_flags
 def convert(
     inputs: o.Inputs,
+    *,
     out: Annotated[
         Path, typer.Option("-o", "--out", help="Output file (a folder with --ray, --window-s).")
     ],
-    fmt: o.Format = None,
+    ingest: o.IngestFlags,
     to: Annotated[
         Literal["canonical", "mooncake", "bailian"],
         typer.Option("--to", help="What to write: the canonical trace or an export."),
     ] = "canonical",
-    block_size: o.BlockSize = None,
-    template: o.Template = "chatml",
-    tools_position: o.ToolsPosition = "in-system",
-    tokenizer: o.Tokenizer = "cl100k",
-    token_ratio: o.TokenRatio = 1.0,
-    salt_file: o.SaltFile = None,
-    hash_key: o.HashKey = None,
-    time_field: o.TimeField = None,
-    time_unit: o.TimeUnit = "auto",
-    prompt_column: o.PromptColumn = None,
-    time_column: o.TimeColumn = None,
-    session_column: o.SessionColumn = None,
-    strict: o.Strict = False,
     keep_previews: Annotated[
         bool,
         typer.Option(
             "--keep-previews", help="Also write 80-char prompt previews beside OUT (mode 0600)."
         ),
     ] = False,
-    no_exact: o.NoExact = False,
-    exact_max_mib: o.ExactMaxMib = 512,
-    jobs: o.Jobs = None,
-    ray: o.Ray = None,
     window_s: Annotated[
         int | None,
         typer.Option(
@@ -69,31 +54,10 @@ def convert(
 
     if to not in ("canonical", "mooncake", "bailian"):
         raise UsageError(f"unknown --to '{to}'", hint="canonical, mooncake or bailian")
-    opts = o.ingest_options(
-        block_size=block_size,
-        fmt=fmt,
-        template=template,
-        tools_position=tools_position,
-        tokenizer=tokenizer,
-        token_ratio=token_ratio,
-        salt_file=salt_file,
-        hash_key=hash_key,
-        time_field=time_field,
-        time_unit=time_unit,
-        prompt_column=prompt_column,
-        time_column=time_column,
-        session_column=session_column,
-        strict=strict,
-        no_exact=no_exact,
-        exact_max_mib=exact_max_mib,
-        jobs=jobs,
-        ray=ray,
-        previews=keep_previews,
-        keep_names=keep_names,
-    )
+    opts = ingest.options(previews=keep_previews, keep_names=keep_names)
     from analyzer.outputs import atomic_path, check_dataset_output, check_output
 
-    if ray is not None and window_s is None and to == "canonical":
+    if ingest.ray is not None and window_s is None and to == "canonical":
         window_s = 3600  # a cluster's output: a dataset partitioned by hour
     if window_s is not None and to != "canonical":
         raise UsageError("--window-s applies to the canonical trace, not to --to " + to)

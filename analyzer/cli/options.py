@@ -13,31 +13,20 @@ for numpy, pyarrow or numba.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args, get_type_hints
 
 import typer
 
 # The one default of every shared flag (flag name -> value), as the commands use them.
+# The ingest flags' defaults are their fields' in IngestFlags (below), added at the end of
+# this module.
 DEFAULTS: dict[str, Any] = {
-    # ingest (IngestOptions)
-    "--format": None,
-    "--block-size": None,
-    "--template": "chatml",
-    "--tools-position": "in-system",
-    "--tokenizer": "cl100k",
-    "--token-ratio": 1.0,
-    "--salt-file": None,
-    "--hash-key": None,  # None: IngestOptions' own keys (the model)
-    "--time-field": None,
-    "--time-unit": "auto",
-    "--prompt-column": None,
-    "--time-column": None,
-    "--session-column": None,
-    "--strict": False,
-    "--no-exact": False,
-    "--exact-max-mib": 512,
     # cluster (ClusterConfig)
     "--model": "llama-3.1-8b",
     "--gpu": "h100",
@@ -68,7 +57,23 @@ RouterName = Literal["round-robin", "least-loaded", "session", "prefix-aware"]  
 DramScopeName = Literal["instance", "node"]  # replay.config.DRAM_SCOPES
 KvDtypeName = Literal["bf16", "fp16", "fp8"]  # cost.catalog.KV_DTYPES
 WritePolicyName = Literal["write-through", "on-evict"]  # replay.config.WRITE_POLICIES
+FormatName = Literal[  # ingest.detect.FORMATS
+    "canonical",
+    "openai",
+    "openai-batch",
+    "gateway-csv",
+    "gateway-parquet",
+    "generic-jsonl",
+    "generic-csv",
+    "generic-parquet",
+    "mooncake",
+    "bailian",
+    "ragpulse",
+    "azure",
+    "burstgpt",
+]
 CHOICES = {
+    "--format": get_args(FormatName),
     "--template": get_args(TemplateName),
     "--tools-position": get_args(ToolsPositionName),
     "--time-unit": get_args(TimeUnitName),
@@ -91,7 +96,13 @@ Inputs = Annotated[
 # --- ingest: how the inputs are read and hashed (IngestOptions) ------------------------
 
 Format = Annotated[
-    str | None, typer.Option("--format", help="Input format; detected per file if omitted.")
+    FormatName | None,
+    typer.Option(
+        "--format",
+        metavar="<format>",
+        help="Input format: " + ", ".join(get_args(FormatName)) + " (default: detected per "
+        "file from its content, so stdin works too).",
+    ),
 ]
 BlockSize = Annotated[
     int | None,
@@ -143,6 +154,12 @@ SessionColumn = Annotated[
     str | None, typer.Option("--session-column", help="CSV column holding the session id.")
 ]
 Strict = Annotated[bool, typer.Option("--strict", help="Stop at the first bad row.")]
+OnlyModel = Annotated[
+    str | None,
+    typer.Option(
+        "--only-model", help="Analyze one of the log's models (served name or catalog id) alone."
+    ),
+]
 # Outputs and privacy (docs/security.md).
 Force = Annotated[
     bool,
@@ -287,58 +304,107 @@ TtftSlo = Annotated[
 ]
 
 
-def ingest_options(
-    *,
-    block_size: int | None,
-    fmt: str | None,
-    template: str,
-    tools_position: str,
-    tokenizer: str,
-    token_ratio: float,
-    salt_file: Path | None,
-    hash_key: list[str] | None,
-    time_field: str | None,
-    time_unit: str,
-    prompt_column: str | None,
-    time_column: str | None,
-    session_column: str | None,
-    strict: bool,
-    no_exact: bool,
-    exact_max_mib: int,
-    previews: bool = False,
-    keep_names: bool = False,
-    jobs: int | None = 1,
-    ray: str | None = None,
-) -> Any:  # analyzer.ingest.IngestOptions (imported here, not at module load)
-    """The :class:`~analyzer.ingest.IngestOptions` the ingest flags describe."""
-    from analyzer.errors import UsageError
-    from analyzer.ingest.options import IngestOptions
-    from analyzer.ingest.parallel import resolve_jobs
+@dataclasses.dataclass(frozen=True, slots=True)
+class IngestFlags:
+    """The flags saying how logs are read and hashed, declared once for every command that
+    reads logs (``convert``, ``reuse``, ``replay``, ``analyze``): a new ingest flag is one
+    field here (and its line in :meth:`options`), and each of those commands takes it.
 
-    if exact_max_mib < 1:
-        raise UsageError(f"--exact-max-mib must be at least 1, got {exact_max_mib}")
-    return IngestOptions(
-        block_size=block_size,
-        fmt=fmt,
-        template=template,
-        tools_position=tools_position,
-        tokenizer=tokenizer,
-        token_ratio=token_ratio,
-        strict=strict,
-        salt_file=salt_file,
-        hash_keys=hash_keys(hash_key),
-        time_field=time_field,
-        time_unit=time_unit,
-        prompt_column=prompt_column,
-        time_column=time_column,
-        session_column=session_column,
-        exact=not no_exact,
-        exact_max_bytes=exact_max_mib << 20,
-        previews=previews,
-        keep_names=keep_names,
-        jobs=resolve_jobs(jobs),
-        ray_address=ray,
+    A command asks for the group with :func:`ingest_flags` and receives it as one
+    argument, ``ingest: IngestFlags``.
+    """
+
+    fmt: Format = None
+    block_size: BlockSize = None
+    template: Template = "chatml"
+    tools_position: ToolsPosition = "in-system"
+    tokenizer: Tokenizer = "cl100k"
+    token_ratio: TokenRatio = 1.0
+    salt_file: SaltFile = None
+    hash_key: HashKey = None
+    time_field: TimeField = None
+    time_unit: TimeUnit = "auto"
+    prompt_column: PromptColumn = None
+    time_column: TimeColumn = None
+    session_column: SessionColumn = None
+    strict: Strict = False
+    no_exact: NoExact = False
+    exact_max_mib: ExactMaxMib = 512
+    jobs: Jobs = None
+    ray: Ray = None
+
+    def options(self, *, previews: bool = False, keep_names: bool = False) -> Any:
+        """The :class:`~analyzer.ingest.IngestOptions` these flags describe (imported
+        here, not at module load); ``previews`` and ``keep_names`` are the command's
+        own output flags."""
+        from analyzer.errors import UsageError
+        from analyzer.ingest.options import IngestOptions
+        from analyzer.ingest.parallel import resolve_jobs
+
+        if self.exact_max_mib < 1:
+            raise UsageError(f"--exact-max-mib must be at least 1, got {self.exact_max_mib}")
+        return IngestOptions(
+            block_size=self.block_size,
+            fmt=self.fmt,
+            template=self.template,
+            tools_position=self.tools_position,
+            tokenizer=self.tokenizer,
+            token_ratio=self.token_ratio,
+            strict=self.strict,
+            salt_file=self.salt_file,
+            hash_keys=hash_keys(self.hash_key),
+            time_field=self.time_field,
+            time_unit=self.time_unit,
+            prompt_column=self.prompt_column,
+            time_column=self.time_column,
+            session_column=self.session_column,
+            exact=not self.no_exact,
+            exact_max_bytes=self.exact_max_mib << 20,
+            previews=previews,
+            keep_names=keep_names,
+            jobs=resolve_jobs(self.jobs),
+            ray_address=self.ray,
+        )
+
+
+def _group_parameters(group: type) -> list[inspect.Parameter]:
+    """A dataclass's fields as keyword-only parameters, typer annotations kept."""
+    hints = get_type_hints(group, include_extras=True)
+    return [
+        inspect.Parameter(
+            f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name]
+        )
+        for f in dataclasses.fields(group)
+    ]
+
+
+_INGEST_PARAMETERS = _group_parameters(IngestFlags)
+
+
+def ingest_flags(command: Callable[..., None]) -> Callable[..., None]:
+    """Give ``command`` every ingest flag, collected into its ``ingest: IngestFlags``.
+
+    Typer reads a command's flags from its signature: the decorated command shows the
+    group's parameters where its own ``ingest`` parameter stands (so ``--help`` lists
+    them in that place), and each call gathers their values into one IngestFlags.
+    """
+    sig = inspect.signature(command, eval_str=True)
+    params = list(sig.parameters.values())
+    at = [p.name for p in params].index("ingest")
+    # Keyword-only, all of them: typer passes flags by name, and a signature cannot have
+    # positional parameters after the group's keyword-only ones.
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+    names = [p.name for p in _INGEST_PARAMETERS]
+
+    @functools.wraps(command)
+    def run(**kwargs: Any) -> None:
+        group = IngestFlags(**{n: kwargs.pop(n) for n in names})
+        command(**kwargs, ingest=group)
+
+    run.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[*own[:at], *_INGEST_PARAMETERS, *own[at + 1 :]]
     )
+    return run
 
 
 # What may follow --ray as its address; anything else (an input file, another flag) means
@@ -379,3 +445,17 @@ def capacity(value: str | None, flag: str) -> int | None:
 def input_bytes(inputs: list[Path]) -> int:
     """Total size of the input files, for the reading progress bar."""
     return sum(p.stat().st_size for p in inputs if p.is_file())
+
+
+def flag_name(param: inspect.Parameter) -> str:
+    """The long flag (``--format``) of a parameter annotated with a typer Option.
+
+    Inside ``Annotated``, typer keeps an Option's first name in its ``default``."""
+    info = param.annotation.__metadata__[0]
+    return next(
+        str(d) for d in (info.default, *(info.param_decls or ())) if str(d).startswith("--")
+    )
+
+
+DEFAULTS.update({flag_name(p): p.default for p in _INGEST_PARAMETERS})
+INGEST_FLAG_NAMES = tuple(flag_name(p) for p in _INGEST_PARAMETERS)

@@ -68,8 +68,10 @@ def register(app: typer.Typer) -> None:
     app.command("replay")(replay)
 
 
+@o.ingest_flags
 def replay(
     inputs: o.Inputs,
+    *,
     model: o.Model = "llama-3.1-8b",
     gpu: o.Gpu = "h100",
     instances: o.Instances = 4,
@@ -111,22 +113,7 @@ def replay(
         Path | None,
         typer.Option("--json", help="Write the full results as JSON here ('-': stdout)."),
     ] = None,
-    block_size: o.BlockSize = None,
-    fmt: o.Format = None,
-    template: o.Template = "chatml",
-    tools_position: o.ToolsPosition = "in-system",
-    tokenizer: o.Tokenizer = "cl100k",
-    token_ratio: o.TokenRatio = 1.0,
-    salt_file: o.SaltFile = None,
-    hash_key: o.HashKey = None,
-    time_field: o.TimeField = None,
-    time_unit: o.TimeUnit = "auto",
-    prompt_column: o.PromptColumn = None,
-    time_column: o.TimeColumn = None,
-    session_column: o.SessionColumn = None,
-    strict: o.Strict = False,
-    no_exact: o.NoExact = False,
-    exact_max_mib: o.ExactMaxMib = 512,
+    ingest: o.IngestFlags,
     force: o.Force = False,
     keep_names: o.KeepNames = False,
 ) -> None:
@@ -144,7 +131,7 @@ def replay(
     from analyzer.replay import ClusterConfig, load_scenarios, run_replay, select_scenarios
     from analyzer.replay.run import MAX_RUNS
 
-    if block_size is not None and block_size < 1:
+    if ingest.block_size is not None and ingest.block_size < 1:
         raise UsageError("--block-size must be at least 1")
     if json_out is not None:  # fail before the long run, not after it
         from analyzer.outputs import check_output
@@ -175,26 +162,8 @@ def replay(
 
     cm = CostModel.from_catalog(model, gpu, tp=tp, kv_dtype=cfg.kv_dtype, mfu=cfg.mfu)
 
-    ingest = o.ingest_options(
-        block_size=block_size,
-        fmt=fmt,
-        template=template,
-        tools_position=tools_position,
-        tokenizer=tokenizer,
-        token_ratio=token_ratio,
-        salt_file=salt_file,
-        hash_key=hash_key,
-        time_field=time_field,
-        time_unit=time_unit,
-        prompt_column=prompt_column,
-        time_column=time_column,
-        session_column=session_column,
-        strict=strict,
-        no_exact=no_exact,
-        exact_max_mib=exact_max_mib,
-    )
     with progress("reading", o.input_bytes(inputs) or None, unit="bytes") as advance:
-        loaded = open_trace(inputs, ingest, advance=advance)
+        loaded = open_trace(inputs, ingest.options(keep_names=keep_names), advance=advance)
     trace = loaded.trace
     console = Console(stderr=True)
     if loaded.skipped.total:

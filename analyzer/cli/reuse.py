@@ -59,10 +59,12 @@ def model_bytes_per_token(model: str, kv_dtype: str) -> int:
     return int(get_model(model).kv_bytes_per_token(dtype=kv_dtype))
 
 
+@o.ingest_flags
 def reuse(
     inputs: o.Inputs,
+    *,
     warmup: o.Warmup = 0.5,
-    block_size: o.BlockSize = None,
+    ingest: o.IngestFlags,
     model: Annotated[
         str | None,
         typer.Option("--model", help="Model id or config.json, for sizes in GB/GiB (optional)."),
@@ -90,30 +92,7 @@ def reuse(
         Path | None,
         typer.Option("--json", help="Write the full report as JSON here ('-': stdout)."),
     ] = None,
-    fmt: o.Format = None,
-    template: o.Template = "chatml",
-    tools_position: o.ToolsPosition = "in-system",
-    tokenizer: o.Tokenizer = "cl100k",
-    token_ratio: o.TokenRatio = 1.0,
-    salt_file: o.SaltFile = None,
-    hash_key: o.HashKey = None,
-    time_field: o.TimeField = None,
-    time_unit: o.TimeUnit = "auto",
-    prompt_column: o.PromptColumn = None,
-    time_column: o.TimeColumn = None,
-    session_column: o.SessionColumn = None,
-    strict: o.Strict = False,
-    no_exact: o.NoExact = False,
-    exact_max_mib: o.ExactMaxMib = 512,
-    jobs: o.Jobs = None,
-    ray: o.Ray = None,
-    only_model: Annotated[
-        str | None,
-        typer.Option(
-            "--only-model",
-            help="Analyze one of the log's models (served name or catalog id) alone.",
-        ),
-    ] = None,
+    only_model: o.OnlyModel = None,
     force: o.Force = False,
     show_previews: o.ShowPreviews = False,
 ) -> None:
@@ -123,6 +102,7 @@ def reuse(
     from analyzer.reuse.analysis import ReuseOptions, analyze_reuse
     from analyzer.reuse.render import render_summary
 
+    block_size = ingest.block_size
     if block_size is not None and block_size <= 0:
         raise UsageError("--block-size must be positive")
     if json_out is not None and not is_stdio(json_out):  # fail before the long run
@@ -151,28 +131,7 @@ def reuse(
         top_n=top,
         shards_rate=shards_rate,
     )
-    ingest = o.ingest_options(
-        block_size=block_size,
-        fmt=fmt,
-        template=template,
-        tools_position=tools_position,
-        tokenizer=tokenizer,
-        token_ratio=token_ratio,
-        salt_file=salt_file,
-        hash_key=hash_key,
-        time_field=time_field,
-        time_unit=time_unit,
-        prompt_column=prompt_column,
-        time_column=time_column,
-        session_column=session_column,
-        strict=strict,
-        no_exact=no_exact,
-        exact_max_mib=exact_max_mib,
-        jobs=jobs,
-        ray=ray,
-        previews=show_previews,
-    )
-    loaded = _load(inputs, ingest)
+    loaded = _load(inputs, ingest.options(previews=show_previews))
     from analyzer.advisor.models import model_warning, models_document, select_model, served_models
 
     if only_model is not None:

@@ -6,12 +6,13 @@ Public API::
     loaded = open_trace(["log.jsonl.gz"], IngestOptions(block_size=16))
 """
 
-from analyzer.ingest.detect import FORMATS, detect_format
+from analyzer.ingest.detect import FORMATS, Format, detect_format
 from analyzer.ingest.options import IngestOptions, LoadedTrace, SkipSummary
 from analyzer.ingest.pipeline import open_trace, previews_path
 
 __all__ = [
     "FORMATS",
+    "Format",
     "IngestOptions",
     "LoadedTrace",
     "SkipSummary",

@@ -7,27 +7,33 @@ decompression. Formats: see docs/formats.md and ``FORMATS``.
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from analyzer.errors import InputError, Location
 from analyzer.ingest.io import check_readable, head_lines
 
-FORMATS = (
-    "canonical",
-    "openai",
-    "openai-batch",
-    "gateway-csv",
-    "gateway-parquet",
-    "generic-jsonl",
-    "generic-csv",
-    "generic-parquet",
-    "mooncake",
-    "bailian",
-    "ragpulse",
-    "azure",
-    "burstgpt",
-)
+
+class Format(StrEnum):
+    """The log formats kvpool reads (``--format``; docs/formats.md)."""
+
+    CANONICAL = "canonical"
+    OPENAI = "openai"
+    OPENAI_BATCH = "openai-batch"
+    GATEWAY_CSV = "gateway-csv"
+    GATEWAY_PARQUET = "gateway-parquet"
+    GENERIC_JSONL = "generic-jsonl"
+    GENERIC_CSV = "generic-csv"
+    GENERIC_PARQUET = "generic-parquet"
+    MOONCAKE = "mooncake"
+    BAILIAN = "bailian"
+    RAGPULSE = "ragpulse"
+    AZURE = "azure"
+    BURSTGPT = "burstgpt"
+
+
+FORMATS = tuple(Format)
 
 
 def _parquet_format(path: Path) -> str:
@@ -41,36 +47,36 @@ def _parquet_format(path: Path) -> str:
     except (OSError, pa.ArrowInvalid) as exc:
         raise InputError(f"not a readable Parquet file: {exc}", Location(str(path))) from exc
     if "schema_version" in read_metadata(schema):
-        return "canonical"
-    return "gateway-parquet" if "request_json" in schema.names else "generic-parquet"
+        return Format.CANONICAL
+    return Format.GATEWAY_PARQUET if "request_json" in schema.names else Format.GENERIC_PARQUET
 
 
 def _csv_format(header: str) -> str:
     cols = {c.strip().strip('"') for c in header.split(",")}  # iter_lines drops a BOM
     if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= cols:
-        return "azure"
+        return Format.AZURE
     if {"Request tokens", "Response tokens"} <= cols:
-        return "burstgpt"
+        return Format.BURSTGPT
     if "request_json" in cols:
-        return "gateway-csv"
-    return "generic-csv"
+        return Format.GATEWAY_CSV
+    return Format.GENERIC_CSV
 
 
 def _json_format(obj: dict[str, Any]) -> str:
     ids = obj.get("hash_ids")
     if isinstance(ids, dict):
-        return "ragpulse"
+        return Format.RAGPULSE
     if isinstance(ids, list):
-        return "bailian" if "chat_id" in obj else "mooncake"
+        return Format.BAILIAN if "chat_id" in obj else Format.MOONCAKE
     if "custom_id" in obj and "body" in obj:
-        return "openai-batch"
+        return Format.OPENAI_BATCH
     if isinstance(obj.get("messages"), list) or isinstance(obj.get("prompt"), str):
-        return "openai"
+        return Format.OPENAI
     for k in ("request", "body", "request_json", "request_body"):
         v = obj.get(k)
         if isinstance(v, dict) or (isinstance(v, str) and v.lstrip().startswith("{")):
-            return "openai"
-    return "generic-jsonl"
+            return Format.OPENAI
+    return Format.GENERIC_JSONL
 
 
 def detect_format(path: str | Path) -> str:

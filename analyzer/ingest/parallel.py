@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from analyzer.errors import InputError, KvpoolError
+from analyzer.ingest.detect import Format
 from analyzer.ingest.io import Span, compression, line_spans
 from analyzer.ingest.options import SkipSummary
 from analyzer.ingest.readers import SPLITTABLE, FileContext, records
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
     from analyzer.ingest.pipeline import _Builder
 
 # Formats read in the parent: they carry state between rows and across files.
-STATEFUL = frozenset({"bailian", "ragpulse"})
+STATEFUL = frozenset({Format.BAILIAN, Format.RAGPULSE})
 
 
 def default_jobs() -> int:

@@ -29,7 +29,7 @@ from analyzer import limits
 from analyzer.blocks import BlockHasher, id_hashes, load_salt, salt_id
 from analyzer.cache.token_radix import ArrivalLCP
 from analyzer.errors import InputError, Location, UsageError
-from analyzer.ingest.detect import FORMATS, detect_format
+from analyzer.ingest.detect import FORMATS, Format, detect_format
 from analyzer.ingest.io import check_readable
 from analyzer.ingest.options import HASH_KEYS, TIME_UNITS, IngestOptions, LoadedTrace, SkipSummary
 from analyzer.ingest.readers import (
@@ -57,13 +57,13 @@ from analyzer.trace import (
 from analyzer.trace import trace_metadata as make_metadata
 
 TEXT_FORMATS = {
-    "openai",
-    "openai-batch",
-    "gateway-csv",
-    "gateway-parquet",
-    "generic-csv",
-    "generic-jsonl",
-    "generic-parquet",
+    Format.OPENAI,
+    Format.OPENAI_BATCH,
+    Format.GATEWAY_CSV,
+    Format.GATEWAY_PARQUET,
+    Format.GENERIC_CSV,
+    Format.GENERIC_JSONL,
+    Format.GENERIC_PARQUET,
 }
 UNTIMED_SPACING_S = 1.0
 
@@ -131,7 +131,7 @@ class _Builder:
                     opts.image_tokens,
                     memo=opts.memo,
                 )
-        has_content = any(f in TEXT_FORMATS or f == "ragpulse" for f in fmts)
+        has_content = any(f in TEXT_FORMATS or f == Format.RAGPULSE for f in fmts)
         self.lcp = ArrivalLCP() if opts.exact and has_content else None
         self.rows = RowSpool()
         self.notes: list[str] = []
@@ -726,7 +726,7 @@ def _open_canonical(
         table=table,
         skipped=SkipSummary(),
         sources=list(paths),
-        formats=["canonical"] * len(paths),
+        formats=[Format.CANONICAL] * len(paths),
         previews=previews,
     )
 
@@ -747,9 +747,9 @@ def _read_raw(
     for p in plist:
         check_readable(p)
     fmts = [opts.fmt or detect_format(p) for p in plist]
-    if all(f == "canonical" for f in fmts):
+    if all(f == Format.CANONICAL for f in fmts):
         return plist, _open_canonical(plist, opts.block_size, opts.previews)
-    if "canonical" in fmts:
+    if Format.CANONICAL in fmts:
         raise UsageError("canonical traces cannot be mixed with raw logs in one run")
     b = _Builder(plist, fmts, opts, advance)
     jobs = _jobs_for(plist, opts)

@@ -19,6 +19,7 @@ import numpy as np
 import orjson
 
 from analyzer.errors import InputError, Location
+from analyzer.ingest.detect import Format
 from analyzer.ingest.io import Span, TruncatedInput, iter_lines
 from analyzer.ingest.options import IngestOptions
 from analyzer.ingest.timeparse import parse_time
@@ -44,8 +45,13 @@ TIME_FIELDS = (
 )
 
 # Native timestamp unit and block size of the formats that define them.
-NATIVE_UNIT = {"mooncake": "ms", "bailian": "s", "ragpulse": "s", "burstgpt": "s"}
-NATIVE_BLOCK = {"mooncake": 512, "bailian": 16}
+NATIVE_UNIT: dict[str, str] = {
+    Format.MOONCAKE: "ms",
+    Format.BAILIAN: "s",
+    Format.RAGPULSE: "s",
+    Format.BURSTGPT: "s",
+}
+NATIVE_BLOCK: dict[str, int] = {Format.MOONCAKE: 512, Format.BAILIAN: 16}
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 
@@ -196,7 +202,7 @@ def take_time(rec: dict[str, Any], ctx: FileContext, names: tuple[str, ...] = TI
 
 # Formats whose uncompressed files may be read in byte ranges by parallel workers: one
 # record a line, and no state carried from row to row (Bailian and RAGPulse carry some).
-SPLITTABLE = frozenset({"openai", "openai-batch", "generic-jsonl"})
+SPLITTABLE = frozenset({Format.OPENAI, Format.OPENAI_BATCH, Format.GENERIC_JSONL})
 
 Record = tuple[int, dict[str, Any] | RowError]
 
@@ -373,7 +379,7 @@ def records(
         return json_records(path, on_bytes, span)
     if fmt.endswith("parquet"):
         return parquet_records(path, on_bytes)
-    if fmt.endswith("csv") or fmt in ("azure", "burstgpt"):
+    if fmt.endswith("csv") or fmt in (Format.AZURE, Format.BURSTGPT):
         return csv_records(path, on_bytes)
     return json_records(path, on_bytes)
 
@@ -707,16 +713,16 @@ def parse_burstgpt(rec: dict[str, Any], ctx: FileContext) -> Raw:
 
 
 PARSERS: dict[str, Callable[[dict[str, Any], FileContext], Raw]] = {
-    "openai": parse_openai,
-    "openai-batch": parse_openai,
-    "gateway-csv": parse_openai,
-    "gateway-parquet": parse_openai,
-    "generic-csv": parse_generic,
-    "generic-jsonl": parse_generic,
-    "generic-parquet": parse_generic,
-    "mooncake": parse_mooncake,
-    "bailian": parse_bailian,
-    "ragpulse": parse_ragpulse,
-    "azure": parse_azure,
-    "burstgpt": parse_burstgpt,
+    Format.OPENAI: parse_openai,
+    Format.OPENAI_BATCH: parse_openai,
+    Format.GATEWAY_CSV: parse_openai,
+    Format.GATEWAY_PARQUET: parse_openai,
+    Format.GENERIC_CSV: parse_generic,
+    Format.GENERIC_JSONL: parse_generic,
+    Format.GENERIC_PARQUET: parse_generic,
+    Format.MOONCAKE: parse_mooncake,
+    Format.BAILIAN: parse_bailian,
+    Format.RAGPULSE: parse_ragpulse,
+    Format.AZURE: parse_azure,
+    Format.BURSTGPT: parse_burstgpt,
 }

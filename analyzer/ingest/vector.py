@@ -25,11 +25,12 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.blocks import id_hashes
+from analyzer.ingest.detect import Format
 from analyzer.ingest.io import compression
 from analyzer.ingest.spool import SPOOLED, list_array
 
 # Formats with a bulk reader, and the block size their hash ids stand for.
-BULK = {"mooncake": 512}
+BULK: dict[str, int] = {Format.MOONCAKE: 512}
 
 
 def _line_count(path: str) -> int:

@@ -34,6 +34,7 @@ import json
 import math
 import tomllib
 from dataclasses import dataclass, fields, replace
+from enum import StrEnum
 from pathlib import Path
 
 from analyzer import limits
@@ -43,6 +44,28 @@ from analyzer.outputs import note_input
 
 # A capacity this large (or the word "unbounded" on the command line) means no limit.
 UNBOUNDED = 2**62
+
+
+class Scenario(StrEnum):
+    """The standard deployment options, by the names every output uses (a ``--config``
+    file may add its own under any other name, so a scenario's name is a ``str``)."""
+
+    NONE = "none"
+    LOCAL = "local"
+    LOCAL_DRAM = "local+dram"
+    LOCAL_DRAM_NVME = "local+dram+nvme"
+    POOLED = "pooled"
+
+
+class Tier(StrEnum):
+    """The cache tiers a replayed prompt token can be served from, nearest first (the
+    keys of ``hit_rate_by_tier`` and ``bytes_read_by_tier``)."""
+
+    HBM = "hbm"
+    DRAM = "dram"
+    NVME = "nvme"
+    POOL = "pool"
+
 
 ROUTERS = ("round-robin", "least-loaded", "session", "prefix-aware")
 # "instance": each instance's own DRAM tier, its share of the node's DRAM (the engines'
@@ -233,16 +256,18 @@ class ScenarioSpec:
 _SCENARIO_ONLY = {"name", "local", "dram", "nvme", "pool", "description"}
 
 STANDARD_SCENARIOS: dict[str, ScenarioSpec] = {
-    "none": ScenarioSpec("none", local=False, description="no prefix cache"),
-    "local": ScenarioSpec("local", description="per-instance HBM prefix cache (vLLM, SGLang)"),
-    "local+dram": ScenarioSpec(
-        "local+dram",
+    Scenario.NONE: ScenarioSpec(Scenario.NONE, local=False, description="no prefix cache"),
+    Scenario.LOCAL: ScenarioSpec(
+        Scenario.LOCAL, description="per-instance HBM prefix cache (vLLM, SGLang)"
+    ),
+    Scenario.LOCAL_DRAM: ScenarioSpec(
+        Scenario.LOCAL_DRAM,
         dram=True,
         description="HBM cache plus host DRAM offload, private to each instance (LMCache "
         "local CPU, HiCache L2)",
     ),
-    "pooled": ScenarioSpec(
-        "pooled",
+    Scenario.POOLED: ScenarioSpec(
+        Scenario.POOLED,
         pool=True,
         description="HBM cache plus a pool over RDMA shared by every instance (Mooncake "
         "Store, LMCache remote, HiCache L3)",

@@ -55,6 +55,7 @@ import numpy as np
 from analyzer.cache.policies import get_policy
 from analyzer.cache.radix import BlockRadix
 from analyzer.progress import Advance
+from analyzer.replay.config import Tier
 from analyzer.replay.links import Link
 from analyzer.replay.routers import make_router
 from analyzer.trace import BlockTrace
@@ -65,7 +66,7 @@ XFER_START = 1
 STEP_DONE = 2
 ARRIVAL = 3
 
-TIER_NAMES = ("hbm", "dram", "nvme", "pool")
+TIER_NAMES = tuple(Tier)  # nearest first: an index in this tuple is a tier's level
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,11 +3,13 @@
 ``run_replay`` replays the trace once per scenario at the configured time scale, then
 (unless ``search_rate=False``) finds ``max_rate_scale_at_slo``: the highest multiple of
 the trace's arrival rate at which at least 90% of the measured requests get their
-first token within ``ttft_slo_s`` (p90 TTFT <= SLO, nearest rank). The search
-multiplies (or divides) the rate by ``STEP`` from 1 until the answer flips, then bisects
-the bracket geometrically ``BISECTIONS`` times, reporting the largest multiple that
-passed; it is deterministic and runs at most ``MAX_RUNS`` simulations besides the
-main one. Runs stop early once the SLO is lost.
+first token within ``ttft_slo_s`` (p90 TTFT <= SLO, nearest rank). The rates searched
+are the grid ``STEP ** (j / GRID)`` (about 4.4% apart) from 1/1024x to 64x; the answer
+is the grid rate that passes while the next one up fails. The search starts where the
+rate-1 run says the GPUs would saturate (:func:`first_guess`), gallops away from it
+until the answer flips, then bisects; it is deterministic, runs at most ``MAX_RUNS``
+simulations besides the main one, and keeps each run's TTFT percentiles
+(``RateSearch.points``). Runs stop early once the SLO is lost.
 
 Definitions of the reported figures:
 
@@ -51,7 +53,11 @@ STEP = 4.0  # the bracket grows or shrinks by this factor
 MAX_UP = 3  # rate multiples searched up to 4**3 = 64
 MAX_DOWN = 5  # and down to 4**-5 = 1/1024
 BISECTIONS = 5  # final bracket ratio 4**(1/32) = 2**(1/16): about 4.4% precision
-MAX_RUNS = 1 + MAX_DOWN + BISECTIONS
+GRID: int = 2**BISECTIONS  # grid points per factor STEP: the rates searched are STEP ** (j / GRID)
+J_TOP = MAX_UP * GRID  # 64x
+J_BOTTOM = -MAX_DOWN * GRID  # 1/1024x
+# Most runs one search takes: galloping across the whole grid, then bisecting the last step.
+MAX_RUNS = 2 * math.ceil(math.log2(J_TOP - J_BOTTOM)) + 1
 SLO_QUANTILE = 0.9
 
 
@@ -210,13 +216,38 @@ def resolve(
 
 
 @dataclass(frozen=True, slots=True)
+class RatePoint:
+    """One run of the rate search: the rate multiple, whether p90 TTFT met the SLO, and
+    the TTFT percentiles of its measured requests (None when the run stopped early,
+    once more requests than the SLO allows had missed it)."""
+
+    rate: float
+    passed: bool
+    ttft_p50_s: float | None
+    ttft_p90_s: float | None
+    ttft_p99_s: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rate": self.rate,
+            "passed": self.passed,
+            "ttft_p50_s": self.ttft_p50_s,
+            "ttft_p90_s": self.ttft_p90_s,
+            "ttft_p99_s": self.ttft_p99_s,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class RateSearch:
-    """Outcome of the SLO search: ``value`` passed, ``fail_at`` (when known) did not."""
+    """Outcome of the SLO search: ``value`` passed, ``fail_at`` (when known) did not.
+    ``points`` are its runs by rate (the rate-1 run, which is the scenario's own replay,
+    not among them)."""
 
     value: float | None
     fail_at: float | None
     runs: int
     capped: bool  # every multiple up to STEP**MAX_UP passed
+    points: tuple[RatePoint, ...] = ()
 
 
 @dataclass(slots=True)
@@ -335,6 +366,7 @@ class ScenarioResult:
                 "failed_at": self.search.fail_at,
                 "capped": self.search.capped,
                 "runs": self.search.runs,
+                "points": [p.to_json() for p in self.search.points],
             }
         return out
 
@@ -387,6 +419,31 @@ def _passes(stats: RunStats, slo_s: float) -> bool:
     return not stats.aborted and int(np.count_nonzero(ttft > slo_s)) <= _allowed(int(ttft.size))
 
 
+def grid_rate(j: int) -> float:
+    """The ``j``-th rate of the search's grid: ``STEP ** (j / GRID)`` (1 at ``j = 0``)."""
+    return float(STEP ** (j / GRID))
+
+
+def _point(rate: float, stats: RunStats, slo_s: float) -> RatePoint:
+    if stats.aborted or stats.ttft_s.size == 0:
+        return RatePoint(rate, _passes(stats, slo_s), None, None, None)
+    q = np.percentile(stats.ttft_s, [50, 90, 99])
+    return RatePoint(rate, _passes(stats, slo_s), float(q[0]), float(q[1]), float(q[2]))
+
+
+def first_guess(stats: RunStats, plan: Plan) -> int:
+    """Grid index of the rate at which the busiest-on-average GPU would be saturated
+    (1 / mean busy fraction at rate 1): where the search looks first. Only a starting
+    point: the search's answer does not depend on it (see :func:`find_max_rate`)."""
+    busy = (
+        stats.gpu_s_all / plan.tp / (plan.instances * stats.duration_s) if stats.duration_s else 0
+    )
+    if not busy > 0:
+        return J_TOP
+    j: int = round(GRID * math.log(1 / busy) / math.log(STEP))
+    return max(J_BOTTOM, min(J_TOP, j))
+
+
 def find_max_rate(
     trace: BlockTrace,
     plan: Plan,
@@ -394,50 +451,89 @@ def find_max_rate(
     slo_s: float,
     passed_at_1: bool,
     advance: Advance | None = None,
+    guess: int | None = None,
 ) -> RateSearch:
-    """Highest arrival-rate multiple with p90 TTFT <= ``slo_s`` (see module docstring)."""
+    """Highest arrival-rate multiple with p90 TTFT <= ``slo_s`` (see module docstring).
+
+    The candidates are the grid ``STEP ** (j / GRID)`` for integer ``j`` from
+    ``J_BOTTOM`` to ``J_TOP``; the answer is the grid rate that passes while the next
+    one up fails. The search starts at ``guess`` (a grid index; by default
+    :func:`first_guess` of the rate-1 run is passed by the caller, else the middle of
+    the known side), gallops away from it in steps of 2, 4, 8... grid points until the
+    answer flips, then bisects the bracket down to neighbouring grid points. When
+    meeting the SLO is monotone in the rate (the premise of any bisection) every start
+    gives the same answer; the start only changes how many runs it takes."""
     n_measured = trace.n_requests - int(plan.warmup_fraction * trace.n_requests)
     if n_measured <= 0:
         return RateSearch(None, None, 0, False)
     allowed = _allowed(n_measured)
-    runs = 0
+    points: list[RatePoint] = []
 
-    def ok(rate: float) -> bool:
-        nonlocal runs
-        runs += 1
+    def ok(j: int) -> bool:
+        rate = grid_rate(j)
         st = simulate(trace, plan, time_scale / rate, slo_abort=(slo_s, allowed), advance=advance)
-        return _passes(st, slo_s)
+        points.append(_point(rate, st, slo_s))
+        return points[-1].passed
 
-    lo: float | None
-    hi: float | None
-    if passed_at_1:
-        lo, hi = 1.0, None
-        for k in range(1, MAX_UP + 1):
-            rate = STEP**k
-            if ok(rate):
-                lo = rate
-            else:
-                hi = rate
-                break
-        if hi is None:
-            return RateSearch(lo, None, runs, True)
+    lo, hi = search_grid(ok, passed_at_1, guess)
+    pts = tuple(sorted(points, key=lambda p: p.rate))
+    if lo is None:  # even the lowest rate searched missed the SLO
+        return RateSearch(0.0, grid_rate(J_BOTTOM), len(points), False, pts)
+    if hi is None:  # even the highest passed
+        return RateSearch(grid_rate(J_TOP), None, len(points), True, pts)
+    return RateSearch(grid_rate(lo), grid_rate(hi), len(points), False, pts)
+
+
+def search_grid(
+    ok: Callable[[int], bool], passed_at_1: bool, guess: int | None = None
+) -> tuple[int | None, int | None]:
+    """The grid indices ``(lo, hi)`` with ``ok(lo)`` and not ``ok(hi = lo + 1)``, found
+    from the start ``guess`` by galloping away from it (steps of 2, 4, 8... grid points,
+    up while it passes, down while it fails) until the answer flips, then bisecting. ``lo`` is None when ``ok(J_BOTTOM)`` fails, ``hi`` None when
+    ``ok(J_TOP)`` passes. ``ok(0)`` is ``passed_at_1`` and is not asked again; no
+    index is asked twice, and at most ``MAX_RUNS`` are asked."""
+    lo: int | None = 0 if passed_at_1 else None  # highest grid index known to pass
+    hi: int | None = None if passed_at_1 else 0  # lowest grid index known to fail
+    j = guess if guess is not None else (J_TOP if passed_at_1 else J_BOTTOM) // 2
+    j = max(j, lo + 1) if lo is not None else min(j, hi - 1)  # type: ignore[operator]
+    j = min(max(j, J_BOTTOM), J_TOP)
+    asked = 1
+    up = ok(j)  # then gallop that way until the answer flips
+    if up:
+        lo = j
     else:
-        lo, hi = None, 1.0
-        for k in range(1, MAX_DOWN + 1):
-            rate = STEP**-k
-            if ok(rate):
-                lo = rate
+        hi = j
+    step = 2
+    while True:
+        if up:
+            if lo == J_TOP or (hi is not None and lo + step >= hi):  # type: ignore[operator]
                 break
-            hi = rate
-        if lo is None:
-            return RateSearch(0.0, hi, runs, False)
-    for _ in range(BISECTIONS):
-        mid = math.sqrt(lo * hi)
+            j = min(lo + step, J_TOP)  # type: ignore[operator]
+        else:
+            if hi == J_BOTTOM or (lo is not None and hi - step <= lo):  # type: ignore[operator]
+                break
+            j = max(hi - step, J_BOTTOM)  # type: ignore[operator]
+        step *= 2
+        asked += 1
+        if ok(j):
+            lo = j
+            if not up:
+                break
+        else:
+            hi = j
+            if up:
+                break
+    if lo is None or hi is None:
+        return lo, hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        asked += 1
         if ok(mid):
             lo = mid
         else:
             hi = mid
-    return RateSearch(lo, hi, runs, False)
+    assert asked <= MAX_RUNS
+    return lo, hi
 
 
 def _run_scenario(
@@ -460,7 +556,15 @@ def _run_scenario(
     search = None
     if search_rate:
         passed = _passes(stats, ttft_slo_s)
-        search = find_max_rate(trace, res.plan, res.cluster.time_scale, ttft_slo_s, passed, advance)
+        search = find_max_rate(
+            trace,
+            res.plan,
+            res.cluster.time_scale,
+            ttft_slo_s,
+            passed,
+            advance,
+            guess=first_guess(stats, res.plan),
+        )
     return ScenarioResult(spec, res, stats, search)
 
 
@@ -541,13 +645,18 @@ def run_replay(
 
         ctx = multiprocessing.get_context("spawn")  # safe under threads (dashboard)
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            # The costliest first (each cache tier adds lookups and inserts), so that the
+            # cheap ones fill the gaps at the end instead of leaving a worker idle.
+            order = sorted(specs, key=lambda s: -(s.local + s.dram + s.nvme + s.pool))
             with _main_not_rerun():  # the workers start at these submits
-                futures = [
-                    pool.submit(_run_scenario, trace, cfg, spec, cost, ttft_slo_s, search_rate)
-                    for spec in specs
-                ]
-            for spec, fut in zip(specs, futures, strict=True):
-                result.scenarios[spec.name] = fut.result()
+                futures = {
+                    spec.name: pool.submit(
+                        _run_scenario, trace, cfg, spec, cost, ttft_slo_s, search_rate
+                    )
+                    for spec in order
+                }
+            for spec in specs:
+                result.scenarios[spec.name] = futures[spec.name].result()
                 if advance is not None:
                     advance(budget)
         return result

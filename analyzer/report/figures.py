@@ -21,28 +21,46 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzer.advisor.figures import Verdict
+from analyzer.replay.config import Scenario, Tier
 from analyzer.trace import BlockTrace
 
 # --- orders, colours and words -------------------------------------------------------------
 
-SCENARIO_ORDER = ("none", "local", "local+dram", "local+dram+nvme", "pooled")
+SCENARIO_ORDER = (
+    Scenario.NONE,
+    Scenario.LOCAL,
+    Scenario.LOCAL_DRAM,
+    Scenario.LOCAL_DRAM_NVME,
+    Scenario.POOLED,
+)
 # The standard scenarios keep their colours on every chart; user-defined ones get the rest.
-SCENARIO_COLORS = {
-    "none": "#8c8c8c",
-    "local": "#1f4e79",
-    "local+dram": "#5b9bd5",
-    "pooled": "#e07b00",
+SCENARIO_COLORS: dict[str, str] = {
+    Scenario.NONE: "#8c8c8c",
+    Scenario.LOCAL: "#1f4e79",
+    Scenario.LOCAL_DRAM: "#5b9bd5",
+    Scenario.POOLED: "#e07b00",
 }
 _EXTRA_COLORS = ("#2e8b57", "#9467bd", "#d62728", "#8c564b", "#e377c2", "#17becf")
-SCENARIO_LABELS = {
-    "none": "no prefix cache",
-    "local": "local HBM cache",
-    "local+dram": "local HBM + host DRAM",
-    "pooled": "pooled KV store",
+SCENARIO_LABELS: dict[str, str] = {
+    Scenario.NONE: "no prefix cache",
+    Scenario.LOCAL: "local HBM cache",
+    Scenario.LOCAL_DRAM: "local HBM + host DRAM",
+    Scenario.POOLED: "pooled KV store",
 }
-TIER_ORDER = ("hbm", "dram", "nvme", "pool")
-TIER_LABELS = {"hbm": "GPU HBM", "dram": "host DRAM", "nvme": "NVMe", "pool": "pool (network)"}
-TIER_COLORS = {"hbm": "#1f4e79", "dram": "#5b9bd5", "nvme": "#a9d18e", "pool": "#e07b00"}
+TIER_ORDER = (Tier.HBM, Tier.DRAM, Tier.NVME, Tier.POOL)
+TIER_LABELS: dict[str, str] = {
+    Tier.HBM: "GPU HBM",
+    Tier.DRAM: "host DRAM",
+    Tier.NVME: "NVMe",
+    Tier.POOL: "pool (network)",
+}
+TIER_COLORS: dict[str, str] = {
+    Tier.HBM: "#1f4e79",
+    Tier.DRAM: "#5b9bd5",
+    Tier.NVME: "#a9d18e",
+    Tier.POOL: "#e07b00",
+}
 # Fixed colours so a policy looks the same on every chart (LRU, the engines' default, dark).
 POLICY_COLORS = {"lru": "#1f4e79", "fifo": "#e07b00", "s3fifo": "#2e8b57", "optimal": "#8c8c8c"}
 POLICY_ORDER = ("lru", "fifo", "s3fifo", "optimal")
@@ -56,17 +74,17 @@ SOURCE_LABELS = {
 # Merged "other" slices of the icicle: grey, so they never read as one shared prefix.
 OTHER_COLOR = "#d0d0d0"
 # The verdict's headline and banner colour, the same in the report and on the dashboard.
-VERDICT_TEXT = {
-    "deploy-pooled": "Deploy a pooled KV cache",
-    "local-offload-only": "Offload locally, do not pool",
-    "not-worth-it": "Pooling is not worth it",
-    "insufficient-data": "Not enough data to decide",
+VERDICT_TEXT: dict[str, str] = {
+    Verdict.DEPLOY_POOLED: "Deploy a pooled KV cache",
+    Verdict.LOCAL_OFFLOAD_ONLY: "Offload locally, do not pool",
+    Verdict.NOT_WORTH_IT: "Pooling is not worth it",
+    Verdict.INSUFFICIENT_DATA: "Not enough data to decide",
 }
-VERDICT_COLOR = {
-    "deploy-pooled": "#1d7a3a",
-    "local-offload-only": "#1f5fa8",
-    "not-worth-it": "#8a5a00",
-    "insufficient-data": "#777777",
+VERDICT_COLOR: dict[str, str] = {
+    Verdict.DEPLOY_POOLED: "#1d7a3a",
+    Verdict.LOCAL_OFFLOAD_ONLY: "#1f5fa8",
+    Verdict.NOT_WORTH_IT: "#8a5a00",
+    Verdict.INSUFFICIENT_DATA: "#777777",
 }
 
 
@@ -507,10 +525,10 @@ def sizing_table(sizing: dict[str, Any]) -> list[dict[str, Any]]:
 
 # The deployment option each verdict recommends: its TTFT is the one a team compares.
 RECOMMENDED_SCENARIO = {
-    "deploy-pooled": "pooled",
-    "local-offload-only": "local+dram",
-    "not-worth-it": "local",
-    "insufficient-data": "local",
+    Verdict.DEPLOY_POOLED: Scenario.POOLED,
+    Verdict.LOCAL_OFFLOAD_ONLY: Scenario.LOCAL_DRAM,
+    Verdict.NOT_WORTH_IT: Scenario.LOCAL,
+    Verdict.INSUFFICIENT_DATA: Scenario.LOCAL,
 }
 COMPARED_SETTINGS = (
     ("model", "model"),
@@ -550,9 +568,9 @@ def comparison_rows(results: list[Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for i, r in enumerate(results):
         o = r.options
-        rec = RECOMMENDED_SCENARIO.get(r.verdict, "local")
+        rec = RECOMMENDED_SCENARIO.get(r.verdict, Scenario.LOCAL)
         s = r.replay.get(rec) if r.replay else None
-        local = r.replay.get("local") if r.replay else None
+        local = r.replay.get(Scenario.LOCAL) if r.replay else None
         rows.append(
             {
                 "option": f"{chr(ord('A') + i)}: "

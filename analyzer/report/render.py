@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from analyzer.advisor.figures import Verdict
 from analyzer.advisor.summary import (
     GLOSSARY,
     OPTION_LABEL,
@@ -23,6 +24,7 @@ from analyzer.advisor.summary import (
     side_by_side_table,
     summary_sentences,
 )
+from analyzer.replay.config import Scenario, Tier
 from analyzer.report.figures import SCENARIO_ORDER, VERDICT_COLOR, VERDICT_TEXT
 
 
@@ -78,7 +80,7 @@ def usd(x: Any) -> str:
     return f"-${-x:,.0f}" if x < 0 else f"${x:,.0f}"
 
 
-TIER_LABEL = {"dram": "Host DRAM", "pool": "Pool link", "nvme": "Local NVMe"}
+TIER_LABEL = {Tier.DRAM: "Host DRAM", Tier.POOL: "Pool link", Tier.NVME: "Local NVMe"}
 
 
 def check_value(name: str, x: Any) -> str:
@@ -179,8 +181,8 @@ def key_figures(doc: dict[str, Any]) -> Table:
                 ]
             )
     sc = ((doc.get("replay") or {}).get("scenarios")) or {}
-    base = (sc.get("local") or {}).get("ttft_s") or {}
-    for name in ("local+dram", "pooled"):
+    base = (sc.get(Scenario.LOCAL) or {}).get("ttft_s") or {}
+    for name in (Scenario.LOCAL_DRAM, Scenario.POOLED):
         t = (sc.get(name) or {}).get("ttft_s") or {}
         if t.get("mean") is not None and base.get("mean"):
             rows.append(
@@ -568,7 +570,7 @@ def sections(doc: dict[str, Any]) -> list[Section]:
     sz = doc.get("sizing")
     if sz:
         s = Section("sizing", "Sized recommendation")
-        if v.get("verdict") == "not-worth-it":
+        if v.get("verdict") == Verdict.NOT_WORTH_IT:
             s.paragraphs.append(
                 "No pool or offload tier is recommended. The figures below are what one would "
                 "need if the workload changed enough to flip the verdict (see the sensitivity "
@@ -670,7 +672,7 @@ def sections(doc: dict[str, Any]) -> list[Section]:
             "Run the gates in order and stop at the first one missed. Check measured results "
             "with `kvpool validate RESULTS... --report report.json` (exit code 5 when a gate fails)."
         )
-        if v.get("verdict") == "insufficient-data":
+        if v.get("verdict") == Verdict.INSUFFICIENT_DATA:
             s.paragraphs.append(
                 "Before any pilot: collect the data named in the verdict and run "
                 "`kvpool analyze` again; the gates below have no projection yet."
