@@ -71,6 +71,14 @@ def _identity(p: Path) -> tuple[str, tuple[int, int] | None]:
         return key, None
 
 
+def _not_stdout(p: Path, what: str = "this output", hint: str = "give a file name") -> None:
+    """``-`` means stdout on the command line: never a file named ``-``."""
+    if str(p) == "-":
+        from analyzer.errors import UsageError
+
+        raise UsageError(f"'-' (stdout) cannot take {what}", hint=hint)
+
+
 def check_output(
     path: str | Path, *, force: bool = False, inputs: Iterable[str | Path] = ()
 ) -> Path:
@@ -81,6 +89,7 @@ def check_output(
     a symlink resolves to the file it points at.
     """
     p = Path(path)
+    _not_stdout(p)
     for extra in inputs:
         note_input(extra)
     try:
@@ -235,6 +244,9 @@ def report_dir(
     checks (before a long run), creating nothing.
     """
     p = Path(path)
+    _not_stdout(
+        p, "a directory of reports", "give a directory; --json - puts the report's JSON on stdout"
+    )
     try:
         if p.is_symlink() and not force:
             raise OutputError(

@@ -387,3 +387,59 @@ def _compact_weighted(
         tree[p] = id_weight[pos_block[p]]
     _fw_build(tree)
     return m
+
+
+@njit(cache=True)
+def sampled_histogram_sparse(
+    sample_ids: np.ndarray,
+    offsets: np.ndarray,
+    weights: np.ndarray,
+    id_weight: np.ndarray,
+    unit: int,
+    first_counted: int,
+    n_bins: int,
+) -> np.ndarray:
+    """:func:`sampled_histogram` over the sampled accesses alone (taken in the scan).
+
+    ``sample_ids`` are the kept accesses' slots (dense in first-seen order),
+    ``offsets`` their requests' slices and ``weights`` their tokens under the last-token
+    rule. Same arithmetic in the same order, so the same histogram; the counted tokens of
+    the whole trace come from the request lengths instead.
+    """
+    n_ids = id_weight.size
+    hist = np.zeros(n_bins + 1, dtype=np.float64)
+    cap = 2 * n_ids + 2
+    tree = np.zeros(cap + 1, dtype=np.int64)
+    last_pos = np.zeros(n_ids, dtype=np.int64)
+    pos_block = np.full(cap + 1, -1, dtype=np.int64)
+    t = 0
+    total = 0
+    n_req = offsets.size - 1
+    for r in range(n_req):
+        lo = offsets[r]
+        hi = offsets[r + 1]
+        if r >= first_counted:
+            for j in range(lo, hi):
+                b = sample_ids[j]
+                p = last_pos[b]
+                wt = weights[j] * (id_weight[b] / unit)
+                if p == 0:
+                    hist[n_bins] += wt
+                else:
+                    est = (total - _fw_prefix(tree, p)) // unit
+                    hist[min(est, n_bins - 1)] += wt
+        for j in range(hi - 1, lo - 1, -1):
+            b = sample_ids[j]
+            p = last_pos[b]
+            if p != 0:
+                _fw_add(tree, p, -id_weight[b])
+                pos_block[p] = -1
+                total -= id_weight[b]
+            if t == cap:
+                t = _compact_weighted(last_pos, pos_block, tree, t, id_weight)
+            t += 1
+            last_pos[b] = t
+            pos_block[t] = b
+            _fw_add(tree, t, id_weight[b])
+            total += id_weight[b]
+    return hist

@@ -89,7 +89,7 @@ Inputs = Annotated[
     list[Path],
     typer.Argument(
         help="Request logs, public traces or canonical .parquet (gzip/zstd ok; "
-        "any format `kvpool convert` reads)."
+        "any format `kvpool convert` reads); '-' reads stdin."
     ),
 ]
 
@@ -386,7 +386,8 @@ def ingest_flags(command: Callable[..., None]) -> Callable[..., None]:
 
     Typer reads a command's flags from its signature: the decorated command shows the
     group's parameters where its own ``ingest`` parameter stands (so ``--help`` lists
-    them in that place), and each call gathers their values into one IngestFlags.
+    them in that place), and each call gathers their values into one IngestFlags. An
+    input ``-`` is stdin (:func:`analyzer.cli.stdio.stdin_inputs`).
     """
     sig = inspect.signature(command, eval_str=True)
     params = list(sig.parameters.values())
@@ -398,8 +399,11 @@ def ingest_flags(command: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(command)
     def run(**kwargs: Any) -> None:
+        from analyzer.cli.stdio import stdin_inputs
+
         group = IngestFlags(**{n: kwargs.pop(n) for n in names})
-        command(**kwargs, ingest=group)
+        with stdin_inputs(kwargs.pop("inputs")) as inputs:  # '-': a copy of stdin
+            command(inputs=inputs, **kwargs, ingest=group)
 
     run.__signature__ = sig.replace(  # type: ignore[attr-defined]
         parameters=[*own[:at], *_INGEST_PARAMETERS, *own[at + 1 :]]

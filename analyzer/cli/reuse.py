@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -87,6 +87,17 @@ def reuse(
             help="Sample the LRU curve (SHARDS) at this rate (auto beyond 50M accesses).",
         ),
     ] = None,
+    shards_above: Annotated[
+        int,
+        typer.Option(
+            "--shards-above",
+            help="Block accesses above which the LRU curve is SHARDS-sampled (rate 0.01).",
+        ),
+    ] = 50_000_000,
+    exact_curve: Annotated[
+        bool,
+        typer.Option("--exact-curve", help="Always compute the exact LRU curve (no sampling)."),
+    ] = False,
     top: Annotated[int, typer.Option("--top", help="Shared prefixes to list.")] = 10,
     json_out: Annotated[
         Path | None,
@@ -129,10 +140,20 @@ def reuse(
         bytes_per_token=bpt,
         policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
         top_n=top,
-        shards_rate=shards_rate,
+        shards_rate=1.0 if exact_curve else shards_rate,
+        shards_threshold_accesses=shards_above,
     )
-    loaded = _load(inputs, ingest.options(previews=show_previews))
+    if exact_curve and shards_rate is not None:
+        raise UsageError("--exact-curve and --shards-rate contradict each other; give one")
+    if shards_above < 0:
+        raise UsageError(f"--shards-above must be >= 0, got {shards_above}")
     from analyzer.advisor.models import model_warning, models_document, select_model, served_models
+
+    streamed = _streamable(inputs, block_size, only_model, show_previews)
+    if streamed is not None:
+        _reuse_streamed(streamed, opts, model, kv_dtype, json_out, force)
+        return
+    loaded = _load(inputs, ingest.options(previews=show_previews))
 
     if only_model is not None:
         loaded = select_model(loaded, only_model)
@@ -151,10 +172,83 @@ def reuse(
     with progress("analysing reuse", 100) as advance:
         report = analyze_reuse(trace, opts, advance=advance)
     out = report_console(json_out)
-    render_summary(report, out, sources=loaded.sources, skipped=str(loaded.skipped))
+    from analyzer.errors import shown
+
+    sources = [shown(p) for p in loaded.sources]
+    render_summary(report, out, sources=sources, skipped=str(loaded.skipped))
     for note in loaded.notes:
         out.print(f"note: {note}", markup=False, highlight=False)
     if json_out is not None:
+        with progress("per-model reuse", None):
+            models = models_document(loaded, opts, kv_dtype)
+        if warning:
+            models["warning"] = warning
+        write_json(json_out, {**report.to_json(), "models": models}, force=force)
+        if not is_stdio(json_out):
+            out.print(f"wrote {json_out}")
+
+
+def _streamable(
+    inputs: list[Path], block_size: int | None, only_model: str | None, previews: bool
+) -> Path | None:
+    """The one canonical file or dataset directory that :func:`analyze_canonical` streams
+    (None: read the inputs whole, as every other command does)."""
+    if len(inputs) != 1 or only_model is not None or previews:
+        return None
+    path = inputs[0]
+    if path.is_dir():
+        return path
+    from analyzer.trace import is_canonical, read_metadata
+
+    if not path.is_file() or not is_canonical(path):
+        return None
+    if block_size is not None:
+        import pyarrow.parquet as pq
+
+        if str(block_size) != read_metadata(pq.read_schema(path)).get("block_size", "16"):
+            return None
+    return path
+
+
+def _reuse_streamed(
+    path: Path,
+    opts: Any,  # ReuseOptions
+    model: str | None,
+    kv_dtype: str,
+    json_out: Path | None,
+    force: bool,
+) -> None:
+    """``kvpool reuse`` of one canonical file or dataset, streamed (analyzer/reuse/frame.py)."""
+    from analyzer.advisor.models import model_warning, models_document, served_models
+    from analyzer.cli.output import console, is_stdio, report_console, write_json
+    from analyzer.ingest.options import LoadedTrace, SkipSummary
+    from analyzer.progress import progress
+    from analyzer.reuse.frame import analyze_canonical, canonical_files, scan_trace
+    from analyzer.reuse.render import render_summary
+
+    with progress("reading", None):
+        lf, meta = scan_trace(path)
+        small = lf.select("model", "prompt_tokens").collect(engine="streaming").to_arrow()
+        small = small.replace_schema_metadata({f"kvpool.{k}": v for k, v in meta.items()})
+    loaded = LoadedTrace(
+        table=small,
+        skipped=SkipSummary(),
+        sources=[str(f) for f in canonical_files(path)],
+        formats=["canonical"],
+    )
+    warning = model_warning(served_models(small), model)
+    if warning:
+        console(stderr=True).print(f"[yellow]warning: {warning}[/]")
+    with progress("analysing reuse", 100) as advance:
+        report = analyze_canonical(path, opts, advance=advance)
+    out = report_console(json_out)
+    render_summary(report, out, sources=loaded.sources, skipped=str(loaded.skipped))
+    if json_out is not None:
+        if len(served_models(small)) > 1:
+            from analyzer.ingest import open_trace
+
+            # per-model curves read each model's rows whole (ingest's reader)
+            loaded = open_trace([str(f) for f in canonical_files(path)])
         with progress("per-model reuse", None):
             models = models_document(loaded, opts, kv_dtype)
         if warning:

@@ -82,6 +82,10 @@ def compression(path: str | Path) -> str:
 
 
 def check_readable(path: str | Path) -> None:
+    if str(path) == "-":  # the CLI turns '-' into a copy of stdin; never a file named '-'
+        from analyzer.errors import UsageError
+
+        raise UsageError("'-' (stdin) is read by the kvpool command line, not as a file name")
     p = Path(path)
     note_input(p)
     if not p.exists():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from analyzer.errors import printable
+from analyzer.errors import printable, shown
 from analyzer.trace import BlockTrace
 
 HASH_KEYS = ("model", "tenant")
@@ -78,7 +78,7 @@ class SkipSummary:
         self.total += 1
         self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
         if len(self.examples) < self.max_examples:
-            where = f"{file}:{line}" if line is not None else file
+            where = f"{shown(file)}:{line}" if line is not None else shown(file)
             what = f"{reason} (field '{field_name}')" if field_name else reason
             self.examples.append(f"{where}: {what}")
 

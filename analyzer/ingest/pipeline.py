@@ -28,7 +28,7 @@ import pyarrow as pa
 from analyzer import limits
 from analyzer.blocks import BlockHasher, id_hashes, load_salt, salt_id
 from analyzer.cache.token_radix import ArrivalLCP
-from analyzer.errors import InputError, Location, UsageError
+from analyzer.errors import InputError, Location, UsageError, shown
 from analyzer.ingest.detect import FORMATS, Format, detect_format
 from analyzer.ingest.io import check_readable
 from analyzer.ingest.options import HASH_KEYS, TIME_UNITS, IngestOptions, LoadedTrace, SkipSummary
@@ -511,7 +511,7 @@ class _Builder:
                 )
         times = np.frombuffer(rows.time, dtype=np.float64)
         if len({a for _, a in self.file_abs}) > 1:
-            kinds = [f"{p} ({'absolute' if a else 'relative'})" for p, a in self.file_abs]
+            kinds = [f"{shown(p)} ({'absolute' if a else 'relative'})" for p, a in self.file_abs]
             raise InputError(
                 "cannot merge files with absolute and relative timestamps: " + ", ".join(kinds)
             )
@@ -581,7 +581,7 @@ def _units_note(path: str, units: dict[str, int]) -> str:
     """``f.jsonl: timestamps in s (4,880) and ms (120), each read in its own unit``."""
     order = sorted(units.items(), key=lambda kv: -kv[1])
     listed = " and ".join(f"{u} ({n:,})" for u, n in order)
-    return f"{path}: timestamps in {listed}, each read in its own unit"
+    return f"{shown(path)}: timestamps in {listed}, each read in its own unit"
 
 
 def _joined(arrays: list[np.ndarray]) -> np.ndarray:
@@ -767,7 +767,7 @@ def _read_raw(
     if not len(b.rows):
         raise InputError(
             "no usable requests in "
-            + ", ".join(plist)
+            + ", ".join(map(shown, plist))
             + (f"; {b.skipped}" if b.skipped.total else ""),
             hint="check --format and the column flags (see docs/formats.md)",
         )

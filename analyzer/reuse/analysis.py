@@ -22,6 +22,7 @@ block_size``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,6 +135,7 @@ class ReuseReport:
     reuse_time: dict[str, Any] = field(default_factory=dict)
     working_set: dict[str, Any] = field(default_factory=dict)
     curve_points: int = 200
+    breakdowns: dict[str, Any] = field(default_factory=dict)  # ceilings per tenant, per hour
 
     # -- capacity queries ----------------------------------------------------------
 
@@ -266,6 +268,7 @@ class ReuseReport:
                 "reuse_distance": _round_tree(self.reuse_distance),
                 "reuse_time": _round_tree(self.reuse_time),
                 "working_set": _round_tree(self.working_set),
+                "breakdowns": _round_tree(self.breakdowns),
             }
         )
         return doc
@@ -357,10 +360,29 @@ def granularity_table(
 
     ``own_hits`` (per-request hit tokens at the trace's own block size) saves a pass.
     """
-    prompt = trace.prompt_tokens
+
+    def hits_at(factor: int) -> np.ndarray:
+        if factor == 1 and own_hits is not None:
+            return own_hits
+        return prefix_hit_tokens(trace, factor)
+
+    return granularity_document(
+        trace.prompt_tokens, trace.token_lcp_prev, first, sizes, trace.block_size, hits_at
+    )
+
+
+def granularity_document(
+    prompt: np.ndarray,
+    token_lcp_prev: np.ndarray | None,
+    first: int,
+    sizes: tuple[int, ...],
+    block_size: int,
+    hits_at: Callable[[int], np.ndarray],
+) -> dict[str, Any]:
+    """The granularity section from per-request hit tokens at each ``factor x`` block size."""
     out: dict[str, Any] = {}
-    if trace.token_lcp_prev is not None:
-        hit = np.clip(np.minimum(trace.token_lcp_prev, prompt - 1), 0, None)
+    if token_lcp_prev is not None:
+        hit = np.clip(np.minimum(token_lcp_prev, prompt - 1), 0, None)
         steady, cold = _rates(hit, prompt, first)
         out["token_exact"] = {"available": True, "hit_rate": steady, "cold_hit_rate": cold}
     else:
@@ -370,20 +392,16 @@ def granularity_table(
             "(only logs with prompt text give them)",
         }
     rows = []
-    for size in sorted(set(sizes) | {trace.block_size}):
+    for size in sorted(set(sizes) | {block_size}):
         row: dict[str, Any] = {"block_size": size}
-        if size % trace.block_size:
+        if size % block_size:
             row.update(
                 available=False,
-                reason=f"not a multiple of the trace's block size {trace.block_size}; "
+                reason=f"not a multiple of the trace's block size {block_size}; "
                 f"re-ingest with --block-size {size}",
             )
         else:
-            if size == trace.block_size and own_hits is not None:
-                hit = own_hits
-            else:
-                hit = prefix_hit_tokens(trace, size // trace.block_size)
-            steady, cold = _rates(hit, prompt, first)
+            steady, cold = _rates(hits_at(size // block_size), prompt, first)
             row.update(available=True, hit_rate=steady, cold_hit_rate=cold)
         rows.append(row)
     out["blocks"] = rows
@@ -393,18 +411,26 @@ def granularity_table(
 def non_prefix_reuse(trace: BlockTrace, first: int, prefix_hit: np.ndarray) -> dict[str, Any]:
     """Tokens whose content was seen before at any position, and the part beyond prefixes."""
     if trace.content_ids is None:
-        return {
-            "available": False,
-            "reason": "the trace has no per-block content hashes (position-independent "
-            "reuse needs logs with prompt content)",
-        }
+        return dict(NO_CONTENT)
     weights = access_weights(trace.offsets, trace.prompt_tokens, trace.block_size)
     seen = seen_before(trace.content_ids, trace.offsets)
     req = np.repeat(np.arange(trace.n_requests), np.diff(trace.offsets))
     per_req = np.bincount(req, weights=weights * seen, minlength=trace.n_requests)
-    per_req = per_req.astype(np.int64)
-    prompt = trace.prompt_tokens
-    content_steady, content_cold = _rates(per_req, prompt, first)
+    return non_prefix_document(per_req.astype(np.int64), trace.prompt_tokens, first, prefix_hit)
+
+
+NO_CONTENT = {
+    "available": False,
+    "reason": "the trace has no per-block content hashes (position-independent "
+    "reuse needs logs with prompt content)",
+}
+
+
+def non_prefix_document(
+    content_seen: np.ndarray, prompt: np.ndarray, first: int, prefix_hit: np.ndarray
+) -> dict[str, Any]:
+    """The non-prefix section from per-request tokens whose content was seen before."""
+    content_steady, content_cold = _rates(content_seen, prompt, first)
     prefix_steady, prefix_cold = _rates(prefix_hit, prompt, first)
     return {
         "available": True,
@@ -416,6 +442,65 @@ def non_prefix_reuse(trace: BlockTrace, first: int, prefix_hit: np.ndarray) -> d
         "cold_hit_rate": max(content_cold - prefix_cold, 0.0),
         "note": "content seen before at any position but not as a prefix; today's "
         "pooling products cannot reuse it (position-independent reuse, e.g. CacheBlend)",
+    }
+
+
+BREAKDOWN_NOTE = (
+    "steady-state ceilings (unlimited capacity) of the counted requests; tenants are "
+    "numbered 1, 2, ... in order of first appearance in the trace (names stay private), "
+    "null: no tenant; hour 0 starts at the first request"
+)
+
+
+def breakdown_rows(keys: np.ndarray, prompt: np.ndarray, hit: np.ndarray) -> list[dict[str, Any]]:
+    """Rows ``{key, requests, prompt_tokens, hit_tokens, hit_rate}`` per distinct key."""
+    uniq, inv = np.unique(keys, return_inverse=True)
+    n = np.bincount(inv, minlength=uniq.size)
+    p = np.bincount(inv, weights=prompt, minlength=uniq.size).astype(np.int64)
+    h = np.bincount(inv, weights=hit, minlength=uniq.size).astype(np.int64)
+    return [
+        {
+            "key": int(uniq[i]),
+            "requests": int(n[i]),
+            "prompt_tokens": int(p[i]),
+            "hit_tokens": int(h[i]),
+            "hit_rate": int(h[i]) / int(p[i]) if p[i] else 0.0,
+        }
+        for i in range(uniq.size)
+    ]
+
+
+def breakdowns(
+    hit_per_req: np.ndarray,
+    prompt: np.ndarray,
+    tenant: np.ndarray,
+    arrival_s: np.ndarray,
+    first: int,
+) -> dict[str, Any]:
+    """Steady-state ceiling per tenant and per hour of the trace (the numpy form; the
+    canonical-file path computes the same with polars group-bys)."""
+    if arrival_s.size == 0:
+        return {}
+    hour = ((arrival_s - arrival_s[0]) // 3600).astype(np.int64)
+    return breakdown_document(
+        breakdown_rows(tenant[first:].astype(np.int64), prompt[first:], hit_per_req[first:]),
+        breakdown_rows(hour[first:], prompt[first:], hit_per_req[first:]),
+    )
+
+
+def breakdown_document(
+    by_tenant: list[dict[str, Any]], by_hour: list[dict[str, Any]]
+) -> dict[str, Any]:
+    for row in by_tenant:
+        code = row.pop("key")
+        row["tenant"] = code + 1 if code >= 0 else None
+    for row in by_hour:
+        row["hour"] = row.pop("key")
+    order = ("tenant", "hour", "requests", "prompt_tokens", "hit_tokens", "hit_rate")
+    return {
+        "by_tenant": [{k: r[k] for k in order if k in r} for r in by_tenant],
+        "by_hour": [{k: r[k] for k in order if k in r} for r in by_hour],
+        "note": BREAKDOWN_NOTE,
     }
 
 
@@ -701,102 +786,23 @@ def analyze_reuse(
     cold_curve = exact_curve(hist_all, int(prompt.sum())) if curve_method == "exact" else None
     step(10)
 
-    capacities = tuple(sorted(set(opts.capacities_tokens))) or _default_capacities(curve, bs)
-    policy_points: dict[str, list[tuple[int, float]]] = {}
-    notes: list[str] = []
-    sim_policies = [p for p in opts.policies if p != "lru"]
-    if sim_policies and capacities:
-        if trace.n_accesses > opts.policy_max_accesses:
-            notes.append(
-                f"{'/'.join(policy_label(p) for p in sim_policies)} not simulated: "
-                f"{trace.n_accesses:,} block accesses "
-                f"exceed the per-capacity simulation limit of {opts.policy_max_accesses:,}"
-            )
-            step(40)
-        else:
-            share = 40 / (len(sim_policies) * len(capacities))
-            next_use = (
-                next_use_requests(trace.block_ids, trace.offsets)
-                if any(_needs_next_use(p) for p in sim_policies)
-                else None
-            )
-            for policy in sim_policies:
-                pts = []
-                for cap in capacities:
-                    tokens = simulate_fast(
-                        trace.block_ids,
-                        trace.offsets,
-                        prompt,
-                        bs,
-                        first,
-                        cap // bs,
-                        policy,
-                        next_use,
-                    )
-                    pts.append((cap, tokens / den if den else 0.0))
-                    step(share)
-                policy_points[policy] = pts
-    else:
-        step(40)
-
-    hit_total = int(src.sum())
-    sources: dict[str, Any] = {
-        "attribution": "each reused block is credited to the most recent earlier request "
-        "that held it",
-        "tokens": {k: int(v) for k, v in zip(SOURCE_KEYS, src, strict=True)},
-        "share_of_hits": {
-            k: (int(v) / hit_total if hit_total else 0.0)
-            for k, v in zip(SOURCE_KEYS, src, strict=True)
-        },
-        "share_of_prompt": {
-            k: (int(v) / den if den else 0.0) for k, v in zip(SOURCE_KEYS, src, strict=True)
-        },
-        "sessions_known": bool((trace.session >= 0).any()),
-        "tenants_known": bool((trace.tenant >= 0).any()),
-    }
-    for k in SOURCE_KEYS:
-        sources[k] = sources["share_of_hits"][k]
-
-    if sampled:
-        # token-weighted percentiles of the sampled distances: where the curve reaches p %
-        top = float(curve.rates[-1]) if curve.rates.size else 0.0
-        dist_pct = {
-            f"p{p}": (float(curve.smallest_reaching(p / 100 * top) or 0) if top > 0 else None)
-            for p in PERCENTILES
-        }
-        weighting = "prefix-hit tokens, estimated from the SHARDS sample"
-    else:
-        dist_values = np.arange(dist_count.size, dtype=np.float64)
-        dist_pct = _percentiles_from_counts(dist_values, dist_count)
-        weighting = "hit block accesses"
-    reuse_distance = {
-        "unit": "distinct blocks touched since the block's previous use (LRU stack distance)",
-        "weighting": weighting,
-        "hit_accesses": int(time_count.sum()),
-        "blocks": dist_pct,
-        "tokens": {k: (None if v is None else v * bs) for k, v in dist_pct.items()},
-    }
-    upper = np.concatenate([TIME_EDGES, [np.inf]])
-    reuse_time = {
-        "unit": "seconds since the previous request holding the block "
-        "(upper edge of a 50-per-decade log bin)",
-        "hit_accesses": int(time_count.sum()),
-        **{k: v for k, v in _percentiles_from_counts(upper, time_count).items()},
-    }
-    t0 = float(trace.arrival_s[0])
-    working_set = {
-        "window_s": window_s,
-        "windows": [
-            {
-                "start_s": t0 + i * window_s,
-                "distinct_blocks": int(c),
-                "distinct_tokens": int(c) * bs,
-            }
-            for i, c in enumerate(ws)
-        ],
-        "peak_distinct_tokens": int(ws.max()) * bs if ws.size else 0,
-        "total_distinct_tokens": trace.n_blocks * bs,
-    }
+    capacities, policy_points, notes = _policies(
+        trace, trace.n_accesses, bs, opts, curve, first, den, step
+    )
+    sources, reuse_distance, reuse_time, working_set = _summaries(
+        src,
+        den,
+        bool((trace.session >= 0).any()),
+        bool((trace.tenant >= 0).any()),
+        curve if sampled else None,
+        dist_count,
+        time_count,
+        float(trace.arrival_s[0]),
+        window_s,
+        ws,
+        trace.n_blocks,
+        bs,
+    )
     granularity = granularity_table(trace, first, opts.granularities, hit_per_req)
     step(5)
     non_prefix = non_prefix_reuse(trace, first, hit_per_req)
@@ -831,4 +837,143 @@ def analyze_reuse(
         reuse_time=reuse_time,
         working_set=working_set,
         curve_points=opts.curve_points,
+        breakdowns=breakdowns(hit_per_req, prompt, trace.tenant, trace.arrival_s, first),
     )
+
+
+def _policies(
+    trace: BlockTrace | None,
+    n_accesses: int,
+    block_size: int,
+    opts: ReuseOptions,
+    curve: StepCurve,
+    first: int,
+    den: int,
+    step: Advance,
+) -> tuple[tuple[int, ...], dict[str, list[tuple[int, float]]], list[str]]:
+    """Capacities compared, the non-LRU policies' hit rates at them, and notes (40 points).
+
+    ``trace`` (the dense block ids) is needed only when the policies are simulated: when
+    ``n_accesses`` is within ``opts.policy_max_accesses``."""
+    bs = block_size
+    capacities = tuple(sorted(set(opts.capacities_tokens))) or _default_capacities(curve, bs)
+    policy_points: dict[str, list[tuple[int, float]]] = {}
+    notes: list[str] = []
+    sim_policies = [p for p in opts.policies if p != "lru"]
+    if sim_policies and capacities:
+        if n_accesses > opts.policy_max_accesses:
+            notes.append(
+                f"{'/'.join(policy_label(p) for p in sim_policies)} not simulated: "
+                f"{n_accesses:,} block accesses "
+                f"exceed the per-capacity simulation limit of {opts.policy_max_accesses:,}"
+            )
+            step(40)
+        else:
+            assert trace is not None
+            prompt = trace.prompt_tokens
+            share = 40 / (len(sim_policies) * len(capacities))
+            next_use = (
+                next_use_requests(trace.block_ids, trace.offsets)
+                if any(_needs_next_use(p) for p in sim_policies)
+                else None
+            )
+            for policy in sim_policies:
+                pts = []
+                for cap in capacities:
+                    tokens = simulate_fast(
+                        trace.block_ids,
+                        trace.offsets,
+                        prompt,
+                        bs,
+                        first,
+                        cap // bs,
+                        policy,
+                        next_use,
+                    )
+                    pts.append((cap, tokens / den if den else 0.0))
+                    step(share)
+                policy_points[policy] = pts
+    else:
+        step(40)
+
+    return capacities, policy_points, notes
+
+
+def _summaries(
+    src: np.ndarray,
+    den: int,
+    sessions_known: bool,
+    tenants_known: bool,
+    sampled_curve: StepCurve | None,
+    dist_count: np.ndarray | None,
+    time_count: np.ndarray,
+    t0: float,
+    window_s: float,
+    ws: np.ndarray,
+    n_blocks: int,
+    bs: int,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Sources, reuse distance, reuse time and working set sections of the report.
+
+    ``sampled_curve``: the SHARDS curve, whose percentiles stand for the distances
+    (``dist_count`` is then unused)."""
+    hit_total = int(src.sum())
+    sources: dict[str, Any] = {
+        "attribution": "each reused block is credited to the most recent earlier request "
+        "that held it",
+        "tokens": {k: int(v) for k, v in zip(SOURCE_KEYS, src, strict=True)},
+        "share_of_hits": {
+            k: (int(v) / hit_total if hit_total else 0.0)
+            for k, v in zip(SOURCE_KEYS, src, strict=True)
+        },
+        "share_of_prompt": {
+            k: (int(v) / den if den else 0.0) for k, v in zip(SOURCE_KEYS, src, strict=True)
+        },
+        "sessions_known": sessions_known,
+        "tenants_known": tenants_known,
+    }
+    for k in SOURCE_KEYS:
+        sources[k] = sources["share_of_hits"][k]
+
+    if sampled_curve is not None:
+        curve = sampled_curve
+        # token-weighted percentiles of the sampled distances: where the curve reaches p %
+        top = float(curve.rates[-1]) if curve.rates.size else 0.0
+        dist_pct = {
+            f"p{p}": (float(curve.smallest_reaching(p / 100 * top) or 0) if top > 0 else None)
+            for p in PERCENTILES
+        }
+        weighting = "prefix-hit tokens, estimated from the SHARDS sample"
+    else:
+        assert dist_count is not None
+        dist_values = np.arange(dist_count.size, dtype=np.float64)
+        dist_pct = _percentiles_from_counts(dist_values, dist_count)
+        weighting = "hit block accesses"
+    reuse_distance = {
+        "unit": "distinct blocks touched since the block's previous use (LRU stack distance)",
+        "weighting": weighting,
+        "hit_accesses": int(time_count.sum()),
+        "blocks": dist_pct,
+        "tokens": {k: (None if v is None else v * bs) for k, v in dist_pct.items()},
+    }
+    upper = np.concatenate([TIME_EDGES, [np.inf]])
+    reuse_time = {
+        "unit": "seconds since the previous request holding the block "
+        "(upper edge of a 50-per-decade log bin)",
+        "hit_accesses": int(time_count.sum()),
+        **{k: v for k, v in _percentiles_from_counts(upper, time_count).items()},
+    }
+    working_set = {
+        "window_s": window_s,
+        "windows": [
+            {
+                "start_s": t0 + i * window_s,
+                "distinct_blocks": int(c),
+                "distinct_tokens": int(c) * bs,
+            }
+            for i, c in enumerate(ws)
+        ],
+        "peak_distinct_tokens": int(ws.max()) * bs if ws.size else 0,
+        "total_distinct_tokens": n_blocks * bs,
+    }
+    return sources, reuse_distance, reuse_time, working_set

@@ -85,6 +85,7 @@ def render_summary(
     _sources(report, console)
     _capacities(report, console)
     _distances(report, console)
+    _breakdowns(report, console)
     _prefixes(report, console)
     npx = report.non_prefix
     if npx.get("available"):
@@ -186,6 +187,26 @@ def _distances(report: ReuseReport, console: Console) -> None:
         f"Working set: peak {tokens(ws.get('peak_distinct_tokens'))} distinct tokens per "
         f"{seconds(ws.get('window_s'))} window."
     )
+
+
+def _spread(rows: list[dict[str, Any]]) -> str:
+    rates = [r["hit_rate"] for r in rows if r["prompt_tokens"]]
+    return f"{pct(min(rates))} to {pct(max(rates))}" if rates else "n/a"
+
+
+def _breakdowns(report: ReuseReport, console: Console) -> None:
+    b = report.breakdowns
+    if not b:
+        return
+    tenants = [r for r in b["by_tenant"] if r["tenant"] is not None]
+    hours = b["by_hour"]
+    parts = []
+    if len(tenants) > 1:
+        parts.append(f"per tenant {_spread(tenants)} over {len(tenants):,} tenants")
+    if len(hours) > 1:
+        parts.append(f"per hour {_spread(hours)} over {len(hours):,} hours")
+    if parts:
+        console.print("Steady ceiling " + "; ".join(parts) + " (breakdowns in --json).")
 
 
 def _prefixes(report: ReuseReport, console: Console) -> None:

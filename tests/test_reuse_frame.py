@@ -1,0 +1,221 @@
+"""The streamed reuse analysis (polars set operations, SHARDS in the scan) against the
+in-memory one (analyzer.reuse.analysis, itself checked against brute force in
+test_reuse.py): the same report, figure for figure, on generated traces; golden numbers
+on the public traces; datasets split over files; the CLI's flags."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from analyzer.cli import app
+from analyzer.errors import UsageError
+from analyzer.reuse import ReuseOptions, analyze_reuse
+from analyzer.reuse.frame import ROWS_PER_PART, analyze_canonical, scan_trace
+from analyzer.trace import CANONICAL_SCHEMA, BlockTrace, trace_metadata
+
+BS = 4
+GOLDEN = 0x9E3779B97F4A7C15
+_names = itertools.count()
+
+
+def write(path, table: pa.Table) -> None:
+    pq.write_table(table, path)
+
+
+@st.composite
+def traces(draw, max_requests: int = 25, max_new: int = 5):
+    """A canonical table: chains extending earlier chains' prefixes (so a block id always
+    has the same parent and depth, as chained hashes do), sessions, tenants, content
+    hashes that repeat at other positions, times over several hours."""
+    n = draw(st.integers(1, max_requests))
+    chains: list[list[int]] = []
+    next_id = 1
+    for _ in range(n):
+        prefix: list[int] = []
+        if chains and draw(st.integers(0, 9)) < 7:
+            base = chains[draw(st.integers(0, len(chains) - 1))]
+            prefix = base[: draw(st.integers(0, len(base)))]
+        m = draw(st.integers(0, max_new))
+        chains.append(prefix + list(range(next_id, next_id + m)))
+        next_id += m
+    extra = draw(st.lists(st.integers(0, BS - 1), min_size=n, max_size=n))
+    gaps = draw(st.lists(st.sampled_from([0.0, 1.5, 600.0, 2000.0]), min_size=n, max_size=n))
+    labels = st.one_of(st.none(), st.sampled_from(["a", "b", "c"]))
+    sessions = draw(st.lists(labels, min_size=n, max_size=n))
+    tenants = draw(st.lists(labels, min_size=n, max_size=n))
+    with_content = draw(st.booleans())
+    with_lcp = draw(st.booleans())
+    prompts = [len(c) * BS + e for c, e in zip(chains, extra, strict=True)]
+    mask = (1 << 64) - 1
+    cols = {
+        "request_id": [f"r{i}" for i in range(n)],
+        "arrival_s": list(np.cumsum(gaps) - gaps[0]),
+        "session_id": sessions,
+        "tenant": tenants,
+        "model": ["m"] * n,
+        "prompt_tokens": prompts,
+        "output_tokens": [None] * n,
+        "block_hashes": [[(b * GOLDEN) & mask for b in c] for c in chains],
+        "content_hashes": (
+            [[(b % 7 + 1) * 31 for b in c] for c in chains] if with_content else [None] * n
+        ),
+        "token_lcp_prev": ([draw(st.integers(0, p)) for p in prompts] if with_lcp else [None] * n),
+        "parent_request_id": [None] * n,
+        "turn": [None] * n,
+        "count_only": [False] * n,
+        "approx_lengths": [False] * n,
+        "cached_tokens": [None] * n,
+        "engine_prompt_tokens": [None] * n,
+    }
+    table = pa.table(cols, schema=CANONICAL_SCHEMA)
+    return table.replace_schema_metadata(trace_metadata(block_size=BS))
+
+
+options = st.builds(
+    ReuseOptions,
+    warmup=st.sampled_from([0.0, 0.3, 0.5]),
+    policies=st.sampled_from([("lru",), ("lru", "fifo", "optimal")]),
+    granularities=st.sampled_from([(4, 8, 12), (8, 16)]),
+    top_n=st.sampled_from([0, 3]),
+    shards_rate=st.sampled_from([None, None, 0.5, 0.9]),
+    shards_error_accesses=st.sampled_from([5, 1000]),
+    n_windows=st.sampled_from([1, 5]),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(table=traces(), opts=options, rows_per_part=st.sampled_from([ROWS_PER_PART, 9, 25]))
+def test_streamed_report_equals_the_in_memory_report(tmp_path_factory, table, opts, rows_per_part):
+    """Whole, and split into hash parts of a few rows (spilled, as a large trace is)."""
+    path = tmp_path_factory.getbasetemp() / f"t{next(_names)}.parquet"
+    write(path, table)
+    want = analyze_reuse(BlockTrace.from_parquet(path), opts).to_json()
+    got = analyze_canonical(path, opts, rows_per_part=rows_per_part).to_json()
+    assert got == want
+
+
+@settings(max_examples=15, deadline=None)
+@given(table=traces(max_requests=30), cuts=st.lists(st.integers(0, 30), max_size=3))
+def test_a_dataset_split_over_files_reads_as_the_one_file(tmp_path_factory, table, cuts):
+    d = tmp_path_factory.mktemp("dataset")
+    edges = sorted({0, table.num_rows, *(min(c, table.num_rows) for c in cuts)})
+    for i, (lo, hi) in enumerate(itertools.pairwise(edges)):
+        write(d / f"part-{i:03d}.parquet", table.slice(lo, hi - lo))
+    one = d.parent / f"{d.name}.parquet"
+    write(one, table)
+    opts = ReuseOptions(policies=("lru",))
+    assert analyze_canonical(d, opts).to_json() == analyze_canonical(one, opts).to_json()
+
+
+def test_rows_out_of_order_are_sorted_as_the_in_memory_reader_does(tmp_path):
+    rows = {f.name: [None] * 3 for f in CANONICAL_SCHEMA}
+    rows |= {
+        "request_id": ["a", "b", "c"],
+        "arrival_s": [5.0, 1.0, 3.0],
+        "prompt_tokens": [9, 9, 13],
+        "block_hashes": [[1, 2], [1, 2], [1, 2, 3]],
+        "count_only": [False] * 3,
+        "approx_lengths": [False] * 3,
+    }
+    table = pa.table(rows, schema=CANONICAL_SCHEMA).replace_schema_metadata(
+        trace_metadata(block_size=4)
+    )
+    write(tmp_path / "t.parquet", table)
+    opts = ReuseOptions(warmup=0.0)
+    got = analyze_canonical(tmp_path / "t.parquet", opts)
+    assert got.to_json() == analyze_reuse(BlockTrace.from_table(table), opts).to_json()
+    assert got.hit_tokens == 8 + 8  # b: nothing before it; a and c reuse [1, 2]
+
+
+def test_breakdowns_per_tenant_and_hour_by_brute_force(tmp_path):
+    # tenant 1: requests 0, 2 ; tenant 2: 1 ; hour 0: 0, 1 ; hour 1: 2
+    rows = {f.name: [None] * 3 for f in CANONICAL_SCHEMA}
+    rows |= {
+        "request_id": ["a", "b", "c"],
+        "arrival_s": [0.0, 10.0, 3700.0],
+        "tenant": ["acme-secret", "zeta-secret", "acme-secret"],
+        "prompt_tokens": [9, 13, 13],
+        "block_hashes": [[1, 2], [1, 2, 3], [1, 2, 3]],
+        "count_only": [False] * 3,
+        "approx_lengths": [False] * 3,
+    }
+    table = pa.table(rows, schema=CANONICAL_SCHEMA).replace_schema_metadata(
+        trace_metadata(block_size=4)
+    )
+    write(tmp_path / "t.parquet", table)
+    rep = analyze_canonical(tmp_path / "t.parquet", ReuseOptions(warmup=0.0)).to_json()
+    # hits: a 0, b 8 (blocks 1, 2), c 12 (all three blocks, last token recomputed)
+    b = rep["breakdowns"]
+    assert b["by_tenant"] == [
+        {"tenant": 1, "requests": 2, "prompt_tokens": 22, "hit_tokens": 12,
+         "hit_rate": round(12 / 22, 6)},
+        {"tenant": 2, "requests": 1, "prompt_tokens": 13, "hit_tokens": 8,
+         "hit_rate": round(8 / 13, 6)},
+    ]  # fmt: skip
+    assert [(h["hour"], h["hit_tokens"], h["prompt_tokens"]) for h in b["by_hour"]] == [
+        (0, 8, 22),
+        (1, 12, 13),
+    ]
+    assert "secret" not in json.dumps(rep)  # tenants by number, never by name
+
+
+def test_golden_mooncake_ceiling_through_the_streamed_path(shared_traces, tmp_path):
+    from tests.test_reuse import mooncake_table
+
+    path = tmp_path / "mooncake.parquet"
+    write(path, mooncake_table(shared_traces / "mooncake" / "conversation_trace.jsonl"))
+    rep = analyze_canonical(path, ReuseOptions(policies=("lru",)))
+    assert round(rep.ceiling_hit_rate, 4) == 0.3978  # 39.8 %
+    assert round(rep.cold_ceiling_hit_rate, 4) == 0.3734
+    assert scan_trace(path)[1]["block_size"] == "512"
+
+
+def test_shards_above_a_threshold_and_exact_on_demand(tmp_path):
+    rng = np.random.default_rng(3)
+    n = 400
+    chains = []
+    for i in range(n):
+        base = chains[rng.integers(0, len(chains))][: rng.integers(0, 20)] if chains else []
+        chains.append(list(base) + list(range(1000 * (i + 1), 1000 * (i + 1) + 6)))
+    rows = {f.name: [None] * n for f in CANONICAL_SCHEMA}
+    rows |= {
+        "request_id": [str(i) for i in range(n)],
+        "arrival_s": [float(i) for i in range(n)],
+        "prompt_tokens": [len(c) * 4 + 1 for c in chains],
+        "block_hashes": [[(b * GOLDEN) & ((1 << 64) - 1) for b in c] for c in chains],
+        "count_only": [False] * n,
+        "approx_lengths": [False] * n,
+    }
+    table = pa.table(rows, schema=CANONICAL_SCHEMA).replace_schema_metadata(
+        trace_metadata(block_size=4)
+    )
+    path = tmp_path / "t.parquet"
+    write(path, table)
+    runner = CliRunner()
+    out = tmp_path / "s.json"
+    res = runner.invoke(app, ["reuse", str(path), "--shards-above", "100", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["curve_method"] == "shards" and doc["shards"]["rate"] == 0.01
+    assert doc["shards"]["checked_accesses"] == sum(len(c) for c in chains)
+    assert "sampled at rate 0.01" in res.output and "measured error" in res.output
+    want = analyze_reuse(
+        BlockTrace.from_table(table), ReuseOptions(shards_threshold_accesses=100)
+    ).to_json()
+    assert {k: v for k, v in doc.items() if k != "models"} == want
+    res = runner.invoke(
+        app, ["reuse", str(path), "--shards-above", "100", "--exact-curve", "--json", str(out),
+              "--force"]
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["curve_method"] == "exact"
+    res = runner.invoke(app, ["reuse", str(path), "--exact-curve", "--shards-rate", "0.1"])
+    assert isinstance(res.exception, UsageError) and "contradict" in str(res.exception)
