@@ -28,11 +28,14 @@ def summary_lines(result, doc: dict) -> list[str]:
     return [str(r) for r in doc["verdict"]["reasons"][:3]]
 
 
-def banner_html(verdict: str, lines: list[str]) -> str:
+def banner_html(verdict: str, lines: list[str], stale: bool = False) -> str:
+    """The banner; ``stale``: it is the previous settings' verdict, shown while the new
+    one is computed (``data-stale`` lets a browser test tell the two apart)."""
     color = VERDICT_COLOR.get(verdict, "#444444")
     body = "".join(f"<p style='margin:0.35em 0 0 0'>{html.escape(t)}</p>" for t in lines)
+    mark = " data-stale='1'" if stale else ""
     return (
-        f"<div data-testid='kvpool-verdict' data-verdict='{html.escape(verdict)}' "
+        f"<div data-testid='kvpool-verdict' data-verdict='{html.escape(verdict)}'{mark} "
         f"style='background:{color};color:#fff;border-radius:8px;padding:1.1em 1.4em;"
         "margin:0.4em 0 1em 0'>"
         f"<div style='font-size:1.7em;font-weight:700'>{html.escape(VERDICT_TEXT.get(verdict, verdict))}</div>"
@@ -41,8 +44,8 @@ def banner_html(verdict: str, lines: list[str]) -> str:
     )
 
 
-def verdict_banner(verdict: str, lines: list[str]) -> None:
-    st.markdown(banner_html(verdict, lines), unsafe_allow_html=True)
+def verdict_banner(verdict: str, lines: list[str], stale: bool = False) -> None:
+    st.markdown(banner_html(verdict, lines, stale), unsafe_allow_html=True)
 
 
 def settings_line(opts) -> str:

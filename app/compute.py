@@ -534,13 +534,21 @@ def _models_document(loaded, warmup: float, kv_dtype: str) -> dict:
 
 
 def run_whatif(
-    cur: Current, opts, advance: Advance | None = None, on_run=None, gate=None, memo=None
+    cur: Current,
+    opts,
+    advance: Advance | None = None,
+    on_run=None,
+    gate=None,
+    memo=None,
+    only_known: bool = False,
 ):
     """``run_analysis`` on the loaded trace with every layer remembered: the reuse report
     per warm-up and model, each replay per scenario and the settings it reads. Safe to
     call from a background thread (it touches no page element); ``gate`` is then called
     at every replay progress step (the prefetch waits there while a page computes), and
-    ``memo`` the :func:`replay_memo` fetched by the page (no Streamlit call in a thread)."""
+    ``memo`` the :func:`replay_memo` fetched by the page (no Streamlit call in a thread).
+    ``only_known``: replay nothing; a replay not remembered raises
+    ``analyzer.replay.memo.NotRemembered``."""
     from analyzer.advisor import run_analysis
     from analyzer.cost import CostModel
 
@@ -556,7 +564,9 @@ def run_whatif(
     )
     memo = memo or replay_memo()
 
-    def replayer(trace, cfg, scenarios, ttft_slo_s, search_rate, advance=None, cost=None):
+    def replayer(
+        trace, cfg, scenarios, ttft_slo_s=2.0, search_rate=True, advance=None, cost=None, part=None
+    ):
         return memo.run(
             trace,
             cfg,
@@ -565,9 +575,13 @@ def run_whatif(
             search_rate=search_rate,
             advance=gate or advance,
             cost=cost,
-            trace_key=(cur.content, cur.ingest_key),
-            cost_key=None,  # the catalog model of cfg, as the analysis builds it
+            # ``part``: one model's requests of a multi-model log (the per-model replay).
+            trace_key=(cur.content, cur.ingest_key, part),
+            # The catalog model of cfg, as the analysis builds it; a per-model replay's is
+            # the catalog model at the smallest TP it fits at, with the catalog's MFU.
+            cost_key=None if part is None else "per-model fit",
             on_run=on_run,
+            only_known=only_known,
         )
 
     return run_analysis(
@@ -581,35 +595,112 @@ def run_whatif(
     )
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
-def _analysis(content: str, ingest_key: Key, opts_key: str, _opts, _cur, _advance):
-    CALLS["analysis"] += 1
-    return run_whatif(_cur, _opts, _advance, on_run=_count_run)
+def analysis_options(cur: Current, w, warmup: float, thresholds=None, prices=None):
+    """The ``AnalyzeOptions`` of the what-if controls for the trace on screen, with the
+    decision thresholds and the prices (``PriceOverrides``) when given."""
+    from dataclasses import replace
+
+    opts = analyze_options(w, warmup, dict(cur.ingest_key).get("block_size"))
+    if thresholds is not None:
+        opts = replace(opts, thresholds=thresholds)
+    return opts if prices is None else replace(opts, prices=prices)
 
 
 def analysis(cur: Current, w, warmup: float, thresholds=None):
     """``analyzer.advisor.AnalysisResult`` (verdict, sizing, settings, gates) of the
     trace on screen, from its ingestion (never re-read); ``thresholds`` are the decision
     thresholds (``analyzer.advisor.figures.Thresholds``; None: the defaults)."""
-    from dataclasses import replace
+    return analysis_of(cur, analysis_options(cur, w, warmup, thresholds))
 
-    opts = analyze_options(w, warmup, dict(cur.ingest_key).get("block_size"))
-    if thresholds is not None:
-        opts = replace(opts, thresholds=thresholds)
-    return analysis_of(cur, opts)
+
+def _decided_now(cur: Current, opts):
+    """The analysis for ``opts`` if it needs no replay (every one it reads is remembered),
+    else None: deciding, sizing and pricing from remembered replays takes a fraction of
+    a second, so a threshold, the objective, a price or the SLO of a replay without the
+    rate search answers at once. A layer it computes on the way (the reuse report of a
+    new model) is remembered for the replay that follows."""
+    from analyzer.replay.memo import NotRemembered
+
+    try:
+        result = run_whatif(cur, opts, only_known=True)
+    except NotRemembered:
+        return None
+    CALLS["analysis"] += 1
+    CALLS["decided_now"] += 1
+    return result
 
 
 def analysis_of(cur: Current, opts):
     """The analysis of the trace on screen for ``opts`` (``AnalyzeOptions``): from the
-    prefetch when it got there first, else run with every layer remembered."""
+    prefetch or an earlier page when it got there first, from the remembered replays
+    when it needs none, else run here with a progress bar (every layer remembered)."""
     from app.prefetch import analysis_key, prefetcher
 
-    ahead = prefetcher().get(analysis_key(cur, opts))
+    pf = prefetcher()
+    key = analysis_key(cur, opts)
+    ahead = pf.get(key)
     if ahead is not None:
         CALLS["prefetched"] += 1
         return ahead
-    with prefetcher().foreground(), progress("Running the analysis", 100) as advance:
-        return _analysis(cur.content, cur.ingest_key, repr(opts), opts, cur, advance)
+    with pf.foreground():
+        result = _decided_now(cur, opts)
+        if result is None:
+            with progress("Running the analysis", 100) as advance:
+                CALLS["analysis"] += 1
+                result = run_whatif(cur, opts, advance, on_run=_count_run)
+    pf.put(key, result)
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the Recommendation page shows for the settings asked.
+
+    ``result`` is the analysis for them, or, while their replays run in the background
+    (``pending``), the last one shown (``stale``: drawn greyed with a progress bar). A
+    latency-first analysis whose sensitivity replays (other instance counts) are not
+    ready yet is shown at once without those rows (``partial``); the verdict, sizing
+    and money do not depend on them."""
+
+    result: Any  # analyzer.advisor.AnalysisResult
+    stale: bool = False
+    pending: Any = None  # the background job's key, polled by the page
+    partial: str = ""  # what the result leaves out until ``pending`` is done
+
+
+def answer(cur: Current, opts, shown=None) -> Answer:
+    """The Recommendation's answer for ``opts`` without waiting for a replay when there
+    is something to show meanwhile: ``shown`` is the last result the page showed for
+    this trace (None on the first visit: then the analysis runs here, with progress)."""
+    from dataclasses import replace
+
+    from app.prefetch import analysis_key, prefetcher
+
+    pf = prefetcher()
+    key = analysis_key(cur, opts)
+    ahead = pf.get(key)
+    if ahead is not None:
+        CALLS["prefetched"] += 1
+        return Answer(ahead)
+    with pf.foreground():
+        now = _decided_now(cur, opts)
+    if now is not None:
+        pf.put(key, now)
+        return Answer(now)
+    if shown is None or pf.failed(key):
+        # Nothing to show meanwhile, or the background run failed: run here, with the
+        # progress bar, where an error shows as the page's message.
+        return Answer(analysis_of(cur, opts))
+    memo = replay_memo()
+    pf.run_now(key, lambda gate: run_whatif(cur, opts, gate=gate, memo=memo, on_run=_count_run))
+    if opts.thresholds.objective == "ttft" and opts.sensitivity_replays:
+        # The rows for other instance counts are replays of their own; the rest of the
+        # analysis may be all remembered.
+        with pf.foreground():
+            quick = _decided_now(cur, replace(opts, sensitivity_replays=False))
+        if quick is not None:
+            return Answer(quick, pending=key, partial="the rows for other instance counts")
+    return Answer(shown, stale=True, pending=key)
 
 
 def reports(cur: Current, result) -> Callable[[str], str]:
@@ -621,10 +712,10 @@ def reports(cur: Current, result) -> Callable[[str], str]:
 
     def render(kind: str) -> str:
         def make() -> str:
-            from analyzer.report import render_html, render_json, render_markdown
+            from analyzer.report import ReportDocument, render_html, render_json, render_markdown
 
             fn = {"html": render_html, "md": render_markdown, "json": render_json}[kind]
-            return fn(result.to_json())
+            return fn(ReportDocument.of(result))
 
         return _remember(("report", kind, cur.content, cur.ingest_key, repr(result.options)), make)
 

@@ -262,3 +262,41 @@ def thresholds():
             kept[name] = pct
             values[name] = round(pct / 100, 6)
     return replace(base, **values)
+
+
+# Prices: (PriceOverrides field, label, the Prices attribute holding the catalog's figure).
+PRICE_CONTROLS = (
+    ("gpu_hour_usd", "GPU ($ per GPU-hour)", "gpu_hour"),
+    ("dram_gb_month_usd", "Host DRAM ($ per GB-month)", "dram_gb_month"),
+    ("nvme_tb_month_usd", "NVMe ($ per TB-month)", "nvme_tb_month"),
+    ("nic_node_month_usd", "Pool NIC ($ per node-month)", "nic_node_month"),
+    ("store_month_usd", "Pool store operation ($ per month)", "store_month"),
+)
+
+
+def prices(gpu: str):
+    """The prices (``analyzer.cost.prices.PriceOverrides``) under a "Prices" expander on
+    the page that calls it, starting from the catalog's (``models/prices.toml``); only
+    a price moved away from the catalog's is set, as a `kvpool analyze --gpu-hour-usd`
+    flag would be. A price reaches the money and the decision, never a replay."""
+    from analyzer.cost.prices import PriceOverrides, resolve_prices
+
+    catalog = resolve_prices(gpu)
+    values: dict = {}
+    with st.expander("Prices"):
+        cols = st.columns(len(PRICE_CONTROLS))
+        for col, (name, label, attr) in zip(cols, PRICE_CONTROLS, strict=True):
+            price = getattr(catalog, attr)
+            base = float(price.usd) if price is not None else 0.0
+            got = col.number_input(
+                label,
+                min_value=0.0,
+                value=base,
+                step=max(0.01, round(base / 10, 2)),
+                key=f"ctl.price.{name}.{gpu}" if name == "gpu_hour_usd" else f"ctl.price.{name}",
+                help=f"catalog: {base:g} ({price.source if price is not None else 'none'})",
+            )
+            moved = got > 0 if price is None else abs(float(got) - base) > 1e-12
+            if moved:
+                values[name] = float(got)
+    return PriceOverrides(**values)

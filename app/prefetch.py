@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
@@ -31,7 +32,7 @@ Job = tuple[Hashable, Callable[[Callable[[float], None]], object]]
 class Prefetcher:
     """One background worker running the latest list of jobs, pausing for the page."""
 
-    def __init__(self, max_results: int = 16) -> None:
+    def __init__(self, max_results: int = 32) -> None:
         self._lock = threading.Lock()
         self._pending: list[Job] = []
         self._thread: threading.Thread | None = None
@@ -40,24 +41,106 @@ class Prefetcher:
         self._busy = 0
         self._results: OrderedDict[Hashable, object] = OrderedDict()
         self._max = max_results
+        self._urgent: dict[Hashable, list[float]] = {}  # run_now jobs: [simulated, started]
+        self._failed: dict[Hashable, str] = {}
+        self._threads: list[threading.Thread] = []
+        # The neighbour being prefetched, its [simulated, started], and the one the user
+        # asked for while it ran (it then runs on without pausing for the page).
+        self._current: Hashable | None = None
+        self._progress: list[float] = [0.0, 0.0]
+        self._promoted: Hashable | None = None
         self.started: list[Hashable] = []  # what ran, in order (tests read it)
 
     def get(self, key: Hashable):
         with self._lock:
+            if key in self._results:
+                self._results.move_to_end(key)
             return self._results.get(key)
+
+    def put(self, key: Hashable, result: object) -> None:
+        """Remember an answer computed elsewhere (the page's own)."""
+        with self._lock:
+            self._store(key, result)
+
+    def _store(self, key: Hashable, result: object) -> None:
+        self._results[key] = result
+        self._results.move_to_end(key)
+        self._failed.pop(key, None)
+        while len(self._results) > self._max:
+            self._results.popitem(last=False)
+
+    def run_now(self, key: Hashable, fn: Callable[[Callable[[float], None]], object]) -> None:
+        """Start ``fn(advance)`` at once in a thread of its own, ahead of the queue (which
+        waits meanwhile): the answer the user asked for, while the page shows the last
+        one. Nothing happens if ``key`` is known, running, or failed already."""
+        with self._lock:
+            if key in self._results or key in self._urgent or key in self._failed:
+                return
+            if key == self._current:  # the prefetch is on it: let it run unpaused
+                self._promoted = key
+                return
+            self._urgent[key] = [0.0, time.monotonic()]
+            self._busy += 1
+            self._idle.clear()
+
+        def advance(n: float) -> None:
+            with self._lock:
+                self._urgent[key][0] += n
+
+        def work() -> None:
+            try:
+                result = fn(advance)
+            except Exception as exc:  # shown by the page, which runs it again itself
+                log.debug("background analysis of %r failed: %s", key, exc)
+                with self._lock:
+                    self._failed[key] = str(exc)
+            else:
+                with self._lock:
+                    self._store(key, result)
+            finally:
+                with self._lock:
+                    self._urgent.pop(key, None)
+                    self._busy -= 1
+                    if self._busy == 0:
+                        self._idle.set()
+
+        thread = threading.Thread(target=work, name="kvpool-whatif", daemon=True)
+        with self._lock:
+            self._threads.append(thread)
+            self._threads = [t for t in self._threads if t.is_alive() or t is thread]
+        thread.start()
+
+    def running(self, key: Hashable) -> tuple[float, float] | None:
+        """(requests simulated, seconds since it started) of a :meth:`run_now` job still
+        running; None once it is done (its answer is then in :meth:`get`) or failed."""
+        with self._lock:
+            got = self._urgent.get(key)
+            if got is None and key == self._current == self._promoted:
+                got = self._progress
+            return None if got is None else (got[0], time.monotonic() - got[1])
+
+    def failed(self, key: Hashable) -> bool:
+        with self._lock:
+            return key in self._failed
 
     def submit(self, jobs: list[Job]) -> None:
         """Replace the jobs not started yet with ``jobs`` (those already known skipped)."""
         with self._lock:
-            self._pending = [(k, fn) for k, fn in jobs if k not in self._results]
+            self._pending = [
+                (k, fn) for k, fn in jobs if k not in self._results and k not in self._urgent
+            ]
             if self._pending and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(
                     target=self._loop, name="kvpool-prefetch", daemon=True
                 )
                 self._thread.start()
 
-    def _gate(self, _n: float) -> None:
-        self._idle.wait()
+    def _gate(self, n: float) -> None:
+        with self._lock:
+            self._progress[0] += n
+            asked = self._current == self._promoted
+        if not asked:  # a neighbour the user has not asked for yet waits for the page
+            self._idle.wait()
 
     def _loop(self) -> None:
         while True:
@@ -67,16 +150,20 @@ class Prefetcher:
                     return
                 key, fn = self._pending.pop(0)
                 self.started.append(key)
+                self._current, self._progress = key, [0.0, time.monotonic()]
             self._idle.wait()
             try:
                 result = fn(self._gate)
             except Exception as exc:  # a neighbour that cannot be analysed: skip it
                 log.debug("prefetch of %r failed: %s", key, exc)
+                with self._lock:
+                    if key == self._promoted:  # asked for: the page runs it and says why
+                        self._failed[key] = str(exc)
+                    self._current = None
                 continue
             with self._lock:
-                self._results[key] = result
-                while len(self._results) > self._max:
-                    self._results.popitem(last=False)
+                self._store(key, result)
+                self._current = None
 
     @contextmanager
     def foreground(self) -> Iterator[None]:
@@ -93,12 +180,17 @@ class Prefetcher:
                     self._idle.set()
 
     def wait(self, timeout_s: float) -> bool:
-        """Block until the queue is done (tests); False on timeout."""
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout_s)
-            return not thread.is_alive()
-        return True
+        """Block until the queue and every :meth:`run_now` job are done (tests); False
+        on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            threads = [self._thread, *self._threads]
+        for thread in threads:
+            if thread is not None:
+                thread.join(max(0.0, deadline - time.monotonic()))
+                if thread.is_alive():
+                    return False
+        return self._thread is None or not self._thread.is_alive()
 
 
 @st.cache_resource(show_spinner=False)
@@ -111,14 +203,21 @@ def analysis_key(cur, opts) -> Hashable:
 
 
 def neighbours(opts) -> list:
-    """Half and twice the instances, and the next slower and faster pool network."""
+    """The what-ifs most likely next, cheapest first: the other objective (a latency-first
+    decision reads quick replays at half and twice the instances), the next slower and
+    faster pool network and half and twice the pool's bandwidth (the pooled scenario
+    alone), then half and twice the instances (every scenario)."""
     from analyzer.cost import list_tiers
 
     def with_cluster(**kw):
         return replace(opts, cluster=replace(opts.cluster, **kw))
 
-    half_twice = (max(1, opts.instances // 2), opts.instances * 2)
-    out = [with_cluster(instances=n) for n in half_twice if n != opts.instances]
+    th = opts.thresholds
+    out = [
+        replace(
+            opts, thresholds=replace(th, objective="cost" if th.objective == "ttft" else "ttft")
+        )
+    ]
     nets = sorted(
         (t for t in list_tiers() if t.kind == "network"), key=lambda t: (t.bandwidth_gbps, t.name)
     )
@@ -126,6 +225,10 @@ def neighbours(opts) -> list:
     if opts.pool_tier in names:
         i = names.index(opts.pool_tier)
         out += [with_cluster(pool_tier=names[j]) for j in (i - 1, i + 1) if 0 <= j < len(names)]
+    if opts.pool_gbps:
+        out += [with_cluster(pool_gbps=opts.pool_gbps * f) for f in (0.5, 2.0)]
+    half_twice = (max(1, opts.instances // 2), opts.instances * 2)
+    out += [with_cluster(instances=n) for n in half_twice if n != opts.instances]
     return out
 
 

@@ -176,6 +176,12 @@ GUI_WORDS = {
     "--block-size": "Block size (Load a trace)",
     "--strict": "Strict (Load a trace)",
     "--calibration": "Calibration CSV (Cost model)",
+    "--gpu-hour-usd": "GPU ($ per GPU-hour)",
+    "--dram-gb-month-usd": "Host DRAM ($ per GB-month)",
+    "--nvme-tb-month-usd": "NVMe ($ per TB-month)",
+    "--nic-node-month-usd": "Pool NIC ($ per node-month)",
+    "--store-month-usd": "Pool store operation ($ per month)",
+    "--objective": "Decide on",
 }
 _FLAG = re.compile(r"--[a-z][a-z0-9-]*")
 

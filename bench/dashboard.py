@@ -7,11 +7,14 @@ Starts ``kvpool dashboard TRACE`` (a real server), drives Debian's Chromium thro
 Playwright and prints, against the targets of the what-if issue:
 
 * first Recommendation page, from opening it on a fresh server      (target < 15 s)
-* a what-if that needs no replay (a decision threshold)             (target < 1 s)
-* a what-if prefetched while the user read (twice the instances)    (no replay left)
-* a what-if that replays one scenario (the pool's bandwidth)
-* a what-if that replays all four scenarios (instances 3; Replay page, with and
-  without the SLO rate search)                                      (target < 8 s)
+* what-ifs that need no replay: a decision threshold, the objective
+  (latency-first: its sensitivity replays run in the background)   (target < 1 s)
+* what-ifs prefetched while the user read (twice the instances, twice the pool's
+  bandwidth)                                                         (no replay left)
+* what-ifs that need a replay (the pool's bandwidth: one scenario; 3 instances:
+  every scenario): the seconds to the previous answer greyed on screen, and to the
+  updated verdict, replayed in the background
+* the Replay page: four scenarios with and without the SLO rate search (target < 8 s)
 * the server's terminal: lines written, and Streamlit warnings among them
 
 A timing ends when the app reports that its script run is over (Streamlit's
@@ -127,6 +130,26 @@ def verdict(page) -> str:
     return page.locator("[data-testid=kvpool-verdict]").first.get_attribute("data-verdict") or ""
 
 
+FRESH = "[data-testid=kvpool-verdict]:not([data-stale])"
+
+
+def timed_verdict(page, action) -> tuple[float, float]:
+    """Seconds from ``action()`` to an answer on screen (the run is over: the new verdict,
+    or the previous one greyed while the new one is replayed in the background), and to
+    the updated verdict (the banner no longer greyed)."""
+    t0 = time.perf_counter()
+    action()
+    with contextlib.suppress(Exception):
+        page.wait_for_selector(RUNNING, timeout=3000)
+    page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
+    shown = time.perf_counter() - t0
+    page.wait_for_selector(FRESH, timeout=TIMEOUT_MS)
+    page.wait_for_selector(IDLE, timeout=TIMEOUT_MS)
+    updated = time.perf_counter() - t0
+    settle(page)
+    return shown, updated
+
+
 def wait_prefetch(page, seconds: float) -> None:
     """Let the background prefetch finish while 'the user reads'."""
     page.wait_for_timeout(int(seconds * 1000))
@@ -144,6 +167,8 @@ def main() -> None:
 
     from analyzer.report import CHROMIUM_FLAGS
 
+    # A `timeout` or Ctrl-C still stops the server and prints what was measured.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     port = args.port or free_port()
     log = Path(tempfile.mkdtemp(prefix="kvpool-bench-")) / "server.log"
     t_start = time.perf_counter()
@@ -164,32 +189,35 @@ def main() -> None:
             before = verdict(page)
 
             expand(page, "Decision thresholds")
-            t = timed(
-                page,
-                lambda: set_number(page, "Least TTFT reduction the pilot must show (%)", 5),
-            )
+            label = "Pool's least TTFT advantage over host DRAM (%)"
+            t = timed(page, lambda: set_number(page, label, 5))
             rows.append(("what-if, no replay (a decision threshold)", t, "< 1 s"))
-            t = timed(
-                page,
-                lambda: set_number(page, "Least TTFT reduction the pilot must show (%)", 25),
-            )
+            t = timed(page, lambda: set_number(page, label, 10))
             rows.append(("what-if, no replay (threshold back)", t, "< 1 s"))
             assert verdict(page) == before
+            objective = page.locator('[data-testid="stRadio"]').filter(has_text="Decide on")
+            _, t = timed_verdict(page, lambda: objective.get_by_text("ttft", exact=True).click())
+            rows.append(("what-if, objective ttft (sensitivity in background)", t, "< 1 s"))
+            _, t = timed_verdict(page, lambda: objective.get_by_text("cost", exact=True).click())
+            rows.append(("what-if, objective back to cost", t, "< 1 s"))
 
             wait_prefetch(page, args.read_s)
-            t = timed(page, lambda: set_number(page, "Instances", 8))
+            _, t = timed_verdict(page, lambda: set_number(page, "Instances", 8))
             rows.append(("what-if, prefetched (instances 4 -> 8)", t, "< 1 s"))
-            t = timed(page, lambda: set_number(page, "Instances", 4))
+            _, t = timed_verdict(page, lambda: set_number(page, "Instances", 4))
             rows.append(("what-if, seen before (instances back to 4)", t, "< 1 s"))
 
             expand(page, "Tiers and links")
-            t = timed(
-                page, lambda: set_number(page, "Pool bandwidth per node (GB/s; 0 = catalog)", 40)
-            )
-            rows.append(("what-if, pool replayed (pool 40 GB/s)", t, ""))
+            bw = "Pool bandwidth per node (GB/s; 0 = catalog)"
+            _, t = timed_verdict(page, lambda: set_number(page, bw, 50))
+            rows.append(("what-if, prefetched (pool 25 -> 50 GB/s)", t, "< 1 s"))
+            shown, t = timed_verdict(page, lambda: set_number(page, bw, 40))
+            rows.append(("what-if, pool replayed (40 GB/s): previous answer greyed", shown, ""))
+            rows.append(("what-if, pool replayed (40 GB/s): updated verdict", t, ""))
 
-            t = timed(page, lambda: set_number(page, "Instances", 3))
-            rows.append(("what-if, whole analysis (instances 3)", t, ""))
+            shown, t = timed_verdict(page, lambda: set_number(page, "Instances", 3))
+            rows.append(("what-if, every scenario (instances 3): previous greyed", shown, ""))
+            rows.append(("what-if, every scenario (instances 3): updated verdict", t, "< 8 s"))
 
             open_page(page, "Replay")
             t = timed(page, lambda: set_number(page, "Instances", 5))
@@ -201,11 +229,16 @@ def main() -> None:
             browser.close()
     finally:
         stop_server(proc)
+        # Printed even when a step failed or the run was stopped: what was measured.
+        report(args.trace, rows, log)
+
+
+def report(trace: Path, rows: list[tuple[str, float, str]], log: Path) -> None:
     lines = log.read_text(errors="replace").splitlines()
     warnings = [ln for ln in lines if "ScriptRunContext" in ln or "Warning" in ln]
     load = os.getloadavg()
     print(
-        f"kvpool dashboard on {args.trace.name}; {os.cpu_count()} CPUs, load average "
+        f"kvpool dashboard on {trace.name}; {os.cpu_count()} CPUs, load average "
         f"{load[0]:.1f} / {load[1]:.1f} (1 / 5 min): timings on a shared box are noisy"
     )
     print(f"{'what':<58} {'seconds':>8}  target")
@@ -213,7 +246,7 @@ def main() -> None:
         print(f"{what:<58} {secs:>8.2f}  {target}")
     print(f"server terminal: {len(lines)} lines, {len(warnings)} framework warnings")
     for ln in lines[-5:]:
-        print(f"  | {ln}")
+        print(f"  | {ln}", flush=True)
 
 
 if __name__ == "__main__":

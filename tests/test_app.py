@@ -4,6 +4,8 @@ the cache (ingestion not redone), and bad input shown as messages, never traceba
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -11,6 +13,7 @@ import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from analyzer.report.document import report_json
 from app import compute
 from app.command import ENV_INPUT, ENV_MAX_UPLOAD_MB
 
@@ -306,7 +309,7 @@ def test_report_download_matches_kvpool_analyze(sample: Path, block_size: int | 
     byte for byte."""
     from analyzer.advisor import AnalyzeOptions, run_analysis
     from analyzer.ingest import IngestOptions
-    from analyzer.report import render_json
+    from analyzer.report import ReportDocument, render_json
     from app import controls, state
 
     cur = compute.ingest((str(sample),), state.IngestChoice(block_size=block_size).key())
@@ -315,7 +318,9 @@ def test_report_download_matches_kvpool_analyze(sample: Path, block_size: int | 
     report = compute.reports(cur, result)
     html, markdown, payload = report("html"), report("md"), report("json")
     expected = render_json(
-        run_analysis([str(sample)], AnalyzeOptions(ingest=IngestOptions(block_size=block_size)))
+        ReportDocument.of(
+            run_analysis([str(sample)], AnalyzeOptions(ingest=IngestOptions(block_size=block_size)))
+        )
     )
     assert payload == expected
     assert json.loads(payload)["inputs"][0]["name"] == "input-1"  # no file names by default
@@ -466,12 +471,17 @@ def test_neighbouring_what_ifs_are_ready_before_the_click(at: AppTest, sample: P
 def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path, monkeypatch) -> None:
     from analyzer.advisor import AnalyzeOptions, run_analysis
     from analyzer.advisor.figures import Thresholds
+    from analyzer.replay.memo import ReplayMemo
     from app import prefetch
 
     # The background prefetch replays neighbouring clusters on its own schedule and
-    # bumps the same counters; it is tested by itself above. Here only the page counts.
+    # bumps the same counters; it is tested by itself above. Here only the page counts,
+    # from a server that remembers nothing yet.
     prefetch.prefetcher().wait(TIMEOUT_S)
     monkeypatch.setattr(prefetch, "after_analysis", lambda cur, opts: None)
+    memo, pf = ReplayMemo(), prefetch.Prefetcher()
+    monkeypatch.setattr(compute, "replay_memo", lambda: memo)
+    monkeypatch.setattr(prefetch, "prefetcher", lambda: pf)
 
     loose = Thresholds(objective="ttft", min_dram_gain=0.0, min_pool_advantage=0.0)
     default = run_analysis([str(sample)], AnalyzeOptions()).verdict
@@ -480,17 +490,37 @@ def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path, monkeyp
     at.switch_page("views/recommend.py").run()
     assert_clean(at)
     assert any(f"data-verdict='{default}'" in m.value for m in at.markdown)
-    replay0, analysis0 = compute.CALLS["replay"], compute.CALLS["analysis"]
+    replay0 = compute.CALLS["replay"]
+    threads: list[str] = []
+    counted = compute._count_run
+    monkeypatch.setattr(
+        compute,
+        "_count_run",
+        lambda name: (threads.append(threading.current_thread().name), counted(name)),
+    )
     at.radio(key="ctl.th.objective").set_value("ttft").run()
+    assert_clean(at)
     at.number_input(key="ctl.th.min_dram_gain").set_value(0.0).run()
+    assert_clean(at)
     at.number_input(key="ctl.th.min_pool_advantage").set_value(0.0).run()
     assert_clean(at)
-    assert compute.CALLS["analysis"] == analysis0 + 3
-    # Deciding replays nothing; the latency-first objective alone adds its sensitivity
-    # rows (half and twice the instances, three scenarios each, no rate search), as
-    # `kvpool analyze --objective ttft` does.
-    assert compute.CALLS["replay"] == replay0 + 2 * 3
+    # The verdict is decided at once from the remembered replays, on the page's thread.
     assert any(f"data-verdict='{expected}'" in m.value for m in at.markdown)
+    assert not any("data-stale" in m.value for m in at.markdown)
+    # The latency-first objective adds its sensitivity rows (half and twice the
+    # instances, three scenarios each, no rate search), as `kvpool analyze --objective
+    # ttft` does: replayed in the background, never while the page waits.
+    assert pf.wait(TIMEOUT_S)
+    assert compute.CALLS["replay"] == replay0 + 2 * 3
+    assert set(threads) == {"kvpool-whatif"}
+    at.run()
+    assert_clean(at)
+    assert not any("in the background" in c.value for c in at.caption)
+    full = report_json(run_analysis([str(sample)], AnalyzeOptions(thresholds=loose)))
+    rows = full["sensitivity"]["rows"]
+    assert any(r["dimension"] == "instances" for r in rows)
+    shown = at.dataframe[-2].value  # "What would change the verdict" (before the glossary)
+    assert len(shown) == len(rows)
 
 
 def test_errors_name_the_controls_not_the_flags(at: AppTest) -> None:
@@ -520,6 +550,12 @@ def test_pinned_configurations_are_compared_and_exported(at: AppTest, sample: Pa
     instances = compute.control_defaults().instances
     at.number_input(key="ctl.instances").set_value(instances * 2).run()
     assert_clean(at)
+    # Replayed in the background unless prefetched already; then the page shows it.
+    from app import prefetch
+
+    assert prefetch.prefetcher().wait(TIMEOUT_S)
+    at.run()
+    assert_clean(at)
     table = next(d.value for d in at.dataframe if "GPUs" in d.value.columns)
     assert table.option.tolist() == ["A: reference", f"B: instances {instances * 2}"]
     assert table.GPUs.tolist() == [instances, instances * 2]
@@ -540,3 +576,110 @@ def test_pinned_configurations_are_compared_and_exported(at: AppTest, sample: Pa
     assert compare.with_comparison("json", "{}", rows) == "{}"
     at.button(key="cmp.clear").click().run()
     assert not any("GPUs" in d.value.columns for d in at.dataframe)
+
+
+def test_a_change_needing_replays_keeps_the_last_answer_until_ready(
+    at: AppTest, sample: Path, monkeypatch
+) -> None:
+    """Instances 3 (not prefetched): the page answers at once with the previous verdict,
+    greyed (``data-stale``), while the scenarios replay in the background; the next run
+    shows the new answer, `kvpool analyze`'s for the same settings."""
+    from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.replay import ClusterConfig
+    from analyzer.replay.memo import ReplayMemo
+    from app import prefetch
+
+    prefetch.prefetcher().wait(TIMEOUT_S)
+    monkeypatch.setattr(prefetch, "after_analysis", lambda cur, opts: None)
+    memo, pf = ReplayMemo(), prefetch.Prefetcher()
+    monkeypatch.setattr(compute, "replay_memo", lambda: memo)
+    monkeypatch.setattr(prefetch, "prefetcher", lambda: pf)
+    threads: list[str] = []
+    counted = compute._count_run
+    monkeypatch.setattr(
+        compute,
+        "_count_run",
+        lambda name: (threads.append(threading.current_thread().name), counted(name)),
+    )
+    at.switch_page("views/recommend.py").run()
+    assert_clean(at)
+    first = next(m.value for m in at.markdown if "data-verdict" in m.value)
+    threads.clear()
+    at.number_input(key="ctl.instances").set_value(3).run()
+    assert_clean(at)
+    greyed = next(m.value for m in at.markdown if "data-verdict" in m.value)
+    assert "data-stale='1'" in greyed
+    assert greyed.replace(" data-stale='1'", "") == first
+    assert pf.wait(TIMEOUT_S)
+    # Every scenario the change reaches was replayed, and none on the page's thread.
+    assert len(threads) == 5 and set(threads) == {"kvpool-whatif"}
+    at.run()
+    assert_clean(at)
+    banner = next(m.value for m in at.markdown if "data-verdict" in m.value)
+    assert "data-stale" not in banner
+    fresh = run_analysis([str(sample)], AnalyzeOptions(cluster=ClusterConfig(instances=3)))
+    assert f"data-verdict='{fresh.verdict}'" in banner
+    assert "3 instances" in " ".join(c.value for c in at.caption)
+
+
+def test_a_price_redecides_without_a_replay(at: AppTest, sample: Path, monkeypatch) -> None:
+    """The GPU's price, moved on the page, reaches the money (as `kvpool analyze
+    --gpu-hour-usd`) and replays nothing."""
+    from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.cost.prices import PriceOverrides
+    from app import prefetch
+
+    monkeypatch.setattr(prefetch, "after_analysis", lambda cur, opts: None)
+    at.switch_page("views/recommend.py").run()
+    assert_clean(at)
+    replay0 = compute.CALLS["replay"]
+    gpu = compute.control_defaults().gpu
+    at.number_input(key=f"ctl.price.gpu_hour_usd.{gpu}").set_value(9.5).run()
+    assert_clean(at)
+    assert compute.CALLS["replay"] == replay0
+    assert not any("data-stale" in m.value for m in at.markdown)
+    import html
+
+    from analyzer.advisor.summary import summary_sentences
+
+    def lines(opts: AnalyzeOptions) -> tuple[str, list[str]]:
+        doc = report_json(run_analysis([str(sample)], opts))
+        return doc["verdict"]["verdict"], doc.get("summary") or summary_sentences(doc)
+
+    verdict, expected = lines(AnalyzeOptions(prices=PriceOverrides(gpu_hour_usd=9.5)))
+    assert expected != lines(AnalyzeOptions())[1]  # the price shows in the summary's money
+    banner = next(m.value for m in at.markdown if "data-verdict" in m.value)
+    assert f"data-verdict='{verdict}'" in banner
+    assert all(html.escape(t) in banner for t in expected)
+
+
+def test_a_neighbour_being_prefetched_is_not_started_twice_when_asked_for() -> None:
+    """The user clicks the setting the prefetch is computing: it runs on (no second run
+    of it, no pause while a page computes), and the page sees its progress and answer."""
+    from app.prefetch import Prefetcher
+
+    pf = Prefetcher()
+    started, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def neighbour(gate):
+        calls.append("neighbour")
+        started.set()
+        release.wait(TIMEOUT_S)
+        gate(10)  # would wait for the page, were it not asked for
+        gate(5)
+        return "answer"
+
+    pf.submit([("k", neighbour)])
+    assert started.wait(TIMEOUT_S)
+    pf.run_now("k", lambda gate: calls.append("again"))
+    with pf.foreground():  # a page computing meanwhile
+        release.set()
+        deadline = time.monotonic() + TIMEOUT_S
+        while pf.get("k") is None and time.monotonic() < deadline:
+            assert pf.running("k") is not None or pf.get("k") is not None
+            time.sleep(0.01)
+    assert pf.get("k") == "answer"
+    assert pf.running("k") is None
+    assert calls == ["neighbour"]
+    assert pf.wait(TIMEOUT_S)

@@ -97,12 +97,55 @@ def test_rate_search_is_keyed_by_the_slo(trace) -> None:
     memo.run(trace, BASE, ["local"], ttft_slo_s=2.0, trace_key="t")
     assert memo.runs == 1
     b = memo.run(trace, BASE, ["local"], ttft_slo_s=0.05, trace_key="t")
-    assert memo.runs == 2
+    assert (memo.runs, memo.searched_again) == (1, 1)  # the search alone ran again
     assert b.to_json() == run_replay(trace, BASE, ["local"], ttft_slo_s=0.05).to_json()
     assert a.to_json() != b.to_json()
     plain = memo.run(trace, BASE, ["local"], search_rate=False, trace_key="t")
-    assert memo.runs == 2  # the searched replay's first run answers it
+    assert memo.runs == 1  # the searched replay's first run answers it
     assert plain.to_json() == run_replay(trace, BASE, ["local"], search_rate=False).to_json()
+
+
+@pytest.mark.parametrize("name", ["local", "pooled"])
+def test_a_new_slo_rereads_the_searches_points(trace, name: str, monkeypatch) -> None:
+    """SLO after SLO, the memo's search (earlier points re-read, the rest simulated)
+    equals a fresh replay's; the run at the trace's rate is never repeated, and a step
+    the points decide is never simulated again."""
+    from analyzer.replay import run as run_mod
+    from analyzer.replay.memo import NotRemembered
+
+    sims: list[float] = []
+    simulate = run_mod.simulate
+
+    def counted(trace, plan, time_scale, *args, **kw):
+        sims.append(time_scale)
+        return simulate(trace, plan, time_scale, *args, **kw)
+
+    memo = ReplayMemo()
+    first = memo.run(trace, BASE, [name], ttft_slo_s=0.2, trace_key="t")
+    monkeypatch.setattr(run_mod, "simulate", counted)
+    assert first.to_json() == run_replay(trace, BASE, [name], ttft_slo_s=0.2).to_json()
+    sims.clear()
+    again = memo.run(trace, BASE, [name], ttft_slo_s=0.2, trace_key="t")
+    assert again.to_json() == first.to_json() and sims == []
+    seen: list[int] = []
+    for slo in (0.05, 1.0, 0.12, 0.02, 3.0, 0.2, 0.3):
+        sims.clear()
+        fresh = run_replay(trace, BASE, [name], ttft_slo_s=slo).to_json()
+        fresh_runs = len(sims)
+        sims.clear()
+        try:
+            quick = memo.run(trace, BASE, [name], ttft_slo_s=slo, trace_key="t", only_known=True)
+        except NotRemembered:
+            quick = None
+        assert sims == []  # only_known never simulates
+        if quick is not None:
+            assert quick.to_json() == fresh, slo
+        got = memo.run(trace, BASE, [name], ttft_slo_s=slo, trace_key="t")
+        assert got.to_json() == fresh, slo
+        assert len(sims) < fresh_runs  # never the run at the trace's rate
+        seen.append(len(sims))
+    assert memo.runs == 1
+    assert 0 in seen  # some SLO was decided by the points alone
 
 
 def test_memo_is_bounded(trace) -> None:

@@ -15,6 +15,7 @@ import dataclasses
 import math
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -170,7 +171,13 @@ def models_document(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> dict[str,
     return doc
 
 
-def per_model_replay(loaded: Any, cfg: Any, per_model: list[dict[str, Any]], fits: Any) -> None:
+def per_model_replay(
+    loaded: Any,
+    cfg: Any,
+    per_model: list[dict[str, Any]],
+    fits: Any,
+    replayer: Any = None,
+) -> None:
     """Each model of a multi-model log replayed on its own instances, in place: adds
     ``replay`` to each entry of ``per_model`` (from :func:`per_model_reuse`).
 
@@ -183,6 +190,11 @@ def per_model_replay(loaded: Any, cfg: Any, per_model: list[dict[str, Any]], fit
     proportion to its working set in bytes: blocks of different models never match, so
     what each model gains from the shared store is that capacity, never another model's
     hits. ``fits(model, gpu, kv_dtype)`` gives ``(cost model, tp)`` or None.
+
+    ``replayer`` replaces :func:`analyzer.replay.run_replay` as in
+    :func:`analyzer.advisor.run_analysis`, and is also given ``part``, the model's name
+    in the log: the requests it replays are that model's alone (a caller remembering
+    replays keys them by it).
     """
     from analyzer.cost import get_model
     from analyzer.replay import UNBOUNDED, run_replay
@@ -228,18 +240,18 @@ def per_model_replay(loaded: Any, cfg: Any, per_model: list[dict[str, Any]], fit
         )
         table = loaded.table.filter(pc.fill_null(pc.equal(names, m["model"]), False))
         trace = BlockTrace.from_table(table)
-        doc = run_replay(
-            trace, c, scenarios=[Scenario.LOCAL, Scenario.POOLED], search_rate=False, cost=cost
-        ).to_json()
-        sc = doc["scenarios"]
+        run = run_replay if replayer is None else partial(replayer, part=str(m["model"]))
+        sc = run(
+            trace, c, scenarios=(Scenario.LOCAL, Scenario.POOLED), search_rate=False, cost=cost
+        ).scenarios
         m["replay"] = {
             "model": model,
             "tp": tp,
             "instances": c.instances,
             "pool_share": round(share, 6),
             "pool_capacity_tokens": None if math.isinf(pool_bytes) else pool_tokens,
-            "local_hit_rate": sc[Scenario.LOCAL]["hit_rate"],
-            "pooled_hit_rate": sc[Scenario.POOLED]["hit_rate"],
-            "local_ttft_mean_s": sc[Scenario.LOCAL]["ttft_s"]["mean"],
-            "pooled_ttft_mean_s": sc[Scenario.POOLED]["ttft_s"]["mean"],
+            "local_hit_rate": sc[Scenario.LOCAL].hit_rate,
+            "pooled_hit_rate": sc[Scenario.POOLED].hit_rate,
+            "local_ttft_mean_s": sc[Scenario.LOCAL].ttft.mean_s,
+            "pooled_ttft_mean_s": sc[Scenario.POOLED].ttft.mean_s,
         }

@@ -71,6 +71,14 @@ def scenario_key(cfg: ClusterConfig, spec: ScenarioSpec) -> ClusterConfig:
     return replace(cfg, **defaults)
 
 
+class NotRemembered(LookupError):
+    """A replay asked with ``only_known=True`` that would have to simulate a scenario."""
+
+    def __init__(self, scenarios: list[str]) -> None:
+        super().__init__(f"not remembered: {', '.join(scenarios)}")
+        self.scenarios = scenarios
+
+
 class ReplayMemo:
     """Per-scenario replay results, remembered under :func:`scenario_key`."""
 
@@ -78,8 +86,13 @@ class ReplayMemo:
         self.max_entries = max_entries
         self._lock = threading.Lock()
         self._results: OrderedDict[Hashable, Any] = OrderedDict()
+        # Per scenario and settings, whatever the SLO: one result (its run at the
+        # trace's rate) and the points of every rate search it had, so that a new SLO
+        # re-reads them (analyzer.replay.run.search_again).
+        self._searched: OrderedDict[Hashable, tuple[Any, tuple[Any, ...]]] = OrderedDict()
         self.runs = 0  # scenarios actually simulated (misses)
         self.hits = 0
+        self.searched_again = 0  # scenarios whose rate search alone ran again (a new SLO)
 
     def _key(
         self,
@@ -91,6 +104,26 @@ class ReplayMemo:
         search: bool,
     ) -> Hashable:
         return (trace_key, cost_key, scenario_key(cfg, spec), spec, slo if search else None, search)
+
+    def _base(self, key: Hashable) -> Hashable:
+        """A result's key without its SLO and search flag."""
+        assert isinstance(key, tuple)
+        return key[:4]
+
+    def _keep(self, key: Hashable, got: Any) -> None:
+        """Remember ``got`` under ``key`` (the lock held), and its run and search points."""
+        self._results[key] = got
+        self._results.move_to_end(key)
+        base = self._base(key)
+        _, points = self._searched.get(base, (None, ()))
+        if got.search is not None:
+            points = tuple({*points, *got.search.points})
+        self._searched[base] = (got, points)
+        self._searched.move_to_end(base)
+        while len(self._results) > self.max_entries:
+            self._results.popitem(last=False)
+        while len(self._searched) > self.max_entries:
+            self._searched.popitem(last=False)
 
     def known(
         self,
@@ -108,6 +141,56 @@ class ReplayMemo:
                 self._key(trace_key, cost_key, cfg, spec, ttft_slo_s, search_rate) in self._results
             )
 
+    def _search_again(  # type: ignore[no-untyped-def]
+        self,
+        trace,
+        specs: list[ScenarioSpec],
+        keys: dict[str, Hashable],
+        ttft_slo_s: float,
+        advance: Advance | None,
+        on_run: Callable[[str], None] | None,
+        only_known: bool,
+    ) -> dict[str, Any]:
+        """The scenarios of ``specs`` replayed before under the same settings (another SLO,
+        or no search), with the rate search for ``ttft_slo_s`` from their points; those
+        needing a run the points do not decide are left out when ``only_known``."""
+        from analyzer.replay.run import UnknownPoint, search_again
+
+        with self._lock:
+            before = {
+                s.name: self._searched[self._base(keys[s.name])]
+                for s in specs
+                if self._base(keys[s.name]) in self._searched
+            }
+        out: dict[str, Any] = {}
+        for name, (old, points) in before.items():
+            simulated = [0.0]
+
+            def counted(n: float, simulated: list[float] = simulated) -> None:
+                simulated[0] += n
+                if advance is not None:
+                    advance(n)
+
+            try:
+                got = search_again(
+                    trace,
+                    old,
+                    ttft_slo_s,
+                    known=points,
+                    advance=counted,
+                    simulate_missing=not only_known,
+                )
+            except UnknownPoint:
+                continue
+            # A point the earlier searches lacked (or could not decide) was simulated.
+            if on_run is not None and simulated[0] > 0:
+                on_run(name)
+            with self._lock:
+                self.searched_again += 1
+                self._keep(keys[name], got)
+            out[name] = got
+        return out
+
     def run(  # type: ignore[no-untyped-def]
         self,
         trace,
@@ -122,12 +205,15 @@ class ReplayMemo:
         trace_key: Hashable,
         cost_key: Hashable | None = None,
         on_run: Callable[[str], None] | None = None,
+        only_known: bool = False,
     ):
         """:func:`run_replay` with remembered scenarios reused.
 
         ``trace_key`` names the trace (its content hash); ``cost_key`` the cost model when
         one is given (None: the catalog model of ``cfg``). ``on_run(name)`` is called for
-        every scenario that is really simulated."""
+        every scenario that is really simulated. With ``only_known`` nothing is simulated:
+        a scenario not remembered raises :class:`NotRemembered` (the dashboard decides
+        at once from what it has, and replays the rest in the background)."""
         from analyzer.replay.run import ReplayResult, resolve, run_replay
 
         specs = select_scenarios(scenarios)
@@ -143,6 +229,16 @@ class ReplayMemo:
                 if k in self._results:
                     self._results.move_to_end(k)
         missing = [s for s in specs if s.name not in found]
+        if search_rate and missing:
+            # Replayed before for another SLO (or without the search): only the search
+            # runs again, re-reading the points it has.
+            again = self._search_again(
+                trace, missing, keys, ttft_slo_s, advance, on_run, only_known
+            )
+            found.update(again)
+            missing = [s for s in missing if s.name not in again]
+        if missing and only_known:
+            raise NotRemembered([s.name for s in missing])
         fresh = None
         if missing:
             for s in missing:
@@ -162,13 +258,11 @@ class ReplayMemo:
                 self.runs += len(missing)
                 for s in missing:
                     got = fresh.scenarios[s.name]
-                    self._results[keys[s.name]] = got
-                    self._results.move_to_end(keys[s.name])
+                    self._keep(keys[s.name], got)
                     if search_rate:  # its first run is the replay without the search
                         plain = self._key(trace_key, ck, cfg, s, ttft_slo_s, False)
-                        self._results.setdefault(plain, type(got)(s, got.resolved, got.stats, None))
-                while len(self._results) > self.max_entries:
-                    self._results.popitem(last=False)
+                        if plain not in self._results:
+                            self._keep(plain, type(got)(s, got.resolved, got.stats, None))
         with self._lock:
             self.hits += len(found)
         if fresh is not None and not found:

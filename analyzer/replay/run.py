@@ -44,6 +44,7 @@ from analyzer.replay.config import (
     UNBOUNDED,
     ClusterConfig,
     ScenarioSpec,
+    Tier,
     select_scenarios,
 )
 from analyzer.replay.engine import TIER_NAMES, Plan, RunStats, TierPlan, simulate
@@ -226,6 +227,31 @@ class RatePoint:
     ttft_p50_s: float | None
     ttft_p90_s: float | None
     ttft_p99_s: float | None
+    # Kept so that another SLO can re-read the run (not reported): a run that went to
+    # the end knows the TTFT that decides the p90 test at any SLO (nearest rank, as
+    # :func:`_passes` reads it); one stopped once its SLO was lost only knows that its
+    # p90 is above that SLO, which decides the SLOs up to it (they fail too).
+    rank_s: float | None = None
+    above_s: float | None = None
+
+    def passes(self, slo_s: float) -> bool | None:
+        """Whether this run meets ``slo_s``; None when it cannot say."""
+        if self.rank_s is not None:
+            return self.rank_s <= slo_s
+        if self.above_s is not None and slo_s <= self.above_s:
+            return False
+        return None
+
+    def at(self, slo_s: float) -> RatePoint:
+        """This run as a search for ``slo_s`` would have recorded it (a run that fails
+        stops early, so its percentiles are unknown); None-free only when decided."""
+        passed = self.passes(slo_s)
+        assert passed is not None
+        if passed:
+            return replace(self, passed=True)
+        # As the fresh search records it: stopped early at ``slo_s``. What this run
+        # knows beyond that stays with this run (the memo keeps both).
+        return RatePoint(self.rate, False, None, None, None, above_s=slo_s)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -250,12 +276,115 @@ class RateSearch:
     points: tuple[RatePoint, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class TtftSummary:
+    """Time to first token over the measured requests, in seconds (None: no request)."""
+
+    mean_s: float | None = None
+    p50_s: float | None = None
+    p90_s: float | None = None
+    p99_s: float | None = None
+    max_s: float | None = None
+
+    @classmethod
+    def of(cls, ttft_s: np.ndarray) -> TtftSummary:
+        if not ttft_s.size:
+            return cls()
+        q = np.percentile(ttft_s, [50, 90, 99])
+        return cls(float(ttft_s.mean()), float(q[0]), float(q[1]), float(q[2]), float(ttft_s.max()))
+
+    def to_json(self) -> dict[str, float | None]:
+        return {
+            "mean": self.mean_s,
+            "p50": self.p50_s,
+            "p90": self.p90_s,
+            "p99": self.p99_s,
+            "max": self.max_s,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioCapacity:
+    """What a scenario's tiers held, in tokens (None: the scenario has no such tier or
+    it was unbounded; see :meth:`ScenarioResult.to_json` for the JSON's "unbounded")."""
+
+    local_per_instance: int | None
+    dram_per_node: int | None
+    dram_per_instance: int | None
+    nvme_per_node: int | None
+    pool: int | None
+
+
+def _bounded(tokens: int | None) -> int | None:
+    return None if tokens is None or tokens >= UNBOUNDED else tokens
+
+
 @dataclass(slots=True)
 class ScenarioResult:
+    """One scenario's replay. The summary figures (TTFT percentiles, hit rates, sizes)
+    are computed once, here, and read as attributes by the advisor and the dashboard;
+    :meth:`to_json` only lays them out."""
+
     spec: ScenarioSpec
     resolved: Resolved
     stats: RunStats
     search: RateSearch | None
+    ttft: TtftSummary = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ttft = TtftSummary.of(self.stats.ttft_s)
+
+    @property
+    def requests(self) -> int:
+        return int(self.stats.ttft_s.size)
+
+    @property
+    def hit_rate(self) -> float:
+        prompt = self.stats.prompt_tokens
+        return sum(self.stats.hit_tokens_by_tier) / prompt if prompt else 0.0
+
+    @property
+    def hit_rate_by_tier(self) -> dict[Tier, float]:
+        prompt = self.stats.prompt_tokens
+        return {
+            name: (h / prompt if prompt else 0.0)
+            for name, h in zip(TIER_NAMES, self.stats.hit_tokens_by_tier, strict=True)
+        }
+
+    @property
+    def bytes_read_by_tier(self) -> dict[Tier, float]:
+        return dict(zip(TIER_NAMES, self.stats.loaded_bytes_by_tier, strict=True))
+
+    @property
+    def makespan_s(self) -> float:
+        return float(self.stats.duration_s)
+
+    @property
+    def max_rate_scale_at_slo(self) -> float | None:
+        return None if self.search is None else self.search.value
+
+    @property
+    def network_bytes(self) -> float:
+        """Pool reads and writes over the nodes' NICs (links of kind ``net-*``)."""
+        st = self.stats
+        by_kind: dict[str, float] = {}
+        for lk in st.links:
+            by_kind[lk.kind] = by_kind.get(lk.kind, 0.0) + lk.bytes_total
+        return sum(v for k, v in by_kind.items() if k.startswith("net-"))
+
+    @property
+    def capacity(self) -> ScenarioCapacity:
+        """The capacities the scenario ran with, unbounded ones as None."""
+        r = self.resolved
+        return ScenarioCapacity(
+            local_per_instance=_bounded(r.local_capacity_tokens),
+            dram_per_node=_bounded(r.dram_capacity_tokens),
+            dram_per_instance=_bounded(
+                r.dram_per_cache_tokens if r.cluster.dram_scope == "instance" else None
+            ),
+            nvme_per_node=_bounded(r.nvme_capacity_tokens),
+            pool=_bounded(r.pool_capacity_tokens),
+        )
 
     def to_json(self) -> dict[str, Any]:
         st = self.stats
@@ -263,24 +392,8 @@ class ScenarioResult:
         c = r.cluster
         prompt = st.prompt_tokens
         hits = st.hit_tokens_by_tier
-        ttft = st.ttft_s
-        n = int(ttft.size)
-        ttft_json: dict[str, float | None] = {
-            "mean": None,
-            "p50": None,
-            "p90": None,
-            "p99": None,
-            "max": None,
-        }
-        if n:
-            q = np.percentile(ttft, [50, 90, 99])
-            ttft_json = {
-                "mean": float(ttft.mean()),
-                "p50": float(q[0]),
-                "p90": float(q[1]),
-                "p99": float(q[2]),
-                "max": float(ttft.max()),
-            }
+        n = self.requests
+        ttft_json = self.ttft.to_json()
         links: dict[str, dict[str, Any]] = {}
         for lk in st.links:
             s = lk.stats(st.duration_s)
@@ -335,16 +448,13 @@ class ScenarioResult:
             },
             "requests": n,
             "prompt_tokens": prompt,
-            "hit_rate": sum(hits) / prompt if prompt else 0.0,
-            "hit_rate_by_tier": {
-                name: (h / prompt if prompt else 0.0)
-                for name, h in zip(TIER_NAMES, hits, strict=True)
-            },
+            "hit_rate": self.hit_rate,
+            "hit_rate_by_tier": self.hit_rate_by_tier,
             "hit_tokens_by_tier": dict(zip(TIER_NAMES, hits, strict=True)),
             "ttft_s": ttft_json,
             "prefill_gpu_s": st.gpu_s,
             "network_bytes": net,
-            "bytes_read_by_tier": dict(zip(TIER_NAMES, st.loaded_bytes_by_tier, strict=True)),
+            "bytes_read_by_tier": self.bytes_read_by_tier,
             "links": dict(sorted(links.items())),
             "peak_link_utilisation": max(
                 (v["peak_utilisation"] for v in links.values()), default=0.0
@@ -358,7 +468,7 @@ class ScenarioResult:
                 ),
             },
             "makespan_s": st.duration_s,
-            "max_rate_scale_at_slo": None if self.search is None else self.search.value,
+            "max_rate_scale_at_slo": self.max_rate_scale_at_slo,
         }
         if self.search is not None:
             out["rate_search"] = {
@@ -425,10 +535,30 @@ def grid_rate(j: int) -> float:
 
 
 def _point(rate: float, stats: RunStats, slo_s: float) -> RatePoint:
-    if stats.aborted or stats.ttft_s.size == 0:
-        return RatePoint(rate, _passes(stats, slo_s), None, None, None)
-    q = np.percentile(stats.ttft_s, [50, 90, 99])
-    return RatePoint(rate, _passes(stats, slo_s), float(q[0]), float(q[1]), float(q[2]))
+    if stats.aborted:
+        return RatePoint(rate, False, None, None, None, above_s=slo_s)
+    if stats.ttft_s.size == 0:
+        return RatePoint(rate, _passes(stats, slo_s), None, None, None, rank_s=0.0)
+    ttft = stats.ttft_s
+    k = int(ttft.size) - _allowed(int(ttft.size))  # the k-th smallest decides _passes
+    rank = float(np.partition(ttft, k - 1)[k - 1])
+    q = np.percentile(ttft, [50, 90, 99])
+    return RatePoint(
+        rate, _passes(stats, slo_s), float(q[0]), float(q[1]), float(q[2]), rank_s=rank
+    )
+
+
+class UnknownPoint(LookupError):
+    """:func:`find_max_rate` with ``simulate_missing=False`` met a rate its known points
+    do not decide."""
+
+
+def _says_more(p: RatePoint, q: RatePoint) -> bool:
+    """A run that went to the end says more than one that stopped; of two that stopped,
+    the one stopped at the higher SLO."""
+    if q.rank_s is not None:
+        return False
+    return p.rank_s is not None or (p.above_s or 0.0) > (q.above_s or 0.0)
 
 
 def first_guess(stats: RunStats, plan: Plan) -> int:
@@ -452,6 +582,8 @@ def find_max_rate(
     passed_at_1: bool,
     advance: Advance | None = None,
     guess: int | None = None,
+    known: tuple[RatePoint, ...] = (),
+    simulate_missing: bool = True,
 ) -> RateSearch:
     """Highest arrival-rate multiple with p90 TTFT <= ``slo_s`` (see module docstring).
 
@@ -462,15 +594,31 @@ def find_max_rate(
     the known side), gallops away from it in steps of 2, 4, 8... grid points until the
     answer flips, then bisects the bracket down to neighbouring grid points. When
     meeting the SLO is monotone in the rate (the premise of any bisection) every start
-    gives the same answer; the start only changes how many runs it takes."""
+    gives the same answer; the start only changes how many runs it takes.
+
+    ``known``: runs of earlier searches of the same scenario (another SLO, see
+    :func:`search_again`); a step one of them decides is not simulated again but
+    recorded as the fresh search would have recorded it, so the result is the fresh
+    search's. Without ``simulate_missing`` a step they do not decide raises
+    :class:`UnknownPoint`."""
     n_measured = trace.n_requests - int(plan.warmup_fraction * trace.n_requests)
     if n_measured <= 0:
         return RateSearch(None, None, 0, False)
     allowed = _allowed(n_measured)
     points: list[RatePoint] = []
+    before: dict[float, RatePoint] = {}
+    for p in known:
+        if p.rate not in before or _says_more(p, before[p.rate]):
+            before[p.rate] = p
 
     def ok(j: int) -> bool:
         rate = grid_rate(j)
+        seen = before.get(rate)
+        if seen is not None and seen.passes(slo_s) is not None:
+            points.append(seen.at(slo_s))
+            return points[-1].passed
+        if not simulate_missing:
+            raise UnknownPoint(rate)
         st = simulate(trace, plan, time_scale / rate, slo_abort=(slo_s, allowed), advance=advance)
         points.append(_point(rate, st, slo_s))
         return points[-1].passed
@@ -566,6 +714,37 @@ def _run_scenario(
             guess=first_guess(stats, res.plan),
         )
     return ScenarioResult(spec, res, stats, search)
+
+
+def search_again(
+    trace: BlockTrace,
+    old: ScenarioResult,
+    ttft_slo_s: float,
+    known: tuple[RatePoint, ...] = (),
+    advance: Advance | None = None,
+    simulate_missing: bool = True,
+) -> ScenarioResult:
+    """``old``'s scenario with the rate search for another SLO, equal to a fresh
+    :func:`_run_scenario`: the run at the trace's rate is ``old``'s (the SLO only enters
+    the search, and its start :func:`first_guess` reads that run alone), and ``known``
+    (the points of ``old``'s and other earlier searches) answer every step they decide;
+    only the others are simulated."""
+    from analyzer import limits
+
+    limits.check(ttft_slo_s, "ttft_slo_s", "--ttft-slo")
+    res = old.resolved
+    search = find_max_rate(
+        trace,
+        res.plan,
+        res.cluster.time_scale,
+        ttft_slo_s,
+        _passes(old.stats, ttft_slo_s),
+        advance,
+        guess=first_guess(old.stats, res.plan),
+        known=known,
+        simulate_missing=simulate_missing,
+    )
+    return ScenarioResult(old.spec, res, old.stats, search)
 
 
 @contextmanager

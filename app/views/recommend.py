@@ -12,6 +12,7 @@ from analyzer.advisor.summary import (
     summary_sentences,
 )
 from analyzer.report import figures
+from analyzer.report.document import report_json
 from app import banner, compare, compute, controls, prefetch, state
 
 st.title("Recommendation")
@@ -30,19 +31,59 @@ def _projected(metric: str, value) -> str:
     return f"{value:.3g} s" if metric.endswith("_s") else f"{value:+.1%}"
 
 
+STALE_KEY = "kvpool.shown"  # (trace content, ingest options, the last result shown)
+STALE_CSS = (
+    "<style>.st-key-kvpool-answer-stale{opacity:0.45;filter:grayscale(0.8);"
+    "pointer-events:none}</style>"
+)
+
+
+@st.fragment(run_every=0.5)
+def _wait_for(key, partial: str) -> None:
+    """Poll the background run; rerun the page once its answer is ready."""
+    pf = prefetch.prefetcher()
+    now = pf.running(key)
+    if now is None:  # done (or failed: the page then runs it itself and shows why)
+        st.rerun()
+    simulated, seconds = now
+    what = (
+        f"Replaying {partial} in the background"
+        if partial
+        else "Replaying the scenarios these settings change, in the background; the answer "
+        "below is for the previous settings"
+    )
+    st.info(f"{what}: {simulated:,.0f} requests simulated, {seconds:.0f} s.", icon="⏳")
+
+
 with state.guard():
     cur = state.loaded_trace()
     w = controls.current()
     src = state.source()
     warmup = controls.current().warmup
     thresholds = controls.thresholds()
-    result = compute.analysis(cur, w, warmup, thresholds)
-    prefetch.after_analysis(cur, result.options)
-    doc = result.to_json()
+    prices = controls.prices(w.gpu)
+    opts = compute.analysis_options(cur, w, warmup, thresholds, prices)
+    shown = st.session_state.get(STALE_KEY)
+    same_trace = shown is not None and shown[:2] == (cur.content, cur.ingest_key)
+    ans = compute.answer(cur, opts, shown[2] if same_trace else None)
+    result = ans.result
+    if ans.pending is not None:
+        _wait_for(ans.pending, ans.partial)
+    if not ans.stale:
+        st.session_state[STALE_KEY] = (cur.content, cur.ingest_key, result)
+        if ans.pending is None:
+            prefetch.after_analysis(cur, result.options)
+    doc = report_json(result)
     verdict = doc["verdict"]
+    if ans.stale:
+        st.markdown(STALE_CSS, unsafe_allow_html=True)
+    body = st.container(key="kvpool-answer-stale" if ans.stale else "kvpool-answer")
 
+with body, state.guard():
     # the report's three-sentence summary (verdict; ms, GPUs, money; confidence) opens the page
-    banner.verdict_banner(verdict["verdict"], doc.get("summary") or summary_sentences(doc))
+    banner.verdict_banner(
+        verdict["verdict"], doc.get("summary") or summary_sentences(doc), stale=ans.stale
+    )
     st.caption(banner.settings_line(result.options))
     with st.expander("Why: every reason", expanded=False):
         for reason in verdict["reasons"]:
@@ -94,7 +135,7 @@ with state.guard():
         st.dataframe(_table(money), hide_index=True, width="stretch")
         prices = price_table(doc)
         if prices:
-            st.caption("Prices used (override with --prices or the single price flags):")
+            st.caption("Prices used (change them under Prices above):")
             st.dataframe(_table(prices), hide_index=True, width="stretch")
 
     side = side_by_side_table(doc)
@@ -151,6 +192,8 @@ with state.guard():
     rows = doc.get("sensitivity", {}).get("rows", [])
     if rows:
         st.subheader("What would change the verdict")
+        if ans.partial:
+            st.caption(f"Still being replayed in the background: {ans.partial}.")
         st.dataframe(
             [
                 {

@@ -323,3 +323,67 @@ def test_replay_and_verdict_equal_the_cli_and_every_control_works(
             page.screenshot(path=str(ARTIFACTS / "8-controls.png"), full_page=True)
         finally:
             browser.close()
+
+
+FRESH = "[data-testid=kvpool-verdict]:not([data-stale])"
+
+
+def _fresh_verdict(page) -> str:
+    """The verdict once the page shows the answer for the settings asked (the previous
+    one stays on screen, greyed, while a replay runs in the background)."""
+    page.wait_for_selector(FRESH, timeout=PAGE_TIMEOUT_MS)
+    _settle(page)
+    page.wait_for_selector(FRESH, timeout=PAGE_TIMEOUT_MS)
+    return page.locator(FRESH).first.get_attribute("data-verdict") or ""
+
+
+def test_recommendation_what_ifs_update_the_verdict_as_the_cli_decides(
+    dashboard_url: str, first_log: Path, tmp_path: Path
+) -> None:
+    """On the Recommendation page: the objective (decided at once, its sensitivity rows
+    from the background) and an instance count that needs every scenario replayed (the
+    previous answer greyed meanwhile) each end on `kvpool analyze`'s verdict for the same
+    settings, with no error box."""
+    from playwright.sync_api import sync_playwright
+
+    def cli(*flags: str) -> str:
+        out = tmp_path / "-".join(f.strip("-") for f in flags)
+        report = _kvpool_json(
+            ["analyze", str(first_log), "-o", str(out), *flags], out / "report.json"
+        )
+        return report["verdict"]["verdict"]
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=list(CHROMIUM_FLAGS))
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 2400})
+            page.goto(dashboard_url, wait_until="domcontentloaded")
+            page.get_by_role("heading", name="Load a trace").wait_for(timeout=PAGE_TIMEOUT_MS)
+            _settle(page)
+            _open(page, "Recommendation")
+            _assert_no_errors(page, "Recommendation")
+            assert _fresh_verdict(page) == cli()
+
+            page.locator('[data-testid="stExpander"] summary').filter(
+                has_text="Decision thresholds"
+            ).first.click()
+            radio = page.locator('[data-testid="stRadio"]').filter(has_text="Decide on")
+            radio.get_by_text("ttft", exact=True).click()
+            assert _fresh_verdict(page) == cli("--objective", "ttft")
+            _assert_no_errors(page, "objective ttft")
+            radio.get_by_text("cost", exact=True).click()
+            _fresh_verdict(page)
+
+            _number(page, "Instances", 3)
+            page.wait_for_selector(
+                '[data-testid="stApp"][data-test-script-state="notRunning"]',
+                timeout=PAGE_TIMEOUT_MS,
+            )
+            _assert_no_errors(page, "instances 3, replaying")
+            assert _fresh_verdict(page) == cli("--instances", "3")
+            _assert_no_errors(page, "instances 3")
+            caption = page.locator('[data-testid="stMain"]').inner_text()
+            assert "Computed for 3 instances" in caption
+            page.screenshot(path=str(ARTIFACTS / "9-whatif.png"), full_page=True)
+        finally:
+            browser.close()
