@@ -139,6 +139,9 @@ def test_a_miniature_scales_caches_and_time_and_scales_totals_back(monkeypatch):
     # totals over requests are the sample's times 1 / rate; rates and percentiles its own
     assert doc["scenarios"]["none"]["prompt_tokens"] == round(s.stats.prompt_tokens * 4)
     assert doc["scenarios"]["none"]["makespan_s"] == pytest.approx(s.stats.duration_s * 4)
+    # the typed figures the advisor reads are the JSON's
+    assert s.makespan_s == pytest.approx(doc["scenarios"]["none"]["makespan_s"])
+    assert s.network_bytes == pytest.approx(doc["scenarios"]["none"]["network_bytes"])
     assert doc["scenarios"]["none"]["ttft_s"]["p90"] == pytest.approx(
         float(np.percentile(s.stats.ttft_s, 90))
     )
