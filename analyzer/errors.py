@@ -50,6 +50,21 @@ class UsageError(KvpoolError):
     exit_code = EXIT_USAGE
 
 
+# Inputs read from a copy under another name (stdin, spooled to a private file): the
+# copy's path -> the name messages give it.
+_SHOWN: dict[str, str] = {}
+
+
+def show_as(path: str, name: str) -> None:
+    """From now on, messages name the input at ``path`` ``name`` (``<stdin>``)."""
+    _SHOWN[path] = name
+
+
+def shown(path: str) -> str:
+    """The name messages give the input at ``path``."""
+    return _SHOWN.get(str(path), str(path))
+
+
 @dataclass(frozen=True, slots=True)
 class Location:
     """Where in the user's input a problem sits."""
@@ -59,7 +74,7 @@ class Location:
     field: str | None = None
 
     def __str__(self) -> str:
-        out = self.file
+        out = shown(self.file)
         if self.line is not None:
             out += f":{self.line}"
         if self.field:

@@ -237,13 +237,20 @@ def read_csv_results(path: str) -> tuple[str, dict[str, float]]:
     return "csv-requests", out
 
 
+def _json_first(p: Path) -> bool:
+    """Whether a file without a telling suffix (stdin's copy) starts like JSON."""
+    with open(p, "rb") as f:
+        head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head[:1] in (b"{", b"[")
+
+
 def read_results(path: str, role: str) -> Measured:
     p = Path(path)
     if p.is_dir():
         raise InputError("is a directory, not a results file", Location(path))
     if not p.is_file():
         raise InputError("results file not found", Location(path))
-    if p.suffix.lower() == ".csv":
+    if p.suffix.lower() == ".csv" or (p.suffix.lower() != ".json" and not _json_first(p)):
         fmt, metrics = read_csv_results(path)
     else:
         fmt, metrics = "vllm-json", read_json_results(path)

@@ -128,7 +128,7 @@ def analyze(
     from analyzer.outputs import report_dir
     from analyzer.progress import progress
     from analyzer.replay.config import ClusterConfig
-    from analyzer.report import render_json, write_reports
+    from analyzer.report import ReportDocument, render_json, write_reports
 
     report_dir(out, force=force, create=False)  # fail before the long run, not after it
     if profile is not None:
@@ -181,9 +181,9 @@ def analyze(
         ),
     )
     # Each stage shows its own progress bar (rich allows one live display at a time).
-    doc = run_analysis([str(p) for p in inputs], opts).to_json()
+    document = ReportDocument.of(run_analysis([str(p) for p in inputs], opts))
     with progress("writing reports", None):
-        paths = write_reports(doc, out, pdf=pdf, force=force)
+        paths = write_reports(document, out, pdf=pdf, force=force)
     console = report_console(json_out)
     if paths["json"].parent != out:
         console.print(
@@ -191,9 +191,9 @@ def analyze(
             "(--force overwrites)[/]",
             highlight=False,
         )
-    print_summary(console, doc, paths)
+    print_summary(console, document.json, paths)
     if json_out is not None:
-        write_text(json_out, render_json(doc), force=force)
+        write_text(json_out, render_json(document), force=force)
     if pdf and "pdf" not in paths:
         console.print("[yellow]no PDF: Chromium is not installed (/usr/bin/chromium)[/]")
 
@@ -262,14 +262,16 @@ def validate(
         list[str],
         typer.Argument(
             help="Benchmark results: vLLM `bench serve --save-result` JSON or CSV; ROLE=PATH to name the role "
-            "(baseline, candidate, stability).",
+            "(baseline, candidate, stability); '-' reads one from stdin.",
         ),
     ],
     report: Annotated[
-        Path, typer.Option("--report", help="The report.json written by `kvpool analyze`.")
+        Path,
+        typer.Option("--report", help="The report.json written by `kvpool analyze` ('-': stdin)."),
     ],
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write the validation as JSON here.")
+        Path | None,
+        typer.Option("--json", help="Write the validation as JSON here ('-': stdout)."),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Write through a symlinked output path.")
@@ -278,22 +280,28 @@ def validate(
     """Compare measured pilot results with the projection and the gates (exit 5 if a gate fails)."""
     import json
 
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     from analyzer.advisor.validate import validate as run_validate
-    from analyzer.outputs import check_output, write_text
+    from analyzer.cli.output import is_stdio, report_console, write_text
+    from analyzer.cli.stdio import stdin_inputs
+    from analyzer.errors import shown
+    from analyzer.outputs import check_output
 
-    if json_out is not None:
-        roles = [r.split("=", 1)[-1] for r in results]
-        check_output(json_out, force=force, inputs=[report, *roles])
-
-    v = run_validate(list(results), str(report))
-    console = Console()
+    paths = [Path(r.split("=", 1)[-1]) for r in results]
+    if json_out is not None and not is_stdio(json_out):
+        check_output(json_out, force=force, inputs=[report, *paths])
+    with stdin_inputs([report, *paths]) as (report, *copies):  # '-': stdin
+        results = [
+            r[: len(r) - len(str(p))] + str(c)
+            for r, p, c in zip(results, paths, copies, strict=True)
+        ]
+        v = run_validate(list(results), str(report))
+    console = report_console(json_out)
     console.print(f"Report verdict: [bold]{v.verdict}[/]", highlight=False)
     for m in v.measured:
-        console.print(f"  {m.role}: {m.path} ({m.fmt})", highlight=False, markup=False)
+        console.print(f"  {m.role}: {shown(m.path)} ({m.fmt})", highlight=False, markup=False)
     t = Table("Gate", "Status", "Criterion", "Result", "Measured", "Threshold")
     style = {"pass": "green", "fail": "red", "partial": "yellow", "not-run": "dim"}
     for g in v.gates:

@@ -49,24 +49,16 @@ def _clean(value: Any) -> Any:
 def _write_json(path: str | None, payload: dict[str, Any]) -> None:
     if not path:
         return
-    text = json.dumps(_clean(payload), indent=2, sort_keys=True, allow_nan=False) + "\n"
-    if path == "-":
-        typer.echo(text, nl=False)
-        return
-    from analyzer.outputs import write_text
+    from analyzer.cli.output import write_text
 
-    write_text(Path(path), text)
+    write_text(path, json.dumps(_clean(payload), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 def _console(json_path: str | None) -> Any:
-    from rich.console import Console
+    """Tables on stdout, or on stderr when ``--json -`` puts the JSON there."""
+    from analyzer.cli.output import report_console
 
-    # With --json -, stdout carries the JSON only; the table goes to stderr. Piped or
-    # captured output gets a wide console so that tables are not cut at 80 columns.
-    console = Console(stderr=json_path == "-", highlight=False)
-    if not console.is_terminal:
-        console = Console(stderr=json_path == "-", highlight=False, width=160)
-    return console
+    return report_console(json_path)
 
 
 def _parse_ints(text: str, flag: str) -> list[int]:

@@ -19,7 +19,12 @@ def register(app: typer.Typer) -> None:
 def convert(
     inputs: o.Inputs,
     *,
-    out: Annotated[Path, typer.Option("-o", "--out", help="Output file.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "-o", "--out", help="Output file ('-': stdout; a folder with --ray, --window-s)."
+        ),
+    ],
     ingest: o.IngestFlags,
     to: Annotated[
         Literal["canonical", "mooncake", "bailian"],
@@ -31,23 +36,59 @@ def convert(
             "--keep-previews", help="Also write 80-char prompt previews beside OUT (mode 0600)."
         ),
     ] = False,
+    window_s: Annotated[
+        int | None,
+        typer.Option(
+            "--window-s",
+            help="Write OUT as a dataset folder, one Parquet file per this many seconds of "
+            "arrival (window_start_s=N/; the default with --ray: 3600).",
+        ),
+    ] = None,
     force: o.Force = False,
     keep_names: o.KeepNames = False,
 ) -> None:
     """Convert request logs or public traces to the canonical trace (or an export)."""
-    from rich.console import Console
-
-    from analyzer.errors import UsageError, printable
-    from analyzer.ingest import open_trace, previews_path
-    from analyzer.ingest.pipeline import convert_trace
-    from analyzer.progress import progress
+    from analyzer.cli.stdio import is_stdio, output_file
+    from analyzer.errors import UsageError
 
     if to not in ("canonical", "mooncake", "bailian"):
         raise UsageError(f"unknown --to '{to}'", hint="canonical, mooncake or bailian")
     opts = ingest.options(previews=keep_previews, keep_names=keep_names)
-    from analyzer.outputs import atomic_path, check_output
+    if is_stdio(out) and keep_previews:
+        raise UsageError("--keep-previews writes a file beside -o FILE; not with -o - (stdout)")
+    if ingest.ray is not None and window_s is None and to == "canonical" and not is_stdio(out):
+        window_s = 3600  # a cluster's output: a dataset partitioned by hour
+    if window_s is not None:
+        if to != "canonical" or is_stdio(out):
+            raise UsageError(
+                "--window-s writes the canonical trace as a folder: not with --to or -o - (stdout)"
+            )
+        if window_s < 1:
+            raise UsageError(f"--window-s must be at least 1, got {window_s}")
+    with output_file(out) as target:
+        name = "<stdout>" if is_stdio(out) else str(out)
+        _convert(inputs, target, name, to, opts, force, window_s)
 
-    check_output(out, force=force, inputs=inputs)  # fail before the long run, not after it
+
+def _convert(  # type: ignore[no-untyped-def]
+    inputs: list[Path], out: Path, name: str, to: str, opts, force: bool, window_s: int | None
+) -> None:
+    """``convert`` into the file ``out`` (a temporary one for stdout), called ``name``;
+    with ``window_s``, into the dataset folder ``out``."""
+    from rich.console import Console
+
+    from analyzer.errors import printable
+    from analyzer.ingest import open_trace, previews_path
+    from analyzer.ingest.pipeline import convert_trace
+    from analyzer.outputs import atomic_path, check_dataset_output, check_output
+    from analyzer.progress import progress
+
+    keep_previews = opts.previews
+    # Fail before the long run, not after it.
+    if window_s is not None:
+        check_dataset_output(out, inputs=inputs)
+    else:
+        check_output(out, force=force, inputs=inputs)
     if keep_previews:
         check_output(previews_path(out), force=force, inputs=inputs)
     total = o.input_bytes(inputs)
@@ -55,7 +96,7 @@ def convert(
     if to == "canonical":
         with progress("reading", total, unit="bytes") as advance:
             loaded, written = convert_trace(
-                [str(p) for p in inputs], out, opts, advance=advance, force=force
+                [str(p) for p in inputs], out, opts, advance=advance, force=force, window_s=window_s
             )
         if keep_previews and loaded.previews:
             import pyarrow as pa
@@ -71,7 +112,7 @@ def convert(
             # Prompt text: readable by its owner only, like the salt.
             with atomic_path(previews_path(out), force=force, private=True) as tmp:
                 pq.write_table(side, tmp, compression="zstd")
-        console.print(printable(summary(loaded, written, out)), markup=False)
+        console.print(printable(summary(loaded, written, name)), markup=False)
         return
     from analyzer.ingest.pipeline import table_figures
 
@@ -85,7 +126,7 @@ def convert(
         from analyzer.ingest.export import export_bailian
 
         export_bailian(loaded.table, out, force=force)
-    text = summary(loaded, table_figures(loaded.table), out)
+    text = summary(loaded, table_figures(loaded.table), name)
     console.print(printable(text + "\n" + export_note(loaded.table, to)), markup=False)
 
 
@@ -112,8 +153,10 @@ def export_note(table, to: str) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(lines)
 
 
-def summary(loaded, written, out: Path) -> str:  # type: ignore[no-untyped-def]
+def summary(loaded, written, out: Path | str) -> str:  # type: ignore[no-untyped-def]
     """The end-of-run summary: requests, tokens, blocks, skipped rows with examples."""
+    from analyzer.errors import shown
+
     w = written
     if w.distinct_sample_rate < 1:
         distinct = (
@@ -133,7 +176,7 @@ def summary(loaded, written, out: Path) -> str:  # type: ignore[no-untyped-def]
     if loaded.reordered:
         lines.append(f"  out-of-order rows: {loaded.reordered:,} (sorted by arrival)")
     for f in loaded.untimed_files:
-        lines.append(f"  no timestamps in {f}: requests spaced 1 s apart in file order")
+        lines.append(f"  no timestamps in {shown(f)}: requests spaced 1 s apart in file order")
     for note in loaded.mixed_unit_files:
         lines.append(f"  {note}")
     for note in loaded.notes:

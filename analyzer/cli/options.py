@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_type_hints
@@ -88,7 +89,7 @@ Inputs = Annotated[
     list[Path],
     typer.Argument(
         help="Request logs, public traces or canonical .parquet (gzip/zstd ok; "
-        "any format `kvpool convert` reads)."
+        "any format `kvpool convert` reads); '-' reads stdin."
     ),
 ]
 
@@ -190,6 +191,17 @@ Jobs = Annotated[
     int | None,
     typer.Option(
         "--jobs", "-j", help="Processes reading the logs (default: every core); same output."
+    ),
+]
+Ray = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="[ADDRESS]",
+        help="Read and hash the logs on a Ray cluster: auto, ray://HOST:10001 or HOST:6379; "
+        "alone, a Ray instance started on this machine (pip install 'kvpool-advisor[ray]'). "
+        "Same rows; only hashes and counts cross the network, so the token-exact LCP is "
+        "not computed (docs/scale.md).",
     ),
 ]
 ExactMaxMib = Annotated[
@@ -319,6 +331,7 @@ class IngestFlags:
     no_exact: NoExact = False
     exact_max_mib: ExactMaxMib = 512
     jobs: Jobs = None
+    ray: Ray = None
 
     def options(self, *, previews: bool = False, keep_names: bool = False) -> Any:
         """The :class:`~analyzer.ingest.IngestOptions` these flags describe (imported
@@ -350,6 +363,7 @@ class IngestFlags:
             previews=previews,
             keep_names=keep_names,
             jobs=resolve_jobs(self.jobs),
+            ray_address=self.ray,
         )
 
 
@@ -372,7 +386,8 @@ def ingest_flags(command: Callable[..., None]) -> Callable[..., None]:
 
     Typer reads a command's flags from its signature: the decorated command shows the
     group's parameters where its own ``ingest`` parameter stands (so ``--help`` lists
-    them in that place), and each call gathers their values into one IngestFlags.
+    them in that place), and each call gathers their values into one IngestFlags. An
+    input ``-`` is stdin (:func:`analyzer.cli.stdio.stdin_inputs`).
     """
     sig = inspect.signature(command, eval_str=True)
     params = list(sig.parameters.values())
@@ -384,13 +399,33 @@ def ingest_flags(command: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(command)
     def run(**kwargs: Any) -> None:
+        from analyzer.cli.stdio import stdin_inputs
+
         group = IngestFlags(**{n: kwargs.pop(n) for n in names})
-        command(**kwargs, ingest=group)
+        with stdin_inputs(kwargs.pop("inputs")) as inputs:  # '-': a copy of stdin
+            command(inputs=inputs, **kwargs, ingest=group)
 
     run.__signature__ = sig.replace(  # type: ignore[attr-defined]
         parameters=[*own[:at], *_INGEST_PARAMETERS, *own[at + 1 :]]
     )
     return run
+
+
+# What may follow --ray as its address; anything else (an input file, another flag) means
+# that --ray was given alone (typer has no options with optional values).
+_RAY_ADDRESS = re.compile(r"(auto|local|ray://\S+|[\w.-]+:\d+)")
+
+
+def bare_ray(argv: list[str]) -> list[str]:
+    """``argv`` with ``local`` after a ``--ray`` that has no address."""
+    out = []
+    for i, arg in enumerate(argv):
+        out.append(arg)
+        if arg == "--":
+            return out + argv[i + 1 :]
+        if arg == "--ray" and (i + 1 == len(argv) or not _RAY_ADDRESS.fullmatch(argv[i + 1])):
+            out.append("local")
+    return out
 
 
 def hash_keys(given: list[str] | None) -> tuple[str, ...]:

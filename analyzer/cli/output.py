@@ -11,14 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-STDIO = "-"
+from analyzer.cli.stdio import is_stdio as is_stdio  # re-exported: commands import it from here
+
 # Piped or captured output gets this width instead of rich's 80 columns, so that a
 # table written to a file or a pager keeps one row per line.
 PIPE_WIDTH = 160
-
-
-def is_stdio(path: Path | str | None) -> bool:
-    return path is not None and str(path) == STDIO
 
 
 def console(*, stderr: bool = False) -> Any:  # rich.console.Console

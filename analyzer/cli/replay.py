@@ -125,7 +125,7 @@ def replay(
     """
     from rich.console import Console
 
-    from analyzer.cli.output import report_console, write_json
+    from analyzer.cli.output import is_stdio, report_console, write_json
     from analyzer.ingest import open_trace
     from analyzer.progress import progress
     from analyzer.replay import ClusterConfig, load_scenarios, run_replay, select_scenarios
@@ -133,7 +133,7 @@ def replay(
 
     if ingest.block_size is not None and ingest.block_size < 1:
         raise UsageError("--block-size must be at least 1")
-    if json_out is not None:  # fail before the long run, not after it
+    if json_out is not None and not is_stdio(json_out):  # fail before the long run
         from analyzer.outputs import check_output
 
         check_output(json_out, force=force, inputs=[*inputs, *([config] if config else [])])
@@ -193,10 +193,13 @@ def replay(
             workers=workers,
         )
     from analyzer.cost.uncertainty import prefill_band
+    from analyzer.errors import shown
 
     band = prefill_band(cm, int(trace.prompt_tokens.max()) if trace.n_requests else None)
     doc = result.to_json()
-    doc["inputs"] = [str(p) if keep_names else f"input-{i + 1}" for i, p in enumerate(inputs)]
+    doc["inputs"] = [
+        shown(str(p)) if keep_names else f"input-{i + 1}" for i, p in enumerate(inputs)
+    ]
     doc["skipped"] = loaded.skipped.total
     doc["error_band"] = band.to_json()
     out = report_console(json_out)

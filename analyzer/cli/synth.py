@@ -20,7 +20,7 @@ def synth(
             "-o",
             "--out",
             "--output",
-            help="Log to write (.gz: gzip, .zst: zstd, compressed).",
+            help="Log to write (.gz: gzip, .zst: zstd, compressed; '-': stdout, plain).",
         ),
     ],
     profile: Annotated[
@@ -60,6 +60,7 @@ def synth(
     """Write a synthetic OpenAI chat-completions log (or gateway CSV, or Mooncake trace)."""
     from rich.console import Console
 
+    from analyzer.errors import UsageError
     from analyzer.progress import progress
     from analyzer.synth import SynthConfig, generate
 
@@ -73,13 +74,21 @@ def synth(
         shared_templates=shared_templates,
         documents=documents,
     )
-    with progress("synth", config.requests, unit="requests") as advance:
-        stats = generate(config, output, fmt=fmt, truth_path=truth, advance=advance, force=force)
+    from analyzer.cli.stdio import is_stdio, output_file
+
+    if is_stdio(truth):
+        raise UsageError("--truth - : the log may go to stdout, its ground truth to a file")
+    with (
+        output_file(output) as target,
+        progress("synth", config.requests, unit="requests") as advance,
+    ):
+        stats = generate(config, target, fmt=fmt, truth_path=truth, advance=advance, force=force)
+    where = "<stdout>" if is_stdio(output) else stats.path
     console = Console(stderr=True)
     console.print(
         f"wrote {stats.requests:,} requests ({stats.sessions:,} sessions, "
         f"{stats.bytes_written / 1e6:,.1f} MB uncompressed, {stats.span_s:,.0f} s) "
-        f"to {stats.path}",
+        f"to {where}",
         highlight=False,
         soft_wrap=True,
     )

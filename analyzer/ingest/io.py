@@ -82,12 +82,24 @@ def compression(path: str | Path) -> str:
 
 
 def check_readable(path: str | Path) -> None:
+    if str(path) == "-":  # the CLI turns '-' into a copy of stdin; never a file named '-'
+        from analyzer.errors import UsageError
+
+        raise UsageError("'-' (stdin) is read by the kvpool command line, not as a file name")
     p = Path(path)
     note_input(p)
     if not p.exists():
         raise InputError("file not found", Location(str(path)))
     if p.is_dir():
-        raise InputError("is a directory, not a file", Location(str(path)))
+        from analyzer.trace import dataset_files
+
+        if dataset_files(p):  # a partitioned canonical dataset (kvpool convert --ray)
+            return
+        raise InputError(
+            "is a directory, not a file (nor a canonical dataset: no "
+            "window_start_s=*/*.parquet in it)",
+            Location(str(path)),
+        )
     if p.stat().st_size == 0:
         raise InputError("file is empty", Location(str(path)))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from analyzer.errors import printable
+from analyzer.errors import printable, shown
 from analyzer.trace import BlockTrace
 
 HASH_KEYS = ("model", "tenant")
@@ -52,6 +52,9 @@ class IngestOptions:
     # started with multiprocessing's "spawn", which imports the main module again).
     jobs: int = 1
     parallel_min_bytes: int = 32 << 20  # smaller inputs are read in one process
+    # Read on a Ray cluster instead (see cluster.py): "auto", "ray://host:10001", a GCS
+    # address, or "local" (start one on this machine). None: not on Ray.
+    ray_address: str | None = None
     memo: bool = True  # memoize tokenization and prefix hashing (off only to benchmark)
     max_examples: int = 5
     max_previews: int = 200_000
@@ -75,7 +78,7 @@ class SkipSummary:
         self.total += 1
         self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
         if len(self.examples) < self.max_examples:
-            where = f"{file}:{line}" if line is not None else file
+            where = f"{shown(file)}:{line}" if line is not None else shown(file)
             what = f"{reason} (field '{field_name}')" if field_name else reason
             self.examples.append(f"{where}: {what}")
 

@@ -44,6 +44,7 @@ from analyzer.replay.config import (
     UNBOUNDED,
     ClusterConfig,
     ScenarioSpec,
+    Tier,
     select_scenarios,
 )
 from analyzer.replay.engine import TIER_NAMES, Plan, RunStats, TierPlan, simulate
@@ -275,12 +276,115 @@ class RateSearch:
     points: tuple[RatePoint, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class TtftSummary:
+    """Time to first token over the measured requests, in seconds (None: no request)."""
+
+    mean_s: float | None = None
+    p50_s: float | None = None
+    p90_s: float | None = None
+    p99_s: float | None = None
+    max_s: float | None = None
+
+    @classmethod
+    def of(cls, ttft_s: np.ndarray) -> TtftSummary:
+        if not ttft_s.size:
+            return cls()
+        q = np.percentile(ttft_s, [50, 90, 99])
+        return cls(float(ttft_s.mean()), float(q[0]), float(q[1]), float(q[2]), float(ttft_s.max()))
+
+    def to_json(self) -> dict[str, float | None]:
+        return {
+            "mean": self.mean_s,
+            "p50": self.p50_s,
+            "p90": self.p90_s,
+            "p99": self.p99_s,
+            "max": self.max_s,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioCapacity:
+    """What a scenario's tiers held, in tokens (None: the scenario has no such tier or
+    it was unbounded; see :meth:`ScenarioResult.to_json` for the JSON's "unbounded")."""
+
+    local_per_instance: int | None
+    dram_per_node: int | None
+    dram_per_instance: int | None
+    nvme_per_node: int | None
+    pool: int | None
+
+
+def _bounded(tokens: int | None) -> int | None:
+    return None if tokens is None or tokens >= UNBOUNDED else tokens
+
+
 @dataclass(slots=True)
 class ScenarioResult:
+    """One scenario's replay. The summary figures (TTFT percentiles, hit rates, sizes)
+    are computed once, here, and read as attributes by the advisor and the dashboard;
+    :meth:`to_json` only lays them out."""
+
     spec: ScenarioSpec
     resolved: Resolved
     stats: RunStats
     search: RateSearch | None
+    ttft: TtftSummary = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ttft = TtftSummary.of(self.stats.ttft_s)
+
+    @property
+    def requests(self) -> int:
+        return int(self.stats.ttft_s.size)
+
+    @property
+    def hit_rate(self) -> float:
+        prompt = self.stats.prompt_tokens
+        return sum(self.stats.hit_tokens_by_tier) / prompt if prompt else 0.0
+
+    @property
+    def hit_rate_by_tier(self) -> dict[Tier, float]:
+        prompt = self.stats.prompt_tokens
+        return {
+            name: (h / prompt if prompt else 0.0)
+            for name, h in zip(TIER_NAMES, self.stats.hit_tokens_by_tier, strict=True)
+        }
+
+    @property
+    def bytes_read_by_tier(self) -> dict[Tier, float]:
+        return dict(zip(TIER_NAMES, self.stats.loaded_bytes_by_tier, strict=True))
+
+    @property
+    def makespan_s(self) -> float:
+        return float(self.stats.duration_s)
+
+    @property
+    def max_rate_scale_at_slo(self) -> float | None:
+        return None if self.search is None else self.search.value
+
+    @property
+    def network_bytes(self) -> float:
+        """Pool reads and writes over the nodes' NICs (links of kind ``net-*``)."""
+        st = self.stats
+        by_kind: dict[str, float] = {}
+        for lk in st.links:
+            by_kind[lk.kind] = by_kind.get(lk.kind, 0.0) + lk.bytes_total
+        return sum(v for k, v in by_kind.items() if k.startswith("net-"))
+
+    @property
+    def capacity(self) -> ScenarioCapacity:
+        """The capacities the scenario ran with, unbounded ones as None."""
+        r = self.resolved
+        return ScenarioCapacity(
+            local_per_instance=_bounded(r.local_capacity_tokens),
+            dram_per_node=_bounded(r.dram_capacity_tokens),
+            dram_per_instance=_bounded(
+                r.dram_per_cache_tokens if r.cluster.dram_scope == "instance" else None
+            ),
+            nvme_per_node=_bounded(r.nvme_capacity_tokens),
+            pool=_bounded(r.pool_capacity_tokens),
+        )
 
     def to_json(self) -> dict[str, Any]:
         st = self.stats
@@ -288,24 +392,8 @@ class ScenarioResult:
         c = r.cluster
         prompt = st.prompt_tokens
         hits = st.hit_tokens_by_tier
-        ttft = st.ttft_s
-        n = int(ttft.size)
-        ttft_json: dict[str, float | None] = {
-            "mean": None,
-            "p50": None,
-            "p90": None,
-            "p99": None,
-            "max": None,
-        }
-        if n:
-            q = np.percentile(ttft, [50, 90, 99])
-            ttft_json = {
-                "mean": float(ttft.mean()),
-                "p50": float(q[0]),
-                "p90": float(q[1]),
-                "p99": float(q[2]),
-                "max": float(ttft.max()),
-            }
+        n = self.requests
+        ttft_json = self.ttft.to_json()
         links: dict[str, dict[str, Any]] = {}
         for lk in st.links:
             s = lk.stats(st.duration_s)
@@ -360,16 +448,13 @@ class ScenarioResult:
             },
             "requests": n,
             "prompt_tokens": prompt,
-            "hit_rate": sum(hits) / prompt if prompt else 0.0,
-            "hit_rate_by_tier": {
-                name: (h / prompt if prompt else 0.0)
-                for name, h in zip(TIER_NAMES, hits, strict=True)
-            },
+            "hit_rate": self.hit_rate,
+            "hit_rate_by_tier": self.hit_rate_by_tier,
             "hit_tokens_by_tier": dict(zip(TIER_NAMES, hits, strict=True)),
             "ttft_s": ttft_json,
             "prefill_gpu_s": st.gpu_s,
             "network_bytes": net,
-            "bytes_read_by_tier": dict(zip(TIER_NAMES, st.loaded_bytes_by_tier, strict=True)),
+            "bytes_read_by_tier": self.bytes_read_by_tier,
             "links": dict(sorted(links.items())),
             "peak_link_utilisation": max(
                 (v["peak_utilisation"] for v in links.values()), default=0.0
@@ -383,7 +468,7 @@ class ScenarioResult:
                 ),
             },
             "makespan_s": st.duration_s,
-            "max_rate_scale_at_slo": None if self.search is None else self.search.value,
+            "max_rate_scale_at_slo": self.max_rate_scale_at_slo,
         }
         if self.search is not None:
             out["rate_search"] = {
