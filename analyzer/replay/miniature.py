@@ -87,8 +87,11 @@ def describe(doc: dict[str, Any]) -> str:
             f"{round(1 / err['sampling_rate'])}: hit rate within "
             f"{err['hit_rate_abs_error'] * 100:.1f} points, TTFT p50 / p90 / p99 within "
             f"{err['ttft_p50_rel_error']:.0%} / {err['ttft_p90_rel_error']:.0%} / "
-            f"{err['ttft_p99_rel_error']:.0%}. "
+            f"{err['ttft_p99_rel_error']:.0%}"
         )
+        if "max_rate_rel_error" in err:
+            text += f", rate at the SLO within {err['max_rate_rel_error']:.0%}"
+        text += ". "
     return text + "--full-replay replays every request."
 
 
