@@ -712,10 +712,10 @@ def reports(cur: Current, result) -> Callable[[str], str]:
 
     def render(kind: str) -> str:
         def make() -> str:
-            from analyzer.report import render_html, render_json, render_markdown
+            from analyzer.report import ReportDocument, render_html, render_json, render_markdown
 
             fn = {"html": render_html, "md": render_markdown, "json": render_json}[kind]
-            return fn(result.to_json())
+            return fn(ReportDocument.of(result))
 
         return _remember(("report", kind, cur.content, cur.ingest_key, repr(result.options)), make)
 

@@ -44,6 +44,7 @@ from analyzer.cli import app
 from analyzer.cost.prices import PriceOverrides, resolve_prices
 from analyzer.errors import InputError, UsageError
 from analyzer.replay import ClusterConfig
+from analyzer.report.document import report_json
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location(
@@ -296,7 +297,7 @@ def docs(tmp_path_factory, shared_traces) -> dict[str, dict]:
             ),
         ),
     }
-    return {k: r.to_json() for k, r in out.items()}
+    return {k: report_json(r) for k, r in out.items()}
 
 
 def test_every_reason_agrees_with_the_figures_it_shows(docs):

@@ -16,6 +16,7 @@ from analyzer.advisor.pipeline import reusable_prefix_percentiles
 from analyzer.cli import app
 from analyzer.replay import ClusterConfig
 from analyzer.report import render_json
+from analyzer.report.document import report_json
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location(
@@ -63,7 +64,7 @@ def test_small_log_pays_on_latency_not_on_cost(logs, pooled):
     opts = make_logs.pooled_options()
     r = run_analysis([str(logs["high"])], replace(opts, thresholds=Thresholds(objective="cost")))
     assert r.verdict == "not-worth-it"
-    doc = r.to_json()
+    doc = report_json(r)
     opts = doc["economics"]["options"]
     assert opts["pooled"]["gpus_at_peak_load"] == opts["local"]["gpus_at_peak_load"]
     assert opts["pooled"]["net_usd_month"] < 0
@@ -90,7 +91,7 @@ def test_count_only_azure_trace_is_insufficient_data(shared_traces):
     assert r.trace.count_only
     assert any("prompt content or block hashes" in m for m in r.decision.missing)
     assert r.replay is None and r.sizing is None and r.settings == []
-    doc = r.to_json()
+    doc = report_json(r)
     assert doc["verdict"]["missing"] and doc["schema"] == "kvpool.report/2"
 
 

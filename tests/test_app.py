@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from analyzer.report.document import report_json
 from app import compute
 from app.command import ENV_INPUT, ENV_MAX_UPLOAD_MB
 
@@ -308,7 +309,7 @@ def test_report_download_matches_kvpool_analyze(sample: Path, block_size: int | 
     byte for byte."""
     from analyzer.advisor import AnalyzeOptions, run_analysis
     from analyzer.ingest import IngestOptions
-    from analyzer.report import render_json
+    from analyzer.report import ReportDocument, render_json
     from app import controls, state
 
     cur = compute.ingest((str(sample),), state.IngestChoice(block_size=block_size).key())
@@ -317,7 +318,9 @@ def test_report_download_matches_kvpool_analyze(sample: Path, block_size: int | 
     report = compute.reports(cur, result)
     html, markdown, payload = report("html"), report("md"), report("json")
     expected = render_json(
-        run_analysis([str(sample)], AnalyzeOptions(ingest=IngestOptions(block_size=block_size)))
+        ReportDocument.of(
+            run_analysis([str(sample)], AnalyzeOptions(ingest=IngestOptions(block_size=block_size)))
+        )
     )
     assert payload == expected
     assert json.loads(payload)["inputs"][0]["name"] == "input-1"  # no file names by default
@@ -513,7 +516,7 @@ def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path, monkeyp
     at.run()
     assert_clean(at)
     assert not any("in the background" in c.value for c in at.caption)
-    full = run_analysis([str(sample)], AnalyzeOptions(thresholds=loose)).to_json()
+    full = report_json(run_analysis([str(sample)], AnalyzeOptions(thresholds=loose)))
     rows = full["sensitivity"]["rows"]
     assert any(r["dimension"] == "instances" for r in rows)
     shown = at.dataframe[-2].value  # "What would change the verdict" (before the glossary)
@@ -640,7 +643,7 @@ def test_a_price_redecides_without_a_replay(at: AppTest, sample: Path, monkeypat
     from analyzer.advisor.summary import summary_sentences
 
     def lines(opts: AnalyzeOptions) -> tuple[str, list[str]]:
-        doc = run_analysis([str(sample)], opts).to_json()
+        doc = report_json(run_analysis([str(sample)], opts))
         return doc["verdict"]["verdict"], doc.get("summary") or summary_sentences(doc)
 
     verdict, expected = lines(AnalyzeOptions(prices=PriceOverrides(gpu_hour_usd=9.5)))

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyzer.errors import UsageError
+from analyzer.report.document import report_json
 from analyzer.tokenize.render import RenderError
 from analyzer.tokenize.template import (
     ChatTemplateRenderer,
@@ -279,9 +280,9 @@ def test_analyze_report_says_which_tokenizer_and_template(tmp_path):
     src.write_text("\n".join(lines[:60]) + "\n")
     from analyzer.ingest import IngestOptions
 
-    doc = run_analysis(
-        [str(src)], AnalyzeOptions(ingest=IngestOptions(tokenizer=str(QWEN)))
-    ).to_json()
+    doc = report_json(
+        run_analysis([str(src)], AnalyzeOptions(ingest=IngestOptions(tokenizer=str(QWEN))))
+    )
     tk = doc["trace"]["tokenization"]
     assert tk["tokenizer"] == "hf:tokenizer_files"
     assert tk["template"].startswith("hf:tokenizer_files#")
@@ -289,7 +290,7 @@ def test_analyze_report_says_which_tokenizer_and_template(tmp_path):
     assert str(tmp_path) not in json.dumps(doc) and str(QWEN.parent) not in json.dumps(doc)
     rows = {r[0]: r for r in key_figures(doc).rows}
     assert rows["Tokens counted with"][1] == "hf:tokenizer_files"
-    default = run_analysis([str(src)], AnalyzeOptions()).to_json()["trace"]["tokenization"]
+    default = report_json(run_analysis([str(src)], AnalyzeOptions()))["trace"]["tokenization"]
     assert default == {"tokenizer": "cl100k_base", "template": "chatml"}
 
 

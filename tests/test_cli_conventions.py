@@ -8,9 +8,9 @@ import json
 
 from typer.testing import CliRunner
 
-from analyzer.advisor.pipeline import SCHEMA
 from analyzer.cli import app
 from analyzer.cli.output import PIPE_WIDTH, console
+from analyzer.report.document import SCHEMA
 from tests.fixtures.advisor import make_logs
 from tests.test_reuse_cli import ROWS, canonical
 

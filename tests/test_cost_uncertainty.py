@@ -14,6 +14,7 @@ from analyzer.cost.catalog import get_gpu
 from analyzer.cost.reference import default_check
 from analyzer.replay.config import ClusterConfig
 from analyzer.report import render_markdown
+from analyzer.report.document import report_json
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location(
@@ -111,7 +112,7 @@ def test_report_states_ranges_and_a_flip_inside_them(tmp_path):
     assert "No tier's bandwidth check flips inside that range." in far.decision.confidence_statement
     order = ["low", "medium", "high"]
     assert order.index(d.confidence) == max(order.index(far.decision.confidence) - 1, 0)
-    doc = near.to_json()
+    doc = report_json(near)
     u = doc["uncertainty"]
     assert u["break_even_gbps"]["low"] < be < u["break_even_gbps"]["high"]
     md = render_markdown(doc)

@@ -25,7 +25,7 @@ from analyzer.advisor.deploy import bundle, deploy_sizings
 from analyzer.advisor.products import DOCS_CHECKED, NODE_IP
 from analyzer.advisor.sizing import GB, GIB, ClusterFigures, size, unit_sizes
 from analyzer.cli import app
-from analyzer.report import write_reports
+from analyzer.report import ReportDocument, write_reports
 
 ROOT = Path(__file__).resolve().parents[1]
 _lspec = importlib.util.spec_from_file_location(
@@ -337,7 +337,7 @@ def analysed(tmp_path_factory):
     log = make_logs.high_reuse(d / "high.jsonl.gz")
     r = run_analysis([str(log)], make_logs.pooled_options())
     out = d / "report"
-    paths = write_reports(r.to_json(), out)
+    paths = write_reports(ReportDocument.of(r), out)
     return r, out, paths
 
 

@@ -16,6 +16,7 @@ from analyzer.cli import app
 from analyzer.cost import recognize_model
 from analyzer.errors import UsageError
 from analyzer.ingest import IngestOptions, open_trace
+from analyzer.report.document import report_json
 from analyzer.reuse import ReuseOptions, analyze_reuse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,14 +145,14 @@ def test_report_json_has_per_model_figures_and_the_warning(tmp_path):
         search_rate=False,
         sensitivity_replays=False,
     )
-    doc = run_analysis([str(log)], opts).to_json()
+    doc = report_json(run_analysis([str(log)], opts))
     per = {m["model"]: m for m in doc["models"]["per_model"]}
     assert set(per) == set(MODELS)
     assert all(m["ceiling_hit_rate"] > 0 for m in per.values())
     assert any("mistral-7b" in w and MODELS[0] in w for w in doc["warnings"])
-    only = run_analysis(
-        [str(log)], AnalyzeOptions(only_model="llama3.1-8b", search_rate=False)
-    ).to_json()
+    only = report_json(
+        run_analysis([str(log)], AnalyzeOptions(only_model="llama3.1-8b", search_rate=False))
+    )
     assert [m["model"] for m in only["models"]["per_model"]] == [MODELS[2]]
     assert only["warnings"] == [] or all("llama3.1-8b" not in w for w in only["warnings"])
 
@@ -166,7 +167,7 @@ def test_each_model_is_replayed_on_its_own_instances_with_a_share_of_one_pool(tm
     log, parts = three_model_log(tmp_path)
     cluster = ClusterConfig(instances=2, warmup_fraction=0.5)
     opts = AnalyzeOptions(cluster=cluster, search_rate=False, sensitivity_replays=False)
-    doc = run_analysis([str(log)], opts).to_json()
+    doc = report_json(run_analysis([str(log)], opts))
     per = {m["model"]: m for m in doc["models"]["per_model"]}
     shares = [per[m]["replay"]["pool_share"] for m in MODELS]
     assert sum(shares) == pytest.approx(1.0, abs=1e-5)
@@ -194,7 +195,7 @@ def test_the_report_shows_each_models_figures(tmp_path):
     from analyzer.report.render import sections
 
     log, _ = three_model_log(tmp_path)
-    doc = run_analysis([str(log)], AnalyzeOptions(search_rate=False)).to_json()
+    doc = report_json(run_analysis([str(log)], AnalyzeOptions(search_rate=False)))
     (ms,) = [s for s in sections(doc) if s.id == "models"]
     (table,) = ms.tables
     assert all(len(row) == len(table.header) for row in table.rows)

@@ -22,6 +22,7 @@ from analyzer.report import (
     render_markdown,
     write_reports,
 )
+from analyzer.report.document import report_json
 from analyzer.report.render import sections
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +40,7 @@ def doc(tmp_path_factory) -> dict:
     log = make_logs.high_reuse(d / "high.jsonl")
     r = run_analysis([str(log)], make_logs.pooled_options())
     assert r.verdict == "deploy-pooled"
-    return r.to_json()
+    return report_json(r)
 
 
 def test_json_is_canonical_and_reloads_to_the_same_reports(doc, tmp_path):

@@ -5,7 +5,7 @@ Public API::
     from analyzer.advisor import AnalyzeOptions, run_analysis, Verdict
     result = run_analysis(["log.jsonl.gz"], AnalyzeOptions(model="llama-3.1-8b", gpu="h100"))
     result.verdict          # one of VERDICTS
-    result.to_json()        # schema "kvpool.report/2"
+    # the report's JSON (schema "kvpool.report/2"): analyzer.report.document.report_json(result)
 
 The decision functions (:func:`decide`, :func:`analyzer.advisor.sizing.size`,
 :func:`analyzer.advisor.gates.plan`, ...) are pure functions over the records in
@@ -31,7 +31,7 @@ from analyzer.advisor.figures import (
 
 # The pipeline (numpy, pyarrow, the stages) loads on first use, so that `kvpool --help`
 # stays fast while `from analyzer.advisor import run_analysis` keeps working.
-_LAZY = {"SCHEMA", "AnalysisResult", "AnalyzeOptions", "run_analysis"}
+_LAZY = {"AnalysisResult", "AnalyzeOptions", "run_analysis"}
 
 
 def __getattr__(name: str) -> Any:
@@ -44,7 +44,6 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "OBJECTIVES",
-    "SCHEMA",
     "VERDICTS",
     "AnalysisResult",
     "AnalyzeOptions",

@@ -101,7 +101,7 @@ def _hit_rate(trace: Any, cfg: Any, cost: Any, capacity_tokens: int) -> float:
 
     c = replace(cfg, local_capacity_tokens=capacity_tokens)
     res = run_replay(trace, c, scenarios=[Scenario.LOCAL], search_rate=False, cost=cost)
-    return float(res.to_json()["scenarios"][Scenario.LOCAL]["hit_rate"])
+    return res.scenarios[Scenario.LOCAL].hit_rate
 
 
 def fit_capacity(
@@ -162,15 +162,15 @@ def compare(
         ),
         warmup_fraction=measured.warmup,
     )
-    res = run_replay(trace, c, scenarios=[Scenario.LOCAL], search_rate=False, cost=cost).to_json()
-    local = res["scenarios"][Scenario.LOCAL]
-    cap = local["capacity_tokens"]["local_per_instance"]
+    res = run_replay(trace, c, scenarios=[Scenario.LOCAL], search_rate=False, cost=cost)
+    local = res.scenarios[Scenario.LOCAL]
+    cap = local.capacity.local_per_instance
     out = Comparison(
         measured=measured,
-        projected_hit_rate=float(local["hit_rate"]),
+        projected_hit_rate=local.hit_rate,
         instances=c.instances,
         router=c.router,
-        local_capacity_tokens=int(cap) if isinstance(cap, int) else -1,
+        local_capacity_tokens=-1 if cap is None else cap,
     )
     if out.within_tolerance:
         return out

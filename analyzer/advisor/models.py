@@ -241,18 +241,17 @@ def per_model_replay(
         table = loaded.table.filter(pc.fill_null(pc.equal(names, m["model"]), False))
         trace = BlockTrace.from_table(table)
         run = run_replay if replayer is None else partial(replayer, part=str(m["model"]))
-        doc = run(
+        sc = run(
             trace, c, scenarios=(Scenario.LOCAL, Scenario.POOLED), search_rate=False, cost=cost
-        ).to_json()
-        sc = doc["scenarios"]
+        ).scenarios
         m["replay"] = {
             "model": model,
             "tp": tp,
             "instances": c.instances,
             "pool_share": round(share, 6),
             "pool_capacity_tokens": None if math.isinf(pool_bytes) else pool_tokens,
-            "local_hit_rate": sc[Scenario.LOCAL]["hit_rate"],
-            "pooled_hit_rate": sc[Scenario.POOLED]["hit_rate"],
-            "local_ttft_mean_s": sc[Scenario.LOCAL]["ttft_s"]["mean"],
-            "pooled_ttft_mean_s": sc[Scenario.POOLED]["ttft_s"]["mean"],
+            "local_hit_rate": sc[Scenario.LOCAL].hit_rate,
+            "pooled_hit_rate": sc[Scenario.POOLED].hit_rate,
+            "local_ttft_mean_s": sc[Scenario.LOCAL].ttft.mean_s,
+            "pooled_ttft_mean_s": sc[Scenario.POOLED].ttft.mean_s,
         }

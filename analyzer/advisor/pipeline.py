@@ -11,14 +11,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from analyzer import __version__
 from analyzer.advisor import gates as gates_mod
 from analyzer.advisor.decide import decide
 from analyzer.advisor.deploy import DeployFile, bundle, deploy_sizings, per_process
@@ -26,7 +25,6 @@ from analyzer.advisor.economics import (
     PEAK_WINDOW_S,
     EconomicsInputs,
     OptionResources,
-    economics_json,
     load_figures,
     scaled,
 )
@@ -44,7 +42,7 @@ from analyzer.advisor.figures import (
     Verdict,
 )
 from analyzer.advisor.pilot import PilotCommand, pilot_commands
-from analyzer.advisor.products import DOCS_CHECKED, ProductSettings, translate
+from analyzer.advisor.products import ProductSettings, translate
 from analyzer.advisor.sensitivity import (
     FlipRow,
     Variant,
@@ -52,7 +50,6 @@ from analyzer.advisor.sensitivity import (
     flip_table,
     hardware_variant,
     reuse_variant,
-    summarize,
 )
 from analyzer.advisor.sizing import ClusterFigures, Sizing, size
 from analyzer.cost.prices import PriceOverrides, Prices, resolve_prices
@@ -65,9 +62,9 @@ from analyzer.trace import BlockTrace, read_metadata
 if TYPE_CHECKING:
     from analyzer.cost import CostModel
     from analyzer.ingest import LoadedTrace
+    from analyzer.replay import ReplayResult
     from analyzer.reuse import ReuseReport
 
-SCHEMA = "kvpool.report/2"
 SCENARIOS = (
     Scenario.NONE,
     Scenario.LOCAL,
@@ -102,6 +99,7 @@ class AnalyzeOptions:
     current_local_capacity_tokens: int | None = None
     profile: str | None = None  # a `kvpool cost profile` / `kvpool cost fit` JSON
     search_rate: bool = True
+    full_replay: bool = False  # replay every request, also above the miniature's size
     sensitivity_replays: bool = True
     knee_fraction: float = 0.9
     thresholds: Thresholds = field(default_factory=Thresholds)
@@ -223,7 +221,7 @@ class AnalysisResult:
     gates: tuple[gates_mod.Gate, ...]
     skipped: dict[str, Any]
     reuse_json: dict[str, Any]
-    replay_json: dict[str, Any] | None
+    replay_result: ReplayResult | None
     cost_json: dict[str, Any] | None
     break_even_curve: list[dict[str, Any]]
     charts: dict[str, Any] = field(default_factory=dict)
@@ -242,13 +240,6 @@ class AnalysisResult:
     @property
     def verdict(self) -> str:
         return self.decision.verdict
-
-    def to_json(self) -> dict[str, Any]:
-        from analyzer.advisor.summary import summary_sentences
-
-        doc: dict[str, Any] = _canonical(report_document(self))
-        doc["summary"] = summary_sentences(doc)  # from the rounded figures the reader sees
-        return doc
 
 
 def _sha256(path: str) -> str:
@@ -413,36 +404,32 @@ def _bandwidth(cm: CostModel, opts: AnalyzeOptions, prefix_tokens: int) -> Bandw
     )
 
 
-def _replay_figures(doc: dict[str, Any], slo: float) -> ReplayFigures:
+def _replay_figures(result: ReplayResult, slo: float) -> ReplayFigures:
     out = []
-    for name, s in doc["scenarios"].items():
-        t = s.get("ttft_s") or {}
-        by = s.get("hit_rate_by_tier") or {}
+    for name, s in result.scenarios.items():
+        t = s.ttft
+        by = s.hit_rate_by_tier
+        rate = s.max_rate_scale_at_slo
         out.append(
             ScenarioFigures(
                 name=name,
-                hit_rate=float(s.get("hit_rate") or 0.0),
-                ttft_mean_s=float(t.get("mean") or 0.0),
-                ttft_p90_s=float(t.get("p90") or 0.0),
-                ttft_p99_s=float(t.get("p99") or 0.0),
-                max_rate_scale=(
-                    None
-                    if s.get("max_rate_scale_at_slo") is None
-                    else float(s["max_rate_scale_at_slo"])
-                ),
-                max_rate_capped=bool((s.get("rate_search") or {}).get("capped")),
-                pool_hit_rate=float(by.get(Tier.POOL, 0.0)),
-                dram_hit_rate=float(by.get(Tier.DRAM, 0.0)),
-                network_bytes=float(s.get("network_bytes") or 0.0),
+                hit_rate=s.hit_rate,
+                ttft_mean_s=t.mean_s or 0.0,
+                ttft_p90_s=t.p90_s or 0.0,
+                ttft_p99_s=t.p99_s or 0.0,
+                max_rate_scale=None if rate is None else float(rate),
+                max_rate_capped=s.search is not None and s.search.capped,
+                pool_hit_rate=by[Tier.POOL],
+                dram_hit_rate=by[Tier.DRAM],
+                network_bytes=float(s.network_bytes),
             )
         )
-    cluster = doc.get("cluster") or {}
     return ReplayFigures(
         scenarios=tuple(out),
         baseline=Scenario.LOCAL,
         ttft_slo_s=slo,
-        nodes=int(cluster.get("nodes") or 0),
-        dram_scope=str(cluster.get("dram_scope") or "instance"),
+        nodes=result.cluster.nodes,
+        dram_scope=result.cluster.dram_scope,
     )
 
 
@@ -555,7 +542,7 @@ def run_analysis(
     usable = not (tf.count_only or tf.n_requests < th.min_requests or not rf.measurable)
     bw: BandwidthFigures | None = None
     replay: ReplayFigures | None = None
-    replay_json: dict[str, Any] | None = None
+    replay_result: ReplayResult | None = None
     economics: EconomicsInputs | None = None
     be_curve: list[dict[str, Any]] = []
     if usable:
@@ -578,7 +565,7 @@ def run_analysis(
             "local CPU + disk, HiCache L2 + L3 file)",
         )
         with progress("replay", None) as adv:
-            replay_json = run(
+            replay_result = run(
                 trace,
                 cfg,
                 scenarios=(
@@ -597,9 +584,10 @@ def run_analysis(
                 # above one: a caller's own replay function (the dashboard's) has no such
                 # argument.
                 **_workers(opts),
-            ).to_json()
-        replay = _replay_figures(replay_json, opts.ttft_slo_s)
-        economics = _economics(opts, trace, rf, replay_json, prices, bpt)
+                **_full_replay(opts),
+            )
+        replay = _replay_figures(replay_result, opts.ttft_slo_s)
+        economics = _economics(opts, trace, rf, replay_result, prices, bpt)
     per = [m for m in models_doc.get("per_model") or [] if "footprint_gb" in m]
     if usable and len(per) > 1:
         from analyzer.advisor.models import per_model_replay
@@ -628,16 +616,15 @@ def run_analysis(
     sizings: dict[str, Sizing] = {}
     settings: list[ProductSettings] = []
     served = cm.model.hf_repo or opts.model
-    if usable and replay_json is not None:
-        cluster = replay_json["cluster"]
-        pooled = replay_json["scenarios"].get(Scenario.POOLED, {})
-        local = replay_json["scenarios"].get(Scenario.LOCAL, {})
-        hbm_tokens = local.get("capacity_tokens", {}).get("local_per_instance")
-        if not isinstance(hbm_tokens, int):
+    if usable and replay_result is not None:
+        sc = replay_result.scenarios
+        pooled, local = sc.get(Scenario.POOLED), sc.get(Scenario.LOCAL)
+        hbm_tokens = None if local is None else local.capacity.local_per_instance
+        if hbm_tokens is None:
             hbm_tokens = int(cm.hbm_kv_capacity_tokens())
-        nodes = int(cluster["nodes"])
-        makespan = float(pooled.get("makespan_s") or 0.0)
-        pool_read = float((pooled.get("bytes_read_by_tier") or {}).get(Tier.POOL, 0.0))
+        nodes = replay_result.cluster.nodes
+        makespan = 0.0 if pooled is None else pooled.makespan_s
+        pool_read = 0.0 if pooled is None else float(pooled.bytes_read_by_tier[Tier.POOL])
         read_gbps = pool_read / makespan / nodes / 1e9 if makespan > 0 else 0.0
         from analyzer.cost import list_tiers
 
@@ -658,13 +645,12 @@ def run_analysis(
             for cap, rate in pts:
                 if cap == knee:
                     pol[name] = float(rate)
-        dram_sim = (
-            (replay_json["scenarios"].get(Scenario.LOCAL_DRAM) or {}).get("capacity_tokens") or {}
-        ).get("dram_per_node")
+        dram_run = sc.get(Scenario.LOCAL_DRAM)
+        dram_sim = None if dram_run is None else dram_run.capacity.dram_per_node
         sized = partial(
             size,
             knee_tokens=knee,
-            dram_simulated_tokens=dram_sim if isinstance(dram_sim, int) else None,
+            dram_simulated_tokens=dram_sim,
             cluster=ClusterFigures(
                 instances=opts.instances,
                 tp=opts.tp,
@@ -748,7 +734,7 @@ def run_analysis(
         per_process=per_process(sizings),
         skipped=skipped,
         reuse_json=reuse_json,
-        replay_json=replay_json,
+        replay_result=replay_result,
         cost_json=_cost_json(cm) if usable else None,
         break_even_curve=be_curve,
         economics=economics,
@@ -768,7 +754,7 @@ def _economics(
     opts: AnalyzeOptions,
     trace: BlockTrace,
     rf: ReuseFigures,
-    replay_json: dict[str, Any],
+    replay_result: ReplayResult,
     prices: Prices,
     bytes_per_token: int,
 ) -> EconomicsInputs:
@@ -776,20 +762,22 @@ def _economics(
     the pool at the knee of the hit-ratio curve, capped at what the replay simulated (so
     the projection backs the figure); NVMe holds what DRAM does not, up to its simulated
     size; a pool adds a NIC per node and the store's servers."""
-    nodes = int(replay_json["cluster"]["nodes"])
-    sc = replay_json["scenarios"]
+    from analyzer.replay import ScenarioCapacity
 
-    def simulated(name: str, key: str) -> int | None:
-        v = ((sc.get(name) or {}).get("capacity_tokens") or {}).get(key)
-        return v if isinstance(v, int) else None
+    nodes = replay_result.cluster.nodes
+    sc = replay_result.scenarios
+
+    def simulated(name: str) -> ScenarioCapacity:
+        s = sc.get(name)
+        return ScenarioCapacity(None, None, None, None, None) if s is None else s.capacity
 
     def capped(tokens: int, cap: int | None) -> int:
         return tokens if cap is None else min(tokens, cap)
 
     knee = rf.knee_tokens
-    dram = capped(knee, simulated(Scenario.LOCAL_DRAM, "dram_per_node"))
-    nvme = capped(max(knee - dram, 0), simulated(Scenario.LOCAL_DRAM_NVME, "nvme_per_node"))
-    pool = capped(knee, simulated(Scenario.POOLED, "pool"))
+    dram = capped(knee, simulated(Scenario.LOCAL_DRAM).dram_per_node)
+    nvme = capped(max(knee - dram, 0), simulated(Scenario.LOCAL_DRAM_NVME).nvme_per_node)
+    pool = capped(knee, simulated(Scenario.POOLED).pool)
 
     def gb(tokens: int) -> float:
         return tokens * bytes_per_token / 1e9
@@ -1034,7 +1022,7 @@ def _sensitivity(
                 cost=cm,
                 **_workers(opts),
             )
-            rp = _replay_figures(res.to_json(), opts.ttft_slo_s)
+            rp = _replay_figures(res, opts.ttft_slo_s)
             variants.append(
                 Variant(
                     "instances",
@@ -1087,32 +1075,6 @@ def _side_row(
     }
 
 
-# -- the JSON document ---------------------------------------------------------------------
-
-
-def _round(x: float) -> float | None:
-    if not math.isfinite(x):
-        return None
-    if x == 0:
-        return 0.0
-    return float(f"{x:.6g}")
-
-
-def _canonical(obj: Any) -> Any:
-    """Rounded floats (6 significant digits), no NaN/inf, plain types: stable bytes."""
-    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
-        return obj
-    if isinstance(obj, int | np.integer):
-        return int(obj)
-    if isinstance(obj, float | np.floating):
-        return _round(float(obj))
-    if isinstance(obj, dict):
-        return {str(k): _canonical(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_canonical(v) for v in obj]
-    return str(obj)
-
-
 def _private_example(example: str, names: dict[str, str]) -> str:
     """A skip example ``path:line: reason`` with the path as the report names it."""
     for path, name in names.items():
@@ -1121,219 +1083,12 @@ def _private_example(example: str, names: dict[str, str]) -> str:
     return example
 
 
+def _full_replay(opts: AnalyzeOptions) -> dict[str, Any]:
+    """``run_replay``'s ``full_replay`` argument when ``--full-replay`` asks for it (a
+    caller's own replay function, the dashboard's, need not take it otherwise)."""
+    return {"full_replay": True} if opts.full_replay else {}
+
+
 def _workers(opts: AnalyzeOptions) -> dict[str, Any]:
     """``run_replay``'s ``workers`` argument when ``--jobs`` asks for more than one."""
     return {"workers": opts.ingest.jobs} if opts.ingest.jobs > 1 else {}
-
-
-def _options_json(o: AnalyzeOptions) -> dict[str, Any]:
-    """The report's ``options`` section (flat, as ``kvpool.report/1`` has it). Ingest
-    settings that could name a file or a tenant (salt file, columns) stay out."""
-    c, i = o.cluster, o.ingest
-    return {
-        "model": c.model,
-        "gpu": c.gpu,
-        "tp": c.tp,
-        "instances": c.instances,
-        "gpus_per_node": c.gpus_per_node,
-        "dram_scope": c.dram_scope,
-        "kv_dtype": c.kv_dtype,
-        "mfu": c.mfu,
-        "pool_gbps": c.pool_gbps,
-        "pool_tier": c.pool_tier,
-        "dram_tier": c.dram_tier,
-        "local_capacity_tokens": c.local_capacity_tokens,
-        "dram_capacity_tokens": c.dram_capacity_tokens,
-        "pool_capacity_tokens": c.pool_capacity_tokens,
-        "router": c.router,
-        "ttft_slo_s": o.ttft_slo_s,
-        "warmup": c.warmup_fraction,
-        "block_size": i.block_size,
-        "fmt": i.fmt,
-        "template": i.template,
-        "tokenizer": i.tokenizer,
-        "only_model": o.only_model,
-        "current_instances": o.current_instances,
-        "current_router": o.current_router,
-        "current_local_capacity_tokens": o.current_local_capacity_tokens,
-        "search_rate": o.search_rate,
-        "sensitivity_replays": o.sensitivity_replays,
-        "knee_fraction": o.knee_fraction,
-        "thresholds": asdict(o.thresholds),
-        "peak_window_s": o.peak_window_s,
-        "prices": {
-            **asdict(o.prices),
-            # a path: keep the file's name only
-            "prices_file": None
-            if o.prices.prices_file is None
-            else Path(o.prices.prices_file).name,
-        },
-    }
-
-
-def report_document(r: AnalysisResult) -> dict[str, Any]:
-    d = r.decision
-    opts = _options_json(r.options)
-    if opts["model"].lower().endswith(".json"):  # a config.json path: keep the name only
-        opts["model"] = Path(opts["model"]).name
-    if opts["tokenizer"] not in ("cl100k", "cl100k_base"):  # a path: keep the name only
-        opts["tokenizer"] = Path(opts["tokenizer"]).name
-    sizing = None
-    if r.sizing is not None:
-        s = r.sizing
-        sizing = {
-            **asdict(s),
-            "pool_capacity_gb": s.pool_capacity_gb,
-            "pool_capacity_gib": s.gib(s.pool_capacity_tokens),
-            "dram_per_node_gb": s.dram_per_node_gb,
-            "dram_per_node_gib": s.gib(s.dram_per_node_tokens),
-            "pool_segment_per_node_gb": s.pool_segment_per_node_gb,
-            "hbm_cache_per_instance_gb": s.gb(s.hbm_cache_per_instance_tokens),
-            "knee_fraction": r.reuse.knee_fraction,
-        }
-    flips = [f.to_json() for f in r.flips]
-    return {
-        "schema": SCHEMA,
-        "kvpool_version": __version__,
-        "inputs": r.inputs,
-        "options": opts,
-        "trace": {**asdict(r.trace), "skipped": r.skipped, "tokenization": r.tokenization},
-        "models": r.models,
-        "warnings": list(r.warnings),
-        "measured_vs_projected": r.measured,
-        "verdict": {
-            "verdict": d.verdict,
-            "reasons": list(d.reasons),
-            "confidence": d.confidence,
-            "confidence_statement": d.confidence_statement,
-            "missing": list(d.missing),
-            "checks": [asdict(c) for c in d.checks],
-            "projection": asdict(d.projection),
-            "reason_facts": [[asdict(f) for f in facts] for facts in d.facts],
-            "figures": dict(d.derived),
-            "scenario": VERDICT_SCENARIO.get(d.verdict),
-            "objective": r.options.thresholds.objective,
-        },
-        "reuse": {"figures": asdict(r.reuse), "analysis": r.reuse_json},
-        "bandwidth": (
-            None if r.bandwidth is None else {**asdict(r.bandwidth), "curve": r.break_even_curve}
-        ),
-        "cost": r.cost_json,
-        "uncertainty": r.uncertainty,
-        "replay": r.replay_json,
-        "sizing": sizing,
-        "settings": [p.to_json() for p in r.settings],
-        "products_checked": list(DOCS_CHECKED),
-        "sensitivity": {"rows": flips, "summary": summarize(r.flips)},
-        "gates": {"plan": [gates_mod.gate_to_json(g) for g in r.gates]},
-        "pilot": {"commands": [c.to_json() for c in r.pilot]},
-        "deploy": {"files": [f.to_json() for f in r.deploy], "per_process": r.per_process},
-        "assumptions": assumptions(r),
-        "economics": economics_json(r.replay, r.economics),
-        "side_by_side": r.side_by_side,
-    }
-
-
-def assumptions(r: AnalysisResult) -> list[dict[str, Any]]:
-    o = r.options
-    th = o.thresholds
-    out = [
-        {
-            "what": "Steady-state reuse",
-            "value": f"first {100 * o.warmup:.0f}% of requests warm the cache uncounted",
-            "source": "warm-up excluded from hit rates, as cache simulators do (e.g. "
-            "libCacheSim, github.com/1a1a11a/libCacheSim); docs/reuse.md",
-        },
-        {
-            "what": "Reuse guideline",
-            "value": f"{100 * th.min_reuse:.0f}% steady-state prefix reuse",
-            "source": "kvpool default threshold (docs/advisor.md, overridable)",
-        },
-        {
-            "what": "Objective",
-            "value": (
-                "lowest monthly cost serving the peak load within the TTFT SLO; a pool must "
-                f"save {100 * th.min_pool_saving:.0f}% of the baseline's monthly cost more than "
-                "the best local option"
-                if th.objective == Objective.COST
-                else "lowest mean TTFT without lowering the rate served within the SLO; a "
-                f"pool must beat local DRAM offload by {100 * th.min_pool_advantage:.0f}%"
-            ),
-            "source": "--objective, --pool-margin (docs/advisor.md)",
-        },
-        {
-            "what": "Pilot KPIs",
-            "value": f"at least {100 * th.pilot_fraction:.0f}% of the projected TTFT reduction "
-            "and throughput gain, p90 TTFT within the SLO, 72 h stability",
-            "source": "gated pilot derived from the projection (docs/advisor.md)",
-        },
-        {
-            "what": "Break-even bandwidth",
-            "value": "bytes/token x prefill tokens/s of the prefix's marginal tokens",
-            "source": "Mooncake (Qin et al., FAST'25): load KV when faster than recomputing "
-            "it; docs/cost-model.md",
-        },
-        {
-            "what": "Model and GPU",
-            "value": f"{o.model} on {o.tp} x {o.gpu}, KV {o.kv_dtype}",
-            "source": "kvpool catalogs models/models.toml, models/hardware.toml (model "
-            "config.json files and vendor datasheets)",
-        },
-        {
-            "what": "Pool link",
-            "value": (
-                f"{o.pool_gbps:g} GB/s per node ({8 * o.pool_gbps:g} Gb/s)"
-                if o.pool_gbps
-                else o.pool_tier
-            ),
-            "source": "--pool-gbps (default: the pool tier's catalog figure, models/hardware.toml; RDMA at "
-            "about 87% of line rate, as Mooncake's Transfer Engine reaches)",
-        },
-        {
-            "what": "Replay",
-            "value": f"{o.instances} prefill instances, router {o.router}, decode not "
-            f"modelled, TTFT SLO {1000 * o.ttft_slo_s:,.0f} ms (p90)",
-            "source": "kvpool replay (docs/replay.md)",
-        },
-        {
-            "what": "GPUs needed",
-            "value": "instances x load / (highest rate multiple within the SLO), at the mean "
-            f"and at the busiest {o.peak_window_s:g} s window; prefill GPUs only (a "
-            "disaggregated prefill pool, as in Mooncake)",
-            "source": "kvpool replay rate search; docs/advisor.md",
-        },
-        {
-            "what": "Knee",
-            "value": f"{100 * o.knee_fraction:.0f}% of the LRU ceiling",
-            "source": "kvpool reuse LRU curve (exact stack distances, Mattson et al., 1970)",
-        },
-    ]
-    if r.cost_json and r.cost_json.get("mfu") is not None:
-        out.append(
-            {
-                "what": "Prefill utilisation (MFU)",
-                "value": f"{100 * r.cost_json['mfu']:.0f}% of peak FLOP/s",
-                "source": "--mfu: the plain roofline instead of the engine model (MFU as "
-                "defined by Chowdhery et al., PaLM, 2022)",
-            }
-        )
-    elif r.cost_json:
-        out.append(
-            {
-                "what": "Prefill speed",
-                "value": f"engine model, weights in {r.cost_json.get('weight_dtype', 'bf16')}",
-                "source": "fitted on published measurements, models/measurements.toml "
-                "(kvpool cost check; docs/cost-model.md)",
-            }
-        )
-    if r.economics is not None:
-        for p in r.economics.prices.used():
-            price = "not priced" if p["usd"] is None else f"${p['usd']:,.4g} per {p['unit']}"
-            out.append(
-                {
-                    "what": f"Price: {p['what']}",
-                    "value": price,
-                    "source": p["source"] + (f" (read {p['date']})" if p["date"] else ""),
-                }
-            )
-    return out

@@ -59,6 +59,7 @@ def analyze(
     no_rate_search: Annotated[
         bool, typer.Option("--no-rate-search", help="Skip the SLO rate search (faster).")
     ] = False,
+    full_replay: o.FullReplay = False,
     pdf: Annotated[
         bool,
         typer.Option("--pdf", help="Also print report.pdf with headless Chromium, if installed."),
@@ -128,7 +129,7 @@ def analyze(
     from analyzer.outputs import report_dir
     from analyzer.progress import progress
     from analyzer.replay.config import ClusterConfig
-    from analyzer.report import render_json, write_reports
+    from analyzer.report import ReportDocument, render_json, write_reports
 
     report_dir(out, force=force, create=False)  # fail before the long run, not after it
     if profile is not None:
@@ -169,6 +170,7 @@ def analyze(
         ),
         profile=profile,
         search_rate=not no_rate_search,
+        full_replay=full_replay,
         thresholds=Thresholds(objective=Objective.parse(objective), min_pool_saving=pool_margin),
         peak_window_s=peak_window,
         prices=PriceOverrides(
@@ -181,9 +183,9 @@ def analyze(
         ),
     )
     # Each stage shows its own progress bar (rich allows one live display at a time).
-    doc = run_analysis([str(p) for p in inputs], opts).to_json()
+    document = ReportDocument.of(run_analysis([str(p) for p in inputs], opts))
     with progress("writing reports", None):
-        paths = write_reports(doc, out, pdf=pdf, force=force)
+        paths = write_reports(document, out, pdf=pdf, force=force)
     console = report_console(json_out)
     if paths["json"].parent != out:
         console.print(
@@ -191,9 +193,9 @@ def analyze(
             "(--force overwrites)[/]",
             highlight=False,
         )
-    print_summary(console, doc, paths)
+    print_summary(console, document.json, paths)
     if json_out is not None:
-        write_text(json_out, render_json(doc), force=force)
+        write_text(json_out, render_json(document), force=force)
     if pdf and "pdf" not in paths:
         console.print("[yellow]no PDF: Chromium is not installed (/usr/bin/chromium)[/]")
 
@@ -223,6 +225,11 @@ def print_summary(console: Any, doc: dict[str, Any], paths: dict[str, Any]) -> N
     console.print(f"  {v['confidence_statement']}", highlight=False, markup=False)
     for w in doc.get("warnings") or []:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
+    mini = (doc.get("replay") or {}).get("miniature")
+    if mini:
+        from analyzer.replay.miniature import describe
+
+        console.print(describe(mini), highlight=False, markup=False)
     kf = key_figures(doc)
     t = Table(*kf.header, box=None, pad_edge=False)
     for row in kf.rows:

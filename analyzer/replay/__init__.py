@@ -17,7 +17,15 @@ from analyzer.replay.config import (
     parse_capacity,
     select_scenarios,
 )
-from analyzer.replay.run import ReplayResult, ScenarioResult, find_max_rate, resolve, run_replay
+from analyzer.replay.run import (
+    ReplayResult,
+    ScenarioCapacity,
+    ScenarioResult,
+    TtftSummary,
+    find_max_rate,
+    resolve,
+    run_replay,
+)
 
 __all__ = [
     "ROUTERS",
@@ -26,9 +34,11 @@ __all__ = [
     "ClusterConfig",
     "ReplayResult",
     "Scenario",
+    "ScenarioCapacity",
     "ScenarioResult",
     "ScenarioSpec",
     "Tier",
+    "TtftSummary",
     "find_max_rate",
     "load_scenarios",
     "parse_capacity",

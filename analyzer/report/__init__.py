@@ -2,11 +2,13 @@
 
 Public API::
 
-    from analyzer.report import render_html, render_markdown, render_json, write_reports
-    paths = write_reports(result, "out/")   # {"html": .../report.html, "md": ..., "json": ...}
+    from analyzer.report import ReportDocument, render_html, render_markdown, write_reports
+    doc = ReportDocument.of(result)         # result: analyzer.advisor.run_analysis(...)
+    paths = write_reports(doc, "out/")      # {"html": .../report.html, "md": ..., "json": ...}
 
-Every renderer reads the same document (``result.to_json()``, or a ``report.json``
-loaded back), so the three outputs carry the same content.
+Every renderer reads the same document (:class:`~analyzer.report.document.ReportDocument`,
+whose schema :mod:`analyzer.report.document` alone defines, or a ``report.json`` loaded
+back), so the three outputs carry the same content.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import OutputError
+from analyzer.report.document import SCHEMA, ReportDocument, report_json
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 # Headless Chromium: no GPU, network chatter or first-run setup. Shared by the PDF printer
@@ -40,30 +43,41 @@ CHROMIUM_FLAGS = (
 )
 
 
-def _doc(result_or_doc: Any) -> dict[str, Any]:
+if TYPE_CHECKING:
+    from analyzer.advisor.pipeline import AnalysisResult
+
+    # a fresh document (or the analysis it is made of), or a report.json loaded back
+    Document = ReportDocument | AnalysisResult | dict[str, Any]
+
+
+def _doc(document: Document) -> dict[str, Any]:
     """The document with keys sorted, as it reads back from report.json: every renderer
-    sees the same order whether it is given a fresh result or a reloaded file."""
-    doc = result_or_doc if isinstance(result_or_doc, dict) else result_or_doc.to_json()
+    sees the same order whether it is given a fresh document or a reloaded file."""
+    if isinstance(document, dict):
+        doc = document
+    else:
+        fresh = document if isinstance(document, ReportDocument) else ReportDocument.of(document)
+        doc = fresh.json
     sorted_doc: dict[str, Any] = json.loads(json.dumps(doc, sort_keys=True))
     return sorted_doc
 
 
-def render_json(result_or_doc: Any) -> str:
+def render_json(document: Document) -> str:
     """Deterministic JSON text: sorted keys, floats already rounded, no timestamps."""
-    return json.dumps(_doc(result_or_doc), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(_doc(document), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
-def render_markdown(result_or_doc: Any) -> str:
+def render_markdown(document: Document) -> str:
     from analyzer.report.render import render_markdown_doc
 
-    return render_markdown_doc(_doc(result_or_doc))
+    return render_markdown_doc(_doc(document))
 
 
-def render_html(result_or_doc: Any) -> str:
+def render_html(document: Document) -> str:
     from analyzer.report.charts import all_charts
     from analyzer.report.render import render_html_doc
 
-    doc = _doc(result_or_doc)
+    doc = _doc(document)
     return render_html_doc(doc, all_charts(doc))
 
 
@@ -143,7 +157,7 @@ def deploy_zip(doc: dict[str, Any]) -> bytes:
 
 
 def write_reports(
-    result_or_doc: Any, out_dir: str | Path, *, pdf: bool = False, force: bool = False
+    document: Document, out_dir: str | Path, *, pdf: bool = False, force: bool = False
 ) -> dict[str, Path]:
     """Write report.json, report.md and report.html (and report.pdf with ``pdf``), and
     the deployment bundle in ``deploy/`` when the analysis sized one.
@@ -154,7 +168,7 @@ def write_reports(
     """
     from analyzer.outputs import atomic_path, report_dir, write_files
 
-    doc = _doc(result_or_doc)
+    doc = _doc(document)
     texts = {"json": render_json(doc), "md": render_markdown(doc), "html": render_html(doc)}
     out, _ = report_dir(out_dir, force=force)
     paths = {k: out / f"report.{k}" for k in texts}
@@ -174,11 +188,14 @@ def write_reports(
 
 __all__ = [
     "CHROMIUM_FLAGS",
+    "SCHEMA",
+    "ReportDocument",
     "deploy_zip",
     "find_chromium",
     "render_html",
     "render_json",
     "render_markdown",
+    "report_json",
     "write_deploy",
     "write_pdf",
     "write_reports",

@@ -12,6 +12,7 @@ from analyzer.advisor.summary import (
     summary_sentences,
 )
 from analyzer.report import figures
+from analyzer.report.document import report_json
 from app import banner, compare, compute, controls, prefetch, state
 
 st.title("Recommendation")
@@ -72,7 +73,7 @@ with state.guard():
         st.session_state[STALE_KEY] = (cur.content, cur.ingest_key, result)
         if ans.pending is None:
             prefetch.after_analysis(cur, result.options)
-    doc = result.to_json()
+    doc = report_json(result)
     verdict = doc["verdict"]
     if ans.stale:
         st.markdown(STALE_CSS, unsafe_allow_html=True)
