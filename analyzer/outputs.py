@@ -17,6 +17,10 @@ The promises (docs/security.md):
   its target when a write fails, which on a device path deletes the device node.
 - **No directories from nothing.** The target's directory must exist; a mistyped
   ``--json /nonexistent/dir/x.json`` is an error, not a tree of new directories.
+- **Datasets are folders written whole.** A partitioned canonical dataset is written
+  into a temporary folder beside its target and renamed into place
+  (:func:`atomic_dir`); an earlier dataset there is replaced only then, and a target
+  that is a file, a symlink, or a folder holding anything else is refused.
 - **Existing report directories are kept.** ``analyze -o DIR`` with a ``DIR`` that
   already holds files writes to ``DIR-2`` (``-3``, ...) and says so, unless ``--force``.
 
@@ -274,3 +278,83 @@ def report_dir(
         raise OutputError(f"no free directory name next to {p}")
     except OSError as exc:
         raise OutputError(f"cannot write reports to {p}: {exc.strerror or exc}") from exc
+
+
+PARTITION = "window_start_s"  # a partitioned canonical dataset's folders: PARTITION=NNN
+
+
+def is_dataset_dir(p: Path) -> bool:
+    """An empty folder, or one that holds only a partitioned dataset's window folders."""
+    try:
+        return all(c.is_dir() and c.name.startswith(PARTITION + "=") for c in p.iterdir())
+    except OSError:
+        return False
+
+
+def check_dataset_output(path: str | Path, *, inputs: Iterable[str | Path] = ()) -> Path:
+    """Validate a partitioned dataset's target folder before anything is written.
+
+    A folder is written whole in place of the target: refused when the target is a file,
+    a symlink, a folder holding anything but an earlier dataset's windows, or a folder
+    that holds (or is) an input of this run.
+    """
+    p = Path(path)
+    for extra in inputs:
+        note_input(extra)
+    if p.is_symlink():
+        raise OutputError(f"{p} is a symbolic link; not writing a dataset through it")
+    if p.exists():
+        if not p.is_dir():
+            raise OutputError(
+                f"{p} is a file; a partitioned dataset is written as a directory",
+                hint="choose a path that does not exist yet",
+            )
+        if not is_dataset_dir(p):
+            raise OutputError(
+                f"{p} is a directory holding other files; not replacing it with a dataset",
+                hint="choose a path that does not exist yet",
+            )
+    key = str(p.resolve())
+    for in_key in _INPUTS:
+        if in_key == key or in_key.startswith(key + os.sep):
+            raise OutputError(
+                f"{p} holds an input of this run; refusing to replace it",
+                hint="choose another output path",
+            )
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(
+            f"cannot write {p}: directory {parent} does not exist",
+            hint="create it first (kvpool does not create directories from scratch)",
+        )
+    return p
+
+
+@contextlib.contextmanager
+def atomic_dir(target: str | Path, *, inputs: Iterable[str | Path] = ()) -> Iterator[Path]:
+    """A temporary folder beside ``target``, put in its place on success (an earlier
+    dataset there is removed only then); removed on failure."""
+    import shutil
+
+    final = check_dataset_output(target, inputs=inputs)
+    parent = final.parent if str(final.parent) else Path(".")
+    try:
+        tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{final.name}.", suffix=".tmp"))
+        os.chmod(tmp, 0o777 & ~_umask())
+    except OSError as exc:
+        raise OutputError(f"cannot write {final}: {exc.strerror or exc}") from exc
+    try:
+        yield tmp
+        check_dataset_output(final)  # again: the target may have changed meanwhile
+        old = None
+        if final.exists():
+            old = Path(tempfile.mkdtemp(dir=parent, prefix=f".{final.name}.", suffix=".old"))
+            os.rename(final, old / "d")
+        os.rename(tmp, final)
+        _fsync_dir(parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:
+        raise OutputError(f"cannot write {final}: {exc.strerror or exc}") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

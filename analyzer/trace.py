@@ -159,11 +159,102 @@ def write_canonical(table: pa.Table, path: str | Path, *, force: bool = False) -
         pq.write_table(table, tmp, compression="zstd")
 
 
+def dataset_files(path: str | Path) -> list[Path]:
+    """The Parquet files of a partitioned canonical dataset (a folder of
+    ``window_start_s=NNN/`` folders, see :class:`WindowedWriter`), in time order."""
+    from analyzer.outputs import PARTITION
+
+    return sorted(Path(path).glob(f"{PARTITION}=*/*.parquet"))
+
+
 def read_canonical(path: str | Path) -> pa.Table:
+    """A canonical file, or a partitioned dataset folder, checked and in arrival order."""
     from analyzer.outputs import note_input
 
     path = Path(path)
     note_input(path)
+    if path.is_dir():
+        return _read_dataset(path)
+    return _read_file(path)
+
+
+def _read_dataset(path: Path) -> pa.Table:
+    """The windows of a dataset folder as one table; every window must carry the same
+    metadata (one conversion wrote them)."""
+    files = dataset_files(path)
+    if not files:
+        raise InputError(
+            "directory holds no window_start_s=*/*.parquet files, so it is not a canonical dataset",
+            Location(str(path)),
+            hint="pass a canonical .parquet file, or a folder written by kvpool convert --ray",
+        )
+    tables: list[pa.Table] = []
+    for f in files:
+        t = _read_file(f)
+        if tables and t.schema.metadata != tables[0].schema.metadata:
+            diff = sorted(
+                k.decode(errors="replace").removeprefix("kvpool.")
+                for k in set(t.schema.metadata) | set(tables[0].schema.metadata)
+                if t.schema.metadata.get(k) != tables[0].schema.metadata.get(k)
+            )
+            raise InputError(
+                f"this window's metadata differs from {files[0].name} in the same dataset "
+                f"({', '.join(diff)})",
+                Location(str(f)),
+                hint="a dataset's windows must come from one conversion",
+            )
+        tables.append(t)
+    meta = tables[0].schema.metadata
+    table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+    return _sorted(table.replace_schema_metadata(meta))
+
+
+class WindowedWriter:
+    """Canonical batches, in arrival order, written as a partitioned dataset: one Parquet
+    file per ``window_s`` seconds of arrival, ``DIR/window_start_s=NNNNNNNNNN/part-0.parquet``
+    (Hive-style, so Ray Data, polars and Arrow read the window as a column; the start
+    is in whole seconds from the trace's first request, zero-padded so that names sort
+    in time order). Each file carries the whole trace's metadata."""
+
+    def __init__(self, directory: Path, schema: pa.Schema, window_s: int, **kw: Any) -> None:
+        assert window_s >= 1
+        self.directory, self.schema, self.window_s, self.kw = directory, schema, window_s, kw
+        self._writer: pq.ParquetWriter | None = None
+        self._window = -1
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        from analyzer.outputs import PARTITION
+
+        t = batch.column("arrival_s").to_numpy(zero_copy_only=False)
+        windows = np.floor(t / self.window_s).astype(np.int64)
+        cuts = np.flatnonzero(np.diff(windows)) + 1
+        for a, b in zip(np.r_[0, cuts], np.r_[cuts, t.size], strict=True):
+            if a == b:
+                continue
+            w = int(windows[a])
+            if w != self._window:
+                self.close()
+                start = w * self.window_s
+                d = self.directory / f"{PARTITION}={start:010d}"
+                d.mkdir()
+                self._writer = pq.ParquetWriter(d / "part-0.parquet", self.schema, **self.kw)
+                self._window = w
+            assert self._writer is not None
+            self._writer.write_batch(batch.slice(a, b - a))
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def __enter__(self) -> WindowedWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _read_file(path: Path) -> pa.Table:
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowInvalid) as exc:

@@ -1,6 +1,7 @@
 """``kvpool convert`` and ``kvpool reuse`` on 100k- and 1M-request chat logs, whole process.
 
     .venv/bin/python bench/scale.py [--sizes 100000,1000000] [--jobs 1,2] [--dir DIR]
+                                    [--ray ADDRESS]
 
 Generates each log with ``kvpool synth --profile chat -n N --seed 1`` (kept in ``--dir``
 for the next run), then for each size and each ``--jobs`` value runs, as separate
@@ -11,6 +12,13 @@ workers (bench/measure.py). Then the ratio of throughput at ``--jobs 2`` to ``--
 (target >= 1.7x on convert), convert + reuse time at the largest size (target < 20 min
 at 1M on 2 cores) and the ratio of peak RSS at the largest size to the smallest (target
 <= 1.5x), and checks that every ``--jobs`` value wrote the same file.
+
+With ``--ray ADDRESS`` (``local``: a Ray instance the convert process starts and stops,
+whose processes are then counted in the peak RSS, but not in the CPU seconds, which
+``wait4`` only has for processes the command reaps; a running cluster's are in neither),
+each size is also converted with ``kvpool convert --ray ADDRESS`` to a
+partitioned dataset, timed the same way, and its rows are compared with the ``--jobs``
+output's (all columns but ``token_lcp_prev``, which Ray does not compute).
 
 The figures are of the machine it runs on: on a shared machine wall time includes
 waiting for the CPU (the CPU seconds do not), so say so when recording them.
@@ -51,10 +59,19 @@ def line(what: str, r: Run, mb: float, n: int) -> str:
     )
 
 
+def same_rows(a: Path, b: Path) -> bool:
+    sys.path.insert(0, str(ROOT))
+    from analyzer.trace import read_canonical
+
+    ta, tb = (read_canonical(p).drop_columns(["token_lcp_prev"]) for p in (a, b))
+    return ta.equals(tb) and ta.schema.metadata == tb.schema.metadata
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="100000,1000000")
     ap.add_argument("--jobs", default="1,2")
+    ap.add_argument("--ray", default=None, help="also convert on this Ray cluster (or local)")
     ap.add_argument("--dir", default=None, help="where logs are kept [a temporary directory]")
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -105,6 +122,14 @@ def main() -> None:
             peak[n] = max(peak.get(n, 0), c.peak_rss_bytes, r.peak_rss_bytes)
             total[n] = min(total.get(n, float("inf")), c.wall_s + r.wall_s)
         print(f"  same output at every --jobs: {len(digests) == 1}")
+        if args.ray:
+            ray_out = d / f"chat-{n}-ray"
+            argv = [KVPOOL, "convert", str(log), "-o", str(ray_out), "--salt-file", str(salt)]
+            c = run([*argv, "--ray", args.ray])
+            if c.returncode:
+                sys.exit(f"convert --ray failed: {c.stderr}")
+            print(line(f"convert --ray {args.ray}", c, mb, n))
+            print(f"    same rows as --jobs (token_lcp_prev aside): {same_rows(ray_out, out)}")
         if 1 in jobs and 2 in jobs:
             a, b = conv[(n, 1)], conv[(n, 2)]
             print(f"  convert --jobs 2 / --jobs 1 throughput: {a.wall_s / b.wall_s:.2f}x (wall)")

@@ -66,6 +66,7 @@ def _library_defaults() -> dict[str, object]:
         "--no-exact": not i.exact,
         "--exact-max-mib": i.exact_max_bytes >> 20,
         "--jobs": None,
+        "--ray": i.ray_address,
         "--model": c.model,
         "--gpu": c.gpu,
         "--tp": c.tp,
@@ -110,7 +111,7 @@ def test_each_shared_flag_has_one_default_and_one_help(name):
 def test_every_command_reading_logs_takes_every_ingest_flag():
     """The group is declared once (IngestFlags): every command reading logs takes all of
     it, and the flags' defaults give the library's own IngestOptions."""
-    assert len(INGEST_FLAG_NAMES) == 17
+    assert len(INGEST_FLAG_NAMES) == 18
     for name in INPUT_COMMANDS:
         missing = set(INGEST_FLAG_NAMES) - set(_options(_commands()[name]))
         assert not missing, f"kvpool {name} lacks {sorted(missing)}"
@@ -125,8 +126,8 @@ def test_the_ingest_group_reaches_the_command(tmp_path, monkeypatch):
 
     seen = {}
 
-    def spy(paths, out, opts, advance=None, force=False):  # type: ignore[no-untyped-def]
-        seen["opts"] = opts
+    def spy(paths, out, opts, advance=None, force=False, window_s=None):  # type: ignore[no-untyped-def]
+        seen["opts"], seen["window_s"] = opts, window_s
         raise SystemExit(0)
 
     log = tmp_path / "a.jsonl"
@@ -151,6 +152,8 @@ def test_the_ingest_group_reaches_the_command(tmp_path, monkeypatch):
             "1",
             "--format",
             "openai",
+            "--ray",
+            "auto",
         ],
     )
     assert r.exit_code == 0, r.output
@@ -162,6 +165,8 @@ def test_the_ingest_group_reaches_the_command(tmp_path, monkeypatch):
         1,
         "openai",
     )
+    # On Ray, convert writes a dataset partitioned by hour.
+    assert (opts.ray_address, seen["window_s"]) == ("auto", 3600)
 
 
 def test_analyze_and_replay_take_the_same_cluster_flags():

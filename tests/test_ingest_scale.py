@@ -266,3 +266,75 @@ def test_bulk_reader_leaves_unusual_files_to_the_line_reader(tmp_path, monkeypat
     _line_reader_only(monkeypatch)
     want = open_trace([str(path)], IngestOptions(salt=SALT, fmt="mooncake"))
     assert got.table.equals(want.table) and str(got.skipped) == str(want.skipped)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "mooncake/conversation_trace.jsonl",
+        "mooncake/synthetic_trace.jsonl",
+        "azure_llm_2023/AzureLLMInferenceTrace_code.csv",
+        "azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
+    ],
+)
+def test_bulk_readers_match_the_line_reader_on_the_public_traces(shared_traces, monkeypatch, name):
+    """The oracle is the per-line reader, on the real traces: same rows, same metadata."""
+    from analyzer.ingest.detect import detect_format
+    from analyzer.ingest.vector import read_bulk
+
+    path = str(shared_traces / name)
+    fmt = detect_format(path)
+    assert read_bulk(path, fmt, 512, SALT, fmt.encode()) is not None  # the fast path ran
+    bulk = open_trace([path], IngestOptions(salt=SALT, jobs=1))
+    _line_reader_only(monkeypatch)
+    lines = open_trace([path], IngestOptions(salt=SALT, jobs=1))
+    assert bulk.table.equals(lines.table)
+    assert bulk.table.schema.metadata == lines.table.schema.metadata
+    assert str(bulk.skipped) == str(lines.skipped)
+    assert bulk.table.num_rows > 3000
+
+
+_AZURE_GOOD = [
+    "2023-11-16 18:15:46.6805900,374,44",
+    "2023-11-16 18:15:50.9951690,396,109",
+    "2023-11-16 18:15:51,10,",  # no fraction; no output length
+    "2023-11-16 18:15:52.5,2048,7",
+]
+
+
+@pytest.mark.parametrize(
+    ("bad", "bulk"),
+    [
+        ("2023-11-16 18:15:53.25,12,3", True),  # a short fraction reads the same
+        ("", False),  # a blank line: line numbers would shift
+        ('"2023-11-16 18:15:53",12,3', False),  # quoted
+        ("2023-11-16 18:15:53,12.0,3", False),  # a float where an integer belongs
+        ("2023-11-16 18:15:53,-4,3", False),
+        ("2023-11-16 18:15:53,12", False),  # a column short
+        ("2023-11-16 18:15:60,12,3", False),  # a leap second Python refuses
+        ("2023-02-30 18:15:53,12,3", False),
+        ("2023-11-16T18:15:53Z,12,3", False),  # ISO, but not the trace's own layout
+        ("1960-01-01 00:00:00,12,3", False),  # before 1970: negative
+        ("2023-11-16 18:15:53,99999999999,3", False),  # beyond the per-row limit
+        ("2023-11-16 18:15:53, 12,3", False),
+        ("2023-11-16 18:15:53,12,3\r", True),  # this one line ends in CRLF
+        ("2023-11-16 18:15:53,12\r,3", False),  # a CR alone
+    ],
+)
+def test_azure_bulk_reader_takes_only_what_the_line_reader_reads_alike(
+    tmp_path, monkeypatch, bad, bulk
+):
+    from analyzer.ingest.vector import read_bulk
+
+    path = tmp_path / "azure.csv"
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens", *_AZURE_GOOD[:2], bad, *_AZURE_GOOD[2:]]
+    path.write_text("\n".join(rows) + "\n")
+    assert (read_bulk(str(path), "azure", 16, SALT, b"azure") is not None) == bulk
+    crlf = tmp_path / "crlf.csv"  # as the public files are written
+    crlf.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    for p in (path, crlf):
+        got = open_trace([str(p)], IngestOptions(salt=SALT, fmt="azure", jobs=1))
+        with monkeypatch.context() as m:
+            _line_reader_only(m)
+            want = open_trace([str(p)], IngestOptions(salt=SALT, fmt="azure", jobs=1))
+        assert got.table.equals(want.table) and str(got.skipped) == str(want.skipped)

@@ -137,3 +137,27 @@ def test_catalog_defaults_resolve():
     assert p.pool_gbps == cm.tier_link("rdma-200").bandwidth_gbps
     # default pool: the nodes' DRAM summed (4 instances of 4 GPUs = 2 nodes of 8)
     assert p.pool_capacity_tokens == 2 * int(512e9 // cm.bytes_per_token)
+
+
+def test_replay_above_the_miniature_size_says_so_and_full_replay_replays_all(
+    mooncake_file, tmp_path, monkeypatch
+):
+    from analyzer.replay import miniature
+
+    # this trace's 138 block accesses count as large: replayed at rate 1/2
+    monkeypatch.setattr(miniature, "MIN_ACCESSES", 100)
+    monkeypatch.setattr(miniature, "TARGET_ACCESSES", 80)
+    out = tmp_path / "mini.json"
+    args = ["replay", str(mooncake_file), "--no-search", "--scenarios", "local", "--workers", "1"]
+    result = runner.invoke(app, [*args, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    m = doc["miniature"]
+    assert m["sampling_rate"] == 0.5 and m["block_accesses"] == 138
+    assert m["measured_error"] == miniature.measured_error()
+    text = " ".join(result.output.split())
+    assert f"{m['sampled_requests']} of 18 requests" in text and "--full-replay" in text
+    result = runner.invoke(app, [*args, "--full-replay", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "miniature" not in json.loads(out.read_text())
+    assert "Miniature replay" not in result.output

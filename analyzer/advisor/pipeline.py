@@ -99,6 +99,7 @@ class AnalyzeOptions:
     current_local_capacity_tokens: int | None = None
     profile: str | None = None  # a `kvpool cost profile` / `kvpool cost fit` JSON
     search_rate: bool = True
+    full_replay: bool = False  # replay every request, also above the miniature's size
     sensitivity_replays: bool = True
     knee_fraction: float = 0.9
     thresholds: Thresholds = field(default_factory=Thresholds)
@@ -583,6 +584,7 @@ def run_analysis(
                 # above one: a caller's own replay function (the dashboard's) has no such
                 # argument.
                 **_workers(opts),
+                **_full_replay(opts),
             )
         replay = _replay_figures(replay_result, opts.ttft_slo_s)
         economics = _economics(opts, trace, rf, replay_result, prices, bpt)
@@ -1079,6 +1081,12 @@ def _private_example(example: str, names: dict[str, str]) -> str:
         if example.startswith(path + ":"):
             return name + example[len(path) :]
     return example
+
+
+def _full_replay(opts: AnalyzeOptions) -> dict[str, Any]:
+    """``run_replay``'s ``full_replay`` argument when ``--full-replay`` asks for it (a
+    caller's own replay function, the dashboard's, need not take it otherwise)."""
+    return {"full_replay": True} if opts.full_replay else {}
 
 
 def _workers(opts: AnalyzeOptions) -> dict[str, Any]:

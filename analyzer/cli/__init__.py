@@ -104,8 +104,10 @@ def main() -> None:
     Running out of memory or stack (a compression bomb, JSON nested a million deep) is
     reported in one line too: the limits that should prevent it are in docs/security.md.
     """
+    from analyzer.cli.options import bare_ray
     from analyzer.cli.startup import trim
 
+    sys.argv[1:] = bare_ray(sys.argv[1:])
     trim(next((a for a in sys.argv[1:] if not a.startswith("-")), None))
     try:
         app()

@@ -59,6 +59,7 @@ def analyze(
     no_rate_search: Annotated[
         bool, typer.Option("--no-rate-search", help="Skip the SLO rate search (faster).")
     ] = False,
+    full_replay: o.FullReplay = False,
     pdf: Annotated[
         bool,
         typer.Option("--pdf", help="Also print report.pdf with headless Chromium, if installed."),
@@ -169,6 +170,7 @@ def analyze(
         ),
         profile=profile,
         search_rate=not no_rate_search,
+        full_replay=full_replay,
         thresholds=Thresholds(objective=Objective.parse(objective), min_pool_saving=pool_margin),
         peak_window_s=peak_window,
         prices=PriceOverrides(
@@ -223,6 +225,11 @@ def print_summary(console: Any, doc: dict[str, Any], paths: dict[str, Any]) -> N
     console.print(f"  {v['confidence_statement']}", highlight=False, markup=False)
     for w in doc.get("warnings") or []:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
+    mini = (doc.get("replay") or {}).get("miniature")
+    if mini:
+        from analyzer.replay.miniature import describe
+
+        console.print(describe(mini), highlight=False, markup=False)
     kf = key_figures(doc)
     t = Table(*kf.header, box=None, pad_edge=False)
     for row in kf.rows:

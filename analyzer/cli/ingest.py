@@ -19,7 +19,12 @@ def register(app: typer.Typer) -> None:
 def convert(
     inputs: o.Inputs,
     *,
-    out: Annotated[Path, typer.Option("-o", "--out", help="Output file ('-': stdout).")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "-o", "--out", help="Output file ('-': stdout; a folder with --ray, --window-s)."
+        ),
+    ],
     ingest: o.IngestFlags,
     to: Annotated[
         Literal["canonical", "mooncake", "bailian"],
@@ -31,6 +36,14 @@ def convert(
             "--keep-previews", help="Also write 80-char prompt previews beside OUT (mode 0600)."
         ),
     ] = False,
+    window_s: Annotated[
+        int | None,
+        typer.Option(
+            "--window-s",
+            help="Write OUT as a dataset folder, one Parquet file per this many seconds of "
+            "arrival (window_start_s=N/; the default with --ray: 3600).",
+        ),
+    ] = None,
     force: o.Force = False,
     keep_names: o.KeepNames = False,
 ) -> None:
@@ -43,22 +56,39 @@ def convert(
     opts = ingest.options(previews=keep_previews, keep_names=keep_names)
     if is_stdio(out) and keep_previews:
         raise UsageError("--keep-previews writes a file beside -o FILE; not with -o - (stdout)")
+    if ingest.ray is not None and window_s is None and to == "canonical" and not is_stdio(out):
+        window_s = 3600  # a cluster's output: a dataset partitioned by hour
+    if window_s is not None:
+        if to != "canonical" or is_stdio(out):
+            raise UsageError(
+                "--window-s writes the canonical trace as a folder: not with --to or -o - (stdout)"
+            )
+        if window_s < 1:
+            raise UsageError(f"--window-s must be at least 1, got {window_s}")
     with output_file(out) as target:
-        _convert(inputs, target, "<stdout>" if is_stdio(out) else str(out), to, opts, force)
+        name = "<stdout>" if is_stdio(out) else str(out)
+        _convert(inputs, target, name, to, opts, force, window_s)
 
 
-def _convert(inputs: list[Path], out: Path, name: str, to: str, opts, force: bool) -> None:  # type: ignore[no-untyped-def]
-    """``convert`` into the file ``out`` (a temporary one for stdout), called ``name``."""
+def _convert(  # type: ignore[no-untyped-def]
+    inputs: list[Path], out: Path, name: str, to: str, opts, force: bool, window_s: int | None
+) -> None:
+    """``convert`` into the file ``out`` (a temporary one for stdout), called ``name``;
+    with ``window_s``, into the dataset folder ``out``."""
     from rich.console import Console
 
     from analyzer.errors import printable
     from analyzer.ingest import open_trace, previews_path
     from analyzer.ingest.pipeline import convert_trace
-    from analyzer.outputs import atomic_path, check_output
+    from analyzer.outputs import atomic_path, check_dataset_output, check_output
     from analyzer.progress import progress
 
     keep_previews = opts.previews
-    check_output(out, force=force, inputs=inputs)  # fail before the long run, not after it
+    # Fail before the long run, not after it.
+    if window_s is not None:
+        check_dataset_output(out, inputs=inputs)
+    else:
+        check_output(out, force=force, inputs=inputs)
     if keep_previews:
         check_output(previews_path(out), force=force, inputs=inputs)
     total = o.input_bytes(inputs)
@@ -66,7 +96,7 @@ def _convert(inputs: list[Path], out: Path, name: str, to: str, opts, force: boo
     if to == "canonical":
         with progress("reading", total, unit="bytes") as advance:
             loaded, written = convert_trace(
-                [str(p) for p in inputs], out, opts, advance=advance, force=force
+                [str(p) for p in inputs], out, opts, advance=advance, force=force, window_s=window_s
             )
         if keep_previews and loaded.previews:
             import pyarrow as pa

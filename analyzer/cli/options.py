@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_type_hints
@@ -192,6 +193,17 @@ Jobs = Annotated[
         "--jobs", "-j", help="Processes reading the logs (default: every core); same output."
     ),
 ]
+Ray = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="[ADDRESS]",
+        help="Read and hash the logs on a Ray cluster: auto, ray://HOST:10001 or HOST:6379; "
+        "alone, a Ray instance started on this machine (pip install 'kvpool-advisor[ray]'). "
+        "Same rows; only hashes and counts cross the network, so the token-exact LCP is "
+        "not computed (docs/scale.md).",
+    ),
+]
 ExactMaxMib = Annotated[
     int,
     typer.Option(
@@ -290,6 +302,14 @@ Warmup = Annotated[
 TtftSlo = Annotated[
     float, typer.Option("--ttft-slo", help="p90 TTFT target in seconds, for the rate search.")
 ]
+FullReplay = Annotated[
+    bool,
+    typer.Option(
+        "--full-replay",
+        help="Replay every request, also above the size replayed in miniature (a session "
+        "sample on scaled caches; docs/replay.md).",
+    ),
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -319,6 +339,7 @@ class IngestFlags:
     no_exact: NoExact = False
     exact_max_mib: ExactMaxMib = 512
     jobs: Jobs = None
+    ray: Ray = None
 
     def options(self, *, previews: bool = False, keep_names: bool = False) -> Any:
         """The :class:`~analyzer.ingest.IngestOptions` these flags describe (imported
@@ -350,6 +371,7 @@ class IngestFlags:
             previews=previews,
             keep_names=keep_names,
             jobs=resolve_jobs(self.jobs),
+            ray_address=self.ray,
         )
 
 
@@ -395,6 +417,23 @@ def ingest_flags(command: Callable[..., None]) -> Callable[..., None]:
         parameters=[*own[:at], *_INGEST_PARAMETERS, *own[at + 1 :]]
     )
     return run
+
+
+# What may follow --ray as its address; anything else (an input file, another flag) means
+# that --ray was given alone (typer has no options with optional values).
+_RAY_ADDRESS = re.compile(r"(auto|local|ray://\S+|[\w.-]+:\d+)")
+
+
+def bare_ray(argv: list[str]) -> list[str]:
+    """``argv`` with ``local`` after a ``--ray`` that has no address."""
+    out = []
+    for i, arg in enumerate(argv):
+        out.append(arg)
+        if arg == "--":
+            return out + argv[i + 1 :]
+        if arg == "--ray" and (i + 1 == len(argv) or not _RAY_ADDRESS.fullmatch(argv[i + 1])):
+            out.append("local")
+    return out
 
 
 def hash_keys(given: list[str] | None) -> tuple[str, ...]:

@@ -102,6 +102,7 @@ def replay(
     eviction: o.Eviction = "lru",
     write_policy: o.WritePolicy = "write-through",
     warmup: o.Warmup = 0.5,
+    full_replay: o.FullReplay = False,
     search: Annotated[
         bool, typer.Option("--search/--no-search", help="Search the highest rate meeting the SLO.")
     ] = True,
@@ -191,6 +192,7 @@ def replay(
             search_rate=search,
             advance=advance,
             workers=workers,
+            full_replay=full_replay,
         )
     from analyzer.cost.uncertainty import prefill_band
     from analyzer.errors import shown
@@ -215,5 +217,7 @@ def replay(
         f"{1 / band.low:.2f}x of the modelled one.",
         highlight=False,
     )
+    if result.miniature is not None:
+        out.print(result.miniature.describe(), highlight=False, markup=False)
     if json_out is not None:
         write_json(json_out, doc, ensure_ascii=True, force=force)

@@ -242,7 +242,10 @@ def _reuse_streamed(
     with progress("analysing reuse", 100) as advance:
         report = analyze_canonical(path, opts, advance=advance)
     out = report_console(json_out)
-    render_summary(report, out, sources=loaded.sources, skipped=str(loaded.skipped))
+    from analyzer.errors import shown
+
+    sources = [shown(p) for p in loaded.sources]
+    render_summary(report, out, sources=sources, skipped=str(loaded.skipped))
     if json_out is not None:
         if len(served_models(small)) > 1:
             from analyzer.ingest import open_trace

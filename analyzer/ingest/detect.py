@@ -83,6 +83,8 @@ def detect_format(path: str | Path) -> str:
     """The format name of ``path`` (one of ``FORMATS``); InputError when unreadable."""
     p = Path(path)
     check_readable(p)
+    if p.is_dir():  # check_readable let it through: a partitioned canonical dataset
+        return "canonical"
     with open(p, "rb") as f:
         magic = f.read(4)
     if magic == b"PAR1":

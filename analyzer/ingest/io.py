@@ -91,7 +91,15 @@ def check_readable(path: str | Path) -> None:
     if not p.exists():
         raise InputError("file not found", Location(str(path)))
     if p.is_dir():
-        raise InputError("is a directory, not a file", Location(str(path)))
+        from analyzer.trace import dataset_files
+
+        if dataset_files(p):  # a partitioned canonical dataset (kvpool convert --ray)
+            return
+        raise InputError(
+            "is a directory, not a file (nor a canonical dataset: no "
+            "window_start_s=*/*.parquet in it)",
+            Location(str(path)),
+        )
     if p.stat().st_size == 0:
         raise InputError("file is empty", Location(str(path)))
 

@@ -52,6 +52,9 @@ class IngestOptions:
     # started with multiprocessing's "spawn", which imports the main module again).
     jobs: int = 1
     parallel_min_bytes: int = 32 << 20  # smaller inputs are read in one process
+    # Read on a Ray cluster instead (see cluster.py): "auto", "ray://host:10001", a GCS
+    # address, or "local" (start one on this machine). None: not on Ray.
+    ray_address: str | None = None
     memo: bool = True  # memoize tokenization and prefix hashing (off only to benchmark)
     max_examples: int = 5
     max_previews: int = 200_000

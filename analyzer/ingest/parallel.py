@@ -35,6 +35,7 @@ import os
 import shutil
 import tempfile
 from array import array
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -89,14 +90,20 @@ class Piece:
     in_parent: bool = False
 
 
-def plan(paths: list[str], fmts: list[str], jobs: int) -> list[Piece]:
-    """The pieces of the inputs, in input order."""
+def plan(
+    paths: list[str], fmts: list[str], jobs: int, piece_bytes: int | None = None
+) -> list[Piece]:
+    """The pieces of the inputs, in input order: a splittable file in ``jobs`` ranges, or
+    more when ``piece_bytes`` caps a range's size."""
     out = []
     for i, (p, f) in enumerate(zip(paths, fmts, strict=True)):
+        parts = jobs
+        if piece_bytes:
+            parts = max(jobs, -(-os.path.getsize(p) // piece_bytes))
         if f in STATEFUL:
             out.append(Piece(i, p, f, in_parent=True))
-        elif f in SPLITTABLE and compression(p) == "none" and jobs > 1:
-            out.extend(Piece(i, p, f, span=s) for s in line_spans(p, jobs))
+        elif f in SPLITTABLE and compression(p) == "none" and parts > 1:
+            out.extend(Piece(i, p, f, span=s) for s in line_spans(p, parts))
         else:
             out.append(Piece(i, p, f))
     return out
@@ -292,41 +299,27 @@ def read_parallel(b: _Builder, jobs: int) -> None:
     )
     pending = [None if p.in_parent else pool.submit(_run, p) for p in pieces]
     taken = 0.0
+
+    def fetch(i: int, piece: Piece) -> PieceResult | PieceFailed:
+        nonlocal taken
+        job = pending[i]
+        assert job is not None
+        while True:
+            try:
+                res: PieceResult | PieceFailed = job.result(timeout=0.2)
+                break
+            except FutureTimeout:
+                taken = _progress(b, counter, taken)
+            except BrokenProcessPool as exc:
+                raise InputError(
+                    f"a worker reading {piece.path} stopped ({exc})",
+                    hint="retry with --jobs 1 (it may have run out of memory)",
+                ) from exc
+        pending[i] = None
+        return res
+
     try:
-        first, timed = 0, None
-        isos: list[np.ndarray] = []
-        lines: list[np.ndarray] = []
-        for i, (piece, job) in enumerate(zip(pieces, pending, strict=True)):
-            if i == 0 or pieces[i - 1].file != piece.file:
-                first, isos, lines, timed = len(b.rows), [], [], None
-            if job is None:
-                fctx = FileContext(piece.path, piece.fmt, b.opts, shared=b.shared)
-                iso, ln = b.read_rows(fctx, records(piece.path, piece.fmt, b.advance))
-                isos.append(np.asarray(iso, dtype=bool))
-                lines.append(np.asarray(ln, dtype=np.int64))
-                timed = fctx.timed
-            else:
-                while True:
-                    try:
-                        res = job.result(timeout=0.2)
-                        break
-                    except FutureTimeout:
-                        taken = _progress(b, counter, taken)
-                    except BrokenProcessPool as exc:
-                        raise InputError(
-                            f"a worker reading {piece.path} stopped ({exc})",
-                            hint="retry with --jobs 1 (it may have run out of memory)",
-                        ) from exc
-                pending[i] = None
-                if isinstance(res, PieceFailed):
-                    raise _rebuilt(res)
-                _adopt(b, res, isos)
-                lines.append(np.frombuffer(res.lines, dtype=np.int64))
-                timed = split_timing.get(piece.file, res.timed)
-            if i + 1 == len(pieces) or pieces[i + 1].file != piece.file:
-                iso_all = np.concatenate(isos) if isos else np.empty(0, dtype=bool)
-                line_all = np.concatenate(lines) if lines else np.empty(0, dtype=np.int64)
-                b.settle_times(piece.path, piece.fmt, timed, first, iso_all, line_all)
+        assemble(b, pieces, split_timing, fetch)
         _progress(b, counter, taken)
     finally:
         for job in pending:  # not adopted: an error stopped the run
@@ -338,6 +331,40 @@ def read_parallel(b: _Builder, jobs: int) -> None:
                 res = job.result()
                 if isinstance(res, PieceResult):
                     _discard(res)
+
+
+def assemble(
+    b: _Builder,
+    pieces: list[Piece],
+    split_timing: dict[int, bool | None],
+    fetch: Callable[[int, Piece], PieceResult | PieceFailed],
+) -> None:
+    """The pieces' rows adopted into ``b`` in input order (``fetch(i, piece)`` waits for
+    a worker's result; pieces ``in_parent`` are read here), each file's times settled
+    once its last piece is in. Shared by the process pool and the Ray cluster."""
+    first, timed = 0, None
+    isos: list[np.ndarray] = []
+    lines: list[np.ndarray] = []
+    for i, piece in enumerate(pieces):
+        if i == 0 or pieces[i - 1].file != piece.file:
+            first, isos, lines, timed = len(b.rows), [], [], None
+        if piece.in_parent:
+            fctx = FileContext(piece.path, piece.fmt, b.opts, shared=b.shared)
+            iso, ln = b.read_rows(fctx, records(piece.path, piece.fmt, b.advance))
+            isos.append(np.asarray(iso, dtype=bool))
+            lines.append(np.asarray(ln, dtype=np.int64))
+            timed = fctx.timed
+        else:
+            res = fetch(i, piece)
+            if isinstance(res, PieceFailed):
+                raise _rebuilt(res)
+            _adopt(b, res, isos)
+            lines.append(np.frombuffer(res.lines, dtype=np.int64))
+            timed = split_timing.get(piece.file, res.timed)
+        if i + 1 == len(pieces) or pieces[i + 1].file != piece.file:
+            iso_all = np.concatenate(isos) if isos else np.empty(0, dtype=bool)
+            line_all = np.concatenate(lines) if lines else np.empty(0, dtype=np.int64)
+            b.settle_times(piece.path, piece.fmt, timed, first, iso_all, line_all)
 
 
 def _progress(b: _Builder, counter, taken: float) -> float:  # type: ignore[no-untyped-def]

@@ -12,12 +12,13 @@ with ``exact=False`` / ``--no-exact`` on huge logs).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import os
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from analyzer.progress import Advance
 from analyzer.tokenize import Part, Previews, RenderError
 from analyzer.trace import (
     CANONICAL_SCHEMA,
+    WindowedWriter,
     coarse_positions,
     read_canonical,
     read_metadata,
@@ -358,25 +360,27 @@ class _Builder:
     def read_file(self, path: str, fmt: str) -> None:
         ctx = FileContext(path, fmt, self.opts, shared=self.shared)
         first = len(self.rows)
-        if fmt in BULK and self._read_bulk(path, fmt):
+        bulk = fmt in BULK and not (self.opts.time_field or self.opts.time_column)
+        if bulk and (iso := self._read_bulk(path, fmt)) is not None:
             n = len(self.rows) - first
-            self.settle_times(
-                path, fmt, True, first, np.zeros(n, bool), np.arange(1, n + 1, dtype=np.int64)
-            )
+            line1 = 2 if fmt == Format.AZURE else 1  # below a CSV's header
+            lines = np.arange(line1, n + line1, dtype=np.int64)
+            self.settle_times(path, fmt, True, first, np.full(n, iso, bool), lines)
             return
         iso, lines = self.read_rows(ctx, records(path, fmt, self.advance))
         self.settle_times(
             path, fmt, ctx.timed, first, np.asarray(iso, dtype=bool), np.asarray(lines, np.int64)
         )
 
-    def _read_bulk(self, path: str, fmt: str) -> bool:
-        """A clean pre-hashed trace, read whole (:mod:`analyzer.ingest.vector`)."""
+    def _read_bulk(self, path: str, fmt: str) -> bool | None:
+        """A clean public trace, read whole (:mod:`analyzer.ingest.vector`): whether its
+        times are ISO strings, or None when the line reader must read it."""
         from analyzer.ingest.readers import Raw as _Raw
 
         got = read_bulk(path, fmt, self.block_size, self.salt, fmt.encode() + self._extra(_Raw()))
         if got is None:
-            return False
-        table, times = got
+            return None
+        table, times, iso = got
         if not self.opts.keep_names:  # request ids leave as pseudonyms, as in _add
             key = self.salt
             ids = [
@@ -387,7 +391,7 @@ class _Builder:
         self.rows.append_table(table, times)
         if self.advance is not None:
             self.advance(os.path.getsize(path))
-        return True
+        return iso
 
     def first_timing(self, path: str, fmt: str) -> tuple[int | None, bool | None, str | None]:
         """(line of the file's first kept row, whether the file is timed, its time field),
@@ -751,7 +755,11 @@ def _read_raw(
         raise UsageError("canonical traces cannot be mixed with raw logs in one run")
     b = _Builder(plist, fmts, opts, advance)
     jobs = _jobs_for(plist, opts)
-    if jobs > 1:
+    if opts.ray_address is not None:
+        from analyzer.ingest.cluster import read_ray
+
+        read_ray(b, opts.ray_address)
+    elif jobs > 1:
         from analyzer.ingest.parallel import read_parallel
 
         read_parallel(b, jobs)
@@ -843,40 +851,72 @@ def convert_trace(
     advance: Callable[[float], None] | None = None,
     *,
     force: bool = False,
+    window_s: int | None = None,
 ) -> tuple[LoadedTrace, Written]:
-    """Convert inputs to a canonical Parquet file at ``out``, streaming its rows.
+    """Convert inputs to a canonical Parquet file at ``out``, streaming its rows; with
+    ``window_s``, to a dataset folder partitioned by ``window_s`` seconds of arrival
+    (:class:`~analyzer.trace.WindowedWriter`).
 
     Memory holds the bounded memos and tree, 24 bytes a request and one batch of output
     rows (:mod:`analyzer.ingest.spool`), not the trace. The returned LoadedTrace has an
     empty table (its other fields as :func:`open_trace` gives them). The file is written
     atomically (analyzer/outputs.py), never over an input.
     """
-    import pyarrow.parquet as pq
-
-    from analyzer.outputs import atomic_path, check_output
+    from analyzer.outputs import check_dataset_output, check_output
 
     inputs = [paths] if isinstance(paths, str | Path) else list(paths)
-    check_output(out, force=force, inputs=inputs)  # before the long run, not after it
+    # Before the long run, not after it.
+    if window_s is not None:
+        if window_s < 1:
+            raise UsageError(f"--window-s must be at least 1, got {window_s}")
+        check_dataset_output(out, inputs=inputs)
+    else:
+        check_output(out, force=force, inputs=inputs)
     plist, b = _read_raw(paths, opts, advance)
     if isinstance(b, LoadedTrace):  # canonical in: written through (maybe coarsened)
-        write_canonical(b.table, out, force=force)
-        return b, table_figures(b.table)
+        if window_s is None:
+            write_canonical(b.table, out, force=force)
+            return b, table_figures(b.table)
+        meta = b.table.schema.metadata
+        batches: Iterator[pa.RecordBatch] = iter(b.table.cast(CANONICAL_SCHEMA).to_batches())
+        written = _write(batches, meta, Path(out), force, window_s)
+        return b, replace(written, block_size=int(read_metadata(b.table).get("block_size") or 16))
     meta, batches = b.finish()
-    out = Path(out)
+    written = _write(batches, meta, Path(out), force, window_s)
+    return _loaded(b, plist, None), replace(written, block_size=b.block_size)
+
+
+def _write(
+    batches: Iterator[pa.RecordBatch],
+    meta: dict[bytes, bytes],
+    out: Path,
+    force: bool,
+    window_s: int | None,
+) -> Written:
+    """The canonical rows written to ``out`` (one file, or a dataset folder), with the
+    figures of the summary counted on the way."""
+    import pyarrow.parquet as pq
+
+    from analyzer.outputs import atomic_dir, atomic_path
+
+    schema = CANONICAL_SCHEMA.with_metadata(meta)
+    kw: dict[str, Any] = {
+        "compression": "zstd",
+        # Hashes are all distinct values: a dictionary per row group only costs memory.
+        "use_dictionary": ["request_id", "session_id", "tenant", "model", "parent_request_id"],
+    }
     distinct = DistinctCounter()
     n_rows = n_blocks = tokens = 0
     span_s = 0.0
     count_only = True
-    with (
-        atomic_path(out, force=force) as tmp,
-        pq.ParquetWriter(
-            tmp,
-            CANONICAL_SCHEMA.with_metadata(meta),
-            compression="zstd",
-            # Hashes are all distinct values: a dictionary per row group only costs memory.
-            use_dictionary=["request_id", "session_id", "tenant", "model", "parent_request_id"],
-        ) as writer,
-    ):
+    with contextlib.ExitStack() as stack:
+        writer: Any
+        if window_s is None:
+            tmp = stack.enter_context(atomic_path(out, force=force))
+            writer = stack.enter_context(pq.ParquetWriter(tmp, schema, **kw))
+        else:
+            folder = stack.enter_context(atomic_dir(out))
+            writer = stack.enter_context(WindowedWriter(folder, schema, window_s, **kw))
         for batch in batches:
             writer.write_batch(batch)
             flat = batch.column("block_hashes").values.to_numpy(zero_copy_only=False)
@@ -887,17 +927,16 @@ def convert_trace(
             count_only = count_only and bool(np.asarray(batch.column("count_only")).all())
             if batch.num_rows:
                 span_s = float(batch.column("arrival_s")[-1].as_py())  # rows are sorted
-    written = Written(
+    return Written(
         requests=n_rows,
         prompt_tokens=tokens,
         blocks=n_blocks,
         distinct_blocks=distinct.estimate(),
         distinct_sample_rate=distinct.sample_rate,
-        block_size=b.block_size,
+        block_size=0,  # the caller's
         count_only=count_only,
         span_s=span_s,
     )
-    return _loaded(b, plist, None), written
 
 
 def table_figures(t: pa.Table) -> Written:

@@ -1,4 +1,4 @@
-"""Bulk readers: a clean pre-hashed trace read whole with polars instead of line by line.
+"""Bulk readers: a clean public trace read whole, in columns, instead of line by line.
 
 Public traces are large, regular JSON-lines files (Mooncake FAST'25: ``timestamp``,
 ``input_length``, ``output_length``, ``hash_ids``). Reading them a line at a time in
@@ -8,6 +8,11 @@ already loaded: polars parses as fast but importing it costs more than the whole
 parses the file in one call into columns, the block ids every request keeps are picked
 with numpy, and each distinct id is hashed once in one compiled call
 (:func:`analyzer.blocks.id_hashes`).
+
+Azure's LLM inference traces (Splitwise, ISCA'24: ``TIMESTAMP``, ``ContextTokens``,
+``GeneratedTokens``, count-only) are CSV: polars' CSV reader parses them into columns and
+its ``strptime`` reads the timestamps (cut to microseconds and taken as UTC, as
+:func:`~analyzer.ingest.timeparse.parse_time` does).
 
 The bulk path only takes files it can read exactly as the line reader would: an
 uncompressed file, one JSON object a line and no blank lines (so row ``i`` is line
@@ -24,13 +29,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from analyzer import limits
 from analyzer.blocks import id_hashes
 from analyzer.ingest.detect import Format
 from analyzer.ingest.io import compression
 from analyzer.ingest.spool import SPOOLED, list_array
 
-# Formats with a bulk reader, and the block size their hash ids stand for.
-BULK: dict[str, int] = {Format.MOONCAKE: 512}
+# Formats with a bulk reader.
+BULK = frozenset({Format.MOONCAKE, Format.AZURE})
+MOONCAKE_BLOCK = 512  # the block size Mooncake's hash ids stand for
 
 
 def _line_count(path: str) -> int:
@@ -45,13 +52,32 @@ def _line_count(path: str) -> int:
 
 def read_bulk(
     path: str, fmt: str, block_size: int, salt: bytes, namespace: bytes
+) -> tuple[pa.Table, np.ndarray, bool] | None:
+    """(the rows in ``SPOOLED`` form, their raw times, whether those are ISO times read
+    to epoch seconds), or None: use the line reader."""
+    if compression(path) != "none":
+        return None
+    if fmt == Format.AZURE:
+        return _azure(path)
+    got = _mooncake(path, block_size, salt, namespace)
+    return None if got is None else (*got, False)
+
+
+def _in_limits(values: np.ndarray, name: str) -> bool:
+    return not values.size or (
+        limits.reason(int(values.min()), name) is None
+        and limits.reason(int(values.max()), name) is None
+    )
+
+
+def _mooncake(
+    path: str, block_size: int, salt: bytes, namespace: bytes
 ) -> tuple[pa.Table, np.ndarray] | None:
-    """(the rows in ``SPOOLED`` form, their raw times), or None: use the line reader."""
     import pyarrow.compute as pc
     import pyarrow.json as pj
 
-    native = BULK[fmt]
-    if compression(path) != "none" or block_size % native:
+    native = MOONCAKE_BLOCK
+    if block_size % native:
         return None
     try:
         df = pj.read_json(path)
@@ -81,10 +107,13 @@ def read_bulk(
     flat = pc.list_flatten(ids_col)
     if flat.null_count or not np.all(np.isfinite(t)) or np.any(t < 0) or np.any(n_in < 0):
         return None
+    if not _in_limits(n_in, "prompt_tokens"):
+        return None
     out_tokens = pa.nulls(df.num_rows, pa.int64())
     if "output_length" in names:
         out_tokens = df["output_length"].cast(pa.int64())
-        if pc.any(pc.less(out_tokens, 0)).as_py():
+        outs = np.asarray(out_tokens.drop_null())
+        if np.any(outs < 0) or not _in_limits(outs, "output_tokens"):
             return None
     lengths = pc.list_value_length(ids_col).to_numpy().astype(np.int64)
     if np.any(lengths < n_in // native):
@@ -122,6 +151,102 @@ def read_bulk(
         schema=SPOOLED,
     )
     return table, t
+
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_DIGITS = r"^[0-9]{1,18}$"  # what int() reads the same as the line reader, in int64
+_AZURE_TIME = r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-2][0-9]:[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?$"
+
+
+def _csv_shape(path: str) -> tuple[int, int, bool]:
+    """(lines, commas, whether the file has quotes, blank lines or a CR outside CRLF)."""
+    lines = commas = 0
+    odd = False
+    last = b"\n"
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            lines += chunk.count(b"\n")
+            commas += chunk.count(b",")
+            odd = odd or b'"' in chunk or b"\n\n" in chunk or b"\n\r\n" in chunk
+            odd = odd or chunk.count(b"\r") != chunk.count(b"\r\n")  # CR only in CRLF
+            odd = odd or (last == b"\n" and chunk[:1] == b"\n")
+            last = chunk[-1:]
+    return lines + (last != b"\n"), commas, odd
+
+
+def _azure(path: str) -> tuple[pa.Table, np.ndarray, bool] | None:
+    """An Azure LLM inference trace (CSV) read by polars, or None: use the line reader.
+
+    Taken only when every row is one line with the header's columns (no quotes, blank
+    lines, or CR but in CRLF line ends, as the public files have), every timestamp is ``YYYY-MM-DD HH:MM:SS[.fffffff]`` at or after 1970,
+    every ``ContextTokens`` a plain non-negative integer and every ``GeneratedTokens``
+    one or empty, all within the per-row limits: then row ``i`` is line ``i + 2`` and the
+    line reader would keep every row as read here.
+    """
+    import polars as pl
+
+    lines, commas, odd = _csv_shape(path)
+    if odd or lines < 2:
+        return None
+    try:
+        df = pl.read_csv(path, infer_schema=False)
+    except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError):
+        return None
+    if (
+        not set(AZURE_COLUMNS) <= set(df.columns)
+        or df.height != lines - 1
+        or commas != (len(df.columns) - 1) * lines
+    ):
+        return None
+    ts, n_in, n_out = (df.get_column(c) for c in AZURE_COLUMNS)
+    if (
+        ts.null_count()
+        or n_in.null_count()
+        or not ts.str.contains(_AZURE_TIME).all()
+        or not n_in.str.contains(_DIGITS).all()
+        or not n_out.drop_nulls().str.contains(_DIGITS).all()
+    ):
+        return None
+    # Nanoseconds cut to microseconds (floor: the fraction is after the second), then
+    # seconds: the float Python's datetime.timestamp() gives for the same string.
+    ns = ts.str.strptime(pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S%.f", strict=False)
+    if ns.null_count():
+        return None
+    us = ns.cast(pl.Int64).to_numpy() // 1000
+    if np.any(us < 0):
+        return None
+    t = us / 1e6
+    prompt = n_in.cast(pl.Int64).to_numpy()
+    out = n_out.cast(pl.Int64)
+    if not _in_limits(prompt, "prompt_tokens") or not _in_limits(
+        out.drop_nulls().to_numpy(), "output_tokens"
+    ):
+        return None
+    n = df.height
+    name = Path(path).name
+    nulls = pa.nulls(n, pa.string())
+    missing = out.is_null().to_numpy() if out.null_count() else None
+    out_arr = pa.array(out.fill_null(0).to_numpy().astype(np.int64), mask=missing)
+    table = pa.Table.from_arrays(
+        [
+            pa.array(np.char.add(f"{name}:", np.arange(2, n + 2).astype(str)).astype(object)),
+            nulls,
+            nulls,
+            nulls,
+            pa.array(prompt.astype(np.int64)),
+            out_arr,
+            _lists(np.zeros(n + 1, dtype=np.int64), np.empty(0, dtype=np.uint64)),
+            pa.nulls(n, pa.list_(pa.uint64())),
+            nulls,
+            pa.nulls(n, pa.int64()),
+            pa.array(np.ones(n, dtype=bool)),  # count-only: lengths, no content
+            pa.array(np.zeros(n, dtype=bool)),
+            pa.nulls(n, pa.int64()),
+            pa.nulls(n, pa.int64()),
+        ],
+        schema=SPOOLED,
+    )
+    return table, t, True
 
 
 def _lists(offsets: np.ndarray, flat: np.ndarray) -> pa.ChunkedArray:

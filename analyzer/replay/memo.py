@@ -102,13 +102,22 @@ class ReplayMemo:
         spec: ScenarioSpec,
         slo: float,
         search: bool,
+        full_replay: bool = False,
     ) -> Hashable:
-        return (trace_key, cost_key, scenario_key(cfg, spec), spec, slo if search else None, search)
+        return (
+            trace_key,
+            cost_key,
+            scenario_key(cfg, spec),
+            spec,
+            slo if search else None,
+            search,
+            full_replay,
+        )
 
     def _base(self, key: Hashable) -> Hashable:
-        """A result's key without its SLO and search flag."""
+        """A result's key without its SLO and search flag (full or miniature kept)."""
         assert isinstance(key, tuple)
-        return key[:4]
+        return key[:4] + key[6:]
 
     def _keep(self, key: Hashable, got: Any) -> None:
         """Remember ``got`` under ``key`` (the lock held), and its run and search points."""
@@ -201,6 +210,7 @@ class ReplayMemo:
         advance: Advance | None = None,
         cost=None,
         workers: int = 1,
+        full_replay: bool = False,
         *,
         trace_key: Hashable,
         cost_key: Hashable | None = None,
@@ -214,7 +224,8 @@ class ReplayMemo:
         every scenario that is really simulated. With ``only_known`` nothing is simulated:
         a scenario not remembered raises :class:`NotRemembered` (the dashboard decides
         at once from what it has, and replays the rest in the background)."""
-        from analyzer.replay.run import ReplayResult, resolve, run_replay
+        from analyzer.replay.miniature import sample
+        from analyzer.replay.run import ReplayResult, resolve, run_replay, sampling_rate
 
         specs = select_scenarios(scenarios)
         ck = (
@@ -222,7 +233,10 @@ class ReplayMemo:
             if cost is not None
             else ("catalog", cfg.model, cfg.gpu, cfg.tp, cfg.kv_dtype, cfg.mfu)
         )
-        keys = {s.name: self._key(trace_key, ck, cfg, s, ttft_slo_s, search_rate) for s in specs}
+        keys = {
+            s.name: self._key(trace_key, ck, cfg, s, ttft_slo_s, search_rate, full_replay)
+            for s in specs
+        }
         with self._lock:
             found = {n: self._results[k] for n, k in keys.items() if k in self._results}
             for k in keys.values():
@@ -253,6 +267,7 @@ class ReplayMemo:
                 advance=advance,
                 cost=cost,
                 workers=workers,
+                full_replay=full_replay,
             )
             with self._lock:
                 self.runs += len(missing)
@@ -260,9 +275,11 @@ class ReplayMemo:
                     got = fresh.scenarios[s.name]
                     self._keep(keys[s.name], got)
                     if search_rate:  # its first run is the replay without the search
-                        plain = self._key(trace_key, ck, cfg, s, ttft_slo_s, False)
+                        plain = self._key(trace_key, ck, cfg, s, ttft_slo_s, False, full_replay)
                         if plain not in self._results:
-                            self._keep(plain, type(got)(s, got.resolved, got.stats, None))
+                            self._keep(
+                                plain, type(got)(s, got.resolved, got.stats, None, got.scale)
+                            )
         with self._lock:
             self.hits += len(found)
         if fresh is not None and not found:
@@ -285,13 +302,16 @@ class ReplayMemo:
             n_requests=trace.n_requests,
             bytes_per_token=int(cost.bytes_per_token),
         )
+        rate = None if full_replay or trace.count_only else sampling_rate(trace.n_accesses)
+        if rate is not None:  # how the remembered replays sampled this trace
+            result.miniature = sample(trace, rate)[1]
         for s in specs:
             if s.name in found:
                 old = found[s.name]
                 # The settings as asked (capacities, links in the JSON); the simulation
                 # is the remembered one, which the differing settings cannot reach.
                 res = resolve(cfg, s, trace.block_size, cost=cost)
-                result.scenarios[s.name] = type(old)(s, res, old.stats, old.search)
+                result.scenarios[s.name] = type(old)(s, res, old.stats, old.search, old.scale)
             else:
                 assert fresh is not None  # every scenario not remembered was just run
                 result.scenarios[s.name] = fresh.scenarios[s.name]

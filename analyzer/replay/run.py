@@ -48,6 +48,8 @@ from analyzer.replay.config import (
     select_scenarios,
 )
 from analyzer.replay.engine import TIER_NAMES, Plan, RunStats, TierPlan, simulate
+from analyzer.replay.miniature import Miniature, sample
+from analyzer.replay.miniature import sampling_rate as sampling_rate
 from analyzer.trace import BlockTrace
 
 STEP = 4.0  # the bracket grows or shrinks by this factor
@@ -117,8 +119,18 @@ def resolve(
     block_size: int,
     cost: Any = None,
     prefill_s: Callable[[int, int], float] | None = None,
+    sampling_rate: float = 1.0,
 ) -> Resolved:
-    """Apply the scenario's overrides and fill every default from the cost catalogs."""
+    """Apply the scenario's overrides and fill every default from the cost catalogs.
+
+    ``sampling_rate`` below 1 (a miniature replay, :mod:`analyzer.replay.miniature`)
+    scales every cache's capacity in the plan by it; the reported capacities stay the
+    cluster's own."""
+
+    def blocks(tokens: int | None) -> int | None:
+        n = _blocks(tokens, block_size)
+        return n if n is None or sampling_rate >= 1 else max(1, int(n * sampling_rate))
+
     c = scenario.applied_to(cfg)
     if cost is None:
         from analyzer.cost import CostModel
@@ -154,7 +166,7 @@ def resolve(
         name: str, gbps: float | None, latency_s: float | None, tokens: int
     ) -> tuple[TierPlan, float | None, float]:
         if c.free_loads:  # cross-check mode: the link figures are unused
-            return TierPlan(_blocks(tokens, block_size), math.inf, math.inf, 0.0), None, 0.0
+            return TierPlan(blocks(tokens), math.inf, math.inf, 0.0), None, 0.0
         if gbps is None or latency_s is None:
             if hasattr(cost, "tier_link"):  # the tier as the instance sees it (tp links)
                 spec = cost.tier_link(name)
@@ -165,7 +177,7 @@ def resolve(
             gbps = float(spec.bandwidth_gbps) if gbps is None else gbps
             latency_s = float(spec.latency_s) if latency_s is None else latency_s
         bw, lat = gbps, latency_s
-        return TierPlan(_blocks(tokens, block_size), bw * 1e9, bw * 1e9, lat), bw, lat
+        return TierPlan(blocks(tokens), bw * 1e9, bw * 1e9, lat), bw, lat
 
     dram = nvme = pool = None
     dram_gbps = nvme_gbps = pool_gbps = pool_lat = None
@@ -187,7 +199,7 @@ def resolve(
         step_overhead_s=float(cost.overhead_s),
         chunk_tokens=c.prefill_chunk_tokens,
         local=scenario.local,
-        local_capacity_blocks=_blocks(local_tokens, block_size),
+        local_capacity_blocks=blocks(local_tokens),
         dram=dram,
         dram_shared_by_node=c.dram_scope == "node",
         nvme=nvme,
@@ -329,6 +341,8 @@ class ScenarioResult:
     resolved: Resolved
     stats: RunStats
     search: RateSearch | None
+    # 1 / sampling rate of a miniature replay: totals over requests are scaled back by it
+    scale: float = 1.0
     ttft: TtftSummary = field(init=False)
 
     def __post_init__(self) -> None:
@@ -353,11 +367,12 @@ class ScenarioResult:
 
     @property
     def bytes_read_by_tier(self) -> dict[Tier, float]:
-        return dict(zip(TIER_NAMES, self.stats.loaded_bytes_by_tier, strict=True))
+        k = self.scale
+        return {t: b * k for t, b in zip(TIER_NAMES, self.stats.loaded_bytes_by_tier, strict=True)}
 
     @property
     def makespan_s(self) -> float:
-        return float(self.stats.duration_s)
+        return float(self.stats.duration_s) * self.scale
 
     @property
     def max_rate_scale_at_slo(self) -> float | None:
@@ -370,7 +385,7 @@ class ScenarioResult:
         by_kind: dict[str, float] = {}
         for lk in st.links:
             by_kind[lk.kind] = by_kind.get(lk.kind, 0.0) + lk.bytes_total
-        return sum(v for k, v in by_kind.items() if k.startswith("net-"))
+        return sum(v for k, v in by_kind.items() if k.startswith("net-")) * self.scale
 
     @property
     def capacity(self) -> ScenarioCapacity:
@@ -387,6 +402,12 @@ class ScenarioResult:
         )
 
     def to_json(self) -> dict[str, Any]:
+        out = self._json()
+        if self.scale != 1.0:
+            _scale_totals(out, self.scale)
+        return out
+
+    def _json(self) -> dict[str, Any]:
         st = self.stats
         r = self.resolved
         c = r.cluster
@@ -481,6 +502,20 @@ class ScenarioResult:
         return out
 
 
+def _scale_totals(out: dict[str, Any], k: float) -> None:
+    """A miniature's totals over requests scaled back to the whole trace (its rates,
+    percentiles and utilisations are kept; ``bytes_read_by_tier`` is scaled by its
+    property already)."""
+    out["requests"] = round(out["requests"] * k)
+    out["prompt_tokens"] = round(out["prompt_tokens"] * k)
+    out["hit_tokens_by_tier"] = {t: round(v * k) for t, v in out["hit_tokens_by_tier"].items()}
+    for key in ("prefill_gpu_s", "network_bytes", "makespan_s"):
+        out[key] *= k
+    for link in out["links"].values():
+        link["bytes"] *= k
+    out["duplicated_kv_bytes"] = {t: v * k for t, v in out["duplicated_kv_bytes"].items()}
+
+
 @dataclass(slots=True)
 class ReplayResult:
     cluster: ClusterConfig
@@ -489,6 +524,7 @@ class ReplayResult:
     n_requests: int
     bytes_per_token: int
     scenarios: dict[str, ScenarioResult] = field(default_factory=dict)
+    miniature: Miniature | None = None  # set when the replay ran on a sample
 
     def to_json(self) -> dict[str, Any]:
         cluster = asdict(self.cluster)
@@ -512,11 +548,14 @@ class ReplayResult:
             "pool_capacity_tokens",
         ):
             cluster[k] = _cap_json(cluster[k])
-        return {
+        out: dict[str, Any] = {
             "schema": "kvpool.replay/1",
             "cluster": cluster,
             "scenarios": {name: s.to_json() for name, s in self.scenarios.items()},
         }
+        if self.miniature is not None:
+            out["miniature"] = self.miniature.to_json()
+        return out
 
 
 def _allowed(n_measured: int) -> int:
@@ -693,27 +732,31 @@ def _run_scenario(
     search_rate: bool,
     memo: _Memo | None = None,
     advance: Advance | None = None,
+    rate: float = 1.0,
 ) -> ScenarioResult:
-    """One scenario: the replay at the configured rate, then the rate search."""
+    """One scenario: the replay at the configured rate, then the rate search. ``rate``
+    below 1: ``trace`` is a miniature sampled at that rate (its caches are scaled by
+    it, and its requests arrive ``1 / rate`` times faster, at the full trace's load)."""
     from analyzer import limits
 
     limits.check(ttft_slo_s, "ttft_slo_s", "--ttft-slo")
     memo = memo if memo is not None else _Memo(cost.compute_time_s)
-    res = resolve(cfg, spec, trace.block_size, cost=cost, prefill_s=memo)
-    stats = simulate(trace, res.plan, res.cluster.time_scale, advance=advance)
+    res = resolve(cfg, spec, trace.block_size, cost=cost, prefill_s=memo, sampling_rate=rate)
+    time_scale = res.cluster.time_scale * rate
+    stats = simulate(trace, res.plan, time_scale, advance=advance)
     search = None
     if search_rate:
         passed = _passes(stats, ttft_slo_s)
         search = find_max_rate(
             trace,
             res.plan,
-            res.cluster.time_scale,
+            time_scale,
             ttft_slo_s,
             passed,
             advance,
             guess=first_guess(stats, res.plan),
         )
-    return ScenarioResult(spec, res, stats, search)
+    return ScenarioResult(spec, res, stats, search, 1.0 / rate)
 
 
 def search_again(
@@ -733,10 +776,13 @@ def search_again(
 
     limits.check(ttft_slo_s, "ttft_slo_s", "--ttft-slo")
     res = old.resolved
+    rate = 1.0 / old.scale
+    if rate < 1.0:  # ``old`` ran in miniature: search on the same sample
+        trace = sample(trace, rate)[0]
     search = find_max_rate(
         trace,
         res.plan,
-        res.cluster.time_scale,
+        res.cluster.time_scale * rate,
         ttft_slo_s,
         _passes(old.stats, ttft_slo_s),
         advance,
@@ -744,7 +790,7 @@ def search_again(
         known=known,
         simulate_missing=simulate_missing,
     )
-    return ScenarioResult(old.spec, res, old.stats, search)
+    return ScenarioResult(old.spec, res, old.stats, search, old.scale)
 
 
 @contextmanager
@@ -782,8 +828,13 @@ def run_replay(
     extra_scenarios: list[ScenarioSpec] | None = None,
     cost: Any = None,
     workers: int = 1,
+    full_replay: bool = False,
 ) -> ReplayResult:
     """Replay ``trace`` on ``cfg`` once per scenario (names or :class:`ScenarioSpec`).
+
+    A trace above :data:`analyzer.replay.miniature.MIN_ACCESSES` block accesses is
+    replayed in miniature (a spatial sample on caches scaled to match; the result says
+    so in ``miniature``) unless ``full_replay``.
 
     ``cost`` is an :class:`analyzer.cost.CostModel` (for example a calibrated one);
     by default it is built from the catalogs for ``cfg.model``, ``cfg.gpu``, ``cfg.tp``.
@@ -813,6 +864,11 @@ def run_replay(
         n_requests=trace.n_requests,
         bytes_per_token=int(cost.bytes_per_token),
     )
+    rate = None if full_replay or trace.count_only else sampling_rate(trace.n_accesses)
+    if rate is not None:
+        trace, result.miniature = sample(trace, rate)
+    else:
+        rate = 1.0
     n = trace.n_requests
     budget = n * (1 + (MAX_RUNS if search_rate else 0))
     for spec in specs:  # fail on a bad override before any work
@@ -830,7 +886,16 @@ def run_replay(
             with _main_not_rerun():  # the workers start at these submits
                 futures = {
                     spec.name: pool.submit(
-                        _run_scenario, trace, cfg, spec, cost, ttft_slo_s, search_rate
+                        _run_scenario,
+                        trace,
+                        cfg,
+                        spec,
+                        cost,
+                        ttft_slo_s,
+                        search_rate,
+                        None,
+                        None,
+                        rate,
                     )
                     for spec in order
                 }
@@ -850,7 +915,7 @@ def run_replay(
                 advance(k)
 
         result.scenarios[spec.name] = _run_scenario(
-            trace, cfg, spec, cost, ttft_slo_s, search_rate, memo, step
+            trace, cfg, spec, cost, ttft_slo_s, search_rate, memo, step, rate
         )
         if advance is not None and budget > used:
             advance(budget - used)

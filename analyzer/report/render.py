@@ -499,6 +499,11 @@ def sections(doc: dict[str, Any]) -> list[Section]:
             f"{cl.get('nodes')} node(s), router {cl.get('router')}, TTFT SLO {cl.get('ttft_slo_s')} s "
             "(p90). Decode is not modelled: TTFT is queueing + loads + prefill."
         )
+        mini = (doc.get("replay") or {}).get("miniature")
+        if mini:
+            from analyzer.replay.miniature import describe
+
+            s.paragraphs.append(describe(mini))
         s.charts += ["ttft", "tier_hits", "network"]
         s.tables.append(st)
         out.append(s)

@@ -1,0 +1,251 @@
+"""Reading the inputs on a Ray cluster (``--ray [ADDRESS]``), with the output of one process.
+
+The same pieces as ``--jobs`` (:func:`~analyzer.ingest.parallel.plan`: files, and byte
+ranges of uncompressed JSON-lines logs, here at most ``PIECE_BYTES`` each so that a
+large log spreads over a large cluster) become a Ray Dataset, one row per piece.
+``map_batches`` runs :class:`PieceReader`, a pool of actors (one CPU each, as many as
+the cluster has CPUs, at most one per piece), each holding one reader with its memos,
+as a ``--jobs`` worker process does; the reader is the ``--jobs`` worker's own code
+(:func:`analyzer.ingest.parallel._run`). The driver adopts the pieces' rows in input
+order with :func:`~analyzer.ingest.parallel.assemble`, so rows, hashes, order, skip
+counts and notes are those of a one-process run.
+
+What crosses the network: to the actors, the pieces (file path, byte range) and the
+reading options (including the salt, which the hashes need); back to the driver, per
+piece, the hashed rows (block and content hashes, token counts, timestamps, salted
+pseudonyms of session, tenant and request ids unless ``--keep-names``), skip counts with
+``file:line: reason`` examples, and 80-character previews only when they are asked for
+(``--keep-previews``, ``--show-previews``). No prompt text and no token ids: so the
+token-exact prefix lengths (``token_lcp_prev``), which need every request's tokens in
+one tree, are not computed on Ray (a note says so; the block-level figures are exact).
+
+The inputs are read by the actors from the same path as on the driver: on a cluster,
+put them on storage every node mounts at the same path (NFS, a shared volume).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import socket
+import tempfile
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from analyzer.errors import InputError, KvpoolError, OutputError, UsageError
+from analyzer.ingest.parallel import (
+    Piece,
+    PieceFailed,
+    PieceResult,
+    _init,
+    _run,
+    _with_timing,
+    assemble,
+    plan,
+)
+
+if TYPE_CHECKING:
+    from analyzer.ingest.pipeline import _Builder
+
+INSTALL = "pip install 'kvpool-advisor[ray]'"
+PIECE_BYTES = 64 << 20  # a byte range's largest size: enough pieces to spread the work
+LOCAL = "local"  # --ray with no address: start a Ray instance on this machine
+NOTE = (
+    "token-exact prefix lengths not computed on Ray: they need every request's tokens in "
+    "one tree, and only hashes and counts leave the workers; reuse figures use the "
+    "block-level ceilings"
+)
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a one-line usage error saying how to install it."""
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise UsageError(f"--ray needs Ray, which is not installed: {INSTALL}") from None
+    return ray
+
+
+@contextlib.contextmanager
+def connected(address: str) -> Any:
+    """Ray, connected to ``address`` (``local``: a new instance on this machine) for the
+    duration; a connection already open in this process (a library caller's) is used
+    as it is and left open."""
+    ray = import_ray()
+    logging.getLogger("ray.data").setLevel(logging.ERROR)  # its progress lines on stderr
+    if ray.is_initialized():
+        yield ray
+        return
+    _check_reachable(address)
+    kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
+    if address == LOCAL:
+        kwargs["include_dashboard"] = False
+    try:
+        ray.init(address=address, **kwargs)  # "local" starts a new one, whatever runs here
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(
+            f"cannot connect to the Ray cluster at {address}: {first}",
+            hint="start one (ray start --head) and pass its address: auto, "
+            "ray://HOST:10001 or HOST:6379; --ray alone starts one here",
+        ) from None
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A ``HOST:PORT`` or ``ray://HOST:PORT`` address answered on its port: Ray itself
+    retries an address where nothing listens for minutes before it gives up."""
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        return  # auto, local: Ray finds (or starts) the instance itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"cannot connect to the Ray cluster at {address}: nothing answers on "
+            f"{hostport} ({getattr(exc, 'strerror', None) or exc})",
+            hint="check the head's address and port (ray status on the head); "
+            "ray:// takes the client port, 10001 by default",
+        ) from None
+
+
+class PieceReader:
+    """A Ray Data actor: reads, tokenizes and hashes the pieces it is given with the
+    ``--jobs`` worker's code, and returns their rows as an Arrow IPC file's bytes."""
+
+    def __init__(self, paths: list[str], fmts: list[str], opts: Any, cwd: str) -> None:
+        if os.path.isdir(cwd):  # relative input paths and messages as on the driver
+            os.chdir(cwd)
+        _init(paths, fmts, opts, False, None)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        pieces, results, rows = [], [], []
+        for i, spec in zip(
+            batch.column("piece").to_pylist(), batch.column("spec").to_pylist(), strict=True
+        ):
+            piece: Piece = pickle.loads(spec)
+            res = self._read(piece)
+            data = b""
+            if isinstance(res, PieceResult):
+                data, res = _take_spool(res)
+            pieces.append(i)
+            results.append(pickle.dumps(res))
+            rows.append(data)
+        return pa.table(
+            {
+                "piece": pa.array(pieces, pa.int64()),
+                "result": pa.array(results, pa.large_binary()),
+                "rows": pa.array(rows, pa.large_binary()),
+            }
+        )
+
+    @staticmethod
+    def _read(piece: Piece) -> PieceResult | PieceFailed:
+        if not os.path.exists(piece.path):
+            return PieceFailed(
+                InputError,
+                f"{piece.path}: not found on Ray node {socket.gethostname()}",
+                "put the inputs on storage every node mounts at the same path",
+            )
+        return _run(piece)
+
+
+def _take_spool(res: PieceResult) -> tuple[bytes, PieceResult]:
+    """The piece's spooled rows as bytes (its temporary folder on this node removed)."""
+    import shutil
+
+    d = res.spool.directory
+    data = b""
+    if d:
+        with open(os.path.join(d, "rows.arrow"), "rb") as f:
+            data = f.read()
+        shutil.rmtree(d, ignore_errors=True)
+    return data, replace(res, spool=replace(res.spool, directory=""))
+
+
+def _put_spool(data: bytes, res: PieceResult) -> PieceResult:
+    """A piece's rows written back to a temporary spool folder on the driver."""
+    if not data:
+        return res
+    import shutil
+
+    d = tempfile.mkdtemp(prefix="kvpool-rows-")
+    try:
+        with open(os.path.join(d, "rows.arrow"), "wb") as f:
+            f.write(data)
+    except OSError as exc:  # a full temporary disk, in one line (as RowSpool says it)
+        shutil.rmtree(d, ignore_errors=True)
+        raise OutputError(
+            f"cannot write the temporary row spool in {tempfile.gettempdir()}: "
+            f"{exc.strerror or exc}",
+            hint="free space there, or point TMPDIR at a larger disk",
+        ) from None
+    return replace(res, spool=replace(res.spool, directory=d))
+
+
+def read_ray(b: _Builder, address: str) -> None:
+    """Read ``b``'s inputs on the Ray cluster at ``address`` into ``b``, as
+    :func:`~analyzer.ingest.parallel.read_parallel` does over local processes."""
+    with connected(address) as ray:
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        pieces, split_timing = _with_timing(b, plan(b.paths, b.fmts, cpus, PIECE_BYTES))
+        if b.lcp is not None:
+            b.lcp = None
+            b.notes.append(NOTE)
+        work = [i for i, p in enumerate(pieces) if not p.in_parent]
+        results = iter(())
+        if work:
+            wopts = replace(
+                b.opts, block_size=b.block_size, salt=b.salt, exact=False, ray_address=None
+            )
+            ctx = ray.data.DataContext.get_current()
+            ctx.execution_options.preserve_order = True
+            ctx.enable_progress_bars = False
+            items = [{"piece": i, "spec": pickle.dumps(pieces[i])} for i in work]
+            ds = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+                PieceReader,
+                fn_constructor_args=(b.paths, b.fmts, wopts, os.getcwd()),
+                compute=ray.data.ActorPoolStrategy(size=min(cpus, len(work))),
+                batch_size=1,
+                batch_format="pyarrow",
+                num_cpus=1,
+            )
+            results = iter(ds.iter_rows())
+        early: dict[int, tuple[bytes, bytes]] = {}
+
+        def fetch(i: int, piece: Piece) -> PieceResult | PieceFailed:
+            while i not in early:
+                try:
+                    row: dict[str, Any] = next(results)
+                except StopIteration:
+                    raise InputError(
+                        f"the Ray cluster returned no result for {piece.path}"
+                    ) from None
+                except KvpoolError:
+                    raise
+                except Exception as exc:  # a Ray task or actor failure
+                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                    raise InputError(
+                        f"a Ray worker reading {piece.path} failed: {type(exc).__name__} {first}",
+                        hint="see the Ray logs of the cluster; retry with --jobs instead",
+                    ) from None
+                early[int(row["piece"])] = (row["result"], row["rows"])
+            blob, data = early.pop(i)
+            res: PieceResult | PieceFailed = pickle.loads(blob)
+            if isinstance(res, PieceResult):
+                res = _put_spool(data, res)
+                if b.advance is not None:
+                    span = piece.span
+                    b.advance(span.end - span.start if span else os.path.getsize(piece.path))
+            return res
+
+        assemble(b, pieces, split_timing, fetch)
