@@ -75,7 +75,10 @@ class Miniature:
 
 
 def describe(doc: dict[str, Any]) -> str:
-    """One line on a miniature replay, from its JSON (``ReplayResult.to_json()['miniature']``)."""
+    """One line on a miniature replay, from the ``miniature`` section of a report document.
+
+    The report renderers and the terminal read a report (possibly a report.json loaded back),
+    so this takes the serialized section; ``Miniature.describe`` serializes first."""
     text = (
         f"Miniature replay: {doc['sampled_requests']:,} of {doc['requests']:,} requests "
         f"(sessions sampled at 1/{round(1 / doc['sampling_rate'])}, caches scaled to match). "
