@@ -541,6 +541,7 @@ def run_whatif(
     gate=None,
     memo=None,
     only_known: bool = False,
+    parallel: bool = True,
 ):
     """``run_analysis`` on the loaded trace with every layer remembered: the reuse report
     per warm-up and model, each replay per scenario and the settings it reads. Safe to
@@ -548,7 +549,10 @@ def run_whatif(
     at every replay progress step (the prefetch waits there while a page computes), and
     ``memo`` the :func:`replay_memo` fetched by the page (no Streamlit call in a thread).
     ``only_known``: replay nothing; a replay not remembered raises
-    ``analyzer.replay.memo.NotRemembered``."""
+    ``analyzer.replay.memo.NotRemembered``. ``parallel``: replay the scenarios in worker
+    processes (:func:`replay_workers`) as the Replay page does, for the answer the user
+    waits for; the prefetch passes False, so that its one thread can pause at ``gate``
+    and leaves the other cores to the page."""
     from analyzer.advisor import run_analysis
     from analyzer.cost import CostModel
 
@@ -565,8 +569,18 @@ def run_whatif(
     memo = memo or replay_memo()
 
     def replayer(
-        trace, cfg, scenarios, ttft_slo_s=2.0, search_rate=True, advance=None, cost=None, part=None
+        trace,
+        cfg,
+        scenarios,
+        ttft_slo_s=2.0,
+        search_rate=True,
+        advance=None,
+        cost=None,
+        part=None,
+        workers=1,
     ):
+        if parallel:  # results do not depend on it (tests/test_replay.py)
+            workers = max(workers, replay_workers(trace.n_requests, len(scenarios)))
         return memo.run(
             trace,
             cfg,
@@ -582,6 +596,7 @@ def run_whatif(
             cost_key=None if part is None else "per-model fit",
             on_run=on_run,
             only_known=only_known,
+            workers=workers,
         )
 
     return run_analysis(

@@ -239,6 +239,6 @@ def after_analysis(cur, opts) -> None:
     memo = compute.replay_memo()  # fetched here: the thread makes no Streamlit call
 
     def job(o):
-        return lambda gate: compute.run_whatif(cur, o, gate=gate, memo=memo)
+        return lambda gate: compute.run_whatif(cur, o, gate=gate, memo=memo, parallel=False)
 
     prefetcher().submit([(analysis_key(cur, o), job(o)) for o in neighbours(opts)])
