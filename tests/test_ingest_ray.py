@@ -3,6 +3,7 @@ one-process output, and the partitioned dataset it writes reads back as the same
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import replace
 
@@ -210,3 +211,30 @@ def test_an_address_where_nothing_listens_fails_at_once():
     for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
         with pytest.raises(UsageError, match="nothing answers"):
             _check_reachable(address)
+
+
+def test_a_piece_result_crosses_the_network_as_json_and_comes_back_equal():
+    """No pickle between the driver and the actors: results are JSON, rebuilt field by field."""
+    from analyzer.errors import InputError
+    from analyzer.ingest.cluster import _decode, _encode
+    from analyzer.ingest.options import SkipSummary
+    from analyzer.ingest.parallel import PieceFailed, PieceResult
+    from analyzer.ingest.spool import SpoolFile
+
+    skipped = SkipSummary()
+    skipped.add("mistyped field", "a.jsonl", 3, "messages")
+    res = PieceResult(
+        spool=SpoolFile("", (2, 1), b"\x00" * 24, b"\x01" * 24, b"\x02" * 24),
+        iso=b"\x01\x00\x01",
+        lines=b"\x07" * 24,
+        lcp_dir="",
+        skipped=skipped,
+        previews={2**63 + 5: ("system", "You are"), 7: ("user", "hi")},
+        stats=(3, 2, 40, 5),
+        timed=True,
+    )
+    blob = _encode(res)
+    json.loads(blob)  # plain JSON, no pickle
+    assert _decode(blob) == res
+    failed = PieceFailed(InputError, "a.jsonl:3 (field 'messages'): mistyped field", None)
+    assert _decode(_encode(failed)) == failed

@@ -25,18 +25,20 @@ put them on storage every node mounts at the same path (NFS, a shared volume).
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import logging
 import os
-import pickle
 import socket
 import tempfile
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from analyzer.errors import InputError, KvpoolError, OutputError, UsageError
+from analyzer.ingest.options import SkipSummary
 from analyzer.ingest.parallel import (
     Piece,
     PieceFailed,
@@ -47,6 +49,7 @@ from analyzer.ingest.parallel import (
     assemble,
     plan,
 )
+from analyzer.ingest.spool import SpoolFile
 
 if TYPE_CHECKING:
     from analyzer.ingest.pipeline import _Builder
@@ -122,23 +125,23 @@ class PieceReader:
     """A Ray Data actor: reads, tokenizes and hashes the pieces it is given with the
     ``--jobs`` worker's code, and returns their rows as an Arrow IPC file's bytes."""
 
-    def __init__(self, paths: list[str], fmts: list[str], opts: Any, cwd: str) -> None:
+    def __init__(
+        self, paths: list[str], fmts: list[str], opts: Any, cwd: str, pieces: list[Piece]
+    ) -> None:
         if os.path.isdir(cwd):  # relative input paths and messages as on the driver
             os.chdir(cwd)
         _init(paths, fmts, opts, False, None)
+        self._pieces = pieces
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         pieces, results, rows = [], [], []
-        for i, spec in zip(
-            batch.column("piece").to_pylist(), batch.column("spec").to_pylist(), strict=True
-        ):
-            piece: Piece = pickle.loads(spec)
-            res = self._read(piece)
+        for i in batch.column("piece").to_pylist():
+            res = self._read(self._pieces[i])
             data = b""
             if isinstance(res, PieceResult):
                 data, res = _take_spool(res)
             pieces.append(i)
-            results.append(pickle.dumps(res))
+            results.append(_encode(res))
             rows.append(data)
         return pa.table(
             {
@@ -157,6 +160,59 @@ class PieceReader:
                 "put the inputs on storage every node mounts at the same path",
             )
         return _run(piece)
+
+
+# A piece's result crosses the network as JSON (bytes fields in base64), never as a
+# pickle: the driver decodes only these fields and these error kinds.
+_KINDS: dict[str, type[KvpoolError]] = {
+    k.__name__: k for k in (KvpoolError, UsageError, InputError, OutputError)
+}
+_BYTES = ("iso", "lines")
+_SPOOL_BYTES = ("time", "prompt_tokens", "lcp_index")
+
+
+def _encode(res: PieceResult | PieceFailed) -> bytes:
+    """A piece's result as JSON bytes (see :func:`_decode`)."""
+    if isinstance(res, PieceFailed):
+        kind = res.kind.__name__ if res.kind.__name__ in _KINDS else "KvpoolError"
+        doc: dict[str, Any] = {"failed": {"kind": kind, "message": res.message, "hint": res.hint}}
+    else:
+        spool = asdict(res.spool)
+        for k in _SPOOL_BYTES:
+            spool[k] = base64.b64encode(spool[k]).decode()
+        doc = {
+            "spool": spool,
+            **{k: base64.b64encode(getattr(res, k)).decode() for k in _BYTES},
+            "lcp_dir": res.lcp_dir,
+            "skipped": asdict(res.skipped),
+            "previews": {str(h): list(v) for h, v in res.previews.items()},
+            "stats": list(res.stats),
+            "timed": res.timed,
+        }
+    return json.dumps(doc).encode()
+
+
+def _decode(blob: bytes) -> PieceResult | PieceFailed:
+    """The result :func:`_encode` wrote, rebuilt field by field."""
+    doc = json.loads(blob)
+    if "failed" in doc:
+        f = doc["failed"]
+        return PieceFailed(_KINDS.get(f["kind"], KvpoolError), f["message"], f["hint"])
+    spool = doc["spool"]
+    for k in _SPOOL_BYTES:
+        spool[k] = base64.b64decode(spool[k])
+    spool["batch_rows"] = tuple(spool["batch_rows"])
+    res = PieceResult(
+        spool=SpoolFile(**spool),
+        iso=base64.b64decode(doc["iso"]),
+        lines=base64.b64decode(doc["lines"]),
+        lcp_dir=doc["lcp_dir"],
+        skipped=SkipSummary(**doc["skipped"]),
+        previews={int(h): (v[0], v[1]) for h, v in doc["previews"].items()},
+        stats=tuple(doc["stats"]),
+        timed=doc["timed"],
+    )
+    return res
 
 
 def _take_spool(res: PieceResult) -> tuple[bytes, PieceResult]:
@@ -210,10 +266,10 @@ def read_ray(b: _Builder, address: str) -> None:
             ctx = ray.data.DataContext.get_current()
             ctx.execution_options.preserve_order = True
             ctx.enable_progress_bars = False
-            items = [{"piece": i, "spec": pickle.dumps(pieces[i])} for i in work]
+            items = [{"piece": i} for i in work]
             ds = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
                 PieceReader,
-                fn_constructor_args=(b.paths, b.fmts, wopts, os.getcwd()),
+                fn_constructor_args=(b.paths, b.fmts, wopts, os.getcwd(), pieces),
                 compute=ray.data.ActorPoolStrategy(size=min(cpus, len(work))),
                 batch_size=1,
                 batch_format="pyarrow",
@@ -240,7 +296,7 @@ def read_ray(b: _Builder, address: str) -> None:
                     ) from None
                 early[int(row["piece"])] = (row["result"], row["rows"])
             blob, data = early.pop(i)
-            res: PieceResult | PieceFailed = pickle.loads(blob)
+            res = _decode(blob)
             if isinstance(res, PieceResult):
                 res = _put_spool(data, res)
                 if b.advance is not None:
