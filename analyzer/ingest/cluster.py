@@ -202,13 +202,15 @@ def _decode(blob: bytes) -> PieceResult | PieceFailed:
     for k in _SPOOL_BYTES:
         spool[k] = base64.b64decode(spool[k])
     spool["batch_rows"] = tuple(spool["batch_rows"])
+    # Previews keeps int block hashes as keys (JSON made them strings)
+    previews: dict[Any, Any] = {int(h): (v[0], v[1]) for h, v in doc["previews"].items()}
     res = PieceResult(
         spool=SpoolFile(**spool),
         iso=base64.b64decode(doc["iso"]),
         lines=base64.b64decode(doc["lines"]),
         lcp_dir=doc["lcp_dir"],
         skipped=SkipSummary(**doc["skipped"]),
-        previews={int(h): (v[0], v[1]) for h, v in doc["previews"].items()},
+        previews=previews,
         stats=tuple(doc["stats"]),
         timed=doc["timed"],
     )
