@@ -696,22 +696,62 @@ def _default_capacities(curve: StepCurve, block_size: int) -> tuple[int, ...]:
     return tuple(sorted(set(caps)))
 
 
-def _unmeasurable(trace: BlockTrace, opts: ReuseOptions, reason: str) -> ReuseReport:
-    return ReuseReport(
-        measurable=False,
-        reason=reason,
+@dataclass(frozen=True, slots=True)
+class TraceShape:
+    """What each way of measuring reuse (the in-memory scan here, the lazy frame of
+    :mod:`analyzer.reuse.frame`) knows of a trace before measuring it."""
+
+    block_size: int
+    n_requests: int
+    n_accesses: int
+    n_blocks: int  # distinct blocks
+    all_prompt_tokens: int  # every request's, the warm-up's too
+
+
+def make_report(
+    opts: ReuseOptions, shape: TraceShape, *, reason: str | None = None, **measured: Any
+) -> ReuseReport:
+    """The one place a :class:`ReuseReport` is built, by both ways of measuring: the
+    fields that follow from the options and the trace's shape are set here, so the two
+    cannot disagree on them; ``measured`` holds what the measurement found (every other
+    field). With a ``reason`` the trace could not be measured, and ``measured`` is empty."""
+    first = first_counted_request(shape.n_requests, opts.warmup)
+    common: dict[str, Any] = {
+        "block_size": shape.block_size,
+        "warmup": opts.warmup,
+        "n_requests": shape.n_requests,
+        "counted_requests": shape.n_requests - first,
+        "n_accesses": shape.n_accesses,
+        "n_blocks": shape.n_blocks,
+        "bytes_per_token": opts.bytes_per_token,
+        "curve_points": opts.curve_points,
+    }
+    if reason is not None:
+        assert not measured, "an unmeasurable trace has no measured fields"
+        return ReuseReport(
+            measurable=False,
+            reason=reason,
+            prompt_tokens=shape.all_prompt_tokens,
+            hit_tokens=0,
+            ceiling_hit_rate=0.0,
+            cold_ceiling_hit_rate=0.0,
+            **common,
+        )
+    return ReuseReport(measurable=True, reason=None, **common, **measured)
+
+
+def _shape(trace: BlockTrace) -> TraceShape:
+    return TraceShape(
         block_size=trace.block_size,
-        warmup=opts.warmup,
         n_requests=trace.n_requests,
-        counted_requests=trace.n_requests - first_counted_request(trace.n_requests, opts.warmup),
         n_accesses=trace.n_accesses,
         n_blocks=trace.n_blocks,
-        prompt_tokens=int(trace.prompt_tokens.sum()),
-        hit_tokens=0,
-        ceiling_hit_rate=0.0,
-        cold_ceiling_hit_rate=0.0,
-        bytes_per_token=opts.bytes_per_token,
+        all_prompt_tokens=int(trace.prompt_tokens.sum()),
     )
+
+
+def _unmeasurable(trace: BlockTrace, opts: ReuseOptions, reason: str) -> ReuseReport:
+    return make_report(opts, _shape(trace), reason=reason)
 
 
 # -- the analysis ------------------------------------------------------------------
@@ -808,20 +848,13 @@ def analyze_reuse(
     non_prefix = non_prefix_reuse(trace, first, hit_per_req)
     tops = top_prefixes(trace, hits, parent, depth, opts.top_n)
     step(5)
-    return ReuseReport(
-        measurable=True,
-        reason=None,
-        block_size=bs,
-        warmup=opts.warmup,
-        n_requests=n,
-        counted_requests=n - first,
-        n_accesses=trace.n_accesses,
-        n_blocks=trace.n_blocks,
+    return make_report(
+        opts,
+        _shape(trace),
         prompt_tokens=den,
         hit_tokens=int(hit_per_req[first:].sum()),
         ceiling_hit_rate=steady,
         cold_ceiling_hit_rate=cold,
-        bytes_per_token=opts.bytes_per_token,
         curve=curve,
         cold_curve=cold_curve,
         curve_method=curve_method,
@@ -836,7 +869,6 @@ def analyze_reuse(
         reuse_distance=reuse_distance,
         reuse_time=reuse_time,
         working_set=working_set,
-        curve_points=opts.curve_points,
         breakdowns=breakdowns(hit_per_req, prompt, trace.tenant, trace.arrival_s, first),
     )
 
