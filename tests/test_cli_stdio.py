@@ -108,8 +108,20 @@ def test_synth_to_stdout_is_the_file(logs, tmp_path):
         (["analyze", "-", "-o", "r", "--prices", "-"], "'-' (stdin) can be given once"),
         (["synth", "-o", "-", "--truth", "-"], "would both write to stdout"),
         (
-            ["cost", "fit", "-m", "llama-3.1-8b", "-g", "h100", "--load", "l.csv"]
-            + ["-o", "-", "--json", "-"],
+            [
+                "cost",
+                "fit",
+                "-m",
+                "llama-3.1-8b",
+                "-g",
+                "h100",
+                "--load",
+                "l.csv",
+                "-o",
+                "-",
+                "--json",
+                "-",
+            ],
             "would both write to stdout",
         ),
         (["cost", "profile", "-m", "llama-3.1-8b", "-o", "-"], "written beside the profile"),
