@@ -105,6 +105,48 @@ class StepCurve:
         return int(self.caps_blocks[-1]) if self.caps_blocks.size else 0
 
 
+@dataclass(frozen=True, slots=True)
+class NonPrefixReuse:
+    """Prompt tokens whose content was seen before at any position, and the part of them
+    beyond prefixes (position-independent reuse, e.g. CacheBlend, which today's pooling
+    products cannot use), as shares of the counted prompt tokens (steady) and of all of
+    them (``cold_*``). Without per-block content hashes it is not ``available``."""
+
+    available: bool
+    reason: str | None = None  # why it is not available
+    content_seen_rate: float = 0.0
+    cold_content_seen_rate: float = 0.0
+    prefix_rate: float = 0.0
+    cold_prefix_rate: float = 0.0
+    hit_rate: float = 0.0  # seen before, but not as a prefix
+    cold_hit_rate: float = 0.0
+    note: str = (
+        "content seen before at any position but not as a prefix; today's "
+        "pooling products cannot reuse it (position-independent reuse, e.g. CacheBlend)"
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        if not self.available:
+            return {"available": False, "reason": self.reason}
+        return {
+            "available": True,
+            "content_seen_rate": self.content_seen_rate,
+            "cold_content_seen_rate": self.cold_content_seen_rate,
+            "prefix_rate": self.prefix_rate,
+            "cold_prefix_rate": self.cold_prefix_rate,
+            "hit_rate": self.hit_rate,
+            "cold_hit_rate": self.cold_hit_rate,
+            "note": self.note,
+        }
+
+
+NO_CONTENT = NonPrefixReuse(
+    available=False,
+    reason="the trace has no per-block content hashes (position-independent "
+    "reuse needs logs with prompt content)",
+)
+
+
 @dataclass(frozen=True)
 class ReuseReport:
     measurable: bool
@@ -130,7 +172,7 @@ class ReuseReport:
     sources: dict[str, Any] = field(default_factory=dict)
     top_prefixes: dict[str, Any] = field(default_factory=dict)
     granularity: dict[str, Any] = field(default_factory=dict)
-    non_prefix: dict[str, Any] = field(default_factory=dict)
+    non_prefix: NonPrefixReuse = NO_CONTENT
     reuse_distance: dict[str, Any] = field(default_factory=dict)
     reuse_time: dict[str, Any] = field(default_factory=dict)
     working_set: dict[str, Any] = field(default_factory=dict)
@@ -264,7 +306,7 @@ class ReuseReport:
                 "sources": _round_tree(self.sources),
                 "top_prefixes": _round_tree(self.top_prefixes),
                 "granularity": _round_tree(self.granularity),
-                "non_prefix": _round_tree(self.non_prefix),
+                "non_prefix": _round_tree(self.non_prefix.to_json()),
                 "reuse_distance": _round_tree(self.reuse_distance),
                 "reuse_time": _round_tree(self.reuse_time),
                 "working_set": _round_tree(self.working_set),
@@ -408,10 +450,10 @@ def granularity_document(
     return out
 
 
-def non_prefix_reuse(trace: BlockTrace, first: int, prefix_hit: np.ndarray) -> dict[str, Any]:
+def non_prefix_reuse(trace: BlockTrace, first: int, prefix_hit: np.ndarray) -> NonPrefixReuse:
     """Tokens whose content was seen before at any position, and the part beyond prefixes."""
     if trace.content_ids is None:
-        return dict(NO_CONTENT)
+        return NO_CONTENT
     weights = access_weights(trace.offsets, trace.prompt_tokens, trace.block_size)
     seen = seen_before(trace.content_ids, trace.offsets)
     req = np.repeat(np.arange(trace.n_requests), np.diff(trace.offsets))
@@ -419,30 +461,21 @@ def non_prefix_reuse(trace: BlockTrace, first: int, prefix_hit: np.ndarray) -> d
     return non_prefix_document(per_req.astype(np.int64), trace.prompt_tokens, first, prefix_hit)
 
 
-NO_CONTENT = {
-    "available": False,
-    "reason": "the trace has no per-block content hashes (position-independent "
-    "reuse needs logs with prompt content)",
-}
-
-
 def non_prefix_document(
     content_seen: np.ndarray, prompt: np.ndarray, first: int, prefix_hit: np.ndarray
-) -> dict[str, Any]:
-    """The non-prefix section from per-request tokens whose content was seen before."""
+) -> NonPrefixReuse:
+    """The non-prefix figures from per-request tokens whose content was seen before."""
     content_steady, content_cold = _rates(content_seen, prompt, first)
     prefix_steady, prefix_cold = _rates(prefix_hit, prompt, first)
-    return {
-        "available": True,
-        "content_seen_rate": content_steady,
-        "cold_content_seen_rate": content_cold,
-        "prefix_rate": prefix_steady,
-        "cold_prefix_rate": prefix_cold,
-        "hit_rate": max(content_steady - prefix_steady, 0.0),
-        "cold_hit_rate": max(content_cold - prefix_cold, 0.0),
-        "note": "content seen before at any position but not as a prefix; today's "
-        "pooling products cannot reuse it (position-independent reuse, e.g. CacheBlend)",
-    }
+    return NonPrefixReuse(
+        available=True,
+        content_seen_rate=content_steady,
+        cold_content_seen_rate=content_cold,
+        prefix_rate=prefix_steady,
+        cold_prefix_rate=prefix_cold,
+        hit_rate=max(content_steady - prefix_steady, 0.0),
+        cold_hit_rate=max(content_cold - prefix_cold, 0.0),
+    )
 
 
 BREAKDOWN_NOTE = (

@@ -731,7 +731,7 @@ def _measure(
             hit_per_req,
         )
     else:
-        non_prefix = dict(a.NO_CONTENT)
+        non_prefix = a.NO_CONTENT
     step(15)
     facts = hit_facts(
         parts, req, runs[1], bs, first, window_s, n_windows, a.TIME_EDGES, opts.top_n, tmp
