@@ -394,6 +394,20 @@ def test_json_is_deterministic_and_has_the_issue_keys():
     assert lru == sorted(lru) and len(lru) > 50
 
 
+def test_simulations_on_threads_give_the_same_report():
+    tr = chained_trace(300, seed=5)
+    opts = ReuseOptions(capacities_tokens=(800, 4000, 16000, 64000))
+    one = json.dumps(analyze_reuse(tr, opts).to_json(), sort_keys=True)
+    steps: list[float] = []
+    threaded = analyze_reuse(tr, ReuseOptions(**{**_fields(opts), "jobs": 3}), steps.append)
+    assert json.dumps(threaded.to_json(), sort_keys=True) == one
+    assert sum(steps) == pytest.approx(100)
+
+
+def _fields(opts: ReuseOptions) -> dict:
+    return {k: getattr(opts, k) for k in ReuseOptions.__dataclass_fields__}
+
+
 def test_knee_and_hit_rate_at():
     tr = chained_trace(40, seed=2)
     rep = analyze_reuse(tr, ReuseOptions(capacities_tokens=(3200,), policies=("lru", "fifo")))

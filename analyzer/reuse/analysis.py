@@ -68,6 +68,7 @@ class ReuseOptions:
     policy_max_accesses: int = 30_000_000  # per-capacity simulations are skipped beyond
     n_windows: int = 48  # working-set windows over the trace's time span
     curve_points: int = 200
+    jobs: int = 1  # threads running the per-capacity simulations (same figures at any)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.warmup < 1.0:
@@ -877,26 +878,53 @@ def _policies(
                 if any(_needs_next_use(p) for p in sim_policies)
                 else None
             )
+            runs = [(p, cap) for p in sim_policies for cap in capacities]
+
+            def one(run: tuple[str, int]) -> int:
+                return simulate_fast(
+                    trace.block_ids,
+                    trace.offsets,
+                    prompt,
+                    bs,
+                    first,
+                    run[1] // bs,
+                    run[0],
+                    next_use,
+                )
+
+            hits = _each(one, runs, opts.jobs, lambda: step(share))
             for policy in sim_policies:
-                pts = []
-                for cap in capacities:
-                    tokens = simulate_fast(
-                        trace.block_ids,
-                        trace.offsets,
-                        prompt,
-                        bs,
-                        first,
-                        cap // bs,
-                        policy,
-                        next_use,
-                    )
-                    pts.append((cap, tokens / den if den else 0.0))
-                    step(share)
-                policy_points[policy] = pts
+                policy_points[policy] = [
+                    (cap, hits[(policy, cap)] / den if den else 0.0) for cap in capacities
+                ]
     else:
         step(40)
 
     return capacities, policy_points, notes
+
+
+def _each(
+    fn: Callable[[tuple[str, int]], int],
+    runs: list[tuple[str, int]],
+    jobs: int,
+    done: Callable[[], None],
+) -> dict[tuple[str, int], int]:
+    """``fn`` of every run, on up to ``jobs`` threads (the compiled simulations release
+    the GIL), largest capacity first so the longest runs do not start last."""
+    out: dict[tuple[str, int], int] = {}
+    if jobs <= 1 or len(runs) <= 1:
+        for r in runs:
+            out[r] = fn(r)
+            done()
+        return out
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    with ThreadPoolExecutor(min(jobs, len(runs))) as pool:
+        futures = {pool.submit(fn, r): r for r in sorted(runs, key=lambda r: -r[1])}
+        for f in as_completed(futures):
+            out[futures[f]] = f.result()
+            done()
+    return out
 
 
 def _summaries(
