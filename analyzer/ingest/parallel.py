@@ -2,11 +2,18 @@
 
 The inputs are cut into pieces in file order: an uncompressed JSON-lines log of a
 splittable format (``SPLITTABLE``: one record a line, no state carried between rows) into
-``jobs`` byte ranges at line ends, every other file whole. Worker processes read,
-render, tokenize and hash the pieces (each with its own memos: a conversation's turns
-sit close together in a log, so nearly all of a session's requests fall in one piece
-and its memo hits stay in that worker); the parent adopts their rows in piece order, so
-rows, hashes and order are those of a one-process run. Bailian and RAGPulse files carry
+``jobs`` byte ranges at line ends, an uncompressed gateway or generic CSV
+(``SPLITTABLE_CSV``) likewise at line ends with an even number of quotes before them
+(between records when quoted cells hold newlines), every other file whole. The parent
+reads the first piece itself, straight into its rows and token tree, while worker
+processes start and read, render, tokenize and hash the others (each with its own
+memos: a conversation's turns sit close together in a log, so nearly all of a
+session's requests fall in one piece and its memo hits stay in that worker); the parent
+adopts their rows in piece order, so rows, hashes and order are those of a one-process
+run. A CSV range must end between records: its reader reads on past the cut as far as
+its last record needs and raises ``SplitMisaligned`` when that record crosses the cut
+(a stray quote), when a quote is never closed or the CSV is broken in it; the read is
+then done again in one process. Bailian and RAGPulse files carry
 state from row to row (session roots, component padding) and are read in the parent,
 in their place in the order.
 

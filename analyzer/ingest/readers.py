@@ -151,10 +151,16 @@ def _str(value: object) -> str | None:
 
 
 def _maybe_json(value: object, field: str) -> object:
+    """A cell holding JSON, parsed (orjson first, as JSON lines are; what it refuses is
+    read by ``json``, which also names the reason a cell is bad)."""
     if isinstance(value, str):
         s = value.strip()
         if not s:
             return None
+        try:
+            return orjson.loads(s)
+        except orjson.JSONDecodeError:
+            pass
         try:
             return json.loads(s)
         except json.JSONDecodeError as exc:
