@@ -399,7 +399,7 @@ def test_non_prefix_reuse_in_chunks_equals_a_naive_count(content, chunk):
         )
         seen.update(req)
     total = int(tr.prompt_tokens.sum())
-    assert got["cold_content_seen_rate"] == pytest.approx(sum(naive) / total)
+    assert got.cold_content_seen_rate == pytest.approx(sum(naive) / total)
 
 
 def test_count_only_trace_is_not_measurable():
