@@ -32,6 +32,7 @@ from analyzer.advisor.figures import (
     VERDICT_SCENARIO,
     BandwidthFigures,
     Decision,
+    DeployOption,
     Objective,
     ReplayFigures,
     ReuseFigures,
@@ -613,7 +614,7 @@ def run_analysis(
         decision = with_comparison(decision, measured_doc[1])
 
     sizing: Sizing | None = None
-    sizings: dict[str, Sizing] = {}
+    sizings: dict[DeployOption, Sizing] = {}
     settings: list[ProductSettings] = []
     served = cm.model.hf_repo or opts.model
     if usable and replay_result is not None:
