@@ -522,7 +522,9 @@ def run_analysis(
     else:
         with progress("reuse analysis", 100) as adv:
             rep = analyze_reuse(
-                trace, ReuseOptions(warmup=opts.warmup, bytes_per_token=bpt), advance=adv
+                trace,
+                ReuseOptions(warmup=opts.warmup, bytes_per_token=bpt, jobs=opts.ingest.jobs),
+                advance=adv,
             )
     step(20)
     rf = _reuse_figures(rep, trace, opts.warmup, opts.knee_fraction)
