@@ -16,7 +16,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,6 +24,9 @@ import pyarrow.compute as pc
 from analyzer.errors import UsageError
 from analyzer.replay.config import Scenario
 from analyzer.trace import read_metadata
+
+if TYPE_CHECKING:
+    from analyzer.reuse.analysis import CurvePoint
 
 SHARED_POOL_NOTE = (
     "Blocks of different models never match (each model's KV is its own), so a pool shared "
@@ -84,7 +87,7 @@ class ModelReuse:
     kv_bytes_per_token: int | None  # None: not a catalog model
     footprint_gb: float | None  # its working set in GB (catalog models)
     # the exact LRU curve, as the reuse stage serializes it (``curves.lru``)
-    hit_ratio_curve: tuple[dict[str, Any], ...]
+    hit_ratio_curve: tuple[CurvePoint, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +118,7 @@ class ModelFigures:
             footprint_tokens=r.footprint_tokens,
             kv_bytes_per_token=r.kv_bytes_per_token,
             footprint_gb=r.footprint_gb,
-            hit_ratio_curve=list(r.hit_ratio_curve),
+            hit_ratio_curve=[p.to_json() for p in r.hit_ratio_curve],
         )
         if self.replay is not None:
             out["replay"] = self.replay.to_json()
@@ -239,7 +242,6 @@ def per_model_reuse(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> list[Mode
             else None
         )
         rep = analyze_reuse(trace, dataclasses.replace(opts, bytes_per_token=bpt))
-        doc = rep.to_json()
         out.append(
             ModelFigures(
                 m,
@@ -255,7 +257,7 @@ def per_model_reuse(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> list[Mode
                         if bpt and rep.measurable
                         else None
                     ),
-                    hit_ratio_curve=tuple((doc.get("curves") or {}).get("lru", [])),
+                    hit_ratio_curve=rep.curves().get("lru", ()),
                 ),
             )
         )
