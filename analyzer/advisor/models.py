@@ -19,10 +19,8 @@ from functools import partial
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from analyzer.errors import UsageError
-from analyzer.replay.config import Scenario
 from analyzer.trace import read_metadata
 
 SHARED_POOL_NOTE = (
@@ -98,6 +96,8 @@ def select_model(loaded: Any, wanted: str) -> Any:  # LoadedTrace -> LoadedTrace
         raise UsageError(
             f"--only-model {wanted}: the log names no such model", hint=f"it names: {names}"
         )
+    import pyarrow.compute as pc
+
     mask = pc.is_in(loaded.table.column("model"), value_set=pa.array(keep, pa.string()))
     table = loaded.table.filter(pc.fill_null(mask, False))
     return dataclasses.replace(loaded, table=table, _trace=None)
@@ -109,6 +109,8 @@ def per_model_reuse(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> list[dict
 
     ``opts`` is the :class:`analyzer.reuse.ReuseOptions` of the whole run (its
     ``bytes_per_token`` is replaced by each model's own)."""
+    import pyarrow.compute as pc
+
     from analyzer.cost import get_model
     from analyzer.reuse import analyze_reuse
     from analyzer.trace import BlockTrace
@@ -196,8 +198,11 @@ def per_model_replay(
     in the log: the requests it replays are that model's alone (a caller remembering
     replays keys them by it).
     """
+    import pyarrow.compute as pc
+
     from analyzer.cost import get_model
     from analyzer.replay import UNBOUNDED, run_replay
+    from analyzer.replay.config import Scenario
     from analyzer.trace import BlockTrace
 
     if len(per_model) < 2:
