@@ -19,10 +19,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from analyzer.errors import UsageError
-from analyzer.replay.config import Scenario
 from analyzer.trace import read_metadata
 
 if TYPE_CHECKING:
@@ -216,6 +214,8 @@ def select_model(loaded: Any, wanted: str) -> Any:  # LoadedTrace -> LoadedTrace
         raise UsageError(
             f"--only-model {wanted}: the log names no such model", hint=f"it names: {names}"
         )
+    import pyarrow.compute as pc
+
     mask = pc.is_in(loaded.table.column("model"), value_set=pa.array(keep, pa.string()))
     table = loaded.table.filter(pc.fill_null(mask, False))
     return dataclasses.replace(loaded, table=table, _trace=None)
@@ -227,6 +227,8 @@ def per_model_reuse(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> list[Mode
 
     ``opts`` is the :class:`analyzer.reuse.ReuseOptions` of the whole run (its
     ``bytes_per_token`` is replaced by each model's own)."""
+    import pyarrow.compute as pc
+
     from analyzer.cost import get_model
     from analyzer.reuse import analyze_reuse
     from analyzer.trace import BlockTrace
@@ -310,8 +312,11 @@ def per_model_replay(
     in the log: the requests it replays are that model's alone (a caller remembering
     replays keys them by it).
     """
+    import pyarrow.compute as pc
+
     from analyzer.cost import get_model
     from analyzer.replay import UNBOUNDED, run_replay
+    from analyzer.replay.config import Scenario
     from analyzer.trace import BlockTrace
 
     per_model = [m for m in models.per_model if m.reuse is not None]
