@@ -27,6 +27,7 @@ from analyzer.replay.config import Scenario, Tier
 from analyzer.trace import BlockTrace
 
 if TYPE_CHECKING:
+    from analyzer.replay.run import ScenarioResult
     from analyzer.report.document import SizingSection
     from analyzer.reuse.analysis import (
         CapacityRow,
@@ -433,38 +434,37 @@ def ttft_quantiles_frame(
     return pd.DataFrame(rows, columns=["scenario", "ttft_s", "quantile"])
 
 
-def tier_hits_frame(scenarios: dict[str, dict[str, Any]]) -> pd.DataFrame:
+def tier_hits_frame(scenarios: Mapping[str, ScenarioResult]) -> pd.DataFrame:
     rows = [
         {"scenario": name, "tier": tier, "hit_rate": rate}
         for name, s in scenarios.items()
-        for tier, rate in s["hit_rate_by_tier"].items()
+        for tier, rate in s.hit_rate_by_tier.items()
         if rate
     ]
     return pd.DataFrame(rows, columns=["scenario", "tier", "hit_rate"])
 
 
-def scenarios_frame(scenarios: dict[str, dict[str, Any]]) -> pd.DataFrame:
+def scenarios_frame(scenarios: Mapping[str, ScenarioResult]) -> pd.DataFrame:
     """One row per scenario with the figures the comparison charts draw, as numbers
     (shares as fractions, times in seconds, traffic in GB; None where not measured)."""
     rows = []
     for name, s in scenarios.items():
-        t = s["ttft_s"]
-        search = s.get("rate_search") or {}
+        t = s.ttft
         rows.append(
             {
                 "scenario": name,
                 "label": scenario_label(name),
-                "hit_rate": s["hit_rate"],
-                "ttft_mean_s": t["mean"],
-                "ttft_p50_s": t["p50"],
-                "ttft_p90_s": t["p90"],
-                "ttft_p99_s": t["p99"],
-                "prefill_gpu_s": s["prefill_gpu_s"],
-                "network_gb": s["network_bytes"] / 1e9,
-                "peak_link_use": s.get("peak_link_utilisation"),
-                "max_rate_scale": s.get("max_rate_scale_at_slo"),
-                "max_rate_capped": bool(search.get("capped")),
-                "description": s.get("description", ""),
+                "hit_rate": s.hit_rate,
+                "ttft_mean_s": t.mean_s,
+                "ttft_p50_s": t.p50_s,
+                "ttft_p90_s": t.p90_s,
+                "ttft_p99_s": t.p99_s,
+                "prefill_gpu_s": s.prefill_gpu_s,
+                "network_gb": s.network_bytes / 1e9,
+                "peak_link_use": s.peak_link_utilisation,
+                "max_rate_scale": s.max_rate_scale_at_slo,
+                "max_rate_capped": s.search is not None and s.search.capped,
+                "description": s.description,
             }
         )
     return pd.DataFrame(rows)
