@@ -161,13 +161,13 @@ def test_every_catalog_price_is_sourced_and_dated():
     p = resolve_prices("h100")
     assert p.gpu_hour is not None and p.gpu_hour.usd > 0
     for row in p.used():
-        assert row["source"] and re.fullmatch(r"\d{4}-\d{2}-\d{2}", row["date"]), row
+        assert row.source and re.fullmatch(r"\d{4}-\d{2}-\d{2}", row.date), row
     for _gpu, price in p.gpu_hours_by_gpu:
         assert price.source and re.fullmatch(r"\d{4}-\d{2}-\d{2}", price.date)
     # a GPU without a catalog price is not priced, and the report says how to price it
     l40s = resolve_prices("l40s")
     assert l40s.gpu_hour is None
-    assert "--gpu-hour-usd" in l40s.used()[0]["source"]
+    assert "--gpu-hour-usd" in l40s.used()[0].source
 
 
 def test_price_file_and_flags_override_the_catalog(tmp_path):

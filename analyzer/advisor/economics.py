@@ -288,7 +288,7 @@ def economics_json(
         },
         "hours_per_month": inp.prices.hours_per_month,
         "gpu_usd_month": gpu_month,
-        "prices": inp.prices.used(),
+        "prices": [p.to_json() for p in inp.prices.used()],
         "aggregated_prefill_share": AGGREGATED_PREFILL_SHARE,
         "pilot_hours": inp.pilot_hours,
         "options": {name: o.to_json() for name, o in options.items()},

@@ -74,29 +74,51 @@ class Prices:
             gpu_hours_by_gpu=tuple((g, mul(p, gpu) or p) for g, p in self.gpu_hours_by_gpu),
         )
 
-    def used(self) -> list[dict[str, Any]]:
+    def used(self) -> tuple[PriceUsed, ...]:
         """Every price this analysis used, for the report (the GPU's even when missing)."""
-        rows: list[dict[str, Any]] = []
-        if self.gpu_hour is None:
-            rows.append(
-                {
-                    "what": f"GPU ({self.gpu})",
-                    "usd": None,
-                    "unit": "GPU-hour",
-                    "source": "no catalog price for this GPU: pass --gpu-hour-usd",
-                    "date": "",
-                }
-            )
-        else:
-            rows.append({"what": f"GPU ({self.gpu})", **self.gpu_hour.to_json()})
-        for what, p in (
-            ("Host DRAM", self.dram_gb_month),
-            ("NVMe", self.nvme_tb_month),
-            ("Pool NIC", self.nic_node_month),
-            ("KV store servers (master, metadata)", self.store_month),
-        ):
-            rows.append({"what": what, **p.to_json()})
-        return rows
+        gpu = f"GPU ({self.gpu})"
+        first = (
+            PriceUsed(gpu, None, "GPU-hour", "no catalog price for this GPU: pass --gpu-hour-usd")
+            if self.gpu_hour is None
+            else PriceUsed.of(gpu, self.gpu_hour)
+        )
+        return (
+            first,
+            *(
+                PriceUsed.of(what, p)
+                for what, p in (
+                    ("Host DRAM", self.dram_gb_month),
+                    ("NVMe", self.nvme_tb_month),
+                    ("Pool NIC", self.nic_node_month),
+                    ("KV store servers (master, metadata)", self.store_month),
+                )
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PriceUsed:
+    """One line of the report's price list: what was priced, at ``usd`` per ``unit``
+    (``None``: not priced), and where the price came from."""
+
+    what: str
+    usd: float | None
+    unit: str
+    source: str
+    date: str = ""
+
+    @classmethod
+    def of(cls, what: str, p: Price) -> PriceUsed:
+        return cls(what, p.usd, p.unit, p.source, p.date)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "what": self.what,
+            "usd": self.usd,
+            "unit": self.unit,
+            "source": self.source,
+            "date": self.date,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -1221,12 +1221,12 @@ def assumptions(r: AnalysisResult) -> list[dict[str, Any]]:
         )
     if r.economics is not None:
         for p in r.economics.prices.used():
-            price = "not priced" if p["usd"] is None else f"${p['usd']:,.4g} per {p['unit']}"
+            price = "not priced" if p.usd is None else f"${p.usd:,.4g} per {p.unit}"
             out.append(
                 {
-                    "what": f"Price: {p['what']}",
+                    "what": f"Price: {p.what}",
                     "value": price,
-                    "source": p["source"] + (f" (read {p['date']})" if p["date"] else ""),
+                    "source": p.source + (f" (read {p.date})" if p.date else ""),
                 }
             )
     return out
