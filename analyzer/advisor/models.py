@@ -198,11 +198,9 @@ def per_model_replay(
     """
     from analyzer.cost import get_model
     from analyzer.replay import UNBOUNDED, run_replay
-    from analyzer.trace import BlockTrace
 
     if len(per_model) < 2:
         return
-    names = loaded.table.column("model")
     n_models = len(per_model)
     per_node = max(1, cfg.gpus_per_node // cfg.tp)
     nodes = -(-cfg.instances * n_models // per_node)
@@ -238,8 +236,7 @@ def per_model_replay(
             pool_capacity_tokens=pool_tokens,
             dram_capacity_tokens=None,
         )
-        table = loaded.table.filter(pc.fill_null(pc.equal(names, m["model"]), False))
-        trace = BlockTrace.from_table(table)
+        trace = loaded.model_part(str(m["model"]))
         run = run_replay if replayer is None else partial(replayer, part=str(m["model"]))
         sc = run(
             trace, c, scenarios=(Scenario.LOCAL, Scenario.POOLED), search_rate=False, cost=cost
