@@ -91,6 +91,28 @@ def rule_marks(at: AppTest) -> dict[str, float]:
     return marks
 
 
+def keyed_blocks(node) -> dict[str, set[str]]:
+    """The page's keyed containers (``st.container(key=...)``): key -> the keys of the
+    widgets drawn inside it."""
+    out: dict[str, set[str]] = {}
+
+    def widgets(n) -> set[str]:
+        found = {n.key} if getattr(n, "key", None) else set()
+        for child in getattr(n, "children", {}).values():
+            found |= widgets(child)
+        return found
+
+    def walk(n) -> None:
+        block_id = str(getattr(getattr(n, "proto", None), "id", "") or "")
+        if type(n).__name__ == "Block" and block_id.startswith("$$ID-"):
+            out[block_id.split("-", 2)[2]] = widgets(n)  # "$$ID-<hash>-<key>"
+        for child in getattr(n, "children", {}).values():
+            walk(child)
+
+    walk(node)
+    return out
+
+
 def metric(at: AppTest, label_start: str) -> str:
     return next(m.value for m in at.metric if m.label.startswith(label_start))
 
@@ -610,6 +632,15 @@ def test_a_change_needing_replays_keeps_the_last_answer_until_ready(
     greyed = next(m.value for m in at.markdown if "data-verdict" in m.value)
     assert "data-stale='1'" in greyed
     assert greyed.replace(" data-stale='1'", "") == first
+    # Greyed and inert: the previous verdict and figures. Left usable: the comparison
+    # and the downloads (of the answer shown, as the caption says).
+    keyed = keyed_blocks(at.main)
+    stale = [k for k in keyed if k.startswith("kvpool-answer-stale")]
+    assert stale == ["kvpool-answer-stale", "kvpool-answer-stale-rest"]
+    usable = keyed["kvpool-compare"]
+    assert {"cmp.pin", "dl.html", "dl.md", "dl.json"} <= usable
+    assert not usable & set().union(*(keyed[k] for k in stale))
+    assert any("answer shown" in c.value for c in at.caption)
     assert pf.wait(TIMEOUT_S)
     # Every scenario the change reaches was replayed, and none on the page's thread.
     assert len(threads) == 5 and set(threads) == {"kvpool-whatif"}

@@ -33,8 +33,10 @@ def _projected(metric: str, value) -> str:
 
 
 STALE_KEY = "kvpool.shown"  # (trace content, ingest options, the last result shown)
+# The previous answer's verdict and figures, greyed and inert while the new one replays
+# (every container whose key starts with "kvpool-answer-stale").
 STALE_CSS = (
-    "<style>.st-key-kvpool-answer-stale{opacity:0.45;filter:grayscale(0.8);"
+    '<style>[class*="st-key-kvpool-answer-stale"]{opacity:0.45;filter:grayscale(0.8);'
     "pointer-events:none}</style>"
 )
 
@@ -90,9 +92,9 @@ def _page() -> None:
         decision = result.decision
         if ans.stale:
             st.markdown(STALE_CSS, unsafe_allow_html=True)
-        body = st.container(key="kvpool-answer-stale" if ans.stale else "kvpool-answer")
+        key = "kvpool-answer-stale" if ans.stale else "kvpool-answer"
 
-    with body, state.guard():
+    with st.container(key=key), state.guard():
         # the report's three-sentence summary (verdict; ms, GPUs, money; confidence) opens the page
         banner.verdict_banner(decision.verdict, list(report_doc.summary), stale=ans.stale)
         st.caption(banner.settings_line(result.options))
@@ -101,6 +103,14 @@ def _page() -> None:
                 st.markdown(f"- {reason}")
             st.caption(decision.confidence_statement)
 
+    # Left usable while a new answer replays (not greyed, not inert): a team keeps
+    # comparing and downloading what is on screen, which the caption says.
+    with st.container(key="kvpool-compare"), state.guard():
+        if ans.stale:
+            st.caption(
+                "Until the new answer is ready, the comparison and the reports below are "
+                "those of the answer shown (the previous settings): pinning pins it."
+            )
         pinned = compare.section(cur, result)
 
         st.subheader("Reports")
@@ -125,6 +135,7 @@ def _page() -> None:
                 on_click="ignore",
             )
 
+    with st.container(key=f"{key}-rest"), state.guard():
         st.subheader("Decision steps")
         _table_of(
             [
