@@ -763,28 +763,25 @@ def calibrated_model(w, name: str, data: bytes):
 def _calibrate(model: str, gpu: str, tp: int, kv_dtype: str, name: str, data: bytes):
     import pandas as pd
 
+    from analyzer.cost.calibrate import ttft_measurements
+
     sha = hashlib.sha256(data).hexdigest()
     fitted, rows = _calibrated(model, gpu, tp, kv_dtype, name, sha, data)
     catalog = cost_model(model, gpu, tp, kv_dtype)
     fit = fitted.ttft_fit
     points = []
-    for row in rows.rows:
-        args = (
-            int(row["prompt_tokens"]),
-            int(row["cached_tokens"]),
-            int(row["concurrency"]),
-            float(row["load_gbps"]),
-        )
+    for m in ttft_measurements(rows):
         for label, cm in (("catalog", catalog), ("fitted", fitted)):
+            predicted = cm.ttft(m.prompt_tokens, m.cached_tokens, m.concurrency, m.load_gbps)
             points.append(
                 {
                     "model": label,
-                    "measured_s": float(row["ttft_s"]),
-                    "predicted_s": cm.ttft(*args).ttft_s,
-                    "prompt_tokens": args[0],
-                    "cached_tokens": args[1],
-                    "concurrency": args[2],
-                    "load_gbps": args[3],
+                    "measured_s": m.ttft_s,
+                    "predicted_s": predicted.ttft_s,
+                    "prompt_tokens": m.prompt_tokens,
+                    "cached_tokens": m.cached_tokens,
+                    "concurrency": m.concurrency,
+                    "load_gbps": m.load_gbps,
                 }
             )
     coeffs = ", ".join(
