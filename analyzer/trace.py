@@ -402,7 +402,7 @@ def _first_seen(first: np.ndarray, inverse: np.ndarray) -> tuple[np.ndarray, np.
     order = np.argsort(first, kind="stable")  # unique values by first appearance
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
-    return rank[inverse.reshape(-1)].astype(np.int64), order
+    return rank[inverse.reshape(-1)].astype(np.int64, copy=False), order
 
 
 def coarse_positions(offsets: np.ndarray, factor: int) -> tuple[np.ndarray, np.ndarray]:
@@ -487,11 +487,12 @@ class BlockTrace:
         offsets = offsets - offsets[0]
         flat = hashes.values.to_numpy(zero_copy_only=False).astype(np.uint64)
         ids, id_hash = _dense(flat)
+        del flat
         content_ids = None
         if "content_hashes" in table.column_names and col("content_hashes").null_count == 0:
             ch = col("content_hashes").combine_chunks()
             cflat = ch.values.to_numpy(zero_copy_only=False).astype(np.uint64)
-            if cflat.size == flat.size:
+            if cflat.size == ids.size:
                 content_ids, _ = _dense(cflat)
         lcp = None
         if "token_lcp_prev" in table.column_names and col("token_lcp_prev").null_count == 0:

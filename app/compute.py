@@ -350,38 +350,6 @@ def tier_break_even(w) -> list[dict]:
 # --- replay ------------------------------------------------------------------------------
 
 
-def controls_cluster(w):
-    """``analyzer.replay.ClusterConfig`` straight from the what-if controls (0 = derive
-    it), before the warm-up and the DRAM size are put as `kvpool analyze` puts them."""
-    from analyzer.replay import ClusterConfig
-
-    bpt = int(cost_model(w.model, w.gpu, w.tp, w.kv_dtype).bytes_per_token)
-
-    def tokens(gb: float) -> int | None:
-        return int(gb * 1e9 // bpt) if gb > 0 else None
-
-    return ClusterConfig(
-        model=w.model,
-        gpu=w.gpu,
-        tp=w.tp,
-        instances=w.instances,
-        gpus_per_node=w.gpus_per_node,
-        dram_scope=w.dram_scope,
-        kv_dtype=w.kv_dtype,
-        router=w.router,
-        eviction=w.eviction,
-        local_capacity_tokens=tokens(w.local_capacity_gb),
-        dram_tier=w.dram_tier,
-        dram_capacity_gb=w.dram_capacity_gb,
-        dram_gbps=w.dram_gbps or None,
-        dram_latency_s=w.dram_latency_us * 1e-6 if w.dram_latency_us > 0 else None,
-        pool_tier=w.pool_tier,
-        pool_capacity_tokens=tokens(w.pool_capacity_gb),
-        pool_gbps=w.pool_gbps or None,
-        pool_latency_s=w.pool_latency_us * 1e-6 if w.pool_latency_us > 0 else None,
-    )
-
-
 def cluster_config(w):
     """The cluster the Replay page replays: exactly the one the Recommendation and
     `kvpool analyze` replay for the same settings (``analyze_options(w).cluster``: the
@@ -461,19 +429,43 @@ def analyze_options(w, warmup: float, block_size: int | None = None):
     """``analyzer.advisor.AnalyzeOptions`` for the what-if controls and the block size
     the trace was ingested with (so the report's options say what `kvpool analyze
     --block-size` would)."""
-    from dataclasses import replace
-
     from analyzer.advisor import AnalyzeOptions
+    from analyzer.cli.options import ClusterFlags
     from analyzer.ingest import IngestOptions
 
     bpt = int(cost_model(w.model, w.gpu, w.tp, w.kv_dtype).bytes_per_token)
-    cluster = replace(
-        controls_cluster(w),
+
+    def tokens(gb: float) -> str | None:  # 0: derived, as the flag left out
+        return str(int(gb * 1e9 // bpt)) if gb > 0 else None
+
+    # The sidebar's values in the command line's flags, built into the cluster by the
+    # same function `kvpool analyze` and `kvpool replay` use.
+    flags = ClusterFlags(
+        model=w.model,
+        gpu=w.gpu,
+        tp=w.tp,
+        instances=w.instances,
+        gpus_per_node=w.gpus_per_node,
+        dram_scope=w.dram_scope,
+        kv_dtype=w.kv_dtype,
+        router=w.router,
+        eviction=w.eviction,
+        pool_gbps=w.pool_gbps or None,
+        local_capacity_tokens=tokens(w.local_capacity_gb),
         # Left unset at the replay's default size, as `kvpool analyze` leaves it.
         dram_capacity_tokens=None
         if w.dram_capacity_gb == control_defaults().dram_capacity_gb
-        else int(w.dram_capacity_gb * 1e9 // bpt),
-        warmup_fraction=warmup,
+        else str(int(w.dram_capacity_gb * 1e9 // bpt)),
+        pool_capacity_tokens=tokens(w.pool_capacity_gb),
+        warmup=warmup,
+    )
+    cluster = flags.config(
+        dram_tier=w.dram_tier,
+        dram_capacity_gb=w.dram_capacity_gb,
+        dram_gbps=w.dram_gbps or None,
+        dram_latency_s=w.dram_latency_us * 1e-6 if w.dram_latency_us > 0 else None,
+        pool_tier=w.pool_tier,
+        pool_latency_s=w.pool_latency_us * 1e-6 if w.pool_latency_us > 0 else None,
     )
     return AnalyzeOptions(
         ingest=IngestOptions(block_size=block_size),

@@ -15,11 +15,19 @@ from typer.core import TyperOption
 
 from analyzer.advisor import AnalyzeOptions
 from analyzer.cli import app
-from analyzer.cli.options import DEFAULTS, INGEST_FLAG_NAMES, IngestFlags, hash_keys
+from analyzer.cli.options import (
+    CLUSTER_FLAG_NAMES,
+    DEFAULTS,
+    INGEST_FLAG_NAMES,
+    ClusterFlags,
+    IngestFlags,
+    hash_keys,
+)
 from analyzer.ingest import IngestOptions
 from analyzer.replay import ClusterConfig
 
 INPUT_COMMANDS = ("convert", "reuse", "replay", "analyze")
+CLUSTER_COMMANDS = ("replay", "analyze")
 # Flags that mean something else in one command, said here so that no other can drift:
 # `reuse --model` only converts capacities to bytes, so it has no default model;
 # `synth --format` is the format it writes, not the one it reads.
@@ -76,6 +84,8 @@ def _library_defaults() -> dict[str, object]:
         "--kv-dtype": c.kv_dtype,
         "--router": c.router,
         "--eviction": c.eviction,
+        "--weights-dtype": c.weights_dtype,
+        "--write-policy": c.write_policy,
         "--pool-gbps": c.pool_gbps,
         "--local-capacity-tokens": c.local_capacity_tokens,
         "--dram-capacity-tokens": c.dram_capacity_tokens,
@@ -169,25 +179,85 @@ def test_the_ingest_group_reaches_the_command(tmp_path, monkeypatch):
     assert (opts.ray_address, seen["window_s"]) == ("auto", 3600)
 
 
-def test_analyze_and_replay_take_the_same_cluster_flags():
-    cluster = {
-        "--model",
-        "--gpu",
-        "--tp",
-        "--instances",
-        "--gpus-per-node",
-        "--dram-scope",
-        "--kv-dtype",
-        "--router",
-        "--pool-gbps",
-        "--local-capacity-tokens",
-        "--dram-capacity-tokens",
-        "--pool-capacity-tokens",
-        "--warmup",
-        "--ttft-slo",
-    }
-    for name in ("analyze", "replay"):
-        assert cluster <= set(_options(_commands()[name])), name
+def test_every_replaying_command_takes_every_cluster_flag():
+    """The group is declared once (ClusterFlags): every command that replays takes all of
+    it, and its defaults build the library's own ClusterConfig."""
+    assert len(CLUSTER_FLAG_NAMES) == 16
+    for name in CLUSTER_COMMANDS:
+        options = _options(_commands()[name])
+        missing = set(CLUSTER_FLAG_NAMES) - set(options)
+        assert not missing, f"kvpool {name} lacks {sorted(missing)}"
+        assert "--ttft-slo" in options
+    assert ClusterFlags().config() == ClusterConfig()
+
+
+def _built_by_commands(tmp_path, monkeypatch, flags: list[str]):  # type: ignore[no-untyped-def]
+    """The ClusterConfig `kvpool replay` and the AnalyzeOptions `kvpool analyze` build
+    from the same ``flags`` (each stopped before its long run)."""
+    from typer.testing import CliRunner
+
+    import analyzer.advisor.pipeline as pipeline
+    import analyzer.replay as replay
+
+    seen = {}
+
+    def spy_replay(trace, cfg, **kw):  # type: ignore[no-untyped-def]
+        seen["replay"] = (cfg, kw["ttft_slo_s"])
+        raise SystemExit(0)
+
+    def spy_analysis(paths, opts, *a, **kw):  # type: ignore[no-untyped-def]
+        seen["analyze"] = opts
+        raise SystemExit(0)
+
+    monkeypatch.setattr(replay, "run_replay", spy_replay)
+    monkeypatch.setattr(pipeline, "run_analysis", spy_analysis)
+    log = tmp_path / "a.jsonl"
+    log.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    for cmd, extra in (("replay", ["--no-search"]), ("analyze", ["-o", str(tmp_path / "r")])):
+        r = CliRunner().invoke(app, [cmd, str(log), *extra, *flags])
+        assert r.exit_code == 0, r.output
+    return seen["replay"], seen["analyze"]
+
+
+# The dashboard's sidebar fields for each flag, and a value away from its default.
+_SIDEBAR = [
+    ("--model", "model", "llama-3.1-70b"),
+    ("--gpu", "gpu", "h200"),
+    ("--tp", "tp", 2),
+    ("--instances", "instances", 8),
+    ("--gpus-per-node", "gpus_per_node", 4),
+    ("--dram-scope", "dram_scope", "node"),
+    ("--kv-dtype", "kv_dtype", "fp8"),
+    ("--router", "router", "session"),
+    ("--eviction", "eviction", "fifo"),
+    ("--pool-gbps", "pool_gbps", 50.0),
+    ("--warmup", "warmup", 0.25),
+    ("--ttft-slo", "ttft_slo_s", 1.5),
+]
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["defaults", "changed"])
+def test_commands_and_dashboard_build_the_same_cluster(tmp_path, monkeypatch, changed):
+    """`kvpool replay`, `kvpool analyze` and the dashboard, given the same settings (none,
+    or every one the sidebar has, away from its default), replay the same cluster with
+    the same SLO: any difference in a default or in how one of them builds the
+    ClusterConfig fails here."""
+    from app import compute, controls
+
+    compute.control_defaults.clear()
+    flags = [str(a) for f, _, v in _SIDEBAR for a in (f, v)] if changed else []
+    (replay_cfg, replay_slo), analyze_opts = _built_by_commands(tmp_path, monkeypatch, flags)
+    w = controls.default_whatif()
+    if changed:
+        w = dataclasses.replace(w, **{field: v for _, field, v in _SIDEBAR})
+    dashboard = compute.analyze_options(w, w.warmup)
+    assert replay_cfg == analyze_opts.cluster == dashboard.cluster
+    assert replay_slo == analyze_opts.ttft_slo_s == dashboard.ttft_slo_s
+    assert dataclasses.replace(analyze_opts, ingest=dashboard.ingest) == dashboard
+    if not changed:
+        assert replay_cfg == ClusterConfig() and dashboard == AnalyzeOptions()
+    else:
+        assert replay_cfg.instances == 8 and replay_cfg.warmup_fraction == 0.25
 
 
 def test_the_dashboard_starts_from_the_same_defaults():

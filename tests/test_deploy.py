@@ -695,3 +695,21 @@ def test_real_mooncake_master_and_store_accept_the_emitted_configs(tmp_path):
     finally:
         master.terminate()
         master.wait(10)
+
+
+def test_deploy_options_are_one_enum_written_as_its_plain_names():
+    """The options are named once (DeployOption, in the advisor); every output writes
+    the plain names, so the folders under deploy/ and report.json keep their bytes."""
+    from analyzer.advisor import products as P
+    from analyzer.advisor.figures import DeployOption, Verdict
+
+    assert [str(o) for o in DeployOption] == ["pooled", "local-offload", "prefix-cache-only"]
+    assert P.mode_for(Verdict.DEPLOY_POOLED) is DeployOption.POOLED
+    assert P.mode_for(Verdict.LOCAL_OFFLOAD_ONLY) is DeployOption.LOCAL_OFFLOAD
+    assert P.mode_for(Verdict.NOT_WORTH_IT) is DeployOption.PREFIX_CACHE_ONLY
+    assert P.runner_up(DeployOption.POOLED) is DeployOption.LOCAL_OFFLOAD
+    assert P.runner_up(DeployOption.PREFIX_CACHE_ONLY) is DeployOption.LOCAL_OFFLOAD
+    assert json.dumps({DeployOption.POOLED: [DeployOption.LOCAL_OFFLOAD]}) == (
+        '{"pooled": ["local-offload"]}'
+    )
+    assert f"deploy/{DeployOption.LOCAL_OFFLOAD}/x" == "deploy/local-offload/x"

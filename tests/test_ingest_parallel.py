@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io as stdio
 import itertools
 import json
 import pickle
@@ -17,6 +19,7 @@ from analyzer.errors import InputError, Location
 from analyzer.ingest import IngestOptions, open_trace
 from analyzer.ingest.io import iter_lines, line_spans
 from analyzer.ingest.parallel import PieceFailed, _rebuilt, plan
+from analyzer.ingest.readers import SplitMisaligned, csv_records
 
 FIX = Path(__file__).parent / "fixtures" / "ingest"
 SALT = b"fixed test salt"
@@ -140,6 +143,94 @@ def test_line_spans_cover_every_line_once(tmp_path_factory, lines, trailing, par
     assert [x for s in spans for x in iter_lines(path, None, s)] == whole
     assert spans[0].start == 0 and spans[-1].end == path.stat().st_size
     assert all(a.end == b.start for a, b in itertools.pairwise(spans))
+
+
+def csv_log(path: Path, n: int, seed: int = 0, quirks: bool = True) -> Path:
+    """A generic CSV of chat prompts whose quoted cells hold newlines, quotes and commas;
+    ``quirks``: blank lines, a row with too few columns, a line that is not UTF-8, an
+    empty prompt."""
+    rnd = random.Random(seed)
+    words = ["cache", "token", '"quoted"', "pre,fix", "model", "block\nline", "hash", "user"]
+    systems = ["You help.\n" * rnd.randint(1, 30) for _ in range(4)]
+    out = stdio.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["time", "session", "prompt", "output_tokens"])
+    chunks = [out.getvalue().encode()]
+    for i in range(n):
+        out.seek(0)
+        out.truncate()
+        prompt = rnd.choice(systems) + " ".join(rnd.choices(words, k=rnd.randint(2, 40)))
+        w.writerow([1_700_000_000 + i, f"s{rnd.randint(0, 9)}", prompt, rnd.randint(1, 50)])
+        chunks.append(out.getvalue().encode())
+        if quirks and rnd.random() < 0.05:
+            chunks.append(rnd.choice([b"\n", b"1700000000,s1\n", b"\xff\xfe,x,y,1\n", b"1,s,,3\n"]))
+    path.write_bytes(b"".join(chunks))
+    return path
+
+
+def test_a_split_csv_gives_the_one_process_output(tmp_path):
+    log = csv_log(tmp_path / "chat.csv", 200, seed=3)
+    assert len(plan([str(log)], ["generic-csv"], 3)) == 3
+    one, many = both([log, FIX / "chat_gateway.csv"])
+    same(one, many)
+    assert one.skipped.total > 0
+    assert one.table.column("token_lcp_prev").null_count == 0
+
+
+def _recs(path: Path, span=None) -> list:
+    return [
+        (line, (r.reason, r.field, r.fatal) if isinstance(r, Exception) else r)
+        for line, r in csv_records(str(path), None, span)
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 7), st.integers(1, 64))
+def test_csv_spans_read_the_records_of_the_whole_file(tmp_path_factory, seed, parts, chunk):
+    path = csv_log(tmp_path_factory.mktemp("csv") / "f.csv", 30, seed=seed)
+    old = io.CHUNK
+    io.CHUNK = chunk  # cuts found across chunk boundaries too
+    try:
+        spans = line_spans(path, parts, quoted=True)
+    finally:
+        io.CHUNK = old
+    assert [r for s in spans for r in _recs(path, s)] == _recs(path)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 7), st.integers(0, 29))
+def test_a_broken_quote_in_a_split_csv_is_never_misread(tmp_path_factory, seed, parts, at):
+    """A stray quote moves the cuts off record boundaries: a range either reads what the
+    whole file gives or says SplitMisaligned (and the file is then read whole)."""
+    path = csv_log(tmp_path_factory.mktemp("csv") / "f.csv", 30, seed=seed)
+    lines = path.read_bytes().split(b"\n")
+    lines[1 + at] = lines[1 + at].replace(b",", b',"', 1)
+    path.write_bytes(b"\n".join(lines))
+    whole = _recs(path)
+    try:
+        got = [r for s in line_spans(path, parts, quoted=True) for r in _recs(path, s)]
+    except SplitMisaligned:
+        return
+    assert got == whole
+
+
+def test_a_split_csv_with_an_unterminated_quote_gives_the_one_process_output(tmp_path):
+    log = csv_log(tmp_path / "chat.csv", 200, seed=4)
+    lines = log.read_bytes().split(b"\n")
+    lines[len(lines) // 3] += b',"never closed'
+    log.write_bytes(b"\n".join(lines))
+    one, many = both([log])
+    same(one, many)
+    assert "unterminated quote" in str(one.skipped)
+
+
+def test_duplicate_request_ids_across_pieces_are_counted(tmp_path):
+    log = chat_log(tmp_path / "a.jsonl", 60, seed=2, bad=False)
+    copy = tmp_path / "b.jsonl"
+    copy.write_bytes(log.read_bytes())
+    one, many = both([log, copy])
+    same(one, many)
+    assert any("duplicate request ids: 60 rows" in n for n in one.notes)
 
 
 def test_jobs_must_be_positive(tmp_path):

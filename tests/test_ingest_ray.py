@@ -228,6 +228,7 @@ def test_a_piece_result_crosses_the_network_as_json_and_comes_back_equal():
         spool=SpoolFile("", (2, 1), b"\x00" * 24, b"\x01" * 24, b"\x02" * 24),
         iso=b"\x01\x00\x01",
         lines=b"\x07" * 24,
+        id_hashes=b"\x05" * 16,
         lcp_dir="",
         skipped=skipped,
         previews={2**63 + 5: ("system", "You are"), 7: ("user", "hi")},

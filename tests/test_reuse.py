@@ -16,7 +16,7 @@ from analyzer.cache.kernels import simulate_fast
 from analyzer.cache.radix import ROOT
 from analyzer.cache.simulate import next_use_requests, simulate
 from analyzer.cache.stack import access_weights, lru_histogram
-from analyzer.reuse import ReuseOptions, analyze_reuse
+from analyzer.reuse import ReuseOptions, analysis, analyze_reuse
 from analyzer.reuse.analysis import (
     first_counted_request,
     prefix_hit_tokens,
@@ -365,6 +365,43 @@ def test_non_prefix_reuse_from_content_ids():
     assert npx["cold_hit_rate"] == pytest.approx(8 / total)
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 6), max_size=5), min_size=1, max_size=12),
+    st.integers(1, 9),
+)
+def test_non_prefix_reuse_in_chunks_equals_a_naive_count(content, chunk):
+    # content ids renumbered in first-seen order, as BlockTrace holds them
+    order: dict[int, int] = {}
+    content = [[order.setdefault(c, len(order)) for c in req] for req in content]
+    chains, nxt = [], 0
+    for req in content:
+        chains.append(list(range(nxt, nxt + len(req))))
+        nxt += len(req)
+    tr = make_trace(chains, extra=[2] * len(chains), content=content)
+    zero = np.zeros(tr.n_requests, dtype=np.int64)
+    old = analysis.NON_PREFIX_CHUNK
+    analysis.NON_PREFIX_CHUNK = chunk
+    try:
+        got = analysis.non_prefix_reuse(tr, 0, zero)
+    finally:
+        analysis.NON_PREFIX_CHUNK = old
+    seen: set[int] = set()
+    naive = []
+    for r, req in enumerate(content):
+        prompt = int(tr.prompt_tokens[r])
+        naive.append(
+            sum(
+                max(min((k + 1) * 4, prompt - 1) - min(k * 4, prompt - 1), 0)
+                for k, c in enumerate(req)
+                if c in seen
+            )
+        )
+        seen.update(req)
+    total = int(tr.prompt_tokens.sum())
+    assert got["cold_content_seen_rate"] == pytest.approx(sum(naive) / total)
+
+
 def test_count_only_trace_is_not_measurable():
     tr = make_trace([[], []])
     tr = BlockTrace(**{**{f: getattr(tr, f) for f in tr.__dataclass_fields__}, "count_only": True})
@@ -392,6 +429,20 @@ def test_json_is_deterministic_and_has_the_issue_keys():
     assert [row["capacity_blocks"] for row in doc["capacities"]] == [100, 1000]
     lru = [p["hit_rate"] for p in doc["curves"]["lru"]]
     assert lru == sorted(lru) and len(lru) > 50
+
+
+def test_simulations_on_threads_give_the_same_report():
+    tr = chained_trace(300, seed=5)
+    opts = ReuseOptions(capacities_tokens=(800, 4000, 16000, 64000))
+    one = json.dumps(analyze_reuse(tr, opts).to_json(), sort_keys=True)
+    steps: list[float] = []
+    threaded = analyze_reuse(tr, ReuseOptions(**{**_fields(opts), "jobs": 3}), steps.append)
+    assert json.dumps(threaded.to_json(), sort_keys=True) == one
+    assert sum(steps) == pytest.approx(100)
+
+
+def _fields(opts: ReuseOptions) -> dict:
+    return {k: getattr(opts, k) for k in ReuseOptions.__dataclass_fields__}
 
 
 def test_knee_and_hit_rate_at():

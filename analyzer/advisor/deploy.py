@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analyzer.advisor import products as P
+from analyzer.advisor.figures import DeployOption
 from analyzer.advisor.pilot import PilotCommand
 from analyzer.advisor.sizing import STAGING_PER_RANK_BYTES, Sizing, unit_sizes
 
@@ -28,7 +29,7 @@ ROOT = "deploy"
 @dataclass(frozen=True, slots=True)
 class DeployFile:
     path: str  # relative to the report directory, e.g. "deploy/pooled/.../mooncake.json"
-    option: str  # "pooled" | "local-offload" | "prefix-cache-only"
+    option: DeployOption
     role: str  # "recommended" | "runner-up" | "index"
     stack: str  # e.g. "vLLM + Mooncake Store"
     kind: str  # "json" | "yaml" | "bash" | "env" | "markdown"
@@ -152,14 +153,14 @@ def _sh(title: str, checked: str, run: str, body: str) -> str:
 
 
 def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile]:
-    d = f"{ROOT}/pooled"
+    d = f"{ROOT}/{DeployOption.POOLED}"
     out: list[DeployFile] = []
     host, _, port = net.master.rpartition(":")
     mc_checked = _checked("Mooncake Store")
     out.append(
         DeployFile(
             f"{d}/mooncake-master/start.sh",
-            "pooled",
+            DeployOption.POOLED,
             role,
             "Mooncake Store master",
             "bash",
@@ -185,7 +186,7 @@ def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile
     out.append(
         DeployFile(
             f"{sub}/mooncake.json",
-            "pooled",
+            DeployOption.POOLED,
             role,
             "vLLM + Mooncake Store",
             "json",
@@ -196,7 +197,7 @@ def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile
     out.append(
         DeployFile(
             f"{sub}/launch.sh",
-            "pooled",
+            DeployOption.POOLED,
             role,
             "vLLM + Mooncake Store",
             "bash",
@@ -218,12 +219,12 @@ def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile
     # vLLM + LMCache with the Mooncake remote backend
     ck = _checked("vLLM", "LMCache", "Mooncake Store")
     sub = f"{d}/vllm-lmcache-mooncake"
-    lm = P.lmcache_config(sz, "pooled", net)
+    lm = P.lmcache_config(sz, DeployOption.POOLED, net)
     kv = P._kv({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})
     out.append(
         DeployFile(
             f"{sub}/lmcache.yaml",
-            "pooled",
+            DeployOption.POOLED,
             role,
             "vLLM + LMCache (Mooncake remote)",
             "yaml",
@@ -235,7 +236,7 @@ def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile
     out.append(
         DeployFile(
             f"{sub}/lmcache.env",
-            "pooled",
+            DeployOption.POOLED,
             role,
             "vLLM + LMCache (Mooncake remote)",
             "env",
@@ -251,7 +252,7 @@ def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile
     out.append(
         DeployFile(
             f"{sub}/launch.sh",
-            "pooled",
+            DeployOption.POOLED,
             role,
             "vLLM + LMCache (Mooncake remote)",
             "bash",
@@ -271,7 +272,7 @@ def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile
     out.append(
         DeployFile(
             f"{d}/kubernetes/vllm-lmcache-mooncake.yaml",
-            "pooled",
+            DeployOption.POOLED,
             role,
             "vLLM + LMCache (Mooncake remote)",
             "yaml",
@@ -286,7 +287,7 @@ def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile
     out.append(
         DeployFile(
             f"{sub}/hicache-mooncake.json",
-            "pooled",
+            DeployOption.POOLED,
             role,
             "SGLang HiCache (Mooncake L3)",
             "json",
@@ -297,7 +298,7 @@ def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile
     out.append(
         DeployFile(
             f"{sub}/mooncake.env",
-            "pooled",
+            DeployOption.POOLED,
             role,
             "SGLang HiCache (Mooncake L3)",
             "env",
@@ -310,7 +311,7 @@ def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile
             ),
         )
     )
-    host_gb = P.sglang_host_gb(sz, "pooled")
+    host_gb = P.sglang_host_gb(sz, DeployOption.POOLED)
     args = [
         "--enable-hierarchical-cache",
         f"--hicache-size {host_gb}",
@@ -321,7 +322,7 @@ def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile
     out.append(
         DeployFile(
             f"{sub}/launch.sh",
-            "pooled",
+            DeployOption.POOLED,
             role,
             "SGLang HiCache (Mooncake L3)",
             "bash",
@@ -450,14 +451,14 @@ def _kubernetes(sz: Sizing, model: str, net: P.Wiring, lm: dict[str, Any], check
 
 
 def _local(sz: Sizing, model: str, role: str) -> list[DeployFile]:
-    d = f"{ROOT}/local-offload"
+    d = f"{ROOT}/{DeployOption.LOCAL_OFFLOAD}"
     out: list[DeployFile] = []
     ck = _checked("vLLM")
     kv = P._kv(P.vllm_offload_config(sz))
     out.append(
         DeployFile(
             f"{d}/vllm-offloading/launch.sh",
-            "local-offload",
+            DeployOption.LOCAL_OFFLOAD,
             role,
             "vLLM OffloadingConnector",
             "bash",
@@ -472,12 +473,12 @@ def _local(sz: Sizing, model: str, role: str) -> list[DeployFile]:
         )
     )
     ck = _checked("vLLM", "LMCache")
-    lm = P.lmcache_config(sz, "local-offload", P.Wiring())
+    lm = P.lmcache_config(sz, DeployOption.LOCAL_OFFLOAD, P.Wiring())
     kv = P._kv({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})
     out.append(
         DeployFile(
             f"{d}/vllm-lmcache-cpu/lmcache.yaml",
-            "local-offload",
+            DeployOption.LOCAL_OFFLOAD,
             role,
             "vLLM + LMCache (local CPU)",
             "yaml",
@@ -489,7 +490,7 @@ def _local(sz: Sizing, model: str, role: str) -> list[DeployFile]:
     out.append(
         DeployFile(
             f"{d}/vllm-lmcache-cpu/lmcache.env",
-            "local-offload",
+            DeployOption.LOCAL_OFFLOAD,
             role,
             "vLLM + LMCache (local CPU)",
             "env",
@@ -502,7 +503,7 @@ def _local(sz: Sizing, model: str, role: str) -> list[DeployFile]:
     out.append(
         DeployFile(
             f"{d}/vllm-lmcache-cpu/launch.sh",
-            "local-offload",
+            DeployOption.LOCAL_OFFLOAD,
             role,
             "vLLM + LMCache (local CPU)",
             "bash",
@@ -520,13 +521,13 @@ def _local(sz: Sizing, model: str, role: str) -> list[DeployFile]:
     ck = _checked("SGLang HiCache")
     args = [
         "--enable-hierarchical-cache",
-        f"--hicache-size {P.sglang_host_gb(sz, 'local-offload')}",
+        f"--hicache-size {P.sglang_host_gb(sz, DeployOption.LOCAL_OFFLOAD)}",
         "--hicache-write-policy write_through",
     ]
     out.append(
         DeployFile(
             f"{d}/sglang-hicache/launch.sh",
-            "local-offload",
+            DeployOption.LOCAL_OFFLOAD,
             role,
             "SGLang HiCache (host L2)",
             "bash",
@@ -543,11 +544,11 @@ def _local(sz: Sizing, model: str, role: str) -> list[DeployFile]:
 
 
 def _prefix_only(sz: Sizing, model: str, role: str) -> list[DeployFile]:
-    d = f"{ROOT}/prefix-cache-only"
+    d = f"{ROOT}/{DeployOption.PREFIX_CACHE_ONLY}"
     return [
         DeployFile(
             f"{d}/vllm/launch.sh",
-            "prefix-cache-only",
+            DeployOption.PREFIX_CACHE_ONLY,
             role,
             "vLLM",
             "bash",
@@ -561,7 +562,7 @@ def _prefix_only(sz: Sizing, model: str, role: str) -> list[DeployFile]:
         ),
         DeployFile(
             f"{d}/sglang/launch.sh",
-            "prefix-cache-only",
+            DeployOption.PREFIX_CACHE_ONLY,
             role,
             "SGLang",
             "bash",
@@ -578,8 +579,8 @@ def _prefix_only(sz: Sizing, model: str, role: str) -> list[DeployFile]:
 
 def _index(
     files: list[DeployFile],
-    sizings: dict[str, Sizing],
-    recommended: str,
+    sizings: dict[DeployOption, Sizing],
+    recommended: DeployOption,
     pilot: Sequence[PilotCommand],
 ) -> DeployFile:
     lines = [
@@ -610,7 +611,7 @@ def _index(
                 f"| {u.product} | `{u.setting}` | {u.unit} | {u.written_bytes:,} | "
                 f"{u.units} ({u.units_per_node}) | {u.total} {u.total_bytes:,} B |"
             )
-        if mode == "pooled":
+        if mode == DeployOption.POOLED:
             lines.append(
                 f"\nBeside the pool, each GPU rank keeps {STAGING_PER_RANK_BYTES:,} bytes of "
                 "transfer staging (Mooncake `local_buffer_size`, LMCache's CPU buffer, "
@@ -641,8 +642,8 @@ def _index(
 
 
 def bundle(
-    sizings: dict[str, Sizing],
-    recommended: str,
+    sizings: dict[DeployOption, Sizing],
+    recommended: DeployOption,
     *,
     model: str,
     master: str = "mooncake-master:50051",
@@ -654,9 +655,9 @@ def bundle(
     for mode, sz in sizings.items():
         role = "recommended" if mode == recommended else "runner-up"
         net = P.wiring_for(sz, master)
-        if mode == "pooled":
+        if mode == DeployOption.POOLED:
             files += _pooled(sz, model, net, role)
-        elif mode == "local-offload":
+        elif mode == DeployOption.LOCAL_OFFLOAD:
             files += _local(sz, model, role)
         else:
             files += _prefix_only(sz, model, role)
@@ -665,19 +666,23 @@ def bundle(
 
 def deploy_sizings(
     sizing: Sizing, verdict: str, resize: Callable[[bool], Sizing]
-) -> dict[str, Sizing]:
+) -> dict[DeployOption, Sizing]:
     """The sized options to write, recommended first: ``{mode: sizing}``. ``resize(pool)``
     sizes the runner-up when it needs the other kind of sizing (with or without a pool)."""
     rec = P.deployed_mode(sizing, P.mode_for(verdict))
     out = {rec: sizing}
     alt_mode = P.runner_up(rec)
-    alt = sizing if (alt_mode == "pooled") == sizing.pool else resize(alt_mode == "pooled")
+    alt = (
+        sizing
+        if (alt_mode == DeployOption.POOLED) == sizing.pool
+        else resize(alt_mode == DeployOption.POOLED)
+    )
     alt_mode = P.deployed_mode(alt, alt_mode)
     out.setdefault(alt_mode, alt)
     return out
 
 
-def per_process(sizings: dict[str, Sizing]) -> list[dict[str, Any]]:
+def per_process(sizings: dict[DeployOption, Sizing]) -> list[dict[str, Any]]:
     """Every product's size per process, for the report: what each setting holds, how
     many processes hold one, and the total they add up to."""
     rows = []

@@ -27,6 +27,15 @@ class Verdict(StrEnum):
     INSUFFICIENT_DATA = "insufficient-data"
 
 
+class DeployOption(StrEnum):
+    """What a team is told to configure, by the names the deploy bundle (its folders
+    under ``deploy/``), the product settings and the report use."""
+
+    POOLED = "pooled"  # HBM cache plus a cluster-wide KV store (Mooncake, LMCache remote)
+    LOCAL_OFFLOAD = "local-offload"  # HBM cache plus a host-DRAM tier per instance
+    PREFIX_CACHE_ONLY = "prefix-cache-only"  # the engine's HBM prefix cache alone
+
+
 class Objective(StrEnum):
     """What the last step of the decision optimises (``--objective``)."""
 

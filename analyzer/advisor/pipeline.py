@@ -32,6 +32,7 @@ from analyzer.advisor.figures import (
     VERDICT_SCENARIO,
     BandwidthFigures,
     Decision,
+    DeployOption,
     Objective,
     ReplayFigures,
     ReuseFigures,
@@ -521,7 +522,9 @@ def run_analysis(
     else:
         with progress("reuse analysis", 100) as adv:
             rep = analyze_reuse(
-                trace, ReuseOptions(warmup=opts.warmup, bytes_per_token=bpt), advance=adv
+                trace,
+                ReuseOptions(warmup=opts.warmup, bytes_per_token=bpt, jobs=opts.ingest.jobs),
+                advance=adv,
             )
     step(20)
     rf = _reuse_figures(rep, trace, opts.warmup, opts.knee_fraction)
@@ -613,7 +616,7 @@ def run_analysis(
         decision = with_comparison(decision, measured_doc[1])
 
     sizing: Sizing | None = None
-    sizings: dict[str, Sizing] = {}
+    sizings: dict[DeployOption, Sizing] = {}
     settings: list[ProductSettings] = []
     served = cm.model.hf_repo or opts.model
     if usable and replay_result is not None:

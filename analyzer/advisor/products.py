@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from analyzer.advisor.figures import Verdict
+from analyzer.advisor.figures import DeployOption, Verdict
 from analyzer.advisor.sizing import GB, STAGING_PER_RANK_BYTES, Sizing, unit_sizes
 
 # Products' versions and the sources the names and semantics were checked against.
@@ -110,7 +110,7 @@ class Setting:
 @dataclass(frozen=True, slots=True)
 class ProductSettings:
     product: str
-    mode: str  # "prefix-cache-only" | "local-offload" | "pooled"
+    mode: DeployOption
     settings: tuple[Setting, ...]
     snippet: str  # ready-to-paste command line or config file
     snippet_lang: str  # "bash" | "yaml" | "json"
@@ -127,22 +127,25 @@ class ProductSettings:
         }
 
 
-def mode_for(verdict: str) -> str:
-    modes: dict[str, str] = {
-        Verdict.DEPLOY_POOLED: "pooled",
-        Verdict.LOCAL_OFFLOAD_ONLY: "local-offload",
+def mode_for(verdict: str) -> DeployOption:
+    modes: dict[str, DeployOption] = {
+        Verdict.DEPLOY_POOLED: DeployOption.POOLED,
+        Verdict.LOCAL_OFFLOAD_ONLY: DeployOption.LOCAL_OFFLOAD,
     }
-    return modes.get(verdict, "prefix-cache-only")
+    return modes.get(verdict, DeployOption.PREFIX_CACHE_ONLY)
 
 
-def runner_up(mode: str) -> str:
+def runner_up(mode: DeployOption) -> DeployOption:
     """The option next in line: what to deploy if the recommended one is turned down
     (the pool -> a DRAM tier per node; a DRAM tier -> the pool; the HBM prefix cache
     alone -> a DRAM tier, the cheaper step)."""
-    return {"pooled": "local-offload", "local-offload": "pooled"}.get(mode, "local-offload")
+    return {
+        DeployOption.POOLED: DeployOption.LOCAL_OFFLOAD,
+        DeployOption.LOCAL_OFFLOAD: DeployOption.POOLED,
+    }.get(mode, DeployOption.LOCAL_OFFLOAD)
 
 
-def _unit(sz: Sizing, mode: str, key: str) -> int:
+def _unit(sz: Sizing, mode: DeployOption, key: str) -> int:
     return next(u for u in unit_sizes(sz, mode) if u.key == key).written_bytes
 
 
@@ -179,17 +182,19 @@ def mooncake_store_config(sz: Sizing, net: Wiring, *, standalone: bool = False) 
         "local_hostname": NODE_IP,
         "metadata_server": net.metadata_server,
         "master_server_address": net.master,
-        "global_segment_size": 0 if standalone else _unit(sz, "pooled", "vllm-mooncake-embedded"),
+        "global_segment_size": 0
+        if standalone
+        else _unit(sz, DeployOption.POOLED, "vllm-mooncake-embedded"),
         "local_buffer_size": STAGING_PER_RANK_BYTES,
         "protocol": net.protocol,
         "device_name": net.device_name,
     }
 
 
-def lmcache_config(sz: Sizing, mode: str, net: Wiring) -> dict[str, Any]:
+def lmcache_config(sz: Sizing, mode: DeployOption, net: Wiring) -> dict[str, Any]:
     """LMCache's engine config (``LMCACHE_CONFIG_FILE``), Mooncake remote when pooled."""
     cfg: dict[str, Any] = {"chunk_size": sz.chunk_size_tokens}
-    if mode == "pooled":
+    if mode == DeployOption.POOLED:
         # The pool is the DRAM tier: LMCache keeps no second copy (local_cpu false) and
         # its CPU buffer only stages transfers.
         cfg["local_cpu"] = False
@@ -200,14 +205,16 @@ def lmcache_config(sz: Sizing, mode: str, net: Wiring) -> dict[str, Any]:
             "local_hostname": NODE_IP,
             "metadata_server": net.metadata_server,
             "master_server_address": net.master,
-            "global_segment_size": _unit(sz, "pooled", "lmcache-mooncake"),
+            "global_segment_size": _unit(sz, DeployOption.POOLED, "lmcache-mooncake"),
             "local_buffer_size": STAGING_PER_RANK_BYTES,
             "protocol": net.protocol,
             "device_name": net.device_name,
         }
     else:
         cfg["local_cpu"] = True
-        cfg["max_local_cpu_size"] = float(_gib_text(_unit(sz, "local-offload", "lmcache-cpu")))
+        cfg["max_local_cpu_size"] = float(
+            _gib_text(_unit(sz, DeployOption.LOCAL_OFFLOAD, "lmcache-cpu"))
+        )
     return cfg
 
 
@@ -216,17 +223,17 @@ def sglang_extra_config(sz: Sizing, net: Wiring) -> dict[str, Any]:
     return {
         "master_server_address": net.master,
         "metadata_server": net.metadata_server,
-        "global_segment_size": _unit(sz, "pooled", "sglang-mooncake"),
+        "global_segment_size": _unit(sz, DeployOption.POOLED, "sglang-mooncake"),
         "protocol": net.protocol,
         "device_name": net.device_name,
     }
 
 
-def sglang_host_gb(sz: Sizing, mode: str) -> int:
+def sglang_host_gb(sz: Sizing, mode: DeployOption) -> int:
     """``--hicache-size``: whole GB per rank (the pool's staging when pooled)."""
-    if mode == "pooled":
+    if mode == DeployOption.POOLED:
         return -(-STAGING_PER_RANK_BYTES // GB)
-    return _unit(sz, "local-offload", "sglang-hicache") // GB
+    return _unit(sz, DeployOption.LOCAL_OFFLOAD, "sglang-hicache") // GB
 
 
 def sglang_page(sz: Sizing) -> int:
@@ -239,7 +246,7 @@ def vllm_offload_config(sz: Sizing) -> dict[str, Any]:
         "kv_role": "kv_both",
         "kv_connector_extra_config": {
             "block_size": sz.chunk_size_tokens,
-            "cpu_bytes_to_use": _unit(sz, "local-offload", "vllm-offloading"),
+            "cpu_bytes_to_use": _unit(sz, DeployOption.LOCAL_OFFLOAD, "vllm-offloading"),
         },
     }
 
@@ -251,7 +258,7 @@ def _kv(cfg: dict[str, Any]) -> str:
 # -- settings tables for the report -------------------------------------------------------
 
 
-def vllm_settings(sz: Sizing, mode: str, model: str, tp: int) -> ProductSettings:
+def vllm_settings(sz: Sizing, mode: DeployOption, model: str, tp: int) -> ProductSettings:
     block, why = vllm_block(sz)
     s = [
         Setting("--enable-prefix-caching", "on", "automatic prefix caching in HBM (the baseline)"),
@@ -263,7 +270,7 @@ def vllm_settings(sz: Sizing, mode: str, model: str, tp: int) -> ProductSettings
         "--enable-prefix-caching",
         f"--block-size {block}",
     ]
-    if mode == "local-offload":
+    if mode == DeployOption.LOCAL_OFFLOAD:
         cfg = vllm_offload_config(sz)
         cpu = cfg["kv_connector_extra_config"]["cpu_bytes_to_use"]
         s.append(
@@ -275,7 +282,7 @@ def vllm_settings(sz: Sizing, mode: str, model: str, tp: int) -> ProductSettings
             )
         )
         cmd.append(f"--kv-transfer-config '{_kv(cfg)}'")
-    elif mode == "pooled":
+    elif mode == DeployOption.POOLED:
         cfg = {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}
         s += [
             Setting(
@@ -296,8 +303,8 @@ def vllm_settings(sz: Sizing, mode: str, model: str, tp: int) -> ProductSettings
     return ProductSettings("vLLM", mode, tuple(s), " \\\n  ".join(cmd), "bash")
 
 
-def lmcache_settings(sz: Sizing, mode: str, net: Wiring) -> ProductSettings:
-    if mode == "prefix-cache-only":
+def lmcache_settings(sz: Sizing, mode: DeployOption, net: Wiring) -> ProductSettings:
+    if mode == DeployOption.PREFIX_CACHE_ONLY:
         chunk_only = (
             Setting("chunk_size", str(sz.chunk_size_tokens), sz.block_size_reason),
             Setting("(not deployed)", "-", "the verdict does not call for LMCache"),
@@ -307,7 +314,7 @@ def lmcache_settings(sz: Sizing, mode: str, net: Wiring) -> ProductSettings:
         )
     cfg = lmcache_config(sz, mode, net)
     rows = [Setting("chunk_size", str(cfg["chunk_size"]), sz.block_size_reason)]
-    if mode == "pooled":
+    if mode == DeployOption.POOLED:
         seg = cfg["extra_config"]["global_segment_size"]
         rows += [
             Setting("local_cpu", "false", "the pool is the DRAM tier: no second copy per rank"),
@@ -349,8 +356,8 @@ def lmcache_settings(sz: Sizing, mode: str, net: Wiring) -> ProductSettings:
     return ProductSettings("LMCache", mode, tuple(rows), to_yaml(cfg), "yaml")
 
 
-def mooncake_settings(sz: Sizing, mode: str, net: Wiring) -> ProductSettings:
-    if mode != "pooled":
+def mooncake_settings(sz: Sizing, mode: DeployOption, net: Wiring) -> ProductSettings:
+    if mode != DeployOption.POOLED:
         idle = (Setting("(not deployed)", "-", "the verdict does not call for a pool"),)
         return ProductSettings("Mooncake Store", mode, idle, "", "json")
     cfg = mooncake_store_config(sz, net)
@@ -383,7 +390,9 @@ def mooncake_settings(sz: Sizing, mode: str, net: Wiring) -> ProductSettings:
     )
 
 
-def sglang_settings(sz: Sizing, mode: str, model: str, tp: int, net: Wiring) -> ProductSettings:
+def sglang_settings(
+    sz: Sizing, mode: DeployOption, model: str, tp: int, net: Wiring
+) -> ProductSettings:
     page = sglang_page(sz)
     rows = [Setting("--page-size", str(page), "tokens per page; radix cache with pages")]
     cmd = [
@@ -391,11 +400,11 @@ def sglang_settings(sz: Sizing, mode: str, model: str, tp: int, net: Wiring) -> 
         f"--tp {tp}",
         f"--page-size {page}",
     ]
-    if mode in ("local-offload", "pooled"):
+    if mode in (DeployOption.LOCAL_OFFLOAD, DeployOption.POOLED):
         host = sglang_host_gb(sz, mode)
         why = (
             "GB of host DRAM per GPU rank, staging for the L3 pool"
-            if mode == "pooled"
+            if mode == DeployOption.POOLED
             else f"GB of host DRAM per GPU rank ({sz.dram_per_node_gb:.3g} GB per node / "
             f"{sz.ranks_per_node} ranks; a whole number, rounded up; overrides --hicache-ratio)"
         )
@@ -409,7 +418,7 @@ def sglang_settings(sz: Sizing, mode: str, model: str, tp: int, net: Wiring) -> 
             f"--hicache-size {host}",
             "--hicache-write-policy write_through",
         ]
-    if mode == "pooled":
+    if mode == DeployOption.POOLED:
         extra = sglang_extra_config(sz, net)
         rows += [
             Setting(
@@ -443,11 +452,11 @@ def wiring_for(sz: Sizing, master: str = "mooncake-master:50051") -> Wiring:
     return Wiring(master=master, protocol="tcp" if sz.nic.startswith("tcp") else "rdma")
 
 
-def deployed_mode(sz: Sizing, mode: str) -> str:
-    if mode == "local-offload" and sz.dram_per_node_tokens == 0:
-        return "prefix-cache-only"  # HBM holds the working set: no tier to configure
-    if mode == "pooled" and sz.pool_capacity_tokens == 0:
-        return "prefix-cache-only"
+def deployed_mode(sz: Sizing, mode: DeployOption) -> DeployOption:
+    if mode == DeployOption.LOCAL_OFFLOAD and sz.dram_per_node_tokens == 0:
+        return DeployOption.PREFIX_CACHE_ONLY  # HBM holds the working set: no tier to configure
+    if mode == DeployOption.POOLED and sz.pool_capacity_tokens == 0:
+        return DeployOption.PREFIX_CACHE_ONLY
     return mode
 
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from analyzer.advisor.figures import DeployOption
+
 GB = 10**9
 GIB = 2**30
 
@@ -294,8 +296,8 @@ class UnitSize:
         return self.written_bytes * self.units_per_node
 
 
-def unit_sizes(sz: Sizing, mode: str) -> tuple[UnitSize, ...]:
-    """Every product's per-process size for ``mode`` ("pooled" | "local-offload"), each
+def unit_sizes(sz: Sizing, mode: DeployOption) -> tuple[UnitSize, ...]:
+    """Every product's per-process size for ``mode`` (pooled or local offload), each
     derived from the one sizing record so that the products cannot disagree.
 
     Who allocates what (checked against each product's source, see docs/products.md):
@@ -313,7 +315,7 @@ def unit_sizes(sz: Sizing, mode: str) -> tuple[UnitSize, ...]:
     """
     nodes = max(1, sz.nodes)
     rpn, ipn = sz.ranks_per_node, sz.instances_per_node
-    if mode == "pooled":
+    if mode == DeployOption.POOLED:
         pool = sz.pool_bytes
         return (
             UnitSize(
@@ -357,7 +359,7 @@ def unit_sizes(sz: Sizing, mode: str) -> tuple[UnitSize, ...]:
                 pool,
             ),
         )
-    if mode == "local-offload":
+    if mode == DeployOption.LOCAL_OFFLOAD:
         dram = sz.dram_per_node_bytes
         return (
             UnitSize(

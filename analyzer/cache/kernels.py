@@ -4,7 +4,8 @@ Same semantics, decision for decision (tests replay both on generated traces): t
 leaf policies (LRU, FIFO, optimal) follow :class:`~analyzer.cache.radix.BlockRadix`
 with its tie-breaks, S3-FIFO follows :class:`~analyzer.cache.s3fifo.S3FIFO`. The
 Python versions stay as the readable reference; these run in O(accesses x log
-capacity) with arrays sized by distinct blocks and capacity.
+capacity) with arrays sized by distinct blocks and capacity. They release the GIL, so
+the capacities of one analysis run on threads at once (``ReuseOptions.jobs``).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def _key(policy: int, b: int, touch_seq: np.ndarray, ins_seq: np.ndarray, rank: 
     return int(-(rank[b] * 4294967296 + ins_seq[b]))  # farthest next use, then newest
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def leaf_sim(
     block_ids: np.ndarray,
     offsets: np.ndarray,
@@ -218,7 +219,7 @@ def _compact_heap(
     return m
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def s3fifo_sim(
     block_ids: np.ndarray,
     offsets: np.ndarray,

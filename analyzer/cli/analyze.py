@@ -13,27 +13,15 @@ from analyzer.errors import EXIT_GATES
 
 
 @o.ingest_flags
+@o.cluster_flags
 def analyze(
     inputs: o.Inputs,
     *,
     out: Annotated[
         Path, typer.Option("-o", "--out", help="Directory for report.html, report.md, report.json.")
     ],
-    model: o.Model = "llama-3.1-8b",
-    gpu: o.Gpu = "h100",
-    tp: o.Tp = 1,
-    instances: o.Instances = 4,
-    gpus_per_node: o.GpusPerNode = 8,
-    dram_scope: o.DramScope = "instance",
-    pool_gbps: o.PoolGbps = None,
-    local_capacity_tokens: o.LocalCapacity = None,
-    dram_capacity_tokens: o.DramCapacity = None,
-    pool_capacity_tokens: o.PoolCapacity = None,
-    router: o.Router = "prefix-aware",
+    cluster: o.ClusterFlags,
     ttft_slo: o.TtftSlo = 2.0,
-    warmup: o.Warmup = 0.5,
-    kv_dtype: o.KvDtype = "bf16",
-    weights_dtype: o.WeightsDtype = None,
     profile: o.CostProfile = None,
     only_model: o.OnlyModel = None,
     current_instances: Annotated[
@@ -123,12 +111,10 @@ def analyze(
 
     from analyzer.advisor.figures import Objective, Thresholds
     from analyzer.advisor.pipeline import AnalyzeOptions, run_analysis
-    from analyzer.cli.cost import _weights_dtype
     from analyzer.cli.output import report_console, write_text
     from analyzer.cost.prices import PriceOverrides
     from analyzer.outputs import report_dir
     from analyzer.progress import progress
-    from analyzer.replay.config import ClusterConfig
     from analyzer.report import ReportDocument, render_json, write_reports
 
     report_dir(out, force=force, create=False)  # fail before the long run, not after it
@@ -137,30 +123,16 @@ def analyze(
 
         # the profile's model, GPU and TP are used; any given away from the defaults
         # must agree with them
+        default = o.ClusterFlags()
         load_profile(
             profile,
-            model=None if model == "llama-3.1-8b" else model,
-            gpu=None if gpu == "h100" else gpu,
-            tp=None if tp == 1 else tp,
+            model=None if cluster.model == default.model else cluster.model,
+            gpu=None if cluster.gpu == default.gpu else cluster.gpu,
+            tp=None if cluster.tp == default.tp else cluster.tp,
         )
     opts = AnalyzeOptions(
         ingest=ingest.options(previews=show_previews, keep_names=keep_names),
-        cluster=ClusterConfig(
-            model=model,
-            gpu=gpu,
-            tp=tp,
-            instances=instances,
-            gpus_per_node=gpus_per_node,
-            dram_scope=dram_scope,
-            kv_dtype=kv_dtype,
-            weights_dtype=_weights_dtype(weights_dtype),
-            pool_gbps=pool_gbps,
-            local_capacity_tokens=o.capacity(local_capacity_tokens, "--local-capacity-tokens"),
-            dram_capacity_tokens=o.capacity(dram_capacity_tokens, "--dram-capacity-tokens"),
-            pool_capacity_tokens=o.capacity(pool_capacity_tokens, "--pool-capacity-tokens"),
-            router=router,
-            warmup_fraction=warmup,
-        ),
+        cluster=cluster.config(),
         ttft_slo_s=ttft_slo,
         only_model=only_model,
         current_instances=current_instances,

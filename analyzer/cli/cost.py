@@ -13,6 +13,7 @@ from typing import Any
 
 import typer
 
+from analyzer.cli import options as o
 from analyzer.errors import UsageError
 
 cost_app = typer.Typer(
@@ -102,23 +103,8 @@ def _cost_model(
         tp=1 if tp is None else tp,
         kv_dtype=kv_dtype or "bf16",
         mfu=mfu,
-        weight_dtype=_weights_dtype(weights_dtype),
+        weight_dtype=o.weights_dtype(weights_dtype),
     )
-
-
-def _weights_dtype(value: str | None) -> str | None:
-    from analyzer.cost.catalog import WEIGHT_DTYPES
-
-    if value is None:
-        return None
-    key = value.strip().lower()
-    if key == "fp16":
-        key = "bf16"
-    if key not in WEIGHT_DTYPES:
-        raise UsageError(
-            f"--weights-dtype must be one of {', '.join(WEIGHT_DTYPES)}, got '{value}'"
-        )
-    return key
 
 
 def _fmt_bytes(n: float) -> str:

@@ -13,35 +13,21 @@ for numpy, pyarrow or numba.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_type_hints
 
 import typer
 
 # The one default of every shared flag (flag name -> value), as the commands use them.
-# The ingest flags' defaults are their fields' in IngestFlags (below), added at the end of
-# this module.
+# The ingest and cluster flags' defaults are their fields' in IngestFlags and ClusterFlags
+# (below), added at the end of this module.
 DEFAULTS: dict[str, Any] = {
-    # cluster (ClusterConfig)
-    "--model": "llama-3.1-8b",
-    "--gpu": "h100",
-    "--tp": 1,
-    "--instances": 4,
-    "--gpus-per-node": 8,
-    "--dram-scope": "instance",
-    "--kv-dtype": "bf16",
-    "--router": "prefix-aware",
-    "--eviction": "lru",
-    "--pool-gbps": None,
-    "--local-capacity-tokens": None,
-    "--dram-capacity-tokens": None,
-    "--pool-capacity-tokens": None,
-    "--warmup": 0.5,
     "--ttft-slo": 2.0,
 }
 
@@ -375,6 +361,61 @@ class IngestFlags:
         )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClusterFlags:
+    """The flags describing the cluster a trace is replayed on, declared once for every
+    command that replays (``replay``, ``analyze``): a new cluster flag is one field here
+    (and its line in :meth:`config`), and each of those commands takes it.
+
+    :meth:`config` is the one place a :class:`~analyzer.replay.ClusterConfig` is built
+    from user settings: the commands call it, and so does the dashboard (its sidebar's
+    values put into these fields), so the same settings give the same cluster everywhere.
+    """
+
+    model: Model = "llama-3.1-8b"
+    gpu: Gpu = "h100"
+    tp: Tp = 1
+    instances: Instances = 4
+    gpus_per_node: GpusPerNode = 8
+    dram_scope: DramScope = "instance"
+    kv_dtype: KvDtype = "bf16"
+    weights_dtype: WeightsDtype = None
+    router: Router = "prefix-aware"
+    eviction: Eviction = "lru"
+    write_policy: WritePolicy = "write-through"
+    pool_gbps: PoolGbps = None
+    local_capacity_tokens: LocalCapacity = None
+    dram_capacity_tokens: DramCapacity = None
+    pool_capacity_tokens: PoolCapacity = None
+    warmup: Warmup = 0.5
+
+    def config(self, **more: Any) -> Any:
+        """The :class:`~analyzer.replay.ClusterConfig` these flags describe (imported
+        here, not at module load). ``more`` sets fields no flag names (the dashboard's
+        tier choices, link overrides, ``time_scale``)."""
+        from analyzer.replay.config import ClusterConfig
+
+        return ClusterConfig(
+            model=self.model,
+            gpu=self.gpu,
+            tp=self.tp,
+            instances=self.instances,
+            gpus_per_node=self.gpus_per_node,
+            dram_scope=self.dram_scope,
+            kv_dtype=self.kv_dtype,
+            weights_dtype=weights_dtype(self.weights_dtype),
+            router=self.router,
+            eviction=self.eviction,
+            write_policy=self.write_policy,
+            pool_gbps=self.pool_gbps,
+            local_capacity_tokens=capacity(self.local_capacity_tokens, "--local-capacity-tokens"),
+            dram_capacity_tokens=capacity(self.dram_capacity_tokens, "--dram-capacity-tokens"),
+            pool_capacity_tokens=capacity(self.pool_capacity_tokens, "--pool-capacity-tokens"),
+            warmup_fraction=self.warmup,
+            **more,
+        )
+
+
 def _group_parameters(group: type) -> list[inspect.Parameter]:
     """A dataclass's fields as keyword-only parameters, typer annotations kept."""
     hints = get_type_hints(group, include_extras=True)
@@ -387,36 +428,63 @@ def _group_parameters(group: type) -> list[inspect.Parameter]:
 
 
 _INGEST_PARAMETERS = _group_parameters(IngestFlags)
+_CLUSTER_PARAMETERS = _group_parameters(ClusterFlags)
+
+
+def _with_group(
+    command: Callable[..., None],
+    name: str,
+    group: type,
+    parameters: list[inspect.Parameter],
+    enter: Callable[[dict[str, Any]], Any] | None = None,
+) -> Callable[..., None]:
+    """``command`` taking ``group``'s fields as flags in place of its parameter ``name``.
+
+    Typer reads a command's flags from its signature: the wrapper shows the group's
+    parameters where ``name`` stands (so ``--help`` lists them in that place), and each
+    call gathers their values into one ``group``. ``enter`` (if given) is a context
+    manager factory called with the remaining keyword arguments, whose value replaces
+    them (the ingest group's stdin copy)."""
+    sig = inspect.signature(command, eval_str=True)
+    params = list(sig.parameters.values())
+    at = [p.name for p in params].index(name)
+    # Keyword-only, all of them: typer passes flags by name, and a signature cannot have
+    # positional parameters after the group's keyword-only ones.
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+    names = [p.name for p in parameters]
+
+    @functools.wraps(command)
+    def run(**kwargs: Any) -> None:
+        kwargs[name] = group(**{n: kwargs.pop(n) for n in names})
+        if enter is None:
+            command(**kwargs)
+            return
+        with enter(kwargs) as kwargs:
+            command(**kwargs)
+
+    run.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[*own[:at], *parameters, *own[at + 1 :]]
+    )
+    return run
+
+
+@contextlib.contextmanager
+def _stdin_inputs(kwargs: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    from analyzer.cli.stdio import stdin_inputs
+
+    with stdin_inputs(kwargs["inputs"]) as inputs:  # '-': a copy of stdin
+        yield {**kwargs, "inputs": inputs}
 
 
 def ingest_flags(command: Callable[..., None]) -> Callable[..., None]:
     """Give ``command`` every ingest flag, collected into its ``ingest: IngestFlags``.
+    An input ``-`` is stdin (:func:`analyzer.cli.stdio.stdin_inputs`)."""
+    return _with_group(command, "ingest", IngestFlags, _INGEST_PARAMETERS, _stdin_inputs)
 
-    Typer reads a command's flags from its signature: the decorated command shows the
-    group's parameters where its own ``ingest`` parameter stands (so ``--help`` lists
-    them in that place), and each call gathers their values into one IngestFlags. An
-    input ``-`` is stdin (:func:`analyzer.cli.stdio.stdin_inputs`).
-    """
-    sig = inspect.signature(command, eval_str=True)
-    params = list(sig.parameters.values())
-    at = [p.name for p in params].index("ingest")
-    # Keyword-only, all of them: typer passes flags by name, and a signature cannot have
-    # positional parameters after the group's keyword-only ones.
-    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
-    names = [p.name for p in _INGEST_PARAMETERS]
 
-    @functools.wraps(command)
-    def run(**kwargs: Any) -> None:
-        from analyzer.cli.stdio import stdin_inputs
-
-        group = IngestFlags(**{n: kwargs.pop(n) for n in names})
-        with stdin_inputs(kwargs.pop("inputs")) as inputs:  # '-': a copy of stdin
-            command(inputs=inputs, **kwargs, ingest=group)
-
-    run.__signature__ = sig.replace(  # type: ignore[attr-defined]
-        parameters=[*own[:at], *_INGEST_PARAMETERS, *own[at + 1 :]]
-    )
-    return run
+def cluster_flags(command: Callable[..., None]) -> Callable[..., None]:
+    """Give ``command`` every cluster flag, collected into its ``cluster: ClusterFlags``."""
+    return _with_group(command, "cluster", ClusterFlags, _CLUSTER_PARAMETERS)
 
 
 # What may follow --ray as its address; anything else (an input file, another flag) means
@@ -445,6 +513,24 @@ def hash_keys(given: list[str] | None) -> tuple[str, ...]:
     return rest if "none" in keys else ("model", *rest)
 
 
+def weights_dtype(value: str | None) -> str | None:
+    """``--weights-dtype`` as the catalog names it (``fp16`` is ``bf16``); None: the
+    checkpoint's."""
+    from analyzer.cost.catalog import WEIGHT_DTYPES
+    from analyzer.errors import UsageError
+
+    if value is None:
+        return None
+    key = value.strip().lower()
+    if key == "fp16":
+        key = "bf16"
+    if key not in WEIGHT_DTYPES:
+        raise UsageError(
+            f"--weights-dtype must be one of {', '.join(WEIGHT_DTYPES)}, got '{value}'"
+        )
+    return key
+
+
 def capacity(value: str | None, flag: str) -> int | None:
     """A capacity flag's token count (None when the flag was not given)."""
     if value is None:
@@ -469,5 +555,6 @@ def flag_name(param: inspect.Parameter) -> str:
     )
 
 
-DEFAULTS.update({flag_name(p): p.default for p in _INGEST_PARAMETERS})
+DEFAULTS.update({flag_name(p): p.default for p in (*_INGEST_PARAMETERS, *_CLUSTER_PARAMETERS)})
 INGEST_FLAG_NAMES = tuple(flag_name(p) for p in _INGEST_PARAMETERS)
+CLUSTER_FLAG_NAMES = tuple(flag_name(p) for p in _CLUSTER_PARAMETERS)

@@ -69,27 +69,17 @@ def register(app: typer.Typer) -> None:
 
 
 @o.ingest_flags
+@o.cluster_flags
 def replay(
     inputs: o.Inputs,
     *,
-    model: o.Model = "llama-3.1-8b",
-    gpu: o.Gpu = "h100",
-    instances: o.Instances = 4,
-    tp: o.Tp = 1,
-    gpus_per_node: o.GpusPerNode = 8,
-    dram_scope: o.DramScope = "instance",
-    kv_dtype: o.KvDtype = "bf16",
-    router: o.Router = "prefix-aware",
+    cluster: o.ClusterFlags,
     scenarios: Annotated[
         str,
         typer.Option(
             "--scenarios", help="Comma-separated scenario names (standard or from --config)."
         ),
     ] = "none,local,local+dram,pooled",
-    local_capacity: o.LocalCapacity = None,
-    dram_capacity: o.DramCapacity = None,
-    pool_capacity: o.PoolCapacity = None,
-    pool_gbps: o.PoolGbps = None,
     config: Annotated[
         Path | None,
         typer.Option("--config", help="TOML or JSON file with user-defined [[scenario]] entries."),
@@ -99,9 +89,6 @@ def replay(
         typer.Option("--time-scale", help="Multiply inter-arrival times (0.5 = twice the rate)."),
     ] = 1.0,
     ttft_slo: o.TtftSlo = 2.0,
-    eviction: o.Eviction = "lru",
-    write_policy: o.WritePolicy = "write-through",
-    warmup: o.Warmup = 0.5,
     full_replay: o.FullReplay = False,
     search: Annotated[
         bool, typer.Option("--search/--no-search", help="Search the highest rate meeting the SLO.")
@@ -129,7 +116,7 @@ def replay(
     from analyzer.cli.output import is_stdio, report_console, write_json
     from analyzer.ingest import open_trace
     from analyzer.progress import progress
-    from analyzer.replay import ClusterConfig, load_scenarios, run_replay, select_scenarios
+    from analyzer.replay import load_scenarios, run_replay, select_scenarios
     from analyzer.replay.run import MAX_RUNS
 
     if ingest.block_size is not None and ingest.block_size < 1:
@@ -138,30 +125,20 @@ def replay(
         from analyzer.outputs import check_output
 
         check_output(json_out, force=force, inputs=[*inputs, *([config] if config else [])])
-    cfg = ClusterConfig(
-        model=model,
-        gpu=gpu,
-        tp=tp,
-        instances=instances,
-        gpus_per_node=gpus_per_node,
-        dram_scope=dram_scope,
-        kv_dtype=kv_dtype,
-        router=router,
-        eviction=eviction,
-        write_policy=write_policy,
-        pool_gbps=pool_gbps,
-        time_scale=time_scale,
-        warmup_fraction=warmup,
-        local_capacity_tokens=o.capacity(local_capacity, "--local-capacity-tokens"),
-        dram_capacity_tokens=o.capacity(dram_capacity, "--dram-capacity-tokens"),
-        pool_capacity_tokens=o.capacity(pool_capacity, "--pool-capacity-tokens"),
-    )
+    cfg = cluster.config(time_scale=time_scale)
     extra = load_scenarios(config) if config is not None else []
     specs = select_scenarios(scenarios, extra)
     # Fail on an unknown model/GPU before reading a large trace.
     from analyzer.cost import CostModel
 
-    cm = CostModel.from_catalog(model, gpu, tp=tp, kv_dtype=cfg.kv_dtype, mfu=cfg.mfu)
+    cm = CostModel.from_catalog(
+        cfg.model,
+        cfg.gpu,
+        tp=cfg.tp,
+        kv_dtype=cfg.kv_dtype,
+        mfu=cfg.mfu,
+        weight_dtype=cfg.weights_dtype,
+    )
 
     with progress("reading", o.input_bytes(inputs) or None, unit="bytes") as advance:
         loaded = open_trace(inputs, ingest.options(keep_names=keep_names), advance=advance)
@@ -208,7 +185,7 @@ def replay(
     out.print(render_table(doc))
     out.print(
         f"{trace.n_requests:,} requests, block size {trace.block_size}, "
-        f"{cfg.instances} x {cfg.tp} {gpu} ({model}); max rate: highest multiple of the "
+        f"{cfg.instances} x {cfg.tp} {cfg.gpu} ({cfg.model}); max rate: highest multiple of the "
         f"trace's arrival rate with p90 TTFT <= {ttft_slo:g} s. Decode is not modelled.",
     )
     out.print(

@@ -49,6 +49,7 @@ from analyzer.ingest.parallel import (
     assemble,
     plan,
 )
+from analyzer.ingest.readers import SplitMisaligned
 from analyzer.ingest.spool import SpoolFile
 
 if TYPE_CHECKING:
@@ -165,9 +166,9 @@ class PieceReader:
 # A piece's result crosses the network as JSON (bytes fields in base64), never as a
 # pickle: the driver decodes only these fields and these error kinds.
 _KINDS: dict[str, type[KvpoolError]] = {
-    k.__name__: k for k in (KvpoolError, UsageError, InputError, OutputError)
+    k.__name__: k for k in (KvpoolError, UsageError, InputError, OutputError, SplitMisaligned)
 }
-_BYTES = ("iso", "lines")
+_BYTES = ("iso", "lines", "id_hashes")
 _SPOOL_BYTES = ("time", "prompt_tokens", "lcp_index")
 
 
@@ -208,6 +209,7 @@ def _decode(blob: bytes) -> PieceResult | PieceFailed:
         spool=SpoolFile(**spool),
         iso=base64.b64decode(doc["iso"]),
         lines=base64.b64decode(doc["lines"]),
+        id_hashes=base64.b64decode(doc["id_hashes"]),
         lcp_dir=doc["lcp_dir"],
         skipped=SkipSummary(**doc["skipped"]),
         previews=previews,

@@ -219,23 +219,27 @@ def _too_long(path: str | Path, lineno: int, limit: int) -> None:
 @dataclass(frozen=True, slots=True)
 class Span:
     """Bytes ``[start, end)`` of an uncompressed file, starting at line ``first_line``
-    (``start`` is 0 or just after a newline); see :func:`line_spans`."""
+    (``start`` is 0 or just after a newline) and ending with line ``last_line`` (0 for
+    the file's last span); see :func:`line_spans`."""
 
     start: int
     end: int
     first_line: int
+    last_line: int = 0
 
 
-def line_spans(path: str | Path, parts: int) -> list[Span]:
+def line_spans(path: str | Path, parts: int, quoted: bool = False) -> list[Span]:
     """An uncompressed file cut into about ``parts`` spans of equal size at line ends.
 
     Reads the file once, counting newlines, so that each span knows its first line
-    number (error messages and default request ids name lines).
+    number (error messages and default request ids name lines). ``quoted`` (CSV): a cut
+    is made only where an even number of ``"`` lie before it, so that it falls between
+    records when a quoted field holds newlines (RFC 4180 doubles a quote inside one).
     """
     size = Path(path).stat().st_size
     targets = [size * k // parts for k in range(1, parts)]
     cuts, lines_before = [0], [0]
-    pos, lines = 0, 0
+    pos, lines, quotes = 0, 0, 0  # newlines and quotes in [0, pos + lo)
     with open(path, "rb") as f:
         while targets and (chunk := f.read(CHUNK)):
             lo = 0
@@ -244,16 +248,26 @@ def line_spans(path: str | Path, parts: int) -> list[Span]:
                 if i < 0:
                     break
                 lines += chunk.count(b"\n", lo, i + 1)
+                if quoted:
+                    quotes += chunk.count(b'"', lo, i + 1)
                 lo = i + 1
+                if quotes % 2:
+                    continue  # inside a quoted field: the next line end
                 if pos + lo < size and pos + lo > cuts[-1]:
                     cuts.append(pos + lo)
                     lines_before.append(lines)
                 while targets and targets[0] < pos + lo:
                     targets.pop(0)
             lines += chunk.count(b"\n", lo)
+            if quoted:
+                quotes += chunk.count(b'"', lo)
             pos += len(chunk)
     cuts.append(size)
-    return [Span(cuts[k], cuts[k + 1], lines_before[k] + 1) for k in range(len(cuts) - 1)]
+    last = len(cuts) - 2
+    return [
+        Span(cuts[k], cuts[k + 1], lines_before[k] + 1, lines_before[k + 1] if k < last else 0)
+        for k in range(len(cuts) - 1)
+    ]
 
 
 def iter_lines(

@@ -2,11 +2,18 @@
 
 The inputs are cut into pieces in file order: an uncompressed JSON-lines log of a
 splittable format (``SPLITTABLE``: one record a line, no state carried between rows) into
-``jobs`` byte ranges at line ends, every other file whole. Worker processes read,
-render, tokenize and hash the pieces (each with its own memos: a conversation's turns
-sit close together in a log, so nearly all of a session's requests fall in one piece
-and its memo hits stay in that worker); the parent adopts their rows in piece order, so
-rows, hashes and order are those of a one-process run. Bailian and RAGPulse files carry
+``jobs`` byte ranges at line ends, an uncompressed gateway or generic CSV
+(``SPLITTABLE_CSV``) likewise at line ends with an even number of quotes before them
+(between records when quoted cells hold newlines), every other file whole. The parent
+reads the first piece itself, straight into its rows and token tree, while worker
+processes start and read, render, tokenize and hash the others (each with its own
+memos: a conversation's turns sit close together in a log, so nearly all of a
+session's requests fall in one piece and its memo hits stay in that worker); the parent
+adopts their rows in piece order, so rows, hashes and order are those of a one-process
+run. A CSV range must end between records: its reader reads on past the cut as far as
+its last record needs and raises ``SplitMisaligned`` when that record crosses the cut
+(a stray quote), when a quote is never closed or the CSV is broken in it; the read is
+then done again in one process. Bailian and RAGPulse files carry
 state from row to row (session roots, component padding) and are read in the parent,
 in their place in the order.
 
@@ -48,7 +55,12 @@ from analyzer.errors import InputError, KvpoolError
 from analyzer.ingest.detect import Format
 from analyzer.ingest.io import Span, compression, line_spans
 from analyzer.ingest.options import SkipSummary
-from analyzer.ingest.readers import SPLITTABLE, FileContext, records
+from analyzer.ingest.readers import (
+    SPLITTABLE,
+    SPLITTABLE_CSV,
+    FileContext,
+    records,
+)
 from analyzer.ingest.spool import RowSpool, SpoolFile
 
 if TYPE_CHECKING:
@@ -104,6 +116,8 @@ def plan(
             out.append(Piece(i, p, f, in_parent=True))
         elif f in SPLITTABLE and compression(p) == "none" and parts > 1:
             out.extend(Piece(i, p, f, span=s) for s in line_spans(p, parts))
+        elif f in SPLITTABLE_CSV and compression(p) == "none" and parts > 1:
+            out.extend(Piece(i, p, f, span=s) for s in line_spans(p, parts, quoted=True))
         else:
             out.append(Piece(i, p, f))
     return out
@@ -201,6 +215,7 @@ class PieceResult:
     spool: SpoolFile
     iso: bytes  # one bool per kept row
     lines: bytes  # int64 per kept row: its line in the file
+    id_hashes: bytes  # uint64 per row with a request id (duplicates are counted)
     lcp_dir: str  # recorded tree operations ("" when the tree is not computed)
     skipped: SkipSummary
     previews: dict[str, Any]  # hash -> (role, text head), as Previews keeps them
@@ -249,6 +264,7 @@ def _read_piece(b: _Builder, piece: Piece) -> PieceResult:
     b.rows = RowSpool()
     b.skipped = SkipSummary(max_examples=b.opts.max_examples)
     b.previews = Previews()
+    b._id_hashes = array("Q")
     b.hasher.forget()  # handles of the last piece's recorder must not be recalled
     lcp_dir = ""
     if b.exact_wanted:
@@ -266,6 +282,7 @@ def _read_piece(b: _Builder, piece: Piece) -> PieceResult:
         spool=b.rows.detach(),
         iso=np.asarray(iso, dtype=bool).tobytes(),
         lines=np.asarray(lines, dtype=np.int64).tobytes(),
+        id_hashes=b._id_hashes.tobytes(),
         lcp_dir=lcp_dir,
         skipped=b.skipped,
         previews=dict(b.previews._raw),  # type: ignore[arg-type]
@@ -286,13 +303,18 @@ def read_parallel(b: _Builder, jobs: int) -> None:
     """Read ``b``'s inputs over ``jobs`` worker processes into ``b`` (rows, skips, previews,
     tree, times), as ``for each file: b.read_file(...)`` would."""
     pieces, split_timing = _with_timing(b, plan(b.paths, b.fmts, jobs))
+    if pieces and not pieces[0].in_parent:
+        # The parent reads the first piece itself, straight into its rows and token tree,
+        # while the workers start and read the others.
+        pieces[0] = replace(pieces[0], in_parent=True)
+    n_work = sum(not p.in_parent for p in pieces)
     ctx = mp.get_context("spawn")
     counter = ctx.Value("d", 0.0) if b.advance is not None else None
     wopts = replace(b.opts, block_size=b.block_size, salt=b.salt, exact=False)
     # concurrent.futures, not multiprocessing.Pool: a worker that dies (killed, out of
     # memory) fails the run with BrokenProcessPool instead of leaving it waiting forever.
     pool = ProcessPoolExecutor(
-        min(jobs, sum(not p.in_parent for p in pieces)) or 1,
+        max(1, min(n_work, jobs - 1 if n_work < jobs else jobs)),
         mp_context=ctx,
         initializer=_init,
         initargs=(b.paths, b.fmts, wopts, b.lcp is not None, counter),
@@ -350,10 +372,12 @@ def assemble(
             first, isos, lines, timed = len(b.rows), [], [], None
         if piece.in_parent:
             fctx = FileContext(piece.path, piece.fmt, b.opts, shared=b.shared)
-            iso, ln = b.read_rows(fctx, records(piece.path, piece.fmt, b.advance))
+            fctx.timed, fctx.time_name = piece.timed, piece.time_name
+            recs = records(piece.path, piece.fmt, b.advance, piece.span)
+            iso, ln = b.read_rows(fctx, recs)
             isos.append(np.asarray(iso, dtype=bool))
             lines.append(np.asarray(ln, dtype=np.int64))
-            timed = fctx.timed
+            timed = split_timing.get(piece.file, fctx.timed) if piece.span else fctx.timed
         else:
             res = fetch(i, piece)
             if isinstance(res, PieceFailed):
@@ -394,6 +418,7 @@ def _adopt(b: _Builder, res: PieceResult, isos: list[np.ndarray]) -> None:
     rows_before = len(b.rows)
     lcp_base = len(b.lcp) if b.lcp is not None else 0
     b.rows.adopt(res.spool, lcp_base)
+    b._id_hashes.frombytes(res.id_hashes)
     isos.append(np.frombuffer(res.iso, dtype=bool))
     for reason, n in res.skipped.by_reason.items():
         b.skipped.by_reason[reason] = b.skipped.by_reason.get(reason, 0) + n

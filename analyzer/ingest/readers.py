@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from analyzer.errors import InputError, Location
+from analyzer.errors import InputError, KvpoolError, Location
 from analyzer.ingest.detect import Format
 from analyzer.ingest.io import Span, TruncatedInput, iter_lines
 from analyzer.ingest.options import IngestOptions
@@ -150,10 +151,16 @@ def _str(value: object) -> str | None:
 
 
 def _maybe_json(value: object, field: str) -> object:
+    """A cell holding JSON, parsed (orjson first, as JSON lines are; what it refuses is
+    read by ``json``, which also names the reason a cell is bad)."""
     if isinstance(value, str):
         s = value.strip()
         if not s:
             return None
+        try:
+            return orjson.loads(s)
+        except orjson.JSONDecodeError:
+            pass
         try:
             return json.loads(s)
         except json.JSONDecodeError as exc:
@@ -203,6 +210,9 @@ def take_time(rec: dict[str, Any], ctx: FileContext, names: tuple[str, ...] = TI
 # Formats whose uncompressed files may be read in byte ranges by parallel workers: one
 # record a line, and no state carried from row to row (Bailian and RAGPulse carry some).
 SPLITTABLE = frozenset({Format.OPENAI, Format.OPENAI_BATCH, Format.GENERIC_JSONL})
+# CSV formats split the same way, at line ends between records (``csv_records``' span);
+# the public traces' CSVs (Azure, BurstGPT) are read in columns instead.
+SPLITTABLE_CSV = frozenset({Format.GATEWAY_CSV, Format.GENERIC_CSV})
 
 Record = tuple[int, dict[str, Any] | RowError]
 
@@ -269,7 +279,14 @@ def truncated(path: str, line: int) -> InputError:
 MAX_CSV_RESTARTS = 20
 
 
-def csv_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[Record]:
+class SplitMisaligned(KvpoolError):
+    """A CSV byte range read by a worker did not end between records (a quoted field ran
+    past the cut, an unterminated quote or a CSV error): the file is read in one piece."""
+
+
+def csv_records(
+    path: str, on_bytes: Callable[[int], None] | None, span: Span | None = None
+) -> Iterator[Record]:
     """CSV rows as dicts by header; a quoted field may span lines, as CSV allows.
 
     A quote that is never closed makes the csv module read on, to the end of the file
@@ -278,6 +295,12 @@ def csv_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[R
     quote" at the line where it started, and reading starts again on the line after it,
     so the rows it swallowed are read, not lost. After ``MAX_CSV_RESTARTS`` of these
     the file's quoting is called broken (a fatal row error).
+
+    ``span`` (:func:`~analyzer.ingest.io.line_spans` with ``quoted``): the records of
+    that byte range, under the file's header, as a read of the whole file gives them.
+    The last record must end on the span's last line (reading on past it as a quoted
+    field needs); when it does not, or a quote is unterminated or the CSV is broken in
+    the range, :class:`SplitMisaligned` is raised and the caller reads the file whole.
     """
     bad: list[int] = []
     told: set[int] = set()  # non-UTF-8 lines already reported (a restart reads them again)
@@ -285,9 +308,28 @@ def csv_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[R
     header: list[str] | None = None
     resume = 1  # the first line of the file to read in this pass
     restarts = 0
+    last = 0  # the span's last line (0: read to the end of the file)
+    if span is not None:
+        resume, last = span.first_line, span.last_line
+        if span.start > 0:
+            header = _csv_header(path)
+        # The range, and on past its end as far as its last record needs (to the end of
+        # the file): progress counts the range's bytes only.
+        left = span.end - span.start
+        inner = on_bytes
+
+        def counted(n: int) -> None:
+            nonlocal left
+            n, left = min(n, left), left - min(n, left)
+            if inner and n:
+                inner(n)
+
+        on_bytes = counted if inner else None
+        span = Span(span.start, os.path.getsize(path), span.first_line)
 
     def lines(first: int) -> Iterator[str]:
-        for lineno, line in iter_lines(path, on_bytes if first == 1 else None):
+        at = span if span is not None and first == span.first_line else None
+        for lineno, line in iter_lines(path, on_bytes if first == resume0 else None, at):
             if lineno < first:
                 continue
             state["line"] = lineno
@@ -298,6 +340,7 @@ def csv_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[R
                     told.add(lineno)
                     bad.append(lineno)
 
+    resume0 = resume
     try:
         while True:
             state["line"] = resume - 1
@@ -313,16 +356,28 @@ def csv_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[R
                 while bad:
                     yield bad.pop(0), RowError("not UTF-8")
                 end, first, start = state["line"], start, state["line"] + 1
+                if last and end > last:
+                    if first <= last:  # a record runs over the cut: not between records
+                        raise SplitMisaligned(f"{path}: a CSV record crosses line {last}")
+                    return
                 if not row or (len(row) == 1 and not row[0].strip()):
+                    if end == last:
+                        return
                     continue
                 if len(row) != len(header):
                     if end > first:  # an open quote ran on over the lines below
+                        if span is not None:
+                            raise SplitMisaligned(f"{path}: unterminated quote at line {first}")
                         yield first, RowError("unterminated quote")
                         restart = first + 1
                         break
                     yield end, RowError(f"row has {len(row)} columns, header has {len(header)}")
+                    if end == last:
+                        return
                     continue
                 yield end, dict(zip(header, row, strict=True))
+                if end == last:
+                    return
             while bad:
                 yield bad.pop(0), RowError("not UTF-8")
             if restart is None:
@@ -338,7 +393,28 @@ def csv_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[R
     except TruncatedInput as exc:
         raise truncated(path, exc.line) from None
     except csv.Error as exc:
+        if span is not None:
+            raise SplitMisaligned(f"{path}: CSV error near line {state['line']}") from None
         yield state["line"], RowError(f"CSV error: {exc}", fatal=True)
+
+
+def _csv_header(path: str) -> list[str]:
+    """The header of a CSV file: its first record, as :func:`csv_records` reads it."""
+
+    def lines() -> Iterator[str]:
+        for _, line in iter_lines(path):
+            try:
+                yield line.decode("utf-8") + "\n"
+            except UnicodeDecodeError:
+                continue
+
+    try:
+        row0 = next(csv.reader(lines()), None)
+    except csv.Error:
+        row0 = None
+    if row0 is None:
+        raise SplitMisaligned(f"{path}: no readable header")
+    return [h.strip() for h in row0]
 
 
 def parquet_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[Record]:
@@ -373,9 +449,12 @@ def parquet_records(path: str, on_bytes: Callable[[int], None] | None) -> Iterat
 def records(
     path: str, fmt: str, on_bytes: Callable[[int], None] | None, span: Span | None = None
 ) -> Iterator[Record]:
-    """The records of ``path`` (of ``span`` only: JSON-lines formats, uncompressed)."""
+    """The records of ``path`` (of ``span`` only: JSON-lines and CSV formats,
+    uncompressed)."""
     if span is not None:
-        assert fmt in SPLITTABLE
+        assert fmt in SPLITTABLE or fmt in SPLITTABLE_CSV
+        if fmt in SPLITTABLE_CSV:
+            return csv_records(path, on_bytes, span)
         return json_records(path, on_bytes, span)
     if fmt.endswith("parquet"):
         return parquet_records(path, on_bytes)

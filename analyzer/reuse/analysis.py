@@ -68,6 +68,7 @@ class ReuseOptions:
     policy_max_accesses: int = 30_000_000  # per-capacity simulations are skipped beyond
     n_windows: int = 48  # working-set windows over the trace's time span
     curve_points: int = 200
+    jobs: int = 1  # threads running the per-capacity simulations (same figures at any)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.warmup < 1.0:
@@ -412,11 +413,32 @@ def non_prefix_reuse(trace: BlockTrace, first: int, prefix_hit: np.ndarray) -> d
     """Tokens whose content was seen before at any position, and the part beyond prefixes."""
     if trace.content_ids is None:
         return dict(NO_CONTENT)
-    weights = access_weights(trace.offsets, trace.prompt_tokens, trace.block_size)
-    seen = seen_before(trace.content_ids, trace.offsets)
-    req = np.repeat(np.arange(trace.n_requests), np.diff(trace.offsets))
-    per_req = np.bincount(req, weights=weights * seen, minlength=trace.n_requests)
-    return non_prefix_document(per_req.astype(np.int64), trace.prompt_tokens, first, prefix_hit)
+    # A million accesses at a time, so the temporaries stay small on a large trace; the
+    # running maximum of the ids carries "seen before" across the chunks.
+    n, off, ids = trace.n_requests, trace.offsets, trace.content_ids
+    per_req = np.zeros(n, dtype=np.int64)
+    carry = -1  # the largest content id before the chunk
+    r0 = 0
+    while r0 < n:
+        r1 = int(np.searchsorted(off, off[r0] + NON_PREFIX_CHUNK, side="right")) - 1
+        r1 = min(max(r1, r0 + 1), n)
+        sub = off[r0 : r1 + 1] - off[r0]
+        chunk = ids[off[r0] : off[r1]]
+        weights = access_weights(sub, trace.prompt_tokens[r0:r1], trace.block_size)
+        if chunk.size:
+            running_max = np.maximum(np.maximum.accumulate(chunk), carry)
+            starts = sub[:-1]
+            max_before = np.where(starts > 0, running_max[np.maximum(starts - 1, 0)], carry)
+            req = np.repeat(np.arange(r1 - r0), np.diff(sub))
+            seen = chunk <= max_before[req]
+            got = np.bincount(req, weights=weights * seen, minlength=r1 - r0)
+            per_req[r0:r1] = got.astype(np.int64)
+            carry = int(running_max[-1])
+        r0 = r1
+    return non_prefix_document(per_req, trace.prompt_tokens, first, prefix_hit)
+
+
+NON_PREFIX_CHUNK = 1 << 20  # block accesses per step of non_prefix_reuse
 
 
 NO_CONTENT = {
@@ -877,26 +899,53 @@ def _policies(
                 if any(_needs_next_use(p) for p in sim_policies)
                 else None
             )
+            runs = [(p, cap) for p in sim_policies for cap in capacities]
+
+            def one(run: tuple[str, int]) -> int:
+                return simulate_fast(
+                    trace.block_ids,
+                    trace.offsets,
+                    prompt,
+                    bs,
+                    first,
+                    run[1] // bs,
+                    run[0],
+                    next_use,
+                )
+
+            hits = _each(one, runs, opts.jobs, lambda: step(share))
             for policy in sim_policies:
-                pts = []
-                for cap in capacities:
-                    tokens = simulate_fast(
-                        trace.block_ids,
-                        trace.offsets,
-                        prompt,
-                        bs,
-                        first,
-                        cap // bs,
-                        policy,
-                        next_use,
-                    )
-                    pts.append((cap, tokens / den if den else 0.0))
-                    step(share)
-                policy_points[policy] = pts
+                policy_points[policy] = [
+                    (cap, hits[(policy, cap)] / den if den else 0.0) for cap in capacities
+                ]
     else:
         step(40)
 
     return capacities, policy_points, notes
+
+
+def _each(
+    fn: Callable[[tuple[str, int]], int],
+    runs: list[tuple[str, int]],
+    jobs: int,
+    done: Callable[[], None],
+) -> dict[tuple[str, int], int]:
+    """``fn`` of every run, on up to ``jobs`` threads (the compiled simulations release
+    the GIL), largest capacity first so the longest runs do not start last."""
+    out: dict[tuple[str, int], int] = {}
+    if jobs <= 1 or len(runs) <= 1:
+        for r in runs:
+            out[r] = fn(r)
+            done()
+        return out
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    with ThreadPoolExecutor(min(jobs, len(runs))) as pool:
+        futures = {pool.submit(fn, r): r for r in sorted(runs, key=lambda r: -r[1])}
+        for f in as_completed(futures):
+            out[futures[f]] = f.result()
+            done()
+    return out
 
 
 def _summaries(
