@@ -468,8 +468,15 @@ def test_rate_gain_is_unknown_when_both_rate_searches_hit_their_top_multiple():
 
 
 def test_report_marks_a_capped_rate_as_a_lower_bound():
+    from dataclasses import replace
+
+    from analyzer.report.document import RateSearch, ScenarioView, TtftSeconds
     from analyzer.report.render import rate_at_slo
 
-    assert rate_at_slo({"max_rate_scale_at_slo": 64.0, "rate_search": {"capped": True}}) == ">=x64"
-    assert rate_at_slo({"max_rate_scale_at_slo": 3.08, "rate_search": {"capped": False}}) == "x3.08"
-    assert rate_at_slo({"max_rate_scale_at_slo": None}) == "-"
+    s = ScenarioView(0.5, {}, TtftSeconds(0.1, 0.1, 0.1, 0.1), 1.0, 0, 64.0, RateSearch(True))
+    assert rate_at_slo(s) == ">=x64"
+    assert (
+        rate_at_slo(replace(s, max_rate_scale_at_slo=3.08, rate_search=RateSearch(False)))
+        == "x3.08"
+    )
+    assert rate_at_slo(replace(s, max_rate_scale_at_slo=None, rate_search=None)) == "-"

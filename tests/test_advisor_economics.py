@@ -435,7 +435,7 @@ def test_terminal_output_opens_with_the_summary(tmp_path):
 
 
 def test_a_sub_millisecond_ttft_change_reads_as_less_than_1_ms_never_minus_zero():
-    from analyzer.advisor.summary import _signed_ms
+    from analyzer.report.summary import _signed_ms
 
     assert _signed_ms(-0.0004) == "less than 1 ms"
     assert _signed_ms(0.0) == "less than 1 ms"

@@ -671,11 +671,11 @@ def test_a_price_redecides_without_a_replay(at: AppTest, sample: Path, monkeypat
     assert not any("data-stale" in m.value for m in at.markdown)
     import html
 
-    from analyzer.advisor.summary import summary_sentences
+    from analyzer.report.document import ReportDocument
 
     def lines(opts: AnalyzeOptions) -> tuple[str, list[str]]:
-        doc = report_json(run_analysis([str(sample)], opts))
-        return doc["verdict"]["verdict"], doc.get("summary") or summary_sentences(doc)
+        doc = ReportDocument.of(run_analysis([str(sample)], opts))
+        return doc.verdict, list(doc.summary)
 
     verdict, expected = lines(AnalyzeOptions(prices=PriceOverrides(gpu_hour_usd=9.5)))
     assert expected != lines(AnalyzeOptions())[1]  # the price shows in the summary's money

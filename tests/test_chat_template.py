@@ -272,6 +272,7 @@ def test_convert_with_the_folder_counts_what_transformers_counts(hf, tmp_path):
 
 def test_analyze_report_says_which_tokenizer_and_template(tmp_path):
     from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.report.document import ReportDocument
     from analyzer.report.render import key_figures
 
     src = tmp_path / "chat.jsonl"
@@ -288,7 +289,7 @@ def test_analyze_report_says_which_tokenizer_and_template(tmp_path):
     assert tk["template"].startswith("hf:tokenizer_files#")
     assert doc["options"]["tokenizer"] == "tokenizer_files"  # the folder's name, no path
     assert str(tmp_path) not in json.dumps(doc) and str(QWEN.parent) not in json.dumps(doc)
-    rows = {r[0]: r for r in key_figures(doc).rows}
+    rows = {r[0]: r for r in key_figures(ReportDocument.from_json(doc).report).rows}
     assert rows["Tokens counted with"][1] == "hf:tokenizer_files"
     default = report_json(run_analysis([str(src)], AnalyzeOptions()))["trace"]["tokenization"]
     assert default == {"tokenizer": "cl100k_base", "template": "chatml"}

@@ -192,11 +192,12 @@ def test_each_model_is_replayed_on_its_own_instances_with_a_share_of_one_pool(tm
 
 def test_the_report_shows_each_models_figures(tmp_path):
     from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.report.document import ReportDocument
     from analyzer.report.render import sections
 
     log, _ = three_model_log(tmp_path)
-    doc = report_json(run_analysis([str(log)], AnalyzeOptions(search_rate=False)))
-    (ms,) = [s for s in sections(doc) if s.id == "models"]
+    doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(search_rate=False)))
+    (ms,) = [s for s in sections(doc.report) if s.id == "models"]
     (table,) = ms.tables
     assert all(len(row) == len(table.header) for row in table.rows)
     assert {row[0] for row in table.rows} == set(MODELS)

@@ -22,7 +22,7 @@ from analyzer.report import (
     render_markdown,
     write_reports,
 )
-from analyzer.report.document import report_json
+from analyzer.report.document import ReportDocument, report_json
 from analyzer.report.render import sections
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +73,7 @@ def test_json_is_canonical_and_reloads_to_the_same_reports(doc, tmp_path):
 def test_markdown_and_html_carry_the_same_sections(doc):
     md = render_markdown(doc)
     html = render_html(doc)
-    titles = [s.title for s in sections(doc)]
+    titles = [s.title for s in sections(ReportDocument.from_json(doc).report)]
     assert titles[:2] == ["Summary", "Verdict"]
     # the three-sentence summary opens both reports and names ms, GPUs and money
     summary = " ".join(doc["summary"])

@@ -4,12 +4,15 @@ against the report's gates)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from analyzer.cli import options as o
 from analyzer.errors import EXIT_GATES
+
+if TYPE_CHECKING:
+    from analyzer.report.document import Report
 
 
 @o.ingest_flags
@@ -165,43 +168,43 @@ def analyze(
             "(--force overwrites)[/]",
             highlight=False,
         )
-    print_summary(console, document.json, paths)
+    print_summary(console, document.report, paths)
     if json_out is not None:
         write_text(json_out, render_json(document), force=force)
     if pdf and "pdf" not in paths:
         console.print("[yellow]no PDF: Chromium is not installed (/usr/bin/chromium)[/]")
 
 
-def print_summary(console: Any, doc: dict[str, Any], paths: dict[str, Any]) -> None:
+def print_summary(console: Any, doc: Report, paths: dict[str, Any]) -> None:
     from rich.table import Table
 
     from analyzer.advisor.figures import Verdict
-    from analyzer.advisor.summary import economics_table, summary_sentences
     from analyzer.report.figures import VERDICT_TEXT
     from analyzer.report.render import gbps, key_figures, num
+    from analyzer.report.summary import economics_table, summary_sentences
 
-    for sentence in doc.get("summary") or summary_sentences(doc):
+    for sentence in doc.summary or summary_sentences(doc):
         console.print(sentence, highlight=False, markup=False)
     console.print()
-    v = doc["verdict"]
+    v = doc.verdict
     color = {
         Verdict.DEPLOY_POOLED: "green",
         Verdict.LOCAL_OFFLOAD_ONLY: "blue",
         Verdict.NOT_WORTH_IT: "yellow",
-    }.get(v["verdict"], "white")
+    }.get(v.verdict, "white")
     console.print(
-        f"[bold {color}]{v['verdict']}[/]  {VERDICT_TEXT.get(v['verdict'], '')}", highlight=False
+        f"[bold {color}]{v.verdict}[/]  {VERDICT_TEXT.get(v.verdict, '')}", highlight=False
     )
-    for r in v["reasons"]:
+    for r in v.reasons:
         console.print(f"  - {r}", highlight=False, markup=False)
-    console.print(f"  {v['confidence_statement']}", highlight=False, markup=False)
-    for w in doc.get("warnings") or []:
+    console.print(f"  {v.confidence_statement}", highlight=False, markup=False)
+    for w in doc.warnings:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
-    mini = (doc.get("replay") or {}).get("miniature")
+    mini = doc.replay.miniature if doc.replay is not None else None
     if mini:
         from analyzer.replay.miniature import describe
 
-        console.print(describe(mini), highlight=False, markup=False)
+        console.print(describe(dict(mini)), highlight=False, markup=False)
     kf = key_figures(doc)
     t = Table(*kf.header, box=None, pad_edge=False)
     for row in kf.rows:
@@ -215,21 +218,20 @@ def print_summary(console: Any, doc: dict[str, Any], paths: dict[str, Any]) -> N
         for row in rows:
             t.add_row(*[row[i] for i in keep])
         console.print(t)
-    sz = doc.get("sizing")
-    if sz:
+    sz = doc.sizing
+    if sz is not None:
         console.print(
-            f"Sizing: pool {num(sz['pool_capacity_gb'])} GB, host DRAM {num(sz['dram_per_node_gb'])} "
-            f"GB/node, network {gbps(sz['network_per_node_gbps'])} per node ({sz['nic']}), block "
-            f"{sz['block_size_tokens']}, chunk {sz['chunk_size_tokens']}, router {sz['router']}, "
-            f"eviction {sz['eviction']}",
+            f"Sizing: pool {num(sz.pool_capacity_gb)} GB, host DRAM {num(sz.dram_per_node_gb)} "
+            f"GB/node, network {gbps(sz.network_per_node_gbps)} per node ({sz.nic}), block "
+            f"{sz.block_size_tokens}, chunk {sz.chunk_size_tokens}, router {sz.router}, "
+            f"eviction {sz.eviction}",
             highlight=False,
             markup=False,
         )
-    flips = [r for r in (doc.get("sensitivity") or {}).get("rows", []) if r["flips"]]
+    flips = [r for r in doc.sensitivity.rows if r.flips]
     if flips:
         console.print(
-            "Flips: "
-            + "; ".join(f"{r['dimension']} {r['value']} -> {r['verdict']}" for r in flips[:6]),
+            "Flips: " + "; ".join(f"{r.dimension} {r.value} -> {r.verdict}" for r in flips[:6]),
             highlight=False,
             markup=False,
         )

@@ -6,9 +6,10 @@ Public API::
     doc = ReportDocument.of(result)         # result: analyzer.advisor.run_analysis(...)
     paths = write_reports(doc, "out/")      # {"html": .../report.html, "md": ..., "json": ...}
 
-Every renderer reads the same document (:class:`~analyzer.report.document.ReportDocument`,
-whose schema :mod:`analyzer.report.document` alone defines, or a ``report.json`` loaded
-back), so the three outputs carry the same content.
+Every renderer reads the same document: the typed view
+(:class:`~analyzer.report.document.Report`) of a :class:`ReportDocument`, whose schema
+:mod:`analyzer.report.document` alone defines, made fresh or from a ``report.json`` loaded
+back (:meth:`ReportDocument.load`), so the three outputs carry the same content.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import OutputError
-from analyzer.report.document import SCHEMA, ReportDocument, report_json
+from analyzer.report.document import SCHEMA, Report, ReportDocument, report_json
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 # Headless Chromium: no GPU, network chatter or first-run setup. Shared by the PDF printer
@@ -46,25 +47,29 @@ CHROMIUM_FLAGS = (
 if TYPE_CHECKING:
     from analyzer.advisor.pipeline import AnalysisResult
 
-    # a fresh document (or the analysis it is made of), or a report.json loaded back
-    Document = ReportDocument | AnalysisResult | dict[str, Any]
+    # a fresh document (or the analysis it is made of, or its typed view), or a
+    # report.json loaded back
+    Document = ReportDocument | Report | AnalysisResult | dict[str, Any]
 
 
-def _doc(document: Document) -> dict[str, Any]:
-    """The document with keys sorted, as it reads back from report.json: every renderer
-    sees the same order whether it is given a fresh document or a reloaded file."""
+def _doc(document: Document) -> Report:
+    """The document's typed view, with keys in the order report.json reads back in:
+    every renderer sees the same figures in the same order whether it is given a fresh
+    document or a reloaded file (a malformed dict is an InputError naming the field)."""
+    if isinstance(document, Report):
+        return document
+    if isinstance(document, ReportDocument):
+        return document.report
     if isinstance(document, dict):
-        doc = document
-    else:
-        fresh = document if isinstance(document, ReportDocument) else ReportDocument.of(document)
-        doc = fresh.json
-    sorted_doc: dict[str, Any] = json.loads(json.dumps(doc, sort_keys=True))
-    return sorted_doc
+        loaded = json.loads(json.dumps(document, sort_keys=True))
+        return ReportDocument.from_json(loaded, "the report document").report
+    return ReportDocument.of(document).report
 
 
 def render_json(document: Document) -> str:
     """Deterministic JSON text: sorted keys, floats already rounded, no timestamps."""
-    return json.dumps(_doc(document), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    text = json.dumps(_doc(document).to_json(), sort_keys=True, indent=2, ensure_ascii=False)
+    return text + "\n"
 
 
 def render_markdown(document: Document) -> str:
@@ -110,11 +115,11 @@ def write_pdf(html_path: Path, pdf_path: Path) -> bool:
     return pdf_path.is_file() and pdf_path.stat().st_size > 0
 
 
-def write_deploy(doc: dict[str, Any], out: Path) -> bool:
+def write_deploy(document: Document, out: Path) -> bool:
     """Write the document's deployment bundle to ``out/deploy/`` (launch scripts
     executable). The folder is built beside the old one and swapped in, so a failed
     write never leaves a mix of two analyses' files."""
-    files = (doc.get("deploy") or {}).get("files") or []
+    files = _doc(document).deploy.files
     if not files:
         return False
     final = out / "deploy"
@@ -124,13 +129,13 @@ def write_deploy(doc: dict[str, Any], out: Path) -> bool:
         if d.exists():
             shutil.rmtree(d)
     for f in files:
-        rel = Path(f["path"])
+        rel = Path(f.path)
         # Paths come from analyzer.advisor.deploy; never let one leave deploy/.
         assert rel.parts[0] == "deploy" and ".." not in rel.parts and not rel.is_absolute()
         target = tmp.joinpath(*rel.parts[1:])
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(f["text"], encoding="utf-8")
-        if f["kind"] == "bash":
+        target.write_text(f.text, encoding="utf-8")
+        if f.kind == "bash":
             target.chmod(0o755)
     if final.exists():
         final.rename(old)
@@ -140,7 +145,7 @@ def write_deploy(doc: dict[str, Any], out: Path) -> bool:
     return True
 
 
-def deploy_zip(doc: dict[str, Any]) -> bytes:
+def deploy_zip(document: Document) -> bytes:
     """The deployment bundle as one zip (fixed timestamps: the same document gives the
     same bytes), for the dashboard's download."""
     import io
@@ -148,11 +153,11 @@ def deploy_zip(doc: dict[str, Any]) -> bytes:
 
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        for f in (doc.get("deploy") or {}).get("files") or []:
-            info = zipfile.ZipInfo(f["path"], date_time=(1980, 1, 1, 0, 0, 0))
-            info.external_attr = (0o755 if f["kind"] == "bash" else 0o644) << 16
+        for f in _doc(document).deploy.files:
+            info = zipfile.ZipInfo(f.path, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = (0o755 if f.kind == "bash" else 0o644) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
-            z.writestr(info, f["text"])
+            z.writestr(info, f.text)
     return buf.getvalue()
 
 
@@ -189,6 +194,7 @@ def write_reports(
 __all__ = [
     "CHROMIUM_FLAGS",
     "SCHEMA",
+    "Report",
     "ReportDocument",
     "deploy_zip",
     "find_chromium",

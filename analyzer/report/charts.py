@@ -1,9 +1,9 @@
 """Report charts: Altair specs rendered to SVG offline with vl-convert.
 
 The SVG is embedded inline in the HTML report, so the report needs no script, font
-or network access to display. Each function takes the report document (the
-``kvpool.report/2`` JSON) and returns an SVG string, or None when the document
-holds no data for that chart.
+or network access to display. Each function takes the report document's typed view
+(:class:`analyzer.report.document.Report`) and returns an SVG string, or None when the
+document holds no data for that chart.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 import altair as alt
 
+from analyzer.report.document import Report
 from analyzer.report.figures import (
     SCENARIO_ORDER,
     SOURCE_LABELS,
@@ -54,12 +55,12 @@ def _base(values: list[dict[str, Any]]) -> alt.Chart:
     return alt.Chart(alt.Data(values=values)).properties(width=WIDTH, height=HEIGHT)
 
 
-def hit_ratio_curve(doc: dict[str, Any]) -> str | None:
-    curve = ((doc.get("reuse") or {}).get("analysis") or {}).get("curves", {}).get("lru") or []
+def hit_ratio_curve(doc: Report) -> str | None:
+    curve = (doc.reuse.analysis.curves or {}).get("lru") or ()
     pts = [
-        {"capacity_tokens": max(int(p["capacity_tokens"]), 1), "hit_rate": p["hit_rate"]}
+        {"capacity_tokens": max(int(p.capacity_tokens), 1), "hit_rate": p.hit_rate}
         for p in curve
-        if p.get("hit_rate") is not None
+        if p.hit_rate is not None
     ]
     if len(pts) < 2:
         return None
@@ -73,17 +74,17 @@ def hit_ratio_curve(doc: dict[str, Any]) -> str | None:
             y=alt.Y("hit_rate:Q", axis=alt.Axis(format="%"), title="steady-state hit rate (LRU)"),
         )
     )
-    marks = []
-    sz = doc.get("sizing") or {}
-    reuse_fig = (doc.get("reuse") or {}).get("figures") or {}
-    if reuse_fig.get("knee_tokens"):
-        marks.append({"capacity_tokens": reuse_fig["knee_tokens"], "what": "knee (pool capacity)"})
-    if sz.get("hbm_cache_per_instance_tokens"):
+    marks: list[dict[str, Any]] = []
+    sz = doc.sizing
+    knee = doc.reuse.figures.knee_tokens
+    if knee:
+        marks.append({"capacity_tokens": knee, "what": "knee (pool capacity)"})
+    if sz is not None and sz.hbm_cache_per_instance_tokens:
         marks.append(
-            {"capacity_tokens": sz["hbm_cache_per_instance_tokens"], "what": "HBM cache / instance"}
+            {"capacity_tokens": sz.hbm_cache_per_instance_tokens, "what": "HBM cache / instance"}
         )
-    if sz.get("dram_per_node_tokens"):
-        marks.append({"capacity_tokens": sz["dram_per_node_tokens"], "what": "host DRAM / node"})
+    if sz is not None and sz.dram_per_node_tokens:
+        marks.append({"capacity_tokens": sz.dram_per_node_tokens, "what": "host DRAM / node"})
     layers = [line]
     if marks:
         rules = (
@@ -98,9 +99,9 @@ def hit_ratio_curve(doc: dict[str, Any]) -> str | None:
     return to_svg(alt.layer(*layers).properties(title="Hit ratio against capacity"))
 
 
-def sources_chart(doc: dict[str, Any]) -> str | None:
-    src = ((doc.get("reuse") or {}).get("analysis") or {}).get("sources") or {}
-    shares = src.get("share_of_prompt") or {}
+def sources_chart(doc: Report) -> str | None:
+    src = doc.reuse.analysis.sources
+    shares = (src.share_of_prompt if src is not None else None) or {}
     if not shares:
         return None
     labels = SOURCE_LABELS
@@ -117,10 +118,11 @@ def sources_chart(doc: dict[str, Any]) -> str | None:
     return to_svg(chart)
 
 
-def break_even_chart(doc: dict[str, Any]) -> str | None:
-    bw = doc.get("bandwidth") or {}
-    curve = bw.get("curve") or []
-    pts = [p for p in curve if p.get("break_even_gbps") is not None]
+def break_even_chart(doc: Report) -> str | None:
+    bw = doc.bandwidth
+    if bw is None:
+        return None
+    pts = [p.to_json() for p in bw.curve if p.break_even_gbps is not None]
     if len(pts) < 2:
         return None
     line = (
@@ -134,9 +136,9 @@ def break_even_chart(doc: dict[str, Any]) -> str | None:
         )
     )
     tiers = [
-        {"tier": f"{t['role']}: {t['tier']}", "gbps": t["bandwidth_gbps"]}
-        for t in bw.get("tiers") or []
-        if t.get("bandwidth_gbps")
+        {"tier": f"{t.role}: {t.tier}", "gbps": t.bandwidth_gbps}
+        for t in bw.tiers
+        if t.bandwidth_gbps
     ]
     layers = [line]
     if tiers:
@@ -150,7 +152,7 @@ def break_even_chart(doc: dict[str, Any]) -> str | None:
                 ),
             )
         )
-    median = [{"prefix_tokens": bw.get("prefix_tokens")}] if bw.get("prefix_tokens") else []
+    median = [{"prefix_tokens": bw.prefix_tokens}] if bw.prefix_tokens else []
     if median:
         layers.append(
             alt.Chart(alt.Data(values=median)).mark_rule(color="#555").encode(x="prefix_tokens:Q")
@@ -162,18 +164,13 @@ def break_even_chart(doc: dict[str, Any]) -> str | None:
     )
 
 
-def _scenarios(doc: dict[str, Any]) -> dict[str, Any]:
-    return ((doc.get("replay") or {}).get("scenarios")) or {}
-
-
-def ttft_chart(doc: dict[str, Any]) -> str | None:
-    sc = _scenarios(doc)
+def ttft_chart(doc: Report) -> str | None:
     vals = []
-    for name, s in sc.items():
-        t = s.get("ttft_s") or {}
-        for q in ("mean", "p50", "p90", "p99"):
-            if t.get(q) is not None:
-                vals.append({"scenario": name, "statistic": q, "ttft_s": t[q]})
+    for name, s in doc.scenarios.items():
+        t = s.ttft_s
+        for q, x in (("mean", t.mean), ("p50", t.p50), ("p90", t.p90), ("p99", t.p99)):
+            if x is not None:
+                vals.append({"scenario": str(name), "statistic": q, "ttft_s": x})
     if not vals:
         return None
     chart = (
@@ -190,16 +187,15 @@ def ttft_chart(doc: dict[str, Any]) -> str | None:
     return to_svg(chart)
 
 
-def tier_hits_chart(doc: dict[str, Any]) -> str | None:
-    sc = _scenarios(doc)
+def tier_hits_chart(doc: Report) -> str | None:
     vals = []
-    for name, s in sc.items():
-        for tier, v in (s.get("hit_rate_by_tier") or {}).items():
+    for name, s in doc.scenarios.items():
+        for tier, v in s.hit_rate_by_tier.items():
             rank = TIER_ORDER.index(tier) if tier in TIER_ORDER else len(TIER_ORDER)
             vals.append(
                 {
-                    "scenario": name,
-                    "tier": tier,
+                    "scenario": str(name),
+                    "tier": str(tier),
                     "tier_label": TIER_LABELS.get(tier, tier),
                     "rank": rank,
                     "hit_rate": v,
@@ -232,10 +228,10 @@ def tier_hits_chart(doc: dict[str, Any]) -> str | None:
     return to_svg(chart)
 
 
-def network_chart(doc: dict[str, Any]) -> str | None:
-    sc = _scenarios(doc)
+def network_chart(doc: Report) -> str | None:
     vals = [
-        {"scenario": n, "network_gb": (s.get("network_bytes") or 0.0) / 1e9} for n, s in sc.items()
+        {"scenario": str(n), "network_gb": (s.network_bytes or 0.0) / 1e9}
+        for n, s in doc.scenarios.items()
     ]
     if not vals:
         return None
@@ -258,7 +254,7 @@ def network_chart(doc: dict[str, Any]) -> str | None:
     return to_svg(chart)
 
 
-def all_charts(doc: dict[str, Any]) -> dict[str, str]:
+def all_charts(doc: Report) -> dict[str, str]:
     out = {}
     for name, fn in (
         ("hit_ratio", hit_ratio_curve),

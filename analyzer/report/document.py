@@ -1,10 +1,15 @@
-"""The ``kvpool.report/2`` document: the one JSON form of an analysis.
+"""The ``kvpool.report/2`` document: the one JSON form of an analysis, and its typed view.
 
 :class:`ReportDocument` is made once from the advisor's typed result
 (:class:`~analyzer.advisor.pipeline.AnalysisResult`); ``report.json``, ``kvpool analyze
---json`` and the dashboard's download are its :meth:`ReportDocument.to_json`, and the
-Markdown, HTML and terminal renderers read that same document. This module alone knows
-the schema's layout; the stages hand it objects, never dictionaries.
+--json`` and the dashboard's download are its :meth:`ReportDocument.to_json`. This module
+alone knows the schema's layout: it builds the JSON (:func:`report_document`), rounds it
+(:func:`canonical`), and reads it back into :class:`Report`, a tree of frozen dataclasses
+whose fields are the schema's keys (units in the names, enums where the schema holds a
+verdict, objective, scenario or tier name). The Markdown, HTML and terminal renderers,
+the summary and the dashboard read attributes of that view, never keys, and a
+``report.json`` loaded back (:meth:`ReportDocument.load`) gives the same view, so every
+output prints the same rounded figures whether it is made fresh or from the file.
 
 Floats are rounded to 6 significant digits and NaN or infinity become ``null``
 (:func:`canonical`), so the same input and flags give the same bytes.
@@ -12,19 +17,28 @@ Floats are rounded to 6 significant digits and NaN or infinity become ``null``
 
 from __future__ import annotations
 
+import copy
+import json
 import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from enum import Enum
+from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import NoneType, UnionType
+from typing import TYPE_CHECKING, Any, Union, get_args, get_origin, get_type_hints
 
 import numpy as np
 
 from analyzer import __version__
 from analyzer.advisor import gates as gates_mod
 from analyzer.advisor.economics import economics_json
-from analyzer.advisor.figures import VERDICT_SCENARIO, Objective
+from analyzer.advisor.figures import VERDICT_SCENARIO, Objective, Verdict
 from analyzer.advisor.products import DOCS_CHECKED
 from analyzer.advisor.sensitivity import summarize
+from analyzer.errors import InputError, Location
+from analyzer.outputs import note_input
+from analyzer.replay.config import Scenario, Tier
 
 if TYPE_CHECKING:
     from analyzer.advisor.pipeline import AnalysisResult, AnalyzeOptions
@@ -32,39 +46,951 @@ if TYPE_CHECKING:
 SCHEMA = "kvpool.report/2"
 
 
+# -- reading the schema into frozen dataclasses --------------------------------------------
+#
+# A view class's fields are the JSON object's keys. ``rest`` collects the keys a view
+# does not name (a stage's output carries more than the renderers read): they travel
+# through unchanged, so ``to_json(from_json(d)) == d``. An ``absent`` field is a key some
+# documents leave out: None in the view, its name in ``missing``, and left out again on
+# the way back (a key written as null stays null). Numbers
+# keep their JSON type (an int stays an int in a float field), so the text written back
+# is the text read.
+
+
+class ReportFormatError(ValueError):
+    """A document that does not fit the schema; ``field`` is the dotted path to it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+        self.message = message
+
+
+# Field markers: ``rest`` holds the keys a view does not name; an ``absent`` key may be
+# left out of the JSON (None here); ``missing`` lists the absent keys this object's JSON
+# left out, so they are left out again on the way back.
+_REST = {"rest": True}
+_ABSENT = {"absent": True}
+_MISSING = {"missing": True}
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true/false"}.get(
+        type(value), "null" if value is None else "a number"
+    )
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def _load(tp: Any, value: Any, where: str) -> Any:
+    """``value`` (from ``json.loads``) as the type ``tp`` names; a mismatch raises
+    :class:`ReportFormatError` naming the field."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return copy.deepcopy(value)
+    if origin in (Union, UnionType):
+        args = get_args(tp)
+        if value is None and NoneType in args:
+            return None
+        (one,) = [a for a in args if a is not NoneType]
+        return _load(one, value, where)
+    if value is None:
+        raise ReportFormatError(where, "is null")
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise ReportFormatError(where, f"expected a list, got {_kind(value)}")
+        item = get_args(tp)[0]
+        return tuple(_load(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is Mapping:
+        if not isinstance(value, dict):
+            raise ReportFormatError(where, f"expected an object, got {_kind(value)}")
+        kt, vt = get_args(tp)
+        return {
+            _load(kt, k, f"{where}.{k}"): _load(vt, v, f"{where}.{k}") for k, v in value.items()
+        }
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        if not isinstance(value, str) or value not in {m.value for m in tp}:
+            names = ", ".join(m.value for m in tp)
+            raise ReportFormatError(where, f"unknown {tp.__name__.lower()} {value!r} ({names})")
+        return tp(value)
+    if tp is bool:
+        ok = isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif tp is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    elif tp is str:
+        ok = isinstance(value, str)
+    elif is_dataclass(tp):
+        return _load_object(tp, value, where)  # type: ignore[arg-type]
+    else:  # pragma: no cover - a view class names a type this reader does not know
+        raise TypeError(f"no reader for {tp!r}")
+    if not ok:
+        raise ReportFormatError(where, f"expected {tp.__name__}, got {_kind(value)}")
+    return value
+
+
+def _load_object(cls: type, value: Any, where: str) -> Any:
+    if not isinstance(value, dict):
+        raise ReportFormatError(where, f"expected an object, got {_kind(value)}")
+    hints = _hints(cls)
+    args: dict[str, Any] = {}
+    rest: str | None = None
+    known: set[str] = set()
+    missing: list[str] = []
+    for f in fields(cls):
+        if f.metadata.get("rest"):
+            rest = f.name
+            continue
+        if f.metadata.get("missing"):
+            continue
+        known.add(f.name)
+        at = f"{where}.{f.name}" if where else f.name
+        if f.name in value:
+            args[f.name] = _load(hints[f.name], value[f.name], at)
+        elif f.metadata.get("absent"):
+            missing.append(f.name)
+        else:
+            raise ReportFormatError(at, "missing")
+    unknown = [k for k in value if k not in known]
+    if unknown and rest is None:
+        raise ReportFormatError(f"{where}.{unknown[0]}" if where else unknown[0], "unknown field")
+    if rest is not None:
+        args[rest] = {k: copy.deepcopy(value[k]) for k in unknown}
+    if missing:
+        args["missing"] = frozenset(missing)
+    return cls(**args)
+
+
+def _dump(x: Any) -> Any:
+    """A view back to plain JSON values (enums as their names, tuples as lists)."""
+    if isinstance(x, Enum):
+        return x.value
+    if is_dataclass(x) and not isinstance(x, type):
+        out: dict[str, Any] = {}
+        left_out: frozenset[str] = getattr(x, "missing", frozenset())
+        for f in fields(x):
+            v = getattr(x, f.name)
+            if f.metadata.get("rest"):
+                out.update(copy.deepcopy(dict(v)))
+            elif not f.metadata.get("missing") and f.name not in left_out:
+                out[f.name] = _dump(v)
+        return out
+    if isinstance(x, tuple | list):
+        return [_dump(v) for v in x]
+    if isinstance(x, Mapping):
+        return {_dump(k): _dump(v) for k, v in x.items()}
+    return x
+
+
+class _View:
+    """``to_json`` for every view class."""
+
+    __slots__ = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = _dump(self)
+        return out
+
+
+# -- the view: one class per object of the schema ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InputFile(_View):
+    name: str
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdsView(_View):
+    """``options.thresholds``: the decision thresholds of this run (fractions)."""
+
+    bandwidth_margin: float
+    min_dram_gain: float
+    min_pool_advantage: float
+    min_pool_saving: float
+    min_requests: int
+    min_reuse: float
+    objective: Objective
+    pilot_fraction: float
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class PricesView(_View):
+    """``options.prices``: the price flags of this run (None: the catalog's)."""
+
+    dram_gb_month_usd: float | None
+    gpu_hour_usd: float | None
+    nic_node_month_usd: float | None
+    nvme_tb_month_usd: float | None
+    prices_file: str | None
+    store_month_usd: float | None
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions(_View):
+    """``options``: the flags of this run (file and tenant names left out)."""
+
+    model: str
+    gpu: str
+    tp: int
+    instances: int
+    gpus_per_node: int
+    dram_scope: str
+    kv_dtype: str
+    mfu: float | None
+    pool_gbps: float | None
+    pool_tier: str
+    dram_tier: str
+    local_capacity_tokens: int | None
+    dram_capacity_tokens: int | None
+    pool_capacity_tokens: int | None
+    router: str
+    ttft_slo_s: float
+    warmup: float
+    block_size: int | None
+    fmt: str | None
+    template: str | None
+    tokenizer: str
+    only_model: str | None
+    current_instances: int | None
+    current_router: str | None
+    current_local_capacity_tokens: int | None
+    search_rate: bool
+    sensitivity_replays: bool
+    knee_fraction: float
+    thresholds: ThresholdsView
+    peak_window_s: float
+    prices: PricesView
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped(_View):
+    """``trace.skipped``: input rows left out, by reason, with a few examples."""
+
+    total: int | None = field(default=None, metadata=_ABSENT)
+    by_reason: Mapping[str, int] | None = field(default=None, metadata=_ABSENT)
+    examples: tuple[str, ...] | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class Tokenization(_View):
+    tokenizer: str | None = field(default=None, metadata=_ABSENT)
+    template: str | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSection(_View):
+    """``trace``: the log's size and what it carries."""
+
+    n_requests: int
+    duration_s: float
+    prompt_tokens_total: int
+    mean_prompt_tokens: float
+    skipped: Skipped
+    tokenization: Tokenization
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReplay(_View):
+    """``models.per_model[].replay``: one model's cluster replayed alone."""
+
+    local_hit_rate: float | None = field(default=None, metadata=_ABSENT)
+    pooled_hit_rate: float | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFigures(_View):
+    """``models.per_model[]``: one served model's share of the log and its reuse."""
+
+    model: str
+    requests: int
+    prompt_tokens: int
+    catalog_id: str | None = field(default=None, metadata=_ABSENT)
+    ceiling_hit_rate: float | None = field(default=None, metadata=_ABSENT)
+    footprint_gb: float | None = field(default=None, metadata=_ABSENT)
+    replay: ModelReplay | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelsSection(_View):
+    """``models``: the models the log names (an empty object when it names none)."""
+
+    count: int | None = field(default=None, metadata=_ABSENT)
+    per_model: tuple[ModelFigures, ...] | None = field(default=None, metadata=_ABSENT)
+    shared_pool_note: str | None = field(default=None, metadata=_ABSENT)
+    per_model_replay: str | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredRate(_View):
+    requests: int
+    hit_rate: float
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredHits(_View):
+    """``measured_vs_projected.measured``: the hit rate the log's responses report."""
+
+    requests: int
+    steady_requests: int
+    hit_rate: float
+    by_model: Mapping[str, MeasuredRate] | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectedHits(_View):
+    """``measured_vs_projected.projected``: today's deployment replayed."""
+
+    hit_rate: float
+    instances: int
+    router: str
+    local_capacity_tokens_per_instance: int
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredVsProjected(_View):
+    measured: MeasuredHits
+    projected: ProjectedHits | None
+    tolerance: float
+    within_tolerance: bool
+    fitted_local_capacity_tokens_per_instance: int | None
+    fitted_hit_rate: float | None
+    fit_note: str
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class Check(_View):
+    """``verdict.checks[]``: one step of the decision (value and threshold in the check's
+    unit: a fraction, GB/s or USD, as its name says)."""
+
+    step: int
+    name: str
+    passed: bool | None
+    value: float | None
+    threshold: float | None
+    text: str
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionView(_View):
+    """``verdict.projection``: projected gains against the baseline (fractions)."""
+
+    pooled_throughput_gain: float | None
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictSection(_View):
+    verdict: Verdict
+    reasons: tuple[str, ...]
+    confidence: str
+    confidence_statement: str
+    missing: tuple[str, ...]
+    checks: tuple[Check, ...]
+    projection: ProjectionView
+    scenario: Scenario | None
+    objective: Objective
+    reason_facts: Any
+    figures: Any
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class CurvePoint(_View):
+    """One point of a hit-ratio curve: steady-state hit rate at a cache capacity."""
+
+    capacity_tokens: int
+    hit_rate: float | None
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity(_View):
+    """A cache capacity in tokens, GB (1e9 bytes) and GiB."""
+
+    capacity_tokens: int | None = field(default=None, metadata=_ABSENT)
+    capacity_gb: float | None = field(default=None, metadata=_ABSENT)
+    capacity_gib: float | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class ReuseSources(_View):
+    """``reuse.analysis.sources``: whose earlier requests the reused tokens come from."""
+
+    share_of_prompt: Mapping[str, float] | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class TopPrefix(_View):
+    prefix_tokens: int | None = field(default=None, metadata=_ABSENT)
+    requests: int | None = field(default=None, metadata=_ABSENT)
+    reused_tokens: int | None = field(default=None, metadata=_ABSENT)
+    preview: str | None = field(default=None, metadata=_ABSENT)
+    hash: str | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class TopPrefixes(_View):
+    by_volume: tuple[TopPrefix, ...] | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class ReuseAnalysis(_View):
+    """``reuse.analysis``: ``kvpool reuse --json`` of the log (the sections the report
+    draws are typed; the rest travels as the reuse stage wrote it)."""
+
+    curves: Mapping[str, tuple[CurvePoint, ...]] | None = field(default=None, metadata=_ABSENT)
+    knees: Mapping[str, Capacity] | None = field(default=None, metadata=_ABSENT)
+    sources: ReuseSources | None = field(default=None, metadata=_ABSENT)
+    top_prefixes: TopPrefixes | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class ReuseFiguresView(_View):
+    """``reuse.figures``: the steady-state reuse figures the decision used."""
+
+    measurable: bool
+    reason: str | None
+    ceiling_hit_rate: float
+    cold_ceiling_hit_rate: float
+    warmup: float
+    median_prefix_tokens: int
+    knee_tokens: int
+    knee_fraction: float
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class ReuseSection(_View):
+    figures: ReuseFiguresView
+    analysis: ReuseAnalysis
+
+
+@dataclass(frozen=True, slots=True)
+class BreakEvenPoint(_View):
+    prefix_tokens: int
+    break_even_gbps: float | None  # None: loading cannot beat recomputing
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class TierLink(_View):
+    """``bandwidth.tiers[]``: a tier's link (role: dram, nvme or pool)."""
+
+    role: Tier
+    tier: str
+    bandwidth_gbps: float
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class BandwidthSection(_View):
+    """``bandwidth``: the break-even bandwidth at the median reusable prefix."""
+
+    break_even_gbps: float
+    bytes_per_token: int
+    prefill_tokens_per_s: float
+    prefix_tokens: int
+    tiers: tuple[TierLink, ...]
+    curve: tuple[BreakEvenPoint, ...]
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class CostSection(_View):
+    """``cost``: the cost model's setting (model, GPU, precision)."""
+
+    bytes_per_token: int
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class Interval(_View):
+    """A figure with the low and high ends of its range."""
+
+    value: float
+    low: float
+    high: float
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorBand(_View):
+    """``uncertainty.band``: the cost model's measured error."""
+
+    basis: str
+    kind: str
+    extrapolated: bool
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class Uncertainty(_View):
+    """``uncertainty``: ranges from the cost model's measured error."""
+
+    band: ErrorBand
+    break_even_gbps: Interval
+    prefill_tokens_per_s: Interval
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class TtftSeconds(_View):
+    """A scenario's TTFT statistics, seconds."""
+
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class RateSearch(_View):
+    capped: bool
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioView(_View):
+    """``replay.scenarios[name]``: one deployment option replayed."""
+
+    hit_rate: float
+    hit_rate_by_tier: Mapping[Tier, float]
+    ttft_s: TtftSeconds
+    prefill_gpu_s: float
+    network_bytes: float
+    max_rate_scale_at_slo: float | None
+    rate_search: RateSearch | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayCluster(_View):
+    """``replay.cluster``: the cluster every scenario ran on."""
+
+    instances: int
+    tp: int
+    gpu: str
+    nodes: int
+    router: str
+    ttft_slo_s: float
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySection(_View):
+    """``replay``: ``kvpool replay --json`` of the log."""
+
+    cluster: ReplayCluster
+    scenarios: Mapping[Scenario, ScenarioView]
+    miniature: Mapping[str, Any] | None = field(
+        default=None, metadata=_ABSENT
+    )  # read by replay.miniature.describe
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class SizingSection(_View):
+    """``sizing``: the sized recommendation."""
+
+    pool: bool
+    pool_capacity_tokens: int
+    pool_capacity_gb: float
+    pool_capacity_gib: float
+    knee_fraction: float
+    dram_per_node_tokens: int
+    dram_per_node_gb: float
+    dram_per_node_gib: float
+    dram_reason: str
+    hbm_cache_per_instance_tokens: int
+    hbm_cache_per_instance_gb: float
+    network_per_node_gbps: float
+    nic: str
+    block_size_tokens: int
+    chunk_size_tokens: int
+    block_size_reason: str
+    router: str
+    router_reason: str
+    eviction: str
+    eviction_reason: str
+    instances: int
+    nodes: int
+    instances_per_node: int
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class Setting(_View):
+    option: str
+    value: str
+    why: str
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class ProductSettingsView(_View):
+    """``settings[]``: one product's settings and its launch snippet."""
+
+    product: str
+    mode: str
+    settings: tuple[Setting, ...]
+    snippet: str
+    snippet_lang: str
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class ProductChecked(_View):
+    product: str
+    version: str
+    pages: str
+    options: str
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class FlipRowView(_View):
+    """``sensitivity.rows[]``: one perturbed input and the verdict it gives."""
+
+    dimension: str
+    value: str
+    verdict: Verdict
+    flips: bool
+    note: str | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class SensitivitySection(_View):
+    rows: tuple[FlipRowView, ...]
+    summary: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CriterionView(_View):
+    metric: str
+    op: str
+    threshold: float
+    text: str
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class GateView(_View):
+    """``gates.plan[]``: one pilot gate (``analyzer.advisor.gates.gate_from_json`` reads it
+    for ``kvpool validate``)."""
+
+    id: str
+    name: str
+    run: str
+    results_role: str
+    criteria: tuple[CriterionView, ...]
+    projected: Mapping[str, float]
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class GatesSection(_View):
+    plan: tuple[GateView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PilotCommandView(_View):
+    tool: str
+    purpose: str
+    note: str
+    command: str
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class PilotSection(_View):
+    commands: tuple[PilotCommandView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeployFileView(_View):
+    """``deploy.files[]``: one file of the deployment bundle (path under deploy/)."""
+
+    path: str
+    kind: str
+    role: str
+    option: str
+    stack: str
+    text: str
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class PerProcess(_View):
+    """``deploy.per_process[]``: one product setting's size per process, in bytes."""
+
+    option: str
+    stack: str
+    setting: str
+    per: str
+    bytes_each: int
+    units: int
+    units_per_node: int
+    total: str
+    total_bytes: int
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class DeploySection(_View):
+    files: tuple[DeployFileView, ...]
+    per_process: tuple[PerProcess, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Assumption(_View):
+    what: str
+    value: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Load(_View):
+    """``economics.load``: requests/s on average and in the busiest window."""
+
+    mean_rps: float
+    peak_rps: float
+    peak_window_s: float
+    peak_factor: float
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class OptionCost(_View):
+    """``economics.options[name]``: GPUs and money of one option, per month."""
+
+    capacity_bound: str | None = field(default=None, metadata=_ABSENT)
+    gpus_at_mean_load: int | None = field(default=None, metadata=_ABSENT)
+    gpus_at_peak_load: int | None = field(default=None, metadata=_ABSENT)
+    gpus_saved: int | None = field(default=None, metadata=_ABSENT)
+    gpu_usd_month: float | None = field(default=None, metadata=_ABSENT)
+    added_usd_month: float | None = field(default=None, metadata=_ABSENT)
+    dram_gb: float | None = field(default=None, metadata=_ABSENT)
+    nvme_tb: float | None = field(default=None, metadata=_ABSENT)
+    nic_nodes: int | None = field(default=None, metadata=_ABSENT)
+    total_usd_month: float | None = field(default=None, metadata=_ABSENT)
+    net_usd_month: float | None = field(default=None, metadata=_ABSENT)
+    payback_months: float | None = field(default=None, metadata=_ABSENT)
+    pilot_usd: float | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class Price(_View):
+    """``economics.prices[]``: one price used, with its source and the date it was read."""
+
+    what: str
+    usd: float | None
+    unit: str
+    source: str | None = field(default=None, metadata=_ABSENT)
+    date: str | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class EconomicsSection(_View):
+    """``economics``: GPUs needed at the mean and busiest load, and money per option."""
+
+    load: Load | None = field(default=None, metadata=_ABSENT)
+    options: Mapping[Scenario, OptionCost] | None = field(default=None, metadata=_ABSENT)
+    prices: tuple[Price, ...] | None = field(default=None, metadata=_ABSENT)
+    aggregated_prefill_share: float | None = field(default=None, metadata=_ABSENT)
+    pilot_hours: float | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class SideOption(_View):
+    """``side_by_side[].options[name]``: one option re-priced on another model or GPU."""
+
+    ttft_mean_s: float | None = field(default=None, metadata=_ABSENT)
+    ttft_p90_s: float | None = field(default=None, metadata=_ABSENT)
+    gpus_at_peak_load: int | None = field(default=None, metadata=_ABSENT)
+    total_usd_month: float | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class SideBySideRow(_View):
+    """``side_by_side[]``: the log priced on one model and GPU."""
+
+    model: str
+    tp: int
+    gpu: str
+    verdict: Verdict | None = field(default=None, metadata=_ABSENT)
+    options: Mapping[Scenario, SideOption] | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class Report(_View):
+    """A ``kvpool.report/2`` document as typed, frozen objects (module docstring)."""
+
+    schema: str
+    kvpool_version: str
+    summary: tuple[str, ...]
+    inputs: tuple[InputFile, ...]
+    options: RunOptions
+    trace: TraceSection
+    models: ModelsSection
+    warnings: tuple[str, ...]
+    measured_vs_projected: MeasuredVsProjected | None
+    verdict: VerdictSection
+    reuse: ReuseSection
+    bandwidth: BandwidthSection | None
+    cost: CostSection | None
+    uncertainty: Uncertainty | None
+    replay: ReplaySection | None
+    sizing: SizingSection | None
+    settings: tuple[ProductSettingsView, ...]
+    products_checked: tuple[ProductChecked, ...]
+    sensitivity: SensitivitySection
+    gates: GatesSection
+    pilot: PilotSection
+    deploy: DeploySection
+    assumptions: tuple[Assumption, ...]
+    economics: EconomicsSection | None
+    side_by_side: tuple[SideBySideRow, ...]
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Report:
+        """The view of a document as ``json.loads`` gives it; :class:`ReportFormatError`
+        names the first field that does not fit (the schema version first)."""
+        if not isinstance(doc, dict):
+            raise ReportFormatError("", f"expected a JSON object, got {_kind(doc)}")
+        if doc.get("schema") != SCHEMA:
+            raise ReportFormatError(
+                "schema", f"not a {SCHEMA} document (schema {doc.get('schema')!r})"
+            )
+        out: Report = _load_object(cls, doc, "")
+        return out
+
+    @property
+    def scenarios(self) -> Mapping[Scenario, ScenarioView]:
+        """The replayed scenarios by name (empty without a replay)."""
+        return {} if self.replay is None else self.replay.scenarios
+
+
 @dataclass(frozen=True, slots=True)
 class ReportDocument:
-    """One analysis in the report's schema, built once from the advisor's ``result``:
-    ``json`` is the canonical document (rounded floats), ``summary`` its three opening
-    sentences, written from the rounded figures the reader sees."""
+    """One analysis in the report's schema, built once: ``report`` is the typed view of
+    the canonical document (rounded floats, keys in the order report.json reads back in),
+    its ``summary`` the three opening sentences, written from the rounded figures the
+    reader sees."""
 
-    result: AnalysisResult = field(repr=False)
-    json: dict[str, Any] = field(repr=False)
-    summary: tuple[str, ...]
+    report: Report
 
     @classmethod
     def of(cls, result: AnalysisResult) -> ReportDocument:
-        from analyzer.advisor.summary import summary_sentences
+        from analyzer.report.summary import summary_sentences
 
         doc: dict[str, Any] = canonical(report_document(result))
-        summary = tuple(summary_sentences(doc))
-        doc["summary"] = list(summary)
-        return cls(result=result, json=doc, summary=summary)
+        doc["summary"] = []
+        # the order a reloaded report.json has, so a fresh and a reloaded view render alike
+        doc = json.loads(json.dumps(doc, sort_keys=True))
+        view = Report.from_json(doc)
+        return cls(replace(view, summary=tuple(summary_sentences(view))))
+
+    @classmethod
+    def from_json(cls, doc: Any, source: str = "report.json") -> ReportDocument:
+        """A document loaded back; a malformed one is an :class:`InputError` naming
+        ``source`` and the field."""
+        try:
+            return cls(Report.from_json(doc))
+        except ReportFormatError as exc:
+            raise InputError(
+                exc.message,
+                Location(source, field=exc.field or None),
+                hint="pass the report.json written by `kvpool analyze -o DIR`",
+            ) from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> ReportDocument:
+        """``report.json`` read back; an unreadable or malformed file is a one-line
+        :class:`InputError` naming the file (and the field)."""
+        p = Path(path)
+        note_input(p)
+        try:
+            doc = json.loads(p.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            raise InputError("not a UTF-8 JSON file", Location(str(path))) from None
+        except OSError as exc:
+            raise InputError(
+                f"cannot read report: {exc.strerror or exc}", Location(str(path))
+            ) from None
+        except json.JSONDecodeError as exc:
+            raise InputError(f"invalid JSON: {exc.msg}", Location(str(path), exc.lineno)) from None
+        except RecursionError:
+            raise InputError("JSON nested too deeply", Location(str(path))) from None
+        return cls.from_json(doc, str(path))
 
     @property
-    def verdict(self) -> str:
-        return self.result.decision.verdict
+    def summary(self) -> tuple[str, ...]:
+        return self.report.summary
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.report.verdict.verdict
 
     def to_json(self) -> dict[str, Any]:
         """The document as ``report.json`` holds it (a fresh copy, free to change)."""
-        import copy
-
-        return copy.deepcopy(self.json)
+        return self.report.to_json()
 
 
 def report_json(result: AnalysisResult) -> dict[str, Any]:
     """``ReportDocument.of(result).to_json()``: the analysis as ``report.json`` holds it."""
-    return ReportDocument.of(result).json
+    return ReportDocument.of(result).to_json()
 
 
 def _round(x: float) -> float | None:
@@ -95,7 +1021,8 @@ def _options_json(o: AnalyzeOptions) -> dict[str, Any]:
     settings that could name a file or a tenant (salt file, columns) stay out."""
     c, i = o.cluster, o.ingest
     return {
-        "model": c.model,
+        # a config.json path: keep the name only
+        "model": Path(c.model).name if c.model.lower().endswith(".json") else c.model,
         "gpu": c.gpu,
         "tp": c.tp,
         "instances": c.instances,
@@ -115,7 +1042,10 @@ def _options_json(o: AnalyzeOptions) -> dict[str, Any]:
         "block_size": i.block_size,
         "fmt": i.fmt,
         "template": i.template,
-        "tokenizer": i.tokenizer,
+        # a tokenizer folder: keep the name only
+        "tokenizer": i.tokenizer
+        if i.tokenizer in ("cl100k", "cl100k_base")
+        else Path(i.tokenizer).name,
         "only_model": o.only_model,
         "current_instances": o.current_instances,
         "current_router": o.current_router,
@@ -138,10 +1068,6 @@ def _options_json(o: AnalyzeOptions) -> dict[str, Any]:
 def report_document(r: AnalysisResult) -> dict[str, Any]:
     d = r.decision
     opts = _options_json(r.options)
-    if opts["model"].lower().endswith(".json"):  # a config.json path: keep the name only
-        opts["model"] = Path(opts["model"]).name
-    if opts["tokenizer"] not in ("cl100k", "cl100k_base"):  # a path: keep the name only
-        opts["tokenizer"] = Path(opts["tokenizer"]).name
     sizing = None
     if r.sizing is not None:
         s = r.sizing

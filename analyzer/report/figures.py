@@ -16,7 +16,7 @@ reader sees in a table (percentages, seconds, GB), never raw key names.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,9 @@ import pandas as pd
 from analyzer.advisor.figures import Verdict
 from analyzer.replay.config import Scenario, Tier
 from analyzer.trace import BlockTrace
+
+if TYPE_CHECKING:
+    from analyzer.report.document import SizingSection
 
 # --- orders, colours and words -------------------------------------------------------------
 
@@ -459,7 +462,7 @@ def scenarios_table(frame: pd.DataFrame) -> pd.DataFrame:
 # --- recommendation ------------------------------------------------------------------------
 
 
-def sizing_table(sizing: dict[str, Any]) -> list[dict[str, Any]]:
+def sizing_table(sizing: SizingSection) -> list[dict[str, Any]]:
     """The sized recommendation (the report's ``sizing`` object) as rows a manager reads:
     what, how much (in GB and tokens, GB/s, yes/no), and why."""
 
@@ -469,52 +472,50 @@ def sizing_table(sizing: dict[str, Any]) -> list[dict[str, Any]]:
     rows = [
         {
             "what": "Pooled KV store",
-            "value": "yes" if sizing.get("pool") else "no",
+            "value": "yes" if sizing.pool else "no",
             "why": "",
         }
     ]
-    if sizing.get("pool"):
+    if sizing.pool:
         rows.append(
             {
                 "what": "Pool capacity, whole cluster",
-                "value": gb_tok(sizing["pool_capacity_gb"], sizing["pool_capacity_tokens"]),
+                "value": gb_tok(sizing.pool_capacity_gb, sizing.pool_capacity_tokens),
                 "why": "the knee of the hit-ratio curve",
             }
         )
     rows += [
         {
             "what": "Host DRAM for KV, per node",
-            "value": gb_tok(sizing["dram_per_node_gb"], sizing["dram_per_node_tokens"]),
-            "why": sizing.get("dram_reason", ""),
+            "value": gb_tok(sizing.dram_per_node_gb, sizing.dram_per_node_tokens),
+            "why": sizing.dram_reason,
         },
         {
             "what": "HBM prefix cache, per instance",
-            "value": gb_tok(
-                sizing["hbm_cache_per_instance_gb"], sizing["hbm_cache_per_instance_tokens"]
-            ),
+            "value": gb_tok(sizing.hbm_cache_per_instance_gb, sizing.hbm_cache_per_instance_tokens),
             "why": "what the GPU's memory leaves after the weights and a reserve",
         },
         {
             "what": "Network per node",
-            "value": f"{sizing['network_per_node_gbps']:,.1f} GB/s ({sizing['nic']})",
+            "value": f"{sizing.network_per_node_gbps:,.1f} GB/s ({sizing.nic})",
             "why": "beats recomputing the shorter reused prefixes, with headroom",
         },
         {
             "what": "Engine block size",
-            "value": f"{sizing['block_size_tokens']:,} tokens",
-            "why": sizing.get("block_size_reason", ""),
+            "value": f"{sizing.block_size_tokens:,} tokens",
+            "why": sizing.block_size_reason,
         },
         {
             "what": "Offload chunk",
-            "value": f"{sizing['chunk_size_tokens']:,} tokens",
+            "value": f"{sizing.chunk_size_tokens:,} tokens",
             "why": "",
         },
-        {"what": "Router", "value": sizing["router"], "why": sizing.get("router_reason", "")},
-        {"what": "Eviction", "value": sizing["eviction"], "why": sizing.get("eviction_reason", "")},
+        {"what": "Router", "value": sizing.router, "why": sizing.router_reason},
+        {"what": "Eviction", "value": sizing.eviction, "why": sizing.eviction_reason},
         {
             "what": "Cluster",
-            "value": f"{sizing['instances']} instances on {sizing['nodes']} nodes "
-            f"({sizing['instances_per_node']} per node)",
+            "value": f"{sizing.instances} instances on {sizing.nodes} nodes "
+            f"({sizing.instances_per_node} per node)",
             "why": "",
         },
     ]

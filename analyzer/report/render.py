@@ -4,7 +4,8 @@ Both follow one outline (:func:`sections`): verdict first, key figures, reuse (c
 and sources), bandwidth (break-even), scenarios, sensitivity, sized recommendation
 and settings, gate plan, assumptions with sources, inputs. Tables are built once as
 lists of rows and formatted by each renderer, so the two carry the same content;
-the HTML adds the charts as inline SVG.
+the HTML adds the charts as inline SVG. Everything here reads the document's typed
+view (:class:`analyzer.report.document.Report`), never its JSON keys.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analyzer.advisor.figures import Verdict
-from analyzer.advisor.summary import (
+from analyzer.replay.config import Scenario, Tier
+from analyzer.report.document import Report, ScenarioView, TtftSeconds
+from analyzer.report.figures import SCENARIO_ORDER, VERDICT_COLOR, VERDICT_TEXT
+from analyzer.report.summary import (
     GLOSSARY,
     OPTION_LABEL,
     economics_table,
@@ -24,8 +28,6 @@ from analyzer.advisor.summary import (
     side_by_side_table,
     summary_sentences,
 )
-from analyzer.replay.config import Scenario, Tier
-from analyzer.report.figures import SCENARIO_ORDER, VERDICT_COLOR, VERDICT_TEXT
 
 
 def pct(x: float | None) -> str:
@@ -42,22 +44,17 @@ def num(x: float | None, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
-def threshold_pct(doc: dict[str, Any], name: str) -> str:
+def threshold_pct(value: float) -> str:
     """A decision threshold of this report's run (``options.thresholds``) as "25%"."""
-    from analyzer.advisor.figures import Thresholds
-
-    value = ((doc.get("options") or {}).get("thresholds") or {}).get(name)
-    if not isinstance(value, int | float):
-        value = getattr(Thresholds(), name)
     return f"{100 * value:.0f}%"
 
 
-def rate_at_slo(scenario: dict[str, Any]) -> str:
+def rate_at_slo(scenario: ScenarioView) -> str:
     """The highest rate multiple under the SLO; '>=' when the search's top one passed."""
-    x = scenario.get("max_rate_scale_at_slo")
+    x = scenario.max_rate_scale_at_slo
     if x is None:
         return "-"
-    capped = (scenario.get("rate_search") or {}).get("capped")
+    capped = scenario.rate_search is not None and scenario.rate_search.capped
     return f"{'>=' if capped else ''}x{x:.3g}"
 
 
@@ -69,12 +66,12 @@ def ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{1000 * seconds:,.0f} ms"
 
 
-def gbps(x: Any) -> str:
+def gbps(x: float | None) -> str:
     """A bandwidth in GB/s with its Gb/s (bits) beside it."""
     return "-" if x is None else f"{num(x)} GB/s ({num(8 * x)} Gb/s)"
 
 
-def usd(x: Any) -> str:
+def usd(x: float | None) -> str:
     if x is None:
         return "-"
     return f"-${-x:,.0f}" if x < 0 else f"${x:,.0f}"
@@ -83,7 +80,7 @@ def usd(x: Any) -> str:
 TIER_LABEL = {Tier.DRAM: "Host DRAM", Tier.POOL: "Pool link", Tier.NVME: "Local NVMe"}
 
 
-def check_value(name: str, x: Any) -> str:
+def check_value(name: str, x: float | None) -> str:
     """A decision check's value in its unit: money, bandwidth or a percentage."""
     if x is None:
         return "-"
@@ -94,7 +91,7 @@ def check_value(name: str, x: Any) -> str:
     return pct(x)
 
 
-def criterion_value(metric: str, x: Any) -> str:
+def criterion_value(metric: str, x: float | None) -> str:
     """A gate threshold or projection in its unit."""
     if x is None:
         return "-"
@@ -126,87 +123,90 @@ class Section:
     links: list[tuple[str, str]] = field(default_factory=list)  # (relative path, note)
 
 
-def key_figures(doc: dict[str, Any]) -> Table:
-    t = doc.get("trace") or {}
-    rf = (doc.get("reuse") or {}).get("figures") or {}
-    bw = doc.get("bandwidth") or {}
-    proj = (doc.get("verdict") or {}).get("projection") or {}
+def _ttft(doc: Report, name: Scenario) -> TtftSeconds | None:
+    s = doc.scenarios.get(name)
+    return None if s is None else s.ttft_s
+
+
+def key_figures(doc: Report) -> Table:
+    t = doc.trace
+    rf = doc.reuse.figures
+    bw = doc.bandwidth
     rows = [
-        ["Requests", num(t.get("n_requests")), f"{num(t.get('duration_s'))} s of traffic"],
+        ["Requests", num(t.n_requests), f"{num(t.duration_s)} s of traffic"],
         [
             "Prompt tokens",
-            num(t.get("prompt_tokens_total")),
-            f"mean {num(t.get('mean_prompt_tokens'))} per request",
+            num(t.prompt_tokens_total),
+            f"mean {num(t.mean_prompt_tokens)} per request",
         ],
     ]
-    tk = t.get("tokenization") or {}
-    if tk.get("tokenizer"):
+    tk = t.tokenization
+    if tk.tokenizer:
         rows.append(
             [
                 "Tokens counted with",
-                tk["tokenizer"],
-                f"template {tk.get('template') or 'none'} (--tokenizer DIR: the served "
+                tk.tokenizer,
+                f"template {tk.template or 'none'} (--tokenizer DIR: the served "
                 "model's own tokenizer and chat template)",
             ]
         )
-    if rf.get("measurable"):
+    if rf.measurable:
         rows += [
             [
                 "Prefix reuse ceiling (steady state)",
-                pct(rf.get("ceiling_hit_rate")),
-                f"cold start {pct(rf.get('cold_ceiling_hit_rate'))}; warm-up {pct(rf.get('warmup'))}",
+                pct(rf.ceiling_hit_rate),
+                f"cold start {pct(rf.cold_ceiling_hit_rate)}; warm-up {pct(rf.warmup)}",
             ],
             [
                 "Median reusable prefix",
-                f"{num(rf.get('median_prefix_tokens'))} tokens",
+                f"{num(rf.median_prefix_tokens)} tokens",
                 "token-weighted",
             ],
         ]
-    if bw:
-        rng = (doc.get("uncertainty") or {}).get("break_even_gbps")
+    if bw is not None:
+        rng = None if doc.uncertainty is None else doc.uncertainty.break_even_gbps
         rows.append(
             [
                 "Break-even bandwidth",
-                gbps(bw.get("break_even_gbps"))
-                + (f" (range {num(rng['low'])}-{num(rng['high'])} GB/s)" if rng else ""),
-                f"at a {num(bw.get('prefix_tokens'))}-token prefix",
+                gbps(bw.break_even_gbps)
+                + (f" (range {num(rng.low)}-{num(rng.high)} GB/s)" if rng else ""),
+                f"at a {num(bw.prefix_tokens)}-token prefix",
             ]
         )
-        for tier in bw.get("tiers") or []:
+        for tier in bw.tiers:
             rows.append(
                 [
-                    TIER_LABEL.get(tier["role"], tier["role"]) + " bandwidth",
-                    gbps(tier["bandwidth_gbps"]),
-                    tier["tier"],
+                    TIER_LABEL.get(tier.role, tier.role) + " bandwidth",
+                    gbps(tier.bandwidth_gbps),
+                    tier.tier,
                 ]
             )
-    sc = ((doc.get("replay") or {}).get("scenarios")) or {}
-    base = (sc.get(Scenario.LOCAL) or {}).get("ttft_s") or {}
+    base = _ttft(doc, Scenario.LOCAL)
     for name in (Scenario.LOCAL_DRAM, Scenario.POOLED):
-        t = (sc.get(name) or {}).get("ttft_s") or {}
-        if t.get("mean") is not None and base.get("mean"):
+        tt = _ttft(doc, name)
+        if tt is not None and tt.mean is not None and base is not None and base.mean:
             rows.append(
                 [
                     f"Mean TTFT, {OPTION_LABEL[name]} against the baseline",
-                    f"{ms(t['mean'])} vs {ms(base['mean'])}",
-                    f"{pct(1 - t['mean'] / base['mean'])} lower; p90 {ms(t.get('p90'))} vs "
-                    f"{ms(base.get('p90'))}",
+                    f"{ms(tt.mean)} vs {ms(base.mean)}",
+                    f"{pct(1 - tt.mean / base.mean)} lower; p90 {ms(tt.p90)} vs {ms(base.p90)}",
                 ]
             )
-    if proj.get("pooled_throughput_gain") is not None:
+    gain = doc.verdict.projection.pooled_throughput_gain
+    if gain is not None:
         rows.append(
             [
                 "Rate served within the SLO, pooled against the baseline",
-                f"{100 * proj['pooled_throughput_gain']:+.1f}%",
+                f"{100 * gain:+.1f}%",
                 "highest request rate keeping p90 TTFT under the SLO",
             ]
         )
-    if rf.get("knee_tokens"):
-        bpt = (doc.get("cost") or {}).get("bytes_per_token") or 0
-        knee = rf["knee_tokens"]
+    if rf.knee_tokens:
+        bpt = (doc.cost.bytes_per_token if doc.cost is not None else 0) or 0
+        knee = rf.knee_tokens
         rows.append(
             [
-                f"Knee of the hit-ratio curve ({100 * (rf.get('knee_fraction') or 0.9):.0f}% of ceiling)",
+                f"Knee of the hit-ratio curve ({100 * (rf.knee_fraction or 0.9):.0f}% of ceiling)",
                 f"{num(knee)} tokens",
                 f"{num(knee * bpt / 1e9)} GB / {num(knee * bpt / 2**30)} GiB",
             ]
@@ -218,29 +218,28 @@ def _scenario_key(name: str) -> tuple[int, str]:
     return (SCENARIO_ORDER.index(name) if name in SCENARIO_ORDER else len(SCENARIO_ORDER), name)
 
 
-def scenario_table(doc: dict[str, Any]) -> Table | None:
-    sc = ((doc.get("replay") or {}).get("scenarios")) or {}
+def scenario_table(doc: Report) -> Table | None:
+    sc = doc.scenarios
     if not sc:
         return None
     rows = []
     for name, s in sorted(sc.items(), key=lambda kv: _scenario_key(kv[0])):
-        t = s.get("ttft_s") or {}
-        by = s.get("hit_rate_by_tier") or {}
+        t = s.ttft_s
         rows.append(
             [
                 OPTION_LABEL.get(name, name),
-                pct(s.get("hit_rate")),
+                pct(s.hit_rate),
                 " / ".join(
                     f"{k.upper() if k in ('hbm', 'dram') else k} {pct(v)}"
-                    for k, v in by.items()
+                    for k, v in s.hit_rate_by_tier.items()
                     if v
                 ),
-                ms(t.get("mean")),
-                ms(t.get("p50")),
-                ms(t.get("p90")),
-                ms(t.get("p99")),
-                num(s.get("prefill_gpu_s")),
-                gb(s.get("network_bytes")),
+                ms(t.mean),
+                ms(t.p50),
+                ms(t.p90),
+                ms(t.p99),
+                num(s.prefill_gpu_s),
+                gb(s.network_bytes),
                 rate_at_slo(s),
             ]
         )
@@ -261,481 +260,529 @@ def scenario_table(doc: dict[str, Any]) -> Table | None:
     )
 
 
-def summary_of(doc: dict[str, Any]) -> list[str]:
-    return list(doc.get("summary") or summary_sentences(doc))
+def summary_of(doc: Report) -> list[str]:
+    return list(doc.summary or summary_sentences(doc))
 
 
-def sections(doc: dict[str, Any]) -> list[Section]:
-    v = doc.get("verdict") or {}
-    out: list[Section] = [Section("summary", "Summary", paragraphs=[" ".join(summary_of(doc))])]
+def _verdict_section(doc: Report) -> Section:
+    v = doc.verdict
     verdict = Section("verdict", "Verdict")
-    verdict.paragraphs += list(v.get("reasons") or [])
-    verdict.paragraphs.append(v.get("confidence_statement", ""))
-    if v.get("checks"):
+    verdict.paragraphs += list(v.reasons)
+    verdict.paragraphs.append(v.confidence_statement)
+    if v.checks:
         verdict.tables.append(
             Table(
                 ["Step", "Check", "Result", "Value", "Threshold"],
                 [
                     [
-                        str(c["step"]),
-                        c["name"],
-                        {True: "pass", False: "fail", None: "n/a"}[c["passed"]],
-                        check_value(c["name"], c["value"]),
-                        check_value(c["name"], c["threshold"]),
+                        str(c.step),
+                        c.name,
+                        {True: "pass", False: "fail", None: "n/a"}[c.passed],
+                        check_value(c.name, c.value),
+                        check_value(c.name, c.threshold),
                     ]
-                    for c in v["checks"]
+                    for c in v.checks
                 ],
             )
         )
-        verdict.paragraphs += [
-            c["text"] for c in v["checks"] if c["text"] not in " ".join(v.get("reasons") or [])
-        ]
-    out.append(verdict)
-    out.append(Section("figures", "Key figures", tables=[key_figures(doc)]))
+        verdict.paragraphs += [c.text for c in v.checks if c.text not in " ".join(v.reasons)]
+    return verdict
 
-    reuse = (doc.get("reuse") or {}).get("analysis") or {}
-    rf = (doc.get("reuse") or {}).get("figures") or {}
+
+def _reuse_section(doc: Report) -> Section:
+    reuse = doc.reuse.analysis
+    rf = doc.reuse.figures
     rs = Section("reuse", "Prefix reuse")
-    if not rf.get("measurable"):
-        rs.paragraphs.append(f"Reuse cannot be measured: {rf.get('reason') or 'no data'}.")
-    else:
-        rs.paragraphs.append(
-            f"The guideline is at least {threshold_pct(doc, 'min_reuse')} steady-state prefix "
-            "reuse: below it, the prefill a pool saves cannot pay for the pool's memory, "
-            "network and operations."
+    if not rf.measurable:
+        rs.paragraphs.append(f"Reuse cannot be measured: {rf.reason or 'no data'}.")
+        return rs
+    rs.paragraphs.append(
+        f"The guideline is at least {threshold_pct(doc.options.thresholds.min_reuse)} "
+        "steady-state prefix reuse: below it, the prefill a pool saves cannot pay for the "
+        "pool's memory, network and operations."
+    )
+    rs.charts += ["hit_ratio", "sources"]
+    curve = (reuse.curves or {}).get("lru") or ()
+    knees = reuse.knees or {}
+    if knees:
+        rs.tables.append(
+            Table(
+                ["Share of ceiling", "Capacity (tokens)", "GB", "GiB"],
+                [
+                    [
+                        f"{100 * float(k):.0f}%",
+                        num(x.capacity_tokens),
+                        num(x.capacity_gb),
+                        num(x.capacity_gib),
+                    ]
+                    for k, x in knees.items()
+                ],
+            )
         )
-        rs.charts += ["hit_ratio", "sources"]
-        curve = (reuse.get("curves") or {}).get("lru") or []
-        knees = reuse.get("knees") or {}
-        if knees:
-            rs.tables.append(
-                Table(
-                    ["Share of ceiling", "Capacity (tokens)", "GB", "GiB"],
-                    [
-                        [
-                            f"{100 * float(k):.0f}%",
-                            num(x.get("capacity_tokens")),
-                            num(x.get("capacity_gb")),
-                            num(x.get("capacity_gib")),
-                        ]
-                        for k, x in knees.items()
-                    ],
-                )
+    elif curve:
+        rs.tables.append(
+            Table(
+                ["Capacity (tokens)", "Hit rate"],
+                [
+                    [num(p.capacity_tokens), pct(p.hit_rate)]
+                    for p in curve[:: max(1, len(curve) // 8)]
+                ],
             )
-        elif curve:
-            rs.tables.append(
-                Table(
-                    ["Capacity (tokens)", "Hit rate"],
-                    [
-                        [num(p["capacity_tokens"]), pct(p["hit_rate"])]
-                        for p in curve[:: max(1, len(curve) // 8)]
-                    ],
-                )
-            )
-        shares = (reuse.get("sources") or {}).get("share_of_prompt") or {}
-        if shares:
-            rs.tables.append(
-                Table(
-                    ["Source", "Share of prompt tokens"],
-                    [[k.replace("_", " "), pct(x)] for k, x in shares.items()],
-                )
-            )
-        tops = reuse.get("top_prefixes") or {}
-        by_tokens = tops.get("by_volume") if isinstance(tops, dict) else None
-        if by_tokens:
-            rs.tables.append(
-                Table(
-                    ["Top shared prefix", "Tokens", "Requests", "Reused tokens"],
-                    [
-                        [
-                            str(p.get("preview") or p.get("hash") or "")[:80],
-                            num(p.get("prefix_tokens")),
-                            num(p.get("requests")),
-                            num(p.get("reused_tokens")),
-                        ]
-                        for p in by_tokens[:5]
-                    ],
-                )
-            )
-    out.append(rs)
-    md = doc.get("models") or {}
-    per = [m for m in md.get("per_model") or [] if "ceiling_hit_rate" in m]
-    if per or doc.get("warnings"):
-        ms = Section("models", "Models in the log")
-        ms.paragraphs += list(doc.get("warnings") or [])
-        if per:
-            ms.tables.append(
-                Table(
-                    [
-                        "Model",
-                        "Catalog",
-                        "Requests",
-                        "Prompt tokens",
-                        "Reuse ceiling",
-                        "Working set GB",
-                        "Replayed hit rate, local / pooled",
-                    ],
-                    [
-                        [
-                            m["model"],
-                            m.get("catalog_id") or "-",
-                            num(m["requests"]),
-                            num(m["prompt_tokens"]),
-                            pct(m["ceiling_hit_rate"]),
-                            num(m.get("footprint_gb")),
-                            (
-                                f"{pct(m['replay']['local_hit_rate'])} / "
-                                f"{pct(m['replay']['pooled_hit_rate'])}"
-                                if "local_hit_rate" in (m.get("replay") or {})
-                                else "-"
-                            ),
-                        ]
-                        for m in per
-                    ],
-                )
-            )
-            ms.paragraphs.append(md.get("shared_pool_note", ""))
-            if md.get("per_model_replay"):
-                ms.paragraphs.append("Replayed per model: " + md["per_model_replay"] + ".")
-        out.append(ms)
-
-    mp = doc.get("measured_vs_projected")
-    if mp:
-        me = mp["measured"]
-        s = Section("measured", "Measured against projected")
-        s.paragraphs.append(
-            f"The log's responses carry cached_tokens for {num(me['requests'])} of the "
-            f"{num(me['steady_requests'])} steady-state requests: today's deployment served "
-            f"{pct(me['hit_rate'])} of their prompt tokens from its prefix cache "
-            "(sum of cached_tokens / sum of prompt_tokens)."
         )
-        pr = mp.get("projected")
-        if pr:
-            s.tables.append(
-                Table(
-                    ["", "Hit rate", "Instances", "Router", "HBM cache / instance (tokens)"],
+    shares = (reuse.sources.share_of_prompt if reuse.sources is not None else None) or {}
+    if shares:
+        rs.tables.append(
+            Table(
+                ["Source", "Share of prompt tokens"],
+                [[k.replace("_", " "), pct(x)] for k, x in shares.items()],
+            )
+        )
+    by_tokens = reuse.top_prefixes.by_volume if reuse.top_prefixes is not None else None
+    if by_tokens:
+        rs.tables.append(
+            Table(
+                ["Top shared prefix", "Tokens", "Requests", "Reused tokens"],
+                [
                     [
-                        ["measured (log)", pct(me["hit_rate"]), "", "", ""],
-                        [
-                            "projected (replay of today's deployment)",
-                            pct(pr["hit_rate"]),
-                            num(pr["instances"]),
-                            pr["router"],
-                            num(pr["local_capacity_tokens_per_instance"]),
-                        ],
-                    ],
-                )
+                        str(p.preview or p.hash or "")[:80],
+                        num(p.prefix_tokens),
+                        num(p.requests),
+                        num(p.reused_tokens),
+                    ]
+                    for p in by_tokens[:5]
+                ],
             )
-            if mp["within_tolerance"]:
-                s.paragraphs.append(
-                    f"They agree within {pct(mp['tolerance'])}: the replay describes today's "
-                    "engines."
-                )
-            elif mp.get("fitted_local_capacity_tokens_per_instance") is not None:
-                s.paragraphs.append(
-                    f"They differ by more than {pct(mp['tolerance'])}; an effective HBM cache of "
-                    f"{num(mp['fitted_local_capacity_tokens_per_instance'])} tokens per instance "
-                    f"reproduces the measured rate ({pct(mp['fitted_hit_rate'])} replayed)."
-                )
-            else:
-                s.paragraphs.append(mp.get("fit_note") or "")
-        by_model = me.get("by_model") or {}
-        if len(by_model) > 1:
-            s.tables.append(
-                Table(
-                    ["Model", "Requests", "Measured hit rate"],
-                    [[k, num(v["requests"]), pct(v["hit_rate"])] for k, v in by_model.items()],
-                )
-            )
-        out.append(s)
+        )
+    return rs
 
-    bw = doc.get("bandwidth")
-    if bw:
-        b = Section("bandwidth", "Bandwidth against break-even")
+
+def _models_section(doc: Report) -> Section | None:
+    md = doc.models
+    per = [m for m in md.per_model or () if m.ceiling_hit_rate is not None]
+    if not (per or doc.warnings):
+        return None
+    s = Section("models", "Models in the log")
+    s.paragraphs += list(doc.warnings)
+    if per:
+        s.tables.append(
+            Table(
+                [
+                    "Model",
+                    "Catalog",
+                    "Requests",
+                    "Prompt tokens",
+                    "Reuse ceiling",
+                    "Working set GB",
+                    "Replayed hit rate, local / pooled",
+                ],
+                [
+                    [
+                        m.model,
+                        m.catalog_id or "-",
+                        num(m.requests),
+                        num(m.prompt_tokens),
+                        pct(m.ceiling_hit_rate),
+                        num(m.footprint_gb),
+                        (
+                            f"{pct(m.replay.local_hit_rate)} / {pct(m.replay.pooled_hit_rate)}"
+                            if m.replay is not None and m.replay.local_hit_rate is not None
+                            else "-"
+                        ),
+                    ]
+                    for m in per
+                ],
+            )
+        )
+        s.paragraphs.append(md.shared_pool_note or "")
+        if md.per_model_replay:
+            s.paragraphs.append("Replayed per model: " + md.per_model_replay + ".")
+    return s
+
+
+def _measured_section(doc: Report) -> Section | None:
+    mp = doc.measured_vs_projected
+    if mp is None:
+        return None
+    me = mp.measured
+    s = Section("measured", "Measured against projected")
+    s.paragraphs.append(
+        f"The log's responses carry cached_tokens for {num(me.requests)} of the "
+        f"{num(me.steady_requests)} steady-state requests: today's deployment served "
+        f"{pct(me.hit_rate)} of their prompt tokens from its prefix cache "
+        "(sum of cached_tokens / sum of prompt_tokens)."
+    )
+    pr = mp.projected
+    if pr is not None:
+        s.tables.append(
+            Table(
+                ["", "Hit rate", "Instances", "Router", "HBM cache / instance (tokens)"],
+                [
+                    ["measured (log)", pct(me.hit_rate), "", "", ""],
+                    [
+                        "projected (replay of today's deployment)",
+                        pct(pr.hit_rate),
+                        num(pr.instances),
+                        pr.router,
+                        num(pr.local_capacity_tokens_per_instance),
+                    ],
+                ],
+            )
+        )
+        if mp.within_tolerance:
+            s.paragraphs.append(
+                f"They agree within {pct(mp.tolerance)}: the replay describes today's engines."
+            )
+        elif mp.fitted_local_capacity_tokens_per_instance is not None:
+            s.paragraphs.append(
+                f"They differ by more than {pct(mp.tolerance)}; an effective HBM cache of "
+                f"{num(mp.fitted_local_capacity_tokens_per_instance)} tokens per instance "
+                f"reproduces the measured rate ({pct(mp.fitted_hit_rate)} replayed)."
+            )
+        else:
+            s.paragraphs.append(mp.fit_note or "")
+    by_model = me.by_model or {}
+    if len(by_model) > 1:
+        s.tables.append(
+            Table(
+                ["Model", "Requests", "Measured hit rate"],
+                [[k, num(v.requests), pct(v.hit_rate)] for k, v in by_model.items()],
+            )
+        )
+    return s
+
+
+def _bandwidth_section(doc: Report) -> Section | None:
+    bw = doc.bandwidth
+    if bw is None:
+        return None
+    b = Section("bandwidth", "Bandwidth against break-even")
+    b.paragraphs.append(
+        f"Loading a {num(bw.prefix_tokens)}-token prefix beats recomputing it above "
+        f"{num(bw.break_even_gbps)} GB/s ({num(bw.bytes_per_token)} bytes per token moved x "
+        f"{num(bw.prefill_tokens_per_s)} prefill tokens/s). The break-even falls as prefixes grow "
+        "because attention is quadratic."
+    )
+    u = doc.uncertainty
+    if u is not None:
+        be, rate, band = u.break_even_gbps, u.prefill_tokens_per_s, u.band
         b.paragraphs.append(
-            f"Loading a {num(bw['prefix_tokens'])}-token prefix beats recomputing it above "
-            f"{num(bw['break_even_gbps'])} GB/s ({num(bw['bytes_per_token'])} bytes per token moved x "
-            f"{num(bw['prefill_tokens_per_s'])} prefill tokens/s). The break-even falls as prefixes grow "
-            "because attention is quadratic."
-        )
-        u = doc.get("uncertainty")
-        if u:
-            be, rate, band = u["break_even_gbps"], u["prefill_tokens_per_s"], u["band"]
-            b.paragraphs.append(
-                f"By the cost model's measured error ({band['basis']}; {band['kind']}), the "
-                f"break-even lies between {num(be['low'])} and {num(be['high'])} GB/s and the "
-                f"prefill rate between {num(rate['low'])} and {num(rate['high'])} tokens/s"
-                + (
-                    "; this deployment is outside what the reference table measured, so the "
-                    "range may be too narrow."
-                    if band["extrapolated"]
-                    else "."
-                )
-                + " `kvpool cost check` prints the table behind it."
+            f"By the cost model's measured error ({band.basis}; {band.kind}), the "
+            f"break-even lies between {num(be.low)} and {num(be.high)} GB/s and the "
+            f"prefill rate between {num(rate.low)} and {num(rate.high)} tokens/s"
+            + (
+                "; this deployment is outside what the reference table measured, so the "
+                "range may be too narrow."
+                if band.extrapolated
+                else "."
             )
-        b.charts.append("break_even")
-        b.tables.append(
-            Table(
-                ["Prefix (tokens)", "Break-even (GB/s)"],
+            + " `kvpool cost check` prints the table behind it."
+        )
+    b.charts.append("break_even")
+    b.tables.append(
+        Table(
+            ["Prefix (tokens)", "Break-even (GB/s)"],
+            [
                 [
-                    [
-                        num(p["prefix_tokens"]),
-                        "never (loading cannot win)"
-                        if p["break_even_gbps"] is None
-                        else num(p["break_even_gbps"]),
-                    ]
-                    for p in (bw.get("curve") or [])[::3]
-                ],
-            )
+                    num(p.prefix_tokens),
+                    "never (loading cannot win)"
+                    if p.break_even_gbps is None
+                    else num(p.break_even_gbps),
+                ]
+                for p in bw.curve[::3]
+            ],
         )
-        out.append(b)
+    )
+    return b
 
+
+def _scenarios_section(doc: Report) -> Section | None:
     st = scenario_table(doc)
-    if st:
-        s = Section("scenarios", "Scenario comparison (replay)")
-        cl = (doc.get("replay") or {}).get("cluster") or {}
-        s.paragraphs.append(
-            f"{cl.get('instances')} prefill instances of {cl.get('tp')} x {cl.get('gpu')} on "
-            f"{cl.get('nodes')} node(s), router {cl.get('router')}, TTFT SLO {cl.get('ttft_slo_s')} s "
-            "(p90). Decode is not modelled: TTFT is queueing + loads + prefill."
-        )
-        mini = (doc.get("replay") or {}).get("miniature")
-        if mini:
-            from analyzer.replay.miniature import describe
+    if st is None or doc.replay is None:
+        return None
+    s = Section("scenarios", "Scenario comparison (replay)")
+    cl = doc.replay.cluster
+    s.paragraphs.append(
+        f"{cl.instances} prefill instances of {cl.tp} x {cl.gpu} on "
+        f"{cl.nodes} node(s), router {cl.router}, TTFT SLO {cl.ttft_slo_s} s "
+        "(p90). Decode is not modelled: TTFT is queueing + loads + prefill."
+    )
+    mini = doc.replay.miniature
+    if mini:
+        from analyzer.replay.miniature import describe
 
-            s.paragraphs.append(describe(mini))
-        s.charts += ["ttft", "tier_hits", "network"]
-        s.tables.append(st)
-        out.append(s)
+        s.paragraphs.append(describe(dict(mini)))
+    s.charts += ["ttft", "tier_hits", "network"]
+    s.tables.append(st)
+    return s
 
+
+def _economics_section(doc: Report) -> Section | None:
     et = economics_table(doc)
-    if et:
-        econ = doc.get("economics") or {}
-        load = econ.get("load") or {}
-        s = Section("economics", "GPUs and money")
-        s.paragraphs.append(
-            f"GPUs needed to serve the log's load within the p90 TTFT SLO, from the replay's "
-            f"rate search: {num(load.get('mean_rps'))} requests/s on average and "
-            f"{num(load.get('peak_rps'))} requests/s in the busiest "
-            f"{num(load.get('peak_window_s'))} s window ({num(load.get('peak_factor'))}x the "
-            "mean). Money is priced at the busiest load: what you must provision."
-        )
-        s.paragraphs.append(
-            "Decode is not modelled: these are prefill GPUs, as in a disaggregated prefill "
-            "pool (Mooncake, vLLM and SGLang prefill/decode disaggregation). In an aggregated "
-            "deployment the saving is on prefill GPU time only: about "
-            f"{pct(econ.get('aggregated_prefill_share'))} of GPU time for chat workloads "
-            "(Splitwise, ISCA'24; DistServe, OSDI'24), so multiply the GPUs saved by that share."
-        )
-        s.paragraphs.append(
-            "Net value is the GPU cost saved against the baseline minus what the option "
-            "adds; the payback is the pilot's cost (the "
-            f"{num(econ.get('pilot_hours'))}-hour stability gate on the option's GPUs) over "
-            "the net value."
-        )
-        s.tables.append(Table(*et))
-        pt = price_table(doc)
-        if pt:
-            s.tables.append(Table(*pt))
-        out.append(s)
+    econ = doc.economics
+    if not et or econ is None:
+        return None
+    load = econ.load
+    mean_rps, peak_rps, window_s, factor = (
+        (None, None, None, None)
+        if load is None
+        else (load.mean_rps, load.peak_rps, load.peak_window_s, load.peak_factor)
+    )
+    s = Section("economics", "GPUs and money")
+    s.paragraphs.append(
+        f"GPUs needed to serve the log's load within the p90 TTFT SLO, from the replay's "
+        f"rate search: {num(mean_rps)} requests/s on average and "
+        f"{num(peak_rps)} requests/s in the busiest "
+        f"{num(window_s)} s window ({num(factor)}x the "
+        "mean). Money is priced at the busiest load: what you must provision."
+    )
+    s.paragraphs.append(
+        "Decode is not modelled: these are prefill GPUs, as in a disaggregated prefill "
+        "pool (Mooncake, vLLM and SGLang prefill/decode disaggregation). In an aggregated "
+        "deployment the saving is on prefill GPU time only: about "
+        f"{pct(econ.aggregated_prefill_share)} of GPU time for chat workloads "
+        "(Splitwise, ISCA'24; DistServe, OSDI'24), so multiply the GPUs saved by that share."
+    )
+    s.paragraphs.append(
+        "Net value is the GPU cost saved against the baseline minus what the option "
+        "adds; the payback is the pilot's cost (the "
+        f"{num(econ.pilot_hours)}-hour stability gate on the option's GPUs) over "
+        "the net value."
+    )
+    s.tables.append(Table(*et))
+    pt = price_table(doc)
+    if pt:
+        s.tables.append(Table(*pt))
+    return s
 
+
+def _side_by_side_section(doc: Report) -> Section | None:
     sb = side_by_side_table(doc)
-    if sb:
-        s = Section("side-by-side", "Side by side: other models and GPUs on this log")
-        s.paragraphs.append(
-            "The same log priced on your model and GPU and on catalog alternatives (each at "
-            "the smallest tensor parallelism that fits). Alternatives are re-priced from "
-            "your replay: TTFT scaled by the prefill-time ratio, the rate served within the "
-            "SLO by its inverse."
-        )
-        s.tables.append(Table(*sb))
-        out.append(s)
+    if not sb:
+        return None
+    s = Section("side-by-side", "Side by side: other models and GPUs on this log")
+    s.paragraphs.append(
+        "The same log priced on your model and GPU and on catalog alternatives (each at "
+        "the smallest tensor parallelism that fits). Alternatives are re-priced from "
+        "your replay: TTFT scaled by the prefill-time ratio, the rate served within the "
+        "SLO by its inverse."
+    )
+    s.tables.append(Table(*sb))
+    return s
 
-    sens = doc.get("sensitivity") or {}
-    if sens.get("rows"):
-        s = Section("sensitivity", "Sensitivity: what would change the verdict")
-        s.paragraphs += list(sens.get("summary") or [])
+
+def _sensitivity_section(doc: Report) -> Section | None:
+    sens = doc.sensitivity
+    if not sens.rows:
+        return None
+    s = Section("sensitivity", "Sensitivity: what would change the verdict")
+    s.paragraphs += list(sens.summary)
+    s.tables.append(
+        Table(
+            ["Input", "Value", "Verdict", "Flips?", "Note"],
+            [
+                [r.dimension, r.value, r.verdict, "yes" if r.flips else "no", r.note or ""]
+                for r in sens.rows
+            ],
+        )
+    )
+    return s
+
+
+def _sizing_section(doc: Report) -> Section | None:
+    sz = doc.sizing
+    if sz is None:
+        return None
+    s = Section("sizing", "Sized recommendation")
+    if doc.verdict.verdict == Verdict.NOT_WORTH_IT:
+        s.paragraphs.append(
+            "No pool or offload tier is recommended. The figures below are what one would "
+            "need if the workload changed enough to flip the verdict (see the sensitivity "
+            "table)."
+        )
+    rows = [
+        [
+            "Pool capacity",
+            f"{num(sz.pool_capacity_tokens)} tokens" if sz.pool else "no pool",
+            f"{num(sz.pool_capacity_gb)} GB ({num(sz.pool_capacity_gib)} GiB), knee at "
+            f"{100 * sz.knee_fraction:.0f}% of the ceiling"
+            if sz.pool
+            else "",
+        ],
+        [
+            "Host DRAM per node",
+            f"{num(sz.dram_per_node_tokens)} tokens",
+            f"{num(sz.dram_per_node_gb)} GB ({num(sz.dram_per_node_gib)} GiB): {sz.dram_reason}",
+        ],
+        [
+            "HBM prefix cache per instance",
+            f"{num(sz.hbm_cache_per_instance_tokens)} tokens",
+            f"{num(sz.hbm_cache_per_instance_gb)} GB",
+        ],
+        ["Network per node", gbps(sz.network_per_node_gbps), f"e.g. {sz.nic}"],
+        [
+            "Block size / chunk",
+            f"{sz.block_size_tokens} / {sz.chunk_size_tokens} tokens",
+            sz.block_size_reason,
+        ],
+        ["Router", sz.router, sz.router_reason],
+        ["Eviction", sz.eviction, sz.eviction_reason],
+        [
+            "Cluster",
+            f"{sz.instances} instances",
+            f"{sz.nodes} node(s), {sz.instances_per_node} per node",
+        ],
+    ]
+    s.tables.append(Table(["What", "Recommended", "Why"], rows))
+    return s
+
+
+def _settings_section(doc: Report) -> Section | None:
+    if not doc.settings:
+        return None
+    s = Section("settings", "Recommended settings")
+    for p in doc.settings:
         s.tables.append(
             Table(
-                ["Input", "Value", "Verdict", "Flips?", "Note"],
+                [f"{p.product} ({p.mode})", "Value", "Why"],
+                [[x.option, x.value, x.why] for x in p.settings],
+            )
+        )
+        s.code.append((p.product, p.snippet_lang, p.snippet))
+    s.tables.append(
+        Table(
+            ["Product", "Checked against", "Pages", "Options"],
+            [[d.product, d.version, d.pages, d.options] for d in doc.products_checked],
+        )
+    )
+    return s
+
+
+def _deploy_section(doc: Report) -> Section | None:
+    files = doc.deploy.files
+    if not files:
+        return None
+    s = Section("deploy", "Deployment bundle")
+    s.paragraphs.append(
+        "Written next to this report in deploy/: launch commands, config files and a "
+        "Kubernetes form, per product, for the recommended option and the runner-up. "
+        "Every size derives from the sizing above (deploy/README.md lists each "
+        "product's size per process); every file names the versions it was checked against."
+    )
+    per_process = doc.deploy.per_process
+    if per_process:
+        s.tables.append(
+            Table(
+                ["Option", "Stack", "Setting", "Per", "Each", "Units (per node)", "Adds up to"],
                 [
                     [
-                        r["dimension"],
-                        r["value"],
-                        r["verdict"],
-                        "yes" if r["flips"] else "no",
-                        r.get("note") or "",
+                        r.option,
+                        r.stack,
+                        r.setting,
+                        r.per,
+                        f"{gb(r.bytes_each)} ({r.bytes_each:,} B)",
+                        f"{r.units} ({r.units_per_node})",
+                        f"{r.total} {gb(r.total_bytes)}",
                     ]
-                    for r in sens["rows"]
+                    for r in per_process
                 ],
             )
         )
-        out.append(s)
+    s.links = [(f.path, f"{f.role}, {f.option}: {f.stack}") for f in files]
+    return s
 
-    sz = doc.get("sizing")
-    if sz:
-        s = Section("sizing", "Sized recommendation")
-        if v.get("verdict") == Verdict.NOT_WORTH_IT:
-            s.paragraphs.append(
-                "No pool or offload tier is recommended. The figures below are what one would "
-                "need if the workload changed enough to flip the verdict (see the sensitivity "
-                "table)."
-            )
-        rows = [
-            [
-                "Pool capacity",
-                f"{num(sz['pool_capacity_tokens'])} tokens" if sz["pool"] else "no pool",
-                f"{num(sz['pool_capacity_gb'])} GB ({num(sz['pool_capacity_gib'])} GiB), knee at "
-                f"{100 * sz['knee_fraction']:.0f}% of the ceiling"
-                if sz["pool"]
-                else "",
-            ],
-            [
-                "Host DRAM per node",
-                f"{num(sz['dram_per_node_tokens'])} tokens",
-                f"{num(sz['dram_per_node_gb'])} GB ({num(sz['dram_per_node_gib'])} GiB): "
-                f"{sz.get('dram_reason', '')}",
-            ],
-            [
-                "HBM prefix cache per instance",
-                f"{num(sz['hbm_cache_per_instance_tokens'])} tokens",
-                f"{num(sz['hbm_cache_per_instance_gb'])} GB",
-            ],
-            ["Network per node", gbps(sz["network_per_node_gbps"]), f"e.g. {sz['nic']}"],
-            [
-                "Block size / chunk",
-                f"{sz['block_size_tokens']} / {sz['chunk_size_tokens']} tokens",
-                sz["block_size_reason"],
-            ],
-            ["Router", sz["router"], sz["router_reason"]],
-            ["Eviction", sz["eviction"], sz["eviction_reason"]],
-            [
-                "Cluster",
-                f"{sz['instances']} instances",
-                f"{sz['nodes']} node(s), {sz['instances_per_node']} per node",
-            ],
-        ]
-        s.tables.append(Table(["What", "Recommended", "Why"], rows))
-        out.append(s)
 
-    if doc.get("settings"):
-        s = Section("settings", "Recommended settings")
-        for p in doc["settings"]:
-            s.tables.append(
-                Table(
-                    [f"{p['product']} ({p['mode']})", "Value", "Why"],
-                    [[x["option"], x["value"], x["why"]] for x in p["settings"]],
-                )
-            )
-            s.code.append((p["product"], p["snippet_lang"], p["snippet"]))
-        s.tables.append(
-            Table(
-                ["Product", "Checked against", "Pages", "Options"],
+def _gates_section(doc: Report) -> Section | None:
+    plan = doc.gates.plan
+    if not plan:
+        return None
+    s = Section("gates", "Pilot gates")
+    s.paragraphs.append(
+        "Run the gates in order and stop at the first one missed. Check measured results "
+        "with `kvpool validate RESULTS... --report report.json` (exit code 5 when a gate fails)."
+    )
+    if doc.verdict.verdict == Verdict.INSUFFICIENT_DATA:
+        s.paragraphs.append(
+            "Before any pilot: collect the data named in the verdict and run "
+            "`kvpool analyze` again; the gates below have no projection yet."
+        )
+    rows = []
+    for g in plan:
+        for k, c in enumerate(g.criteria):
+            rows.append(
                 [
-                    [d["product"], d["version"], d["pages"], d["options"]]
-                    for d in doc.get("products_checked") or []
-                ],
+                    g.name if k == 0 else "",
+                    c.text,
+                    f"{c.op} {criterion_value(c.metric, c.threshold)}",
+                    criterion_value(c.metric, g.projected.get(c.metric)),
+                    g.run if k == 0 else "",
+                ]
             )
-        )
-        out.append(s)
+    s.tables.append(Table(["Gate", "Criterion", "Passes when", "Projected", "How to run"], rows))
+    return s
 
-    files = (doc.get("deploy") or {}).get("files") or []
-    if files:
-        s = Section("deploy", "Deployment bundle")
-        s.paragraphs.append(
-            "Written next to this report in deploy/: launch commands, config files and a "
-            "Kubernetes form, per product, for the recommended option and the runner-up. "
-            "Every size derives from the sizing above (deploy/README.md lists each "
-            "product's size per process); every file names the versions it was checked against."
-        )
-        per_process: list[dict[str, Any]] = (doc.get("deploy") or {}).get("per_process") or []
-        if per_process:
-            s.tables.append(
-                Table(
-                    ["Option", "Stack", "Setting", "Per", "Each", "Units (per node)", "Adds up to"],
-                    [
-                        [
-                            r["option"],
-                            r["stack"],
-                            r["setting"],
-                            r["per"],
-                            f"{gb(r['bytes_each'])} ({r['bytes_each']:,} B)",
-                            f"{r['units']} ({r['units_per_node']})",
-                            f"{r['total']} {gb(r['total_bytes'])}",
-                        ]
-                        for r in per_process
-                    ],
-                )
-            )
-        s.links = [(f["path"], f"{f['role']}, {f['option']}: {f['stack']}") for f in files]
-        out.append(s)
 
-    plan = (doc.get("gates") or {}).get("plan") or []
-    if plan:
-        s = Section("gates", "Pilot gates")
-        s.paragraphs.append(
-            "Run the gates in order and stop at the first one missed. Check measured results "
-            "with `kvpool validate RESULTS... --report report.json` (exit code 5 when a gate fails)."
-        )
-        if v.get("verdict") == Verdict.INSUFFICIENT_DATA:
-            s.paragraphs.append(
-                "Before any pilot: collect the data named in the verdict and run "
-                "`kvpool analyze` again; the gates below have no projection yet."
-            )
-        rows = []
-        for g in plan:
-            for k, c in enumerate(g["criteria"]):
-                proj = g.get("projected", {}).get(c["metric"])
-                rows.append(
-                    [
-                        g["name"] if k == 0 else "",
-                        c["text"],
-                        f"{c['op']} {criterion_value(c['metric'], c['threshold'])}",
-                        criterion_value(c["metric"], proj),
-                        g["run"] if k == 0 else "",
-                    ]
-                )
-        s.tables.append(
-            Table(["Gate", "Criterion", "Passes when", "Projected", "How to run"], rows)
-        )
-        out.append(s)
+def _pilot_section(doc: Report) -> Section | None:
+    cmds = doc.pilot.commands
+    if not cmds:
+        return None
+    s = Section("pilot", "Pilot commands")
+    s.paragraphs.append(
+        "The log replayed against the pilot: export it once, then run the replayer "
+        "that fits the stack; the file, rate and duration are filled in."
+    )
+    for c in cmds:
+        s.code.append((f"{c.tool}: {c.purpose}", "bash", f"# {c.note}\n{c.command}"))
+    return s
 
-    cmds = (doc.get("pilot") or {}).get("commands") or []
-    if cmds:
-        s = Section("pilot", "Pilot commands")
-        s.paragraphs.append(
-            "The log replayed against the pilot: export it once, then run the replayer "
-            "that fits the stack; the file, rate and duration are filled in."
-        )
-        for c in cmds:
-            s.code.append(
-                (f"{c['tool']}: {c['purpose']}", "bash", f"# {c['note']}\n{c['command']}")
-            )
-        out.append(s)
 
+def _assumptions_section(doc: Report) -> Section:
     s = Section("assumptions", "Assumptions and sources")
     s.tables.append(
-        Table(
-            ["What", "Value", "Source"],
-            [[a["what"], a["value"], a["source"]] for a in doc.get("assumptions") or []],
-        )
+        Table(["What", "Value", "Source"], [[a.what, a.value, a.source] for a in doc.assumptions])
     )
-    ins = doc.get("inputs") or []
     s.tables.append(
         Table(
-            ["Input", "Bytes", "sha256"], [[i["name"], num(i["bytes"]), i["sha256"]] for i in ins]
+            ["Input", "Bytes", "sha256"],
+            [[i.name, num(i.bytes), i.sha256] for i in doc.inputs],
         )
     )
-    sk = (doc.get("trace") or {}).get("skipped") or {}
-    if sk.get("total"):
+    sk = doc.trace.skipped
+    if sk.total:
         s.paragraphs.append(
-            f"{sk['total']} input rows were skipped: "
-            + ", ".join(f"{n} {r}" for r, n in (sk.get("by_reason") or {}).items())
+            f"{sk.total} input rows were skipped: "
+            + ", ".join(f"{n} {r}" for r, n in (sk.by_reason or {}).items())
             + ". Examples: "
-            + "; ".join(sk.get("examples") or [])
+            + "; ".join(sk.examples or ())
         )
-    s.paragraphs.append(f"Report schema {doc.get('schema')}, kvpool {doc.get('kvpool_version')}.")
-    out.append(s)
+    s.paragraphs.append(f"Report schema {doc.schema}, kvpool {doc.kvpool_version}.")
+    return s
+
+
+def sections(doc: Report) -> list[Section]:
+    out: list[Section] = [
+        Section("summary", "Summary", paragraphs=[" ".join(summary_of(doc))]),
+        _verdict_section(doc),
+        Section("figures", "Key figures", tables=[key_figures(doc)]),
+        _reuse_section(doc),
+    ]
+    for part in (
+        _models_section,
+        _measured_section,
+        _bandwidth_section,
+        _scenarios_section,
+        _economics_section,
+        _side_by_side_section,
+        _sensitivity_section,
+        _sizing_section,
+        _settings_section,
+        _deploy_section,
+        _gates_section,
+        _pilot_section,
+    ):
+        section = part(doc)
+        if section is not None:
+            out.append(section)
+    out.append(_assumptions_section(doc))
     out.append(
         Section("glossary", "Glossary", tables=[Table(["Term", "Meaning"], glossary_rows())])
     )
@@ -804,8 +851,8 @@ def _md_table(t: Table) -> str:
     return "\n".join(lines)
 
 
-def render_markdown_doc(doc: dict[str, Any]) -> str:
-    v = (doc.get("verdict") or {}).get("verdict", "")
+def render_markdown_doc(doc: Report) -> str:
+    v = doc.verdict.verdict
     parts = [f"# kvpool report: **{v}**", ""]
     for s in sections(doc):
         parts += [f"## {s.title}", ""]
@@ -848,9 +895,9 @@ def _linked(text: str) -> str:
     )
 
 
-def render_html_doc(doc: dict[str, Any], charts: dict[str, str]) -> str:
+def render_html_doc(doc: Report, charts: dict[str, str]) -> str:
     e = html.escape
-    v = (doc.get("verdict") or {}).get("verdict", "")
+    v = doc.verdict.verdict
     secs = sections(doc)
     out = [
         "<!DOCTYPE html>",
@@ -903,7 +950,7 @@ def render_html_doc(doc: dict[str, Any], charts: dict[str, str]) -> str:
         out.append("</section>")
     out.append(
         '<p class="muted">Generated by kvpool from the report document '
-        f"({e(str(doc.get('schema')))}). Self-contained: no scripts, fonts or network.</p>"
+        f"({e(doc.schema)}). Self-contained: no scripts, fonts or network.</p>"
     )
     out.append("</body></html>")
     return "\n".join(out) + "\n"

@@ -6,14 +6,14 @@ import streamlit as st
 
 from analyzer.advisor.products import DOCS_CHECKED
 from analyzer.advisor.sensitivity import summarize
-from analyzer.advisor.summary import (
+from analyzer.report import figures
+from analyzer.report.document import ReportDocument
+from analyzer.report.summary import (
     economics_table,
     glossary_rows,
     price_table,
     side_by_side_table,
 )
-from analyzer.report import figures
-from analyzer.report.document import ReportDocument
 from app import banner, compare, compute, controls, prefetch, state
 
 st.title("Recommendation")
@@ -88,7 +88,7 @@ def _page() -> None:
             if ans.pending is None:
                 prefetch.after_analysis(cur, result.options)
         report_doc = ReportDocument.of(result)
-        doc = report_doc.json  # the money and side-by-side tables are the report's own rows
+        doc = report_doc.report  # the money and side-by-side tables are the report's own rows
         decision = result.decision
         if ans.stale:
             st.markdown(STALE_CSS, unsafe_allow_html=True)
@@ -163,9 +163,9 @@ def _page() -> None:
             st.subheader("Side by side: other models and GPUs")
             _table_of(_table(side))
 
-        if doc.get("sizing"):
+        if doc.sizing is not None:
             st.subheader("Sizing")
-            _table_of(figures.sizing_table(doc["sizing"]))
+            _table_of(figures.sizing_table(doc.sizing))
 
         if result.settings:
             st.subheader("Product settings")

@@ -1,18 +1,19 @@
 """Plain words over a ``kvpool.report/2`` document: the three-sentence summary that
 opens every output, the glossary, and the money and side-by-side tables.
 
-Everything here reads the report document only (never a stage), so the terminal, the
-Markdown and HTML reports and the dashboard show the same sentences and rows.
+Everything here reads the report's typed view (:class:`analyzer.report.document.Report`)
+only, never a stage, so the terminal, the Markdown and HTML reports and the dashboard
+show the same sentences and rows, from the same rounded figures.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any
 
 from analyzer.advisor.figures import Verdict
 from analyzer.replay.config import Scenario
+from analyzer.report.document import FlipRowView, OptionCost, Report
 
 # The option each scenario name stands for, in words.
 OPTION_LABEL = {
@@ -78,107 +79,115 @@ def _signed_ms(delta_s: float) -> str:
     return f"{'+' if ms > 0 else '-'}{abs(ms):,.0f} ms"
 
 
-def _gpus(n: Any) -> str:
+def _gpus(n: int | None) -> str:
     if n is None:
         return "an unknown number of GPUs"
     return f"{n} GPU" + ("" if n == 1 else "s")
 
 
-def _one_thing(doc: dict[str, Any]) -> str:
+def _one_thing(doc: Report) -> str:
     """The smallest perturbation in the sensitivity table that flips the verdict."""
-    rows = [r for r in (doc.get("sensitivity") or {}).get("rows") or [] if r.get("flips")]
+    rows = [r for r in doc.sensitivity.rows if r.flips]
     if not rows:
         return "no single input of the sensitivity table flips it"
 
-    def distance(r: dict[str, Any]) -> float:
-        m = re.match(r"x([0-9.]+)", str(r.get("value", "")))
+    def distance(r: FlipRowView) -> float:
+        m = re.match(r"x([0-9.]+)", r.value)
         if not m:
             return 10.0
         f = float(m.group(1))
         return 20.0 if f <= 0 else abs(math.log(f))
 
     order = ["GPU price", "load", "DRAM price", "reuse", "pool bandwidth", "gpu", "model"]
-    rows.sort(
-        key=lambda r: (distance(r), order.index(r["dimension"]) if r["dimension"] in order else 99)
-    )
+    rows.sort(key=lambda r: (distance(r), order.index(r.dimension) if r.dimension in order else 99))
     r = rows[0]
-    return f"{r['dimension']} at {r['value']} would make it {r['verdict']}"
+    return f"{r.dimension} at {r.value} would make it {r.verdict}"
 
 
-def summary_sentences(doc: dict[str, Any]) -> list[str]:
+def _options(doc: Report) -> dict[Scenario, OptionCost]:
+    """The economics section's options by scenario (empty when nothing was priced)."""
+    econ = doc.economics
+    return dict(econ.options or {}) if econ is not None else {}
+
+
+def summary_sentences(doc: Report) -> list[str]:
     """Three sentences: the verdict; what it buys in ms of mean and p90 TTFT, in GPUs and
     in money per month; the confidence and the one thing that would most change it."""
-    v = doc.get("verdict") or {}
-    verdict = v.get("verdict", "")
+    v = doc.verdict
+    verdict = v.verdict
     first = VERDICT_SENTENCE.get(verdict, verdict) + "."
-    econ = doc.get("economics") or {}
-    opts = econ.get("options") or {}
-    scen = ((doc.get("replay") or {}).get("scenarios")) or {}
-    chosen = v.get("scenario")
+    opts = _options(doc)
+    scen = doc.scenarios
+    chosen = v.scenario
     base = Scenario.LOCAL
     if verdict == Verdict.INSUFFICIENT_DATA or not scen or base not in scen:
-        missing = "; ".join(v.get("missing") or []) or "a replay"
+        missing = "; ".join(v.missing) or "a replay"
         second = f"No TTFT, GPU or money figure is projected without it: missing {missing}."
     else:
-        b = scen[base]["ttft_s"]
-        bo = opts.get(base) or {}
+        b = scen[base].ttft_s
+        bo = opts.get(base) or OptionCost()
         if chosen and chosen != base and chosen in scen:
-            c = scen[chosen]["ttft_s"]
-            co = opts.get(chosen) or {}
-            gpus = co.get("gpus_at_peak_load")
-            bg = bo.get("gpus_at_peak_load")
+            c = scen[chosen].ttft_s
+            co = opts.get(chosen) or OptionCost()
+            gpus = co.gpus_at_peak_load
+            bg = bo.gpus_at_peak_load
             gpu_part = (
                 f"serves the busiest load on {_gpus(gpus)} instead of {bg}"
                 if gpus is not None and bg is not None
                 else "GPUs needed not projected (no rate search)"
             )
-            money = co.get("net_usd_month")
+            money = co.net_usd_month
             money_part = (
                 f"{'saves' if money >= 0 else 'costs'} {_usd(abs(money))} per month net "
-                f"(GPUs saved minus {_usd(co.get('added_usd_month'))} of memory, NICs and servers)"
+                f"(GPUs saved minus {_usd(co.added_usd_month)} of memory, NICs and servers)"
                 if money is not None
                 else "money not priced (no GPU price)"
             )
             second = (
-                f"Against the baseline it changes mean TTFT by {_signed_ms(c['mean'] - b['mean'])} "
-                f"({_ms(b['mean'])} to {_ms(c['mean'])}) and p90 TTFT by "
-                f"{_signed_ms(c['p90'] - b['p90'])}, {gpu_part}, and {money_part}."
+                f"Against the baseline it changes mean TTFT by {_signed_ms(_s(c.mean) - _s(b.mean))} "
+                f"({_ms(b.mean)} to {_ms(c.mean)}) and p90 TTFT by "
+                f"{_signed_ms(_s(c.p90) - _s(b.p90))}, {gpu_part}, and {money_part}."
             )
         else:
-            bg = bo.get("gpus_at_peak_load")
-            total = bo.get("total_usd_month")
+            bg = bo.gpus_at_peak_load
+            total = bo.total_usd_month
             alts = [
                 (n, o)
                 for n, o in opts.items()
-                if n not in (Scenario.NONE, base) and o.get("total_usd_month") is not None
+                if n not in (Scenario.NONE, base) and o.total_usd_month is not None
             ]
-            alt = min(alts, key=lambda no: no[1]["total_usd_month"]) if alts else None
+            alt = min(alts, key=lambda no: _s(no[1].total_usd_month)) if alts else None
             second = (
                 f"The baseline serves the busiest load on {_gpus(bg)} "
-                f"for {_usd(total)} per month at {_ms(b['mean'])} mean and {_ms(b['p90'])} p90 "
+                f"for {_usd(total)} per month at {_ms(b.mean)} mean and {_ms(b.p90)} p90 "
                 "TTFT"
             )
             if alt is not None and total is not None:
                 n, o = alt
-                t = scen[n]["ttft_s"]
+                t = scen[n].ttft_s
                 second += (
                     f"; the cheapest alternative, {OPTION_LABEL.get(n, n)}, would change mean "
-                    f"TTFT by {_signed_ms(t['mean'] - b['mean'])} and p90 by "
-                    f"{_signed_ms(t['p90'] - b['p90'])} on {_gpus(o.get('gpus_at_peak_load'))} "
-                    f"and cost {_usd(o['total_usd_month'] - total)} per month more"
+                    f"TTFT by {_signed_ms(_s(t.mean) - _s(b.mean))} and p90 by "
+                    f"{_signed_ms(_s(t.p90) - _s(b.p90))} on {_gpus(o.gpus_at_peak_load)} "
+                    f"and cost {_usd(_s(o.total_usd_month) - total)} per month more"
                 )
             second += "."
     third = (
-        f"Confidence is {v.get('confidence', '?')}; the one thing that would most change "
-        f"it: {_one_thing(doc)}."
+        f"Confidence is {v.confidence}; the one thing that would most change it: {_one_thing(doc)}."
     )
     return [first, second, third]
 
 
-def economics_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
+def _s(x: float | None) -> float:
+    """A figure the sentence needs (a replayed TTFT, a priced option's total): present
+    whenever the branch that reads it runs."""
+    assert x is not None
+    return x
+
+
+def economics_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
     """Per option: GPUs at the mean and busiest load, monthly cost, net value, payback."""
-    econ = doc.get("economics") or {}
-    opts = econ.get("options") or {}
+    opts = _options(doc)
     if not opts:
         return None
     header = [
@@ -203,53 +212,56 @@ def economics_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]] | 
         o = opts.get(name)
         if o is None:
             continue
-        bound = o.get("capacity_bound")
+        bound = o.capacity_bound
         prefix = "at most " if bound == "at most" else ""
-        gm = o.get("gpus_at_mean_load")
-        gp = o.get("gpus_at_peak_load")
+        gm = o.gpus_at_mean_load
+        gp = o.gpus_at_peak_load
         if bound == "infeasible":
             gm_s = gp_s = "cannot meet the SLO"
         else:
             gm_s = "-" if gm is None else f"{prefix}{gm}"
             gp_s = "-" if gp is None else f"{prefix}{gp}"
-        pay = o.get("payback_months")
+        pay = o.payback_months
         rows.append(
             [
                 OPTION_LABEL.get(name, name),
                 gm_s,
                 gp_s,
-                "-" if o.get("gpus_saved") is None else f"{o['gpus_saved']:+d}",
-                _usd(o.get("gpu_usd_month")),
-                f"{_usd(o.get('added_usd_month'))} ({o.get('dram_gb', 0):,.0f} GB DRAM, "
-                f"{o.get('nvme_tb', 0):,.1f} TB NVMe, {o.get('nic_nodes', 0)} NICs)",
-                _usd(o.get("total_usd_month")),
-                _usd(o.get("net_usd_month")) if name != Scenario.LOCAL else "baseline",
-                "-" if pay is None else f"{pay:.1f} months ({_usd(o.get('pilot_usd'))})",
+                "-" if o.gpus_saved is None else f"{o.gpus_saved:+d}",
+                _usd(o.gpu_usd_month),
+                f"{_usd(o.added_usd_month)} ({_or0(o.dram_gb):,.0f} GB DRAM, "
+                f"{_or0(o.nvme_tb):,.1f} TB NVMe, {_or0(o.nic_nodes)} NICs)",
+                _usd(o.total_usd_month),
+                _usd(o.net_usd_month) if name != Scenario.LOCAL else "baseline",
+                "-" if pay is None else f"{pay:.1f} months ({_usd(o.pilot_usd)})",
             ]
         )
     return header, rows
 
 
-def price_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
-    econ = doc.get("economics") or {}
-    prices = econ.get("prices") or []
+def _or0(x: float | None) -> float:
+    return 0 if x is None else x
+
+
+def price_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
+    prices = (doc.economics.prices if doc.economics is not None else None) or ()
     if not prices:
         return None
     rows = [
         [
-            p["what"],
-            "not priced" if p.get("usd") is None else f"${p['usd']:,.4g} per {p['unit']}",
-            p.get("source", ""),
-            p.get("date", "") or "-",
+            p.what,
+            "not priced" if p.usd is None else f"${p.usd:,.4g} per {p.unit}",
+            "" if p.source is None else p.source,
+            p.date or "-",
         ]
         for p in prices
     ]
     return ["Price", "Value", "Source", "Read on"], rows
 
 
-def side_by_side_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
+def side_by_side_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
     """The same log priced on the user's model and GPU and catalog alternatives."""
-    rows_in = doc.get("side_by_side") or []
+    rows_in = doc.side_by_side
     if not rows_in:
         return None
     header = [
@@ -263,17 +275,17 @@ def side_by_side_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]
     ]
     rows = []
     for k, r in enumerate(rows_in):
-        choice = f"{r['model']} on {r['tp']} x {r['gpu']}" + (" (yours)" if k == 0 else "")
-        for j, (name, o) in enumerate((r.get("options") or {}).items()):
+        choice = f"{r.model} on {r.tp} x {r.gpu}" + (" (yours)" if k == 0 else "")
+        for j, (name, o) in enumerate((r.options or {}).items()):
             rows.append(
                 [
                     choice if j == 0 else "",
                     OPTION_LABEL.get(name, name),
-                    _ms(o.get("ttft_mean_s")),
-                    _ms(o.get("ttft_p90_s")),
-                    "-" if o.get("gpus_at_peak_load") is None else str(o["gpus_at_peak_load"]),
-                    _usd(o.get("total_usd_month")),
-                    r.get("verdict", "") if j == 0 else "",
+                    _ms(o.ttft_mean_s),
+                    _ms(o.ttft_p90_s),
+                    "-" if o.gpus_at_peak_load is None else str(o.gpus_at_peak_load),
+                    _usd(o.total_usd_month),
+                    (r.verdict or "") if j == 0 else "",
                 ]
             )
     return header, rows
