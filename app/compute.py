@@ -507,7 +507,7 @@ def _analysis_reuse(content: str, ingest_key: Key, warmup: float, bytes_per_toke
     return _remember(("reuse", content, ingest_key, warmup, bytes_per_token), make)
 
 
-def _models_document(loaded, warmup: float, kv_dtype: str) -> dict:
+def _models_document(loaded, warmup: float, kv_dtype: str):  # ModelsFigures
     from analyzer.advisor.models import models_document
     from analyzer.reuse import ReuseOptions
 

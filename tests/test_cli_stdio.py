@@ -104,6 +104,31 @@ def test_synth_to_stdout_is_the_file(logs, tmp_path):
         (["reuse", "-", "-"], "'-' (stdin) can be given once"),
         (["analyze", "x.jsonl", "-o", "-"], "cannot take a directory of reports"),
         (["convert", "-", "-o", "-", "--keep-previews"], "not with -o - (stdout)"),
+        (["reuse", "x.jsonl", "--salt-file", "-"], "--salt-file cannot be '-'"),
+        (["analyze", "-", "-o", "r", "--prices", "-"], "'-' (stdin) can be given once"),
+        (["synth", "-o", "-", "--truth", "-"], "would both write to stdout"),
+        (
+            [
+                "cost",
+                "fit",
+                "-m",
+                "llama-3.1-8b",
+                "-g",
+                "h100",
+                "--load",
+                "l.csv",
+                "-o",
+                "-",
+                "--json",
+                "-",
+            ],
+            "would both write to stdout",
+        ),
+        (["cost", "profile", "-m", "llama-3.1-8b", "-o", "-"], "written beside the profile"),
+        (
+            ["cost", "profile", "-m", "llama-3.1-8b", "-o", "p.json", "--nvme-dir", "-"],
+            "--nvme-dir cannot be '-'",
+        ),
     ],
 )
 def test_dash_where_it_cannot_be_is_a_usage_error(tmp_path, args, says):
@@ -123,3 +148,93 @@ def test_the_library_never_opens_a_file_named_dash(tmp_path, monkeypatch):
         open_trace(["-"])
     with pytest.raises(UsageError):
         check_output("-")
+
+
+# --- '-' for every input and output option -------------------------------------------
+
+FIX = ROOT / "tests" / "fixtures" / "cost"
+
+
+def _json_out(r: subprocess.CompletedProcess[bytes]) -> dict:  # type: ignore[type-arg]
+    assert r.returncode == 0, r.stderr.decode()
+    return json.loads(r.stdout)
+
+
+def test_cost_fit_reads_its_csv_from_stdin_and_writes_the_profile_to_stdout(tmp_path):
+    base = ["cost", "fit", "-m", "llama-3.1-8b", "-g", "h100"]
+    csv = FIX / "prefill_llama8b_h100.csv"
+    f = _run([*base, "--prefill", str(csv), "-o", "p.json"], tmp_path)
+    assert f.returncode == 0, f.stderr
+    r = _run([*base, "--prefill", "-", "-o", "-"], tmp_path, csv.read_bytes())
+    from_stdin, from_file = _json_out(r), json.loads((tmp_path / "p.json").read_text())
+    assert from_stdin["prefill"]["source"] == "<stdin>"
+    assert from_file["prefill"]["source"] == str(csv)
+    from_stdin["prefill"]["source"] = from_file["prefill"]["source"]
+    assert from_stdin == from_file
+    assert b"wrote <stdout>" in r.stderr and b"kvpool-stdin" not in r.stdout + r.stderr
+    # a profile read from stdin: the same figures as from the file
+    args = ["cost", "show", "--json", "-", "--profile"]
+    shown_stdin = _json_out(_run([*args, "-"], tmp_path, (tmp_path / "p.json").read_bytes()))
+    shown_file = _json_out(_run([*args, "p.json"], tmp_path))
+    assert shown_stdin["cost_model"]["profile"] == "<stdin>"
+    shown_stdin["cost_model"]["profile"] = shown_file["cost_model"]["profile"]
+    assert shown_stdin == shown_file
+    assert not (tmp_path / "-").exists()
+
+
+def test_cost_ttft_calibration_and_check_table_read_stdin(tmp_path):
+    base = ["cost", "ttft", "-m", "llama-3.1-8b", "-g", "h100", "--prompt-tokens", "8192"]
+    base += ["--cached-tokens", "4096", "--load-gbps", "25"]
+    base += ["--json", "-", "--calibration"]
+    cal = FIX / "ttft_calibration.csv"
+    assert (
+        _json_out(_run([*base, "-"], tmp_path, cal.read_bytes()))["ttft_s"]
+        == (_json_out(_run([*base, str(cal)], tmp_path))["ttft_s"])
+    )
+    table = ROOT / "models" / "measurements.toml"
+    check = ["cost", "check", "--json", "-", "--table"]
+    from_stdin = _json_out(_run([*check, "-"], tmp_path, table.read_bytes()))
+    from_file = _json_out(_run([*check, str(table)], tmp_path))
+    assert from_stdin.pop("table") == "<stdin>"
+    assert from_file.pop("table") == str(table)
+    assert from_stdin == from_file
+    assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("fmt", ["toml", "json"])
+def test_replay_config_reads_stdin_in_either_format(logs, fmt):
+    text = (
+        '[[scenario]]\nname = "big-pool"\npool = true\npool_gbps = 50\n'
+        if fmt == "toml"
+        else '{"scenario": [{"name": "big-pool", "pool": true, "pool_gbps": 50}]}'
+    )
+    base = ["replay", "chat.jsonl", "-j", "1", "--no-search", "--scenarios", "local,big-pool"]
+    r = _json_out(_run([*base, "--json", "-", "--config", "-"], logs, text.encode()))
+    assert list(r["scenarios"]) == ["local", "big-pool"]
+    assert r["scenarios"]["big-pool"]["link_gbps"]["pool"] == 50.0
+    assert not (logs / "-").exists()
+
+
+def test_analyze_prices_from_stdin_price_the_same(logs, tmp_path):
+    prices = ROOT / "models" / "prices.toml"
+    base = ["analyze", str(logs / "chat.jsonl"), "-j", "1", "--no-rate-search", "--json", "-"]
+    from_stdin = _json_out(_run([*base, "-o", "a", "--prices", "-"], tmp_path, prices.read_bytes()))
+    from_file = _json_out(_run([*base, "-o", "b", "--prices", str(prices)], tmp_path))
+    # the report names a price file by its file name only
+    assert from_stdin["options"]["prices"].pop("prices_file") == "stdin"
+    assert from_file["options"]["prices"].pop("prices_file") == "prices.toml"
+    assert from_stdin == from_file
+    bad = _run([*base, "-o", "c", "--prices", "-"], tmp_path, b"[gpu_hour_usd\n")
+    assert bad.returncode == 3 and b"<stdin>" in bad.stderr, bad.stderr
+    assert not (tmp_path / "-").exists()
+
+
+def test_synth_ground_truth_to_stdout_beside_the_log_in_a_file(logs, tmp_path):
+    base = ["synth", "--profile", "chat", "-n", "60"]
+    f = _run([*base, "-o", "f.jsonl", "--truth", "truth.json"], tmp_path)
+    assert f.returncode == 0, f.stderr
+    r = _run([*base, "-o", "g.jsonl", "--truth", "-"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (tmp_path / "truth.json").read_bytes()
+    assert (tmp_path / "g.jsonl").read_bytes() == (logs / "chat.jsonl").read_bytes()
+    assert not (tmp_path / "-").exists()

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyzer.advisor import AnalyzeOptions, run_analysis
-from analyzer.advisor.figures import Objective, Thresholds, Verdict
+from analyzer.advisor.figures import DeployOption, Objective, Thresholds, Verdict
 from analyzer.errors import InputError
 from analyzer.replay.config import Scenario
 from analyzer.report import render_html, render_json, render_markdown
@@ -104,6 +104,8 @@ def test_the_view_is_frozen_and_speaks_in_enums(documents):
         r.verdict.verdict = Verdict.DEPLOY_POOLED  # type: ignore[misc]
     assert isinstance(r.verdict.verdict, Verdict)
     assert all(isinstance(k, Scenario) for k in r.scenarios)
+    assert all(isinstance(p.mode, DeployOption) for p in r.settings)
+    assert all(isinstance(f.option, DeployOption) for f in r.deploy.files)
     assert r.summary == documents["chat"].summary and len(r.summary) == 3
 
 
@@ -226,6 +228,9 @@ def test_a_foreign_or_broken_report_json_is_one_line_naming_file_and_field(docum
     bad_scenario = copy.deepcopy(good)
     bad_scenario["replay"]["scenarios"]["warp"] = bad_scenario["replay"]["scenarios"]["local"]
     cases.append((bad_scenario, r"\(field 'replay\.scenarios\.warp'\): unknown scenario"))
+    bad_option = copy.deepcopy(good)
+    bad_option["settings"][0]["mode"] = "pool-everything"
+    cases.append((bad_option, r"\(field 'settings\[0\]\.mode'\): unknown deploy option"))
     extra_top = {**good, "surprise": 1}
     cases.append((extra_top, r"\(field 'surprise'\): unknown field"))
     for doc, pattern in cases:

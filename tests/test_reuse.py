@@ -360,9 +360,9 @@ def test_non_prefix_reuse_from_content_ids():
     rep = analyze_reuse(tr, ReuseOptions(warmup=0.0, policies=("lru",)))
     npx = rep.non_prefix
     total = 27
-    assert npx["cold_prefix_rate"] == pytest.approx(8 / total)
-    assert npx["cold_content_seen_rate"] == pytest.approx(16 / total)
-    assert npx["cold_hit_rate"] == pytest.approx(8 / total)
+    assert npx.cold_prefix_rate == pytest.approx(8 / total)
+    assert npx.cold_content_seen_rate == pytest.approx(16 / total)
+    assert npx.cold_hit_rate == pytest.approx(8 / total)
 
 
 @settings(max_examples=40, deadline=None)
@@ -399,7 +399,7 @@ def test_non_prefix_reuse_in_chunks_equals_a_naive_count(content, chunk):
         )
         seen.update(req)
     total = int(tr.prompt_tokens.sum())
-    assert got["cold_content_seen_rate"] == pytest.approx(sum(naive) / total)
+    assert got.cold_content_seen_rate == pytest.approx(sum(naive) / total)
 
 
 def test_count_only_trace_is_not_measurable():
@@ -593,10 +593,10 @@ def test_golden_ragpulse_content_versus_prefix(shared_traces):
     rep = analyze_reuse(tr, ReuseOptions(warmup=0.0, policies=("lru",), granularities=()))
     npx = rep.non_prefix
     # padding chunks to whole blocks moves the shares by well under a point
-    assert npx["cold_content_seen_rate"] == pytest.approx(content / total, abs=0.01)
-    assert npx["cold_prefix_rate"] == pytest.approx(prefix / total, abs=0.01)
-    assert npx["cold_hit_rate"] == pytest.approx((content - prefix) / total, abs=0.01)
-    assert rep.cold_ceiling_hit_rate == pytest.approx(npx["cold_prefix_rate"], abs=1e-12)
+    assert npx.cold_content_seen_rate == pytest.approx(content / total, abs=0.01)
+    assert npx.cold_prefix_rate == pytest.approx(prefix / total, abs=0.01)
+    assert npx.cold_hit_rate == pytest.approx((content - prefix) / total, abs=0.01)
+    assert rep.cold_ceiling_hit_rate == pytest.approx(npx.cold_prefix_rate, abs=1e-12)
 
 
 def test_curve_survives_many_position_compactions():

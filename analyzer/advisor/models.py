@@ -42,6 +42,121 @@ class ServedModel:
     prompt_tokens: int
 
 
+@dataclass(frozen=True, slots=True)
+class ModelReplay:
+    """One model of a multi-model log replayed on instances of its own
+    (:func:`per_model_replay`)."""
+
+    model: str  # the catalog model it was priced as
+    tp: int
+    instances: int
+    pool_share: float  # of the one store shared by every model
+    pool_capacity_tokens: int | None  # None: unbounded
+    local_hit_rate: float
+    pooled_hit_rate: float
+    local_ttft_mean_s: float | None
+    pooled_ttft_mean_s: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelNotReplayed:
+    """A model of a multi-model log that fits on none of the GPU's TP degrees."""
+
+    model: str
+    skipped: str  # why
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "skipped": self.skipped}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReuse:
+    """The reuse figures of one model of a multi-model log, measured on its requests."""
+
+    measurable: bool
+    ceiling_hit_rate: float
+    cold_ceiling_hit_rate: float
+    distinct_blocks: int
+    footprint_tokens: int
+    kv_bytes_per_token: int | None  # None: not a catalog model
+    footprint_gb: float | None  # its working set in GB (catalog models)
+    # the exact LRU curve, as the reuse stage serializes it (``curves.lru``)
+    hit_ratio_curve: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFigures:
+    """One model a log names: its traffic and, when the log names several, its own
+    reuse and replay (a log naming one model has the overall figures only)."""
+
+    served: ServedModel
+    reuse: ModelReuse | None = None  # None: the log's only model (same as overall)
+    replay: ModelReplay | ModelNotReplayed | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        m = self.served
+        out: dict[str, Any] = {
+            "model": m.name,
+            "catalog_id": m.catalog_id,
+            "requests": m.requests,
+            "prompt_tokens": m.prompt_tokens,
+        }
+        if self.reuse is None:
+            return {**out, "same_as_overall": True}
+        r = self.reuse
+        out.update(
+            measurable=r.measurable,
+            ceiling_hit_rate=r.ceiling_hit_rate,
+            cold_ceiling_hit_rate=r.cold_ceiling_hit_rate,
+            distinct_blocks=r.distinct_blocks,
+            footprint_tokens=r.footprint_tokens,
+            kv_bytes_per_token=r.kv_bytes_per_token,
+            footprint_gb=r.footprint_gb,
+            hit_ratio_curve=list(r.hit_ratio_curve),
+        )
+        if self.replay is not None:
+            out["replay"] = self.replay.to_json()
+        return out
+
+
+# How the per-model replay is set up, as the report says it.
+PER_MODEL_REPLAY = (
+    "each model on {instances} instances of its own (its catalog model's cost "
+    "and HBM, at the smallest tensor parallelism it fits at), local and pooled "
+    "scenarios on its requests alone, the pool one store sized for all models, "
+    "shared in proportion to each model's working set in bytes"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelsFigures:
+    """The models a log names (the ``models`` section of ``report.json`` and of
+    ``kvpool reuse --json``)."""
+
+    count: int
+    block_key_includes_model: bool
+    per_model: tuple[ModelFigures, ...]
+    per_model_replay: str | None = None  # how the models were replayed, when they were
+    warning: str | None = None  # --model names none of the log's models
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "count": self.count,
+            "block_key_includes_model": self.block_key_includes_model,
+            "per_model": [m.to_json() for m in self.per_model],
+        }
+        if self.count > 1:
+            doc["shared_pool_note"] = SHARED_POOL_NOTE
+        if self.per_model_replay is not None:
+            doc["per_model_replay"] = self.per_model_replay
+        if self.warning is not None:
+            doc["warning"] = self.warning
+        return doc
+
+
 def _recognize(name: str) -> str | None:
     from analyzer.cost import recognize_model
 
@@ -103,7 +218,7 @@ def select_model(loaded: Any, wanted: str) -> Any:  # LoadedTrace -> LoadedTrace
     return dataclasses.replace(loaded, table=table, _trace=None)
 
 
-def per_model_reuse(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> list[dict[str, Any]]:
+def per_model_reuse(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> list[ModelFigures]:
     """Per model the log names: requests, tokens, reuse ceilings, the exact LRU hit-ratio
     curve and, for a catalog model, its KV bytes per token and working set in GB.
 
@@ -113,7 +228,7 @@ def per_model_reuse(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> list[dict
     from analyzer.reuse import analyze_reuse
     from analyzer.trace import BlockTrace
 
-    out: list[dict[str, Any]] = []
+    out: list[ModelFigures] = []
     names = loaded.table.column("model")
     for m in served_models(loaded.table):
         table = loaded.table.filter(pc.fill_null(pc.equal(names, m.name), False))
@@ -126,60 +241,57 @@ def per_model_reuse(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> list[dict
         rep = analyze_reuse(trace, dataclasses.replace(opts, bytes_per_token=bpt))
         doc = rep.to_json()
         out.append(
-            {
-                "model": m.name,
-                "catalog_id": m.catalog_id,
-                "requests": m.requests,
-                "prompt_tokens": m.prompt_tokens,
-                "measurable": rep.measurable,
-                "ceiling_hit_rate": round(float(rep.ceiling_hit_rate), 6),
-                "cold_ceiling_hit_rate": round(float(rep.cold_ceiling_hit_rate), 6),
-                "distinct_blocks": int(trace.n_blocks),
-                "footprint_tokens": int(rep.footprint_tokens) if rep.measurable else 0,
-                "kv_bytes_per_token": bpt,
-                "footprint_gb": (
-                    round(rep.footprint_tokens * bpt / 1e9, 6) if bpt and rep.measurable else None
+            ModelFigures(
+                m,
+                ModelReuse(
+                    measurable=rep.measurable,
+                    ceiling_hit_rate=round(float(rep.ceiling_hit_rate), 6),
+                    cold_ceiling_hit_rate=round(float(rep.cold_ceiling_hit_rate), 6),
+                    distinct_blocks=int(trace.n_blocks),
+                    footprint_tokens=int(rep.footprint_tokens) if rep.measurable else 0,
+                    kv_bytes_per_token=bpt,
+                    footprint_gb=(
+                        round(rep.footprint_tokens * bpt / 1e9, 6)
+                        if bpt and rep.measurable
+                        else None
+                    ),
+                    hit_ratio_curve=tuple((doc.get("curves") or {}).get("lru", [])),
                 ),
-                "hit_ratio_curve": (doc.get("curves") or {}).get("lru", []),
-            }
+            )
         )
     return out
 
 
-def models_document(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> dict[str, Any]:
-    """The ``models`` section of ``kvpool reuse --json`` and ``report.json``."""
+def models_document(
+    loaded: Any, opts: Any, kv_dtype: str = "bf16", warning: str | None = None
+) -> ModelsFigures:
+    """The models the log names, with per-model reuse when it names several (the
+    ``models`` section of ``kvpool reuse --json`` and ``report.json``)."""
     models = served_models(loaded.table)
-    doc: dict[str, Any] = {
-        "count": len(models),
-        "block_key_includes_model": "model"
+    per_model = (
+        per_model_reuse(loaded, opts, kv_dtype)
+        if len(models) > 1
+        else [ModelFigures(m) for m in models[:1]]
+    )
+    return ModelsFigures(
+        count=len(models),
+        block_key_includes_model="model"
         in read_metadata(loaded.table).get("hash_keys", "").split(","),
-        "per_model": per_model_reuse(loaded, opts, kv_dtype) if len(models) > 1 else [],
-    }
-    if len(models) == 1:
-        m = models[0]
-        doc["per_model"] = [
-            {
-                "model": m.name,
-                "catalog_id": m.catalog_id,
-                "requests": m.requests,
-                "prompt_tokens": m.prompt_tokens,
-                "same_as_overall": True,
-            }
-        ]
-    if len(models) > 1:
-        doc["shared_pool_note"] = SHARED_POOL_NOTE
-    return doc
+        per_model=tuple(per_model),
+        warning=warning,
+    )
 
 
 def per_model_replay(
     loaded: Any,
     cfg: Any,
-    per_model: list[dict[str, Any]],
+    models: ModelsFigures,
     fits: Any,
     replayer: Any = None,
-) -> None:
-    """Each model of a multi-model log replayed on its own instances, in place: adds
-    ``replay`` to each entry of ``per_model`` (from :func:`per_model_reuse`).
+) -> ModelsFigures:
+    """Each model of a multi-model log replayed on its own instances: ``models`` with
+    each model's ``replay`` (those measured on their own by :func:`per_model_reuse`;
+    ``models`` itself when fewer than two were).
 
     Engines serve one model each, so each model gets ``cfg.instances`` instances of its
     own (its catalog model's cost and HBM, at the smallest tensor parallelism it fits
@@ -199,8 +311,9 @@ def per_model_replay(
     from analyzer.cost import get_model
     from analyzer.replay import UNBOUNDED, run_replay
 
+    per_model = [m for m in models.per_model if m.reuse is not None]
     if len(per_model) < 2:
-        return
+        return models
     n_models = len(per_model)
     per_node = max(1, cfg.gpus_per_node // cfg.tp)
     nodes = -(-cfg.instances * n_models // per_node)
@@ -216,13 +329,15 @@ def per_model_replay(
         pool_bytes = per_node_bytes * nodes
     else:
         pool_bytes = math.inf
-    sets = [float(m.get("footprint_gb") or 0.0) for m in per_model]
+    sets = [float((m.reuse and m.reuse.footprint_gb) or 0.0) for m in per_model]
     total = sum(sets)
+    replays: dict[str, ModelReplay | ModelNotReplayed] = {}
     for m, ws in zip(per_model, sets, strict=True):
-        model = m.get("catalog_id") or cfg.model
+        name = m.served.name
+        model = m.served.catalog_id or cfg.model
         fit = fits(model, cfg.gpu, cfg.kv_dtype)
         if fit is None:
-            m["replay"] = {"model": model, "skipped": f"{model} does not fit on {cfg.gpu}"}
+            replays[name] = ModelNotReplayed(model, f"{model} does not fit on {cfg.gpu}")
             continue
         cost, tp = fit
         bpt = int(cost.bytes_per_token)
@@ -236,19 +351,27 @@ def per_model_replay(
             pool_capacity_tokens=pool_tokens,
             dram_capacity_tokens=None,
         )
-        trace = loaded.model_part(str(m["model"]))
-        run = run_replay if replayer is None else partial(replayer, part=str(m["model"]))
+        trace = loaded.model_part(name)
+        run = run_replay if replayer is None else partial(replayer, part=name)
         sc = run(
             trace, c, scenarios=(Scenario.LOCAL, Scenario.POOLED), search_rate=False, cost=cost
         ).scenarios
-        m["replay"] = {
-            "model": model,
-            "tp": tp,
-            "instances": c.instances,
-            "pool_share": round(share, 6),
-            "pool_capacity_tokens": None if math.isinf(pool_bytes) else pool_tokens,
-            "local_hit_rate": sc[Scenario.LOCAL].hit_rate,
-            "pooled_hit_rate": sc[Scenario.POOLED].hit_rate,
-            "local_ttft_mean_s": sc[Scenario.LOCAL].ttft.mean_s,
-            "pooled_ttft_mean_s": sc[Scenario.POOLED].ttft.mean_s,
-        }
+        replays[name] = ModelReplay(
+            model=model,
+            tp=tp,
+            instances=c.instances,
+            pool_share=round(share, 6),
+            pool_capacity_tokens=None if math.isinf(pool_bytes) else pool_tokens,
+            local_hit_rate=sc[Scenario.LOCAL].hit_rate,
+            pooled_hit_rate=sc[Scenario.POOLED].hit_rate,
+            local_ttft_mean_s=sc[Scenario.LOCAL].ttft.mean_s,
+            pooled_ttft_mean_s=sc[Scenario.POOLED].ttft.mean_s,
+        )
+    return dataclasses.replace(
+        models,
+        per_model=tuple(
+            dataclasses.replace(m, replay=replays.get(m.served.name, m.replay))
+            for m in models.per_model
+        ),
+        per_model_replay=PER_MODEL_REPLAY.format(instances=cfg.instances),
+    )

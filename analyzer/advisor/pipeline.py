@@ -8,7 +8,6 @@ pure decision, sizing, sensitivity and gate functions on them.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import math
 from dataclasses import dataclass, field, replace
@@ -534,10 +533,8 @@ def run_analysis(
         "examples": [_private_example(e, names) for e in loaded.skipped.examples],
     }
     reuse_json = rep.to_json()
-    # A caller's document is copied: the per-model replay below writes into it, and the
-    # caller may hand the same one to the next analysis.
-    models_doc = (
-        copy.deepcopy(models)
+    models_figures = (
+        models
         if models is not None
         else models_document(loaded, ReuseOptions(warmup=opts.warmup), opts.kv_dtype)
     )
@@ -591,18 +588,12 @@ def run_analysis(
             )
         replay = _replay_figures(replay_result, opts.ttft_slo_s)
         economics = _economics(opts, trace, rf, replay_result, prices, bpt)
-    per = [m for m in models_doc.get("per_model") or [] if "footprint_gb" in m]
-    if usable and len(per) > 1:
+    measured_apart = [m for m in models_figures.per_model if m.reuse is not None]
+    if usable and len(measured_apart) > 1:
         from analyzer.advisor.models import per_model_replay
 
         with progress("replay per model", None):
-            per_model_replay(loaded, cfg, per, _fits, replayer)
-        models_doc["per_model_replay"] = (
-            f"each model on {cfg.instances} instances of its own (its catalog model's cost "
-            "and HBM, at the smallest tensor parallelism it fits at), local and pooled "
-            "scenarios on its requests alone, the pool one store sized for all models, "
-            "shared in proportion to each model's working set in bytes"
-        )
+            models_figures = per_model_replay(loaded, cfg, models_figures, _fits, replayer)
     step(45)
 
     decision = decide(tf, rf, bw, replay, th, economics)
@@ -746,7 +737,7 @@ def run_analysis(
             "tokenizer": trace.meta.get("tokenizer", ""),
             "template": trace.meta.get("template", ""),
         },
-        models=models_doc,
+        models=models_figures.to_json(),
         warnings=warnings,
         measured=None if measured_doc is None else measured_doc[0],
         uncertainty=uncertainty,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from analyzer.cli import options as o
+from analyzer.cli.stdio import stdin_options
 from analyzer.errors import EXIT_GATES
 
 if TYPE_CHECKING:
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 
 @o.ingest_flags
 @o.cluster_flags
+@stdin_options("prices", "profile")
 def analyze(
     inputs: o.Inputs,
     *,
@@ -83,7 +85,9 @@ def analyze(
     ] = 300.0,
     prices: Annotated[
         Path | None,
-        typer.Option("--prices", help="A price file in the layout of models/prices.toml."),
+        typer.Option(
+            "--prices", help="A price file in the layout of models/prices.toml ('-': stdin)."
+        ),
     ] = None,
     gpu_hour_usd: Annotated[
         float | None, typer.Option("--gpu-hour-usd", help="Price of one GPU-hour (USD).")

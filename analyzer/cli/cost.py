@@ -14,6 +14,7 @@ from typing import Any
 import typer
 
 from analyzer.cli import options as o
+from analyzer.cli.stdio import is_stdio, no_stdio, output_file, stdin_options
 from analyzer.errors import UsageError
 
 cost_app = typer.Typer(
@@ -150,7 +151,9 @@ _MFU = typer.Option(
     help="Price prefill with the plain roofline at this utilisation instead of the engine "
     "model fitted on models/measurements.toml.",
 )
-_PROFILE = typer.Option(None, "--profile", help="Fitted profile JSON from `kvpool cost fit`.")
+_PROFILE = typer.Option(
+    None, "--profile", help="Fitted profile JSON from `kvpool cost fit` ('-': stdin)."
+)
 _JSON = typer.Option(None, "--json", help=_JSON_HELP)
 _TIERS = typer.Option(
     None, "--tier", help="Tiers for the break-even (repeatable; default: all but hbm)."
@@ -239,6 +242,7 @@ def gpus_cmd(json_path: str | None = _JSON) -> None:
 
 
 @cost_app.command("show")
+@stdin_options("profile")
 def show_cmd(
     model: str | None = _MODEL,
     gpu: str | None = _GPU,
@@ -382,6 +386,7 @@ def show_cmd(
 
 
 @cost_app.command("ttft")
+@stdin_options("calibration", "profile")
 def ttft_cmd(
     model: str | None = _MODEL,
     gpu: str | None = _GPU,
@@ -401,7 +406,8 @@ def ttft_cmd(
     calibration: str | None = typer.Option(
         None,
         "--calibration",
-        help="CSV prompt_tokens,cached_tokens,concurrency,load_gbps,ttft_s measured on your system.",
+        help="CSV prompt_tokens,cached_tokens,concurrency,load_gbps,ttft_s measured on your "
+        "system ('-': stdin).",
     ),
     profile: str | None = _PROFILE,
     json_path: str | None = _JSON,
@@ -463,16 +469,23 @@ def ttft_cmd(
 
 
 @cost_app.command("fit")
+@stdin_options("prefill", "load", "ttft")
 def fit_cmd(
     prefill: str | None = typer.Option(
-        None, "--prefill", help="CSV prompt_tokens,cached_tokens,prefill_s|ttft_s[,concurrency]."
+        None,
+        "--prefill",
+        help="CSV prompt_tokens,cached_tokens,prefill_s|ttft_s[,concurrency] ('-': stdin).",
     ),
-    load: str | None = typer.Option(None, "--load", help="CSV bytes,concurrency,seconds."),
+    load: str | None = typer.Option(
+        None, "--load", help="CSV bytes,concurrency,seconds ('-': stdin)."
+    ),
     ttft: str | None = typer.Option(
-        None, "--ttft", help="CSV prompt_tokens,cached_tokens,concurrency,load_gbps,ttft_s."
+        None,
+        "--ttft",
+        help="CSV prompt_tokens,cached_tokens,concurrency,load_gbps,ttft_s ('-': stdin).",
     ),
     output: str = typer.Option(
-        ..., "--output", "-o", help="Profile to write, e.g. models/mine.json."
+        ..., "--output", "-o", help="Profile to write, e.g. models/mine.json ('-': stdout)."
     ),
     model: str | None = _MODEL,
     gpu: str | None = _GPU,
@@ -485,14 +498,17 @@ def fit_cmd(
     """Fit prefill and/or load coefficients to your measurements; save them as JSON."""
     from dataclasses import replace
 
+    from analyzer.cli.output import console as make_console
     from analyzer.cost import calibrate as cal
 
     if not (prefill or load or ttft):
         raise UsageError("give at least one of --prefill CSV, --load CSV or --ttft CSV")
-    if not output.endswith(".json"):
-        raise UsageError(f"--output must be a .json file, got '{output}'")
+    if not is_stdio(output) and not output.endswith(".json"):
+        raise UsageError(f"--output must be a .json file or '-' (stdout), got '{output}'")
+    if is_stdio(output) and is_stdio(json_path):
+        raise UsageError("-o - and --json - would both write to stdout: give one a file")
     cm = _cost_model(model, gpu, tp, kv_dtype, mfu, None, weights_dtype)
-    console = _console(json_path)
+    console = make_console(stderr=is_stdio(json_path) or is_stdio(output))
     summary: dict[str, Any] = {}
     if prefill:
         data = cal.read_prefill_csv(prefill)
@@ -528,9 +544,15 @@ def fit_cmd(
         console.print("  " + _fit_notes(fit.fitted, names, fit.cv_mape, fit.n_points))
         summary["ttft_rows"] = {"usable": len(data.rows), "skipped": data.skipped}
         summary["ttft_skipped_examples"] = data.examples
-    path = cal.save_profile(cm, output)
-    console.print(f"wrote {path} (use it with --profile {path})")
-    _write_json(json_path, {"profile": cal.profile_json(cm), "path": str(path), **summary})
+    with output_file(Path(output), what="profile") as target:
+        written = cal.save_profile(cm, target)
+    path = "<stdout>" if is_stdio(output) else str(written)
+    console.print(
+        f"wrote {path} (use it with --profile FILE)"
+        if is_stdio(output)
+        else f"wrote {path} (use it with --profile {path})"
+    )
+    _write_json(json_path, {"profile": cal.profile_json(cm), "path": path, **summary})
 
 
 # ---------------------------------------------------------------------------------------
@@ -538,9 +560,12 @@ def fit_cmd(
 
 
 @cost_app.command("check")
+@stdin_options("table")
 def check_cmd(
     table: str | None = typer.Option(
-        None, "--table", help="Reference table (default: models/measurements.toml)."
+        None,
+        "--table",
+        help="Reference table (default: models/measurements.toml; '-': stdin).",
     ),
     json_path: str | None = _JSON,
 ) -> None:
@@ -651,6 +676,8 @@ def profile_cmd(
     from analyzer.cost import profiler
     from analyzer.cost.model import fit_json
 
+    no_stdio(output, "-o", "the raw measurements are written beside the profile")
+    no_stdio(nvme_dir, "--nvme-dir", "it names a folder on the NVMe mount to time reads in")
     if not output.endswith(".json"):
         raise UsageError(f"--output must be a .json file, got '{output}'")
     cm = _cost_model(model, gpu, tp, kv_dtype, None, None, None)

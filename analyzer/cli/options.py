@@ -230,8 +230,8 @@ CostProfile = Annotated[
     str | None,
     typer.Option(
         "--profile",
-        help="Measured profile (`kvpool cost profile` or `kvpool cost fit`): its model, GPU, "
-        "TP and fitted prefill replace the catalog's.",
+        help="Measured profile (`kvpool cost profile` or `kvpool cost fit`; '-': stdin): its "
+        "model, GPU, TP and fitted prefill replace the catalog's.",
     ),
 ]
 Router = Annotated[
@@ -331,9 +331,14 @@ class IngestFlags:
         """The :class:`~analyzer.ingest.IngestOptions` these flags describe (imported
         here, not at module load); ``previews`` and ``keep_names`` are the command's
         own output flags."""
+        from analyzer.cli.stdio import no_stdio
         from analyzer.errors import UsageError
         from analyzer.ingest.options import IngestOptions
         from analyzer.ingest.parallel import resolve_jobs
+
+        no_stdio(
+            self.salt_file, "--salt-file", "the salt is a secret kept in a file, made on first use"
+        )
 
         if self.exact_max_mib < 1:
             raise UsageError(f"--exact-max-mib must be at least 1, got {self.exact_max_mib}")

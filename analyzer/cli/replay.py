@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from analyzer.cli import options as o
+from analyzer.cli.stdio import stdin_options
 from analyzer.errors import UsageError
 
 
@@ -70,6 +71,7 @@ def register(app: typer.Typer) -> None:
 
 @o.ingest_flags
 @o.cluster_flags
+@stdin_options("config")
 def replay(
     inputs: o.Inputs,
     *,
@@ -82,7 +84,10 @@ def replay(
     ] = "none,local,local+dram,pooled",
     config: Annotated[
         Path | None,
-        typer.Option("--config", help="TOML or JSON file with user-defined [[scenario]] entries."),
+        typer.Option(
+            "--config",
+            help="TOML or JSON file with user-defined [[scenario]] entries ('-': stdin).",
+        ),
     ] = None,
     time_scale: Annotated[
         float,

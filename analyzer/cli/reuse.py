@@ -182,10 +182,8 @@ def reuse(
         out.print(f"note: {note}", markup=False, highlight=False)
     if json_out is not None:
         with progress("per-model reuse", None):
-            models = models_document(loaded, opts, kv_dtype)
-        if warning:
-            models["warning"] = warning
-        write_json(json_out, {**report.to_json(), "models": models}, force=force)
+            models = models_document(loaded, opts, kv_dtype, warning=warning or None)
+        write_json(json_out, {**report.to_json(), "models": models.to_json()}, force=force)
         if not is_stdio(json_out):
             out.print(f"wrote {json_out}")
 
@@ -255,10 +253,8 @@ def _reuse_streamed(
             # per-model curves read each model's rows whole (ingest's reader)
             loaded = open_trace([str(f) for f in canonical_files(path)])
         with progress("per-model reuse", None):
-            models = models_document(loaded, opts, kv_dtype)
-        if warning:
-            models["warning"] = warning
-        write_json(json_out, {**report.to_json(), "models": models}, force=force)
+            models = models_document(loaded, opts, kv_dtype, warning=warning or None)
+        write_json(json_out, {**report.to_json(), "models": models.to_json()}, force=force)
         if not is_stdio(json_out):
             out.print(f"wrote {json_out}")
 

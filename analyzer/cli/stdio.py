@@ -12,17 +12,22 @@ complete, so a failed run never leaves half a Parquet file in a pipe's reader.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from analyzer.errors import UsageError, show_as
 
 STDIO = "-"
 STDIN_NAME = "<stdin>"
+# Whether a command holds the copy of stdin now: stdin can be read once, so a second '-'
+# (a log and a price file, say) is a usage error rather than an empty input.
+_taken = False
 
 
 def is_stdio(path: Path | str | None) -> bool:
@@ -34,18 +39,20 @@ def is_stdio(path: Path | str | None) -> bool:
 def stdin_inputs(paths: Sequence[Path]) -> Iterator[list[Path]]:
     """``paths`` with ``-`` replaced by a temporary copy of stdin, named ``<stdin>`` in
     messages; at most one ``-`` (stdin can be read once)."""
+    global _taken
     if not any(is_stdio(p) for p in paths):
         yield list(paths)
         return
-    if sum(is_stdio(p) for p in paths) > 1:
+    if _taken or sum(is_stdio(p) for p in paths) > 1:
         raise UsageError("'-' (stdin) can be given once")
     if sys.stdin is None or sys.stdin.isatty():
         raise UsageError(
-            "'-' reads the log from stdin, which is a terminal",
-            hint="pipe a log in: zcat log.jsonl.gz | kvpool reuse -",
+            "'-' reads from stdin, which is a terminal",
+            hint="pipe the file in: zcat log.jsonl.gz | kvpool reuse -",
         )
     folder = Path(tempfile.mkdtemp(prefix="kvpool-stdin-"))  # mode 0700
     copy = folder / "stdin"
+    _taken = True
     try:
         with open(copy, "xb") as f:
             copy.chmod(0o600)
@@ -53,7 +60,26 @@ def stdin_inputs(paths: Sequence[Path]) -> Iterator[list[Path]]:
         show_as(str(copy), STDIN_NAME)
         yield [copy if is_stdio(p) else p for p in paths]
     finally:
+        _taken = False
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def stdin_files(*values: str | Path | None) -> Iterator[list[str | None]]:
+    """Input options (``--config``, ``--prices``, a CSV of measurements) with a ``-``
+    replaced by the path of a private copy of stdin, named ``<stdin>`` in messages; None
+    (an option not given) stays None. At most one ``-`` in the whole command."""
+    given = [Path(v) for v in values if v is not None]
+    with stdin_inputs(given) as copies:
+        rest = iter(copies)
+        yield [None if v is None else str(next(rest)) for v in values]
+
+
+def no_stdio(value: str | Path | None, flag: str, why: str) -> None:
+    """A usage error for ``-`` given to ``flag``, which cannot be stdin or stdout
+    (``why``): never a file named ``-``."""
+    if is_stdio(value):
+        raise UsageError(f"{flag} cannot be '-' (stdin or stdout): {why}")
 
 
 @contextmanager
@@ -74,3 +100,23 @@ def output_file(path: Path, *, what: str = "output") -> Iterator[Path]:
         sys.stdout.buffer.flush()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def stdin_options(*names: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A command whose input-file options ``names`` take ``-`` for stdin: each call
+    gets the path of the copy (:func:`stdin_files`) in place of ``-``, as a ``Path`` where
+    the option is one."""
+
+    def wrap(command: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(command)
+        def run(**kwargs: Any) -> None:
+            given = [kwargs.get(n) for n in names]
+            with stdin_files(*given) as files:
+                for n, old, new in zip(names, given, files, strict=True):
+                    if old is not None:
+                        kwargs[n] = Path(str(new)) if isinstance(old, Path) else new
+                command(**kwargs)
+
+        return run
+
+    return wrap

@@ -51,7 +51,10 @@ def synth(
     documents: Annotated[int, typer.Option("--documents", help="rag: document pool size.")] = 2000,
     truth: Annotated[
         Path | None,
-        typer.Option("--truth", help="Also write a JSON ground truth (sessions, who resent what)."),
+        typer.Option(
+            "--truth",
+            help="Also write a JSON ground truth (sessions, who resent what; '-': stdout).",
+        ),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Write through a symlinked output path.")
@@ -74,15 +77,21 @@ def synth(
         shared_templates=shared_templates,
         documents=documents,
     )
+    from contextlib import nullcontext
+
     from analyzer.cli.stdio import is_stdio, output_file
 
-    if is_stdio(truth):
-        raise UsageError("--truth - : the log may go to stdout, its ground truth to a file")
+    if is_stdio(truth) and is_stdio(output):
+        raise UsageError("-o - and --truth - would both write to stdout: give one a file")
+    truth_out = nullcontext(None) if truth is None else output_file(truth, what="ground truth")
     with (
         output_file(output) as target,
+        truth_out as truth_target,
         progress("synth", config.requests, unit="requests") as advance,
     ):
-        stats = generate(config, target, fmt=fmt, truth_path=truth, advance=advance, force=force)
+        stats = generate(
+            config, target, fmt=fmt, truth_path=truth_target, advance=advance, force=force
+        )
     where = "<stdout>" if is_stdio(output) else stats.path
     console = Console(stderr=True)
     console.print(
@@ -93,4 +102,5 @@ def synth(
         soft_wrap=True,
     )
     if stats.truth_path:
-        console.print(f"ground truth: {stats.truth_path}", highlight=False, soft_wrap=True)
+        shown = "<stdout>" if is_stdio(truth) else stats.truth_path
+        console.print(f"ground truth: {shown}", highlight=False, soft_wrap=True)

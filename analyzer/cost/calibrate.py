@@ -41,7 +41,7 @@ from analyzer.cost.model import (
     TtftCoefficients,
     fit_json,
 )
-from analyzer.errors import InputError, Location, UsageError
+from analyzer.errors import InputError, Location, UsageError, shown
 from analyzer.outputs import note_input
 
 PROFILE_SCHEMA = "kvpool.cost-profile/1"
@@ -149,14 +149,14 @@ def read_measurements(
             if problem is not None:
                 skipped += 1
                 if len(examples) < 5:
-                    examples.append(f"{p}:{line}: {problem}")
+                    examples.append(f"{shown(str(p))}:{line}: {problem}")
                 continue
             rows.append(row)
             lines.append(line)
     if not rows:
         detail = f"; {skipped} rows skipped, e.g. {examples[0]}" if examples else ""
         raise InputError(f"no usable measurement rows{detail}", Location(str(p)))
-    return CsvRows(str(p), rows, lines, skipped, examples)
+    return CsvRows(shown(str(p)), rows, lines, skipped, examples)  # stdin: <stdin>
 
 
 # ---------------------------------------------------------------------------------------
@@ -533,7 +533,7 @@ def load_profile(
 ) -> CostModel:
     """A :class:`CostModel` from a profile JSON; explicit arguments must agree with it."""
     p = Path(path)
-    where = str(p)
+    where = shown(str(p))  # stdin: <stdin>
     note_input(p)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
@@ -564,7 +564,7 @@ def load_profile(
     for key, given, lookup in checks:
         if given is not None and lookup(given).id != lookup(data[key]).id:
             raise UsageError(
-                f"profile {p} was fitted for {key} '{data[key]}', not '{given}'",
+                f"profile {where} was fitted for {key} '{data[key]}', not '{given}'",
                 hint=f"drop --{key} or fit a profile for '{given}'",
             )
     ptp = data.get("tp", 1)
@@ -579,11 +579,11 @@ def load_profile(
         if data.get(key) is not None and not isinstance(data[key], str):
             raise InputError(f"'{key}' must be a string", Location(where, None, key))
     if tp is not None and tp != ptp:
-        raise UsageError(f"profile {p} was fitted at tp={ptp}, not tp={tp}")
+        raise UsageError(f"profile {where} was fitted at tp={ptp}, not tp={tp}")
     pw = data.get("weight_dtype")
     if weight_dtype is not None and pw is not None and weight_dtype.lower() != pw.lower():
         raise UsageError(
-            f"profile {p} was measured with weights in {pw}, not {weight_dtype}",
+            f"profile {where} was measured with weights in {pw}, not {weight_dtype}",
             hint="drop --weights-dtype or profile that precision",
         )
     cm = CostModel.from_catalog(

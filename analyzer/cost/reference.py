@@ -24,7 +24,7 @@ from typing import Any
 
 from analyzer.cost.catalog import get_tier, models_dir
 from analyzer.cost.engine import DEFAULT_ENGINE, FITTED, EngineConstants
-from analyzer.errors import InputError, Location
+from analyzer.errors import InputError, Location, shown
 
 QUANTITIES = ("ttft_s", "prefill_tokens_per_s")
 PARALLELISMS = ("tp", "dp-attention+ep")
@@ -158,7 +158,7 @@ def _row(entry: Any, spec: dict[str, type], where: str, index: int, table: str) 
 def load_measurements(path: str | Path | None = None) -> Measurements:
     """Read and validate the reference table (InputError naming the row and field)."""
     p = Path(path) if path is not None else measurements_path()
-    where = str(p)
+    where = shown(str(p))  # stdin: <stdin>
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:

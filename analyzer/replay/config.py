@@ -301,6 +301,16 @@ _FLOAT_KEYS = {"dram_gbps", "nvme_gbps", "pool_gbps", "pool_aggregate_gbps", "po
 _STR_KEYS = {"name", "description", "router", "eviction", "write_policy", "dram_scope"}
 
 
+def _is_json(path: Path, raw: bytes) -> bool:
+    """A scenario file is JSON by its suffix; without one (stdin) by its content: an
+    object, or a list of objects (TOML's ``[[scenario]]`` also opens with a bracket)."""
+    suffix = path.suffix.lower()
+    if suffix in (".json", ".toml"):
+        return suffix == ".json"
+    text = raw.lstrip()
+    return text[:1] == b"{" or (text[:1] == b"[" and text[1:].lstrip()[:1] in (b"{", b"]"))
+
+
 def load_scenarios(path: str | Path) -> list[ScenarioSpec]:
     """User-defined scenarios from a TOML or JSON file.
 
@@ -324,10 +334,7 @@ def load_scenarios(path: str | Path) -> list[ScenarioSpec]:
             f"cannot read scenario file: {exc.strerror or exc}", Location(str(path))
         ) from None
     try:
-        if path.suffix.lower() == ".json":
-            doc = json.loads(raw)
-        else:
-            doc = tomllib.loads(raw.decode("utf-8"))
+        doc = json.loads(raw) if _is_json(path, raw) else tomllib.loads(raw.decode("utf-8"))
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc.msg}", Location(str(path), exc.lineno)) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

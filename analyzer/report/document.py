@@ -6,10 +6,11 @@
 alone knows the schema's layout: it builds the JSON (:func:`report_document`), rounds it
 (:func:`canonical`), and reads it back into :class:`Report`, a tree of frozen dataclasses
 whose fields are the schema's keys (units in the names, enums where the schema holds a
-verdict, objective, scenario or tier name). The Markdown, HTML and terminal renderers,
-the summary and the dashboard read attributes of that view, never keys, and a
-``report.json`` loaded back (:meth:`ReportDocument.load`) gives the same view, so every
-output prints the same rounded figures whether it is made fresh or from the file.
+verdict, objective, deploy option, scenario or tier name). The Markdown, HTML and
+terminal renderers, the summary and the dashboard read attributes of that view, never
+keys, and a ``report.json`` loaded back (:meth:`ReportDocument.load`) gives the same
+view, so every output prints the same rounded figures whether it is made fresh or from
+the file.
 
 Floats are rounded to 6 significant digits and NaN or infinity become ``null``
 (:func:`canonical`), so the same input and flags give the same bytes.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from enum import Enum
@@ -33,7 +35,7 @@ import numpy as np
 from analyzer import __version__
 from analyzer.advisor import gates as gates_mod
 from analyzer.advisor.economics import economics_json
-from analyzer.advisor.figures import VERDICT_SCENARIO, Objective, Verdict
+from analyzer.advisor.figures import VERDICT_SCENARIO, DeployOption, Objective, Verdict
 from analyzer.advisor.products import DOCS_CHECKED
 from analyzer.advisor.sensitivity import summarize
 from analyzer.errors import InputError, Location
@@ -114,7 +116,8 @@ def _load(tp: Any, value: Any, where: str) -> Any:
     if isinstance(tp, type) and issubclass(tp, Enum):
         if not isinstance(value, str) or value not in {m.value for m in tp}:
             names = ", ".join(m.value for m in tp)
-            raise ReportFormatError(where, f"unknown {tp.__name__.lower()} {value!r} ({names})")
+            what = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", tp.__name__).lower()  # "deploy option"
+            raise ReportFormatError(where, f"unknown {what} {value!r} ({names})")
         return tp(value)
     if tp is bool:
         ok = isinstance(value, bool)
@@ -671,7 +674,7 @@ class ProductSettingsView(_View):
     """``settings[]``: one product's settings and its launch snippet."""
 
     product: str
-    mode: str
+    mode: DeployOption
     settings: tuple[Setting, ...]
     snippet: str
     snippet_lang: str
@@ -755,7 +758,7 @@ class DeployFileView(_View):
     path: str
     kind: str
     role: str
-    option: str
+    option: DeployOption
     stack: str
     text: str
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
@@ -765,7 +768,7 @@ class DeployFileView(_View):
 class PerProcess(_View):
     """``deploy.per_process[]``: one product setting's size per process, in bytes."""
 
-    option: str
+    option: DeployOption
     stack: str
     setting: str
     per: str

@@ -106,6 +106,48 @@ class StepCurve:
         return int(self.caps_blocks[-1]) if self.caps_blocks.size else 0
 
 
+@dataclass(frozen=True, slots=True)
+class NonPrefixReuse:
+    """Prompt tokens whose content was seen before at any position, and the part of them
+    beyond prefixes (position-independent reuse, e.g. CacheBlend, which today's pooling
+    products cannot use), as shares of the counted prompt tokens (steady) and of all of
+    them (``cold_*``). Without per-block content hashes it is not ``available``."""
+
+    available: bool
+    reason: str | None = None  # why it is not available
+    content_seen_rate: float = 0.0
+    cold_content_seen_rate: float = 0.0
+    prefix_rate: float = 0.0
+    cold_prefix_rate: float = 0.0
+    hit_rate: float = 0.0  # seen before, but not as a prefix
+    cold_hit_rate: float = 0.0
+    note: str = (
+        "content seen before at any position but not as a prefix; today's "
+        "pooling products cannot reuse it (position-independent reuse, e.g. CacheBlend)"
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        if not self.available:
+            return {"available": False, "reason": self.reason}
+        return {
+            "available": True,
+            "content_seen_rate": self.content_seen_rate,
+            "cold_content_seen_rate": self.cold_content_seen_rate,
+            "prefix_rate": self.prefix_rate,
+            "cold_prefix_rate": self.cold_prefix_rate,
+            "hit_rate": self.hit_rate,
+            "cold_hit_rate": self.cold_hit_rate,
+            "note": self.note,
+        }
+
+
+NO_CONTENT = NonPrefixReuse(
+    available=False,
+    reason="the trace has no per-block content hashes (position-independent "
+    "reuse needs logs with prompt content)",
+)
+
+
 @dataclass(frozen=True)
 class ReuseReport:
     measurable: bool
@@ -131,7 +173,7 @@ class ReuseReport:
     sources: dict[str, Any] = field(default_factory=dict)
     top_prefixes: dict[str, Any] = field(default_factory=dict)
     granularity: dict[str, Any] = field(default_factory=dict)
-    non_prefix: dict[str, Any] = field(default_factory=dict)
+    non_prefix: NonPrefixReuse = NO_CONTENT
     reuse_distance: dict[str, Any] = field(default_factory=dict)
     reuse_time: dict[str, Any] = field(default_factory=dict)
     working_set: dict[str, Any] = field(default_factory=dict)
@@ -265,7 +307,7 @@ class ReuseReport:
                 "sources": _round_tree(self.sources),
                 "top_prefixes": _round_tree(self.top_prefixes),
                 "granularity": _round_tree(self.granularity),
-                "non_prefix": _round_tree(self.non_prefix),
+                "non_prefix": _round_tree(self.non_prefix.to_json()),
                 "reuse_distance": _round_tree(self.reuse_distance),
                 "reuse_time": _round_tree(self.reuse_time),
                 "working_set": _round_tree(self.working_set),
@@ -409,10 +451,10 @@ def granularity_document(
     return out
 
 
-def non_prefix_reuse(trace: BlockTrace, first: int, prefix_hit: np.ndarray) -> dict[str, Any]:
+def non_prefix_reuse(trace: BlockTrace, first: int, prefix_hit: np.ndarray) -> NonPrefixReuse:
     """Tokens whose content was seen before at any position, and the part beyond prefixes."""
     if trace.content_ids is None:
-        return dict(NO_CONTENT)
+        return NO_CONTENT
     # A million accesses at a time, so the temporaries stay small on a large trace; the
     # running maximum of the ids carries "seen before" across the chunks.
     n, off, ids = trace.n_requests, trace.offsets, trace.content_ids
@@ -441,30 +483,21 @@ def non_prefix_reuse(trace: BlockTrace, first: int, prefix_hit: np.ndarray) -> d
 NON_PREFIX_CHUNK = 1 << 20  # block accesses per step of non_prefix_reuse
 
 
-NO_CONTENT = {
-    "available": False,
-    "reason": "the trace has no per-block content hashes (position-independent "
-    "reuse needs logs with prompt content)",
-}
-
-
 def non_prefix_document(
     content_seen: np.ndarray, prompt: np.ndarray, first: int, prefix_hit: np.ndarray
-) -> dict[str, Any]:
-    """The non-prefix section from per-request tokens whose content was seen before."""
+) -> NonPrefixReuse:
+    """The non-prefix figures from per-request tokens whose content was seen before."""
     content_steady, content_cold = _rates(content_seen, prompt, first)
     prefix_steady, prefix_cold = _rates(prefix_hit, prompt, first)
-    return {
-        "available": True,
-        "content_seen_rate": content_steady,
-        "cold_content_seen_rate": content_cold,
-        "prefix_rate": prefix_steady,
-        "cold_prefix_rate": prefix_cold,
-        "hit_rate": max(content_steady - prefix_steady, 0.0),
-        "cold_hit_rate": max(content_cold - prefix_cold, 0.0),
-        "note": "content seen before at any position but not as a prefix; today's "
-        "pooling products cannot reuse it (position-independent reuse, e.g. CacheBlend)",
-    }
+    return NonPrefixReuse(
+        available=True,
+        content_seen_rate=content_steady,
+        cold_content_seen_rate=content_cold,
+        prefix_rate=prefix_steady,
+        cold_prefix_rate=prefix_cold,
+        hit_rate=max(content_steady - prefix_steady, 0.0),
+        cold_hit_rate=max(content_cold - prefix_cold, 0.0),
+    )
 
 
 BREAKDOWN_NOTE = (
@@ -718,22 +751,62 @@ def _default_capacities(curve: StepCurve, block_size: int) -> tuple[int, ...]:
     return tuple(sorted(set(caps)))
 
 
-def _unmeasurable(trace: BlockTrace, opts: ReuseOptions, reason: str) -> ReuseReport:
-    return ReuseReport(
-        measurable=False,
-        reason=reason,
+@dataclass(frozen=True, slots=True)
+class TraceShape:
+    """What each way of measuring reuse (the in-memory scan here, the lazy frame of
+    :mod:`analyzer.reuse.frame`) knows of a trace before measuring it."""
+
+    block_size: int
+    n_requests: int
+    n_accesses: int
+    n_blocks: int  # distinct blocks
+    all_prompt_tokens: int  # every request's, the warm-up's too
+
+
+def make_report(
+    opts: ReuseOptions, shape: TraceShape, *, reason: str | None = None, **measured: Any
+) -> ReuseReport:
+    """The one place a :class:`ReuseReport` is built, by both ways of measuring: the
+    fields that follow from the options and the trace's shape are set here, so the two
+    cannot disagree on them; ``measured`` holds what the measurement found (every other
+    field). With a ``reason`` the trace could not be measured, and ``measured`` is empty."""
+    first = first_counted_request(shape.n_requests, opts.warmup)
+    common: dict[str, Any] = {
+        "block_size": shape.block_size,
+        "warmup": opts.warmup,
+        "n_requests": shape.n_requests,
+        "counted_requests": shape.n_requests - first,
+        "n_accesses": shape.n_accesses,
+        "n_blocks": shape.n_blocks,
+        "bytes_per_token": opts.bytes_per_token,
+        "curve_points": opts.curve_points,
+    }
+    if reason is not None:
+        assert not measured, "an unmeasurable trace has no measured fields"
+        return ReuseReport(
+            measurable=False,
+            reason=reason,
+            prompt_tokens=shape.all_prompt_tokens,
+            hit_tokens=0,
+            ceiling_hit_rate=0.0,
+            cold_ceiling_hit_rate=0.0,
+            **common,
+        )
+    return ReuseReport(measurable=True, reason=None, **common, **measured)
+
+
+def _shape(trace: BlockTrace) -> TraceShape:
+    return TraceShape(
         block_size=trace.block_size,
-        warmup=opts.warmup,
         n_requests=trace.n_requests,
-        counted_requests=trace.n_requests - first_counted_request(trace.n_requests, opts.warmup),
         n_accesses=trace.n_accesses,
         n_blocks=trace.n_blocks,
-        prompt_tokens=int(trace.prompt_tokens.sum()),
-        hit_tokens=0,
-        ceiling_hit_rate=0.0,
-        cold_ceiling_hit_rate=0.0,
-        bytes_per_token=opts.bytes_per_token,
+        all_prompt_tokens=int(trace.prompt_tokens.sum()),
     )
+
+
+def _unmeasurable(trace: BlockTrace, opts: ReuseOptions, reason: str) -> ReuseReport:
+    return make_report(opts, _shape(trace), reason=reason)
 
 
 # -- the analysis ------------------------------------------------------------------
@@ -830,20 +903,13 @@ def analyze_reuse(
     non_prefix = non_prefix_reuse(trace, first, hit_per_req)
     tops = top_prefixes(trace, hits, parent, depth, opts.top_n)
     step(5)
-    return ReuseReport(
-        measurable=True,
-        reason=None,
-        block_size=bs,
-        warmup=opts.warmup,
-        n_requests=n,
-        counted_requests=n - first,
-        n_accesses=trace.n_accesses,
-        n_blocks=trace.n_blocks,
+    return make_report(
+        opts,
+        _shape(trace),
         prompt_tokens=den,
         hit_tokens=int(hit_per_req[first:].sum()),
         ceiling_hit_rate=steady,
         cold_ceiling_hit_rate=cold,
-        bytes_per_token=opts.bytes_per_token,
         curve=curve,
         cold_curve=cold_curve,
         curve_method=curve_method,
@@ -858,7 +924,6 @@ def analyze_reuse(
         reuse_distance=reuse_distance,
         reuse_time=reuse_time,
         working_set=working_set,
-        curve_points=opts.curve_points,
         breakdowns=breakdowns(hit_per_req, prompt, trace.tenant, trace.arrival_s, first),
     )
 

@@ -39,7 +39,7 @@ from analyzer.errors import InputError, Location
 
 if TYPE_CHECKING:
     from analyzer.progress import Advance
-    from analyzer.reuse.analysis import ReuseOptions, ReuseReport
+    from analyzer.reuse.analysis import ReuseOptions, ReuseReport, TraceShape
 
 STREAMING: Literal["streaming"] = "streaming"
 
@@ -658,26 +658,11 @@ def analyze_canonical(
         table = pa.concat_tables([read_canonical(f) for f in files], promote_options="default")
         return a.analyze_reuse(BlockTrace.from_table(table), opts, advance)
     n = req.n
-    first = a.first_counted_request(n, opts.warmup)
-    prompt = req.prompt_tokens
     n_acc = int(req.n_blocks.sum())
 
     def unmeasurable(reason: str) -> a.ReuseReport:
-        return a.ReuseReport(
-            measurable=False,
-            reason=reason,
-            block_size=bs,
-            warmup=opts.warmup,
-            n_requests=n,
-            counted_requests=n - first,
-            n_accesses=n_acc,
-            n_blocks=n_distinct_blocks(lf) if n_acc else 0,
-            prompt_tokens=int(prompt.sum()),
-            hit_tokens=0,
-            ceiling_hit_rate=0.0,
-            cold_ceiling_hit_rate=0.0,
-            bytes_per_token=opts.bytes_per_token,
-        )
+        n_blocks = n_distinct_blocks(lf) if n_acc else 0
+        return a.make_report(opts, _shape(bs, req, n_blocks), reason=reason)
 
     if req.count_only:
         return unmeasurable(
@@ -688,6 +673,18 @@ def analyze_canonical(
         return unmeasurable("the trace has no requests")
     with tempfile.TemporaryDirectory(prefix="kvpool-reuse-") as tmp:
         return _measure(lf, meta, req, opts, step, Path(tmp), rows_per_part)
+
+
+def _shape(block_size: int, req: Requests, n_blocks: int) -> TraceShape:
+    from analyzer.reuse.analysis import TraceShape
+
+    return TraceShape(
+        block_size=block_size,
+        n_requests=req.n,
+        n_accesses=int(req.n_blocks.sum()),
+        n_blocks=n_blocks,
+        all_prompt_tokens=int(req.prompt_tokens.sum()),
+    )
 
 
 def _measure(
@@ -734,7 +731,7 @@ def _measure(
             hit_per_req,
         )
     else:
-        non_prefix = dict(a.NO_CONTENT)
+        non_prefix = a.NO_CONTENT
     step(15)
     facts = hit_facts(
         parts, req, runs[1], bs, first, window_s, n_windows, a.TIME_EDGES, opts.top_n, tmp
@@ -828,20 +825,13 @@ def _measure(
         facts.n_distinct,
         bs,
     )
-    return a.ReuseReport(
-        measurable=True,
-        reason=None,
-        block_size=bs,
-        warmup=opts.warmup,
-        n_requests=n,
-        counted_requests=n - first,
-        n_accesses=n_acc,
-        n_blocks=facts.n_distinct,
+    return a.make_report(
+        opts,
+        _shape(bs, req, facts.n_distinct),
         prompt_tokens=den,
         hit_tokens=int(hit_per_req[first:].sum()),
         ceiling_hit_rate=steady,
         cold_ceiling_hit_rate=cold,
-        bytes_per_token=opts.bytes_per_token,
         curve=curve,
         cold_curve=cold_curve,
         curve_method=curve_method,
@@ -856,7 +846,6 @@ def _measure(
         reuse_distance=reuse_distance,
         reuse_time=reuse_time,
         working_set=working_set,
-        curve_points=opts.curve_points,
         breakdowns=breakdowns(req, hit_per_req, first),
     )
 

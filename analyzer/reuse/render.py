@@ -88,15 +88,15 @@ def render_summary(
     _breakdowns(report, console)
     _prefixes(report, console)
     npx = report.non_prefix
-    if npx.get("available"):
+    if npx.available:
         console.print(
-            f"Beyond prefixes: {pct(npx['content_seen_rate'])} of prompt tokens were seen "
-            f"before at some position, {pct(npx['prefix_rate'])} as a prefix; the other "
-            f"[bold]{pct(npx['hit_rate'])}[/] is reusable only position-independently "
+            f"Beyond prefixes: {pct(npx.content_seen_rate)} of prompt tokens were seen "
+            f"before at some position, {pct(npx.prefix_rate)} as a prefix; the other "
+            f"[bold]{pct(npx.hit_rate)}[/] is reusable only position-independently "
             "(CacheBlend-style), which today's pooling products cannot use."
         )
     else:
-        console.print(f"Beyond prefixes: {npx.get('reason', 'not available')}.")
+        console.print(f"Beyond prefixes: {npx.reason or 'not available'}.")
 
 
 def _granularity(report: ReuseReport, console: Console) -> None:

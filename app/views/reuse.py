@@ -45,19 +45,19 @@ with state.guard():
         src = figures.sources_frame(doc["sources"])
         st.altair_chart(charts.sources_chart(src), width="stretch")
         st.caption(doc["sources"].get("attribution", ""))
-        non_prefix = doc["non_prefix"]
-        if non_prefix.get("available"):
+        non_prefix = rep.non_prefix
+        if non_prefix.available:
             st.metric(
                 "Seen before, but not as a prefix",
-                f"{non_prefix['hit_rate']:.1%}",
-                help=non_prefix.get("note"),
+                f"{non_prefix.hit_rate:.1%}",
+                help=non_prefix.note,
             )
             st.caption(
-                f"Content seen before at any position: {non_prefix['content_seen_rate']:.1%} "
-                f"of tokens; as a prefix: {non_prefix['prefix_rate']:.1%}."
+                f"Content seen before at any position: {non_prefix.content_seen_rate:.1%} "
+                f"of tokens; as a prefix: {non_prefix.prefix_rate:.1%}."
             )
         else:
-            st.caption(f"Non-prefix reuse: {non_prefix.get('reason', 'not available')}")
+            st.caption(f"Non-prefix reuse: {non_prefix.reason or 'not available'}")
 
     st.subheader("Top shared prefixes")
     tops = doc["top_prefixes"]
