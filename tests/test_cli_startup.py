@@ -37,3 +37,61 @@ def test_reuse_skips_pandas_and_scipy_linalg_with_the_same_figures(tmp_path, sha
     same = CliRunner().invoke(app, [*args, "-j", "1", "--json", "-"])
     assert same.exit_code == 0, same.output
     assert json.loads(r.stdout) == json.loads(same.stdout)
+
+
+# What `kvpool reuse` never prints from: the advisor's decision records and pipeline,
+# the replay stage they pull in, and the report writer.
+NOT_FOR_REUSE = (
+    "analyzer.advisor.decide",
+    "analyzer.advisor.figures",
+    "analyzer.advisor.pipeline",
+    "analyzer.replay",
+    "analyzer.report",
+    "pandas",
+    "scipy.linalg",
+)
+
+
+def test_reuse_imports_only_what_it_prints_from(tmp_path, shared_traces):
+    moon = shared_traces / "mooncake" / "synthetic_trace.jsonl"
+    args = ["reuse", str(moon), "--model", "llama-3.1-8b", "--capacity-gib", "1,4"]
+    args += ["--policies", "lru,optimal", "--salt-file", str(tmp_path / "salt"), "-j", "1"]
+    code = (
+        "import json, sys\n"
+        "from analyzer.cli import main\n"
+        f"sys.argv = ['kvpool', '-q', *{args!r}]\n"
+        "try:\n"
+        "    main()\n"
+        "finally:\n"
+        f"    loaded = [m for m in {NOT_FOR_REUSE!r} if m in sys.modules]\n"
+        "    ran = ['analyzer.advisor.models', 'analyzer.cost', 'numba.np.arraymath']\n"
+        "    print(json.dumps([loaded, [m for m in ran if m in sys.modules]]), file=sys.stderr)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    loaded, ran = json.loads(r.stderr.strip().splitlines()[-1])
+    assert loaded == []
+    # The model check, the --model catalog and the compiled kernels did run.
+    assert ran == ["analyzer.advisor.models", "analyzer.cost", "numba.np.arraymath"]
+    assert "Steady hit rate against cache size" in r.stdout
+
+
+def test_the_advisor_package_names_load_on_first_use():
+    code = (
+        "import sys\n"
+        "import analyzer.advisor as a\n"
+        "assert 'analyzer.advisor.figures' not in sys.modules\n"
+        "from analyzer.advisor import VERDICTS, Verdict, run_analysis\n"
+        "from analyzer.advisor.figures import Verdict as V\n"
+        "from analyzer.advisor.pipeline import run_analysis as r\n"
+        "assert Verdict is V and run_analysis is r and VERDICTS\n"
+        "assert sorted(a.__all__) == sorted(a._LAZY)\n"
+        "try:\n"
+        "    a.nothing\n"
+        "except AttributeError:\n"
+        "    print('ok')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "ok", r.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from analyzer.report import figures
@@ -103,36 +104,87 @@ def test_prefix_tree_marks_merged_slices_as_other(tree_trace: BlockTrace) -> Non
     assert set(frame[frame.kind == "prefix"].requests.tolist()) == {4, 2}
 
 
-REPLAY_SCENARIOS = {
-    "local": {
-        "hit_rate": 0.5,
-        "ttft_s": {"mean": 0.2, "p50": 0.1, "p90": 0.4, "p99": 1.5},
-        "prefill_gpu_s": 12.0,
-        "network_bytes": 0.0,
-        "peak_link_utilisation": None,
-        "max_rate_scale_at_slo": 16.0,
-        "rate_search": {"capped": False},
-        "hit_rate_by_tier": {"hbm": 0.5},
-    },
-    "pooled": {
-        "hit_rate": 0.6,
-        "ttft_s": {"mean": 0.15, "p50": 0.08, "p90": 0.3, "p99": 1.0},
-        "prefill_gpu_s": 10.0,
-        "network_bytes": 3e9,
-        "peak_link_utilisation": 0.25,
-        "max_rate_scale_at_slo": 32.0,
-        "rate_search": {"capped": True},
-        "hit_rate_by_tier": {"hbm": 0.4, "pool": 0.2},
-    },
-}
+@pytest.fixture(scope="module")
+def replayed():
+    """A small real replay (local and pooled, with the rate search) on two nodes."""
+    from test_replay_helpers import AnalyticCost, build_trace, chained_requests
+
+    from analyzer.replay import ClusterConfig, run_replay
+
+    spec = [(k * 7, k % 5, 1 + k % 4) for k in range(80)]
+    trace = build_trace(chained_requests(spec), block_size=4)
+    # round-robin over two nodes with a small HBM cache: the pool serves some hits
+    cfg = ClusterConfig(
+        model="test-model",
+        gpu="test-gpu",
+        instances=2,
+        gpus_per_node=1,
+        router="round-robin",
+        local_capacity_tokens=32,
+        warmup_fraction=0.0,
+    )
+    return run_replay(trace, cfg, ["local", "pooled"], cost=AnalyticCost()).scenarios
 
 
-def test_scenarios_frame_keeps_numbers_and_table_says_units() -> None:
-    frame = figures.scenarios_frame(REPLAY_SCENARIOS)
-    # The capacity chart draws this column: numbers, not "x16" strings (an empty chart).
-    assert frame.max_rate_scale.tolist() == [16.0, 32.0]
-    assert frame.network_gb.tolist() == [0.0, 3.0]
-    table = figures.scenarios_table(frame)
+def test_scenarios_frame_reads_the_replay_records(replayed) -> None:
+    frame = figures.scenarios_frame(replayed)
+    assert frame.scenario.tolist() == ["local", "pooled"]
+    for row, s in zip(frame.to_dict("records"), replayed.values(), strict=True):
+        doc = s.to_json()  # the same figures as `kvpool replay --json` prints
+        assert row["hit_rate"] == doc["hit_rate"]
+        assert row["ttft_p90_s"] == doc["ttft_s"]["p90"]
+        assert row["ttft_mean_s"] == doc["ttft_s"]["mean"]
+        assert row["prefill_gpu_s"] == pytest.approx(doc["prefill_gpu_s"])
+        assert row["network_gb"] == pytest.approx(doc["network_bytes"] / 1e9)
+        assert row["peak_link_use"] == doc["peak_link_utilisation"]
+        assert row["max_rate_scale"] == doc["max_rate_scale_at_slo"]
+        assert row["max_rate_capped"] == doc["rate_search"]["capped"]
+        assert row["description"] == doc["description"]
+    assert frame.network_gb.iloc[0] == 0.0 and frame.network_gb.iloc[1] > 0
+    tiers = figures.tier_hits_frame(replayed)
+    for name, s in replayed.items():
+        got = tiers[tiers.scenario == name].set_index("tier").hit_rate.to_dict()
+        assert got == {t: r for t, r in s.to_json()["hit_rate_by_tier"].items() if r}
+
+
+SCENARIO_ROWS = pd.DataFrame(
+    [
+        {
+            "scenario": "local",
+            "label": figures.scenario_label("local"),
+            "hit_rate": 0.5,
+            "ttft_mean_s": 0.2,
+            "ttft_p50_s": 0.1,
+            "ttft_p90_s": 0.4,
+            "ttft_p99_s": 1.5,
+            "prefill_gpu_s": 12.0,
+            "network_gb": 0.0,
+            "peak_link_use": None,
+            "max_rate_scale": 16.0,
+            "max_rate_capped": False,
+            "description": "",
+        },
+        {
+            "scenario": "pooled",
+            "label": figures.scenario_label("pooled"),
+            "hit_rate": 0.6,
+            "ttft_mean_s": 0.15,
+            "ttft_p50_s": 0.08,
+            "ttft_p90_s": 0.3,
+            "ttft_p99_s": 1.0,
+            "prefill_gpu_s": 10.0,
+            "network_gb": 3.0,
+            "peak_link_use": 0.25,
+            "max_rate_scale": 32.0,
+            "max_rate_capped": True,
+            "description": "",
+        },
+    ]
+)
+
+
+def test_scenarios_table_says_units() -> None:
+    table = figures.scenarios_table(SCENARIO_ROWS)
     row = table.iloc[1].to_dict()
     assert row["option"] == "pooled KV store"
     assert row["prompt tokens from cache"] == "60.0%"
@@ -144,15 +196,19 @@ def test_scenarios_frame_keeps_numbers_and_table_says_units() -> None:
     assert not any("_" in c for c in table.columns)  # words, not key names
 
 
-def test_scenario_charts_have_marks() -> None:
+def test_scenario_charts_have_marks(replayed) -> None:
     from app import charts
 
-    frame = figures.scenarios_frame(REPLAY_SCENARIOS)
+    frame = figures.scenarios_frame(replayed)
     spec = charts.scenario_bar_chart(
         frame, "max_rate_scale", "capacity", "x", ".3g", ["local", "pooled"]
     ).to_dict()
     values = next(iter(spec["datasets"].values()))
-    assert [v["max_rate_scale"] for v in values] == [16.0, 32.0]
-    hits = charts.tier_hits_chart(figures.tier_hits_frame(REPLAY_SCENARIOS), ["local", "pooled"])
+    # The capacity chart draws this column: numbers, not "x16" strings (an empty chart).
+    assert [v["max_rate_scale"] for v in values] == [
+        s.max_rate_scale_at_slo for s in replayed.values()
+    ]
+    assert all(isinstance(v["max_rate_scale"], float) for v in values)
+    hits = charts.tier_hits_chart(figures.tier_hits_frame(replayed), ["local", "pooled"])
     legend = hits.to_dict()["encoding"]["color"]
     assert legend["scale"]["domain"] == ["GPU HBM", "pool (network)"]

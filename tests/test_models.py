@@ -104,9 +104,7 @@ def test_reuse_json_has_per_model_figures_equal_to_each_model_alone(tmp_path, mo
         assert m["ceiling_hit_rate"] == pytest.approx(alone.ceiling_hit_rate, abs=1e-6)
         assert m["cold_ceiling_hit_rate"] == pytest.approx(alone.cold_ceiling_hit_rate, abs=1e-6)
         curve = [(p["capacity_tokens"], p["hit_rate"]) for p in m["hit_ratio_curve"]]
-        assert curve == [
-            (p["capacity_tokens"], p["hit_rate"]) for p in alone.to_json()["curves"]["lru"]
-        ]
+        assert curve == [(p.capacity_tokens, round(p.hit_rate, 6)) for p in alone.curves()["lru"]]
         assert m["catalog_id"] == recognize_model(name)
         assert m["kv_bytes_per_token"] > 0
         assert m["footprint_gb"] == pytest.approx(

@@ -309,20 +309,22 @@ def test_sources_top_prefixes_and_previews():
     rep = analyze_reuse(tr, ReuseOptions(warmup=0.0, policies=("lru",)))
     # r1 reuses 0,1,2 last held by r0 (same session); r2 reuses 0,1 last held by r1
     # (same tenant, other session); r3 reuses 0,1 last held by r2 (another tenant)
-    assert rep.sources["tokens"] == {
+    assert rep.sources is not None
+    assert rep.sources.hit_tokens_by_source == {
         "same_session": 48,
         "same_tenant": 32,
         "cross_tenant": 32,
         "unattributed": 0,
     }
-    assert rep.sources["same_session"] == pytest.approx(48 / 112)
+    assert rep.sources.share_of_hits["same_session"] == pytest.approx(48 / 112)
+    assert rep.sources.to_json()["same_session"] == rep.sources.share_of_hits["same_session"]
     tops = rep.top_prefixes
-    assert [(e["block_id"], e["requests"], e["prefix_tokens"]) for e in tops["by_count"]] == [
+    assert [(e.block_id, e.requests, e.prefix_tokens) for e in tops.by_count] == [
         (1, 3, 32),
         (2, 1, 48),
     ]
-    assert tops["by_volume"][0]["reused_tokens"] == 96
-    assert tops["by_volume"][0]["preview"] == "You are a helpful assistant. … Tools: search"
+    assert tops.by_volume[0].reused_tokens == 96
+    assert tops.by_volume[0].preview == "You are a helpful assistant. … Tools: search"
     assert rep.reuse_distance["hit_accesses"] == 7
     assert rep.reuse_time["hit_accesses"] == 7
 
@@ -340,16 +342,20 @@ def test_granularity_token_exact_and_coarser_blocks():
     tr = make_trace(chains, extra=[2, 2, 2], block_size=4, lcp=[0, 9, 5])
     rep = analyze_reuse(tr, ReuseOptions(warmup=0.0, granularities=(8, 12), policies=("lru",)))
     g = rep.granularity
+    assert g is not None
     prompts = [18, 18, 10]
-    assert g["token_exact"]["cold_hit_rate"] == pytest.approx((0 + 9 + 5) / sum(prompts))
-    rows = {r["block_size"]: r for r in g["blocks"]}
-    assert rows[4]["cold_hit_rate"] == pytest.approx((0 + 8 + 4) / sum(prompts))
+    assert g.token_exact.cold_hit_rate == pytest.approx((0 + 9 + 5) / sum(prompts))
+    rows = {r.block_size_tokens: r for r in g.blocks}
+    assert rows[4].cold_hit_rate == pytest.approx((0 + 8 + 4) / sum(prompts))
     # at 8 tokens the second request shares one coarse block, the third none
-    assert rows[8]["cold_hit_rate"] == pytest.approx((0 + 8 + 0) / sum(prompts))
-    assert rows[12]["available"] is True
+    assert rows[8].cold_hit_rate == pytest.approx((0 + 8 + 0) / sum(prompts))
+    assert rows[12].available is True
+    assert g.hit_rate_by_block_size()[12] == rows[12].hit_rate
     rep16 = analyze_reuse(tr, ReuseOptions(granularities=(6,), policies=("lru",)))
-    row6 = next(r for r in rep16.granularity["blocks"] if r["block_size"] == 6)
-    assert row6["available"] is False and "multiple" in row6["reason"]
+    assert rep16.granularity is not None
+    row6 = next(r for r in rep16.granularity.blocks if r.block_size_tokens == 6)
+    assert row6.available is False and "multiple" in (row6.reason or "")
+    assert 6 not in rep16.granularity.hit_rate_by_block_size()
 
 
 def test_non_prefix_reuse_from_content_ids():
@@ -429,6 +435,28 @@ def test_json_is_deterministic_and_has_the_issue_keys():
     assert [row["capacity_blocks"] for row in doc["capacities"]] == [100, 1000]
     lru = [p["hit_rate"] for p in doc["curves"]["lru"]]
     assert lru == sorted(lru) and len(lru) > 50
+
+
+def test_typed_curves_and_capacity_rows_are_what_the_json_says():
+    tr = chained_trace(40, seed=2)
+    opts = ReuseOptions(capacities_tokens=(1600, 16000), bytes_per_token=131072)
+    rep = analyze_reuse(tr, opts)
+    doc = rep.to_json()
+    rows = rep.capacity_rows()
+    assert [r.capacity_tokens for r in rows] == [1600, 16000]
+    for row, cap in zip(rows, (1600, 16000), strict=True):
+        assert row.capacity_blocks == cap // tr.block_size
+        assert row.lru_hit_rate == rep.hit_rate_at(cap)
+        assert row.hit_rate_by_policy["fifo"] == rep.hit_rate_at(cap, "fifo")
+        assert row.capacity_gib == pytest.approx(cap * 131072 / 2**30, abs=1e-3)
+    assert [r.to_json() for r in rows] == doc["capacities"]
+    curves = rep.curves()
+    assert set(curves) == set(doc["curves"])
+    lru = curves["lru"]
+    assert [p.capacity_tokens for p in lru] == [p["capacity_tokens"] for p in doc["curves"]["lru"]]
+    assert lru[-1].hit_rate == pytest.approx(rep.ceiling_hit_rate)
+    assert [p.to_json() for p in rep.lru_cold_curve()] == doc["lru_cold_curve"]
+    assert rep.top_prefixes.to_json() == doc["top_prefixes"]
 
 
 def test_simulations_on_threads_give_the_same_report():
@@ -521,7 +549,8 @@ def test_golden_mooncake_conversation(shared_traces):
     assert rep.ceiling_hit_rate == pytest.approx(steady, abs=1e-12)
     assert rep.cold_ceiling_hit_rate == pytest.approx(cold, abs=1e-12)
     assert rep.hit_rate_at(10**10) == pytest.approx(steady, abs=1e-12)
-    assert not rep.granularity["blocks"][0]["available"]  # 16 is finer than 512
+    assert rep.granularity is not None
+    assert not rep.granularity.blocks[0].available  # 16 is finer than 512
     # naive LRU at one capacity, on the real trace
     chains = [tr.blocks_of(i).tolist() for i in range(tr.n_requests)]
     cap = 8192

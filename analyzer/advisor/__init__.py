@@ -7,38 +7,62 @@ Public API::
     result.verdict          # one of VERDICTS
     # the report's JSON (schema "kvpool.report/2"): analyzer.report.document.report_json(result)
 
-The decision functions (:func:`decide`, :func:`analyzer.advisor.sizing.size`,
-:func:`analyzer.advisor.gates.plan`, ...) are pure functions over the records in
-:mod:`analyzer.advisor.figures`, so they can be used and tested without a trace.
+The decision functions (:func:`analyzer.advisor.decide.decide`,
+:func:`analyzer.advisor.sizing.size`, :func:`analyzer.advisor.gates.plan`, ...) are pure
+functions over the records in :mod:`analyzer.advisor.figures`, so they can be used and
+tested without a trace. Every name here loads on first use.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from analyzer.advisor.decide import decide
-from analyzer.advisor.figures import (
-    OBJECTIVES,
-    VERDICTS,
-    BandwidthFigures,
-    Decision,
-    ReplayFigures,
-    ReuseFigures,
-    ScenarioFigures,
-    Thresholds,
-    TierFigure,
-    TraceFigures,
-    Verdict,
-)
+if TYPE_CHECKING:
+    from analyzer.advisor.figures import (
+        OBJECTIVES,
+        VERDICTS,
+        BandwidthFigures,
+        Decision,
+        ReplayFigures,
+        ReuseFigures,
+        ScenarioFigures,
+        Thresholds,
+        TierFigure,
+        TraceFigures,
+        Verdict,
+    )
+    from analyzer.advisor.pipeline import AnalysisResult, AnalyzeOptions, run_analysis
 
-# The pipeline (numpy, pyarrow, the stages) loads on first use, so that `kvpool --help`
-# stays fast while `from analyzer.advisor import run_analysis` keeps working.
-_LAZY = {"AnalysisResult", "AnalyzeOptions", "run_analysis"}
+# Every name loads on first use: the decision records pull in the replay stage, and the
+# pipeline numpy, pyarrow and the stages, none of which `kvpool --help` or a command that
+# only reads a submodule (`kvpool reuse` reads analyzer.advisor.models) should pay for,
+# while `from analyzer.advisor import run_analysis` keeps working.
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "OBJECTIVES",
+            "VERDICTS",
+            "BandwidthFigures",
+            "Decision",
+            "ReplayFigures",
+            "ReuseFigures",
+            "ScenarioFigures",
+            "Thresholds",
+            "TierFigure",
+            "TraceFigures",
+            "Verdict",
+        ),
+        "analyzer.advisor.figures",
+    ),
+    **dict.fromkeys(
+        ("AnalysisResult", "AnalyzeOptions", "run_analysis"), "analyzer.advisor.pipeline"
+    ),
+}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from analyzer.advisor import pipeline
+        import importlib
 
-        return getattr(pipeline, name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'analyzer.advisor' has no attribute {name!r}")
 
 
@@ -56,6 +80,5 @@ __all__ = [
     "TierFigure",
     "TraceFigures",
     "Verdict",
-    "decide",
     "run_analysis",
 ]

@@ -16,14 +16,15 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from analyzer.errors import UsageError
-from analyzer.replay.config import Scenario
 from analyzer.trace import read_metadata
+
+if TYPE_CHECKING:
+    from analyzer.reuse.analysis import CurvePoint
 
 SHARED_POOL_NOTE = (
     "Blocks of different models never match (each model's KV is its own), so a pool shared "
@@ -84,7 +85,7 @@ class ModelReuse:
     kv_bytes_per_token: int | None  # None: not a catalog model
     footprint_gb: float | None  # its working set in GB (catalog models)
     # the exact LRU curve, as the reuse stage serializes it (``curves.lru``)
-    hit_ratio_curve: tuple[dict[str, Any], ...]
+    hit_ratio_curve: tuple[CurvePoint, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +116,7 @@ class ModelFigures:
             footprint_tokens=r.footprint_tokens,
             kv_bytes_per_token=r.kv_bytes_per_token,
             footprint_gb=r.footprint_gb,
-            hit_ratio_curve=list(r.hit_ratio_curve),
+            hit_ratio_curve=[p.to_json() for p in r.hit_ratio_curve],
         )
         if self.replay is not None:
             out["replay"] = self.replay.to_json()
@@ -213,6 +214,8 @@ def select_model(loaded: Any, wanted: str) -> Any:  # LoadedTrace -> LoadedTrace
         raise UsageError(
             f"--only-model {wanted}: the log names no such model", hint=f"it names: {names}"
         )
+    import pyarrow.compute as pc
+
     mask = pc.is_in(loaded.table.column("model"), value_set=pa.array(keep, pa.string()))
     table = loaded.table.filter(pc.fill_null(mask, False))
     return dataclasses.replace(loaded, table=table, _trace=None)
@@ -224,6 +227,8 @@ def per_model_reuse(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> list[Mode
 
     ``opts`` is the :class:`analyzer.reuse.ReuseOptions` of the whole run (its
     ``bytes_per_token`` is replaced by each model's own)."""
+    import pyarrow.compute as pc
+
     from analyzer.cost import get_model
     from analyzer.reuse import analyze_reuse
     from analyzer.trace import BlockTrace
@@ -239,7 +244,6 @@ def per_model_reuse(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> list[Mode
             else None
         )
         rep = analyze_reuse(trace, dataclasses.replace(opts, bytes_per_token=bpt))
-        doc = rep.to_json()
         out.append(
             ModelFigures(
                 m,
@@ -255,7 +259,7 @@ def per_model_reuse(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> list[Mode
                         if bpt and rep.measurable
                         else None
                     ),
-                    hit_ratio_curve=tuple((doc.get("curves") or {}).get("lru", [])),
+                    hit_ratio_curve=rep.curves().get("lru", ()),
                 ),
             )
         )
@@ -310,6 +314,7 @@ def per_model_replay(
     """
     from analyzer.cost import get_model
     from analyzer.replay import UNBOUNDED, run_replay
+    from analyzer.replay.config import Scenario
 
     per_model = [m for m in models.per_model if m.reuse is not None]
     if len(per_model) < 2:

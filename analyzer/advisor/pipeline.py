@@ -322,7 +322,7 @@ def _reuse_figures(
     if not rep.measurable:
         return ReuseFigures(measurable=False, warmup=warmup, reason=rep.reason)
     med, p25 = reusable_prefix_percentiles(trace, warmup)
-    src = rep.sources or {}
+    src = rep.sources.share_of_hits if rep.sources is not None else {}
     return ReuseFigures(
         measurable=True,
         ceiling_hit_rate=float(rep.ceiling_hit_rate),
@@ -628,11 +628,7 @@ def run_analysis(
             if t.kind == "network" and t.name.startswith(("rdma", "tcp"))
         ]
         short = max(rf.p25_prefix_tokens, trace.block_size)
-        gran = {
-            int(r["block_size"]): float(r["hit_rate"])
-            for r in (rep.granularity or {}).get("blocks", [])
-            if r.get("available") and r.get("hit_rate") is not None
-        }
+        gran = rep.granularity.hit_rate_by_block_size() if rep.granularity is not None else {}
         knee = rf.knee_tokens
         pol = {"lru": rep.hit_rate_at(knee)} if knee else {}
         for name, pts in rep.policy_points.items():

@@ -304,7 +304,9 @@ def csv_records(
     """
     bad: list[int] = []
     told: set[int] = set()  # non-UTF-8 lines already reported (a restart reads them again)
-    state = {"line": 0}
+    # "line": the last line read; "first": the first line of the record being read that
+    # decoded (a non-UTF-8 line is dropped, so a record can begin after the one it follows)
+    state = {"line": 0, "first": 0}
     header: list[str] | None = None
     resume = 1  # the first line of the file to read in this pass
     restarts = 0
@@ -334,11 +336,15 @@ def csv_records(
                 continue
             state["line"] = lineno
             try:
-                yield line.decode("utf-8") + "\n"
+                text = line.decode("utf-8") + "\n"
             except UnicodeDecodeError:
                 if lineno not in told:
                     told.add(lineno)
                     bad.append(lineno)
+                continue
+            if not state["first"]:
+                state["first"] = lineno
+            yield text
 
     resume0 = resume
     try:
@@ -351,13 +357,15 @@ def csv_records(
                     raise InputError("CSV file has no header row", Location(path))
                 header = [h.strip() for h in row0]  # iter_lines drops a BOM
             start = state["line"] + 1  # where the next record begins
+            state["first"] = 0
             restart = None
             for row in reader:
                 while bad:
                     yield bad.pop(0), RowError("not UTF-8")
                 end, first, start = state["line"], start, state["line"] + 1
+                began, state["first"] = state["first"], 0
                 if last and end > last:
-                    if first <= last:  # a record runs over the cut: not between records
+                    if began <= last:  # a record runs over the cut: not between records
                         raise SplitMisaligned(f"{path}: a CSV record crosses line {last}")
                     return
                 if not row or (len(row) == 1 and not row[0].strip()):

@@ -383,6 +383,21 @@ class ScenarioResult:
         return None if self.search is None else self.search.value
 
     @property
+    def prefill_gpu_s(self) -> float:
+        """GPU-seconds spent prefilling the measured requests (instance time x tp)."""
+        return float(self.stats.gpu_s) * self.scale
+
+    @property
+    def peak_link_utilisation(self) -> float:
+        """The busiest link's peak utilisation over a window (0 when there is no link)."""
+        st = self.stats
+        return max((lk.stats(st.duration_s)["peak_utilisation"] for lk in st.links), default=0.0)
+
+    @property
+    def description(self) -> str:
+        return self.spec.description
+
+    @property
     def network_bytes(self) -> float:
         """Pool reads and writes over the nodes' NICs (links of kind ``net-*``)."""
         st = self.stats

@@ -16,6 +16,7 @@ reader sees in a table (percentages, seconds, GB), never raw key names.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,7 +27,15 @@ from analyzer.replay.config import Scenario, Tier
 from analyzer.trace import BlockTrace
 
 if TYPE_CHECKING:
+    from analyzer.replay.run import ScenarioResult
     from analyzer.report.document import SizingSection
+    from analyzer.reuse.analysis import (
+        CapacityRow,
+        CurvePoint,
+        Granularity,
+        ReuseSources,
+        SharedPrefix,
+    )
 
 # --- orders, colours and words -------------------------------------------------------------
 
@@ -321,64 +330,91 @@ def _rect(
     }
 
 
-def granularity_frame(granularity: dict[str, Any]) -> pd.DataFrame:
+def granularity_frame(granularity: Granularity | None) -> pd.DataFrame:
     """Ceiling per block size (and token-exact when the trace had it), steady and cold."""
     rows = []
-    exact = granularity.get("token_exact", {})
-    if exact.get("available"):
+    if granularity is not None and granularity.token_exact.available:
+        exact = granularity.token_exact
         rows.append(
             {
                 "granularity": "token-exact",
-                "steady": exact["hit_rate"],
-                "cold": exact["cold_hit_rate"],
+                "steady": exact.hit_rate,
+                "cold": exact.cold_hit_rate,
                 "note": "",
             }
         )
-    for row in granularity.get("blocks", []):
+    for row in granularity.blocks if granularity is not None else ():
         rows.append(
             {
-                "granularity": f"{row['block_size']} tokens",
-                "steady": row.get("hit_rate") if row.get("available") else None,
-                "cold": row.get("cold_hit_rate") if row.get("available") else None,
-                "note": "" if row.get("available") else row.get("reason", ""),
+                "granularity": f"{row.block_size_tokens} tokens",
+                "steady": row.hit_rate if row.available else None,
+                "cold": row.cold_hit_rate if row.available else None,
+                "note": "" if row.available else (row.reason or ""),
             }
         )
     return pd.DataFrame(rows, columns=["granularity", "steady", "cold", "note"])
 
 
-def sources_frame(sources: dict[str, Any]) -> pd.DataFrame:
-    shares = sources.get("share_of_hits", {})
-    tokens = sources.get("tokens", {})
-    rows = [
-        {"source": SOURCE_LABELS.get(k, k), "share": v, "tokens": tokens.get(k, 0)}
-        for k, v in shares.items()
-    ]
+def sources_frame(sources: ReuseSources | None) -> pd.DataFrame:
+    rows = (
+        [
+            {
+                "source": SOURCE_LABELS.get(k, k),
+                "share": v,
+                "tokens": sources.hit_tokens_by_source.get(k, 0),
+            }
+            for k, v in sources.share_of_hits.items()
+        ]
+        if sources is not None
+        else []
+    )
     return pd.DataFrame(rows, columns=["source", "share", "tokens"])
 
 
-def top_prefixes_frame(entries: list[dict[str, Any]]) -> pd.DataFrame:
+def top_prefixes_frame(entries: Sequence[SharedPrefix]) -> pd.DataFrame:
     """The top shared prefixes; the preview column only when the log had text."""
     cols = ["prefix_tokens", "requests", "reused_tokens", "preview", "hash"]
-    if not any(e.get("preview") for e in entries):
+    if not any(e.preview for e in entries):
         cols.remove("preview")
-    return pd.DataFrame([{k: e.get(k) for k in cols} for e in entries], columns=cols)
+    rows = [
+        {
+            "prefix_tokens": e.prefix_tokens,
+            "requests": e.requests,
+            "reused_tokens": e.reused_tokens,
+            "preview": e.preview,
+            "hash": e.hash_hex,
+        }
+        for e in entries
+    ]
+    return pd.DataFrame([{k: r[k] for k in cols} for r in rows], columns=cols)
 
 
-def curves_frame(curves: dict[str, Any], bytes_per_token: int | None) -> pd.DataFrame:
+def curves_frame(
+    curves: Mapping[str, Sequence[CurvePoint]], bytes_per_token: int | None
+) -> pd.DataFrame:
     """Hit rate against capacity per policy, with capacities in tokens and GiB."""
     rows = []
     for policy, points in curves.items():
         for p in points:
-            cap = int(p["capacity_tokens"])
+            cap = int(p.capacity_tokens)
             rows.append(
                 {
                     "policy": policy,
                     "capacity_tokens": cap,
                     "capacity_gib": cap * bytes_per_token / GIB if bytes_per_token else None,
-                    "hit_rate": p["hit_rate"],
+                    "hit_rate": _round6(p.hit_rate),
                 }
             )
     return pd.DataFrame(rows, columns=["policy", "capacity_tokens", "capacity_gib", "hit_rate"])
+
+
+def capacities_frame(rows: Sequence[CapacityRow]) -> pd.DataFrame:
+    """The capacities compared, one column per policy's steady hit rate."""
+    return pd.DataFrame([r.to_json() for r in rows])
+
+
+def _round6(x: float) -> float:
+    return round(float(x), 6)
 
 
 def ttft_quantiles_frame(
@@ -398,38 +434,37 @@ def ttft_quantiles_frame(
     return pd.DataFrame(rows, columns=["scenario", "ttft_s", "quantile"])
 
 
-def tier_hits_frame(scenarios: dict[str, dict[str, Any]]) -> pd.DataFrame:
+def tier_hits_frame(scenarios: Mapping[str, ScenarioResult]) -> pd.DataFrame:
     rows = [
         {"scenario": name, "tier": tier, "hit_rate": rate}
         for name, s in scenarios.items()
-        for tier, rate in s["hit_rate_by_tier"].items()
+        for tier, rate in s.hit_rate_by_tier.items()
         if rate
     ]
     return pd.DataFrame(rows, columns=["scenario", "tier", "hit_rate"])
 
 
-def scenarios_frame(scenarios: dict[str, dict[str, Any]]) -> pd.DataFrame:
+def scenarios_frame(scenarios: Mapping[str, ScenarioResult]) -> pd.DataFrame:
     """One row per scenario with the figures the comparison charts draw, as numbers
     (shares as fractions, times in seconds, traffic in GB; None where not measured)."""
     rows = []
     for name, s in scenarios.items():
-        t = s["ttft_s"]
-        search = s.get("rate_search") or {}
+        t = s.ttft
         rows.append(
             {
                 "scenario": name,
                 "label": scenario_label(name),
-                "hit_rate": s["hit_rate"],
-                "ttft_mean_s": t["mean"],
-                "ttft_p50_s": t["p50"],
-                "ttft_p90_s": t["p90"],
-                "ttft_p99_s": t["p99"],
-                "prefill_gpu_s": s["prefill_gpu_s"],
-                "network_gb": s["network_bytes"] / 1e9,
-                "peak_link_use": s.get("peak_link_utilisation"),
-                "max_rate_scale": s.get("max_rate_scale_at_slo"),
-                "max_rate_capped": bool(search.get("capped")),
-                "description": s.get("description", ""),
+                "hit_rate": s.hit_rate,
+                "ttft_mean_s": t.mean_s,
+                "ttft_p50_s": t.p50_s,
+                "ttft_p90_s": t.p90_s,
+                "ttft_p99_s": t.p99_s,
+                "prefill_gpu_s": s.prefill_gpu_s,
+                "network_gb": s.network_bytes / 1e9,
+                "peak_link_use": s.peak_link_utilisation,
+                "max_rate_scale": s.max_rate_scale_at_slo,
+                "max_rate_capped": s.search is not None and s.search.capped,
+                "description": s.description,
             }
         )
     return pd.DataFrame(rows)

@@ -148,6 +148,174 @@ NO_CONTENT = NonPrefixReuse(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class GranularityCeiling:
+    """The steady and cold ceilings at one cache granularity: ``block_size_tokens``
+    tokens per block, or token-exact (``None``). Not ``available`` when the trace cannot
+    give it (``reason`` says why)."""
+
+    block_size_tokens: int | None
+    available: bool
+    hit_rate: float = 0.0
+    cold_hit_rate: float = 0.0
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.block_size_tokens is not None:
+            out["block_size"] = self.block_size_tokens
+        if self.available:
+            out.update(available=True, hit_rate=self.hit_rate, cold_hit_rate=self.cold_hit_rate)
+        else:
+            out.update(available=False, reason=self.reason)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Granularity:
+    """Ceilings token-exact and at each block size compared (the trace's own among them)."""
+
+    token_exact: GranularityCeiling
+    blocks: tuple[GranularityCeiling, ...]
+
+    def hit_rate_by_block_size(self) -> dict[int, float]:
+        """Steady ceiling per block size (tokens) that the trace could give."""
+        return {
+            int(r.block_size_tokens): r.hit_rate
+            for r in self.blocks
+            if r.available and r.block_size_tokens is not None
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "token_exact": self.token_exact.to_json(),
+            "blocks": [r.to_json() for r in self.blocks],
+        }
+
+
+SOURCE_ATTRIBUTION = "each reused block is credited to the most recent earlier request that held it"
+
+
+@dataclass(frozen=True, slots=True)
+class ReuseSources:
+    """Whose earlier request each reused token comes from, keyed by :data:`SOURCE_KEYS`:
+    hit tokens, and shares of the hit and of the counted prompt tokens."""
+
+    hit_tokens_by_source: dict[str, int]
+    share_of_hits: dict[str, float]
+    share_of_prompt: dict[str, float]
+    sessions_known: bool
+    tenants_known: bool
+    attribution: str = SOURCE_ATTRIBUTION
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "attribution": self.attribution,
+            "tokens": dict(self.hit_tokens_by_source),
+            "share_of_hits": dict(self.share_of_hits),
+            "share_of_prompt": dict(self.share_of_prompt),
+            "sessions_known": self.sessions_known,
+            "tenants_known": self.tenants_known,
+            **self.share_of_hits,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPrefix:
+    """One shared prefix: ``prefix_blocks`` blocks ending at block ``block_id`` (chained
+    hash ``hash_hex``), reused by ``requests`` counted requests."""
+
+    block_id: int
+    hash_hex: str
+    prefix_blocks: int
+    prefix_tokens: int
+    requests: int
+    reused_tokens: int  # requests x prefix_tokens
+    preview: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "block_id": self.block_id,
+            "hash": self.hash_hex,
+            "prefix_blocks": self.prefix_blocks,
+            "prefix_tokens": self.prefix_tokens,
+            "requests": self.requests,
+            "reused_tokens": self.reused_tokens,
+            "preview": self.preview,
+        }
+
+
+TOP_PREFIXES_NOTE = "reused_tokens = requests x prefix length (each request reusing it counts once)"
+
+
+@dataclass(frozen=True, slots=True)
+class TopPrefixes:
+    """The most reused prefixes, by reused tokens and by requests (``note`` only when
+    some prefix was reused)."""
+
+    by_volume: tuple[SharedPrefix, ...] = ()
+    by_count: tuple[SharedPrefix, ...] = ()
+    note: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "by_volume": [e.to_json() for e in self.by_volume],
+            "by_count": [e.to_json() for e in self.by_count],
+        }
+        if self.note is not None:
+            out["note"] = self.note
+        return out
+
+
+NO_TOP_PREFIXES = TopPrefixes()
+
+
+@dataclass(frozen=True, slots=True)
+class CurvePoint:
+    """One point of a hit-ratio curve: steady hit rate with ``capacity_tokens`` of cache
+    (also in GB and GiB when the bytes per token are known)."""
+
+    capacity_tokens: int
+    hit_rate: float
+    capacity_gb: float | None = None
+    capacity_gib: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **_capacity_json(self.capacity_tokens, self.capacity_gb, self.capacity_gib),
+            "hit_rate": _round(self.hit_rate),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityRow:
+    """The policies compared at one capacity: LRU's steady hit rate and each simulated
+    policy's (``None`` where it was not simulated there)."""
+
+    capacity_tokens: int
+    capacity_blocks: int
+    lru_hit_rate: float
+    hit_rate_by_policy: dict[str, float | None]
+    capacity_gb: float | None = None
+    capacity_gib: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **_capacity_json(self.capacity_tokens, self.capacity_gb, self.capacity_gib),
+            "capacity_blocks": self.capacity_blocks,
+            "lru": _round(self.lru_hit_rate),
+            **{p: _round(r) for p, r in self.hit_rate_by_policy.items()},
+        }
+
+
+def _capacity_json(tokens: int, gb: float | None, gib: float | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"capacity_tokens": tokens}
+    if gb is not None:
+        out["capacity_gb"] = gb
+        out["capacity_gib"] = gib
+    return out
+
+
 @dataclass(frozen=True)
 class ReuseReport:
     measurable: bool
@@ -170,9 +338,9 @@ class ReuseReport:
     policy_points: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     policy_notes: list[str] = field(default_factory=list)
     capacities_tokens: tuple[int, ...] = ()
-    sources: dict[str, Any] = field(default_factory=dict)
-    top_prefixes: dict[str, Any] = field(default_factory=dict)
-    granularity: dict[str, Any] = field(default_factory=dict)
+    sources: ReuseSources | None = None
+    top_prefixes: TopPrefixes = NO_TOP_PREFIXES
+    granularity: Granularity | None = None
     non_prefix: NonPrefixReuse = NO_CONTENT
     reuse_distance: dict[str, Any] = field(default_factory=dict)
     reuse_time: dict[str, Any] = field(default_factory=dict)
@@ -238,12 +406,53 @@ class ReuseReport:
     # -- output ---------------------------------------------------------------------
 
     def _capacity_fields(self, capacity_tokens: int) -> dict[str, Any]:
-        out: dict[str, Any] = {"capacity_tokens": int(capacity_tokens)}
-        if self.bytes_per_token:
-            n_bytes = capacity_tokens * self.bytes_per_token
-            out["capacity_gb"] = round(n_bytes / GB, 3)
-            out["capacity_gib"] = round(n_bytes / GIB, 3)
+        return _capacity_json(int(capacity_tokens), *self._capacity_gb(capacity_tokens))
+
+    def _capacity_gb(self, capacity_tokens: int) -> tuple[float | None, float | None]:
+        """``capacity_tokens`` of KV in GB and GiB (3 places), when bytes per token are known."""
+        if not self.bytes_per_token:
+            return None, None
+        n_bytes = capacity_tokens * self.bytes_per_token
+        return round(n_bytes / GB, 3), round(n_bytes / GIB, 3)
+
+    def _points(self, points: list[tuple[int, float]]) -> tuple[CurvePoint, ...]:
+        return tuple(CurvePoint(int(c), h, *self._capacity_gb(c)) for c, h in points)
+
+    def curves(self) -> dict[str, tuple[CurvePoint, ...]]:
+        """Hit-ratio curve per policy: LRU dense enough to plot, the others at the
+        capacities compared (empty when the trace was not measurable)."""
+        if not self.measurable:
+            return {}
+        out = {"lru": self._points(self.lru_curve)}
+        for policy, points in self.policy_points.items():
+            out[policy] = self._points(points)
         return out
+
+    def lru_cold_curve(self) -> tuple[CurvePoint, ...]:
+        """LRU with every request counted (exact runs only)."""
+        if self.cold_curve is None:
+            return ()
+        return self._points(self._plot_points(self.cold_curve))
+
+    def capacity_rows(self) -> tuple[CapacityRow, ...]:
+        """The capacities compared, each with every policy's steady hit rate."""
+        rows = []
+        for cap in self.capacities_tokens:
+            by_policy: dict[str, float | None] = {}
+            for policy, points in self.policy_points.items():
+                at = dict(points)
+                by_policy[policy] = at.get(cap)
+            rows.append(
+                CapacityRow(
+                    capacity_tokens=int(cap),
+                    capacity_blocks=cap // self.block_size,
+                    lru_hit_rate=self.hit_rate_at(cap),
+                    hit_rate_by_policy=by_policy,
+                    capacity_gb=self._capacity_gb(cap)[0],
+                    capacity_gib=self._capacity_gb(cap)[1],
+                )
+            )
+        return tuple(rows)
 
     def to_json(self) -> dict[str, Any]:
         """Plain, deterministic JSON (floats rounded to 6 places)."""
@@ -273,40 +482,25 @@ class ReuseReport:
         if not self.measurable:
             doc["curves"] = {}
             return doc
-        curves: dict[str, Any] = {
-            "lru": [{**self._capacity_fields(c), "hit_rate": r6(h)} for c, h in self.lru_curve]
-        }
-        for policy, points in self.policy_points.items():
-            curves[policy] = [{**self._capacity_fields(c), "hit_rate": r6(h)} for c, h in points]
-        table = []
-        for cap in self.capacities_tokens:
-            row = {**self._capacity_fields(cap), "capacity_blocks": cap // self.block_size}
-            row["lru"] = r6(self.hit_rate_at(cap))
-            for policy, points in self.policy_points.items():
-                row[policy] = r6(dict(points)[cap]) if cap in dict(points) else None
-            table.append(row)
-        cold: list[dict[str, Any]] = []
-        if self.cold_curve is not None:
-            cold = [
-                {**self._capacity_fields(c), "hit_rate": r6(h)}
-                for c, h in self._plot_points(self.cold_curve)
-            ]
         doc.update(
             {
-                "curves": curves,
-                "lru_cold_curve": cold,
+                "curves": {
+                    policy: [p.to_json() for p in points]
+                    for policy, points in self.curves().items()
+                },
+                "lru_cold_curve": [p.to_json() for p in self.lru_cold_curve()],
                 "curve_method": self.curve_method,
                 "shards": _round_tree(self.shards),
                 "policy_notes": list(self.policy_notes),
-                "capacities": table,
+                "capacities": [r.to_json() for r in self.capacity_rows()],
                 "knees": {
                     str(f): self._capacity_fields(self.knee_tokens(f))
                     for f in (0.5, 0.8, 0.9, 0.95)
                 },
                 "footprint": self._capacity_fields(self.footprint_tokens),
-                "sources": _round_tree(self.sources),
-                "top_prefixes": _round_tree(self.top_prefixes),
-                "granularity": _round_tree(self.granularity),
+                "sources": _round_tree(self.sources.to_json() if self.sources else {}),
+                "top_prefixes": _round_tree(self.top_prefixes.to_json()),
+                "granularity": _round_tree(self.granularity.to_json() if self.granularity else {}),
                 "non_prefix": _round_tree(self.non_prefix.to_json()),
                 "reuse_distance": _round_tree(self.reuse_distance),
                 "reuse_time": _round_tree(self.reuse_time),
@@ -398,7 +592,7 @@ def _rates(hit: np.ndarray, prompt: np.ndarray, first: int) -> tuple[float, floa
 
 def granularity_table(
     trace: BlockTrace, first: int, sizes: tuple[int, ...], own_hits: np.ndarray | None = None
-) -> dict[str, Any]:
+) -> Granularity:
     """Ceilings token-exact and at each block size derivable from the trace's hashes.
 
     ``own_hits`` (per-request hit tokens at the trace's own block size) saves a pass.
@@ -421,34 +615,34 @@ def granularity_document(
     sizes: tuple[int, ...],
     block_size: int,
     hits_at: Callable[[int], np.ndarray],
-) -> dict[str, Any]:
-    """The granularity section from per-request hit tokens at each ``factor x`` block size."""
-    out: dict[str, Any] = {}
+) -> Granularity:
+    """The granularity ceilings from per-request hit tokens at each ``factor x`` block size."""
     if token_lcp_prev is not None:
         hit = np.clip(np.minimum(token_lcp_prev, prompt - 1), 0, None)
         steady, cold = _rates(hit, prompt, first)
-        out["token_exact"] = {"available": True, "hit_rate": steady, "cold_hit_rate": cold}
+        exact = GranularityCeiling(None, True, hit_rate=steady, cold_hit_rate=cold)
     else:
-        out["token_exact"] = {
-            "available": False,
-            "reason": "unknown: the trace has no token-exact prefix lengths "
+        exact = GranularityCeiling(
+            None,
+            False,
+            reason="unknown: the trace has no token-exact prefix lengths "
             "(only logs with prompt text give them)",
-        }
+        )
     rows = []
     for size in sorted(set(sizes) | {block_size}):
-        row: dict[str, Any] = {"block_size": size}
         if size % block_size:
-            row.update(
-                available=False,
-                reason=f"not a multiple of the trace's block size {block_size}; "
-                f"re-ingest with --block-size {size}",
+            rows.append(
+                GranularityCeiling(
+                    size,
+                    False,
+                    reason=f"not a multiple of the trace's block size {block_size}; "
+                    f"re-ingest with --block-size {size}",
+                )
             )
         else:
             steady, cold = _rates(hits_at(size // block_size), prompt, first)
-            row.update(available=True, hit_rate=steady, cold_hit_rate=cold)
-        rows.append(row)
-    out["blocks"] = rows
-    return out
+            rows.append(GranularityCeiling(size, True, hit_rate=steady, cold_hit_rate=cold))
+    return Granularity(exact, tuple(rows))
 
 
 def non_prefix_reuse(trace: BlockTrace, first: int, prefix_hit: np.ndarray) -> NonPrefixReuse:
@@ -586,7 +780,7 @@ def _preview(trace: BlockTrace, block: int, parent: np.ndarray) -> str | None:
 
 def top_prefixes(
     trace: BlockTrace, hits: np.ndarray, parent: np.ndarray, depth: np.ndarray, top_n: int
-) -> dict[str, Any]:
+) -> TopPrefixes:
     """Shared prefixes: chains ending where the number of requests reusing them drops.
 
     Block ``b`` stands for the prefix of ``depth[b] + 1`` blocks ending at ``b``; it is
@@ -595,7 +789,7 @@ def top_prefixes(
     """
     n = hits.size
     if n == 0 or not hits.any():
-        return {"by_volume": [], "by_count": []}
+        return NO_TOP_PREFIXES
     max_child = np.zeros(n, dtype=np.int64)
     has_parent = parent >= 0
     np.maximum.at(max_child, parent[has_parent], hits[has_parent])
@@ -603,25 +797,25 @@ def top_prefixes(
     prefix_tokens = (depth[cand] + 1) * trace.block_size
     volume = hits[cand] * prefix_tokens
 
-    def entry(i: int) -> dict[str, Any]:
+    def entry(i: int) -> SharedPrefix:
         b = int(cand[i])
-        return {
-            "block_id": b,
-            "hash": f"{int(trace.block_hashes[b]):016x}",
-            "prefix_blocks": int(depth[b] + 1),
-            "prefix_tokens": int(prefix_tokens[i]),
-            "requests": int(hits[b]),
-            "reused_tokens": int(volume[i]),
-            "preview": _preview(trace, b, parent),
-        }
+        return SharedPrefix(
+            block_id=b,
+            hash_hex=f"{int(trace.block_hashes[b]):016x}",
+            prefix_blocks=int(depth[b] + 1),
+            prefix_tokens=int(prefix_tokens[i]),
+            requests=int(hits[b]),
+            reused_tokens=int(volume[i]),
+            preview=_preview(trace, b, parent),
+        )
 
     by_volume = np.lexsort((cand, -hits[cand], -volume))[:top_n]
     by_count = np.lexsort((cand, -prefix_tokens, -hits[cand]))[:top_n]
-    return {
-        "by_volume": [entry(int(i)) for i in by_volume],
-        "by_count": [entry(int(i)) for i in by_count],
-        "note": "reused_tokens = requests x prefix length (each request reusing it counts once)",
-    }
+    return TopPrefixes(
+        by_volume=tuple(entry(int(i)) for i in by_volume),
+        by_count=tuple(entry(int(i)) for i in by_count),
+        note=TOP_PREFIXES_NOTE,
+    )
 
 
 def exact_curve(hist: np.ndarray, denominator: int) -> StepCurve:
@@ -1026,28 +1220,24 @@ def _summaries(
     ws: np.ndarray,
     n_blocks: int,
     bs: int,
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+) -> tuple[ReuseSources, dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Sources, reuse distance, reuse time and working set sections of the report.
 
     ``sampled_curve``: the SHARDS curve, whose percentiles stand for the distances
     (``dist_count`` is then unused)."""
     hit_total = int(src.sum())
-    sources: dict[str, Any] = {
-        "attribution": "each reused block is credited to the most recent earlier request "
-        "that held it",
-        "tokens": {k: int(v) for k, v in zip(SOURCE_KEYS, src, strict=True)},
-        "share_of_hits": {
+    sources = ReuseSources(
+        hit_tokens_by_source={k: int(v) for k, v in zip(SOURCE_KEYS, src, strict=True)},
+        share_of_hits={
             k: (int(v) / hit_total if hit_total else 0.0)
             for k, v in zip(SOURCE_KEYS, src, strict=True)
         },
-        "share_of_prompt": {
+        share_of_prompt={
             k: (int(v) / den if den else 0.0) for k, v in zip(SOURCE_KEYS, src, strict=True)
         },
-        "sessions_known": sessions_known,
-        "tenants_known": tenants_known,
-    }
-    for k in SOURCE_KEYS:
-        sources[k] = sources["share_of_hits"][k]
+        sessions_known=sessions_known,
+        tenants_known=tenants_known,
+    )
 
     if sampled_curve is not None:
         curve = sampled_curve

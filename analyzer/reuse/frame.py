@@ -39,7 +39,7 @@ from analyzer.errors import InputError, Location
 
 if TYPE_CHECKING:
     from analyzer.progress import Advance
-    from analyzer.reuse.analysis import ReuseOptions, ReuseReport, TraceShape
+    from analyzer.reuse.analysis import ReuseOptions, ReuseReport, TopPrefixes, TraceShape
 
 STREAMING: Literal["streaming"] = "streaming"
 
@@ -886,30 +886,33 @@ def prefix_shards_error(
     return shards_error(trace, rate, opts.warmup, opts.shards_error_accesses)
 
 
-def top_prefixes_document(facts: HitFacts, block_size: int, top_n: int) -> dict[str, Any]:
-    """The ``top_prefixes`` section from :func:`top_prefix_rows`."""
+def top_prefixes_document(facts: HitFacts, block_size: int, top_n: int) -> TopPrefixes:
+    """The top shared prefixes from :func:`top_prefix_rows`."""
+    from analyzer.reuse.analysis import (
+        NO_TOP_PREFIXES,
+        TOP_PREFIXES_NOTE,
+        SharedPrefix,
+        TopPrefixes,
+    )
+
     if int(facts.time_count.sum()) == 0:
-        return {"by_volume": [], "by_count": []}
+        return NO_TOP_PREFIXES
 
-    def entries(order: str) -> list[dict[str, Any]]:
+    def entries(order: str) -> tuple[SharedPrefix, ...]:
         if facts.top.height == 0:
-            return []
+            return ()
         rows = facts.top.filter(pl.col("order") == order)
-        return [
-            {
-                "block_id": int(r["id"]),
-                "hash": f"{int(r['h']):016x}",
-                "prefix_blocks": int(r["blocks"]),
-                "prefix_tokens": int(r["blocks"]) * block_size,
-                "requests": int(r["hits"]),
-                "reused_tokens": int(r["hits"]) * int(r["blocks"]) * block_size,
-                "preview": None,
-            }
+        return tuple(
+            SharedPrefix(
+                block_id=int(r["id"]),
+                hash_hex=f"{int(r['h']):016x}",
+                prefix_blocks=int(r["blocks"]),
+                prefix_tokens=int(r["blocks"]) * block_size,
+                requests=int(r["hits"]),
+                reused_tokens=int(r["hits"]) * int(r["blocks"]) * block_size,
+                preview=None,
+            )
             for r in rows.iter_rows(named=True)
-        ]
+        )
 
-    return {
-        "by_volume": entries("by_volume"),
-        "by_count": entries("by_count"),
-        "note": "reused_tokens = requests x prefix length (each request reusing it counts once)",
-    }
+    return TopPrefixes(entries("by_volume"), entries("by_count"), TOP_PREFIXES_NOTE)

@@ -105,26 +105,28 @@ def _granularity(report: ReuseReport, console: Console) -> None:
     table.add_column("granularity")
     table.add_column("steady", justify="right")
     table.add_column("cold", justify="right")
-    exact = g.get("token_exact", {})
-    if exact.get("available"):
-        table.add_row("token-exact", pct(exact["hit_rate"]), pct(exact["cold_hit_rate"]))
+    if g is None:
+        return
+    exact = g.token_exact
+    if exact.available:
+        table.add_row("token-exact", pct(exact.hit_rate), pct(exact.cold_hit_rate))
     else:
         table.add_row("token-exact", "unknown", "unknown")
-    for row in g.get("blocks", []):
-        label = f"{row['block_size']}-token blocks"
-        if row["available"]:
-            table.add_row(label, pct(row["hit_rate"]), pct(row["cold_hit_rate"]))
+    for row in g.blocks:
+        label = f"{row.block_size_tokens}-token blocks"
+        if row.available:
+            table.add_row(label, pct(row.hit_rate), pct(row.cold_hit_rate))
         else:
             table.add_row(label, "n/a", "n/a")
     console.print(table)
-    missing = [r for r in g.get("blocks", []) if not r["available"]]
+    missing = [r for r in g.blocks if not r.available]
     if missing:
-        console.print(f"  n/a: {missing[0]['reason']}")
+        console.print(f"  n/a: {missing[0].reason}")
 
 
 def _sources(report: ReuseReport, console: Console) -> None:
     s = report.sources
-    if not s.get("sessions_known") and not s.get("tenants_known"):
+    if s is None or (not s.sessions_known and not s.tenants_known):
         console.print(
             "Sources: the trace names no sessions or tenants, so reuse cannot be split by source."
         )
@@ -136,10 +138,10 @@ def _sources(report: ReuseReport, console: Console) -> None:
         "same_session": "same session, earlier turn",
         "same_tenant": "other session, same tenant",
         "cross_tenant": "other tenant",
-        "unattributed": ("other session, tenant unknown" if s.get("sessions_known") else "unknown"),
+        "unattributed": ("other session, tenant unknown" if s.sessions_known else "unknown"),
     }
     for key, label in labels.items():
-        table.add_row(label, pct(s["share_of_hits"][key]), pct(s["share_of_prompt"][key]))
+        table.add_row(label, pct(s.share_of_hits[key]), pct(s.share_of_prompt[key]))
     console.print(table)
 
 
@@ -210,18 +212,18 @@ def _breakdowns(report: ReuseReport, console: Console) -> None:
 
 
 def _prefixes(report: ReuseReport, console: Console) -> None:
-    entries = report.top_prefixes.get("by_volume", [])
+    entries = report.top_prefixes.by_volume
     if not entries:
         return
     table = Table(title="Top shared prefixes by reused tokens", title_justify="left")
     for col in ("prefix", "requests", "reused", "what"):
         table.add_column(col, justify="right" if col in ("requests", "reused") else "left")
     for e in entries:
-        what = e["preview"] or f"hash {e['hash']}"
+        what = e.preview or f"hash {e.hash_hex}"
         table.add_row(
-            f"{tokens(e['prefix_tokens'])} tok",
-            f"{e['requests']:,}",
-            tokens(e["reused_tokens"]),
+            f"{tokens(e.prefix_tokens)} tok",
+            f"{e.requests:,}",
+            tokens(e.reused_tokens),
             what,
         )
     console.print(table)

@@ -17,7 +17,6 @@ with state.guard():
     if not rep.measurable:
         st.warning(f"Reuse cannot be measured: {rep.reason}")
         st.stop()
-    doc = rep.to_json()  # the curves and the capacity table as `kvpool reuse --json` has them
     cm = compute.cost_model(w.model, w.gpu, w.tp, w.kv_dtype)
     bytes_per_token = int(cm.bytes_per_token)
 
@@ -39,7 +38,7 @@ with state.guard():
         (f"HBM per instance ({w.model}, {w.tp}x {w.gpu})", to_unit(hbm)),
         (f"HBM x {w.instances} instances", to_unit(hbm * w.instances)),
     ]
-    frame = figures.curves_frame(doc["curves"], bytes_per_token)
+    frame = figures.curves_frame(rep.curves(), bytes_per_token)
     st.altair_chart(
         charts.capacity_chart(frame, unit, w.eviction, marks, rep.ceiling_hit_rate),
         width="stretch",
@@ -75,5 +74,5 @@ with state.guard():
     )
     for note in rep.policy_notes:
         st.info(note)
-    if doc.get("capacities"):
-        st.dataframe(doc["capacities"], hide_index=True)
+    if rows := rep.capacity_rows():
+        st.dataframe(figures.capacities_frame(rows), hide_index=True)

@@ -86,17 +86,14 @@ with state.guard():
         )
 
     ttft = {name: scen[name].stats.ttft_s for name in order}
-    # the chart data takes the scenarios as `kvpool replay --json` writes them, the form
-    # the report's charts read back from report.json
-    rows = {name: s.to_json() for name, s in scen.items()}
     left, right = st.columns(2)
     left.altair_chart(
         charts.ttft_chart(figures.ttft_quantiles_frame(ttft), w.ttft_slo_s), width="stretch"
     )
     right.altair_chart(
-        charts.tier_hits_chart(figures.tier_hits_frame(rows), order), width="stretch"
+        charts.tier_hits_chart(figures.tier_hits_frame(scen), order), width="stretch"
     )
-    table = figures.scenarios_frame(rows)
+    table = figures.scenarios_frame(scen)
     left, right = st.columns(2)
     left.altair_chart(
         charts.scenario_bar_chart(

@@ -18,7 +18,6 @@ with state.guard():
     if not rep.measurable:
         st.warning(f"Reuse cannot be measured: {rep.reason}")
         st.stop()
-    doc = rep.to_json()  # the reuse sections below are drawn from `kvpool reuse --json`'s form
 
     c = st.columns(4)
     c[0].metric(
@@ -37,14 +36,14 @@ with state.guard():
     left, right = st.columns(2)
     with left:
         st.subheader("Granularity")
-        gran = figures.granularity_frame(doc["granularity"])
+        gran = figures.granularity_frame(rep.granularity)
         st.altair_chart(charts.granularity_chart(gran), width="stretch")
         st.dataframe(gran, hide_index=True, width="stretch")
     with right:
         st.subheader("Where reuse comes from")
-        src = figures.sources_frame(doc["sources"])
+        src = figures.sources_frame(rep.sources)
         st.altair_chart(charts.sources_chart(src), width="stretch")
-        st.caption(doc["sources"].get("attribution", ""))
+        st.caption(rep.sources.attribution if rep.sources is not None else "")
         non_prefix = rep.non_prefix
         if non_prefix.available:
             st.metric(
@@ -60,16 +59,14 @@ with state.guard():
             st.caption(f"Non-prefix reuse: {non_prefix.reason or 'not available'}")
 
     st.subheader("Top shared prefixes")
-    tops = doc["top_prefixes"]
+    tops = rep.top_prefixes
     by_volume, by_count = st.tabs(["By reused tokens", "By requests"])
     by_volume.dataframe(
-        figures.top_prefixes_frame(tops.get("by_volume", [])), hide_index=True, width="stretch"
+        figures.top_prefixes_frame(tops.by_volume), hide_index=True, width="stretch"
     )
-    by_count.dataframe(
-        figures.top_prefixes_frame(tops.get("by_count", [])), hide_index=True, width="stretch"
-    )
-    if tops.get("note"):
-        st.caption(tops["note"])
+    by_count.dataframe(figures.top_prefixes_frame(tops.by_count), hide_index=True, width="stretch")
+    if tops.note:
+        st.caption(tops.note)
 
     st.subheader("Prefix tree")
     bs = cur.trace.block_size
