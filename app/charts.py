@@ -9,6 +9,8 @@ policy, the SLO line moving with the sidebar). Every function returns an
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import altair as alt
 import pandas as pd
 
@@ -23,6 +25,9 @@ from analyzer.report.figures import (
     scenario_colors,
     scenario_label,
 )
+
+if TYPE_CHECKING:
+    from analyzer.cost.model import BreakEvenRow
 
 __all__ = ["GIB"]
 
@@ -223,7 +228,7 @@ def _curve_tooltip(x_field: str) -> list:
 # --- cost --------------------------------------------------------------------------------
 
 
-def break_even_chart(rows: list[dict]) -> alt.LayerChart:
+def break_even_chart(rows: list[BreakEvenRow]) -> alt.LayerChart:
     """Break-even bandwidth against prefix length, with each link's bandwidth as a rule.
 
     Above the curve loading beats recomputing; a link whose rule lies above the curve at
@@ -231,9 +236,9 @@ def break_even_chart(rows: list[dict]) -> alt.LayerChart:
     """
     curve = pd.DataFrame(
         [
-            {"prefix_tokens": r["prefix_tokens"], "break_even_gbps": r["break_even_gbps"]}
+            {"prefix_tokens": r.prefix_tokens, "break_even_gbps": r.break_even_gbps}
             for r in rows
-            if r.get("break_even_gbps")
+            if r.break_even_gbps
         ]
     ).drop_duplicates("prefix_tokens")
     x = alt.X("prefix_tokens:Q", title="prefix length (tokens)", scale=alt.Scale(type="log"))
@@ -254,7 +259,7 @@ def break_even_chart(rows: list[dict]) -> alt.LayerChart:
         )
     )
     rules = pd.DataFrame(
-        [{"link": r["tier"], "bandwidth_gbps": r["bandwidth_gbps"]} for r in rows]
+        [{"link": r.tier, "bandwidth_gbps": r.bandwidth_gbps} for r in rows]
     ).drop_duplicates("link")
     rule = (
         alt.Chart(rules)
@@ -270,25 +275,25 @@ def break_even_chart(rows: list[dict]) -> alt.LayerChart:
     )
 
 
-def prefix_time_chart(rows: list[dict]) -> alt.Chart:
+def prefix_time_chart(rows: list[BreakEvenRow]) -> alt.Chart:
     """Seconds to recompute a prefix against seconds to load it over each link."""
     out = []
     seen = set()
     for r in rows:
-        if r["prefix_tokens"] not in seen:
-            seen.add(r["prefix_tokens"])
+        if r.prefix_tokens not in seen:
+            seen.add(r.prefix_tokens)
             out.append(
                 {
-                    "prefix_tokens": r["prefix_tokens"],
+                    "prefix_tokens": r.prefix_tokens,
                     "how": "recompute",
-                    "seconds": r["recompute_s"],
+                    "seconds": r.recompute_s,
                 }
             )
         out.append(
             {
-                "prefix_tokens": r["prefix_tokens"],
-                "how": f"load: {r['tier']}",
-                "seconds": r["load_s"],
+                "prefix_tokens": r.prefix_tokens,
+                "how": f"load: {r.tier}",
+                "seconds": r.load_s,
             }
         )
     return (

@@ -313,7 +313,7 @@ def _links_key(links) -> tuple:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _break_even_rows(model: str, gpu: str, tp: int, kv_dtype: str, links_key: tuple) -> list[dict]:
+def _break_even_rows(model: str, gpu: str, tp: int, kv_dtype: str, links_key: tuple) -> list:
     from analyzer.cost import TierSpec
 
     cm = cost_model(model, gpu, tp, kv_dtype)
@@ -323,7 +323,7 @@ def _break_even_rows(model: str, gpu: str, tp: int, kv_dtype: str, links_key: tu
     return cm.break_even_table(PREFIX_GRID, tiers=links)
 
 
-def break_even_rows(w) -> list[dict]:
+def break_even_rows(w) -> list:
     """``CostModel.break_even_table`` over :data:`PREFIX_GRID` for the what-if links."""
     return _break_even_rows(w.model, w.gpu, w.tp, w.kv_dtype, _links_key(whatif_links(w)))
 

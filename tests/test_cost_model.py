@@ -183,11 +183,12 @@ def test_break_even_table_is_plot_ready():
     assert len(rows) == 9
     assert rows == cm.break_even_table([512, 4096, 131_072], ["pcie-gen5-dram", "rdma-200", "tcp"])
     for r in rows:
-        assert r["load_wins"] == (r["load_s"] < r["recompute_s"])
-        assert r["overlap_bound_s"] <= min(r["recompute_s"], r["load_s"]) + 1e-12
-        assert r["transfer_bytes"] == 131_072 * r["prefix_tokens"]
-    tcp = [r for r in rows if r["tier"] == "tcp"]
-    assert [r["load_wins"] for r in tcp] == [False, False, True]
+        assert r.load_wins == (r.load_s < r.recompute_s)
+        assert r.overlap_bound_s <= min(r.recompute_s, r.load_s) + 1e-12
+        assert r.transfer_bytes == 131_072 * r.prefix_tokens
+        assert r.to_json()["break_even_gbps"] == r.break_even_gbps
+    tcp = [r for r in rows if r.tier == "tcp"]
+    assert [r.load_wins for r in tcp] == [False, False, True]
 
 
 def test_hbm_capacity_independent():

@@ -106,7 +106,8 @@ def test_report_states_ranges_and_a_flip_inside_them(tmp_path):
     statement = d.confidence_statement
     assert "A flip of the verdict lies inside that range" in statement
     assert "passes now, but fails if your GPUs prefill more than 5% faster" in statement
-    assert near.uncertainty["flip"]["flip_inside_range"] is True
+    assert near.uncertainty is not None and near.uncertainty.flip.inside is True
+    assert near.uncertainty.to_json()["flip"]["flip_inside_range"] is True
     # the confidence is lowered one level from what the same analysis says far from it
     far = run_analysis([str(log)], AnalyzeOptions(cluster=ClusterConfig(pool_gbps=be * 50), **fast))
     assert "No tier's bandwidth check flips inside that range." in far.decision.confidence_statement

@@ -81,16 +81,21 @@ def project(replay: ReplayFigures | None) -> Projection:
     dram = replay.get(Scenario.LOCAL_DRAM)
     if base is None:
         return Projection()
-    out: dict[str, float | None] = {}
-    if pooled is not None:
-        out["pooled_ttft_reduction"] = _reduction(pooled.ttft_mean_s, base.ttft_mean_s)
-        out["pooled_throughput_gain"] = _gain(pooled, base)
-    if dram is not None:
-        out["dram_ttft_reduction"] = _reduction(dram.ttft_mean_s, base.ttft_mean_s)
-        out["dram_throughput_gain"] = _gain(dram, base)
-    if pooled is not None and dram is not None:
-        out["pool_vs_dram_ttft"] = _reduction(pooled.ttft_mean_s, dram.ttft_mean_s)
-    return Projection(**out)
+    return Projection(
+        pooled_ttft_reduction=(
+            None if pooled is None else _reduction(pooled.ttft_mean_s, base.ttft_mean_s)
+        ),
+        pooled_throughput_gain=None if pooled is None else _gain(pooled, base),
+        dram_ttft_reduction=(
+            None if dram is None else _reduction(dram.ttft_mean_s, base.ttft_mean_s)
+        ),
+        dram_throughput_gain=None if dram is None else _gain(dram, base),
+        pool_vs_dram_ttft=(
+            None
+            if pooled is None or dram is None
+            else _reduction(pooled.ttft_mean_s, dram.ttft_mean_s)
+        ),
+    )
 
 
 def missing_data(trace: TraceFigures, reuse: ReuseFigures, th: Thresholds) -> tuple[str, ...]:

@@ -61,6 +61,7 @@ from analyzer.trace import BlockTrace, read_metadata
 
 if TYPE_CHECKING:
     from analyzer.cost import CostModel
+    from analyzer.cost.uncertainty import ErrorBand, FlipFinding, Range
     from analyzer.ingest import LoadedTrace
     from analyzer.replay import ReplayResult
     from analyzer.reuse import ReuseReport
@@ -227,7 +228,7 @@ class AnalysisResult:
     charts: dict[str, Any] = field(default_factory=dict)
     economics: EconomicsInputs | None = None
     side_by_side: list[dict[str, Any]] = field(default_factory=list)
-    uncertainty: dict[str, Any] | None = None  # ranges from the cost model's measured error
+    uncertainty: CostUncertainty | None = None  # ranges from the cost model's measured error
     # how prompts were tokenized: the trace's tokenizer and template names
     tokenization: dict[str, Any] = field(default_factory=dict)
     models: dict[str, Any] = field(default_factory=dict)  # per-model figures (advisor.models)
@@ -597,7 +598,7 @@ def run_analysis(
     step(45)
 
     decision = decide(tf, rf, bw, replay, th, economics)
-    uncertainty: dict[str, Any] | None = None
+    uncertainty: CostUncertainty | None = None
     if bw is not None:
         decision, uncertainty = _with_uncertainty(decision, cm, bw, replay, th)
     measured_doc = _measured_vs_projected(trace, cfg, cm, opts, usable)
@@ -812,9 +813,33 @@ def _measured_vs_projected(
 _LOWER = {"high": "medium", "medium": "low", "low": "low"}
 
 
+@dataclass(frozen=True, slots=True)
+class CostUncertainty:
+    """Ranges on the deciding figures from the cost model's measured error (``band``),
+    and whether a flip of the bandwidth verdict lies inside them; the replayed mean TTFT
+    of each scenario as a range when a replay ran."""
+
+    band: ErrorBand
+    break_even_gbps: Range
+    prefill_tokens_per_s: Range
+    flip: FlipFinding
+    ttft_mean_s_by_scenario: dict[str, Range] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "band": self.band.to_json(),
+            "break_even_gbps": self.break_even_gbps.to_json(),
+            "prefill_tokens_per_s": self.prefill_tokens_per_s.to_json(),
+            "flip": self.flip.to_json(),
+        }
+        if self.ttft_mean_s_by_scenario is not None:
+            out["ttft_mean_s"] = {n: r.to_json() for n, r in self.ttft_mean_s_by_scenario.items()}
+        return out
+
+
 def _with_uncertainty(
     decision: Decision, cm: CostModel, bw: BandwidthFigures, replay: Any, th: Thresholds
-) -> Any:
+) -> tuple[Decision, CostUncertainty]:
     """Ranges on the deciding figures from the cost model's measured error, and the
     confidence note saying whether a flip of the verdict lies inside them.
 
@@ -829,18 +854,19 @@ def _with_uncertainty(
     flip = unc.bandwidth_flip(
         bw.break_even_gbps, bw.prefix_tokens, tiers, band, th.bandwidth_margin
     )
-    out: dict[str, Any] = {
-        "band": band.to_json(),
-        "break_even_gbps": unc.break_even_range(bw.break_even_gbps, band).to_json(),
-        "prefill_tokens_per_s": unc.rate_range(bw.prefill_tokens_per_s, band).to_json(),
-        "flip": flip.to_json(),
-    }
-    if replay is not None:
-        # the compute share of a replayed TTFT carries the band; applying it to the whole
-        # TTFT (queueing and loads included) gives a range at least as wide as the truth's
-        out["ttft_mean_s"] = {
-            s.name: unc.time_range(s.ttft_mean_s, band).to_json() for s in replay.scenarios
-        }
+    # the compute share of a replayed TTFT carries the band; applying it to the whole
+    # TTFT (queueing and loads included) gives a range at least as wide as the truth's
+    out = CostUncertainty(
+        band=band,
+        break_even_gbps=unc.break_even_range(bw.break_even_gbps, band),
+        prefill_tokens_per_s=unc.rate_range(bw.prefill_tokens_per_s, band),
+        flip=flip,
+        ttft_mean_s_by_scenario=(
+            None
+            if replay is None
+            else {s.name: unc.time_range(s.ttft_mean_s, band) for s in replay.scenarios}
+        ),
+    )
     if decision.verdict == Verdict.INSUFFICIENT_DATA:
         return decision, out
     notes = (*decision.confidence_notes, flip.statement)

@@ -376,7 +376,7 @@ def show_cmd(
             "hbm_kv_capacity_tokens": capacity,
             "prefixes": per_prefix,
             "tiers": tiers_be,
-            "break_even_table": cm.break_even_table(plist, tier_names),
+            "break_even_table": [r.to_json() for r in cm.break_even_table(plist, tier_names)],
         },
     )
 

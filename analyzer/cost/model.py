@@ -178,6 +178,44 @@ class TtftBreakdown:
 
 
 @dataclass(frozen=True, slots=True)
+class BreakEvenRow:
+    """One (prefix length, link) of :meth:`CostModel.break_even_table`: seconds to
+    recompute the prefix against seconds to load it over the link, and the bandwidth at
+    which the two are equal (``break_even_gbps``; None: loading never beats recomputing)."""
+
+    prefix_tokens: int
+    tier: str  # the link's name
+    bandwidth_gbps: float
+    latency_s: float
+    concurrency: int
+    kv_bytes: int
+    transfer_bytes: int
+    recompute_s: float
+    load_s: float
+    overlap_bound_s: float
+    break_even_gbps: float | None
+    load_wins: bool
+    speedup: float | None  # recompute_s / load_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prefix_tokens": self.prefix_tokens,
+            "tier": self.tier,
+            "bandwidth_gbps": self.bandwidth_gbps,
+            "latency_s": self.latency_s,
+            "concurrency": self.concurrency,
+            "kv_bytes": self.kv_bytes,
+            "transfer_bytes": self.transfer_bytes,
+            "recompute_s": self.recompute_s,
+            "load_s": self.load_s,
+            "overlap_bound_s": self.overlap_bound_s,
+            "break_even_gbps": self.break_even_gbps,
+            "load_wins": self.load_wins,
+            "speedup": self.speedup,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class _Constants:
     """Per-instance constants of the hot path (replay calls prefill_time_s per chunk)."""
 
@@ -681,9 +719,9 @@ class CostModel:
         tiers: list[str | TierSpec] | None = None,
         suffix_tokens: int = 1,
         concurrency: int = 1,
-    ) -> list[dict[str, Any]]:
+    ) -> list[BreakEvenRow]:
         """One row per (prefix length, tier): recompute vs load vs overlap, plot-ready."""
-        rows: list[dict[str, Any]] = []
+        rows: list[BreakEvenRow] = []
         links = [self.tier_link(t) for t in (tiers or DEFAULT_TIERS)]
         for p in prefix_tokens:
             if p <= 0:
@@ -697,23 +735,23 @@ class CostModel:
                     moved, link.bandwidth_gbps, link.latency_s, concurrency
                 ) + self.hit_overhead_s(p, concurrency)
                 rows.append(
-                    {
-                        "prefix_tokens": int(p),
-                        "tier": link.name,
-                        "bandwidth_gbps": link.bandwidth_gbps,
-                        "latency_s": link.latency_s,
-                        "concurrency": concurrency,
-                        "kv_bytes": self.kv_bytes(p),
-                        "transfer_bytes": moved,
-                        "recompute_s": recompute,
-                        "load_s": load,
-                        "overlap_bound_s": self.overlap_bound_s(
+                    BreakEvenRow(
+                        prefix_tokens=int(p),
+                        tier=link.name,
+                        bandwidth_gbps=link.bandwidth_gbps,
+                        latency_s=link.latency_s,
+                        concurrency=concurrency,
+                        kv_bytes=self.kv_bytes(p),
+                        transfer_bytes=moved,
+                        recompute_s=recompute,
+                        load_s=load,
+                        overlap_bound_s=self.overlap_bound_s(
                             p, link.bandwidth_gbps / concurrency, suffix_tokens
                         ),
-                        "break_even_gbps": be_json,
-                        "load_wins": load < recompute,
-                        "speedup": recompute / load if load > 0 else None,
-                    }
+                        break_even_gbps=be_json,
+                        load_wins=load < recompute,
+                        speedup=recompute / load if load > 0 else None,
+                    )
                 )
         return rows
 

@@ -1112,7 +1112,7 @@ def report_document(r: AnalysisResult) -> dict[str, Any]:
             None if r.bandwidth is None else {**asdict(r.bandwidth), "curve": r.break_even_curve}
         ),
         "cost": r.cost_json,
-        "uncertainty": r.uncertainty,
+        "uncertainty": None if r.uncertainty is None else r.uncertainty.to_json(),
         "replay": None if r.replay_result is None else r.replay_result.to_json(),
         "sizing": sizing,
         "settings": [p.to_json() for p in r.settings],
