@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ from typing import Any
 import streamlit as st
 
 from analyzer.errors import InputError, Location
+from app import workers
 
 CALLS: Counter[str] = Counter()
 
@@ -384,17 +384,6 @@ def _count_run(name: str) -> None:
     CALLS[f"replay:{name}"] += 1
 
 
-# Below this many requests, starting worker processes costs more than it saves.
-PARALLEL_REPLAY_MIN_REQUESTS = 2000
-
-
-def replay_workers(n_requests: int, n_scenarios: int) -> int:
-    """Scenarios replayed at once (processes); results do not depend on it."""
-    if n_requests < PARALLEL_REPLAY_MIN_REQUESTS:
-        return 1
-    return max(1, min(n_scenarios, os.cpu_count() or 1, 4))
-
-
 def replay(
     cur: Current,
     w,
@@ -426,7 +415,7 @@ def replay(
             search_rate=search_rate,
             advance=advance,
             cost=cost,
-            workers=replay_workers(cur.trace.n_requests, len(scenarios)),
+            pool=workers.pool("page", cur.trace.n_requests),
             trace_key=(cur.content, cur.ingest_key),
             cost_key=sha,
             on_run=_count_run,
@@ -541,10 +530,11 @@ def run_whatif(
     at every replay progress step (the prefetch waits there while a page computes), and
     ``memo`` the :func:`replay_memo` fetched by the page (no Streamlit call in a thread).
     ``only_known``: replay nothing; a replay not remembered raises
-    ``analyzer.replay.memo.NotRemembered``. ``parallel``: replay the scenarios in worker
-    processes (:func:`replay_workers`) as the Replay page does, for the answer the user
-    waits for; the prefetch passes False, so that its one thread can pause at ``gate``
-    and leaves the other cores to the page."""
+    ``analyzer.replay.memo.NotRemembered``. ``parallel``: replay the scenarios in the
+    page's warm worker processes (:mod:`app.workers`), as the Replay page does, for the
+    answer the user waits for; the prefetch passes False: its replays go to the one
+    low-priority prefetch process, which leaves the cores to the page (small traces are
+    replayed in the calling thread, where the prefetch pauses at ``gate``)."""
     from analyzer.advisor import run_analysis
     from analyzer.cost import CostModel
 
@@ -559,6 +549,8 @@ def run_whatif(
         lambda: _models_document(cur.loaded, opts.warmup, opts.kv_dtype),
     )
     memo = memo or replay_memo()
+    # Decided by the whole log's size: its per-model parts go where it goes.
+    pool = workers.pool("page" if parallel else "prefetch", cur.trace.n_requests)
 
     def replayer(
         trace,
@@ -571,8 +563,6 @@ def run_whatif(
         part=None,
         workers=1,
     ):
-        if parallel:  # results do not depend on it (tests/test_replay.py)
-            workers = max(workers, replay_workers(trace.n_requests, len(scenarios)))
         return memo.run(
             trace,
             cfg,
@@ -589,6 +579,8 @@ def run_whatif(
             on_run=on_run,
             only_known=only_known,
             workers=workers,
+            # Results do not depend on where the scenarios run (tests/test_replay.py).
+            pool=pool,
         )
 
     return run_analysis(
@@ -763,28 +755,25 @@ def calibrated_model(w, name: str, data: bytes):
 def _calibrate(model: str, gpu: str, tp: int, kv_dtype: str, name: str, data: bytes):
     import pandas as pd
 
+    from analyzer.cost.calibrate import ttft_measurements
+
     sha = hashlib.sha256(data).hexdigest()
     fitted, rows = _calibrated(model, gpu, tp, kv_dtype, name, sha, data)
     catalog = cost_model(model, gpu, tp, kv_dtype)
     fit = fitted.ttft_fit
     points = []
-    for row in rows.rows:
-        args = (
-            int(row["prompt_tokens"]),
-            int(row["cached_tokens"]),
-            int(row["concurrency"]),
-            float(row["load_gbps"]),
-        )
+    for m in ttft_measurements(rows):
         for label, cm in (("catalog", catalog), ("fitted", fitted)):
+            predicted = cm.ttft(m.prompt_tokens, m.cached_tokens, m.concurrency, m.load_gbps)
             points.append(
                 {
                     "model": label,
-                    "measured_s": float(row["ttft_s"]),
-                    "predicted_s": cm.ttft(*args).ttft_s,
-                    "prompt_tokens": args[0],
-                    "cached_tokens": args[1],
-                    "concurrency": args[2],
-                    "load_gbps": args[3],
+                    "measured_s": m.ttft_s,
+                    "predicted_s": predicted.ttft_s,
+                    "prompt_tokens": m.prompt_tokens,
+                    "cached_tokens": m.cached_tokens,
+                    "concurrency": m.concurrency,
+                    "load_gbps": m.load_gbps,
                 }
             )
     coeffs = ", ".join(

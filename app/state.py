@@ -211,13 +211,16 @@ def guard() -> Iterator[None]:
 def loaded_trace():
     """The current trace (``app.compute.Current``), ingested or from the cache; stops the
     page when none is chosen."""
-    from app import compute
+    from app import compute, workers
 
     src = source()
     if src is None:
         st.info("No trace loaded yet: open one on the **Load a trace** page.")
         st.stop()
-    return compute.ingest(src.paths, ingest_choice().key())
+    cur = compute.ingest(src.paths, ingest_choice().key())
+    if cur.trace.n_requests >= workers.MIN_REQUESTS:
+        workers.warm_up()  # the replay processes start while the user reads this page
+    return cur
 
 
 def require_content(trace, what: str) -> None:

@@ -91,6 +91,28 @@ def rule_marks(at: AppTest) -> dict[str, float]:
     return marks
 
 
+def keyed_blocks(node) -> dict[str, set[str]]:
+    """The page's keyed containers (``st.container(key=...)``): key -> the keys of the
+    widgets drawn inside it."""
+    out: dict[str, set[str]] = {}
+
+    def widgets(n) -> set[str]:
+        found = {n.key} if getattr(n, "key", None) else set()
+        for child in getattr(n, "children", {}).values():
+            found |= widgets(child)
+        return found
+
+    def walk(n) -> None:
+        block_id = str(getattr(getattr(n, "proto", None), "id", "") or "")
+        if type(n).__name__ == "Block" and block_id.startswith("$$ID-"):
+            out[block_id.split("-", 2)[2]] = widgets(n)  # "$$ID-<hash>-<key>"
+        for child in getattr(n, "children", {}).values():
+            walk(child)
+
+    walk(node)
+    return out
+
+
 def metric(at: AppTest, label_start: str) -> str:
     return next(m.value for m in at.metric if m.label.startswith(label_start))
 
@@ -423,7 +445,7 @@ def test_recommendation_opens_with_the_summary_in_ms_gpus_and_money(
     assert "GPUs and money" in subheaders
     assert "Side by side: other models and GPUs" in subheaders
     assert any(e.label == "Glossary" for e in at.expander)
-    for frame in at.dataframe:
+    for frame in [*at.dataframe, *at.table]:
         assert "network_per_node_gbps" not in frame.value.to_string()
 
 
@@ -519,7 +541,7 @@ def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path, monkeyp
     full = report_json(run_analysis([str(sample)], AnalyzeOptions(thresholds=loose)))
     rows = full["sensitivity"]["rows"]
     assert any(r["dimension"] == "instances" for r in rows)
-    shown = at.dataframe[-2].value  # "What would change the verdict" (before the glossary)
+    shown = at.table[-2].value  # "What would change the verdict" (before the glossary)
     assert len(shown) == len(rows)
 
 
@@ -610,6 +632,15 @@ def test_a_change_needing_replays_keeps_the_last_answer_until_ready(
     greyed = next(m.value for m in at.markdown if "data-verdict" in m.value)
     assert "data-stale='1'" in greyed
     assert greyed.replace(" data-stale='1'", "") == first
+    # Greyed and inert: the previous verdict and figures. Left usable: the comparison
+    # and the downloads (of the answer shown, as the caption says).
+    keyed = keyed_blocks(at.main)
+    stale = [k for k in keyed if k.startswith("kvpool-answer-stale")]
+    assert stale == ["kvpool-answer-stale", "kvpool-answer-stale-rest"]
+    usable = keyed["kvpool-compare"]
+    assert {"cmp.pin", "dl.html", "dl.md", "dl.json"} <= usable
+    assert not usable & set().union(*(keyed[k] for k in stale))
+    assert any("answer shown" in c.value for c in at.caption)
     assert pf.wait(TIMEOUT_S)
     # Every scenario the change reaches was replayed, and none on the page's thread.
     assert len(threads) == 5 and set(threads) == {"kvpool-whatif"}
@@ -683,3 +714,33 @@ def test_a_neighbour_being_prefetched_is_not_started_twice_when_asked_for() -> N
     assert pf.running("k") is None
     assert calls == ["neighbour"]
     assert pf.wait(TIMEOUT_S)
+
+
+def test_replays_in_the_warm_worker_processes_equal_kvpool_analyze(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The dashboard replays in worker processes it keeps across what-ifs (the page's
+    pool, and the prefetch's at a lower priority): the analysis, per-model replays of a
+    multi-model log included, is `kvpool analyze`'s, byte for byte, and the processes
+    are reused from one what-if to the next."""
+    from dataclasses import replace
+
+    from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.replay.memo import ReplayMemo
+    from app import controls, state, workers
+
+    log = write_sample(tmp_path / "mixed.jsonl", requests=300, profile="mixed")
+    monkeypatch.setattr(workers, "MIN_REQUESTS", 0)
+    cur = compute.ingest((str(log),), state.IngestChoice().key())
+    w = controls.default_whatif()
+    try:
+        for parallel, instances in ((True, w.instances), (False, 2 * w.instances)):
+            opts = compute.analysis_options(cur, replace(w, instances=instances), 0.5)
+            got = compute.run_whatif(cur, opts, memo=ReplayMemo(), parallel=parallel)
+            cli = run_analysis([str(log)], AnalyzeOptions(cluster=opts.cluster))
+            assert report_json(got) == report_json(cli)
+        assert len(report_json(cli)["models"]["per_model"]) > 1  # the per-model replays ran
+        page = workers.pool("page", 0)
+        assert page is workers.pool("page", 0) and page is not workers.pool("prefetch", 0)
+    finally:
+        workers.shutdown()

@@ -269,3 +269,21 @@ def test_ttft_fit_recovers_exact_coefficients(
         assert f.load_scale == pytest.approx(load_scale, rel=1e-3)
     # (cross-validation may still err: a held-out point can be the only one that
     # separates the overhead from the latency)
+
+
+def test_ttft_rows_as_typed_measurements(tmp_path):
+    """The dashboard reads a TTFT calibration CSV's rows as typed records: each field is
+    the CSV's cell, counts as integers."""
+    path = tmp_path / "ttft.csv"
+    path.write_text(
+        "prompt_tokens,cached_tokens,concurrency,load_gbps,ttft_s\n"
+        "4096,2048,2,25.5,0.31\n"
+        "not,a,row,at,all\n"
+        "8192,0,1,12,0.9\n"
+    )
+    data = cal.read_ttft_csv(path)
+    assert data.skipped == 1
+    assert cal.ttft_measurements(data) == [
+        cal.TtftMeasurement(4096, 2048, 2, 25.5, 0.31),
+        cal.TtftMeasurement(8192, 0, 1, 12.0, 0.9),
+    ]

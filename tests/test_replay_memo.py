@@ -183,3 +183,24 @@ if __name__ == "__main__":
     root = tests.parent
     subprocess.run([sys.executable, str(script)], check=True, cwd=root, timeout=300)
     assert marker.read_text().splitlines() == ["ran"]
+
+
+def test_a_warm_pool_gives_a_fresh_replays_results_and_stays_up(trace) -> None:
+    """A server keeps its worker processes across replays (``pool``): the results are
+    the in-process replay's, byte for byte, for replay after replay, with the rate
+    search and with remembered scenarios mixed in."""
+    from analyzer.replay.run import start_workers, worker_pool
+
+    with worker_pool(2, nice=5) as pool:
+        start_workers(pool, 2)
+        memo = ReplayMemo()
+        for n in (2, 3):
+            cfg = replace(BASE, instances=n)
+            got = memo.run(trace, cfg, STANDARD_SCENARIOS, trace_key="t", pool=pool)
+            fresh = run_replay(trace, cfg, STANDARD_SCENARIOS)
+            assert got.to_json() == fresh.to_json()
+        pooled = replace(BASE, instances=3, pool_gbps=7.0)  # only `pooled` re-runs
+        got = memo.run(trace, pooled, STANDARD_SCENARIOS, trace_key="t", pool=pool)
+        assert got.to_json() == run_replay(trace, pooled, STANDARD_SCENARIOS).to_json()
+        again = run_replay(trace, BASE, ["local"], search_rate=False, pool=pool)
+        assert again.to_json() == run_replay(trace, BASE, ["local"], search_rate=False).to_json()

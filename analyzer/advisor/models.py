@@ -312,17 +312,13 @@ def per_model_replay(
     in the log: the requests it replays are that model's alone (a caller remembering
     replays keys them by it).
     """
-    import pyarrow.compute as pc
-
     from analyzer.cost import get_model
     from analyzer.replay import UNBOUNDED, run_replay
     from analyzer.replay.config import Scenario
-    from analyzer.trace import BlockTrace
 
     per_model = [m for m in models.per_model if m.reuse is not None]
     if len(per_model) < 2:
         return models
-    names = loaded.table.column("model")
     n_models = len(per_model)
     per_node = max(1, cfg.gpus_per_node // cfg.tp)
     nodes = -(-cfg.instances * n_models // per_node)
@@ -360,8 +356,7 @@ def per_model_replay(
             pool_capacity_tokens=pool_tokens,
             dram_capacity_tokens=None,
         )
-        table = loaded.table.filter(pc.fill_null(pc.equal(names, name), False))
-        trace = BlockTrace.from_table(table)
+        trace = loaded.model_part(name)
         run = run_replay if replayer is None else partial(replayer, part=name)
         sc = run(
             trace, c, scenarios=(Scenario.LOCAL, Scenario.POOLED), search_rate=False, cost=cost

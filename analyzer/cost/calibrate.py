@@ -415,6 +415,33 @@ def read_load_csv(path: str | Path) -> CsvRows:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class TtftMeasurement:
+    """One usable row of a TTFT calibration CSV (:data:`TTFT_COLUMNS`)."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    concurrency: int
+    load_gbps: float
+    ttft_s: float
+
+    @classmethod
+    def of(cls, row: dict[str, float]) -> TtftMeasurement:
+        """A row of :func:`read_ttft_csv`'s ``rows``."""
+        return cls(
+            prompt_tokens=int(row["prompt_tokens"]),
+            cached_tokens=int(row["cached_tokens"]),
+            concurrency=int(row["concurrency"]),
+            load_gbps=float(row["load_gbps"]),
+            ttft_s=float(row["ttft_s"]),
+        )
+
+
+def ttft_measurements(data: CsvRows) -> list[TtftMeasurement]:
+    """The rows of a TTFT calibration CSV (:func:`read_ttft_csv`) as typed records."""
+    return [TtftMeasurement.of(row) for row in data.rows]
+
+
 def read_ttft_csv(path: str | Path) -> CsvRows:
     return read_measurements(
         path,

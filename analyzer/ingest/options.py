@@ -110,9 +110,22 @@ class LoadedTrace:
     stats: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # caveats to show (a bound was hit, ...)
     _trace: BlockTrace | None = field(default=None, repr=False)
+    _parts: dict[str, BlockTrace] = field(default_factory=dict, repr=False)
 
     @property
     def trace(self) -> BlockTrace:
         if self._trace is None:
             self._trace = BlockTrace.from_table(self.table, self.previews or None)
         return self._trace
+
+    def model_part(self, model: str) -> BlockTrace:
+        """The requests of one model of a multi-model log (its ``model`` column equal to
+        ``model``), built once: an analysis re-read with other settings (the dashboard's
+        what-ifs) reuses it instead of filtering and re-indexing the table again."""
+        if model not in self._parts:
+            import pyarrow.compute as pc
+
+            names = self.table.column("model")
+            rows = self.table.filter(pc.fill_null(pc.equal(names, model), False))
+            self._parts[model] = BlockTrace.from_table(rows)
+        return self._parts[model]

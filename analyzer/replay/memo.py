@@ -216,6 +216,7 @@ class ReplayMemo:
         cost_key: Hashable | None = None,
         on_run: Callable[[str], None] | None = None,
         only_known: bool = False,
+        pool: Any = None,
     ):
         """:func:`run_replay` with remembered scenarios reused.
 
@@ -223,7 +224,8 @@ class ReplayMemo:
         one is given (None: the catalog model of ``cfg``). ``on_run(name)`` is called for
         every scenario that is really simulated. With ``only_known`` nothing is simulated:
         a scenario not remembered raises :class:`NotRemembered` (the dashboard decides
-        at once from what it has, and replays the rest in the background)."""
+        at once from what it has, and replays the rest in the background). ``pool``: the
+        worker processes to replay in (:func:`analyzer.replay.run.worker_pool`)."""
         from analyzer.replay.miniature import sample
         from analyzer.replay.run import ReplayResult, resolve, run_replay, sampling_rate
 
@@ -268,6 +270,7 @@ class ReplayMemo:
                 cost=cost,
                 workers=workers,
                 full_replay=full_replay,
+                pool=pool,
             )
             with self._lock:
                 self.runs += len(missing)

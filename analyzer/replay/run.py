@@ -29,11 +29,12 @@ Definitions of the reported figures:
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,6 +52,9 @@ from analyzer.replay.engine import TIER_NAMES, Plan, RunStats, TierPlan, simulat
 from analyzer.replay.miniature import Miniature, sample
 from analyzer.replay.miniature import sampling_rate as sampling_rate
 from analyzer.trace import BlockTrace
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor, ProcessPoolExecutor
 
 STEP = 4.0  # the bracket grows or shrinks by this factor
 MAX_UP = 3  # rate multiples searched up to 4**3 = 64
@@ -833,6 +837,48 @@ def _main_not_rerun() -> Iterator[None]:
         main.__dict__.update(saved)
 
 
+def _init_worker(nice: int) -> None:
+    """A worker process's initializer: lower its scheduling priority by ``nice``, and
+    leave Ctrl-C to the parent (which shares the terminal's process group): the parent
+    stops its workers itself, so none prints an interrupted traceback."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if nice:
+        with suppress(OSError):  # not permitted or not supported: run at the same priority
+            os.nice(nice)
+
+
+def worker_pool(workers: int, nice: int = 0) -> ProcessPoolExecutor:
+    """Worker processes for :func:`run_replay`'s scenarios. They are spawned, not forked
+    (safe when the caller has threads, as the dashboard has), and do not re-run the
+    caller's main script (:func:`_main_not_rerun`). ``nice``: lower their priority by
+    that much, for work that must not slow the caller's own (the dashboard's prefetch).
+    Use as a context manager for one replay, or keep it across replays (the dashboard)
+    and call ``start_workers`` to pay for their start before the first replay needs
+    them."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(nice,)
+    )
+
+
+def start_workers(pool: ProcessPoolExecutor, workers: int) -> None:
+    """Start ``pool``'s ``workers`` processes now (each imports this module), rather
+    than at the first replay, and wait until they are ready."""
+    with _main_not_rerun():
+        futures = [pool.submit(_ready) for _ in range(workers)]
+    for f in futures:
+        f.result()
+
+
+def _ready() -> bool:
+    return True
+
+
 def run_replay(
     trace: BlockTrace,
     cfg: ClusterConfig,
@@ -844,6 +890,7 @@ def run_replay(
     cost: Any = None,
     workers: int = 1,
     full_replay: bool = False,
+    pool: Executor | None = None,
 ) -> ReplayResult:
     """Replay ``trace`` on ``cfg`` once per scenario (names or :class:`ScenarioSpec`).
 
@@ -854,7 +901,10 @@ def run_replay(
     ``cost`` is an :class:`analyzer.cost.CostModel` (for example a calibrated one);
     by default it is built from the catalogs for ``cfg.model``, ``cfg.gpu``, ``cfg.tp``.
     ``workers > 1`` runs scenarios in that many processes at once; the results are the
-    same (each scenario is simulated alone), only the progress is coarser.
+    same (each scenario is simulated alone), only the progress is coarser. ``pool``: an
+    executor already running (a long-lived server keeps its worker processes warm
+    across replays instead of starting new ones each time, see :func:`worker_pool`);
+    every scenario is then submitted to it, whatever ``workers`` says.
     """
     if not (ttft_slo_s > 0 and math.isfinite(ttft_slo_s)):
         raise UsageError("--ttft-slo must be a positive number of seconds")
@@ -889,16 +939,14 @@ def run_replay(
     for spec in specs:  # fail on a bad override before any work
         resolve(cfg, spec, trace.block_size, cost=cost)
     workers = min(workers, len(specs))
-    if workers > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        ctx = multiprocessing.get_context("spawn")  # safe under threads (dashboard)
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    if pool is not None or workers > 1:
+        with ExitStack() as stack:
+            if pool is None:
+                pool = stack.enter_context(worker_pool(workers))
             # The costliest first (each cache tier adds lookups and inserts), so that the
             # cheap ones fill the gaps at the end instead of leaving a worker idle.
             order = sorted(specs, key=lambda s: -(s.local + s.dram + s.nvme + s.pool))
-            with _main_not_rerun():  # the workers start at these submits
+            with _main_not_rerun():  # new workers start at these submits
                 futures = {
                     spec.name: pool.submit(
                         _run_scenario,
@@ -914,10 +962,14 @@ def run_replay(
                     )
                     for spec in order
                 }
-            for spec in specs:
-                result.scenarios[spec.name] = futures[spec.name].result()
-                if advance is not None:
-                    advance(budget)
+            try:
+                for spec in specs:
+                    result.scenarios[spec.name] = futures[spec.name].result()
+                    if advance is not None:
+                        advance(budget)
+            finally:  # a failure: the others are not waited for (a shared pool runs on)
+                for f in futures.values():
+                    f.cancel()
         return result
     memo = _Memo(cost.compute_time_s)
     for spec in specs:

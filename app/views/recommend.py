@@ -33,8 +33,10 @@ def _projected(metric: str, value) -> str:
 
 
 STALE_KEY = "kvpool.shown"  # (trace content, ingest options, the last result shown)
+# The previous answer's verdict and figures, greyed and inert while the new one replays
+# (every container whose key starts with "kvpool-answer-stale").
 STALE_CSS = (
-    "<style>.st-key-kvpool-answer-stale{opacity:0.45;filter:grayscale(0.8);"
+    '<style>[class*="st-key-kvpool-answer-stale"]{opacity:0.45;filter:grayscale(0.8);'
     "pointer-events:none}</style>"
 )
 
@@ -56,166 +58,181 @@ def _wait_for(key, partial: str) -> None:
     st.info(f"{what}: {simulated:,.0f} requests simulated, {seconds:.0f} s.", icon="⏳")
 
 
-with state.guard():
-    cur = state.loaded_trace()
-    w = controls.current()
-    src = state.source()
-    warmup = controls.current().warmup
-    thresholds = controls.thresholds()
-    prices = controls.prices(w.gpu)
-    opts = compute.analysis_options(cur, w, warmup, thresholds, prices)
-    shown = st.session_state.get(STALE_KEY)
-    same_trace = shown is not None and shown[:2] == (cur.content, cur.ingest_key)
-    ans = compute.answer(cur, opts, shown[2] if same_trace else None)
-    result = ans.result
-    if ans.pending is not None:
-        _wait_for(ans.pending, ans.partial)
-    if not ans.stale:
-        st.session_state[STALE_KEY] = (cur.content, cur.ingest_key, result)
-        if ans.pending is None:
-            prefetch.after_analysis(cur, result.options)
-    report_doc = ReportDocument.of(result)
-    doc = report_doc.report  # the money and side-by-side tables are the report's own rows
-    decision = result.decision
-    if ans.stale:
-        st.markdown(STALE_CSS, unsafe_allow_html=True)
-    body = st.container(key="kvpool-answer-stale" if ans.stale else "kvpool-answer")
+def _table_of(rows) -> None:
+    """A small read-only table, drawn as a static table: the browser redraws it on every
+    what-if, and a static table costs it less than an interactive grid."""
+    st.table(rows, hide_index=True)
 
-with body, state.guard():
-    # the report's three-sentence summary (verdict; ms, GPUs, money; confidence) opens the page
-    banner.verdict_banner(decision.verdict, list(report_doc.summary), stale=ans.stale)
-    st.caption(banner.settings_line(result.options))
-    with st.expander("Why: every reason", expanded=False):
-        for reason in decision.reasons:
-            st.markdown(f"- {reason}")
-        st.caption(decision.confidence_statement)
 
-    pinned = compare.section(cur, result)
+@st.fragment
+def _page() -> None:
+    """The page below the title. A fragment: a decision threshold, a price or the
+    objective (drawn inside it) re-runs only this part, not the sidebar; a sidebar
+    control re-runs the whole app, this part included."""
+    with state.guard():
+        cur = state.loaded_trace()
+        w = controls.current()
+        src = state.source()
+        warmup = controls.current().warmup
+        thresholds = controls.thresholds()
+        prices = controls.prices(w.gpu)
+        opts = compute.analysis_options(cur, w, warmup, thresholds, prices)
+        shown = st.session_state.get(STALE_KEY)
+        same_trace = shown is not None and shown[:2] == (cur.content, cur.ingest_key)
+        ans = compute.answer(cur, opts, shown[2] if same_trace else None)
+        result = ans.result
+        if ans.pending is not None:
+            _wait_for(ans.pending, ans.partial)
+        if not ans.stale:
+            st.session_state[STALE_KEY] = (cur.content, cur.ingest_key, result)
+            if ans.pending is None:
+                prefetch.after_analysis(cur, result.options)
+        report_doc = ReportDocument.of(result)
+        doc = report_doc.report  # the money and side-by-side tables are the report's own rows
+        decision = result.decision
+        if ans.stale:
+            st.markdown(STALE_CSS, unsafe_allow_html=True)
+        key = "kvpool-answer-stale" if ans.stale else "kvpool-answer"
 
-    st.subheader("Reports")
-    stem = src.label.split(".")[0] or "kvpool"
-    report = compute.reports(cur, result)
-    for col, (kind, label, mime) in zip(
-        st.columns(3),
-        (
-            ("html", "HTML report", "text/html"),
-            ("md", "Markdown report", "text/markdown"),
-            ("json", "JSON report", "application/json"),
-        ),
-        strict=True,
-    ):
-        col.download_button(
-            label,
-            # Drawn when clicked, not on every what-if; with the comparison when pinned.
-            lambda kind=kind: compare.with_comparison(kind, report(kind), pinned),
-            file_name=f"{stem}-report.{kind}",
-            mime=mime,
-            key=f"dl.{kind}",
-            on_click="ignore",
-        )
+    with st.container(key=key), state.guard():
+        # the report's three-sentence summary (verdict; ms, GPUs, money; confidence) opens the page
+        banner.verdict_banner(decision.verdict, list(report_doc.summary), stale=ans.stale)
+        st.caption(banner.settings_line(result.options))
+        with st.expander("Why: every reason", expanded=False):
+            for reason in decision.reasons:
+                st.markdown(f"- {reason}")
+            st.caption(decision.confidence_statement)
 
-    st.subheader("Decision steps")
-    st.dataframe(
-        [
-            {
-                "step": ch.step,
-                "check": ch.name.replace("_", " "),
-                "outcome": {True: "passed", False: "failed", None: "not evaluated"}[ch.passed],
-                "what was measured": ch.text,
-            }
-            for ch in decision.checks
-        ],
-        hide_index=True,
-        width="stretch",
-    )
+    # Left usable while a new answer replays (not greyed, not inert): a team keeps
+    # comparing and downloading what is on screen, which the caption says.
+    with st.container(key="kvpool-compare"), state.guard():
+        if ans.stale:
+            st.caption(
+                "Until the new answer is ready, the comparison and the reports below are "
+                "those of the answer shown (the previous settings): pinning pins it."
+            )
+        pinned = compare.section(cur, result)
 
-    money = economics_table(doc)
-    if money:
-        st.subheader("GPUs and money")
-        st.dataframe(_table(money), hide_index=True, width="stretch")
-        prices = price_table(doc)
-        if prices:
-            st.caption("Prices used (change them under Prices above):")
-            st.dataframe(_table(prices), hide_index=True, width="stretch")
+        st.subheader("Reports")
+        stem = src.label.split(".")[0] or "kvpool"
+        report = compute.reports(cur, result)
+        for col, (kind, label, mime) in zip(
+            st.columns(3),
+            (
+                ("html", "HTML report", "text/html"),
+                ("md", "Markdown report", "text/markdown"),
+                ("json", "JSON report", "application/json"),
+            ),
+            strict=True,
+        ):
+            col.download_button(
+                label,
+                # Drawn when clicked, not on every what-if; with the comparison when pinned.
+                lambda kind=kind: compare.with_comparison(kind, report(kind), pinned),
+                file_name=f"{stem}-report.{kind}",
+                mime=mime,
+                key=f"dl.{kind}",
+                on_click="ignore",
+            )
 
-    side = side_by_side_table(doc)
-    if side:
-        st.subheader("Side by side: other models and GPUs")
-        st.dataframe(_table(side), hide_index=True, width="stretch")
-
-    if doc.sizing is not None:
-        st.subheader("Sizing")
-        st.dataframe(figures.sizing_table(doc.sizing), hide_index=True, width="stretch")
-
-    if result.settings:
-        st.subheader("Product settings")
-        products = result.settings
-        tabs = st.tabs([f"{p.product} ({p.mode})" for p in products])
-        for tab, product in zip(tabs, products, strict=True):
-            with tab:
-                st.dataframe(
-                    [
-                        {"option": s.option, "value": s.value, "why": s.why}
-                        for s in product.settings
-                    ],
-                    hide_index=True,
-                    width="stretch",
-                )
-                if product.snippet:
-                    st.code(product.snippet, language=product.snippet_lang or None)
-        st.caption(
-            "Option names checked against: "
-            + "; ".join(f"{p['product']} {p['version']}" for p in DOCS_CHECKED)
-        )
-
-    st.subheader("Pilot gates")
-    if not result.gates:
-        st.caption("No gate plan for this verdict.")
-    for gate in result.gates:
-        with st.expander(gate.name, expanded=gate.id == "main"):
-            st.write(gate.run)
-            for crit in gate.criteria:
-                st.markdown(f"- {crit.text}")
-            if gate.projected:
-                st.caption(
-                    "Projected by the replay: "
-                    + ", ".join(
-                        f"{k.replace('_', ' ')} {_projected(k, v)}"
-                        for k, v in sorted(gate.projected.items())
-                    )
-                )
-
-    if result.pilot:
-        st.subheader("Pilot commands")
-        for cmd in result.pilot:
-            st.markdown(f"**{cmd.tool}**: {cmd.purpose}")
-            st.code(cmd.command, language="bash")
-            st.caption(cmd.note)
-
-    if result.flips:
-        st.subheader("What would change the verdict")
-        if ans.partial:
-            st.caption(f"Still being replayed in the background: {ans.partial}.")
-        st.dataframe(
+    with st.container(key=f"{key}-rest"), state.guard():
+        st.subheader("Decision steps")
+        _table_of(
             [
                 {
-                    "if": r.dimension,
-                    "were": r.label,
-                    "the verdict would be": r.verdict,
-                    "changes the verdict": "yes" if r.flips else "no",
-                    "note": r.note,
+                    "step": ch.step,
+                    "check": ch.name.replace("_", " "),
+                    "outcome": {True: "passed", False: "failed", None: "not evaluated"}[ch.passed],
+                    "what was measured": ch.text,
                 }
-                for r in result.flips
+                for ch in decision.checks
             ],
-            hide_index=True,
-            width="stretch",
         )
-        for line in summarize(result.flips):
-            st.caption(line)
 
-    with st.expander("Glossary"):
-        st.dataframe(
-            [{"term": t, "meaning": m} for t, m in glossary_rows()],
-            hide_index=True,
-            width="stretch",
-        )
+        money = economics_table(doc)
+        if money:
+            st.subheader("GPUs and money")
+            _table_of(_table(money))
+            prices = price_table(doc)
+            if prices:
+                st.caption("Prices used (change them under Prices above):")
+                _table_of(_table(prices))
+
+        side = side_by_side_table(doc)
+        if side:
+            st.subheader("Side by side: other models and GPUs")
+            _table_of(_table(side))
+
+        if doc.sizing is not None:
+            st.subheader("Sizing")
+            _table_of(figures.sizing_table(doc.sizing))
+
+        if result.settings:
+            st.subheader("Product settings")
+            products = result.settings
+            tabs = st.tabs([f"{p.product} ({p.mode})" for p in products])
+            for tab, product in zip(tabs, products, strict=True):
+                with tab:
+                    _table_of(
+                        [
+                            {"option": s.option, "value": s.value, "why": s.why}
+                            for s in product.settings
+                        ],
+                    )
+                    if product.snippet:
+                        st.code(product.snippet, language=product.snippet_lang or None)
+            st.caption(
+                "Option names checked against: "
+                + "; ".join(f"{p['product']} {p['version']}" for p in DOCS_CHECKED)
+            )
+
+        st.subheader("Pilot gates")
+        if not result.gates:
+            st.caption("No gate plan for this verdict.")
+        for gate in result.gates:
+            with st.expander(gate.name, expanded=gate.id == "main"):
+                st.write(gate.run)
+                for crit in gate.criteria:
+                    st.markdown(f"- {crit.text}")
+                if gate.projected:
+                    st.caption(
+                        "Projected by the replay: "
+                        + ", ".join(
+                            f"{k.replace('_', ' ')} {_projected(k, v)}"
+                            for k, v in sorted(gate.projected.items())
+                        )
+                    )
+
+        if result.pilot:
+            st.subheader("Pilot commands")
+            for cmd in result.pilot:
+                st.markdown(f"**{cmd.tool}**: {cmd.purpose}")
+                st.code(cmd.command, language="bash")
+                st.caption(cmd.note)
+
+        if result.flips:
+            st.subheader("What would change the verdict")
+            if ans.partial:
+                st.caption(f"Still being replayed in the background: {ans.partial}.")
+            _table_of(
+                [
+                    {
+                        "if": r.dimension,
+                        "were": r.label,
+                        "the verdict would be": r.verdict,
+                        "changes the verdict": "yes" if r.flips else "no",
+                        "note": r.note,
+                    }
+                    for r in result.flips
+                ],
+            )
+            for line in summarize(result.flips):
+                st.caption(line)
+
+        with st.expander("Glossary"):
+            _table_of(
+                [{"term": t, "meaning": m} for t, m in glossary_rows()],
+            )
+
+
+_page()
