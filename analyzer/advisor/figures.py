@@ -97,6 +97,47 @@ class Thresholds:
 
 
 @dataclass(frozen=True, slots=True)
+class AnalyzedInput:
+    """One input file as the report names it: by position (``input-1``) unless
+    ``--keep-names``, its size and its content hash."""
+
+    name: str
+    bytes: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "bytes": self.bytes, "sha256": self.sha256}
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedRows:
+    """Input rows left out, by reason (sorted), with a few ``input:line: reason``
+    examples whose paths are named as the report names the inputs."""
+
+    total: int
+    by_reason: tuple[tuple[str, int], ...] = ()
+    examples: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "total": self.total,
+            "by_reason": dict(self.by_reason),
+            "examples": list(self.examples),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCounting:
+    """How prompts were tokenized: the trace's tokenizer and chat template names."""
+
+    tokenizer: str = ""
+    template: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tokenizer": self.tokenizer, "template": self.template}
+
+
+@dataclass(frozen=True, slots=True)
 class TraceFigures:
     """What the log holds, before any analysis."""
 

@@ -29,6 +29,7 @@ from analyzer.advisor.economics import (
 )
 from analyzer.advisor.figures import (
     VERDICT_SCENARIO,
+    AnalyzedInput,
     BandwidthFigures,
     Decision,
     DeployOption,
@@ -36,8 +37,10 @@ from analyzer.advisor.figures import (
     ReplayFigures,
     ReuseFigures,
     ScenarioFigures,
+    SkippedRows,
     Thresholds,
     TierFigure,
+    TokenCounting,
     TraceFigures,
     Verdict,
 )
@@ -210,7 +213,7 @@ class AnalyzeOptions:
 @dataclass
 class AnalysisResult:
     options: AnalyzeOptions
-    inputs: list[dict[str, Any]]
+    inputs: tuple[AnalyzedInput, ...]
     trace: TraceFigures
     reuse: ReuseFigures
     bandwidth: BandwidthFigures | None
@@ -220,7 +223,7 @@ class AnalysisResult:
     settings: list[ProductSettings]
     flips: list[FlipRow]
     gates: tuple[gates_mod.Gate, ...]
-    skipped: dict[str, Any]
+    skipped: SkippedRows
     reuse_json: dict[str, Any]
     replay_result: ReplayResult | None
     cost_json: dict[str, Any] | None
@@ -230,7 +233,7 @@ class AnalysisResult:
     side_by_side: list[dict[str, Any]] = field(default_factory=list)
     uncertainty: CostUncertainty | None = None  # ranges from the cost model's measured error
     # how prompts were tokenized: the trace's tokenizer and template names
-    tokenization: dict[str, Any] = field(default_factory=dict)
+    tokenization: TokenCounting = field(default_factory=TokenCounting)
     models: dict[str, Any] = field(default_factory=dict)  # per-model figures (advisor.models)
     measured: dict[str, Any] | None = None  # measured against projected (advisor.current)
     warnings: list[str] = field(default_factory=list)
@@ -512,9 +515,7 @@ def run_analysis(
     names = {
         p: Path(p).name if opts.ingest.keep_names else f"input-{i + 1}" for i, p in enumerate(plist)
     }
-    inputs: list[dict[str, Any]] = [
-        {"name": names[p], "bytes": Path(p).stat().st_size, "sha256": _sha256(p)} for p in plist
-    ]
+    inputs = tuple(AnalyzedInput(names[p], Path(p).stat().st_size, _sha256(p)) for p in plist)
     tf = _trace_figures(loaded)
     bpt = int(cm.bytes_per_token)
     if reuse is not None:
@@ -528,11 +529,11 @@ def run_analysis(
             )
     step(20)
     rf = _reuse_figures(rep, trace, opts.warmup, opts.knee_fraction)
-    skipped = {
-        "total": int(loaded.skipped.total),
-        "by_reason": dict(sorted(loaded.skipped.by_reason.items())),
-        "examples": [_private_example(e, names) for e in loaded.skipped.examples],
-    }
+    skipped = SkippedRows(
+        total=int(loaded.skipped.total),
+        by_reason=tuple(sorted(loaded.skipped.by_reason.items())),
+        examples=tuple(_private_example(e, names) for e in loaded.skipped.examples),
+    )
     reuse_json = rep.to_json()
     models_figures = (
         models
@@ -687,7 +688,7 @@ def run_analysis(
     )
     outs = trace.output_tokens[trace.output_tokens >= 0]
     pilot = pilot_commands(
-        inputs=[i["name"] for i in inputs],
+        inputs=[i.name for i in inputs],
         model=served,
         rate_rps=trace_rate,
         duration_s=tf.duration_s,
@@ -730,10 +731,10 @@ def run_analysis(
         break_even_curve=be_curve,
         economics=economics,
         side_by_side=side,
-        tokenization={
-            "tokenizer": trace.meta.get("tokenizer", ""),
-            "template": trace.meta.get("template", ""),
-        },
+        tokenization=TokenCounting(
+            tokenizer=trace.meta.get("tokenizer", ""),
+            template=trace.meta.get("template", ""),
+        ),
         models=models_figures.to_json(),
         warnings=warnings,
         measured=None if measured_doc is None else measured_doc[0],

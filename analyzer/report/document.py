@@ -1088,9 +1088,13 @@ def report_document(r: AnalysisResult) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "kvpool_version": __version__,
-        "inputs": r.inputs,
+        "inputs": [i.to_json() for i in r.inputs],
         "options": opts,
-        "trace": {**asdict(r.trace), "skipped": r.skipped, "tokenization": r.tokenization},
+        "trace": {
+            **asdict(r.trace),
+            "skipped": r.skipped.to_json(),
+            "tokenization": r.tokenization.to_json(),
+        },
         "models": r.models,
         "warnings": list(r.warnings),
         "measured_vs_projected": r.measured,
