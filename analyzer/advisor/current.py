@@ -96,6 +96,21 @@ class Comparison:
         return text
 
 
+@dataclass(frozen=True, slots=True)
+class MeasuredAgainstProjected:
+    """The report's ``measured_vs_projected``: the hit rate the log's responses measured,
+    and the replay of today's deployment beside it (``None`` when the log is too small
+    or too thin to replay)."""
+
+    measured: MeasuredHits
+    comparison: Comparison | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.comparison is not None:
+            return self.comparison.to_json()
+        return {"measured": self.measured.to_json(), "projected": None}
+
+
 def _hit_rate(trace: Any, cfg: Any, cost: Any, capacity_tokens: int) -> float:
     from analyzer.replay import run_replay
 

@@ -682,23 +682,51 @@ def deploy_sizings(
     return out
 
 
-def per_process(sizings: dict[DeployOption, Sizing]) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class PerProcessRow:
+    """One product setting's size per process: what the setting holds
+    (``bytes_each``, as written), how many processes hold one, and the total they add
+    up to (``total_bytes`` of the ``total``, "pool" or "node DRAM")."""
+
+    option: DeployOption
+    stack: str
+    setting: str
+    per: str
+    bytes_each: int
+    units: int
+    units_per_node: int
+    total: str
+    total_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "option": self.option,
+            "stack": self.stack,
+            "setting": self.setting,
+            "per": self.per,
+            "bytes_each": self.bytes_each,
+            "units": self.units,
+            "units_per_node": self.units_per_node,
+            "total": self.total,
+            "total_bytes": self.total_bytes,
+        }
+
+
+def per_process(sizings: dict[DeployOption, Sizing]) -> tuple[PerProcessRow, ...]:
     """Every product's size per process, for the report: what each setting holds, how
     many processes hold one, and the total they add up to."""
-    rows = []
-    for mode, sz in sizings.items():
-        for u in unit_sizes(sz, mode):
-            rows.append(
-                {
-                    "option": mode,
-                    "stack": u.product,
-                    "setting": u.setting,
-                    "per": u.unit,
-                    "bytes_each": u.written_bytes,
-                    "units": u.units,
-                    "units_per_node": u.units_per_node,
-                    "total": u.total,
-                    "total_bytes": u.total_bytes,
-                }
-            )
-    return rows
+    return tuple(
+        PerProcessRow(
+            option=mode,
+            stack=u.product,
+            setting=u.setting,
+            per=u.unit,
+            bytes_each=u.written_bytes,
+            units=u.units,
+            units_per_node=u.units_per_node,
+            total=u.total,
+            total_bytes=u.total_bytes,
+        )
+        for mode, sz in sizings.items()
+        for u in unit_sizes(sz, mode)
+    )

@@ -216,6 +216,48 @@ class ScenarioFigures:
 
 
 @dataclass(frozen=True, slots=True)
+class PricedOption:
+    """One replayed option of a side-by-side choice: its TTFT, the GPUs it needs at the
+    busiest load and its monthly cost (``None``: not priced)."""
+
+    ttft_mean_s: float
+    ttft_p90_s: float
+    gpus_at_peak_load: int | None = None
+    total_usd_month: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ttft_mean_s": self.ttft_mean_s,
+            "ttft_p90_s": self.ttft_p90_s,
+            "gpus_at_peak_load": self.gpus_at_peak_load,
+            "total_usd_month": self.total_usd_month,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PricedChoice:
+    """One model/GPU choice priced on the log (the report's ``side_by_side`` row): the
+    verdict it would get and, per replayed option, a :class:`PricedOption`."""
+
+    model: str
+    gpu: str
+    tp: int
+    usd_per_gpu_hour: float | None
+    verdict: str
+    options: tuple[tuple[Scenario, PricedOption], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "gpu": self.gpu,
+            "tp": self.tp,
+            "usd_per_gpu_hour": self.usd_per_gpu_hour,
+            "verdict": self.verdict,
+            "options": {name: o.to_json() for name, o in self.options},
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class ReplayFigures:
     scenarios: tuple[ScenarioFigures, ...]
     baseline: str = Scenario.LOCAL  # what the pilot's TTFT reduction is measured against

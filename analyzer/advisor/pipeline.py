@@ -19,7 +19,13 @@ import numpy as np
 
 from analyzer.advisor import gates as gates_mod
 from analyzer.advisor.decide import decide
-from analyzer.advisor.deploy import DeployFile, bundle, deploy_sizings, per_process
+from analyzer.advisor.deploy import (
+    DeployFile,
+    PerProcessRow,
+    bundle,
+    deploy_sizings,
+    per_process,
+)
 from analyzer.advisor.economics import (
     PEAK_WINDOW_S,
     EconomicsInputs,
@@ -34,6 +40,8 @@ from analyzer.advisor.figures import (
     Decision,
     DeployOption,
     Objective,
+    PricedChoice,
+    PricedOption,
     ReplayFigures,
     ReuseFigures,
     ScenarioFigures,
@@ -63,6 +71,7 @@ from analyzer.replay.config import ClusterConfig, Scenario, Tier
 from analyzer.trace import BlockTrace, read_metadata
 
 if TYPE_CHECKING:
+    from analyzer.advisor.current import MeasuredAgainstProjected
     from analyzer.cost import CostModel
     from analyzer.cost.uncertainty import ErrorBand, FlipFinding, Range
     from analyzer.ingest import LoadedTrace
@@ -230,16 +239,16 @@ class AnalysisResult:
     break_even_curve: list[dict[str, Any]]
     charts: dict[str, Any] = field(default_factory=dict)
     economics: EconomicsInputs | None = None
-    side_by_side: list[dict[str, Any]] = field(default_factory=list)
+    side_by_side: tuple[PricedChoice, ...] = ()
     uncertainty: CostUncertainty | None = None  # ranges from the cost model's measured error
     # how prompts were tokenized: the trace's tokenizer and template names
     tokenization: TokenCounting = field(default_factory=TokenCounting)
     models: dict[str, Any] = field(default_factory=dict)  # per-model figures (advisor.models)
-    measured: dict[str, Any] | None = None  # measured against projected (advisor.current)
+    measured: MeasuredAgainstProjected | None = None  # the log's hit rate beside the replay's
     warnings: list[str] = field(default_factory=list)
     pilot: tuple[PilotCommand, ...] = ()
     deploy: tuple[DeployFile, ...] = ()
-    per_process: list[dict[str, Any]] = field(default_factory=list)  # deploy.per_process
+    per_process: tuple[PerProcessRow, ...] = ()  # deploy.per_process
 
     @property
     def verdict(self) -> str:
@@ -602,11 +611,11 @@ def run_analysis(
     uncertainty: CostUncertainty | None = None
     if bw is not None:
         decision, uncertainty = _with_uncertainty(decision, cm, bw, replay, th)
-    measured_doc = _measured_vs_projected(trace, cfg, cm, opts, usable)
-    if measured_doc is not None and measured_doc[1] is not None:
+    measured = _measured_vs_projected(trace, cfg, cm, opts, usable)
+    if measured is not None and measured.comparison is not None:
         from analyzer.advisor.current import with_comparison
 
-        decision = with_comparison(decision, measured_doc[1])
+        decision = with_comparison(decision, measured.comparison)
 
     sizing: Sizing | None = None
     sizings: dict[DeployOption, Sizing] = {}
@@ -667,7 +676,7 @@ def run_analysis(
         settings = translate(sizing, decision.verdict, model=served, tp=opts.tp)
 
     flips: list[FlipRow] = []
-    side: list[dict[str, Any]] = []
+    side: list[PricedChoice] = []
     if usable and bw is not None:
         with progress("sensitivity", None):
             flips, side = _sensitivity(trace, tf, rf, bw, replay, cm, opts, economics, replayer)
@@ -730,14 +739,14 @@ def run_analysis(
         cost_json=_cost_json(cm) if usable else None,
         break_even_curve=be_curve,
         economics=economics,
-        side_by_side=side,
+        side_by_side=tuple(side),
         tokenization=TokenCounting(
             tokenizer=trace.meta.get("tokenizer", ""),
             template=trace.meta.get("template", ""),
         ),
         models=models_figures.to_json(),
         warnings=warnings,
-        measured=None if measured_doc is None else measured_doc[0],
+        measured=measured,
         uncertainty=uncertainty,
     )
 
@@ -792,23 +801,23 @@ def _economics(
 
 def _measured_vs_projected(
     trace: Any, cfg: Any, cm: Any, opts: AnalyzeOptions, usable: bool
-) -> Any:
-    """(report section, comparison) when the log's responses carry cached_tokens: the
-    measured rate always; the replay of today's deployment when the log is usable."""
-    from analyzer.advisor.current import CurrentDeployment, compare
+) -> MeasuredAgainstProjected | None:
+    """When the log's responses carry cached_tokens: the measured rate always; the
+    replay of today's deployment beside it when the log is usable."""
+    from analyzer.advisor.current import CurrentDeployment, MeasuredAgainstProjected, compare
     from analyzer.reuse.measured import measure_cached
 
     measured = measure_cached(trace, opts.warmup)
     if measured is None:
         return None
     if not usable:
-        return {"measured": measured.to_json(), "projected": None}, None
+        return MeasuredAgainstProjected(measured)
     current = CurrentDeployment(
         opts.current_instances, opts.current_router, opts.current_local_capacity_tokens
     )
     with progress("replay of today's deployment", None):
         comparison = compare(trace, cfg, cm, measured, current)
-    return comparison.to_json(), comparison
+    return MeasuredAgainstProjected(measured, comparison)
 
 
 _LOWER = {"high": "medium", "medium": "low", "low": "low"}
@@ -919,7 +928,7 @@ def _sensitivity(
     opts: AnalyzeOptions,
     economics: EconomicsInputs | None,
     replayer: Any = None,
-) -> tuple[list[FlipRow], list[dict[str, Any]]]:
+) -> tuple[list[FlipRow], list[PricedChoice]]:
     """The sensitivity table's rows, and the side-by-side pricing of other models and GPUs."""
     from analyzer.cost import list_tiers
 
@@ -979,7 +988,7 @@ def _sensitivity(
             )
     s_mean = max(1, round(tf.mean_prompt_tokens))
     base_t = cm.prefill_time_s(s_mean, 0)
-    side: list[dict[str, Any]] = []
+    side: list[PricedChoice] = []
     if replay is not None:
         side.append(_side_row(opts.model, opts.gpu, opts.tp, replay, economics, tf, rf, bw, th))
     n_models = 0
@@ -1064,32 +1073,37 @@ def _side_row(
     rf: ReuseFigures,
     bw: BandwidthFigures,
     th: Thresholds,
-) -> dict[str, Any]:
+) -> PricedChoice:
     """One model/GPU choice priced on this log: per option TTFT, GPUs and monthly cost."""
     from analyzer.advisor.economics import option_costs
 
     costs = option_costs(replay, economics) if economics is not None else {}
-    options = {}
+    options: list[tuple[Scenario, PricedOption]] = []
     for name in (Scenario.LOCAL, Scenario.LOCAL_DRAM, Scenario.POOLED):
         s = replay.get(name)
         if s is None:
             continue
         c = costs.get(name)
-        options[name] = {
-            "ttft_mean_s": s.ttft_mean_s,
-            "ttft_p90_s": s.ttft_p90_s,
-            "gpus_at_peak_load": None if c is None else c.capacity.gpus_peak,
-            "total_usd_month": None if c is None else c.total_usd_month,
-        }
+        options.append(
+            (
+                name,
+                PricedOption(
+                    ttft_mean_s=s.ttft_mean_s,
+                    ttft_p90_s=s.ttft_p90_s,
+                    gpus_at_peak_load=None if c is None else c.capacity.gpus_peak,
+                    total_usd_month=None if c is None else c.total_usd_month,
+                ),
+            )
+        )
     price = economics.prices.gpu_hour if economics is not None else None
-    return {
-        "model": model,
-        "gpu": gpu,
-        "tp": tp,
-        "usd_per_gpu_hour": None if price is None else price.usd,
-        "verdict": decide(tf, rf, bw, replay, th, economics).verdict,
-        "options": options,
-    }
+    return PricedChoice(
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        usd_per_gpu_hour=None if price is None else price.usd,
+        verdict=decide(tf, rf, bw, replay, th, economics).verdict,
+        options=tuple(options),
+    )
 
 
 def _private_example(example: str, names: dict[str, str]) -> str:

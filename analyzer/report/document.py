@@ -1097,7 +1097,7 @@ def report_document(r: AnalysisResult) -> dict[str, Any]:
         },
         "models": r.models,
         "warnings": list(r.warnings),
-        "measured_vs_projected": r.measured,
+        "measured_vs_projected": None if r.measured is None else r.measured.to_json(),
         "verdict": {
             "verdict": d.verdict,
             "reasons": list(d.reasons),
@@ -1124,10 +1124,13 @@ def report_document(r: AnalysisResult) -> dict[str, Any]:
         "sensitivity": {"rows": flips, "summary": summarize(r.flips)},
         "gates": {"plan": [gates_mod.gate_to_json(g) for g in r.gates]},
         "pilot": {"commands": [c.to_json() for c in r.pilot]},
-        "deploy": {"files": [f.to_json() for f in r.deploy], "per_process": r.per_process},
+        "deploy": {
+            "files": [f.to_json() for f in r.deploy],
+            "per_process": [p.to_json() for p in r.per_process],
+        },
         "assumptions": assumptions(r),
         "economics": economics_json(r.replay, r.economics),
-        "side_by_side": r.side_by_side,
+        "side_by_side": [c.to_json() for c in r.side_by_side],
     }
 
 
