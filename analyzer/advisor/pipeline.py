@@ -219,8 +219,11 @@ class AnalyzeOptions:
         return self.ingest.block_size
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class AnalysisResult:
+    """What one analysis found, stage by stage, as frozen records; the report's JSON is
+    made from it in :mod:`analyzer.report.document` only."""
+
     options: AnalyzeOptions
     inputs: tuple[AnalyzedInput, ...]
     trace: TraceFigures
@@ -237,7 +240,6 @@ class AnalysisResult:
     replay_result: ReplayResult | None
     cost_json: dict[str, Any] | None
     break_even_curve: list[dict[str, Any]]
-    charts: dict[str, Any] = field(default_factory=dict)
     economics: EconomicsInputs | None = None
     side_by_side: tuple[PricedChoice, ...] = ()
     uncertainty: CostUncertainty | None = None  # ranges from the cost model's measured error
