@@ -19,20 +19,20 @@ def _pinned() -> list:
     return st.session_state.setdefault(PINNED_KEY, [])
 
 
-def comparison_chart(rows: list[dict]) -> alt.LayerChart:
+def comparison_chart(rows: list[figures.ComparisonRow]) -> alt.LayerChart:
     """p90 TTFT of each configuration's recommended option, coloured by its verdict,
     with its GPUs written at the bar's end."""
     data = pd.DataFrame(
         [
             {
-                "option": r["option"],
-                "verdict": r["verdict"],
-                "headline": figures.VERDICT_TEXT.get(r["verdict"], r["verdict"]),
-                "ttft": r["p90 TTFT, recommended"],
-                "note": f"{r['GPUs']} GPUs",
+                "option": r.option,
+                "verdict": r.verdict,
+                "headline": figures.VERDICT_TEXT.get(r.verdict, r.verdict),
+                "ttft": r.p90_ttft_recommended_s,
+                "note": f"{r.gpus} GPUs",
             }
             for r in rows
-            if r["p90 TTFT, recommended"] is not None
+            if r.p90_ttft_recommended_s is not None
         ]
     )
     verdicts = [v for v in figures.VERDICT_COLOR if v in set(data.get("verdict", []))]
@@ -56,7 +56,7 @@ def comparison_chart(rows: list[dict]) -> alt.LayerChart:
     return alt.layer(bars, text).properties(height=60 + 40 * len(data))
 
 
-def section(cur, result) -> list[dict]:
+def section(cur, result) -> list[figures.ComparisonRow]:
     """The "Compare options" section; returns the comparison rows (empty: nothing pinned)."""
     from app import compute
 
@@ -80,12 +80,12 @@ def section(cur, result) -> list[dict]:
     results = [result if o == result.options else compute.analysis_of(cur, o) for o in configs]
     rows = figures.comparison_rows(results)
     st.dataframe(figures.comparison_table(rows), hide_index=True, width="stretch")
-    if any(r["p90 TTFT, recommended"] is not None for r in rows):
+    if any(r.p90_ttft_recommended_s is not None for r in rows):
         st.altair_chart(comparison_chart(rows), width="stretch")
     return rows
 
 
-def with_comparison(kind: str, text: str, rows: list[dict]) -> str:
+def with_comparison(kind: str, text: str, rows: list[figures.ComparisonRow]) -> str:
     """A downloaded report with the comparison added (HTML and Markdown; the JSON stays
     what `kvpool analyze` writes)."""
     if not rows:

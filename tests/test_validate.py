@@ -169,9 +169,10 @@ def test_validate_passes_and_fails_gates(tmp_path):
     status = {g.gate.id: g.status for g in v.gates}
     assert status == {"arrival": "pass", "baseline": "pass", "main": "pass", "stability": "not-run"}
     assert not v.failed
-    comp = {c["metric"]: c for c in v.comparisons}
-    assert comp["ttft_reduction"]["measured"] == pytest.approx(1 - 410 / 820, abs=1e-6)
-    assert comp["ttft_reduction"]["projected"] == pytest.approx(0.5)
+    comp = {c.metric: c for c in v.comparisons}
+    assert comp["ttft_reduction"].measured == pytest.approx(1 - 410 / 820, abs=1e-6)
+    assert comp["ttft_reduction"].projected == pytest.approx(0.5)
+    assert comp["ttft_reduction"].to_json()["difference"] == pytest.approx(-0.0, abs=1e-6)
     bad = _write(tmp_path / "pool2.json", dict(VLLM_BASE, mean_ttft_ms=700.0))
     v2 = validate([str(base), f"candidate={bad}"], str(report))
     assert v2.failed and {g.gate.id: g.status for g in v2.gates}["main"] == "fail"

@@ -300,12 +300,29 @@ def assign_roles(args: list[str]) -> list[tuple[str, str]]:
 
 
 @dataclass(frozen=True, slots=True)
+class MeasuredVsProjected:
+    """A figure the pilot measured beside the one the report projected for it."""
+
+    metric: str
+    projected: float
+    measured: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "projected": round(self.projected, 6),
+            "measured": round(self.measured, 6),
+            "difference": round(self.measured - self.projected, 6),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Validation:
     report_path: str
     verdict: str
     measured: tuple[Measured, ...]
     gates: tuple[GateResult, ...]
-    comparisons: tuple[dict[str, Any], ...]  # measured vs projected figures
+    comparisons: tuple[MeasuredVsProjected, ...]
 
     @property
     def failed(self) -> bool:
@@ -343,7 +360,7 @@ class Validation:
                 }
                 for g in self.gates
             ],
-            "comparisons": list(self.comparisons),
+            "comparisons": [c.to_json() for c in self.comparisons],
             "failed": self.failed,
         }
 
@@ -402,34 +419,20 @@ def validate(results_args: list[str], report_path: str) -> Validation:
     measured = tuple(read_results(p, role) for role, p in assign_roles(results_args))
     by_role = {m.role: m.metrics for m in measured}
     results = evaluate(gates, by_role)
-    comps: list[dict[str, Any]] = []
+    comps: list[MeasuredVsProjected] = []
     main = next((g for g in results if g.gate.id == "main"), None)
     if main is not None:
         for r in main.results:
             proj = main.gate.projected.get(r.criterion.metric)
             if proj is None or r.measured is None:
                 continue
-            comps.append(
-                {
-                    "metric": r.criterion.metric,
-                    "projected": round(proj, 6),
-                    "measured": round(r.measured, 6),
-                    "difference": round(r.measured - proj, 6),
-                }
-            )
+            comps.append(MeasuredVsProjected(r.criterion.metric, proj, r.measured))
     base_gate = next((g for g in gates if g.id == "baseline"), None)
     if base_gate and "mean_ttft_s" in base_gate.projected and "baseline" in by_role:
         meas = by_role["baseline"].get("mean_ttft_s")
         if meas is not None:
             proj = base_gate.projected["mean_ttft_s"]
-            comps.append(
-                {
-                    "metric": "baseline mean_ttft_s",
-                    "projected": round(proj, 6),
-                    "measured": round(meas, 6),
-                    "difference": round(meas - proj, 6),
-                }
-            )
+            comps.append(MeasuredVsProjected("baseline mean_ttft_s", proj, meas))
     return Validation(
         report_path=report_path,
         verdict=str(v.get("verdict", "")) if isinstance(v := doc.get("verdict"), dict) else "",

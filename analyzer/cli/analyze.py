@@ -303,7 +303,7 @@ def validate(
     console.print(t)
     for c in v.comparisons:
         console.print(
-            f"  {c['metric']}: measured {c['measured']:.4g} vs projected {c['projected']:.4g}",
+            f"  {c.metric}: measured {c.measured:.4g} vs projected {c.projected:.4g}",
             highlight=False,
         )
     if json_out is not None:

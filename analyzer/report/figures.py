@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -597,48 +598,65 @@ def configuration_label(opts: Any, reference: Any) -> str:
     return ", ".join(diffs) or "as pinned first"
 
 
-def comparison_rows(results: list[Any]) -> list[dict[str, Any]]:
-    """One row per analysis (``AnalysisResult``, the first is the reference): what
-    differs, the verdict, GPUs, the p90 TTFT of the recommended option and of the local
-    cache alone, the prompt tokens served from cache and the highest rate under the SLO."""
-    rows: list[dict[str, Any]] = []
+@dataclass(frozen=True, slots=True)
+class ComparisonRow:
+    """One compared configuration: what differs from the reference, its verdict and
+    GPUs, the p90 TTFT of the recommended option and of the local cache alone, the share
+    of prompt tokens served from cache and the highest rate under the SLO (``None``
+    where the analysis has no replay)."""
+
+    option: str
+    verdict: Verdict
+    gpus: int
+    recommended: str
+    p90_ttft_recommended_s: float | None
+    p90_ttft_local_s: float | None
+    hit_rate: float | None
+    max_rate_scale: float | None
+
+
+def comparison_rows(results: list[Any]) -> list[ComparisonRow]:
+    """One row per analysis (``AnalysisResult``, the first is the reference)."""
+    rows: list[ComparisonRow] = []
     for i, r in enumerate(results):
         o = r.options
         rec = RECOMMENDED_SCENARIO.get(r.verdict, Scenario.LOCAL)
         s = r.replay.get(rec) if r.replay else None
         local = r.replay.get(Scenario.LOCAL) if r.replay else None
         rows.append(
-            {
-                "option": f"{chr(ord('A') + i)}: "
+            ComparisonRow(
+                option=f"{chr(ord('A') + i)}: "
                 + (configuration_label(o, results[0].options) if i else "reference"),
-                "verdict": r.verdict,
-                "GPUs": o.instances * o.tp,
-                "recommended": scenario_label(rec),
-                "p90 TTFT, recommended": s.ttft_p90_s if s else None,
-                "p90 TTFT, local cache": local.ttft_p90_s if local else None,
-                "prompt tokens from cache": s.hit_rate if s else None,
-                "highest rate under the SLO": s.max_rate_scale if s else None,
-            }
+                verdict=Verdict(r.verdict),
+                gpus=o.instances * o.tp,
+                recommended=scenario_label(rec),
+                p90_ttft_recommended_s=s.ttft_p90_s if s else None,
+                p90_ttft_local_s=local.ttft_p90_s if local else None,
+                hit_rate=s.hit_rate if s else None,
+                max_rate_scale=s.max_rate_scale if s else None,
+            )
         )
     return rows
 
 
-def comparison_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def comparison_table(rows: list[ComparisonRow]) -> list[dict[str, Any]]:
     """:func:`comparison_rows` in words and units."""
     return [
         {
-            **r,
-            "verdict": VERDICT_TEXT.get(r["verdict"], r["verdict"]),
-            "p90 TTFT, recommended": seconds(r["p90 TTFT, recommended"]),
-            "p90 TTFT, local cache": seconds(r["p90 TTFT, local cache"]),
-            "prompt tokens from cache": percent(r["prompt tokens from cache"]),
-            "highest rate under the SLO": rate_multiple(r["highest rate under the SLO"]),
+            "option": r.option,
+            "verdict": VERDICT_TEXT.get(r.verdict, r.verdict),
+            "GPUs": r.gpus,
+            "recommended": r.recommended,
+            "p90 TTFT, recommended": seconds(r.p90_ttft_recommended_s),
+            "p90 TTFT, local cache": seconds(r.p90_ttft_local_s),
+            "prompt tokens from cache": percent(r.hit_rate),
+            "highest rate under the SLO": rate_multiple(r.max_rate_scale),
         }
         for r in rows
     ]
 
 
-def comparison_markdown(rows: list[dict[str, Any]]) -> str:
+def comparison_markdown(rows: list[ComparisonRow]) -> str:
     """The comparison as a Markdown section (appended to the downloaded report)."""
     table = comparison_table(rows)
     if not table:
@@ -654,7 +672,7 @@ def comparison_markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def comparison_html(rows: list[dict[str, Any]]) -> str:
+def comparison_html(rows: list[ComparisonRow]) -> str:
     """The comparison as an HTML section (inserted into the downloaded report)."""
     import html
 
