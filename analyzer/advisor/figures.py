@@ -258,6 +258,49 @@ class PricedChoice:
 
 
 @dataclass(frozen=True, slots=True)
+class CostFigures:
+    """The cost model an analysis priced with (the report's ``cost`` section):
+    ``prefill_model`` is "roofline" (at ``mfu``) or "engine" (``mfu`` then ``None``)."""
+
+    model: str
+    gpu: str
+    tp: int
+    kv_dtype: str
+    weight_dtype: str
+    prefill_model: str
+    mfu: float | None
+    bytes_per_token: int
+    transfer_bytes_per_token: int
+    hbm_kv_capacity_tokens: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "gpu": self.gpu,
+            "tp": self.tp,
+            "kv_dtype": self.kv_dtype,
+            "weight_dtype": self.weight_dtype,
+            "prefill_model": self.prefill_model,
+            "mfu": self.mfu,
+            "bytes_per_token": self.bytes_per_token,
+            "transfer_bytes_per_token": self.transfer_bytes_per_token,
+            "hbm_kv_capacity_tokens": self.hbm_kv_capacity_tokens,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BreakEvenPoint:
+    """One point of the break-even curve: the load bandwidth at which loading a
+    ``prefix_tokens`` prefix costs as long as recomputing it."""
+
+    prefix_tokens: int
+    break_even_gbps: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"prefix_tokens": self.prefix_tokens, "break_even_gbps": self.break_even_gbps}
+
+
+@dataclass(frozen=True, slots=True)
 class ReplayFigures:
     scenarios: tuple[ScenarioFigures, ...]
     baseline: str = Scenario.LOCAL  # what the pilot's TTFT reduction is measured against

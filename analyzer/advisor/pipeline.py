@@ -37,6 +37,8 @@ from analyzer.advisor.figures import (
     VERDICT_SCENARIO,
     AnalyzedInput,
     BandwidthFigures,
+    BreakEvenPoint,
+    CostFigures,
     Decision,
     DeployOption,
     Objective,
@@ -72,6 +74,7 @@ from analyzer.trace import BlockTrace, read_metadata
 
 if TYPE_CHECKING:
     from analyzer.advisor.current import MeasuredAgainstProjected
+    from analyzer.advisor.models import ModelsFigures
     from analyzer.cost import CostModel
     from analyzer.cost.uncertainty import ErrorBand, FlipFinding, Range
     from analyzer.ingest import LoadedTrace
@@ -236,16 +239,16 @@ class AnalysisResult:
     flips: list[FlipRow]
     gates: tuple[gates_mod.Gate, ...]
     skipped: SkippedRows
-    reuse_json: dict[str, Any]
+    reuse_report: ReuseReport
     replay_result: ReplayResult | None
-    cost_json: dict[str, Any] | None
-    break_even_curve: list[dict[str, Any]]
+    cost: CostFigures | None
+    break_even_curve: tuple[BreakEvenPoint, ...]
     economics: EconomicsInputs | None = None
     side_by_side: tuple[PricedChoice, ...] = ()
     uncertainty: CostUncertainty | None = None  # ranges from the cost model's measured error
     # how prompts were tokenized: the trace's tokenizer and template names
     tokenization: TokenCounting = field(default_factory=TokenCounting)
-    models: dict[str, Any] = field(default_factory=dict)  # per-model figures (advisor.models)
+    models: ModelsFigures | None = None  # per-model figures (advisor.models)
     measured: MeasuredAgainstProjected | None = None  # the log's hit rate beside the replay's
     warnings: list[str] = field(default_factory=list)
     pilot: tuple[PilotCommand, ...] = ()
@@ -545,7 +548,6 @@ def run_analysis(
         by_reason=tuple(sorted(loaded.skipped.by_reason.items())),
         examples=tuple(_private_example(e, names) for e in loaded.skipped.examples),
     )
-    reuse_json = rep.to_json()
     models_figures = (
         models
         if models is not None
@@ -557,7 +559,7 @@ def run_analysis(
     replay: ReplayFigures | None = None
     replay_result: ReplayResult | None = None
     economics: EconomicsInputs | None = None
-    be_curve: list[dict[str, Any]] = []
+    be_curve: tuple[BreakEvenPoint, ...] = ()
     if usable:
         prefix = rf.median_prefix_tokens or max(trace.block_size, int(tf.mean_prompt_tokens // 2))
         bw = _bandwidth(cm, opts, prefix)
@@ -736,9 +738,9 @@ def run_analysis(
         deploy=deploy,
         per_process=per_process(sizings),
         skipped=skipped,
-        reuse_json=reuse_json,
+        reuse_report=rep,
         replay_result=replay_result,
-        cost_json=_cost_json(cm) if usable else None,
+        cost=_cost_figures(cm) if usable else None,
         break_even_curve=be_curve,
         economics=economics,
         side_by_side=tuple(side),
@@ -746,7 +748,7 @@ def run_analysis(
             tokenizer=trace.meta.get("tokenizer", ""),
             template=trace.meta.get("template", ""),
         ),
-        models=models_figures.to_json(),
+        models=models_figures,
         warnings=warnings,
         measured=measured,
         uncertainty=uncertainty,
@@ -896,28 +898,27 @@ def _finite_or(gbps: float, bw: BandwidthFigures | None) -> float:
     return 0.0
 
 
-def _break_even_curve(cm: CostModel, bw: BandwidthFigures, prompt_max: int) -> list[dict[str, Any]]:
+def _break_even_curve(
+    cm: CostModel, bw: BandwidthFigures, prompt_max: int
+) -> tuple[BreakEvenPoint, ...]:
     top = max(1024, min(int(prompt_max), 1 << 20))
     lengths = sorted({int(x) for x in np.geomspace(16, top, 24)} | {bw.prefix_tokens})
-    return [
-        {"prefix_tokens": p, "break_even_gbps": float(cm.break_even_bandwidth_gbps(p))}
-        for p in lengths
-    ]
+    return tuple(BreakEvenPoint(p, float(cm.break_even_bandwidth_gbps(p))) for p in lengths)
 
 
-def _cost_json(cm: CostModel) -> dict[str, Any]:
-    return {
-        "model": cm.model.name if hasattr(cm.model, "name") else str(cm.model),
-        "gpu": cm.gpu.name if hasattr(cm.gpu, "name") else str(cm.gpu),
-        "tp": cm.tp,
-        "kv_dtype": cm.kv_dtype,
-        "weight_dtype": cm.weight_dtype,
-        "prefill_model": "roofline" if cm.engine is None else "engine",
-        "mfu": cm.mfu if cm.engine is None else None,
-        "bytes_per_token": int(cm.bytes_per_token),
-        "transfer_bytes_per_token": int(cm.transfer_bytes_per_token),
-        "hbm_kv_capacity_tokens": int(cm.hbm_kv_capacity_tokens()),
-    }
+def _cost_figures(cm: CostModel) -> CostFigures:
+    return CostFigures(
+        model=cm.model.name if hasattr(cm.model, "name") else str(cm.model),
+        gpu=cm.gpu.name if hasattr(cm.gpu, "name") else str(cm.gpu),
+        tp=cm.tp,
+        kv_dtype=cm.kv_dtype,
+        weight_dtype=cm.weight_dtype,
+        prefill_model="roofline" if cm.engine is None else "engine",
+        mfu=cm.mfu if cm.engine is None else None,
+        bytes_per_token=int(cm.bytes_per_token),
+        transfer_bytes_per_token=int(cm.transfer_bytes_per_token),
+        hbm_kv_capacity_tokens=int(cm.hbm_kv_capacity_tokens()),
+    )
 
 
 def _sensitivity(

@@ -1095,7 +1095,7 @@ def report_document(r: AnalysisResult) -> dict[str, Any]:
             "skipped": r.skipped.to_json(),
             "tokenization": r.tokenization.to_json(),
         },
-        "models": r.models,
+        "models": {} if r.models is None else r.models.to_json(),
         "warnings": list(r.warnings),
         "measured_vs_projected": None if r.measured is None else r.measured.to_json(),
         "verdict": {
@@ -1111,11 +1111,16 @@ def report_document(r: AnalysisResult) -> dict[str, Any]:
             "scenario": VERDICT_SCENARIO.get(d.verdict),
             "objective": r.options.thresholds.objective,
         },
-        "reuse": {"figures": asdict(r.reuse), "analysis": r.reuse_json},
+        "reuse": {"figures": asdict(r.reuse), "analysis": r.reuse_report.to_json()},
         "bandwidth": (
-            None if r.bandwidth is None else {**asdict(r.bandwidth), "curve": r.break_even_curve}
+            None
+            if r.bandwidth is None
+            else {
+                **asdict(r.bandwidth),
+                "curve": [p.to_json() for p in r.break_even_curve],
+            }
         ),
-        "cost": r.cost_json,
+        "cost": None if r.cost is None else r.cost.to_json(),
         "uncertainty": None if r.uncertainty is None else r.uncertainty.to_json(),
         "replay": None if r.replay_result is None else r.replay_result.to_json(),
         "sizing": sizing,
@@ -1208,20 +1213,20 @@ def assumptions(r: AnalysisResult) -> list[dict[str, Any]]:
             "source": "kvpool reuse LRU curve (exact stack distances, Mattson et al., 1970)",
         },
     ]
-    if r.cost_json and r.cost_json.get("mfu") is not None:
+    if r.cost is not None and r.cost.mfu is not None:
         out.append(
             {
                 "what": "Prefill utilisation (MFU)",
-                "value": f"{100 * r.cost_json['mfu']:.0f}% of peak FLOP/s",
+                "value": f"{100 * r.cost.mfu:.0f}% of peak FLOP/s",
                 "source": "--mfu: the plain roofline instead of the engine model (MFU as "
                 "defined by Chowdhery et al., PaLM, 2022)",
             }
         )
-    elif r.cost_json:
+    elif r.cost is not None:
         out.append(
             {
                 "what": "Prefill speed",
-                "value": f"engine model, weights in {r.cost_json.get('weight_dtype', 'bf16')}",
+                "value": f"engine model, weights in {r.cost.weight_dtype}",
                 "source": "fitted on published measurements, models/measurements.toml "
                 "(kvpool cost check; docs/cost-model.md)",
             }
