@@ -90,7 +90,7 @@ def test_count_only_azure_trace_is_insufficient_data(shared_traces):
     assert r.verdict == "insufficient-data"
     assert r.trace.count_only
     assert any("prompt content or block hashes" in m for m in r.decision.missing)
-    assert r.replay is None and r.sizing is None and r.settings == []
+    assert r.replay is None and r.sizing is None and r.settings == ()
     doc = report_json(r)
     assert doc["verdict"]["missing"] and doc["schema"] == "kvpool.report/2"
 

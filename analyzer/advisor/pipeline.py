@@ -235,8 +235,8 @@ class AnalysisResult:
     replay: ReplayFigures | None
     decision: Decision
     sizing: Sizing | None
-    settings: list[ProductSettings]
-    flips: list[FlipRow]
+    settings: tuple[ProductSettings, ...]
+    flips: tuple[FlipRow, ...]
     gates: tuple[gates_mod.Gate, ...]
     skipped: SkippedRows
     reuse_report: ReuseReport
@@ -250,7 +250,7 @@ class AnalysisResult:
     tokenization: TokenCounting = field(default_factory=TokenCounting)
     models: ModelsFigures | None = None  # per-model figures (advisor.models)
     measured: MeasuredAgainstProjected | None = None  # the log's hit rate beside the replay's
-    warnings: list[str] = field(default_factory=list)
+    warnings: tuple[str, ...] = ()
     pilot: tuple[PilotCommand, ...] = ()
     deploy: tuple[DeployFile, ...] = ()
     per_process: tuple[PerProcessRow, ...] = ()  # deploy.per_process
@@ -731,8 +731,8 @@ def run_analysis(
         replay=replay,
         decision=decision,
         sizing=sizing,
-        settings=settings,
-        flips=flips,
+        settings=tuple(settings),
+        flips=tuple(flips),
         gates=gate_plan,
         pilot=pilot,
         deploy=deploy,
@@ -749,7 +749,7 @@ def run_analysis(
             template=trace.meta.get("template", ""),
         ),
         models=models_figures,
-        warnings=warnings,
+        warnings=tuple(warnings),
         measured=measured,
         uncertainty=uncertainty,
     )

@@ -20,7 +20,7 @@ Each perturbation is re-priced cheaply rather than re-simulated:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -202,7 +202,7 @@ def flip_table(
     return base, rows
 
 
-def summarize(rows: list[FlipRow]) -> list[str]:
+def summarize(rows: Sequence[FlipRow]) -> list[str]:
     """One sentence per dimension: the values that flip the verdict, or none."""
     out = []
     dims: list[str] = []
