@@ -160,7 +160,8 @@ def test_changing_controls_updates_figures_without_reingesting(at: AppTest) -> N
     assert_clean(at)
     after = rule_marks(at)
     knee_after = next(v for k, v in after.items() if k.startswith("knee"))
-    # Llama-3.1-70B stores 327,680 B per token against 131,072 B for 8B (FIELD.md).
+    # Llama-3.1-70B stores 327,680 B per token against 131,072 B for 8B (K and V x layers x
+    # KV heads x head dim x 2 bytes: 80 x 8 x 128 against 32 x 8 x 128, each model's config.json).
     assert knee_after == pytest.approx(knee_before * 327_680 / 131_072)
     assert any("llama-3.1-70b" in k and "4x" in k for k in after)
 

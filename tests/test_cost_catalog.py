@@ -1,5 +1,5 @@
 """Catalog checks: every entry's KV bytes per token against an independent computation
-from its raw config fields, FIELD.md golden figures, TP sharding, user configs, lookups."""
+from its raw config fields, golden figures from the models' published config.json, TP sharding, user configs, lookups."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RAW = tomllib.loads((ROOT / "models" / "models.toml").read_text())["models"]
 HW = tomllib.loads((ROOT / "models" / "hardware.toml").read_text())
 
-# FIELD.md section 3, bf16 bytes per token.
+# bf16 bytes per token: 2 (K and V) x layers x KV heads x head dim x 2 bytes, from each
+# model's config.json on Hugging Face.
 GOLDEN_BF16 = {
     "llama-3.1-8b": 131_072,
     "llama-3.1-70b": 327_680,

@@ -15,7 +15,7 @@ from analyzer.errors import UsageError
 
 
 def test_mooncake_fast25_break_even():
-    """Mooncake FAST'25 (FIELD.md section 4): for an 8192-token prefix of LLaMA3-70B,
+    """Mooncake (Qin et al., FAST'25, "Trading More Storage for Less Computation"): for an 8192-token prefix of LLaMA3-70B,
     reuse beats recompute above about 6 GB/s on 8xA800 and 19 GB/s on 8xH800.
 
     Assumptions that reproduce it: TP=8 (one instance of 8 GPUs), utilisation 1.0 (peak

@@ -106,7 +106,8 @@ def test_block_radix_matches_dict_model(reqs, capacity, policy, clock, evictions
 @settings(max_examples=150, deadline=None)
 @given(reqs=chained_requests(), capacity=st.integers(1, 15))
 def test_lru_radix_is_plain_lru_over_tail_first_touches(reqs, capacity):
-    """FIELD.md §1: tail-first touches keep a plain block LRU prefix-closed."""
+    """Tail-first touches keep a plain block LRU prefix-closed (vLLM's prefix caching design
+    frees a sequence's blocks in reverse order, so a prefix's tail is evicted first)."""
     cache = BlockRadix(capacity, LRU())
     plain: OrderedDict[int, None] = OrderedDict()
     for i, chain in enumerate(reqs):

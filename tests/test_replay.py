@@ -654,7 +654,8 @@ def test_workers_give_the_same_json():
 
 
 def test_steady_ceiling_on_full_mooncake_is_the_published_figure(shared_traces):
-    # FIELD.md section 2: both public simulators print a 39.8% steady-state ceiling
+    # the published 39.8% steady-state ceiling of Mooncake's conversation trace (docs/reuse.md,
+    # Reference figures)
     from analyzer.ingest import IngestOptions, open_trace
 
     path = shared_traces / "mooncake" / "conversation_trace.jsonl"

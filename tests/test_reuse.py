@@ -540,7 +540,7 @@ def test_golden_mooncake_conversation(shared_traces):
     half = len(rows) // 2
     steady = sum(hits[half:]) / sum(prompts[half:])
     cold = sum(hits) / sum(prompts)
-    assert round(steady, 4) == 0.3978  # FIELD.md: 39.8 %
+    assert round(steady, 4) == 0.3978  # 39.8 %: docs/reuse.md, Reference figures
     assert round(cold, 4) == 0.3734
 
     tr = BlockTrace.from_table(mooncake_table(path))
