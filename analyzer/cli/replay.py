@@ -134,16 +134,7 @@ def replay(
     extra = load_scenarios(config) if config is not None else []
     specs = select_scenarios(scenarios, extra)
     # Fail on an unknown model/GPU before reading a large trace.
-    from analyzer.cost import CostModel
-
-    cm = CostModel.from_catalog(
-        cfg.model,
-        cfg.gpu,
-        tp=cfg.tp,
-        kv_dtype=cfg.kv_dtype,
-        mfu=cfg.mfu,
-        weight_dtype=cfg.weights_dtype,
-    )
+    cm = cfg.cost_model()
 
     with progress("reading", o.input_bytes(inputs) or None, unit="bytes") as advance:
         loaded = open_trace(inputs, ingest.options(keep_names=keep_names), advance=advance)

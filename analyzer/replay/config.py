@@ -36,11 +36,15 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from analyzer import limits
 from analyzer.cache.policies import get_policy, replay_policies
 from analyzer.errors import InputError, Location, UsageError
 from analyzer.outputs import note_input
+
+if TYPE_CHECKING:
+    from analyzer.cost import CostModel
 
 # A capacity this large (or the word "unbounded" on the command line) means no limit.
 UNBOUNDED = 2**62
@@ -205,6 +209,20 @@ class ClusterConfig:
 
     def node_of(self, instance: int) -> int:
         return instance // self.instances_per_node
+
+    def cost_model(self) -> CostModel:
+        """The catalog's cost model for this cluster's model, GPU, TP, dtypes and MFU (an
+        unknown model or GPU is a :class:`~analyzer.errors.UsageError`)."""
+        from analyzer.cost import CostModel
+
+        return CostModel.from_catalog(
+            self.model,
+            self.gpu,
+            tp=self.tp,
+            kv_dtype=self.kv_dtype,
+            mfu=self.mfu,
+            weight_dtype=self.weights_dtype,
+        )
 
     @property
     def dram_sharers(self) -> int:

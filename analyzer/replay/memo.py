@@ -288,16 +288,7 @@ class ReplayMemo:
         if fresh is not None and not found:
             return fresh
         if cost is None:
-            from analyzer.cost import CostModel
-
-            cost = CostModel.from_catalog(
-                cfg.model,
-                cfg.gpu,
-                tp=cfg.tp,
-                kv_dtype=cfg.kv_dtype,
-                mfu=cfg.mfu,
-                weight_dtype=cfg.weights_dtype,
-            )
+            cost = cfg.cost_model()
         result = ReplayResult(
             cluster=cfg,
             ttft_slo_s=ttft_slo_s,

@@ -137,11 +137,7 @@ def resolve(
 
     c = scenario.applied_to(cfg)
     if cost is None:
-        from analyzer.cost import CostModel
-
-        cost = CostModel.from_catalog(
-            c.model, c.gpu, tp=c.tp, kv_dtype=c.kv_dtype, mfu=c.mfu, weight_dtype=c.weights_dtype
-        )
+        cost = c.cost_model()
     bpt = int(cost.bytes_per_token)
     if bpt <= 0:
         raise UsageError(f"model {c.model!r} has no KV bytes per token")
@@ -912,16 +908,7 @@ def run_replay(
         raise UsageError("--workers must be at least 1")
     specs = select_scenarios(scenarios, extra_scenarios)
     if cost is None:
-        from analyzer.cost import CostModel
-
-        cost = CostModel.from_catalog(
-            cfg.model,
-            cfg.gpu,
-            tp=cfg.tp,
-            kv_dtype=cfg.kv_dtype,
-            mfu=cfg.mfu,
-            weight_dtype=cfg.weights_dtype,
-        )
+        cost = cfg.cost_model()
     result = ReplayResult(
         cluster=cfg,
         ttft_slo_s=ttft_slo_s,
