@@ -20,9 +20,12 @@ import inspect
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_type_hints
 
 import typer
+
+if TYPE_CHECKING:
+    from analyzer.replay.config import ClusterConfig
 
 # The one default of every shared flag (flag name -> value), as the commands use them.
 # The ingest and cluster flags' defaults are their fields' in IngestFlags and ClusterFlags
@@ -394,7 +397,7 @@ class ClusterFlags:
     pool_capacity_tokens: PoolCapacity = None
     warmup: Warmup = 0.5
 
-    def config(self, **more: Any) -> Any:
+    def config(self, **more: Any) -> ClusterConfig:
         """The :class:`~analyzer.replay.ClusterConfig` these flags describe (imported
         here, not at module load). ``more`` sets fields no flag names (the dashboard's
         tier choices, link overrides, ``time_scale``)."""
