@@ -296,7 +296,9 @@ def reusable_prefix_percentiles(trace: BlockTrace, warmup: float) -> tuple[int, 
     miss_pos = np.where(~seen, pos, np.iinfo(np.int64).max)
     np.minimum.at(first_miss, req, miss_pos)
     hit = np.minimum(first_miss * trace.block_size, np.maximum(trace.prompt_tokens - 1, 0))
-    start = min(n - 1, math.floor(warmup * n))
+    from analyzer.reuse.analysis import first_counted_request
+
+    start = first_counted_request(n, warmup)
     h = hit[start:]
     h = h[h > 0]
     if h.size == 0:

@@ -16,12 +16,12 @@ over time (``WINDOWS`` equal spans of the steady-state part of the trace).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from analyzer.reuse.analysis import first_counted_request
 from analyzer.trace import BlockTrace
 
 WINDOWS = 10
@@ -84,7 +84,7 @@ def measure_cached(trace: BlockTrace, warmup: float = 0.5) -> MeasuredHits | Non
     if trace.cached_tokens is None or trace.n_requests == 0:
         return None
     n = trace.n_requests
-    start = math.floor(warmup * n)
+    start = first_counted_request(n, warmup)
     cached = trace.cached_tokens[start:]
     has = cached >= 0
     if not has.any():
