@@ -79,6 +79,16 @@ def _not_stdout(p: Path, what: str = "this output", hint: str = "give a file nam
         raise UsageError(f"'-' (stdout) cannot take {what}", hint=hint)
 
 
+def _check_parent(p: Path) -> None:
+    """An output's folder must exist: kvpool creates files, not directories from scratch."""
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(
+            f"cannot write {p}: directory {parent} does not exist",
+            hint="create it first (kvpool does not create directories from scratch)",
+        )
+
+
 def check_output(
     path: str | Path, *, force: bool = False, inputs: Iterable[str | Path] = ()
 ) -> Path:
@@ -115,12 +125,7 @@ def check_output(
                     f"{p} is also an input of this run; refusing to overwrite it",
                     hint="choose another output path",
                 )
-        parent = p.parent if str(p.parent) else Path(".")
-        if not parent.is_dir():
-            raise OutputError(
-                f"cannot write {p}: directory {parent} does not exist",
-                hint="create it first (kvpool does not create directories from scratch)",
-            )
+        _check_parent(p)
     except OSError as exc:
         raise OutputError(f"cannot write {p}: {exc.strerror or exc}") from exc
     return p
@@ -321,12 +326,7 @@ def check_dataset_output(path: str | Path, *, inputs: Iterable[str | Path] = ())
                 f"{p} holds an input of this run; refusing to replace it",
                 hint="choose another output path",
             )
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise OutputError(
-            f"cannot write {p}: directory {parent} does not exist",
-            hint="create it first (kvpool does not create directories from scratch)",
-        )
+    _check_parent(p)
     return p
 
 
