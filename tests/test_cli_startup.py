@@ -95,3 +95,21 @@ def test_the_advisor_package_names_load_on_first_use():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.stdout.strip() == "ok", r.stderr
+
+
+def test_a_command_runs_from_an_app_holding_only_it_with_the_same_help_and_errors():
+    from analyzer.cli import only
+
+    names = [c.name for c in app.registered_commands] + [g.name for g in app.registered_groups]
+    assert {"reuse", "convert", "analyze", "cost", "dashboard"} <= set(names)
+    for name in names:
+        solo = only(name)
+        assert solo is not app
+        assert len(solo.registered_commands) + len(solo.registered_groups) == 1
+        for args in (["--help"], ["--no-such-flag"]):
+            want = CliRunner().invoke(app, [name, *args])
+            got = CliRunner().invoke(solo, [name, *args])
+            assert (got.exit_code, got.output) == (want.exit_code, want.output), (name, args)
+    # no command, or one that is not there: the whole app (its list, its suggestions)
+    assert only(None) is app and only("reus") is app
+    assert app.registered_commands and len(app.registered_commands) == len(names) - 1

@@ -86,6 +86,31 @@ def _register_all() -> None:
 _register_all()
 
 
+def only(command: str | None) -> typer.Typer:
+    """The app with only ``command`` registered, or the whole app if it names none.
+
+    Typer builds every registered command's options before it runs one (about 230
+    parameters, 0.08 s of ``kvpool reuse`` on the Mooncake trace); the command's own
+    options, help and errors are the same either way.
+    """
+    import copy
+
+    from typer.main import get_command_name
+
+    commands = [
+        c
+        for c in app.registered_commands
+        if (c.name or get_command_name(getattr(c.callback, "__name__", ""))) == command
+    ]
+    groups = [g for g in app.registered_groups if g.name == command]
+    if command is None or len(commands) + len(groups) != 1:
+        return app
+    solo = copy.copy(app)
+    solo.registered_commands = commands
+    solo.registered_groups = groups
+    return solo
+
+
 def _error(message: str, code: int) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -108,9 +133,10 @@ def main() -> None:
     from analyzer.cli.startup import trim
 
     sys.argv[1:] = bare_ray(sys.argv[1:])
-    trim(next((a for a in sys.argv[1:] if not a.startswith("-")), None))
+    command = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+    trim(command)
     try:
-        app()
+        only(command)()
     except KvpoolError as exc:
         _error(str(exc), exc.exit_code)
     except MemoryError:
