@@ -40,6 +40,10 @@ A request's life:
    together with any ancestors that tier lacks, so every tier stays prefix-closed.
    Written blocks are visible at once; the write occupies the write direction of the
    link. Without an HBM cache, writes are write-through.
+
+A run can keep a :class:`Recording` of what it decided (each request's instance, hits
+and loads, each completion's writes, the order of arrivals and completions), from which
+:mod:`analyzer.replay.reprice` re-times the run for other link bandwidths or latencies.
 """
 
 from __future__ import annotations
@@ -144,6 +148,34 @@ class Instance:
 
 
 @dataclass(slots=True)
+class Recording:
+    """What one run decided, for re-timing it at other link bandwidths and latencies
+    (:mod:`analyzer.replay.reprice`). Indexed by request (trace order) unless said:
+
+    - ``picks``: the instance the router chose; ``cached``: the router's answers to
+      ``cached(i, blocks)`` in call order (prefix-aware: each instance's HBM prefix),
+      None when it asked none;
+    - ``hits``: cached prompt tokens; ``loads``: one ``(tier, bytes)`` per load, the
+      tier as its position in the instance's tiers below HBM;
+    - ``writes``: per completed request, its writes ``(tier, bytes)`` in issue order;
+      ``dup_blocks``: the duplicated HBM blocks after it completed (when tracked);
+    - ``order``: the completions in the order they ran, each as ``(request, arrivals
+      processed before it)``; with the arrivals at fixed times this is the whole order
+      of the cache operations;
+    - ``complete``: the run went to the end (a rate-search run stopped once its SLO was
+      lost records only the requests it reached)."""
+
+    picks: list[int] = field(default_factory=list)
+    cached: list[tuple[int, ...] | None] = field(default_factory=list)
+    hits: list[int] = field(default_factory=list)
+    loads: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
+    writes: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    dup_blocks: dict[int, int] = field(default_factory=dict)
+    order: list[tuple[int, int]] = field(default_factory=list)
+    complete: bool = False
+
+
+@dataclass(slots=True)
 class RunStats:
     """Raw figures of one simulation (the caller turns them into metrics)."""
 
@@ -161,6 +193,7 @@ class RunStats:
     aborted: bool
     slo_violations: int
     hbm_blocks_end: int
+    recording: Recording | None = None
 
 
 class Simulation:
@@ -171,8 +204,12 @@ class Simulation:
         time_scale: float,
         slo_abort: tuple[float, int] | None = None,
         advance: Advance | None = None,
+        record: bool = False,
     ) -> None:
         self.plan = plan
+        self.rec = Recording() if record else None
+        self._arrived = 0  # arrivals processed (for the recording's order)
+        self._writes: list[tuple[int, float]] | None = None  # the completing request's
         self.bs = trace.block_size
         self.bpb = plan.transfer_bytes_per_token * trace.block_size  # bytes moved per block
         self.n = trace.n_requests
@@ -321,7 +358,14 @@ class Simulation:
             aborted=self.aborted,
             slo_violations=self.violations,
             hbm_blocks_end=sum(len(i.hbm) for i in self.instances if i.hbm is not None),
+            recording=self._finish_recording(),
         )
+
+    def _finish_recording(self) -> Recording | None:
+        rec = self.rec
+        if rec is not None:
+            rec.complete = not self.aborted
+        return rec
 
     def _next_seq(self) -> int:
         self.seq += 1
@@ -338,7 +382,21 @@ class Simulation:
         blocks = self.block_ids[self.offsets[k] : self.offsets[k + 1]].tolist()
         prompt = self.prompts[k]
         loads = self.loads
-        i = self.router.pick(k, self.sessions[k], blocks, loads, self._cached)
+        rec = self.rec
+        if rec is None:
+            i = self.router.pick(k, self.sessions[k], blocks, loads, self._cached)
+        else:
+            self._arrived = k + 1
+            asked: list[int] = []
+
+            def cached(j: int, b: Sequence[int]) -> int:
+                v = self._cached(j, b)
+                asked.append(v)
+                return v
+
+            i = self.router.pick(k, self.sessions[k], blocks, loads, cached)
+            rec.picks.append(i)
+            rec.cached.append(tuple(asked) if asked else None)
         inst = self.instances[i]
         bs = self.bs
         cap = prompt - 1 if prompt > 0 else 0
@@ -363,6 +421,10 @@ class Simulation:
                         self.loaded_by_tier[tier.level] += n_bytes
                     m = mt
         hit = min(m * bs, cap)
+        if rec is not None:
+            rec.hits.append(hit)
+            pos = {id(tier): n for n, tier in enumerate(inst.lower)} if transfers else {}
+            rec.loads.append(tuple((pos[id(tier)], float(b)) for tier, b in transfers))
         new = prompt - hit if prompt > hit else 1
         r = Req(k, t, inst, blocks, hit, new, measured=measured)
         loads[i] += new
@@ -481,8 +543,13 @@ class Simulation:
                 if self.violations > self.slo_abort[1]:
                     self.aborted = True
         blocks = r.blocks
+        rec = self.rec
+        if rec is not None:
+            rec.order.append((r.k, self._arrived))
         if not blocks:
             return
+        if rec is not None:
+            self._writes = rec.writes[r.k] = []
         inst = r.inst
         hbm = inst.hbm
         if hbm is not None:
@@ -507,11 +574,13 @@ class Simulation:
                         self.dup_blocks -= 1
                     else:
                         del cnt[b]
+            if rec is not None and self.track_dup:
+                rec.dup_blocks[r.k] = self.dup_blocks
             if self.plan.write_policy == "on-evict":
                 if evicted:
                     self._spill(inst, 0, evicted, t, out)
                 return
-        for tier in inst.lower:  # write-through
+        for level, tier in enumerate(inst.lower):  # write-through
             cache = tier.cache
             mt = cache.match(blocks)
             if mt < len(blocks):
@@ -519,7 +588,7 @@ class Simulation:
                 top = len(blocks) if cap is None or cap > len(blocks) else cap
                 cache.insert(blocks, t)
                 if top > mt:
-                    self._write(tier.write, (top - mt) * self.bpb, t, out)
+                    self._write(tier.write, (top - mt) * self.bpb, t, out, level)
 
     def _spill(
         self, inst: Instance, level: int, evicted: list[int], t: float, out: list[Any]
@@ -555,9 +624,15 @@ class Simulation:
             if more:
                 self._spill(inst, level + 1, more, t, out)
         if written:
-            self._write(tier.write, written * self.bpb, t, out)
+            self._write(tier.write, written * self.bpb, t, out, level)
 
-    def _write(self, lk: Link, n_bytes: float, t: float, out: list[tuple[Any, ...]]) -> None:
+    def _write(
+        self, lk: Link, n_bytes: float, t: float, out: list[tuple[Any, ...]], level: int = -1
+    ) -> None:
+        """Write ``n_bytes`` over ``lk``, the write link of the completing request's tier
+        at position ``level`` below HBM (kept by a recording)."""
+        if self._writes is not None:
+            self._writes.append((level, float(n_bytes)))
         if self.free:
             lk.record_instant(n_bytes)
             return
@@ -588,9 +663,11 @@ def simulate(
     time_scale: float,
     slo_abort: tuple[float, int] | None = None,
     advance: Advance | None = None,
+    record: bool = False,
 ) -> RunStats:
     """Replay ``trace`` under ``plan`` with inter-arrival times scaled by ``time_scale``.
 
     ``slo_abort = (slo_s, allowed)`` stops the run as soon as more than ``allowed``
-    measured requests exceed ``slo_s`` (used by the rate search)."""
-    return Simulation(trace, plan, time_scale, slo_abort, advance).run()
+    measured requests exceed ``slo_s`` (used by the rate search). ``record``: keep the
+    run's :class:`Recording` in ``RunStats.recording``."""
+    return Simulation(trace, plan, time_scale, slo_abort, advance, record).run()
