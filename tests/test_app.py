@@ -654,6 +654,59 @@ def test_a_change_needing_replays_keeps_the_last_answer_until_ready(
     assert "3 instances" in " ".join(c.value for c in at.caption)
 
 
+def test_a_pool_bandwidth_is_repriced_at_once_then_replayed(
+    at: AppTest, sample: Path, monkeypatch
+) -> None:
+    """The pool's bandwidth (not prefetched): the page answers on the same run with the
+    verdict re-priced from the remembered replay at the catalog's bandwidth, marked
+    ``data-repriced`` and saying so, while the pooled scenario replays in the
+    background; the next run shows the replayed verdict, `kvpool analyze`'s for the
+    same settings, and how far the re-priced one was from it."""
+    from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.replay import ClusterConfig
+    from analyzer.replay.memo import ReplayMemo
+    from app import prefetch
+
+    prefetch.prefetcher().wait(TIMEOUT_S)
+    monkeypatch.setattr(prefetch, "after_analysis", lambda cur, opts: None)
+    memo, pf = ReplayMemo(record=True), prefetch.Prefetcher()
+    monkeypatch.setattr(compute, "replay_memo", lambda: memo)
+    monkeypatch.setattr(prefetch, "prefetcher", lambda: pf)
+    at.switch_page("views/recommend.py").run()
+    assert_clean(at)
+    runs = memo.runs
+    threads: list[str] = []
+    counted = compute._count_run
+    monkeypatch.setattr(
+        compute,
+        "_count_run",
+        lambda name: (threads.append(threading.current_thread().name), counted(name)),
+    )
+    at.number_input(key="ctl.pool_gbps").set_value(3.0).run()
+    assert_clean(at)
+    banner = next(m.value for m in at.markdown if "data-verdict" in m.value)
+    assert "data-repriced='1'" in banner and "data-stale" not in banner
+    words = " ".join(c.value for c in at.caption)
+    assert "Re-priced from the replay at pool link 21.75 GB/s" in words
+    assert "Exact:" in words or "Approximate:" in words
+    assert memo.repriced >= 1
+    repriced = banner
+    assert pf.wait(TIMEOUT_S)
+    # The pooled scenario, replayed in the background, never on the page's thread.
+    assert memo.runs > runs and set(threads) == {"kvpool-whatif"}
+    at.run()
+    assert_clean(at)
+    banner = next(m.value for m in at.markdown if "data-verdict" in m.value)
+    assert "data-repriced" not in banner and "data-stale" not in banner
+    fresh = run_analysis([str(sample)], AnalyzeOptions(cluster=ClusterConfig(pool_gbps=3.0)))
+    assert f"data-verdict='{fresh.verdict}'" in banner
+    words = " ".join(c.value for c in at.caption)
+    assert "Replayed: the re-priced answer shown before had" in words
+    same = repriced.replace(" data-repriced='1'", "") == banner
+    assert ("the same verdict" in words) == (f"data-verdict='{fresh.verdict}'" in repriced)
+    assert same or "the same verdict" not in words or "within" in words
+
+
 def test_a_price_redecides_without_a_replay(at: AppTest, sample: Path, monkeypatch) -> None:
     """The GPU's price, moved on the page, reaches the money (as `kvpool analyze
     --gpu-hour-usd`) and replays nothing."""

@@ -796,12 +796,13 @@ def search_again(
     known: tuple[RatePoint, ...] = (),
     advance: Advance | None = None,
     simulate_missing: bool = True,
+    record: bool = False,
 ) -> ScenarioResult:
     """``old``'s scenario with the rate search for another SLO, equal to a fresh
     :func:`_run_scenario`: the run at the trace's rate is ``old``'s (the SLO only enters
     the search, and its start :func:`first_guess` reads that run alone), and ``known``
     (the points of ``old``'s and other earlier searches) answer every step they decide;
-    only the others are simulated."""
+    only the others are simulated (with their recordings when ``record``)."""
     from analyzer import limits
 
     limits.check(ttft_slo_s, "ttft_slo_s", "--ttft-slo")
@@ -819,6 +820,7 @@ def search_again(
         guess=first_guess(old.stats, res.plan),
         known=known,
         simulate_missing=simulate_missing,
+        record=record,
     )
     return ScenarioResult(old.spec, res, old.stats, search, old.scale)
 
