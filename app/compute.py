@@ -638,8 +638,9 @@ def _decided_now(cur: Current, opts):
 def _repriced_now(cur: Current, opts):
     """The analysis for ``opts`` from the remembered replays, those it lacks re-priced
     from a remembered replay at other link bandwidths or latencies
-    (``analyzer.replay.reprice``), and what was re-priced; (None, ()) when a replay it
-    needs can be neither remembered nor re-priced."""
+    (``analyzer.replay.reprice``), and what was re-priced (nothing: the analysis is
+    decided, as :func:`_decided_now`); (None, ()) when a replay it needs can be
+    neither remembered nor re-priced."""
     from analyzer.replay.memo import NotRemembered
 
     notes: list = []
@@ -647,7 +648,8 @@ def _repriced_now(cur: Current, opts):
         result = run_whatif(cur, opts, only_known=True, repriced=notes)
     except NotRemembered:
         return None, ()
-    CALLS["repriced"] += 1
+    if notes:
+        CALLS["repriced"] += 1
     return result, tuple(notes)
 
 
@@ -769,23 +771,24 @@ def answer(cur: Current, opts, shown=None) -> Answer:
         CALLS["prefetched"] += 1
         return Answer(ahead)
     with pf.foreground():
-        now = _decided_now(cur, opts)
-    if now is not None:
+        # Decided from the remembered replays, or, where only a link's bandwidth or
+        # latency moved, with those replays re-priced at once (``notes`` says which).
+        now, notes = _repriced_now(cur, opts)
+    if now is not None and not notes:
+        CALLS["analysis"] += 1
+        CALLS["decided_now"] += 1
         pf.put(key, now)
         return Answer(now)
     if shown is None or pf.failed(key):
         # Nothing to show meanwhile, or the background run failed: run here, with the
         # progress bar, where an error shows as the page's message.
         return Answer(analysis_of(cur, opts))
-    with pf.foreground():
-        # A link's bandwidth or latency: re-priced from a remembered replay at once,
-        # while the replay at these settings runs in the background (started after, so
-        # that it does not take the cores from this).
-        repriced, notes = _repriced_now(cur, opts)
     memo = replay_memo()
+    # The replay at these settings, in the background (started after the re-pricing,
+    # so that it did not take the cores from it).
     pf.run_now(key, lambda gate: run_whatif(cur, opts, gate=gate, memo=memo, on_run=_count_run))
-    if repriced is not None and notes:
-        return Answer(repriced, pending=key, repriced=notes)
+    if now is not None:
+        return Answer(now, pending=key, repriced=notes)
     if opts.thresholds.objective == "ttft" and opts.sensitivity_replays:
         # The rows for other instance counts are replays of their own; the rest of the
         # analysis may be all remembered.

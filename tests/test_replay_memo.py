@@ -257,11 +257,13 @@ def test_settings_other_than_link_speeds_are_not_repriced(trace) -> None:
             )
 
 
-def test_only_the_most_recent_results_keep_their_recordings(trace) -> None:
-    from analyzer.replay.memo import RECORDED_MAX
+def test_only_the_most_recent_results_keep_their_recordings(trace, monkeypatch) -> None:
+    """Recordings are kept on the newest results up to a budget of recorded requests."""
+    from analyzer.replay import memo as memo_mod
 
+    per_result = 0
     memo = ReplayMemo(record=True)
-    for n in range(RECORDED_MAX + 3):
+    for n in range(6):
         memo.run(
             trace,
             replace(BASE, pool_gbps=1.0 + n),
@@ -269,12 +271,18 @@ def test_only_the_most_recent_results_keep_their_recordings(trace) -> None:
             trace_key="t",
             ttft_slo_s=0.5,
         )
+        if n == 0:
+            got, points = next(iter(memo._searched.values()))
+            per_result = sum(
+                len(r.picks) for r in {id(r): r for r in memo_mod._recordings(got, points)}.values()
+            )
+            monkeypatch.setattr(memo_mod, "RECORDED_REQUESTS", 3 * per_result)
     kept = [got.stats.recording is not None for got, _ in memo._searched.values()]
-    assert kept == [False] * 3 + [True] * RECORDED_MAX
+    assert per_result > 0 and kept == [False] * 3 + [True] * 3
     for _, points in list(memo._searched.values())[:3]:
         assert all(p.recording is None for p in points)
     results = list(memo._results.values())
-    assert sum(r.stats.recording is not None for r in results) == 2 * RECORDED_MAX
+    assert sum(r.stats.recording is not None for r in results) == 2 * 3
     for r in results:
         if r.stats.recording is None and r.search is not None:
             assert all(p.recording is None for p in r.search.points)

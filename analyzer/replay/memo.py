@@ -16,7 +16,7 @@ The memo is bounded (least recently used entries go first) and safe to share bet
 threads (the dashboard prefetches likely next settings in the background).
 
 ``ReplayMemo(record=True)`` replays with recordings (``run_replay(..., record=True)``),
-kept on the :data:`RECORDED_MAX` most recent results; ``run(..., only_known=True,
+kept on the most recent results up to :data:`RECORDED_REQUESTS`; ``run(..., only_known=True,
 repriced=[])`` then answers a scenario whose replay differs from a remembered one only
 in link bandwidths and latencies by re-pricing that replay
 (:func:`analyzer.replay.reprice.reprice_scenario`) instead of raising
@@ -75,7 +75,10 @@ TIMING_FIELDS = frozenset(
         "nvme_latency_s",
     }
 )
-RECORDED_MAX = 8  # results that keep their recordings (a few MB each), most recent first
+# Requests recorded (summed over every run kept, about 500 bytes each) that the most
+# recent results keep; older results lose their recordings. An analysis of the bundled
+# ``mixed`` sample records about 80,000.
+RECORDED_REQUESTS = 400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,13 @@ def scenario_key(cfg: ClusterConfig, spec: ScenarioSpec) -> ClusterConfig:
     """``cfg`` with the settings ``spec`` never reads put back to their defaults."""
     defaults: dict[str, Any] = {name: _DEFAULTS[name] for name in unread_fields(spec)}
     return replace(cfg, **defaults)
+
+
+def _recordings(got: Any, points: tuple[Any, ...]) -> list[Any]:
+    """The recordings a remembered result and its search points hold."""
+    out = [got.stats.recording] if got.stats.recording is not None else []
+    searched = got.search.points if got.search is not None else ()
+    return out + [p.recording for p in (*points, *searched) if p.recording is not None]
 
 
 class NotRemembered(LookupError):
@@ -180,9 +190,17 @@ class ReplayMemo:
         self._forget_old_recordings()
 
     def _forget_old_recordings(self) -> None:
-        """Drop the recordings of all but the :data:`RECORDED_MAX` most recent results
-        (the lock held): they only serve re-pricing, and cost memory."""
-        recent = list(self._searched.values())[-RECORDED_MAX:]
+        """Keep recordings on the most recent results up to :data:`RECORDED_REQUESTS`
+        recorded requests, drop the others' (the lock held): they only serve
+        re-pricing, and cost memory."""
+        recent: list[tuple[Any, tuple[Any, ...]]] = []
+        total = 0
+        for got, points in reversed(self._searched.values()):
+            runs = {id(r): len(r.picks) for r in _recordings(got, points)}
+            total += sum(runs.values())
+            if recent and total > RECORDED_REQUESTS:
+                break
+            recent.append((got, points))
         keep = {id(got.stats) for got, _ in recent}
         keep_points = {id(points) for _, points in recent}
         for base, (got, points) in list(self._searched.items()):
