@@ -754,6 +754,9 @@ class Answer:
     # (``analyzer.replay.memo.Repriced``): ``result`` is then that re-priced analysis,
     # shown until ``pending`` (the replay at these settings) replaces it.
     repriced: tuple = ()
+    # Set by the page once it has drawn: the background replay of a re-priced answer
+    # starts then, leaving the cores to the drawing until then.
+    drawn: threading.Event | None = None
 
 
 def answer(cur: Current, opts, shown=None) -> Answer:
@@ -784,11 +787,14 @@ def answer(cur: Current, opts, shown=None) -> Answer:
         # progress bar, where an error shows as the page's message.
         return Answer(analysis_of(cur, opts))
     memo = replay_memo()
-    # The replay at these settings, in the background (started after the re-pricing,
-    # so that it did not take the cores from it).
-    pf.run_now(key, lambda gate: run_whatif(cur, opts, gate=gate, memo=memo, on_run=_count_run))
+    # The replay at these settings, in the background; behind a re-priced answer it
+    # starts once the page has drawn that answer.
+    drawn = threading.Event() if now is not None else None
+    pf.run_now(
+        key, lambda gate: run_whatif(cur, opts, gate=gate, memo=memo, on_run=_count_run), drawn
+    )
     if now is not None:
-        return Answer(now, pending=key, repriced=notes)
+        return Answer(now, pending=key, repriced=notes, drawn=drawn)
     if opts.thresholds.objective == "ttft" and opts.sensitivity_replays:
         # The rows for other instance counts are replays of their own; the rest of the
         # analysis may be all remembered.

@@ -27,6 +27,7 @@ import streamlit as st
 log = logging.getLogger("kvpool.dashboard")
 
 Job = tuple[Hashable, Callable[[Callable[[float], None]], object]]
+HOLD_S = 2.0  # the longest a run_now job waits for the page to draw
 
 
 class Prefetcher:
@@ -69,10 +70,17 @@ class Prefetcher:
         while len(self._results) > self._max:
             self._results.popitem(last=False)
 
-    def run_now(self, key: Hashable, fn: Callable[[Callable[[float], None]], object]) -> None:
+    def run_now(
+        self,
+        key: Hashable,
+        fn: Callable[[Callable[[float], None]], object],
+        hold: threading.Event | None = None,
+    ) -> None:
         """Start ``fn(advance)`` at once in a thread of its own, ahead of the queue (which
         waits meanwhile): the answer the user asked for, while the page shows the last
-        one. Nothing happens if ``key`` is known, running, or failed already."""
+        one. Nothing happens if ``key`` is known, running, or failed already. ``hold``:
+        ``fn`` starts once it is set (the page has drawn what it shows meanwhile), or
+        after :data:`HOLD_S` at most."""
         with self._lock:
             if key in self._results or key in self._urgent or key in self._failed:
                 return
@@ -88,6 +96,8 @@ class Prefetcher:
                 self._urgent[key][0] += n
 
         def work() -> None:
+            if hold is not None:
+                hold.wait(HOLD_S)
             try:
                 result = fn(advance)
             except Exception as exc:  # shown by the page, which runs it again itself

@@ -247,7 +247,15 @@ class ReplayMemo:
                     continue
                 if old.stats.recording is None:
                     continue
-                res = resolve(cfg, s, trace.block_size, cost=cost, sampling_rate=1.0 / old.scale)
+                res = resolve(
+                    cfg,
+                    s,
+                    trace.block_size,
+                    cost=cost,
+                    # The same cost model (same key): its remembered compute times too.
+                    prefill_s=old.resolved.plan.prefill_s,
+                    sampling_rate=1.0 / old.scale,
+                )
                 try:
                     got = reprice_scenario(trace, old, res, ttft_slo_s, search_rate, points)
                 except Unrepriceable:

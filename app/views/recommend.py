@@ -254,6 +254,8 @@ def _page() -> None:
             _table_of(
                 [{"term": t, "meaning": m} for t, m in glossary_rows()],
             )
+    if ans.drawn is not None:  # the page is drawn: its background replay may start
+        ans.drawn.set()
 
 
 _page()
