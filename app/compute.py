@@ -661,10 +661,11 @@ def reprice_words(notes) -> list[str]:
         {f"{tiers[t]} {a:g} GB/s" for n in notes for t, a, _ in n.link_gbps if a is not None}
     )
     source = ", ".join(moved) or "the same link bandwidths (other latencies)"
-    names = ", ".join(n.scenario for n in notes)
+    names = ", ".join(sorted({str(n.scenario) for n in notes}))
     head = (
-        f"Re-priced from the replay at {source} (scenarios {names}): the loads re-timed "
-        "for the new link, the queues and prefill run again, the cache hits kept."
+        f"Re-priced from the replay at {source} (scenario {names}), not replayed: the "
+        "loads re-timed for the new link, the queues and prefill run again, the cache "
+        "hits kept."
     )
     if all(n.exact for n in notes):
         return [

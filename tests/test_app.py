@@ -798,3 +798,21 @@ def test_replays_in_the_warm_worker_processes_equal_kvpool_analyze(
         assert page is workers.pool("page", 0) and page is not workers.pool("prefetch", 0)
     finally:
         workers.shutdown()
+
+
+def test_the_repriced_answers_error_is_measured_against_the_replay() -> None:
+    """The words shown once the replay replaces a re-priced answer: the verdicts, and
+    the largest relative differences of the TTFTs and of the highest rates."""
+    from types import SimpleNamespace as NS
+
+    from analyzer.advisor.figures import ReplayFigures, ScenarioFigures
+
+    def result(verdict, p90, rate):
+        sc = ScenarioFigures("pooled", 0.5, 0.1, p90, 0.3, rate)
+        return NS(verdict=verdict, replay=ReplayFigures((sc,)))
+
+    words = compute.reprice_error(result("a", 0.11, 30.0), result("a", 0.10, 32.0))
+    assert "the same verdict (a)" in words
+    assert "within 10.00%" in words and "within 6.2%" in words
+    words = compute.reprice_error(result("a", 0.10, 32.0), result("b", 0.10, 32.0))
+    assert "the verdict a where the replay gives b" in words and "within 0.00%" in words
