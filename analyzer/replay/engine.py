@@ -44,9 +44,12 @@ A request's life:
 
 from __future__ import annotations
 
+import gc
 import heapq
+import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -301,6 +304,7 @@ class Simulation:
             for e in handlers[ev[1]](ev):
                 push(heap, e)
             if self.aborted:
+                self._drop_in_flight()
                 break
         if self.advance is not None and self.done_count % 1024:
             self.advance(self.done_count % 1024)
@@ -322,6 +326,16 @@ class Simulation:
             slo_violations=self.violations,
             hbm_blocks_end=sum(len(i.hbm) for i in self.instances if i.hbm is not None),
         )
+
+    def _drop_in_flight(self) -> None:
+        """Forget the requests a stopped run left queued or in transfer: each holds its
+        instance, which holds it back, a cycle that reference counting cannot free
+        (and the collector is paused while the next run of the search goes on)."""
+        for inst in self.instances:
+            inst.queue.clear()
+            inst.batch = None
+        for lk in self.links:
+            lk.heap.clear()
 
     def _next_seq(self) -> int:
         self.seq += 1
@@ -355,7 +369,7 @@ class Simulation:
             for tier in inst.lower if m < len(blocks) else ():
                 mt = tier.cache.match(blocks)
                 if mt > m:
-                    tier.cache.touch(blocks[:mt], t)
+                    tier.cache.touch_prefix(blocks, mt, t)
                     n_bytes = (mt - m) * self.bpb
                     transfers.append((tier, n_bytes))
                     if measured:
@@ -497,7 +511,7 @@ class Simulation:
                     cnt[b] = c + 1
                     if c:
                         self.dup_blocks += 1
-            evicted = hbm.insert(blocks, t)
+            evicted = hbm.insert_ints(blocks, t)
             if evicted and self.track_dup:
                 cnt = self.dup_count
                 for b in evicted:
@@ -513,11 +527,10 @@ class Simulation:
                 return
         for tier in inst.lower:  # write-through
             cache = tier.cache
-            mt = cache.match(blocks)
+            mt, _ = cache.write(blocks, t)
             if mt < len(blocks):
                 cap = cache.capacity_blocks
                 top = len(blocks) if cap is None or cap > len(blocks) else cap
-                cache.insert(blocks, t)
                 if top > mt:
                     self._write(tier.write, (top - mt) * self.bpb, t, out)
 
@@ -593,4 +606,34 @@ def simulate(
 
     ``slo_abort = (slo_s, allowed)`` stops the run as soon as more than ``allowed``
     measured requests exceed ``slo_s`` (used by the rate search)."""
-    return Simulation(trace, plan, time_scale, slo_abort, advance).run()
+    with collector_paused():
+        return Simulation(trace, plan, time_scale, slo_abort, advance).run()
+
+
+_GC_LOCK = threading.Lock()
+_GC_HOLDERS = [0, False]  # simulations running, whether the collector was on before them
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a simulation runs, as it was after.
+
+    A replay allocates a cache node per block it inserts (a hundred thousand per tier
+    for the ``mixed`` sample) and keeps them: each generation-2 pass of the collector
+    walks all of them again, which made half of a rate search's CPU time. The
+    simulation frees what it drops by reference counting; only a run stopped early
+    (the rate search's) leaves a cycle (queued requests and their instance), which the
+    first collection after it takes, all of it being young. Threads that simulate at
+    once share one pause: the collector is back on when the last of them ends."""
+    with _GC_LOCK:
+        if _GC_HOLDERS[0] == 0:
+            _GC_HOLDERS[1] = gc.isenabled()
+            gc.disable()
+        _GC_HOLDERS[0] += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _GC_HOLDERS[0] -= 1
+            if _GC_HOLDERS[0] == 0 and _GC_HOLDERS[1]:
+                gc.enable()
