@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzer.cache import POLICIES
-from analyzer.cache.kernels import simulate_fast
+from analyzer.cache.kernels import optimal_all, optimal_stack, simulate_fast
 from analyzer.cache.radix import ROOT
 from analyzer.cache.simulate import next_use_requests, simulate
 from analyzer.cache.stack import access_weights, lru_histogram
@@ -229,6 +229,42 @@ def test_policy_simulations_against_oracles(data, capacity):
     best = simulate(*args, capacity, "optimal")
     for policy in ("lru", "fifo", "s3fifo"):
         assert simulate(*args, capacity, policy) <= best, policy
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=chained(max_requests=24), warmup=st.sampled_from([0.0, 0.3, 0.5]))
+def test_one_stack_pass_gives_belady_at_every_capacity(data, warmup):
+    # Belady's MIN is a stack algorithm: one pass over the trace gives the hit tokens of
+    # the per-capacity simulation (and of the brute-force oracle) at every capacity.
+    chains, extra = data
+    tr = make_trace(chains, extra)
+    prompts = tr.prompt_tokens.tolist()
+    first = first_counted_request(tr.n_requests, warmup)
+    args = (tr.block_ids, tr.offsets, tr.prompt_tokens, 4, first)
+    caps = list(range(tr.n_blocks + 3))
+    next_use = next_use_requests(tr.block_ids, tr.offsets)
+    got = optimal_stack(*args, np.array(caps, dtype=np.int64), next_use).tolist()
+    want = [simulate(*args, cap, "optimal") for cap in caps]
+    assert got == want
+    assert got == [naive_belady(chains, prompts, 4, first, cap) for cap in caps]
+    # any subset, in any order, reads the same figures
+    some = caps[::-2]
+    assert optimal_all(*args, some, next_use) == [want[c] for c in some]
+
+
+def test_the_stack_pass_declines_what_is_not_a_prefix_tree():
+    # block 1 after block 0 in one request and first in another: not a tree
+    tr = make_trace([[0, 1], [1, 2]])
+    args = (tr.block_ids, tr.offsets, tr.prompt_tokens, 4, 0)
+    next_use = next_use_requests(tr.block_ids, tr.offsets)
+    assert optimal_stack(*args, np.array([1, 2], dtype=np.int64), next_use).size == 0
+    assert optimal_all(*args, [1, 2], next_use) is None
+    # and the analysis then runs the per-capacity simulations
+    rep = analyze_reuse(
+        tr, ReuseOptions(warmup=0.0, capacities_tokens=(4, 8), policies=("lru", "optimal"))
+    )
+    want = [simulate(*args, c, "optimal") / int(tr.prompt_tokens.sum()) for c in (1, 2)]
+    assert [rate for _, rate in rep.policy_points["optimal"]] == pytest.approx(want)
 
 
 @settings(max_examples=60, deadline=None)
@@ -556,6 +592,25 @@ def test_golden_mooncake_conversation(shared_traces):
     cap = 8192
     want = naive_lru(chains, tr.prompt_tokens.tolist(), 512, half, cap)
     assert rep.hit_rate_at(cap * 512) == pytest.approx(want / rep.prompt_tokens, abs=1e-12)
+
+
+def test_golden_mooncake_belady_at_seven_budgets(shared_traces):
+    # `kvpool reuse --model llama-3.1-8b --capacity-gib 1,2,...,64 --policies lru,optimal`
+    # on the conversation trace: 128 KiB a token, so 16 to 1,024 blocks of 512 tokens.
+    tr = BlockTrace.from_table(
+        mooncake_table(shared_traces / "mooncake" / "conversation_trace.jsonl")
+    )
+    first = first_counted_request(tr.n_requests, 0.5)
+    args = (tr.block_ids, tr.offsets, tr.prompt_tokens, 512, first)
+    caps = [2**30 * g // (128 * 1024) // 512 for g in (1, 2, 4, 8, 16, 32, 64)]
+    assert caps == [16, 32, 64, 128, 256, 512, 1024]
+    next_use = next_use_requests(tr.block_ids, tr.offsets)
+    one_pass = optimal_all(*args, caps, next_use)
+    assert one_pass == [simulate_fast(*args, c, "optimal", next_use) for c in caps]
+    assert one_pass == [3470336, 3808768, 4405248, 5413888, 7029760, 9627136, 13512704]
+    den = int(tr.prompt_tokens[first:].sum())
+    # the printed table: 5.1 % at 1 GiB .. 19.9 % at 64 GiB
+    assert [round(100 * h / den, 1) for h in one_pass] == [5.1, 5.6, 6.5, 8.0, 10.4, 14.2, 19.9]
 
 
 def test_mooncake_through_ingest_gives_the_same_ceiling(shared_traces):

@@ -195,6 +195,137 @@ def leaf_sim(
     return hit
 
 
+@njit(cache=True, inline="always")
+def _better(ra: int, da: int, ia: int, rb: int, db: int, ib: int) -> bool:
+    """Belady's keep order: sooner next use, then shallower, then smaller id."""
+    return ra < rb or (ra == rb and (da < db or (da == db and ia < ib)))
+
+
+@njit(cache=True, nogil=True)
+def optimal_stack(
+    block_ids: np.ndarray,
+    offsets: np.ndarray,
+    prompt_tokens: np.ndarray,
+    block_size: int,
+    first: int,
+    capacities: np.ndarray,
+    next_use: np.ndarray,
+) -> np.ndarray:
+    """Prefix-hit tokens of counted requests under ``leaf_sim``'s optimal policy at every
+    capacity in ``capacities`` (blocks), in one pass; empty when the ids are not a prefix
+    tree (a block seen after two different parents or at two depths): it does not apply.
+
+    Belady's MIN is a stack algorithm (Mattson et al. 1970): at any moment it ranks the
+    blocks by next use alone, whatever the capacity, so the cache of ``C`` blocks is the
+    first ``C`` of one priority stack. With bypass, a request's arrival makes the cache
+    of every size ``C`` the best ``C`` of (that cache and the request's blocks); walking
+    the stack from the top with a heap of candidates gives every size's new contents
+    at once. In a prefix tree a parent's next use is never later than its child's, so
+    ranking equal next uses shallower first makes every size prefix-closed, and the
+    least wanted block is a leaf: the order ``leaf_sim`` evicts in. Ties it breaks by
+    insertion are only among blocks never used again, which are never hit and go
+    before any other, so the hit tokens are the same.
+    """
+    n_caps = capacities.size
+    hits = np.zeros(n_caps, dtype=np.int64)
+    top = 0
+    for c in range(n_caps):
+        top = max(top, int(capacities[c]))
+    n_ids = int(block_ids.max()) + 1 if block_ids.size else 0
+    parent = np.full(n_ids, -2, dtype=np.int64)  # -2: not seen yet
+    rank = np.zeros(n_ids, dtype=np.int64)
+    depth = np.zeros(n_ids, dtype=np.int64)
+    level = np.full(n_ids, -1, dtype=np.int64)  # place in the stack, -1: below ``top``
+    arrival = np.full(n_ids, -1, dtype=np.int64)  # last request holding the block
+    st_r = np.empty(top, dtype=np.int64)  # the stack: rank, depth, id by level
+    st_d = np.empty(top, dtype=np.int64)
+    st_i = np.full(top, -1, dtype=np.int64)
+    max_len = 0
+    for r in range(offsets.size - 1):
+        max_len = max(max_len, offsets[r + 1] - offsets[r])
+    q_r = np.empty(max_len + 1, dtype=np.int64)  # candidates: a heap, best first
+    q_d = np.empty(max_len + 1, dtype=np.int64)
+    q_i = np.empty(max_len + 1, dtype=np.int64)
+    for r in range(offsets.size - 1):
+        lo = offsets[r]
+        hi_ = offsets[r + 1]
+        # lookups at arrival: a block is cached at capacity C when its level is below C
+        for c in range(n_caps):
+            k = 0
+            while lo + k < hi_:
+                lv = level[block_ids[lo + k]]
+                if lv < 0 or lv >= capacities[c]:
+                    break
+                k += 1
+            if r >= first:
+                hits[c] += max(min(k * block_size, prompt_tokens[r] - 1), 0)
+        par = -1
+        n_q = 0
+        for j in range(lo, hi_):
+            b = block_ids[j]
+            if parent[b] == -2:
+                parent[b] = par
+                depth[b] = j - lo
+            elif parent[b] != par or depth[b] != j - lo:
+                return np.empty(0, dtype=np.int64)
+            par = b
+            rank[b] = next_use[j]
+            arrival[b] = r
+            if j - lo < top:  # deeper blocks cannot be within the first ``top``
+                # push onto the candidate heap
+                i = n_q
+                q_r[i], q_d[i], q_i[i] = rank[b], depth[b], b
+                n_q += 1
+                while i > 0:
+                    p = (i - 1) // 2
+                    if _better(q_r[i], q_d[i], q_i[i], q_r[p], q_d[p], q_i[p]):
+                        q_r[i], q_r[p] = q_r[p], q_r[i]
+                        q_d[i], q_d[p] = q_d[p], q_d[i]
+                        q_i[i], q_i[p] = q_i[p], q_i[i]
+                        i = p
+                    else:
+                        break
+        lv = 0
+        while n_q > 0 and lv < top:
+            old = st_i[lv]
+            if old >= 0 and arrival[old] == r:
+                old = -1  # the request's own block: already a candidate
+            if old >= 0 and not _better(q_r[0], q_d[0], q_i[0], st_r[lv], st_d[lv], old):
+                lv += 1
+                continue
+            # the best candidate takes this level; the block there becomes a candidate
+            b = q_i[0]
+            br, bd = q_r[0], q_d[0]
+            if old >= 0:
+                q_r[0], q_d[0], q_i[0] = st_r[lv], st_d[lv], old
+            else:
+                n_q -= 1
+                q_r[0], q_d[0], q_i[0] = q_r[n_q], q_d[n_q], q_i[n_q]
+            i = 0
+            while True:
+                left = 2 * i + 1
+                if left >= n_q:
+                    break
+                m = left
+                if left + 1 < n_q and _better(
+                    q_r[left + 1], q_d[left + 1], q_i[left + 1], q_r[left], q_d[left], q_i[left]
+                ):
+                    m = left + 1
+                if _better(q_r[m], q_d[m], q_i[m], q_r[i], q_d[i], q_i[i]):
+                    q_r[i], q_r[m] = q_r[m], q_r[i]
+                    q_d[i], q_d[m] = q_d[m], q_d[i]
+                    q_i[i], q_i[m] = q_i[m], q_i[i]
+                    i = m
+                else:
+                    break
+            st_r[lv], st_d[lv], st_i[lv] = br, bd, b
+            level[b] = lv
+            lv += 1
+        for i in range(n_q):  # below the deepest capacity asked for
+            level[q_i[i]] = -1
+    return hits
+
+
 @njit(cache=True)
 def _compact_heap(
     hk: np.ndarray,
@@ -385,3 +516,42 @@ def simulate_fast(
             next_use,
         )
     )
+
+
+# One stack pass costs about (requests x the largest capacity) steps of a few ns; one
+# per-capacity run about (accesses x log capacity) of some 100 ns (measured on the
+# Mooncake trace). The pass is taken when it is the cheaper: with 7 capacities up to
+# 1,024 blocks on 12k requests and 276k accesses, 0.08 s against 0.45 s.
+STACK_STEPS_PER_ACCESS = 16
+
+
+def optimal_all(
+    block_ids: np.ndarray,
+    offsets: np.ndarray,
+    prompt_tokens: np.ndarray,
+    block_size: int,
+    first_counted: int,
+    capacities_blocks: list[int],
+    next_use: np.ndarray,
+) -> list[int] | None:
+    """Belady's hit tokens at every capacity from one stack pass (:func:`optimal_stack`),
+    or None when per-capacity runs are cheaper or the ids are not a prefix tree."""
+    if not capacities_blocks:
+        return []
+    n_req = offsets.size - 1
+    steps = n_req * max(max(capacities_blocks), 0)
+    per_capacity = STACK_STEPS_PER_ACCESS * int(offsets[-1]) * len(capacities_blocks)
+    if steps > max(per_capacity, 1 << 16):  # small traces: either is instant
+        return None
+    got = optimal_stack(
+        block_ids[: offsets[-1]],
+        offsets,
+        prompt_tokens,
+        block_size,
+        first_counted,
+        np.asarray(capacities_blocks, dtype=np.int64),
+        next_use,
+    )
+    if got.size != len(capacities_blocks):
+        return None  # not a prefix tree: the per-capacity runs decide
+    return [int(h) for h in got]

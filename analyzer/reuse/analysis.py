@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.cache.kernels import simulate_fast
+from analyzer.cache.kernels import optimal_all, simulate_fast
 from analyzer.cache.policies import get_policy
 from analyzer.cache.policies import label as policy_label
 from analyzer.cache.simulate import next_use_requests
@@ -1159,6 +1159,23 @@ def _policies(
                 else None
             )
             runs = [(p, cap) for p in sim_policies for cap in capacities]
+            known: dict[tuple[str, int], int] = {}
+            if "optimal" in sim_policies and get_policy("optimal").kernel == "optimal":
+                assert next_use is not None
+                # Belady at every capacity from one stack pass, where that is cheaper
+                got = optimal_all(
+                    trace.block_ids,
+                    trace.offsets,
+                    prompt,
+                    bs,
+                    first,
+                    [cap // bs for cap in capacities],
+                    next_use,
+                )
+                if got is not None:
+                    known = {("optimal", cap): h for cap, h in zip(capacities, got, strict=True)}
+                    runs = [run for run in runs if run not in known]
+                    step(share * len(known))
 
             def one(run: tuple[str, int]) -> int:
                 return simulate_fast(
@@ -1172,7 +1189,7 @@ def _policies(
                     next_use,
                 )
 
-            hits = _each(one, runs, opts.jobs, lambda: step(share))
+            hits = {**known, **_each(one, runs, opts.jobs, lambda: step(share))}
             for policy in sim_policies:
                 policy_points[policy] = [
                     (cap, hits[(policy, cap)] / den if den else 0.0) for cap in capacities
