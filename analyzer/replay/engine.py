@@ -40,6 +40,10 @@ A request's life:
    together with any ancestors that tier lacks, so every tier stays prefix-closed.
    Written blocks are visible at once; the write occupies the write direction of the
    link. Without an HBM cache, writes are write-through.
+
+A run can keep a :class:`Recording` of what it decided (each request's instance, hits
+and loads, each completion's writes, the order of arrivals and completions), from which
+:mod:`analyzer.replay.reprice` re-times the run for other link bandwidths or latencies.
 """
 
 from __future__ import annotations
@@ -147,6 +151,34 @@ class Instance:
 
 
 @dataclass(slots=True)
+class Recording:
+    """What one run decided, for re-timing it at other link bandwidths and latencies
+    (:mod:`analyzer.replay.reprice`). Indexed by request (trace order) unless said:
+
+    - ``picks``: the instance the router chose; ``cached``: the router's answers to
+      ``cached(i, blocks)`` in call order (prefix-aware: each instance's HBM prefix),
+      None when it asked none;
+    - ``hits``: cached prompt tokens; ``loads``: one ``(tier, bytes)`` per load, the
+      tier as its position in the instance's tiers below HBM;
+    - ``writes``: per completed request, its writes ``(tier, bytes)`` in issue order;
+      ``dup_blocks``: the duplicated HBM blocks after it completed (when tracked);
+    - ``order``: the completions in the order they ran, each as ``(request, arrivals
+      processed before it)``; with the arrivals at fixed times this is the whole order
+      of the cache operations;
+    - ``complete``: the run went to the end (a rate-search run stopped once its SLO was
+      lost records only the requests it reached)."""
+
+    picks: list[int] = field(default_factory=list)
+    cached: list[tuple[int, ...] | None] = field(default_factory=list)
+    hits: list[int] = field(default_factory=list)
+    loads: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
+    writes: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    dup_blocks: dict[int, int] = field(default_factory=dict)
+    order: list[tuple[int, int]] = field(default_factory=list)
+    complete: bool = False
+
+
+@dataclass(slots=True)
 class RunStats:
     """Raw figures of one simulation (the caller turns them into metrics)."""
 
@@ -164,6 +196,7 @@ class RunStats:
     aborted: bool
     slo_violations: int
     hbm_blocks_end: int
+    recording: Recording | None = None
 
 
 class Simulation:
@@ -174,8 +207,12 @@ class Simulation:
         time_scale: float,
         slo_abort: tuple[float, int] | None = None,
         advance: Advance | None = None,
+        record: bool = False,
     ) -> None:
         self.plan = plan
+        self.rec = Recording() if record else None
+        self._arrived = 0  # arrivals processed (for the recording's order)
+        self._writes: list[tuple[int, float]] | None = None  # the completing request's
         self.bs = trace.block_size
         self.bpb = plan.transfer_bytes_per_token * trace.block_size  # bytes moved per block
         self.n = trace.n_requests
@@ -325,7 +362,14 @@ class Simulation:
             aborted=self.aborted,
             slo_violations=self.violations,
             hbm_blocks_end=sum(len(i.hbm) for i in self.instances if i.hbm is not None),
+            recording=self._finish_recording(),
         )
+
+    def _finish_recording(self) -> Recording | None:
+        rec = self.rec
+        if rec is not None:
+            rec.complete = not self.aborted
+        return rec
 
     def _drop_in_flight(self) -> None:
         """Forget the requests a stopped run left queued or in transfer: each holds its
@@ -352,7 +396,21 @@ class Simulation:
         blocks = self.block_ids[self.offsets[k] : self.offsets[k + 1]].tolist()
         prompt = self.prompts[k]
         loads = self.loads
-        i = self.router.pick(k, self.sessions[k], blocks, loads, self._cached)
+        rec = self.rec
+        if rec is None:
+            i = self.router.pick(k, self.sessions[k], blocks, loads, self._cached)
+        else:
+            self._arrived = k + 1
+            asked: list[int] = []
+
+            def cached(j: int, b: Sequence[int]) -> int:
+                v = self._cached(j, b)
+                asked.append(v)
+                return v
+
+            i = self.router.pick(k, self.sessions[k], blocks, loads, cached)
+            rec.picks.append(i)
+            rec.cached.append(tuple(asked) if asked else None)
         inst = self.instances[i]
         bs = self.bs
         cap = prompt - 1 if prompt > 0 else 0
@@ -377,6 +435,10 @@ class Simulation:
                         self.loaded_by_tier[tier.level] += n_bytes
                     m = mt
         hit = min(m * bs, cap)
+        if rec is not None:
+            rec.hits.append(hit)
+            pos = {id(tier): n for n, tier in enumerate(inst.lower)} if transfers else {}
+            rec.loads.append(tuple((pos[id(tier)], float(b)) for tier, b in transfers))
         new = prompt - hit if prompt > hit else 1
         r = Req(k, t, inst, blocks, hit, new, measured=measured)
         loads[i] += new
@@ -495,8 +557,13 @@ class Simulation:
                 if self.violations > self.slo_abort[1]:
                     self.aborted = True
         blocks = r.blocks
+        rec = self.rec
+        if rec is not None:
+            rec.order.append((r.k, self._arrived))
         if not blocks:
             return
+        if rec is not None:
+            self._writes = rec.writes[r.k] = []
         inst = r.inst
         hbm = inst.hbm
         if hbm is not None:
@@ -521,18 +588,20 @@ class Simulation:
                         self.dup_blocks -= 1
                     else:
                         del cnt[b]
+            if rec is not None and self.track_dup:
+                rec.dup_blocks[r.k] = self.dup_blocks
             if self.plan.write_policy == "on-evict":
                 if evicted:
                     self._spill(inst, 0, evicted, t, out)
                 return
-        for tier in inst.lower:  # write-through
+        for level, tier in enumerate(inst.lower):  # write-through
             cache = tier.cache
             mt, _ = cache.write(blocks, t)
             if mt < len(blocks):
                 cap = cache.capacity_blocks
                 top = len(blocks) if cap is None or cap > len(blocks) else cap
                 if top > mt:
-                    self._write(tier.write, (top - mt) * self.bpb, t, out)
+                    self._write(tier.write, (top - mt) * self.bpb, t, out, level)
 
     def _spill(
         self, inst: Instance, level: int, evicted: list[int], t: float, out: list[Any]
@@ -568,9 +637,15 @@ class Simulation:
             if more:
                 self._spill(inst, level + 1, more, t, out)
         if written:
-            self._write(tier.write, written * self.bpb, t, out)
+            self._write(tier.write, written * self.bpb, t, out, level)
 
-    def _write(self, lk: Link, n_bytes: float, t: float, out: list[tuple[Any, ...]]) -> None:
+    def _write(
+        self, lk: Link, n_bytes: float, t: float, out: list[tuple[Any, ...]], level: int = -1
+    ) -> None:
+        """Write ``n_bytes`` over ``lk``, the write link of the completing request's tier
+        at position ``level`` below HBM (kept by a recording)."""
+        if self._writes is not None:
+            self._writes.append((level, float(n_bytes)))
         if self.free:
             lk.record_instant(n_bytes)
             return
@@ -601,13 +676,15 @@ def simulate(
     time_scale: float,
     slo_abort: tuple[float, int] | None = None,
     advance: Advance | None = None,
+    record: bool = False,
 ) -> RunStats:
     """Replay ``trace`` under ``plan`` with inter-arrival times scaled by ``time_scale``.
 
     ``slo_abort = (slo_s, allowed)`` stops the run as soon as more than ``allowed``
-    measured requests exceed ``slo_s`` (used by the rate search)."""
+    measured requests exceed ``slo_s`` (used by the rate search). ``record``: keep the
+    run's :class:`Recording` in ``RunStats.recording``."""
     with collector_paused():
-        return Simulation(trace, plan, time_scale, slo_abort, advance).run()
+        return Simulation(trace, plan, time_scale, slo_abort, advance, record).run()
 
 
 _GC_LOCK = threading.Lock()
@@ -621,9 +698,9 @@ def collector_paused() -> Iterator[None]:
     A replay allocates a cache node per block it inserts (a hundred thousand per tier
     for the ``mixed`` sample) and keeps them: each generation-2 pass of the collector
     walks all of them again, which made half of a rate search's CPU time. The
-    simulation frees what it drops by reference counting; only a run stopped early
-    (the rate search's) leaves a cycle (queued requests and their instance), which the
-    first collection after it takes, all of it being young. Threads that simulate at
+    simulation frees what it drops by reference counting (a run stopped early, the rate
+    search's, first forgets its queued requests, which hold their instance and are held
+    by it: :meth:`Simulation._drop_in_flight`). Threads that simulate at
     once share one pause: the collector is back on when the last of them ends."""
     with _GC_LOCK:
         if _GC_HOLDERS[0] == 0:
