@@ -770,11 +770,65 @@ def test_a_neighbour_being_prefetched_is_not_started_twice_when_asked_for() -> N
     assert pf.wait(TIMEOUT_S)
 
 
+def _proc_state(pid: int) -> tuple[str, int]:
+    """A process's state letter and CPU ticks used (user + system), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return fields[0], int(fields[11]) + int(fields[12])
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_the_prefetch_is_stopped_while_the_page_computes_and_finishes_when_it_is_idle(
+    monkeypatch,
+) -> None:
+    """The prefetch's processes run at the server's priority (a niced one starved on a
+    busy machine), are stopped where they are while the page computes, using no CPU,
+    and finish their work once the page is idle again."""
+    import os
+
+    from analyzer.replay.run import start_workers
+    from app import workers
+    from app.prefetch import Prefetcher
+
+    monkeypatch.setattr(workers, "MIN_REQUESTS", 0)
+    pf = Prefetcher(hold=workers.hold_prefetch)
+    pool = workers.pool("prefetch", 0)
+    assert pool is not None
+    try:
+        start_workers(pool, workers._size("prefetch"))
+        pids = list(pool._processes)
+        assert pids
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        assert [os.getpriority(os.PRIO_PROCESS, p) for p in pids] == [mine] * len(pids)
+        n = 60_000_000  # a second or more of one core's work
+        running = threading.Event()
+
+        def neighbour(gate):
+            got = pool.submit(sum, range(n))
+            running.set()
+            return got.result()
+
+        pf.submit([("neighbour", neighbour)])
+        assert running.wait(TIMEOUT_S)
+        with pf.foreground():  # the page computes
+            time.sleep(0.3)  # any step it was in the middle of is over: it stays put
+            before = [_proc_state(p) for p in pids]
+            time.sleep(1.0)
+            after = [_proc_state(p) for p in pids]
+            assert {state for state, _ in after} == {"T"}  # stopped
+            assert [ticks for _, ticks in after] == [ticks for _, ticks in before]
+            assert pf.get("neighbour") is None
+        assert pf.wait(TIMEOUT_S)
+        assert pf.get("neighbour") == sum(range(n))
+        assert "T" not in {_proc_state(p)[0] for p in pids}
+    finally:
+        workers.shutdown()
+
+
 def test_replays_in_the_warm_worker_processes_equal_kvpool_analyze(
     tmp_path: Path, monkeypatch
 ) -> None:
     """The dashboard replays in worker processes it keeps across what-ifs (the page's
-    pool, and the prefetch's at a lower priority): the analysis, per-model replays of a
+    pool, and the prefetch's, stopped while the page computes): the analysis, per-model replays of a
     multi-model log included, is `kvpool analyze`'s, byte for byte, and the processes
     are reused from one what-if to the next."""
     from dataclasses import replace

@@ -48,9 +48,12 @@ and loads, each completion's writes, the order of arrivals and completions), fro
 
 from __future__ import annotations
 
+import gc
 import heapq
+import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -338,6 +341,7 @@ class Simulation:
             for e in handlers[ev[1]](ev):
                 push(heap, e)
             if self.aborted:
+                self._drop_in_flight()
                 break
         if self.advance is not None and self.done_count % 1024:
             self.advance(self.done_count % 1024)
@@ -366,6 +370,16 @@ class Simulation:
         if rec is not None:
             rec.complete = not self.aborted
         return rec
+
+    def _drop_in_flight(self) -> None:
+        """Forget the requests a stopped run left queued or in transfer: each holds its
+        instance, which holds it back, a cycle that reference counting cannot free
+        (and the collector is paused while the next run of the search goes on)."""
+        for inst in self.instances:
+            inst.queue.clear()
+            inst.batch = None
+        for lk in self.links:
+            lk.heap.clear()
 
     def _next_seq(self) -> int:
         self.seq += 1
@@ -413,7 +427,7 @@ class Simulation:
             for tier in inst.lower if m < len(blocks) else ():
                 mt = tier.cache.match(blocks)
                 if mt > m:
-                    tier.cache.touch(blocks[:mt], t)
+                    tier.cache.touch_prefix(blocks, mt, t)
                     n_bytes = (mt - m) * self.bpb
                     transfers.append((tier, n_bytes))
                     if measured:
@@ -564,7 +578,7 @@ class Simulation:
                     cnt[b] = c + 1
                     if c:
                         self.dup_blocks += 1
-            evicted = hbm.insert(blocks, t)
+            evicted = hbm.insert_ints(blocks, t)
             if evicted and self.track_dup:
                 cnt = self.dup_count
                 for b in evicted:
@@ -582,11 +596,10 @@ class Simulation:
                 return
         for level, tier in enumerate(inst.lower):  # write-through
             cache = tier.cache
-            mt = cache.match(blocks)
+            mt, _ = cache.write(blocks, t)
             if mt < len(blocks):
                 cap = cache.capacity_blocks
                 top = len(blocks) if cap is None or cap > len(blocks) else cap
-                cache.insert(blocks, t)
                 if top > mt:
                     self._write(tier.write, (top - mt) * self.bpb, t, out, level)
 
@@ -670,4 +683,34 @@ def simulate(
     ``slo_abort = (slo_s, allowed)`` stops the run as soon as more than ``allowed``
     measured requests exceed ``slo_s`` (used by the rate search). ``record``: keep the
     run's :class:`Recording` in ``RunStats.recording``."""
-    return Simulation(trace, plan, time_scale, slo_abort, advance, record).run()
+    with collector_paused():
+        return Simulation(trace, plan, time_scale, slo_abort, advance, record).run()
+
+
+_GC_LOCK = threading.Lock()
+_GC_HOLDERS = [0, False]  # simulations running, whether the collector was on before them
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a simulation runs, as it was after.
+
+    A replay allocates a cache node per block it inserts (a hundred thousand per tier
+    for the ``mixed`` sample) and keeps them: each generation-2 pass of the collector
+    walks all of them again, which made half of a rate search's CPU time. The
+    simulation frees what it drops by reference counting (a run stopped early, the rate
+    search's, first forgets its queued requests, which hold their instance and are held
+    by it: :meth:`Simulation._drop_in_flight`). Threads that simulate at
+    once share one pause: the collector is back on when the last of them ends."""
+    with _GC_LOCK:
+        if _GC_HOLDERS[0] == 0:
+            _GC_HOLDERS[1] = gc.isenabled()
+            gc.disable()
+        _GC_HOLDERS[0] += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _GC_HOLDERS[0] -= 1
+            if _GC_HOLDERS[0] == 0 and _GC_HOLDERS[1]:
+                gc.enable()
