@@ -153,28 +153,38 @@ class Instance:
 @dataclass(slots=True)
 class Recording:
     """What one run decided, for re-timing it at other link bandwidths and latencies
-    (:mod:`analyzer.replay.reprice`). Indexed by request (trace order) unless said:
+    (:mod:`analyzer.replay.reprice`). Flat lists of numbers (no object per request, so
+    the recording adds nothing for the garbage collector to walk). Per request, in
+    trace order:
 
-    - ``picks``: the instance the router chose; ``cached``: the router's answers to
-      ``cached(i, blocks)`` in call order (prefix-aware: each instance's HBM prefix),
-      None when it asked none;
-    - ``hits``: cached prompt tokens; ``loads``: one ``(tier, bytes)`` per load, the
-      tier as its position in the instance's tiers below HBM;
-    - ``writes``: per completed request, its writes ``(tier, bytes)`` in issue order;
-      ``dup_blocks``: the duplicated HBM blocks after it completed (when tracked);
-    - ``order``: the completions in the order they ran, each as ``(request, arrivals
-      processed before it)``; with the arrivals at fixed times this is the whole order
-      of the cache operations;
-    - ``complete``: the run went to the end (a rate-search run stopped once its SLO was
-      lost records only the requests it reached)."""
+    - ``picks``: the instance the router chose; ``cached[cached_at[k]:cached_at[k+1]]``:
+      the router's answers to ``cached(i, blocks)`` in call order (prefix-aware: each
+      instance's HBM prefix);
+    - ``hits``: cached prompt tokens; ``load_level[j], load_bytes[j]`` for ``j`` in
+      ``load_at[k]:load_at[k+1]``: its loads, the tier as its position in the
+      instance's tiers below HBM.
+
+    Per completion, in the order they ran: ``order_k`` the request, ``order_a`` the
+    arrivals processed before it (with the arrivals at fixed times, this is the whole
+    order of the cache operations); its writes ``write_level[j], write_bytes[j]`` for
+    ``j`` in ``write_at[c]:write_at[c+1]``; ``dup_blocks``: the duplicated HBM blocks
+    after it (by request, when tracked). ``complete``: the run went to the end (a
+    rate-search run stopped once its SLO was lost records only the requests it
+    reached)."""
 
     picks: list[int] = field(default_factory=list)
-    cached: list[tuple[int, ...] | None] = field(default_factory=list)
+    cached: list[int] = field(default_factory=list)
+    cached_at: list[int] = field(default_factory=lambda: [0])
     hits: list[int] = field(default_factory=list)
-    loads: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
-    writes: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    load_level: list[int] = field(default_factory=list)
+    load_bytes: list[float] = field(default_factory=list)
+    load_at: list[int] = field(default_factory=lambda: [0])
+    order_k: list[int] = field(default_factory=list)
+    order_a: list[int] = field(default_factory=list)
+    write_level: list[int] = field(default_factory=list)
+    write_bytes: list[float] = field(default_factory=list)
+    write_at: list[int] = field(default_factory=lambda: [0])
     dup_blocks: dict[int, int] = field(default_factory=dict)
-    order: list[tuple[int, int]] = field(default_factory=list)
     complete: bool = False
 
 
@@ -212,7 +222,7 @@ class Simulation:
         self.plan = plan
         self.rec = Recording() if record else None
         self._arrived = 0  # arrivals processed (for the recording's order)
-        self._writes: list[tuple[int, float]] | None = None  # the completing request's
+        self._asked = self.rec.cached if self.rec is not None else []
         self.bs = trace.block_size
         self.bpb = plan.transfer_bytes_per_token * trace.block_size  # bytes moved per block
         self.n = trace.n_requests
@@ -369,6 +379,8 @@ class Simulation:
         rec = self.rec
         if rec is not None:
             rec.complete = not self.aborted
+            if len(rec.write_at) == len(rec.order_k):  # the last completion's writes
+                rec.write_at.append(len(rec.write_level))
         return rec
 
     def _drop_in_flight(self) -> None:
@@ -401,16 +413,9 @@ class Simulation:
             i = self.router.pick(k, self.sessions[k], blocks, loads, self._cached)
         else:
             self._arrived = k + 1
-            asked: list[int] = []
-
-            def cached(j: int, b: Sequence[int]) -> int:
-                v = self._cached(j, b)
-                asked.append(v)
-                return v
-
-            i = self.router.pick(k, self.sessions[k], blocks, loads, cached)
+            i = self.router.pick(k, self.sessions[k], blocks, loads, self._cached_kept)
             rec.picks.append(i)
-            rec.cached.append(tuple(asked) if asked else None)
+            rec.cached_at.append(len(rec.cached))
         inst = self.instances[i]
         bs = self.bs
         cap = prompt - 1 if prompt > 0 else 0
@@ -437,8 +442,10 @@ class Simulation:
         hit = min(m * bs, cap)
         if rec is not None:
             rec.hits.append(hit)
-            pos = {id(tier): n for n, tier in enumerate(inst.lower)} if transfers else {}
-            rec.loads.append(tuple((pos[id(tier)], float(b)) for tier, b in transfers))
+            for tier, b in transfers:
+                rec.load_level.append(inst.lower.index(tier))
+                rec.load_bytes.append(float(b))
+            rec.load_at.append(len(rec.load_level))
         new = prompt - hit if prompt > hit else 1
         r = Req(k, t, inst, blocks, hit, new, measured=measured)
         loads[i] += new
@@ -510,6 +517,12 @@ class Simulation:
 
     # -- helpers ----------------------------------------------------------------------
 
+    def _cached_kept(self, i: int, blocks: Sequence[int]) -> int:
+        """:meth:`_cached`, its answer kept for the recording."""
+        v = self._cached(i, blocks)
+        self._asked.append(v)
+        return v
+
     def _cached(self, i: int, blocks: Sequence[int]) -> int:
         hbm = self.instances[i].hbm
         return hbm.match(blocks) * self.bs if hbm is not None else 0
@@ -559,11 +572,12 @@ class Simulation:
         blocks = r.blocks
         rec = self.rec
         if rec is not None:
-            rec.order.append((r.k, self._arrived))
+            if rec.order_k:  # the previous completion's writes end here
+                rec.write_at.append(len(rec.write_level))
+            rec.order_k.append(r.k)
+            rec.order_a.append(self._arrived)
         if not blocks:
             return
-        if rec is not None:
-            self._writes = rec.writes[r.k] = []
         inst = r.inst
         hbm = inst.hbm
         if hbm is not None:
@@ -644,8 +658,10 @@ class Simulation:
     ) -> None:
         """Write ``n_bytes`` over ``lk``, the write link of the completing request's tier
         at position ``level`` below HBM (kept by a recording)."""
-        if self._writes is not None:
-            self._writes.append((level, float(n_bytes)))
+        rec = self.rec
+        if rec is not None:
+            rec.write_level.append(level)
+            rec.write_bytes.append(float(n_bytes))
         if self.free:
             lk.record_instant(n_bytes)
             return

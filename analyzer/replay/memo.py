@@ -75,7 +75,7 @@ TIMING_FIELDS = frozenset(
         "nvme_latency_s",
     }
 )
-# Requests recorded (summed over every run kept, about 500 bytes each) that the most
+# Requests recorded (summed over every run kept, about 350 bytes each) that the most
 # recent results keep; older results lose their recordings. An analysis of the bundled
 # ``mixed`` sample records about 80,000.
 RECORDED_REQUESTS = 400_000

@@ -112,12 +112,14 @@ class _Retimer(Simulation):
         # Each recorded completion's slot: (arrivals before it, its rank among the
         # completions between the same two arrivals).
         self.slot: dict[int, tuple[int, int]] = {}
+        self.nth: dict[int, int] = {}  # request -> its completion's index (its writes)
         rank = 0
         last = -1
-        for k, a in rec.order:
+        for c, (k, a) in enumerate(zip(rec.order_k, rec.order_a, strict=True)):
             rank = rank + 1 if a == last else 0
             last = a
             self.slot[k] = (a, rank)
+            self.nth[k] = c
         self.rank = 0
         self.last = -1
 
@@ -134,14 +136,15 @@ class _Retimer(Simulation):
         self._arrived = k + 1
         n_blocks = self.offsets[k + 1] - self.offsets[k]
         i = rec.picks[k]
-        asked = rec.cached[k]
+        c0 = rec.cached_at[k]
+        asked = rec.cached
         loads = self.loads
         got = self.router.pick(
             k,
             self.sessions[k],
             range(n_blocks),
             loads,
-            (lambda j, _b: asked[j]) if asked is not None else _no_cache,
+            (lambda j, _b: asked[c0 + j]) if rec.cached_at[k + 1] > c0 else _no_cache,
         )
         if got != i:
             self.rerouted += 1
@@ -154,12 +157,13 @@ class _Retimer(Simulation):
         loads[i] += new
         if measured:
             self.prompt_measured += prompt
-        transfers = rec.loads[k]
-        if transfers:
-            r.pending = len(transfers)
+        j0, j1 = rec.load_at[k], rec.load_at[k + 1]
+        if j1 > j0:
+            r.pending = j1 - j0
             lower = inst.lower
-            for level, n_bytes in transfers:
-                tier = lower[level]
+            for j in range(j0, j1):
+                tier = lower[rec.load_level[j]]
+                n_bytes = rec.load_bytes[j]
                 if tier.latency_s > 0:
                     out.append((t + tier.latency_s, 1, self._next_seq(), tier.read, (n_bytes, r)))
                 else:
@@ -198,9 +202,12 @@ class _Retimer(Simulation):
         if self.track_dup:
             self._dup_tick(t)
             self.dup_blocks = rec.dup_blocks.get(r.k, self.dup_blocks)
+        c = self.nth.get(r.k)
+        if c is None:
+            return  # past a stopped run's recording: its writes are unknown (no read waits)
         lower = r.inst.lower
-        for level, n_bytes in rec.writes.get(r.k, ()):
-            self._write(lower[level].write, n_bytes, t, out)
+        for j in range(rec.write_at[c], rec.write_at[c + 1]):
+            self._write(lower[rec.write_level[j]].write, rec.write_bytes[j], t, out)
 
 
 def _no_cache(_i: int, _blocks: Sequence[int]) -> int:
@@ -232,7 +239,7 @@ def retime(
     if sim.beyond:  # stopped where the recording stops: the rest is unknown
         stats.aborted = True
     exact = decided and sim.reordered == 0 and sim.rerouted == 0
-    if not sim.beyond and not stats.aborted and sim.completions != len(rec.order):
+    if not sim.beyond and not stats.aborted and sim.completions != len(rec.order_k):
         exact = False
     return Retimed(stats, exact, sim.reordered, sim.rerouted, decided)
 
