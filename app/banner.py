@@ -14,12 +14,14 @@ import streamlit as st
 from analyzer.report.figures import VERDICT_COLOR, VERDICT_TEXT
 
 
-def banner_html(verdict: str, lines: list[str], stale: bool = False) -> str:
+def banner_html(verdict: str, lines: list[str], stale: bool = False, repriced: bool = False) -> str:
     """The banner; ``stale``: it is the previous settings' verdict, shown while the new
-    one is computed (``data-stale`` lets a browser test tell the two apart)."""
+    one is computed (``data-stale`` lets a browser test tell the two apart);
+    ``repriced``: it is re-priced from a replay at other link speeds until the replay
+    at these settings replaces it (``data-repriced``)."""
     color = VERDICT_COLOR.get(verdict, "#444444")
     body = "".join(f"<p style='margin:0.35em 0 0 0'>{html.escape(t)}</p>" for t in lines)
-    mark = " data-stale='1'" if stale else ""
+    mark = (" data-stale='1'" if stale else "") + (" data-repriced='1'" if repriced else "")
     return (
         f"<div data-testid='kvpool-verdict' data-verdict='{html.escape(verdict)}'{mark} "
         f"style='background:{color};color:#fff;border-radius:8px;padding:1.1em 1.4em;"
@@ -30,8 +32,10 @@ def banner_html(verdict: str, lines: list[str], stale: bool = False) -> str:
     )
 
 
-def verdict_banner(verdict: str, lines: list[str], stale: bool = False) -> None:
-    st.markdown(banner_html(verdict, lines, stale), unsafe_allow_html=True)
+def verdict_banner(
+    verdict: str, lines: list[str], stale: bool = False, repriced: bool = False
+) -> None:
+    st.markdown(banner_html(verdict, lines, stale, repriced), unsafe_allow_html=True)
 
 
 def settings_line(opts) -> str:

@@ -376,7 +376,8 @@ def replay_memo():
     background prefetch all fill and read it, so a scenario is replayed once."""
     from analyzer.replay.memo import ReplayMemo
 
-    return ReplayMemo(max_entries=128)
+    # With recordings, so that a link-bandwidth what-if is re-priced at once (below).
+    return ReplayMemo(max_entries=128, record=True)
 
 
 def _count_run(name: str) -> None:
@@ -523,6 +524,7 @@ def run_whatif(
     memo=None,
     only_known: bool = False,
     parallel: bool = True,
+    repriced: list | None = None,
 ):
     """``run_analysis`` on the loaded trace with every layer remembered: the reuse report
     per warm-up and model, each replay per scenario and the settings it reads. Safe to
@@ -534,7 +536,10 @@ def run_whatif(
     page's warm worker processes (:mod:`app.workers`), as the Replay page does, for the
     answer the user waits for; the prefetch passes False: its replays go to the one
     low-priority prefetch process, which leaves the cores to the page (small traces are
-    replayed in the calling thread, where the prefetch pauses at ``gate``)."""
+    replayed in the calling thread, where the prefetch pauses at ``gate``).
+    ``repriced`` (with ``only_known``): a replay that differs from a remembered one only
+    in link bandwidths and latencies is re-priced from it instead (each scenario's
+    ``analyzer.replay.memo.Repriced`` appended to the list)."""
     from analyzer.advisor import run_analysis
     from analyzer.cost import CostModel
 
@@ -578,6 +583,7 @@ def run_whatif(
             cost_key=None if part is None else "per-model fit",
             on_run=on_run,
             only_known=only_known,
+            repriced=repriced,
             workers=workers,
             # Results do not depend on where the scenarios run (tests/test_replay.py).
             pool=pool,
@@ -629,6 +635,86 @@ def _decided_now(cur: Current, opts):
     return result
 
 
+def _repriced_now(cur: Current, opts):
+    """The analysis for ``opts`` from the remembered replays, those it lacks re-priced
+    from a remembered replay at other link bandwidths or latencies
+    (``analyzer.replay.reprice``), and what was re-priced (nothing: the analysis is
+    decided, as :func:`_decided_now`); (None, ()) when a replay it needs can be
+    neither remembered nor re-priced."""
+    from analyzer.replay.memo import NotRemembered
+
+    notes: list = []
+    try:
+        result = run_whatif(cur, opts, only_known=True, repriced=notes)
+    except NotRemembered:
+        return None, ()
+    if notes:
+        CALLS["repriced"] += 1
+    return result, tuple(notes)
+
+
+def reprice_words(notes) -> list[str]:
+    """What a re-priced answer is, in the page's words: from which replay, exact or how
+    approximate (see docs/replay.md, "Re-pricing for another link bandwidth")."""
+    tiers = {"dram": "host DRAM link", "nvme": "NVMe", "pool": "pool link"}
+    moved = sorted(
+        {f"{tiers[t]} {a:g} GB/s" for n in notes for t, a, _ in n.link_gbps if a is not None}
+    )
+    source = ", ".join(moved) or "the same link bandwidths (other latencies)"
+    names = ", ".join(sorted({str(n.scenario) for n in notes}))
+    head = (
+        f"Re-priced from the replay at {source} (scenario {names}), not replayed: the "
+        "loads re-timed for the new link, the queues and prefill run again, the cache "
+        "hits kept."
+    )
+    if all(n.exact for n in notes):
+        return [
+            head,
+            "Exact: every request finished in the same order among the arrivals and was "
+            "routed as in that replay, so these figures equal a replay at these settings.",
+        ]
+    moved_n = sum(n.reordered for n in notes)
+    rerouted = sum(n.rerouted for n in notes)
+    runs = sum(n.runs for n in notes)
+    main = all(n.main_exact for n in notes)
+    return [
+        head,
+        f"Approximate: over the {runs} runs re-timed (the trace's rate and the rate "
+        f"search's), {moved_n:,} request completions moved among the arrivals and "
+        f"{rerouted:,} routes would have changed, so some cache hits may differ from a "
+        "replay's"
+        + (" (the run at the trace's rate is exact)" if main else "")
+        + ". The replay at these settings runs in the background and replaces this "
+        "answer; the page then says how far off it was.",
+    ]
+
+
+def reprice_error(before, after) -> str:
+    """How far a re-priced answer was from the replay that replaced it, in words."""
+    a, b = before.replay, after.replay
+    verdict = (
+        f"the same verdict ({after.verdict})"
+        if before.verdict == after.verdict
+        else f"the verdict {before.verdict} where the replay gives {after.verdict}"
+    )
+    ttft = rate = 0.0
+    if a is not None and b is not None:
+        for s in b.scenarios:
+            r = a.get(s.name)
+            if r is None:
+                continue
+            for x, y in ((r.ttft_mean_s, s.ttft_mean_s), (r.ttft_p90_s, s.ttft_p90_s)):
+                if y:
+                    ttft = max(ttft, abs(x - y) / y)
+            if r.max_rate_scale and s.max_rate_scale:
+                rate = max(rate, abs(r.max_rate_scale - s.max_rate_scale) / s.max_rate_scale)
+    return (
+        f"Replayed: the re-priced answer shown before had {verdict}; its mean and p90 TTFTs "
+        f"were within {ttft:.2%} and its highest rates under the SLO within {rate:.1%} of "
+        "the replay's."
+    )
+
+
 def analysis_of(cur: Current, opts):
     """The analysis of the trace on screen for ``opts`` (``AnalyzeOptions``): from the
     prefetch or an earlier page when it got there first, from the remembered replays
@@ -665,6 +751,13 @@ class Answer:
     stale: bool = False
     pending: Any = None  # the background job's key, polled by the page
     partial: str = ""  # what the result leaves out until ``pending`` is done
+    # The scenarios re-priced from a replay at other link speeds rather than replayed
+    # (``analyzer.replay.memo.Repriced``): ``result`` is then that re-priced analysis,
+    # shown until ``pending`` (the replay at these settings) replaces it.
+    repriced: tuple = ()
+    # Set by the page once it has drawn: the background replay of a re-priced answer
+    # starts then, leaving the cores to the drawing until then.
+    drawn: threading.Event | None = None
 
 
 def answer(cur: Current, opts, shown=None) -> Answer:
@@ -682,8 +775,12 @@ def answer(cur: Current, opts, shown=None) -> Answer:
         CALLS["prefetched"] += 1
         return Answer(ahead)
     with pf.foreground():
-        now = _decided_now(cur, opts)
-    if now is not None:
+        # Decided from the remembered replays, or, where only a link's bandwidth or
+        # latency moved, with those replays re-priced at once (``notes`` says which).
+        now, notes = _repriced_now(cur, opts)
+    if now is not None and not notes:
+        CALLS["analysis"] += 1
+        CALLS["decided_now"] += 1
         pf.put(key, now)
         return Answer(now)
     if shown is None or pf.failed(key):
@@ -691,7 +788,14 @@ def answer(cur: Current, opts, shown=None) -> Answer:
         # progress bar, where an error shows as the page's message.
         return Answer(analysis_of(cur, opts))
     memo = replay_memo()
-    pf.run_now(key, lambda gate: run_whatif(cur, opts, gate=gate, memo=memo, on_run=_count_run))
+    # The replay at these settings, in the background; behind a re-priced answer it
+    # starts once the page has drawn that answer.
+    drawn = threading.Event() if now is not None else None
+    pf.run_now(
+        key, lambda gate: run_whatif(cur, opts, gate=gate, memo=memo, on_run=_count_run), drawn
+    )
+    if now is not None:
+        return Answer(now, pending=key, repriced=notes, drawn=drawn)
     if opts.thresholds.objective == "ttft" and opts.sensitivity_replays:
         # The rows for other instance counts are replays of their own; the rest of the
         # analysis may be all remembered.

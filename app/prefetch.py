@@ -6,10 +6,12 @@ the catalog. Their replays land in the server's :class:`~analyzer.replay.memo.Re
 and their results here, so the click that asks for one answers at once.
 
 The thread never competes with the page: while a page computes (:func:`foreground`)
-the background replay waits at its next progress step, and a new set of neighbours
-replaces the ones not started yet. It touches no page element (no Streamlit call), so
-it logs nothing. On a 2-core machine shared with other work, a prefetch started just
-before a click can still slow that click while it finishes its current step.
+its replay's worker processes are stopped where they are and continued after
+(:func:`app.workers.hold_prefetch`), the thread waits at its next progress step, and a
+new set of neighbours replaces the ones not started yet. While the page is idle the
+prefetch runs at the server's own priority, so it finishes in a bounded time however
+busy the machine is with other work. It touches no page element (no Streamlit call),
+so it logs nothing.
 """
 
 from __future__ import annotations
@@ -27,12 +29,20 @@ import streamlit as st
 log = logging.getLogger("kvpool.dashboard")
 
 Job = tuple[Hashable, Callable[[Callable[[float], None]], object]]
+HOLD_S = 2.0  # the longest a run_now job waits for the page to draw
 
 
 class Prefetcher:
-    """One background worker running the latest list of jobs, pausing for the page."""
+    """One background worker running the latest list of jobs, pausing for the page.
 
-    def __init__(self, max_results: int = 32) -> None:
+    ``hold(True)`` is called when the page starts computing while a neighbour the user
+    has not asked for is prefetched, ``hold(False)`` when it may go on: the dashboard
+    stops the prefetch's worker processes meanwhile (:func:`app.workers.hold_prefetch`),
+    as the thread itself waits at its next progress step."""
+
+    def __init__(self, max_results: int = 32, hold: Callable[[bool], None] | None = None) -> None:
+        self._hold = hold
+        self._held = False
         self._lock = threading.Lock()
         self._pending: list[Job] = []
         self._thread: threading.Thread | None = None
@@ -50,6 +60,16 @@ class Prefetcher:
         self._progress: list[float] = [0.0, 0.0]
         self._promoted: Hashable | None = None
         self.started: list[Hashable] = []  # what ran, in order (tests read it)
+
+    def _rehold(self) -> None:
+        """Hold the prefetch's processes exactly while the page computes and the
+        neighbour they work on is not the one asked for (the lock held)."""
+        want = self._busy > 0 and not (
+            self._current is not None and self._current == self._promoted
+        )
+        if want != self._held and self._hold is not None:
+            self._hold(want)
+        self._held = want
 
     def get(self, key: Hashable):
         with self._lock:
@@ -69,25 +89,36 @@ class Prefetcher:
         while len(self._results) > self._max:
             self._results.popitem(last=False)
 
-    def run_now(self, key: Hashable, fn: Callable[[Callable[[float], None]], object]) -> None:
+    def run_now(
+        self,
+        key: Hashable,
+        fn: Callable[[Callable[[float], None]], object],
+        hold: threading.Event | None = None,
+    ) -> None:
         """Start ``fn(advance)`` at once in a thread of its own, ahead of the queue (which
         waits meanwhile): the answer the user asked for, while the page shows the last
-        one. Nothing happens if ``key`` is known, running, or failed already."""
+        one. Nothing happens if ``key`` is known, running, or failed already. ``hold``:
+        ``fn`` starts once it is set (the page has drawn what it shows meanwhile), or
+        after :data:`HOLD_S` at most."""
         with self._lock:
             if key in self._results or key in self._urgent or key in self._failed:
                 return
             if key == self._current:  # the prefetch is on it: let it run unpaused
                 self._promoted = key
+                self._rehold()
                 return
             self._urgent[key] = [0.0, time.monotonic()]
             self._busy += 1
             self._idle.clear()
+            self._rehold()
 
         def advance(n: float) -> None:
             with self._lock:
                 self._urgent[key][0] += n
 
         def work() -> None:
+            if hold is not None:
+                hold.wait(HOLD_S)
             try:
                 result = fn(advance)
             except Exception as exc:  # shown by the page, which runs it again itself
@@ -103,6 +134,7 @@ class Prefetcher:
                     self._busy -= 1
                     if self._busy == 0:
                         self._idle.set()
+                    self._rehold()
 
         thread = threading.Thread(target=work, name="kvpool-whatif", daemon=True)
         with self._lock:
@@ -151,6 +183,7 @@ class Prefetcher:
                 key, fn = self._pending.pop(0)
                 self.started.append(key)
                 self._current, self._progress = key, [0.0, time.monotonic()]
+                self._rehold()
             self._idle.wait()
             try:
                 result = fn(self._gate)
@@ -171,6 +204,7 @@ class Prefetcher:
         with self._lock:
             self._busy += 1
             self._idle.clear()
+            self._rehold()
         try:
             yield
         finally:
@@ -178,6 +212,7 @@ class Prefetcher:
                 self._busy -= 1
                 if self._busy == 0:
                     self._idle.set()
+                self._rehold()
 
     def wait(self, timeout_s: float) -> bool:
         """Block until the queue and every :meth:`run_now` job are done (tests); False
@@ -195,7 +230,9 @@ class Prefetcher:
 
 @st.cache_resource(show_spinner=False)
 def prefetcher() -> Prefetcher:
-    return Prefetcher()
+    from app import workers
+
+    return Prefetcher(hold=workers.hold_prefetch)
 
 
 def analysis_key(cur, opts) -> Hashable:

@@ -7,11 +7,17 @@ against the page: every click then waited for it. So the server keeps two pools
 (:func:`analyzer.replay.run.worker_pool`), started in the background on the first
 page, and nothing heavy runs in its own process:
 
-* ``page``: one process per core (at most four), at the server's priority, for the
-  replays a user waits for (the first Recommendation, a what-if, the Replay page);
-* ``prefetch``: one process at a lower priority (``nice`` 5: about a quarter of a
-  core's share against one of the page's), for the settings the user may try next
-  (:mod:`app.prefetch`); it runs at full speed while the page needs nothing.
+* ``page``: one process per core (at most four), for the replays a user waits for (the
+  first Recommendation, a what-if, the Replay page);
+* ``prefetch``: as many, for the settings the user may try next (:mod:`app.prefetch`).
+  They run at the server's priority while the page needs nothing, and are stopped
+  outright (``SIGSTOP``, :func:`hold_prefetch`) while it computes, then continued where
+  they were. They once ran at a lower priority (``nice`` 5) instead: on a machine busy
+  with other work a niced process gets almost no CPU (a sixth of a core against ten
+  busy processes on two cores), so the prefetch of a neighbour had not finished after
+  a minute of reading; stopped and continued, it never slows the page and gets a fair
+  share of the machine whenever the page is idle. Where processes cannot be stopped
+  (Windows) the prefetch runs beside the page.
 
 When the server stops, the processes are stopped with it, a replay they were running
 abandoned (:func:`stop`).
@@ -23,18 +29,20 @@ before: a small replay is over before a process would have read its arguments.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import suppress
 
 MIN_REQUESTS = 2000  # a smaller trace is replayed in the calling thread
-PREFETCH_NICE = 5  # the prefetch's worker yields most of the CPU to the page's
 
 _LOCK = threading.Lock()
 _POOLS: dict[str, ProcessPoolExecutor] = {}
+_HELD = [False]  # whether the prefetch's processes are stopped for the page
 
 
 def _size(kind: str) -> int:
-    return 1 if kind == "prefetch" else max(1, min(os.cpu_count() or 1, 4))
+    return max(1, min(os.cpu_count() or 1, 4))
 
 
 def pool(kind: str, n_requests: int) -> ProcessPoolExecutor | None:
@@ -48,7 +56,7 @@ def pool(kind: str, n_requests: int) -> ProcessPoolExecutor | None:
         if got is None or getattr(got, "_broken", False):
             from analyzer.replay.run import worker_pool
 
-            got = worker_pool(_size(kind), nice=PREFETCH_NICE if kind == "prefetch" else 0)
+            got = worker_pool(_size(kind))
             if not _POOLS:
                 _at_exit(stop)
             _POOLS[kind] = got
@@ -73,8 +81,29 @@ def warm_up() -> None:
     threading.Thread(target=start, name="kvpool-workers", daemon=True).start()
 
 
+def _pids(got: ProcessPoolExecutor | None) -> list[int]:
+    return list(getattr(got, "_processes", None) or {}) if got is not None else []
+
+
+def hold_prefetch(held: bool) -> None:
+    """Stop the prefetch's processes where they are (``held``: the page computes), or
+    continue them. A process the prefetch pool starts later is continued by the next
+    call; one stopped mid-replay holds its memory until then. Nothing where the system
+    has no such signals."""
+    sig = getattr(signal, "SIGSTOP" if held else "SIGCONT", None)
+    with _LOCK:
+        _HELD[0] = held
+        pids = _pids(_POOLS.get("prefetch"))
+    if sig is None:
+        return
+    for pid in pids:
+        with suppress(OSError):  # exited meanwhile
+            os.kill(pid, sig)
+
+
 def shutdown() -> None:
     """Stop both pools once their running replays are over (tests)."""
+    hold_prefetch(False)  # a stopped process would never be over
     with _LOCK:
         pools = list(_POOLS.values())
         _POOLS.clear()
@@ -92,6 +121,9 @@ def stop() -> None:
         # as multiprocessing ends them, then the executor is told to stop.
         for proc in list(getattr(got, "_processes", {}).values()):
             proc.terminate()
+            if hasattr(signal, "SIGCONT"):  # a stopped process takes its SIGTERM once continued
+                with suppress(OSError):
+                    os.kill(proc.pid, signal.SIGCONT)
         got.shutdown(wait=False, cancel_futures=True)
 
 

@@ -654,6 +654,59 @@ def test_a_change_needing_replays_keeps_the_last_answer_until_ready(
     assert "3 instances" in " ".join(c.value for c in at.caption)
 
 
+def test_a_pool_bandwidth_is_repriced_at_once_then_replayed(
+    at: AppTest, sample: Path, monkeypatch
+) -> None:
+    """The pool's bandwidth (not prefetched): the page answers on the same run with the
+    verdict re-priced from the remembered replay at the catalog's bandwidth, marked
+    ``data-repriced`` and saying so, while the pooled scenario replays in the
+    background; the next run shows the replayed verdict, `kvpool analyze`'s for the
+    same settings, and how far the re-priced one was from it."""
+    from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.replay import ClusterConfig
+    from analyzer.replay.memo import ReplayMemo
+    from app import prefetch
+
+    prefetch.prefetcher().wait(TIMEOUT_S)
+    monkeypatch.setattr(prefetch, "after_analysis", lambda cur, opts: None)
+    memo, pf = ReplayMemo(record=True), prefetch.Prefetcher()
+    monkeypatch.setattr(compute, "replay_memo", lambda: memo)
+    monkeypatch.setattr(prefetch, "prefetcher", lambda: pf)
+    at.switch_page("views/recommend.py").run()
+    assert_clean(at)
+    runs = memo.runs
+    threads: list[str] = []
+    counted = compute._count_run
+    monkeypatch.setattr(
+        compute,
+        "_count_run",
+        lambda name: (threads.append(threading.current_thread().name), counted(name)),
+    )
+    at.number_input(key="ctl.pool_gbps").set_value(3.0).run()
+    assert_clean(at)
+    banner = next(m.value for m in at.markdown if "data-verdict" in m.value)
+    assert "data-repriced='1'" in banner and "data-stale" not in banner
+    words = " ".join(c.value for c in at.caption)
+    assert "Re-priced from the replay at pool link 21.75 GB/s" in words
+    assert "Exact:" in words or "Approximate:" in words
+    assert memo.repriced >= 1
+    repriced = banner
+    assert pf.wait(TIMEOUT_S)
+    # The pooled scenario, replayed in the background, never on the page's thread.
+    assert memo.runs > runs and set(threads) == {"kvpool-whatif"}
+    at.run()
+    assert_clean(at)
+    banner = next(m.value for m in at.markdown if "data-verdict" in m.value)
+    assert "data-repriced" not in banner and "data-stale" not in banner
+    fresh = run_analysis([str(sample)], AnalyzeOptions(cluster=ClusterConfig(pool_gbps=3.0)))
+    assert f"data-verdict='{fresh.verdict}'" in banner
+    words = " ".join(c.value for c in at.caption)
+    assert "Replayed: the re-priced answer shown before had" in words
+    same = repriced.replace(" data-repriced='1'", "") == banner
+    assert ("the same verdict" in words) == (f"data-verdict='{fresh.verdict}'" in repriced)
+    assert same or "the same verdict" not in words or "within" in words
+
+
 def test_a_price_redecides_without_a_replay(at: AppTest, sample: Path, monkeypatch) -> None:
     """The GPU's price, moved on the page, reaches the money (as `kvpool analyze
     --gpu-hour-usd`) and replays nothing."""
@@ -717,11 +770,65 @@ def test_a_neighbour_being_prefetched_is_not_started_twice_when_asked_for() -> N
     assert pf.wait(TIMEOUT_S)
 
 
+def _proc_state(pid: int) -> tuple[str, int]:
+    """A process's state letter and CPU ticks used (user + system), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return fields[0], int(fields[11]) + int(fields[12])
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_the_prefetch_is_stopped_while_the_page_computes_and_finishes_when_it_is_idle(
+    monkeypatch,
+) -> None:
+    """The prefetch's processes run at the server's priority (a niced one starved on a
+    busy machine), are stopped where they are while the page computes, using no CPU,
+    and finish their work once the page is idle again."""
+    import os
+
+    from analyzer.replay.run import start_workers
+    from app import workers
+    from app.prefetch import Prefetcher
+
+    monkeypatch.setattr(workers, "MIN_REQUESTS", 0)
+    pf = Prefetcher(hold=workers.hold_prefetch)
+    pool = workers.pool("prefetch", 0)
+    assert pool is not None
+    try:
+        start_workers(pool, workers._size("prefetch"))
+        pids = list(pool._processes)
+        assert pids
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        assert [os.getpriority(os.PRIO_PROCESS, p) for p in pids] == [mine] * len(pids)
+        n = 60_000_000  # a second or more of one core's work
+        running = threading.Event()
+
+        def neighbour(gate):
+            got = pool.submit(sum, range(n))
+            running.set()
+            return got.result()
+
+        pf.submit([("neighbour", neighbour)])
+        assert running.wait(TIMEOUT_S)
+        with pf.foreground():  # the page computes
+            time.sleep(0.3)  # any step it was in the middle of is over: it stays put
+            before = [_proc_state(p) for p in pids]
+            time.sleep(1.0)
+            after = [_proc_state(p) for p in pids]
+            assert {state for state, _ in after} == {"T"}  # stopped
+            assert [ticks for _, ticks in after] == [ticks for _, ticks in before]
+            assert pf.get("neighbour") is None
+        assert pf.wait(TIMEOUT_S)
+        assert pf.get("neighbour") == sum(range(n))
+        assert "T" not in {_proc_state(p)[0] for p in pids}
+    finally:
+        workers.shutdown()
+
+
 def test_replays_in_the_warm_worker_processes_equal_kvpool_analyze(
     tmp_path: Path, monkeypatch
 ) -> None:
     """The dashboard replays in worker processes it keeps across what-ifs (the page's
-    pool, and the prefetch's at a lower priority): the analysis, per-model replays of a
+    pool, and the prefetch's, stopped while the page computes): the analysis, per-model replays of a
     multi-model log included, is `kvpool analyze`'s, byte for byte, and the processes
     are reused from one what-if to the next."""
     from dataclasses import replace
@@ -745,3 +852,21 @@ def test_replays_in_the_warm_worker_processes_equal_kvpool_analyze(
         assert page is workers.pool("page", 0) and page is not workers.pool("prefetch", 0)
     finally:
         workers.shutdown()
+
+
+def test_the_repriced_answers_error_is_measured_against_the_replay() -> None:
+    """The words shown once the replay replaces a re-priced answer: the verdicts, and
+    the largest relative differences of the TTFTs and of the highest rates."""
+    from types import SimpleNamespace as NS
+
+    from analyzer.advisor.figures import ReplayFigures, ScenarioFigures
+
+    def result(verdict, p90, rate):
+        sc = ScenarioFigures("pooled", 0.5, 0.1, p90, 0.3, rate)
+        return NS(verdict=verdict, replay=ReplayFigures((sc,)))
+
+    words = compute.reprice_error(result("a", 0.11, 30.0), result("a", 0.10, 32.0))
+    assert "the same verdict (a)" in words
+    assert "within 10.00%" in words and "within 6.2%" in words
+    words = compute.reprice_error(result("a", 0.10, 32.0), result("b", 0.10, 32.0))
+    assert "the verdict a where the replay gives b" in words and "within 0.00%" in words

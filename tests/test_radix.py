@@ -184,3 +184,37 @@ def test_token_radix_is_exported_by_the_cache_package():
     tree = TokenRadix()
     tree.insert([1, 2, 3, 4])
     assert tree.match([1, 2, 3, 9]) == 3 and tree.match([7]) == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    reqs=st.one_of(
+        chained_requests(),
+        # Not chained (a block id after different parents): the fast calls must not rely on it.
+        st.lists(st.lists(st.integers(0, 12), max_size=6), min_size=1, max_size=25),
+    ),
+    capacity=st.one_of(st.none(), st.integers(0, 12)),
+    policy=st.sampled_from(["lru", "fifo"]),
+    ops=st.lists(st.integers(0, 2), min_size=25, max_size=25),
+)
+def test_replay_fast_calls_equal_match_insert_touch(reqs, capacity, policy, ops):
+    """The replay's one-walk calls do exactly what the calls they replace do: ``write`` is
+    ``match`` then ``insert`` when a block is missing (nothing when none is),
+    ``insert_ints`` is ``insert``, ``touch_prefix`` is ``touch`` of the cached prefix;
+    checked by evicting both caches empty at the end, in the same order."""
+    slow = BlockRadix(capacity, LRU() if policy == "lru" else FIFO())
+    fast = BlockRadix(capacity, LRU() if policy == "lru" else FIFO())
+    for i, chain in enumerate(reqs):
+        now = float(i // 2)
+        if ops[i] == 0:
+            m = slow.match(chain)
+            evicted = slow.insert(chain, now) if m < len(chain) else []
+            assert fast.write(list(chain), now) == (m, evicted)
+        elif ops[i] == 1:
+            assert fast.insert_ints(list(chain), now) == slow.insert(chain, now)
+        else:
+            m = slow.match(chain)
+            slow.touch(chain[:m], now)
+            fast.touch_prefix(list(chain), m, now)
+        assert set(fast) == set(slow)
+    assert fast.evict(len(fast)) == slow.evict(len(slow))

@@ -241,6 +241,56 @@ def test_same_run_twice_identical_json(mooncake_timed):
     assert sc["local"]["prefill_gpu_s"] < sc["none"]["prefill_gpu_s"]
 
 
+def test_a_stopped_run_leaves_no_garbage_and_the_collector_as_it_was(mooncake_timed):
+    """The collector is paused while a replay runs (``collector_paused``), so a run must
+    free what it drops without it: a rate-search run stopped with requests queued and
+    loads in flight leaves no reference cycle, and the collector is back as it was (on,
+    or off when the caller had switched it off), also when threads simulate at once."""
+    import gc
+    import threading
+
+    from analyzer.replay.config import select_scenarios
+    from analyzer.replay.engine import collector_paused
+    from analyzer.replay.run import resolve
+
+    c = cfg(instances=2, free_loads=False, pool_gbps=1.0, pool_latency_s=1e-4, time_scale=1e-3)
+    (spec,) = select_scenarios(["pooled"])
+    plan = resolve(c, spec, mooncake_timed.block_size, cost=COST).plan
+    assert gc.isenabled()
+    with collector_paused():  # as during a rate search: the next run starts at once
+        gc.collect()
+        st = simulate(mooncake_timed, plan, 1e-3, slo_abort=(1e-6, 0))
+        assert st.aborted and st.ttft_s.size
+        del st
+        assert gc.collect() == 0
+    assert gc.isenabled()
+    # Threads share one pause; the last one out restores the collector.
+    inside = threading.Barrier(3)
+    seen: list[bool] = []
+
+    def hold() -> None:
+        with collector_paused():
+            inside.wait()
+            seen.append(gc.isenabled())
+            inside.wait()
+
+    threads = [threading.Thread(target=hold) for _ in range(2)]
+    for t in threads:
+        t.start()
+    inside.wait()
+    assert not gc.isenabled()
+    inside.wait()
+    for t in threads:
+        t.join()
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        simulate(mooncake_timed, plan, 1.0)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 # -- timing of single requests, by hand ----------------------------------------------
 
 

@@ -10,7 +10,7 @@ import pytest
 from test_replay_helpers import build_trace, chained_requests
 
 from analyzer.replay import STANDARD_SCENARIOS, ClusterConfig, run_replay
-from analyzer.replay.memo import ReplayMemo, scenario_key, unread_fields
+from analyzer.replay.memo import NotRemembered, ReplayMemo, scenario_key, unread_fields
 
 # A value other than the default for every setting some scenario does not read.
 CHANGED = {
@@ -204,3 +204,85 @@ def test_a_warm_pool_gives_a_fresh_replays_results_and_stays_up(trace) -> None:
         assert got.to_json() == run_replay(trace, pooled, STANDARD_SCENARIOS).to_json()
         again = run_replay(trace, BASE, ["local"], search_rate=False, pool=pool)
         assert again.to_json() == run_replay(trace, BASE, ["local"], search_rate=False).to_json()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"pool_gbps": 3.0},
+        {"pool_gbps": 60.0, "pool_latency_s": 2e-3},
+        {"dram_gbps": 4.0},
+        {"pool_tier": "tcp"},
+    ],
+)
+def test_a_link_speed_is_repriced_from_a_remembered_replay(trace, change) -> None:
+    """``only_known`` with ``repriced``: the scenarios a link speed reaches come back
+    re-priced from the remembered replay (nothing simulated, nothing remembered as a
+    replay), and where the re-pricing says it is exact they equal a fresh replay."""
+    from analyzer.replay.memo import Repriced
+
+    memo = ReplayMemo(record=True)
+    memo.run(trace, BASE, trace_key="t", ttft_slo_s=0.5)
+    runs = memo.runs
+    cfg = replace(BASE, **change)
+    notes: list[Repriced] = []
+    got = memo.run(trace, cfg, trace_key="t", ttft_slo_s=0.5, only_known=True, repriced=notes)
+    assert memo.runs == runs and notes and memo.repriced == len(notes)
+    moved = {t for n in notes for t, a, b in n.link_gbps if a != b}
+    assert moved <= {"pool", "dram"} and (moved or "pool_tier" in change)
+    fresh = run_replay(trace, cfg, ttft_slo_s=0.5)
+    for note in notes:
+        name = note.scenario
+        if note.exact:
+            assert got.scenarios[name].to_json() == fresh.scenarios[name].to_json()
+        else:
+            assert note.reordered + note.rerouted > 0
+    # Not remembered as replays: asked without re-pricing, the memo still has to replay.
+    with pytest.raises(NotRemembered):
+        memo.run(trace, cfg, trace_key="t", ttft_slo_s=0.5, only_known=True)
+
+
+def test_settings_other_than_link_speeds_are_not_repriced(trace) -> None:
+    memo = ReplayMemo(record=True)
+    memo.run(trace, BASE, trace_key="t", search_rate=False)
+    for change in ({"instances": 3}, {"pool_capacity_tokens": 20_000}):
+        with pytest.raises(NotRemembered):
+            memo.run(
+                trace,
+                replace(BASE, **change),
+                trace_key="t",
+                search_rate=False,
+                only_known=True,
+                repriced=[],
+            )
+
+
+def test_only_the_most_recent_results_keep_their_recordings(trace, monkeypatch) -> None:
+    """Recordings are kept on the newest results up to a budget of recorded requests."""
+    from analyzer.replay import memo as memo_mod
+
+    per_result = 0
+    memo = ReplayMemo(record=True)
+    for n in range(6):
+        memo.run(
+            trace,
+            replace(BASE, pool_gbps=1.0 + n),
+            scenarios=["pooled"],
+            trace_key="t",
+            ttft_slo_s=0.5,
+        )
+        if n == 0:
+            got, points = next(iter(memo._searched.values()))
+            per_result = sum(
+                len(r.picks) for r in {id(r): r for r in memo_mod._recordings(got, points)}.values()
+            )
+            monkeypatch.setattr(memo_mod, "RECORDED_REQUESTS", 3 * per_result)
+    kept = [got.stats.recording is not None for got, _ in memo._searched.values()]
+    assert per_result > 0 and kept == [False] * 3 + [True] * 3
+    for _, points in list(memo._searched.values())[:3]:
+        assert all(p.recording is None for p in points)
+    results = list(memo._results.values())
+    assert sum(r.stats.recording is not None for r in results) == 2 * 3
+    for r in results:
+        if r.stats.recording is None and r.search is not None:
+            assert all(p.recording is None for p in r.search.points)

@@ -140,8 +140,8 @@ class BlockRadix:
         """Number of leading ``blocks`` present in the cache; changes nothing."""
         nodes = self._nodes
         n = 0
-        for b in blocks:
-            if int(b) not in nodes:
+        for b in blocks:  # an integer's hash is its int's (numpy's too): no int() per block
+            if b not in nodes:
                 break
             n += 1
         return n
@@ -163,10 +163,41 @@ class BlockRadix:
         chain = [int(b) for b in blocks]
         if self._capacity is not None and len(chain) > self._capacity:
             chain = chain[: self._capacity]
+        return self._insert(chain, 0, now, ranks)
+
+    def insert_ints(self, chain: list[int], now: float) -> list[int]:
+        """:meth:`insert` of a list of Python ints (a replay's), without converting it."""
+        if self._capacity is not None and len(chain) > self._capacity:
+            chain = chain[: self._capacity]
+        return self._insert(chain, 0, now, None)
+
+    def write(self, chain: list[int], now: float) -> tuple[int, list[int]]:
+        """A write-through of one request's ``chain`` (a list of ints): the number of its
+        leading blocks cached before (:meth:`match`), and the blocks evicted. When some
+        are missing it is :meth:`insert`; when all are cached nothing changes (a write
+        of blocks the cache holds does not refresh them). One walk of the chain where
+        ``match`` then ``insert`` take two: this is the replay's hottest call."""
         nodes = self._nodes
-        parent = ROOT
-        seq = self._seq
+        m = 0
         for b in chain:
+            if b not in nodes:
+                break
+            m += 1
+        if m == len(chain):
+            return m, []
+        if self._capacity is not None and len(chain) > self._capacity:
+            chain = chain[: self._capacity]
+        return m, self._insert(chain, m, now, None)
+
+    def _insert(
+        self, chain: list[int], start: int, now: float, ranks: Sequence[float] | None
+    ) -> list[int]:
+        """:meth:`insert` of ``chain`` (ints, within capacity) whose first ``start``
+        blocks are known to be cached."""
+        nodes = self._nodes
+        parent = chain[start - 1] if 0 < start <= len(chain) else ROOT
+        seq = self._seq
+        for b in chain[start:] if start else chain:
             if b not in nodes:
                 seq += 1
                 nodes[b] = Node(parent, 0, now, now, seq, seq)
@@ -187,6 +218,11 @@ class BlockRadix:
     def touch(self, blocks: Sequence[int], now: float) -> None:
         """Mark the cached ones among ``blocks`` as used at ``now`` (tail-first)."""
         self._touch_chain([int(b) for b in blocks if int(b) in self._nodes], now)
+
+    def touch_prefix(self, chain: list[int], n: int, now: float) -> None:
+        """:meth:`touch` of ``chain[:n]``, a list of ints known to be cached (``n`` is
+        at most :meth:`match` of it)."""
+        self._touch_chain(chain[:n], now)
 
     def evict(self, n_blocks: int) -> list[int]:
         """Evict up to ``n_blocks`` leaves in policy order; returns them in that order."""

@@ -40,13 +40,20 @@ A request's life:
    together with any ancestors that tier lacks, so every tier stays prefix-closed.
    Written blocks are visible at once; the write occupies the write direction of the
    link. Without an HBM cache, writes are write-through.
+
+A run can keep a :class:`Recording` of what it decided (each request's instance, hits
+and loads, each completion's writes, the order of arrivals and completions), from which
+:mod:`analyzer.replay.reprice` re-times the run for other link bandwidths or latencies.
 """
 
 from __future__ import annotations
 
+import gc
 import heapq
+import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +151,44 @@ class Instance:
 
 
 @dataclass(slots=True)
+class Recording:
+    """What one run decided, for re-timing it at other link bandwidths and latencies
+    (:mod:`analyzer.replay.reprice`). Flat lists of numbers (no object per request, so
+    the recording adds nothing for the garbage collector to walk). Per request, in
+    trace order:
+
+    - ``picks``: the instance the router chose; ``cached[cached_at[k]:cached_at[k+1]]``:
+      the router's answers to ``cached(i, blocks)`` in call order (prefix-aware: each
+      instance's HBM prefix);
+    - ``hits``: cached prompt tokens; ``load_level[j], load_bytes[j]`` for ``j`` in
+      ``load_at[k]:load_at[k+1]``: its loads, the tier as its position in the
+      instance's tiers below HBM.
+
+    Per completion, in the order they ran: ``order_k`` the request, ``order_a`` the
+    arrivals processed before it (with the arrivals at fixed times, this is the whole
+    order of the cache operations); its writes ``write_level[j], write_bytes[j]`` for
+    ``j`` in ``write_at[c]:write_at[c+1]``; ``dup_blocks``: the duplicated HBM blocks
+    after it (by request, when tracked). ``complete``: the run went to the end (a
+    rate-search run stopped once its SLO was lost records only the requests it
+    reached)."""
+
+    picks: list[int] = field(default_factory=list)
+    cached: list[int] = field(default_factory=list)
+    cached_at: list[int] = field(default_factory=lambda: [0])
+    hits: list[int] = field(default_factory=list)
+    load_level: list[int] = field(default_factory=list)
+    load_bytes: list[float] = field(default_factory=list)
+    load_at: list[int] = field(default_factory=lambda: [0])
+    order_k: list[int] = field(default_factory=list)
+    order_a: list[int] = field(default_factory=list)
+    write_level: list[int] = field(default_factory=list)
+    write_bytes: list[float] = field(default_factory=list)
+    write_at: list[int] = field(default_factory=lambda: [0])
+    dup_blocks: dict[int, int] = field(default_factory=dict)
+    complete: bool = False
+
+
+@dataclass(slots=True)
 class RunStats:
     """Raw figures of one simulation (the caller turns them into metrics)."""
 
@@ -161,6 +206,7 @@ class RunStats:
     aborted: bool
     slo_violations: int
     hbm_blocks_end: int
+    recording: Recording | None = None
 
 
 class Simulation:
@@ -171,8 +217,12 @@ class Simulation:
         time_scale: float,
         slo_abort: tuple[float, int] | None = None,
         advance: Advance | None = None,
+        record: bool = False,
     ) -> None:
         self.plan = plan
+        self.rec = Recording() if record else None
+        self._arrived = 0  # arrivals processed (for the recording's order)
+        self._asked = self.rec.cached if self.rec is not None else []
         self.bs = trace.block_size
         self.bpb = plan.transfer_bytes_per_token * trace.block_size  # bytes moved per block
         self.n = trace.n_requests
@@ -301,6 +351,7 @@ class Simulation:
             for e in handlers[ev[1]](ev):
                 push(heap, e)
             if self.aborted:
+                self._drop_in_flight()
                 break
         if self.advance is not None and self.done_count % 1024:
             self.advance(self.done_count % 1024)
@@ -321,7 +372,26 @@ class Simulation:
             aborted=self.aborted,
             slo_violations=self.violations,
             hbm_blocks_end=sum(len(i.hbm) for i in self.instances if i.hbm is not None),
+            recording=self._finish_recording(),
         )
+
+    def _finish_recording(self) -> Recording | None:
+        rec = self.rec
+        if rec is not None:
+            rec.complete = not self.aborted
+            if len(rec.write_at) == len(rec.order_k):  # the last completion's writes
+                rec.write_at.append(len(rec.write_level))
+        return rec
+
+    def _drop_in_flight(self) -> None:
+        """Forget the requests a stopped run left queued or in transfer: each holds its
+        instance, which holds it back, a cycle that reference counting cannot free
+        (and the collector is paused while the next run of the search goes on)."""
+        for inst in self.instances:
+            inst.queue.clear()
+            inst.batch = None
+        for lk in self.links:
+            lk.heap.clear()
 
     def _next_seq(self) -> int:
         self.seq += 1
@@ -338,7 +408,14 @@ class Simulation:
         blocks = self.block_ids[self.offsets[k] : self.offsets[k + 1]].tolist()
         prompt = self.prompts[k]
         loads = self.loads
-        i = self.router.pick(k, self.sessions[k], blocks, loads, self._cached)
+        rec = self.rec
+        if rec is None:
+            i = self.router.pick(k, self.sessions[k], blocks, loads, self._cached)
+        else:
+            self._arrived = k + 1
+            i = self.router.pick(k, self.sessions[k], blocks, loads, self._cached_kept)
+            rec.picks.append(i)
+            rec.cached_at.append(len(rec.cached))
         inst = self.instances[i]
         bs = self.bs
         cap = prompt - 1 if prompt > 0 else 0
@@ -355,7 +432,7 @@ class Simulation:
             for tier in inst.lower if m < len(blocks) else ():
                 mt = tier.cache.match(blocks)
                 if mt > m:
-                    tier.cache.touch(blocks[:mt], t)
+                    tier.cache.touch_prefix(blocks, mt, t)
                     n_bytes = (mt - m) * self.bpb
                     transfers.append((tier, n_bytes))
                     if measured:
@@ -363,6 +440,12 @@ class Simulation:
                         self.loaded_by_tier[tier.level] += n_bytes
                     m = mt
         hit = min(m * bs, cap)
+        if rec is not None:
+            rec.hits.append(hit)
+            for tier, b in transfers:
+                rec.load_level.append(inst.lower.index(tier))
+                rec.load_bytes.append(float(b))
+            rec.load_at.append(len(rec.load_level))
         new = prompt - hit if prompt > hit else 1
         r = Req(k, t, inst, blocks, hit, new, measured=measured)
         loads[i] += new
@@ -434,6 +517,12 @@ class Simulation:
 
     # -- helpers ----------------------------------------------------------------------
 
+    def _cached_kept(self, i: int, blocks: Sequence[int]) -> int:
+        """:meth:`_cached`, its answer kept for the recording."""
+        v = self._cached(i, blocks)
+        self._asked.append(v)
+        return v
+
     def _cached(self, i: int, blocks: Sequence[int]) -> int:
         hbm = self.instances[i].hbm
         return hbm.match(blocks) * self.bs if hbm is not None else 0
@@ -481,6 +570,12 @@ class Simulation:
                 if self.violations > self.slo_abort[1]:
                     self.aborted = True
         blocks = r.blocks
+        rec = self.rec
+        if rec is not None:
+            if rec.order_k:  # the previous completion's writes end here
+                rec.write_at.append(len(rec.write_level))
+            rec.order_k.append(r.k)
+            rec.order_a.append(self._arrived)
         if not blocks:
             return
         inst = r.inst
@@ -497,7 +592,7 @@ class Simulation:
                     cnt[b] = c + 1
                     if c:
                         self.dup_blocks += 1
-            evicted = hbm.insert(blocks, t)
+            evicted = hbm.insert_ints(blocks, t)
             if evicted and self.track_dup:
                 cnt = self.dup_count
                 for b in evicted:
@@ -507,19 +602,20 @@ class Simulation:
                         self.dup_blocks -= 1
                     else:
                         del cnt[b]
+            if rec is not None and self.track_dup:
+                rec.dup_blocks[r.k] = self.dup_blocks
             if self.plan.write_policy == "on-evict":
                 if evicted:
                     self._spill(inst, 0, evicted, t, out)
                 return
-        for tier in inst.lower:  # write-through
+        for level, tier in enumerate(inst.lower):  # write-through
             cache = tier.cache
-            mt = cache.match(blocks)
+            mt, _ = cache.write(blocks, t)
             if mt < len(blocks):
                 cap = cache.capacity_blocks
                 top = len(blocks) if cap is None or cap > len(blocks) else cap
-                cache.insert(blocks, t)
                 if top > mt:
-                    self._write(tier.write, (top - mt) * self.bpb, t, out)
+                    self._write(tier.write, (top - mt) * self.bpb, t, out, level)
 
     def _spill(
         self, inst: Instance, level: int, evicted: list[int], t: float, out: list[Any]
@@ -555,9 +651,17 @@ class Simulation:
             if more:
                 self._spill(inst, level + 1, more, t, out)
         if written:
-            self._write(tier.write, written * self.bpb, t, out)
+            self._write(tier.write, written * self.bpb, t, out, level)
 
-    def _write(self, lk: Link, n_bytes: float, t: float, out: list[tuple[Any, ...]]) -> None:
+    def _write(
+        self, lk: Link, n_bytes: float, t: float, out: list[tuple[Any, ...]], level: int = -1
+    ) -> None:
+        """Write ``n_bytes`` over ``lk``, the write link of the completing request's tier
+        at position ``level`` below HBM (kept by a recording)."""
+        rec = self.rec
+        if rec is not None:
+            rec.write_level.append(level)
+            rec.write_bytes.append(float(n_bytes))
         if self.free:
             lk.record_instant(n_bytes)
             return
@@ -588,9 +692,41 @@ def simulate(
     time_scale: float,
     slo_abort: tuple[float, int] | None = None,
     advance: Advance | None = None,
+    record: bool = False,
 ) -> RunStats:
     """Replay ``trace`` under ``plan`` with inter-arrival times scaled by ``time_scale``.
 
     ``slo_abort = (slo_s, allowed)`` stops the run as soon as more than ``allowed``
-    measured requests exceed ``slo_s`` (used by the rate search)."""
-    return Simulation(trace, plan, time_scale, slo_abort, advance).run()
+    measured requests exceed ``slo_s`` (used by the rate search). ``record``: keep the
+    run's :class:`Recording` in ``RunStats.recording``."""
+    with collector_paused():
+        return Simulation(trace, plan, time_scale, slo_abort, advance, record).run()
+
+
+_GC_LOCK = threading.Lock()
+_GC_HOLDERS = [0, False]  # simulations running, whether the collector was on before them
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a simulation runs, as it was after.
+
+    A replay allocates a cache node per block it inserts (a hundred thousand per tier
+    for the ``mixed`` sample) and keeps them: each generation-2 pass of the collector
+    walks all of them again, which made half of a rate search's CPU time. The
+    simulation frees what it drops by reference counting (a run stopped early, the rate
+    search's, first forgets its queued requests, which hold their instance and are held
+    by it: :meth:`Simulation._drop_in_flight`). Threads that simulate at
+    once share one pause: the collector is back on when the last of them ends."""
+    with _GC_LOCK:
+        if _GC_HOLDERS[0] == 0:
+            _GC_HOLDERS[1] = gc.isenabled()
+            gc.disable()
+        _GC_HOLDERS[0] += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _GC_HOLDERS[0] -= 1
+            if _GC_HOLDERS[0] == 0 and _GC_HOLDERS[1]:
+                gc.enable()

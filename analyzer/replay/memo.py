@@ -14,6 +14,14 @@ checks that against a fresh replay for every setting the key leaves out.
 
 The memo is bounded (least recently used entries go first) and safe to share between
 threads (the dashboard prefetches likely next settings in the background).
+
+``ReplayMemo(record=True)`` replays with recordings (``run_replay(..., record=True)``),
+kept on the most recent results up to :data:`RECORDED_REQUESTS`; ``run(..., only_known=True,
+repriced=[])`` then answers a scenario whose replay differs from a remembered one only
+in link bandwidths and latencies by re-pricing that replay
+(:func:`analyzer.replay.reprice.reprice_scenario`) instead of raising
+:class:`NotRemembered`, and says so (a :class:`Repriced` per scenario, appended to the
+list). A re-priced result is never remembered as a replay.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from analyzer.progress import Advance
@@ -51,6 +59,43 @@ NVME_FIELDS = frozenset(
     {"nvme_capacity_tokens", "nvme_capacity_gb", "nvme_tier", "nvme_gbps", "nvme_latency_s"}
 )
 _DEFAULTS = {f.name: f.default for f in fields(ClusterConfig)}
+# Settings a re-pricing may answer for: the links' speeds and latencies, and the catalog
+# tiers that give them (the resolved plans are compared, analyzer.replay.reprice).
+TIMING_FIELDS = frozenset(
+    {
+        "pool_tier",
+        "pool_gbps",
+        "pool_aggregate_gbps",
+        "pool_latency_s",
+        "dram_tier",
+        "dram_gbps",
+        "dram_latency_s",
+        "nvme_tier",
+        "nvme_gbps",
+        "nvme_latency_s",
+    }
+)
+# Requests recorded (summed over every run kept, about 350 bytes each) that the most
+# recent results keep; older results lose their recordings. An analysis of the bundled
+# ``mixed`` sample records about 80,000.
+RECORDED_REQUESTS = 400_000
+
+
+@dataclass(frozen=True, slots=True)
+class Repriced:
+    """A scenario answered by re-pricing a remembered replay rather than replaying it.
+
+    ``link_gbps``: per tier (``dram``, ``nvme``, ``pool``) the bandwidth it was replayed
+    at and the one asked, where they differ; ``exact``, ``main_exact``, ``runs``,
+    ``reordered``, ``rerouted``: as :class:`analyzer.replay.reprice.RepricedScenario`."""
+
+    scenario: str
+    link_gbps: tuple[tuple[str, float | None, float | None], ...]
+    exact: bool
+    main_exact: bool
+    runs: int
+    reordered: int
+    rerouted: int
 
 
 def unread_fields(spec: ScenarioSpec) -> frozenset[str]:
@@ -71,6 +116,13 @@ def scenario_key(cfg: ClusterConfig, spec: ScenarioSpec) -> ClusterConfig:
     return replace(cfg, **defaults)
 
 
+def _recordings(got: Any, points: tuple[Any, ...]) -> list[Any]:
+    """The recordings a remembered result and its search points hold."""
+    out = [got.stats.recording] if got.stats.recording is not None else []
+    searched = got.search.points if got.search is not None else ()
+    return out + [p.recording for p in (*points, *searched) if p.recording is not None]
+
+
 class NotRemembered(LookupError):
     """A replay asked with ``only_known=True`` that would have to simulate a scenario."""
 
@@ -82,8 +134,10 @@ class NotRemembered(LookupError):
 class ReplayMemo:
     """Per-scenario replay results, remembered under :func:`scenario_key`."""
 
-    def __init__(self, max_entries: int = 96) -> None:
+    def __init__(self, max_entries: int = 96, record: bool = False) -> None:
         self.max_entries = max_entries
+        self.record = record
+        self.repriced = 0  # scenarios answered by re-pricing
         self._lock = threading.Lock()
         self._results: OrderedDict[Hashable, Any] = OrderedDict()
         # Per scenario and settings, whatever the SLO: one result (its run at the
@@ -133,6 +187,101 @@ class ReplayMemo:
             self._results.popitem(last=False)
         while len(self._searched) > self.max_entries:
             self._searched.popitem(last=False)
+        self._forget_old_recordings()
+
+    def _forget_old_recordings(self) -> None:
+        """Keep recordings on the most recent results up to :data:`RECORDED_REQUESTS`
+        recorded requests, drop the others' (the lock held): they only serve
+        re-pricing, and cost memory."""
+        recent: list[tuple[Any, tuple[Any, ...]]] = []
+        total = 0
+        for got, points in reversed(self._searched.values()):
+            runs = {id(r): len(r.picks) for r in _recordings(got, points)}
+            total += sum(runs.values())
+            if recent and total > RECORDED_REQUESTS:
+                break
+            recent.append((got, points))
+        keep = {id(got.stats) for got, _ in recent}
+        keep_points = {id(points) for _, points in recent}
+        for base, (got, points) in list(self._searched.items()):
+            if id(points) not in keep_points and any(p.recording is not None for p in points):
+                self._searched[base] = (got, tuple(replace(p, recording=None) for p in points))
+        for got in [*self._results.values(), *(g for g, _ in self._searched.values())]:
+            if id(got.stats) in keep:  # (a result without the search shares its stats)
+                continue
+            got.stats.recording = None
+            if got.search is not None and any(p.recording is not None for p in got.search.points):
+                got.search = replace(
+                    got.search,
+                    points=tuple(replace(p, recording=None) for p in got.search.points),
+                )
+
+    def _reprice(  # type: ignore[no-untyped-def]
+        self,
+        trace,
+        cfg: ClusterConfig,
+        specs: list[ScenarioSpec],
+        ttft_slo_s: float,
+        search_rate: bool,
+        cost,
+        trace_key: Hashable,
+        cost_key: Hashable,
+        full_replay: bool,
+    ) -> dict[str, tuple[Any, Repriced]]:
+        """The scenarios of ``specs`` that a remembered replay differing only in link
+        bandwidths and latencies re-prices, the most recent such replay first."""
+        from analyzer.replay.reprice import Unrepriceable, reprice_scenario
+        from analyzer.replay.run import resolve
+
+        timing: dict[str, Any] = {f: _DEFAULTS[f] for f in TIMING_FIELDS}
+        with self._lock:
+            candidates = list(reversed(self._searched.items()))
+        out: dict[str, tuple[Any, Repriced]] = {}
+        for s in specs:
+            want = replace(scenario_key(cfg, s), **timing)
+            for base, (old, points) in candidates:
+                assert isinstance(base, tuple)
+                if base[0] != trace_key or base[1] != cost_key or base[3] != s:
+                    continue
+                if base[4] != full_replay or replace(base[2], **timing) != want:
+                    continue
+                if old.stats.recording is None:
+                    continue
+                res = resolve(
+                    cfg,
+                    s,
+                    trace.block_size,
+                    cost=cost,
+                    # The same cost model (same key): its remembered compute times too.
+                    prefill_s=old.resolved.plan.prefill_s,
+                    sampling_rate=1.0 / old.scale,
+                )
+                try:
+                    got = reprice_scenario(trace, old, res, ttft_slo_s, search_rate, points)
+                except Unrepriceable:
+                    continue
+                was = old.resolved
+                links = tuple(
+                    (tier, getattr(was, f"{tier}_gbps"), getattr(res, f"{tier}_gbps"))
+                    for tier in ("dram", "nvme", "pool")
+                    if getattr(was, f"{tier}_gbps") != getattr(res, f"{tier}_gbps")
+                )
+                out[s.name] = (
+                    got.result,
+                    Repriced(
+                        s.name,
+                        links,
+                        got.exact,
+                        got.main_exact,
+                        got.runs,
+                        got.reordered,
+                        got.rerouted,
+                    ),
+                )
+                break
+        with self._lock:
+            self.repriced += len(out)
+        return out
 
     def known(
         self,
@@ -188,6 +337,7 @@ class ReplayMemo:
                     known=points,
                     advance=counted,
                     simulate_missing=not only_known,
+                    record=self.record,
                 )
             except UnknownPoint:
                 continue
@@ -217,6 +367,7 @@ class ReplayMemo:
         on_run: Callable[[str], None] | None = None,
         only_known: bool = False,
         pool: Any = None,
+        repriced: list[Repriced] | None = None,
     ):
         """:func:`run_replay` with remembered scenarios reused.
 
@@ -225,7 +376,10 @@ class ReplayMemo:
         every scenario that is really simulated. With ``only_known`` nothing is simulated:
         a scenario not remembered raises :class:`NotRemembered` (the dashboard decides
         at once from what it has, and replays the rest in the background). ``pool``: the
-        worker processes to replay in (:func:`analyzer.replay.run.worker_pool`)."""
+        worker processes to replay in (:func:`analyzer.replay.run.worker_pool`).
+        ``repriced`` (with ``only_known``): a scenario not remembered is re-priced from
+        a remembered replay when only link speeds differ (see the module docstring),
+        and its :class:`Repriced` appended to this list."""
         from analyzer.replay.miniature import sample
         from analyzer.replay.run import ReplayResult, resolve, run_replay, sampling_rate
 
@@ -253,6 +407,16 @@ class ReplayMemo:
             )
             found.update(again)
             missing = [s for s in missing if s.name not in again]
+        if missing and only_known and repriced is not None:
+            if cost is None:
+                cost = cfg.cost_model()
+            priced = self._reprice(
+                trace, cfg, missing, ttft_slo_s, search_rate, cost, trace_key, ck, full_replay
+            )
+            for name, (result, note) in priced.items():
+                found[name] = result
+                repriced.append(note)
+            missing = [s for s in missing if s.name not in priced]
         if missing and only_known:
             raise NotRemembered([s.name for s in missing])
         fresh = None
@@ -271,6 +435,7 @@ class ReplayMemo:
                 workers=workers,
                 full_replay=full_replay,
                 pool=pool,
+                record=self.record,
             )
             with self._lock:
                 self.runs += len(missing)

@@ -48,7 +48,7 @@ from analyzer.replay.config import (
     Tier,
     select_scenarios,
 )
-from analyzer.replay.engine import TIER_NAMES, Plan, RunStats, TierPlan, simulate
+from analyzer.replay.engine import TIER_NAMES, Plan, Recording, RunStats, TierPlan, simulate
 from analyzer.replay.miniature import Miniature, sample
 from analyzer.replay.miniature import sampling_rate as sampling_rate
 from analyzer.trace import BlockTrace
@@ -245,6 +245,9 @@ class RatePoint:
     # p90 is above that SLO, which decides the SLOs up to it (they fail too).
     rank_s: float | None = None
     above_s: float | None = None
+    # The run's decisions, when the replay kept them (``run_replay(..., record=True)``),
+    # for re-pricing it at other link speeds (:mod:`analyzer.replay.reprice`).
+    recording: Recording | None = field(default=None, compare=False, repr=False)
 
     def passes(self, slo_s: float) -> bool | None:
         """Whether this run meets ``slo_s``; None when it cannot say."""
@@ -638,6 +641,7 @@ def find_max_rate(
     guess: int | None = None,
     known: tuple[RatePoint, ...] = (),
     simulate_missing: bool = True,
+    record: bool = False,
 ) -> RateSearch:
     """Highest arrival-rate multiple with p90 TTFT <= ``slo_s`` (see module docstring).
 
@@ -654,7 +658,8 @@ def find_max_rate(
     :func:`search_again`); a step one of them decides is not simulated again but
     recorded as the fresh search would have recorded it, so the result is the fresh
     search's. Without ``simulate_missing`` a step they do not decide raises
-    :class:`UnknownPoint`."""
+    :class:`UnknownPoint`. ``record``: each run simulated keeps its recording in its
+    point."""
     n_measured = trace.n_requests - int(plan.warmup_fraction * trace.n_requests)
     if n_measured <= 0:
         return RateSearch(None, None, 0, False)
@@ -673,8 +678,15 @@ def find_max_rate(
             return points[-1].passed
         if not simulate_missing:
             raise UnknownPoint(rate)
-        st = simulate(trace, plan, time_scale / rate, slo_abort=(slo_s, allowed), advance=advance)
-        points.append(_point(rate, st, slo_s))
+        st = simulate(
+            trace,
+            plan,
+            time_scale / rate,
+            slo_abort=(slo_s, allowed),
+            advance=advance,
+            record=record,
+        )
+        points.append(replace(_point(rate, st, slo_s), recording=st.recording))
         return points[-1].passed
 
     lo, hi = search_grid(ok, passed_at_1, guess)
@@ -748,17 +760,19 @@ def _run_scenario(
     memo: _Memo | None = None,
     advance: Advance | None = None,
     rate: float = 1.0,
+    record: bool = False,
 ) -> ScenarioResult:
     """One scenario: the replay at the configured rate, then the rate search. ``rate``
     below 1: ``trace`` is a miniature sampled at that rate (its caches are scaled by
-    it, and its requests arrive ``1 / rate`` times faster, at the full trace's load)."""
+    it, and its requests arrive ``1 / rate`` times faster, at the full trace's load).
+    ``record``: every run keeps its recording (:mod:`analyzer.replay.reprice`)."""
     from analyzer import limits
 
     limits.check(ttft_slo_s, "ttft_slo_s", "--ttft-slo")
     memo = memo if memo is not None else _Memo(cost.compute_time_s)
     res = resolve(cfg, spec, trace.block_size, cost=cost, prefill_s=memo, sampling_rate=rate)
     time_scale = res.cluster.time_scale * rate
-    stats = simulate(trace, res.plan, time_scale, advance=advance)
+    stats = simulate(trace, res.plan, time_scale, advance=advance, record=record)
     search = None
     if search_rate:
         passed = _passes(stats, ttft_slo_s)
@@ -770,6 +784,7 @@ def _run_scenario(
             passed,
             advance,
             guess=first_guess(stats, res.plan),
+            record=record,
         )
     return ScenarioResult(spec, res, stats, search, 1.0 / rate)
 
@@ -781,12 +796,13 @@ def search_again(
     known: tuple[RatePoint, ...] = (),
     advance: Advance | None = None,
     simulate_missing: bool = True,
+    record: bool = False,
 ) -> ScenarioResult:
     """``old``'s scenario with the rate search for another SLO, equal to a fresh
     :func:`_run_scenario`: the run at the trace's rate is ``old``'s (the SLO only enters
     the search, and its start :func:`first_guess` reads that run alone), and ``known``
     (the points of ``old``'s and other earlier searches) answer every step they decide;
-    only the others are simulated."""
+    only the others are simulated (with their recordings when ``record``)."""
     from analyzer import limits
 
     limits.check(ttft_slo_s, "ttft_slo_s", "--ttft-slo")
@@ -804,6 +820,7 @@ def search_again(
         guess=first_guess(old.stats, res.plan),
         known=known,
         simulate_missing=simulate_missing,
+        record=record,
     )
     return ScenarioResult(old.spec, res, old.stats, search, old.scale)
 
@@ -887,6 +904,7 @@ def run_replay(
     workers: int = 1,
     full_replay: bool = False,
     pool: Executor | None = None,
+    record: bool = False,
 ) -> ReplayResult:
     """Replay ``trace`` on ``cfg`` once per scenario (names or :class:`ScenarioSpec`).
 
@@ -900,7 +918,9 @@ def run_replay(
     same (each scenario is simulated alone), only the progress is coarser. ``pool``: an
     executor already running (a long-lived server keeps its worker processes warm
     across replays instead of starting new ones each time, see :func:`worker_pool`);
-    every scenario is then submitted to it, whatever ``workers`` says.
+    every scenario is then submitted to it, whatever ``workers`` says. ``record``:
+    every run keeps what it decided, so that :mod:`analyzer.replay.reprice` can re-price
+    it for other link bandwidths and latencies (the figures are the same).
     """
     if not (ttft_slo_s > 0 and math.isfinite(ttft_slo_s)):
         raise UsageError("--ttft-slo must be a positive number of seconds")
@@ -946,6 +966,7 @@ def run_replay(
                         None,
                         None,
                         rate,
+                        record,
                     )
                     for spec in order
                 }
@@ -969,7 +990,7 @@ def run_replay(
                 advance(k)
 
         result.scenarios[spec.name] = _run_scenario(
-            trace, cfg, spec, cost, ttft_slo_s, search_rate, memo, step, rate
+            trace, cfg, spec, cost, ttft_slo_s, search_rate, memo, step, rate, record
         )
         if advance is not None and budget > used:
             advance(budget - used)

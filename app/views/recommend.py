@@ -33,6 +33,7 @@ def _projected(metric: str, value) -> str:
 
 
 STALE_KEY = "kvpool.shown"  # (trace content, ingest options, the last result shown)
+REPRICED_KEY = "kvpool.repriced"  # (the analysis key, the re-priced result shown for it)
 # The previous answer's verdict and figures, greyed and inert while the new one replays
 # (every container whose key starts with "kvpool-answer-stale").
 STALE_CSS = (
@@ -64,6 +65,20 @@ def _table_of(rows) -> None:
     st.table(rows, hide_index=True)
 
 
+def _repriced_lines(cur, opts, ans) -> None:
+    """Under the banner: what a re-priced answer is; once the replay has replaced it,
+    how far off it was."""
+    key = prefetch.analysis_key(cur, opts)
+    if ans.repriced:
+        st.session_state[REPRICED_KEY] = (key, ans.result)
+        for line in compute.reprice_words(ans.repriced):
+            st.caption(line)
+        return
+    before = st.session_state.get(REPRICED_KEY)
+    if before is not None and before[0] == key and not ans.stale:
+        st.caption(compute.reprice_error(before[1], ans.result))
+
+
 @st.fragment
 def _page() -> None:
     """The page below the title. A fragment: a decision threshold, a price or the
@@ -82,7 +97,7 @@ def _page() -> None:
         ans = compute.answer(cur, opts, shown[2] if same_trace else None)
         result = ans.result
         if ans.pending is not None:
-            _wait_for(ans.pending, ans.partial)
+            _wait_for(ans.pending, ans.partial or ("the scenarios re-priced" * bool(ans.repriced)))
         if not ans.stale:
             st.session_state[STALE_KEY] = (cur.content, cur.ingest_key, result)
             if ans.pending is None:
@@ -96,8 +111,14 @@ def _page() -> None:
 
     with st.container(key=key), state.guard():
         # the report's three-sentence summary (verdict; ms, GPUs, money; confidence) opens the page
-        banner.verdict_banner(decision.verdict, list(report_doc.summary), stale=ans.stale)
+        banner.verdict_banner(
+            decision.verdict,
+            list(report_doc.summary),
+            stale=ans.stale,
+            repriced=bool(ans.repriced),
+        )
         st.caption(banner.settings_line(result.options))
+        _repriced_lines(cur, opts, ans)
         with st.expander("Why: every reason", expanded=False):
             for reason in decision.reasons:
                 st.markdown(f"- {reason}")
@@ -233,6 +254,8 @@ def _page() -> None:
             _table_of(
                 [{"term": t, "meaning": m} for t, m in glossary_rows()],
             )
+    if ans.drawn is not None:  # the page is drawn: its background replay may start
+        ans.drawn.set()
 
 
 _page()
