@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.cache.radix import FIFO, LRU, ROOT, BlockRadix
+from analyzer.cache.radix import FIFO, LRU, ROOT, BlockRadix, Node, Policy
+
+
+class MostRecent(Policy):
+    """Newest leaf first: a policy whose order needs every inner node's touch exact."""
+
+    def key(self, node: Node) -> tuple[float, ...]:
+        return (-node.last_access, -node.touch_seq)
 
 
 @st.composite
@@ -84,9 +91,10 @@ class DictModel:
     policy=st.sampled_from(["lru", "fifo"]),
     clock=st.lists(st.integers(0, 3), min_size=25, max_size=25),
     evictions=st.lists(st.integers(0, 3), min_size=25, max_size=25),
+    chained=st.booleans(),
 )
-def test_block_radix_matches_dict_model(reqs, capacity, policy, clock, evictions):
-    cache = BlockRadix(capacity, LRU() if policy == "lru" else FIFO())
+def test_block_radix_matches_dict_model(reqs, capacity, policy, clock, evictions, chained):
+    cache = BlockRadix(capacity, LRU() if policy == "lru" else FIFO(), chained=chained)
     model = DictModel(capacity, policy)
     now = 0.0
     for i, chain in enumerate(reqs):
@@ -104,11 +112,11 @@ def test_block_radix_matches_dict_model(reqs, capacity, policy, clock, evictions
 
 
 @settings(max_examples=150, deadline=None)
-@given(reqs=chained_requests(), capacity=st.integers(1, 15))
-def test_lru_radix_is_plain_lru_over_tail_first_touches(reqs, capacity):
+@given(reqs=chained_requests(), capacity=st.integers(1, 15), chained=st.booleans())
+def test_lru_radix_is_plain_lru_over_tail_first_touches(reqs, capacity, chained):
     """Tail-first touches keep a plain block LRU prefix-closed (vLLM's prefix caching design
     frees a sequence's blocks in reverse order, so a prefix's tail is evicted first)."""
-    cache = BlockRadix(capacity, LRU())
+    cache = BlockRadix(capacity, LRU(), chained=chained)
     plain: OrderedDict[int, None] = OrderedDict()
     for i, chain in enumerate(reqs):
         hits_plain = 0
@@ -218,3 +226,58 @@ def test_replay_fast_calls_equal_match_insert_touch(reqs, capacity, policy, ops)
             fast.touch_prefix(list(chain), m, now)
         assert set(fast) == set(slow)
     assert fast.evict(len(fast)) == slow.evict(len(slow))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    reqs=chained_requests(max_requests=40),
+    capacity=st.one_of(st.none(), st.integers(0, 12)),
+    policy=st.sampled_from(["lru", "fifo", "mru"]),
+    ops=st.lists(st.integers(0, 5), min_size=40, max_size=40),
+    clock=st.lists(st.integers(0, 2), min_size=40, max_size=40),
+)
+def test_chained_cache_equals_the_plain_one(reqs, capacity, policy, ops, clock):
+    """A cache told its chains are tree paths (bisected match, blocks after the match new
+    without looking, a touch kept on the chain's last block and passed up as children
+    go) answers every call as the plain cache does, evictions in the same order, through
+    touches of a prefix, removals of subtrees and evictions between inserts. Under LRU a
+    parent's own touch is the next key after its last child's anyway; the newest-first
+    policy sees the difference."""
+    policies = {"lru": LRU, "fifo": FIFO, "mru": MostRecent}
+    plain = BlockRadix(capacity, policies[policy]())
+    fast = BlockRadix(capacity, policies[policy](), chained=True)
+    now = 0.0
+    for i, chain in enumerate(reqs):
+        now += clock[i]
+        op = ops[i]
+        assert fast.match(chain) == plain.match(chain)
+        if op == 0:
+            assert fast.write(list(chain), now) == plain.write(list(chain), now)
+        elif op == 1:
+            assert fast.insert_ints(list(chain), now) == plain.insert_ints(list(chain), now)
+        elif op == 2:
+            m = plain.match(chain)
+            plain.touch_prefix(list(chain), m // 2 + (m % 2), now)
+            fast.touch_prefix(list(chain), m // 2 + (m % 2), now)
+        elif op == 3:
+            assert fast.insert(chain, now) == plain.insert(chain, now)
+            assert fast.evict(2) == plain.evict(2)
+        elif op == 4:  # remove the subtree under the chain's deepest cached block
+            m = plain.match(chain)
+            if m:
+                top = chain[m - 1]
+                below = {top}
+                grew = True
+                while grew:
+                    more = {b for b in plain if plain.parent(b) in below} - below
+                    grew = bool(more)
+                    below |= more
+                plain.remove(below)
+                fast.remove(below)
+        else:
+            plain.touch(chain, now)
+            fast.touch(chain, now)
+        assert set(fast) == set(plain)
+        for b in fast:
+            assert fast.is_leaf(b) == plain.is_leaf(b)
+    assert fast.evict(len(fast)) == plain.evict(len(plain))

@@ -758,3 +758,56 @@ def test_warmup_requests_are_not_measured():
     p = trace.prompt_tokens.tolist()
     # requests 2 and 3 reuse 4 and 3 blocks of 4 tokens
     assert half["scenarios"]["local"]["hit_rate"] == pytest.approx((16 + 12) / (p[2] + p[3]))
+
+
+# -- chained caches ------------------------------------------------------------------
+
+
+def test_is_chained_on_real_and_broken_traces(mooncake_timed):
+    from analyzer.replay.engine import is_chained
+
+    assert is_chained(mooncake_timed)
+    assert is_chained(build_trace(chained_requests([(0, 0, 3), (0, 2, 2)])))
+    # block 7 after 1 in one request, after 2 in another: not one tree
+    assert not is_chained(build_trace([[1, 7], [2, 7]]))
+    # a first block that is elsewhere a second one
+    assert not is_chained(build_trace([[5], [4, 5]]))
+    assert not is_chained(build_trace([[3, 3]]))
+
+
+@pytest.mark.parametrize("write_policy", ["write-through", "on-evict"])
+def test_chained_caches_replay_as_the_plain_ones(shared_traces, monkeypatch, write_policy):
+    """The replay's caches rely on the trace being chained (bisected matches, touches
+    kept on a chain's last block); with that switched off every figure, rate search
+    included, is the same."""
+    from analyzer.replay import engine
+
+    trace = load_mooncake(shared_traces / "mooncake" / "conversation_trace.jsonl", 800)
+    c = ClusterConfig(
+        model="test-model",
+        gpu="test-gpu",
+        warmup_fraction=0.25,
+        instances=3,
+        gpus_per_node=2,
+        local_capacity_tokens=60_000,
+        dram_capacity_tokens=200_000,
+        nvme_capacity_tokens=300_000,
+        pool_capacity_tokens=400_000,
+        dram_gbps=20.0,
+        pool_gbps=5.0,
+        time_scale=0.2,
+        write_policy=write_policy,
+    )
+    nvme = ScenarioSpec("local+dram+nvme", dram=True, nvme=True)
+    scenarios = ["local", "local+dram", nvme, "pooled"]
+
+    def run() -> str:
+        return json.dumps(
+            run_replay(
+                trace, c, scenarios=scenarios, ttft_slo_s=2.0, search_rate=True, cost=COST
+            ).to_json()
+        )
+
+    fast = run()
+    monkeypatch.setattr(engine, "is_chained", lambda trace: False)
+    assert run() == fast

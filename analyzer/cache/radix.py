@@ -14,6 +14,18 @@ sequence number and then by block id, so replays are deterministic. Leaves sit i
 heap with lazy invalidation (an entry is live while its node's ``version`` is
 unchanged), so insert, touch and evict cost O(log n) per block.
 
+A cache built with ``chained=True`` is told that every chain it is given is a path of
+the tree (block ``j``'s parent is block ``j - 1``, as chained hashes make it; the replay
+checks its trace once, :func:`analyzer.replay.engine.is_chained`). It then answers
+the same, with less work per block: :meth:`BlockRadix.match` bisects the chain (a
+cached block's prefix is cached, so "cached" is true up to the match and false after),
+the blocks after the match are new without looking, and a touch records the chain's
+time on its last block alone: a tail-first touch gives each block one more sequence
+number than its child, so an inner node's ``last_access`` and ``touch_seq`` are those of
+its most recently touched child's, plus one, or of a chain that ended at it, whichever is
+later. They are brought up to date from each child as it goes, and are exact whenever
+the node is a leaf, the only time its policy key is read.
+
 ``now`` is the caller's clock (trace time, or a request index); the cache never reads
 the wall clock. ``TokenRadix`` (token-exact, SGLang RadixAttention with page size 1)
 lives in :mod:`analyzer.cache.token_radix`; the policies by name are registered in
@@ -31,7 +43,10 @@ ROOT = -1  # parent of the first block of every request
 
 @dataclass(slots=True)
 class Node:
-    """One cached block. ``children`` counts cached children only."""
+    """One cached block. ``children`` counts cached children only.
+
+    In a ``chained`` cache an inner node's ``last_access`` and ``touch_seq`` may lag
+    (they are brought up to date as its children go); they are exact for a leaf."""
 
     parent: int
     children: int
@@ -102,10 +117,13 @@ class FarthestRank(Policy):
 class BlockRadix:
     """A prefix-closed block cache with ``capacity_blocks`` slots (None = unbounded)."""
 
-    def __init__(self, capacity_blocks: int | None, policy: Policy | None = None) -> None:
+    def __init__(
+        self, capacity_blocks: int | None, policy: Policy | None = None, chained: bool = False
+    ) -> None:
         assert capacity_blocks is None or capacity_blocks >= 0
         self._capacity = capacity_blocks
         self._policy = policy if policy is not None else LRU()
+        self._chained = chained
         self._nodes: dict[int, Node] = {}
         self._heap: list[tuple[tuple[float, ...], int, int]] = []  # (key, block, version)
         self._seq = 0
@@ -139,6 +157,8 @@ class BlockRadix:
     def match(self, blocks: Sequence[int]) -> int:
         """Number of leading ``blocks`` present in the cache; changes nothing."""
         nodes = self._nodes
+        if self._chained:
+            return _bisect_cached(blocks, nodes)
         n = 0
         for b in blocks:  # an integer's hash is its int's (numpy's too): no int() per block
             if b not in nodes:
@@ -163,13 +183,15 @@ class BlockRadix:
         chain = [int(b) for b in blocks]
         if self._capacity is not None and len(chain) > self._capacity:
             chain = chain[: self._capacity]
-        return self._insert(chain, 0, now, ranks)
+        start = _bisect_cached(chain, self._nodes) if self._chained else 0
+        return self._insert(chain, start, now, ranks)
 
     def insert_ints(self, chain: list[int], now: float) -> list[int]:
         """:meth:`insert` of a list of Python ints (a replay's), without converting it."""
         if self._capacity is not None and len(chain) > self._capacity:
             chain = chain[: self._capacity]
-        return self._insert(chain, 0, now, None)
+        start = _bisect_cached(chain, self._nodes) if self._chained else 0
+        return self._insert(chain, start, now, None)
 
     def write(self, chain: list[int], now: float) -> tuple[int, list[int]]:
         """A write-through of one request's ``chain`` (a list of ints): the number of its
@@ -178,11 +200,14 @@ class BlockRadix:
         of blocks the cache holds does not refresh them). One walk of the chain where
         ``match`` then ``insert`` take two: this is the replay's hottest call."""
         nodes = self._nodes
-        m = 0
-        for b in chain:
-            if b not in nodes:
-                break
-            m += 1
+        if self._chained:
+            m = _bisect_cached(chain, nodes)
+        else:
+            m = 0
+            for b in chain:
+                if b not in nodes:
+                    break
+                m += 1
         if m == len(chain):
             return m, []
         if self._capacity is not None and len(chain) > self._capacity:
@@ -197,15 +222,27 @@ class BlockRadix:
         nodes = self._nodes
         parent = chain[start - 1] if 0 < start <= len(chain) else ROOT
         seq = self._seq
-        for b in chain[start:] if start else chain:
-            if b not in nodes:
-                seq += 1
-                nodes[b] = Node(parent, 0, now, now, seq, seq)
+        if self._chained:  # chain[start] is not cached, so neither is any block after it
+            if start < len(chain):
                 if parent != ROOT:
                     p = nodes[parent]
                     p.children += 1
-                    p.version = seq  # no longer a leaf: its heap entry dies
-            parent = b
+                    p.version = seq + 1  # no longer a leaf: its heap entry dies
+                for b in chain[start:] if start else chain:
+                    seq += 1
+                    nodes[b] = Node(parent, 1, now, now, seq, seq)
+                    parent = b
+                nodes[parent].children = 0
+        else:
+            for b in chain[start:] if start else chain:
+                if b not in nodes:
+                    seq += 1
+                    nodes[b] = Node(parent, 0, now, now, seq, seq)
+                    if parent != ROOT:
+                        p = nodes[parent]
+                        p.children += 1
+                        p.version = seq  # no longer a leaf: its heap entry dies
+                parent = b
         self._seq = seq
         if ranks is not None:
             for b, rank in zip(chain, ranks, strict=False):
@@ -213,7 +250,10 @@ class BlockRadix:
         self._touch_chain(chain, now)
         if self._capacity is None or len(nodes) <= self._capacity:
             return []
-        return self._evict(len(nodes) - self._capacity, protect=set(chain))
+        # In a chained cache every block of the chain but the last has a cached child,
+        # so the last is the only one that eviction could reach.
+        protect = {chain[-1]} if self._chained and chain else set(chain)
+        return self._evict(len(nodes) - self._capacity, protect=protect)
 
     def touch(self, blocks: Sequence[int], now: float) -> None:
         """Mark the cached ones among ``blocks`` as used at ``now`` (tail-first)."""
@@ -244,6 +284,25 @@ class BlockRadix:
         orphans = sorted(b for b in gone if nodes[b].children != inner.get(b, 0))
         if orphans:
             raise ValueError(f"blocks {orphans[:5]} still have cached children")
+        if self._chained:  # children first, each passing its touches on to its parent
+            left = dict(inner)
+            ready = sorted(b for b in gone if not left.get(b))
+            while ready:
+                nxt = []
+                for b in ready:
+                    node = nodes.pop(b)
+                    p = node.parent
+                    if p == ROOT:
+                        continue
+                    self._inherit(nodes[p], node)
+                    if p in gone:
+                        left[p] -= 1
+                        if not left[p]:
+                            nxt.append(p)
+                    else:
+                        self._lose_child(p)
+                ready = sorted(nxt)
+            return
         for b in sorted(gone):
             node = nodes.pop(b)
             if node.parent != ROOT and node.parent not in gone:
@@ -257,6 +316,21 @@ class BlockRadix:
         key = self._policy.key
         push = heapq.heappush
         seq = self._seq
+        if self._chained:
+            # The chain's last block gets the first of its len(chain) sequence numbers,
+            # as a tail-first touch gives it; its ancestors' follow from it when they
+            # become leaves (_inherit).
+            if chain:
+                b = chain[-1]
+                node = nodes[b]
+                node.last_access = now
+                node.touch_seq = node.version = seq + 1
+                if node.children == 0:
+                    push(heap, (key(node), b, seq + 1))
+                self._seq = seq + len(chain)
+                if len(heap) > 4 * len(nodes) + 64:
+                    self._rebuild_heap()
+            return
         for b in reversed(chain):  # tail first: block 0 ends up the most recent
             node = nodes[b]
             seq += 1
@@ -268,6 +342,14 @@ class BlockRadix:
         self._seq = seq
         if len(heap) > 4 * len(nodes) + 64:
             self._rebuild_heap()
+
+    @staticmethod
+    def _inherit(p: Node, child: Node) -> None:
+        """Bring ``p``'s touch up to its child's (chained caches): a tail-first touch of
+        a chain through the child gave ``p`` the next sequence number."""
+        if child.touch_seq >= p.touch_seq:
+            p.last_access = child.last_access
+            p.touch_seq = child.touch_seq + 1
 
     def _lose_child(self, parent: int) -> None:
         p = self._nodes[parent]
@@ -289,6 +371,7 @@ class BlockRadix:
         pushpop = heapq.heappushpop
         key = self._policy.key
         seq = self._seq
+        chained = self._chained
         out: list[int] = []
         append = out.append
         held: list[tuple[tuple[float, ...], int, int]] = []
@@ -315,6 +398,9 @@ class BlockRadix:
             parent = node.parent
             if parent != ROOT:
                 p = nodes[parent]
+                if chained and node.touch_seq >= p.touch_seq:  # _inherit, inlined
+                    p.last_access = node.last_access
+                    p.touch_seq = node.touch_seq + 1
                 p.children -= 1
                 if p.children == 0:  # the parent became a leaf
                     seq += 1
@@ -332,6 +418,25 @@ class BlockRadix:
         key = self._policy.key
         self._heap = [(key(n), b, n.version) for b, n in self._nodes.items() if n.children == 0]
         heapq.heapify(self._heap)
+
+
+def _bisect_cached(chain: Sequence[int], nodes: dict[int, Node]) -> int:
+    """How many leading blocks of ``chain`` (a path of the tree) are in ``nodes``: in a
+    prefix-closed cache "cached" holds up to that point and not after, so bisect."""
+    lo, hi = 0, len(chain)
+    if hi == 0 or chain[0] not in nodes:
+        return 0
+    if chain[hi - 1] in nodes:
+        return hi
+    lo += 1  # chain[lo - 1] cached, chain[hi - 1] not
+    hi -= 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if chain[mid] in nodes:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 __all__ = [

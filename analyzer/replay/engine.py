@@ -242,6 +242,11 @@ class Simulation:
             self._parent = _parents(trace)
 
         policy = get_policy(plan.eviction, flag="--eviction", replay=True).reference()
+        chained = is_chained(trace)
+
+        def cache(capacity_blocks: int | None) -> BlockRadix:
+            return BlockRadix(capacity_blocks, policy, chained=chained)
+
         window = plan.link_window_s
         self.links: list[Link] = []
 
@@ -256,7 +261,7 @@ class Simulation:
         node_pool: list[_Tier | None] = []
         shared_pool: tuple[Link, Link] | None = None
         if plan.pool is not None:
-            pool_cache = BlockRadix(plan.pool.capacity_blocks, policy)
+            pool_cache = cache(plan.pool.capacity_blocks)
             agg = plan.pool.aggregate_bytes_per_s
             if agg is not None and agg < n_nodes * plan.pool.read_bytes_per_s:
                 shared_pool = (
@@ -270,7 +275,7 @@ class Simulation:
                 tiers.append(
                     _Tier(
                         2,
-                        BlockRadix(p.capacity_blocks, policy),
+                        cache(p.capacity_blocks),
                         link(f"nvme-read:{j}", "nvme-read", p.read_bytes_per_s),
                         link(f"nvme-write:{j}", "nvme-write", p.write_bytes_per_s),
                         p.latency_s,
@@ -286,7 +291,7 @@ class Simulation:
                 pool_tier = _Tier(3, pool_cache, read, write, p.latency_s)
             node_pool.append(pool_tier)
         node_dram = [
-            BlockRadix(plan.dram.capacity_blocks, policy)
+            cache(plan.dram.capacity_blocks)
             if plan.dram is not None and plan.dram_shared_by_node
             else None
             for _ in range(n_nodes)
@@ -301,7 +306,7 @@ class Simulation:
                 local_lower.append(
                     _Tier(
                         1,
-                        shared if shared is not None else BlockRadix(p.capacity_blocks, policy),
+                        shared if shared is not None else cache(p.capacity_blocks),
                         link(f"pcie-read:{i}", "pcie-read", p.read_bytes_per_s),
                         link(f"pcie-write:{i}", "pcie-write", p.write_bytes_per_s),
                         p.latency_s,
@@ -311,7 +316,7 @@ class Simulation:
             lower = list(local_lower)
             if node_pool[j] is not None:
                 lower.append(node_pool[j])  # type: ignore[arg-type]
-            hbm = BlockRadix(plan.local_capacity_blocks, policy) if plan.local else None
+            hbm = cache(plan.local_capacity_blocks) if plan.local else None
             self.instances.append(Instance(i, j, hbm, lower))
         self.loads = [0] * plan.instances
         self.router = make_router(
@@ -673,17 +678,40 @@ class Simulation:
         self.dup_last_t = t
 
 
+def _parent_array(trace: BlockTrace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Dense block id -> the block before it in a request holding it (-1 for a first
+    block; the last request's, should they differ), with each access's position flags:
+    (parent, first block of its request, position of each non-first access)."""
+    parent = np.full(trace.n_blocks, -1, dtype=np.int64)
+    ids = trace.block_ids
+    starts = np.zeros(ids.size, dtype=bool)
+    starts[trace.offsets[:-1][trace.offsets[:-1] < ids.size]] = True
+    child = np.nonzero(~starts)[0]
+    child = child[child > 0]
+    parent[ids[child]] = ids[child - 1]
+    return parent, starts, child
+
+
 def _parents(trace: BlockTrace) -> list[int]:
     """Dense block id -> the block before it in any request holding it (-1 for a first
     block). Unique because block hashes are chained."""
-    parent = np.full(trace.n_blocks, -1, dtype=np.int64)
+    parent: list[int] = _parent_array(trace)[0].tolist()
+    return parent
+
+
+def is_chained(trace: BlockTrace) -> bool:
+    """Whether every request's blocks are a path of one tree: each block has the same
+    block before it wherever it appears, and a first block is never anything else.
+    Hashes kvpool chains always are; a public trace's own block ids (Mooncake's
+    ``hash_ids``) should be, and are checked, since the replay's caches are faster when
+    they may rely on it (:class:`~analyzer.cache.radix.BlockRadix` ``chained``)."""
     ids = trace.block_ids
-    if ids.size > 1:
-        starts = np.zeros(ids.size, dtype=bool)
-        starts[trace.offsets[:-1][trace.offsets[:-1] < ids.size]] = True
-        child = np.nonzero(~starts[1:])[0] + 1
-        parent[ids[child]] = ids[child - 1]
-    return parent.tolist()
+    if ids.size == 0:
+        return True
+    parent, starts, child = _parent_array(trace)
+    return bool(
+        np.array_equal(parent[ids[child]], ids[child - 1]) and (parent[ids[starts]] == -1).all()
+    )
 
 
 def simulate(
