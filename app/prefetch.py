@@ -30,6 +30,11 @@ log = logging.getLogger("kvpool.dashboard")
 
 Job = tuple[Hashable, Callable[[Callable[[float], None]], object]]
 HOLD_S = 2.0  # the longest a run_now job waits for the page to draw
+# How long the prefetch stays stopped after a page's script has ended, while the browser
+# draws it (the Recommendation's deltas take it 0.4 to 1.1 s on the idle 2-core machine,
+# longer when replays share the cores); a background replay behind a re-priced answer
+# waits as long.
+DRAW_S = 1.0
 
 
 class Prefetcher:
@@ -98,8 +103,8 @@ class Prefetcher:
         """Start ``fn(advance)`` at once in a thread of its own, ahead of the queue (which
         waits meanwhile): the answer the user asked for, while the page shows the last
         one. Nothing happens if ``key`` is known, running, or failed already. ``hold``:
-        ``fn`` starts once it is set (the page has drawn what it shows meanwhile), or
-        after :data:`HOLD_S` at most."""
+        ``fn`` starts :data:`DRAW_S` after it is set (the page has sent what it shows
+        meanwhile, which the browser then draws), or after :data:`HOLD_S` at most."""
         with self._lock:
             if key in self._results or key in self._urgent or key in self._failed:
                 return
@@ -117,8 +122,8 @@ class Prefetcher:
                 self._urgent[key][0] += n
 
         def work() -> None:
-            if hold is not None:
-                hold.wait(HOLD_S)
+            if hold is not None and hold.wait(HOLD_S):
+                time.sleep(DRAW_S)  # the page's script is over: let the browser draw it
             try:
                 result = fn(advance)
             except Exception as exc:  # shown by the page, which runs it again itself
@@ -199,8 +204,11 @@ class Prefetcher:
                 self._current = None
 
     @contextmanager
-    def foreground(self) -> Iterator[None]:
-        """Pause the background work while the page computes."""
+    def foreground(self, linger_s: float = 0.0) -> Iterator[None]:
+        """Pause the background work while the page computes, and ``linger_s`` seconds
+        after: the browser draws what the page sent after the script has ended (half a
+        second to a second for the Recommendation on two cores), and a prefetch
+        continued at once takes the cores it draws with."""
         with self._lock:
             self._busy += 1
             self._idle.clear()
@@ -208,11 +216,19 @@ class Prefetcher:
         try:
             yield
         finally:
-            with self._lock:
-                self._busy -= 1
-                if self._busy == 0:
-                    self._idle.set()
-                self._rehold()
+            if linger_s > 0:
+                timer = threading.Timer(linger_s, self._release)
+                timer.daemon = True
+                timer.start()
+            else:
+                self._release()
+
+    def _release(self) -> None:
+        with self._lock:
+            self._busy -= 1
+            if self._busy == 0:
+                self._idle.set()
+            self._rehold()
 
     def wait(self, timeout_s: float) -> bool:
         """Block until the queue and every :meth:`run_now` job are done (tests); False

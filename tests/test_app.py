@@ -870,3 +870,28 @@ def test_the_repriced_answers_error_is_measured_against_the_replay() -> None:
     assert "within 10.00%" in words and "within 6.2%" in words
     words = compute.reprice_error(result("a", 0.10, 32.0), result("b", 0.10, 32.0))
     assert "the verdict a where the replay gives b" in words and "within 0.00%" in words
+
+
+def test_the_prefetch_stays_stopped_while_the_browser_draws() -> None:
+    """``foreground(linger_s=...)`` keeps the prefetch stopped after the page's script is
+    over, for the browser to draw what it sent, then lets it go on; a neighbour waiting
+    at its next step goes on only then."""
+    from app.prefetch import Prefetcher
+
+    holds: list[bool] = []
+    pf = Prefetcher(hold=holds.append)
+    stepped = threading.Event()
+
+    def neighbour(gate):
+        gate(1)  # waits while the page computes or is drawn
+        stepped.set()
+        return "answer"
+
+    with pf.foreground(linger_s=0.5):
+        pf.submit([("k", neighbour)])
+        assert holds == [True]
+    assert not stepped.wait(0.2)  # the page's script is over, the browser still draws
+    assert holds == [True]
+    assert stepped.wait(TIMEOUT_S)
+    assert pf.wait(TIMEOUT_S) and pf.get("k") == "answer"
+    assert holds == [True, False]

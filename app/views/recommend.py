@@ -83,7 +83,13 @@ def _repriced_lines(cur, opts, ans) -> None:
 def _page() -> None:
     """The page below the title. A fragment: a decision threshold, a price or the
     objective (drawn inside it) re-runs only this part, not the sidebar; a sidebar
-    control re-runs the whole app, this part included."""
+    control re-runs the whole app, this part included. The prefetch stays stopped while
+    it runs and while the browser draws it (:data:`app.prefetch.DRAW_S`)."""
+    with prefetch.prefetcher().foreground(linger_s=prefetch.DRAW_S):
+        _draw()
+
+
+def _draw() -> None:
     with state.guard():
         cur = state.loaded_trace()
         w = controls.current()
