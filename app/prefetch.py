@@ -8,7 +8,9 @@ and their results here, so the click that asks for one answers at once.
 The thread never competes with the page: while a page computes (:func:`foreground`)
 its replay's worker processes are stopped where they are and continued after
 (:func:`app.workers.hold_prefetch`), the thread waits at its next progress step, and a
-new set of neighbours replaces the ones not started yet. While the page is idle the
+new set of neighbours replaces the ones not started yet. The Recommendation keeps them
+stopped :data:`DRAW_S` longer, while the browser draws what the page sent (on two cores
+a replay beside it doubled that drawing), even the neighbour the user asked for. While the page is idle the
 prefetch runs at the server's own priority, so it finishes in a bounded time however
 busy the machine is with other work. It touches no page element (no Streamlit call),
 so it logs nothing.
@@ -54,6 +56,7 @@ class Prefetcher:
         self._idle = threading.Event()
         self._idle.set()
         self._busy = 0
+        self._drawing = 0  # pages whose script is over, drawn by the browser (linger_s)
         self._results: OrderedDict[Hashable, object] = OrderedDict()
         self._max = max_results
         self._urgent: dict[Hashable, list[float]] = {}  # run_now jobs: [simulated, started]
@@ -69,8 +72,8 @@ class Prefetcher:
     def _rehold(self) -> None:
         """Hold the prefetch's processes exactly while the page computes and the
         neighbour they work on is not the one asked for (the lock held)."""
-        want = self._busy > 0 and not (
-            self._current is not None and self._current == self._promoted
+        want = self._drawing > 0 or (
+            self._busy > 0 and not (self._current is not None and self._current == self._promoted)
         )
         if want != self._held and self._hold is not None:
             self._hold(want)
@@ -137,9 +140,7 @@ class Prefetcher:
                 with self._lock:
                     self._urgent.pop(key, None)
                     self._busy -= 1
-                    if self._busy == 0:
-                        self._idle.set()
-                    self._rehold()
+                    self._settle()
 
         thread = threading.Thread(target=work, name="kvpool-whatif", daemon=True)
         with self._lock:
@@ -216,19 +217,27 @@ class Prefetcher:
         try:
             yield
         finally:
-            if linger_s > 0:
-                timer = threading.Timer(linger_s, self._release)
-                timer.daemon = True
-                timer.start()
-            else:
-                self._release()
+            with self._lock:
+                self._busy -= 1
+                if linger_s > 0:
+                    # Drawn: even the neighbour the user asked for waits, its answer a
+                    # moment later, the page's meanwhile drawn at once.
+                    self._drawing += 1
+                    timer = threading.Timer(linger_s, self._drawn)
+                    timer.daemon = True
+                    timer.start()
+                self._settle()
 
-    def _release(self) -> None:
+    def _drawn(self) -> None:
         with self._lock:
-            self._busy -= 1
-            if self._busy == 0:
-                self._idle.set()
-            self._rehold()
+            self._drawing -= 1
+            self._settle()
+
+    def _settle(self) -> None:
+        """Let the background go on when nothing is computed or drawn (the lock held)."""
+        if self._busy == 0 and self._drawing == 0:
+            self._idle.set()
+        self._rehold()
 
     def wait(self, timeout_s: float) -> bool:
         """Block until the queue and every :meth:`run_now` job are done (tests); False

@@ -47,6 +47,16 @@ AZURE_CSV = (
 )
 
 
+@pytest.fixture(autouse=True)
+def _no_draw_linger(monkeypatch) -> None:
+    """No headless page is drawn by a browser: the Recommendation's pages here let the
+    prefetch go on at once (a linger's timer would otherwise fire into a later test's
+    stopped worker processes, which the prefetch's hold is global to)."""
+    from app import prefetch
+
+    monkeypatch.setattr(prefetch, "DRAW_S", 0.0)
+
+
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory) -> Path:
     return write_sample(tmp_path_factory.mktemp("dash") / "chat.jsonl")
@@ -895,3 +905,33 @@ def test_the_prefetch_stays_stopped_while_the_browser_draws() -> None:
     assert stepped.wait(TIMEOUT_S)
     assert pf.wait(TIMEOUT_S) and pf.get("k") == "answer"
     assert holds == [True, False]
+
+
+def test_even_the_neighbour_asked_for_waits_while_the_page_is_drawn() -> None:
+    """The user asks for the neighbour being prefetched: it runs on while the page
+    computes (its answer is the one awaited), but its processes stop while the browser
+    draws what the page shows meanwhile (``linger_s``), then go on."""
+    from app.prefetch import Prefetcher
+
+    holds: list[bool] = []
+    pf = Prefetcher(hold=holds.append)
+    started, release = threading.Event(), threading.Event()
+
+    def neighbour(gate):
+        started.set()
+        release.wait(TIMEOUT_S)
+        return "answer"
+
+    pf.submit([("k", neighbour)])
+    assert started.wait(TIMEOUT_S)
+    with pf.foreground(linger_s=0.5):
+        assert holds == [True]  # the page computes: the neighbour not asked for stops
+        pf.run_now("k", lambda gate: None)
+        assert holds == [True, False]  # asked for: it runs on
+    assert holds == [True, False, True]  # the page is drawn: it stops meanwhile
+    release.set()
+    assert pf.wait(TIMEOUT_S) and pf.get("k") == "answer"
+    deadline = time.monotonic() + TIMEOUT_S
+    while holds[-1] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert holds == [True, False, True, False]
