@@ -41,7 +41,7 @@ from analyzer.ingest.readers import (
     RowError,
     records,
 )
-from analyzer.ingest.spool import DistinctCounter, RowSpool, list_array
+from analyzer.ingest.spool import DistinctCounter, RowSpool, list_array, sorted_unique
 from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, numeric_seconds, timestamp_outliers
 from analyzer.ingest.vector import BULK, read_bulk
 from analyzer.progress import Advance
@@ -506,7 +506,7 @@ class _Builder:
         n = len(rows)
         if self._id_hashes:
             ids = np.frombuffer(self._id_hashes, dtype=np.uint64)
-            dup = int(ids.size - np.unique(ids).size)
+            dup = int(ids.size - sorted_unique(ids).size)
             if dup:
                 self.notes.append(
                     f"duplicate request ids: {dup:,} rows repeat an earlier row's id "

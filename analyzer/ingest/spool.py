@@ -352,6 +352,20 @@ class RowSpool:
             yield from merged.to_batches()
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` of a 1-D array, by sorting. NumPy 2.3 and later answer a
+    plain ``np.unique`` from a hash table, which on millions of 64-bit hashes is about
+    ten times slower than a sort (6M uint64 on this project's 2-core machine: 4.3 s
+    against 0.39 s; numpy 2.4.6)."""
+    s = np.sort(values)
+    if s.size < 2:
+        return s
+    keep = np.empty(s.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
 class DistinctCounter:
     """Distinct uint64 values: exact up to ``max_kept``, then on a spatial sample."""
 
@@ -372,7 +386,7 @@ class DistinctCounter:
 
     def _merge(self) -> None:
         if self._new:
-            self._kept = np.unique(np.concatenate([self._kept, *self._new]))
+            self._kept = sorted_unique(np.concatenate([self._kept, *self._new]))
             self._new, self._new_size = [], 0
         while self._kept.size > self.max_kept:
             self.shift += 1
