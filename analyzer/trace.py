@@ -388,13 +388,41 @@ def _codes(values: list[str | None]) -> tuple[np.ndarray, list[str]]:
     return codes, list(index)
 
 
+# Above this many hashes the dense ids come from a hash join in polars (multi-threaded):
+# np.unique with the first indices and the inverse sorts them all, 1.5 s of a
+# 50,000-request log's 4.2M block accesses on two cores.
+DENSE_BY_JOIN = 200_000
+
+
 def _dense(flat_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Map hashes to dense ids in order of first appearance; return (ids, id -> hash)."""
     if flat_hashes.size == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.uint64)
+    if flat_hashes.size > DENSE_BY_JOIN:
+        return _dense_by_join(flat_hashes)
     uniq, first, inverse = np.unique(flat_hashes, return_index=True, return_inverse=True)
     ids, order = _first_seen(first, inverse)
     return ids, uniq[order]
+
+
+def _dense_by_join(flat_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_dense`, the distinct hashes in order of first appearance numbered and
+    joined back (the same ids: tests/test_trace.py)."""
+    import polars as pl
+
+    h = pl.Series("h", flat_hashes)
+    seen = h.unique(maintain_order=True)
+    ids = (
+        pl.DataFrame(h)
+        .join(
+            pl.DataFrame([seen, pl.Series("id", np.arange(seen.len(), dtype=np.int64))]),
+            on="h",
+            how="left",
+            maintain_order="left",
+        )["id"]
+        .to_numpy()
+    )
+    return ids.astype(np.int64, copy=False), seen.to_numpy().astype(flat_hashes.dtype)
 
 
 def _first_seen(first: np.ndarray, inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analyzer.errors import InputError
 from analyzer.trace import (
@@ -98,3 +100,24 @@ def test_read_canonical_checks_types_and_block_size(tmp_path):
     pq.write_table(table.replace_schema_metadata({**meta, b"kvpool.t0_epoch_s": b"noon"}), bad_t0)
     with pytest.raises(InputError, match=r"kvpool\.t0_epoch_s 'noon' is not a number"):
         read_canonical(bad_t0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 40), min_size=1, max_size=400),
+    st.sampled_from([np.uint64, np.int64]),
+    st.integers(0, 2**62),
+)
+def test_dense_ids_by_join_equal_numpys(picks, dtype, offset):
+    """The dense ids a large trace gets from polars' join are those np.unique gives:
+    numbered by first appearance, with each id's hash (values near 2**64 included)."""
+    from analyzer.trace import _dense, _dense_by_join
+
+    values = np.array([offset + 7919 * p for p in picks], dtype=np.uint64)
+    if dtype is np.uint64:
+        values = values + np.uint64(2**63)  # the top half, where int64 would wrap
+    arr = values.astype(dtype)
+    ids, hashes = _dense_by_join(arr)
+    want_ids, want_hashes = _dense(arr)  # small: np.unique
+    assert ids.dtype == want_ids.dtype and hashes.dtype == want_hashes.dtype
+    assert np.array_equal(ids, want_ids) and np.array_equal(hashes, want_hashes)
