@@ -10,9 +10,9 @@ its replay's worker processes are stopped where they are and continued after
 (:func:`app.workers.hold_prefetch`), the thread waits at its next progress step, and a
 new set of neighbours replaces the ones not started yet. The Recommendation keeps them
 stopped :data:`DRAW_S` longer, while the browser draws what the page sent (on two cores
-a replay beside it doubled that drawing), even the neighbour the user asked for. While the page is idle the
-prefetch runs at the server's own priority, so it finishes in a bounded time however
-busy the machine is with other work. It touches no page element (no Streamlit call),
+a replay beside it doubled that drawing), even the neighbour the user asked for. While
+the page is idle the prefetch runs at the server's own priority, so it finishes in a
+bounded time however busy the machine is with other work. It touches no page element (no Streamlit call),
 so it logs nothing.
 """
 
@@ -70,8 +70,9 @@ class Prefetcher:
         self.started: list[Hashable] = []  # what ran, in order (tests read it)
 
     def _rehold(self) -> None:
-        """Hold the prefetch's processes exactly while the page computes and the
-        neighbour they work on is not the one asked for (the lock held)."""
+        """Hold the prefetch's processes exactly while a page is drawn, and while the
+        page computes unless the neighbour they work on is the one asked for (the lock
+        held)."""
         want = self._drawing > 0 or (
             self._busy > 0 and not (self._current is not None and self._current == self._promoted)
         )

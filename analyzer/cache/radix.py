@@ -284,29 +284,24 @@ class BlockRadix:
         orphans = sorted(b for b in gone if nodes[b].children != inner.get(b, 0))
         if orphans:
             raise ValueError(f"blocks {orphans[:5]} still have cached children")
-        if self._chained:  # children first, each passing its touches on to its parent
-            left = dict(inner)
-            ready = sorted(b for b in gone if not left.get(b))
-            while ready:
-                nxt = []
-                for b in ready:
-                    node = nodes.pop(b)
-                    p = node.parent
-                    if p == ROOT:
-                        continue
+        left = dict(inner)  # each block's children still to go
+        ready = sorted(b for b in gone if not left.get(b))
+        while ready:  # children first: in a chained cache each passes its touch on
+            nxt = []
+            for b in ready:
+                node = nodes.pop(b)
+                p = node.parent
+                if p == ROOT:
+                    continue
+                if self._chained:
                     self._inherit(nodes[p], node)
-                    if p in gone:
-                        left[p] -= 1
-                        if not left[p]:
-                            nxt.append(p)
-                    else:
-                        self._lose_child(p)
-                ready = sorted(nxt)
-            return
-        for b in sorted(gone):
-            node = nodes.pop(b)
-            if node.parent != ROOT and node.parent not in gone:
-                self._lose_child(node.parent)
+                if p in gone:
+                    left[p] -= 1
+                    if not left[p]:
+                        nxt.append(p)
+                else:
+                    self._lose_child(p)
+            ready = sorted(nxt)
 
     # -- internals -------------------------------------------------------------------
 
@@ -327,18 +322,16 @@ class BlockRadix:
                 node.touch_seq = node.version = seq + 1
                 if node.children == 0:
                     push(heap, (key(node), b, seq + 1))
-                self._seq = seq + len(chain)
-                if len(heap) > 4 * len(nodes) + 64:
-                    self._rebuild_heap()
-            return
-        for b in reversed(chain):  # tail first: block 0 ends up the most recent
-            node = nodes[b]
-            seq += 1
-            node.last_access = now
-            node.touch_seq = seq
-            node.version = seq
-            if node.children == 0:
-                push(heap, (key(node), b, seq))
+            seq += len(chain)
+        else:
+            for b in reversed(chain):  # tail first: block 0 ends up the most recent
+                node = nodes[b]
+                seq += 1
+                node.last_access = now
+                node.touch_seq = seq
+                node.version = seq
+                if node.children == 0:
+                    push(heap, (key(node), b, seq))
         self._seq = seq
         if len(heap) > 4 * len(nodes) + 64:
             self._rebuild_heap()
@@ -428,8 +421,7 @@ def _bisect_cached(chain: Sequence[int], nodes: dict[int, Node]) -> int:
         return 0
     if chain[hi - 1] in nodes:
         return hi
-    lo += 1  # chain[lo - 1] cached, chain[hi - 1] not
-    hi -= 1
+    lo, hi = 1, hi - 1  # chain[lo - 1] cached, chain[hi] not
     while lo < hi:
         mid = (lo + hi) // 2
         if chain[mid] in nodes:

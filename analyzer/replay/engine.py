@@ -55,6 +55,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -218,7 +219,9 @@ class Simulation:
         slo_abort: tuple[float, int] | None = None,
         advance: Advance | None = None,
         record: bool = False,
+        tree: TraceTree | None = None,
     ) -> None:
+        tree = tree if tree is not None else TraceTree(trace)
         self.plan = plan
         self.rec = Recording() if record else None
         self._arrived = 0  # arrivals processed (for the recording's order)
@@ -237,15 +240,12 @@ class Simulation:
         self.advance = advance
         self.seq = 0
         self.free = plan.free_loads
-        self._parent: list[int] | None = None
-        if plan.write_policy == "on-evict":
-            self._parent = _parents(trace)
+        self._parent = tree.parents if plan.write_policy == "on-evict" else None
 
         policy = get_policy(plan.eviction, flag="--eviction", replay=True).reference()
-        chained = is_chained(trace)
 
         def cache(capacity_blocks: int | None) -> BlockRadix:
-            return BlockRadix(capacity_blocks, policy, chained=chained)
+            return BlockRadix(capacity_blocks, policy, chained=tree.chained)
 
         window = plan.link_window_s
         self.links: list[Link] = []
@@ -692,11 +692,21 @@ def _parent_array(trace: BlockTrace) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return parent, starts, child
 
 
-def _parents(trace: BlockTrace) -> list[int]:
-    """Dense block id -> the block before it in any request holding it (-1 for a first
-    block). Unique because block hashes are chained."""
-    parent: list[int] = _parent_array(trace)[0].tolist()
-    return parent
+class TraceTree:
+    """What a trace's block ids say about its prefix tree, worked out once per trace and
+    shared by the simulations of it (a rate search runs ten): whether it is
+    :func:`is_chained`, and each block's parent when a run writes on eviction."""
+
+    def __init__(self, trace: BlockTrace) -> None:
+        self._trace = trace
+        self.chained = is_chained(trace)
+
+    @cached_property
+    def parents(self) -> list[int]:
+        """Dense block id -> the block before it in any request holding it (-1 for a
+        first block). Unique because block hashes are chained."""
+        parent: list[int] = _parent_array(self._trace)[0].tolist()
+        return parent
 
 
 def is_chained(trace: BlockTrace) -> bool:
@@ -721,14 +731,16 @@ def simulate(
     slo_abort: tuple[float, int] | None = None,
     advance: Advance | None = None,
     record: bool = False,
+    tree: TraceTree | None = None,
 ) -> RunStats:
     """Replay ``trace`` under ``plan`` with inter-arrival times scaled by ``time_scale``.
 
     ``slo_abort = (slo_s, allowed)`` stops the run as soon as more than ``allowed``
     measured requests exceed ``slo_s`` (used by the rate search). ``record``: keep the
-    run's :class:`Recording` in ``RunStats.recording``."""
+    run's :class:`Recording` in ``RunStats.recording``. ``tree``: the trace's
+    :class:`TraceTree`, when the caller replays it more than once."""
     with collector_paused():
-        return Simulation(trace, plan, time_scale, slo_abort, advance, record).run()
+        return Simulation(trace, plan, time_scale, slo_abort, advance, record, tree).run()
 
 
 _GC_LOCK = threading.Lock()

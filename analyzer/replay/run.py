@@ -48,7 +48,15 @@ from analyzer.replay.config import (
     Tier,
     select_scenarios,
 )
-from analyzer.replay.engine import TIER_NAMES, Plan, Recording, RunStats, TierPlan, simulate
+from analyzer.replay.engine import (
+    TIER_NAMES,
+    Plan,
+    Recording,
+    RunStats,
+    TierPlan,
+    TraceTree,
+    simulate,
+)
 from analyzer.replay.miniature import Miniature, sample
 from analyzer.replay.miniature import sampling_rate as sampling_rate
 from analyzer.trace import BlockTrace
@@ -642,6 +650,7 @@ def find_max_rate(
     known: tuple[RatePoint, ...] = (),
     simulate_missing: bool = True,
     record: bool = False,
+    tree: TraceTree | None = None,
 ) -> RateSearch:
     """Highest arrival-rate multiple with p90 TTFT <= ``slo_s`` (see module docstring).
 
@@ -659,11 +668,13 @@ def find_max_rate(
     recorded as the fresh search would have recorded it, so the result is the fresh
     search's. Without ``simulate_missing`` a step they do not decide raises
     :class:`UnknownPoint`. ``record``: each run simulated keeps its recording in its
-    point."""
+    point. ``tree``: the trace's :class:`~analyzer.replay.engine.TraceTree`, when the
+    caller has it."""
     n_measured = trace.n_requests - int(plan.warmup_fraction * trace.n_requests)
     if n_measured <= 0:
         return RateSearch(None, None, 0, False)
     allowed = _allowed(n_measured)
+    tree = tree if tree is not None else TraceTree(trace)
     points: list[RatePoint] = []
     before: dict[float, RatePoint] = {}
     for p in known:
@@ -685,6 +696,7 @@ def find_max_rate(
             slo_abort=(slo_s, allowed),
             advance=advance,
             record=record,
+            tree=tree,
         )
         points.append(replace(_point(rate, st, slo_s), recording=st.recording))
         return points[-1].passed
@@ -772,7 +784,8 @@ def _run_scenario(
     memo = memo if memo is not None else _Memo(cost.compute_time_s)
     res = resolve(cfg, spec, trace.block_size, cost=cost, prefill_s=memo, sampling_rate=rate)
     time_scale = res.cluster.time_scale * rate
-    stats = simulate(trace, res.plan, time_scale, advance=advance, record=record)
+    tree = TraceTree(trace)
+    stats = simulate(trace, res.plan, time_scale, advance=advance, record=record, tree=tree)
     search = None
     if search_rate:
         passed = _passes(stats, ttft_slo_s)
@@ -785,6 +798,7 @@ def _run_scenario(
             advance,
             guess=first_guess(stats, res.plan),
             record=record,
+            tree=tree,
         )
     return ScenarioResult(spec, res, stats, search, 1.0 / rate)
 
