@@ -54,7 +54,7 @@ import numpy as np
 from analyzer.errors import InputError, KvpoolError
 from analyzer.ingest.detect import Format
 from analyzer.ingest.io import Span, compression, line_spans
-from analyzer.ingest.options import SkipSummary
+from analyzer.ingest.options import IngestOptions, SkipSummary
 from analyzer.ingest.readers import (
     SPLITTABLE,
     SPLITTABLE_CSV,
@@ -232,7 +232,14 @@ class PieceFailed:
     hint: str | None
 
 
-def _init(paths: list[str], fmts: list[str], opts, exact: bool, counter) -> None:  # type: ignore[no-untyped-def]
+def _init(
+    paths: list[str],
+    fmts: list[str],
+    opts: IngestOptions,
+    exact: bool,
+    counter: Any,
+    processes: int = 1,
+) -> None:
     from analyzer.ingest.pipeline import _Builder
 
     global _worker, _counter
@@ -242,7 +249,7 @@ def _init(paths: list[str], fmts: list[str], opts, exact: bool, counter) -> None
         with counter.get_lock():
             counter.value += n
 
-    _worker = _Builder(paths, fmts, opts, advance if counter is not None else None)
+    _worker = _Builder(paths, fmts, opts, advance if counter is not None else None, processes)
     _worker.exact_wanted = exact
 
 
@@ -317,7 +324,7 @@ def read_parallel(b: _Builder, jobs: int) -> None:
         max(1, min(n_work, jobs - 1 if n_work < jobs else jobs)),
         mp_context=ctx,
         initializer=_init,
-        initargs=(b.paths, b.fmts, wopts, b.lcp is not None, counter),
+        initargs=(b.paths, b.fmts, wopts, b.lcp is not None, counter, jobs),
     )
     pending = [None if p.in_parent else pool.submit(_run, p) for p in pieces]
     taken = 0.0
