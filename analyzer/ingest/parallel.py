@@ -190,12 +190,16 @@ def replay(b: _Builder, directory: str, rows_before: int, row_of_end: np.ndarray
             ops = np.fromfile(fo, dtype=np.int64, count=3 << 14).reshape(-1, 3)
             if not ops.size:
                 break
+            # The chunk's new tokens in one read, each extension a view into them.
+            chunk = np.fromfile(ft, dtype="<u4", count=int(ops[ops[:, 0] >= 0, 2].sum()))
+            pos = 0
             for h, at, n in ops.tolist():
                 lcp = b.lcp
                 if lcp is None:
                     break
                 if h >= 0:
-                    tokens = np.fromfile(ft, dtype="<u4", count=n)
+                    tokens = chunk[pos : pos + n]
+                    pos += n
                     nodes[h] = lcp.extend(nodes.get(at) if at else None, tokens)
                 else:
                     lcp.end(nodes[at] if at else lcp.tree.root)
