@@ -106,6 +106,28 @@ def test_the_token_tree_bound_falls_back_at_the_same_request(tmp_path):
     assert 1 < n < 120
 
 
+def test_the_memos_are_caches_whose_bounds_the_processes_share(tmp_path, monkeypatch):
+    """The memos' bounds change the work, never the output; each of N reading processes
+    holds an N-th of them, so memory does not grow with --jobs."""
+    import analyzer.ingest.pipeline as pipeline
+
+    log = chat_log(tmp_path / "chat.jsonl", 150, seed=4)
+    opts = IngestOptions(salt=SALT, jobs=3, parallel_min_bytes=0)
+    _, b = pipeline._read_raw([str(log)], opts, None)
+    assert isinstance(b, pipeline._Builder) and b.renderer is not None
+    assert b.hasher.memo_max_hashes == pipeline.MEMO_HASHES // 3
+    assert b.renderer.memo_max_tokens == pipeline.MEMO_TOKENS // 3
+    b.rows.close()
+
+    roomy = open_trace([str(log)], IngestOptions(salt=SALT, jobs=1))
+    monkeypatch.setattr(pipeline, "MEMO_TOKENS", 40)  # a message or two
+    monkeypatch.setattr(pipeline, "MEMO_HASHES", 4)
+    tight = open_trace([str(log)], IngestOptions(salt=SALT, jobs=1))
+    same(roomy, tight)
+    assert tight.stats["parts_tokenized"] > roomy.stats["parts_tokenized"]
+    assert tight.stats["blocks_hashed"] > roomy.stats["blocks_hashed"]
+
+
 def test_stateful_formats_are_read_in_the_parent(tmp_path):
     paths = [FIX / "ragpulse" / "0_trace.jsonl"]
     assert plan([str(p) for p in paths], ["ragpulse"], 2)[0].in_parent
