@@ -394,7 +394,7 @@ def _codes(values: list[str | None]) -> tuple[np.ndarray, list[str]]:
 DENSE_BY_JOIN = 200_000
 
 
-def _dense(flat_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def first_seen_ids(flat_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Map hashes to dense ids in order of first appearance; return (ids, id -> hash)."""
     if flat_hashes.size == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.uint64)
@@ -406,7 +406,7 @@ def _dense(flat_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _dense_by_join(flat_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_dense`, the distinct hashes in order of first appearance numbered and
+    """:func:`first_seen_ids`, the distinct hashes in order of first appearance numbered and
     joined back (the same ids: tests/test_trace.py)."""
     import polars as pl
 
@@ -514,14 +514,14 @@ class BlockTrace:
         offsets = hashes.offsets.to_numpy().astype(np.int64)
         offsets = offsets - offsets[0]
         flat = hashes.values.to_numpy(zero_copy_only=False).astype(np.uint64)
-        ids, id_hash = _dense(flat)
+        ids, id_hash = first_seen_ids(flat)
         del flat
         content_ids = None
         if "content_hashes" in table.column_names and col("content_hashes").null_count == 0:
             ch = col("content_hashes").combine_chunks()
             cflat = ch.values.to_numpy(zero_copy_only=False).astype(np.uint64)
             if cflat.size == ids.size:
-                content_ids, _ = _dense(cflat)
+                content_ids, _ = first_seen_ids(cflat)
         lcp = None
         if "token_lcp_prev" in table.column_names and col("token_lcp_prev").null_count == 0:
             lcp = col("token_lcp_prev").to_numpy().astype(np.int64)
@@ -576,7 +576,7 @@ class BlockTrace:
             return self
         new_offsets, fine_pos = coarse_positions(self.offsets, factor)
         fine_ids = self.block_ids[fine_pos]
-        ids, id_hash_idx = _dense(fine_ids.astype(np.uint64))
+        ids, id_hash_idx = first_seen_ids(fine_ids.astype(np.uint64))
         hashes = self.block_hashes[id_hash_idx.astype(np.int64)] if fine_ids.size else id_hash_idx
         content_ids = None
         if self.content_ids is not None and fine_ids.size:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -17,7 +18,7 @@ from typer.testing import CliRunner
 
 from analyzer.cli import app
 from analyzer.errors import UsageError
-from analyzer.reuse import ReuseOptions, analyze_reuse
+from analyzer.reuse import ReuseOptions, analyze_reuse, frame
 from analyzer.reuse.frame import ROWS_PER_PART, analyze_canonical, scan_trace
 from analyzer.trace import CANONICAL_SCHEMA, BlockTrace, trace_metadata
 
@@ -92,13 +93,22 @@ options = st.builds(
 
 
 @settings(max_examples=60, deadline=None)
-@given(table=traces(), opts=options, rows_per_part=st.sampled_from([ROWS_PER_PART, 9, 25]))
-def test_streamed_report_equals_the_in_memory_report(tmp_path_factory, table, opts, rows_per_part):
-    """Whole, and split into hash parts of a few rows (spilled, as a large trace is)."""
+@given(
+    table=traces(),
+    opts=options,
+    rows_per_part=st.sampled_from([ROWS_PER_PART, 9, 25]),
+    slice_rows=st.sampled_from([frame.SLICE_ROWS, 1, 7]),
+)
+def test_streamed_report_equals_the_in_memory_report(
+    tmp_path_factory, table, opts, rows_per_part, slice_rows
+):
+    """Whole, and split into hash parts of a few rows (spilled, as a large trace is),
+    the accesses scanned a few requests at a time."""
     path = tmp_path_factory.getbasetemp() / f"t{next(_names)}.parquet"
     write(path, table)
     want = analyze_reuse(BlockTrace.from_parquet(path), opts).to_json()
-    got = analyze_canonical(path, opts, rows_per_part=rows_per_part).to_json()
+    with mock.patch.object(frame, "SLICE_ROWS", slice_rows):
+        got = analyze_canonical(path, opts, rows_per_part=rows_per_part).to_json()
     assert got == want
 
 

@@ -111,13 +111,13 @@ def test_read_canonical_checks_types_and_block_size(tmp_path):
 def test_dense_ids_by_join_equal_numpys(picks, dtype, offset):
     """The dense ids a large trace gets from polars' join are those np.unique gives:
     numbered by first appearance, with each id's hash (values near 2**64 included)."""
-    from analyzer.trace import _dense, _dense_by_join
+    from analyzer.trace import _dense_by_join, first_seen_ids
 
     values = np.array([offset + 7919 * p for p in picks], dtype=np.uint64)
     if dtype is np.uint64:
         values = values + np.uint64(2**63)  # the top half, where int64 would wrap
     arr = values.astype(dtype)
     ids, hashes = _dense_by_join(arr)
-    want_ids, want_hashes = _dense(arr)  # small: np.unique
+    want_ids, want_hashes = first_seen_ids(arr)  # small: np.unique
     assert ids.dtype == want_ids.dtype and hashes.dtype == want_hashes.dtype
     assert np.array_equal(ids, want_ids) and np.array_equal(hashes, want_hashes)

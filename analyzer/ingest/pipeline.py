@@ -344,6 +344,7 @@ class _Builder:
         )
         self.lcp = None
         self.hasher.forget()  # the memo's states hold tree nodes (their anchors)
+        release_freed_memory()  # the tree held up to the bound: return it now, not at exit
 
     def _pseudonym(self, value: str | None, prefix: str = "s-") -> str | None:
         """Session ids (often user names or emails) leave only as salted pseudonyms, and so

@@ -194,7 +194,7 @@ def _seen(acc: pl.LazyFrame) -> pl.LazyFrame:
     return acc.join(first, on="h").with_columns(seen=pl.col("fr") < pl.col("r"))
 
 
-ROWS_PER_PART = 8_000_000
+ROWS_PER_PART = 4_000_000
 
 
 class Parts:
@@ -208,11 +208,11 @@ class Parts:
     """
 
     def __init__(
-        self, lf: pl.LazyFrame, column: str, n_rows: int, rows_per_part: int, tmp: Path
+        self, lf: pl.LazyFrame, column: str, offsets: np.ndarray, rows_per_part: int, tmp: Path
     ) -> None:
         import pyarrow.parquet as pq
 
-        self.n = max(1, -(-n_rows // max(rows_per_part, 1)))
+        self.n = max(1, -(-int(offsets[-1]) // max(rows_per_part, 1)))
         acc = _accesses(lf, column)
         if self.n == 1:
             self.frames = [acc]
@@ -222,7 +222,7 @@ class Parts:
         paths = [d / f"part-{p:05d}.parquet" for p in range(self.n)]
         writers: list[Any] = [None] * self.n
         try:
-            for batch in _batches(acc):
+            for batch in access_slices(lf, column, offsets):
                 part = batch.with_columns(_p=(pl.col("h") % self.n).cast(pl.Int64))
                 for key, sub in part.partition_by("_p", as_dict=True).items():
                     p = int(key[0])
@@ -466,8 +466,28 @@ class Sample:
     kept_accesses: int
 
 
-def _batches(lf: pl.LazyFrame) -> Iterator[pl.DataFrame]:
-    yield from lf.collect_batches(chunk_size=1 << 20, engine=STREAMING)
+SLICE_ROWS = 1 << 22
+
+
+def access_slices(
+    lf: pl.LazyFrame, column: str, offsets: np.ndarray, rows: int | None = None
+) -> Iterator[pl.DataFrame]:
+    """:func:`_accesses` of ``lf`` (``pos`` and ``r`` as over the whole trace), the
+    requests of about ``rows`` block accesses at a time (``offsets``: each request's
+    first access), each slice collected whole when the caller asks for it. Pull-based:
+    ``collect_batches`` runs its query ahead of a slower caller and holds what it has
+    not taken (1.6 GB while a 1M-request trace's parts were written)."""
+    rows = rows or SLICE_ROWS
+    n = offsets.size - 1
+    start, pos = 0, 0
+    while start < n:
+        end = int(np.searchsorted(offsets, offsets[start] + rows, side="right")) - 1
+        end = min(n, max(end, start + 1))
+        df = _collect(_accesses(lf.slice(start, end - start), column))
+        yield df.with_columns(
+            (pl.col("r") + start).cast(df.schema["r"]), (pl.col("pos") + pos).cast(df.schema["pos"])
+        )
+        start, pos = end, pos + df.height
 
 
 def hot_blocks(parts: Parts, n_hot: int) -> np.ndarray:
@@ -498,35 +518,40 @@ def shards_sample(
     unit = _shards_threshold(rate)
     n_hot = int(_shards_rate(rate) * n_ids)
     hot = hot_blocks(parts, n_hot) if 0 < n_hot < n_ids else np.zeros(0, dtype=np.uint64)
+    # Only what the sample needs is held per kept access: its hash and its weight (the
+    # accesses come request by request, so the offsets are counts); the dense slots come
+    # from a hash join, not a sort of every kept access. Hot blocks are kept at rate 1,
+    # so the kept accesses are a good part of a chat log's: at 1M requests this held
+    # 2.9 GB with the requests, positions and a sort.
     hs: list[np.ndarray] = []
-    rs: list[np.ndarray] = []
-    ks: list[np.ndarray] = []
-    for batch in _batches(_accesses(lf).select("r", "k", "h")):
+    ws: list[np.ndarray] = []
+    counts = np.zeros(req.n, dtype=np.int64)
+    last_token = req.prompt_tokens - 1
+    for batch in access_slices(lf, "block_hashes", req.offsets):
         h = batch["h"].to_numpy().astype(np.uint64)
         keep = (splitmix64(h) >> np.uint64(32)) < np.uint64(unit)
         if hot.size:
             keep |= np.isin(h, hot)
         if not keep.any():
             continue
+        r = batch["r"].to_numpy()[keep]
+        k = batch["k"].to_numpy()[keep].astype(np.int64)
+        last = last_token[r]
+        w = np.minimum((k + 1) * block_size, last) - np.minimum(k * block_size, last)
         hs.append(h[keep])
-        rs.append(batch["r"].to_numpy()[keep].astype(np.int64))
-        ks.append(batch["k"].to_numpy()[keep].astype(np.int64))
-    kept_h = np.concatenate(hs) if hs else np.zeros(0, dtype=np.uint64)
-    r = np.concatenate(rs) if rs else np.zeros(0, dtype=np.int64)
-    k = np.concatenate(ks) if ks else np.zeros(0, dtype=np.int64)
+        ws.append(np.maximum(w, 0).astype(np.int32))
+        counts += np.bincount(r, minlength=req.n)
     offsets = np.zeros(req.n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(r, minlength=req.n), out=offsets[1:])
-    last = req.prompt_tokens[r] - 1
-    weights = np.maximum(
-        np.minimum((k + 1) * block_size, last) - np.minimum(k * block_size, last), 0
-    ).astype(np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    kept_h = np.concatenate(hs) if hs else np.zeros(0, dtype=np.uint64)
+    del hs
+    weights = (np.concatenate(ws) if ws else np.zeros(0, dtype=np.int32)).astype(np.int64)
+    del ws
     if kept_h.size:
-        uniq, first_at, inverse = np.unique(kept_h, return_index=True, return_inverse=True)
-        order = np.argsort(first_at, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.size)
-        ids = rank[inverse.reshape(-1)].astype(np.int64)
-        is_hot = np.isin(uniq[order], hot) if hot.size else np.zeros(order.size, dtype=bool)
+        from analyzer.trace import first_seen_ids
+
+        ids, seen = first_seen_ids(kept_h)  # slots in order of first appearance
+        is_hot = np.isin(seen, hot) if hot.size else np.zeros(seen.size, dtype=bool)
     else:
         ids = np.zeros(0, dtype=np.int64)
         is_hot = np.zeros(0, dtype=bool)
@@ -705,7 +730,7 @@ def _measure(
     n, t, prompt = req.n, req.arrival_s, req.prompt_tokens
     first = a.first_counted_request(n, opts.warmup)
     n_acc = int(req.n_blocks.sum())
-    parts = Parts(lf, "block_hashes", n_acc, rows_per_part, tmp)
+    parts = Parts(lf, "block_hashes", req.offsets, rows_per_part, tmp)
     span = float(t[-1] - t[0])
     n_windows = max(1, opts.n_windows) if span > 0 else 1
     window_s = span / n_windows if span > 0 else 0.0
@@ -725,7 +750,9 @@ def _measure(
     )
     if req.content_ok:
         non_prefix = a.non_prefix_document(
-            content_seen_tokens(Parts(lf, "content_hashes", n_acc, rows_per_part, tmp), req, bs),
+            content_seen_tokens(
+                Parts(lf, "content_hashes", req.offsets, rows_per_part, tmp), req, bs
+            ),
             prompt,
             first,
             hit_per_req,
