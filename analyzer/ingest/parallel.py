@@ -204,6 +204,7 @@ def replay(b: _Builder, directory: str, rows_before: int, row_of_end: np.ndarray
                 else:
                     lcp.end(nodes[at] if at else lcp.tree.root)
                     if lcp.memory_bytes() > b.opts.exact_max_bytes:
+                        nodes.clear()  # so that the drop's collection frees the tree
                         b._drop_exact(rows_before + int(row_of_end[k]) + 1)
                     k += 1
 
