@@ -47,7 +47,7 @@ prefix of ``m * j + m`` blocks: coarser block sizes are derived without re-hashi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -388,41 +388,47 @@ def _codes(values: list[str | None]) -> tuple[np.ndarray, list[str]]:
     return codes, list(index)
 
 
-# Above this many hashes the dense ids come from a hash join in polars (multi-threaded):
-# np.unique with the first indices and the inverse sorts them all, 1.5 s of a
-# 50,000-request log's 4.2M block accesses on two cores.
-DENSE_BY_JOIN = 200_000
+# Above this many hashes the dense ids come from one compiled pass with a hash table
+# (analyzer/dense.py): np.unique with the first indices and the inverse sorts
+# them all, 1.5 s of a 50,000-request log's 4.2M block accesses on two cores, and a hash
+# join holds about 24 bytes an access (2 GB at a million chat requests).
+DENSE_COMPILED = 200_000
 
 
-def first_seen_ids(flat_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Map hashes to dense ids in order of first appearance; return (ids, id -> hash)."""
-    if flat_hashes.size == 0:
+def first_seen_ids(
+    flat_hashes: np.ndarray | Sequence[np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Map hashes to dense ids in order of first appearance; return (ids, id -> hash).
+
+    The hashes are one array or several read one after the other (a column's chunks)."""
+    parts = [flat_hashes] if isinstance(flat_hashes, np.ndarray) else list(flat_hashes)
+    total = sum(p.size for p in parts)
+    if total == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.uint64)
-    if flat_hashes.size > DENSE_BY_JOIN:
-        return _dense_by_join(flat_hashes)
-    uniq, first, inverse = np.unique(flat_hashes, return_index=True, return_inverse=True)
+    if total > DENSE_COMPILED:
+        return _dense_compiled(parts)
+    flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    uniq, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
     ids, order = _first_seen(first, inverse)
     return ids, uniq[order]
 
 
-def _dense_by_join(flat_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`first_seen_ids`, the distinct hashes in order of first appearance numbered and
-    joined back (the same ids: tests/test_trace.py)."""
-    import polars as pl
+def _dense_compiled(parts: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`first_seen_ids` in one compiled pass (the same ids: tests/test_trace.py);
+    64-bit hashes of either sign are read as their bits."""
+    from analyzer.dense import first_seen
 
-    h = pl.Series("h", flat_hashes)
-    seen = h.unique(maintain_order=True)
-    ids = (
-        pl.DataFrame(h)
-        .join(
-            pl.DataFrame([seen, pl.Series("id", np.arange(seen.len(), dtype=np.int64))]),
-            on="h",
-            how="left",
-            maintain_order="left",
-        )["id"]
-        .to_numpy()
-    )
-    return ids.astype(np.int64, copy=False), seen.to_numpy().astype(flat_hashes.dtype)
+    dtype = parts[0].dtype
+    ids, seen = first_seen([np.ascontiguousarray(p).view(np.uint64) for p in parts])
+    return ids, seen.view(dtype)
+
+
+def _flat_chunks(column: pa.ChunkedArray) -> list[np.ndarray]:
+    """The values of a list<uint64> column, one array per chunk, without copying them."""
+    return [
+        c.flatten().to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
+        for c in column.chunks
+    ]
 
 
 def _first_seen(first: np.ndarray, inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -510,18 +516,21 @@ class BlockTrace:
         if not np.array_equal(order, np.arange(order.size)):
             table = table.take(pa.array(order))
         col = table.column
-        hashes = col("block_hashes").combine_chunks()
-        offsets = hashes.offsets.to_numpy().astype(np.int64)
-        offsets = offsets - offsets[0]
-        flat = hashes.values.to_numpy(zero_copy_only=False).astype(np.uint64)
-        ids, id_hash = first_seen_ids(flat)
-        del flat
+        # Read in Arrow's chunks as they are (no copy of the 8 bytes an access each
+        # hash column holds)
+        import pyarrow.compute as pc
+
+        lengths = pc.list_value_length(col("block_hashes")).fill_null(0)
+        counts = lengths.to_numpy(zero_copy_only=False)
+        offsets = np.zeros(table.num_rows + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        ids, id_hash = first_seen_ids(_flat_chunks(col("block_hashes")))
         content_ids = None
         if "content_hashes" in table.column_names and col("content_hashes").null_count == 0:
-            ch = col("content_hashes").combine_chunks()
-            cflat = ch.values.to_numpy(zero_copy_only=False).astype(np.uint64)
-            if cflat.size == ids.size:
-                content_ids, _ = first_seen_ids(cflat)
+            cparts = _flat_chunks(col("content_hashes"))
+            if sum(p.size for p in cparts) == ids.size:
+                content_ids, _ = first_seen_ids(cparts)
+            del cparts
         lcp = None
         if "token_lcp_prev" in table.column_names and col("token_lcp_prev").null_count == 0:
             lcp = col("token_lcp_prev").to_numpy().astype(np.int64)

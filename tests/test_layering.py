@@ -20,6 +20,7 @@ LAYERS = {
     "outputs": 1,
     "progress": 1,
     "trace": 1,
+    "dense": 1,
     "tokenize": 2,
     "blocks": 2,
     "cost": 2,

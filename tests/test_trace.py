@@ -108,16 +108,64 @@ def test_read_canonical_checks_types_and_block_size(tmp_path):
     st.sampled_from([np.uint64, np.int64]),
     st.integers(0, 2**62),
 )
-def test_dense_ids_by_join_equal_numpys(picks, dtype, offset):
-    """The dense ids a large trace gets from polars' join are those np.unique gives:
+def test_compiled_dense_ids_equal_numpys(picks, dtype, offset):
+    """The dense ids a large trace gets from the compiled pass are those np.unique gives:
     numbered by first appearance, with each id's hash (values near 2**64 included)."""
-    from analyzer.trace import _dense_by_join, first_seen_ids
+    from analyzer.trace import _dense_compiled, first_seen_ids
 
     values = np.array([offset + 7919 * p for p in picks], dtype=np.uint64)
     if dtype is np.uint64:
         values = values + np.uint64(2**63)  # the top half, where int64 would wrap
     arr = values.astype(dtype)
-    ids, hashes = _dense_by_join(arr)
+    ids, hashes = _dense_compiled(arr)
     want_ids, want_hashes = first_seen_ids(arr)  # small: np.unique
     assert ids.dtype == want_ids.dtype and hashes.dtype == want_hashes.dtype
     assert np.array_equal(ids, want_ids) and np.array_equal(hashes, want_hashes)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(0, 2**32), st.integers(1, 200_000), st.integers(1, 9))
+def test_compiled_dense_ids_equal_numpys_as_the_table_grows(seed, distinct, n_parts):
+    """Past the compiled pass's first table (2**15 distinct hashes before it doubles),
+    through several doublings, and with the hashes in several parts (a column's chunks),
+    the ids and hashes are still np.unique's."""
+    from analyzer.trace import _first_seen, first_seen_ids
+
+    rng = np.random.default_rng(seed)
+    pool = rng.integers(0, 2**64 - 1, distinct, dtype=np.uint64, endpoint=True)
+    arr = pool[rng.integers(0, distinct, 300_000)]
+    uniq, first, inverse = np.unique(arr, return_index=True, return_inverse=True)
+    want_ids, order = _first_seen(first, inverse)
+    cuts = np.sort(rng.integers(0, arr.size, n_parts - 1))
+    ids, hashes = first_seen_ids(np.split(arr, cuts))  # 300k: the compiled pass
+    assert np.array_equal(ids, want_ids) and np.array_equal(hashes, uniq[order])
+
+
+def test_a_trace_read_in_chunks_is_the_trace_read_whole():
+    """from_table reads the hash columns chunk by chunk (as Parquet hands them over):
+    the trace is the one a single-chunk table gives, above and below the compiled size."""
+    from unittest import mock
+
+    import analyzer.trace as trace_mod
+
+    rows = []
+    for i in range(300):
+        n = i % 7
+        rows.append(
+            {
+                "request_id": f"r{i}",
+                "arrival_s": float(i),
+                "prompt_tokens": 4 * n + 1,
+                "block_hashes": [(i * 31 + k) % 97 for k in range(n)],
+                "content_hashes": [(i + k) % 13 for k in range(n)],
+            }
+        )
+    table = _table(rows)
+    chunked = pa.concat_tables([table.slice(a, 37) for a in range(0, 300, 37)])
+    assert chunked.column("block_hashes").num_chunks > 1
+    for limit in (10, 10**9):  # compiled, np.unique
+        with mock.patch.object(trace_mod, "DENSE_COMPILED", limit):
+            whole = BlockTrace.from_table(table.combine_chunks())
+            parts = BlockTrace.from_table(chunked)
+        for name in ("offsets", "block_ids", "block_hashes", "content_ids"):
+            assert np.array_equal(getattr(parts, name), getattr(whole, name)), name
