@@ -518,12 +518,16 @@ def shards_sample(
     unit = _shards_threshold(rate)
     n_hot = int(_shards_rate(rate) * n_ids)
     hot = hot_blocks(parts, n_hot) if 0 < n_hot < n_ids else np.zeros(0, dtype=np.uint64)
-    # Only what the sample needs is held per kept access: its hash and its weight (the
-    # accesses come request by request, so the offsets are counts); the dense slots come
-    # from a hash join, not a sort of every kept access. Hot blocks are kept at rate 1,
-    # so the kept accesses are a good part of a chat log's: at 1M requests this held
-    # 2.9 GB with the requests, positions and a sort.
-    hs: list[np.ndarray] = []
+    # Only what the sample needs is held per kept access: its slot and its weight (the
+    # accesses come request by request, so the offsets are counts); the slots are
+    # numbered slice by slice as the scan hands them over (analyzer/dense.py), so the
+    # kept hashes are never held. Hot blocks are kept at rate 1, so the kept accesses
+    # are a good part of a chat log's: at 1M requests this held 2.9 GB with the
+    # requests, positions and a sort.
+    from analyzer.dense import FirstSeen
+
+    numbering = FirstSeen()
+    slots: list[np.ndarray] = []
     ws: list[np.ndarray] = []
     counts = np.zeros(req.n, dtype=np.int64)
     last_token = req.prompt_tokens - 1
@@ -538,25 +542,19 @@ def shards_sample(
         k = batch["k"].to_numpy()[keep].astype(np.int64)
         last = last_token[r]
         w = np.minimum((k + 1) * block_size, last) - np.minimum(k * block_size, last)
-        hs.append(h[keep])
+        slots.append(numbering.number(np.ascontiguousarray(h[keep])))
         ws.append(np.maximum(w, 0).astype(np.int32))
         counts += np.bincount(r, minlength=req.n)
     offsets = np.zeros(req.n + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    kept_h = np.concatenate(hs) if hs else np.zeros(0, dtype=np.uint64)
-    del hs
+    ids = np.concatenate(slots) if slots else np.zeros(0, dtype=np.int64)
+    del slots
     weights = (np.concatenate(ws) if ws else np.zeros(0, dtype=np.int32)).astype(np.int64)
     del ws
-    if kept_h.size:
-        from analyzer.trace import first_seen_ids
-
-        ids, seen = first_seen_ids(kept_h)  # slots in order of first appearance
-        is_hot = np.isin(seen, hot) if hot.size else np.zeros(seen.size, dtype=bool)
-    else:
-        ids = np.zeros(0, dtype=np.int64)
-        is_hot = np.zeros(0, dtype=bool)
+    seen = numbering.hashes()  # slot -> hash, slots in order of first appearance
+    is_hot = np.isin(seen, hot) if hot.size else np.zeros(seen.size, dtype=bool)
     id_weight = np.where(is_hot, np.int64(unit), np.int64(2**32)).astype(np.int64)
-    return Sample(ids, offsets, weights, id_weight, unit, int(kept_h.size))
+    return Sample(ids, offsets, weights, id_weight, unit, int(ids.size))
 
 
 def breakdown_rows(keyed: pl.LazyFrame) -> list[dict[str, Any]]:
