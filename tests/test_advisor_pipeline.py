@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from analyzer.advisor import AnalyzeOptions, Thresholds, run_analysis
@@ -17,6 +19,7 @@ from analyzer.cli import app
 from analyzer.replay import ClusterConfig
 from analyzer.report import render_json
 from analyzer.report.document import report_json
+from tests.test_reuse import make_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location(
@@ -107,12 +110,17 @@ def test_same_input_gives_byte_identical_json(logs, pooled, tmp_path):
 
 
 def test_an_already_loaded_trace_gives_the_same_report(logs, pooled):
-    """The dashboard hands over its own ingestion: the report is the same bytes."""
+    """The dashboard hands over its own ingestion: the report is the same bytes as a run
+    that read the log itself (and dropped its table's block hashes once the trace was
+    built), and the caller's table keeps its columns for the next what-if."""
     from analyzer.ingest import open_trace
 
     loaded = open_trace([str(logs["high"])])
     opts = make_logs.pooled_options()
     assert render_json(run_analysis(loaded.sources, opts, loaded=loaded)) == render_json(pooled)
+    assert {"block_hashes", "content_hashes"} <= set(loaded.table.column_names)
+    slim = loaded.without_block_columns()
+    assert "block_hashes" not in slim.table.column_names and slim.trace is loaded.trace
     with pytest.raises(ValueError, match="sources"):
         run_analysis([str(logs["low"])], opts, loaded=loaded)
 
@@ -149,11 +157,11 @@ def test_remembered_replays_give_the_same_report(logs, pooled):
     assert render_json(third) == render_json(run_analysis(loaded.sources, slower, loaded=loaded))
 
 
-def test_reusable_prefix_percentiles_against_a_loop(logs):
-    from analyzer.ingest import open_trace
+def _percentiles_by_loop(t, warmup: float) -> tuple[int, int]:
+    """The reusable prefix of each request block by block, with a set of seen blocks."""
+    from analyzer.reuse.analysis import first_counted_request
 
-    t = open_trace([str(logs["high"])]).trace
-    med, p25 = reusable_prefix_percentiles(t, 0.5)
+    start = first_counted_request(t.n_requests, warmup)
     seen: set[int] = set()
     hits = []
     for i in range(t.n_requests):
@@ -163,13 +171,42 @@ def test_reusable_prefix_percentiles_against_a_loop(logs):
             if b not in seen:
                 break
             run += 1
-        if i >= t.n_requests // 2:
-            hits.append(min(run * t.block_size, int(t.prompt_tokens[i]) - 1))
+        if i >= start:
+            hits.append(min(run * t.block_size, max(int(t.prompt_tokens[i]) - 1, 0)))
         seen.update(blocks)
-    h = np.sort(np.array([x for x in hits if x > 0]))
+    h = np.sort(np.array([x for x in hits if x > 0], dtype=np.int64))
+    if h.size == 0:
+        return 0, 0
     cum = np.cumsum(h)
-    assert med == h[np.searchsorted(cum, 0.5 * cum[-1])]
-    assert p25 == h[np.searchsorted(cum, 0.25 * cum[-1])]
+    return int(h[np.searchsorted(cum, 0.5 * cum[-1])]), int(h[np.searchsorted(cum, 0.25 * cum[-1])])
+
+
+def test_reusable_prefix_percentiles_against_a_loop(logs):
+    from analyzer.ingest import open_trace
+
+    t = open_trace([str(logs["high"])]).trace
+    assert reusable_prefix_percentiles(t, 0.5) == _percentiles_by_loop(t, 0.5)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 12), max_size=9), min_size=1, max_size=30),
+    st.lists(st.integers(0, 5), min_size=30, max_size=30),
+    st.sampled_from([0.0, 0.3, 0.5]),
+    st.sampled_from([1, 3, 7, 1 << 22]),
+)
+def test_reusable_prefix_percentiles_in_slices_against_a_loop(picks, extra, warmup, slice_):
+    """Requests with repeated, new and no blocks, cut into slices of any size (a request
+    larger than a slice included): the percentiles are the loop's."""
+    from unittest import mock
+
+    from analyzer.advisor import pipeline
+
+    dense: dict[int, int] = {}
+    chains = [[dense.setdefault(b, len(dense)) for b in p] for p in picks]
+    t = make_trace(chains, extra=extra[: len(chains)])
+    with mock.patch.object(pipeline, "PREFIX_SLICE", slice_):
+        assert reusable_prefix_percentiles(t, warmup) == _percentiles_by_loop(t, warmup)
 
 
 def test_cli_analyze_writes_three_reports(logs, tmp_path):

@@ -68,6 +68,7 @@ from analyzer.advisor.sizing import ClusterFigures, Sizing, size
 from analyzer.cost.prices import PriceOverrides, Prices, resolve_prices
 from analyzer.errors import UsageError
 from analyzer.ingest.options import IngestOptions
+from analyzer.ingest.pipeline import release_freed_memory
 from analyzer.progress import Advance, progress
 from analyzer.replay.config import ClusterConfig, Scenario, Tier
 from analyzer.trace import BlockTrace, read_metadata
@@ -268,6 +269,9 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
+PREFIX_SLICE = 1 << 22  # block accesses a slice of reusable_prefix_percentiles covers
+
+
 def reusable_prefix_percentiles(trace: BlockTrace, warmup: float) -> tuple[int, int]:
     """Token-weighted 50th and 25th percentiles of the reusable prefix per request.
 
@@ -284,17 +288,24 @@ def reusable_prefix_percentiles(trace: BlockTrace, warmup: float) -> tuple[int, 
     ids = trace.block_ids
     offsets = trace.offsets
     counts = np.diff(offsets)
-    req = np.repeat(np.arange(n), counts)
     per_req_max = np.full(n, -1, dtype=np.int64)
-    np.maximum.at(per_req_max, req, ids)
+    nonempty = counts > 0
+    per_req_max[nonempty] = np.maximum.reduceat(ids, offsets[:-1][nonempty])
     seen_before = np.concatenate([[0], np.maximum.accumulate(per_req_max)[:-1] + 1])
-    seen = ids < seen_before[req]
-    # leading run of True per request: position of first False
-    pos = np.arange(ids.size) - offsets[req]
-    first_miss = np.full(n, 0, dtype=np.int64)
-    first_miss[:] = counts
-    miss_pos = np.where(~seen, pos, np.iinfo(np.int64).max)
-    np.minimum.at(first_miss, req, miss_pos)
+    # The leading run of seen blocks ends at the request's first miss, found a slice of
+    # requests at a time (a few arrays of 8 bytes an access for the slice, not the trace).
+    first_miss = counts.copy()
+    lo = 0
+    while lo < n:
+        hi = max(lo + 1, int(np.searchsorted(offsets, offsets[lo] + PREFIX_SLICE, "right")) - 1)
+        hi = min(hi, n)
+        a = int(offsets[lo])
+        req = np.repeat(np.arange(lo, hi), counts[lo:hi])
+        miss = np.flatnonzero(ids[a : offsets[hi]] >= seen_before[req])
+        r = req[miss]
+        first = np.flatnonzero(np.diff(r, prepend=-1))  # a request's first miss (r ascends)
+        first_miss[r[first]] = miss[first] + a - offsets[r[first]]
+        lo = hi
     hit = np.minimum(first_miss * trace.block_size, np.maximum(trace.prompt_tokens - 1, 0))
     from analyzer.reuse.analysis import first_counted_request
 
@@ -509,6 +520,7 @@ def run_analysis(
     cfg = _cluster_config(opts)
     prices = resolve_prices(opts.gpu, opts.prices)
 
+    read_here = loaded is None
     if loaded is None:
         with progress(
             "reading logs",
@@ -522,10 +534,16 @@ def run_analysis(
     if opts.only_model is not None:
         loaded = select_model(loaded, opts.only_model)
     warnings: list[str] = []
-    mismatch = model_warning(served_models(loaded.table), opts.model)
+    named = served_models(loaded.table)
+    mismatch = model_warning(named, opts.model)
     if mismatch:
         warnings.append(mismatch)
+    if read_here and len(named) < 2:
+        # Nothing below reads the table's block hashes again (only a multi-model log's
+        # per-model figures do): keep them once, as the trace's dense ids.
+        loaded = loaded.without_block_columns()
     trace = loaded.trace
+    release_freed_memory()  # building the trace's ids freed as much as they hold
     # Reports are made to be shared: inputs are named by position, size and hash unless
     # --keep-names (a file name can carry a customer's name).
     names = {
