@@ -458,9 +458,10 @@ def dense_ids(parts: Parts, all_first: np.ndarray, n_accesses: int) -> np.ndarra
 class Sample:
     """A SHARDS spatial sample of the accesses, taken while scanning."""
 
-    ids: np.ndarray  # int64 per kept access: slot among the kept blocks (first-seen order)
+    ids: np.ndarray  # int32 (int64 past 2**31 slots) per kept access: slot among the kept
+    # blocks (first-seen order)
     offsets: np.ndarray  # int64 (n + 1,): each request's kept accesses
-    weights: np.ndarray  # int64 per kept access: tokens (last-token rule)
+    weights: np.ndarray  # int32 per kept access: tokens (last-token rule)
     id_weight: np.ndarray  # int64 per slot: unit (kept at rate 1) or 2**32
     unit: int
     kept_accesses: int
@@ -542,19 +543,32 @@ def shards_sample(
         k = batch["k"].to_numpy()[keep].astype(np.int64)
         last = last_token[r]
         w = np.minimum((k + 1) * block_size, last) - np.minimum(k * block_size, last)
-        slots.append(numbering.number(np.ascontiguousarray(h[keep])))
+        slot = numbering.number(np.ascontiguousarray(h[keep]))
+        # 4 bytes a kept access while the slots fit (np.concatenate widens a later int64)
+        slots.append(slot.astype(np.int32) if numbering.distinct <= 2**31 - 1 else slot)
         ws.append(np.maximum(w, 0).astype(np.int32))
         counts += np.bincount(r, minlength=req.n)
     offsets = np.zeros(req.n + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    ids = np.concatenate(slots) if slots else np.zeros(0, dtype=np.int64)
-    del slots
-    weights = (np.concatenate(ws) if ws else np.zeros(0, dtype=np.int32)).astype(np.int64)
-    del ws
+    ids = _drain(slots, np.int32)
+    weights = _drain(ws, np.int32)
     seen = numbering.hashes()  # slot -> hash, slots in order of first appearance
     is_hot = np.isin(seen, hot) if hot.size else np.zeros(seen.size, dtype=bool)
     id_weight = np.where(is_hot, np.int64(unit), np.int64(2**32)).astype(np.int64)
     return Sample(ids, offsets, weights, id_weight, unit, int(ids.size))
+
+
+def _drain(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    """``np.concatenate(parts)``, emptying ``parts`` as it copies them: the peak is the
+    result and one part, not the result and all the parts."""
+    out = np.empty(sum(p.size for p in parts), dtype=np.result_type(dtype, *parts))
+    at = 0
+    parts.reverse()
+    while parts:
+        p = parts.pop()
+        out[at : at + p.size] = p
+        at += p.size
+    return out
 
 
 def breakdown_rows(keyed: pl.LazyFrame) -> list[dict[str, Any]]:
