@@ -200,12 +200,12 @@ def test_reusable_prefix_percentiles_in_slices_against_a_loop(picks, extra, warm
     larger than a slice included): the percentiles are the loop's."""
     from unittest import mock
 
-    from analyzer.advisor import pipeline
+    from analyzer.reuse import analysis
 
     dense: dict[int, int] = {}
     chains = [[dense.setdefault(b, len(dense)) for b in p] for p in picks]
     t = make_trace(chains, extra=extra[: len(chains)])
-    with mock.patch.object(pipeline, "PREFIX_SLICE", slice_):
+    with mock.patch.object(analysis, "PREFIX_SLICE", slice_):
         assert reusable_prefix_percentiles(t, warmup) == _percentiles_by_loop(t, warmup)
 
 

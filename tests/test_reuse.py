@@ -187,8 +187,16 @@ def test_one_pass_lru_curve_equals_naive_lru_at_every_capacity(data, warmup):
 
 
 @settings(max_examples=120, deadline=None)
-@given(data=chained(), warmup=st.sampled_from([0.0, 0.5]))
-def test_ceiling_equals_naive_prefix_matching(data, warmup):
+@given(
+    data=chained(),
+    warmup=st.sampled_from([0.0, 0.5]),
+    slice_=st.sampled_from([1, 2, 5, 1 << 22]),
+)
+def test_ceiling_equals_naive_prefix_matching(data, warmup, slice_):
+    from unittest import mock
+
+    from analyzer.reuse import analysis
+
     chains, extra = data
     tr = make_trace(chains, extra)
     first = first_counted_request(tr.n_requests, warmup)
@@ -196,13 +204,19 @@ def test_ceiling_equals_naive_prefix_matching(data, warmup):
     rep = analyze_reuse(tr, ReuseOptions(warmup=warmup))
     json.dumps(rep.to_json())  # every report, however degenerate, serialises
     assert rep.hit_tokens == naive_ceiling(chains, prompts, 4, first)
-    # the vectorised route (used for coarser block sizes) agrees with the scan
-    vec = prefix_hit_tokens(tr)
-    assert int(vec[first:].sum()) == rep.hit_tokens
-    # and at twice the block size it agrees with BlockTrace.coarsen plus naive matching
-    coarse = tr.coarsen(2)
-    chains2 = [coarse.blocks_of(i).tolist() for i in range(tr.n_requests)]
-    assert int(prefix_hit_tokens(tr, 2)[first:].sum()) == naive_ceiling(chains2, prompts, 8, first)
+    # the vectorised route (coarser block sizes, a slice of requests at a time, a request
+    # larger than a slice included) agrees with the scan
+    with mock.patch.object(analysis, "PREFIX_SLICE", slice_):
+        vec = prefix_hit_tokens(tr)
+        assert int(vec[first:].sum()) == rep.hit_tokens
+        # and at twice the block size with BlockTrace.coarsen plus naive matching, request
+        # by request
+        coarse = tr.coarsen(2)
+        chains2 = [coarse.blocks_of(i).tolist() for i in range(tr.n_requests)]
+        per_req = [
+            naive_ceiling(chains2[: i + 1], prompts[: i + 1], 8, i) for i in range(len(chains2))
+        ]
+        assert prefix_hit_tokens(tr, 2).tolist() == per_req
     den = sum(prompts[first:])
     assert rep.ceiling_hit_rate == pytest.approx(rep.hit_tokens / den if den else 0.0)
     cold = naive_ceiling(chains, prompts, 4, 0) / sum(prompts) if sum(prompts) else 0.0

@@ -269,46 +269,21 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
-PREFIX_SLICE = 1 << 22  # block accesses a slice of reusable_prefix_percentiles covers
-
-
 def reusable_prefix_percentiles(trace: BlockTrace, warmup: float) -> tuple[int, int]:
     """Token-weighted 50th and 25th percentiles of the reusable prefix per request.
 
     A request's reusable prefix is its leading run of blocks seen in any earlier
-    request (dense ids are assigned in first-seen order, so a block was seen before
-    request ``i`` exactly when its id is below the number of distinct blocks before
-    ``i``), capped at ``prompt - 1`` (the last token is always recomputed). Each
-    request is weighted by its reusable tokens, so the figure is the prefix length at
-    which half of the reusable tokens sit.
+    request, capped at ``prompt - 1`` (the last token is always recomputed): its prefix
+    hits with unlimited capacity (:func:`analyzer.reuse.analysis.prefix_hit_tokens`).
+    Each request is weighted by its reusable tokens, so the figure is the prefix length
+    at which half of the reusable tokens sit.
     """
     n = trace.n_requests
     if n == 0 or trace.n_accesses == 0:
         return 0, 0
-    ids = trace.block_ids
-    offsets = trace.offsets
-    counts = np.diff(offsets)
-    per_req_max = np.full(n, -1, dtype=np.int64)
-    nonempty = counts > 0
-    per_req_max[nonempty] = np.maximum.reduceat(ids, offsets[:-1][nonempty])
-    seen_before = np.concatenate([[0], np.maximum.accumulate(per_req_max)[:-1] + 1])
-    # The leading run of seen blocks ends at the request's first miss, found a slice of
-    # requests at a time (a few arrays of 8 bytes an access for the slice, not the trace).
-    first_miss = counts.copy()
-    lo = 0
-    while lo < n:
-        hi = max(lo + 1, int(np.searchsorted(offsets, offsets[lo] + PREFIX_SLICE, "right")) - 1)
-        hi = min(hi, n)
-        a = int(offsets[lo])
-        req = np.repeat(np.arange(lo, hi), counts[lo:hi])
-        miss = np.flatnonzero(ids[a : offsets[hi]] >= seen_before[req])
-        r = req[miss]
-        first = np.flatnonzero(np.diff(r, prepend=-1))  # a request's first miss (r ascends)
-        first_miss[r[first]] = miss[first] + a - offsets[r[first]]
-        lo = hi
-    hit = np.minimum(first_miss * trace.block_size, np.maximum(trace.prompt_tokens - 1, 0))
-    from analyzer.reuse.analysis import first_counted_request
+    from analyzer.reuse.analysis import first_counted_request, prefix_hit_tokens
 
+    hit = prefix_hit_tokens(trace)
     start = first_counted_request(n, warmup)
     h = hit[start:]
     h = h[h > 0]

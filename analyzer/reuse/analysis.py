@@ -533,31 +533,7 @@ def first_counted_request(n_requests: int, warmup: float) -> int:
     return int(warmup * n_requests)
 
 
-def seen_before(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Per access: was this id used by an earlier request? (ids in first-seen order)."""
-    if ids.size == 0:
-        return np.zeros(0, dtype=bool)
-    # A first use is larger than every id before it, so "seen" means "at most the max so
-    # far"; this holds for any subsequence of first-seen ids, dense or not.
-    running_max = np.maximum.accumulate(ids)
-    starts = offsets[:-1]
-    max_before = np.where(starts > 0, running_max[np.maximum(starts - 1, 0)], -1)
-    req = np.repeat(np.arange(starts.size), np.diff(offsets))
-    return ids <= max_before[req]
-
-
-def leading_run(flags: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Per request: how many leading accesses have ``flags`` set."""
-    counts = np.diff(offsets)
-    out = np.zeros(counts.size, dtype=np.int64)
-    nonempty = counts > 0
-    if flags.size == 0:
-        return out
-    pos = np.arange(flags.size, dtype=np.int64)
-    first_miss = np.where(flags, np.int64(flags.size), pos)
-    mins = np.minimum.reduceat(first_miss, offsets[:-1][nonempty])
-    out[nonempty] = np.minimum(mins - offsets[:-1][nonempty], counts[nonempty])
-    return out
+PREFIX_SLICE = 1 << 22  # fine block accesses a slice of prefix_hit_tokens covers
 
 
 def prefix_hit_tokens(trace: BlockTrace, factor: int = 1) -> np.ndarray:
@@ -565,19 +541,38 @@ def prefix_hit_tokens(trace: BlockTrace, factor: int = 1) -> np.ndarray:
 
     A coarse block is the fine block ending it (chained hashes: that one id names the
     whole prefix), and a chained block always sits at the same depth, so the coarse ids
-    keep the fine ids' first-seen order; ``seen_before`` needs no more than that.
+    keep the fine ids' first-seen order: a block was used by an earlier request exactly
+    when its id is at most the largest id of the earlier requests. Requests are taken a
+    slice of about :data:`PREFIX_SLICE` accesses at a time, carrying that largest id, so
+    the arrays are the slice's, not the trace's (2 GB at a million chat requests).
     """
-    ids, offsets = trace.block_ids, trace.offsets
-    if factor > 1:
-        counts = np.diff(offsets) // factor
-        offsets = np.zeros_like(trace.offsets)
-        np.cumsum(counts, out=offsets[1:])
-        req = np.repeat(np.arange(trace.n_requests), counts)
-        within = np.arange(offsets[-1]) - offsets[req]
-        ids = trace.block_ids[trace.offsets[req] + within * factor + factor - 1]
-    k = leading_run(seen_before(ids, offsets), offsets)
+    offsets, n = trace.offsets, trace.n_requests
+    counts = np.diff(offsets) // factor
+    run = counts.copy()  # requests without a miss: every block
+    carry = -1  # the largest id of the requests before the slice
+    lo = 0
+    while lo < n:
+        end = int(np.searchsorted(offsets, offsets[lo] + PREFIX_SLICE, "right")) - 1
+        hi = min(max(lo + 1, end), n)
+        c = counts[lo:hi]
+        starts = np.zeros(c.size + 1, dtype=np.int64)
+        np.cumsum(c, out=starts[1:])
+        req = np.repeat(np.arange(c.size), c)
+        within = np.arange(starts[-1]) - starts[req]
+        ids = trace.block_ids[offsets[lo:hi][req] + within * factor + factor - 1]
+        del within
+        most = np.full(c.size, -1, dtype=np.int64)
+        nonempty = c > 0
+        most[nonempty] = np.maximum.reduceat(ids, starts[:-1][nonempty])
+        before = np.maximum.accumulate(np.concatenate([[carry], most]))
+        carry = int(before[-1])
+        miss = np.flatnonzero(ids > before[:-1][req])
+        r = req[miss]
+        first = np.flatnonzero(np.diff(r, prepend=-1))  # a request's first miss (r ascends)
+        run[lo + r[first]] = miss[first] - starts[r[first]]
+        lo = hi
     size = trace.block_size * factor
-    hits: np.ndarray = np.clip(np.minimum(k * size, trace.prompt_tokens - 1), 0, None)
+    hits: np.ndarray = np.clip(np.minimum(run * size, trace.prompt_tokens - 1), 0, None)
     return hits
 
 
