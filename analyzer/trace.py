@@ -393,6 +393,8 @@ def _codes(values: list[str | None]) -> tuple[np.ndarray, list[str]]:
 # them all, 1.5 s of a 50,000-request log's 4.2M block accesses on two cores, and a hash
 # join holds about 24 bytes an access (2 GB at a million chat requests).
 DENSE_COMPILED = 200_000
+# The per-access columns of a canonical table: 8 bytes an access each.
+HASH_COLUMNS = ("block_hashes", "content_hashes")
 
 
 def first_seen_ids(
@@ -505,32 +507,48 @@ class BlockTrace:
         return self.block_ids[self.offsets[i] : self.offsets[i + 1]]
 
     @classmethod
-    def from_table(cls, table: pa.Table, previews: Mapping[int, str] | None = None) -> BlockTrace:
+    def from_table(
+        cls,
+        table: pa.Table,
+        previews: Mapping[int, str] | None = None,
+        *,
+        hashes: dict[str, pa.ChunkedArray] | None = None,
+    ) -> BlockTrace:
         """Build from a canonical table (rows need not be sorted; they are sorted here).
 
         ``previews`` maps chained block hash -> text preview and is re-keyed by dense id.
+        ``hashes``: the ``block_hashes`` (and ``content_hashes``) columns given apart from
+        ``table``, which then has none; each is taken out of the dict once numbered, so a
+        caller holding no other reference frees it before the next is numbered.
         """
         meta = read_metadata(table)
         block_size = int(meta.get("block_size") or 16)
+        if hashes is None:
+            hashes = {c: table.column(c) for c in HASH_COLUMNS if c in table.column_names}
         order = np.argsort(table.column("arrival_s").to_numpy(), kind="stable")
         if not np.array_equal(order, np.arange(order.size)):
             table = table.take(pa.array(order))
+            hashes = {c: a.take(pa.array(order)) for c, a in hashes.items()}
         col = table.column
         # Read in Arrow's chunks as they are (no copy of the 8 bytes an access each
         # hash column holds)
         import pyarrow.compute as pc
 
-        lengths = pc.list_value_length(col("block_hashes")).fill_null(0)
-        counts = lengths.to_numpy(zero_copy_only=False)
+        block = hashes.pop("block_hashes")
+        counts = pc.list_value_length(block).fill_null(0).to_numpy(zero_copy_only=False)
         offsets = np.zeros(table.num_rows + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        ids, id_hash = first_seen_ids(_flat_chunks(col("block_hashes")))
+        ids, id_hash = first_seen_ids(_flat_chunks(block))
+        del block
+        pa.default_memory_pool().release_unused()  # the column's pages, if it was the last
         content_ids = None
-        if "content_hashes" in table.column_names and col("content_hashes").null_count == 0:
-            cparts = _flat_chunks(col("content_hashes"))
+        content = hashes.pop("content_hashes", None)
+        if content is not None and content.null_count == 0:
+            cparts = _flat_chunks(content)
             if sum(p.size for p in cparts) == ids.size:
                 content_ids, _ = first_seen_ids(cparts)
             del cparts
+        del content
         lcp = None
         if "token_lcp_prev" in table.column_names and col("token_lcp_prev").null_count == 0:
             lcp = col("token_lcp_prev").to_numpy().astype(np.int64)

@@ -163,9 +163,20 @@ def test_a_trace_read_in_chunks_is_the_trace_read_whole():
     table = _table(rows)
     chunked = pa.concat_tables([table.slice(a, 37) for a in range(0, 300, 37)])
     assert chunked.column("block_hashes").num_chunks > 1
+    hash_cols = ["block_hashes", "content_hashes"]
+    shuffled = chunked.take(pa.array(np.random.default_rng(1).permutation(300)))
     for limit in (10, 10**9):  # compiled, np.unique
         with mock.patch.object(trace_mod, "DENSE_COMPILED", limit):
             whole = BlockTrace.from_table(table.combine_chunks())
             parts = BlockTrace.from_table(chunked)
-        for name in ("offsets", "block_ids", "block_hashes", "content_ids"):
-            assert np.array_equal(getattr(parts, name), getattr(whole, name)), name
+            # the hash columns handed over apart (emptied as they are numbered), rows in
+            # or out of order
+            given = {c: chunked.column(c) for c in hash_cols}
+            apart = BlockTrace.from_table(chunked.drop_columns(hash_cols), hashes=given)
+            assert given == {}
+            unsorted = BlockTrace.from_table(
+                shuffled.drop_columns(hash_cols), hashes={c: shuffled.column(c) for c in hash_cols}
+            )
+        for t in (parts, apart, unsorted):
+            for name in ("offsets", "block_ids", "block_hashes", "content_ids", "arrival_s"):
+                assert np.array_equal(getattr(t, name), getattr(whole, name)), name

@@ -516,7 +516,7 @@ def run_analysis(
     if read_here and len(named) < 2:
         # Nothing below reads the table's block hashes again (only a multi-model log's
         # per-model figures do): keep them once, as the trace's dense ids.
-        loaded = loaded.without_block_columns()
+        loaded.drop_block_columns()
     trace = loaded.trace
     release_freed_memory()  # building the trace's ids freed as much as they hold
     # Reports are made to be shared: inputs are named by position, size and hash unless
