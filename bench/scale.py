@@ -11,7 +11,8 @@ seconds, MB/s and requests/s of log, and peak RSS summed over the process and it
 workers (bench/measure.py). Then the ratio of throughput at ``--jobs 2`` to ``--jobs 1``
 (target >= 1.7x on convert), convert + reuse time at the largest size (target < 20 min
 at 1M on 2 cores) and the ratio of peak RSS at the largest size to the smallest (target
-<= 1.5x), and checks that every ``--jobs`` value wrote the same file.
+<= 1.5x), of the largest run at each size and command by command, and checks that every
+``--jobs`` value wrote the same file.
 
 With ``--ray ADDRESS`` (``local``: a Ray instance the convert process starts and stops,
 whose processes are then counted in the peak RSS, but not in the CPU seconds, which
@@ -85,6 +86,7 @@ def main() -> None:
         d.mkdir(parents=True, exist_ok=True)
     salt = d / "salt"
     peak: dict[int, int] = {}
+    by_command: dict[tuple[str, int], int] = {}  # (command, size) -> peak RSS
     total: dict[int, float] = {}
     conv: dict[tuple[int, int], Run] = {}
     for n in sizes:
@@ -120,6 +122,8 @@ def main() -> None:
                 sys.exit(f"reuse failed: {r.stderr}")
             print(line("reuse (canonical)", r, mb, n))
             peak[n] = max(peak.get(n, 0), c.peak_rss_bytes, r.peak_rss_bytes)
+            by_command[(f"convert --jobs {j}", n)] = c.peak_rss_bytes
+            by_command[(f"reuse of the --jobs {j} file", n)] = r.peak_rss_bytes
             total[n] = min(total.get(n, float("inf")), c.wall_s + r.wall_s)
         print(f"  same output at every --jobs: {len(digests) == 1}")
         if args.ray:
@@ -140,6 +144,10 @@ def main() -> None:
             f"peak RSS at {big:,} / at {small:,} requests: {peak[big] / peak[small]:.2f}x "
             f"({mib(peak[big])} / {mib(peak[small])})"
         )
+        print("  by command (target at most 1.5x each):")
+        for command in dict.fromkeys(c for c, _ in by_command):
+            a, b = by_command[(command, big)], by_command[(command, small)]
+            print(f"    {command:<28} {a / b:.2f}x ({mib(a)} / {mib(b)})")
     if tmp is not None:
         tmp.cleanup()
 
