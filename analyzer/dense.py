@@ -31,17 +31,22 @@ def _slot(key: np.uint64, shift: np.uint64) -> np.int64:
     return np.int64((key * _FIB) >> shift)
 
 
+@njit(cache=True, inline="always")
+def _probe(table: np.ndarray, order: np.ndarray, h: np.uint64, bits: int) -> np.int64:
+    """The slot holding ``h``'s id, or the empty slot where it goes (linear probing)."""
+    mask = (1 << bits) - 1
+    s = _slot(h, np.uint64(64 - bits))
+    while table[s] != _EMPTY and order[table[s]] != h:
+        s = (s + 1) & mask
+    return s
+
+
 @njit(cache=True)
 def _grow(order: np.ndarray, distinct: int, bits: int) -> np.ndarray:
     """A table of ``2**bits`` slots holding the ids of ``order[:distinct]``."""
     table = np.full(1 << bits, _EMPTY, dtype=np.int64)
-    shift = np.uint64(64 - bits)
-    mask = (1 << bits) - 1
     for v in range(distinct):
-        s = _slot(order[v], shift)
-        while table[s] != _EMPTY:
-            s = (s + 1) & mask
-        table[s] = v
+        table[_probe(table, order, order[v], bits)] = v
     return table
 
 
@@ -56,34 +61,23 @@ def _number(
 ) -> tuple[np.ndarray, np.ndarray, int, int]:
     """Write the ids of ``hashes`` to ``ids``, adding new hashes to the table; returns the
     (possibly grown) table, ``order`` (id -> hash), the distinct count and the bits."""
-    shift = np.uint64(64 - bits)
-    mask = (1 << bits) - 1
     for i in range(hashes.size):
         h = np.uint64(hashes[i])
-        s = _slot(h, shift)
-        while True:
-            v = table[s]
-            if v == _EMPTY:
-                if 2 * (distinct + 1) > (1 << bits):  # keep the table at most half full
-                    bits += 1
-                    table = _grow(order, distinct, bits)
-                    grown = np.empty(1 << (bits - 1), dtype=np.uint64)
-                    grown[:distinct] = order[:distinct]
-                    order = grown
-                    shift = np.uint64(64 - bits)
-                    mask = (1 << bits) - 1
-                    s = _slot(h, shift)
-                    while table[s] != _EMPTY:
-                        s = (s + 1) & mask
-                table[s] = distinct
-                order[distinct] = h
-                ids[i] = distinct
-                distinct += 1
-                break
-            if order[v] == h:
-                ids[i] = v
-                break
-            s = (s + 1) & mask
+        s = _probe(table, order, h, bits)
+        if table[s] != _EMPTY:
+            ids[i] = table[s]
+            continue
+        if 2 * (distinct + 1) > (1 << bits):  # keep the table at most half full
+            bits += 1
+            table = _grow(order, distinct, bits)
+            grown = np.empty(1 << (bits - 1), dtype=np.uint64)
+            grown[:distinct] = order[:distinct]
+            order = grown
+            s = _probe(table, order, h, bits)
+        table[s] = distinct
+        order[distinct] = h
+        ids[i] = distinct
+        distinct += 1
     return table, order, distinct, bits
 
 

@@ -523,6 +523,7 @@ class BlockTrace:
         """
         meta = read_metadata(table)
         block_size = int(meta.get("block_size") or 16)
+        handed = hashes is not None
         if hashes is None:
             hashes = {c: table.column(c) for c in HASH_COLUMNS if c in table.column_names}
         order = np.argsort(table.column("arrival_s").to_numpy(), kind="stable")
@@ -540,7 +541,8 @@ class BlockTrace:
         np.cumsum(counts, out=offsets[1:])
         ids, id_hash = first_seen_ids(_flat_chunks(block))
         del block
-        pa.default_memory_pool().release_unused()  # the column's pages, if it was the last
+        if handed:  # the column is gone: return its pages before the next is numbered
+            pa.default_memory_pool().release_unused()
         content_ids = None
         content = hashes.pop("content_hashes", None)
         if content is not None and content.null_count == 0:

@@ -518,7 +518,8 @@ def run_analysis(
         # per-model figures do): keep them once, as the trace's dense ids.
         loaded.drop_block_columns()
     trace = loaded.trace
-    release_freed_memory()  # building the trace's ids freed as much as they hold
+    if read_here:  # not on a caller's trace (the dashboard's what-ifs): built already
+        release_freed_memory()  # building the trace's ids freed as much as they hold
     # Reports are made to be shared: inputs are named by position, size and hash unless
     # --keep-names (a file name can carry a customer's name).
     names = {
