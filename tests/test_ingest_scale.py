@@ -191,6 +191,30 @@ def test_distinct_counter_is_exact_below_its_bound(values, chunk):
     assert d.sample_rate == 1 and d.estimate() == np.unique(arr).size
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 2**64 - 1), max_size=600),
+    st.integers(1, 97),
+    st.integers(1, 80),
+    st.integers(0, 3),
+)
+def test_distinct_counter_matches_its_definition(values, chunk, max_kept, top_bits):
+    """Oracle: the sample's threshold is the largest power of two under which at most
+    ``max_kept`` distinct values were seen, whatever the chunks and merge points; values
+    crowded under a low threshold (``top_bits`` cleared) make it fall several times."""
+    arr = np.array(values, dtype=np.uint64) >> np.uint64(top_bits * 8)
+    d = DistinctCounter(max_kept=max_kept)
+    for i in range(0, arr.size, chunk):
+        d.add(arr[i : i + chunk])
+    distinct = np.unique(arr)
+    shift = 0
+    while (distinct < np.uint64(1 << (64 - shift)) if shift else distinct >= 0).sum() > max_kept:
+        shift += 1
+    below = distinct[distinct < np.uint64(1 << (64 - shift))] if shift else distinct
+    assert d.sample_rate == 1 / (1 << shift)
+    assert d.estimate() == below.size << shift
+
+
 def test_distinct_counter_samples_above_its_bound():
     rng = np.random.default_rng(7)
     arr = rng.integers(0, 2**63, 200_000, dtype=np.uint64) * np.uint64(2)

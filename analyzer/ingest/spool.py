@@ -367,27 +367,39 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
 
 
 class DistinctCounter:
-    """Distinct uint64 values: exact up to ``max_kept``, then on a spatial sample."""
+    """Distinct uint64 values: exact up to ``max_kept``, then on a spatial sample.
+
+    New values wait in chunks of an eighth of the bound and are merged into the sorted
+    kept values by binary search, so a merge holds the kept values twice and one chunk,
+    not the kept values and a whole bound of new ones sorted together. The answer does
+    not depend on when merges happen: the sample's threshold ends as the largest one
+    under which at most ``max_kept`` distinct values were seen."""
 
     def __init__(self, max_kept: int = 4_000_000) -> None:
         self.max_kept = max_kept
         self.shift = 0  # keep values < 2**(64 - shift): a 1 / 2**shift sample
-        self._kept = np.empty(0, dtype=np.uint64)
+        self._kept = np.empty(0, dtype=np.uint64)  # sorted, distinct
         self._new: list[np.ndarray] = []
         self._new_size = 0
+        self._chunk = max(1, max_kept // 8)
 
     def add(self, values: np.ndarray) -> None:
         if self.shift:
             values = values[values < np.uint64(1 << (64 - self.shift))]
         self._new.append(values)
         self._new_size += values.size
-        if self._new_size >= self.max_kept:
+        if self._new_size >= self._chunk:
             self._merge()
 
     def _merge(self) -> None:
         if self._new:
-            self._kept = sorted_unique(np.concatenate([self._kept, *self._new]))
+            new = sorted_unique(np.concatenate(self._new).astype(np.uint64, copy=False))
             self._new, self._new_size = [], 0
+            at = np.searchsorted(self._kept, new)
+            seen = at < self._kept.size
+            seen[seen] = self._kept[at[seen]] == new[seen]
+            fresh = ~seen
+            self._kept = np.insert(self._kept, at[fresh], new[fresh])
         while self._kept.size > self.max_kept:
             self.shift += 1
             self._kept = self._kept[self._kept < np.uint64(1 << (64 - self.shift))]
