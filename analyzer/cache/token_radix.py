@@ -13,6 +13,9 @@ prefix with request ``r`` are exactly those ending under the node where that pre
 so after all insertions one post-order pass gives each node the two smallest arrival
 ranks beneath it, and ``r``'s LCP is the depth of its deepest ancestor (or itself) that
 holds an earlier request. Rows may therefore be inserted in file order and sorted later.
+It holds the same tree in flat arrays, built by compiled code: a conversion keeps it
+for hundreds of thousands of requests, where Python objects cost five times the memory
+and leave it fragmented once dropped.
 """
 
 from __future__ import annotations
@@ -170,14 +173,46 @@ class TokenRadix:
 
 
 class ArrivalLCP:
-    """Token LCP of each request with any earlier one, for requests added in any order."""
+    """Token LCP of each request with any earlier one, for requests added in any order.
+
+    The same compressed radix tree as :class:`TokenRadix` (an edge per node, children by
+    their first token, a diverging insert splits an edge and the existing node keeps the
+    lower half), held in flat arrays and walked compiled (:func:`_insert`): the tokens
+    of all edges one after the other (an edge is a range of them; a split shares it),
+    per node its edge's start and length, its parent and its depth, and an
+    open-addressing table from (parent, first token) to child that stores only node ids
+    (the key is read back from the child). A node costs about :data:`NODE_BYTES` instead
+    of a Python object, a dict and a ``bytes`` (about 400 bytes), and dropping the tree
+    returns whole arrays to the system rather than leaving a heap full of holes. Nodes
+    are ints, the root 0.
+    """
+
+    root = 0
+    initial_tokens = 1 << 16  # first capacities; each doubles when full
+    initial_nodes = 1 << 10
 
     def __init__(self) -> None:
-        self.tree = TokenRadix()
-        self._ends: list[Node] = []
+        n = self.initial_nodes
+        self._tok = np.empty(self.initial_tokens, dtype=np.uint32)
+        self._start = np.zeros(n, dtype=np.int64)
+        self._len = np.zeros(n, dtype=np.int32)
+        self._parent = np.full(n, -1, dtype=np.int32)
+        self._depth = np.zeros(n, dtype=np.int32)
+        self._table = np.full(2 * n, _NO_NODE, dtype=np.int32)
+        self._count = np.array([1, 0, 0], dtype=np.int64)  # nodes (the root), tokens, keys
+        self._ends = array("q")
 
     def __len__(self) -> int:
         return len(self._ends)
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens stored: the distinct prefixes of the requests added (one per token)."""
+        return int(self._count[1])
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self._count[0])
 
     def memory_bytes(self) -> int:
         """About what the tree holds, from quantities that do not depend on how the
@@ -186,21 +221,62 @@ class ArrivalLCP:
         turn makes about that: where its new messages start and its leaf) and the end
         list. A conversion compares it to ``--exact-max-mib``, so the choice is the same
         in one process and over parallel workers."""
-        return self.tree._bytes + (2 * NODE_OVERHEAD_BYTES + 8) * len(self._ends)
+        return 4 * self.n_tokens + (2 * NODE_BYTES + 8) * len(self._ends)
 
-    def add(self, tokens: Sequence[int] | np.ndarray) -> int:
-        """Insert one request's prompt tokens; returns its index (0, 1, ...)."""
-        return self.end(self.tree.insert(tokens))
+    def held_bytes(self) -> int:
+        """What the arrays hold in memory now: the tokens and nodes in use (pages of an
+        array grown by doubling are touched only as they fill), the whole table."""
+        nodes, tokens, _ = self._count
+        per_node = sum(a.itemsize for a in (self._start, self._len, self._parent, self._depth))
+        return int(4 * tokens + per_node * nodes + self._table.nbytes + 8 * len(self._ends))
 
-    def extend(self, at: Node | None, tokens: np.ndarray) -> Node:
+    def _room(self, n: int) -> None:
+        """Capacity for one insert of ``n`` tokens: it adds at most two nodes (a split
+        and a leaf) and two table entries."""
+        nodes, tokens, keys = (int(x) for x in self._count)
+        if tokens + n > self._tok.size:
+            grown = np.empty(max(2 * self._tok.size, tokens + n), dtype=np.uint32)
+            grown[:tokens] = self._tok[:tokens]
+            self._tok = grown
+        if nodes + 2 > self._start.size:
+            for name in ("_start", "_len", "_parent", "_depth"):
+                old = getattr(self, name)
+                grown = np.empty(2 * old.size, dtype=old.dtype)
+                grown[:nodes] = old[:nodes]
+                setattr(self, name, grown)
+        if 2 * (keys + 2) > self._table.size:  # at most half full
+            self._table = _rehash(self._tok, self._start, self._parent, nodes, 2 * self._table.size)
+
+    def extend(self, at: int | None, tokens: np.ndarray) -> int:
         """The node where ``at``'s sequence (the root's when None) followed by ``tokens`` ends.
 
         A request built from a known prefix inserts only its new tokens, then
         :meth:`end` records it.
         """
-        return self.tree.insert(tokens, at=at) if tokens.size else (at or self.tree.root)
+        at = at or 0
+        if not tokens.size:
+            return at
+        tokens = np.ascontiguousarray(tokens, dtype=np.uint32)
+        self._room(tokens.size)
+        return int(
+            _insert(
+                self._tok,
+                self._start,
+                self._len,
+                self._parent,
+                self._depth,
+                self._table,
+                self._count,
+                at,
+                tokens,
+            )
+        )
 
-    def end(self, node: Node) -> int:
+    def add(self, tokens: Sequence[int] | np.ndarray) -> int:
+        """Insert one request's prompt tokens; returns its index (0, 1, ...)."""
+        return self.end(self.extend(None, np.asarray(tokens, dtype=np.uint32)))
+
+    def end(self, node: int) -> int:
         """Record a request whose prompt ends at ``node``; returns its index (0, 1, ...)."""
         self._ends.append(node)
         return len(self._ends) - 1
@@ -208,27 +284,127 @@ class ArrivalLCP:
     def finish(self, rank: np.ndarray) -> np.ndarray:
         """LCP per request (index order); ``rank[i]`` is request ``i``'s arrival rank.
 
-        The tree is flattened breadth-first (a parent before its children) into parent and
-        depth arrays; the rank bookkeeping and the walks up run compiled (:func:`_lcp`).
+        Nodes are renumbered by depth (a child is deeper than its parent, so parents come
+        first) for the compiled rank bookkeeping and walks up (:func:`_lcp`).
         """
         rank = np.asarray(rank, dtype=np.int64)
         assert rank.size == len(self._ends)
-        root = self.tree.root
-        root.index = 0
-        nodes, parent, depth = [root], array("q", [-1]), array("q", [0])
-        i = 0
-        while i < len(nodes):
-            n, d = nodes[i], depth[i]
-            for c in n.children.values():
-                c.index = len(nodes)
-                nodes.append(c)
-                parent.append(i)
-                depth.append(d + len(c.edge) // 4)
-            i += 1
-        ends = np.fromiter((n.index for n in self._ends), dtype=np.int64, count=len(self._ends))
-        return _lcp(
-            np.frombuffer(parent, dtype=np.int64), np.frombuffer(depth, dtype=np.int64), ends, rank
-        )
+        n = self.n_nodes
+        depth = self._depth[:n].astype(np.int64)
+        order = np.argsort(depth, kind="stable")  # the root (depth 0) first
+        pos = np.empty(n, dtype=np.int64)
+        pos[order] = np.arange(n)
+        parent = self._parent[:n].astype(np.int64)[order]
+        parent[1:] = pos[parent[1:]]
+        ends = pos[np.frombuffer(self._ends, dtype=np.int64)]
+        return _lcp(parent, depth[order], ends, rank)
+
+
+# Bytes a node of :class:`ArrivalLCP` holds: its start, length, parent and depth (20)
+# and its table slot, 4 bytes at a table between a quarter and half full (8 to 16).
+NODE_BYTES = 36
+_NO_NODE = -1
+
+
+@njit(cache=True, inline="always")
+def _bits(size: int) -> int:
+    """log2 of a power of two."""
+    bits = 0
+    while (1 << bits) < size:
+        bits += 1
+    return bits
+
+
+@njit(cache=True, inline="always")
+def _slot(node: int, token: np.uint32, bits: int) -> np.int64:
+    key = (np.uint64(node) << np.uint64(32)) | np.uint64(token)
+    return np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits))
+
+
+@njit(cache=True, inline="always")
+def _find(
+    table: np.ndarray,
+    bits: int,
+    tok: np.ndarray,
+    start: np.ndarray,
+    parent: np.ndarray,
+    node: int,
+    token: np.uint32,
+) -> np.int64:
+    """The slot holding ``node``'s child that starts with ``token``, or the empty slot
+    where it goes (linear probing on Fibonacci-hashed keys; a child's key is read back
+    from its parent and first token)."""
+    mask = table.size - 1
+    s = _slot(node, token, bits)
+    while True:
+        c = table[s]
+        if c == _NO_NODE or (parent[c] == node and tok[start[c]] == token):
+            return s
+        s = (s + 1) & mask
+
+
+@njit(cache=True)
+def _rehash(
+    tok: np.ndarray, start: np.ndarray, parent: np.ndarray, nodes: int, size: int
+) -> np.ndarray:
+    """A table of ``size`` slots holding every node but the root."""
+    table = np.full(size, _NO_NODE, dtype=np.int32)
+    bits = _bits(size)
+    for c in range(1, nodes):
+        table[_find(table, bits, tok, start, parent, parent[c], tok[start[c]])] = c
+    return table
+
+
+@njit(cache=True)
+def _insert(
+    tok: np.ndarray,
+    start: np.ndarray,
+    length: np.ndarray,
+    parent: np.ndarray,
+    depth: np.ndarray,
+    table: np.ndarray,
+    count: np.ndarray,
+    at: int,
+    q: np.ndarray,
+) -> int:
+    """Insert ``q`` below node ``at``; returns the node where it ends. ``count`` holds
+    (nodes, tokens, keys) and is updated; the caller made room (:meth:`ArrivalLCP._room`)."""
+    node = at
+    pos = 0
+    n = q.size
+    bits = _bits(table.size)
+    while pos < n:
+        s = _find(table, bits, tok, start, parent, node, q[pos])
+        child = table[s]
+        if child == _NO_NODE:  # a new leaf holding the rest of q
+            leaf = count[0]
+            t = count[1]
+            tok[t : t + n - pos] = q[pos:]
+            start[leaf], length[leaf] = t, n - pos
+            parent[leaf], depth[leaf] = node, depth[node] + n - pos
+            table[s] = leaf
+            count[0] += 1
+            count[1] += n - pos
+            count[2] += 1
+            return int(leaf)
+        a, e = start[child], length[child]
+        lim = min(e, n - pos)
+        m = 1  # the first token matched through the table
+        while m < lim and tok[a + m] == q[pos + m]:
+            m += 1
+        if m < e:  # split: ``mid`` takes the shared head and the child's slot
+            mid = count[0]
+            start[mid], length[mid] = a, m
+            parent[mid], depth[mid] = node, depth[node] + m
+            table[s] = mid
+            start[child], length[child], parent[child] = a + m, e - m, mid
+            table[_find(table, bits, tok, start, parent, mid, tok[a + m])] = child
+            count[0] += 1
+            count[2] += 1
+            child = mid
+        node = child
+        pos += m
+    return node
 
 
 @njit(cache=True, inline="always")

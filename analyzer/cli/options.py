@@ -326,7 +326,7 @@ class IngestFlags:
     session_column: SessionColumn = None
     strict: Strict = False
     no_exact: NoExact = False
-    exact_max_mib: ExactMaxMib = 512
+    exact_max_mib: ExactMaxMib = 320
     jobs: Jobs = None
     ray: Ray = None
 

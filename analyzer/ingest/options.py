@@ -45,7 +45,7 @@ class IngestOptions:
     # Past this estimated size of the token tree, token_lcp_prev is left null (with a
     # note): the tree holds every distinct token of the log, the one part of a
     # conversion whose memory would otherwise grow with it.
-    exact_max_bytes: int = 512 << 20
+    exact_max_bytes: int = 320 << 20
     image_tokens: int = 765
     # Worker processes (see parallel.py); the CLI's default is every core. A script that
     # asks for more than one must start under ``if __name__ == "__main__":`` (workers are

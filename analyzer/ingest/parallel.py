@@ -202,7 +202,7 @@ def replay(b: _Builder, directory: str, rows_before: int, row_of_end: np.ndarray
                     pos += n
                     nodes[h] = lcp.extend(nodes.get(at) if at else None, tokens)
                 else:
-                    lcp.end(nodes[at] if at else lcp.tree.root)
+                    lcp.end(nodes[at] if at else lcp.root)
                     if lcp.memory_bytes() > b.opts.exact_max_bytes:
                         nodes.clear()  # so that the drop's collection frees the tree
                         b._drop_exact(rows_before + int(row_of_end[k]) + 1)

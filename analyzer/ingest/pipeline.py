@@ -861,9 +861,9 @@ def open_trace(
 
 def release_freed_memory() -> None:
     """Hand the heap the reading freed (memos, token tree) back to the system, so the
-    analysis that follows does not peak on top of it: the tree's nodes point at their
-    parents, so only the cycle collector frees them (150 MiB of a 50,000-request log's
-    reading), then glibc's ``malloc_trim`` returns the pages (elsewhere nothing), and
+    analysis that follows does not peak on top of it: the cycle collector frees what
+    only it can (objects that refer to each other), then glibc's ``malloc_trim``
+    returns the pages (elsewhere nothing), and
     Arrow's allocator (mimalloc) the pages it kept of freed buffers (1.3 GB after a
     million-request canonical file is read and its trace built)."""
     import ctypes
