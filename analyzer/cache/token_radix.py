@@ -191,9 +191,14 @@ class ArrivalLCP:
     initial_tokens = 1 << 16  # first capacities; each doubles when full
     initial_nodes = 1 << 10
 
-    def __init__(self) -> None:
+    def __init__(self, reserve_tokens: int = 0) -> None:
+        """``reserve_tokens``: room for that many tokens from the start (a conversion
+        reserves its bound's worth). Only the pages written are held (the array is
+        mapped, not filled), and the token array then never grows by a copy, which for a
+        moment holds it twice (256 MiB more at the last doubling under a 320 MiB bound)."""
         n = self.initial_nodes
-        self._tok = np.empty(self.initial_tokens, dtype=np.uint32)
+        reserve = min(max(reserve_tokens, self.initial_tokens), MAX_RESERVED_TOKENS)
+        self._tok = np.empty(reserve, dtype=np.uint32)
         self._start = np.zeros(n, dtype=np.int64)
         self._len = np.zeros(n, dtype=np.int32)
         self._parent = np.full(n, -1, dtype=np.int32)
@@ -300,6 +305,9 @@ class ArrivalLCP:
         return _lcp(parent, depth[order], ends, rank)
 
 
+# The most tokens an ArrivalLCP reserves up front (4 GiB of address space); past it the
+# array grows by doubling.
+MAX_RESERVED_TOKENS = 1 << 30
 # Bytes a node of :class:`ArrivalLCP` holds: its start, length, parent and depth (20)
 # and its table slot, 4 bytes at a table between a quarter and half full (8 to 16).
 NODE_BYTES = 36

@@ -146,7 +146,9 @@ class _Builder:
                     memo=opts.memo,
                 )
         has_content = any(f in TEXT_FORMATS or f == Format.RAGPULSE for f in fmts)
-        self.lcp = ArrivalLCP() if opts.exact and has_content else None
+        # Room for the bound's tokens reserved: a tree near its bound never grows by a copy.
+        reserve = opts.exact_max_bytes // 4
+        self.lcp = ArrivalLCP(reserve) if opts.exact and has_content else None
         self.rows = RowSpool()
         self.notes: list[str] = []
         # 8 bytes per row with a request id of its own, to count duplicates at the end.
@@ -429,8 +431,9 @@ class _Builder:
         """Rows of ``recs`` added; returns (per kept row: ISO time?, per kept row: its
         line). ``first_only`` stops after the first kept row (a file's timing)."""
         parse = PARSERS[ctx.fmt]
-        iso_flags: list[bool] = []
-        lines: list[int] = []  # the line of each row added from this file
+        # 9 bytes a row, not a list of Python ints (40): a piece holds every row's
+        iso_flags = bytearray()
+        lines = array("q")  # the line of each row added from this file
         seq = 0
         for line, rec in recs:
             if isinstance(rec, RowError):
