@@ -26,7 +26,8 @@ _FIRST_BITS = 16
 
 
 @njit(cache=True, inline="always")
-def _slot(key: np.uint64, shift: np.uint64) -> np.int64:
+def fib_slot(key: np.uint64, shift: np.uint64) -> np.int64:
+    """``key``'s home slot in a table of ``2**(64 - shift)`` slots (Fibonacci hashing)."""
     # int64, not uint64: numba types uint64 + int64 as float64, and slots are indices
     return np.int64((key * _FIB) >> shift)
 
@@ -35,7 +36,7 @@ def _slot(key: np.uint64, shift: np.uint64) -> np.int64:
 def _probe(table: np.ndarray, order: np.ndarray, h: np.uint64, bits: int) -> np.int64:
     """The slot holding ``h``'s id, or the empty slot where it goes (linear probing)."""
     mask = (1 << bits) - 1
-    s = _slot(h, np.uint64(64 - bits))
+    s = fib_slot(h, np.uint64(64 - bits))
     while table[s] != _EMPTY and order[table[s]] != h:
         s = (s + 1) & mask
     return s

@@ -27,6 +27,8 @@ from collections.abc import Sequence
 import numpy as np
 from numba import njit
 
+from analyzer.dense import fib_slot
+
 _INF = np.iinfo(np.int64).max
 # Measured per node of a chat log's tree on CPython 3.11 (tests/test_radix.py checks the
 # estimate against tracemalloc): the Node with its slots, its children dict and the
@@ -250,7 +252,8 @@ class ArrivalLCP:
                 grown[:nodes] = old[:nodes]
                 setattr(self, name, grown)
         if 2 * (keys + 2) > self._table.size:  # at most half full
-            self._table = _rehash(self._tok, self._start, self._parent, nodes, 2 * self._table.size)
+            bits = self._table.size.bit_length()  # twice the slots
+            self._table = _rehash(self._tok, self._start, self._parent, nodes, bits)
 
     def extend(self, at: int | None, tokens: np.ndarray) -> int:
         """The node where ``at``'s sequence (the root's when None) followed by ``tokens`` ends.
@@ -271,6 +274,7 @@ class ArrivalLCP:
                 self._parent,
                 self._depth,
                 self._table,
+                self._table.size.bit_length() - 1,
                 self._count,
                 at,
                 tokens,
@@ -315,21 +319,6 @@ _NO_NODE = -1
 
 
 @njit(cache=True, inline="always")
-def _bits(size: int) -> int:
-    """log2 of a power of two."""
-    bits = 0
-    while (1 << bits) < size:
-        bits += 1
-    return bits
-
-
-@njit(cache=True, inline="always")
-def _slot(node: int, token: np.uint32, bits: int) -> np.int64:
-    key = (np.uint64(node) << np.uint64(32)) | np.uint64(token)
-    return np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits))
-
-
-@njit(cache=True, inline="always")
 def _find(
     table: np.ndarray,
     bits: int,
@@ -340,10 +329,11 @@ def _find(
     token: np.uint32,
 ) -> np.int64:
     """The slot holding ``node``'s child that starts with ``token``, or the empty slot
-    where it goes (linear probing on Fibonacci-hashed keys; a child's key is read back
-    from its parent and first token)."""
+    where it goes (``2**bits`` slots, linear probing on the key (node, token) hashed as
+    :mod:`analyzer.dense` hashes; a child's key is read back from its parent and first
+    token)."""
     mask = table.size - 1
-    s = _slot(node, token, bits)
+    s = fib_slot((np.uint64(node) << np.uint64(32)) | np.uint64(token), np.uint64(64 - bits))
     while True:
         c = table[s]
         if c == _NO_NODE or (parent[c] == node and tok[start[c]] == token):
@@ -353,11 +343,10 @@ def _find(
 
 @njit(cache=True)
 def _rehash(
-    tok: np.ndarray, start: np.ndarray, parent: np.ndarray, nodes: int, size: int
+    tok: np.ndarray, start: np.ndarray, parent: np.ndarray, nodes: int, bits: int
 ) -> np.ndarray:
-    """A table of ``size`` slots holding every node but the root."""
-    table = np.full(size, _NO_NODE, dtype=np.int32)
-    bits = _bits(size)
+    """A table of ``2**bits`` slots holding every node but the root."""
+    table = np.full(1 << bits, _NO_NODE, dtype=np.int32)
     for c in range(1, nodes):
         table[_find(table, bits, tok, start, parent, parent[c], tok[start[c]])] = c
     return table
@@ -371,6 +360,7 @@ def _insert(
     parent: np.ndarray,
     depth: np.ndarray,
     table: np.ndarray,
+    bits: int,
     count: np.ndarray,
     at: int,
     q: np.ndarray,
@@ -380,7 +370,6 @@ def _insert(
     node = at
     pos = 0
     n = q.size
-    bits = _bits(table.size)
     while pos < n:
         s = _find(table, bits, tok, start, parent, node, q[pos])
         child = table[s]

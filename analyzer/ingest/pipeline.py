@@ -431,7 +431,8 @@ class _Builder:
         """Rows of ``recs`` added; returns (per kept row: ISO time?, per kept row: its
         line). ``first_only`` stops after the first kept row (a file's timing)."""
         parse = PARSERS[ctx.fmt]
-        # 9 bytes a row, not a list of Python ints (40): a piece holds every row's
+        # Held for every row of the file or piece: 9 bytes a row here, where lists of
+        # Python ints and bools took 48.
         iso_flags = bytearray()
         lines = array("q")  # the line of each row added from this file
         seq = 0
