@@ -27,7 +27,19 @@ def test_server_flags_keep_it_local_and_quiet() -> None:
         "--server.maxUploadSize=50",
         "--browser.gatherUsageStats=false",
         "--server.fileWatcherType=none",
+        "--runner.postScriptGC=false",
     } <= flags
+
+
+def test_server_flags_are_options_streamlit_knows() -> None:
+    """A misspelt or renamed option would be refused, or worse ignored, by the server."""
+    from streamlit import config
+
+    known = config.get_config_options()
+    for flag in command.streamlit_command(8765, 50)[5:]:
+        name, _, value = flag.removeprefix("--").partition("=")
+        assert name in known, flag
+        assert value, flag
 
 
 def test_upload_limit_from_the_environment(monkeypatch) -> None:

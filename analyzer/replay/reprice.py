@@ -41,7 +41,15 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.replay.engine import Plan, Recording, Req, RunStats, Simulation
+from analyzer.replay.engine import (
+    Plan,
+    Recording,
+    Req,
+    RunStats,
+    Simulation,
+    TraceTree,
+    collector_paused,
+)
 from analyzer.trace import BlockTrace
 
 _NONEMPTY = [0]  # stands for a request's blocks in a re-timed run (only their presence is read)
@@ -102,8 +110,9 @@ class _Retimer(Simulation):
         rec: Recording,
         time_scale: float,
         slo_abort: tuple[float, int] | None,
+        tree: TraceTree | None,
     ) -> None:
-        super().__init__(trace, plan, time_scale, slo_abort)
+        super().__init__(trace, plan, time_scale, slo_abort, tree=tree)
         self.r = rec
         self.reordered = 0
         self.rerouted = 0
@@ -221,15 +230,21 @@ def retime(
     time_scale: float,
     slo_abort: tuple[float, int] | None = None,
     recorded: RunStats | None = None,
+    tree: TraceTree | None = None,
 ) -> Retimed:
     """A recorded run (``rec``, on ``trace`` at ``time_scale``) re-timed for ``plan``,
     which may differ from the recorded run's plan only in link bandwidths and latencies
     (:func:`timing_only`). ``recorded``: that run's stats, whose hit and byte totals a
-    run that goes to the end keeps (a rate-search run is read for its TTFTs alone)."""
+    run that goes to the end keeps (a rate-search run is read for its TTFTs alone).
+    ``tree``: the trace's :class:`~analyzer.replay.engine.TraceTree`, when the caller
+    re-times it more than once. Like a replay, it runs with the cyclic collector paused
+    (in the dashboard's process, holding the remembered replays, a collection walks
+    them all)."""
     if rec is None:
         raise Unrepriceable("the replay kept no recording")
-    sim = _Retimer(trace, plan, rec, time_scale, slo_abort)
-    stats = sim.run()
+    with collector_paused():
+        sim = _Retimer(trace, plan, rec, time_scale, slo_abort, tree)
+        stats = sim.run()
     if recorded is not None:
         stats.hit_tokens_by_tier = list(recorded.hit_tokens_by_tier)
         stats.loaded_bytes_by_tier = list(recorded.loaded_bytes_by_tier)
@@ -297,7 +312,8 @@ def reprice_scenario(
         trace = sample(trace, rate)[0]
     plan = resolved.plan
     time_scale = resolved.cluster.time_scale * rate
-    main = retime(trace, plan, old.stats.recording, time_scale, recorded=old.stats)
+    tree = TraceTree(trace)
+    main = retime(trace, plan, old.stats.recording, time_scale, recorded=old.stats, tree=tree)
     runs = [main]
     search = None
     if search_rate:
@@ -318,7 +334,7 @@ def reprice_scenario(
                 got = recorded.get(r)
                 if got is None:
                     raise Unrepriceable(f"the search needs the rate x{r:.3g}, not replayed before")
-                again = retime(trace, plan, got, time_scale / r, (ttft_slo_s, allowed))
+                again = retime(trace, plan, got, time_scale / r, (ttft_slo_s, allowed), tree=tree)
                 if not again.decided:
                     raise Unrepriceable(
                         f"the recorded run at x{r:.3g} stopped before it could decide"

@@ -102,8 +102,13 @@ def _draw() -> None:
         same_trace = shown is not None and shown[:2] == (cur.content, cur.ingest_key)
         ans = compute.answer(cur, opts, shown[2] if same_trace else None)
         result = ans.result
-        if ans.pending is not None:
-            _wait_for(ans.pending, ans.partial or ("the scenarios re-priced" * bool(ans.repriced)))
+        # Always drawn, empty unless a replay runs behind the answer: the containers
+        # below keep their places in the page, so the browser updates them rather than
+        # drawing them anew (a second on two cores).
+        with st.container(key="kvpool-background"):
+            if ans.pending is not None:
+                what = ans.partial or ("the scenarios re-priced" * bool(ans.repriced))
+                _wait_for(ans.pending, what)
         if not ans.stale:
             st.session_state[STALE_KEY] = (cur.content, cur.ingest_key, result)
             if ans.pending is None:
