@@ -568,6 +568,10 @@ def run_whatif(
         part=None,
         workers=1,
     ):
+        if gate is not None:
+            # A prefetch waits here too, not only at its replays' progress steps: the
+            # analysis between two replays is Python that would share the page's core.
+            gate(0)
         return memo.run(
             trace,
             cfg,

@@ -56,7 +56,10 @@ def _wait_for(key, partial: str) -> None:
         else "Replaying the scenarios these settings change, in the background; the answer "
         "below is for the previous settings"
     )
-    st.info(f"{what}: {simulated:,.0f} requests simulated, {seconds:.0f} s.", icon="⏳")
+    st.info(
+        f"{what}: {simulated:,.0f} requests simulated, {seconds:.0f} s.",
+        icon=":material/hourglass_top:",
+    )
 
 
 def _table_of(rows) -> None:
