@@ -286,3 +286,30 @@ def test_convert_jobs_flag(tmp_path):
     assert outs[0] == outs[1]
     res = CliRunner().invoke(app, ["convert", str(log), "-o", str(tmp_path / "x"), "--jobs", "0"])
     assert isinstance(res.exception, UsageError)
+
+
+def test_workers_started_before_a_reader_that_fails_are_stopped(tmp_path):
+    """The workers start before the parent's reader is set up (they load the tokenizer
+    meanwhile); a setting the reader refuses stops them too, with its one-line error."""
+    import multiprocessing
+
+    from analyzer.errors import KvpoolError
+
+    log = chat_log(tmp_path / "chat.jsonl", 60, seed=2)
+    before = set(multiprocessing.active_children())
+    with pytest.raises(KvpoolError):
+        open_trace(
+            [str(log)],
+            IngestOptions(
+                salt=SALT, jobs=2, parallel_min_bytes=0, tokenizer=str(tmp_path / "none.json")
+            ),
+        )
+    assert set(multiprocessing.active_children()) <= before
+
+
+def test_a_worker_reads_several_pieces_with_one_reader(tmp_path, monkeypatch):
+    """More pieces than workers (several files): each worker builds its reader once and
+    keeps its memos across the pieces it reads; the output is the one-process one."""
+    logs = [chat_log(tmp_path / f"chat{i}.jsonl", 40, seed=10 + i) for i in range(4)]
+    one, many = both(logs)
+    same(one, many)

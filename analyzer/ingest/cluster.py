@@ -131,7 +131,8 @@ class PieceReader:
     ) -> None:
         if os.path.isdir(cwd):  # relative input paths and messages as on the driver
             os.chdir(cwd)
-        _init(paths, fmts, opts, False, None)
+        _init(None, None)
+        self._setup = (paths, fmts, opts, False, 1)  # no token tree; memos of one process
         self._pieces = pieces
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -152,15 +153,14 @@ class PieceReader:
             }
         )
 
-    @staticmethod
-    def _read(piece: Piece) -> PieceResult | PieceFailed:
+    def _read(self, piece: Piece) -> PieceResult | PieceFailed:
         if not os.path.exists(piece.path):
             return PieceFailed(
                 InputError,
                 f"{piece.path}: not found on Ray node {socket.gethostname()}",
                 "put the inputs on storage every node mounts at the same path",
             )
-        return _run(piece)
+        return _run(piece, self._setup)
 
 
 # A piece's result crosses the network as JSON (bytes fields in base64), never as a

@@ -6,7 +6,8 @@ splittable format (``SPLITTABLE``: one record a line, no state carried between r
 (``SPLITTABLE_CSV``) likewise at line ends with an even number of quotes before them
 (between records when quoted cells hold newlines), every other file whole. The parent
 reads the first piece itself, straight into its rows and token tree, while worker
-processes start and read, render, tokenize and hash the others (each with its own
+processes (started before the parent sets up its own reader, :func:`start`, so that
+both import and load the tokenizer at once) read, render, tokenize and hash the others (each with its own
 memos: a conversation's turns sit close together in a log, so nearly all of a
 session's requests fall in one piece and its memo hits stay in that worker); the parent
 adopts their rows in piece order, so rows, hashes and order are those of a one-process
@@ -54,7 +55,7 @@ import numpy as np
 from analyzer.errors import InputError, KvpoolError
 from analyzer.ingest.detect import Format
 from analyzer.ingest.io import Span, compression, line_spans
-from analyzer.ingest.options import IngestOptions, SkipSummary
+from analyzer.ingest.options import SkipSummary
 from analyzer.ingest.readers import (
     SPLITTABLE,
     SPLITTABLE_CSV,
@@ -62,6 +63,7 @@ from analyzer.ingest.readers import (
     records,
 )
 from analyzer.ingest.spool import RowSpool, SpoolFile
+from analyzer.spawn import main_not_rerun
 
 if TYPE_CHECKING:
     from analyzer.ingest.pipeline import _Builder
@@ -212,7 +214,8 @@ def replay(b: _Builder, directory: str, rows_before: int, row_of_end: np.ndarray
 # -- the worker side ---------------------------------------------------------------------
 
 _worker: _Builder | None = None
-_counter = None
+_worker_setup: tuple[Any, ...] | None = None
+_counter: Any = None  # the parent's progress counter (a shared double), or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,32 +240,50 @@ class PieceFailed:
     hint: str | None
 
 
-def _init(
-    paths: list[str],
-    fmts: list[str],
-    opts: IngestOptions,
-    exact: bool,
-    counter: Any,
-    processes: int = 1,
-) -> None:
-    from analyzer.ingest.pipeline import _Builder
-
-    global _worker, _counter
+def _init(counter: Any, tokenizer: str | None) -> None:
+    """A worker's start, before the run's settings are known (:func:`start`): the ingest
+    modules imported and the tokenizer loaded while the parent sets itself up."""
+    global _counter
     _counter = counter
+    import analyzer.ingest.pipeline  # noqa: F401
 
-    def advance(n: float) -> None:
-        with counter.get_lock():
-            counter.value += n
+    if tokenizer is not None:
+        from contextlib import suppress
 
-    _worker = _Builder(paths, fmts, opts, advance if counter is not None else None, processes)
-    _worker.exact_wanted = exact
+        from analyzer.tokenize import load_tokenizer
+
+        with suppress(KvpoolError):  # the parent's own load reports it
+            load_tokenizer(tokenizer)  # kept by tiktoken for the builder
 
 
-def _run(piece: Piece) -> PieceResult | PieceFailed:
-    b = _worker
-    assert b is not None
+def _ready() -> bool:
+    return True
+
+
+def _builder(setup: tuple[Any, ...]) -> _Builder:
+    """This worker's reader for the run's ``setup`` (paths, formats, options, whether the
+    token tree is wanted, processes), built at its first piece; its memos stay across
+    the pieces it reads."""
+    global _worker, _worker_setup
+    if _worker is None or _worker_setup != setup:
+        from analyzer.ingest.pipeline import _Builder
+
+        paths, fmts, opts, exact, processes = setup
+        counter = _counter
+
+        def advance(n: float) -> None:
+            with counter.get_lock():
+                counter.value += n
+
+        _worker = _Builder(paths, fmts, opts, advance if counter is not None else None, processes)
+        _worker.exact_wanted = exact
+        _worker_setup = setup
+    return _worker
+
+
+def _run(piece: Piece, setup: tuple[Any, ...]) -> PieceResult | PieceFailed:
     try:
-        return _read_piece(b, piece)
+        return _read_piece(_builder(setup), piece)
     except KvpoolError as exc:
         return PieceFailed(type(exc), str(exc.message), exc.hint)
 
@@ -311,27 +332,66 @@ def _read_piece(b: _Builder, piece: Piece) -> PieceResult:
 # -- the parent side ---------------------------------------------------------------------
 
 
-def read_parallel(b: _Builder, jobs: int) -> None:
-    """Read ``b``'s inputs over ``jobs`` worker processes into ``b`` (rows, skips, previews,
-    tree, times), as ``for each file: b.read_file(...)`` would."""
-    pieces, split_timing = _with_timing(b, plan(b.paths, b.fmts, jobs))
+@dataclass(slots=True)
+class Started:
+    """Worker processes started for a run before its reader is set up (:func:`start`)."""
+
+    pool: ProcessPoolExecutor
+    counter: Any  # a shared progress counter, or None
+    pieces: list[Piece]
+
+
+def _pieces(paths: list[str], fmts: list[str], jobs: int) -> tuple[list[Piece], int]:
+    """The run's pieces, the first one read in the parent, and how many processes read
+    the others."""
+    pieces = plan(paths, fmts, jobs)
     if pieces and not pieces[0].in_parent:
         # The parent reads the first piece itself, straight into its rows and token tree,
         # while the workers start and read the others.
         pieces[0] = replace(pieces[0], in_parent=True)
     n_work = sum(not p.in_parent for p in pieces)
+    return pieces, max(1, min(n_work, jobs - 1 if n_work < jobs else jobs)) if n_work else 0
+
+
+def start(
+    paths: list[str], fmts: list[str], tokenizer: str | None, jobs: int, progress: bool
+) -> Started | None:
+    """Start the worker processes of a ``--jobs`` read now, so that they import and load
+    the tokenizer while the parent does the same (a worker started when the parent
+    began reading began its own piece 1.5 s later); None when every piece is the
+    parent's. :func:`read_parallel` then uses them; call ``pool.shutdown`` if it is
+    never called."""
+    pieces, n_pool = _pieces(paths, fmts, jobs)
+    if not n_pool:
+        return None
     ctx = mp.get_context("spawn")
-    counter = ctx.Value("d", 0.0) if b.advance is not None else None
-    wopts = replace(b.opts, block_size=b.block_size, salt=b.salt, exact=False)
+    counter = ctx.Value("d", 0.0) if progress else None
     # concurrent.futures, not multiprocessing.Pool: a worker that dies (killed, out of
     # memory) fails the run with BrokenProcessPool instead of leaving it waiting forever.
     pool = ProcessPoolExecutor(
-        max(1, min(n_work, jobs - 1 if n_work < jobs else jobs)),
-        mp_context=ctx,
-        initializer=_init,
-        initargs=(b.paths, b.fmts, wopts, b.lcp is not None, counter, jobs),
+        n_pool, mp_context=ctx, initializer=_init, initargs=(counter, tokenizer)
     )
-    pending = [None if p.in_parent else pool.submit(_run, p) for p in pieces]
+    with main_not_rerun():  # each submit starts a process, until all have started
+        for _ in range(n_pool):
+            pool.submit(_ready)
+    return Started(pool, counter, pieces)
+
+
+def read_parallel(b: _Builder, jobs: int, started: Started | None = None) -> None:
+    """Read ``b``'s inputs over ``jobs`` worker processes into ``b`` (rows, skips, previews,
+    tree, times), as ``for each file: b.read_file(...)`` would; in the processes of
+    ``started`` when given (:func:`start`, for the same inputs and jobs)."""
+    if started is None:
+        started = start(b.paths, b.fmts, None, jobs, b.advance is not None)
+    pool = counter = None
+    if started is None:  # every piece is read in the parent
+        planned = _pieces(b.paths, b.fmts, jobs)[0]
+    else:
+        pool, counter, planned = started.pool, started.counter, started.pieces
+    pieces, split_timing = _with_timing(b, planned)
+    wopts = replace(b.opts, block_size=b.block_size, salt=b.salt, exact=False)
+    setup = (b.paths, b.fmts, wopts, b.lcp is not None, jobs)
+    pending = [None if p.in_parent or pool is None else pool.submit(_run, p, setup) for p in pieces]
     taken = 0.0
 
     def fetch(i: int, piece: Piece) -> PieceResult | PieceFailed:
@@ -359,7 +419,8 @@ def read_parallel(b: _Builder, jobs: int) -> None:
         for job in pending:  # not adopted: an error stopped the run
             if job is not None:
                 job.cancel()
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         for job in pending:
             if job is not None and job.done() and not job.cancelled() and not job.exception():
                 res = job.result()

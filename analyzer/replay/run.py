@@ -30,9 +30,8 @@ from __future__ import annotations
 
 import math
 import os
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from collections.abc import Callable
+from contextlib import ExitStack, suppress
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +58,7 @@ from analyzer.replay.engine import (
 )
 from analyzer.replay.miniature import Miniature, sample
 from analyzer.replay.miniature import sampling_rate as sampling_rate
+from analyzer.spawn import main_not_rerun
 from analyzer.trace import BlockTrace
 
 if TYPE_CHECKING:
@@ -839,31 +839,6 @@ def search_again(
     return ScenarioResult(old.spec, res, old.stats, search, old.scale)
 
 
-@contextmanager
-def _main_not_rerun() -> Iterator[None]:
-    """Start worker processes without re-running the caller's main script in each.
-
-    A spawned worker first re-imports the parent's ``__main__`` (by module name or file
-    path). The workers need only this module; under the dashboard ``__main__`` is the
-    Streamlit page script, which each worker would re-run outside a server, seconds of
-    work and hundreds of "missing ScriptRunContext" warnings. While the workers start,
-    ``__main__`` names neither a module nor a file, so nothing is re-run."""
-    main = sys.modules.get("__main__")
-    if main is None:
-        yield
-        return
-    saved: dict[str, Any] = {
-        k: main.__dict__[k] for k in ("__spec__", "__file__") if k in main.__dict__
-    }
-    main.__dict__["__spec__"] = None
-    main.__dict__.pop("__file__", None)
-    try:
-        yield
-    finally:
-        main.__dict__.pop("__spec__", None)
-        main.__dict__.update(saved)
-
-
 def _init_worker(nice: int) -> None:
     """A worker process's initializer: lower its scheduling priority by ``nice``, and
     leave Ctrl-C to the parent (which shares the terminal's process group): the parent
@@ -879,7 +854,7 @@ def _init_worker(nice: int) -> None:
 def worker_pool(workers: int, nice: int = 0) -> ProcessPoolExecutor:
     """Worker processes for :func:`run_replay`'s scenarios. They are spawned, not forked
     (safe when the caller has threads, as the dashboard has), and do not re-run the
-    caller's main script (:func:`_main_not_rerun`). ``nice``: lower their priority by
+    caller's main script (:func:`analyzer.spawn.main_not_rerun`). ``nice``: lower their priority by
     that much, for work that must not slow the caller's own (the dashboard's prefetch).
     Use as a context manager for one replay, or keep it across replays (the dashboard)
     and call ``start_workers`` to pay for their start before the first replay needs
@@ -896,7 +871,7 @@ def worker_pool(workers: int, nice: int = 0) -> ProcessPoolExecutor:
 def start_workers(pool: ProcessPoolExecutor, workers: int) -> None:
     """Start ``pool``'s ``workers`` processes now (each imports this module), rather
     than at the first replay, and wait until they are ready."""
-    with _main_not_rerun():
+    with main_not_rerun():
         futures = [pool.submit(_ready) for _ in range(workers)]
     for f in futures:
         f.result()
@@ -967,7 +942,7 @@ def run_replay(
             # The costliest first (each cache tier adds lookups and inserts), so that the
             # cheap ones fill the gaps at the end instead of leaving a worker idle.
             order = sorted(specs, key=lambda s: -(s.local + s.dram + s.nvme + s.pool))
-            with _main_not_rerun():  # new workers start at these submits
+            with main_not_rerun():  # new workers start at these submits
                 futures = {
                     spec.name: pool.submit(
                         _run_scenario,

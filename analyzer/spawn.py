@@ -1,0 +1,35 @@
+"""Worker processes started by ``spawn`` without re-running the caller's main script."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+@contextmanager
+def main_not_rerun() -> Iterator[None]:
+    """Start worker processes without re-running the caller's main script in each.
+
+    A spawned worker first re-imports the parent's ``__main__`` (by module name or file
+    path). The workers need only the module of the function they run: under ``kvpool``
+    the main script imports the whole command line (typer, rich, every command's
+    options; 0.4 s of a worker's start), and under the dashboard ``__main__`` is the
+    Streamlit page script, which each worker would re-run outside a server, seconds of
+    work and hundreds of "missing ScriptRunContext" warnings. While the workers start,
+    ``__main__`` names neither a module nor a file, so nothing is re-run."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    saved: dict[str, Any] = {
+        k: main.__dict__[k] for k in ("__spec__", "__file__") if k in main.__dict__
+    }
+    main.__dict__["__spec__"] = None
+    main.__dict__.pop("__file__", None)
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
