@@ -7,11 +7,11 @@ splittable format (``SPLITTABLE``: one record a line, no state carried between r
 (between records when quoted cells hold newlines), every other file whole. The parent
 reads the first piece itself, straight into its rows and token tree, while worker
 processes (started before the parent sets up its own reader, :func:`start`, so that
-both import and load the tokenizer at once) read, render, tokenize and hash the others (each with its own
-memos: a conversation's turns sit close together in a log, so nearly all of a
-session's requests fall in one piece and its memo hits stay in that worker); the parent
-adopts their rows in piece order, so rows, hashes and order are those of a one-process
-run. A CSV range must end between records: its reader reads on past the cut as far as
+both import and load the tokenizer at once) read, render, tokenize and hash the others
+(each with its own memos: a conversation's turns sit close together in a log, so nearly
+all of a session's requests fall in one piece and its memo hits stay in that worker);
+the parent adopts their rows in piece order, so rows, hashes and order are those of a
+one-process run. A CSV range must end between records: its reader reads on past the cut as far as
 its last record needs and raises ``SplitMisaligned`` when that record crosses the cut
 (a stray quote), when a quote is never closed or the CSV is broken in it; the read is
 then done again in one process. Bailian and RAGPulse files carry
@@ -44,7 +44,7 @@ import shutil
 import tempfile
 from array import array
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
@@ -388,10 +388,7 @@ def read_parallel(b: _Builder, jobs: int, started: Started | None = None) -> Non
         planned = _pieces(b.paths, b.fmts, jobs)[0]
     else:
         pool, counter, planned = started.pool, started.counter, started.pieces
-    pieces, split_timing = _with_timing(b, planned)
-    wopts = replace(b.opts, block_size=b.block_size, salt=b.salt, exact=False)
-    setup = (b.paths, b.fmts, wopts, b.lcp is not None, jobs)
-    pending = [None if p.in_parent or pool is None else pool.submit(_run, p, setup) for p in pieces]
+    pending: list[Future[PieceResult | PieceFailed] | None] = []
     taken = 0.0
 
     def fetch(i: int, piece: Piece) -> PieceResult | PieceFailed:
@@ -412,7 +409,13 @@ def read_parallel(b: _Builder, jobs: int, started: Started | None = None) -> Non
         pending[i] = None
         return res
 
-    try:
+    try:  # the workers are stopped whatever fails, from here on
+        pieces, split_timing = _with_timing(b, planned)
+        wopts = replace(b.opts, block_size=b.block_size, salt=b.salt, exact=False)
+        setup = (b.paths, b.fmts, wopts, b.lcp is not None, jobs)
+        pending.extend(
+            None if p.in_parent or pool is None else pool.submit(_run, p, setup) for p in pieces
+        )
         assemble(b, pieces, split_timing, fetch)
         _progress(b, counter, taken)
     finally:
