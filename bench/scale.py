@@ -1,7 +1,7 @@
 """``kvpool convert`` and ``kvpool reuse`` on 100k- and 1M-request chat logs, whole process.
 
     .venv/bin/python bench/scale.py [--sizes 100000,1000000] [--jobs 1,2] [--dir DIR]
-                                    [--ray ADDRESS]
+                                    [--ray ADDRESS] [--pairs K]
 
 Generates each log with ``kvpool synth --profile chat -n N --seed 1`` (kept in ``--dir``
 for the next run), then for each size and each ``--jobs`` value runs, as separate
@@ -21,6 +21,12 @@ each size is also converted with ``kvpool convert --ray ADDRESS`` to a
 partitioned dataset, timed the same way, and its rows are compared with the ``--jobs``
 output's (all columns but ``token_lcp_prev``, which Ray does not compute).
 
+With ``--pairs K``, the smallest log is then converted K more times at ``--jobs 1`` and
+``--jobs 2`` one right after the other (the order swapped from pair to pair), and each
+pair's throughput ratio is printed with their median: a machine whose speed drifts
+between runs minutes apart (the one these figures come from moved by up to half) moves
+both runs of a pair alike.
+
 The figures are of the machine it runs on: on a shared machine wall time includes
 waiting for the CPU (the CPU seconds do not), so say so when recording them.
 """
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -74,6 +81,7 @@ def main() -> None:
     ap.add_argument("--jobs", default="1,2")
     ap.add_argument("--ray", default=None, help="also convert on this Ray cluster (or local)")
     ap.add_argument("--dir", default=None, help="where logs are kept [a temporary directory]")
+    ap.add_argument("--pairs", type=int, default=0, help="--jobs 1 / 2 pairs on the smallest log")
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
     jobs = [int(x) for x in args.jobs.split(",")]
@@ -148,8 +156,34 @@ def main() -> None:
         for command in dict.fromkeys(c for c, _ in by_command):
             a, b = by_command[(command, big)], by_command[(command, small)]
             print(f"    {command:<28} {a / b:.2f}x ({mib(a)} / {mib(b)})")
+    if args.pairs > 0:
+        pairs(d / f"chat-{small}.jsonl", d / "pair.parquet", salt, small, args.pairs)
     if tmp is not None:
         tmp.cleanup()
+
+
+def pairs(log: Path, out: Path, salt: Path, n: int, k: int) -> None:
+    """``k`` runs of ``convert --jobs 1`` and ``--jobs 2`` back to back, the order swapped
+    from pair to pair; each pair's wall-time ratio and their median."""
+    print(f"{k} pairs of convert --jobs 1 / --jobs 2 on the {n:,}-request log, back to back:")
+    ratios = []
+    for i in range(k):
+        walls: dict[int, Run] = {}
+        for j in (1, 2) if i % 2 == 0 else (2, 1):
+            argv = [KVPOOL, "convert", str(log), "-o", str(out), "--salt-file", str(salt)]
+            c = run([*argv, "--force", "--jobs", str(j)])
+            if c.returncode:
+                sys.exit(f"convert failed: {c.stderr}")
+            walls[j] = c
+        a, b = walls[1], walls[2]
+        ratios.append(a.wall_s / b.wall_s)
+        print(
+            f"  pair {i + 1}: --jobs 1 {a.wall_s:.1f} s (CPU {a.cpu_s:.1f} s), --jobs 2 "
+            f"{b.wall_s:.1f} s (CPU {b.cpu_s:.1f} s): {ratios[-1]:.2f}x"
+        )
+    print(
+        f"  median --jobs 2 / --jobs 1 throughput over {k} pairs: {statistics.median(ratios):.2f}x"
+    )
 
 
 if __name__ == "__main__":
