@@ -334,36 +334,37 @@ def _read_piece(b: _Builder, piece: Piece) -> PieceResult:
 
 @dataclass(slots=True)
 class Started:
-    """Worker processes started for a run before its reader is set up (:func:`start`)."""
+    """A ``--jobs`` read's pieces (the first one read in the parent) and the worker
+    processes started for the others before the parent set up its reader (:func:`start`;
+    None when every piece is the parent's)."""
 
-    pool: ProcessPoolExecutor
-    counter: Any  # a shared progress counter, or None
     pieces: list[Piece]
+    pool: ProcessPoolExecutor | None
+    counter: Any  # a shared progress counter, or None
 
-
-def _pieces(paths: list[str], fmts: list[str], jobs: int) -> tuple[list[Piece], int]:
-    """The run's pieces, the first one read in the parent, and how many processes read
-    the others."""
-    pieces = plan(paths, fmts, jobs)
-    if pieces and not pieces[0].in_parent:
-        # The parent reads the first piece itself, straight into its rows and token tree,
-        # while the workers start and read the others.
-        pieces[0] = replace(pieces[0], in_parent=True)
-    n_work = sum(not p.in_parent for p in pieces)
-    return pieces, max(1, min(n_work, jobs - 1 if n_work < jobs else jobs)) if n_work else 0
+    def stop(self) -> None:
+        """Stop the workers (the read is not going to happen)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def start(
     paths: list[str], fmts: list[str], tokenizer: str | None, jobs: int, progress: bool
-) -> Started | None:
-    """Start the worker processes of a ``--jobs`` read now, so that they import and load
-    the tokenizer while the parent does the same (a worker started when the parent
-    began reading began its own piece 1.5 s later); None when every piece is the
-    parent's. :func:`read_parallel` then uses them; call ``pool.shutdown`` if it is
-    never called."""
-    pieces, n_pool = _pieces(paths, fmts, jobs)
-    if not n_pool:
-        return None
+) -> Started:
+    """The pieces of a ``--jobs`` read, and its worker processes started now, so that
+    they import and load the ``tokenizer`` (the bundled one's name, or None) while the
+    parent does the same (a worker started when the parent began reading began its own
+    piece 1.5 s later). :func:`read_parallel` then uses them; call :meth:`Started.stop`
+    if it is never called."""
+    pieces = plan(paths, fmts, jobs)
+    if pieces and not pieces[0].in_parent:
+        # The parent reads the first piece itself, straight into its rows and token tree,
+        # while the workers read the others.
+        pieces[0] = replace(pieces[0], in_parent=True)
+    n_work = sum(not p.in_parent for p in pieces)
+    if not n_work:
+        return Started(pieces, None, None)
+    n_pool = max(1, min(n_work, jobs - 1 if n_work < jobs else jobs))
     ctx = mp.get_context("spawn")
     counter = ctx.Value("d", 0.0) if progress else None
     # concurrent.futures, not multiprocessing.Pool: a worker that dies (killed, out of
@@ -374,20 +375,14 @@ def start(
     with main_not_rerun():  # each submit starts a process, until all have started
         for _ in range(n_pool):
             pool.submit(_ready)
-    return Started(pool, counter, pieces)
+    return Started(pieces, pool, counter)
 
 
-def read_parallel(b: _Builder, jobs: int, started: Started | None = None) -> None:
-    """Read ``b``'s inputs over ``jobs`` worker processes into ``b`` (rows, skips, previews,
-    tree, times), as ``for each file: b.read_file(...)`` would; in the processes of
-    ``started`` when given (:func:`start`, for the same inputs and jobs)."""
-    if started is None:
-        started = start(b.paths, b.fmts, None, jobs, b.advance is not None)
-    pool = counter = None
-    if started is None:  # every piece is read in the parent
-        planned = _pieces(b.paths, b.fmts, jobs)[0]
-    else:
-        pool, counter, planned = started.pool, started.counter, started.pieces
+def read_parallel(b: _Builder, jobs: int, started: Started) -> None:
+    """Read ``b``'s inputs into ``b`` (rows, skips, previews, tree, times) over the
+    processes of ``started`` (:func:`start`, for the same inputs and ``jobs``), as ``for
+    each file: b.read_file(...)`` would."""
+    pool, counter = started.pool, started.counter
     pending: list[Future[PieceResult | PieceFailed] | None] = []
     taken = 0.0
 
@@ -410,7 +405,7 @@ def read_parallel(b: _Builder, jobs: int, started: Started | None = None) -> Non
         return res
 
     try:  # the workers are stopped whatever fails, from here on
-        pieces, split_timing = _with_timing(b, planned)
+        pieces, split_timing = _with_timing(b, started.pieces)
         wopts = replace(b.opts, block_size=b.block_size, salt=b.salt, exact=False)
         setup = (b.paths, b.fmts, wopts, b.lcp is not None, jobs)
         pending.extend(
@@ -422,8 +417,7 @@ def read_parallel(b: _Builder, jobs: int, started: Started | None = None) -> Non
         for job in pending:  # not adopted: an error stopped the run
             if job is not None:
                 job.cancel()
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        started.stop()
         for job in pending:
             if job is not None and job.done() and not job.cancelled() and not job.exception():
                 res = job.result()

