@@ -123,6 +123,17 @@ def keyed_blocks(node) -> dict[str, set[str]]:
     return out
 
 
+def keyed_places(node, at: tuple[int, ...] = ()) -> dict[str, tuple[int, ...]]:
+    """The page's keyed containers: key -> its place (child indices from ``node``)."""
+    out: dict[str, tuple[int, ...]] = {}
+    block_id = str(getattr(getattr(node, "proto", None), "id", "") or "")
+    if type(node).__name__ == "Block" and block_id.startswith("$$ID-"):
+        out[block_id.split("-", 2)[2]] = at
+    for i, child in getattr(node, "children", {}).items():
+        out |= keyed_places(child, (*at, i))
+    return out
+
+
 def metric(at: AppTest, label_start: str) -> str:
     return next(m.value for m in at.metric if m.label.startswith(label_start))
 
@@ -450,7 +461,8 @@ def test_recommendation_opens_with_the_summary_in_ms_gpus_and_money(
     side-by-side table and the glossary follow, with words rather than JSON keys."""
     at.switch_page("views/recommend.py").run()
     assert_clean(at)
-    first = at.markdown[0].value
+    # The first text shown (a style element, which draws nothing, may come before it).
+    first = next(m.value for m in at.markdown if not m.value.startswith("<style>"))
     assert " ms" in first and "GPU" in first and ("$" in first or "not priced" in first)
     subheaders = [h.value for h in at.subheader]
     assert "GPUs and money" in subheaders
@@ -637,6 +649,7 @@ def test_a_change_needing_replays_keeps_the_last_answer_until_ready(
     at.switch_page("views/recommend.py").run()
     assert_clean(at)
     first = next(m.value for m in at.markdown if "data-verdict" in m.value)
+    places_before = keyed_places(at.main)
     threads.clear()
     at.number_input(key="ctl.instances").set_value(3).run()
     assert_clean(at)
@@ -645,12 +658,20 @@ def test_a_change_needing_replays_keeps_the_last_answer_until_ready(
     assert greyed.replace(" data-stale='1'", "") == first
     # Greyed and inert: the previous verdict and figures. Left usable: the comparison
     # and the downloads (of the answer shown, as the caption says).
+    # The page keeps its containers (keys and places) and greys them by style, so the
+    # browser restyles them rather than drawing them anew.
+    from app.views import recommend
+
     keyed = keyed_blocks(at.main)
-    stale = [k for k in keyed if k.startswith("kvpool-answer-stale")]
-    assert stale == ["kvpool-answer-stale", "kvpool-answer-stale-rest"]
+    assert keyed_places(at.main) == places_before
+    styles = [m.value for m in at.markdown if m.value.startswith("<style>")]
+    assert recommend.STALE_CSS in styles and recommend.FRESH_CSS not in styles
+    for key in recommend.GREYED:
+        assert f".st-key-{key}" in recommend.STALE_CSS and key in keyed
     usable = keyed["kvpool-compare"]
     assert {"cmp.pin", "dl.html", "dl.md", "dl.json"} <= usable
-    assert not usable & set().union(*(keyed[k] for k in stale))
+    assert not usable & set().union(*(keyed[k] for k in recommend.GREYED))
+    assert "st-key-kvpool-compare" not in recommend.STALE_CSS
     assert any("answer shown" in c.value for c in at.caption)
     assert pf.wait(TIMEOUT_S)
     # Every scenario the change reaches was replayed, and none on the page's thread.
@@ -659,6 +680,7 @@ def test_a_change_needing_replays_keeps_the_last_answer_until_ready(
     assert_clean(at)
     banner = next(m.value for m in at.markdown if "data-verdict" in m.value)
     assert "data-stale" not in banner
+    assert recommend.STALE_CSS not in [m.value for m in at.markdown]
     fresh = run_analysis([str(sample)], AnalyzeOptions(cluster=ClusterConfig(instances=3)))
     assert f"data-verdict='{fresh.verdict}'" in banner
     assert "3 instances" in " ".join(c.value for c in at.caption)
