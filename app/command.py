@@ -109,6 +109,10 @@ def streamlit_command(port: int, upload_mb: int) -> list[str]:
         # and every half-second poll of a background replay (docs/dashboard.md).
         # Python's own generational collector still frees cycles.
         "--runner.postScriptGC=false",
+        # Streamlit's own info lines are about its internals (a half-second poll that
+        # arrives after the page it belonged to was redrawn), not the user's actions;
+        # its warnings and errors still show.
+        "--logger.level=warning",
     ]
 
 
