@@ -114,10 +114,19 @@ WATCH = """() => {
   window.__kvpoolObserver.observe(main, {subtree: true, childList: true, attributes: true,
                                          characterData: true});
   const app = document.querySelector('[data-testid="stApp"]');
+  window.__kvpoolStarted = false;
   window.__kvpoolState = new MutationObserver((records) => {
-    const over = records.some((r) => r.oldValue === 'running');
-    if (over && app.getAttribute('data-test-script-state') === 'notRunning'
-        && !window.__kvpoolDrawn) {
+    // The state each record changed to: the next record's old value, the attribute now
+    // for the last. A run counts only once it was seen starting after this was set up:
+    // a half-second poll already running at the click is not the click's run.
+    const now = app.getAttribute('data-test-script-state');
+    let over = false;
+    records.forEach((r, i) => {
+      const to = i + 1 < records.length ? records[i + 1].oldValue : now;
+      if (to === 'running') window.__kvpoolStarted = true;
+      if (r.oldValue === 'running' && to !== 'running' && window.__kvpoolStarted) over = true;
+    });
+    if (over && now === 'notRunning' && !window.__kvpoolDrawn) {
       window.__kvpoolDrawn = -1;
       requestAnimationFrame(() => setTimeout(() => { window.__kvpoolDrawn = Date.now(); }, 0));
     }
