@@ -342,10 +342,13 @@ class Started:
     pool: ProcessPoolExecutor | None
     counter: Any  # a shared progress counter, or None
 
-    def stop(self) -> None:
-        """Stop the workers (the read is not going to happen)."""
+    def stop(self, wait: bool = True) -> None:
+        """Stop the workers: the read is not going to happen, or is over. ``wait=False``
+        (every piece adopted): they exit in the background while the parent writes,
+        rather than before (a worker's exit took 0.36 s), and the interpreter joins them
+        as it exits."""
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool.shutdown(wait=wait, cancel_futures=True)
 
 
 def start(
@@ -417,7 +420,8 @@ def read_parallel(b: _Builder, jobs: int, started: Started) -> None:
         for job in pending:  # not adopted: an error stopped the run
             if job is not None:
                 job.cancel()
-        started.stop()
+        # Nothing left to wait for once every piece was adopted (pending all None).
+        started.stop(wait=any(job is not None for job in pending))
         for job in pending:
             if job is not None and job.done() and not job.cancelled() and not job.exception():
                 res = job.result()
