@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from typing import Any
 
@@ -33,3 +34,16 @@ def main_not_rerun() -> Iterator[None]:
     finally:
         main.__dict__.pop("__spec__", None)
         main.__dict__.update(saved)
+
+
+def _ready() -> bool:
+    return True
+
+
+def start_processes(pool: Executor, n: int) -> list[Future[bool]]:
+    """Have ``pool`` start ``n`` worker processes now rather than at its first real task
+    (a process pool starts one at each submit until it has them all): one trivial task
+    each, submitted without re-running the main script. Wait on the returned futures to
+    know they are up."""
+    with main_not_rerun():
+        return [pool.submit(_ready) for _ in range(n)]

@@ -63,7 +63,7 @@ from analyzer.ingest.readers import (
     records,
 )
 from analyzer.ingest.spool import RowSpool, SpoolFile
-from analyzer.spawn import main_not_rerun
+from analyzer.spawn import start_processes
 
 if TYPE_CHECKING:
     from analyzer.ingest.pipeline import _Builder
@@ -256,10 +256,6 @@ def _init(counter: Any, tokenizer: str | None) -> None:
             load_tokenizer(tokenizer)  # kept by tiktoken for the builder
 
 
-def _ready() -> bool:
-    return True
-
-
 def _builder(setup: tuple[Any, ...]) -> _Builder:
     """This worker's reader for the run's ``setup`` (paths, formats, options, whether the
     token tree is wanted, processes), built at its first piece; its memos stay across
@@ -375,9 +371,7 @@ def start(
     pool = ProcessPoolExecutor(
         n_pool, mp_context=ctx, initializer=_init, initargs=(counter, tokenizer)
     )
-    with main_not_rerun():  # each submit starts a process, until all have started
-        for _ in range(n_pool):
-            pool.submit(_ready)
+    start_processes(pool, n_pool)  # not waited for: the parent sets itself up meanwhile
     return Started(pieces, pool, counter)
 
 

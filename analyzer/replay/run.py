@@ -58,7 +58,7 @@ from analyzer.replay.engine import (
 )
 from analyzer.replay.miniature import Miniature, sample
 from analyzer.replay.miniature import sampling_rate as sampling_rate
-from analyzer.spawn import main_not_rerun
+from analyzer.spawn import main_not_rerun, start_processes
 from analyzer.trace import BlockTrace
 
 if TYPE_CHECKING:
@@ -871,14 +871,8 @@ def worker_pool(workers: int, nice: int = 0) -> ProcessPoolExecutor:
 def start_workers(pool: ProcessPoolExecutor, workers: int) -> None:
     """Start ``pool``'s ``workers`` processes now (each imports this module), rather
     than at the first replay, and wait until they are ready."""
-    with main_not_rerun():
-        futures = [pool.submit(_ready) for _ in range(workers)]
-    for f in futures:
+    for f in start_processes(pool, workers):
         f.result()
-
-
-def _ready() -> bool:
-    return True
 
 
 def run_replay(
