@@ -101,9 +101,16 @@ def rule_marks(at: AppTest) -> dict[str, float]:
     return marks
 
 
+def _container_key(n) -> str | None:
+    """The key of a keyed container (``st.container(key=...)``), else None."""
+    block_id = str(getattr(getattr(n, "proto", None), "id", "") or "")
+    if type(n).__name__ == "Block" and block_id.startswith("$$ID-"):
+        return block_id.split("-", 2)[2]  # "$$ID-<hash>-<key>"
+    return None
+
+
 def keyed_blocks(node) -> dict[str, set[str]]:
-    """The page's keyed containers (``st.container(key=...)``): key -> the keys of the
-    widgets drawn inside it."""
+    """The page's keyed containers: key -> the keys of the widgets drawn inside it."""
     out: dict[str, set[str]] = {}
 
     def widgets(n) -> set[str]:
@@ -113,9 +120,9 @@ def keyed_blocks(node) -> dict[str, set[str]]:
         return found
 
     def walk(n) -> None:
-        block_id = str(getattr(getattr(n, "proto", None), "id", "") or "")
-        if type(n).__name__ == "Block" and block_id.startswith("$$ID-"):
-            out[block_id.split("-", 2)[2]] = widgets(n)  # "$$ID-<hash>-<key>"
+        key = _container_key(n)
+        if key is not None:
+            out[key] = widgets(n)
         for child in getattr(n, "children", {}).values():
             walk(child)
 
@@ -125,10 +132,8 @@ def keyed_blocks(node) -> dict[str, set[str]]:
 
 def keyed_places(node, at: tuple[int, ...] = ()) -> dict[str, tuple[int, ...]]:
     """The page's keyed containers: key -> its place (child indices from ``node``)."""
-    out: dict[str, tuple[int, ...]] = {}
-    block_id = str(getattr(getattr(node, "proto", None), "id", "") or "")
-    if type(node).__name__ == "Block" and block_id.startswith("$$ID-"):
-        out[block_id.split("-", 2)[2]] = at
+    key = _container_key(node)
+    out: dict[str, tuple[int, ...]] = {} if key is None else {key: at}
     for i, child in getattr(node, "children", {}).items():
         out |= keyed_places(child, (*at, i))
     return out
