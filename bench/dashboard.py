@@ -40,6 +40,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from measure import user_env
+
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
@@ -56,7 +60,7 @@ def free_port() -> int:
 def start_server(trace: Path, port: int, log: Path) -> subprocess.Popen:
     kvpool = Path(sys.executable).with_name("kvpool")
     cmd = [str(kvpool)] if kvpool.exists() else [sys.executable, "-m", "analyzer.cli"]
-    env = {**os.environ, "KVPOOL_NO_PROGRESS": "1"}
+    env = user_env()
     env.pop("KVPOOL_DASHBOARD_INPUT", None)
     out = log.open("wb")
     proc = subprocess.Popen(

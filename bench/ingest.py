@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import resource
 import subprocess
@@ -31,6 +30,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from measure import user_env
 
 WORDS = (  # noqa: SIM905 (a sentence reads better than 80 quoted words)
     "the of and to in is for on that with as by at from this be are it an or was we can "
@@ -218,7 +221,7 @@ def child(mode: str, log: str, out: str) -> None:
 
 
 def run_child(mode: str, log: Path, out: Path) -> dict:
-    env = {**os.environ, "KVPOOL_NO_PROGRESS": "1"}
+    env = user_env()
     res = subprocess.run(
         [sys.executable, __file__, "--child", mode, str(log), str(out)],
         check=True,

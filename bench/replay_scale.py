@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from measure import mib, run
+from measure import mib, run, user_env
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -79,7 +78,7 @@ print(json.dumps(out))
 
 
 def side_env(src: Path | None) -> dict[str, str]:
-    env = dict(os.environ)
+    env = user_env()
     if src is not None:
         env["PYTHONPATH"] = str(src)
     return env
