@@ -324,6 +324,110 @@ def test_bulk_readers_match_the_line_reader_on_the_public_traces(shared_traces, 
     assert bulk.table.num_rows > 3000
 
 
+def _bailian_row(chat, parent, i, n_in=40, **extra):
+    row = {"chat_id": chat, "parent_chat_id": parent, "timestamp": 1.5 * i}
+    row |= {"input_length": n_in, "output_length": 3, "type": "text", "turn": 1}
+    return row | {"hash_ids": [chat % 7 + k for k in range(n_in // 16 + 1)]} | extra
+
+
+def _bailian_file(path: Path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def _same_by_both_readers(monkeypatch, paths: list[str], **opts) -> None:
+    got = open_trace(paths, IngestOptions(salt=SALT, **opts))
+    with monkeypatch.context() as m:
+        _line_reader_only(m)
+        want = open_trace(paths, IngestOptions(salt=SALT, **opts))
+    assert got.table.equals(want.table)
+    assert got.table.schema.metadata == want.table.schema.metadata
+    assert str(got.skipped) == str(want.skipped) and got.notes == want.notes
+
+
+_chats = st.integers(0, 40)
+_bailian_rows = st.lists(
+    st.tuples(
+        _chats,  # chat ids repeat: a later row takes the id over
+        st.one_of(st.just(-1), _chats),  # parents seen before, after, or never
+        st.integers(0, 100),  # input tokens
+        st.sampled_from(["text", "image", "", None]),  # the tenant; "" is none
+        st.one_of(st.none(), st.integers(0, 5)),  # turn
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_bailian_rows, _bailian_rows, st.booleans(), st.sampled_from([None, 32]))
+def test_bulk_bailian_reader_matches_the_line_reader(first, second, keep_names, block_size):
+    """Sessions through parents in file order and across files, pseudonyms, duplicate
+    chat ids, tenants and turns: the same table as the line reader's."""
+    import tempfile
+
+    from analyzer.ingest.vector import read_bulk
+
+    with tempfile.TemporaryDirectory() as d, pytest.MonkeyPatch.context() as mp:
+        paths = [
+            _bailian_file(
+                Path(d) / f"{k}.jsonl",
+                [
+                    _bailian_row(c, p, i, n, type=ty, turn=tu)
+                    for i, (c, p, n, ty, tu) in enumerate(rows)
+                ],
+            )
+            for k, rows in enumerate((first, second))
+        ]
+        assert read_bulk(paths[0], "bailian", block_size or 16, SALT, b"bailian") is not None
+        _same_by_both_readers(mp, paths, keep_names=keep_names, block_size=block_size)
+
+
+def test_bulk_bailian_reader_runs_in_the_parent_of_a_parallel_read(tmp_path, monkeypatch):
+    from analyzer.ingest.pipeline import _Builder
+
+    rows = [_bailian_row(i, -1 if i % 3 == 0 else i - 1, i, 20 + i) for i in range(300)]
+    path = _bailian_file(tmp_path / "b.jsonl", rows)
+    calls = []
+    real = _Builder._read_bulk
+    monkeypatch.setattr(_Builder, "_read_bulk", lambda b, p, f: calls.append(p) or real(b, p, f))
+    _same_by_both_readers(monkeypatch, [path], jobs=2, parallel_min_bytes=1)
+    assert calls == [path]  # the columns were read, not the lines
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",  # a blank line
+        json.dumps(_bailian_row(5, -1, 9, turn=-2)),  # the line reader skips a negative turn
+        json.dumps(_bailian_row(5, -1, 9, turn=1.5)),
+        json.dumps(_bailian_row(5, -1, 9, chat_id="c5")),  # an id that is a string
+        json.dumps(_bailian_row(5, -1, 9, type=3)),
+        json.dumps(_bailian_row(5, -1, 9, hash_ids=[1])),  # fewer ids than blocks
+        json.dumps({k: v for k, v in _bailian_row(5, -1, 9).items() if k != "chat_id"}),
+    ],
+)
+def test_bulk_bailian_reader_leaves_unusual_files_to_the_line_reader(tmp_path, monkeypatch, bad):
+    from analyzer.ingest.vector import read_bulk
+
+    good = [json.dumps(_bailian_row(i, -1 if i < 2 else 0, i)) for i in range(5)]
+    path = tmp_path / "b.jsonl"
+    path.write_text("\n".join([*good[:2], bad, *good[2:]]) + "\n")
+    assert read_bulk(str(path), "bailian", 16, SALT, b"bailian") is None
+    _same_by_both_readers(monkeypatch, [str(path)], fmt="bailian")
+
+
+def test_bulk_bailian_reader_leaves_tenant_keyed_hashes_to_the_line_reader(tmp_path, monkeypatch):
+    from analyzer.ingest.pipeline import _Builder
+
+    rows = [_bailian_row(i, -1, i, type="image" if i % 2 else "text") for i in range(6)]
+    path = _bailian_file(tmp_path / "b.jsonl", rows)
+    opts = IngestOptions(salt=SALT, hash_keys=("model", "tenant"))
+    b = _Builder([path], ["bailian"], opts, None)
+    assert b.bulk_rows(path, "bailian") is None and not len(b.rows)
+    _same_by_both_readers(monkeypatch, [path], hash_keys=("model", "tenant"))
+
+
 _AZURE_GOOD = [
     "2023-11-16 18:15:46.6805900,374,44",
     "2023-11-16 18:15:50.9951690,396,109",

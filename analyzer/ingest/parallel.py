@@ -438,7 +438,12 @@ def assemble(
     for i, piece in enumerate(pieces):
         if i == 0 or pieces[i - 1].file != piece.file:
             first, isos, lines, timed = len(b.rows), [], [], None
-        if piece.in_parent:
+        bulk = b.bulk_rows(piece.path, piece.fmt) if piece.in_parent and not piece.span else None
+        if bulk is not None:  # a stateful public trace (Bailian), read in columns
+            isos.append(bulk[0])
+            lines.append(bulk[1])
+            timed = True
+        elif piece.in_parent:
             fctx = FileContext(piece.path, piece.fmt, b.opts, shared=b.shared)
             fctx.timed, fctx.time_name = piece.timed, piece.time_name
             recs = records(piece.path, piece.fmt, b.advance, piece.span)

@@ -377,38 +377,62 @@ class _Builder:
     def read_file(self, path: str, fmt: str) -> None:
         ctx = FileContext(path, fmt, self.opts, shared=self.shared)
         first = len(self.rows)
-        bulk = fmt in BULK and not (self.opts.time_field or self.opts.time_column)
-        if bulk and (iso := self._read_bulk(path, fmt)) is not None:
-            n = len(self.rows) - first
-            line1 = 2 if fmt == Format.AZURE else 1  # below a CSV's header
-            lines = np.arange(line1, n + line1, dtype=np.int64)
-            self.settle_times(path, fmt, True, first, np.full(n, iso, bool), lines)
+        if (bulk := self.bulk_rows(path, fmt)) is not None:
+            self.settle_times(path, fmt, True, first, *bulk)
             return
         iso, lines = self.read_rows(ctx, records(path, fmt, self.advance))
         self.settle_times(
             path, fmt, ctx.timed, first, np.asarray(iso, dtype=bool), np.asarray(lines, np.int64)
         )
 
+    def bulk_rows(self, path: str, fmt: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The file's rows appended, read in columns where it can be, with (whether each
+        row's time was an ISO string, its line), or None: nothing appended, read it by
+        line."""
+        if fmt not in BULK or self.opts.time_field or self.opts.time_column:
+            return None
+        first = len(self.rows)
+        iso = self._read_bulk(path, fmt)
+        if iso is None:
+            return None
+        n = len(self.rows) - first
+        line1 = 2 if fmt == Format.AZURE else 1  # below a CSV's header
+        return np.full(n, iso, bool), np.arange(line1, n + line1, dtype=np.int64)
+
     def _read_bulk(self, path: str, fmt: str) -> bool | None:
         """A clean public trace, read whole (:mod:`analyzer.ingest.vector`): whether its
         times are ISO strings, or None when the line reader must read it."""
         from analyzer.ingest.readers import Raw as _Raw
 
-        got = read_bulk(path, fmt, self.block_size, self.salt, fmt.encode() + self._extra(_Raw()))
+        if fmt == Format.BAILIAN and set(self.opts.hash_keys) - {"model"}:
+            return None  # keyed by each row's tenant: the line reader's namespaces
+        roots = self.shared.setdefault("bailian_roots", {}) if fmt == Format.BAILIAN else None
+        ns = fmt.encode() + self._extra(_Raw())
+        got = read_bulk(path, fmt, self.block_size, self.salt, ns, roots)
         if got is None:
             return None
-        table, times, iso = got
-        if not self.opts.keep_names:  # request ids leave as pseudonyms, as in _add
-            key = self.salt
-            ids = [
-                "r-" + hashlib.blake2b(b"r-" + r.encode(), digest_size=8, key=key).hexdigest()
-                for r in table.column("request_id").to_pylist()
-            ]
-            table = table.set_column(0, "request_id", pa.array(np.array(ids, dtype=object)))
-        self.rows.append_table(table, times)
+        table = got.table
+        if got.own_ids:  # counted for duplicates, as _add counts them
+            for r in table.column("request_id").to_pylist():
+                h = hashlib.blake2b(r.encode("utf-8", "surrogatepass"), digest_size=8)
+                self._id_hashes.append(int.from_bytes(h.digest(), "little"))
+        # Sessions always leave as pseudonyms; the rest unless keep_names (as in _add).
+        named = self.opts.keep_names
+        for i, name, prefix in (
+            (0, "request_id", "r-"),
+            (1, "session_id", "s-"),
+            (2, "tenant", "t-"),
+            (8, "parent_request_id", "r-"),
+        ):
+            col = table.column(i)
+            if col.null_count == len(col) or (named and prefix != "s-"):
+                continue
+            values = [self._pseudonym(v, prefix) for v in col.to_pylist()]
+            table = table.set_column(i, name, pa.array(values, type=pa.string()))
+        self.rows.append_table(table, got.times)
         if self.advance is not None:
             self.advance(os.path.getsize(path))
-        return iso
+        return got.iso
 
     def first_timing(self, path: str, fmt: str) -> tuple[int | None, bool | None, str | None]:
         """(line of the file's first kept row, whether the file is timed, its time field),

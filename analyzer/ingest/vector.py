@@ -7,7 +7,10 @@ the Mooncake trace; here Arrow's C++ JSON reader (``pyarrow.json``, multithreade
 already loaded: polars parses as fast but importing it costs more than the whole read)
 parses the file in one call into columns, the block ids every request keeps are picked
 with numpy, and each distinct id is hashed once in one compiled call
-(:func:`analyzer.blocks.id_hashes`).
+(:func:`analyzer.blocks.id_hashes`). Alibaba's Bailian traces add ``chat_id``,
+``parent_chat_id``, ``type`` and ``turn`` (one id per 16 tokens): read the same way, with
+each chat's session (its first ancestor) found in file order in one pass over the ids,
+as the line reader finds it.
 
 Azure's LLM inference traces (Splitwise, ISCA'24: ``TIMESTAMP``, ``ContextTokens``,
 ``GeneratedTokens``, count-only) are CSV: polars' CSV reader parses them into columns and
@@ -15,7 +18,7 @@ its ``strptime`` reads the timestamps (cut to microseconds and taken as UTC, as
 :func:`~analyzer.ingest.timeparse.parse_time` does).
 
 The bulk path only takes files it can read exactly as the line reader would: an
-uncompressed file, one JSON object a line and no blank lines (so row ``i`` is line
+uncompressed file of at most ``BULK_MAX_BYTES`` (read whole), one JSON object a line and no blank lines (so row ``i`` is line
 ``i + 1``, which default request ids name), every required field present with integer
 values in range, and ``hash_ids`` long enough. Anything else (a bad row, a float where
 an integer belongs, a session column) returns ``None`` and the line reader runs, with
@@ -24,7 +27,9 @@ its per-row skips and messages. Tests check both paths give the same table.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -36,8 +41,12 @@ from analyzer.ingest.io import compression
 from analyzer.ingest.spool import SPOOLED, list_array
 
 # Formats with a bulk reader.
-BULK = frozenset({Format.MOONCAKE, Format.AZURE})
+BULK = frozenset({Format.MOONCAKE, Format.AZURE, Format.BAILIAN})
 MOONCAKE_BLOCK = 512  # the block size Mooncake's hash ids stand for
+BAILIAN_BLOCK = 16
+# A file is read whole: larger ones go to the line reader, whose memory does not grow
+# with the file (Arrow's table of a JSON-lines trace is about its size again).
+BULK_MAX_BYTES = 256 << 20
 
 
 def _line_count(path: str) -> int:
@@ -50,17 +59,35 @@ def _line_count(path: str) -> int:
     return n + (last != b"\n")
 
 
+class Bulk(NamedTuple):
+    """A file read whole: its rows in ``SPOOLED`` form, with request ids, sessions, tenants
+    and parents as written (the builder makes them pseudonyms), and their raw times."""
+
+    table: pa.Table
+    times: np.ndarray
+    iso: bool  # the times were ISO strings, read to epoch seconds
+    own_ids: bool  # request ids are the file's (else ``file:line``, counted apart)
+
+
 def read_bulk(
-    path: str, fmt: str, block_size: int, salt: bytes, namespace: bytes
-) -> tuple[pa.Table, np.ndarray, bool] | None:
-    """(the rows in ``SPOOLED`` form, their raw times, whether those are ISO times read
-    to epoch seconds), or None: use the line reader."""
-    if compression(path) != "none":
+    path: str,
+    fmt: str,
+    block_size: int,
+    salt: bytes,
+    namespace: bytes,
+    roots: dict[str, str] | None = None,
+) -> Bulk | None:
+    """``path`` read in columns, or None: use the line reader.
+
+    ``roots``: Bailian's session of every chat id read so far in the run (the line
+    reader's ``bailian_roots``), extended here with this file's chats."""
+    if compression(path) != "none" or os.path.getsize(path) > BULK_MAX_BYTES:
         return None
     if fmt == Format.AZURE:
         return _azure(path)
-    got = _mooncake(path, block_size, salt, namespace)
-    return None if got is None else (*got, False)
+    if fmt == Format.BAILIAN:
+        return _bailian(path, block_size, salt, namespace, {} if roots is None else roots)
+    return _mooncake(path, block_size, salt, namespace)
 
 
 def _in_limits(values: np.ndarray, name: str) -> bool:
@@ -70,33 +97,40 @@ def _in_limits(values: np.ndarray, name: str) -> bool:
     )
 
 
-def _mooncake(
-    path: str, block_size: int, salt: bytes, namespace: bytes
-) -> tuple[pa.Table, np.ndarray] | None:
-    import pyarrow.compute as pc
+_INTS = (pa.int64(), pa.int32(), pa.uint32(), pa.uint64())
+
+
+def _json_rows(path: str) -> pa.Table | None:
+    """The file parsed by Arrow, when it is one JSON object a line with no blank lines
+    (so row ``i`` is line ``i + 1``)."""
     import pyarrow.json as pj
 
-    native = MOONCAKE_BLOCK
-    if block_size % native:
-        return None
     try:
         df = pj.read_json(path)
     except (pa.ArrowException, OSError):  # the line reader says which line and why
         return None
-    names = set(df.column_names)
-    ints = (pa.int64(), pa.int32(), pa.uint32(), pa.uint64())
+    return df if df.num_rows and df.num_rows == _line_count(path) else None
 
-    def kind(name: str) -> pa.DataType | None:
-        return df.schema.field(name).type if name in names else None
+
+def _kind(df: pa.Table, name: str) -> pa.DataType | None:
+    return df.schema.field(name).type if name in df.column_names else None
+
+
+def _hashed(
+    df: pa.Table, native: int, block_size: int, salt: bytes, namespace: bytes
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.ChunkedArray] | None:
+    """(times, prompt tokens, output tokens, block hashes) of a trace of ``timestamp``,
+    ``input_length``, optional ``output_length`` and ``hash_ids`` (one id per ``native``
+    tokens), read as the line reader reads them, or None where it would read a row
+    otherwise (or skip it)."""
+    import pyarrow.compute as pc
 
     if (
-        df.num_rows == 0
-        or df.num_rows != _line_count(path)
-        or names & {"session_id", "chat_id"}
-        or kind("timestamp") not in (*ints, pa.float64())
-        or kind("input_length") not in ints
-        or ("output_length" in names and kind("output_length") not in ints)
-        or kind("hash_ids") != pa.list_(pa.int64())
+        block_size % native
+        or _kind(df, "timestamp") not in (*_INTS, pa.float64())
+        or _kind(df, "input_length") not in _INTS
+        or _kind(df, "output_length") not in (*_INTS, pa.null(), None)
+        or _kind(df, "hash_ids") != pa.list_(pa.int64())
     ):
         return None
     ts, n_in_col, ids_col = df["timestamp"], df["input_length"], df["hash_ids"]
@@ -110,7 +144,7 @@ def _mooncake(
     if not _in_limits(n_in, "prompt_tokens"):
         return None
     out_tokens = pa.nulls(df.num_rows, pa.int64())
-    if "output_length" in names:
+    if "output_length" in df.column_names:
         out_tokens = df["output_length"].cast(pa.int64())
         outs = np.asarray(out_tokens.drop_null())
         if np.any(outs < 0) or not _in_limits(outs, "output_tokens"):
@@ -128,29 +162,113 @@ def _mooncake(
     row = np.repeat(np.arange(n_blocks.size), n_blocks)
     j = np.arange(offsets[-1]) - offsets[row]
     hashes = id_hashes(namespace, flat_ids[starts[row] + m * j + m - 1], salt)
-    n = df.num_rows
-    name = Path(path).name
+    return t, n_in, out_tokens, _lists(offsets, hashes)
+
+
+def _spooled(
+    n: int,
+    request_id: pa.Array,
+    prompt: np.ndarray,
+    output: pa.Array | pa.ChunkedArray,
+    hashes: pa.ChunkedArray,
+    session: pa.Array | None = None,
+    tenant: pa.Array | None = None,
+    parent: pa.Array | None = None,
+    turn: pa.Array | pa.ChunkedArray | None = None,
+    count_only: bool = False,
+) -> pa.Table:
     nulls = pa.nulls(n, pa.string())
-    table = pa.Table.from_arrays(
+    return pa.Table.from_arrays(
         [
-            pa.array(np.char.add(f"{name}:", np.arange(1, n + 1).astype(str)).astype(object)),
-            nulls,
-            nulls,
-            nulls,
-            pa.array(n_in),
-            out_tokens,
-            _lists(offsets, hashes),
+            request_id,
+            nulls if session is None else session,
+            nulls if tenant is None else tenant,
+            nulls,  # model: a public trace names none
+            pa.array(prompt.astype(np.int64)),
+            output,
+            hashes,
             pa.nulls(n, pa.list_(pa.uint64())),
-            nulls,
-            pa.nulls(n, pa.int64()),
-            pa.array(np.zeros(n, dtype=bool)),
+            nulls if parent is None else parent,
+            pa.nulls(n, pa.int64()) if turn is None else turn,
+            pa.array(np.full(n, count_only)),
             pa.array(np.zeros(n, dtype=bool)),
             pa.nulls(n, pa.int64()),  # cached_tokens: a trace has no engine usage
             pa.nulls(n, pa.int64()),  # engine_prompt_tokens
         ],
         schema=SPOOLED,
     )
-    return table, t
+
+
+def _line_ids(path: str, n: int, line1: int = 1) -> pa.Array:
+    """``file:line`` request ids, as the line reader names rows without one."""
+    name = Path(path).name
+    return pa.array(np.char.add(f"{name}:", np.arange(line1, n + line1).astype(str)).astype(object))
+
+
+def _mooncake(path: str, block_size: int, salt: bytes, namespace: bytes) -> Bulk | None:
+    df = _json_rows(path)
+    if df is None or set(df.column_names) & {"session_id", "chat_id"}:
+        return None
+    got = _hashed(df, MOONCAKE_BLOCK, block_size, salt, namespace)
+    if got is None:
+        return None
+    t, n_in, out_tokens, hashes = got
+    n = df.num_rows
+    return Bulk(_spooled(n, _line_ids(path, n), n_in, out_tokens, hashes), t, False, False)
+
+
+def _bailian(
+    path: str, block_size: int, salt: bytes, namespace: bytes, roots: dict[str, str]
+) -> Bulk | None:
+    """Alibaba Bailian (``chat_id``, ``parent_chat_id``, ``type``, ``turn`` beside
+    Mooncake's fields; one id per 16 tokens). A chat's session is its first ancestor's id,
+    found through ``roots`` in file order as :func:`~analyzer.ingest.readers.parse_bailian`
+    finds it; ``type`` is the tenant."""
+    df = _json_rows(path)
+    if df is None:
+        return None
+    names = set(df.column_names)
+    if (
+        _kind(df, "chat_id") not in _INTS
+        or df["chat_id"].null_count
+        or _kind(df, "parent_chat_id") not in (*_INTS, pa.null(), None)  # None: absent
+        or _kind(df, "turn") not in (*_INTS, pa.null(), None)
+        or _kind(df, "type") not in (pa.string(), pa.null(), None)
+    ):
+        return None
+    turn = df["turn"].cast(pa.int64()) if "turn" in names else None
+    if turn is not None and np.any(np.asarray(turn.drop_null()) < 0):
+        return None
+    got = _hashed(df, BAILIAN_BLOCK, block_size, salt, namespace)
+    if got is None:
+        return None
+    t, n_in, out_tokens, hashes = got
+    n = df.num_rows
+    chats = [str(c) for c in df["chat_id"].to_pylist()]
+    parents: list[str | None] = [None] * n
+    if "parent_chat_id" in names:
+        parents = [None if p in (None, -1) else str(p) for p in df["parent_chat_id"].to_pylist()]
+    sessions = []
+    for chat, parent in zip(chats, parents, strict=True):
+        root = chat if parent is None else roots.get(parent, parent)
+        roots[chat] = root
+        sessions.append(root)
+    tenant = None
+    if "type" in names:  # an empty type is no tenant, as in the line reader
+        types = df["type"].cast(pa.string())
+        tenant = pa.array([v or None for v in types.to_pylist()], type=pa.string())
+    table = _spooled(
+        n,
+        pa.array(chats, type=pa.string()),
+        n_in,
+        out_tokens,
+        hashes,
+        session=pa.array(sessions, type=pa.string()),
+        tenant=tenant,
+        parent=pa.array(parents, type=pa.string()),
+        turn=turn,
+    )
+    return Bulk(table, t, False, True)
 
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -174,7 +292,7 @@ def _csv_shape(path: str) -> tuple[int, int, bool]:
     return lines + (last != b"\n"), commas, odd
 
 
-def _azure(path: str) -> tuple[pa.Table, np.ndarray, bool] | None:
+def _azure(path: str) -> Bulk | None:
     """An Azure LLM inference trace (CSV) read by polars, or None: use the line reader.
 
     Taken only when every row is one line with the header's columns (no quotes, blank
@@ -223,30 +341,11 @@ def _azure(path: str) -> tuple[pa.Table, np.ndarray, bool] | None:
     ):
         return None
     n = df.height
-    name = Path(path).name
-    nulls = pa.nulls(n, pa.string())
     missing = out.is_null().to_numpy() if out.null_count() else None
     out_arr = pa.array(out.fill_null(0).to_numpy().astype(np.int64), mask=missing)
-    table = pa.Table.from_arrays(
-        [
-            pa.array(np.char.add(f"{name}:", np.arange(2, n + 2).astype(str)).astype(object)),
-            nulls,
-            nulls,
-            nulls,
-            pa.array(prompt.astype(np.int64)),
-            out_arr,
-            _lists(np.zeros(n + 1, dtype=np.int64), np.empty(0, dtype=np.uint64)),
-            pa.nulls(n, pa.list_(pa.uint64())),
-            nulls,
-            pa.nulls(n, pa.int64()),
-            pa.array(np.ones(n, dtype=bool)),  # count-only: lengths, no content
-            pa.array(np.zeros(n, dtype=bool)),
-            pa.nulls(n, pa.int64()),
-            pa.nulls(n, pa.int64()),
-        ],
-        schema=SPOOLED,
-    )
-    return table, t, True
+    none = _lists(np.zeros(n + 1, dtype=np.int64), np.empty(0, dtype=np.uint64))
+    table = _spooled(n, _line_ids(path, n, 2), prompt, out_arr, none, count_only=True)
+    return Bulk(table, t, True, False)
 
 
 def _lists(offsets: np.ndarray, flat: np.ndarray) -> pa.ChunkedArray:
