@@ -714,9 +714,16 @@ RAGPULSE_PAD_KIND = 15
 
 
 def _ragpulse_lengths(ctx: FileContext) -> dict[str, dict[int, int]]:
+    """Token lengths of the components beside ``ctx.path``, read once per folder (and
+    found by the trace's own path on every later row: a path's parent costs as much as
+    the rest of the row's lookups)."""
+    by_trace: dict[str, dict[str, dict[int, int]]] = ctx.shared.setdefault("ragpulse_of", {})
+    if (hit := by_trace.get(ctx.path)) is not None:
+        return hit
     cache: dict[str, dict[str, dict[int, int]]] = ctx.shared.setdefault("ragpulse_lengths", {})
     folder = str(Path(ctx.path).parent)
     if folder in cache:
+        by_trace[ctx.path] = cache[folder]
         return cache[folder]
     out: dict[str, dict[int, int]] = {}
     for key, fname, idkey, _ in RAGPULSE_COMPONENTS:
@@ -736,7 +743,7 @@ def _ragpulse_lengths(ctx: FileContext) -> dict[str, dict[int, int]]:
             except (KeyError, TypeError, ValueError) as exc:
                 raise InputError("bad component row", Location(str(p), lineno, idkey)) from exc
         out[key] = lengths
-    cache[folder] = out
+    cache[folder] = by_trace[ctx.path] = out
     return out
 
 
