@@ -14,7 +14,8 @@ The peers are installed from PyPI into the bench's own environment
   ``kvpool reuse --model llama-3.1-8b --capacity-gib 1,...,64 --policies lru,optimal``
   against ``kvcache-simulator run`` with LRU and optimal at the same seven budgets.
   Target: kvpool at most 0.5x its wall time. Beside it, the start-up floor: the same
-  Python importing numpy, pyarrow and numba and loading one cached kernel, no work.
+  Python importing numpy, pyarrow and numba and loading one cached kernel, no work;
+  and kvpool's work alone: the command run a second time in the same process.
 
 Each command runs ``--repeat`` times, interleaved; the fastest wall time of each counts
 (other work on a shared machine only ever adds time) and its largest peak RSS, summed
@@ -48,6 +49,28 @@ FLOOR = (
     "from analyzer.blocks import id_hashes\n"
     "id_hashes(b'm', numpy.arange(3), b'salt')\n"
 )
+# kvpool's own work on the trace: the command run twice in one process, the second
+# run timed (every module imported and every kernel loaded by the first).
+WORK = """
+import contextlib, io, sys, time
+from analyzer.cli import main
+
+def once():
+    sys.argv = ["kvpool", *sys.argv[1:]]
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main()
+        except SystemExit as exc:
+            if exc.code:
+                raise
+
+args = list(sys.argv)
+once()
+sys.argv = args
+t = time.perf_counter()
+once()
+print(f"{time.perf_counter() - t:.4f}")
+"""
 
 
 def peers_env() -> Path:
@@ -156,20 +179,17 @@ def main() -> None:
             print(
                 f"Mooncake conversation trace, LRU + optimal at {BUDGETS_GIB} GiB (llama-3.1-8b):"
             )
-            ours = best(
-                [
-                    KVPOOL,
-                    "reuse",
-                    str(moon),
-                    "--model",
-                    "llama-3.1-8b",
-                    "--capacity-gib",
-                    BUDGETS_GIB,
-                    "--policies",
-                    "lru,optimal",
-                ],
-                args.repeat,
-            )
+            argv = [
+                "reuse",
+                str(moon),
+                "--model",
+                "llama-3.1-8b",
+                "--capacity-gib",
+                BUDGETS_GIB,
+                "--policies",
+                "lru,optimal",
+            ]
+            ours = best([KVPOOL, *argv], args.repeat)
             peer = best(
                 [
                     str(bindir / "kvcache-simulator"),
@@ -193,12 +213,22 @@ def main() -> None:
                 args.repeat,
             )
             floor = best([sys.executable, "-c", FLOOR], args.repeat, cwd=str(ROOT))
+            work = min(
+                float(
+                    best([sys.executable, "-c", WORK, *argv], 1, cwd=str(ROOT)).stdout.split()[-1]
+                )
+                for _ in range(args.repeat)
+            )
             show("kvpool reuse", ours)
             show("kvcache-simulator run", peer)
             ratios(ours, peer, 0.5)
             print(
                 f"  start-up floor (Python, numpy, pyarrow, numba, one cached kernel; no work): "
                 f"{floor.wall_s:.2f} s = {floor.wall_s / peer.wall_s:.2f}x the peer's run"
+            )
+            print(
+                f"  kvpool's work alone (the command again in the same process): "
+                f"{work:.2f} s = {work / peer.wall_s:.2f}x the peer's run"
             )
     tmp.cleanup()
 
