@@ -309,7 +309,7 @@ class _Builder:
         out = raw.output_tokens
         if out is None and raw.output_text is not None and self.renderer is not None:
             out = self.hasher.served_tokens(int(self.renderer.tok.encode(raw.output_text).size))
-        rid = raw.request_id or f"{Path(ctx.path).name}:{line}"
+        rid = raw.request_id or f"{ctx.name}:{line}"
         if raw.request_id:
             h = hashlib.blake2b(rid.encode("utf-8", "surrogatepass"), digest_size=8)
             self._id_hashes.append(int.from_bytes(h.digest(), "little"))

@@ -99,6 +99,13 @@ class FileContext:
     timed: bool | None = None  # decided by the first row: does this file carry times?
     time_name: str | None = None  # the field the file's times were found in
     shared: dict[str, Any] = field(default_factory=dict)  # per-run state (Bailian sessions, ...)
+    # The file's name and folder, taken once (a Path per row cost more than the row's
+    # own parsing of a RAGPulse trace).
+    name: str = field(init=False)
+    folder: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.name, self.folder = Path(self.path).name, str(Path(self.path).parent)
 
 
 # -- field helpers -----------------------------------------------------------------------
@@ -714,16 +721,10 @@ RAGPULSE_PAD_KIND = 15
 
 
 def _ragpulse_lengths(ctx: FileContext) -> dict[str, dict[int, int]]:
-    """Token lengths of the components beside ``ctx.path``, read once per folder (and
-    found by the trace's own path on every later row: a path's parent costs as much as
-    the rest of the row's lookups)."""
-    by_trace: dict[str, dict[str, dict[int, int]]] = ctx.shared.setdefault("ragpulse_of", {})
-    if (hit := by_trace.get(ctx.path)) is not None:
-        return hit
+    """Token lengths of the components beside ``ctx.path``, read once per folder."""
     cache: dict[str, dict[str, dict[int, int]]] = ctx.shared.setdefault("ragpulse_lengths", {})
-    folder = str(Path(ctx.path).parent)
+    folder = ctx.folder
     if folder in cache:
-        by_trace[ctx.path] = cache[folder]
         return cache[folder]
     out: dict[str, dict[int, int]] = {}
     for key, fname, idkey, _ in RAGPULSE_COMPONENTS:
@@ -743,7 +744,7 @@ def _ragpulse_lengths(ctx: FileContext) -> dict[str, dict[int, int]]:
             except (KeyError, TypeError, ValueError) as exc:
                 raise InputError("bad component row", Location(str(p), lineno, idkey)) from exc
         out[key] = lengths
-    cache[folder] = by_trace[ctx.path] = out
+    cache[folder] = out
     return out
 
 
