@@ -383,6 +383,21 @@ def test_bulk_bailian_reader_matches_the_line_reader(first, second, keep_names, 
         _same_by_both_readers(mp, paths, keep_names=keep_names, block_size=block_size)
 
 
+@pytest.mark.parametrize("tail", ["\n", "\n\n", "\n  \n\t\n", "", "\n \n"])
+def test_bulk_readers_take_files_ending_in_blank_lines(tmp_path, monkeypatch, tail):
+    """The line reader skips blank lines; at the end they shift no row's line."""
+    from analyzer.ingest.vector import read_bulk
+
+    rows = [json.dumps(_bailian_row(i, -1, i)) for i in range(4)]
+    path = tmp_path / "b.jsonl"
+    path.write_text("\n".join(rows) + tail)
+    assert read_bulk(str(path), "bailian", 16, SALT, b"bailian") is not None
+    _same_by_both_readers(monkeypatch, [str(path)])
+    path.write_text("\n".join(rows[:2]) + "\n\n" + "\n".join(rows[2:]) + tail)
+    assert read_bulk(str(path), "bailian", 16, SALT, b"bailian") is None  # lines shift
+    _same_by_both_readers(monkeypatch, [str(path)])
+
+
 def test_bulk_bailian_reader_runs_in_the_parent_of_a_parallel_read(tmp_path, monkeypatch):
     from analyzer.ingest.pipeline import _Builder
 

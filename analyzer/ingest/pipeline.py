@@ -402,12 +402,10 @@ class _Builder:
     def _read_bulk(self, path: str, fmt: str) -> bool | None:
         """A clean public trace, read whole (:mod:`analyzer.ingest.vector`): whether its
         times are ISO strings, or None when the line reader must read it."""
-        from analyzer.ingest.readers import Raw as _Raw
-
         if fmt == Format.BAILIAN and set(self.opts.hash_keys) - {"model"}:
             return None  # keyed by each row's tenant: the line reader's namespaces
         roots = self.shared.setdefault("bailian_roots", {}) if fmt == Format.BAILIAN else None
-        ns = fmt.encode() + self._extra(_Raw())
+        ns = fmt.encode() + self._extra(Raw())
         got = read_bulk(path, fmt, self.block_size, self.salt, ns, roots)
         if got is None:
             return None

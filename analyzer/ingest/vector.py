@@ -49,14 +49,20 @@ BAILIAN_BLOCK = 16
 BULK_MAX_BYTES = 256 << 20
 
 
-def _line_count(path: str) -> int:
-    n = 0
-    last = b"\n"
+def _content_lines(path: str) -> int:
+    """Lines up to the last that is not blank: the line reader skips blank lines, and
+    trailing ones (RAGPulse's files end with one) shift no row's line."""
+    n = tail = 0  # newlines; those after the last byte that is not whitespace
+    content = False
     with open(path, "rb") as f:
         while chunk := f.read(1 << 22):
             n += chunk.count(b"\n")
-            last = chunk[-1:]
-    return n + (last != b"\n")
+            body = chunk.rstrip()
+            if body:
+                content, tail = True, chunk.count(b"\n", len(body))
+            else:
+                tail += chunk.count(b"\n")
+    return n - tail + 1 if content else 0
 
 
 class Bulk(NamedTuple):
@@ -102,14 +108,14 @@ _INTS = (pa.int64(), pa.int32(), pa.uint32(), pa.uint64())
 
 def _json_rows(path: str) -> pa.Table | None:
     """The file parsed by Arrow, when it is one JSON object a line with no blank lines
-    (so row ``i`` is line ``i + 1``)."""
+    but at its end (so row ``i`` is line ``i + 1``)."""
     import pyarrow.json as pj
 
     try:
         df = pj.read_json(path)
     except (pa.ArrowException, OSError):  # the line reader says which line and why
         return None
-    return df if df.num_rows and df.num_rows == _line_count(path) else None
+    return df if df.num_rows and df.num_rows == _content_lines(path) else None
 
 
 def _kind(df: pa.Table, name: str) -> pa.DataType | None:
