@@ -907,8 +907,9 @@ def release_freed_memory(collect: bool = True) -> None:
     """Hand the heap the reading freed (memos, token tree) back to the system, so the
     analysis that follows does not peak on top of it: the cycle collector frees what
     only it can (objects that refer to each other; skipped unless ``collect``), then
-    glibc's ``malloc_trim`` returns the pages (elsewhere nothing), and Arrow's allocator (mimalloc) the pages it kept of freed buffers (1.3 GB after a
-    million-request canonical file is read and its trace built)."""
+    glibc's ``malloc_trim`` returns the pages (elsewhere nothing), and Arrow's allocator
+    (mimalloc) the pages it kept of freed buffers (1.3 GB after a million-request
+    canonical file is read and its trace built)."""
     import ctypes
     import gc
 

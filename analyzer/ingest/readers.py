@@ -99,8 +99,8 @@ class FileContext:
     timed: bool | None = None  # decided by the first row: does this file carry times?
     time_name: str | None = None  # the field the file's times were found in
     shared: dict[str, Any] = field(default_factory=dict)  # per-run state (Bailian sessions, ...)
-    # The file's name and folder, taken once (a Path per row cost more than the row's
-    # own parsing of a RAGPulse trace).
+    # The file's name and folder, taken once: two Paths a row took about 0.3 s of the
+    # 2.9 s `kvpool reuse` of the RAGPulse trace.
     name: str = field(init=False)
     folder: str = field(init=False)
 

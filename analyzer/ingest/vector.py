@@ -18,9 +18,10 @@ its ``strptime`` reads the timestamps (cut to microseconds and taken as UTC, as
 :func:`~analyzer.ingest.timeparse.parse_time` does).
 
 The bulk path only takes files it can read exactly as the line reader would: an
-uncompressed file of at most ``BULK_MAX_BYTES`` (read whole), one JSON object a line and no blank lines (so row ``i`` is line
-``i + 1``, which default request ids name), every required field present with integer
-values in range, and ``hash_ids`` long enough. Anything else (a bad row, a float where
+uncompressed file of at most ``BULK_MAX_BYTES`` (it is read whole), one JSON object a
+line and no blank lines but at the end (so row ``i`` is line ``i + 1``, which default
+request ids name), every required field present with integer values in range, and
+``hash_ids`` long enough. Anything else (a bad row, a float where
 an integer belongs, a session column) returns ``None`` and the line reader runs, with
 its per-row skips and messages. Tests check both paths give the same table.
 """
@@ -302,10 +303,11 @@ def _azure(path: str) -> Bulk | None:
     """An Azure LLM inference trace (CSV) read by polars, or None: use the line reader.
 
     Taken only when every row is one line with the header's columns (no quotes, blank
-    lines, or CR but in CRLF line ends, as the public files have), every timestamp is ``YYYY-MM-DD HH:MM:SS[.fffffff]`` at or after 1970,
-    every ``ContextTokens`` a plain non-negative integer and every ``GeneratedTokens``
-    one or empty, all within the per-row limits: then row ``i`` is line ``i + 2`` and the
-    line reader would keep every row as read here.
+    lines, or CR but in CRLF line ends, as the public files have), every timestamp is
+    ``YYYY-MM-DD HH:MM:SS[.fffffff]`` at or after 1970, every ``ContextTokens`` a plain
+    non-negative integer and every ``GeneratedTokens`` one or empty, all within the
+    per-row limits: then row ``i`` is line ``i + 2`` and the line reader would keep every
+    row as read here.
     """
     import polars as pl
 
