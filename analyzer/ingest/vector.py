@@ -39,12 +39,11 @@ from analyzer import limits
 from analyzer.blocks import id_hashes
 from analyzer.ingest.detect import Format
 from analyzer.ingest.io import compression
+from analyzer.ingest.readers import NATIVE_BLOCK
 from analyzer.ingest.spool import SPOOLED, list_array
 
 # Formats with a bulk reader.
 BULK = frozenset({Format.MOONCAKE, Format.AZURE, Format.BAILIAN})
-MOONCAKE_BLOCK = 512  # the block size Mooncake's hash ids stand for
-BAILIAN_BLOCK = 16
 # A file is read whole: larger ones go to the line reader, whose memory does not grow
 # with the file (Arrow's table of a JSON-lines trace is about its size again).
 BULK_MAX_BYTES = 256 << 20
@@ -216,7 +215,7 @@ def _mooncake(path: str, block_size: int, salt: bytes, namespace: bytes) -> Bulk
     df = _json_rows(path)
     if df is None or set(df.column_names) & {"session_id", "chat_id"}:
         return None
-    got = _hashed(df, MOONCAKE_BLOCK, block_size, salt, namespace)
+    got = _hashed(df, NATIVE_BLOCK[Format.MOONCAKE], block_size, salt, namespace)
     if got is None:
         return None
     t, n_in, out_tokens, hashes = got
@@ -246,7 +245,7 @@ def _bailian(
     turn = df["turn"].cast(pa.int64()) if "turn" in names else None
     if turn is not None and np.any(np.asarray(turn.drop_null()) < 0):
         return None
-    got = _hashed(df, BAILIAN_BLOCK, block_size, salt, namespace)
+    got = _hashed(df, NATIVE_BLOCK[Format.BAILIAN], block_size, salt, namespace)
     if got is None:
         return None
     t, n_in, out_tokens, hashes = got
