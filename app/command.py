@@ -116,10 +116,6 @@ def streamlit_command(port: int, upload_mb: int) -> list[str]:
     ]
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     """Stop the server: a terminal's Ctrl-C reached it too; otherwise ask, then insist."""
     for signal_it, wait_s in ((None, 1.0), (proc.terminate, 10.0), (proc.kill, None)):
@@ -205,8 +201,9 @@ def _serve(proc: subprocess.Popen[bytes]) -> None:
     """Wait for the server; Ctrl-C, SIGTERM or SIGHUP stop it cleanly."""
     # `kill PID` (SIGTERM) or a closed terminal (SIGHUP) stop the server as Ctrl-C does,
     # so it is never left running without us.
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _interrupt)
+    from analyzer.cli import stop_like_ctrl_c
+
+    stop_like_ctrl_c()
     try:
         code = proc.wait()
     except KeyboardInterrupt:

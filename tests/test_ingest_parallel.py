@@ -313,3 +313,68 @@ def test_a_worker_reads_several_pieces_with_one_reader(tmp_path, monkeypatch):
     logs = [chat_log(tmp_path / f"chat{i}.jsonl", 40, seed=10 + i) for i in range(4)]
     one, many = both(logs)
     same(one, many)
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP"])
+def test_a_parallel_convert_stopped_by_a_signal_leaves_no_worker_and_no_spool(tmp_path, how):
+    """`kill` (or a closed terminal) in the middle of `convert --jobs 2`: exit 130 as after
+    Ctrl-C, no output, no spooled rows or token-tree files left in the temp folder, and no
+    worker still running. Before, the parent died where it stood: its spool folders
+    stayed and a worker went on reading, holding the terminal's pipes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "KVPOOL_NO_PROGRESS": "1"}
+    kvpool = [sys.executable, "-m", "analyzer.cli"]
+    log = tmp_path / "chat.jsonl"  # above the 32 MB that --jobs needs to split a log
+    made = subprocess.run(
+        [*kvpool, "synth", "--profile", "chat", "-n", "6000", "--seed", "3", "-o", str(log)],
+        capture_output=True,
+        env=env,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stderr
+    assert log.stat().st_size > 32 << 20
+    out = tmp_path / "t.parquet"
+    proc = subprocess.Popen(
+        [*kvpool, "convert", str(log), "-o", str(out), "-j", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not any(tmp.glob("kvpool-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any(tmp.glob("kvpool-*")), "the read never started"
+        time.sleep(0.5)
+        proc.send_signal(getattr(signal, how))
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err.decode()
+    assert "Traceback" not in err.decode()
+    assert not out.exists()
+
+    def ours() -> list[str]:  # processes still running with this test's temp folder
+        alive = []
+        for d in Path("/proc").iterdir():
+            try:
+                if f"TMPDIR={tmp}".encode() in (d / "environ").read_bytes().split(b"\0"):
+                    alive.append(d.name)
+            except OSError:
+                continue
+        return alive
+
+    deadline = time.monotonic() + 20
+    while (ours() or any(tmp.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ours() == []
+    assert sorted(p.name for p in tmp.iterdir()) == []

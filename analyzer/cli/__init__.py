@@ -9,6 +9,7 @@ packages below are library code and never import this layer.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 
 import typer
@@ -123,6 +124,20 @@ def _error(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def stop_like_ctrl_c() -> None:
+    """SIGTERM (``kill``, ``timeout``, a scheduler) and SIGHUP (a closed terminal) stop
+    the command as Ctrl-C does: what it made on the way is removed (a copy of stdin or of
+    a pipe holding prompt text, spooled rows, an output not yet complete) and it exits
+    with 130. By default Python dies at once on either, leaving them behind."""
+    for name in ("SIGTERM", "SIGHUP"):
+        if (sig := getattr(signal, name, None)) is not None:
+            signal.signal(sig, _interrupt)
+
+
 def main() -> None:
     """Console entry point: user errors print a message, never a traceback.
 
@@ -135,6 +150,7 @@ def main() -> None:
     sys.argv[1:] = bare_ray(sys.argv[1:])
     command = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
     trim(command)
+    stop_like_ctrl_c()
     try:
         only(command)()
     except KvpoolError as exc:
