@@ -238,3 +238,93 @@ def test_synth_ground_truth_to_stdout_beside_the_log_in_a_file(logs, tmp_path):
     assert r.stdout == (tmp_path / "truth.json").read_bytes()
     assert (tmp_path / "g.jsonl").read_bytes() == (logs / "chat.jsonl").read_bytes()
     assert not (tmp_path / "-").exists()
+
+
+# -- pipes given as input paths ------------------------------------------------------------
+
+
+def test_a_pipe_reads_like_the_file(logs):
+    """`kvpool reuse <(zcat log.gz)`: the shell passes /dev/fd/N, a pipe read once; it is
+    copied like stdin (compression found by its bytes) and gives the file's figures."""
+    import os
+    import threading
+
+    args = ["reuse", "--json", "-", "-j", "1", "--warmup", "0.2"]
+    from_file = _reuse_json(_run([*args, "chat.jsonl"], logs))
+    r, w = os.pipe()
+
+    def write() -> None:
+        with os.fdopen(w, "wb") as f:
+            f.write(gzip.compress((logs / "chat.jsonl").read_bytes()))
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        got = subprocess.run(
+            [*KVPOOL, "-q", *args, f"/dev/fd/{r}"],
+            cwd=logs,
+            capture_output=True,
+            timeout=300,
+            pass_fds=[r],
+        )
+    finally:
+        os.close(r)
+        writer.join()
+    assert _reuse_json(got) == from_file
+
+
+def test_a_fifo_written_late_is_waited_for_and_named_as_given(logs, tmp_path):
+    import os
+    import threading
+    import time
+
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    args = ["reuse", "--json", "-", "-j", "1", "--warmup", "0.2"]
+    from_file = _reuse_json(_run([*args, "chat.jsonl"], logs))
+
+    def write() -> None:
+        time.sleep(3)  # after kvpool opened it and said what it waits for
+        fifo.write_bytes((logs / "chat.jsonl").read_bytes())
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    got = _run([*args, str(fifo)], logs)
+    writer.join()
+    assert _reuse_json(got) == from_file
+    assert f"waiting for {fifo} to be written" in got.stderr.decode()
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_stopped_command_removes_its_copy_of_a_pipe(tmp_path, how):
+    """Stopped while it waits on a FIFO nobody writes to (`kill`, `timeout`, a closed
+    terminal, Ctrl-C): exit 130 as after Ctrl-C, no traceback, and no private copy left
+    in the temp folder (before, SIGTERM and SIGHUP killed it where it stood)."""
+    import os
+    import signal
+    import time
+
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen(
+        [*KVPOOL, "-q", "reuse", str(fifo)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp.glob("kvpool-stdin-*")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert list(tmp.glob("kvpool-stdin-*")), "the copy's folder was never made"
+        proc.send_signal(getattr(signal, how))
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    assert "Traceback" not in err.decode()
+    assert not list(tmp.glob("kvpool-stdin-*"))

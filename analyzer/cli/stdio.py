@@ -6,6 +6,12 @@ compression (gzip, zstd) is recognised by magic bytes and its format by its cont
 nothing depends on a file name, and messages call it ``<stdin>`` (``<stdin>:12 (field
 'messages')``). The copy is deleted when the command ends.
 
+A pipe given as an input path (``kvpool reuse <(zcat log.jsonl.gz)``, a FIFO) is copied
+the same way, since it too can be read only once, and messages name it as given. Like
+``cat``, it waits for a writer to write or close; after two seconds of nothing it says
+on stderr what it waits for (Ctrl-C stops it), so a FIFO nobody writes to is never a
+silent wait.
+
 An output ``-`` is written to a private temporary file first and copied to stdout once
 complete, so a failed run never leaves half a Parquet file in a pipe's reader.
 """
@@ -13,7 +19,10 @@ complete, so a failed run never leaves half a Parquet file in a pipe's reader.
 from __future__ import annotations
 
 import functools
+import os
+import select
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -35,32 +44,64 @@ def is_stdio(path: Path | str | None) -> bool:
     return path is not None and str(path) == STDIO
 
 
+def _is_pipe(path: Path) -> bool:
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except (OSError, ValueError):  # not there: the reader says so
+        return False
+
+
+def _copy_pipe(path: Path, copy: Path) -> None:
+    # Opened without blocking (the open of a FIFO with no writer would not return), then
+    # polled until a writer writes or closes: a read before that would end at once.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    ready = select.poll()
+    ready.register(fd, select.POLLIN | select.POLLHUP)
+    if not ready.poll(2000):
+        print(f"waiting for {path} to be written (Ctrl-C stops)", file=sys.stderr, flush=True)
+        ready.poll()
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as src, open(copy, "xb") as f:
+        copy.chmod(0o600)
+        shutil.copyfileobj(src, f, 1 << 20)
+
+
 @contextmanager
 def stdin_inputs(paths: Sequence[Path]) -> Iterator[list[Path]]:
     """``paths`` with ``-`` replaced by a temporary copy of stdin, named ``<stdin>`` in
-    messages; at most one ``-`` (stdin can be read once)."""
+    messages (at most one ``-``: stdin can be read once), and each pipe by a copy of
+    what it gives, named as given."""
     global _taken
-    if not any(is_stdio(p) for p in paths):
+    stdin = [p for p in paths if is_stdio(p)]
+    pipes = sorted({str(p) for p in paths if not is_stdio(p) and _is_pipe(Path(p))})
+    if not stdin and not pipes:
         yield list(paths)
         return
-    if _taken or sum(is_stdio(p) for p in paths) > 1:
+    if stdin and (_taken or len(stdin) > 1):
         raise UsageError("'-' (stdin) can be given once")
-    if sys.stdin is None or sys.stdin.isatty():
+    if stdin and (sys.stdin is None or sys.stdin.isatty()):
         raise UsageError(
             "'-' reads from stdin, which is a terminal",
             hint="pipe the file in: zcat log.jsonl.gz | kvpool reuse -",
         )
     folder = Path(tempfile.mkdtemp(prefix="kvpool-stdin-"))  # mode 0700
-    copy = folder / "stdin"
-    _taken = True
+    copies: dict[str, Path] = {}
+    _taken = _taken or bool(stdin)
     try:
-        with open(copy, "xb") as f:
-            copy.chmod(0o600)
-            shutil.copyfileobj(sys.stdin.buffer, f, 1 << 20)
-        show_as(str(copy), STDIN_NAME)
-        yield [copy if is_stdio(p) else p for p in paths]
+        if stdin:
+            copy = copies[STDIO] = folder / "stdin"
+            with open(copy, "xb") as f:
+                copy.chmod(0o600)
+                shutil.copyfileobj(sys.stdin.buffer, f, 1 << 20)
+            show_as(str(copy), STDIN_NAME)
+        for i, pipe in enumerate(pipes):
+            copy = copies[pipe] = folder / f"pipe-{i}"
+            _copy_pipe(Path(pipe), copy)
+            show_as(str(copy), pipe)
+        yield [copies.get(str(p), p) for p in paths]
     finally:
-        _taken = False
+        if stdin:
+            _taken = False
         shutil.rmtree(folder, ignore_errors=True)
 
 
