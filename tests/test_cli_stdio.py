@@ -328,3 +328,24 @@ def test_a_stopped_command_removes_its_copy_of_a_pipe(tmp_path, how):
     assert proc.returncode == 130
     assert "Traceback" not in err.decode()
     assert not list(tmp.glob("kvpool-stdin-*"))
+
+
+def test_a_pipe_that_cannot_be_opened_is_a_one_line_error(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from analyzer.cli import stdio
+    from analyzer.errors import InputError
+
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+
+    def refused(*args: object, **kwargs: object) -> int:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(stdio.os, "open", refused)
+    monkeypatch.setattr(stdio.tempfile, "tempdir", str(tmp_path))  # where the copy goes
+    said = r"log\.fifo.*cannot read the pipe: Permission denied"
+    with pytest.raises(InputError, match=said), stdio.stdin_inputs([fifo]):
+        pass
+    assert not list(tmp_path.glob("kvpool-stdin-*"))

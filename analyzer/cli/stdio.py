@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from analyzer.errors import UsageError, show_as
+from analyzer.errors import InputError, Location, UsageError, show_as
 
 STDIO = "-"
 STDIN_NAME = "<stdin>"
@@ -54,7 +54,10 @@ def _is_pipe(path: Path) -> bool:
 def _copy_pipe(path: Path, copy: Path) -> None:
     # Opened without blocking (the open of a FIFO with no writer would not return), then
     # polled until a writer writes or closes: a read before that would end at once.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise InputError(f"cannot read the pipe: {exc.strerror}", Location(str(path))) from None
     ready = select.poll()
     ready.register(fd, select.POLLIN | select.POLLHUP)
     if not ready.poll(2000):
