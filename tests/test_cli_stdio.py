@@ -340,8 +340,12 @@ def test_a_pipe_that_cannot_be_opened_is_a_one_line_error(tmp_path, monkeypatch)
     fifo = tmp_path / "log.fifo"
     os.mkfifo(fifo)
 
-    def refused(*args: object, **kwargs: object) -> int:
-        raise PermissionError(errno.EACCES, "Permission denied")
+    real = os.open
+
+    def refused(path: object, *args: object, **kwargs: object) -> int:
+        if str(path) == str(fifo):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(stdio.os, "open", refused)
     monkeypatch.setattr(stdio.tempfile, "tempdir", str(tmp_path))  # where the copy goes
