@@ -220,3 +220,36 @@ def test_no_raw_key_names_or_private_files_in_what_a_person_reads(doc):
     assert "GB/s (" in md and "Gb/s)" in md  # bandwidth in both units
     html = render_html(doc)
     assert 'href="#g-break-even-bandwidth"' in html and 'id="g-break-even-bandwidth"' in html
+
+
+@pytest.mark.parametrize("fails", ["reports", "deploy"])
+def test_a_failed_write_leaves_no_folder_or_half_bundle(doc, tmp_path, monkeypatch, fails):
+    """A full disk while the reports or the bundle are written: the folder made for the
+    run is removed, and a folder that was there keeps no half-built bundle."""
+    import errno
+
+    import analyzer.outputs as outputs
+    from analyzer.errors import OutputError
+
+    real_write_text = Path.write_text
+
+    def full(self: Path, *args: object, **kwargs: object) -> int:
+        if fails == "deploy" and ".deploy.tmp" in self.parts and self.name.endswith(".sh"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write_text(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    def no_room(*args: object, **kwargs: object) -> None:
+        raise OutputError("cannot write report.json: No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    if fails == "reports":
+        monkeypatch.setattr(outputs, "write_files", no_room)
+    with pytest.raises(OutputError, match="No space left on device"):
+        write_reports(doc, tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    with pytest.raises(OutputError, match="No space left on device"):
+        write_reports(doc, kept, force=True)
+    assert kept.is_dir() and not (kept / ".deploy.tmp").exists()
+    assert not (kept / "deploy").exists()

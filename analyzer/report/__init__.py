@@ -128,15 +128,19 @@ def write_deploy(document: Document, out: Path) -> bool:
     for d in (tmp, old):
         if d.exists():
             shutil.rmtree(d)
-    for f in files:
-        rel = Path(f.path)
-        # Paths come from analyzer.advisor.deploy; never let one leave deploy/.
-        assert rel.parts[0] == "deploy" and ".." not in rel.parts and not rel.is_absolute()
-        target = tmp.joinpath(*rel.parts[1:])
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(f.text, encoding="utf-8")
-        if f.kind == "bash":
-            target.chmod(0o755)
+    try:
+        for f in files:
+            rel = Path(f.path)
+            # Paths come from analyzer.advisor.deploy; never let one leave deploy/.
+            assert rel.parts[0] == "deploy" and ".." not in rel.parts and not rel.is_absolute()
+            target = tmp.joinpath(*rel.parts[1:])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(f.text, encoding="utf-8")
+            if f.kind == "bash":
+                target.chmod(0o755)
+    except BaseException:  # a full disk, a signal: no half-built bundle left beside it
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if final.exists():
         final.rename(old)
     tmp.rename(final)
@@ -169,25 +173,33 @@ def write_reports(
 
     All three are rendered first, then written together atomically (analyzer/outputs.py).
     An ``out_dir`` that already holds files is kept: the reports go to ``out_dir-2`` (the
-    returned paths say where) unless ``force``.
+    returned paths say where) unless ``force``. A folder made for this run is removed
+    again if any of its writes fails.
     """
     from analyzer.outputs import atomic_path, report_dir, write_files
 
     doc = _doc(document)
     texts = {"json": render_json(doc), "md": render_markdown(doc), "html": render_html(doc)}
+    existed = Path(out_dir).exists()
     out, _ = report_dir(out_dir, force=force)
+    made = not existed or out != Path(out_dir)  # a folder of this run's own
     paths = {k: out / f"report.{k}" for k in texts}
-    write_files({paths[k]: texts[k] for k in texts}, force=force)
     try:
-        if write_deploy(doc, out):
-            paths["deploy"] = out / "deploy"
-    except OSError as exc:
-        raise OutputError(f"cannot write {out / 'deploy'}: {exc.strerror or exc}") from exc
-    if pdf and find_chromium() is not None:
-        with atomic_path(out / "report.pdf", force=force) as tmp:
-            if not write_pdf(paths["html"], tmp):
-                raise OutputError(f"Chromium printed no PDF of {paths['html']}")
-        paths["pdf"] = out / "report.pdf"
+        write_files({paths[k]: texts[k] for k in texts}, force=force)
+        try:
+            if write_deploy(doc, out):
+                paths["deploy"] = out / "deploy"
+        except OSError as exc:
+            raise OutputError(f"cannot write {out / 'deploy'}: {exc.strerror or exc}") from exc
+        if pdf and find_chromium() is not None:
+            with atomic_path(out / "report.pdf", force=force) as tmp:
+                if not write_pdf(paths["html"], tmp):
+                    raise OutputError(f"Chromium printed no PDF of {paths['html']}")
+            paths["pdf"] = out / "report.pdf"
+    except BaseException:
+        if made:  # a failed run leaves no folder of half its reports
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     return paths
 
 
