@@ -263,6 +263,23 @@ def test_jobs_must_be_positive(tmp_path):
         open_trace([str(FIX / "chat.jsonl")], IngestOptions(salt=SALT, jobs=0))
 
 
+def test_jobs_beyond_the_cores_run_as_many_processes_as_cores(tmp_path, monkeypatch, capsys):
+    """`--jobs 16` on a 2-core machine: 2 processes and a note, not 16 readers competing
+    for two cores with a tokenizer each (6x the memory, 3x the time); the same output."""
+    import analyzer.ingest.parallel as parallel
+    from analyzer.cli.options import machine_jobs
+    from analyzer.errors import UsageError
+
+    monkeypatch.setattr(parallel, "default_jobs", lambda: 2)
+    assert machine_jobs(16) == 2
+    assert "note: --jobs 16 is more than the 2 cores" in capsys.readouterr().err
+    assert (machine_jobs(None), machine_jobs(1), machine_jobs(2)) == (2, 1, 2)
+    assert machine_jobs(16, say=False) == 2
+    assert capsys.readouterr().err == ""
+    with pytest.raises(UsageError):
+        machine_jobs(0)
+
+
 def test_convert_jobs_flag(tmp_path):
     import typer
     from typer.testing import CliRunner

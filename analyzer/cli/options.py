@@ -337,7 +337,6 @@ class IngestFlags:
         from analyzer.cli.stdio import no_stdio
         from analyzer.errors import UsageError
         from analyzer.ingest.options import IngestOptions
-        from analyzer.ingest.parallel import resolve_jobs
 
         no_stdio(
             self.salt_file, "--salt-file", "the salt is a secret kept in a file, made on first use"
@@ -364,7 +363,7 @@ class IngestFlags:
             exact_max_bytes=self.exact_max_mib << 20,
             previews=previews,
             keep_names=keep_names,
-            jobs=resolve_jobs(self.jobs),
+            jobs=machine_jobs(self.jobs),
             ray_address=self.ray,
         )
 
@@ -510,6 +509,28 @@ def bare_ray(argv: list[str]) -> list[str]:
         if arg == "--ray" and (i + 1 == len(argv) or not _RAY_ADDRESS.fullmatch(argv[i + 1])):
             out.append("local")
     return out
+
+
+def machine_jobs(given: int | None, *, say: bool = True) -> int:
+    """``--jobs`` (None: every core), at most the cores this process may run on, with a
+    note when that cuts it (unless ``say`` is False: a second call for the same flag):
+    each process loads its own reader, so processes beyond the
+    cores only add memory and time (``convert --jobs 16`` of a 137 MB log on 2 cores:
+    4.6 GB and 13.3 s, against 0.77 GB and 4.3 s at ``--jobs 2``). The output is the same
+    at any number."""
+    from analyzer.ingest.parallel import default_jobs, resolve_jobs
+
+    jobs, cores = resolve_jobs(given), default_jobs()
+    if jobs <= cores or not say:
+        return min(jobs, cores)
+    from analyzer.cli.output import console
+
+    console(stderr=True).print(
+        f"note: --jobs {jobs} is more than the {cores} cores kvpool may use here; "
+        f"running {cores} processes",
+        markup=False,
+    )
+    return cores
 
 
 def hash_keys(given: list[str] | None) -> tuple[str, ...]:

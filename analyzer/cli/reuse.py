@@ -109,7 +109,6 @@ def reuse(
 ) -> None:
     """Prefix reuse: ceilings, where reuse comes from, and hit rate against cache size."""
     from analyzer.cli.output import console, is_stdio, report_console, write_json
-    from analyzer.ingest.parallel import resolve_jobs
     from analyzer.progress import progress
     from analyzer.reuse.analysis import ReuseOptions, analyze_reuse
     from analyzer.reuse.render import render_summary
@@ -143,7 +142,7 @@ def reuse(
         top_n=top,
         shards_rate=1.0 if exact_curve else shards_rate,
         shards_threshold_accesses=shards_above,
-        jobs=resolve_jobs(ingest.jobs),
+        jobs=o.machine_jobs(ingest.jobs, say=False),  # said when the logs are read
     )
     if exact_curve and shards_rate is not None:
         raise UsageError("--exact-curve and --shards-rate contradict each other; give one")
