@@ -280,6 +280,31 @@ def test_jobs_beyond_the_cores_run_as_many_processes_as_cores(tmp_path, monkeypa
         machine_jobs(0)
 
 
+@pytest.mark.parametrize(
+    ("files", "limit"),
+    [
+        ({}, None),  # no cgroup files: no quota
+        ({"cpu.max": "max 100000\n"}, None),
+        ({"cpu.max": "200000 100000\n"}, 2),
+        ({"cpu.max": "150000 100000\n"}, 2),  # 1.5 CPUs: two processes share them
+        ({"cpu.max": "50000 100000\n"}, 1),
+        ({"cpu.max": "garbled\n"}, None),
+        ({"cpu/cpu.cfs_quota_us": "400000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 4),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ],
+)
+def test_a_containers_cpu_limit_bounds_the_default_jobs(tmp_path, monkeypatch, files, limit):
+    import analyzer.ingest.parallel as parallel
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert parallel.cpu_limit(tmp_path) == limit
+    monkeypatch.setattr(parallel, "cpu_limit", lambda: limit)
+    monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda pid: set(range(96)))
+    assert parallel.default_jobs() == (96 if limit is None else limit)
+
+
 def test_convert_jobs_flag(tmp_path):
     import typer
     from typer.testing import CliRunner

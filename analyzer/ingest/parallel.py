@@ -38,6 +38,7 @@ temporary files under ``$TMPDIR``); no prompt text.
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import shutil
@@ -48,6 +49,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -73,11 +75,32 @@ STATEFUL = frozenset({Format.BAILIAN, Format.RAGPULSE})
 
 
 def default_jobs() -> int:
-    """All the cores this process may run on."""
+    """All the cores this process may run on: those it is pinned to, and no more than a
+    container's CPU limit allows (a pod limited to 4 CPUs on a 96-core node sees 96)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    limit = cpu_limit()
+    return cores if limit is None else max(1, min(cores, limit))
+
+
+def cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The CPUs a cgroup CPU quota allows, rounded up (cgroup v2 ``cpu.max``, v1
+    ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``, as a container sees its own at the
+    root), or None: no quota. joblib's ``cpu_count`` reads the same files, but importing
+    joblib costs 0.1 s on every command."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else math.ceil(int(quota) / int(period))
+    except (OSError, ValueError, ZeroDivisionError):
+        pass
+    try:
+        q = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        p = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return math.ceil(q / p) if q > 0 and p > 0 else None
 
 
 def resolve_jobs(jobs: int | None) -> int:
