@@ -133,8 +133,14 @@ def replay(
     cfg = cluster.config(time_scale=time_scale)
     extra = load_scenarios(config) if config is not None else []
     specs = select_scenarios(scenarios, extra)
-    # Fail on an unknown model/GPU before reading a large trace.
+    # Fail on an unknown model/GPU, or a bad --workers, before reading a large trace.
     cm = cfg.cost_model()
+    if workers < 0:
+        raise UsageError("--workers must be 0 (auto) or more")
+    if workers == 0:  # half the cores this process may use (a container's limit too)
+        from analyzer.ingest.parallel import default_jobs
+
+        workers = max(1, min(len(specs), default_jobs() // 2))
 
     with progress("reading", o.input_bytes(inputs) or None, unit="bytes") as advance:
         loaded = open_trace(inputs, ingest.options(keep_names=keep_names), advance=advance)
@@ -147,12 +153,6 @@ def replay(
             "[yellow]this trace has lengths only (no prefix hashes): no request can hit "
             "a cache, so every scenario shows the no-cache timing[/]"
         )
-    if workers < 0:
-        raise UsageError("--workers must be 0 (auto) or more")
-    if workers == 0:
-        import os
-
-        workers = max(1, min(len(specs), (os.cpu_count() or 2) // 2))
     runs = 1 + (MAX_RUNS if search else 0)
     with progress(
         "replaying", trace.n_requests * len(specs) * runs or None, unit="requests"
