@@ -42,7 +42,11 @@ _HELD = [False]  # whether the prefetch's processes are stopped for the page
 
 
 def _size(kind: str) -> int:
-    return max(1, min(os.cpu_count() or 1, 4))
+    """Up to 4 processes, no more than the cores this process may use (its affinity and
+    a container's CPU limit)."""
+    from analyzer.ingest.parallel import default_jobs
+
+    return max(1, min(default_jobs(), 4))
 
 
 def pool(kind: str, n_requests: int) -> ProcessPoolExecutor | None:
