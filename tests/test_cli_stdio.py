@@ -353,3 +353,32 @@ def test_a_pipe_that_cannot_be_opened_is_a_one_line_error(tmp_path, monkeypatch)
     with pytest.raises(InputError, match=said), stdio.stdin_inputs([fifo]):
         pass
     assert not list(tmp_path.glob("kvpool-stdin-*"))
+
+
+def test_a_command_started_under_nohup_outlives_a_closed_terminal(tmp_path):
+    """nohup starts the command with SIGHUP ignored: it stays ignored (a closed terminal
+    must not stop a run left to finish), while SIGTERM still stops it cleanly."""
+    import os
+    import signal
+    import time
+
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen(
+        [*KVPOOL, "-q", "reuse", str(fifo)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # as nohup does
+    )
+    try:
+        time.sleep(4)  # started and waiting on the pipe
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err.decode()

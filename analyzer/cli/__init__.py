@@ -132,9 +132,12 @@ def stop_like_ctrl_c() -> None:
     """SIGTERM (``kill``, ``timeout``, a scheduler) and SIGHUP (a closed terminal) stop
     the command as Ctrl-C does: what it made on the way is removed (a copy of stdin or of
     a pipe holding prompt text, spooled rows, an output not yet complete) and it exits
-    with 130. By default Python dies at once on either, leaving them behind."""
+    with 130. By default Python dies at once on either, leaving them behind. A signal
+    the command was started ignoring stays ignored (``nohup`` ignores SIGHUP), as Python
+    leaves SIGINT ignored when it starts so."""
     for name in ("SIGTERM", "SIGHUP"):
-        if (sig := getattr(signal, name, None)) is not None:
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) == signal.SIG_DFL:
             signal.signal(sig, _interrupt)
 
 
