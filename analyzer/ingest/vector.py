@@ -47,6 +47,7 @@ BULK = frozenset({Format.MOONCAKE, Format.AZURE, Format.BAILIAN})
 # A file is read whole: larger ones go to the line reader, whose memory does not grow
 # with the file (Arrow's table of a JSON-lines trace is about its size again).
 BULK_MAX_BYTES = 256 << 20
+HASH_BLOCKS = 1 << 22  # blocks whose ids are picked and hashed in one step
 
 
 def _content_lines(path: str) -> int:
@@ -158,16 +159,25 @@ def _hashed(
     lengths = pc.list_value_length(ids_col).to_numpy().astype(np.int64)
     if np.any(lengths < n_in // native):
         return None
-    flat_ids = flat.to_numpy().astype(np.int64)
+    flat_ids = np.asarray(flat.to_numpy(), dtype=np.int64)
     m = block_size // native
     n_blocks = n_in // block_size
     starts = np.zeros(lengths.size, dtype=np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
     offsets = np.zeros(n_blocks.size + 1, dtype=np.int64)
     np.cumsum(n_blocks, out=offsets[1:])
-    row = np.repeat(np.arange(n_blocks.size), n_blocks)
-    j = np.arange(offsets[-1]) - offsets[row]
-    hashes = id_hashes(namespace, flat_ids[starts[row] + m * j + m - 1], salt)
+    # The kept ids (every m-th, ending each block) hashed HASH_BLOCKS at a time: the
+    # index arrays of all blocks at once took five times the hashes' own memory.
+    hashes = np.empty(int(offsets[-1]), dtype=np.uint64)
+    a = 0
+    while a < n_blocks.size:
+        b = int(np.searchsorted(offsets, offsets[a] + HASH_BLOCKS, side="right")) - 1
+        b = min(max(b, a + 1), n_blocks.size)
+        row = np.repeat(np.arange(a, b), n_blocks[a:b])
+        j = np.arange(offsets[b] - offsets[a]) - (offsets[row] - offsets[a])
+        picked = flat_ids[starts[row] + m * j + m - 1]
+        hashes[offsets[a] : offsets[b]] = id_hashes(namespace, picked, salt)
+        a = b
     return t, n_in, out_tokens, _lists(offsets, hashes)
 
 
