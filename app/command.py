@@ -71,6 +71,12 @@ def check_trace_path(path: Path, *, confined: bool = False) -> None:
             )
     if path.is_dir():
         raise InputError("is a directory: give one of its files", Location(str(path)))
+    if path.is_fifo():
+        raise InputError(
+            "is a pipe: the dashboard opens its trace again on later pages",
+            Location(str(path)),
+            hint="write it to a file first, or `kvpool convert` it to a canonical trace",
+        )
     if not path.is_file():
         raise InputError("no such file", Location(str(path)))
 

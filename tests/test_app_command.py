@@ -70,6 +70,12 @@ def test_missing_input_is_an_input_error(tmp_path) -> None:
     folder = _run(["dashboard", str(tmp_path)])
     assert isinstance(folder.exception, InputError)
     assert "is a directory" in str(folder.exception)
+    import os
+
+    os.mkfifo(tmp_path / "log.fifo")  # `kvpool dashboard <(zcat log.gz)`: read once, not again
+    pipe = _run(["dashboard", str(tmp_path / "log.fifo")])
+    assert isinstance(pipe.exception, InputError)
+    assert "is a pipe" in str(pipe.exception)
 
 
 def test_port_in_use_is_a_usage_error() -> None:
