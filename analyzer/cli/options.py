@@ -512,25 +512,21 @@ def bare_ray(argv: list[str]) -> list[str]:
 
 
 def machine_jobs(given: int | None, *, say: bool = True) -> int:
-    """``--jobs`` (None: every core), at most the cores this process may run on, with a
-    note when that cuts it (unless ``say`` is False: a second call for the same flag):
-    each process loads its own reader, so processes beyond the
-    cores only add memory and time (``convert --jobs 16`` of a 137 MB log on 2 cores:
-    4.6 GB and 13.3 s, against 0.77 GB and 4.3 s at ``--jobs 2``). The output is the same
-    at any number."""
-    from analyzer.ingest.parallel import default_jobs, resolve_jobs
+    """``--jobs`` as :func:`~analyzer.ingest.parallel.resolve_jobs` takes it (at most the
+    cores this process may run on), with a note when that cuts it (unless ``say`` is
+    False: a second call for the same flag)."""
+    from analyzer.ingest.parallel import resolve_jobs
 
-    jobs, cores = resolve_jobs(given), default_jobs()
-    if jobs <= cores or not say:
-        return min(jobs, cores)
-    from analyzer.cli.output import console
+    jobs = resolve_jobs(given)
+    if say and given is not None and given > jobs:
+        from analyzer.cli.output import console
 
-    console(stderr=True).print(
-        f"note: --jobs {jobs} is more than the {cores} cores kvpool may use here; "
-        f"running {cores} processes",
-        markup=False,
-    )
-    return cores
+        console(stderr=True).print(
+            f"note: --jobs {given} is more than the {jobs} cores kvpool may use here; "
+            f"running {jobs} processes",
+            markup=False,
+        )
+    return jobs
 
 
 def hash_keys(given: list[str] | None) -> tuple[str, ...]:

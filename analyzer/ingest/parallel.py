@@ -104,14 +104,17 @@ def cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> int | None:
 
 
 def resolve_jobs(jobs: int | None) -> int:
-    """``--jobs``: None is every core; fewer than one is a usage error."""
+    """``--jobs``: None is every core, and so is more than that (each process loads its
+    own reader, so processes beyond the cores only add memory and time: ``convert
+    --jobs 16`` of a 137 MB log on 2 cores took 4.6 GB and 13.3 s, against 0.77 GB and
+    4.3 s at ``--jobs 2``); fewer than one is a usage error. The output is the same at
+    any number."""
     from analyzer.errors import UsageError
 
-    if jobs is None:
-        return default_jobs()
-    if jobs < 1:
+    if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs must be at least 1, got {jobs}")
-    return jobs
+    cores = default_jobs()
+    return cores if jobs is None else min(jobs, cores)
 
 
 @dataclass(frozen=True, slots=True)
