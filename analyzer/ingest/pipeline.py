@@ -311,8 +311,7 @@ class _Builder:
             out = self.hasher.served_tokens(int(self.renderer.tok.encode(raw.output_text).size))
         rid = raw.request_id or f"{ctx.name}:{line}"
         if raw.request_id:
-            h = hashlib.blake2b(rid.encode("utf-8", "surrogatepass"), digest_size=8)
-            self._id_hashes.append(int.from_bytes(h.digest(), "little"))
+            self._count_id(rid)
         named = self.opts.keep_names
         tenant = raw.tenant or raw.model
         self.rows.append(
@@ -348,6 +347,11 @@ class _Builder:
         self.lcp = None
         self.hasher.forget()  # the memo's states hold tree nodes (their anchors)
         release_freed_memory()  # the tree held up to the bound: return it now, not at exit
+
+    def _count_id(self, request_id: str) -> None:
+        """Keep 8 bytes of a row's own request id, to count duplicates at the end."""
+        h = hashlib.blake2b(request_id.encode("utf-8", "surrogatepass"), digest_size=8)
+        self._id_hashes.append(int.from_bytes(h.digest(), "little"))
 
     def _pseudonym(self, value: str | None, prefix: str = "s-") -> str | None:
         """Session ids (often user names or emails) leave only as salted pseudonyms, and so
@@ -412,8 +416,7 @@ class _Builder:
         table = got.table
         if got.own_ids:  # counted for duplicates, as _add counts them
             for r in table.column("request_id").to_pylist():
-                h = hashlib.blake2b(r.encode("utf-8", "surrogatepass"), digest_size=8)
-                self._id_hashes.append(int.from_bytes(h.digest(), "little"))
+                self._count_id(r)
         # Sessions always leave as pseudonyms; the rest unless keep_names (as in _add).
         named = self.opts.keep_names
         for i, name, prefix in (
