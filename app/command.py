@@ -204,12 +204,9 @@ def _die_with_parent() -> None:
 
 
 def _serve(proc: subprocess.Popen[bytes]) -> None:
-    """Wait for the server; Ctrl-C, SIGTERM or SIGHUP stop it cleanly."""
-    # `kill PID` (SIGTERM) or a closed terminal (SIGHUP) stop the server as Ctrl-C does,
-    # so it is never left running without us.
-    from analyzer.cli import stop_like_ctrl_c
-
-    stop_like_ctrl_c()
+    """Wait for the server; Ctrl-C, SIGTERM or SIGHUP stop it cleanly (the command line
+    makes SIGTERM and SIGHUP act as Ctrl-C for every command: analyzer.cli.main), so it
+    is never left running without us."""
     try:
         code = proc.wait()
     except KeyboardInterrupt:
