@@ -34,6 +34,8 @@ Everything here is a pure function of the records in :mod:`analyzer.advisor.figu
 
 from __future__ import annotations
 
+import math
+
 from analyzer.advisor.economics import EconomicsInputs, OptionCost, option_costs
 from analyzer.advisor.figures import (
     VERDICT_SCENARIO,
@@ -51,6 +53,9 @@ from analyzer.advisor.figures import (
     Verdict,
 )
 from analyzer.replay.config import Scenario, Tier
+
+# Why a break-even bandwidth is infinite (analyzer.cost.model.break_even_bandwidth_gbps).
+NEVER_PAYS_WHY = "its prefill saves less time than placing loaded KV in HBM takes, at any bandwidth"
 
 
 def _pct(x: float) -> str:
@@ -217,6 +222,9 @@ def decide(
 
     # (2) bandwidth against break-even
     ok_by_role: dict[str, bool] = {}
+    # A prefix whose prefill saves less than placing its loaded KV costs is never worth
+    # loading: the break-even is infinite, and no tier passes at any bandwidth.
+    never = bandwidth is not None and not math.isfinite(bandwidth.break_even_gbps)
     if bandwidth is not None:
         need = bandwidth.break_even_gbps * th.bandwidth_margin
         for role in (Tier.DRAM, Tier.POOL, Tier.NVME):
@@ -225,23 +233,36 @@ def decide(
                 continue
             ok = tier.bandwidth_gbps >= need
             label = {Tier.DRAM: "host DRAM", Tier.POOL: "pool link", Tier.NVME: "local NVMe"}[role]
+            prefix = f"{label} ({tier.tier}) delivers {tier.bandwidth_gbps:.3g} GB/s; loading a "
             checks.append(
                 Check(
                     2,
                     f"bandwidth: {label}",
                     ok,
                     tier.bandwidth_gbps,
-                    need,
-                    f"{label} ({tier.tier}) delivers {tier.bandwidth_gbps:.3g} GB/s; loading a "
-                    f"{bandwidth.prefix_tokens:,}-token prefix beats recomputing it above "
-                    f"{bandwidth.break_even_gbps:.3g} GB/s "
+                    None if never else need,
+                    f"{prefix}{bandwidth.prefix_tokens:,}-token prefix never beats "
+                    f"recomputing it: {NEVER_PAYS_WHY}."
+                    if never
+                    else f"{prefix}{bandwidth.prefix_tokens:,}-token prefix beats recomputing "
+                    f"it above {bandwidth.break_even_gbps:.3g} GB/s "
                     f"({bandwidth.bytes_per_token:,} B/token x "
                     f"{bandwidth.prefill_tokens_per_s:,.0f} prefill tokens/s).",
                 )
             )
             ok_by_role[role] = ok
     candidates: list[str] = [Scenario.LOCAL]
+    if never:
+        assert bandwidth is not None
+        f_prefix = Fact("bandwidth.prefix_tokens", bandwidth.prefix_tokens, "tokens")
+        why.add(
+            f"Loading the log's median reusable prefix of {f_prefix.shown} never pays: "
+            f"{NEVER_PAYS_WHY}. Neither local DRAM offload nor the pool is a candidate.",
+            f_prefix,
+        )
     for role, name in ((Tier.DRAM, Scenario.LOCAL_DRAM), (Tier.POOL, Scenario.POOLED)):
+        if ok_by_role.get(role) is False and never:
+            continue
         if ok_by_role.get(role) is False:
             assert bandwidth is not None
             tier = bandwidth.tier(role)

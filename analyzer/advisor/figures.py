@@ -52,6 +52,61 @@ class Objective(StrEnum):
         return cls(text)
 
 
+class Undefined(StrEnum):
+    """Why a figure has no value on this log: the code a report writes in its place
+    (``{"not_applicable": code, "reason": words}``), with a short form for a table cell
+    and the reason in words for a sentence. Each is an answer the model gives, not a
+    failure: a log of one-shot calls with a short system prompt has no break-even
+    bandwidth because loading never beats recomputing there."""
+
+    LOADING_NEVER_PAYS = "loading-never-pays"
+    NO_PREFILL_SAVING = "no-prefill-saving"
+    NO_REUSE = "no-reuse"
+    NO_REQUEST_RATE = "no-request-rate"
+    RATE_SEARCH_OFF = "rate-search-off"
+    BELOW_REUSE_GUIDELINE = "below-reuse-guideline"
+    SLO_NEVER_MET = "slo-never-met"
+    NOT_PRICED = "not-priced"
+    NO_NET_SAVING = "no-net-saving"
+    BASELINE = "baseline"
+
+    @property
+    def short(self) -> str:
+        return _UNDEFINED_SHORT[self]
+
+    @property
+    def words(self) -> str:
+        return _UNDEFINED_WORDS[self]
+
+
+_UNDEFINED_SHORT = {
+    Undefined.LOADING_NEVER_PAYS: "never",
+    Undefined.NO_PREFILL_SAVING: "no saving",
+    Undefined.NO_REUSE: "no reuse",
+    Undefined.NO_REQUEST_RATE: "no rate",
+    Undefined.RATE_SEARCH_OFF: "not searched",
+    Undefined.BELOW_REUSE_GUIDELINE: "not searched",
+    Undefined.SLO_NEVER_MET: "cannot meet the SLO",
+    Undefined.NOT_PRICED: "not priced",
+    Undefined.NO_NET_SAVING: "never",
+    Undefined.BASELINE: "baseline",
+}
+_UNDEFINED_WORDS = {
+    Undefined.LOADING_NEVER_PAYS: "loading never beats recomputing at these prefix lengths",
+    Undefined.NO_PREFILL_SAVING: "skipping a prefix this short saves no prefill time",
+    Undefined.NO_REUSE: "no request reuses a prefix of an earlier one",
+    Undefined.NO_REQUEST_RATE: "the log's requests share one timestamp, so it has no request rate",
+    Undefined.RATE_SEARCH_OFF: "the SLO rate search was skipped (--no-rate-search)",
+    Undefined.BELOW_REUSE_GUIDELINE: "the SLO rate search runs only at or above the reuse "
+    "guideline, and this log's reuse is below it",
+    Undefined.SLO_NEVER_MET: "no load the rate search tried keeps p90 TTFT within the SLO",
+    Undefined.NOT_PRICED: "no GPU-hour price for this GPU (--gpu-hour-usd or --prices sets one)",
+    Undefined.NO_NET_SAVING: "the option saves no money against the baseline, so it "
+    "never pays back",
+    Undefined.BASELINE: "the baseline is what the other options are measured against",
+}
+
+
 VERDICTS = tuple(Verdict)
 OBJECTIVES = tuple(Objective)
 # The option each verdict deploys (its replay scenario).

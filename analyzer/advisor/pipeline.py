@@ -1017,7 +1017,9 @@ def _sensitivity(
                 replay,
                 ratio,
                 tf.mean_prompt_tokens,
-                note=f"break-even {alt_bw.break_even_gbps:.3g} GB/s",
+                note=f"break-even {alt_bw.break_even_gbps:.3g} GB/s"
+                if math.isfinite(alt_bw.break_even_gbps)
+                else "loading never beats recomputing at this prefix",
                 economics=alt_econ,
             )
             variants.append(v)

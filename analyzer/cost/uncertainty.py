@@ -19,6 +19,7 @@ carries its own cross-validated error instead.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,6 +197,15 @@ def bandwidth_flip(
 
     ``tiers`` are (label, GB/s) pairs, e.g. the host-DRAM tier and the pool link.
     """
+    if not math.isfinite(break_even_gbps):
+        return FlipFinding(
+            False,
+            (),
+            f"At the {prefix_tokens:,}-token reusable prefix loading never beats recomputing "
+            "in the cost model (the prefill it saves is less than placing the loaded KV "
+            "takes), so no tier's bandwidth check can pass; the model's measured error "
+            f"({band.describe()}) scales a finite break-even and leaves this one unbounded.",
+        )
     r = break_even_range(break_even_gbps, band)
     need = Range(r.value * margin, r.low * margin, r.high * margin)
     head = (

@@ -12,7 +12,7 @@ from typing import Any
 
 import altair as alt
 
-from analyzer.report.document import Report
+from analyzer.report.document import NotApplicable, Report
 from analyzer.report.figures import (
     SCENARIO_ORDER,
     SOURCE_LABELS,
@@ -122,7 +122,7 @@ def break_even_chart(doc: Report) -> str | None:
     bw = doc.bandwidth
     if bw is None:
         return None
-    pts = [p.to_json() for p in bw.curve if p.break_even_gbps is not None]
+    pts = [p.to_json() for p in bw.curve if not isinstance(p.break_even_gbps, NotApplicable)]
     if len(pts) < 2:
         return None
     line = (

@@ -35,7 +35,13 @@ import numpy as np
 from analyzer import __version__
 from analyzer.advisor import gates as gates_mod
 from analyzer.advisor.economics import economics_json
-from analyzer.advisor.figures import VERDICT_SCENARIO, DeployOption, Objective, Verdict
+from analyzer.advisor.figures import (
+    VERDICT_SCENARIO,
+    DeployOption,
+    Objective,
+    Undefined,
+    Verdict,
+)
 from analyzer.advisor.products import DOCS_CHECKED
 from analyzer.advisor.sensitivity import summarize
 from analyzer.errors import InputError, Location
@@ -97,7 +103,9 @@ def _load(tp: Any, value: Any, where: str) -> Any:
         args = get_args(tp)
         if value is None and NoneType in args:
             return None
-        (one,) = [a for a in args if a is not NoneType]
+        if NotApplicable in args and isinstance(value, dict) and "not_applicable" in value:
+            return _load_object(NotApplicable, value, where)
+        (one,) = [a for a in args if a not in (NoneType, NotApplicable)]
         return _load(one, value, where)
     if value is None:
         raise ReportFormatError(where, "is null")
@@ -200,6 +208,33 @@ class _View:
 
 
 # -- the view: one class per object of the schema ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NotApplicable(_View):
+    """A figure the model leaves undefined on this log, and why: where a field's type
+    names it (``float | NotApplicable``), the JSON holds ``{"not_applicable": code,
+    "reason": words}`` instead of a number. Renderers print :attr:`short` in a table cell
+    and :attr:`reason` in a sentence."""
+
+    not_applicable: Undefined
+    reason: str
+
+    @property
+    def short(self) -> str:
+        return self.not_applicable.short
+
+
+def not_applicable(why: Undefined) -> dict[str, str]:
+    """The JSON form of a figure the model leaves undefined."""
+    return {"not_applicable": why.value, "reason": why.words}
+
+
+def _or_na(x: float | None, why: Undefined) -> Any:
+    """``x``, or the not-applicable form when it is missing or not finite."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return not_applicable(why)
+    return x
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,7 +543,7 @@ class ReuseSection(_View):
 @dataclass(frozen=True, slots=True)
 class BreakEvenPoint(_View):
     prefix_tokens: int
-    break_even_gbps: float | None  # None: loading cannot beat recomputing
+    break_even_gbps: float | NotApplicable  # not applicable: loading never beats recomputing
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
 
 
@@ -524,11 +559,12 @@ class TierLink(_View):
 
 @dataclass(frozen=True, slots=True)
 class BandwidthSection(_View):
-    """``bandwidth``: the break-even bandwidth at the median reusable prefix."""
+    """``bandwidth``: the break-even bandwidth at the median reusable prefix (not
+    applicable where loading never beats recomputing)."""
 
-    break_even_gbps: float
+    break_even_gbps: float | NotApplicable
     bytes_per_token: int
-    prefill_tokens_per_s: float
+    prefill_tokens_per_s: float | NotApplicable
     prefix_tokens: int
     tiers: tuple[TierLink, ...]
     curve: tuple[BreakEvenPoint, ...]
@@ -568,8 +604,8 @@ class Uncertainty(_View):
     """``uncertainty``: ranges from the cost model's measured error."""
 
     band: ErrorBand
-    break_even_gbps: Interval
-    prefill_tokens_per_s: Interval
+    break_even_gbps: Interval | NotApplicable
+    prefill_tokens_per_s: Interval | NotApplicable
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
 
 
@@ -795,12 +831,13 @@ class Assumption(_View):
 
 @dataclass(frozen=True, slots=True)
 class Load(_View):
-    """``economics.load``: requests/s on average and in the busiest window."""
+    """``economics.load``: requests/s on average and in the busiest window (not
+    applicable for a log whose requests share one timestamp)."""
 
-    mean_rps: float
-    peak_rps: float
+    mean_rps: float | NotApplicable
+    peak_rps: float | NotApplicable
     peak_window_s: float
-    peak_factor: float
+    peak_factor: float | NotApplicable
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
 
 
@@ -1112,16 +1149,9 @@ def report_document(r: AnalysisResult) -> dict[str, Any]:
             "objective": r.options.thresholds.objective,
         },
         "reuse": {"figures": asdict(r.reuse), "analysis": r.reuse_report.to_json()},
-        "bandwidth": (
-            None
-            if r.bandwidth is None
-            else {
-                **asdict(r.bandwidth),
-                "curve": [p.to_json() for p in r.break_even_curve],
-            }
-        ),
+        "bandwidth": _bandwidth_json(r),
         "cost": None if r.cost is None else r.cost.to_json(),
-        "uncertainty": None if r.uncertainty is None else r.uncertainty.to_json(),
+        "uncertainty": _uncertainty_json(r),
         "replay": None if r.replay_result is None else r.replay_result.to_json(),
         "sizing": sizing,
         "settings": [p.to_json() for p in r.settings],
@@ -1134,9 +1164,56 @@ def report_document(r: AnalysisResult) -> dict[str, Any]:
             "per_process": [p.to_json() for p in r.per_process],
         },
         "assumptions": assumptions(r),
-        "economics": economics_json(r.replay, r.economics),
+        "economics": _economics_json(r),
         "side_by_side": [c.to_json() for c in r.side_by_side],
     }
+
+
+# -- figures the model leaves undefined, in their not-applicable form ------------------------
+
+
+def _bandwidth_json(r: AnalysisResult) -> dict[str, Any] | None:
+    """``bandwidth``: where a prefix's prefill saves less than placing its loaded KV
+    costs, the break-even is never reached (the cost model's infinity)."""
+    if r.bandwidth is None:
+        return None
+    never = Undefined.LOADING_NEVER_PAYS
+    return {
+        **asdict(r.bandwidth),
+        "break_even_gbps": _or_na(r.bandwidth.break_even_gbps, never),
+        "prefill_tokens_per_s": _or_na(
+            r.bandwidth.prefill_tokens_per_s, Undefined.NO_PREFILL_SAVING
+        ),
+        "curve": [
+            {**p.to_json(), "break_even_gbps": _or_na(p.break_even_gbps, never)}
+            for p in r.break_even_curve
+        ],
+    }
+
+
+def _uncertainty_json(r: AnalysisResult) -> dict[str, Any] | None:
+    """``uncertainty``: a range around an undefined figure is undefined too."""
+    if r.uncertainty is None:
+        return None
+    out = r.uncertainty.to_json()
+    for key, why in (
+        ("break_even_gbps", Undefined.LOADING_NEVER_PAYS),
+        ("prefill_tokens_per_s", Undefined.NO_PREFILL_SAVING),
+    ):
+        if not math.isfinite(out[key]["value"]):
+            out[key] = not_applicable(why)
+    return out
+
+
+def _economics_json(r: AnalysisResult) -> dict[str, Any] | None:
+    """``economics``: a log whose requests share one timestamp has no request rate."""
+    out = economics_json(r.replay, r.economics)
+    if out is None or r.economics is None:
+        return out
+    if not r.economics.load.mean_rps > 0:
+        for key in ("mean_rps", "peak_rps", "peak_factor"):
+            out["load"][key] = not_applicable(Undefined.NO_REQUEST_RATE)
+    return out
 
 
 def assumptions(r: AnalysisResult) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from analyzer.advisor.figures import Verdict
 from analyzer.replay.config import Scenario, Tier
-from analyzer.report.document import Report, ScenarioView, TtftSeconds
+from analyzer.report.document import NotApplicable, Report, ScenarioView, TtftSeconds
 from analyzer.report.figures import SCENARIO_ORDER, VERDICT_COLOR, VERDICT_TEXT
 from analyzer.report.summary import (
     GLOSSARY,
@@ -34,9 +34,11 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def num(x: float | None, digits: int = 3) -> str:
+def num(x: float | NotApplicable | None, digits: int = 3) -> str:
     if x is None:
         return "-"
+    if isinstance(x, NotApplicable):
+        return x.short
     if isinstance(x, int):
         return f"{x:,}"
     if abs(x) >= 1000:
@@ -66,9 +68,11 @@ def ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{1000 * seconds:,.0f} ms"
 
 
-def gbps(x: float | None) -> str:
+def gbps(x: float | NotApplicable | None) -> str:
     """A bandwidth in GB/s with its Gb/s (bits) beside it."""
-    return "-" if x is None else f"{num(x)} GB/s ({num(8 * x)} Gb/s)"
+    if x is None or isinstance(x, NotApplicable):
+        return num(x)
+    return f"{num(x)} GB/s ({num(8 * x)} Gb/s)"
 
 
 def usd(x: float | None) -> str:
@@ -165,12 +169,18 @@ def key_figures(doc: Report) -> Table:
         ]
     if bw is not None:
         rng = None if doc.uncertainty is None else doc.uncertainty.break_even_gbps
+        be = bw.break_even_gbps
         rows.append(
             [
                 "Break-even bandwidth",
-                gbps(bw.break_even_gbps)
-                + (f" (range {num(rng.low)}-{num(rng.high)} GB/s)" if rng else ""),
-                f"at a {num(bw.prefix_tokens)}-token prefix",
+                gbps(be)
+                + (
+                    f" (range {num(rng.low)}-{num(rng.high)} GB/s)"
+                    if rng is not None and not isinstance(rng, NotApplicable)
+                    else ""
+                ),
+                f"at a {num(bw.prefix_tokens)}-token prefix"
+                + (f": {be.reason}" if isinstance(be, NotApplicable) else ""),
             ]
         )
         for tier in bw.tiers:
@@ -456,14 +466,26 @@ def _bandwidth_section(doc: Report) -> Section | None:
     if bw is None:
         return None
     b = Section("bandwidth", "Bandwidth against break-even")
-    b.paragraphs.append(
-        f"Loading a {num(bw.prefix_tokens)}-token prefix beats recomputing it above "
-        f"{num(bw.break_even_gbps)} GB/s ({num(bw.bytes_per_token)} bytes per token moved x "
-        f"{num(bw.prefill_tokens_per_s)} prefill tokens/s). The break-even falls as prefixes grow "
-        "because attention is quadratic."
-    )
+    if isinstance(bw.break_even_gbps, NotApplicable):
+        b.paragraphs.append(
+            f"At the {num(bw.prefix_tokens)}-token reusable prefix, "
+            f"{bw.break_even_gbps.reason}: no tier's bandwidth makes loading it pay. The "
+            "break-even falls as prefixes grow because attention is quadratic; the table "
+            "below shows the prefix length from which loading pays."
+        )
+    else:
+        b.paragraphs.append(
+            f"Loading a {num(bw.prefix_tokens)}-token prefix beats recomputing it above "
+            f"{num(bw.break_even_gbps)} GB/s ({num(bw.bytes_per_token)} bytes per token "
+            f"moved x {num(bw.prefill_tokens_per_s)} prefill tokens/s). The break-even falls "
+            "as prefixes grow because attention is quadratic."
+        )
     u = doc.uncertainty
-    if u is not None:
+    if (
+        u is not None
+        and not isinstance(u.break_even_gbps, NotApplicable)
+        and not isinstance(u.prefill_tokens_per_s, NotApplicable)
+    ):
         be, rate, band = u.break_even_gbps, u.prefill_tokens_per_s, u.band
         b.paragraphs.append(
             f"By the cost model's measured error ({band.basis}; {band.kind}), the "
@@ -485,7 +507,7 @@ def _bandwidth_section(doc: Report) -> Section | None:
                 [
                     num(p.prefix_tokens),
                     "never (loading cannot win)"
-                    if p.break_even_gbps is None
+                    if isinstance(p.break_even_gbps, NotApplicable)
                     else num(p.break_even_gbps),
                 ]
                 for p in bw.curve[::3]
@@ -528,13 +550,19 @@ def _economics_section(doc: Report) -> Section | None:
         else (load.mean_rps, load.peak_rps, load.peak_window_s, load.peak_factor)
     )
     s = Section("economics", "GPUs and money")
-    s.paragraphs.append(
-        f"GPUs needed to serve the log's load within the p90 TTFT SLO, from the replay's "
-        f"rate search: {num(mean_rps)} requests/s on average and "
-        f"{num(peak_rps)} requests/s in the busiest "
-        f"{num(window_s)} s window ({num(factor)}x the "
-        "mean). Money is priced at the busiest load: what you must provision."
-    )
+    if isinstance(mean_rps, NotApplicable):
+        s.paragraphs.append(
+            f"GPUs needed to serve the log's load within the p90 TTFT SLO: {mean_rps.reason}, "
+            "so the GPUs are those of the replayed burst, every request at once."
+        )
+    else:
+        s.paragraphs.append(
+            f"GPUs needed to serve the log's load within the p90 TTFT SLO, from the replay's "
+            f"rate search: {num(mean_rps)} requests/s on average and "
+            f"{num(peak_rps)} requests/s in the busiest "
+            f"{num(window_s)} s window ({num(factor)}x the "
+            "mean). Money is priced at the busiest load: what you must provision."
+        )
     s.paragraphs.append(
         "Decode is not modelled: these are prefill GPUs, as in a disaggregated prefill "
         "pool (Mooncake, vLLM and SGLang prefill/decode disaggregation). In an aggregated "

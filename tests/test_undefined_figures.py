@@ -1,0 +1,203 @@
+"""Figures the model leaves undefined get a typed "not applicable" form, and the logs
+that have them get every report.
+
+A log whose median reusable prefix is short (a 20-word system prompt on one-shot API
+calls, classification traffic, a tokenizer counting half the tokens) has no break-even
+bandwidth: loading never beats recomputing there, and the cost model says so with an
+infinity. `kvpool analyze` used to store it, JSON turned it into null and the report view
+refused it, so the most common answer, `not-worth-it`, came as a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analyzer.advisor import AnalyzeOptions, run_analysis
+from analyzer.advisor.figures import Undefined, lookup, show
+from analyzer.report import render_html, render_json, render_markdown
+from analyzer.report.document import NotApplicable, ReportDocument
+
+WORDS = [
+    "order",
+    "invoice",
+    "refund",
+    "shipping",
+    "parcel",
+    "account",
+    "password",
+    "billing",
+    "address",
+    "delivery",
+    "warranty",
+    "coupon",
+    "receipt",
+    "payment",
+    "tracking",
+    "return",
+    "exchange",
+    "balance",
+    "subscription",
+    "plan",
+]
+SYSTEM = (
+    "You are a helpful support agent for an online shop. Answer briefly, politely and "
+    "only about orders."
+)  # 20 words
+
+
+def _line(t: float, messages: list[dict]) -> str:
+    return json.dumps({"timestamp": t, "request": {"model": "llama-3.1-8b", "messages": messages}})
+
+
+def one_shot_log(path: Path, n: int = 240, system: str = SYSTEM) -> Path:
+    """One-shot API calls: the same short system prompt, a different question each."""
+    rng = random.Random(7)
+    lines = [
+        _line(
+            1.7e9 + 0.5 * i,
+            [
+                {"role": "system", "content": system},
+                {"role": "user", "content": " ".join(rng.choices(WORDS, k=12)) + f" #{i}"},
+            ],
+        )
+        for i in range(n)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def classification_log(path: Path, n: int = 240) -> Path:
+    """Classification traffic: one instruction line, a short text to label each time."""
+    rng = random.Random(11)
+    lines = [
+        _line(
+            1.7e9 + 0.25 * i,
+            [
+                {
+                    "role": "user",
+                    "content": "Classify the sentiment as positive, negative or neutral: "
+                    + " ".join(rng.choices(WORDS, k=8)),
+                }
+            ],
+        )
+        for i in range(n)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_short_prefix_gives_a_not_applicable_break_even_in_words(tmp_path):
+    log = one_shot_log(tmp_path / "oneshot.jsonl")
+    result = run_analysis([str(log)], AnalyzeOptions(search_rate=False))
+    assert result.verdict == "not-worth-it"
+    doc = ReportDocument.of(result)
+    bw = doc.report.bandwidth
+    assert bw is not None
+    assert bw.break_even_gbps == NotApplicable(
+        Undefined.LOADING_NEVER_PAYS, Undefined.LOADING_NEVER_PAYS.words
+    )
+    assert isinstance(bw.prefill_tokens_per_s, NotApplicable)
+    assert doc.report.uncertainty is not None
+    assert isinstance(doc.report.uncertainty.break_even_gbps, NotApplicable)
+    # the JSON says it in a form a reader of report.json can test for, and loads back
+    text = render_json(doc)
+    raw = json.loads(text)
+    assert raw["bandwidth"]["break_even_gbps"] == {
+        "not_applicable": "loading-never-pays",
+        "reason": "loading never beats recomputing at these prefix lengths",
+    }
+    assert "null" not in json.dumps(raw["bandwidth"])
+    again = ReportDocument.from_json(raw)
+    assert again.report == doc.report
+    assert render_json(again) == text
+    # every renderer says it in words, never "inf"
+    words = Undefined.LOADING_NEVER_PAYS.words
+    md, html = render_markdown(doc), render_html(doc)
+    for out in (md, html):
+        assert words in out
+        assert "inf GB/s" not in out and "nan" not in out.lower().split()
+    reasons = " ".join(doc.report.verdict.reasons)
+    assert "never pays" in reasons and "inf" not in reasons
+    # the reason's figure is the document's own
+    v = raw["verdict"]
+    (i,) = [k for k, t in enumerate(v["reasons"]) if "never pays" in t]
+    (fact,) = v["reason_facts"][i]
+    assert fact["figure"] == "bandwidth.prefix_tokens"
+    assert show(lookup(raw, fact["figure"]), fact["unit"]) in v["reasons"][i]
+    assert "never beats recomputing" in doc.report.verdict.confidence_statement
+
+
+def test_the_terminal_summary_says_it_in_words(tmp_path):
+    from rich.console import Console
+
+    from analyzer.cli.analyze import print_summary
+
+    log = one_shot_log(tmp_path / "oneshot.jsonl")
+    doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(search_rate=False)))
+    console = Console(record=True, width=400, color_system=None)
+    print_summary(console, doc.report, {})
+    out = console.export_text()
+    assert "Break-even bandwidth" in out
+    assert Undefined.LOADING_NEVER_PAYS.words in out
+    assert "inf" not in out.split()
+
+
+def test_a_view_refuses_a_null_where_a_figure_or_its_reason_belongs(tmp_path):
+    log = one_shot_log(tmp_path / "oneshot.jsonl")
+    raw = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(search_rate=False))).to_json()
+    raw["bandwidth"]["break_even_gbps"] = None
+    with pytest.raises(Exception, match=r"bandwidth.break_even_gbps.*null"):
+        ReportDocument.from_json(raw)
+    raw["bandwidth"]["break_even_gbps"] = {"not_applicable": "no-such-reason", "reason": "x"}
+    with pytest.raises(Exception, match=r"bandwidth.break_even_gbps.not_applicable"):
+        ReportDocument.from_json(raw)
+
+
+def _analyze(log: Path, out: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "analyzer.cli", "-q", "analyze", str(log), "-o", str(out), *flags],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("case", "flags"),
+    [
+        ("one-shot", ()),  # with the SLO rate search, as a user runs it
+        ("classification", ("--no-rate-search",)),
+        ("token-ratio", ("--no-rate-search", "--token-ratio", "0.5")),
+    ],
+)
+def test_short_prefix_logs_get_three_reports_and_a_bundle(tmp_path, case, flags):
+    if case == "classification":
+        log = classification_log(tmp_path / "log.jsonl")
+    elif case == "token-ratio":
+        # a 60-word system prompt, counted at half its tokens
+        log = one_shot_log(tmp_path / "log.jsonl", system=" ".join([SYSTEM] * 3))
+    else:
+        log = one_shot_log(tmp_path / "log.jsonl")
+    out = tmp_path / "report"
+    out.mkdir()
+    r = _analyze(log, out, *flags)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    for name in ("report.json", "report.md", "report.html"):
+        assert (out / name).stat().st_size > 0, name
+    doc = ReportDocument.load(out / "report.json")
+    assert doc.verdict == "not-worth-it"
+    assert doc.report.deploy.files
+    assert (out / "deploy" / "README.md").is_file()
+    for f in doc.report.deploy.files:
+        assert (out / f.path).read_text() == f.text
+    assert isinstance(doc.report.bandwidth.break_even_gbps, NotApplicable)
+    assert Undefined.LOADING_NEVER_PAYS.words in (out / "report.md").read_text()
+    assert "never" in r.stdout
