@@ -31,6 +31,8 @@ cached_tokens       int64, nullable      prompt tokens the serving engine found 
                                          .cached_tokens``)
 engine_prompt_tokens int64, nullable     prompt tokens as the engine counted them
                                          (``usage.prompt_tokens``)
+user_id             string, nullable     the end user or session owner the log names, as a
+                                         salted pseudonym ``u-<16 hex>`` unless keep_names
 ==================  ===================  ==================================================
 
 File-level metadata (all strings): ``kvpool.schema_version``, ``kvpool.block_size``,
@@ -78,11 +80,12 @@ CANONICAL_SCHEMA = pa.schema(
         pa.field("approx_lengths", pa.bool_(), nullable=False),
         pa.field("cached_tokens", pa.int64()),
         pa.field("engine_prompt_tokens", pa.int64()),
+        pa.field("user_id", pa.string()),
     ]
 )
 # Nullable columns added to version 1 after its first files: a file without them reads
 # as if every row left them out.
-ADDED_IN_V1 = ("cached_tokens", "engine_prompt_tokens")
+ADDED_IN_V1 = ("cached_tokens", "engine_prompt_tokens", "user_id")
 
 META_KEYS = (
     "schema_version",

@@ -88,6 +88,24 @@ def test_openai_log_fields_and_multi_turn_sharing():
     assert lt.stats["parts_tokenized"] < lt.stats["parts_seen"]
 
 
+def test_the_end_user_is_kept_as_a_pseudonym_unless_names_are_kept(tmp_path):
+    rows = [
+        {
+            "timestamp": 1_700_000_000 + i,
+            "user": f"user-{i % 2}@example.com",
+            "request": {"model": "m", "messages": [{"role": "user", "content": f"hi {i}"}]},
+        }
+        for i in range(4)
+    ]
+    log = tmp_path / "users.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    users = load(log).table.column("user_id").to_pylist()
+    assert users[0] == users[2] != users[1] == users[3]
+    assert all(u.startswith("u-") and "example" not in u for u in users)
+    named = load(log, keep_names=True).table.column("user_id").to_pylist()
+    assert named == [f"user-{i % 2}@example.com" for i in range(4)]
+
+
 def test_generic_csv_with_prompt_column():
     lt = load(FIX / "generic.csv", prompt_column="prompt", time_column="time")
     t = lt.table

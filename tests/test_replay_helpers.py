@@ -66,6 +66,7 @@ def build_trace(
         "approx_lengths": [False] * n,
         "cached_tokens": [None] * n,
         "engine_prompt_tokens": [None] * n,
+        "user_id": [None] * n,
     }
     table = pa.table(cols, schema=CANONICAL_SCHEMA).replace_schema_metadata(
         trace_metadata(block_size=block_size)

@@ -568,7 +568,7 @@ def mooncake_table(path, block_size: int = 512) -> pa.Table:
     cols["block_hashes"] = [r["hash_ids"][: r["input_length"] // block_size] for r in rows]
     cols["count_only"] = [False] * n
     cols["approx_lengths"] = [False] * n
-    cols["cached_tokens"] = cols["engine_prompt_tokens"] = [None] * n
+    cols["cached_tokens"] = cols["engine_prompt_tokens"] = cols["user_id"] = [None] * n
     meta = trace_metadata(block_size=block_size)
     return pa.table(cols, schema=CANONICAL_SCHEMA).replace_schema_metadata(meta)
 

@@ -75,6 +75,7 @@ def traces(draw, max_requests: int = 25, max_new: int = 5):
         "approx_lengths": [False] * n,
         "cached_tokens": [None] * n,
         "engine_prompt_tokens": [None] * n,
+        "user_id": [None] * n,
     }
     table = pa.table(cols, schema=CANONICAL_SCHEMA)
     return table.replace_schema_metadata(trace_metadata(block_size=BS))

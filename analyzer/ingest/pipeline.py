@@ -331,6 +331,7 @@ class _Builder:
             approx=bool(approx),
             cached_tokens=raw.cached_tokens,
             engine_prompt_tokens=raw.engine_prompt_tokens,
+            user=raw.user if named else self._pseudonym(raw.user, "u-"),
         )
         if self.lcp is not None and self.lcp.memory_bytes() > self.opts.exact_max_bytes:
             self._drop_exact()
@@ -424,6 +425,7 @@ class _Builder:
             (1, "session_id", "s-"),
             (2, "tenant", "t-"),
             (8, "parent_request_id", "r-"),
+            (14, "user_id", "u-"),
         ):
             col = table.column(i)
             if col.null_count == len(col) or (named and prefix != "s-"):

@@ -75,6 +75,7 @@ class Raw:
     request_id: str | None = None
     session: str | None = None
     tenant: str | None = None
+    user: str | None = None  # the end user or session owner the log names
     model: str | None = None
     output_tokens: int | None = None
     output_text: str | None = None  # counted with the tokenizer when usage is absent
@@ -497,6 +498,16 @@ _SESSION_SOURCES = (
     (1, "conversation_id"),
 )
 _TENANT_SOURCES = (*((1, k) for k in _TENANT_KEYS), (2, "tenant"), (3, "tenant"))
+# The end user: OpenAI's ``user`` ("a stable identifier for your end-users") or its
+# successor ``safety_identifier``, in the body or beside it, or a ``user_id``.
+_USER_SOURCES = (
+    (0, "user"),
+    (0, "safety_identifier"),
+    (1, "user"),
+    (1, "user_id"),
+    (2, "user_id"),
+    (3, "user_id"),
+)
 
 
 def parse_openai(rec: dict[str, Any], ctx: FileContext) -> Raw:
@@ -590,6 +601,11 @@ def parse_openai(rec: dict[str, Any], ctx: FileContext) -> Raw:
         v = where[i].get(k)
         if v is not None and v != "":
             raw.tenant = _str(v)
+            break
+    for i, k in _USER_SOURCES:
+        v = where[i].get(k)
+        if v is not None and v != "":
+            raw.user = _str(v)
             break
     for k in _ID_KEYS:
         v = rec.get(k)

@@ -55,6 +55,7 @@ SPOOLED = pa.schema(
         pa.field("approx_lengths", pa.bool_()),
         pa.field("cached_tokens", pa.int64()),
         pa.field("engine_prompt_tokens", pa.int64()),
+        pa.field("user_id", pa.string()),
     ]
 )
 BATCH_ROWS = 8_192
@@ -80,6 +81,7 @@ class _Pending:
     approx: list[bool] = field(default_factory=list)
     cached: list[int | None] = field(default_factory=list)
     engine_prompt: list[int | None] = field(default_factory=list)
+    user: list[str | None] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.request_id)
@@ -114,6 +116,7 @@ class _Pending:
             pa.array(np.asarray(self.approx, dtype=bool)),
             obj(self.cached, pa.int64()),
             obj(self.engine_prompt, pa.int64()),
+            obj(self.user, pa.string()),
         ]
         return pa.RecordBatch.from_arrays(cols, schema=SPOOLED)
 
@@ -183,6 +186,7 @@ class RowSpool:
         approx: bool,
         cached_tokens: int | None = None,
         engine_prompt_tokens: int | None = None,
+        user: str | None = None,
     ) -> None:
         p = self._pending
         self.time.append(time)
@@ -206,6 +210,7 @@ class RowSpool:
         p.approx.append(approx)
         p.cached.append(cached_tokens)
         p.engine_prompt.append(engine_prompt_tokens)
+        p.user.append(user)
         if len(p) >= self.batch_rows:
             self._spool()
 

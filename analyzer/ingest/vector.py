@@ -210,6 +210,7 @@ def _spooled(
             pa.array(np.zeros(n, dtype=bool)),
             pa.nulls(n, pa.int64()),  # cached_tokens: a trace has no engine usage
             pa.nulls(n, pa.int64()),  # engine_prompt_tokens
+            nulls,  # user_id: a public trace names no user
         ],
         schema=SPOOLED,
     )

@@ -91,7 +91,9 @@ def scan_trace(source: str | Path) -> tuple[pl.LazyFrame, dict[str, str]]:
     names = lf.collect_schema().names()
     missing = [c for c in ADDED_IN_V1 if c not in names]
     if missing:
-        lf = lf.with_columns(pl.lit(None, dtype=pl.Int64).alias(c) for c in missing)
+        lf = lf.with_columns(
+            pl.lit(None, dtype=pl.String if c == "user_id" else pl.Int64).alias(c) for c in missing
+        )
     return lf, meta
 
 
