@@ -648,6 +648,36 @@ def test_format_override_and_bad_options():
     assert t.num_rows == 6
 
 
+def test_gateway_and_generic_name_the_family_and_typos_get_a_suggestion(tmp_path):
+    """The README's `--format gateway` / `generic` pick the file's own container."""
+    csv_rows = load(FIX / "chat_gateway.csv", fmt="gateway").table
+    assert csv_rows.num_rows == load(FIX / "chat_gateway.csv").table.num_rows
+    assert read_metadata(csv_rows)["source"] == "gateway-csv"
+    generic = load(FIX / "generic.csv", fmt="generic", prompt_column="prompt", time_column="time")
+    assert read_metadata(generic.table)["source"] == "generic-csv"
+    jsonl = tmp_path / "prompts.jsonl"
+    jsonl.write_text('{"prompt": "hello there", "time": 1700000000}\n')
+    assert read_metadata(load(jsonl, fmt="generic").table)["source"] == "generic-jsonl"
+    with pytest.raises(UsageError, match=r"unknown format 'gatway' \(did you mean 'gateway'\?\)"):
+        load(FIX / "chat.jsonl", fmt="gatway")
+    runner = CliRunner()
+    app = typer.Typer()
+    register(app)
+    r = runner.invoke(app, ["convert", str(FIX / "chat.jsonl"), "--format", "opnai", "-o", "x"])
+    flat = "".join(c for c in r.output if c.isalnum() or c == "'")  # the error box wraps
+    assert r.exit_code == 2 and "didyoumean'openai'" in flat
+
+
+def test_a_count_only_table_points_to_the_count_only_formats(tmp_path):
+    log = tmp_path / "counts.csv"
+    log.write_text("timestamp,input_tokens,output_tokens\n1700000000,100,20\n")
+    with pytest.raises(InputError) as err:
+        load(log)
+    msg = str(err.value)
+    assert "token counts (input_tokens, output_tokens)" in msg
+    assert "--format azure" in msg and "--format burstgpt" in msg
+
+
 def test_templates_and_tenant_keys_change_hashes_not_structure():
     chatml = load(FIX / "chat.jsonl").table
     llama = load(FIX / "chat.jsonl", template="llama3").table

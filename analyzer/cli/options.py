@@ -60,6 +60,8 @@ FormatName = Literal[  # ingest.detect.FORMATS
     "ragpulse",
     "azure",
     "burstgpt",
+    "gateway",  # aliases: resolved per file by its container (ingest.detect.FORMAT_ALIASES)
+    "generic",
 ]
 CHOICES = {
     "--format": get_args(FormatName),
@@ -84,13 +86,29 @@ Inputs = Annotated[
 
 # --- ingest: how the inputs are read and hashed (IngestOptions) ------------------------
 
+
+def _format_name(value: str) -> str:
+    """``--format``'s value, checked against the formats with a did-you-mean (the
+    message of ``ingest.detect.unknown_format``, without importing the stage)."""
+    names = get_args(FormatName)
+    if value in names:
+        return value
+    import difflib
+
+    close = difflib.get_close_matches(value.lower(), names, n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    raise typer.BadParameter(f"unknown format '{value}'{hint}; one of: " + ", ".join(names))
+
+
 Format = Annotated[
-    FormatName | None,
+    str | None,
     typer.Option(
         "--format",
         metavar="<format>",
+        parser=_format_name,
         help="Input format: " + ", ".join(get_args(FormatName)) + " (default: detected per "
-        "file from its content, so stdin works too).",
+        "file from its content, so stdin works too; gateway and generic pick the file's "
+        "CSV, JSON-lines or Parquet form).",
     ),
 ]
 BlockSize = Annotated[

@@ -33,7 +33,47 @@ class Format(StrEnum):
     BURSTGPT = "burstgpt"
 
 
-FORMATS = tuple(Format)
+# Names that stand for a family, resolved per file by its container (Parquet, JSON
+# lines or CSV): what the README and users call them.
+FORMAT_ALIASES: dict[str, tuple[Format, ...]] = {
+    "gateway": (Format.GATEWAY_PARQUET, Format.GATEWAY_CSV),
+    "generic": (Format.GENERIC_PARQUET, Format.GENERIC_JSONL, Format.GENERIC_CSV),
+}
+FORMATS: tuple[str, ...] = (*Format, *FORMAT_ALIASES)
+
+
+def did_you_mean(name: str, choices: tuple[str, ...]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices``, or nothing."""
+    import difflib
+
+    close = difflib.get_close_matches(name.lower(), choices, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def unknown_format(name: str) -> str:
+    """The message for a ``--format`` that names no format."""
+    return f"unknown format '{name}'{did_you_mean(name, FORMATS)}; one of: " + ", ".join(FORMATS)
+
+
+def resolve_format(fmt: str | None, path: str | Path) -> str:
+    """The format of ``path``: detected (``fmt`` None), the member of an alias family
+    its container is (``gateway``: Parquet or CSV; ``generic``: Parquet, JSON lines or
+    CSV), or ``fmt`` itself."""
+    if fmt is None:
+        return detect_format(path)
+    family = FORMAT_ALIASES.get(fmt)
+    if family is None:
+        return fmt
+    p = Path(path)
+    check_readable(p)
+    with open(p, "rb") as f:
+        magic = f.read(4)
+    if magic == b"PAR1":
+        return family[0]
+    lines = head_lines(p, 1)
+    if len(family) > 2 and lines and lines[0].lstrip().startswith(b"{"):
+        return family[1]
+    return family[-1]
 
 
 def _parquet_format(path: Path) -> str:

@@ -29,7 +29,7 @@ from analyzer import limits
 from analyzer.blocks import BlockHasher, id_hashes, load_salt, salt_id
 from analyzer.cache.token_radix import ArrivalLCP
 from analyzer.errors import InputError, Location, UsageError, shown
-from analyzer.ingest.detect import FORMATS, Format, detect_format
+from analyzer.ingest.detect import FORMATS, Format, resolve_format, unknown_format
 from analyzer.ingest.io import check_readable
 from analyzer.ingest.options import HASH_KEYS, TIME_UNITS, IngestOptions, LoadedTrace, SkipSummary
 from analyzer.ingest.readers import (
@@ -88,7 +88,7 @@ def _validate(opts: IngestOptions) -> None:
     if opts.block_size is not None and opts.block_size < 1:
         raise UsageError(f"block size must be at least 1, got {opts.block_size}")
     if opts.fmt is not None and opts.fmt not in FORMATS:
-        raise UsageError(f"unknown format '{opts.fmt}'", hint="one of: " + ", ".join(FORMATS))
+        raise UsageError(unknown_format(opts.fmt))
     if opts.template not in TEMPLATES:
         raise UsageError(f"unknown template '{opts.template}'", hint="chatml or llama3")
     if opts.tools_position not in TOOLS_POSITIONS:
@@ -795,7 +795,7 @@ def _read_raw(
         raise UsageError("no input files given")
     for p in plist:
         check_readable(p)
-    fmts = [opts.fmt or detect_format(p) for p in plist]
+    fmts = [resolve_format(opts.fmt, p) for p in plist]
     if all(f == Format.CANONICAL for f in fmts):
         return plist, _open_canonical(plist, opts.block_size, opts.previews)
     if Format.CANONICAL in fmts:

@@ -616,6 +616,38 @@ def parse_openai(rec: dict[str, Any], ctx: FileContext) -> Raw:
 
 
 _PROMPT_GUESSES = ("prompt", "text", "input", "messages", "question", "query")
+# Columns that count tokens: a table with these and no prompt is a count-only trace.
+_COUNT_COLUMNS = (
+    "input_tokens",
+    "prompt_tokens",
+    "output_tokens",
+    "completion_tokens",
+    "input_length",
+    "num_tokens",
+    "tokens",
+)
+
+
+def _no_prompt_column(rec: dict[str, Any], ctx: FileContext) -> InputError:
+    """No prompt column: a table of token counts is pointed at the count-only formats."""
+    columns = ", ".join(map(str, rec))
+    counts = [c for c in rec if str(c).strip().lower() in _COUNT_COLUMNS]
+    if counts:
+        return InputError(
+            f"no prompt column: this table has token counts ({', '.join(counts)}) but no "
+            "prompt text, so prefix reuse cannot be measured from it",
+            Location(ctx.path),
+            hint="kvpool reads such count-only traces (arrivals and lengths) as --format "
+            "azure (columns TIMESTAMP, ContextTokens, GeneratedTokens) or --format burstgpt "
+            "(Timestamp, Request tokens, Response tokens): rename the columns to one of "
+            "these (docs/formats.md, count-only traces); or name the prompt with "
+            f"--prompt-column (columns: {columns})",
+        )
+    return InputError(
+        "no prompt column found",
+        Location(ctx.path),
+        hint=f"name it with --prompt-column (columns: {columns})",
+    )
 
 
 def parse_generic(rec: dict[str, Any], ctx: FileContext) -> Raw:
@@ -624,11 +656,7 @@ def parse_generic(rec: dict[str, Any], ctx: FileContext) -> Raw:
     if col is None:
         col = next((c for c in _PROMPT_GUESSES if c in rec), None)
         if col is None:
-            raise InputError(
-                "no prompt column found",
-                Location(ctx.path),
-                hint=f"name it with --prompt-column (columns: {', '.join(map(str, rec))})",
-            )
+            raise _no_prompt_column(rec, ctx)
     value = rec.get(col)
     if value is None or value == "":  # an empty CSV cell is how a table says "missing"
         raise RowError("missing field", col)
