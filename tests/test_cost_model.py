@@ -142,7 +142,8 @@ def test_break_even_falls_with_prefix_length():
     saving = roof.compute_time_s(p + 1, 0) - roof.compute_time_s(1, p)
     assert roof.hit_overhead_s(p) == 0.0
     assert roof.break_even_bandwidth_gbps(p) == pytest.approx(roof.transfer_bytes(p) / saving / 1e9)
-    # tiny prefixes are free to recompute (the weight-read floor is paid anyway)
+    # tiny prefixes are free to recompute (the weight-read floor is paid anyway): the
+    # recompute writes the prefix's KV, which a hit's scatter writes as well
     assert math.isinf(CostModel.from_catalog("llama-3.1-8b", "h100").break_even_bandwidth_gbps(16))
 
 
@@ -236,7 +237,9 @@ def _slow_compute_s(cm: CostModel, s: int, p: int, k: int) -> float:
             flops += 4 * m.linear_state_elements_per_layer * s
     peak = cm.gpu.tflops(cm.compute_dtype) * 1e12 * cm.tp * cm.mfu
     weights = m.weight_bytes_read(s * k, cm.weight_dtype) / cm.tp
-    kv = k * m.kv_bytes_for_tokens(p + s, cm.kv_dtype, cm.tp, per_rank=True)
+    # each chunk writes its new tokens' KV (the cached context's read is priced as
+    # attention FLOPs: analyzer/cost/step.py)
+    kv = k * m.kv_bytes_for_tokens(s, cm.kv_dtype, cm.tp, per_rank=True)
     return max(k * flops / peak, (weights + kv) / (cm.gpu.hbm_tbps * 1e12))
 
 
@@ -264,7 +267,9 @@ def _slow_engine_s(cm: CostModel, s: int, p: int, k: int) -> float:
     gemm = dense / (peak * eff) + 2 * expert_active * tokens / (peak * eff * e.moe_eff)
     attn_s = k * attn / (cm.gpu.tflops("bf16") * 1e12 * cm.tp * e.attn_eff)
     weights = m.weight_bytes_read(s * k, cm.weight_dtype) / cm.tp
-    kv = k * m.kv_bytes_for_tokens(p + s, cm.kv_dtype, cm.tp, per_rank=True)
+    # each chunk writes its new tokens' KV (the cached context's read is priced as
+    # attention FLOPs: analyzer/cost/step.py)
+    kv = k * m.kv_bytes_for_tokens(s, cm.kv_dtype, cm.tp, per_rank=True)
     hbm = (weights + kv) / (cm.gpu.hbm_tbps * 1e12 * e.hbm_eff)
     comm = 0.0
     if cm.tp > 1:
@@ -276,9 +281,8 @@ def _slow_engine_s(cm: CostModel, s: int, p: int, k: int) -> float:
 
 @settings(max_examples=40, deadline=None)
 @given(
-    model=st.sampled_from(
-        ["llama-3.1-70b", "qwen3-235b-a22b", "gpt-oss-120b", "gemma-3-27b", "qwen3-next-80b-a3b"]
-    ),
+    # full attention only: windows and linear state are bounded in tests/test_cost_step.py
+    model=st.sampled_from(["llama-3.1-70b", "qwen3-235b-a22b", "mixtral-8x7b", "qwen3-32b"]),
     tp=st.sampled_from([1, 2, 4, 8]),
     s=st.integers(1, 3000),
     p=st.integers(0, 3000),
@@ -298,11 +302,13 @@ def test_fast_path_matches_slow_oracle(model, tp, s, p, k, kv_dtype):
 def test_moe_tiny_prefix_saves_flops_not_weight_reads():
     """Skipping a prefix saves its FLOPs; the experts a batch touches are read anyway."""
     ds = CostModel.from_catalog("deepseek-v3", "h200", tp=8, mfu=0.35, compute_dtype="bf16")
-    assert math.isinf(ds.break_even_bandwidth_gbps(4))
+    # the roofline has no scatter: a tiny prefix saves only its KV write, so loading would
+    # have to beat the instance's own HBM
+    assert ds.break_even_bandwidth_gbps(4) == pytest.approx(8 * 4.8e3, rel=1e-6)
     p = ds.break_even_prefix_tokens(21.75, 2e-5)
     assert p is not None and p > 256
     # the full recompute is compute-bound; the 1-token suffix still streams the weights
     full = ds.prefill_flops(8193, 0) / (989e12 * 8 * 0.35)
     weights = ds.model.weight_bytes_read(8193) / 8
-    suffix = (weights + ds.model.kv_bytes_for_tokens(8193, "bf16", 8, per_rank=True)) / 4.8e12
+    suffix = (weights + ds.model.kv_bytes_for_tokens(1, "bf16", 8, per_rank=True)) / 4.8e12
     assert ds.recompute_saving_s(8192) == pytest.approx(full - suffix, rel=1e-9)

@@ -27,6 +27,7 @@ from analyzer.cost.model import (
     TtftBreakdown,
     TtftCoefficients,
 )
+from analyzer.cost.step import StepModel, step_model, step_seconds
 
 __all__ = [
     "DEFAULT_MFU_DENSE",
@@ -37,6 +38,7 @@ __all__ = [
     "LoadLink",
     "ModelSpec",
     "PrefillCoefficients",
+    "StepModel",
     "TierSpec",
     "TtftBreakdown",
     "TtftCoefficients",
@@ -49,4 +51,6 @@ __all__ = [
     "model_from_config_file",
     "recognize_model",
     "spec_from_hf_config",
+    "step_model",
+    "step_seconds",
 ]

@@ -2,13 +2,14 @@
 
 The roofline (peak FLOP/s x one utilisation factor) is 0.24x to 2.6x off published
 first-token latencies. This module holds the constants of the engine model that replaces
-it (docs/cost-model.md section 3); :class:`analyzer.cost.model.CostModel` evaluates it:
+it (docs/cost-model.md section 3); :mod:`analyzer.cost.step` evaluates it for a whole
+continuous-batching step and :class:`analyzer.cost.model.CostModel` for one chunk:
 
     tokens  = S * K                                        (one forward of K requests)
     e(dt)   = gemm_eff[dt] * tokens / (tokens + gemm_half_tokens)
     gemm_s  = dense_FLOPs / (peak[dt] * e) + expert_FLOPs / (peak[dt] * e * moe_eff)
     attn_s  = attention_FLOPs / (peak[bf16] * attn_eff)
-    hbm_s   = (weights read + KV read) per rank / (HBM bandwidth * hbm_eff)
+    hbm_s   = (weights read + KV of the new tokens) per rank / (HBM bandwidth * hbm_eff)
     comm_s  = layers * 2 * 2(TP-1)/TP * tokens * hidden * 2 B / (interconnect * link_eff)
     compute_s = max(gemm_s + attn_s, hbm_s) + comm_s + layers * layer_step_s
 

@@ -26,6 +26,9 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+import numpy as np
+
+from analyzer.cost import step
 from analyzer.cost.catalog import (
     GpuSpec,
     ModelSpec,
@@ -309,11 +312,15 @@ class CostModel:
     engine: EngineConstants | None = DEFAULT_ENGINE
     expert_parallel: bool = False  # DP attention + expert parallelism: no TP all-reduce
     _k: _Constants = field(init=False, repr=False, compare=False)
+    _c: np.ndarray = field(init=False, repr=False, compare=False)  # step model, uncalibrated
+    _steps: np.ndarray = field(init=False, repr=False, compare=False)  # calibrated
 
     def __post_init__(self) -> None:
         if self.tp > 1 and not self.expert_parallel and self.gpu.interconnect_gbps <= 0:
             raise UsageError(f"{self.gpu.name} has no interconnect figure for tp={self.tp}")
         object.__setattr__(self, "_k", _Constants.of(self))
+        object.__setattr__(self, "_c", self.engine_coefficients(self.engine))
+        object.__setattr__(self, "_steps", self._calibrated_coefficients())
 
     @classmethod
     def from_catalog(
@@ -453,26 +460,85 @@ class CostModel:
             ctx += k.sliding_layers * window_context(s, p, k.window)
         return (k.dense_flops_per_token + k.linear_flops_per_token) * s + k.attn_coef * ctx
 
-    def hbm_floor_s(
-        self,
-        new_tokens: int,
-        cached_tokens: int = 0,
-        batch: int = 1,
-        weight_tokens: int | None = None,
-    ) -> float:
-        """Time to stream the weights and the cached KV each rank needs once from HBM.
-
-        ``weight_tokens`` (default ``new_tokens * batch``) sets how many routed tokens
-        decide which MoE experts are read.
+    def engine_coefficients(self, e: EngineConstants | None) -> np.ndarray:
+        """The step model's coefficients (analyzer/cost/step.py) of this instance under
+        the engine model with constants ``e``, or the plain roofline at ``mfu`` (None);
+        uncalibrated. ``kvpool cost check`` calls this with the constants it is fitting.
         """
         k = self._k
-        weights = k.dense_weight_bytes_per_rank
-        if k.expert_weight_bytes_per_rank:
-            routed = new_tokens * batch if weight_tokens is None else weight_tokens
-            touched = 1.0 - k.expert_miss ** max(routed, 1)
-            weights += k.expert_weight_bytes_per_rank * touched
-        kv = batch * k.kv_per_rank(cached_tokens + new_tokens)
-        return (weights + kv) / k.hbm_bytes_per_s
+        c = np.zeros(step.N_COEFFICIENTS)
+        c[step.SCALE] = 1.0
+        c[step.ENGINE_PREFILL] = 1.0
+        if e is None:
+            # max(FLOPs / (peak * mfu), HBM floor): attention at the same peak, no curve
+            flops = k.flops_per_s
+            c[step.GEMM_S_PER_ROW] = (k.dense_flops_per_token + k.linear_flops_per_token) / flops
+            c[step.ATTN_S] = k.attn_coef * k.full_layers / flops
+            c[step.WINDOW_ATTN_S] = k.attn_coef * k.sliding_layers / flops
+            hbm = k.hbm_bytes_per_s
+        else:
+            gemm = k.gemm_flops_per_s * e.gemm_eff(self.compute_dtype)
+            dense = k.dense_flops_per_token - k.expert_flops_per_token + k.linear_flops_per_token
+            c[step.GEMM_S_PER_ROW] = dense / gemm + k.expert_flops_per_token / (gemm * e.moe_eff)
+            c[step.GEMM_HALF_ROWS] = e.gemm_half_tokens
+            attn = k.attn_flops_per_s * e.attn_eff
+            c[step.ATTN_S] = k.attn_coef * k.full_layers / attn
+            c[step.WINDOW_ATTN_S] = k.attn_coef * k.sliding_layers / attn
+            hbm = k.hbm_bytes_per_s * e.hbm_eff
+            if k.comm_bytes_per_token:
+                c[step.COMM_S_PER_ROW] = k.comm_bytes_per_token / (
+                    k.interconnect_bytes_per_s * e.link_eff
+                )
+            c[step.FIXED_S] = k.num_layers * e.layer_step_s
+        if k.sliding_layers and k.window is not None:
+            c[step.WINDOW] = float(k.window)
+        c[step.WEIGHTS_DENSE_S] = k.dense_weight_bytes_per_rank / hbm
+        c[step.WEIGHTS_EXPERT_S] = k.expert_weight_bytes_per_rank / hbm
+        c[step.EXPERT_MISS] = k.expert_miss
+        c[step.KV_S] = k.full_per_rank / hbm
+        c[step.WINDOW_KV_S] = k.window_per_rank / hbm
+        c[step.STATE_S] = k.state_per_rank / hbm
+        return c
+
+    def step_coefficients(self) -> np.ndarray:
+        """The step model's coefficients with this model's calibration applied (a copy).
+
+        A prefill fit's compute scale multiplies the engine form and its polynomial
+        ``K (c1 S + c2 P S + c3 S^2)`` becomes ``c1 t + c2 a + (c3 - c2/2) t^2`` (exact
+        for one request; the last coefficient is kept non-negative so the step stays
+        monotone); a pure polynomial fit leaves the engine form only the decode work. A
+        TTFT calibration's compute scale multiplies everything.
+        """
+        return self._steps.copy()
+
+    def _calibrated_coefficients(self) -> np.ndarray:
+        c = self._c.copy()
+        p = self.prefill
+        scale = 1.0 if self.ttft_fit is None else self.ttft_fit.compute_scale
+        if p.compute_scale > 0:
+            c[step.SCALE] = p.compute_scale * scale
+        else:
+            c[step.SCALE] = scale
+            c[step.ENGINE_PREFILL] = 0.0
+        c[step.PER_TOKEN_S] = p.per_token_s * scale
+        c[step.PER_ATTN_S] = p.per_context_token_s * scale
+        c[step.PER_SQ_S] = max(p.per_token_sq_s - p.per_context_token_s / 2.0, 0.0) * scale
+        return c
+
+    @staticmethod
+    def _chunk_s(
+        c: np.ndarray, new_tokens: int, cached_tokens: int, batch: int, weight_tokens: int | None
+    ) -> float:
+        """One forward of ``batch`` chunks of ``new_tokens`` after ``cached_tokens``."""
+        if new_tokens <= 0 or batch <= 0:
+            return 0.0
+        t = float(new_tokens) * batch
+        if weight_tokens is not None and c[step.EXPERT_MISS] < 1.0:
+            # the experts that weight_tokens routed rows touch: miss^t' = miss^routed
+            c = c.copy()
+            c[step.EXPERT_MISS] = c[step.EXPERT_MISS] ** (max(weight_tokens, 1) / t)
+        a = batch * step.chunk_attn(float(new_tokens), float(cached_tokens))
+        return float(step.step_seconds(c, t, a, 0.0, 0.0))
 
     def analytic_compute_s(
         self,
@@ -484,15 +550,12 @@ class CostModel:
         """Prefill time of ``batch`` identical requests prefilled together in one forward.
 
         The engine model (analyzer.cost.engine) when ``engine`` is set, else the roofline
-        ``max(FLOPs / (peak * mfu), HBM floor)``.
+        ``max(FLOPs / (peak * mfu), HBM floor)``; uncalibrated. Both are the step model
+        (analyzer/cost/step.py) of that one chunk. ``weight_tokens`` (default
+        ``new_tokens * batch``) sets how many routed tokens decide which MoE experts are
+        read.
         """
-        if new_tokens <= 0 or batch <= 0:
-            return 0.0
-        if self.engine is None:
-            compute = batch * self.prefill_flops(new_tokens, cached_tokens) / self._k.flops_per_s
-            hbm = self.hbm_floor_s(new_tokens, cached_tokens, batch, weight_tokens)
-            return max(compute, hbm)
-        return self.engine_compute_s(new_tokens, cached_tokens, batch, self.engine, weight_tokens)
+        return self._chunk_s(self._c, new_tokens, cached_tokens, batch, weight_tokens)
 
     def engine_compute_s(
         self,
@@ -507,25 +570,8 @@ class CostModel:
         See analyzer/cost/engine.py for the formula; ``kvpool cost check`` calls this with
         the constants it is fitting.
         """
-        if new_tokens <= 0 or batch <= 0:
-            return 0.0
-        k = self._k
-        hbm = self.hbm_floor_s(new_tokens, cached_tokens, batch, weight_tokens)
-        s, p = float(new_tokens), float(cached_tokens)
-        tokens = s * batch
-        eff = e.gemm_eff(self.compute_dtype) * tokens / (tokens + e.gemm_half_tokens)
-        dense = k.dense_flops_per_token - k.expert_flops_per_token + k.linear_flops_per_token
-        gemm = tokens * dense / (k.gemm_flops_per_s * eff)
-        if k.expert_flops_per_token:
-            gemm += tokens * k.expert_flops_per_token / (k.gemm_flops_per_s * eff * e.moe_eff)
-        ctx = k.full_layers * (p * s + s * s / 2.0)
-        if k.sliding_layers:
-            ctx += k.sliding_layers * window_context(s, p, k.window)
-        attn = batch * k.attn_coef * ctx / (k.attn_flops_per_s * e.attn_eff)
-        comm = 0.0
-        if k.comm_bytes_per_token:
-            comm = tokens * k.comm_bytes_per_token / (k.interconnect_bytes_per_s * e.link_eff)
-        return max(gemm + attn, hbm / e.hbm_eff) + comm + k.num_layers * e.layer_step_s
+        c = self._c if e is self.engine else self.engine_coefficients(e)
+        return self._chunk_s(c, new_tokens, cached_tokens, batch, weight_tokens)
 
     def compute_time_s(
         self,
@@ -534,20 +580,9 @@ class CostModel:
         batch: int = 1,
         weight_tokens: int | None = None,
     ) -> float:
-        """Prefill time without the fixed overhead (analytic or calibrated)."""
-        if new_tokens <= 0 or batch <= 0:
-            return 0.0
-        c = self.prefill
-        s, p = float(new_tokens), float(cached_tokens)
-        t = 0.0
-        if c.compute_scale:
-            t += c.compute_scale * self.analytic_compute_s(
-                new_tokens, cached_tokens, batch, weight_tokens
-            )
-        t += batch * (c.per_token_s * s + c.per_context_token_s * p * s + c.per_token_sq_s * s * s)
-        if self.ttft_fit is not None:
-            t *= self.ttft_fit.compute_scale
-        return t
+        """Prefill time without the fixed overhead (analytic or calibrated): the step
+        model's time of this one chunk (``batch`` alike), nothing else in the step."""
+        return self._chunk_s(self._steps, new_tokens, cached_tokens, batch, weight_tokens)
 
     @property
     def overhead_s(self) -> float:
@@ -654,9 +689,12 @@ class CostModel:
         if prefix_tokens <= 0:
             raise UsageError(f"prefix length must be positive, got {prefix_tokens}")
         saving = self.recompute_saving_s(prefix_tokens, suffix_tokens)
-        saving -= self.hit_overhead_s(prefix_tokens)
-        if saving <= 0:
+        scatter = self.hit_overhead_s(prefix_tokens)
+        # Under the weights floor the recompute's only extra is writing the prefix's KV,
+        # which a hit's scatter writes too: equal up to rounding, so no saving at all.
+        if saving - scatter <= 1e-9 * saving:
             return math.inf
+        saving -= scatter
         return self.transfer_bytes(prefix_tokens) / saving / 1e9
 
     def load_wins(

@@ -1,0 +1,236 @@
+"""The step model (analyzer/cost/step.py): a slow per-layer oracle of a mixed batch,
+monotonicity, the single-chunk identity with CostModel.compute_time_s, and numba."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.cost import CostModel, StepModel, step_model, step_seconds
+from analyzer.cost.model import PrefillCoefficients, TtftCoefficients
+from analyzer.cost.step import chunk_attn
+from analyzer.errors import UsageError
+
+# full attention only (no window, no linear state): the step model is exact on these
+EXACT = ["llama-3.1-8b", "llama-3.1-70b", "qwen3-32b", "mixtral-8x7b", "qwen3-235b-a22b"]
+OTHERS = ["gpt-oss-120b", "gemma-3-27b", "qwen3-next-80b-a3b", "deepseek-v3"]
+
+
+def _slow_step_s(cm: CostModel, chunks: list[tuple[int, int]], decodes: list[int]) -> float:
+    """Oracle: one forward of prefill chunks ``(new, cached)`` and decoding requests (their
+    context lengths), layer by layer and token by token from the ModelSpec, under the
+    engine model of docs/cost-model.md section 3a."""
+    m, e = cm.model, cm.engine
+    assert e is not None
+    rows = sum(s for s, _ in chunks) + len(decodes)
+    if rows == 0:
+        return 0.0
+    expert_active = 0.0
+    if m.is_moe and m.total_params > m.active_params:
+        r = m.experts_per_token / m.num_experts
+        expert_active = (m.total_params - m.active_params) / (1 - r) * r
+    dense = 2 * (m.active_nonembedding_params - expert_active) * rows
+    attn = 0.0
+    for kind in m.layer_kinds:
+        if kind == "full":
+            for s, p in chunks:
+                attn += 4 * m.attention_dim * sum(x + 0.5 for x in range(p, p + s))
+            attn += 4 * m.attention_dim * sum(decodes)
+        elif kind == "sliding":
+            w = m.sliding_window_tokens
+            for s, p in chunks:
+                attn += 4 * m.attention_dim * sum(min(x + 0.5, w) for x in range(p, p + s))
+            attn += 4 * m.attention_dim * sum(min(c, w) for c in decodes)
+        else:
+            dense += 4 * m.linear_state_elements_per_layer * rows
+    peak = cm.gpu.tflops(cm.compute_dtype) * 1e12 * cm.tp
+    base = e.gemm_eff_bf16 if cm.compute_dtype == "bf16" else e.gemm_eff_fp8
+    eff = base * rows / (rows + e.gemm_half_tokens)
+    gemm = dense / (peak * eff) + 2 * expert_active * rows / (peak * eff * e.moe_eff)
+    attn_s = attn / (cm.gpu.tflops("bf16") * 1e12 * cm.tp * e.attn_eff)
+    weights = m.weight_bytes_read(rows, cm.weight_dtype) / cm.tp
+    # a chunk writes its new tokens' KV; a decoding request reads its whole context
+    kv = sum(m.kv_bytes_for_tokens(s, cm.kv_dtype, cm.tp, per_rank=True) for s, _ in chunks)
+    kv += sum(m.kv_bytes_for_tokens(c, cm.kv_dtype, cm.tp, per_rank=True) for c in decodes)
+    hbm = (weights + kv) / (cm.gpu.hbm_tbps * 1e12 * e.hbm_eff)
+    comm = 0.0
+    if cm.tp > 1:
+        ring = 2 * (cm.tp - 1) / cm.tp * rows * m.hidden_size * 2
+        link = cm.gpu.interconnect_gbps * 1e9 * e.link_eff
+        comm = sum(2 * ring / link for _ in range(m.num_layers))
+    return max(gemm + attn_s, hbm) + comm + m.num_layers * e.layer_step_s
+
+
+def _args(chunks: list[tuple[int, int]], decodes: list[int]) -> tuple[float, ...]:
+    return (
+        float(sum(s for s, _ in chunks)),
+        sum(chunk_attn(s, p) for s, p in chunks),
+        float(len(decodes)),
+        float(sum(decodes)),
+    )
+
+
+_chunks = st.lists(st.tuples(st.integers(1, 2048), st.integers(0, 8192)), max_size=4)
+_decodes = st.lists(st.integers(1, 20_000), max_size=32)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    model=st.sampled_from(EXACT),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    chunks=_chunks,
+    decodes=_decodes,
+    kv_dtype=st.sampled_from(["bf16", "fp8"]),
+)
+def test_mixed_step_matches_the_slow_oracle(model, tp, chunks, decodes, kv_dtype):
+    cm = CostModel.from_catalog(model, "h100", tp=tp, kv_dtype=kv_dtype)
+    got = step_model(cm).step_s(*_args(chunks, decodes))
+    assert got == pytest.approx(_slow_step_s(cm, chunks, decodes), rel=1e-9, abs=1e-15)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    model=st.sampled_from(OTHERS),
+    s=st.integers(1, 6000),
+    p=st.integers(0, 6000),
+)
+def test_window_and_state_models_single_chunk_bound(model, s, p):
+    """Sliding windows: ``min(a, W t)`` over-counts a chunk straddling the window's edge by
+    at most ``W^2 / 2`` of attention context per window layer, never under-counts."""
+    cm = CostModel.from_catalog(model, "h200", tp=8)
+    got = cm.compute_time_s(s, p)
+    exact = _slow_step_s(cm, [(s, p)], [])
+    assert got >= exact * (1 - 1e-9)
+    w = cm.model.sliding_window_tokens or 0
+    slack = 4 * cm.model.attention_dim * cm.model.sliding_layers * w * w / 2
+    slack /= cm.gpu.tflops("bf16") * 1e12 * cm.tp * cm.engine.attn_eff
+    assert got <= exact + slack + 1e-12
+    if p + s <= w or p >= w or not w:
+        assert got == pytest.approx(exact, rel=1e-9)
+
+
+_value = st.floats(0, 1e7, allow_nan=False, allow_infinity=False)
+
+
+def _coefficient_sets() -> list[tuple[str, np.ndarray]]:
+    out = []
+    for model in [*EXACT, *OTHERS]:
+        cm = CostModel.from_catalog(model, "h200", tp=8)
+        out.append((f"{model} engine", step_model(cm).coefficients))
+        out.append((f"{model} roofline", CostModel.from_catalog(model, "h200", 8, mfu=0.4)._c))
+    cm = CostModel.from_catalog("llama-3.1-8b", "h100")
+    poly = cm.with_prefill(PrefillCoefficients(0.0, 3e-5, 1e-9, 2e-9, 0.01, ("per_token_s",)))
+    out.append(("polynomial", step_model(poly).coefficients))
+    scaled = replace(cm, ttft_fit=TtftCoefficients(0.02, 1e-3, 1.0, 1.3, ("compute_scale",)))
+    out.append(("ttft-scaled", step_model(scaled).coefficients))
+    return out
+
+
+COEFFICIENTS = _coefficient_sets()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    which=st.sampled_from(range(len(COEFFICIENTS))),
+    args=st.tuples(_value, _value, st.floats(0, 4096), _value),
+    arg=st.integers(0, 3),
+    more=st.floats(0, 1e6, allow_nan=False),
+)
+def test_monotone_in_every_argument(which, args, arg, more):
+    _, c = COEFFICIENTS[which]
+    bigger = list(args)
+    bigger[arg] += more
+    lo = step_seconds(c, *args)
+    hi = step_seconds(c, *bigger)
+    assert hi >= lo * (1 - 1e-12)
+    assert lo >= 0.0
+
+
+@pytest.mark.parametrize("name,c", COEFFICIENTS, ids=[n for n, _ in COEFFICIENTS])
+def test_no_work_takes_no_time(name, c):
+    assert step_seconds(c, 0.0, 0.0, 0.0, 0.0) == 0.0
+    assert step_seconds(c, 1.0, 0.5, 0.0, 0.0) > 0.0
+    if c[1] > 0 or name != "polynomial":  # a pure polynomial fit leaves decode to the engine
+        assert step_seconds(c, 0.0, 0.0, 1.0, 100.0) > 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    model=st.sampled_from([*EXACT, *OTHERS]),
+    tp=st.sampled_from([1, 2, 8]),
+    s=st.integers(1, 8192),
+    p=st.integers(0, 65536),
+    k=st.integers(1, 8),
+    roofline=st.booleans(),
+)
+def test_single_chunk_is_compute_time(model, tp, s, p, k, roofline):
+    """One prefill chunk (``k`` alike) and no decode is CostModel.compute_time_s."""
+    if model == "deepseek-v3" and tp == 1:
+        tp = 8
+    cm = CostModel.from_catalog(model, "h200", tp=tp, mfu=0.4 if roofline else None)
+    sm = step_model(cm)
+    assert sm.step_s(k * s, k * chunk_attn(s, p), 0, 0) == pytest.approx(
+        cm.compute_time_s(s, p, k), rel=1e-12
+    )
+    assert sm.request_overhead_s == cm.overhead_s
+
+
+def test_reference_rows_unchanged_by_the_step_form():
+    """The reference rows (no cached prefix, full attention) price exactly as the
+    per-request engine model of docs/cost-model.md section 3a did before the step form."""
+    cm = CostModel.from_catalog("llama-2-70b", "h100", tp=4, weight_dtype="fp8", kv_dtype="fp8")
+    for s in (128, 2048):
+        assert cm.compute_time_s(s, 0) == pytest.approx(_slow_step_s(cm, [(s, 0)], []), rel=1e-12)
+
+
+def test_numba_compiles_it_unchanged():
+    numba = pytest.importorskip("numba")
+    fast = numba.njit(cache=False)(step_seconds)
+    rng = np.random.default_rng(7)
+    for _, c in COEFFICIENTS:
+        for _ in range(50):
+            args = rng.uniform(0, [8192, 8192 * 20_000, 512, 512 * 32_000])
+            args[rng.integers(0, 4)] = 0.0
+            assert fast(c, *args) == pytest.approx(step_seconds(c, *args), rel=1e-12)
+        assert fast(c, 0.0, 0.0, 0.0, 0.0) == 0.0
+
+
+def test_step_model_record():
+    cm = CostModel.from_catalog("llama-3.1-70b", "h100", tp=4)
+    sm = step_model(cm)
+    assert isinstance(sm, StepModel)
+    assert sm.source == "kvpool engine model (models/measurements.toml)"
+    assert sm.coefficients.dtype == np.float64 and not sm.coefficients.flags.writeable
+    assert sm.request_overhead_s == pytest.approx(0.01)
+    with pytest.raises(UsageError, match="back end"):
+        step_model(cm, "tgi")
+    roof = step_model(CostModel.from_catalog("llama-3.1-70b", "h100", tp=4, mfu=0.5))
+    assert roof.source == "kvpool roofline at MFU 0.5"
+    # decode: the weights floor, then each request's KV read
+    one = sm.step_s(0, 0, 1, 1000)
+    many = sm.step_s(0, 0, 64, 64_000)
+    assert many > one and many < 64 * one
+    # a mixed step costs at least its prefill alone and its decode alone
+    mixed = sm.step_s(2048, chunk_attn(2048, 0), 64, 64_000)
+    assert mixed >= max(sm.step_s(2048, chunk_attn(2048, 0), 0, 0), many)
+
+
+def test_polynomial_profile_prices_one_request_exactly():
+    """A fitted polynomial ``K (c1 S + c2 P S + c3 S^2)`` is exact for one request, and the
+    engine still prices the step's decode work."""
+    cm = CostModel.from_catalog("llama-3.1-8b", "h100")
+    fit = PrefillCoefficients(0.0, 3e-5, 1e-9, 2e-9, 0.012, ("per_token_s",))
+    poly = cm.with_prefill(fit)
+    sm = step_model(poly)
+    for s, p in ((512, 0), (100, 9000), (4096, 4096)):
+        want = 3e-5 * s + 1e-9 * p * s + 2e-9 * s * s
+        assert sm.step_s(s, chunk_attn(s, p), 0, 0) == pytest.approx(want, rel=1e-12)
+        assert poly.compute_time_s(s, p) == pytest.approx(want, rel=1e-12)
+    assert sm.step_s(0, 0, 8, 8000) == pytest.approx(step_model(cm).step_s(0, 0, 8, 8000))
+    assert sm.request_overhead_s == 0.012
+    assert math.isfinite(sm.step_s(512, chunk_attn(512, 0), 8, 8000))
