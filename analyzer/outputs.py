@@ -62,6 +62,16 @@ def note_input(path: str | Path) -> None:
         _INPUTS.setdefault(key, None)
 
 
+def note_input_url(url: str) -> None:
+    """Record that this run reads the object at ``url`` (analyzer/storage.py)."""
+    _INPUTS[url] = None
+
+
+def is_input_url(url: str) -> bool:
+    """Whether this run reads the object at ``url``: no output may then replace it."""
+    return url in _INPUTS
+
+
 def _identity(p: Path) -> tuple[str, tuple[int, int] | None]:
     key = str(p.resolve())
     try:
@@ -96,8 +106,17 @@ def check_output(
 
     Raises :class:`OutputError` (exit 4) when the target is an input, a symlink (without
     ``force``), not a regular file, or in a directory that does not exist. With ``force``
-    a symlink resolves to the file it points at.
+    a symlink resolves to the file it points at. An object-storage URL is checked by
+    :func:`analyzer.storage.check_writable` and returned as given.
     """
+    from analyzer.storage import check_writable, is_url
+
+    if is_url(path):
+        for extra in inputs:
+            if not is_url(extra):
+                note_input(extra)
+        check_writable(str(path))
+        return path  # type: ignore[return-value]
     p = Path(path)
     _not_stdout(p)
     for extra in inputs:

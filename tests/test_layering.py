@@ -22,6 +22,7 @@ LAYERS = {
     "spawn": 1,
     "trace": 1,
     "dense": 1,
+    "storage": 1,
     "tokenize": 2,
     "blocks": 2,
     "cost": 2,

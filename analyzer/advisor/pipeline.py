@@ -66,7 +66,7 @@ from analyzer.advisor.sensitivity import (
 )
 from analyzer.advisor.sizing import ClusterFigures, Sizing, size
 from analyzer.cost.prices import PriceOverrides, Prices, resolve_prices
-from analyzer.errors import UsageError
+from analyzer.errors import UsageError, shown
 from analyzer.ingest.options import IngestOptions
 from analyzer.ingest.pipeline import release_freed_memory
 from analyzer.progress import Advance, progress
@@ -523,7 +523,9 @@ def run_analysis(
     # Reports are made to be shared: inputs are named by position, size and hash unless
     # --keep-names (a file name can carry a customer's name).
     names = {
-        p: Path(p).name if opts.ingest.keep_names else f"input-{i + 1}" for i, p in enumerate(plist)
+        # shown: a copy of stdin or of an object keeps the name it was given by
+        p: Path(shown(p)).name if opts.ingest.keep_names else f"input-{i + 1}"
+        for i, p in enumerate(plist)
     }
     inputs = tuple(AnalyzedInput(names[p], Path(p).stat().st_size, _sha256(p)) for p in plist)
     tf = _trace_figures(loaded)

@@ -23,7 +23,14 @@ def analyze(
     inputs: o.Inputs,
     *,
     out: Annotated[
-        Path, typer.Option("-o", "--out", help="Directory for report.html, report.md, report.json.")
+        Path,
+        typer.Option(
+            "-o",
+            "--out",
+            help="Directory for report.html, report.md, report.json (s3://, gs://, az://: a "
+            "prefix in object storage).",
+            parser=o.path_or_url,
+        ),
     ],
     cluster: o.ClusterFlags,
     ttft_slo: o.TtftSlo = 2.0,
@@ -59,7 +66,11 @@ def analyze(
     ] = False,
     json_out: Annotated[
         Path | None,
-        typer.Option("--json", help="Also write report.json's document here ('-': stdout, alone)."),
+        typer.Option(
+            "--json",
+            help="Also write report.json's document here ('-': stdout, alone).",
+            parser=o.path_or_url,
+        ),
     ] = None,
     objective: Annotated[
         str,
@@ -123,8 +134,13 @@ def analyze(
     from analyzer.outputs import report_dir
     from analyzer.progress import progress
     from analyzer.report import ReportDocument, render_json, write_reports
+    from analyzer.storage import free_prefix, is_url
 
-    report_dir(out, force=force, create=False)  # fail before the long run, not after it
+    remote: tuple[str, str | None] | None = None  # (prefix, note) in object storage
+    if is_url(out):  # fail before the long run, not after it
+        remote = free_prefix(str(out), force=force)
+    else:
+        report_dir(out, force=force, create=False)
     if profile is not None:
         from analyzer.cost.calibrate import load_profile
 
@@ -163,10 +179,17 @@ def analyze(
     )
     # Each stage shows its own progress bar (rich allows one live display at a time).
     document = ReportDocument.of(run_analysis([str(p) for p in inputs], opts))
+    paths: dict[str, Any]
     with progress("writing reports", None):
-        paths = write_reports(document, out, pdf=pdf, force=force)
+        if remote is not None:
+            paths = _write_remote_reports(document, remote[0], pdf=pdf)
+        else:
+            paths = write_reports(document, out, pdf=pdf, force=force)
     console = report_console(json_out)
-    if paths["json"].parent != out:
+    if remote is not None:
+        if remote[1] is not None:
+            console.print(f"[yellow]{remote[1]} (--force overwrites)[/]", highlight=False)
+    elif paths["json"].parent != out:
         console.print(
             f"[yellow]{out} already holds files; wrote to {paths['json'].parent} instead "
             "(--force overwrites)[/]",
@@ -177,6 +200,18 @@ def analyze(
         write_text(json_out, render_json(document), force=force)
     if pdf and "pdf" not in paths:
         console.print("[yellow]no PDF: Chromium is not installed (/usr/bin/chromium)[/]")
+
+
+def _write_remote_reports(document: Any, url: str, *, pdf: bool) -> dict[str, Any]:
+    """The reports written into a private local folder, then uploaded under ``url`` all
+    together (each file to a temporary key first; analyzer/storage.py)."""
+    from analyzer.report import write_reports
+    from analyzer.storage import public, staged_output
+
+    with staged_output(url, reports=True) as local:
+        local.mkdir()
+        written = write_reports(document, local, pdf=pdf, force=True)
+    return {k: f"{public(url)}/{Path(v).relative_to(local).as_posix()}" for k, v in written.items()}
 
 
 def print_summary(console: Any, doc: Report, paths: dict[str, Any]) -> None:
@@ -252,11 +287,17 @@ def validate(
     ],
     report: Annotated[
         Path,
-        typer.Option("--report", help="The report.json written by `kvpool analyze` ('-': stdin)."),
+        typer.Option(
+            "--report",
+            help="The report.json written by `kvpool analyze` ('-': stdin; s3://... ok).",
+            parser=o.path_or_url,
+        ),
     ],
     json_out: Annotated[
         Path | None,
-        typer.Option("--json", help="Write the validation as JSON here ('-': stdout)."),
+        typer.Option(
+            "--json", help="Write the validation as JSON here ('-': stdout).", parser=o.path_or_url
+        ),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Write through a symlinked output path.")
@@ -274,7 +315,7 @@ def validate(
     from analyzer.errors import shown
     from analyzer.outputs import check_output
 
-    paths = [Path(r.split("=", 1)[-1]) for r in results]
+    paths = [o.path_or_url(r.split("=", 1)[-1]) for r in results]
     if json_out is not None and not is_stdio(json_out):
         check_output(json_out, force=force, inputs=[report, *paths])
     with stdin_inputs([report, *paths]) as (report, *copies):  # '-': stdin

@@ -22,7 +22,11 @@ def convert(
     out: Annotated[
         Path,
         typer.Option(
-            "-o", "--out", help="Output file ('-': stdout; a folder with --ray, --window-s)."
+            "-o",
+            "--out",
+            help="Output file ('-': stdout; a folder with --ray, --window-s; s3://, gs://, "
+            "az:// to object storage).",
+            parser=o.path_or_url,
         ),
     ],
     ingest: o.IngestFlags,
@@ -50,12 +54,18 @@ def convert(
     """Convert request logs or public traces to the canonical trace (or an export)."""
     from analyzer.cli.stdio import is_stdio, output_file
     from analyzer.errors import UsageError
+    from analyzer.storage import is_url, public
 
     if to not in ("canonical", "mooncake", "bailian"):
         raise UsageError(f"unknown --to '{to}'", hint="canonical, mooncake or bailian")
     opts = ingest.options(previews=keep_previews, keep_names=keep_names)
     if is_stdio(out) and keep_previews:
         raise UsageError("--keep-previews writes a file beside -o FILE; not with -o - (stdout)")
+    if is_url(out) and keep_previews:
+        raise UsageError(
+            "--keep-previews writes prompt text to a private (0600) file beside -o FILE; "
+            "not to object storage, whose access is the bucket's"
+        )
     if ingest.ray is not None and window_s is None and to == "canonical" and not is_stdio(out):
         window_s = 3600  # a cluster's output: a dataset partitioned by hour
     if window_s is not None:
@@ -66,7 +76,7 @@ def convert(
         if window_s < 1:
             raise UsageError(f"--window-s must be at least 1, got {window_s}")
     with output_file(out) as target:
-        name = "<stdout>" if is_stdio(out) else str(out)
+        name = "<stdout>" if is_stdio(out) else public(str(out)) if is_url(out) else str(out)
         _convert(inputs, target, name, to, opts, force, window_s)
 
 

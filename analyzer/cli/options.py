@@ -76,11 +76,25 @@ CHOICES = {
 
 # --- inputs ------------------------------------------------------------------------------
 
+_SCHEMES = ("s3://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "hf://")  # storage.SCHEMES
+
+
+def path_or_url(value: str) -> Path:
+    """A file argument as given: a ``Path``, or an object-storage URL (``s3://b/k``) kept
+    as the string it is (a ``Path`` would fold its ``//``); :mod:`analyzer.cli.stdio`
+    turns a URL input into a local copy, and an output URL is uploaded once written."""
+    if value.lower().startswith(_SCHEMES):
+        return value  # type: ignore[return-value]
+    return Path(value)
+
+
 Inputs = Annotated[
     list[Path],
     typer.Argument(
         help="Request logs, public traces or canonical .parquet (gzip/zstd ok; "
-        "any format `kvpool convert` reads); '-' reads stdin."
+        "any format `kvpool convert` reads); '-' reads stdin; s3://, gs://, az://, hf:// "
+        "URLs are read from object storage.",
+        parser=path_or_url,
     ),
 ]
 

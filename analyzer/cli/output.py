@@ -48,5 +48,11 @@ def write_text(path: Path | str, text: str, *, force: bool = False) -> None:
         sys.stdout.flush()
         return
     from analyzer.outputs import write_text as write_atomic
+    from analyzer.storage import is_url, staged_output
+
+    if is_url(path):  # written whole here, then uploaded whole
+        with staged_output(str(path)) as local:
+            write_atomic(local, text)
+        return
 
     write_atomic(path, text, force=force)

@@ -104,7 +104,11 @@ def replay(
     ] = 0,
     json_out: Annotated[
         Path | None,
-        typer.Option("--json", help="Write the full results as JSON here ('-': stdout)."),
+        typer.Option(
+            "--json",
+            help="Write the full results as JSON here ('-': stdout).",
+            parser=o.path_or_url,
+        ),
     ] = None,
     ingest: o.IngestFlags,
     force: o.Force = False,

@@ -101,7 +101,9 @@ def reuse(
     top: Annotated[int, typer.Option("--top", help="Shared prefixes to list.")] = 10,
     json_out: Annotated[
         Path | None,
-        typer.Option("--json", help="Write the full report as JSON here ('-': stdout)."),
+        typer.Option(
+            "--json", help="Write the full report as JSON here ('-': stdout).", parser=o.path_or_url
+        ),
     ] = None,
     only_model: o.OnlyModel = None,
     force: o.Force = False,

@@ -72,12 +72,18 @@ def _copy_pipe(path: Path, copy: Path) -> None:
 @contextmanager
 def stdin_inputs(paths: Sequence[Path]) -> Iterator[list[Path]]:
     """``paths`` with ``-`` replaced by a temporary copy of stdin, named ``<stdin>`` in
-    messages (at most one ``-``: stdin can be read once), and each pipe by a copy of
-    what it gives, named as given."""
+    messages (at most one ``-``: stdin can be read once), each pipe by a copy of what it
+    gives, named as given, and each object-storage URL by a copy of the object (or of a
+    dataset prefix), named by its URL without credentials (:mod:`analyzer.storage`)."""
     global _taken
+    from analyzer.storage import is_url
+
     stdin = [p for p in paths if is_stdio(p)]
-    pipes = sorted({str(p) for p in paths if not is_stdio(p) and _is_pipe(Path(p))})
-    if not stdin and not pipes:
+    urls = sorted({str(p) for p in paths if is_url(p)})
+    pipes = sorted(
+        {str(p) for p in paths if not is_stdio(p) and not is_url(p) and _is_pipe(Path(p))}
+    )
+    if not stdin and not pipes and not urls:
         yield list(paths)
         return
     if stdin and (_taken or len(stdin) > 1):
@@ -101,11 +107,25 @@ def stdin_inputs(paths: Sequence[Path]) -> Iterator[list[Path]]:
             copy = copies[pipe] = folder / f"pipe-{i}"
             _copy_pipe(Path(pipe), copy)
             show_as(str(copy), pipe)
-        yield [copies.get(str(p), p) for p in paths]
+        if urls:
+            _fetch_urls(urls, folder, copies)
+        yield [copies.get(str(p), Path(p)) for p in paths]
     finally:
         if stdin:
             _taken = False
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _fetch_urls(urls: list[str], folder: Path, copies: dict[str, Path]) -> None:
+    """Each URL copied into ``folder`` (streamed, bounded memory), with a progress bar."""
+    from analyzer.progress import progress
+    from analyzer.storage import fetch, public
+
+    with progress("downloading", None, unit="bytes") as advance:
+        for i, url in enumerate(urls):
+            name = f"object-{i}" + "".join(Path(url.split("?", 1)[0]).suffixes[-2:])
+            copy = copies[url] = fetch(url, folder, name, advance)
+            show_as(str(copy), public(url))
 
 
 @contextmanager
@@ -129,7 +149,15 @@ def no_stdio(value: str | Path | None, flag: str, why: str) -> None:
 @contextmanager
 def output_file(path: Path, *, what: str = "output") -> Iterator[Path]:
     """The file a command writes: ``path`` itself, or for ``-`` a private temporary file
-    whose bytes go to stdout once the command has written it whole."""
+    whose bytes go to stdout once the command has written it whole, or for an
+    object-storage URL a private local file (or folder) uploaded once written whole
+    (:func:`analyzer.storage.staged_output`)."""
+    from analyzer.storage import is_url, staged_output
+
+    if is_url(path):
+        with staged_output(str(path)) as local:
+            yield local
+        return
     if not is_stdio(path):
         yield path
         return
