@@ -28,7 +28,15 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.advisor.gates import Gate, GateResult, evaluate, gate_from_json
+from analyzer.advisor.engine_metrics import EngineMeasurement
+from analyzer.advisor.gates import (
+    Criterion,
+    CriterionResult,
+    Gate,
+    GateResult,
+    evaluate,
+    gate_from_json,
+)
 from analyzer.errors import InputError, Location, UsageError
 from analyzer.outputs import note_input
 
@@ -323,6 +331,7 @@ class Validation:
     measured: tuple[Measured, ...]
     gates: tuple[GateResult, ...]
     comparisons: tuple[MeasuredVsProjected, ...]
+    engine: tuple[EngineMeasurement, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -361,6 +370,7 @@ class Validation:
                 for g in self.gates
             ],
             "comparisons": [c.to_json() for c in self.comparisons],
+            **({"engine_metrics": [e.to_json() for e in self.engine]} if self.engine else {}),
             "failed": self.failed,
         }
 
@@ -411,14 +421,87 @@ def report_gates(doc: dict[str, Any], path: str) -> tuple[Gate, ...]:
     return tuple(gates)
 
 
-def validate(results_args: list[str], report_path: str) -> Validation:
+# The engine counters' criteria (``kvpool validate --prometheus``), by the gate they
+# join: the metric of analyzer.advisor.engine_metrics.compare and its wording.
+ENGINE_CRITERIA = {
+    "baseline": (
+        (
+            "hbm_hit_rate_error",
+            "measured HBM prefix-cache hit rate (engine counters) within {tol} points of "
+            "the replay's",
+        ),
+    ),
+    "main": (
+        (
+            "hit_rate_shortfall",
+            "measured prefix-cache hit rate (engine counters) at most {tol} points below "
+            "the projected",
+        ),
+        (
+            "offload_hit_shortfall",
+            "measured hit rate below HBM (KV connector, HiCache host and storage) at most "
+            "{tol} points below the projected",
+        ),
+    ),
+}
+
+
+def _with_engine(
+    results: tuple[GateResult, ...], engine: tuple[EngineMeasurement, ...], tolerance: float
+) -> tuple[GateResult, ...]:
+    """Each gate with the criteria its role's engine counters decide, added and tested."""
+    values = {e.role: e.criteria for e in engine}
+    out = []
+    for g in results:
+        got = values.get(g.gate.results_role, {})
+        extra = [
+            (
+                Criterion(metric, "<=", tolerance, text.format(tol=f"{100 * tolerance:g}")),
+                got[metric],
+            )
+            for metric, text in ENGINE_CRITERIA.get(g.gate.id, ())
+            if metric in got
+        ]
+        if not extra:
+            out.append(g)
+            continue
+        gate = Gate(
+            g.gate.id,
+            g.gate.name,
+            g.gate.run,
+            g.gate.results_role,
+            g.gate.criteria + tuple(c for c, _ in extra),
+            g.gate.projected,
+        )
+        rows = tuple(CriterionResult(c, v, bool(v <= c.threshold)) for c, v in extra)
+        out.append(GateResult(gate, g.results + rows))
+    return tuple(out)
+
+
+def validate(
+    results_args: list[str],
+    report_path: str,
+    engine: tuple[EngineMeasurement, ...] = (),
+    tolerance: float = 0.05,
+) -> Validation:
+    """The gates of the report at ``report_path`` tested on benchmark results files
+    (``ROLE=PATH``) and on engine counters (``engine``, one window per role; their TTFT
+    histograms count as that role's results)."""
     doc = load_report(report_path)
     gates = report_gates(doc, report_path)
-    if not results_args:
-        raise UsageError("give at least one results file")
+    if not results_args and not engine:
+        raise UsageError("give at least one results file or --prometheus source")
     measured = tuple(read_results(p, role) for role, p in assign_roles(results_args))
     by_role = {m.role: m.metrics for m in measured}
-    results = evaluate(gates, by_role)
+    for e in engine:
+        if e.role in by_role:
+            raise UsageError(
+                f"role {e.role!r} given twice (a results file and --prometheus); one per role"
+            )
+        ttft = e.window.ttft_metrics()
+        if ttft:
+            by_role[e.role] = ttft
+    results = _with_engine(evaluate(gates, by_role), engine, tolerance)
     comps: list[MeasuredVsProjected] = []
     main = next((g for g in results if g.gate.id == "main"), None)
     if main is not None:
@@ -439,4 +522,5 @@ def validate(results_args: list[str], report_path: str) -> Validation:
         measured=measured,
         gates=results,
         comparisons=tuple(comps),
+        engine=engine,
     )

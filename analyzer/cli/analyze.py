@@ -279,12 +279,13 @@ def print_summary(console: Any, doc: Report, paths: dict[str, Any]) -> None:
 
 def validate(
     results: Annotated[
-        list[str],
+        list[str] | None,
         typer.Argument(
             help="Benchmark results: vLLM `bench serve --save-result` JSON or CSV; ROLE=PATH to name the role "
             "(baseline, candidate, stability); '-' reads one from stdin.",
         ),
-    ],
+    ] = None,
+    *,
     report: Annotated[
         Path,
         typer.Option(
@@ -302,6 +303,32 @@ def validate(
     force: Annotated[
         bool, typer.Option("--force", help="Write through a symlinked output path.")
     ] = False,
+    prometheus: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--prometheus",
+            metavar="[ROLE=]URL|FILE",
+            help="Engine counters (vLLM, SGLang, LMCache) as measured truth: a Prometheus "
+            "server (http://HOST:9090, queried over --window), an engine's /metrics URL or a "
+            "saved exposition (one: the engines' lifetime; two for a role: before and "
+            "after). ROLE: candidate (default) or baseline. Repeatable.",
+        ),
+    ] = None,
+    window: Annotated[
+        str | None,
+        typer.Option(
+            "--window",
+            help="The window queried from a Prometheus server (300, 15m, 1h; default 1h), or "
+            "the time between two saved expositions (for request throughput).",
+        ),
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at",
+            help="End of the Prometheus window: Unix seconds or ISO 8601 (default: now).",
+        ),
+    ] = None,
 ) -> None:
     """Compare measured pilot results with the projection and the gates (exit 5 if a gate fails)."""
     import json
@@ -309,21 +336,34 @@ def validate(
     from rich.markup import escape
     from rich.table import Table
 
+    from analyzer.advisor.engine_metrics import is_http, parse_duration
     from analyzer.advisor.validate import validate as run_validate
     from analyzer.cli.output import is_stdio, report_console, write_text
     from analyzer.cli.stdio import stdin_inputs
     from analyzer.errors import shown
     from analyzer.outputs import check_output
 
+    results = list(results or [])
+    engine_sources = _engine_sources(prometheus or [])
+    window_s = None if window is None else parse_duration(window)
     paths = [o.path_or_url(r.split("=", 1)[-1]) for r in results]
+    files = [o.path_or_url(src) for _, src in engine_sources if not is_http(src)]
     if json_out is not None and not is_stdio(json_out):
-        check_output(json_out, force=force, inputs=[report, *paths])
-    with stdin_inputs([report, *paths]) as (report, *copies):  # '-': stdin
+        check_output(json_out, force=force, inputs=[report, *paths, *files])
+    with stdin_inputs([report, *paths, *files]) as (report, *copies):  # '-': stdin
         results = [
             r[: len(r) - len(str(p))] + str(c)
-            for r, p, c in zip(results, paths, copies, strict=True)
+            for r, p, c in zip(results, paths, copies[: len(paths)], strict=True)
         ]
-        v = run_validate(list(results), str(report))
+        local = iter(copies[len(paths) :])
+        engine = _engine_windows(
+            engine_sources,
+            {src: str(next(local)) for _, src in engine_sources if not is_http(src)},
+            str(report),
+            window_s,
+            _at(at),
+        )
+        v = run_validate(list(results), str(report), engine[0], engine[1])
     console = report_console(json_out)
     console.print(f"Report verdict: [bold]{v.verdict}[/]", highlight=False)
     for m in v.measured:
@@ -347,6 +387,8 @@ def validate(
             f"  {c.metric}: measured {c.measured:.4g} vs projected {c.projected:.4g}",
             highlight=False,
         )
+    if v.engine:
+        _print_engine(console, v.engine)
     if json_out is not None:
         write_text(json_out, json.dumps(v.to_json(), sort_keys=True, indent=2) + "\n", force=force)
     if v.failed:
@@ -354,6 +396,104 @@ def validate(
         console.print(f"[bold red]gate failed:[/] {failed}", highlight=False)
         raise typer.Exit(EXIT_GATES)
     console.print("[bold green]no gate failed[/] (gates without measurements are not run)")
+
+
+ENGINE_ROLES = ("candidate", "baseline", "stability")
+
+
+def _engine_sources(values: list[str]) -> list[tuple[str, str]]:
+    """``[ROLE=]SOURCE`` -> (role, source); the role is ``candidate`` unless named."""
+    from analyzer.errors import UsageError
+
+    out = []
+    for v in values:
+        head, sep, tail = v.partition("=")
+        if sep and head in ENGINE_ROLES:
+            if not tail.strip():
+                raise UsageError(f"--prometheus {v!r} names no source: write {head}=URL|FILE")
+            out.append((head, tail))
+        else:
+            out.append(("candidate", v))
+    return out
+
+
+def _at(value: str | None) -> float | None:
+    """``--at``: Unix seconds or an ISO 8601 time (UTC unless it says)."""
+    if value is None:
+        return None
+    import datetime as dt
+
+    from analyzer.errors import UsageError
+
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        t = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise UsageError(f"--at {value!r}: expected Unix seconds or an ISO 8601 time") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return t.timestamp()
+
+
+def _engine_windows(
+    sources: list[tuple[str, str]],
+    local: dict[str, str],
+    report: str,
+    window_s: float | None,
+    at: float | None,
+) -> tuple[tuple[Any, ...], float]:
+    """Each role's engine window compared with the report's projection, and the
+    tolerance of the comparisons (the report's own)."""
+    if not sources:
+        return (), 0.05
+    from analyzer.advisor.engine_metrics import EngineMeasurement, compare, read_window
+    from analyzer.report.document import ReportDocument
+    from analyzer.report.projection import engine_projection
+    from analyzer.storage import public
+
+    projection = engine_projection(ReportDocument.load(report).report)
+    out = []
+    for role in ENGINE_ROLES:
+        mine = [(local.get(src, src), public(src)) for r, src in sources if r == role]
+        if not mine:
+            continue
+        w = read_window(mine, window_s, at)
+        checks, criteria = compare(role, w, projection)
+        out.append(EngineMeasurement(role, w, checks, criteria))
+    return tuple(out), projection.tolerance
+
+
+def _print_engine(console: Any, engine: tuple[Any, ...]) -> None:
+    from rich.table import Table
+
+    for e in engine:
+        w = e.window
+        if w.kind == "prometheus":
+            span = f"the last {w.window_s or 0:g} s"
+        elif w.kind == "window":
+            span = "between the two snapshots"
+        else:
+            span = "the engines' lifetime (one snapshot)"
+        console.print(
+            f"Engine counters ({e.role}): {w.source}, {len(w.instances)} instance(s), {span}",
+            highlight=False,
+            markup=False,
+        )
+        t = Table("Instance", "Engine", "Figure", "Measured", "Projected", "Decides")
+        for c in e.checks:
+            fmt = "{:.4g}" if "TTFT" in c.metric else "{:.1%}"
+            t.add_row(
+                c.instance,
+                c.engine,
+                c.metric,
+                "-" if c.measured is None else fmt.format(c.measured),
+                "-" if c.projected is None else fmt.format(c.projected),
+                c.gate or "",
+            )
+        console.print(t)
 
 
 def register(app: typer.Typer) -> None:
