@@ -270,13 +270,14 @@ def _slow_engine_s(cm: CostModel, s: int, p: int, k: int) -> float:
     # each chunk writes its new tokens' KV (the cached context's read is priced as
     # attention FLOPs: analyzer/cost/step.py)
     kv = k * m.kv_bytes_for_tokens(s, cm.kv_dtype, cm.tp, per_rank=True)
-    hbm = (weights + kv) / (cm.gpu.hbm_tbps * 1e12 * e.hbm_eff)
+    hbm = cm.gpu.hbm_tbps * 1e12 * e.hbm_eff
     comm = 0.0
     if cm.tp > 1:
         ring = 2 * (cm.tp - 1) / cm.tp * tokens * m.hidden_size * 2
         link = cm.gpu.interconnect_gbps * 1e9 * e.link_eff
         comm = sum(2 * ring / link for _ in range(m.num_layers))
-    return max(gemm + attn_s, hbm) + comm + m.num_layers * e.layer_step_s
+    # GEMMs against the weights, attention against the KV: each its own roofline
+    return max(gemm, weights / hbm) + max(attn_s, kv / hbm) + comm + m.num_layers * e.layer_step_s
 
 
 @settings(max_examples=40, deadline=None)

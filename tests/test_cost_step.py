@@ -57,13 +57,15 @@ def _slow_step_s(cm: CostModel, chunks: list[tuple[int, int]], decodes: list[int
     # a chunk writes its new tokens' KV; a decoding request reads its whole context
     kv = sum(m.kv_bytes_for_tokens(s, cm.kv_dtype, cm.tp, per_rank=True) for s, _ in chunks)
     kv += sum(m.kv_bytes_for_tokens(c, cm.kv_dtype, cm.tp, per_rank=True) for c in decodes)
-    hbm = (weights + kv) / (cm.gpu.hbm_tbps * 1e12 * e.hbm_eff)
+    hbm = cm.gpu.hbm_tbps * 1e12 * e.hbm_eff
     comm = 0.0
     if cm.tp > 1:
         ring = 2 * (cm.tp - 1) / cm.tp * rows * m.hidden_size * 2
         link = cm.gpu.interconnect_gbps * 1e9 * e.link_eff
         comm = sum(2 * ring / link for _ in range(m.num_layers))
-    return max(gemm + attn_s, hbm) + comm + m.num_layers * e.layer_step_s
+    # decode-only steps replay a CUDA graph: no per-layer fixed cost
+    fixed = m.num_layers * e.layer_step_s if chunks else 0.0
+    return max(gemm, weights / hbm) + max(attn_s, kv / hbm) + comm + fixed
 
 
 def _args(chunks: list[tuple[int, int]], decodes: list[int]) -> tuple[float, ...]:

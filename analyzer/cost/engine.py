@@ -9,9 +9,10 @@ continuous-batching step and :class:`analyzer.cost.model.CostModel` for one chun
     e(dt)   = gemm_eff[dt] * tokens / (tokens + gemm_half_tokens)
     gemm_s  = dense_FLOPs / (peak[dt] * e) + expert_FLOPs / (peak[dt] * e * moe_eff)
     attn_s  = attention_FLOPs / (peak[bf16] * attn_eff)
-    hbm_s   = (weights read + KV of the new tokens) per rank / (HBM bandwidth * hbm_eff)
+    weights_s = weights read per rank / (HBM bandwidth * hbm_eff)
+    kv_s    = KV of the new tokens per rank / (HBM bandwidth * hbm_eff)
     comm_s  = layers * 2 * 2(TP-1)/TP * tokens * hidden * 2 B / (interconnect * link_eff)
-    compute_s = max(gemm_s + attn_s, hbm_s) + comm_s + layers * layer_step_s
+    compute_s = max(gemm_s, weights_s) + max(attn_s, kv_s) + comm_s + layers * layer_step_s
 
 ``dt`` is the precision the GEMMs run at (the deployment's weights dtype where the GPU
 has tensor cores for it). The five fitted constants are fitted on the published
@@ -35,10 +36,10 @@ class EngineConstants:
 
     # fitted (models/measurements.toml, `kvpool cost check`)
     gemm_eff_bf16: float = 0.7332  # share of the bf16 dense peak large GEMMs reach
-    gemm_eff_fp8: float = 0.5424  # share of the fp8 peak (W8A8; scaling and casts cost more)
-    gemm_half_tokens: float = 68.38  # tokens per forward at which GEMMs reach half of that
+    gemm_eff_fp8: float = 0.5428  # share of the fp8 peak (W8A8; scaling and casts cost more)
+    gemm_half_tokens: float = 68.24  # tokens per forward at which GEMMs reach half of that
     layer_step_s: float = 1.761e-4  # fixed per layer per forward: launches, norms, RoPE, gaps
-    moe_eff: float = 0.3534  # expert GEMMs relative to dense ones: grouped GEMM, imbalance, EP
+    moe_eff: float = 0.3533  # expert GEMMs relative to dense ones: grouped GEMM, imbalance, EP
     # fixed from published kernel measurements (not fitted)
     attn_eff: float = 0.5  # FlashAttention forward: 50-73% of peak on A100 (FA2 paper)
     hbm_eff: float = 0.85  # weight streaming reaches ~85% of the HBM datasheet bandwidth

@@ -475,6 +475,7 @@ class CostModel:
             c[step.GEMM_S_PER_ROW] = (k.dense_flops_per_token + k.linear_flops_per_token) / flops
             c[step.ATTN_S] = k.attn_coef * k.full_layers / flops
             c[step.WINDOW_ATTN_S] = k.attn_coef * k.sliding_layers / flops
+            c[step.ONE_ROOFLINE] = 1.0
             hbm = k.hbm_bytes_per_s
         else:
             gemm = k.gemm_flops_per_s * e.gemm_eff(self.compute_dtype)

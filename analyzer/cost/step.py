@@ -17,20 +17,25 @@ step's work:
 kvpool's engine model (docs/cost-model.md section 3a, constants in
 analyzer/cost/engine.py, fitted on models/measurements.toml) generalised to such a mixed
 batch. The GEMM rows are ``t + d`` (a decoding request is one row of every projection);
-the weights are read once per step; decode attention reads the KV of every decoding
-request; the TP all-reduce moves every row; the per-layer fixed cost is paid once::
+the GEMMs stream the weights once per step and the attention kernels read the KV (decode
+attention reads the KV of every decoding request), each class of kernels bound by its
+own FLOPs or bytes (a sum of rooflines, as a profile of one forward sums its kernels);
+the TP all-reduce moves every row; the per-layer fixed cost is paid once per step with
+prefill, and not by a decode-only step, which vLLM and SGLang replay as a CUDA graph::
 
     rows   = t + d
     gemm   = (rows + half) * gemm_s_per_row             (= rows * FLOPs / (peak * e(rows)))
     attn   = attn_s * (a + kv) + window_attn_s * (min(a, W t) + min(kv, W d))
-    hbm    = weights_dense_s + weights_expert_s * (1 - miss^rows)
-           + kv_s * (t + kv) + window_kv_s * (min(t, W) + min(kv, W d))
-           + state_s * (min(t, 1) + d)
-    engine = max(gemm + attn, hbm) + comm_s_per_row * rows + fixed_s
+    weights = weights_dense_s + weights_expert_s * (1 - miss^rows)
+    kv_read = kv_s * (t + kv) + window_kv_s * (min(t, W) + min(kv, W d))
+            + state_s * (min(t, 1) + d)
+    engine = max(gemm, weights) + max(attn, kv_read) + comm_s_per_row * rows
+           + (fixed_s if t > 0 else fixed_decode_s)
     step   = scale * engine + per_token_s * t + per_attn_s * a + per_sq_s * t^2
 
 ``e(rows) = eff * rows / (rows + half)`` is the GEMM efficiency curve, so the GEMM time
-is linear in the rows with an intercept of ``half`` rows. A prefill chunk's attention is
+is linear in the rows with an intercept of ``half`` rows. The plain roofline (``--mfu``)
+keeps its one ``max(all FLOPs, all bytes)``. A prefill chunk's attention is
 priced by its FLOPs: its KV read in the HBM floor is that of its new tokens (the read of
 the cached context is not a function of ``t`` and ``a`` that is also monotone; a chunk of
 very few tokens after a long cached context is memory bound, which the weights floor of
@@ -76,11 +81,13 @@ KV_S = 10  # reading one token's KV on one rank, full-attention layers
 WINDOW_KV_S = 11  # the same for sliding-window layers
 STATE_S = 12  # reading one sequence's linear-attention state on one rank
 COMM_S_PER_ROW = 13  # the tensor-parallel all-reduces of one row
-FIXED_S = 14  # per step: launches, norms, gaps between kernels
+FIXED_S = 14  # per step with prefill: launches, norms, gaps between kernels
 PER_TOKEN_S = 15  # calibrated polynomial: per new token
 PER_ATTN_S = 16  # per unit of attention context
 PER_SQ_S = 17  # per squared prefill token (the polynomial's S^2 beyond a's S^2 / 2)
-N_COEFFICIENTS = 18
+FIXED_DECODE_S = 18  # per decode-only step (CUDA graphs: no launch gaps)
+ONE_ROOFLINE = 19  # 1: max(all FLOPs, all bytes), the plain roofline; 0: per kernel class
+N_COEFFICIENTS = 20
 
 BACKENDS = ("vllm", "sglang", "trtllm")  # the serving engines a step model can stand for
 
@@ -120,14 +127,18 @@ def step_seconds(
         win_kv = min(te, w) + min(kv, w * d)
     attn = c[ATTN_S] * (ae + kv) + c[WINDOW_ATTN_S] * win_a
     touched = 1.0 - c[EXPERT_MISS] ** max(rows, 1.0)
-    hbm = (
-        c[WEIGHTS_DENSE_S]
-        + c[WEIGHTS_EXPERT_S] * touched
-        + c[KV_S] * (te + kv)
-        + c[WINDOW_KV_S] * win_kv
-        + c[STATE_S] * (min(te, 1.0) + d)
-    )
-    engine = max(gemm + attn, hbm) + c[COMM_S_PER_ROW] * rows + c[FIXED_S]
+    weights = c[WEIGHTS_DENSE_S] + c[WEIGHTS_EXPERT_S] * touched
+    kv_read = c[KV_S] * (te + kv) + c[WINDOW_KV_S] * win_kv + c[STATE_S] * (min(te, 1.0) + d)
+    if c[ONE_ROOFLINE] > 0.0:
+        # the plain roofline (--mfu): all FLOPs against all bytes
+        engine = max(gemm + attn, weights + kv_read)
+    else:
+        # GEMMs stream the weights; attention kernels read the KV: each its own roofline
+        engine = max(gemm, weights) + max(attn, kv_read)
+    fixed = c[FIXED_DECODE_S]
+    if te > 0.0 or ae > 0.0:
+        fixed = max(c[FIXED_S], fixed)
+    engine += c[COMM_S_PER_ROW] * rows + fixed
     return float(c[SCALE] * engine + poly)
 
 
