@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from analyzer.cost import CostModel, StepModel, step_model, step_seconds
 from analyzer.cost.model import PrefillCoefficients, TtftCoefficients
-from analyzer.cost.step import chunk_attn
+from analyzer.cost.step import chunk_attn, engine_step_model
 from analyzer.errors import UsageError
 
 # full attention only (no window, no linear state): the step model is exact on these
@@ -91,7 +91,7 @@ _decodes = st.lists(st.integers(1, 20_000), max_size=32)
 )
 def test_mixed_step_matches_the_slow_oracle(model, tp, chunks, decodes, kv_dtype):
     cm = CostModel.from_catalog(model, "h100", tp=tp, kv_dtype=kv_dtype)
-    got = step_model(cm).step_s(*_args(chunks, decodes))
+    got = engine_step_model(cm).step_s(*_args(chunks, decodes))
     assert got == pytest.approx(_slow_step_s(cm, chunks, decodes), rel=1e-9, abs=1e-15)
 
 
@@ -123,13 +123,13 @@ def _coefficient_sets() -> list[tuple[str, np.ndarray]]:
     out = []
     for model in [*EXACT, *OTHERS]:
         cm = CostModel.from_catalog(model, "h200", tp=8)
-        out.append((f"{model} engine", step_model(cm).coefficients))
+        out.append((f"{model} engine", engine_step_model(cm).coefficients))
         out.append((f"{model} roofline", CostModel.from_catalog(model, "h200", 8, mfu=0.4)._c))
     cm = CostModel.from_catalog("llama-3.1-8b", "h100")
     poly = cm.with_prefill(PrefillCoefficients(0.0, 3e-5, 1e-9, 2e-9, 0.01, ("per_token_s",)))
-    out.append(("polynomial", step_model(poly).coefficients))
+    out.append(("polynomial", engine_step_model(poly).coefficients))
     scaled = replace(cm, ttft_fit=TtftCoefficients(0.02, 1e-3, 1.0, 1.3, ("compute_scale",)))
-    out.append(("ttft-scaled", step_model(scaled).coefficients))
+    out.append(("ttft-scaled", engine_step_model(scaled).coefficients))
     return out
 
 
@@ -175,7 +175,7 @@ def test_single_chunk_is_compute_time(model, tp, s, p, k, roofline):
     if model == "deepseek-v3" and tp == 1:
         tp = 8
     cm = CostModel.from_catalog(model, "h200", tp=tp, mfu=0.4 if roofline else None)
-    sm = step_model(cm)
+    sm = engine_step_model(cm)
     assert sm.step_s(k * s, k * chunk_attn(s, p), 0, 0) == pytest.approx(
         cm.compute_time_s(s, p, k), rel=1e-12
     )
@@ -204,14 +204,14 @@ def test_numba_compiles_it_unchanged():
 
 def test_step_model_record():
     cm = CostModel.from_catalog("llama-3.1-70b", "h100", tp=4)
-    sm = step_model(cm)
+    sm = engine_step_model(cm)
     assert isinstance(sm, StepModel)
     assert sm.source == "kvpool engine model (models/measurements.toml)"
     assert sm.coefficients.dtype == np.float64 and not sm.coefficients.flags.writeable
     assert sm.request_overhead_s == pytest.approx(0.01)
     with pytest.raises(UsageError, match="back end"):
         step_model(cm, "tgi")
-    roof = step_model(CostModel.from_catalog("llama-3.1-70b", "h100", tp=4, mfu=0.5))
+    roof = engine_step_model(CostModel.from_catalog("llama-3.1-70b", "h100", tp=4, mfu=0.5))
     assert roof.source == "kvpool roofline at MFU 0.5"
     # decode: the weights floor, then each request's KV read
     one = sm.step_s(0, 0, 1, 1000)
@@ -228,11 +228,87 @@ def test_polynomial_profile_prices_one_request_exactly():
     cm = CostModel.from_catalog("llama-3.1-8b", "h100")
     fit = PrefillCoefficients(0.0, 3e-5, 1e-9, 2e-9, 0.012, ("per_token_s",))
     poly = cm.with_prefill(fit)
-    sm = step_model(poly)
+    sm = engine_step_model(poly)
     for s, p in ((512, 0), (100, 9000), (4096, 4096)):
         want = 3e-5 * s + 1e-9 * p * s + 2e-9 * s * s
         assert sm.step_s(s, chunk_attn(s, p), 0, 0) == pytest.approx(want, rel=1e-12)
         assert poly.compute_time_s(s, p) == pytest.approx(want, rel=1e-12)
-    assert sm.step_s(0, 0, 8, 8000) == pytest.approx(step_model(cm).step_s(0, 0, 8, 8000))
+    assert sm.step_s(0, 0, 8, 8000) == pytest.approx(engine_step_model(cm).step_s(0, 0, 8, 8000))
     assert sm.request_overhead_s == 0.012
     assert math.isfinite(sm.step_s(512, chunk_attn(512, 0), 8, 8000))
+
+
+# -- measured step times (aiconfigurator-core), analyzer/cost/aic.py ----------------------
+
+
+def test_coverage_names_what_the_library_lacks():
+    from analyzer.cost.aic import coverage
+
+    assert coverage(CostModel.from_catalog("llama-3.1-8b", "h100"), "vllm") == (
+        "h100_sxm",
+        "meta-llama/Meta-Llama-3.1-8B",
+    )
+    assert coverage(CostModel.from_catalog("llama-3.1-70b", "h100", 4, weight_dtype="fp8"), "vllm")[
+        1
+    ] == ("nvidia/Llama-3.1-70B-Instruct-FP8")
+    for gpu in ("h20", "h800", "a800", "mi300x", "mi325x"):
+        why = coverage(CostModel.from_catalog("llama-3.1-8b", gpu), "vllm")
+        assert isinstance(why, str) and "no kernel data" in why
+    why = coverage(CostModel.from_catalog("llama-2-7b", "h100"), "vllm")
+    assert why == "aiconfigurator-core has no configuration for Llama-2-7B"
+    why = coverage(CostModel.from_catalog("llama-3.1-8b", "h100", weight_dtype="fp8"), "vllm")
+    assert why == "aiconfigurator-core has no fp8 configuration for Llama-3.1-8B"
+    assert "roofline" in coverage(CostModel.from_catalog("llama-3.1-8b", "h100", mfu=0.5), "vllm")
+
+
+def test_uncovered_deployment_says_why_in_the_source():
+    sm = step_model(CostModel.from_catalog("llama-3.1-8b", "h20"))
+    assert sm.source == (
+        "kvpool engine model (models/measurements.toml); "
+        "aiconfigurator-core has no kernel data for NVIDIA H20 96GB"
+    )
+    assert np.array_equal(sm.coefficients, CostModel.from_catalog("llama-3.1-8b", "h20")._steps)
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    scales=st.tuples(*(st.floats(0.5, 2.0) for _ in range(5))),
+    half=st.floats(8.0, 400.0),
+    fixed=st.tuples(st.floats(1e-4, 5e-3), st.floats(1e-5, 2e-3)),
+    model=st.sampled_from(["llama-3.1-70b", "qwen3-30b-a3b"]),
+)
+def test_fit_recovers_known_coefficients(scales, half, fixed, model):
+    """Oracle: predictions made by the step form itself with known quantities are fitted
+    back (the least squares starts elsewhere, from the engine model)."""
+    from analyzer.cost import aic
+
+    cm = CostModel.from_catalog(model, "h100", tp=4)
+    base = cm.engine_coefficients(cm.engine)
+    x = np.log([scales[0], half, scales[1], scales[2], scales[3], fixed[0], fixed[1], scales[4]])
+    truth_c = aic._coefficients(base, x)
+    truth = np.array([step_seconds(truth_c, *aic._args(q)) for q in aic.FIT_GRID])
+    fitted = aic.fit_to(base, aic.FIT_GRID, truth)
+    pred = np.array([step_seconds(fitted, *aic._args(q)) for q in aic.HELD_OUT_GRID])
+    want = np.array([step_seconds(truth_c, *aic._args(q)) for q in aic.HELD_OUT_GRID])
+    assert pred == pytest.approx(want, rel=2e-3)
+
+
+@pytest.mark.slow
+def test_measured_step_fits_the_library():
+    """aiconfigurator-core's own predictions for Llama-3.1-70B on 4xH100 (vLLM): the fitted
+    step is within 10% of them at the median and 1.35x at worst, fitted and held out."""
+    pytest.importorskip("aiconfigurator_core")
+    from analyzer.cost.aic import measured_step
+
+    cm = CostModel.from_catalog("llama-3.1-70b", "h100", tp=4)
+    m = measured_step(cm, "vllm")
+    assert not isinstance(m, str), m
+    assert m.source.startswith("aiconfigurator-core 0.12.0 (vllm, h100_sxm, ")
+    assert m.fit_median_error < 0.10 and m.fit_worst_factor < 1.35
+    assert m.held_out_median_error < 0.10 and m.held_out_worst_factor < 1.35
+    sm = step_model(cm)
+    assert sm.source == m.source
+    for args in ((0, 0, 1, 1000), (2048, chunk_attn(2048, 0), 0, 0), (512, 1e6, 64, 64_000)):
+        assert sm.step_s(*args) > 0
+    # monotone, as every step model
+    assert sm.step_s(0, 0, 64, 64_000) <= sm.step_s(0, 0, 65, 64_000) <= sm.step_s(1, 1, 65, 64_000)

@@ -172,13 +172,34 @@ def chunk_attn(new_tokens: float, cached_tokens: float) -> float:
 
 def step_model(cost: CostModel, backend: str = "vllm") -> StepModel:
     """Measured kernel data (aiconfigurator-core) where it covers the GPU, model, back end
-    and precision, else kvpool's engine model; ``source`` says which.
+    and precision, else kvpool's engine model; ``source`` says which (and, for the engine
+    model, why the measured data was not used).
 
-    The coefficients carry the cost model's calibration (``--profile``, ``--calibration``)
-    and ``request_overhead_s`` is its per-request overhead.
+    The measured coefficients are fitted once per deployment (analyzer/cost/aic.py, a few
+    seconds, then cached in the process). A calibration of your own (``--profile``,
+    ``--calibration``) and the plain roofline (``--mfu``) are used as asked.
+    ``request_overhead_s`` is the cost model's per-request overhead.
     """
     if backend not in BACKENDS:
         raise UsageError(f"unknown serving back end {backend!r}: one of {', '.join(BACKENDS)}")
+    from analyzer.cost.aic import measured_step
+
+    measured = measured_step(cost, backend)
+    if isinstance(measured, str):
+        c = cost.step_coefficients()
+        source = f"kvpool {cost.prefill_model_label}"
+        if cost.engine is not None and not cost.prefill.fitted and cost.ttft_fit is None:
+            source += f"; {measured}"
+    else:
+        c = measured.coefficients.copy()
+        source = measured.source
+    c.setflags(write=False)
+    return StepModel(source=source, coefficients=c, request_overhead_s=float(cost.overhead_s))
+
+
+def engine_step_model(cost: CostModel) -> StepModel:
+    """kvpool's own engine model (with the cost model's calibration), never measured data:
+    what ``kvpool cost check`` compares beside aiconfigurator-core."""
     c = cost.step_coefficients()
     c.setflags(write=False)
     return StepModel(
