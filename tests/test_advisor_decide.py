@@ -470,7 +470,8 @@ def test_rate_gain_is_unknown_when_both_rate_searches_hit_their_top_multiple():
 def test_report_marks_a_capped_rate_as_a_lower_bound():
     from dataclasses import replace
 
-    from analyzer.report.document import RateSearch, ScenarioView, TtftSeconds
+    from analyzer.advisor.figures import Undefined
+    from analyzer.report.document import NotApplicable, RateSearch, ScenarioView, TtftSeconds
     from analyzer.report.render import rate_at_slo
 
     s = ScenarioView(0.5, {}, TtftSeconds(0.1, 0.1, 0.1, 0.1), 1.0, 0, 64.0, RateSearch(True))
@@ -479,4 +480,5 @@ def test_report_marks_a_capped_rate_as_a_lower_bound():
         rate_at_slo(replace(s, max_rate_scale_at_slo=3.08, rate_search=RateSearch(False)))
         == "x3.08"
     )
-    assert rate_at_slo(replace(s, max_rate_scale_at_slo=None, rate_search=None)) == "-"
+    off = NotApplicable(Undefined.RATE_SEARCH_OFF, Undefined.RATE_SEARCH_OFF.words)
+    assert rate_at_slo(replace(s, max_rate_scale_at_slo=off, rate_search=None)) == "not searched"

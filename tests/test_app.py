@@ -962,3 +962,27 @@ def test_even_the_neighbour_asked_for_waits_while_the_page_is_drawn() -> None:
     while holds[-1] and time.monotonic() < deadline:
         time.sleep(0.01)
     assert holds == [True, False, True, False]
+
+
+def test_recommendation_of_a_short_prefix_log_says_loading_never_pays(
+    at: AppTest, tmp_path: Path
+) -> None:
+    """A log of one-shot calls with a 20-word system prompt, whose break-even bandwidth
+    is never reached, gets its verdict on the page with the reason in words."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "undefined", Path(__file__).parent / "test_undefined_figures.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    _open_path(at, mod.one_shot_log(tmp_path / "oneshot.jsonl"))
+    assert_clean(at)
+    at.switch_page("views/recommend.py").run()
+    assert_clean(at)
+    assert any("data-verdict='not-worth-it'" in m.value for m in at.markdown)
+    words = [m.value for m in at.markdown] + [
+        frame.value.to_string() for frame in [*at.dataframe, *at.table]
+    ]
+    assert any("never beats recomputing" in w for w in words)
+    assert not any(" inf GB/s" in w for w in words)

@@ -201,3 +201,45 @@ def test_short_prefix_logs_get_three_reports_and_a_bundle(tmp_path, case, flags)
     assert isinstance(doc.report.bandwidth.break_even_gbps, NotApplicable)
     assert Undefined.LOADING_NEVER_PAYS.words in (out / "report.md").read_text()
     assert "never" in r.stdout
+
+
+def test_money_without_a_rate_search_says_why_in_every_cell(tmp_path):
+    log = one_shot_log(tmp_path / "oneshot.jsonl")
+    doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(search_rate=False)))
+    raw = doc.to_json()
+    off = {"not_applicable": "rate-search-off", "reason": Undefined.RATE_SEARCH_OFF.words}
+    for name, o in raw["economics"]["options"].items():
+        for key in ("gpus_at_peak_load", "total_usd_month", "net_usd_month", "payback_months"):
+            assert o[key] == off, (name, key)
+    for s in raw["replay"]["scenarios"].values():
+        assert s["max_rate_scale_at_slo"] == off
+    assert not any(
+        v is None
+        for row in raw["side_by_side"]
+        for o in row["options"].values()
+        for v in o.values()
+    )
+    summary = " ".join(doc.summary)
+    assert "not projected: the SLO rate search was skipped (--no-rate-search)" in summary
+    assert "not priced" not in summary  # a GPU price is there; the GPUs are not
+    md = render_markdown(doc)
+    assert "| not searched |" in md
+    assert "not searched: the SLO rate search was skipped (--no-rate-search)." in md
+    assert ReportDocument.from_json(json.loads(render_json(doc))).report == doc.report
+
+
+def test_a_log_of_one_timestamp_has_no_rate_and_its_pilot_sends_all_at_once(tmp_path):
+    log = one_shot_log(tmp_path / "burst.jsonl", system=" ".join([SYSTEM] * 20))
+    rows = [json.loads(x) for x in log.read_text().splitlines()]
+    log.write_text("".join(json.dumps({**x, "timestamp": 1.7e9}) + "\n" for x in rows))
+    doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(search_rate=False)))
+    load = doc.report.economics.load
+    assert load is not None
+    for x in (load.mean_rps, load.peak_rps, load.peak_factor):
+        assert x == NotApplicable(Undefined.NO_REQUEST_RATE, Undefined.NO_REQUEST_RATE.words)
+    assert load.peak_window_s == 300
+    cmds = {c.tool: c for c in doc.report.pilot.commands}
+    assert "--request-rate inf " in cmds["vLLM bench serve"].command
+    assert "--request-rate 0" not in render_markdown(doc)
+    assert "share one timestamp" in cmds["AIPerf"].note
+    assert Undefined.NO_REQUEST_RATE.words in render_markdown(doc)

@@ -17,7 +17,10 @@ What each replayer does with a Mooncake-format file (checked in its source):
 * ``vllm bench serve`` has no Mooncake dataset (its ``--dataset-name`` choices are
   sharegpt, burstgpt, sonnet, random, hf, custom, prefix_repetition, ...): it applies
   to the arrival gate only, at the logged rate with the logged mean lengths, and its
-  ``--save-result`` JSON is what ``kvpool validate`` reads.
+  ``--save-result`` JSON is what ``kvpool validate`` reads. A log whose requests share
+  one timestamp has no rate: ``--request-rate inf`` sends every request at time 0,
+  which is what such a log records (``vllm/benchmarks/serve.py``, ``--request-rate``:
+  "If this is inf, then all the requests are sent at time 0").
 """
 
 from __future__ import annotations
@@ -69,6 +72,13 @@ def pilot_commands(
     tok = "" if name in ("", "cl100k", "cl100k_base") else ' --tokenizer "$TOKENIZER"'
     if ratio:
         tok += f" --token-ratio {ratio}"
+    burst = not rate_rps > 0  # one timestamp: no rate, every request at once
+    rate = "inf" if burst else f"{rate_rps:.4g}"
+    logged = (
+        "every request at once: the log's requests share one timestamp"
+        if burst
+        else f"{rate_rps:.3g} req/s, the logged rate"
+    )
     mean_in = max(1, round(mean_input_tokens))
     out_known = mean_output_tokens is not None
     mean_out = max(1, round(mean_output_tokens)) if mean_output_tokens is not None else 256
@@ -105,8 +115,8 @@ def pilot_commands(
                     f"--benchmark-duration {duration}",
                 ]
             ),
-            f"{n_requests:,} requests over {duration:,} s ({rate_rps:.3g} req/s, the logged "
-            "rate, for the whole cluster: point --url at its router)",
+            f"{n_requests:,} requests over {duration:,} s ({logged}, for the whole "
+            "cluster: point --url at its router)",
         ),
         PilotCommand(
             "SGLang bench_serving",
@@ -135,7 +145,7 @@ def pilot_commands(
                     f"--base-url {url}",
                     "--dataset-name random",
                     f"--random-input-len {mean_in} --random-output-len {mean_out}",
-                    f"--request-rate {rate_rps:.4g}",
+                    f"--request-rate {rate}",
                     f"--num-prompts {n_requests}",
                     "--save-result --result-filename baseline.json",
                 ]

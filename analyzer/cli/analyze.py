@@ -220,7 +220,7 @@ def print_summary(console: Any, doc: Report, paths: dict[str, Any]) -> None:
     from analyzer.advisor.figures import Verdict
     from analyzer.report.figures import VERDICT_TEXT
     from analyzer.report.render import gbps, key_figures, num
-    from analyzer.report.summary import economics_table, summary_sentences
+    from analyzer.report.summary import economics_table, summary_sentences, undefined_notes
 
     for sentence in doc.summary or summary_sentences(doc):
         console.print(sentence, highlight=False, markup=False)
@@ -257,6 +257,8 @@ def print_summary(console: Any, doc: Report, paths: dict[str, Any]) -> None:
         for row in rows:
             t.add_row(*[row[i] for i in keep])
         console.print(t)
+        for note in undefined_notes(doc):
+            console.print(f"  {note}", highlight=False, markup=False)
     sz = doc.sizing
     if sz is not None:
         console.print(

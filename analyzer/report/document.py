@@ -635,7 +635,7 @@ class ScenarioView(_View):
     ttft_s: TtftSeconds
     prefill_gpu_s: float
     network_bytes: float
-    max_rate_scale_at_slo: float | None
+    max_rate_scale_at_slo: float | NotApplicable  # not applicable: no rate search ran
     rate_search: RateSearch | None = field(default=None, metadata=_ABSENT)
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
@@ -843,21 +843,22 @@ class Load(_View):
 
 @dataclass(frozen=True, slots=True)
 class OptionCost(_View):
-    """``economics.options[name]``: GPUs and money of one option, per month."""
+    """``economics.options[name]``: GPUs and money of one option, per month (a figure
+    the option has no value for is :class:`NotApplicable`, with the reason)."""
 
     capacity_bound: str | None = field(default=None, metadata=_ABSENT)
-    gpus_at_mean_load: int | None = field(default=None, metadata=_ABSENT)
-    gpus_at_peak_load: int | None = field(default=None, metadata=_ABSENT)
-    gpus_saved: int | None = field(default=None, metadata=_ABSENT)
-    gpu_usd_month: float | None = field(default=None, metadata=_ABSENT)
+    gpus_at_mean_load: int | NotApplicable | None = field(default=None, metadata=_ABSENT)
+    gpus_at_peak_load: int | NotApplicable | None = field(default=None, metadata=_ABSENT)
+    gpus_saved: int | NotApplicable | None = field(default=None, metadata=_ABSENT)
+    gpu_usd_month: float | NotApplicable | None = field(default=None, metadata=_ABSENT)
     added_usd_month: float | None = field(default=None, metadata=_ABSENT)
     dram_gb: float | None = field(default=None, metadata=_ABSENT)
     nvme_tb: float | None = field(default=None, metadata=_ABSENT)
     nic_nodes: int | None = field(default=None, metadata=_ABSENT)
-    total_usd_month: float | None = field(default=None, metadata=_ABSENT)
-    net_usd_month: float | None = field(default=None, metadata=_ABSENT)
-    payback_months: float | None = field(default=None, metadata=_ABSENT)
-    pilot_usd: float | None = field(default=None, metadata=_ABSENT)
+    total_usd_month: float | NotApplicable | None = field(default=None, metadata=_ABSENT)
+    net_usd_month: float | NotApplicable | None = field(default=None, metadata=_ABSENT)
+    payback_months: float | NotApplicable | None = field(default=None, metadata=_ABSENT)
+    pilot_usd: float | NotApplicable | None = field(default=None, metadata=_ABSENT)
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
 
@@ -894,8 +895,8 @@ class SideOption(_View):
 
     ttft_mean_s: float | None = field(default=None, metadata=_ABSENT)
     ttft_p90_s: float | None = field(default=None, metadata=_ABSENT)
-    gpus_at_peak_load: int | None = field(default=None, metadata=_ABSENT)
-    total_usd_month: float | None = field(default=None, metadata=_ABSENT)
+    gpus_at_peak_load: int | NotApplicable | None = field(default=None, metadata=_ABSENT)
+    total_usd_month: float | NotApplicable | None = field(default=None, metadata=_ABSENT)
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
 
@@ -1152,7 +1153,7 @@ def report_document(r: AnalysisResult) -> dict[str, Any]:
         "bandwidth": _bandwidth_json(r),
         "cost": None if r.cost is None else r.cost.to_json(),
         "uncertainty": _uncertainty_json(r),
-        "replay": None if r.replay_result is None else r.replay_result.to_json(),
+        "replay": _replay_json(r),
         "sizing": sizing,
         "settings": [p.to_json() for p in r.settings],
         "products_checked": list(DOCS_CHECKED),
@@ -1165,7 +1166,7 @@ def report_document(r: AnalysisResult) -> dict[str, Any]:
         },
         "assumptions": assumptions(r),
         "economics": _economics_json(r),
-        "side_by_side": [c.to_json() for c in r.side_by_side],
+        "side_by_side": _side_by_side_json(r),
     }
 
 
@@ -1205,14 +1206,93 @@ def _uncertainty_json(r: AnalysisResult) -> dict[str, Any] | None:
     return out
 
 
+def _unsearched(r: AnalysisResult) -> Undefined:
+    """Why an option has no rate at the SLO when the search did not run for it."""
+    return Undefined.BELOW_REUSE_GUIDELINE if r.options.search_rate else Undefined.RATE_SEARCH_OFF
+
+
+def _replay_json(r: AnalysisResult) -> dict[str, Any] | None:
+    """``replay``: a scenario the SLO rate search did not run for has no highest rate."""
+    if r.replay_result is None:
+        return None
+    out = r.replay_result.to_json()
+    for s in out["scenarios"].values():
+        s["max_rate_scale_at_slo"] = _or_na(s["max_rate_scale_at_slo"], _unsearched(r))
+    return out
+
+
 def _economics_json(r: AnalysisResult) -> dict[str, Any] | None:
-    """``economics``: a log whose requests share one timestamp has no request rate."""
+    """``economics``: a log whose requests share one timestamp has no request rate; an
+    option's GPUs and money are not applicable when its rate at the SLO is unknown (no
+    search) or nowhere within the SLO, when the GPU has no price, and its payback when it
+    is the baseline or saves nothing."""
     out = economics_json(r.replay, r.economics)
     if out is None or r.economics is None:
         return out
     if not r.economics.load.mean_rps > 0:
         for key in ("mean_rps", "peak_rps", "peak_factor"):
             out["load"][key] = not_applicable(Undefined.NO_REQUEST_RATE)
+    options = out["options"]
+    base = options.get(out["baseline"])
+    for name, o in options.items():
+        options[name] = _option_json(o, base, _unsearched(r), name == out["baseline"])
+    return out
+
+
+def _capacity_why(o: Mapping[str, Any] | None, unsearched: Undefined) -> Undefined:
+    bound = None if o is None else o.get("capacity_bound")
+    return Undefined.SLO_NEVER_MET if bound == "infeasible" else unsearched
+
+
+def _option_json(
+    o: dict[str, Any], base: Mapping[str, Any] | None, unsearched: Undefined, is_base: bool
+) -> dict[str, Any]:
+    """One option of ``economics.options`` with each missing figure's reason."""
+    cap = _capacity_why(o, unsearched)
+    sized = o["gpus_at_peak_load"] is not None
+    saved_why = cap if not sized else _capacity_why(base, unsearched)
+    money = cap if not sized else Undefined.NOT_PRICED
+    saving = saved_why if o["gpus_saved"] is None else Undefined.NOT_PRICED
+    if o["net_usd_month"] is None:
+        payback = saving
+    elif is_base:
+        payback = Undefined.BASELINE
+    elif o["net_usd_month"] <= 0:
+        payback = Undefined.NO_NET_SAVING
+    else:
+        payback = money  # no pilot price
+    why = {
+        "rate_scale_at_slo": unsearched,
+        "instances_at_mean_load": cap,
+        "instances_at_peak_load": cap,
+        "gpus_at_mean_load": cap,
+        "gpus_at_peak_load": cap,
+        "gpus_saved": saved_why,
+        "gpu_usd_month": money,
+        "total_usd_month": money,
+        "pilot_usd": money,
+        "gpu_saving_usd_month": saving,
+        "net_usd_month": saving,
+        "payback_months": payback,
+    }
+    return {k: _or_na(v, why[k]) if k in why else v for k, v in o.items()}
+
+
+def _side_by_side_json(r: AnalysisResult) -> list[dict[str, Any]]:
+    """``side_by_side``: an option's GPUs are not applicable when no rate search ran for
+    it or it meets the SLO at no load searched; its cost also when the GPU has no price."""
+    searched = any(s.max_rate_scale is not None for s in (r.replay.scenarios if r.replay else ()))
+    gpus_why = Undefined.SLO_NEVER_MET if searched else _unsearched(r)
+    out = []
+    for c in r.side_by_side:
+        row = c.to_json()
+        for o in row["options"].values():
+            sized = o["gpus_at_peak_load"] is not None
+            o["gpus_at_peak_load"] = _or_na(o["gpus_at_peak_load"], gpus_why)
+            o["total_usd_month"] = _or_na(
+                o["total_usd_month"], Undefined.NOT_PRICED if sized else gpus_why
+            )
+        out.append(row)
     return out
 
 

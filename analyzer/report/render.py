@@ -27,6 +27,7 @@ from analyzer.report.summary import (
     price_table,
     side_by_side_table,
     summary_sentences,
+    undefined_notes,
 )
 
 
@@ -54,8 +55,8 @@ def threshold_pct(value: float) -> str:
 def rate_at_slo(scenario: ScenarioView) -> str:
     """The highest rate multiple under the SLO; '>=' when the search's top one passed."""
     x = scenario.max_rate_scale_at_slo
-    if x is None:
-        return "-"
+    if isinstance(x, NotApplicable):
+        return x.short
     capped = scenario.rate_search is not None and scenario.rate_search.capped
     return f"{'>=' if capped else ''}x{x:.3g}"
 
@@ -577,6 +578,7 @@ def _economics_section(doc: Report) -> Section | None:
         "the net value."
     )
     s.tables.append(Table(*et))
+    s.paragraphs += undefined_notes(doc)
     pt = price_table(doc)
     if pt:
         s.tables.append(Table(*pt))
@@ -595,6 +597,8 @@ def _side_by_side_section(doc: Report) -> Section | None:
         "SLO by its inverse."
     )
     s.tables.append(Table(*sb))
+    if not economics_table(doc):  # the money section says what its short words mean
+        s.paragraphs += undefined_notes(doc)
     return s
 
 

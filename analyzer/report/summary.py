@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import fields
 
-from analyzer.advisor.figures import Verdict
+from analyzer.advisor.figures import Undefined, Verdict
 from analyzer.replay.config import Scenario
-from analyzer.report.document import FlipRowView, OptionCost, Report
+from analyzer.report.document import FlipRowView, NotApplicable, OptionCost, Report, SideOption
 
 # The option each scenario name stands for, in words.
 OPTION_LABEL = {
@@ -61,10 +62,37 @@ GLOSSARY: dict[str, str] = {
 _MS = 1000.0
 
 
-def _usd(x: float | None) -> str:
+def _usd(x: float | NotApplicable | None) -> str:
     if x is None:
         return "not priced"
+    if isinstance(x, NotApplicable):
+        return x.short
     return f"-${-x:,.0f}" if x < 0 else f"${x:,.0f}"
+
+
+def _count(x: int | NotApplicable | None, prefix: str = "", fmt: str = "") -> str:
+    """A count of GPUs in a table cell; a figure that does not apply by its short reason."""
+    if x is None:
+        return "-"
+    if isinstance(x, NotApplicable):
+        return x.short
+    return f"{prefix}{x:{fmt}}"
+
+
+def undefined_notes(doc: Report) -> list[str]:
+    """What each short "not applicable" word of the money and side-by-side tables means,
+    once per reason, in words."""
+    rows: list[OptionCost | SideOption] = [
+        *_options(doc).values(),
+        *(o for r in doc.side_by_side for o in (r.options or {}).values()),
+    ]
+    notes: dict[str, str] = {}
+    for o in rows:
+        for f in fields(o):
+            x = getattr(o, f.name)
+            if isinstance(x, NotApplicable) and x.not_applicable != Undefined.BASELINE:
+                notes.setdefault(x.not_applicable, f"{x.short}: {x.reason}.")
+    return list(notes.values())
 
 
 def _ms(s: float | None) -> str:
@@ -79,10 +107,18 @@ def _signed_ms(delta_s: float) -> str:
     return f"{'+' if ms > 0 else '-'}{abs(ms):,.0f} ms"
 
 
-def _gpus(n: int | None) -> str:
-    if n is None:
+def _gpus(n: int | NotApplicable | None) -> str:
+    if n is None or isinstance(n, NotApplicable):
         return "an unknown number of GPUs"
     return f"{n} GPU" + ("" if n == 1 else "s")
+
+
+def _why_not(*figures: object) -> str | None:
+    """The reason of the first figure that does not apply, or None."""
+    for x in figures:
+        if isinstance(x, NotApplicable):
+            return x.reason
+    return None
 
 
 def _one_thing(doc: Report) -> str:
@@ -133,15 +169,15 @@ def summary_sentences(doc: Report) -> list[str]:
             bg = bo.gpus_at_peak_load
             gpu_part = (
                 f"serves the busiest load on {_gpus(gpus)} instead of {bg}"
-                if gpus is not None and bg is not None
-                else "GPUs needed not projected (no rate search)"
+                if isinstance(gpus, int) and isinstance(bg, int)
+                else f"GPUs needed not projected ({_why_not(gpus, bg) or 'no rate search'})"
             )
             money = co.net_usd_month
             money_part = (
                 f"{'saves' if money >= 0 else 'costs'} {_usd(abs(money))} per month net "
                 f"(GPUs saved minus {_usd(co.added_usd_month)} of memory, NICs and servers)"
-                if money is not None
-                else "money not priced (no GPU price)"
+                if isinstance(money, int | float)
+                else f"money not projected ({_why_not(money) or 'no GPU price'})"
             )
             second = (
                 f"Against the baseline it changes mean TTFT by {_signed_ms(_s(c.mean) - _s(b.mean))} "
@@ -150,15 +186,19 @@ def summary_sentences(doc: Report) -> list[str]:
             )
         else:
             bg = bo.gpus_at_peak_load
-            total = bo.total_usd_month
+            total = _priced(bo.total_usd_month)
             alts = [
                 (n, o)
                 for n, o in opts.items()
-                if n not in (Scenario.NONE, base) and o.total_usd_month is not None
+                if n not in (Scenario.NONE, base) and _priced(o.total_usd_month) is not None
             ]
-            alt = min(alts, key=lambda no: _s(no[1].total_usd_month)) if alts else None
+            alt = min(alts, key=lambda no: _s(_priced(no[1].total_usd_month))) if alts else None
+            why = _why_not(bg, bo.total_usd_month)
             second = (
-                f"The baseline serves the busiest load on {_gpus(bg)} "
+                f"The baseline serves the log at {_ms(b.mean)} mean and {_ms(b.p90)} p90 TTFT; "
+                f"its GPUs and money are not projected: {why}"
+                if why is not None
+                else f"The baseline serves the busiest load on {_gpus(bg)} "
                 f"for {_usd(total)} per month at {_ms(b.mean)} mean and {_ms(b.p90)} p90 "
                 "TTFT"
             )
@@ -169,13 +209,18 @@ def summary_sentences(doc: Report) -> list[str]:
                     f"; the cheapest alternative, {OPTION_LABEL.get(n, n)}, would change mean "
                     f"TTFT by {_signed_ms(_s(t.mean) - _s(b.mean))} and p90 by "
                     f"{_signed_ms(_s(t.p90) - _s(b.p90))} on {_gpus(o.gpus_at_peak_load)} "
-                    f"and cost {_usd(_s(o.total_usd_month) - total)} per month more"
+                    f"and cost {_usd(_s(_priced(o.total_usd_month)) - total)} per month more"
                 )
             second += "."
     third = (
         f"Confidence is {v.confidence}; the one thing that would most change it: {_one_thing(doc)}."
     )
     return [first, second, third]
+
+
+def _priced(x: float | NotApplicable | None) -> float | None:
+    """A monthly cost as a number, None when the option has none."""
+    return None if x is None or isinstance(x, NotApplicable) else x
 
 
 def _s(x: float | None) -> float:
@@ -216,24 +261,21 @@ def economics_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
         prefix = "at most " if bound == "at most" else ""
         gm = o.gpus_at_mean_load
         gp = o.gpus_at_peak_load
-        if bound == "infeasible":
-            gm_s = gp_s = "cannot meet the SLO"
-        else:
-            gm_s = "-" if gm is None else f"{prefix}{gm}"
-            gp_s = "-" if gp is None else f"{prefix}{gp}"
         pay = o.payback_months
         rows.append(
             [
                 OPTION_LABEL.get(name, name),
-                gm_s,
-                gp_s,
-                "-" if o.gpus_saved is None else f"{o.gpus_saved:+d}",
+                _count(gm, prefix),
+                _count(gp, prefix),
+                _count(o.gpus_saved, fmt="+d"),
                 _usd(o.gpu_usd_month),
                 f"{_usd(o.added_usd_month)} ({_or0(o.dram_gb):,.0f} GB DRAM, "
                 f"{_or0(o.nvme_tb):,.1f} TB NVMe, {_or0(o.nic_nodes)} NICs)",
                 _usd(o.total_usd_month),
                 _usd(o.net_usd_month) if name != Scenario.LOCAL else "baseline",
-                "-" if pay is None else f"{pay:.1f} months ({_usd(o.pilot_usd)})",
+                _count(pay)
+                if pay is None or isinstance(pay, NotApplicable)
+                else f"{pay:.1f} months ({_usd(o.pilot_usd)})",
             ]
         )
     return header, rows
@@ -283,7 +325,7 @@ def side_by_side_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
                     OPTION_LABEL.get(name, name),
                     _ms(o.ttft_mean_s),
                     _ms(o.ttft_p90_s),
-                    "-" if o.gpus_at_peak_load is None else str(o.gpus_at_peak_load),
+                    _count(o.gpus_at_peak_load),
                     _usd(o.total_usd_month),
                     (r.verdict or "") if j == 0 else "",
                 ]

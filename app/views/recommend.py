@@ -13,6 +13,7 @@ from analyzer.report.summary import (
     glossary_rows,
     price_table,
     side_by_side_table,
+    undefined_notes,
 )
 from app import banner, compare, compute, controls, prefetch, state
 
@@ -196,6 +197,9 @@ def _draw() -> None:
         if money:
             st.subheader("GPUs and money")
             _table_of(_table(money))
+        for note in undefined_notes(doc):
+            st.caption(note)
+        if money:
             prices = price_table(doc)
             if prices:
                 st.caption("Prices used (change them under Prices above):")
