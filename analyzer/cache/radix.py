@@ -35,7 +35,7 @@ lives in :mod:`analyzer.cache.token_radix`; the policies by name are registered 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 ROOT = -1  # parent of the first block of every request
@@ -264,9 +264,15 @@ class BlockRadix:
         at most :meth:`match` of it)."""
         self._touch_chain(chain[:n], now)
 
-    def evict(self, n_blocks: int) -> list[int]:
-        """Evict up to ``n_blocks`` leaves in policy order; returns them in that order."""
-        return self._evict(n_blocks, protect=None)
+    def evict(self, n_blocks: int, pinned: Container[int] | None = None) -> list[int]:
+        """Evict up to ``n_blocks`` leaves in policy order; returns them in that order.
+
+        ``pinned``: blocks in use that may not go (an engine's running requests hold
+        theirs). A pinned leaf is passed over and leaves the eviction order; the caller
+        touches it again (:meth:`touch_prefix`) when it unpins it, which puts it back.
+        A pinned block's ancestors are never leaves, so pinning a chain's last block is
+        enough to keep the chain."""
+        return self._evict(n_blocks, protect=None, pinned=pinned)
 
     def remove(self, block_ids: Iterable[int]) -> None:
         """Drop the given cached blocks (absent ids are ignored).
@@ -353,7 +359,9 @@ class BlockRadix:
             p.version = self._seq
             heapq.heappush(self._heap, (self._policy.key(p), parent, p.version))
 
-    def _evict(self, n_blocks: int, protect: set[int] | None) -> list[int]:
+    def _evict(
+        self, n_blocks: int, protect: set[int] | None, pinned: Container[int] | None = None
+    ) -> list[int]:
         # The replay's hot loop (most of its time): lookups are hoisted, and a parent
         # that becomes a leaf is pushed and the next candidate popped in one heap
         # operation (heappushpop; entries are distinct, so the order is unchanged).
@@ -383,6 +391,9 @@ class BlockRadix:
             if protect is not None and b in protect:
                 held.append(entry)
                 entry = None
+                continue
+            if pinned is not None and b in pinned:
+                entry = None  # out of the order until unpinned (see evict)
                 continue
             del nodes[b]
             append(b)
