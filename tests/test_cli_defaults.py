@@ -91,6 +91,10 @@ def _library_defaults() -> dict[str, object]:
         "--dram-capacity-tokens": c.dram_capacity_tokens,
         "--pool-capacity-tokens": c.pool_capacity_tokens,
         "--warmup": c.warmup_fraction,
+        "--serving": c.serving,
+        "--max-num-batched-tokens": c.max_num_batched_tokens,
+        "--max-num-seqs": c.max_num_seqs,
+        "--gpu-memory-utilization": c.gpu_memory_utilization,
         "--ttft-slo": a.ttft_slo_s,
     }
 
@@ -182,7 +186,7 @@ def test_the_ingest_group_reaches_the_command(tmp_path, monkeypatch):
 def test_every_replaying_command_takes_every_cluster_flag():
     """The group is declared once (ClusterFlags): every command that replays takes all of
     it, and its defaults build the library's own ClusterConfig."""
-    assert len(CLUSTER_FLAG_NAMES) == 16
+    assert len(CLUSTER_FLAG_NAMES) == 20
     for name in CLUSTER_COMMANDS:
         options = _options(_commands()[name])
         missing = set(CLUSTER_FLAG_NAMES) - set(options)

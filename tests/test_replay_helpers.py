@@ -43,9 +43,11 @@ def build_trace(
     arrivals: list[float] | None = None,
     prompts: list[int] | None = None,
     sessions: list[str | None] | None = None,
+    outputs: list[int | None] | None = None,
 ) -> BlockTrace:
     """A BlockTrace from per-request block hash lists (chained by construction)."""
     n = len(blocks)
+    outputs = outputs if outputs is not None else [10] * n
     arrivals = arrivals if arrivals is not None else [1000.0 * i for i in range(n)]
     prompts = prompts if prompts is not None else [len(b) * block_size + 1 for b in blocks]
     sessions = sessions if sessions is not None else [None] * n
@@ -56,7 +58,7 @@ def build_trace(
         "tenant": [None] * n,
         "model": [None] * n,
         "prompt_tokens": prompts,
-        "output_tokens": [10] * n,
+        "output_tokens": outputs,
         "block_hashes": [[int(x) for x in b] for b in blocks],
         "content_hashes": [None] * n,
         "token_lcp_prev": [None] * n,

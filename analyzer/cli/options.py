@@ -45,7 +45,9 @@ TimeUnitName = Literal["auto", "s", "ms", "us", "ns"]  # ingest.options.TIME_UNI
 RouterName = Literal["round-robin", "least-loaded", "session", "prefix-aware"]  # ROUTERS
 DramScopeName = Literal["instance", "node"]  # replay.config.DRAM_SCOPES
 KvDtypeName = Literal["bf16", "fp16", "fp8"]  # cost.catalog.KV_DTYPES
-WritePolicyName = Literal["write-through", "on-evict"]  # replay.config.WRITE_POLICIES
+# replay.config.WRITE_POLICIES
+WritePolicyName = Literal["write-through", "write-through-selective", "on-evict"]
+ServingName = Literal["aggregated", "disaggregated"]  # replay.config.SERVING
 FormatName = Literal[  # ingest.detect.FORMATS
     "canonical",
     "openai",
@@ -313,6 +315,39 @@ PoolCapacity = Annotated[
         help=f"Whole pooled store, {_CAPACITY} (default: the nodes' DRAM, summed).",
     ),
 ]
+Serving = Annotated[
+    ServingName,
+    typer.Option(
+        "--serving",
+        help="aggregated: prefill and decode in one continuous batch per instance (vLLM, "
+        "SGLang); disaggregated: a prefill pool alone, decode beside it (Mooncake).",
+    ),
+]
+MaxNumBatchedTokens = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-batched-tokens",
+        help="Aggregated: tokens one step may take, decode tokens included (default: "
+        "vLLM's for the GPU, 8192 on H100-class GPUs).",
+    ),
+]
+MaxNumSeqs = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-seqs",
+        help="Aggregated: requests running at once per instance (default: vLLM's, 1024 on "
+        "H100-class GPUs).",
+    ),
+]
+GpuMemoryUtilization = Annotated[
+    float,
+    typer.Option(
+        "--gpu-memory-utilization",
+        help="Aggregated: share of each GPU's memory the engine takes for weights, "
+        "activations and KV (vLLM's flag; SGLang's --mem-fraction-static); the KV pool "
+        "per instance follows unless --local-capacity-tokens gives it.",
+    ),
+]
 Warmup = Annotated[
     float,
     typer.Option(
@@ -427,6 +462,10 @@ class ClusterFlags:
     dram_capacity_tokens: DramCapacity = None
     pool_capacity_tokens: PoolCapacity = None
     warmup: Warmup = 0.5
+    serving: Serving = "disaggregated"
+    max_num_batched_tokens: MaxNumBatchedTokens = None
+    max_num_seqs: MaxNumSeqs = None
+    gpu_memory_utilization: GpuMemoryUtilization = 0.9
 
     def config(self, **more: Any) -> ClusterConfig:
         """The :class:`~analyzer.replay.ClusterConfig` these flags describe (imported
@@ -451,6 +490,10 @@ class ClusterFlags:
             dram_capacity_tokens=capacity(self.dram_capacity_tokens, "--dram-capacity-tokens"),
             pool_capacity_tokens=capacity(self.pool_capacity_tokens, "--pool-capacity-tokens"),
             warmup_fraction=self.warmup,
+            serving=self.serving,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+            gpu_memory_utilization=self.gpu_memory_utilization,
             **more,
         )
 

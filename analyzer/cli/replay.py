@@ -48,6 +48,19 @@ def render_table(doc: dict[str, Any]) -> Any:  # rich.table.Table
         ("TTFT p50 s", lambda s: ttft(s, "p50")),
         ("TTFT p90 s", lambda s: ttft(s, "p90")),
         ("TTFT p99 s", lambda s: ttft(s, "p99")),
+    ]
+    if any("serving" in s for s in scen.values()):
+
+        def tpot(s: dict[str, Any], key: str) -> str:
+            v = (s.get("serving") or {}).get("tpot_s", {}).get(key)
+            return "-" if v is None else f"{v * 1e3:.1f}"
+
+        rows += [
+            ("TPOT p50 ms", lambda s: tpot(s, "p50")),
+            ("TPOT p90 ms", lambda s: tpot(s, "p90")),
+            ("preemptions", lambda s: f"{(s.get('serving') or {}).get('preemptions', 0):,}"),
+        ]
+    rows += [
         ("prefill GPU-s", lambda s: f"{s['prefill_gpu_s']:,.0f}"),
         ("network GB", lambda s: _gb(s["network_bytes"])),
         ("peak link util.", lambda s: f"{s['peak_link_utilisation']:.0%}"),
@@ -62,6 +75,23 @@ def render_table(doc: dict[str, Any]) -> Any:  # rich.table.Table
     for label, fn in rows:
         table.add_row(label, *(fn(s) for s in scen.values()))  # type: ignore[operator]
     return table
+
+
+def _serving_line(doc: dict[str, Any]) -> str:
+    """How the instances served, as the table's footnote says it."""
+    first = next(iter(doc["scenarios"].values()), {})
+    serving = first.get("serving")
+    if serving is None:
+        return "Decode is not modelled (a disaggregated prefill pool)."
+    drawn = serving["outputs_drawn"]
+    return (
+        "Aggregated serving: prefill and decode share each instance's continuous batch "
+        f"(steps of up to {serving['max_num_batched_tokens']:,} tokens, up to "
+        f"{serving['max_num_seqs']:,} requests running, "
+        f"a KV pool of {serving['kv_pool_tokens_per_instance']:,} tokens "
+        f"per instance); steps priced by the {serving['step_model']}"
+        + (f"; {drawn:,} output lengths not in the log were drawn." if drawn else ".")
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -118,7 +148,8 @@ def replay(
 
     Compares no cache, per-instance HBM caches, HBM plus host DRAM, and HBM plus a
     pooled store: hit rates by tier, TTFT, prefill GPU-seconds, link traffic,
-    duplicated KV and the highest rate meeting the TTFT SLO. Decode is not modelled.
+    duplicated KV and the highest rate meeting the TTFT SLO. With --serving aggregated each
+    instance runs prefill and decode in one continuous batch (TPOT is reported too).
     """
     from rich.console import Console
 
@@ -186,7 +217,7 @@ def replay(
     out.print(
         f"{trace.n_requests:,} requests, block size {trace.block_size}, "
         f"{cfg.instances} x {cfg.tp} {cfg.gpu} ({cfg.model}); max rate: highest multiple of the "
-        f"trace's arrival rate with p90 TTFT <= {ttft_slo:g} s. Decode is not modelled.",
+        f"trace's arrival rate with p90 TTFT <= {ttft_slo:g} s. " + _serving_line(doc),
     )
     out.print(
         f"The prefill inside every TTFT may be off by the cost model's measured error: "

@@ -5,6 +5,7 @@ gives hit rates by tier, TTFT, prefill GPU-seconds, link traffic and the highest
 that keeps p90 TTFT under an SLO, for each scenario (see docs/replay.md).
 """
 
+from analyzer.replay import serving as serving  # registers "aggregated" (engine.SIMULATIONS)
 from analyzer.replay.config import (
     ROUTERS,
     STANDARD_SCENARIOS,

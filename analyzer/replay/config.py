@@ -75,7 +75,10 @@ ROUTERS = ("round-robin", "least-loaded", "session", "prefix-aware")
 # "instance": each instance's own DRAM tier, its share of the node's DRAM (the engines'
 # default); "node": one DRAM tier per node shared by its instances (a node-local store).
 DRAM_SCOPES = ("instance", "node")
-WRITE_POLICIES = ("write-through", "on-evict")
+WRITE_POLICIES = ("write-through", "write-through-selective", "on-evict")
+# "aggregated": prefill and decode in one continuous batch per instance (vLLM, SGLang);
+# "disaggregated": a prefill pool, decode left to instances beside it (Mooncake).
+SERVING = ("aggregated", "disaggregated")
 
 
 def _check(ok: bool, message: str) -> None:
@@ -130,6 +133,15 @@ class ClusterConfig:
     pool_latency_s: float | None = None
     # GPU scheduling: chunked prefill with this token budget per step, FIFO queue.
     prefill_chunk_tokens: int = 8192
+    # How the instances serve (SERVING) and, when aggregated, the engine's scheduler
+    # limits (vLLM's --max-num-batched-tokens / --max-num-seqs; None: vLLM's default
+    # for the GPU) and the share of HBM it takes (--gpu-memory-utilization, SGLang's
+    # --mem-fraction-static), from which the KV pool per instance follows unless
+    # local_capacity_tokens gives it.
+    serving: str = "disaggregated"
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    gpu_memory_utilization: float = 0.9
     # Inter-arrival times are multiplied by this (0.5 = twice the trace's rate).
     time_scale: float = 1.0
     # Requests before this fraction of the trace warm the caches and are not measured
@@ -155,6 +167,19 @@ class ClusterConfig:
             f"unknown write policy {self.write_policy!r}; use {WRITE_POLICIES}",
         )
         _check(self.prefill_chunk_tokens >= 1, "prefill_chunk_tokens must be at least 1")
+        _check(
+            self.serving in SERVING,
+            f"unknown serving {self.serving!r}; choose one of {', '.join(SERVING)}",
+        )
+        for name in ("max_num_batched_tokens", "max_num_seqs"):
+            v = getattr(self, name)
+            _check(v is None or v >= 1, f"--{name.replace('_', '-')} must be at least 1")
+            if v is not None:
+                limits.check(v, name, f"--{name.replace('_', '-')}")
+        _check(
+            0.0 < self.gpu_memory_utilization <= 1.0,
+            f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}",
+        )
         _check(self.time_scale > 0 and math.isfinite(self.time_scale), "--time-scale must be > 0")
         _check(
             0.0 <= self.warmup_fraction < 1.0,

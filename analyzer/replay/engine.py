@@ -66,6 +66,7 @@ from analyzer.progress import Advance
 from analyzer.replay.config import Tier
 from analyzer.replay.links import Link
 from analyzer.replay.routers import make_router
+from analyzer.replay.steps import StepPricing
 from analyzer.trace import BlockTrace
 
 # Event kinds, in tie-breaking order at equal time (see the module docstring).
@@ -117,6 +118,18 @@ class Plan:
     free_loads: bool
     warmup_fraction: float
     link_window_s: float
+    # How the instances serve (config.SERVING): "disaggregated" prefills alone (this
+    # module's Simulation); "aggregated" runs prefill and decode in one continuous batch
+    # (analyzer.replay.serving), with the fields below.
+    serving: str = "disaggregated"
+    step: StepPricing | None = None  # the step model pricing each forward pass
+    max_num_batched_tokens: int = 8192  # tokens one step may take (decodes count one)
+    max_num_seqs: int = 1024  # requests running at once per instance
+    hbm_capacity_tokens: int | None = None  # the engine's whole KV pool per instance
+    # A miniature replay's sampling rate: its prefix cache keeps this share of what the
+    # pool has left beside the running requests' KV, which is not scaled (their number
+    # per instance is the full replay's).
+    cache_scale: float = 1.0
 
 
 @dataclass(slots=True)
@@ -208,9 +221,26 @@ class RunStats:
     slo_violations: int
     hbm_blocks_end: int
     recording: Recording | None = None
+    # Aggregated serving only (None / 0 otherwise): each measured request's time per
+    # output token after the first (NaN for one-token answers), in trace order; the
+    # GPU-seconds of every step (prefill and decode); running requests preempted
+    # (recomputed) when their KV outgrew the pool; outputs whose length the log did not
+    # give (drawn from serving.DEFAULT_OUTPUT); what priced the steps.
+    tpot_s: np.ndarray | None = None
+    step_gpu_s: float = 0.0
+    preemptions: int = 0
+    outputs_drawn: int = 0
+    step_source: str | None = None
 
 
 class Simulation:
+    """The disaggregated prefill pool (module docstring); subclasses replay other ways
+    of serving (:data:`SIMULATIONS`)."""
+
+    # Whether an instance's HBM cache evicts to its own capacity (here); an aggregated
+    # engine's pool also holds its running requests' KV, so it evicts by itself.
+    hbm_bounded = True
+
     def __init__(
         self,
         trace: BlockTrace,
@@ -316,7 +346,8 @@ class Simulation:
             lower = list(local_lower)
             if node_pool[j] is not None:
                 lower.append(node_pool[j])  # type: ignore[arg-type]
-            hbm = cache(plan.local_capacity_blocks) if plan.local else None
+            hbm_blocks = plan.local_capacity_blocks if self.hbm_bounded else None
+            hbm = cache(hbm_blocks) if plan.local else None
             self.instances.append(Instance(i, j, hbm, lower))
         self.loads = [0] * plan.instances
         self.router = make_router(
@@ -678,6 +709,10 @@ class Simulation:
         self.dup_last_t = t
 
 
+# How each ``Plan.serving`` is replayed (analyzer.replay.serving adds "aggregated").
+SIMULATIONS: dict[str, type[Simulation]] = {"disaggregated": Simulation}
+
+
 def _parent_array(trace: BlockTrace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Dense block id -> the block before it in a request holding it (-1 for a first
     block; the last request's, should they differ), with each access's position flags:
@@ -740,7 +775,8 @@ def simulate(
     run's :class:`Recording` in ``RunStats.recording``. ``tree``: the trace's
     :class:`TraceTree`, when the caller replays it more than once."""
     with collector_paused():
-        return Simulation(trace, plan, time_scale, slo_abort, advance, record, tree).run()
+        sim = SIMULATIONS[plan.serving](trace, plan, time_scale, slo_abort, advance, record, tree)
+        return sim.run()
 
 
 _GC_LOCK = threading.Lock()

@@ -305,6 +305,10 @@ def reprice_scenario(
         search_grid,
     )
 
+    if old.resolved.plan.serving != "disaggregated":
+        # An aggregated run's decisions (admission, preemption, what the cache holds)
+        # depend on every step's timing: it is replayed afresh instead.
+        raise Unrepriceable("an aggregated replay is not re-timed")
     if not timing_only(old.resolved.plan, resolved.plan):
         raise Unrepriceable("settings other than link bandwidths and latencies changed")
     rate = 1.0 / old.scale

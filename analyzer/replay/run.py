@@ -39,6 +39,7 @@ import numpy as np
 
 from analyzer.errors import UsageError
 from analyzer.progress import Advance
+from analyzer.replay.capacity import batch_defaults, kv_pool_tokens
 from analyzer.replay.config import (
     STANDARD_SCENARIOS,
     UNBOUNDED,
@@ -58,6 +59,7 @@ from analyzer.replay.engine import (
 )
 from analyzer.replay.miniature import Miniature, sample
 from analyzer.replay.miniature import sampling_rate as sampling_rate
+from analyzer.replay.steps import step_pricing
 from analyzer.spawn import main_not_rerun, start_processes
 from analyzer.trace import BlockTrace
 
@@ -149,9 +151,18 @@ def resolve(
     bpt = int(cost.bytes_per_token)
     if bpt <= 0:
         raise UsageError(f"model {c.model!r} has no KV bytes per token")
+    aggregated = c.serving == "aggregated"
+    mnbt = mns = 0
+    if aggregated:
+        mnbt, mns = batch_defaults(cost.gpu)
+        mnbt = c.max_num_batched_tokens or mnbt
+        mns = c.max_num_seqs or mns
     local_tokens = c.local_capacity_tokens
     if local_tokens is None:
-        local_tokens = int(cost.hbm_kv_capacity_tokens(c.hbm_reserve_fraction))
+        if aggregated:  # the engine's whole KV pool, running requests' KV included
+            local_tokens = kv_pool_tokens(cost, c.gpu_memory_utilization, mnbt)
+        else:
+            local_tokens = int(cost.hbm_kv_capacity_tokens(c.hbm_reserve_fraction))
         if local_tokens <= 0:
             raise UsageError(
                 f"{c.model} does not fit on {c.tp} x {c.gpu} with room for KV cache; "
@@ -220,6 +231,16 @@ def resolve(
         warmup_fraction=c.warmup_fraction,
         link_window_s=c.link_window_s,
     )
+    if aggregated:
+        plan = replace(
+            plan,
+            serving="aggregated",
+            step=step_pricing(cost),
+            max_num_batched_tokens=mnbt,
+            max_num_seqs=mns,
+            hbm_capacity_tokens=min(local_tokens, UNBOUNDED),
+            cache_scale=min(sampling_rate, 1.0),
+        )
     return Resolved(
         plan=plan,
         cluster=c,
@@ -355,9 +376,14 @@ class ScenarioResult:
     # 1 / sampling rate of a miniature replay: totals over requests are scaled back by it
     scale: float = 1.0
     ttft: TtftSummary = field(init=False)
+    # Aggregated serving: time per output token after the first, over the measured
+    # requests that generated more than one (None when decode is not modelled).
+    tpot: TtftSummary | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.ttft = TtftSummary.of(self.stats.ttft_s)
+        tpot = self.stats.tpot_s
+        self.tpot = None if tpot is None else TtftSummary.of(tpot[~np.isnan(tpot)])
 
     @property
     def requests(self) -> int:
@@ -426,6 +452,25 @@ class ScenarioResult:
             nvme_per_node=_bounded(r.nvme_capacity_tokens),
             pool=_bounded(r.pool_capacity_tokens),
         )
+
+    def serving_json(self) -> dict[str, Any]:
+        """What an aggregated engine adds: decode speed, the engine's limits and pool,
+        preemptions, and what priced its steps and output lengths."""
+        st = self.stats
+        plan = self.resolved.plan
+        assert self.tpot is not None and plan.step is not None
+        return {
+            "mode": plan.serving,
+            "tpot_s": self.tpot.to_json(),
+            "step_gpu_s": st.step_gpu_s,
+            "preemptions": st.preemptions,
+            "kv_pool_tokens_per_instance": _cap_json(plan.hbm_capacity_tokens),
+            "max_num_batched_tokens": plan.max_num_batched_tokens,
+            "max_num_seqs": plan.max_num_seqs,
+            "request_overhead_s": plan.step.request_overhead_s,
+            "step_model": st.step_source,
+            "outputs_drawn": st.outputs_drawn,
+        }
 
     def to_json(self) -> dict[str, Any]:
         out = self._json()
@@ -517,6 +562,8 @@ class ScenarioResult:
             "makespan_s": st.duration_s,
             "max_rate_scale_at_slo": self.max_rate_scale_at_slo,
         }
+        if r.plan.serving == "aggregated":
+            out["serving"] = self.serving_json()
         if self.search is not None:
             out["rate_search"] = {
                 "passed_at": self.search.value,
@@ -540,6 +587,9 @@ def _scale_totals(out: dict[str, Any], k: float) -> None:
     for link in out["links"].values():
         link["bytes"] *= k
     out["duplicated_kv_bytes"] = {t: v * k for t, v in out["duplicated_kv_bytes"].items()}
+    if "serving" in out:
+        out["serving"]["step_gpu_s"] *= k
+        out["serving"]["preemptions"] = round(out["serving"]["preemptions"] * k)
 
 
 @dataclass(slots=True)
@@ -564,7 +614,7 @@ class ReplayResult:
                 "requests": self.n_requests,
                 "ttft_slo_s": self.ttft_slo_s,
                 "slo_quantile": SLO_QUANTILE,
-                "decode_modelled": False,
+                "decode_modelled": self.cluster.serving == "aggregated",
             }
         )
         for k in (

@@ -1,0 +1,715 @@
+"""Aggregated serving: prefill and decode in one continuous batch per instance.
+
+This is how vLLM and SGLang serve when prefill is not disaggregated. Each instance runs
+one *step* (a forward pass) after another. A step takes one decode token from every
+running request that has its first token, plus prefill chunks of the others, up to
+``max_num_batched_tokens`` tokens and ``max_num_seqs`` running requests (vLLM's
+``--max-num-batched-tokens`` / ``--max-num-seqs``, its scheduler's token budget; the
+defaults are vLLM's own for an OpenAI server, ``EngineArgs.get_batch_defaults`` in
+vllm/engine/arg_utils.py: 8,192 / 1,024 on GPUs of 70 GiB or more other than the A100,
+2,048 / 256 below). A step lasts what the step model says for its counts
+(:mod:`analyzer.replay.steps`).
+
+**The scheduler**, at each step's end, as vLLM v1's (vllm/v1/core/sched/scheduler.py):
+running requests first, in the order they were admitted (one decode token each, then
+the rest of partial prefills while the budget lasts); then waiting requests, first come
+first served, while the budget, ``max_num_seqs`` and the KV pool allow. Admitting a
+request looks its prefix up: the HBM prefix cache first, then each lower tier (host
+DRAM, NVMe, the pool), each extending what the tiers above left; a hit never covers the
+last prompt token. Blocks found below HBM are loaded over their tier's link
+(:mod:`analyzer.replay.links`) before the request is prefilled, as vLLM's KV connectors
+load them asynchronously (the request waits, holding its blocks, while others run). The
+step that finishes a request's prefill gives its first token: TTFT is that step's end
+minus the arrival, plus the step model's fixed per-request overhead. It then decodes
+one token per step until its output length; TPOT is the time from its first token to
+its last over the tokens after the first.
+
+**HBM, as the engines keep it.** The pool holds ``hbm_capacity_tokens`` of KV per
+instance (what vLLM logs as its GPU KV cache size). Running requests hold their blocks:
+the prompt's full blocks, once computed or loaded, are cached and *pinned* (shared by
+every running request that matched them), and the rest (the prompt's tail, the tokens
+not yet computed, every generated token) is private to the request. The prefix cache is
+whatever is cached and not pinned: vLLM's free-block queue, SGLang's radix tree with
+in-use nodes locked. Allocation evicts from it, least recently freed first (a block is
+touched when the last request holding it finishes; blocks of one request are freed
+tail first, as vLLM's ``free_blocks`` orders them), leaves only
+(:class:`~analyzer.cache.radix.BlockRadix`). A request is admitted when the pinned and
+private KV with its whole prompt fits the pool (SGLang's admission reserves the whole
+input too); a step whose decode tokens no longer fit preempts the most recently admitted
+running request, which frees its blocks (they stay cached, unpinned) and goes back to
+the head of the queue to be recomputed, prompt and generated tokens together (vLLM's
+recompute preemption). Generated tokens are not matched by later requests (a trace's
+blocks are prompts only).
+
+**Offload.** Blocks are written to the lower tiers as the plan's write policy says:
+``write-through``: every block a tier lacks, when it is computed or loaded, at the end of
+the step that computed it (vLLM's native offloading connector stores each step's newly
+computed blocks, vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py;
+LMCache stores on compute; SGLang HiCache ``write_through``); ``write-through-selective``:
+a block is written when it is hit in HBM, its second use (HiCache's
+``write_through_selective`` backs a node up once its hit count reaches 2,
+python/sglang/srt/mem_cache/hiradix_cache.py); ``on-evict``: a block is written when
+HBM evicts it (HiCache ``write_back``).
+
+**Routing.** ``prefix-aware`` is NVIDIA Dynamo's KV router cost
+(lib/kv-router/src/scheduling/selector.rs): the instance with the least
+``max(queued prefill + prompt - credit, 0) * lambda + active decode KV``, where the
+credit counts the prompt's tokens cached in the instance's HBM at 1, those its host
+DRAM adds at 0.75 and its NVMe at 0.25 (Dynamo's ``overlap_score_credit``,
+``host_cache_hit_weight``, ``disk_cache_hit_weight`` defaults); ``least-loaded`` counts
+queued prefill and active decode tokens; the others as in
+:mod:`analyzer.replay.routers`.
+
+Between events an instance that only decodes advances by a compiled loop
+(:func:`analyzer.replay.steps.burst_ends`) up to the next request's last token; an
+arrival or a finished load ends the run of decode steps at the step in progress.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from analyzer.progress import Advance
+from analyzer.replay.engine import (
+    ARRIVAL,
+    SIMULATIONS,
+    STEP_DONE,
+    XFER_DONE,
+    XFER_START,
+    Instance,
+    Plan,
+    RunStats,
+    Simulation,
+    TraceTree,
+    _Tier,
+)
+from analyzer.replay.links import Link
+from analyzer.replay.steps import StepPricing, burst_ends, compiled
+from analyzer.trace import BlockTrace
+
+# Output lengths for requests whose log does not give them: log-normal with median 133
+# tokens and sigma 0.63, between 2 and 4,096 tokens (the Azure LLM inference 2023
+# conversation trace's generated tokens, as kvpool synth's chat profile draws them),
+# drawn once per trace from a fixed seed.
+DEFAULT_OUTPUT = (133.0, 0.63, 2, 4096)
+OUTPUT_SEED = 0x6B76706F
+
+# Dynamo KV router weights of a prefix found below HBM (see the module docstring).
+HOST_HIT_WEIGHT = 0.75
+DISK_HIT_WEIGHT = 0.25
+
+BURST_MAX = 4096  # decode steps computed at once (a longer run is continued after)
+
+WAITING, LOADING, PREFILL, DECODE, DONE = range(5)
+
+
+def output_lengths(trace: BlockTrace) -> tuple[np.ndarray, int]:
+    """Each request's output tokens (at least 1) and how many were drawn from
+    :data:`DEFAULT_OUTPUT` because the log did not say."""
+    out = np.asarray(trace.output_tokens, dtype=np.int64).copy()
+    unknown = out < 0
+    n = int(unknown.sum())
+    if n:
+        median, sigma, lo, hi = DEFAULT_OUTPUT
+        rng = np.random.default_rng(OUTPUT_SEED)
+        draw = np.exp(np.log(median) + sigma * rng.standard_normal(trace.n_requests))
+        out[unknown] = np.clip(np.rint(draw[unknown]), lo, hi).astype(np.int64)
+    np.maximum(out, 1, out=out)
+    return out, n
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    """One request in an aggregated engine. Token counts are of this admission (a
+    preempted request is admitted again with its generated tokens to recompute)."""
+
+    k: int
+    arrival: float
+    blocks: list[int]
+    prompt: int
+    out: int
+    measured: bool
+    eng: Engine | None = None
+    state: int = WAITING
+    tokens: int = 0  # prompt (+ generated, after a preemption) this admission prefills
+    hit: int = 0  # of which cached: found in HBM or loaded
+    done: int = 0  # of the others, computed so far
+    pending: int = 0  # loads in flight
+    matched: int = 0  # leading blocks found in some tier (HBM or loaded)
+    pinned: int = 0  # leading blocks cached in HBM and held
+    priv: int = 0  # private KV tokens held, when decoding: as of dec_step
+    stored: int = 0  # leading blocks written to the lower tiers
+    gen: int = 0  # tokens generated
+    dec_step: int = 0  # the engine's decode-step count when this request's decode started
+    fin: int = 0  # the decode-step count at which it ends
+    first_t: float = -1.0
+    counted: bool = False  # hits counted (the first admission only)
+
+
+@dataclass(slots=True, eq=False)
+class Engine:
+    """One instance's scheduler state."""
+
+    inst: Instance
+    waiting: deque[Job] = field(default_factory=deque)
+    running: dict[Job, None] = field(default_factory=dict)  # admission order
+    prefill: list[Job] = field(default_factory=list)  # running, prompt left to compute
+    dec: list[tuple[int, int, Job]] = field(default_factory=list)  # (fin, seq, job) heap
+    n_dec: int = 0
+    kv_dec: int = 0  # context tokens of the decoding requests, at the current step
+    steps: int = 0  # decode steps run so far
+    priv: int = 0  # private KV tokens of the running requests, at the current step
+    pins: dict[int, int] = field(default_factory=dict)  # block -> running requests holding it
+    busy: bool = False
+    version: int = 0  # of the scheduled step end (a decode run cut short moves it)
+    batch: list[tuple[Job, int]] | None = None  # a mixed step's prefill chunks
+    burst: np.ndarray | None = None  # a decode run's step end times
+    burst_steps: int = 0  # of which run before the scheduled end
+    burst_done: int = 0  # of which applied to the counts already (sync)
+    prefill_load: int = 0  # tokens routed here and not yet prefilled (the router's)
+
+
+class AggregatedSimulation(Simulation):
+    """The replay of ``plan`` with ``plan.serving == "aggregated"`` (module docstring)."""
+
+    hbm_bounded = False
+
+    def __init__(
+        self,
+        trace: BlockTrace,
+        plan: Plan,
+        time_scale: float,
+        slo_abort: tuple[float, int] | None = None,
+        advance: Advance | None = None,
+        record: bool = False,
+        tree: TraceTree | None = None,
+    ) -> None:
+        # A recording (analyzer.replay.reprice) re-times a prefill pool's decisions; an
+        # aggregated run's depend on every step's timing, so none is kept.
+        super().__init__(trace, plan, time_scale, slo_abort, advance, False, tree)
+        assert plan.step is not None and plan.hbm_capacity_tokens is not None
+        self.pricing: StepPricing = plan.step
+        self.c = plan.step.coefficients
+        self.step_fn = compiled(plan.step.step_seconds)[0]
+        self.overhead = plan.step.request_overhead_s
+        self.capacity = plan.hbm_capacity_tokens
+        self.scale = plan.cache_scale
+        self.mnbt = plan.max_num_batched_tokens
+        self.max_seqs = plan.max_num_seqs
+        outs, self.drawn = output_lengths(trace)
+        self.outs = outs.tolist()
+        self.engines = [Engine(inst) for inst in self.instances]
+        self.selective = plan.write_policy == "write-through-selective"
+        self.on_evict = plan.write_policy == "on-evict"
+        # a tier below HBM that several instances write (the pool, a node's DRAM)
+        self.shared_lower = (
+            plan.pool is not None
+            or (plan.dram is not None and plan.dram_shared_by_node)
+            or plan.nvme is not None
+        )
+        self.tpot = np.full(self.n - self.warm, np.nan)
+        self.step_gpu_s = 0.0
+        self.preemptions = 0
+        self.job_seq = 0
+
+    def run(self) -> RunStats:
+        st = super().run()
+        st.tpot_s = self.tpot
+        st.step_gpu_s = self.step_gpu_s * self.plan.tp
+        st.preemptions = self.preemptions
+        st.outputs_drawn = self.drawn
+        st.step_source = self.pricing.source
+        return st
+
+    def _drop_in_flight(self) -> None:
+        for e in self.engines:
+            e.waiting.clear()
+            e.running.clear()
+            e.prefill.clear()
+            e.dec.clear()
+            e.batch = None
+        for lk in self.links:
+            lk.heap.clear()
+
+    # -- handlers ---------------------------------------------------------------------
+
+    def _on_arrival(self, ev: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        t = ev[0]
+        k = ev[3]
+        out: list[tuple[Any, ...]] = []
+        if k + 1 < self.n:
+            out.append((self.times[k + 1], ARRIVAL, self._next_seq(), k + 1, None))
+        blocks = self.block_ids[self.offsets[k] : self.offsets[k + 1]].tolist()
+        prompt = self.prompts[k]
+        self._sync_all(t, out)
+        i = self._route(k, blocks, prompt)
+        e = self.engines[i]
+        j = Job(k, t, blocks, prompt, self.outs[k], k >= self.warm, e)
+        if j.measured:
+            self.prompt_measured += prompt
+        e.prefill_load += prompt
+        e.waiting.append(j)
+        self._kick(e, t, out)
+        return out
+
+    def _on_xfer_start(self, ev: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        lk: Link = ev[3]
+        n_bytes, item = ev[4]
+        end = lk.add(ev[0], n_bytes, item)
+        return [(end, XFER_DONE, self._next_seq(), lk, lk.version)]
+
+    def _on_xfer_done(self, ev: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        lk: Link = ev[3]
+        t = ev[0]
+        res = lk.finish(t, ev[4])
+        if res is None:
+            return []
+        done, nxt = res
+        out: list[tuple[Any, ...]] = []
+        if nxt is not None:
+            out.append((nxt, XFER_DONE, self._next_seq(), lk, lk.version))
+        for item in done:
+            if item is not None:
+                j: Job = item  # type: ignore[assignment]
+                j.pending -= 1
+                if j.pending == 0 and j.state == LOADING:
+                    assert j.eng is not None
+                    self._sync(j.eng, t, out)  # its cache as of t, then what was loaded
+                    self._loaded(j, t)
+                    self._kick(j.eng, t, out)
+        return out
+
+    def _on_step_done(self, ev: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        t = ev[0]
+        e: Engine = ev[3]
+        if ev[4] != e.version:
+            return []  # a decode run cut short: its end moved
+        out: list[tuple[Any, ...]] = []
+        n = e.n_dec
+        if e.batch is not None:
+            batch = e.batch
+            e.batch = None
+            if n:
+                e.steps += 1
+                e.kv_dec += n
+                e.priv += n
+            for j, take in batch:
+                self._chunk_done(j, take, t, out)
+        else:
+            s = e.burst_steps - e.burst_done
+            e.burst = None
+            if s > 1:  # each step before the last ended with the pool fitted, as events
+                e.steps += s - 1
+                e.kv_dec += n * (s - 1)
+                e.priv += n * (s - 1)
+                self._fit(e, t, out)
+                s = 1
+            e.steps += s
+            e.kv_dec += n * s
+            e.priv += n * s
+        dec = e.dec
+        while dec and dec[0][0] <= e.steps:
+            fin, _, j = heapq.heappop(dec)
+            if j.state == DECODE and j.fin == fin:
+                self._finish(j, t)
+        e.busy = False
+        self._fit(e, t, out)
+        self._next_step(e, t, out)
+        return out
+
+    # -- the scheduler ----------------------------------------------------------------
+
+    def _kick(self, e: Engine, t: float, out: list[tuple[Any, ...]]) -> None:
+        """Something new for ``e`` at ``t`` (an arrival, a finished load): an idle
+        engine schedules now; a run of decode steps ends at the step in progress."""
+        if not e.busy:
+            self._next_step(e, t, out)
+            return
+        ends = e.burst
+        if ends is None:
+            return  # a mixed step: its end schedules the next
+        # the step in progress (one ending exactly at t has ended: t joins the next, as
+        # at a step's end event, which runs before arrivals at the same time)
+        j = int(np.searchsorted(ends, t, side="right"))
+        if j + 1 < e.burst_steps:
+            cut = float(ends[e.burst_steps - 1] - ends[j])
+            self.gpu_s_all -= cut
+            self.step_gpu_s -= cut
+            e.burst_steps = j + 1
+            e.version += 1
+            out.append((float(ends[j]), STEP_DONE, self._next_seq(), e, e.version))
+
+    def _sync(self, e: Engine, t: float, out: list[tuple[Any, ...]]) -> None:
+        """Bring a decode run's counts up to the steps ended by ``t`` (its schedule is
+        unchanged): what a reader of ``e`` at ``t`` (the router, a shared tier's lookup)
+        would have seen had each step been an event, evictions included."""
+        ends = e.burst
+        if ends is None:
+            return
+        j = min(int(np.searchsorted(ends, t, side="right")), e.burst_steps)
+        d = j - e.burst_done
+        if d > 0:
+            n = e.n_dec
+            e.burst_done = j
+            e.steps += d
+            e.kv_dec += n * d
+            e.priv += n * d
+            self._fit(e, t, out)
+
+    def _sync_all(self, t: float, out: list[tuple[Any, ...]]) -> None:
+        for e in self.engines:
+            if e.burst is not None:
+                self._sync(e, t, out)
+
+    def _next_step(self, e: Engine, t: float, out: list[tuple[Any, ...]]) -> None:
+        """Schedule ``e``'s next step at ``t`` (it is free)."""
+        # Every decoding request adds a token of KV this step: preempt until that fits
+        # (vLLM admits nobody in a step that preempted).
+        preempted = False
+        while e.n_dec and len(e.pins) * self.bs + e.priv + e.n_dec > self.capacity:
+            if not self._preempt(e, t):
+                break
+            preempted = True
+        budget = self.mnbt - e.n_dec
+        chunks: list[tuple[Job, int]] = []
+        for j in e.prefill:
+            if budget <= 0:
+                break
+            take = min(j.tokens - j.hit - j.done, budget)
+            chunks.append((j, take))
+            budget -= take
+        while not preempted and budget > 0 and e.waiting and len(e.running) < self.max_seqs:
+            j = e.waiting[0]
+            if not self._admit(j, e, t, out):
+                break
+            e.waiting.popleft()
+            if j.state == PREFILL:
+                take = min(j.tokens - j.hit - j.done, budget)
+                chunks.append((j, take))
+                budget -= take
+        if preempted and not chunks and not e.n_dec:
+            # the step would be empty: the pool has room again, schedule as if anew
+            self._next_step(e, t, out)
+            return
+        self._fit(e, t, out)
+        if chunks:
+            pt = 0
+            pa = 0.0
+            for j, take in chunks:
+                pt += take
+                pa += take * (j.hit + j.done + take / 2.0)
+            dt = self.step_fn(self.c, float(pt), pa, float(e.n_dec), float(e.kv_dec))
+            self._account(chunks, pt, pa, e, dt)
+            e.batch = chunks
+            e.busy = True
+            e.version += 1
+            out.append((t + dt, STEP_DONE, self._next_seq(), e, e.version))
+            return
+        if e.n_dec:
+            dec = e.dec
+            while dec and (dec[0][2].state != DECODE or dec[0][2].fin != dec[0][0]):
+                heapq.heappop(dec)  # preempted since
+            left = e.dec[0][0] - e.steps
+            room = (self.capacity - len(e.pins) * self.bs - e.priv) // e.n_dec
+            steps = max(1, min(left, room, BURST_MAX))
+            ends = burst_ends(self.pricing, e.n_dec, float(e.kv_dec), steps, t)
+            self.gpu_s_all += float(ends[-1]) - t
+            self.step_gpu_s += float(ends[-1]) - t
+            e.burst = ends
+            e.burst_steps = steps
+            e.burst_done = 0
+            e.busy = True
+            e.version += 1
+            out.append((float(ends[-1]), STEP_DONE, self._next_seq(), e, e.version))
+
+    def _account(
+        self, chunks: list[tuple[Job, int]], pt: int, pa: float, e: Engine, dt: float
+    ) -> None:
+        """GPU time of a mixed step: the prefill share (the step model's time for the
+        chunks alone against the decode tokens alone) goes to the chunks by tokens."""
+        self.gpu_s_all += dt
+        self.step_gpu_s += dt
+        p = self.step_fn(self.c, float(pt), pa, 0.0, 0.0)
+        d = self.step_fn(self.c, 0.0, 0.0, float(e.n_dec), float(e.kv_dec)) if e.n_dec else 0.0
+        share = dt * p / (p + d) / pt if p + d > 0 else 0.0
+        for j, take in chunks:
+            if j.measured:
+                self.gpu_s += share * take
+
+    # -- a request's life ---------------------------------------------------------------
+
+    def _admit(self, j: Job, e: Engine, t: float, out: list[tuple[Any, ...]]) -> bool:
+        """Look ``j``'s prefix up and reserve its KV; False (nothing changed) when the
+        pool cannot hold it beside the running requests."""
+        inst = e.inst
+        bs = self.bs
+        blocks = j.blocks
+        tokens = j.prompt + j.gen
+        hbm = inst.hbm
+        m = hbm.match(blocks) if hbm is not None and blocks else 0
+        pins = e.pins
+        new_pins = sum(1 for b in blocks[:m] if b not in pins) if m else 0
+        need = tokens - m * bs
+        used = (len(pins) + new_pins) * bs + e.priv + e.n_dec  # this step's decode tokens
+        if e.running and used + need > self.capacity:
+            return False
+        cap = tokens - 1 if tokens > 0 else 0
+        count = j.measured and not j.counted
+        j.counted = True
+        hit_by_tier = self.hit_by_tier
+        if m:
+            for b in blocks[:m]:
+                pins[b] = pins.get(b, 0) + 1
+            if count:
+                hit_by_tier[0] += min(m * bs, cap)
+            if self.selective:  # a hit is a block's second use: HiCache backs it up now
+                self._store(j, inst, m, t, out)
+        matched = m
+        transfers: list[tuple[_Tier, int]] = []
+        if self.on_evict and self.shared_lower and m < len(blocks):
+            self._sync_all(t, out)  # other instances' evictions written down so far
+        if m < len(blocks):
+            for tier in inst.lower:
+                mt = tier.cache.match(blocks)
+                if mt > matched:
+                    tier.cache.touch_prefix(blocks, mt, t)
+                    n_bytes = (mt - matched) * self.bpb
+                    transfers.append((tier, n_bytes))
+                    if count:
+                        hit_by_tier[tier.level] += min(mt * bs, cap) - min(matched * bs, cap)
+                        self.loaded_by_tier[tier.level] += n_bytes
+                    matched = mt
+        j.tokens = tokens
+        j.hit = min(matched * bs, cap)
+        j.done = 0
+        j.matched = matched
+        j.pinned = m
+        j.priv = need
+        e.priv += need
+        e.prefill_load -= j.hit
+        e.running[j] = None
+        if transfers and not self.free:
+            j.state = LOADING
+            j.pending = len(transfers)
+            for tier, n_bytes in transfers:
+                if tier.latency_s > 0:
+                    out.append(
+                        (t + tier.latency_s, XFER_START, self._next_seq(), tier.read, (n_bytes, j))
+                    )
+                else:
+                    end = tier.read.add(t, n_bytes, j)
+                    out.append((end, XFER_DONE, self._next_seq(), tier.read, tier.read.version))
+            return True
+        for tier, n_bytes in transfers:
+            tier.read.record_instant(n_bytes)
+        self._loaded(j, t)
+        return True
+
+    def _loaded(self, j: Job, t: float) -> None:
+        """``j``'s prefix is in HBM (found there or loaded): cache what was loaded, and
+        let it be prefilled."""
+        e = j.eng
+        assert e is not None
+        if j.matched > j.pinned:
+            self._cache(j, e, j.matched, t)
+        j.state = PREFILL
+        e.prefill.append(j)
+
+    def _cache(self, j: Job, e: Engine, nb: int, t: float) -> None:
+        """``j``'s first ``nb`` blocks are computed (or loaded): they enter the HBM cache,
+        held by ``j`` (their KV moves from its private share to the cache)."""
+        hbm = e.inst.hbm
+        if hbm is None:
+            return
+        chain = j.blocks[:nb]
+        if self.track_dup:
+            self._dup_tick(t)
+            m0 = hbm.match(chain)
+            cnt = self.dup_count
+            for b in chain[m0:]:
+                c = cnt.get(b, 0)
+                cnt[b] = c + 1
+                if c:
+                    self.dup_blocks += 1
+        hbm.insert_ints(chain, t)
+        pins = e.pins
+        for b in chain[j.pinned :]:
+            pins[b] = pins.get(b, 0) + 1
+        moved = (nb - j.pinned) * self.bs
+        j.priv -= moved
+        e.priv -= moved
+        j.pinned = nb
+
+    def _chunk_done(self, j: Job, take: int, t: float, out: list[tuple[Any, ...]]) -> None:
+        e = j.eng
+        assert e is not None
+        j.done += take
+        e.prefill_load -= take
+        computed = j.hit + j.done
+        nb = min(len(j.blocks), computed // self.bs)
+        if nb > j.pinned:
+            self._cache(j, e, nb, t)
+        if not self.selective and not self.on_evict and e.inst.lower:
+            self._store(j, e.inst, nb, t, out)
+        if computed < j.tokens:
+            return
+        e.prefill.remove(j)
+        j.gen += 1
+        if j.first_t < 0:
+            j.first_t = t
+            self.done_count += 1
+            if self.advance is not None and self.done_count % 1024 == 0:
+                self.advance(1024)
+            if j.measured:
+                ttft = t - j.arrival + self.overhead
+                self.ttft[j.k - self.warm] = ttft
+                if self.slo_abort is not None and ttft > self.slo_abort[0]:
+                    self.violations += 1
+                    if self.violations > self.slo_abort[1]:
+                        self.aborted = True
+        if j.gen >= j.out:
+            self._finish(j, t)
+            return
+        j.state = DECODE
+        j.dec_step = e.steps
+        j.fin = e.steps + (j.out - j.gen)
+        e.n_dec += 1
+        e.kv_dec += j.prompt + j.gen
+        self.job_seq += 1
+        heapq.heappush(e.dec, (j.fin, self.job_seq, j))
+
+    def _release(self, j: Job, e: Engine, t: float) -> None:
+        """``j`` gives back its KV: its cached blocks stay cached, now unpinned unless
+        another running request holds them, and count as used at ``t``."""
+        del e.running[j]
+        if j.state == DECODE:
+            grown = e.steps - j.dec_step
+            e.n_dec -= 1
+            e.kv_dec -= j.prompt + j.gen + grown
+            e.priv -= j.priv + grown
+            j.gen += grown
+        else:
+            e.priv -= j.priv
+        j.priv = 0
+        if j.pinned:
+            pins = e.pins
+            for b in j.blocks[: j.pinned]:
+                c = pins[b] - 1
+                if c:
+                    pins[b] = c
+                else:
+                    del pins[b]
+            hbm = e.inst.hbm
+            assert hbm is not None
+            hbm.touch_prefix(j.blocks, j.pinned, t)
+            j.pinned = 0
+
+    def _finish(self, j: Job, t: float) -> None:
+        e = j.eng
+        assert e is not None
+        self._release(j, e, t)
+        j.state = DONE
+        if j.measured and j.out > 1:
+            self.tpot[j.k - self.warm] = (t - j.first_t) / (j.out - 1)
+        j.eng = None
+
+    def _preempt(self, e: Engine, t: float) -> bool:
+        """Preempt the most recently admitted running request that is not loading (it
+        recomputes later); False when there is none."""
+        for j in reversed(e.running):
+            if j.state != LOADING:
+                break
+        else:
+            return False
+        left = 0
+        if j.state == PREFILL:
+            e.prefill.remove(j)
+            left = j.tokens - j.hit - j.done
+        self._release(j, e, t)
+        # its prompt and generated tokens are prefilled again
+        e.prefill_load += j.prompt + j.gen - left
+        j.state = WAITING
+        j.done = j.hit = j.matched = 0
+        e.waiting.appendleft(j)
+        self.preemptions += 1
+        return True
+
+    def _fit(self, e: Engine, t: float, out: list[tuple[Any, ...]]) -> None:
+        """Evict unpinned cached blocks down to what the pool has left beside the
+        running requests (a miniature's cache keeps ``cache_scale`` of it)."""
+        hbm = e.inst.hbm
+        if hbm is None:
+            return
+        free = self.capacity - len(e.pins) * self.bs - e.priv
+        allowed = int(max(free, 0) * self.scale) // self.bs
+        over = len(hbm) - len(e.pins) - allowed
+        if over <= 0:
+            return
+        evicted = hbm.evict(over, pinned=e.pins)
+        if evicted and self.track_dup:
+            self._dup_tick(t)
+            cnt = self.dup_count
+            for b in evicted:
+                c = cnt[b] - 1
+                if c:
+                    cnt[b] = c
+                    self.dup_blocks -= 1
+                else:
+                    del cnt[b]
+        if evicted and self.on_evict:
+            self._spill(e.inst, 0, evicted, t, out)
+
+    def _store(self, j: Job, inst: Instance, nb: int, t: float, out: list[tuple[Any, ...]]) -> None:
+        """Write ``j``'s first ``nb`` blocks to every lower tier that lacks some."""
+        if nb <= j.stored:
+            return
+        chain = j.blocks[:nb]
+        for level, tier in enumerate(inst.lower):
+            cache = tier.cache
+            mt, _ = cache.write(chain, t)
+            if mt < nb:
+                cap = cache.capacity_blocks
+                top = nb if cap is None or cap > nb else cap
+                if top > mt:
+                    self._write(tier.write, (top - mt) * self.bpb, t, out, level)
+        j.stored = nb
+
+    # -- routing ----------------------------------------------------------------------
+
+    def _route(self, k: int, blocks: list[int], prompt: int) -> int:
+        plan = self.plan
+        engines = self.engines
+        if plan.router == "prefix-aware" and blocks:
+            lam = plan.prefix_aware_lambda
+            bs = self.bs
+            best = 0
+            best_cost = None
+            for i, e in enumerate(engines):
+                inst = e.inst
+                m = inst.hbm.match(blocks) if inst.hbm is not None else 0
+                credit = float(min(m * bs, prompt))
+                for tier in inst.lower:
+                    if tier.level == 3:
+                        continue  # the pool is every instance's alike
+                    mt = tier.cache.match(blocks)
+                    if mt > m:
+                        w = HOST_HIT_WEIGHT if tier.level == 1 else DISK_HIT_WEIGHT
+                        credit += w * (min(mt * bs, prompt) - min(m * bs, prompt))
+                        m = mt
+                cost = lam * max(e.prefill_load + prompt - credit, 0.0) + e.kv_dec
+                if best_cost is None or cost < best_cost:
+                    best_cost = cost
+                    best = i
+            return best
+        loads = self.loads
+        for i, e in enumerate(engines):
+            loads[i] = e.prefill_load + e.kv_dec
+        return self.router.pick(k, self.sessions[k], blocks, loads, self._cached)
+
+
+SIMULATIONS["aggregated"] = AggregatedSimulation
