@@ -663,6 +663,7 @@ def test_gateway_and_generic_name_the_family_and_typos_get_a_suggestion(tmp_path
     runner = CliRunner()
     app = typer.Typer()
     register(app)
+    app.command("noop")(lambda: None)  # a second command keeps typer in multi-command mode
     r = runner.invoke(app, ["convert", str(FIX / "chat.jsonl"), "--format", "opnai", "-o", "x"])
     flat = "".join(c for c in r.output if c.isalnum() or c == "'")  # the error box wraps
     assert r.exit_code == 2 and "didyoumean'openai'" in flat

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.errors import InputError, Location
-from analyzer.ingest.io import check_readable, head_lines
+from analyzer.ingest.documents import container, document_records, page_records
+from analyzer.ingest.io import TruncatedInput, check_readable, head_lines
 
 
 class Format(StrEnum):
@@ -31,6 +32,18 @@ class Format(StrEnum):
     RAGPULSE = "ragpulse"
     AZURE = "azure"
     BURSTGPT = "burstgpt"
+    LITELLM = "litellm"
+    LANGFUSE = "langfuse"
+    HELICONE = "helicone"
+    PORTKEY = "portkey"
+    OTEL = "otel"
+
+
+# Gateway and observability exports (analyzer/ingest/products.py), each in JSON lines,
+# a JSON document or CSV.
+PRODUCT_FORMATS = frozenset(
+    {Format.LITELLM, Format.LANGFUSE, Format.HELICONE, Format.PORTKEY, Format.OTEL}
+)
 
 
 # Names that stand for a family, resolved per file by its container (Parquet, JSON
@@ -91,8 +104,33 @@ def _parquet_format(path: Path) -> str:
     return Format.GATEWAY_PARQUET if "request_json" in schema.names else Format.GENERIC_PARQUET
 
 
+def _product_format(keys: set[str] | dict[str, Any]) -> str | None:
+    """The gateway or observability export whose own fields a record (or a CSV header)
+    has, else None. Checked before the OpenAI form: a LiteLLM payload has ``messages`` at
+    top level too, and reading it as OpenAI loses its sessions and teams."""
+    if "resourceSpans" in keys or ("startTimeUnixNano" in keys and "attributes" in keys):
+        return Format.OTEL  # OTLP/JSON: an ExportTraceServiceRequest, or one span
+    if "call_type" in keys and "startTime" in keys:
+        return Format.LITELLM  # StandardLoggingPayload, or a LiteLLM_SpendLogs row
+    if "request_created_at" in keys:
+        return Format.HELICONE
+    if ("traceId" in keys and "startTime" in keys) or (
+        "sessionId" in keys and "bookmarked" in keys
+    ):
+        return Format.LANGFUSE  # an observation, or a trace
+    if ("ai_model" in keys or "ai_org" in keys or "req_units" in keys) and "created_at" in keys:
+        return Format.PORTKEY  # a logs export row
+    if isinstance(keys, dict):  # Portkey's log object: request and response with bodies
+        req, resp = keys.get("request"), keys.get("response")
+        if isinstance(req, dict) and "body" in req and isinstance(resp, dict) and "body" in resp:
+            return Format.PORTKEY
+    return None
+
+
 def _csv_format(header: str) -> str:
     cols = {c.strip().strip('"') for c in header.split(",")}  # iter_lines drops a BOM
+    if (product := _product_format(cols)) is not None:
+        return product
     if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= cols:
         return Format.AZURE
     if {"Request tokens", "Response tokens"} <= cols:
@@ -103,6 +141,11 @@ def _csv_format(header: str) -> str:
 
 
 def _json_format(obj: dict[str, Any]) -> str:
+    rows = page_records(obj)
+    if rows and isinstance(rows[0], dict):  # an API page: its records tell
+        obj = rows[0]
+    if (product := _product_format(obj)) is not None:
+        return product
     ids = obj.get("hash_ids")
     if isinstance(ids, dict):
         return Format.RAGPULSE
@@ -129,6 +172,21 @@ def detect_format(path: str | Path) -> str:
         magic = f.read(4)
     if magic == b"PAR1":
         return _parquet_format(p)
+    if container(p) == "document":  # a JSON array or pretty-printed JSON: its first record
+        try:
+            for _, rec in document_records(p):
+                if isinstance(rec, dict):
+                    return _json_format(rec)
+                break
+        except TruncatedInput:
+            raise InputError(
+                "truncated compressed file (no complete record)", Location(str(path))
+            ) from None
+        raise InputError(
+            "the file's first JSON record is not an object",
+            Location(str(path), 1),
+            hint="use --format",
+        )
     # Several lines, so that one malformed line at the top (a log cut mid-line by
     # rotation, a stray banner) does not hide a valid JSONL file behind it.
     lines = head_lines(p, 8)

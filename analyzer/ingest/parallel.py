@@ -70,8 +70,9 @@ from analyzer.spawn import start_processes
 if TYPE_CHECKING:
     from analyzer.ingest.pipeline import _Builder
 
-# Formats read in the parent: they carry state between rows and across files.
-STATEFUL = frozenset({Format.BAILIAN, Format.RAGPULSE})
+# Formats read in the parent: they carry state between rows and across files (Langfuse:
+# the sessions of traces, given to their observations).
+STATEFUL = frozenset({Format.BAILIAN, Format.RAGPULSE, Format.LANGFUSE})
 
 
 def default_jobs() -> int:

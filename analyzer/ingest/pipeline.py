@@ -29,7 +29,13 @@ from analyzer import limits
 from analyzer.blocks import BlockHasher, id_hashes, load_salt, salt_id
 from analyzer.cache.token_radix import ArrivalLCP
 from analyzer.errors import InputError, Location, UsageError, shown
-from analyzer.ingest.detect import FORMATS, Format, resolve_format, unknown_format
+from analyzer.ingest.detect import (
+    FORMATS,
+    PRODUCT_FORMATS,
+    Format,
+    resolve_format,
+    unknown_format,
+)
 from analyzer.ingest.io import check_readable
 from analyzer.ingest.options import HASH_KEYS, TIME_UNITS, IngestOptions, LoadedTrace, SkipSummary
 from analyzer.ingest.readers import (
@@ -57,6 +63,7 @@ from analyzer.trace import (
 from analyzer.trace import trace_metadata as make_metadata
 
 TEXT_FORMATS = {
+    *PRODUCT_FORMATS,
     Format.OPENAI,
     Format.OPENAI_BATCH,
     Format.GATEWAY_CSV,
@@ -156,7 +163,9 @@ class _Builder:
         self.piece_stats = (0, 0, 0, 0)  # what parallel workers counted (see parallel.py)
         self.exact_wanted = False  # in a worker: record the tree's operations
         self.previews = Previews()
-        self.shared: dict[str, Any] = {}
+        # Per-run state of the readers; "inputs": a Langfuse observation whose session
+        # is on its trace's row looks in every Langfuse input for it.
+        self.shared: dict[str, Any] = {"inputs": tuple(zip(paths, fmts, strict=True))}
         self.file_abs: list[tuple[str, bool]] = []  # (file, absolute times?) per file read
         self.reordered = 0
         self.untimed: list[str] = []

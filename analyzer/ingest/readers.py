@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 
 from analyzer.errors import InputError, KvpoolError, Location
-from analyzer.ingest.detect import Format
+from analyzer.ingest.detect import PRODUCT_FORMATS, Format
 from analyzer.ingest.io import Span, TruncatedInput, iter_lines
 from analyzer.ingest.options import IngestOptions
 from analyzer.ingest.timeparse import parse_time
@@ -472,6 +472,8 @@ def records(
         if fmt in SPLITTABLE_CSV:
             return csv_records(path, on_bytes, span)
         return json_records(path, on_bytes, span)
+    if fmt in PRODUCT_FORMATS:
+        return _products.records(path, fmt, on_bytes)
     if fmt.endswith("parquet"):
         return parquet_records(path, on_bytes)
     if fmt.endswith("csv") or fmt in (Format.AZURE, Format.BURSTGPT):
@@ -510,6 +512,36 @@ _USER_SOURCES = (
 )
 
 
+def take_usage(raw: Raw, usage: object, where: str = "usage") -> None:
+    """Output tokens and the measured cache hits of an OpenAI ``usage`` object into
+    ``raw`` (nothing when ``usage`` is not an object); ``where`` names it in errors."""
+    if not isinstance(usage, dict):
+        return
+    for k in ("completion_tokens", "output_tokens"):
+        if usage.get(k) is not None:
+            raw.output_tokens = _int(usage[k], f"{where}.{k}")
+            break
+    # The hits today's engine measured (vLLM with --enable-prompt-tokens-details,
+    # SGLang, OpenAI): cached prompt tokens, and the prompt as the engine counted it.
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and details.get("cached_tokens") is not None:
+        cached = _int(details["cached_tokens"], f"{where}.prompt_tokens_details.cached_tokens")
+        prompt = None
+        if usage.get("prompt_tokens") is not None:
+            prompt = _int(usage["prompt_tokens"], f"{where}.prompt_tokens")
+        take_cached(raw, cached, prompt, f"{where}.prompt_tokens_details.cached_tokens")
+
+
+def take_cached(raw: Raw, cached: int | None, prompt: int | None, field: str) -> None:
+    """The engine's measured hit (``cached`` of ``prompt`` tokens) into ``raw``; more hits
+    than prompt tokens is a bad row naming ``field``."""
+    if cached is None:
+        return
+    if prompt is not None and cached > prompt:
+        raise RowError("invalid value", field)
+    raw.cached_tokens, raw.engine_prompt_tokens = cached, prompt
+
+
 def parse_openai(rec: dict[str, Any], ctx: FileContext) -> Raw:
     """OpenAI chat-completions log rows, Batch input lines and gateway CSV/Parquet rows."""
     body: dict[str, Any] | None = None
@@ -546,29 +578,7 @@ def parse_openai(rec: dict[str, Any], ctx: FileContext) -> Raw:
     if isinstance(resp, dict) and isinstance(resp.get("body"), dict):
         resp = resp["body"]  # Batch output lines wrap the response
     usage = (resp.get("usage") if isinstance(resp, dict) else None) or rec.get("usage")
-    usage = _maybe_json(usage, "usage")
-    if isinstance(usage, dict):
-        for k in ("completion_tokens", "output_tokens"):
-            if usage.get(k) is not None:
-                raw.output_tokens = _int(usage[k], f"usage.{k}")
-                break
-        # The hits today's engine measured (vLLM with --enable-prompt-tokens-details,
-        # SGLang, OpenAI): cached prompt tokens, and the prompt as the engine counted it.
-        details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict) and details.get("cached_tokens") is not None:
-            raw.cached_tokens = _int(
-                details["cached_tokens"], "usage.prompt_tokens_details.cached_tokens"
-            )
-            if usage.get("prompt_tokens") is not None:
-                raw.engine_prompt_tokens = _int(usage["prompt_tokens"], "usage.prompt_tokens")
-            if raw.cached_tokens is not None and (
-                raw.cached_tokens < 0
-                or (
-                    raw.engine_prompt_tokens is not None
-                    and raw.cached_tokens > raw.engine_prompt_tokens
-                )
-            ):
-                raise RowError("invalid value", "usage.prompt_tokens_details.cached_tokens")
+    take_usage(raw, _maybe_json(usage, "usage"))
     if raw.output_tokens is None:
         for k in ("output_tokens", "completion_tokens"):
             if rec.get(k) not in (None, ""):
@@ -865,3 +875,9 @@ PARSERS: dict[str, Callable[[dict[str, Any], FileContext], Raw]] = {
     Format.AZURE: parse_azure,
     Format.BURSTGPT: parse_burstgpt,
 }
+
+# The gateway and observability exports read their rows with the helpers above, so
+# their module is imported last; their parsers join the one registry.
+from analyzer.ingest import products as _products  # noqa: E402
+
+PARSERS.update(_products.PARSERS)
