@@ -62,6 +62,11 @@ FormatName = Literal[  # ingest.detect.FORMATS
     "ragpulse",
     "azure",
     "burstgpt",
+    "litellm",
+    "langfuse",
+    "helicone",
+    "portkey",
+    "otel",
     "gateway",  # aliases: resolved per file by its container (ingest.detect.FORMAT_ALIASES)
     "generic",
 ]

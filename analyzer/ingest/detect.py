@@ -12,7 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.errors import InputError, Location
-from analyzer.ingest.documents import container, document_records, page_records
+from analyzer.ingest.documents import (
+    DocumentError,
+    container,
+    document_records,
+    page_records,
+)
 from analyzer.ingest.io import TruncatedInput, check_readable, head_lines
 
 
@@ -177,6 +182,8 @@ def detect_format(path: str | Path) -> str:
             for _, rec in document_records(p):
                 if isinstance(rec, dict):
                     return _json_format(rec)
+                if isinstance(rec, DocumentError):
+                    raise InputError(rec.reason, Location(str(path), 1))
                 break
         except TruncatedInput:
             raise InputError(

@@ -61,7 +61,8 @@ def container(path: str | Path) -> str:
     if head.startswith(b"{"):
         # Pretty-printed JSON opens with "{" alone on its line; a JSON-lines file has a
         # whole object (or a line cut by rotation, which its reader skips) on its first.
-        return "document" if head.split(b"\n", 1)[0].strip() == b"{" else "jsonl"
+        line, newline, _ = head.partition(b"\n")
+        return "document" if newline and line.strip() == b"{" else "jsonl"
     return "csv"
 
 
