@@ -79,7 +79,7 @@ def render_table(doc: dict[str, Any]) -> Any:  # rich.table.Table
 
 def _serving_line(doc: dict[str, Any]) -> str:
     """How the instances served, as the table's footnote says it."""
-    first = next(iter(doc["scenarios"].values()), {})
+    first: dict[str, Any] = next(iter(doc["scenarios"].values()), {})
     serving = first.get("serving")
     if serving is None:
         return "Decode is not modelled (a disaggregated prefill pool)."
