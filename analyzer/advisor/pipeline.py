@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from analyzer.cost import CostModel
     from analyzer.cost.uncertainty import ErrorBand, FlipFinding, Range
     from analyzer.ingest import LoadedTrace
+    from analyzer.ingest.kvevents import EngineEvents
     from analyzer.replay import ReplayResult
     from analyzer.reuse import ReuseReport
 
@@ -251,6 +252,7 @@ class AnalysisResult:
     tokenization: TokenCounting = field(default_factory=TokenCounting)
     models: ModelsFigures | None = None  # per-model figures (advisor.models)
     measured: MeasuredAgainstProjected | None = None  # the log's hit rate beside the replay's
+    engine_events: EngineEvents | None = None  # a KV-event recording's own figures
     warnings: tuple[str, ...] = ()
     pilot: tuple[PilotCommand, ...] = ()
     deploy: tuple[DeployFile, ...] = ()
@@ -750,6 +752,9 @@ def run_analysis(
         warnings=tuple(warnings),
         measured=measured,
         uncertainty=uncertainty,
+        engine_events=(
+            None if loaded.engine is None else replace(loaded.engine, bytes_per_token=bpt)
+        ),
     )
 
 

@@ -67,6 +67,7 @@ FormatName = Literal[  # ingest.detect.FORMATS
     "helicone",
     "portkey",
     "otel",
+    "kv-events",
     "gateway",  # aliases: resolved per file by its container (ingest.detect.FORMAT_ALIASES)
     "generic",
 ]

@@ -181,10 +181,20 @@ def reuse(
     render_summary(report, out, sources=sources, skipped=str(loaded.skipped))
     for note in loaded.notes:
         out.print(f"note: {note}", markup=False, highlight=False)
+    engine = loaded.engine
+    if engine is not None:  # a KV-event recording: the engine's own figures
+        from dataclasses import replace
+
+        engine = replace(engine, bytes_per_token=bpt)
+        for line in engine.lines():
+            out.print(line, markup=False, highlight=False)
     if json_out is not None:
         with progress("per-model reuse", None):
             models = models_document(loaded, opts, kv_dtype, warning=warning or None)
-        write_json(json_out, {**report.to_json(), "models": models.to_json()}, force=force)
+        doc = {**report.to_json(), "models": models.to_json()}
+        if engine is not None:
+            doc["engine_events"] = engine.to_json()
+        write_json(json_out, doc, force=force)
         if not is_stdio(json_out):
             out.print(f"wrote {json_out}")
 

@@ -42,6 +42,7 @@ class Format(StrEnum):
     HELICONE = "helicone"
     PORTKEY = "portkey"
     OTEL = "otel"
+    KV_EVENTS = "kv-events"  # a `kvpool record` recording (analyzer/ingest/kvevents.py)
 
 
 # Gateway and observability exports (analyzer/ingest/products.py), each in JSON lines,
@@ -174,8 +175,10 @@ def detect_format(path: str | Path) -> str:
     if p.is_dir():  # check_readable let it through: a partitioned canonical dataset
         return "canonical"
     with open(p, "rb") as f:
-        magic = f.read(4)
-    if magic == b"PAR1":
+        magic = f.read(8)
+    if magic == b"KVPOOLEV":  # analyzer.ingest.kvevents.MAGIC
+        return Format.KV_EVENTS
+    if magic[:4] == b"PAR1":
         return _parquet_format(p)
     if container(p) == "document":  # a JSON array or pretty-printed JSON: its first record
         try:

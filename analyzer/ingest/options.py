@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from analyzer.errors import printable, shown
 from analyzer.trace import BlockTrace
+
+if TYPE_CHECKING:
+    from analyzer.ingest.kvevents import EngineEvents
 
 HASH_KEYS = ("model", "tenant")
 TIME_UNITS = ("auto", "s", "ms", "us", "ns")
@@ -109,6 +113,7 @@ class LoadedTrace:
     previews: Mapping[int, str] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # caveats to show (a bound was hit, ...)
+    engine: EngineEvents | None = None  # what KV-event recordings showed of the engine
     _trace: BlockTrace | None = field(default=None, repr=False)
     _parts: dict[str, BlockTrace] = field(default_factory=dict, repr=False)
 

@@ -809,6 +809,12 @@ def _read_raw(
         return plist, _open_canonical(plist, opts.block_size, opts.previews)
     if Format.CANONICAL in fmts:
         raise UsageError("canonical traces cannot be mixed with raw logs in one run")
+    if Format.KV_EVENTS in fmts:
+        if any(f != Format.KV_EVENTS for f in fmts):
+            raise UsageError("KV-event recordings cannot be mixed with logs in one run")
+        from analyzer.ingest.kvevents import open_recordings
+
+        return plist, open_recordings(plist, opts, opts.block_size)
     jobs = _jobs_for(plist, opts)
     started = None
     if jobs > 1 and opts.ray_address is None:

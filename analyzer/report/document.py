@@ -411,13 +411,59 @@ class ProjectedHits(_View):
 
 @dataclass(frozen=True, slots=True)
 class MeasuredVsProjected(_View):
+    """``measured_vs_projected``: the comparison's keys are absent when the trace was too
+    small to replay (``projected`` is then null)."""
+
     measured: MeasuredHits
     projected: ProjectedHits | None
-    tolerance: float
-    within_tolerance: bool
-    fitted_local_capacity_tokens_per_instance: int | None
-    fitted_hit_rate: float | None
-    fit_note: str
+    tolerance: float | None = field(default=None, metadata=_ABSENT)
+    within_tolerance: bool | None = field(default=None, metadata=_ABSENT)
+    fitted_local_capacity_tokens_per_instance: int | None = field(default=None, metadata=_ABSENT)
+    fitted_hit_rate: float | None = field(default=None, metadata=_ABSENT)
+    fit_note: str | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineMedium(_View):
+    """``engine_events.media[]``: one medium's blocks as the engine's events report them."""
+
+    medium: str
+    block_size: int
+    stored_blocks: int
+    removed_blocks: int
+    peak_blocks: int
+    peak_tokens: int
+    mean_blocks: float
+    final_blocks: int
+    evictions_per_s: float
+    median_lifetime_s: float | None
+    p90_lifetime_s: float | None
+    peak_gb: float | None = field(default=None, metadata=_ABSENT)
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineEventsView(_View):
+    """``engine_events``: what a KV-event recording shows of the engines' own caches
+    (present only when the input is a recording; analyzer/ingest/kvevents.py)."""
+
+    engines: int
+    batches: int
+    events: int
+    span_s: float
+    block_size: int
+    media: tuple[EngineMedium, ...]
+    clears: int
+    requests: int
+    prompt_tokens: int
+    hit_tokens: int
+    hit_rate: float
+    gaps: int
+    lost_batches: int
+    complete: bool
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
 
 
@@ -943,6 +989,8 @@ class Report(_View):
     assumptions: tuple[Assumption, ...]
     economics: EconomicsSection | None
     side_by_side: tuple[SideBySideRow, ...]
+    engine_events: EngineEventsView | None = field(default=None, metadata=_ABSENT)
+    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
 
     @classmethod
     def from_json(cls, doc: Any) -> Report:
@@ -1167,6 +1215,8 @@ def report_document(r: AnalysisResult) -> dict[str, Any]:
         "assumptions": assumptions(r),
         "economics": _economics_json(r),
         "side_by_side": _side_by_side_json(r),
+        # only for a KV-event recording: other inputs' reports keep their bytes
+        **({} if r.engine_events is None else {"engine_events": r.engine_events.to_json()}),
     }
 
 

@@ -41,5 +41,5 @@ def engine_projection(report: Report) -> EngineProjection:
     return EngineProjection(
         candidate=candidate,
         baseline=_scenario(Scenario.LOCAL, scenarios.get(Scenario.LOCAL)),
-        tolerance=mvp.tolerance if mvp is not None else TOLERANCE,
+        tolerance=mvp.tolerance if mvp is not None and mvp.tolerance is not None else TOLERANCE,
     )

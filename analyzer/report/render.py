@@ -410,6 +410,62 @@ def _models_section(doc: Report) -> Section | None:
     return s
 
 
+def _engine_section(doc: Report) -> Section | None:
+    ev = doc.engine_events
+    if ev is None:
+        return None
+    s = Section("engine-events", "What the engine's KV events show")
+    s.paragraphs.append(
+        f"The input is a KV-event recording of {num(ev.engines)} engine(s): "
+        f"{num(ev.batches)} event batches over {num(ev.span_s)} s. Requests are rebuilt from "
+        f"the blocks each stored ({num(ev.requests)} requests, blocks of "
+        f"{num(ev.block_size)} tokens): the engine found {pct(ev.hit_rate)} of their "
+        f"{num(ev.prompt_tokens)} tokens already cached, its own measured prefix-cache hit "
+        "rate. Below, the cache's measured occupancy per medium (GPU: the HBM prefix cache)."
+    )
+    s.tables.append(
+        Table(
+            [
+                "Medium",
+                "Block",
+                "Peak blocks",
+                "Peak tokens",
+                "Peak GB",
+                "Mean blocks",
+                "Stored",
+                "Evicted",
+                "Evictions/s",
+                "Median lifetime (s)",
+            ],
+            [
+                [
+                    m.medium,
+                    num(m.block_size),
+                    num(m.peak_blocks),
+                    num(m.peak_tokens),
+                    "-" if m.peak_gb is None else num(m.peak_gb),
+                    num(m.mean_blocks),
+                    num(m.stored_blocks),
+                    num(m.removed_blocks),
+                    num(m.evictions_per_s),
+                    "-" if m.median_lifetime_s is None else num(m.median_lifetime_s),
+                ]
+                for m in ev.media
+            ],
+        )
+    )
+    if ev.clears:
+        s.paragraphs.append(f"The engine cleared its cache {num(ev.clears)} time(s).")
+    if ev.gaps or not ev.complete:
+        s.paragraphs.append(
+            f"The stream had {num(ev.gaps)} sequence gap(s); {num(ev.lost_batches)} batches "
+            "were lost (not replayed)"
+            + ("" if ev.complete else ", and a recording ends without its trailer")
+            + ": the figures miss what they held."
+        )
+    return s
+
+
 def _measured_section(doc: Report) -> Section | None:
     mp = doc.measured_vs_projected
     if mp is None:
@@ -441,11 +497,11 @@ def _measured_section(doc: Report) -> Section | None:
         )
         if mp.within_tolerance:
             s.paragraphs.append(
-                f"They agree within {pct(mp.tolerance)}: the replay describes today's engines."
+                f"They agree within {pct(mp.tolerance or 0)}: the replay describes today's engines."
             )
         elif mp.fitted_local_capacity_tokens_per_instance is not None:
             s.paragraphs.append(
-                f"They differ by more than {pct(mp.tolerance)}; an effective HBM cache of "
+                f"They differ by more than {pct(mp.tolerance or 0)}; an effective HBM cache of "
                 f"{num(mp.fitted_local_capacity_tokens_per_instance)} tokens per instance "
                 f"reproduces the measured rate ({pct(mp.fitted_hit_rate)} replayed)."
             )
@@ -799,6 +855,7 @@ def sections(doc: Report) -> list[Section]:
     ]
     for part in (
         _models_section,
+        _engine_section,
         _measured_section,
         _bandwidth_section,
         _scenarios_section,
