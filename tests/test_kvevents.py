@@ -164,6 +164,50 @@ def test_a_bad_envelope_is_a_wire_error(payload: bytes) -> None:
         decode_payload(payload)
 
 
+_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=12)
+    | st.binary(max_size=12)
+    | st.sampled_from(["BlockStored", "BlockRemoved", "AllBlocksCleared", "type"]),
+    lambda c: st.lists(c, max_size=8) | st.dictionaries(st.text(max_size=12), c, max_size=8),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(obj=_values, noise=st.binary(max_size=40))
+def test_any_payload_is_a_batch_or_a_wire_error(obj: object, noise: bytes) -> None:
+    for payload in (msgspec.msgpack.encode(obj), noise):
+        try:
+            b = decode_payload(payload)
+        except WireError:
+            continue
+        assert all(isinstance(e, Stored | Removed | Cleared) for e in b.events)
+        assert all(0 <= h < 2**64 for e in b.events if not isinstance(e, Cleared) for h in e.hashes)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(body=st.binary(max_size=200), records=st.lists(_values, max_size=6))
+def test_any_recording_reads_or_is_one_input_error(tmp_path: Path, body: bytes, records) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "fuzz.kvev"
+    with open(path, "wb") as fh:
+        w = RecordingWriter(fh)
+        w.header(started_epoch_s=0.0, endpoints=[])
+        for r in records:
+            w.write(r if isinstance(r, dict) else {"kind": "batch", "events": r})
+        fh.write(body)
+    try:
+        rec = read_recording(str(path))
+    except InputError:
+        return
+    assert all(isinstance(b.ts, float) for b in rec.batches)
+
+
 def test_a_bad_event_is_left_out_and_counted() -> None:
     payload = msgspec.msgpack.encode(
         [
@@ -416,6 +460,17 @@ def test_record_recovers_a_gap_by_replay_and_counts_malformed_frames(tmp_path: P
         pub.send_raw([b"kv-events only"])
         pub.publish(b"\xc1\xc1 not msgpack")
         pub.publish(encode(t + 6, [["BlockStored", "bad"]]))
+        private = {  # SGLang's map form, with the session that stored the blocks
+            "type": "BlockStored",
+            "block_hashes": [20],
+            "parent_block_hash": None,
+            "token_ids": [7] * 4,
+            "block_size": 4,
+            "lora_id": None,
+            "medium": "GPU",
+            "session_id": "alice@example.com",
+        }
+        pub.publish(msgspec.msgpack.encode([t + 30, [private], 0]))
         out, stats = finish()
     finally:
         pub.close()
@@ -426,15 +481,18 @@ def test_record_recovers_a_gap_by_replay_and_counts_malformed_frames(tmp_path: P
         "payload is not msgpack": 1,
         "mistyped field (block_hashes)": 1,
     }
+    raw = out.read_bytes()
+    assert b"alice" not in raw and b"127.0.0.1" not in raw  # pseudonym; no address
     rec = read_recording(str(out))
     assert rec.trailer is not None and rec.trailer["reason"] == "interrupted"
     assert rec.gaps == 1 and rec.replayed_batches == 1
     seqs = [b.seq for b in rec.batches]
     assert seqs == sorted(seqs)  # the replayed batch is written before the one after the gap
     loaded = open_trace([str(out)], IngestOptions(salt=SALT))
-    # the warm-up root, [10, 11, 12] (the replayed continuation) and [10, 11, 13]
-    assert loaded.table.column("prompt_tokens").to_pylist()[-2:] == [12, 12]
-    assert loaded.table.column("cached_tokens").to_pylist()[-1] == 8
+    # the warm-up root, [10, 11, 12] (the replayed continuation), [10, 11, 13], [20]
+    assert loaded.table.column("prompt_tokens").to_pylist()[-3:] == [12, 12, 4]
+    assert loaded.table.column("cached_tokens").to_pylist()[-3:] == [0, 8, 0]
+    assert loaded.table.column("session_id").to_pylist()[-1].startswith("s-")
 
 
 @pytest.mark.slow
@@ -522,3 +580,23 @@ def test_sigterm_leaves_a_whole_recording_that_converts_and_analyzes(tmp_path: P
     assert doc.engine_events.requests >= 200 and doc.replay is not None
     assert doc.measured_vs_projected is not None  # the engine's hits beside the replay's
     assert "What the engine's KV events show" in (rep / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--kv-events", "localhost:5557"], "is not a ZMQ endpoint"),
+        (["--kv-events", "tcp://*:5557"], "connect to its host"),
+        (
+            ["--kv-events", "tcp://h:1", "--replay", "tcp://h:2", "--replay", "tcp://h:3"],
+            "2 --replay",
+        ),
+        (["--kv-events", "tcp://h:1", "--duration", "0"], "--duration"),
+        (["--kv-events", "tcp://h:1", "--max-events", "0"], "--max-events"),
+    ],
+)
+def test_record_flags_are_checked(tmp_path: Path, args: list[str], message: str) -> None:
+    r = CliRunner().invoke(app, ["record", *args, "-o", str(tmp_path / "x.kvev")])
+    assert isinstance(r.exception, UsageError) and message in str(r.exception), r.output
+    assert r.exception.exit_code == 2
+    assert not (tmp_path / "x.kvev").exists()

@@ -807,15 +807,14 @@ class Rebuilder:
                 _count(self.skipped, "block stored under two parents (kept the first)")
             prev = h
         key = (endpoint, parent) if parent is not None else None
-        i = self.open.get(key) if key is not None else None
-        if i is not None and ts - self.requests[i].last <= CONTINUATION_GAP_S:
+        i = self.open.pop(key, None) if key is not None else None
+        if key is not None and i is not None and ts - self.requests[i].last <= CONTINUATION_GAP_S:
             req = self.requests[i]
-            del self.open[key]  # type: ignore[arg-type]
+            # a block inside one request's chain: a store after it is another session's
+            self.tail_session.pop(key, None)
             req.chain.extend(ev.hashes)
             req.last = ts
         else:
-            if i is not None:
-                del self.open[key]  # type: ignore[arg-type]
             head, unseen = self._path(parent)
             if head is None:
                 _count(self.skipped, "block hashes form a loop")

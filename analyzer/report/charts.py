@@ -254,6 +254,29 @@ def network_chart(doc: Report) -> str | None:
     return to_svg(chart)
 
 
+def engine_occupancy_chart(doc: Report) -> str | None:
+    """Blocks the engine held per medium over the recording (KV-event inputs only)."""
+    ev = doc.engine_events
+    if ev is None or len(ev.timeline) < 2:
+        return None
+    vals = [
+        {"t_s": p.t_s, "medium": medium, "blocks": n}
+        for p in ev.timeline
+        for medium, n in p.blocks.items()
+    ]
+    chart = (
+        _base(vals)
+        .mark_line(interpolate="step-after")
+        .encode(
+            x=alt.X("t_s:Q", title="seconds into the recording"),
+            y=alt.Y("blocks:Q", title="blocks held (peak in each slice)"),
+            color=alt.Color("medium:N", title="medium"),
+        )
+        .properties(title="The engine's KV cache occupancy, from its events")
+    )
+    return to_svg(chart)
+
+
 def all_charts(doc: Report) -> dict[str, str]:
     out = {}
     for name, fn in (
@@ -263,6 +286,7 @@ def all_charts(doc: Report) -> dict[str, str]:
         ("ttft", ttft_chart),
         ("tier_hits", tier_hits_chart),
         ("network", network_chart),
+        ("engine_occupancy", engine_occupancy_chart),
     ):
         svg = fn(doc)
         if svg:

@@ -446,6 +446,15 @@ class EngineMedium(_View):
 
 
 @dataclass(frozen=True, slots=True)
+class OccupancyPointView(_View):
+    """``engine_events.timeline[]``: blocks held per medium ``t_s`` after the first batch."""
+
+    t_s: float
+    blocks: Mapping[str, int]
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
 class EngineEventsView(_View):
     """``engine_events``: what a KV-event recording shows of the engines' own caches
     (present only when the input is a recording; analyzer/ingest/kvevents.py)."""
@@ -464,6 +473,7 @@ class EngineEventsView(_View):
     gaps: int
     lost_batches: int
     complete: bool
+    timeline: tuple[OccupancyPointView, ...]
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
 
 

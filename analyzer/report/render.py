@@ -454,6 +454,7 @@ def _engine_section(doc: Report) -> Section | None:
             ],
         )
     )
+    s.charts.append("engine_occupancy")
     if ev.clears:
         s.paragraphs.append(f"The engine cleared its cache {num(ev.clears)} time(s).")
     if ev.gaps or not ev.complete:
