@@ -410,18 +410,23 @@ def test_endpoints_are_checked() -> None:
 # -- recording from a publisher on loopback ---------------------------------------------------------
 
 
-def _record_in_thread(pub: Publisher, tmp: Path, **kw):  # type: ignore[no-untyped-def]
-    """``record_events`` on a thread; returns (start the scenario, finish)."""
+def _record_in_thread(pub: Publisher | list[Publisher], tmp: Path, **kw):  # type: ignore[no-untyped-def]
+    """``record_events`` on a thread, subscribed to each publisher; returns ``finish()``,
+    which stops it and gives (the recording, its stats)."""
+    pubs = pub if isinstance(pub, list) else [pub]
     out = tmp / "live.kvev"
     fh = open(out, "wb")  # noqa: SIM115 (closed by finish())
     stop = threading.Event()
-    seen = {"batches": 0}
+    seen: dict[str, list[int]] = {"per_endpoint": [0] * len(pubs)}
 
     def tick(stats):  # type: ignore[no-untyped-def]
-        seen["batches"] = stats.batches
+        seen["per_endpoint"] = list(stats.per_endpoint)
 
     opts = RecordOptions(
-        endpoints=(pub.endpoint,), replay=(pub.replay_endpoint,), topic="kv-events", **kw
+        endpoints=tuple(p.endpoint for p in pubs),
+        replay=tuple(p.replay_endpoint for p in pubs),
+        topic="kv-events",
+        **kw,
     )
     result = {}
     th = threading.Thread(
@@ -432,9 +437,10 @@ def _record_in_thread(pub: Publisher, tmp: Path, **kw):  # type: ignore[no-untyp
     th.start()
     # PUB drops what it sends before the subscription arrives: warm up until one is seen
     deadline = time.monotonic() + 20
-    while seen["batches"] == 0:
+    while not all(seen["per_endpoint"]):
         assert time.monotonic() < deadline, "the recorder never received a batch"
-        pub.publish(encode(time.time(), [ArrayStored([1], None, [0] * 4, 4, None, "GPU")]))
+        for p in pubs:
+            p.publish(encode(time.time(), [ArrayStored([1], None, [0] * 4, 4, None, "GPU")]))
         time.sleep(0.1)
 
     def finish():  # type: ignore[no-untyped-def]
@@ -445,6 +451,41 @@ def _record_in_thread(pub: Publisher, tmp: Path, **kw):  # type: ignore[no-untyp
         return out, result["stats"]
 
     return finish
+
+
+@pytest.mark.slow
+def test_record_several_endpoints_at_once(tmp_path: Path) -> None:
+    """One engine per endpoint (or one data-parallel rank each): their caches are kept
+    apart, and the same prefix stored by both is one block id in the trace."""
+    pubs = [Publisher(), Publisher()]
+    try:
+        finish = _record_in_thread(pubs, tmp_path)
+        t = time.time()
+        for rank, p in enumerate(pubs):
+            p.publish(encode(t, [ArrayStored([500, 501], None, [0] * 8, 4, None, "GPU")], rank))
+            p.publish(
+                encode(t + 5, [ArrayStored([600 + rank], 501, [0] * 4, 4, None, "GPU")], rank)
+            )
+        out, stats = finish()
+    finally:
+        for p in pubs:
+            p.close()
+    assert all(n >= 3 for n in stats.per_endpoint)
+    loaded = open_trace([str(out)], IngestOptions(salt=SALT))
+    e = loaded.engine
+    assert e is not None and e.engines == 2
+    t = loaded.table
+    rows = [
+        (rid[:2], tuple(h))
+        for rid, h in zip(
+            t.column("request_id").to_pylist(), t.column("block_hashes").to_pylist(), strict=True
+        )
+        if len(h) == 3
+    ]
+    # each engine's [500, 501, 60r]: the shared prefix is the same ids, the ends differ
+    assert sorted(r[0] for r in rows) == ["e0", "e1"]
+    assert rows[0][1][:2] == rows[1][1][:2] and rows[0][1][2] != rows[1][1][2]
+    assert t.column("cached_tokens").to_pylist()[-2:] == [8, 8]
 
 
 @pytest.mark.slow
@@ -580,6 +621,10 @@ def test_sigterm_leaves_a_whole_recording_that_converts_and_analyzes(tmp_path: P
     assert doc.engine_events.requests >= 200 and doc.replay is not None
     assert doc.measured_vs_projected is not None  # the engine's hits beside the replay's
     assert "What the engine's KV events show" in (rep / "report.md").read_text()
+    r = runner.invoke(
+        app, ["replay", str(out), "--salt-file", str(salt), "--model", "llama-3.1-8b"]
+    )
+    assert r.exit_code == 0, r.output
 
 
 @pytest.mark.parametrize(
@@ -600,3 +645,21 @@ def test_record_flags_are_checked(tmp_path: Path, args: list[str], message: str)
     assert isinstance(r.exception, UsageError) and message in str(r.exception), r.output
     assert r.exception.exit_code == 2
     assert not (tmp_path / "x.kvev").exists()
+
+
+@pytest.mark.slow
+def test_record_to_stdout_with_nothing_published(tmp_path: Path) -> None:
+    """--duration ends it; a silent endpoint is a warning, and the recording is still
+    whole (header and trailer), here on stdout."""
+    proc = _cli("record", "--kv-events", "tcp://127.0.0.1:9", "--duration", "0.5", "-o", "-",
+                "--salt-file", str(tmp_path / "salt"))  # fmt: skip
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert out.startswith(MAGIC)
+    assert b"no event batches from tcp://127.0.0.1:9" in err
+    path = tmp_path / "stdout.kvev"
+    path.write_bytes(out)
+    rec = read_recording(str(path))
+    assert rec.trailer is not None and rec.trailer["reason"] == "duration" and not rec.batches
+    with pytest.raises(InputError, match="no requests"):
+        open_trace([str(path)], IngestOptions(salt=SALT))
