@@ -373,6 +373,21 @@ def test_unseen_prefix_and_other_media(tmp_path: Path) -> None:
     assert any("before the recording began" in n for n in loaded.notes)
 
 
+def test_a_hybrid_models_groups_count_apart_and_give_one_request(tmp_path: Path) -> None:
+    """vLLM's hybrid models store each block once per KV cache group (``group_idx``):
+    both groups' blocks are held, one request is rebuilt."""
+    batches = [
+        (1.0, [MapStored([1, 2], None, [0] * 8, 4, None, "GPU", group_idx=g) for g in (0, 1)]),
+        (2.0, [MapRemoved([2], "GPU", group_idx=1)]),
+    ]
+    rec = tmp_path / "h.kvev"
+    write_recording(rec, batches)
+    loaded = open_trace([str(rec)], IngestOptions(salt=SALT))
+    assert loaded.table.column("prompt_tokens").to_pylist() == [8]
+    gpu = loaded.engine.medium("GPU")
+    assert (gpu.peak_blocks, gpu.final_blocks, gpu.removed_blocks) == (4, 3, 1)
+
+
 def test_bad_recordings_are_one_line_errors(tmp_path: Path) -> None:
     bad = tmp_path / "bad.kvev"
     bad.write_bytes(MAGIC + b"\x05\x00\x00\x00abc")

@@ -709,7 +709,8 @@ class Rebuilder:
         self.requests: list[_Request] = []
         self.open: dict[tuple[int, int], int] = {}  # (endpoint, tail hash) -> request
         self.tail_session: dict[tuple[int, int], str] = {}
-        self.held: dict[tuple[int, str], dict[int, float]] = {}  # (endpoint, medium) -> stored at
+        # (endpoint, medium, KV cache group) -> {block: stored at}
+        self.held: dict[tuple[int, str, int | None], dict[int, float]] = {}
         self.media: dict[str, _Medium] = {}
         self.block_size: int | None = None
         self.group: int | None = None
@@ -759,7 +760,8 @@ class Rebuilder:
     def _stored(self, endpoint: int, ts: float, ev: Stored) -> None:
         medium = ev.medium or "GPU"
         m = self._medium(medium, ev.block_size)
-        held = self.held.setdefault((endpoint, medium), {})
+        # per KV cache group too: a hybrid model's groups hold blocks of their own
+        held = self.held.setdefault((endpoint, medium, ev.group), {})
         for h in ev.hashes:
             if h not in held:
                 held[h] = ts
@@ -859,7 +861,7 @@ class Rebuilder:
     def _removed(self, endpoint: int, ts: float, ev: Removed) -> None:
         medium = ev.medium or "GPU"
         m = self._medium(medium, None)
-        held = self.held.setdefault((endpoint, medium), {})
+        held = self.held.setdefault((endpoint, medium, ev.group), {})
         for h in ev.hashes:
             at = held.pop(h, None)
             m.removed += 1
@@ -873,7 +875,7 @@ class Rebuilder:
 
     def _cleared(self, endpoint: int, ts: float) -> None:
         self.clears += 1
-        for (e, medium), held in self.held.items():
+        for (e, medium, _), held in self.held.items():
             if e == endpoint:
                 self.media[medium].held -= len(held)
                 held.clear()
