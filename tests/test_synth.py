@@ -233,6 +233,34 @@ def test_mixed_tenants(tmp_path):
     assert len(heads) == len(set(heads))  # no tenant shares a system prompt with another
 
 
+def test_saas_organisations_share_the_product_prompt_tools_and_documents(tmp_path):
+    recs, truth = _gen(tmp_path, "saas", profile="saas", requests=600, seed=4)
+    tenants = truth["tenants"]
+    assert len(tenants) == 12 and {t["kind"] for t in tenants} == {"saas"}
+    orgs = {r["request"]["metadata"]["tenant"] for r in recs}
+    assert len(orgs) >= 8  # the smaller organisations may send few requests
+    systems = {r["request"]["messages"][0]["content"] for r in recs}
+    tools = {json.dumps(r["request"]["tools"]) for r in recs}
+    assert len(systems) == 1 and len(tools) == 1  # one product, every organisation
+    users = {r["request"]["user"] for r in recs}
+    # Users belong to their organisation, and several send more than one session.
+    assert all(r["request"]["user"].startswith(r["request"]["metadata"]["tenant"]) for r in recs)
+    assert len(users) < len({r["request"]["metadata"]["session_id"] for r in recs})
+    docs = [d for r in recs for m in r["request"]["messages"] for d in _doc_ids(m["content"])]
+    by_doc: dict[str, set[str]] = {}
+    for r in recs:
+        for m in r["request"]["messages"]:
+            for d in _doc_ids(m["content"]):
+                by_doc.setdefault(d, set()).add(r["request"]["metadata"]["tenant"])
+    assert docs and max(len(t) for t in by_doc.values()) > 1  # a document two orgs quote
+
+
+def _doc_ids(content: str) -> list[str]:
+    import re
+
+    return re.findall(r"\[doc \d+\]", content)
+
+
 # --- formats ----------------------------------------------------------------------------
 
 

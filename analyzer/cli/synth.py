@@ -24,7 +24,7 @@ def synth(
         ),
     ],
     profile: Annotated[
-        str, typer.Option("--profile", help="chat | agent | rag | api | mixed.")
+        str, typer.Option("--profile", help="chat | agent | rag | api | mixed | saas.")
     ] = "mixed",
     requests: Annotated[int, typer.Option("--requests", "-n", help="Requests to write.")] = 2000,
     seed: Annotated[int, typer.Option("--seed", help="Same seed, same bytes.")] = 0,

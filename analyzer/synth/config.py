@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 from analyzer.errors import UsageError
 
-PROFILES = ("chat", "agent", "rag", "api", "mixed")
+PROFILES = ("chat", "agent", "rag", "api", "mixed", "saas")
 FORMATS = ("openai", "gateway-csv", "mooncake")
 ARRIVALS = ("poisson", "bursty", "diurnal")
 
 # Default request rates (requests per second over the whole trace).
-DEFAULT_RATE_RPS = {"chat": 2.0, "agent": 1.0, "rag": 2.0, "api": 5.0, "mixed": 5.0}
+DEFAULT_RATE_RPS = {"chat": 2.0, "agent": 1.0, "rag": 2.0, "api": 5.0, "mixed": 5.0, "saas": 5.0}
 
 
 def _nearest(name: str, choices: tuple[str, ...]) -> str:

@@ -79,6 +79,8 @@ def _request_body(req: Request) -> str:
         out += [',"tools":', t.tools_json]
     if req.cache_key is not None:
         out += [',"prompt_cache_key":', json.dumps(req.cache_key)]
+    if req.user is not None:
+        out += [',"user":', json.dumps(req.user)]
     meta = {}
     if req.session_key is not None:
         meta["session_id"] = req.session_key

@@ -74,6 +74,7 @@ class Request:
     finish_reason: str
     session: int
     session_key: str | None = None  # metadata.session_id
+    user: str | None = None  # the end user (OpenAI ``user``)
     cache_key: str | None = None  # prompt_cache_key
     parent: int = -1  # index of the request whose whole prompt this one resends
     shared_messages: int = 0
@@ -108,6 +109,25 @@ class World:
         self.docs: dict[int, tuple[str, int, int]] = {}  # doc id -> (text, tokens, segment)
         self.n_requests = 0
         self.n_sessions = 0
+        self._product: tuple[Msg, str, list[str]] | None = None
+
+    def product(self) -> tuple[Msg, str, list[str]]:
+        """The SaaS product's system prompt (with its tools), its tools array and tool
+        names: made once, sent alike by every customer organisation (saas profile)."""
+        if self._product is None:
+            tools = [self.text.tool_schema() for _ in range(int(self.rng.integers(4, 9)))]
+            tools_tokens = sum(estimate_tokens_json(t) for t in tools) + 2 * len(tools) + 3
+            text, t = _system_prompt(self, 1200, 0.2, "Acme Assist")
+            msg = self.message("system", text, t)
+            system = Msg(
+                msg.json,
+                msg.role,
+                msg.tokens + tools_tokens,
+                msg.chars,
+                (*msg.parts[:-1], (self.seg(), tools_tokens), msg.parts[-1]),
+            )
+            self._product = (system, _dumps(tools), [t["function"]["name"] for t in tools])
+        return self._product
 
     def seg(self) -> int:
         self._seg += 1
@@ -200,6 +220,9 @@ def make_tenant(
     elif kind == "api":
         for _ in range(templates):
             tenant.templates.append(_few_shot(world, name))
+    elif kind == "saas":  # a customer organisation of one product: the product's prompt
+        system, tenant.tools_json, tenant.tool_names = world.product()
+        tenant.system.append(system)
     else:  # pragma: no cover - kinds are fixed by PROFILE_TENANTS
         raise AssertionError(kind)
     return tenant
@@ -234,8 +257,10 @@ class Session:
         self.index = index
         self.last = -1  # index of this session's previous request
         self.last_messages = 0
+        self.user: str | None = None  # the end user (saas)
 
     def _finish(self, req: Request) -> None:
+        req.user = self.user
         self.last = self.world.n_requests  # the index the engine gives this request
         self.last_messages = len(req.messages)
 
@@ -404,7 +429,23 @@ class ApiSession(Session):
         return req, None
 
 
+# saas: a customer organisation's end users (Zipf-popular), and the share of its sessions
+# that are chats (the rest ask about the common documents).
+SAAS_USERS = 40
+SAAS_CHAT_SHARE = 0.6
+
+
 def new_session(world: World, tenant: Tenant, index: int, session_id_share: float) -> Session:
+    if tenant.kind == "saas":
+        rng = world.rng
+        user = min(int(rng.zipf(1.5)), SAAS_USERS)
+        sess: Session
+        if rng.random() < SAAS_CHAT_SHARE:
+            sess = ChatSession(world, tenant, index, 1.0)
+        else:
+            sess = RagSession(world, tenant, index)
+        sess.user = f"{tenant.name}-user-{user:03d}"
+        return sess
     if tenant.kind == "chat":
         return ChatSession(world, tenant, index, session_id_share)
     if tenant.kind == "agent":
@@ -422,6 +463,9 @@ def mean_requests_per_session(kind: str) -> float:
         return AgentSession.MEAN_STEPS * AgentSession.MEAN_TASKS
     if kind == "rag":
         return 1.0 / (1.0 - RagSession.FOLLOW_UP)
+    if kind == "saas":
+        chat = mean_requests_per_session("chat")
+        return SAAS_CHAT_SHARE * chat + (1 - SAAS_CHAT_SHARE) * mean_requests_per_session("rag")
     return 1.0
 
 
@@ -437,5 +481,14 @@ PROFILE_TENANTS: dict[str, tuple[tuple[str, str, str, float], ...]] = {
         ("docs-rag", "llama-3.1-8b-instruct", "rag", 0.15),
         ("batch-api", "qwen2.5-7b-instruct", "api", 0.20),
         ("sales-chat", "qwen2.5-32b-instruct", "chat", 0.15),
+    ),
+    # One SaaS product (a support assistant with tools, answering from common documents)
+    # used by twelve customer organisations of Zipf-like sizes: the tenants share the
+    # product's system prompt, tools and documents, and only their users' turns differ.
+    "saas": tuple(
+        (f"org-{i + 1:02d}", "llama-3.1-8b-instruct", "saas", w)
+        for i, w in enumerate(
+            (0.24, 0.16, 0.12, 0.1, 0.08, 0.07, 0.06, 0.05, 0.04, 0.03, 0.03, 0.02)
+        )
     ),
 }
