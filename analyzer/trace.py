@@ -492,6 +492,9 @@ class BlockTrace:
     engine_prompt_tokens: np.ndarray | None = None  # int64 (n,)
     model: np.ndarray | None = None  # int32 (n,) codes into model_names, -1 when none
     model_names: list[str] = field(default_factory=list)
+    # The end user of each request (None: no request named one), codes into user_names.
+    user: np.ndarray | None = None  # int32 (n,), -1 when none
+    user_names: list[str] = field(default_factory=list)
 
     @property
     def n_requests(self) -> int:
@@ -568,6 +571,10 @@ class BlockTrace:
                 engine_prompt = col("engine_prompt_tokens").fill_null(-1).to_numpy()
                 engine_prompt = engine_prompt.astype(np.int64)
         model, model_names = _codes(col("model").to_pylist())
+        user: np.ndarray | None = None
+        user_names: list[str] = []
+        if "user_id" in names and col("user_id").null_count < table.num_rows:
+            user, user_names = _codes(col("user_id").to_pylist())
         count_only = bool(table.num_rows) and bool(pa.compute.all(col("count_only")).as_py())
         by_id: dict[int, str] = {}
         if previews:
@@ -595,6 +602,8 @@ class BlockTrace:
             engine_prompt_tokens=engine_prompt,
             model=model,
             model_names=model_names,
+            user=user,
+            user_names=user_names,
         )
 
     @classmethod
@@ -650,4 +659,6 @@ class BlockTrace:
             engine_prompt_tokens=self.engine_prompt_tokens,
             model=self.model,
             model_names=self.model_names,
+            user=self.user,
+            user_names=self.user_names,
         )

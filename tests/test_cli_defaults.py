@@ -70,6 +70,8 @@ def _library_defaults() -> dict[str, object]:
         "--prompt-column": i.prompt_column,
         "--time-column": i.time_column,
         "--session-column": i.session_column,
+        "--tenant-field": i.tenant_field,
+        "--user-field": i.user_field,
         "--strict": i.strict,
         "--no-exact": not i.exact,
         "--exact-max-mib": i.exact_max_bytes >> 20,
@@ -96,6 +98,7 @@ def _library_defaults() -> dict[str, object]:
         "--max-num-seqs": c.max_num_seqs,
         "--gpu-memory-utilization": c.gpu_memory_utilization,
         "--ttft-slo": a.ttft_slo_s,
+        "--isolation": a.isolation,
     }
 
 
@@ -125,7 +128,7 @@ def test_each_shared_flag_has_one_default_and_one_help(name):
 def test_every_command_reading_logs_takes_every_ingest_flag():
     """The group is declared once (IngestFlags): every command reading logs takes all of
     it, and the flags' defaults give the library's own IngestOptions."""
-    assert len(INGEST_FLAG_NAMES) == 18
+    assert len(INGEST_FLAG_NAMES) == 20
     for name in INPUT_COMMANDS:
         missing = set(INGEST_FLAG_NAMES) - set(_options(_commands()[name]))
         assert not missing, f"kvpool {name} lacks {sorted(missing)}"
@@ -307,6 +310,7 @@ def test_closed_choices_are_the_owning_stages():
     from analyzer.ingest.detect import FORMATS
     from analyzer.ingest.options import TIME_UNITS
     from analyzer.replay.config import DRAM_SCOPES, ROUTERS, WRITE_POLICIES
+    from analyzer.reuse.isolation import POLICIES
     from analyzer.tokenize.render import TEMPLATES, TOOLS_POSITIONS
 
     assert CHOICES == {
@@ -318,6 +322,7 @@ def test_closed_choices_are_the_owning_stages():
         "--dram-scope": DRAM_SCOPES,
         "--kv-dtype": KV_DTYPES,
         "--write-policy": WRITE_POLICIES,
+        "--isolation": POLICIES,
     }
 
 

@@ -52,6 +52,7 @@ def traces(draw, max_requests: int = 25, max_new: int = 5):
     labels = st.one_of(st.none(), st.sampled_from(["a", "b", "c"]))
     sessions = draw(st.lists(labels, min_size=n, max_size=n))
     tenants = draw(st.lists(labels, min_size=n, max_size=n))
+    users = draw(st.lists(labels, min_size=n, max_size=n))
     with_content = draw(st.booleans())
     with_lcp = draw(st.booleans())
     prompts = [len(c) * BS + e for c, e in zip(chains, extra, strict=True)]
@@ -75,7 +76,7 @@ def traces(draw, max_requests: int = 25, max_new: int = 5):
         "approx_lengths": [False] * n,
         "cached_tokens": [None] * n,
         "engine_prompt_tokens": [None] * n,
-        "user_id": [None] * n,
+        "user_id": users,
     }
     table = pa.table(cols, schema=CANONICAL_SCHEMA)
     return table.replace_schema_metadata(trace_metadata(block_size=BS))
@@ -111,6 +112,27 @@ def test_streamed_report_equals_the_in_memory_report(
     with mock.patch.object(frame, "SLICE_ROWS", slice_rows):
         got = analyze_canonical(path, opts, rows_per_part=rows_per_part).to_json()
     assert got == want
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    table=traces(),
+    opts=options,
+    policy=st.sampled_from(["tenant", "user"]),
+    rows_per_part=st.sampled_from([ROWS_PER_PART, 9]),
+)
+def test_streamed_isolation_equals_the_in_memory_isolation(
+    tmp_path_factory, table, opts, policy, rows_per_part
+):
+    """The frame keyed by salt group (isolate_frame) gives the report of the re-keyed
+    trace (isolate), hashes and all."""
+    from analyzer.reuse.isolation import isolate
+
+    path = tmp_path_factory.getbasetemp() / f"t{next(_names)}.parquet"
+    write(path, table)
+    want = analyze_reuse(isolate(BlockTrace.from_parquet(path), policy), opts).to_json()
+    got = analyze_canonical(path, opts, rows_per_part=rows_per_part, isolation=policy)
+    assert got.to_json() == want
 
 
 @settings(max_examples=15, deadline=None)
@@ -221,7 +243,8 @@ def test_shards_above_a_threshold_and_exact_on_demand(tmp_path):
     want = analyze_reuse(
         BlockTrace.from_table(table), ReuseOptions(shards_threshold_accesses=100)
     ).to_json()
-    assert {k: v for k, v in doc.items() if k != "models"} == want
+    assert doc["isolation"] == "shared"
+    assert {k: v for k, v in doc.items() if k not in ("models", "isolation")} == want
     res = runner.invoke(
         app, ["reuse", str(path), "--shards-above", "100", "--exact-curve", "--json", str(out),
               "--force"]

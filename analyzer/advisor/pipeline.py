@@ -123,8 +123,14 @@ class AnalyzeOptions:
     thresholds: Thresholds = field(default_factory=Thresholds)
     peak_window_s: float = PEAK_WINDOW_S
     prices: PriceOverrides = field(default_factory=PriceOverrides)
+    # Who may share KV blocks (analyzer/reuse/isolation.py): every figure is measured
+    # under it, and the report's isolation section compares it with the others.
+    isolation: str = "shared"
 
     def __post_init__(self) -> None:
+        from analyzer.reuse.isolation import check_policy
+
+        check_policy(self.isolation)
         if not (self.peak_window_s > 0 and math.isfinite(self.peak_window_s)):
             raise UsageError(
                 f"--peak-window must be a positive number of seconds, got {self.peak_window_s}"

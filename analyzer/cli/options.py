@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 # (below), added at the end of this module.
 DEFAULTS: dict[str, Any] = {
     "--ttft-slo": 2.0,
+    "--isolation": "shared",
 }
 
 _CAPACITY = "tokens (1e6 style accepted) or 'unbounded'"
@@ -48,6 +49,7 @@ KvDtypeName = Literal["bf16", "fp16", "fp8"]  # cost.catalog.KV_DTYPES
 # replay.config.WRITE_POLICIES
 WritePolicyName = Literal["write-through", "write-through-selective", "on-evict"]
 ServingName = Literal["aggregated", "disaggregated"]  # replay.config.SERVING
+IsolationName = Literal["shared", "tenant", "user"]  # reuse.isolation.POLICIES
 FormatName = Literal[  # ingest.detect.FORMATS
     "canonical",
     "openai",
@@ -80,6 +82,7 @@ CHOICES = {
     "--dram-scope": get_args(DramScopeName),
     "--kv-dtype": get_args(KvDtypeName),
     "--write-policy": get_args(WritePolicyName),
+    "--isolation": get_args(IsolationName),
 }
 
 # --- inputs ------------------------------------------------------------------------------
@@ -182,11 +185,36 @@ TimeColumn = Annotated[
 SessionColumn = Annotated[
     str | None, typer.Option("--session-column", help="CSV column holding the session id.")
 ]
+TenantField = Annotated[
+    str | None,
+    typer.Option(
+        "--tenant-field",
+        help="Field or column holding the tenant (a.b.c in JSON records), in place of the "
+        "format's own (docs/formats.md).",
+    ),
+]
+UserField = Annotated[
+    str | None,
+    typer.Option(
+        "--user-field",
+        help="Field or column holding the end user (a.b.c in JSON records), in place of the "
+        "format's own (docs/formats.md).",
+    ),
+]
 Strict = Annotated[bool, typer.Option("--strict", help="Stop at the first bad row.")]
 OnlyModel = Annotated[
     str | None,
     typer.Option(
         "--only-model", help="Analyze one of the log's models (served name or catalog id) alone."
+    ),
+]
+Isolation = Annotated[
+    IsolationName,
+    typer.Option(
+        "--isolation",
+        help="Who may share KV blocks: shared (everyone, no cache salt), tenant (a "
+        "cache_salt / extra_key per tenant), user (per end user, else per session); "
+        "every figure is measured under it (docs/security.md).",
     ),
 ]
 # Outputs and privacy (docs/security.md).
@@ -397,6 +425,8 @@ class IngestFlags:
     prompt_column: PromptColumn = None
     time_column: TimeColumn = None
     session_column: SessionColumn = None
+    tenant_field: TenantField = None
+    user_field: UserField = None
     strict: Strict = False
     no_exact: NoExact = False
     exact_max_mib: ExactMaxMib = 320
@@ -432,6 +462,8 @@ class IngestFlags:
             prompt_column=self.prompt_column,
             time_column=self.time_column,
             session_column=self.session_column,
+            tenant_field=self.tenant_field,
+            user_field=self.user_field,
             exact=not self.no_exact,
             exact_max_bytes=self.exact_max_mib << 20,
             previews=previews,

@@ -141,6 +141,7 @@ def replay(
         ),
     ] = None,
     ingest: o.IngestFlags,
+    isolation: o.Isolation = "shared",
     force: o.Force = False,
     keep_names: o.KeepNames = False,
 ) -> None:
@@ -179,6 +180,8 @@ def replay(
 
     with progress("reading", o.input_bytes(inputs) or None, unit="bytes") as advance:
         loaded = open_trace(inputs, ingest.options(keep_names=keep_names), advance=advance)
+    # Every scenario replays the trace as the engines salted under --isolation see it.
+    loaded = loaded.isolated(isolation)
     trace = loaded.trace
     console = Console(stderr=True)
     if loaded.skipped.total:
@@ -212,6 +215,7 @@ def replay(
     ]
     doc["skipped"] = loaded.skipped.total
     doc["error_band"] = band.to_json()
+    doc["isolation"] = isolation
     out = report_console(json_out)
     out.print(render_table(doc))
     out.print(
@@ -225,6 +229,10 @@ def replay(
         f"{1 / band.low:.2f}x of the modelled one.",
         highlight=False,
     )
+    from analyzer.cli.reuse import isolation_line
+
+    keys = trace.meta.get("hash_keys", "")
+    out.print(isolation_line(isolation, keys), highlight=False, markup=False)
     if result.miniature is not None:
         out.print(result.miniature.describe(), highlight=False, markup=False)
     if json_out is not None:

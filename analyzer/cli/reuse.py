@@ -106,6 +106,7 @@ def reuse(
         ),
     ] = None,
     only_model: o.OnlyModel = None,
+    isolation: o.Isolation = "shared",
     force: o.Force = False,
     show_previews: o.ShowPreviews = False,
 ) -> None:
@@ -154,12 +155,13 @@ def reuse(
 
     streamed = _streamable(inputs, block_size, only_model, show_previews)
     if streamed is not None:
-        _reuse_streamed(streamed, opts, model, kv_dtype, json_out, force)
+        _reuse_streamed(streamed, opts, model, kv_dtype, json_out, force, isolation)
         return
     loaded = _load(inputs, ingest.options(previews=show_previews))
 
     if only_model is not None:
         loaded = select_model(loaded, only_model)
+    loaded = loaded.isolated(isolation)
     warning = model_warning(served_models(loaded.table), model)
     if warning:
         console(stderr=True).print(f"[yellow]warning: {warning}[/]")
@@ -181,6 +183,8 @@ def reuse(
     render_summary(report, out, sources=sources, skipped=str(loaded.skipped))
     for note in loaded.notes:
         out.print(f"note: {note}", markup=False, highlight=False)
+    keys = trace.meta.get("hash_keys", "")
+    out.print(isolation_line(isolation, keys), markup=False, highlight=False)
     engine = loaded.engine
     if engine is not None:  # a KV-event recording: the engine's own figures
         from dataclasses import replace
@@ -191,7 +195,7 @@ def reuse(
     if json_out is not None:
         with progress("per-model reuse", None):
             models = models_document(loaded, opts, kv_dtype, warning=warning or None)
-        doc = {**report.to_json(), "models": models.to_json()}
+        doc = {**report.to_json(), "isolation": isolation, "models": models.to_json()}
         if engine is not None:
             doc["engine_events"] = engine.to_json()
         write_json(json_out, doc, force=force)
@@ -228,6 +232,7 @@ def _reuse_streamed(
     kv_dtype: str,
     json_out: Path | None,
     force: bool,
+    isolation: str,
 ) -> None:
     """``kvpool reuse`` of one canonical file or dataset, streamed (analyzer/reuse/frame.py)."""
     from analyzer.advisor.models import model_warning, models_document, served_models
@@ -251,23 +256,39 @@ def _reuse_streamed(
     if warning:
         console(stderr=True).print(f"[yellow]warning: {warning}[/]")
     with progress("analysing reuse", 100) as advance:
-        report = analyze_canonical(path, opts, advance=advance)
+        report = analyze_canonical(path, opts, advance=advance, isolation=isolation)
     out = report_console(json_out)
     from analyzer.errors import shown
 
     sources = [shown(p) for p in loaded.sources]
     render_summary(report, out, sources=sources, skipped=str(loaded.skipped))
+    keys = meta.get("hash_keys", "")
+    out.print(isolation_line(isolation, keys), markup=False, highlight=False)
     if json_out is not None:
         if len(served_models(small)) > 1:
             from analyzer.ingest import open_trace
 
             # per-model curves read each model's rows whole (ingest's reader)
-            loaded = open_trace([str(f) for f in canonical_files(path)])
+            loaded = open_trace([str(f) for f in canonical_files(path)]).isolated(isolation)
         with progress("per-model reuse", None):
             models = models_document(loaded, opts, kv_dtype, warning=warning or None)
-        write_json(json_out, {**report.to_json(), "models": models.to_json()}, force=force)
+        doc = {**report.to_json(), "isolation": isolation, "models": models.to_json()}
+        write_json(json_out, doc, force=force)
         if not is_stdio(json_out):
             out.print(f"wrote {json_out}")
+
+
+def isolation_line(policy: str, hash_keys: str = "") -> str:
+    """What the figures above were measured under, in one line (``hash_keys``: the
+    trace's own, ``kvpool.hash_keys``: a trace hashed with the tenant key is keyed by
+    tenant whatever the policy)."""
+    from analyzer.reuse.isolation import describe
+
+    if policy == "shared" and "tenant" in hash_keys.split(","):
+        return "isolation: tenant (the trace was hashed with --hash-key tenant): " + describe(
+            "tenant"
+        )
+    return f"isolation: {policy}: {describe(policy)}"
 
 
 def _load(inputs: list[Path], ingest):  # type: ignore[no-untyped-def]

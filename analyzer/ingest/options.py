@@ -45,6 +45,10 @@ class IngestOptions:
     prompt_column: str | None = None
     time_column: str | None = None
     session_column: str | None = None
+    # Where the tenant and the end user are read from, overriding each format's own
+    # fields (docs/formats.md): a key or column, or a dotted path into JSON records.
+    tenant_field: str | None = None
+    user_field: str | None = None
     exact: bool = True  # compute token_lcp_prev with a token radix tree
     # Past this estimated size of the token tree, token_lcp_prev is left null (with a
     # note): the tree holds every distinct token of the log, the one part of a
@@ -114,14 +118,37 @@ class LoadedTrace:
     stats: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # caveats to show (a bound was hit, ...)
     engine: EngineEvents | None = None  # what KV-event recordings showed of the engine
+    # Who may share blocks (analyzer/reuse/isolation.py): the trace and its model parts
+    # are keyed by each request's salt group under it.
+    isolation: str = "shared"
     _trace: BlockTrace | None = field(default=None, repr=False)
     _parts: dict[str, BlockTrace] = field(default_factory=dict, repr=False)
 
     @property
     def trace(self) -> BlockTrace:
         if self._trace is None:
-            self._trace = BlockTrace.from_table(self.table, self.previews or None)
+            self._trace = self._keyed(BlockTrace.from_table(self.table, self.previews or None))
         return self._trace
+
+    def _keyed(self, trace: BlockTrace) -> BlockTrace:
+        if self.isolation == "shared":
+            return trace
+        from analyzer.reuse.isolation import isolate
+
+        return isolate(trace, self.isolation)
+
+    def isolated(self, policy: str) -> LoadedTrace:
+        """This trace as an engine salted under ``policy`` sees it (the same table; its
+        trace and model parts keyed by salt group). Keys only a shared trace."""
+        import dataclasses
+
+        assert self.isolation == "shared", "isolate the shared trace, not a keyed one"
+        if policy == "shared":
+            return self
+        from analyzer.reuse.isolation import isolate
+
+        keyed = None if self._trace is None else isolate(self._trace, policy)
+        return dataclasses.replace(self, isolation=policy, _trace=keyed, _parts={})
 
     def model_part(self, model: str) -> BlockTrace:
         """The requests of one model of a multi-model log (its ``model`` column equal to
@@ -132,7 +159,7 @@ class LoadedTrace:
 
             names = self.table.column("model")
             rows = self.table.filter(pc.fill_null(pc.equal(names, model), False))
-            self._parts[model] = BlockTrace.from_table(rows)
+            self._parts[model] = self._keyed(BlockTrace.from_table(rows))
         return self._parts[model]
 
     def drop_block_columns(self) -> None:
@@ -149,4 +176,5 @@ class LoadedTrace:
         if self._trace is None:
             hashes = {c: table.column(c) for c in drop}
             del table
-            self._trace = BlockTrace.from_table(self.table, self.previews or None, hashes=hashes)
+            trace = BlockTrace.from_table(self.table, self.previews or None, hashes=hashes)
+            self._trace = self._keyed(trace)

@@ -45,6 +45,7 @@ from analyzer.ingest.readers import (
     FileContext,
     Raw,
     RowError,
+    named_field,
     records,
 )
 from analyzer.ingest.spool import DistinctCounter, RowSpool, list_array, sorted_unique
@@ -155,9 +156,17 @@ class _Builder:
         has_content = any(f in TEXT_FORMATS or f == Format.RAGPULSE for f in fmts)
         # Room for the bound's tokens reserved: a tree near its bound never grows by a copy.
         reserve = opts.exact_max_bytes // 4
-        self.lcp = ArrivalLCP(reserve) if opts.exact and has_content else None
+        # The token tree holds every tenant's prompts in one tree: under the tenant hash key
+        # its prefix lengths would be shared across tenants while the blocks are not.
+        per_tenant = "tenant" in opts.hash_keys
+        self.lcp = ArrivalLCP(reserve) if opts.exact and has_content and not per_tenant else None
         self.rows = RowSpool()
         self.notes: list[str] = []
+        if opts.exact and has_content and per_tenant:
+            self.notes.append(
+                "token-exact prefix lengths not computed under --hash-key tenant (they are "
+                "measured across tenants); reuse figures use the block-level ceilings"
+            )
         # 8 bytes per row with a request id of its own, to count duplicates at the end.
         self._id_hashes = array("Q")
         self.piece_stats = (0, 0, 0, 0)  # what parallel workers counted (see parallel.py)
@@ -403,7 +412,8 @@ class _Builder:
         """The file's rows appended, read in columns where it can be, with (whether each
         row's time was an ISO string, its line), or None: nothing appended, read it by
         line."""
-        if fmt not in BULK or self.opts.time_field or self.opts.time_column:
+        opts = self.opts
+        if fmt not in BULK or opts.time_field or opts.time_column or opts.tenant_field:
             return None
         first = len(self.rows)
         iso = self._read_bulk(path, fmt)
@@ -467,6 +477,7 @@ class _Builder:
         """Rows of ``recs`` added; returns (per kept row: ISO time?, per kept row: its
         line). ``first_only`` stops after the first kept row (a file's timing)."""
         parse = PARSERS[ctx.fmt]
+        named = self.opts.tenant_field is not None or self.opts.user_field is not None
         # Held for every row of the file or piece: 9 bytes a row here, where lists of
         # Python ints and bools took 48.
         iso_flags = bytearray()
@@ -481,6 +492,8 @@ class _Builder:
             timed = ctx.timed  # a skipped row must not decide whether the file has times
             try:
                 raw = parse(rec, ctx)
+                if named:
+                    self._named_fields(raw, rec)
                 if ctx.timed is False:
                     t, iso = seq * UNTIMED_SPACING_S, False
                 else:
@@ -501,6 +514,14 @@ class _Builder:
             if first_only:
                 break
         return iso_flags, lines
+
+    def _named_fields(self, raw: Raw, rec: dict[str, Any]) -> None:
+        """The tenant and user from the fields ``--tenant-field`` / ``--user-field`` name
+        (a row without the field has none: the model stands in for its tenant)."""
+        if self.opts.tenant_field is not None:
+            raw.tenant = named_field(rec, self.opts.tenant_field)
+        if self.opts.user_field is not None:
+            raw.user = named_field(rec, self.opts.user_field)
 
     def settle_times(
         self,

@@ -118,7 +118,7 @@ def _get(rec: dict[str, Any], dotted: str) -> object:
         if not isinstance(cur, dict):
             return None
         cur = cur.get(key)
-    return cur
+    return _str(cur)
 
 
 def _int(value: object, field: str, required: bool = True) -> int | None:
@@ -510,6 +510,26 @@ _USER_SOURCES = (
     (2, "user_id"),
     (3, "user_id"),
 )
+_USER_COLUMNS = ("user_id", "user")
+
+
+def named_field(rec: dict[str, Any], name: str) -> str | None:
+    """The value a ``--tenant-field`` / ``--user-field`` names in a record, as text: the
+    column or key of that exact name, else the dotted path, read into cells that hold JSON
+    text (a gateway's ``request_json``); None when absent or empty."""
+    if name in rec:
+        return _str(rec[name])
+    cur: object = rec
+    for key in name.split("."):
+        if isinstance(cur, str):
+            try:
+                cur = _maybe_json(cur, key)
+            except RowError:
+                return None
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(key)
+    return _str(cur)
 
 
 def take_usage(raw: Raw, usage: object, where: str = "usage") -> None:
@@ -697,6 +717,7 @@ def parse_generic(rec: dict[str, Any], ctx: FileContext) -> Raw:
         raw.session = _str(rec.get(scol))
     raw.model = _str(rec.get("model") or rec.get("model_name"))
     raw.tenant = _str(next((rec[k] for k in _TENANT_KEYS if rec.get(k) not in (None, "")), None))
+    raw.user = _str(next((rec[k] for k in _USER_COLUMNS if rec.get(k) not in (None, "")), None))
     for k in ("output_tokens", "completion_tokens", "response_tokens"):
         if rec.get(k) not in (None, ""):
             raw.output_tokens = _int(rec[k], k)

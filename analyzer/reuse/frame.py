@@ -665,6 +665,7 @@ def analyze_canonical(
     opts: ReuseOptions | None = None,
     advance: Advance | None = None,
     rows_per_part: int = ROWS_PER_PART,
+    isolation: str = "shared",
 ) -> ReuseReport:
     """:func:`analysis.analyze_reuse` of a canonical file or dataset, streaming.
 
@@ -675,15 +676,19 @@ def analyze_canonical(
     ``rows_per_part`` block accesses the block-keyed queries run on hash parts of that
     size (:class:`Parts`), spilled to a temporary directory. A file whose rows are not in
     arrival order is read whole and sorted (:func:`analysis.analyze_reuse`).
+    ``isolation`` keys every block by its request's salt group first
+    (:func:`analyzer.reuse.isolation.isolate_frame`).
     """
     import tempfile
 
     from analyzer.reuse import analysis as a
+    from analyzer.reuse.isolation import isolate, isolate_frame
     from analyzer.trace import BlockTrace
 
     opts = opts or a.ReuseOptions()
     step = advance or (lambda _n: None)
     lf, meta = scan_trace(source)
+    lf = isolate_frame(lf, isolation)
     bs = int(meta.get("block_size") or 16)
     req = read_requests(lf)
     _check_rows(req, bs, str(source))
@@ -695,7 +700,7 @@ def analyze_canonical(
         from analyzer.trace import read_canonical
 
         table = pa.concat_tables([read_canonical(f) for f in files], promote_options="default")
-        return a.analyze_reuse(BlockTrace.from_table(table), opts, advance)
+        return a.analyze_reuse(isolate(BlockTrace.from_table(table), isolation), opts, advance)
     n = req.n
     n_acc = int(req.n_blocks.sum())
 
