@@ -31,7 +31,7 @@ CLUSTER_COMMANDS = ("replay", "analyze")
 # Flags that mean something else in one command, said here so that no other can drift:
 # `reuse --model` only converts capacities to bytes, so it has no default model;
 # `synth --format` is the format it writes, not the one it reads.
-OWN_MEANING = {("reuse", "--model"), ("synth", "--format")}
+OWN_MEANING = {("reuse", "--model"), ("synth", "--format"), ("probe", "--model")}
 
 
 def _commands() -> dict:

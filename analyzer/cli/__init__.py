@@ -74,9 +74,9 @@ def _root(
 def _register_all() -> None:
     # Each command module imports its heavy dependencies (numpy, pyarrow, numba) inside
     # the command bodies, so that `import analyzer.cli` and `kvpool --help` stay cheap.
-    from analyzer.cli import analyze, cost, ingest, record, replay, reuse, synth
+    from analyzer.cli import analyze, cost, ingest, probe, record, replay, reuse, synth
 
-    for module in (ingest, record, synth, reuse, cost, replay, analyze):
+    for module in (ingest, record, synth, reuse, cost, replay, analyze, probe):
         module.register(app)
 
     from app import command as app_cmd
