@@ -244,3 +244,37 @@ def single_instance_oracle(trace: BlockTrace, cost, chunk: int, cache: bool) -> 
             admit(i)
             i += 1
     return ttft
+
+
+def shared_prefix_log(
+    path: Path,
+    n: int = 6000,
+    groups: int = 450,
+    prefix_blocks: int = 40,
+    question_blocks: int = 1,
+    output_tokens: int = 200,
+    rate: float = 10.0,
+    seed: int = 3,
+) -> Path:
+    """A shared-prefix workload as a Mooncake-format log (512-token blocks): ``groups``
+    long shared prefixes (a system prompt or document of ``prefix_blocks`` blocks each),
+    every request one of them, uniformly, plus a question of its own, Poisson arrivals at
+    ``rate`` per second."""
+    rng = np.random.default_rng(seed)
+    fresh = groups * prefix_blocks
+    t = 0.0
+    with path.open("w") as fh:
+        for _ in range(n):
+            g = int(rng.integers(groups))
+            ids = list(range(g * prefix_blocks, (g + 1) * prefix_blocks))
+            ids += range(fresh, fresh + question_blocks)
+            fresh += question_blocks
+            t += float(rng.exponential(1 / rate))
+            row = {
+                "timestamp": int(t * 1000),
+                "input_length": len(ids) * 512,
+                "output_length": output_tokens,
+                "hash_ids": ids,
+            }
+            fh.write(json.dumps(row) + "\n")
+    return path

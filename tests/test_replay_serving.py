@@ -211,6 +211,7 @@ def _generated(n, seed, block_size=4):
         ("local+dram", "on-evict", "least-loaded"),
         ("local+dram", "write-through-selective", "prefix-aware"),
         ("pooled", "write-through", "session"),
+        ("local+dram", "write-through", "kv-router"),
     ],
 )
 def test_decode_runs_equal_one_step_at_a_time(monkeypatch, seed, scenario, policy, router):
@@ -232,6 +233,7 @@ def test_decode_runs_equal_one_step_at_a_time(monkeypatch, seed, scenario, polic
         write_policy=policy,
         router=router,
     )
+    plan = dataclasses.replace(plan, hit_overhead_s=lambda tokens: 2e-6 * tokens)
     fast = simulate(trace, plan, 1.0)
     monkeypatch.setattr(serving_mod, "BURST_MAX", 1)
     slow = simulate(trace, plan, 1.0)

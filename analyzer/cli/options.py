@@ -43,7 +43,9 @@ _CAPACITY = "tokens (1e6 style accepted) or 'unbounded'"
 TemplateName = Literal["chatml", "llama3"]  # tokenize.render.TEMPLATES
 ToolsPositionName = Literal["in-system", "after-system", "before-system"]  # TOOLS_POSITIONS
 TimeUnitName = Literal["auto", "s", "ms", "us", "ns"]  # ingest.options.TIME_UNITS
-RouterName = Literal["round-robin", "least-loaded", "session", "prefix-aware"]  # ROUTERS
+RouterName = Literal[  # ROUTERS
+    "round-robin", "least-loaded", "session", "prefix-aware", "kv-router"
+]
 DramScopeName = Literal["instance", "node"]  # replay.config.DRAM_SCOPES
 KvDtypeName = Literal["bf16", "fp16", "fp8"]  # cost.catalog.KV_DTYPES
 # replay.config.WRITE_POLICIES

@@ -71,7 +71,7 @@ class Tier(StrEnum):
     POOL = "pool"
 
 
-ROUTERS = ("round-robin", "least-loaded", "session", "prefix-aware")
+ROUTERS = ("round-robin", "least-loaded", "session", "prefix-aware", "kv-router")
 # "instance": each instance's own DRAM tier, its share of the node's DRAM (the engines'
 # default); "node": one DRAM tier per node shared by its instances (a node-local store).
 DRAM_SCOPES = ("instance", "node")

@@ -130,6 +130,9 @@ class Plan:
     # pool has left beside the running requests' KV, which is not scaled (their number
     # per instance is the full replay's).
     cache_scale: float = 1.0
+    # Loaded tokens -> seconds the engine spends scattering them into its paged KV after
+    # the transfer (CostModel.hit_overhead_s); None: nothing.
+    hit_overhead_s: Callable[[int], float] | None = None
 
 
 @dataclass(slots=True)
@@ -227,6 +230,7 @@ class RunStats:
     # (recomputed) when their KV outgrew the pool; outputs whose length the log did not
     # give (drawn from serving.DEFAULT_OUTPUT); what priced the steps.
     tpot_s: np.ndarray | None = None
+    hit_tokens: np.ndarray | None = None  # each measured request's cached prompt tokens
     step_gpu_s: float = 0.0
     preemptions: int = 0
     outputs_drawn: int = 0

@@ -139,6 +139,6 @@ def make_router(name: str, n: int, session_names: Sequence[str], lam: float) -> 
         return LeastLoaded()
     if name == "session":
         return SessionAffinity(n, session_names)
-    if name == "prefix-aware":
+    if name in ("prefix-aware", "kv-router"):  # kv-router: aggregated serving's own
         return PrefixAware(lam)
     raise AssertionError(f"unknown router {name}")  # validated by ClusterConfig

@@ -240,6 +240,7 @@ def resolve(
             max_num_seqs=mns,
             hbm_capacity_tokens=min(local_tokens, UNBOUNDED),
             cache_scale=min(sampling_rate, 1.0),
+            hit_overhead_s=None if c.free_loads else getattr(cost, "hit_overhead_s", None),
         )
     return Resolved(
         plan=plan,

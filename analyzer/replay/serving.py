@@ -51,14 +51,20 @@ a block is written when it is hit in HBM, its second use (HiCache's
 python/sglang/srt/mem_cache/hiradix_cache.py); ``on-evict``: a block is written when
 HBM evicts it (HiCache ``write_back``).
 
-**Routing.** ``prefix-aware`` is NVIDIA Dynamo's KV router cost
-(lib/kv-router/src/scheduling/selector.rs): the instance with the least
-``max(queued prefill + prompt - credit, 0) * lambda + active decode KV``, where the
-credit counts the prompt's tokens cached in the instance's HBM at 1, those its host
-DRAM adds at 0.75 and its NVMe at 0.25 (Dynamo's ``overlap_score_credit``,
-``host_cache_hit_weight``, ``disk_cache_hit_weight`` defaults); ``least-loaded`` counts
-queued prefill and active decode tokens; the others as in
-:mod:`analyzer.replay.routers`.
+**Routing.** ``prefix-aware`` is llm-d's default scheduling profile (its inference
+scheduler's prefix-cache scorer at weight 3 and queue scorer at weight 2, the highest
+sum wins): the prefix score is the share of the prompt's blocks found in a row in the
+instance's tiers, a block in HBM counting 1 and one in host DRAM 0.8 (llm-d's KV-cache
+manager tags GPU blocks 1.0 and CPU blocks 0.8; NVMe, which it does not index, counts as
+DRAM here); the queue score is the instance's waiting requests, min-max normalised (1
+for the shortest queue). ``kv-router`` is NVIDIA Dynamo's KV router cost
+(lib/kv-router/src/scheduling/selector.rs): the least
+``max(queued prefill + prompt - credit, 0) * lambda + active decode KV`` wins, the
+credit counting cached prompt tokens at 1 in HBM, 0.75 in host DRAM and 0.25 on disk
+(Dynamo's ``overlap_score_credit``, ``host_cache_hit_weight``, ``disk_cache_hit_weight``
+defaults). Neither credits the pool, which every instance reaches alike. Equal scores
+go to the least loaded instance, then in turn. ``least-loaded`` counts queued prefill
+and active decode tokens; the others are as in :mod:`analyzer.replay.routers`.
 
 Between events an instance that only decodes advances by a compiled loop
 (:func:`analyzer.replay.steps.burst_ends`) up to the next request's last token; an
@@ -99,13 +105,20 @@ from analyzer.trace import BlockTrace
 DEFAULT_OUTPUT = (133.0, 0.63, 2, 4096)
 OUTPUT_SEED = 0x6B76706F
 
-# Dynamo KV router weights of a prefix found below HBM (see the module docstring).
-HOST_HIT_WEIGHT = 0.75
-DISK_HIT_WEIGHT = 0.25
+# What a block found in each tier (HBM, DRAM, NVMe, pool) is worth to the routers that
+# score tiers (see the module docstring). The pool is every instance's alike.
+LLMD_TIER_WEIGHTS = (1.0, 0.8, 0.8, 0.0)  # HBM, DRAM, NVMe, pool
+LLMD_PREFIX_WEIGHT = 3.0
+LLMD_QUEUE_WEIGHT = 2.0
+DYNAMO_TIER_WEIGHTS = (1.0, 0.75, 0.25, 0.0)
 
 BURST_MAX = 4096  # decode steps computed at once (a longer run is continued after)
 
 WAITING, LOADING, PREFILL, DECODE, DONE = range(5)
+
+
+def _no_scatter(tokens: int) -> float:
+    return 0.0
 
 
 def output_lengths(trace: BlockTrace) -> tuple[np.ndarray, int]:
@@ -200,6 +213,7 @@ class AggregatedSimulation(Simulation):
         self.capacity = plan.hbm_capacity_tokens
         self.scale = plan.cache_scale
         self.mnbt = plan.max_num_batched_tokens
+        self.scatter_s = plan.hit_overhead_s or _no_scatter
         self.max_seqs = plan.max_num_seqs
         outs, self.drawn = output_lengths(trace)
         self.outs = outs.tolist()
@@ -213,6 +227,7 @@ class AggregatedSimulation(Simulation):
             or plan.nvme is not None
         )
         self.tpot = np.full(self.n - self.warm, np.nan)
+        self.hits = np.zeros(self.n - self.warm, dtype=np.int64)
         self.step_gpu_s = 0.0
         self.preemptions = 0
         self.job_seq = 0
@@ -220,6 +235,7 @@ class AggregatedSimulation(Simulation):
     def run(self) -> RunStats:
         st = super().run()
         st.tpot_s = self.tpot
+        st.hit_tokens = self.hits
         st.step_gpu_s = self.step_gpu_s * self.plan.tp
         st.preemptions = self.preemptions
         st.outputs_drawn = self.drawn
@@ -258,6 +274,10 @@ class AggregatedSimulation(Simulation):
         return out
 
     def _on_xfer_start(self, ev: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        if ev[3] is None:  # a load's scatter into the paged KV has ended
+            out: list[tuple[Any, ...]] = []
+            self._load_ended(ev[4], ev[0], out)
+            return out
         lk: Link = ev[3]
         n_bytes, item = ev[4]
         end = lk.add(ev[0], n_bytes, item)
@@ -278,11 +298,20 @@ class AggregatedSimulation(Simulation):
                 j: Job = item  # type: ignore[assignment]
                 j.pending -= 1
                 if j.pending == 0 and j.state == LOADING:
-                    assert j.eng is not None
-                    self._sync(j.eng, t, out)  # its cache as of t, then what was loaded
-                    self._loaded(j, t)
-                    self._kick(j.eng, t, out)
+                    scatter = self.scatter_s((j.matched - j.pinned) * self.bs)
+                    if scatter > 0:  # the engine writes the blocks into its paged KV
+                        out.append((t + scatter, XFER_START, self._next_seq(), None, j))
+                    else:
+                        self._load_ended(j, t, out)
         return out
+
+    def _load_ended(self, j: Job, t: float, out: list[tuple[Any, ...]]) -> None:
+        """``j``'s loads and their scatter have ended at ``t``."""
+        e = j.eng
+        assert e is not None
+        self._sync(e, t, out)  # its cache as of t, then what was loaded
+        self._loaded(j, t)
+        self._kick(e, t, out)
 
     def _on_step_done(self, ev: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         t = ev[0]
@@ -486,6 +515,8 @@ class AggregatedSimulation(Simulation):
                     matched = mt
         j.tokens = tokens
         j.hit = min(matched * bs, cap)
+        if count:
+            self.hits[j.k - self.warm] = j.hit
         j.done = 0
         j.matched = matched
         j.pinned = m
@@ -685,31 +716,66 @@ class AggregatedSimulation(Simulation):
         plan = self.plan
         engines = self.engines
         if plan.router == "prefix-aware" and blocks:
-            lam = plan.prefix_aware_lambda
-            bs = self.bs
-            best = 0
-            best_cost = None
-            for i, e in enumerate(engines):
-                inst = e.inst
-                m = inst.hbm.match(blocks) if inst.hbm is not None else 0
-                credit = float(min(m * bs, prompt))
-                for tier in inst.lower:
-                    if tier.level == 3:
-                        continue  # the pool is every instance's alike
-                    mt = tier.cache.match(blocks)
-                    if mt > m:
-                        w = HOST_HIT_WEIGHT if tier.level == 1 else DISK_HIT_WEIGHT
-                        credit += w * (min(mt * bs, prompt) - min(m * bs, prompt))
-                        m = mt
-                cost = lam * max(e.prefill_load + prompt - credit, 0.0) + e.kv_dec
-                if best_cost is None or cost < best_cost:
-                    best_cost = cost
-                    best = i
-            return best
+            return self._llmd(k, blocks)
+        if plan.router == "kv-router" and blocks:
+            return self._dynamo(blocks, prompt)
         loads = self.loads
         for i, e in enumerate(engines):
             loads[i] = e.prefill_load + e.kv_dec
         return self.router.pick(k, self.sessions[k], blocks, loads, self._cached)
+
+    def _tier_credit(self, e: Engine, blocks: list[int], weights: tuple[float, ...]) -> float:
+        """Blocks of ``blocks`` found in a row in ``e``'s tiers, each weighted by the
+        nearest tier holding it (``weights`` per tier level; the pool, alike for every
+        instance, gets none)."""
+        inst = e.inst
+        m = inst.hbm.match(blocks) if inst.hbm is not None else 0
+        credit = float(m) * weights[0]
+        for tier in inst.lower:
+            w = weights[tier.level]
+            if not w:
+                continue
+            mt = tier.cache.match(blocks)
+            if mt > m:
+                credit += w * (mt - m)
+                m = mt
+        return credit
+
+    def _llmd(self, k: int, blocks: list[int]) -> int:
+        """llm-d's default scheduling profile: 3 x prefix score + 2 x queue score, the
+        highest wins; llm-d draws among equal scores at random, here the least loaded
+        of them wins, then the next after ``k mod N`` (deterministic, and spread)."""
+        engines = self.engines
+        n = len(engines)
+        n_blocks = len(blocks)
+        queues = [len(e.waiting) for e in engines]
+        q_lo, q_hi = min(queues), max(queues)
+        span = q_hi - q_lo
+        best = 0
+        best_key: tuple[float, float, int] | None = None
+        for i, e in enumerate(engines):
+            prefix = self._tier_credit(e, blocks, LLMD_TIER_WEIGHTS) / n_blocks
+            queue = (q_hi - queues[i]) / span if span else 1.0
+            score = LLMD_PREFIX_WEIGHT * prefix + LLMD_QUEUE_WEIGHT * queue
+            key = (-score, float(e.prefill_load + e.kv_dec), (i - k) % n)
+            if best_key is None or key < best_key:
+                best_key = key
+                best = i
+        return best
+
+    def _dynamo(self, blocks: list[int], prompt: int) -> int:
+        """Dynamo's KV router cost (module docstring): the least wins."""
+        lam = self.plan.prefix_aware_lambda
+        bs = self.bs
+        best = 0
+        best_cost = None
+        for i, e in enumerate(self.engines):
+            credit = min(self._tier_credit(e, blocks, DYNAMO_TIER_WEIGHTS) * bs, float(prompt))
+            cost = lam * max(e.prefill_load + prompt - credit, 0.0) + e.kv_dec
+            if best_cost is None or cost < best_cost:
+                best_cost = cost
+                best = i
+        return best
 
 
 SIMULATIONS["aggregated"] = AggregatedSimulation

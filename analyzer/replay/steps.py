@@ -16,23 +16,20 @@ it on. The function is pure float arithmetic on ``c``, so numba compiles it unch
 :func:`burst_ends` runs whole stretches of decode-only steps in one compiled loop, which
 is how the replay advances between events without a Python iteration per token.
 
-The step model is the cost model's ``analyzer.cost.step`` (measured kernel data where it
-covers the deployment, else kvpool's engine model). Until that module is present this
-module derives the same interface from the cost model's prefill times
-(:func:`engine_step_pricing`): a chunk's compute time sampled at 8,192 and 16,384 tokens
-gives its per-token and fixed parts, the attention term comes from the model's
-attention FLOPs, a step never takes less than one token's forward (the weights streamed
-from HBM), and each decoding request's context is read once from HBM.
+The step model is the cost model's (:mod:`analyzer.cost.step`: measured kernel data from
+aiconfigurator-core where it covers the deployment, else kvpool's engine model); its
+``source`` is reported with every aggregated replay.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from analyzer.cost.step import step_model, step_seconds
 
 StepFn = Callable[[np.ndarray, float, float, float, float], float]
 
@@ -56,62 +53,14 @@ class StepPricing:
         )
 
 
-def fallback_step_seconds(
-    c: np.ndarray,
-    prefill_tokens: float,
-    prefill_attn: float,
-    decode_seqs: float,
-    decode_kv_tokens: float,
-) -> float:
-    """:func:`engine_step_pricing`'s step time. ``c``: (floor, intercept, per token,
-    per attention unit, per decode KV token) in seconds. Monotone non-decreasing in
-    every count; no work takes no time."""
-    tokens = prefill_tokens + decode_seqs
-    if tokens <= 0.0:
-        return 0.0
-    t = c[1] + c[2] * tokens + c[3] * prefill_attn
-    if t < c[0]:
-        t = c[0]
-    return float(t + c[4] * decode_kv_tokens)
-
-
-def engine_step_pricing(cost: Any) -> StepPricing:
-    """The step interface derived from ``cost``'s prefill model (see the module
-    docstring): exact for one chunk of 8,192 or 16,384 tokens on an empty context, the
-    per-token slope between them elsewhere, never below a one-token forward."""
-    a, b = 8192, 16384
-    ta, tb = float(cost.compute_time_s(a, 0)), float(cost.compute_time_s(b, 0))
-    # attention seconds per unit of new * (cached + new / 2): what ``a`` cached tokens
-    # add to a chunk of ``a`` new ones, a * a units (both chunks compute-bound)
-    per_attn = max((float(cost.compute_time_s(a, a)) - ta) / (a * a), 0.0)
-    slope = max((tb - ta - per_attn * (b * b - a * a) / 2.0) / (b - a), 0.0)
-    intercept = max(ta - slope * a - per_attn * a * a / 2.0, 0.0)
-    floor = float(cost.compute_time_s(1, 0))
-    gpu = cost.gpu
-    eff = float(cost.engine.hbm_eff) if getattr(cost, "engine", None) is not None else 1.0
-    per_kv = float(cost.bytes_per_token_per_rank) / (float(gpu.hbm_tbps) * 1e12 * eff)
-    coefficients = np.array([floor, intercept, slope, per_attn, per_kv], dtype=np.float64)
-    return StepPricing(
-        source=f"kvpool {cost.prefill_model_label}",
-        coefficients=coefficients,
-        request_overhead_s=float(cost.overhead_s),
-        step_seconds=fallback_step_seconds,
-    )
-
-
 def step_pricing(cost: Any, backend: str = "vllm") -> StepPricing:
-    """The step model for ``cost``: the cost model's own (``analyzer.cost.step``) when it
-    is there, else :func:`engine_step_pricing`."""
-    try:
-        step = importlib.import_module("analyzer.cost.step")
-    except ModuleNotFoundError:
-        return engine_step_pricing(cost)
-    model = step.step_model(cost, backend)
+    """The cost model's step model for ``cost`` on the ``backend`` engine."""
+    model = step_model(cost, backend)
     return StepPricing(
         source=str(model.source),
         coefficients=np.ascontiguousarray(model.coefficients, dtype=np.float64),
         request_overhead_s=float(model.request_overhead_s),
-        step_seconds=step.step_seconds,
+        step_seconds=step_seconds,
     )
 
 

@@ -1,0 +1,78 @@
+"""The decision the aggregated replay exists for: a shared-prefix workload whose working
+set exceeds HBM but fits host DRAM, served by 8 TP2 servers behind a prefix-aware router.
+HBM alone thrashes and collapses; local DRAM offload keeps the prefixes and serves
+several times the rate within the SLO; a pool over RDMA, which must carry every hit over
+the nodes' NICs, serves less than local DRAM."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_replay_helpers import shared_prefix_log
+from typer.testing import CliRunner
+
+from analyzer.cli import app
+
+SLO_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("offload")
+    log = shared_prefix_log(folder / "shared-prefix.jsonl")
+    out = folder / "replay.json"
+    # 450 prefixes of 20,480 tokens: 9.2M tokens, 1.15M per instance once the router
+    # keeps each prefix on one instance; HBM holds 325k per instance with the running
+    # requests' KV, the node's DRAM (2 TB of KV per node of 4 instances) 1.9M.
+    res = CliRunner().invoke(
+        app,
+        [
+            "-q",
+            "replay",
+            str(log),
+            "--model",
+            "qwen3-32b",
+            "--gpu",
+            "h100",
+            "--tp",
+            "2",
+            "--instances",
+            "8",
+            "--serving",
+            "aggregated",
+            "--router",
+            "prefix-aware",
+            "--scenarios",
+            "local,local+dram,pooled",
+            "--dram-capacity-tokens",
+            "7600000",
+            "--ttft-slo",
+            str(SLO_S),
+            "--workers",
+            "1",
+            "--json",
+            str(out),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    return json.loads(out.read_text())["scenarios"]
+
+
+@pytest.mark.slow
+def test_hbm_alone_collapses_where_dram_offload_meets_the_slo(replayed):
+    hbm, dram = replayed["local"], replayed["local+dram"]
+    assert hbm["ttft_s"]["p90"] > 10 * SLO_S  # collapsed at the log's own rate
+    assert dram["ttft_s"]["p90"] <= SLO_S
+    assert dram["hit_rate_by_tier"]["dram"] > 0.5  # the prefixes HBM lost, from DRAM
+    assert hbm["hit_rate"] < 0.2
+
+
+@pytest.mark.slow
+def test_dram_offload_serves_several_times_the_rate(replayed):
+    hbm = replayed["local"]["max_rate_scale_at_slo"]
+    dram = replayed["local+dram"]["max_rate_scale_at_slo"]
+    assert dram >= 3 * hbm
+    # a pool moves every hit over the NICs: it serves more than HBM alone, less than
+    # the DRAM beside each GPU
+    assert hbm < replayed["pooled"]["max_rate_scale_at_slo"] < dram
