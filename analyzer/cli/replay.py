@@ -89,7 +89,7 @@ def _serving_line(doc: dict[str, Any]) -> str:
         f"(steps of up to {serving['max_num_batched_tokens']:,} tokens, up to "
         f"{serving['max_num_seqs']:,} requests running, "
         f"a KV pool of {serving['kv_pool_tokens_per_instance']:,} tokens "
-        f"per instance); steps priced by the {serving['step_model']}"
+        f"per instance); step times from {serving['step_model']}"
         + (f"; {drawn:,} output lengths not in the log were drawn." if drawn else ".")
     )
 
