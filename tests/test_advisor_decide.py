@@ -345,7 +345,7 @@ def test_gate_plan_and_evaluation():
         projected_baseline_ttft_s=1.0,
     )
     assert tuple(g.id for g in gates) == GATE_IDS
-    main = gates[2]
+    main = next(g for g in gates if g.id == "main")
     assert main.projected["ttft_reduction"] == pytest.approx(0.5)
     assert tuple(gate_from_json(json.loads(json.dumps(gate_to_json(g)))) for g in gates) == gates
     results = {

@@ -167,7 +167,13 @@ def test_validate_passes_and_fails_gates(tmp_path):
     )
     v = validate([str(base), f"candidate={good}"], str(report))
     status = {g.gate.id: g.status for g in v.gates}
-    assert status == {"arrival": "pass", "baseline": "pass", "main": "pass", "stability": "not-run"}
+    assert status == {
+        "arrival": "pass",
+        "baseline": "pass",
+        "isolation": "not-run",
+        "main": "pass",
+        "stability": "not-run",
+    }
     assert not v.failed
     comp = {c.metric: c for c in v.comparisons}
     assert comp["ttft_reduction"].measured == pytest.approx(1 - 410 / 820, abs=1e-6)
@@ -266,3 +272,71 @@ def test_an_empty_role_path_or_a_directory_is_named(tmp_path):
         assign_roles(["candidate="])
     with pytest.raises(InputError, match="is a directory"):
         read_results(str(tmp_path), "baseline")
+
+
+def _probe(tmp_path: Path, **engine: bool) -> Path:
+    """A real `kvpool probe` of two loopback engines sharing a pool."""
+    from analyzer.advisor.probe import run_probe
+    from tests.salted_engine import Engine, Pool, Served
+
+    pool = Pool()
+    served = [Served(Engine(pool=pool, **engine)) for _ in range(2)]
+    try:
+        result = run_probe([s.url for s in served], "m", words=120)
+    finally:
+        for s in served:
+            s.close()
+    return _write(tmp_path / "isolation-probe.json", result.to_json())
+
+
+@pytest.mark.parametrize("leak", [False, True])
+def test_the_isolation_gate_reads_the_probe(tmp_path, leak):
+    report = _report(tmp_path)
+    probe = _probe(tmp_path, leak_pool=leak)
+    # Recognised by its schema, whatever its place on the command line.
+    assert assign_roles([str(probe)]) == [("isolation", str(probe))]
+    v = validate([str(probe)], str(report))
+    gate = next(g for g in v.gates if g.gate.id == "isolation")
+    assert gate.status == ("fail" if leak else "pass")
+    assert v.failed is leak
+    assert {g.gate.id: g.status for g in v.gates}["main"] == "not-run"
+    r = CliRunner().invoke(app, ["validate", str(probe), "--report", str(report)])
+    assert r.exit_code == (5 if leak else 0), r.output
+
+
+def test_a_probe_cannot_stand_for_a_benchmark(tmp_path):
+    probe = _probe(tmp_path)
+    with pytest.raises(UsageError, match="cannot be the candidate role"):
+        validate([f"candidate={probe}"], str(_report(tmp_path)))
+    base = _write(tmp_path / "baseline.json", VLLM_BASE)
+    with pytest.raises(UsageError, match="cannot be the isolation role"):
+        validate([f"isolation={base}"], str(_report(tmp_path)))
+
+
+@pytest.mark.parametrize("leak", [False, True])
+def test_the_isolation_gate_reads_engine_counters(tmp_path, leak):
+    """Two /metrics snapshots around the other-salt requests, as saved expositions."""
+    from analyzer.advisor.probe import probe_prompt
+    from tests.salted_engine import Engine, Pool
+
+    pool = Pool()
+    a, b = Engine(pool=pool, leak_pool=leak), Engine(pool=pool, leak_pool=leak)
+    prompt = probe_prompt("n0nce", 120)
+    a.complete({"prompt": prompt, "cache_salt": "a"})
+    before = _write_text(tmp_path / "before.prom", b.metrics())
+    b.complete({"prompt": prompt, "cache_salt": "b"})
+    after = _write_text(tmp_path / "after.prom", b.metrics())
+    report = _report(tmp_path)
+    args = ["validate", "--report", str(report)]
+    args += ["--prometheus", f"isolation={before}", "--prometheus", f"isolation={after}"]
+    r = CliRunner().invoke(app, [*args, "--json", str(tmp_path / "v.json")])
+    assert r.exit_code == (5 if leak else 0), r.output
+    doc = json.loads((tmp_path / "v.json").read_text())
+    gate = next(g for g in doc["gates"] if g["id"] == "isolation")
+    counted = [c for c in gate["criteria"] if c["metric"] == "cross_salt_counter_hit_tokens"]
+    assert counted and (counted[0]["measured"] > 0) is leak
+
+
+def _write_text(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

@@ -538,10 +538,20 @@ def compare(
     projection of the role's deployment; returns the checks and the criterion values
     (``hbm_hit_rate_error`` for the baseline gate; ``hit_rate_shortfall`` and
     ``offload_hit_shortfall`` for the main gate)."""
-    scen = projection.baseline if role == "baseline" else projection.candidate
-    gate = "baseline" if role == "baseline" else "main" if role == "candidate" else None
     checks: list[EngineCheck] = []
     criteria: dict[str, float] = {}
+    if role == "isolation":
+        # The window of the probe's other-salt requests: every hit is a leak.
+        total = window.total()
+        hit = total.hits_by_tier.get("total", 0.0)
+        criteria["cross_salt_counter_hit_tokens"] = hit
+        share = hit / total.prompt_tokens if total.prompt_tokens > 0 else None
+        checks.append(
+            EngineCheck(role, "all", total.engine, "hit rate total", share, 0.0, "isolation")
+        )
+        return tuple(checks), criteria
+    scen = projection.baseline if role == "baseline" else projection.candidate
+    gate = "baseline" if role == "baseline" else "main" if role == "candidate" else None
     rows = [window.total(), *window.instances] if len(window.instances) > 1 else [window.total()]
     for inst in rows:
         overall = inst.name == "all"

@@ -1,6 +1,6 @@
 """Pilot gates: a validation plan derived from the projection, and its evaluation.
 
-Four gates, run in order; stop at the first one missed (the gated pilot of
+Five gates, run in order; stop at the first one missed (the gated pilot of
 docs/advisor.md):
 
 ``arrival``   Arrival acceptance: the benchmark replays the trace's load (at least
@@ -9,6 +9,11 @@ docs/advisor.md):
 ``baseline``  Single-node baseline with HBM prefix caching only: the measured mean TTFT
               lies within 50 % of the projection, so the cost model describes this
               hardware (re-calibrate with ``kvpool cost fit`` otherwise).
+``isolation`` The paired salt check on the recommended deployment, idle: one prefix sent
+              under one cache salt, then under others and none (``kvpool probe``,
+              :mod:`analyzer.advisor.probe`): no request may read KV cached under another
+              salt, and the same salt must hit (else the probe saw no cache at all). Under
+              ``--isolation shared`` it tells whether the stack could keep tenants apart.
 ``main``      The recommended deployment against the baseline at the same load. It tests
               what the projection promises, never more: mean TTFT reduction at least
               half (``pilot_fraction``) of the projected one, request throughput gain at
@@ -32,7 +37,7 @@ from typing import Any
 
 from analyzer.advisor.figures import Projection, ScenarioFigures, Thresholds, Verdict
 
-GATE_IDS = ("arrival", "baseline", "main", "stability")
+GATE_IDS = ("arrival", "baseline", "isolation", "main", "stability")
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +222,7 @@ def plan(
             ),
             ({"mean_ttft_s": projected_baseline_ttft_s} if projected_baseline_ttft_s else {}),
         ),
+        isolation_gate(target),
         Gate(
             "main",
             "Main gate (TTFT and throughput KPIs)",
@@ -245,6 +251,35 @@ def plan(
         ),
     )
     return gates
+
+
+def isolation_gate(target: str) -> Gate:
+    """The paired salt check (module docstring)."""
+    return Gate(
+        "isolation",
+        "Tenant isolation (the same prefix under two salts)",
+        f"On {target}, with no other traffic: `kvpool probe URL_A URL_B --model MODEL -o "
+        "isolation-probe.json` (two engines sharing the pool; see Pilot commands), then "
+        "`kvpool validate isolation=isolation-probe.json`; or save two `/metrics` "
+        "snapshots around the probe's other-salt requests and give them as "
+        "`--prometheus isolation=before.prom --prometheus isolation=after.prom`.",
+        "isolation",
+        (
+            Criterion(
+                "cross_salt_hit_tokens",
+                "<=",
+                0.0,
+                "no request read KV cached under another salt, or under none",
+            ),
+            Criterion(
+                "same_salt_hit_tokens",
+                ">=",
+                1.0,
+                "the same salt hit (the probe saw the cache at all)",
+            ),
+        ),
+        {},
+    )
 
 
 def derived_metrics(results: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -282,6 +317,16 @@ def derived_metrics(results: dict[str, dict[str, float]]) -> dict[str, dict[str,
         if cand.get("p99_ttft_s") and "p99_ttft_s" in stab:
             d["p99_drift"] = stab["p99_ttft_s"] / cand["p99_ttft_s"]
         out["stability"] = d
+    iso = results.get("isolation", {})
+    if iso:
+        # A leak counts whether the answers or the engines' counters saw it.
+        leaks = [
+            iso[k] for k in ("cross_salt_hit_tokens", "cross_salt_counter_hit_tokens") if k in iso
+        ]
+        d = {"cross_salt_hit_tokens": max(leaks)} if leaks else {}
+        if "same_salt_hit_tokens" in iso:
+            d["same_salt_hit_tokens"] = iso["same_salt_hit_tokens"]
+        out["isolation"] = d
     return out
 
 

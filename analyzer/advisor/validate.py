@@ -10,11 +10,15 @@ Readers:
   ``_s`` suffix in seconds) or one row per request with a ``ttft_s`` (or ``ttft_ms``)
   column and optionally ``start_s``/``end_s`` (or ``latency_s``) and ``error``.
 
+* **kvpool probe** ``-o`` JSON (schema ``kvpool.isolation-probe/1``): the paired salt
+  check's ``metrics``, for the isolation gate.
+
 Each results file plays a role: ``baseline`` (HBM prefix cache only), ``candidate``
-(the recommended deployment) or ``stability`` (the 72-hour run). Name it on the
-command line as ``ROLE=PATH``; otherwise a file whose name contains ``base`` is the
-baseline, ``stab``/``soak`` the stability run, and the remaining files fill
-baseline, candidate, stability in the order given.
+(the recommended deployment), ``stability`` (the 72-hour run) or ``isolation`` (the
+probe). Name it on the command line as ``ROLE=PATH``; otherwise a probe's results are
+the isolation role, a file whose name contains ``base`` is the baseline,
+``stab``/``soak`` the stability run, and the remaining files fill baseline, candidate,
+stability in the order given.
 """
 
 from __future__ import annotations
@@ -40,7 +44,9 @@ from analyzer.advisor.gates import (
 from analyzer.errors import InputError, Location, UsageError
 from analyzer.outputs import note_input
 
-ROLES = ("baseline", "candidate", "stability")
+ROLES = ("baseline", "candidate", "stability", "isolation")
+# Roles a results file takes by its place on the command line (the probe's by its schema).
+ORDERED_ROLES = ("baseline", "candidate", "stability")
 REPORT_SCHEMA = "kvpool.report/2"
 
 # vLLM key -> (our key, factor to seconds / plain)
@@ -260,9 +266,41 @@ def read_results(path: str, role: str) -> Measured:
         raise InputError("results file not found", Location(path))
     if p.suffix.lower() == ".csv" or (p.suffix.lower() != ".json" and not _json_first(p)):
         fmt, metrics = read_csv_results(path)
+    elif (probe := read_probe(path)) is not None:
+        fmt, metrics = "kvpool-probe", probe
     else:
         fmt, metrics = "vllm-json", read_json_results(path)
+    if (fmt == "kvpool-probe") != (role == "isolation"):
+        raise UsageError(
+            f"{path}: a {'probe' if fmt == 'kvpool-probe' else 'benchmark'} result cannot "
+            f"be the {role} role",
+            hint="the isolation role takes `kvpool probe -o` results, the others benchmarks",
+        )
     return Measured(path=path, role=role, fmt=fmt, metrics=metrics)
+
+
+def read_probe(path: str) -> dict[str, float] | None:
+    """The metrics of a ``kvpool probe -o`` file (None: not one)."""
+    from analyzer.advisor.probe import PROBE_SCHEMA
+
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8", errors="replace"))
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(doc, dict) or doc.get("schema") != PROBE_SCHEMA:
+        return None
+    note_input(path)
+    metrics = doc.get("metrics")
+    if not isinstance(metrics, dict):
+        raise InputError("a probe result without its metrics", Location(path, field="metrics"))
+    out: dict[str, float] = {}
+    for k, v in metrics.items():
+        got = _num(v, Location(path, field=f"metrics.{k}"))
+        if got is not None:
+            if got < 0:
+                raise InputError("must not be negative", Location(path, field=f"metrics.{k}"))
+            out[str(k)] = got
+    return out
 
 
 def assign_roles(args: list[str]) -> list[tuple[str, str]]:
@@ -275,6 +313,8 @@ def assign_roles(args: list[str]) -> list[tuple[str, str]]:
             if not tail.strip():
                 raise UsageError(f"{a!r} names no file: write {head}=PATH")
             labelled.append((head, tail))
+        elif Path(a).is_file() and read_probe(a) is not None:
+            labelled.append(("isolation", a))
         else:
             bare.append(a)
     taken = {r for r, _ in labelled}
@@ -294,10 +334,10 @@ def assign_roles(args: list[str]) -> list[tuple[str, str]]:
         else:
             rest.append(p)
     for p in rest:
-        free = [r for r in ROLES if r not in taken]
+        free = [r for r in ORDERED_ROLES if r not in taken]
         if not free:
             raise UsageError(
-                f"too many results files: {p} has no role left (roles: {', '.join(ROLES)})"
+                f"too many results files: {p} has no role left (roles: {', '.join(ORDERED_ROLES)})"
             )
         labelled.append((free[0], p))
         taken.add(free[0])
@@ -422,13 +462,22 @@ def report_gates(doc: dict[str, Any], path: str) -> tuple[Gate, ...]:
 
 
 # The engine counters' criteria (``kvpool validate --prometheus``), by the gate they
-# join: the metric of analyzer.advisor.engine_metrics.compare and its wording.
-ENGINE_CRITERIA = {
+# join: the metric of analyzer.advisor.engine_metrics.compare, its wording, and its
+# threshold (None: the report's hit-rate tolerance).
+ENGINE_CRITERIA: dict[str, tuple[tuple[str, str, float | None], ...]] = {
+    "isolation": (
+        (
+            "cross_salt_counter_hit_tokens",
+            "the engines' counters saw no hit over the probe's other-salt requests",
+            0.0,  # any hit is a leak: no tolerance
+        ),
+    ),
     "baseline": (
         (
             "hbm_hit_rate_error",
             "measured HBM prefix-cache hit rate (engine counters) within {tol} points of "
             "the replay's",
+            None,
         ),
     ),
     "main": (
@@ -436,11 +485,13 @@ ENGINE_CRITERIA = {
             "hit_rate_shortfall",
             "measured prefix-cache hit rate (engine counters) at most {tol} points below "
             "the projected",
+            None,
         ),
         (
             "offload_hit_shortfall",
             "measured hit rate below HBM (KV connector, HiCache host and storage) at most "
             "{tol} points below the projected",
+            None,
         ),
     ),
 }
@@ -456,10 +507,15 @@ def _with_engine(
         got = values.get(g.gate.results_role, {})
         extra = [
             (
-                Criterion(metric, "<=", tolerance, text.format(tol=f"{100 * tolerance:g}")),
+                Criterion(
+                    metric,
+                    "<=",
+                    tolerance if limit is None else limit,
+                    text.format(tol=f"{100 * tolerance:g}"),
+                ),
                 got[metric],
             )
-            for metric, text in ENGINE_CRITERIA.get(g.gate.id, ())
+            for metric, text, limit in ENGINE_CRITERIA.get(g.gate.id, ())
             if metric in got
         ]
         if not extra:
@@ -494,6 +550,8 @@ def validate(
     measured = tuple(read_results(p, role) for role, p in assign_roles(results_args))
     by_role = {m.role: m.metrics for m in measured}
     for e in engine:
+        if e.role == "isolation":  # its counters decide the gate; no TTFT to test
+            continue
         if e.role in by_role:
             raise UsageError(
                 f"role {e.role!r} given twice (a results file and --prometheus); one per role"

@@ -284,7 +284,8 @@ def validate(
         list[str] | None,
         typer.Argument(
             help="Benchmark results: vLLM `bench serve --save-result` JSON or CSV; ROLE=PATH to name the role "
-            "(baseline, candidate, stability); '-' reads one from stdin.",
+            "(baseline, candidate, stability), and `kvpool probe -o` results for the "
+            "isolation gate; '-' reads one from stdin.",
         ),
     ] = None,
     *,
@@ -313,7 +314,8 @@ def validate(
             help="Engine counters (vLLM, SGLang, LMCache) as measured truth: a Prometheus "
             "server (http://HOST:9090, queried over --window), an engine's /metrics URL or a "
             "saved exposition (one: the engines' lifetime; two for a role: before and "
-            "after). ROLE: candidate (default) or baseline. Repeatable.",
+            "after). ROLE: candidate (default), baseline, or isolation (two snapshots around "
+            "`kvpool probe`'s other-salt requests). Repeatable.",
         ),
     ] = None,
     window: Annotated[
@@ -400,7 +402,7 @@ def validate(
     console.print("[bold green]no gate failed[/] (gates without measurements are not run)")
 
 
-ENGINE_ROLES = ("candidate", "baseline", "stability")
+ENGINE_ROLES = ("candidate", "baseline", "stability", "isolation")
 
 
 def _engine_sources(values: list[str]) -> list[tuple[str, str]]:
@@ -451,12 +453,21 @@ def _engine_windows(
     tolerance of the comparisons (the report's own)."""
     if not sources:
         return (), 0.05
-    from analyzer.advisor.engine_metrics import EngineMeasurement, compare, read_window
+    from analyzer.advisor.engine_metrics import (
+        EngineMeasurement,
+        EngineProjection,
+        compare,
+        read_window,
+    )
     from analyzer.report.document import ReportDocument
     from analyzer.report.projection import engine_projection
     from analyzer.storage import public
 
-    projection = engine_projection(ReportDocument.load(report).report)
+    # The isolation role tests no projection: every hit in its window is a leak.
+    if all(r == "isolation" for r, _ in sources):
+        projection = EngineProjection(None, None)
+    else:
+        projection = engine_projection(ReportDocument.load(report).report)
     out = []
     for role in ENGINE_ROLES:
         mine = [(local.get(src, src), public(src)) for r, src in sources if r == role]

@@ -104,6 +104,8 @@ def criterion_value(metric: str, x: float | None) -> str:
         return ms(x)
     if metric.endswith("_h"):
         return f"{x:g} h"
+    if metric.endswith("_tokens"):
+        return f"{x:,.0f} tokens"
     if metric in ("p99_ttft_ratio", "p99_drift"):
         return f"{x:.2f}x"
     if metric == "throughput_gain":
