@@ -298,3 +298,25 @@ def test_a_saas_log_isolated_by_tenant_hits_less_exactly_as_the_tenant_hash_key(
     assert docs["tenant"]["sources"]["share_of_hits"]["cross_tenant"] == 0
     assert _without_hashes(docs["tenant"]["curves"]) == _without_hashes(docs["hash-key"]["curves"])
     assert docs["tenant"]["isolation"] == "tenant"
+
+
+@pytest.mark.slow
+def test_the_replay_of_the_rekeyed_trace_is_the_replay_of_the_salted_one(tmp_path):
+    """Replay runs under the policy by replaying the re-keyed trace: with the same block
+    ids as ingest's --hash-key tenant, every scenario's figures are the same."""
+    from analyzer.replay import ClusterConfig, run_replay
+
+    log = tmp_path / "saas.jsonl"
+    from analyzer.synth import SynthConfig, generate
+
+    generate(SynthConfig(profile="saas", requests=300, seed=5), log)
+    shared = _read(log)
+    salted = _read(log, hash_keys=("model", "tenant"))
+    rekeyed = isolate(shared, "tenant")
+    assert np.array_equal(rekeyed.block_ids, salted.block_ids)
+    cfg = ClusterConfig(instances=2, local_capacity_tokens=40_000, pool_capacity_tokens=200_000)
+    got = run_replay(rekeyed, cfg, scenarios=("local", "pooled"), search_rate=False)
+    want = run_replay(salted, cfg, scenarios=("local", "pooled"), search_rate=False)
+    assert got.to_json()["scenarios"] == want.to_json()["scenarios"]
+    plain = run_replay(shared, cfg, scenarios=("pooled",), search_rate=False)
+    assert plain.scenarios["pooled"].hit_rate > got.scenarios["pooled"].hit_rate
