@@ -567,18 +567,26 @@ def check_cmd(
         "--table",
         help="Reference table (default: models/measurements.toml; '-': stdin).",
     ),
+    engine_only: bool = typer.Option(
+        False,
+        "--engine-only",
+        help="Leave out aiconfigurator-core's measured step times (a few seconds per "
+        "deployment it covers).",
+    ),
     json_path: str | None = _JSON,
 ) -> None:
     """The model against published measurements: prediction, measurement, ratio per row.
 
-    The engine model's free constants are fitted on the prefill rows; each row's
-    leave-one-out ratio comes from constants fitted on all the other rows.
+    The engine model's free constants are fitted on the prefill rows not held out; each
+    fitted row's leave-one-out ratio comes from constants fitted on all the other rows.
+    Beside it, aiconfigurator-core's measured step times where they cover the row. A row
+    whose measurement includes the server's per-request overhead is predicted with it.
     """
     from rich.table import Table
 
     from analyzer.cost.reference import check
 
-    r = check(table)
+    r = check(table, measured=not engine_only)
     console = _console(json_path)
     pt = Table(title=f"Prefill: model vs published measurements ({r.path})")
     for col in ("row", "engine", "deployment", "prompt x batch", "measured", "predicted"):
@@ -586,32 +594,56 @@ def check_cmd(
         pt.add_column(col, justify="left" if left else "right", overflow="fold")
     pt.add_column("ratio", justify="right")
     pt.add_column("leave-one-out", justify="right")
+    if not engine_only:
+        pt.add_column("aiconfigurator", justify="right")
     pt.add_column("old roofline", justify="right")
     for c in r.rows:
         row = c.row
         unit = _fmt_s if row.quantity == "ttft_s" else (lambda v: f"{v:,.0f} tok/s")
-        pt.add_row(
+        cached = f" ({row.cached_tokens:,} cached" + (
+            f" from {row.load_tier})" if row.load_tier else ")"
+        )
+        cells = [
             row.id,
             f"{row.engine} {row.engine_version.split(' ')[0]}",
             f"{row.model} {row.tp}x{row.gpu} {row.parallelism} {row.weights_dtype}",
-            f"{row.prompt_tokens:,} x {row.batch}",
-            unit(row.value),
+            f"{row.prompt_tokens:,}{cached if row.cached_tokens else ''} x {row.batch}",
+            unit(row.value) + (" +oh" if row.includes_overhead else ""),
             unit(c.predicted),
             f"{c.ratio:.2f}",
-            f"{c.loo_ratio:.2f}",
-            f"{c.roofline_ratio:.2f}",
-        )
+            "held out" if row.held_out else f"{c.loo_ratio:.2f}",
+        ]
+        if not engine_only:
+            cells.append("—" if c.measured_ratio is None else f"{c.measured_ratio:.2f}")
+        cells.append(f"{c.roofline_ratio:.2f}")
+        pt.add_row(*cells)
     console.print(pt)
     console.print(
         "ratio = predicted / measured time (throughput rows: measured / predicted rate); "
-        "above 1 the model is too slow. old roofline: bf16 peak x MFU 0.5 dense / 0.35 MoE "
-        "+ 10 ms, the model this one replaced."
+        "above 1 the model is too slow. +oh: the measurement includes the server's "
+        "per-request overhead, and so does the prediction (10 ms). held out: in no fit. "
+        "aiconfigurator: aiconfigurator-core's measured step times, where they cover the "
+        "row (— : not covered). old roofline: bf16 peak x MFU 0.5 dense / 0.35 MoE + 10 ms, "
+        "the model this one replaced."
     )
     within = sum(1 for c in r.rows if 1 / 1.5 <= c.loo_ratio <= 1.5)
     console.print(
-        f"leave-one-out over {len(r.rows)} rows: median error {r.loo_median_error:.1%}, "
-        f"worst factor {r.loo_worst_factor:.2f}x, {within}/{len(r.rows)} rows within 1.5x"
+        f"engine model, leave-one-out (held-out rows: their ratio) over {len(r.rows)} rows: "
+        f"median error {r.loo_median_error:.1%}, worst factor {r.loo_worst_factor:.2f}x, "
+        f"{within}/{len(r.rows)} rows within 1.5x"
     )
+    if not engine_only:
+        measured = [c.measured_ratio for c in r.rows if c.measured_ratio is not None]
+        if measured:
+            factor = max(max(x, 1 / x) for x in measured)
+            inside = sum(1 for x in measured if 1 / 1.5 <= x <= 1.5)
+            console.print(
+                f"aiconfigurator-core covers {len(measured)}/{len(r.rows)} rows: worst factor "
+                f"{factor:.2f}x, {inside}/{len(measured)} within 1.5x"
+            )
+        reasons = sorted({c.measured_source for c in r.rows if c.measured_ratio is None})
+        for reason in reasons:
+            console.print(f"  not covered: {reason}")
     f = r.fitted
     console.print(
         "fitted on every row: "

@@ -27,6 +27,7 @@ from analyzer.cost.engine import DEFAULT_ENGINE, FITTED, EngineConstants
 from analyzer.errors import InputError, Location, shown
 
 QUANTITIES = ("ttft_s", "prefill_tokens_per_s")
+_BACKENDS = {"vLLM": "vllm", "SGLang": "sglang", "TensorRT-LLM": "trtllm"}
 PARALLELISMS = ("tp", "dp-attention+ep")
 # the fit starts here (not at the shipped defaults, so that a test refitting from scratch
 # checks those defaults) and stays inside these bounds
@@ -70,6 +71,21 @@ class PrefillRow:
     value: float
     source: str
     url: str
+    # the measured TTFT includes the server's per-request overhead (HTTP, tokenization,
+    # scheduling): the prediction adds the cost model's request overhead
+    includes_overhead: bool = False
+    # the cached tokens were loaded from this catalog tier (a hit: load, scatter and the
+    # engine's fixed costs are in the TTFT); "" when they were already in HBM or none
+    load_tier: str = ""
+    # the engine's prefill chunk (max_num_batched_tokens); 0: one forward
+    chunk_tokens: int = 0
+    # not used to fit the engine model's constants (their LOO ratio is their ratio)
+    held_out: bool = False
+
+    @property
+    def backend(self) -> str:
+        """The serving back end aiconfigurator-core names the row's engine by."""
+        return _BACKENDS.get(self.engine, "")
 
     @property
     def is_moe(self) -> bool:
@@ -119,6 +135,12 @@ _PREFILL_FIELDS: dict[str, type] = {
     "value": float,
     "source": str,
     "url": str,
+}
+_OPTIONAL_PREFILL: dict[str, type] = {
+    "includes_overhead": bool,
+    "load_tier": str,
+    "chunk_tokens": int,
+    "held_out": bool,
 }
 _LINK_FIELDS: dict[str, type] = {
     "id": str,
@@ -181,6 +203,31 @@ def load_measurements(path: str | Path | None = None) -> Measurements:
                 f"[[prefill]] '{r['id']}': parallelism must be one of {', '.join(PARALLELISMS)}",
                 Location(where, None, "parallelism"),
             )
+        for key, kind in _OPTIONAL_PREFILL.items():
+            if key not in entry:
+                continue
+            value = entry[key]
+            ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+            if not ok or (kind is int and value < 0):
+                raise InputError(
+                    f"[[prefill]] '{r['id']}': field '{key}' must be a "
+                    f"{'non-negative ' if kind is int else ''}{kind.__name__}, got {value!r}",
+                    Location(where, None, key),
+                )
+            r[key] = value
+        if r.get("load_tier"):
+            try:
+                get_tier(r["load_tier"])
+            except Exception:
+                raise InputError(
+                    f"[[prefill]] '{r['id']}': load_tier '{r['load_tier']}' is not a catalog tier",
+                    Location(where, None, "load_tier"),
+                ) from None
+            if not r["cached_tokens"]:
+                raise InputError(
+                    f"[[prefill]] '{r['id']}': load_tier needs cached_tokens > 0",
+                    Location(where, None, "load_tier"),
+                )
         if r["cached_tokens"] < 0 or r["cached_tokens"] >= r["prompt_tokens"]:
             raise InputError(
                 f"[[prefill]] '{r['id']}': cached_tokens must be in [0, prompt_tokens)",
@@ -221,14 +268,39 @@ def _cost_model(row: PrefillRow) -> Any:
 
 
 def predict(row: PrefillRow, engine: EngineConstants = DEFAULT_ENGINE) -> float:
-    """The model's value of ``row.quantity`` for the row's deployment.
+    """The engine model's value of ``row.quantity`` for the row's deployment (with
+    constants ``engine``): :func:`predict_with` on its step coefficients."""
+    cm = _cost_model(row)
+    return predict_with(row, cm.engine_coefficients(engine))
 
-    TTFTs are timed inside the engine in every source, so no per-request server overhead
-    is added; a throughput row is the batch's prompt tokens over one forward's time.
+
+def predict_with(row: PrefillRow, coefficients: Any) -> float:
+    """The row's quantity from step coefficients (analyzer/cost/step.py): the prompt's
+    new tokens prefilled in chunks of ``chunk_tokens`` (one forward when 0), ``batch``
+    requests alike in each step; for a hit from ``load_tier``, the load of the cached
+    tokens over that tier's link (first-byte latency, transfer, scatter into the paged
+    KV, the engine's fixed cost per load) before them; the request overhead when the
+    measurement includes it. A throughput row is the batch's prompt tokens over that
+    time.
     """
+    from analyzer.cost.model import DEFAULT_OVERHEAD_S
+    from analyzer.cost.step import chunk_attn, step_seconds
+
     cm = _cost_model(row)
     new = row.prompt_tokens - row.cached_tokens
-    t = cm.engine_compute_s(new, row.cached_tokens, row.batch, engine)
+    chunk = row.chunk_tokens or new
+    t = 0.0
+    done = 0
+    while done < new:
+        s = min(chunk, new - done)
+        attn = row.batch * chunk_attn(s, row.cached_tokens + done)
+        t += step_seconds(coefficients, float(s * row.batch), attn, 0.0, 0.0)
+        done += s
+    if row.load_tier:
+        link = cm.tier_link(row.load_tier)
+        t += cm.load_prefix_s(row.cached_tokens, link.bandwidth_gbps, link.latency_s, row.batch)
+    if row.includes_overhead:
+        t += DEFAULT_OVERHEAD_S
     if row.quantity == "ttft_s":
         return float(t)
     return float(new * row.batch / t)
@@ -240,8 +312,11 @@ def ratio(row: PrefillRow, engine: EngineConstants = DEFAULT_ENGINE) -> float:
     For throughput rows this is measurement / prediction, so that every ratio reads the
     same way: above 1 the model overestimates the time a prefill takes.
     """
-    p = predict(row, engine)
-    return p / row.value if row.quantity == "ttft_s" else row.value / p
+    return time_ratio(row, predict(row, engine))
+
+
+def time_ratio(row: PrefillRow, predicted: float) -> float:
+    return predicted / row.value if row.quantity == "ttft_s" else row.value / predicted
 
 
 def roofline_ratio(row: PrefillRow) -> float:
@@ -270,6 +345,7 @@ def fit_engine(
     import numpy as np
     from scipy.optimize import least_squares
 
+    rows = tuple(r for r in rows if not r.held_out)
     names = [n for n in FITTED if _used(n, rows)]
     lo = np.log([_BOUNDS[n][0] for n in names])
     hi = np.log([_BOUNDS[n][1] for n in names])
@@ -301,8 +377,13 @@ class CheckedRow:
     predicted: float  # with the constants fitted on every row
     ratio: float  # time ratio, prediction / measurement
     loo_predicted: float  # with the constants fitted on every other row
-    loo_ratio: float
+    loo_ratio: float  # a held-out row's is its ratio (it is in no fit)
     roofline_ratio: float  # the plain roofline (bf16 peak x default MFU), for comparison
+    # aiconfigurator-core's measured step times (analyzer/cost/aic.py) where they cover
+    # the row, else None and why in measured_source
+    measured_predicted: float | None = None
+    measured_ratio: float | None = None
+    measured_source: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +426,13 @@ class CheckResult:
                     "loo_predicted": c.loo_predicted,
                     "loo_ratio": c.loo_ratio,
                     "roofline_ratio": c.roofline_ratio,
+                    "measured_predicted": c.measured_predicted,
+                    "measured_ratio": c.measured_ratio,
+                    "measured_source": c.measured_source,
+                    "includes_overhead": c.row.includes_overhead,
+                    "load_tier": c.row.load_tier or None,
+                    "chunk_tokens": c.row.chunk_tokens,
+                    "fitted": not c.row.held_out,
                     "source": c.row.source,
                     "url": c.row.url,
                 }
@@ -372,19 +460,30 @@ class CheckResult:
         }
 
 
-def check(path: str | Path | None = None) -> CheckResult:
-    """Predict every row, fit on all rows, and leave each row out in turn."""
+def check(path: str | Path | None = None, measured: bool = False) -> CheckResult:
+    """Predict every row, fit on the rows not held out, and leave each fitted row out in
+    turn; with ``measured``, also price every row with aiconfigurator-core's step times
+    where they cover it (a few seconds per deployment)."""
     m = load_measurements(path)
-    return _check(m)
+    return _check(m, measured)
 
 
 @lru_cache(maxsize=4)
-def _check(m: Measurements) -> CheckResult:
+def _check(m: Measurements, measured: bool = False) -> CheckResult:
     fitted = fit_engine(m.prefill)
     out = []
     for i, row in enumerate(m.prefill):
-        others = m.prefill[:i] + m.prefill[i + 1 :]
-        loo = fit_engine(others)
+        if row.held_out:
+            loo = fitted
+        else:
+            others = m.prefill[:i] + m.prefill[i + 1 :]
+            loo = fit_engine(others)
+        mp: float | None = None
+        mr: float | None = None
+        msrc = ""
+        if measured:
+            mp, msrc = _measured_prediction(row)
+            mr = None if mp is None else time_ratio(row, mp)
         out.append(
             CheckedRow(
                 row=row,
@@ -393,9 +492,24 @@ def _check(m: Measurements) -> CheckResult:
                 loo_predicted=predict(row, loo),
                 loo_ratio=ratio(row, loo),
                 roofline_ratio=roofline_ratio(row),
+                measured_predicted=mp,
+                measured_ratio=mr,
+                measured_source=msrc,
             )
         )
     return CheckResult(tuple(out), m.links, fitted, m.path)
+
+
+def _measured_prediction(row: PrefillRow) -> tuple[float | None, str]:
+    """aiconfigurator-core's prediction of the row, or None and why not."""
+    from analyzer.cost.aic import measured_step
+
+    if not row.backend:
+        return None, f"aiconfigurator-core has no back end for {row.engine}"
+    got = measured_step(_cost_model(row), row.backend)
+    if isinstance(got, str):
+        return None, got
+    return predict_with(row, got.coefficients), got.source
 
 
 def default_check() -> CheckResult:
