@@ -306,8 +306,10 @@ def test_hardware_catalog():
     tiers = {t.name: t for t in list_tiers()}
     need = {"hbm", "pcie-gen4-dram", "pcie-gen5-dram", "nvme-gen4", "nvme-gen5", "nvme-of"}
     assert need | {"rdma-100", "rdma-200", "rdma-400", "tcp"} <= set(tiers)
-    for rate in (100, 200, 400):
+    for rate in (100, 200):
         assert tiers[f"rdma-{rate}"].bandwidth_gbps == pytest.approx(rate / 8 * 0.87)
+    # Mooncake's 190 GB/s over 8 x 400 Gb/s, per NIC (line rate x 0.87 was 1.83x too high)
+    assert tiers["rdma-400"].bandwidth_gbps == pytest.approx(190 / 8)
     for name, entry in {**HW["gpus"], **HW["tiers"]}.items():
         assert entry["source"], name
         assert all(t.latency_s > 0 and t.bandwidth_gbps > 0 for t in tiers.values())

@@ -313,3 +313,20 @@ def test_moe_tiny_prefix_saves_flops_not_weight_reads():
     weights = ds.model.weight_bytes_read(8193) / 8
     suffix = (weights + ds.model.kv_bytes_for_tokens(1, "bf16", 8, per_rank=True)) / 4.8e12
     assert ds.recompute_saving_s(8192) == pytest.approx(full - suffix, rel=1e-9)
+
+
+def test_load_path_costs_the_replay_adds():
+    """Per load: the scatter into the paged KV (each rank's bytes at the achieved HBM
+    bandwidth) and the engine's fixed cost per load; K hits pay K of each."""
+    from dataclasses import replace
+
+    cm = CostModel.from_catalog("llama-3.1-70b", "h100", tp=4)
+    per_rank = cm.transfer_bytes(8192) / 4
+    assert cm.scatter_s(8192) == pytest.approx(per_rank / (3.35e12 * cm.engine.hbm_eff))
+    assert cm.load_fixed_s == 0.0
+    slow = replace(cm, load_fixed_s=0.002)
+    assert slow.hit_overhead_s(8192, 3) == pytest.approx(3 * (cm.scatter_s(8192) + 0.002))
+    assert slow.load_prefix_s(8192, 25.0, 1e-5) == pytest.approx(
+        1e-5 + cm.transfer_bytes(8192) / 25e9 + cm.scatter_s(8192) + 0.002
+    )
+    assert CostModel.from_catalog("llama-3.1-70b", "h100", tp=4, mfu=0.5).scatter_s(8192) == 0.0

@@ -147,8 +147,11 @@ def test_measured_step_times_on_the_reference_rows():
 def test_links_against_catalog_tiers(result):
     by_id = {r.id: r for r in result.links}
     assert by_id["mooncake-te-4x200-roce"].predicted_gbps == pytest.approx(87.0)
-    # the worst row, stated in docs/cost-model.md: eight 400 Gb/s NICs do not aggregate
-    assert by_id["mooncake-te-8x400-roce"].predicted_gbps / 190.0 == pytest.approx(348 / 190)
+    # eight 400 Gb/s NICs deliver 190 GB/s, not 8 x 87% of line rate: rdma-400 is that
+    # measurement per NIC (docs/cost-model.md section 3b)
+    assert by_id["mooncake-te-8x400-roce"].predicted_gbps == pytest.approx(190.0)
+    for link in result.links:
+        assert 1 / 1.15 <= link.predicted_gbps / link.measured_gbps <= 1.15, link.id
 
 
 def test_check_cli_prints_every_row_and_the_summary(tmp_path):

@@ -392,7 +392,6 @@ def _bandwidth(cm: CostModel, opts: AnalyzeOptions, prefix_tokens: int) -> Bandw
     from analyzer.cost import get_tier
 
     p = max(int(prefix_tokens), 1)
-    saving = cm.recompute_saving_s(p)
     be = cm.break_even_bandwidth_gbps(p)
     dram = cm.tier_link(opts.dram_tier)
     pool_spec = get_tier(opts.pool_tier)
@@ -403,7 +402,7 @@ def _bandwidth(cm: CostModel, opts: AnalyzeOptions, prefix_tokens: int) -> Bandw
         prefix_tokens=p,
         break_even_gbps=float(be),
         bytes_per_token=int(cm.transfer_bytes_per_token),
-        prefill_tokens_per_s=float(p / saving) if saving > 0 else math.inf,
+        prefill_tokens_per_s=float(cm.prefill_tokens_per_s(p)),
         tiers=(
             TierFigure(Tier.DRAM, dram.name, float(dram.bandwidth_gbps), float(dram.latency_s)),
             TierFigure(

@@ -438,8 +438,8 @@ def ttft_cmd(
     from analyzer.cost import uncertainty as unc
 
     band = unc.prefill_band(cm, r.prompt_tokens)
-    ttft_r = unc.ttft_range(r.ttft_s, r.compute_s, band)
-    recompute_r = unc.ttft_range(r.recompute_ttft_s, r.recompute_ttft_s - r.overhead_s, band)
+    ttft_r = unc.ttft_range(r.ttft_s, band)
+    recompute_r = unc.ttft_range(r.recompute_ttft_s, band)
     console.print(
         f"TTFT {_fmt_s(r.ttft_s)} = load {_fmt_s(r.load_s)} + compute {_fmt_s(r.compute_s)} "
         f"+ overhead {_fmt_s(r.overhead_s)}; between {_fmt_s(ttft_r.low)} and "

@@ -311,6 +311,11 @@ class CostModel:
     # the engine model (analyzer.cost.engine); None: the roofline at ``mfu``
     engine: EngineConstants | None = DEFAULT_ENGINE
     expert_parallel: bool = False  # DP attention + expert parallelism: no TP all-reduce
+    # the engine's fixed cost per load of a cached prefix, outside the link's first-byte
+    # latency, the transfer and the scatter (connector bookkeeping); the CPU-hit rows of
+    # models/measurements.toml leave no residual above their reading error, so 0 s
+    # (docs/cost-model.md section 4). The replay adds it to every load.
+    load_fixed_s: float = 0.0
     _k: _Constants = field(init=False, repr=False, compare=False)
     _c: np.ndarray = field(init=False, repr=False, compare=False)  # step model, uncalibrated
     _steps: np.ndarray = field(init=False, repr=False, compare=False)  # calibrated
@@ -599,8 +604,13 @@ class CostModel:
         return self.compute_time_s(new_tokens, cached_tokens, batch) + self.overhead_s
 
     def prefill_tokens_per_s(self, prefix_tokens: int) -> float:
-        """Average prefill rate over a prefix computed from scratch (overhead excluded)."""
-        t = self.compute_time_s(prefix_tokens, 0)
+        """The prefill throughput of a prefix, kvpool's one definition: its tokens over the
+        forward time their recompute takes, ``P / recompute_saving_s(P)`` (the last
+        prompt token runs either way, so its weight-read floor is not counted; no
+        per-request overhead). The break-even bandwidth is bytes per token times this
+        rate (less the scatter a hit pays); ``cost show``, the report and the dashboard
+        print it."""
+        t = self.recompute_saving_s(prefix_tokens)
         return prefix_tokens / t if t > 0 else math.inf
 
     def recompute_saving_s(self, prefix_tokens: int, suffix_tokens: int = 1) -> float:
@@ -656,20 +666,27 @@ class CostModel:
             return replace(t, bandwidth_gbps=t.bandwidth_gbps * self.tp)
         return t
 
-    def hit_overhead_s(self, cached_tokens: int, concurrency: int = 1) -> float:
-        """What ``concurrency`` cached-prefix hits pay besides the transfer itself.
-
-        The loaded blocks are scattered into the paged KV cache: an HBM write of each
-        rank's bytes (at the engine model's achieved HBM bandwidth). The block lookup is in
-        the tier's first-byte latency; the last token's attention over the loaded context
-        is in ``compute_time_s(1 | P)``. Zero for the plain roofline (``--mfu``).
-        """
+    def scatter_s(self, cached_tokens: int) -> float:
+        """Seconds to scatter one loaded prefix of ``cached_tokens`` into the paged KV cache:
+        an HBM write of each rank's bytes at the engine model's achieved HBM bandwidth
+        (the ranks write in parallel). Zero for the plain roofline (``--mfu``). The replay
+        adds it to every load it completes, after the transfer."""
         if self.engine is None or cached_tokens <= 0:
             return 0.0
         k = self._k
-        return (
-            concurrency * k.kv_per_rank(cached_tokens) / (k.hbm_bytes_per_s * self.engine.hbm_eff)
-        )
+        return k.kv_per_rank(cached_tokens) / (k.hbm_bytes_per_s * self.engine.hbm_eff)
+
+    def hit_overhead_s(self, cached_tokens: int, concurrency: int = 1) -> float:
+        """What ``concurrency`` cached-prefix hits pay besides the transfer itself: each
+        one's :meth:`scatter_s` and the engine's fixed cost per load, ``load_fixed_s``.
+
+        The block lookup is in the tier's first-byte latency; the last token's attention
+        over the loaded context is in ``compute_time_s(1 | P)``. Zero for the plain
+        roofline (``--mfu``).
+        """
+        if self.engine is None or cached_tokens <= 0:
+            return 0.0
+        return concurrency * (self.scatter_s(cached_tokens) + self.load_fixed_s)
 
     def load_prefix_s(
         self, prefix_tokens: int, bandwidth_gbps: float, latency_s: float, concurrency: int = 1
