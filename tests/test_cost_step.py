@@ -312,3 +312,17 @@ def test_measured_step_fits_the_library():
         assert sm.step_s(*args) > 0
     # monotone, as every step model
     assert sm.step_s(0, 0, 64, 64_000) <= sm.step_s(0, 0, 65, 64_000) <= sm.step_s(1, 1, 65, 64_000)
+
+
+def test_library_errors_name_no_path():
+    from analyzer.cost.aic import _reason
+
+    exc = ValueError(
+        'perf database error: context MLA data missing for ContextKey { fmha_quant: "fp8" } '
+        "at /home/me/.venv/lib/python3.11/site-packages/aiconfigurator_core/systems/data\nmore"
+    )
+    got = _reason(exc)
+    assert (
+        got == 'perf database error: context MLA data missing for ContextKey { fmha_quant: "fp8" }'
+    )
+    assert "/" not in _reason(ValueError("cannot read /secret/place/file.parquet"))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -140,6 +141,16 @@ def coverage(cost: CostModel, backend: str) -> tuple[str, str] | str:
             return f"{LIBRARY} has no configuration for {cost.model.name}"
         return f"{LIBRARY} has no {cost.weight_dtype} configuration for {cost.model.name}"
     return system, name
+
+
+def _reason(exc: Exception) -> str:
+    """The first line of the library's error, without the file paths it names (no path
+    leaves kvpool's output: docs/security.md)."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    first = re.sub(r"\s+(at|in|from)\s+/\S*", "", first)
+    first = re.sub(r"/\S+", "<path>", first)
+    return first[:160]
 
 
 def _library_version() -> str:
@@ -282,8 +293,7 @@ def _measured(
         fit_ms = [native.estimate_forward_pass_time_ms(_fpm(q)) for q in FIT_GRID]
         held_ms = [native.estimate_forward_pass_time_ms(_fpm(q)) for q in HELD_OUT_GRID]
     except Exception as exc:  # the library's own errors: unsupported model, missing data
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return f"{LIBRARY} cannot price {name} on {system} ({backend}): {first[:160]}"
+        return f"{LIBRARY} cannot price {name} on {system} ({backend}): {_reason(exc)}"
     finally:
         library_logger.setLevel(level)
     values = [*fit_ms, *held_ms]
