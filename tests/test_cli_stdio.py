@@ -274,25 +274,43 @@ def test_a_pipe_reads_like_the_file(logs):
 
 
 def test_a_fifo_written_late_is_waited_for_and_named_as_given(logs, tmp_path):
+    """The writer starts only once kvpool has said what it waits for, however long its
+    start-up takes on a loaded machine (the order is what is tested, not a delay)."""
     import os
     import threading
-    import time
 
     fifo = tmp_path / "log.fifo"
     os.mkfifo(fifo)
     args = ["reuse", "--json", "-", "-j", "1", "--warmup", "0.2"]
     from_file = _reuse_json(_run([*args, "chat.jsonl"], logs))
+    proc = subprocess.Popen(
+        [*KVPOOL, "-q", *args, str(fifo)], cwd=logs, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    err: list[bytes] = []
+    said = threading.Event()
 
-    def write() -> None:
-        time.sleep(3)  # after kvpool opened it and said what it waits for
-        fifo.write_bytes((logs / "chat.jsonl").read_bytes())
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            err.append(line)
+            if b"to be written" in line:
+                said.set()
+        said.set()  # kvpool ended without saying it: the assertion below names it
 
-    writer = threading.Thread(target=write)
-    writer.start()
-    got = _run([*args, str(fifo)], logs)
-    writer.join()
+    reader = threading.Thread(target=read_stderr)
+    reader.start()
+    try:
+        assert said.wait(300)
+        if proc.poll() is None:  # it waits: write (it ended early: the asserts say why)
+            fifo.write_bytes((logs / "chat.jsonl").read_bytes())
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+        reader.join()
+    stderr = b"".join(err)
+    got = subprocess.CompletedProcess(proc.args, proc.returncode, out, stderr)
+    assert f"waiting for {fifo} to be written" in stderr.decode()
     assert _reuse_json(got) == from_file
-    assert f"waiting for {fifo} to be written" in got.stderr.decode()
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "SIGINT"])
