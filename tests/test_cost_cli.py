@@ -350,3 +350,21 @@ def test_show_custom_link(tmp_path):
     assert tiers["custom"]["break_even_prefix_tokens"] == cm.break_even_prefix_tokens(3.0, 1e-3)
     r = _run("show", "-m", "llama-3.1-8b", "-g", "h100", "--link-gbps", "0")
     assert isinstance(r.exception, UsageError) and "positive" in str(r.exception)
+
+
+def test_ttft_measured_names_the_step_model(tmp_path):
+    """--measured prices the compute with the deployment's step model and says which:
+    on an H20 (no aiconfigurator-core data) the engine model, so the same TTFT."""
+    out = tmp_path / "t.json"
+    args = ["cost", "ttft", "-m", "llama-3.1-8b", "-g", "h20", "--prompt-tokens", "8192"]
+    args += ["--cached-tokens", "6000", "--load-gbps", "25", "--json", str(out)]
+    r = runner.invoke(app, [*args, "--measured", "vllm"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    step = data["step_model"]
+    assert step["source"].startswith("kvpool engine model")
+    assert "no kernel data for NVIDIA H20" in step["source"]
+    assert step["ttft_s"] == pytest.approx(data["ttft_s"], rel=1e-9)
+    bad = runner.invoke(app, [*args, "--measured", "tgi"])
+    assert isinstance(bad.exception, UsageError) and bad.exception.exit_code == EXIT_USAGE
+    assert "--measured must be one of vllm, sglang, trtllm" in str(bad.exception)

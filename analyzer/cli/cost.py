@@ -410,6 +410,13 @@ def ttft_cmd(
         "system ('-': stdin).",
     ),
     profile: str | None = _PROFILE,
+    measured: str | None = typer.Option(
+        None,
+        "--measured",
+        help="Also price the compute with the deployment's step model for this back end "
+        "(vllm, sglang, trtllm): aiconfigurator-core's measured kernel data where it covers "
+        "the deployment (a few seconds), else the engine model, named in the output.",
+    ),
     json_path: str | None = _JSON,
 ) -> None:
     """Mean TTFT of K identical requests arriving together.
@@ -418,6 +425,11 @@ def ttft_cmd(
     remaining suffixes are prefilled on the GPU as one batch.
     """
     cm = _cost_model(model, gpu, tp, kv_dtype, mfu, profile, weights_dtype)
+    if measured is not None:
+        from analyzer.cost.step import BACKENDS
+
+        if measured not in BACKENDS:
+            raise UsageError(f"--measured must be one of {', '.join(BACKENDS)}, got {measured!r}")
     latency_s = None if load_latency_ms is None else load_latency_ms / 1e3
     if load_latency_ms is not None and not 0 <= load_latency_ms < math.inf:  # nan too
         raise UsageError(f"--load-latency-ms must be >= 0, got {load_latency_ms}")
@@ -450,6 +462,19 @@ def ttft_cmd(
         f"{_fmt_s(recompute_r.high)}); overlapped load+compute bound: {_fmt_s(r.overlap_bound_s)}"
     )
     console.print(f"ranges: {band.describe()}")
+    step_out = None
+    if measured is not None:
+        from analyzer.cost.step import chunk_attn, step_model
+
+        sm = step_model(cm, measured)
+        k = r.concurrency
+        compute = sm.step_s(k * r.new_tokens, k * chunk_attn(r.new_tokens, r.cached_tokens), 0, 0)
+        ttft = r.load_s + compute + sm.request_overhead_s
+        console.print(
+            f"by {sm.source}: compute {_fmt_s(compute)}, TTFT {_fmt_s(ttft)} "
+            f"(the engine model's: {_fmt_s(r.ttft_s)})"
+        )
+        step_out = {"source": sm.source, "compute_s": compute, "ttft_s": ttft}
     if cm.ttft_fit is not None:
         f = cm.ttft_fit
         names = ["compute_scale", "overhead_s", "load_scale", "latency_s"]
@@ -461,6 +486,8 @@ def ttft_cmd(
     out["ttft_range"] = ttft_r.to_json()
     out["recompute_ttft_range"] = recompute_r.to_json()
     out["error_band"] = band.to_json()
+    if step_out is not None:
+        out["step_model"] = step_out
     _write_json(json_path, out)
 
 
