@@ -49,6 +49,7 @@ prefix of ``m * j + m`` blocks: coarser block sizes are derived without re-hashi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -292,6 +293,7 @@ def _read_file(path: Path) -> pa.Table:
         float(t0 or 0)
     except ValueError:
         raise InputError(f"kvpool.t0_epoch_s '{t0}' is not a number", Location(str(path))) from None
+    check_metadata(meta, str(path))
     for f in CANONICAL_SCHEMA:  # a hand-made file: cast compatible types, name the others
         col = table.column(f.name)
         if col.type == f.type:
@@ -319,6 +321,42 @@ def _sorted(table: pa.Table) -> pa.Table:
     table = table.take(pa.array(order))
     i = table.column_names.index("token_lcp_prev")
     return table.set_column(i, "token_lcp_prev", pa.nulls(table.num_rows, pa.int64()))
+
+
+# kvpool.tokenizer: cl100k_base, or hf:NAME of a tokenizer.json or a model folder, then
+# *RATIO when --token-ratio scaled the counts
+_TOKENIZER_META = re.compile(r"(?:cl100k_base|hf:[^*]{1,255})(?:\*(?P<ratio>[0-9.e+-]{1,24}))?")
+
+
+def check_metadata(meta: Mapping[str, str], where: str) -> None:
+    """The file's metadata strings by the rules of the flags they stand for: a
+    tokenizer is ``cl100k_base`` or ``hf:`` and a folder or file name (which
+    ``--tokenizer`` refuses with a control character), its ratio a ``--token-ratio`` in
+    range; no value carries a control character. They reach launch scripts, pilot
+    commands and reports, so an edited file must not be able to smuggle code in."""
+    from analyzer.limits import RANGES
+    from analyzer.quoting import has_control
+
+    for key, value in meta.items():
+        if has_control(value):
+            raise InputError(
+                f"kvpool.{key} holds a control character", Location(where, field=f"kvpool.{key}")
+            )
+    tok = meta.get("tokenizer", "")
+    m = _TOKENIZER_META.fullmatch(tok)
+    ratio = m.group("ratio") if m else None
+    ok = m is not None
+    if ok and ratio is not None:
+        try:
+            ok = float(ratio) in RANGES["token_ratio"]
+        except ValueError:
+            ok = False
+    if tok and not ok:
+        raise InputError(
+            f"kvpool.tokenizer {tok!r} is not a tokenizer kvpool writes (cl100k_base, or "
+            "hf:NAME, with *RATIO for --token-ratio in its range)",
+            Location(where, field="kvpool.tokenizer"),
+        )
 
 
 def check_invariants(table: pa.Table, block_size: int, where: str) -> None:

@@ -29,6 +29,7 @@ from analyzer.advisor.sensitivity import (
     reuse_variant,
     summarize,
 )
+from analyzer.advisor.served import ServedModel
 from analyzer.advisor.sizing import ClusterFigures, choose_block_size, pick_nic, size
 
 TRACE = TraceFigures(
@@ -304,7 +305,9 @@ def test_product_settings_use_documented_option_names():
     documented = " ".join(d["options"] for d in DOCS_CHECKED)
     for verdict in ("deploy-pooled", "local-offload-only", "not-worth-it"):
         sz = _sizing(verdict == "deploy-pooled")
-        products = translate(sz, verdict, model="meta-llama/Llama-3.1-8B-Instruct", tp=1)
+        products = translate(
+            sz, verdict, model=ServedModel(repo="meta-llama/Llama-3.1-8B-Instruct"), tp=1
+        )
         assert [p.product for p in products] == [
             "vLLM",
             "LMCache",
@@ -316,7 +319,10 @@ def test_product_settings_use_documented_option_names():
                 if not s.option.startswith("("):
                     for part in s.option.split("."):  # extra_config.global_segment_size
                         assert part in documented, (p.product, s.option)
-    pooled = {p.product: p for p in translate(_sizing(True), "deploy-pooled", model="m", tp=1)}
+    pooled = {
+        p.product: p
+        for p in translate(_sizing(True), "deploy-pooled", model=ServedModel(repo="m"), tp=1)
+    }
     mc = json.loads(pooled["Mooncake Store"].snippet)
     # Embedded mode: every GPU rank contributes an equal segment (8 ranks, 4 per node),
     # in bytes (Mooncake reads "GB" as GiB).
@@ -325,7 +331,10 @@ def test_product_settings_use_documented_option_names():
     assert "--hicache-storage-backend mooncake" in pooled["SGLang HiCache"].snippet
     assert "MooncakeStoreConnector" in pooled["vLLM"].snippet
     assert "MOONCAKE_CONFIG_PATH=mooncake.json" in pooled["vLLM"].snippet
-    local = {p.product: p for p in translate(_sizing(False), "local-offload-only", model="m", tp=1)}
+    local = {
+        p.product: p
+        for p in translate(_sizing(False), "local-offload-only", model=ServedModel(repo="m"), tp=1)
+    }
     cfg = json.loads(local["vLLM"].snippet.split("--kv-transfer-config '")[1].rstrip("'"))
     assert cfg["kv_connector"] == "OffloadingConnector"
     per_instance = 2_000_000 * 131072 / 4
@@ -400,7 +409,7 @@ def test_local_dram_sizing_and_router_choice():
     assert "split across instances" in s.dram_reason  # 1M < 4 x 400k of HBM per node
     assert s.router == "session"  # 90% of reuse within sessions
     s0 = size(knee_tokens=0, **kw)
-    modes = {p.mode for p in translate(s0, "local-offload-only", model="m", tp=1)}
+    modes = {p.mode for p in translate(s0, "local-offload-only", model=ServedModel(repo="m"), tp=1)}
     assert modes == {"prefix-cache-only"}
 
 
@@ -427,7 +436,7 @@ def test_single_node_with_a_shared_dram_explains_why_a_pool_adds_nothing():
 
 def test_coarse_trace_blocks_fall_back_to_vllm_default_block_size():
     sz = replace(_sizing(False), block_size_tokens=512, chunk_size_tokens=512)
-    vllm = translate(sz, "local-offload-only", model="m", tp=1)[0]
+    vllm = translate(sz, "local-offload-only", model=ServedModel(repo="m"), tp=1)[0]
     row = next(s for s in vllm.settings if s.option == "--block-size")
     assert row.value == "16" and "lower bound" in row.why
     assert "--block-size 16" in vllm.snippet

@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 from analyzer.advisor import run_analysis
 from analyzer.advisor.deploy import bundle, deploy_sizings
 from analyzer.advisor.products import DOCS_CHECKED, NODE_IP
+from analyzer.advisor.served import ServedModel
 from analyzer.advisor.sizing import GB, GIB, ClusterFigures, size, unit_sizes
 from analyzer.cli import app
 from analyzer.report import ReportDocument, write_reports
@@ -63,7 +64,10 @@ def _sizing(pool: bool, *, instances=8, tp=1, gpus_per_node=4, knee=2_000_000, b
 
 
 def _files(sizings, rec):
-    return {f.path: f for f in bundle(sizings, rec, model="meta-llama/Llama-3.1-8B-Instruct")}
+    return {
+        f.path: f
+        for f in bundle(sizings, rec, model=ServedModel(repo="meta-llama/Llama-3.1-8B-Instruct"))
+    }
 
 
 def _node(text: str) -> str:
@@ -566,7 +570,7 @@ def test_pilot_commands_keep_tokenizer_paths_private():
 
     kw = dict(
         inputs=["a b.jsonl"],
-        model="m/x",
+        model=ServedModel(repo="m/x"),
         rate_rps=2.5,
         duration_s=99.2,
         n_requests=248,
@@ -623,7 +627,10 @@ def test_real_mooncake_master_and_store_accept_the_emitted_configs(tmp_path):
         _sizing(True, instances=4, gpus_per_node=4, knee=2048), nic="tcp"
     )  # 2048 tokens x 128 KiB = 256 MiB of pool over 4 ranks
     files = {
-        f.path: f for f in bundle({"pooled": sz}, "pooled", model="m", master=f"127.0.0.1:{rpc}")
+        f.path: f
+        for f in bundle(
+            {"pooled": sz}, "pooled", model=ServedModel(repo="m"), master=f"127.0.0.1:{rpc}"
+        )
     }
     start = tmp_path / "start.sh"
     start.write_text(files["deploy/pooled/mooncake-master/start.sh"].text)

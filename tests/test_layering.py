@@ -18,6 +18,7 @@ LAYERS = {
     "errors": 1,
     "limits": 1,
     "outputs": 1,
+    "quoting": 1,
     "progress": 1,
     "spawn": 1,
     "trace": 1,

@@ -21,7 +21,9 @@ from typing import Any
 from analyzer.advisor import products as P
 from analyzer.advisor.figures import DeployOption
 from analyzer.advisor.pilot import PilotCommand
+from analyzer.advisor.served import ServedModel
 from analyzer.advisor.sizing import STAGING_PER_RANK_BYTES, Sizing, unit_sizes
+from analyzer.quoting import comment, env_line, md_code, md_text, shell
 
 ROOT = "deploy"
 
@@ -61,10 +63,16 @@ def _header(title: str, checked: str, run: str) -> str:
     return f"# kvpool deploy: {title}\n# Checked against: {checked}\n# {run}\n"
 
 
-def _serve_loop(sz: Sizing, body: list[str], port0: int) -> str:
-    """One server per instance on this node, each on its own GPUs and port."""
+def _serve_loop(sz: Sizing, model: ServedModel, body: list[str], port0: int) -> str:
+    """One server per instance on this node, each on its own GPUs and port (a local
+    model folder's path comes from ``MODEL``: the script stops until it is set)."""
     tp = max(1, sz.tp)
     lines = [
+        *(
+            [f"# {model.setup}", 'MODEL="${MODEL:?set MODEL to the model folder (see above)}"']
+            if model.setup
+            else []
+        ),
         f"# {sz.instances_per_node} instance(s) on this node, {tp} GPU(s) each.",
         f"for i in $(seq 0 {sz.instances_per_node - 1}); do",
         f"  gpus=$(seq -s, $((i * {tp})) $((i * {tp} + {tp - 1})))",
@@ -80,10 +88,10 @@ def _node_ip() -> str:
     return 'NODE_IP="${NODE_IP:?set NODE_IP to the address of this node}"\ncd "$(dirname "$0")"\n'
 
 
-def _vllm_args(sz: Sizing, model: str, extra: list[str]) -> list[str]:
+def _vllm_args(sz: Sizing, model: ServedModel, extra: list[str]) -> list[str]:
     block, _ = P.vllm_block(sz)
     return [
-        f"vllm serve {model}",
+        f"vllm serve {model.arg}",
         f"--tensor-parallel-size {max(1, sz.tp)}",
         "--enable-prefix-caching",
         f"--block-size {block}",
@@ -92,9 +100,9 @@ def _vllm_args(sz: Sizing, model: str, extra: list[str]) -> list[str]:
     ]
 
 
-def _sglang_args(sz: Sizing, model: str, extra: list[str]) -> list[str]:
+def _sglang_args(sz: Sizing, model: ServedModel, extra: list[str]) -> list[str]:
     return [
-        f"python -m sglang.launch_server --model-path {model}",
+        f"python -m sglang.launch_server --model-path {model.arg}",
         f"--tp {max(1, sz.tp)}",
         f"--page-size {P.sglang_page(sz)}",
         *extra,
@@ -109,9 +117,7 @@ def _env_text(title: str, checked: str, env: dict[str, str]) -> str:
         f"# Checked against: {checked}",
         "# Load with: set -a; . ./THIS_FILE; set +a",
     ]
-    for k, v in env.items():
-        assert "'" not in v, (k, v)  # single-quoted as a whole
-        lines.append(f"{k}='{v}'")
+    lines += [env_line(k, v) for k, v in env.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -152,7 +158,7 @@ def _sh(title: str, checked: str, run: str, body: str) -> str:
 # -- per option -------------------------------------------------------------------------
 
 
-def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile]:
+def _pooled(sz: Sizing, model: ServedModel, net: P.Wiring, role: str) -> list[DeployFile]:
     d = f"{ROOT}/{DeployOption.POOLED}"
     out: list[DeployFile] = []
     host, _, port = net.master.rpartition(":")
@@ -212,7 +218,9 @@ def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile
                 + "# The same PYTHONHASHSEED on every instance keeps block hashes equal\n"
                 + "# across processes (vLLM's Mooncake Store page).\n"
                 + "export PYTHONHASHSEED=0\n"
-                + _serve_loop(sz, _vllm_args(sz, model, [f"--kv-transfer-config '{kv}'"]), 8000),
+                + _serve_loop(
+                    sz, model, _vllm_args(sz, model, [f"--kv-transfer-config {shell(kv)}"]), 8000
+                ),
             ),
         )
     )
@@ -265,7 +273,9 @@ def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile
                 + 'sed "s/@NODE_IP@/${NODE_IP}/" lmcache.yaml > lmcache.node.yaml\n'
                 + 'export LMCACHE_CONFIG_FILE="$PWD/lmcache.node.yaml"\n'
                 + "export PYTHONHASHSEED=0\n"
-                + _serve_loop(sz, _vllm_args(sz, model, [f"--kv-transfer-config '{kv}'"]), 8000),
+                + _serve_loop(
+                    sz, model, _vllm_args(sz, model, [f"--kv-transfer-config {shell(kv)}"]), 8000
+                ),
             ),
         )
     )
@@ -334,14 +344,16 @@ def _pooled(sz: Sizing, model: str, net: P.Wiring, role: str) -> list[DeployFile
                 _node_ip()
                 + "# SGLang reads the node's own address from the environment first.\n"
                 + 'export MOONCAKE_LOCAL_HOSTNAME="$NODE_IP"\n'
-                + _serve_loop(sz, _sglang_args(sz, model, args), 30000),
+                + _serve_loop(sz, model, _sglang_args(sz, model, args), 30000),
             ),
         )
     )
     return out
 
 
-def _kubernetes(sz: Sizing, model: str, net: P.Wiring, lm: dict[str, Any], checked: str) -> str:
+def _kubernetes(
+    sz: Sizing, model: ServedModel, net: P.Wiring, lm: dict[str, Any], checked: str
+) -> str:
     """ConfigMap, master Deployment + Service, and the vLLM + LMCache Deployment. LMCache
     reads its settings from LMCACHE_* variables here (no file), so the pod IP can enter
     extra_config through Kubernetes' $(VAR) expansion."""
@@ -406,7 +418,7 @@ def _kubernetes(sz: Sizing, model: str, net: P.Wiring, lm: dict[str, Any], check
                             {
                                 "name": "vllm",
                                 "image": "VLLM_LMCACHE_IMAGE",
-                                "command": ["vllm", "serve", model],
+                                "command": ["vllm", "serve", model.k8s_arg],
                                 "args": [
                                     "--tensor-parallel-size",
                                     str(tp),
@@ -420,6 +432,11 @@ def _kubernetes(sz: Sizing, model: str, net: P.Wiring, lm: dict[str, Any], check
                                 ],
                                 "envFrom": [{"configMapRef": {"name": "kvpool-lmcache"}}],
                                 "env": [
+                                    *(
+                                        []
+                                        if model.repo
+                                        else [{"name": "MODEL", "value": "MODEL_FOLDER"}]
+                                    ),
                                     {
                                         "name": "POD_IP",
                                         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
@@ -441,7 +458,15 @@ def _kubernetes(sz: Sizing, model: str, net: P.Wiring, lm: dict[str, Any], check
     head = (
         "# kvpool deploy: vLLM + LMCache + Mooncake Store on Kubernetes\n"
         f"# Checked against: {checked}\n"
-        "# Replace MOONCAKE_IMAGE and VLLM_LMCACHE_IMAGE with your images. One pod per\n"
+        "# Replace MOONCAKE_IMAGE and VLLM_LMCACHE_IMAGE with your images"
+        + (
+            ""
+            if model.repo
+            else ", and MODEL_FOLDER with the path the model folder\n# "
+            + comment(repr(model.folder))
+            + " is mounted at in the pod"
+        )
+        + ". One pod per\n"
         f"# instance ({tp} GPU(s) each); LMCache runs one engine per GPU rank, so each pod\n"
         f"# adds {tp} x {lm['extra_config']['global_segment_size']} bytes to the pool and\n"
         "# needs that much host memory plus the staging buffers.\n"
@@ -450,7 +475,7 @@ def _kubernetes(sz: Sizing, model: str, net: P.Wiring, lm: dict[str, Any], check
     return head + body
 
 
-def _local(sz: Sizing, model: str, role: str) -> list[DeployFile]:
+def _local(sz: Sizing, model: ServedModel, role: str) -> list[DeployFile]:
     d = f"{ROOT}/{DeployOption.LOCAL_OFFLOAD}"
     out: list[DeployFile] = []
     ck = _checked("vLLM")
@@ -468,7 +493,9 @@ def _local(sz: Sizing, model: str, role: str) -> list[DeployFile]:
                 ck,
                 "Run on every serving node.",
                 'cd "$(dirname "$0")"\n'
-                + _serve_loop(sz, _vllm_args(sz, model, [f"--kv-transfer-config '{kv}'"]), 8000),
+                + _serve_loop(
+                    sz, model, _vllm_args(sz, model, [f"--kv-transfer-config {shell(kv)}"]), 8000
+                ),
             ),
         )
     )
@@ -514,7 +541,9 @@ def _local(sz: Sizing, model: str, role: str) -> list[DeployFile]:
                 "Run on every serving node.",
                 'cd "$(dirname "$0")"\n'
                 + 'export LMCACHE_CONFIG_FILE="$PWD/lmcache.yaml"\n'
-                + _serve_loop(sz, _vllm_args(sz, model, [f"--kv-transfer-config '{kv}'"]), 8000),
+                + _serve_loop(
+                    sz, model, _vllm_args(sz, model, [f"--kv-transfer-config {shell(kv)}"]), 8000
+                ),
             ),
         )
     )
@@ -536,14 +565,15 @@ def _local(sz: Sizing, model: str, role: str) -> list[DeployFile]:
                 "SGLang HiCache with a host DRAM (L2) tier",
                 ck,
                 "Run on every serving node.",
-                'cd "$(dirname "$0")"\n' + _serve_loop(sz, _sglang_args(sz, model, args), 30000),
+                'cd "$(dirname "$0")"\n'
+                + _serve_loop(sz, model, _sglang_args(sz, model, args), 30000),
             ),
         )
     )
     return out
 
 
-def _prefix_only(sz: Sizing, model: str, role: str) -> list[DeployFile]:
+def _prefix_only(sz: Sizing, model: ServedModel, role: str) -> list[DeployFile]:
     d = f"{ROOT}/{DeployOption.PREFIX_CACHE_ONLY}"
     return [
         DeployFile(
@@ -557,7 +587,7 @@ def _prefix_only(sz: Sizing, model: str, role: str) -> list[DeployFile]:
                 "vLLM with its HBM prefix cache only",
                 _checked("vLLM"),
                 "Run on every serving node.",
-                _serve_loop(sz, _vllm_args(sz, model, []), 8000),
+                _serve_loop(sz, model, _vllm_args(sz, model, []), 8000),
             ),
         ),
         DeployFile(
@@ -571,7 +601,7 @@ def _prefix_only(sz: Sizing, model: str, role: str) -> list[DeployFile]:
                 "SGLang with its radix (HBM) prefix cache only",
                 _checked("SGLang HiCache"),
                 "Run on every serving node.",
-                _serve_loop(sz, _sglang_args(sz, model, []), 30000),
+                _serve_loop(sz, model, _sglang_args(sz, model, []), 30000),
             ),
         ),
     ]
@@ -582,6 +612,7 @@ def _index(
     sizings: dict[DeployOption, Sizing],
     recommended: DeployOption,
     pilot: Sequence[PilotCommand],
+    model: ServedModel,
 ) -> DeployFile:
     lines = [
         "# Deployment bundle",
@@ -595,6 +626,15 @@ def _index(
         "Start order for the pooled option: `mooncake-master/start.sh` once, then one",
         "stack's `launch.sh` on every serving node.",
         "",
+        *(
+            [
+                "The model is served from a local folder: set `MODEL` to its path before "
+                f"running a script or a pilot command ({md_text(model.setup)}).",
+                "",
+            ]
+            if model.setup
+            else []
+        ),
     ]
     for mode, sz in sizings.items():
         units = unit_sizes(sz, mode)
@@ -626,8 +666,7 @@ def _index(
             lines += [
                 f"{c.tool}: {c.purpose}",
                 "",
-                "    # " + c.note,
-                "    " + c.command,
+                md_code(f"# {comment(c.note)}\n{c.command}", "bash"),
                 "",
             ]
     return DeployFile(
@@ -645,7 +684,7 @@ def bundle(
     sizings: dict[DeployOption, Sizing],
     recommended: DeployOption,
     *,
-    model: str,
+    model: ServedModel,
     master: str = "mooncake-master:50051",
     pilot: Sequence[PilotCommand] = (),
 ) -> tuple[DeployFile, ...]:
@@ -661,7 +700,7 @@ def bundle(
             files += _local(sz, model, role)
         else:
             files += _prefix_only(sz, model, role)
-    return (_index(files, sizings, recommended, pilot), *files)
+    return (_index(files, sizings, recommended, pilot, model), *files)
 
 
 def deploy_sizings(

@@ -26,9 +26,11 @@ What each replayer does with a Mooncake-format file (checked in its source):
 from __future__ import annotations
 
 import math
-import shlex
 from dataclasses import dataclass
 from typing import Any
+
+from analyzer.advisor.served import ServedModel
+from analyzer.quoting import comment, shell
 
 EXPORT = "pilot-trace.jsonl"
 
@@ -38,7 +40,10 @@ class PilotCommand:
     tool: str
     purpose: str
     command: str
-    note: str
+    note: str  # one line: the reports print it as a comment above the command
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "note", comment(self.note))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,7 +57,7 @@ class PilotCommand:
 def pilot_commands(
     *,
     inputs: list[str],
-    model: str,
+    model: ServedModel,
     rate_rps: float,
     duration_s: float,
     n_requests: int,
@@ -64,14 +69,14 @@ def pilot_commands(
     sglang_port: int = 30000,
 ) -> tuple[PilotCommand, ...]:
     """Commands to replay the analysed log against a pilot deployment."""
-    logs = " ".join(shlex.quote(n) for n in inputs) or "LOG"
+    logs = " ".join(shell(n) for n in inputs) or "LOG"
     duration = max(1, math.ceil(duration_s))
     # The trace records the tokenizer's name, not its path (paths stay private): a
     # served model's tokenizer is named by a variable the user sets.
     name, _, ratio = tokenizer.partition("*")
     tok = "" if name in ("", "cl100k", "cl100k_base") else ' --tokenizer "$TOKENIZER"'
     if ratio:
-        tok += f" --token-ratio {ratio}"
+        tok += f" --token-ratio {shell(ratio)}"
     burst = not rate_rps > 0  # one timestamp: no rate, every request at once
     rate = "inf" if burst else f"{rate_rps:.4g}"
     logged = (
@@ -106,7 +111,7 @@ def pilot_commands(
             " ".join(
                 [
                     "aiperf profile",
-                    f"--model {shlex.quote(model)}",
+                    f"--model {model.arg}",
                     f"--url {url}",
                     "--endpoint-type chat --streaming",
                     f"--input-file {EXPORT}",
@@ -116,7 +121,7 @@ def pilot_commands(
                 ]
             ),
             f"{n_requests:,} requests over {duration:,} s ({logged}, for the whole "
-            "cluster: point --url at its router)",
+            "cluster: point --url at its router)" + (f"; {model.setup}" if model.setup else ""),
         ),
         PilotCommand(
             "SGLang bench_serving",
@@ -125,7 +130,7 @@ def pilot_commands(
                 [
                     "python -m sglang.bench_serving --backend sglang",
                     f"--host {host or 'localhost'} --port {sglang_port}",
-                    f"--model {shlex.quote(model)}",
+                    f"--model {model.arg}",
                     f"--dataset-name mooncake --dataset-path {EXPORT}",
                     f"--num-prompts {n_requests}",
                     "--use-trace-timestamps --mooncake-slowdown-factor 1",
@@ -141,7 +146,7 @@ def pilot_commands(
             " ".join(
                 [
                     "vllm bench serve",
-                    f"--model {shlex.quote(model)}",
+                    f"--model {model.arg}",
                     f"--base-url {url}",
                     "--dataset-name random",
                     f"--random-input-len {mean_in} --random-output-len {mean_out}",

@@ -64,6 +64,7 @@ from analyzer.advisor.sensitivity import (
     hardware_variant,
     reuse_variant,
 )
+from analyzer.advisor.served import model_label, served_model
 from analyzer.advisor.sizing import ClusterFigures, Sizing, size
 from analyzer.cost.prices import PriceOverrides, Prices, resolve_prices
 from analyzer.errors import UsageError, shown
@@ -499,6 +500,7 @@ def run_analysis(
     # Catalog lookups and the cluster's checks first, so an unknown model or GPU, router
     # or node shape fails before any work (not after minutes of reading a large log).
     cm, opts = _options_cost(opts)
+    served = served_model(cm.model, opts.model)  # what launch scripts and pilots name
     cfg = _cluster_config(opts)
     prices = resolve_prices(opts.gpu, opts.prices)
 
@@ -629,7 +631,6 @@ def run_analysis(
     sizing: Sizing | None = None
     sizings: dict[DeployOption, Sizing] = {}
     settings: list[ProductSettings] = []
-    served = cm.model.hf_repo or opts.model
     if usable and replay_result is not None:
         sc = replay_result.scenarios
         pooled, local = sc.get(Scenario.POOLED), sc.get(Scenario.LOCAL)
@@ -1110,7 +1111,7 @@ def _side_row(
         )
     price = economics.prices.gpu_hour if economics is not None else None
     return PricedChoice(
-        model=model,
+        model=model_label(model),  # a config by its folder's name, never its path
         gpu=gpu,
         tp=tp,
         usd_per_gpu_hour=None if price is None else price.usd,

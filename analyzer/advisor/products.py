@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from analyzer.advisor.figures import DeployOption, Verdict
+from analyzer.advisor.served import ServedModel
 from analyzer.advisor.sizing import GB, STAGING_PER_RANK_BYTES, Sizing, unit_sizes
+from analyzer.quoting import shell
 
 # Products' versions and the sources the names and semantics were checked against.
 DOCS_CHECKED: tuple[dict[str, str], ...] = (
@@ -258,14 +260,14 @@ def _kv(cfg: dict[str, Any]) -> str:
 # -- settings tables for the report -------------------------------------------------------
 
 
-def vllm_settings(sz: Sizing, mode: DeployOption, model: str, tp: int) -> ProductSettings:
+def vllm_settings(sz: Sizing, mode: DeployOption, model: ServedModel, tp: int) -> ProductSettings:
     block, why = vllm_block(sz)
     s = [
         Setting("--enable-prefix-caching", "on", "automatic prefix caching in HBM (the baseline)"),
         Setting("--block-size", str(block), why),
     ]
     cmd = [
-        f"vllm serve {model}",
+        f"vllm serve {model.arg}",
         f"--tensor-parallel-size {tp}",
         "--enable-prefix-caching",
         f"--block-size {block}",
@@ -281,7 +283,7 @@ def vllm_settings(sz: Sizing, mode: DeployOption, model: str, tp: int) -> Produc
                 f"({sz.dram_per_node_gb:.3g} GB per node of {sz.instances_per_node} instances)",
             )
         )
-        cmd.append(f"--kv-transfer-config '{_kv(cfg)}'")
+        cmd.append(f"--kv-transfer-config {shell(_kv(cfg))}")
     elif mode == DeployOption.POOLED:
         cfg = {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}
         s += [
@@ -299,7 +301,7 @@ def vllm_settings(sz: Sizing, mode: DeployOption, model: str, tp: int) -> Produc
             ),
         ]
         cmd.insert(0, "MOONCAKE_CONFIG_PATH=mooncake.json")
-        cmd.append(f"--kv-transfer-config '{_kv(cfg)}'")
+        cmd.append(f"--kv-transfer-config {shell(_kv(cfg))}")
     return ProductSettings("vLLM", mode, tuple(s), " \\\n  ".join(cmd), "bash")
 
 
@@ -391,12 +393,12 @@ def mooncake_settings(sz: Sizing, mode: DeployOption, net: Wiring) -> ProductSet
 
 
 def sglang_settings(
-    sz: Sizing, mode: DeployOption, model: str, tp: int, net: Wiring
+    sz: Sizing, mode: DeployOption, model: ServedModel, tp: int, net: Wiring
 ) -> ProductSettings:
     page = sglang_page(sz)
     rows = [Setting("--page-size", str(page), "tokens per page; radix cache with pages")]
     cmd = [
-        f"python -m sglang.launch_server --model-path {model}",
+        f"python -m sglang.launch_server --model-path {model.arg}",
         f"--tp {tp}",
         f"--page-size {page}",
     ]
@@ -436,7 +438,7 @@ def sglang_settings(
         cmd.insert(0, f"MOONCAKE_LOCAL_HOSTNAME={NODE_IP}")
         cmd += [
             "--hicache-storage-backend mooncake",
-            f"--hicache-storage-backend-extra-config '{_kv(extra)}'",
+            f"--hicache-storage-backend-extra-config {shell(_kv(extra))}",
         ]
     return ProductSettings("SGLang HiCache", mode, tuple(rows), " \\\n  ".join(cmd), "bash")
 
@@ -464,7 +466,7 @@ def translate(
     sz: Sizing,
     verdict: str,
     *,
-    model: str,
+    model: ServedModel,
     tp: int,
     master: str = "mooncake-master:50051",
 ) -> list[ProductSettings]:

@@ -11,6 +11,7 @@ import typer
 from analyzer.cli import options as o
 from analyzer.cli.stdio import stdin_options
 from analyzer.errors import EXIT_GATES
+from analyzer.quoting import terminal
 
 if TYPE_CHECKING:
     from analyzer.report.document import Report
@@ -188,11 +189,11 @@ def analyze(
     console = report_console(json_out)
     if remote is not None:
         if remote[1] is not None:
-            console.print(f"[yellow]{remote[1]} (--force overwrites)[/]", highlight=False)
+            console.print(f"[yellow]{terminal(remote[1])} (--force overwrites)[/]", highlight=False)
     elif paths["json"].parent != out:
         console.print(
-            f"[yellow]{out} already holds files; wrote to {paths['json'].parent} instead "
-            "(--force overwrites)[/]",
+            f"[yellow]{terminal(str(out))} already holds files; wrote to "
+            f"{terminal(str(paths['json'].parent))} instead (--force overwrites)[/]",
             highlight=False,
         )
     print_summary(console, document.report, paths)
@@ -238,7 +239,7 @@ def print_summary(console: Any, doc: Report, paths: dict[str, Any]) -> None:
         console.print(f"  - {r}", highlight=False, markup=False)
     console.print(f"  {v.confidence_statement}", highlight=False, markup=False)
     for w in doc.warnings:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/] {terminal(w)}", highlight=False)
     mini = doc.replay.miniature if doc.replay is not None else None
     if mini:
         from analyzer.replay.miniature import describe
@@ -247,7 +248,7 @@ def print_summary(console: Any, doc: Report, paths: dict[str, Any]) -> None:
     kf = key_figures(doc)
     t = Table(*kf.header, box=None, pad_edge=False)
     for row in kf.rows:
-        t.add_row(*row)
+        t.add_row(*map(terminal, row))
     console.print(t)
     et = economics_table(doc)
     if et:
@@ -255,7 +256,7 @@ def print_summary(console: Any, doc: Report, paths: dict[str, Any]) -> None:
         keep = [0, 1, 2, 6, 7]  # option, GPUs (mean, busiest), total, net
         t = Table(*[header[i] for i in keep], box=None, pad_edge=False)
         for row in rows:
-            t.add_row(*[row[i] for i in keep])
+            t.add_row(*[terminal(row[i]) for i in keep])
         console.print(t)
         for note in undefined_notes(doc):
             console.print(f"  {note}", highlight=False, markup=False)
@@ -276,7 +277,9 @@ def print_summary(console: Any, doc: Report, paths: dict[str, Any]) -> None:
             highlight=False,
             markup=False,
         )
-    console.print("Reports: " + ", ".join(str(p) for p in paths.values()), highlight=False)
+    console.print(
+        "Reports: " + ", ".join(terminal(str(p)) for p in paths.values()), highlight=False
+    )
 
 
 def validate(
@@ -337,7 +340,6 @@ def validate(
     """Compare measured pilot results with the projection and the gates (exit 5 if a gate fails)."""
     import json
 
-    from rich.markup import escape
     from rich.table import Table
 
     from analyzer.advisor.engine_metrics import is_http, parse_duration
@@ -369,26 +371,26 @@ def validate(
         )
         v = run_validate(list(results), str(report), engine[0], engine[1])
     console = report_console(json_out)
-    console.print(f"Report verdict: [bold]{v.verdict}[/]", highlight=False)
+    console.print(f"Report verdict: [bold]{terminal(v.verdict)}[/]", highlight=False)
     for m in v.measured:
-        console.print(f"  {m.role}: {shown(m.path)} ({m.fmt})", highlight=False, markup=False)
+        console.print(f"  {m.role}: {terminal(shown(m.path))} ({m.fmt})", highlight=False)
     t = Table("Gate", "Status", "Criterion", "Result", "Measured", "Threshold")
     style = {"pass": "green", "fail": "red", "partial": "yellow", "not-run": "dim"}
     for g in v.gates:
         for i, r in enumerate(g.results):
             res = {True: "pass", False: "FAIL", None: "not measured"}[r.passed]
             t.add_row(
-                g.gate.name if i == 0 else "",
+                terminal(g.gate.name) if i == 0 else "",
                 f"[{style[g.status]}]{g.status}[/]" if i == 0 else "",
-                escape(r.criterion.text),
-                escape(res),
+                terminal(r.criterion.text),
+                res,
                 "-" if r.measured is None else f"{r.measured:.4g}",
                 f"{r.criterion.op} {r.criterion.threshold:g}",
             )
     console.print(t)
     for c in v.comparisons:
         console.print(
-            f"  {c.metric}: measured {c.measured:.4g} vs projected {c.projected:.4g}",
+            f"  {terminal(c.metric)}: measured {c.measured:.4g} vs projected {c.projected:.4g}",
             highlight=False,
         )
     if v.engine:
@@ -396,7 +398,7 @@ def validate(
     if json_out is not None:
         write_text(json_out, json.dumps(v.to_json(), sort_keys=True, indent=2) + "\n", force=force)
     if v.failed:
-        failed = ", ".join(g.gate.name for g in v.gates if g.status == "fail")
+        failed = ", ".join(terminal(g.gate.name) for g in v.gates if g.status == "fail")
         console.print(f"[bold red]gate failed:[/] {failed}", highlight=False)
         raise typer.Exit(EXIT_GATES)
     console.print("[bold green]no gate failed[/] (gates without measurements are not run)")
@@ -491,17 +493,17 @@ def _print_engine(console: Any, engine: tuple[Any, ...]) -> None:
         else:
             span = "the engines' lifetime (one snapshot)"
         console.print(
-            f"Engine counters ({e.role}): {w.source}, {len(w.instances)} instance(s), {span}",
+            f"Engine counters ({e.role}): {terminal(w.source)}, {len(w.instances)} instance(s), "
+            f"{span}",
             highlight=False,
-            markup=False,
         )
         t = Table("Instance", "Engine", "Figure", "Measured", "Projected", "Decides")
         for c in e.checks:
             fmt = "{:.4g}" if "TTFT" in c.metric else "{:.1%}"
             t.add_row(
-                c.instance,
-                c.engine,
-                c.metric,
+                terminal(c.instance),
+                terminal(c.engine),
+                terminal(c.metric),
                 "-" if c.measured is None else fmt.format(c.measured),
                 "-" if c.projected is None else fmt.format(c.projected),
                 c.gate or "",

@@ -16,6 +16,7 @@ import typer
 from analyzer.cli import options as o
 from analyzer.cli.stdio import is_stdio, no_stdio, output_file, stdin_options
 from analyzer.errors import UsageError
+from analyzer.quoting import terminal
 
 cost_app = typer.Typer(
     name="cost",
@@ -283,9 +284,9 @@ def show_cmd(
     console = _console(json_path)
     m = cm.model
     console.print(
-        f"[bold]{m.name}[/] on {cm.tp} x {cm.gpu.name}, KV {cm.kv_dtype}, "
+        f"[bold]{terminal(m.name)}[/] on {cm.tp} x {cm.gpu.name}, KV {cm.kv_dtype}, "
         f"weights {cm.weight_dtype} (GEMMs in {cm.compute_dtype}), {cm.prefill_model_label}"
-        + (f", profile {cm.profile_source}" if cm.profile_source else "")
+        + (f", profile {terminal(cm.profile_source)}" if cm.profile_source else "")
     )
     console.print(
         f"KV bytes per token: {cm.bytes_per_token:,} stored, "
@@ -348,7 +349,7 @@ def show_cmd(
         )
     console.print(pt)
     for text in sorted({b.describe() for b in bands}):
-        console.print(f"ranges: {text}")
+        console.print(f"ranges: {terminal(text)}")
     tiers_be = cm.tier_break_even(tier_names)
     tt = Table(title="Per tier: loading pays above this prefix length")
     for col in ("tier", "GB/s (instance)", "first byte", "break-even prefix"):
@@ -363,7 +364,7 @@ def show_cmd(
         )
     console.print(tt)
     for w in sorted({w for r in per_prefix for w in r["warnings"]}):
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {terminal(w)}")
     _write_json(
         json_path,
         {
@@ -444,7 +445,7 @@ def ttft_cmd(
     r = cm.ttft(prompt_tokens, cached_tokens, concurrency, load_gbps, latency_s)
     console = _console(json_path)
     console.print(
-        f"[bold]{cm.model.name}[/] on {cm.tp} x {cm.gpu.name}: {r.concurrency} request(s) of "
+        f"[bold]{terminal(cm.model.name)}[/] on {cm.tp} x {cm.gpu.name}: {r.concurrency} request(s) of "
         f"{r.prompt_tokens:,} tokens, {r.cached_tokens:,} cached, over {r.load_gbps:g} GB/s"
     )
     from analyzer.cost import uncertainty as unc
@@ -461,7 +462,7 @@ def ttft_cmd(
         f"recompute everything: {_fmt_s(r.recompute_ttft_s)} ({_fmt_s(recompute_r.low)}-"
         f"{_fmt_s(recompute_r.high)}); overlapped load+compute bound: {_fmt_s(r.overlap_bound_s)}"
     )
-    console.print(f"ranges: {band.describe()}")
+    console.print(f"ranges: {terminal(band.describe())}")
     step_out = None
     if measured is not None:
         from analyzer.cost.step import chunk_attn, step_model
@@ -480,7 +481,7 @@ def ttft_cmd(
         names = ["compute_scale", "overhead_s", "load_scale", "latency_s"]
         console.print("calibration: " + _fit_notes(f.fitted, names, f.cv_mape, f.n_points))
     for w in r.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {terminal(w)}")
     out = r.to_json()
     out["cost_model"] = cm.describe()
     out["ttft_range"] = ttft_r.to_json()
@@ -547,7 +548,7 @@ def fit_cmd(
             else ["compute_scale", "overhead_s"]
         )
         form = "polynomial in S, P*S, S^2" if coeffs.compute_scale == 0 else "scaled analytic"
-        console.print(f"prefill ({form}): {data.summary()}")
+        console.print(f"prefill ({form}): {terminal(data.summary())}")
         console.print("  " + _fit_notes(coeffs.fitted, names, coeffs.cv_mape, coeffs.n_points))
         summary["prefill_rows"] = {"usable": len(data.rows), "skipped": data.skipped}
         summary["prefill_skipped_examples"] = data.examples
@@ -555,7 +556,7 @@ def fit_cmd(
         data = cal.read_load_csv(load)
         link = cal.fit_load(data)
         cm = replace(cm, link=link)
-        console.print(f"load: {data.summary()}")
+        console.print(f"load: {terminal(data.summary())}")
         console.print(
             f"  bandwidth {link.bandwidth_gbps:.3f} GB/s, first byte {_fmt_s(link.latency_s)}; "
             + _fit_notes(link.fitted, ["bandwidth_gbps", "latency_s"], link.cv_mape, link.n_points)
@@ -566,7 +567,7 @@ def fit_cmd(
         data = cal.read_ttft_csv(ttft)
         fit = cal.fit_ttft(cm, data)
         cm = replace(cm, ttft_fit=fit)
-        console.print(f"ttft: {data.summary()}")
+        console.print(f"ttft: {terminal(data.summary())}")
         names = ["compute_scale", "overhead_s", "load_scale", "latency_s"]
         console.print("  " + _fit_notes(fit.fitted, names, fit.cv_mape, fit.n_points))
         summary["ttft_rows"] = {"usable": len(data.rows), "skipped": data.skipped}
@@ -577,7 +578,7 @@ def fit_cmd(
     console.print(
         f"wrote {path} (use it with --profile FILE)"
         if is_stdio(output)
-        else f"wrote {path} (use it with --profile {path})"
+        else f"wrote {terminal(path)} (use it with --profile {terminal(path)})"
     )
     _write_json(json_path, {"profile": cal.profile_json(cm), "path": path, **summary})
 
@@ -793,5 +794,5 @@ def profile_cmd(
         "links": {k: fit_json(v, provenance=True) for k, v in links.items()},
     }
     path = cal.save_profile(cm, output, measured=extra)
-    console.print(f"wrote {path} (use it with --profile {path})")
+    console.print(f"wrote {terminal(str(path))} (use it with --profile {terminal(str(path))})")
     _write_json(json_path, {"profile": cal.profile_json(cm, measured=extra), "path": str(path)})

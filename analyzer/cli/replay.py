@@ -10,6 +10,7 @@ import typer
 from analyzer.cli import options as o
 from analyzer.cli.stdio import stdin_options
 from analyzer.errors import UsageError
+from analyzer.quoting import terminal
 
 
 def _fmt_rate(v: float | None, capped: bool) -> str:
@@ -30,8 +31,8 @@ def render_table(doc: dict[str, Any]) -> Any:  # rich.table.Table
     scen = doc["scenarios"]
     table = Table(title="Cluster replay", title_justify="left")
     table.add_column("", no_wrap=True)
-    for name in scen:
-        table.add_column(name, justify="right", no_wrap=True)
+    for name in scen:  # a --config file names its scenarios
+        table.add_column(terminal(name), justify="right", no_wrap=True)
 
     def ttft(s: dict[str, Any], key: str) -> str:
         v = s["ttft_s"][key]
@@ -185,7 +186,7 @@ def replay(
     trace = loaded.trace
     console = Console(stderr=True)
     if loaded.skipped.total:
-        console.print(f"[yellow]skipped {loaded.skipped}[/]", highlight=False)
+        console.print(f"[yellow]skipped {terminal(str(loaded.skipped))}[/]", highlight=False)
     if trace.count_only:
         console.print(
             "[yellow]this trace has lengths only (no prefix hashes): no request can hit "

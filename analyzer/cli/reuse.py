@@ -11,6 +11,7 @@ import typer
 
 from analyzer.cli import options as o
 from analyzer.errors import UsageError
+from analyzer.quoting import terminal
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9}
 
@@ -164,7 +165,7 @@ def reuse(
     loaded = loaded.isolated(isolation)
     warning = model_warning(served_models(loaded.table), model)
     if warning:
-        console(stderr=True).print(f"[yellow]warning: {warning}[/]")
+        console(stderr=True).print(f"[yellow]warning: {terminal(warning)}[/]")
     trace = loaded.trace
     if block_size is not None and block_size != trace.block_size:
         if block_size % trace.block_size:
@@ -200,7 +201,7 @@ def reuse(
             doc["engine_events"] = engine.to_json()
         write_json(json_out, doc, force=force)
         if not is_stdio(json_out):
-            out.print(f"wrote {json_out}")
+            out.print(f"wrote {terminal(str(json_out))}")
 
 
 def _streamable(
@@ -254,7 +255,7 @@ def _reuse_streamed(
     )
     warning = model_warning(served_models(small), model)
     if warning:
-        console(stderr=True).print(f"[yellow]warning: {warning}[/]")
+        console(stderr=True).print(f"[yellow]warning: {terminal(warning)}[/]")
     with progress("analysing reuse", 100) as advance:
         report = analyze_canonical(path, opts, advance=advance, isolation=isolation)
     out = report_console(json_out)
@@ -275,7 +276,7 @@ def _reuse_streamed(
         doc = {**report.to_json(), "isolation": isolation, "models": models.to_json()}
         write_json(json_out, doc, force=force)
         if not is_stdio(json_out):
-            out.print(f"wrote {json_out}")
+            out.print(f"wrote {terminal(str(json_out))}")
 
 
 def isolation_line(policy: str, hash_keys: str = "") -> str:

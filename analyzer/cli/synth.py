@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from analyzer.quoting import terminal
+
 
 def register(app: typer.Typer) -> None:
     """Add this command group to the ``kvpool`` app."""
@@ -97,10 +99,10 @@ def synth(
     console.print(
         f"wrote {stats.requests:,} requests ({stats.sessions:,} sessions, "
         f"{stats.bytes_written / 1e6:,.1f} MB uncompressed, {stats.span_s:,.0f} s) "
-        f"to {where}",
+        f"to {terminal(str(where))}",
         highlight=False,
         soft_wrap=True,
     )
     if stats.truth_path:
         shown = "<stdout>" if is_stdio(truth) else stats.truth_path
-        console.print(f"ground truth: {shown}", highlight=False, soft_wrap=True)
+        console.print(f"ground truth: {terminal(str(shown))}", highlight=False, soft_wrap=True)

@@ -44,6 +44,7 @@ from analyzer.advisor.figures import (
 )
 from analyzer.advisor.products import DOCS_CHECKED
 from analyzer.advisor.sensitivity import summarize
+from analyzer.advisor.served import model_label
 from analyzer.errors import InputError, Location
 from analyzer.outputs import note_input
 from analyzer.replay.config import Scenario, Tier
@@ -1120,8 +1121,8 @@ def _options_json(o: AnalyzeOptions) -> dict[str, Any]:
     settings that could name a file or a tenant (salt file, columns) stay out."""
     c, i = o.cluster, o.ingest
     return {
-        # a config.json path: keep the name only
-        "model": Path(c.model).name if c.model.lower().endswith(".json") else c.model,
+        # a config.json or a model folder: its folder's name, never its path
+        "model": model_label(c.model),
         "gpu": c.gpu,
         "tp": c.tp,
         "instances": c.instances,
@@ -1165,6 +1166,24 @@ def _options_json(o: AnalyzeOptions) -> dict[str, Any]:
 
 
 def report_document(r: AnalysisResult) -> dict[str, Any]:
+    """The analysis in the schema's layout; a ``--model`` given as a config or a folder
+    is named by the folder's name wherever a stage echoes the flag (no path leaves)."""
+    doc = _report_document(r)
+    flag = r.options.model
+    return doc if model_label(flag) == flag else _renamed(doc, flag, model_label(flag))
+
+
+def _renamed(x: Any, old: str, new: str) -> Any:
+    if isinstance(x, str):
+        return new if x == old else x
+    if isinstance(x, dict):
+        return {k: _renamed(v, old, new) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_renamed(v, old, new) for v in x]
+    return x
+
+
+def _report_document(r: AnalysisResult) -> dict[str, Any]:
     d = r.decision
     opts = _options_json(r.options)
     sizing = None
@@ -1397,7 +1416,7 @@ def assumptions(r: AnalysisResult) -> list[dict[str, Any]]:
         },
         {
             "what": "Model and GPU",
-            "value": f"{o.model} on {o.tp} x {o.gpu}, KV {o.kv_dtype}",
+            "value": f"{model_label(o.model)} on {o.tp} x {o.gpu}, KV {o.kv_dtype}",
             "source": "kvpool catalogs models/models.toml, models/hardware.toml (model "
             "config.json files and vendor datasheets)",
         },

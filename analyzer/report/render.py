@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analyzer.advisor.figures import Verdict
+from analyzer.quoting import md_code, md_text, scrub
 from analyzer.replay.config import Scenario, Tier
 from analyzer.report.document import NotApplicable, Report, ScenarioView, TtftSeconds
 from analyzer.report.figures import SCENARIO_ORDER, VERDICT_COLOR, VERDICT_TEXT
@@ -918,20 +919,8 @@ def link_terms(text: str, link: Any) -> str:
 # -- Markdown -----------------------------------------------------------------------------
 
 
-_MD_ESCAPES = str.maketrans(
-    {"&": "&amp;", "<": "&lt;", ">": "&gt;", "[": "\\[", "]": "\\]", "`": "\\`"}
-)
-
-
-def _md_text(x: str) -> str:
-    """Text as Markdown shows it and nothing more: no raw HTML (a ``<script>`` or
-    ``<img onerror>`` in a prompt preview or a file name), no links (``[x](javascript:..)``),
-    no code spans. Entities and backslash escapes render as the characters themselves."""
-    return str(x).translate(_MD_ESCAPES)
-
-
 def _md_cell(x: str) -> str:
-    return _md_text(x).replace("|", "\\|").replace("\n", " ")
+    return md_text(x).replace("|", "\\|")
 
 
 def _md_table(t: Table) -> str:
@@ -947,16 +936,16 @@ def render_markdown_doc(doc: Report) -> str:
     v = doc.verdict.verdict
     parts = [f"# kvpool report: **{v}**", ""]
     for s in sections(doc):
-        parts += [f"## {s.title}", ""]
+        parts += [f"## {md_text(s.title)}", ""]
         for p in s.paragraphs:
             if p:
-                parts += [_md_text(p), ""]
+                parts += [md_text(p), ""]
         for t in s.tables:
             parts += [_md_table(t), ""]
         for title, lang, text in s.code:
-            parts += [f"**{title}**", "", f"```{lang}", text, "```", ""]
+            parts += [f"**{md_text(title)}**", "", md_code(text, lang), ""]
         if s.links:
-            parts += [f"- [{path}]({path}) ({note})" for path, note in s.links] + [""]
+            parts += [f"- [{path}]({path}) ({md_text(note)})" for path, note in s.links] + [""]
     return "\n".join(parts).rstrip() + "\n"
 
 
@@ -979,16 +968,21 @@ a.term{color:inherit;text-decoration:underline dotted}
 """
 
 
+def _e(text: str) -> str:
+    """Text as HTML shows it: escaped, control characters made '?'."""
+    return html.escape(scrub(text))
+
+
 def _linked(text: str) -> str:
     """Escaped HTML with glossary terms linked to their definitions."""
     return link_terms(
-        html.escape(text),
+        _e(text),
         lambda term, m: f'<a class="term" href="#{term_anchor(term)}">{m}</a>',
     )
 
 
 def render_html_doc(doc: Report, charts: dict[str, str]) -> str:
-    e = html.escape
+    e = _e
     v = doc.verdict.verdict
     secs = sections(doc)
     out = [
@@ -1029,7 +1023,9 @@ def render_html_doc(doc: Report, charts: dict[str, str]) -> str:
                 ]
             out.append("</tbody></table>")
         for title, _lang, text in s.code:
-            out.append(f"<h3>{e(title)}</h3><pre><code>{e(text)}</code></pre>")
+            out.append(
+                f"<h3>{e(title)}</h3><pre><code>{html.escape(scrub(text, lines=True))}</code></pre>"
+            )
         if s.links:
             out.append(
                 "<ul>"

@@ -64,7 +64,7 @@ def scan_trace(source: str | Path) -> tuple[pl.LazyFrame, dict[str, str]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from analyzer.trace import ADDED_IN_V1, SCHEMA_VERSION, read_metadata
+    from analyzer.trace import ADDED_IN_V1, SCHEMA_VERSION, check_metadata, read_metadata
 
     files = canonical_files(source)
     meta: dict[str, str] | None = None
@@ -79,6 +79,7 @@ def scan_trace(source: str | Path) -> tuple[pl.LazyFrame, dict[str, str]]:
                 Location(str(f)),
                 hint="convert it first: kvpool convert FILE -o trace.parquet",
             )
+        check_metadata(m, str(f))
         if meta is not None and m.get("block_size") != meta.get("block_size"):
             raise InputError(
                 f"block size {m.get('block_size')} differs from {meta.get('block_size')} "

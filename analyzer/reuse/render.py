@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from analyzer.cache.policies import label as policy_label
+from analyzer.quoting import terminal
 from analyzer.reuse.analysis import GB, GIB, ReuseReport
 
 
@@ -64,16 +65,16 @@ def render_summary(
     skipped: str | None = None,
 ) -> None:
     """A readable summary: headline, granularity, sources, capacity table, top prefixes."""
-    where = ", ".join(sources or []) or "trace"
+    where = ", ".join(terminal(s) for s in sources or []) or "trace"
     console.print(
         f"[bold]Prefix reuse[/] in {where}: {report.n_requests:,} requests, "
         f"{report.block_size}-token blocks, {report.n_accesses:,} block accesses, "
         f"{report.n_blocks:,} distinct blocks"
     )
     if skipped and not skipped.startswith("no rows"):
-        console.print(f"[yellow]{skipped}[/]")
+        console.print(f"[yellow]{terminal(skipped)}[/]")
     if not report.measurable:
-        console.print(f"[bold yellow]Reuse cannot be measured:[/] {report.reason}")
+        console.print(f"[bold yellow]Reuse cannot be measured:[/] {terminal(report.reason or '')}")
         return
     console.print(
         f"Ceiling (unlimited cache, perfect routing): [bold]{pct(report.ceiling_hit_rate)}[/] "
@@ -96,7 +97,7 @@ def render_summary(
             "(CacheBlend-style), which today's pooling products cannot use."
         )
     else:
-        console.print(f"Beyond prefixes: {npx.reason or 'not available'}.")
+        console.print(f"Beyond prefixes: {terminal(npx.reason or 'not available')}.")
 
 
 def _granularity(report: ReuseReport, console: Console) -> None:
@@ -121,7 +122,7 @@ def _granularity(report: ReuseReport, console: Console) -> None:
     console.print(table)
     missing = [r for r in g.blocks if not r.available]
     if missing:
-        console.print(f"  n/a: {missing[0].reason}")
+        console.print(f"  n/a: {terminal(missing[0].reason or '')}")
 
 
 def _sources(report: ReuseReport, console: Console) -> None:
@@ -175,7 +176,7 @@ def _capacities(report: ReuseReport, console: Console) -> None:
             f"mean {pct(sh['mean_abs_error'])} (absolute)."
         )
     for note in report.policy_notes:
-        console.print(f"  {note}")
+        console.print(f"  {terminal(note)}")
 
 
 def _distances(report: ReuseReport, console: Console) -> None:
@@ -219,7 +220,7 @@ def _prefixes(report: ReuseReport, console: Console) -> None:
     for col in ("prefix", "requests", "reused", "what"):
         table.add_column(col, justify="right" if col in ("requests", "reused") else "left")
     for e in entries:
-        what = e.preview or f"hash {e.hash_hex}"
+        what = terminal(e.preview or f"hash {e.hash_hex}")
         table.add_row(
             f"{tokens(e.prefix_tokens)} tok",
             f"{e.requests:,}",

@@ -113,6 +113,7 @@ def load_model_folder(path: str | Path) -> ModelFolder:
     """Read ``tokenizer.json`` and ``tokenizer_config.json`` (and ``chat_template.jinja``)
     from a Hugging Face model folder; a missing file or template is a usage error."""
     folder = Path(path)
+    named(folder.name, str(path))
     tok = folder / "tokenizer.json"
     cfg_path = folder / "tokenizer_config.json"
     for f in (tok, cfg_path):
@@ -153,6 +154,21 @@ def load_model_folder(path: str | Path) -> ModelFolder:
         if text is not None:
             specials[name] = text
     return ModelFolder(folder.name or "model", tok, templates, specials)
+
+
+def named(name: str, given: str) -> str:
+    """A tokenizer's file or folder name, which the trace's metadata, reports and pilot
+    commands carry: a control character in it is refused (a newline would end a comment
+    in a pilot command)."""
+    from analyzer.errors import printable
+    from analyzer.quoting import has_control
+
+    if has_control(name):
+        raise UsageError(
+            f"--tokenizer {printable(given)!r}: its name holds a control character",
+            hint="rename it; reports and pilot commands name it",
+        )
+    return name
 
 
 def _environment() -> Any:

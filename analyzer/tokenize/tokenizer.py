@@ -129,4 +129,6 @@ def load_tokenizer(spec: str = "cl100k") -> Tokenizer:
         except TypeError:  # tokenizers refuses a str with a lone surrogate this way
             return hf.encode(without_surrogates(text), add_special_tokens=False).ids
 
-    return Tokenizer(f"hf:{path.name}", encode, specials)
+    from analyzer.tokenize.template import named
+
+    return Tokenizer(f"hf:{named(path.name, spec)}", encode, specials)

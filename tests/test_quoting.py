@@ -1,0 +1,128 @@
+"""One quoting function per sink (analyzer/quoting.py), each checked against the sink's
+own reader on generated strings: bash for shell words, a CommonMark parser for code
+blocks, rich for the terminal, PyYAML for Kubernetes values."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.quoting import (
+    comment,
+    has_control,
+    k8s_text,
+    md_code,
+    md_text,
+    scrub,
+    shell,
+    terminal,
+)
+
+HOSTILE = [
+    "$(touch PWNED)",
+    "`touch PWNED`",
+    "; touch PWNED ;",
+    "a b'c\"d",
+    "line\nnext",
+    "esc\x1b[31mred",
+    "evil[/x]",
+    "[link=https://example.com]click[/link]",
+    "back\\slash\\",
+    "bidi\u202eevil",
+    "```\nrm -rf /\n```",
+    "",
+]
+text = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=40))
+
+
+def _bash_word(word: str) -> str:
+    """What bash makes of ``word`` as the argument of printf."""
+    r = subprocess.run(
+        ["bash", "--norc", "-c", f"printf %s {word}"],
+        capture_output=True,
+        env={"PATH": "/usr/bin:/bin"},
+        timeout=10,
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.decode("utf-8", "surrogateescape")
+
+
+@settings(max_examples=60, deadline=None)
+@given(text.filter(lambda s: "\x00" not in s))
+def test_a_shell_word_is_exactly_its_text_on_one_line(word):
+    quoted = shell(word)
+    assert "\n" not in quoted and not has_control(quoted)
+    assert _bash_word(quoted) == word
+
+
+def test_a_hostile_shell_word_runs_nothing(tmp_path):
+    for w in HOSTILE:
+        r = subprocess.run(
+            ["bash", "--norc", "-c", f"cd {shell(str(tmp_path))} && printf %s {shell(w)}"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        assert r.stdout == w
+    assert not (tmp_path / "PWNED").exists()
+
+
+@given(text)
+def test_a_comment_stays_one_line(s):
+    c = comment(s)
+    assert "\n" not in c and "\r" not in c and not has_control(c)
+
+
+@settings(max_examples=80)
+@given(text, st.sampled_from(["bash", "", "yaml", "x`y"]))
+def test_a_code_block_cannot_be_closed_by_its_text(body, lang):
+    from markdown_it import MarkdownIt
+
+    block = md_code(body, lang)
+    tokens = MarkdownIt("commonmark").parse(block + "\n\nafter")
+    fences = [t for t in tokens if t.type == "fence"]
+    assert len(fences) == 1
+    assert fences[0].content.rstrip("\n") == scrub(body, lines=True).rstrip("\n")
+    # the paragraph after the block is outside it
+    assert any(t.type == "inline" and t.content == "after" for t in tokens)
+
+
+@settings(max_examples=80)
+@given(text)
+def test_markdown_text_has_no_markup(s):
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").parse(md_text(s))
+    kinds = {c.type for t in tokens if t.children for c in t.children} | {t.type for t in tokens}
+    assert not kinds & {"link_open", "code_inline", "html_inline", "html_block", "fence"}
+
+
+@settings(max_examples=80)
+@given(text)
+def test_the_terminal_prints_the_text_itself(s):
+    from rich.console import Console
+
+    console = Console(record=True, width=1000, color_system=None, soft_wrap=True)
+    console.print(f"[bold]{terminal(s)}[/]", end="")
+    assert console.export_text(styles=False) == scrub(s)
+    assert "\x1b" not in console.export_text(styles=False)
+
+
+@given(text)
+def test_kubernetes_values_expand_no_variable(s):
+    import yaml
+
+    value = k8s_text(s)
+    assert yaml.safe_load(yaml.safe_dump({"v": value}))["v"] == value
+    # Kubernetes expands $(VAR) and turns $$ into $: what the container sees is the text
+    assert value.replace("$$", "$") == scrub(s)
+
+
+@pytest.mark.parametrize("s", HOSTILE)
+def test_scrub_leaves_no_control_character(s):
+    assert not has_control(scrub(s))
+    assert scrub("tab\there") == "tab?here"
+    assert scrub("a\nb", lines=True) == "a\nb"
