@@ -214,7 +214,7 @@ class RunStats:
     hit_tokens_by_tier: list[int]  # measured, per TIER_NAMES
     loaded_bytes_by_tier: list[float]
     gpu_s: float  # prefill GPU-seconds of measured requests (instance-seconds * tp)
-    gpu_s_all: float
+    gpu_s_all: float  # prefill GPU-seconds of every request (aggregated: steps' prefill share)
     links: list[Link]
     duration_s: float
     dup_blocks_end: int

@@ -366,9 +366,7 @@ class AggregatedSimulation(Simulation):
         # at a step's end event, which runs before arrivals at the same time)
         j = int(np.searchsorted(ends, t, side="right"))
         if j + 1 < e.burst_steps:
-            cut = float(ends[e.burst_steps - 1] - ends[j])
-            self.gpu_s_all -= cut
-            self.step_gpu_s -= cut
+            self.step_gpu_s -= float(ends[e.burst_steps - 1] - ends[j])
             e.burst_steps = j + 1
             e.version += 1
             out.append((float(ends[j]), STEP_DONE, self._next_seq(), e, e.version))
@@ -447,7 +445,6 @@ class AggregatedSimulation(Simulation):
             room = (self.capacity - len(e.pins) * self.bs - e.priv) // e.n_dec
             steps = max(1, min(left, room, BURST_MAX))
             ends = burst_ends(self.pricing, e.n_dec, float(e.kv_dec), steps, t)
-            self.gpu_s_all += float(ends[-1]) - t
             self.step_gpu_s += float(ends[-1]) - t
             e.burst = ends
             e.burst_steps = steps
@@ -460,12 +457,15 @@ class AggregatedSimulation(Simulation):
         self, chunks: list[tuple[Job, int]], pt: int, pa: float, e: Engine, dt: float
     ) -> None:
         """GPU time of a mixed step: the prefill share (the step model's time for the
-        chunks alone against the decode tokens alone) goes to the chunks by tokens."""
-        self.gpu_s_all += dt
+        chunks alone against the decode tokens alone) goes to the chunks by tokens; it is
+        the prefill work (``gpu_s_all``) that more instances share out, where decode
+        steps batch more requests instead."""
         self.step_gpu_s += dt
         p = self.step_fn(self.c, float(pt), pa, 0.0, 0.0)
         d = self.step_fn(self.c, 0.0, 0.0, float(e.n_dec), float(e.kv_dec)) if e.n_dec else 0.0
-        share = dt * p / (p + d) / pt if p + d > 0 else 0.0
+        prefill = dt * p / (p + d) if p + d > 0 else 0.0
+        self.gpu_s_all += prefill
+        share = prefill / pt
         for j, take in chunks:
             if j.measured:
                 self.gpu_s += share * take
