@@ -15,6 +15,7 @@ import yaml
 from analyzer.advisor import salting
 from analyzer.advisor.deploy import bundle
 from analyzer.advisor.figures import DeployOption
+from analyzer.advisor.served import ServedModel
 from tests.test_deploy import _sizing
 
 
@@ -23,7 +24,7 @@ def test_every_stack_the_bundle_writes_has_its_salt_paths(pool):
     sz = _sizing(pool)
     rec = DeployOption.POOLED if pool else DeployOption.LOCAL_OFFLOAD
     alt = DeployOption.LOCAL_OFFLOAD if pool else DeployOption.PREFIX_CACHE_ONLY
-    files = bundle({rec: sz, alt: _sizing(False)}, rec, model="m")
+    files = bundle({rec: sz, alt: _sizing(False)}, rec, model=ServedModel(repo="org/m"))
     stacks = {(f.option, f.stack) for f in files if f.role != "index"}
     missing = [s for s in stacks if salting.stack_salt(*s) is None]
     assert not missing, f"add {missing} to salting.STACK_PATHS"
