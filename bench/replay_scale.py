@@ -3,7 +3,7 @@
 ``kvpool analyze`` of that log, each against a baseline commit in the same run.
 
     .venv/bin/python bench/replay_scale.py [--baseline REF] [--jobs 2] [--log FILE]
-        [--requests 50000] [--skip-mixed] [--skip-error] [--skip-analyze] [--dir DIR]
+        [--requests 50000] [--long] [--skip-mixed] [--skip-error] [--skip-analyze] [--dir DIR]
 
 ``--baseline REF`` (a git commit, default ``main``) is extracted with ``git archive``
 and run with the same interpreter (``PYTHONPATH`` pointing at it), so both sides run on
@@ -19,7 +19,10 @@ the same machine at the same time of day.
    differences, the figures models/replay-miniature.toml keeps (``--error-search``: also
    the highest rate at the SLO of each, a full rate search on the whole log: slow).
 3. analyze: ``kvpool analyze LOG --jobs J`` whole process per side (wall, CPU, peak RSS
-   of the process tree; bench/measure.py). Targets: under 3 min, under 1.5 GB.
+   of the process tree; bench/measure.py). Targets: under 3 min, under 1.5 GB. With
+   ``--long`` the log is the long-prompt gateway CSV of ``--requests`` requests
+   (bench/longlog.py, as bench/peers.py measures it; 856 MB at 50,000), kept in
+   ``--dir``, whose peak must also stay under 1.5 GB.
 
 The figures are of the machine it runs on: on a shared machine wall time includes
 waiting for the CPU (the CPU seconds do not), so say so when recording them.
@@ -36,6 +39,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from longlog import VERSION as LONGLOG_VERSION
+from longlog import write_log
 from measure import mib, run, user_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,9 +148,11 @@ def bench_analyze(sides: dict[str, Path | None], log: str, jobs: int, d: Path) -
         r = run([*argv, "--force", "--jobs", str(jobs)], env=side_env(src), cwd="/")
         if r.returncode:
             sys.exit(f"analyze failed: {r.stderr[-2000:]}")
+        gb = r.peak_rss_bytes / 1e9
         print(
             f"  {name:9s} wall {r.wall_s:7.1f} s  CPU {r.cpu_s:7.1f} s  "
-            f"peak RSS {mib(r.peak_rss_bytes)}; targets < 180 s, < 1.5 GB"
+            f"peak RSS {mib(r.peak_rss_bytes)} = {gb:.2f} GB; targets < 180 s, < 1.5 GB "
+            f"({'meets' if r.wall_s < 180 and gb < 1.5 else 'misses'})"
         )
 
 
@@ -155,6 +162,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--log", default=None)
     ap.add_argument("--requests", type=int, default=50_000)
+    ap.add_argument(
+        "--long", action="store_true", help="the long-prompt gateway CSV (bench/longlog.py)"
+    )
     ap.add_argument("--dir", default=None)
     ap.add_argument("--skip-mixed", action="store_true")
     ap.add_argument("--skip-error", action="store_true")
@@ -179,6 +189,10 @@ def main() -> None:
         if not args.skip_mixed:
             bench_mixed(sides, args.jobs)
         log = None if args.log is None else str(Path(args.log).resolve())
+        if log is None and args.long and not (args.skip_error and args.skip_analyze):
+            log = str(d / f"long-{args.requests}-{LONGLOG_VERSION}.csv")
+            if not Path(log).exists():
+                write_log(log, args.requests, seed=1)
         if log is None and not (args.skip_error and args.skip_analyze):
             log = str(d / f"chat-{args.requests}.jsonl")
             if not Path(log).exists():
