@@ -51,6 +51,7 @@ RANGES: dict[str, Range] = {
     "prefill_chunk_tokens": Range(1, 1_048_576, "chunked-prefill budgets are 512-64K"),
     "max_num_batched_tokens": Range(1, 1_048_576, "engines' step budgets are 512-64K tokens"),
     "max_num_seqs": Range(1, 65_536, "engines run up to a few thousand requests at once"),
+    "hicache_ratio": Range(0.01, 1000, "host pools are a few times the device pool"),
     "link_window_s": Range(0.001, 3600, "a utilisation window"),
     "mfu": Range(0.001, 1, "a fraction of peak FLOPs"),
     "model_layers": Range(1, 1024, "the deepest published models have ~200 layers"),

@@ -97,6 +97,9 @@ def _library_defaults() -> dict[str, object]:
         "--max-num-batched-tokens": c.max_num_batched_tokens,
         "--max-num-seqs": c.max_num_seqs,
         "--gpu-memory-utilization": c.gpu_memory_utilization,
+        "--connector": c.connector,
+        "--hicache-ratio": c.hicache_ratio,
+        "--hicache-size": c.hicache_size_gb,
         "--ttft-slo": a.ttft_slo_s,
         "--isolation": a.isolation,
     }
@@ -189,7 +192,7 @@ def test_the_ingest_group_reaches_the_command(tmp_path, monkeypatch):
 def test_every_replaying_command_takes_every_cluster_flag():
     """The group is declared once (ClusterFlags): every command that replays takes all of
     it, and its defaults build the library's own ClusterConfig."""
-    assert len(CLUSTER_FLAG_NAMES) == 20
+    assert len(CLUSTER_FLAG_NAMES) == 23
     for name in CLUSTER_COMMANDS:
         options = _options(_commands()[name])
         missing = set(CLUSTER_FLAG_NAMES) - set(options)

@@ -278,3 +278,47 @@ def shared_prefix_log(
             }
             fh.write(json.dumps(row) + "\n")
     return path
+
+
+def multiturn_trace(
+    clients: int = 128,
+    rounds: int = 10,
+    request_tokens: int = 512,
+    output_tokens: int = 64,
+    rate: float = 1.0,
+    block_size: int = 64,
+    seed: int = 1,
+) -> tuple[BlockTrace, np.ndarray]:
+    """SGLang's ``benchmark/hicache/bench_multiturn.py`` with ``--enable-round-barrier``
+    as a trace, and each request's round: every client sends ``rounds`` requests, a round
+    in random client order, Poisson arrivals at ``rate``; a client's prompt is its history
+    (every earlier question and answer) plus a new ``request_tokens`` question. The answer
+    is re-tokenized into the next prompt, so it is not matched (as the benchmark's hit
+    rates show: each round's hits are the previous prompt)."""
+    rng = np.random.default_rng(seed)
+    history: list[list[int]] = [[] for _ in range(clients)]
+    fresh = 0
+    blocks, arrivals, prompts, rounds_of = [], [], [], []
+    t = 0.0
+    per_question = request_tokens // block_size
+    for r in range(rounds):
+        for c in rng.permutation(clients):
+            h = history[c]
+            if r:  # the previous answer
+                h.extend(range(fresh, fresh + output_tokens // block_size))
+                fresh += output_tokens // block_size
+            h.extend(range(fresh, fresh + per_question))
+            fresh += per_question
+            t += float(rng.exponential(1 / rate))
+            blocks.append(list(h))
+            arrivals.append(t)
+            prompts.append((r + 1) * request_tokens + r * output_tokens)
+            rounds_of.append(r)
+    trace = build_trace(
+        blocks,
+        block_size,
+        arrivals=arrivals,
+        prompts=prompts,
+        outputs=[output_tokens] * len(blocks),
+    )
+    return trace, np.array(rounds_of)

@@ -16,7 +16,7 @@ from test_replay_helpers import AnalyticCost, build_trace, ceiling_oracle, chain
 
 from analyzer.replay import ClusterConfig, ScenarioSpec, resolve
 from analyzer.replay import serving as serving_mod
-from analyzer.replay.config import select_scenarios
+from analyzer.replay.config import CONNECTORS, Connector, select_scenarios
 from analyzer.replay.engine import simulate
 from analyzer.replay.serving import AggregatedSimulation, output_lengths
 from analyzer.replay.steps import StepPricing
@@ -39,7 +39,7 @@ PRICING = StepPricing(
 )
 
 
-def agg_plan(trace, scenario="none", *, capacity, mnbt, mns, **kw):
+def agg_plan(trace, scenario="none", *, capacity, mnbt, mns, connector=None, **kw):
     base = dict(
         model="test-model", gpu="test-gpu", instances=1, free_loads=True, warmup_fraction=0.0
     )
@@ -53,6 +53,8 @@ def agg_plan(trace, scenario="none", *, capacity, mnbt, mns, **kw):
         max_num_batched_tokens=mnbt,
         max_num_seqs=mns,
         hbm_capacity_tokens=capacity,
+        connector=connector,
+        num_layers=4,
     )
 
 
@@ -202,19 +204,25 @@ def _generated(n, seed, block_size=4):
     )
 
 
+CHUNKED = Connector("chunked", 8, False, "test: 8-token chunks, two 4-token blocks")
+
+
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize(
-    ("scenario", "policy", "router"),
+    ("scenario", "policy", "router", "connector"),
     [
-        ("local", "write-through", "prefix-aware"),
-        ("local+dram", "write-through", "prefix-aware"),
-        ("local+dram", "on-evict", "least-loaded"),
-        ("local+dram", "write-through-selective", "prefix-aware"),
-        ("pooled", "write-through", "session"),
-        ("local+dram", "write-through", "kv-router"),
+        ("local", "write-through", "prefix-aware", None),
+        ("local+dram", "write-through", "prefix-aware", None),
+        ("local+dram", "on-evict", "least-loaded", None),
+        ("local+dram", "write-through-selective", "prefix-aware", CONNECTORS["hicache"]),
+        ("pooled", "write-through", "session", CHUNKED),
+        ("local+dram", "write-through", "kv-router", CHUNKED),
+        ("local+dram", "write-through", "prefix-aware", CONNECTORS["hicache"]),
     ],
 )
-def test_decode_runs_equal_one_step_at_a_time(monkeypatch, seed, scenario, policy, router):
+def test_decode_runs_equal_one_step_at_a_time(
+    monkeypatch, seed, scenario, policy, router, connector
+):
     """Advancing decode-only stretches in one compiled run, cut short by arrivals and
     loads, gives what one event per step gives (caches, tiers, links and routing)."""
     trace = _generated(120, seed)
@@ -232,6 +240,7 @@ def test_decode_runs_equal_one_step_at_a_time(monkeypatch, seed, scenario, polic
         pool_gbps=0.001,
         write_policy=policy,
         router=router,
+        connector=connector,
     )
     plan = dataclasses.replace(plan, hit_overhead_s=lambda tokens: 2e-6 * tokens)
     fast = simulate(trace, plan, 1.0)
@@ -328,3 +337,73 @@ def test_output_lengths_from_the_log_else_the_stated_distribution():
     assert lo <= out[1] <= hi
     many = build_trace([[i] for i in range(4000)], 4, outputs=[None] * 4000)
     assert np.median(output_lengths(many)[0]) == pytest.approx(median, rel=0.05)
+
+
+def _dram_hit_ttft(connector):
+    """Request 1 computes a 40-block prompt (written to host DRAM); 2 and 3, as long,
+    push it out of a 170-token HBM pool; request 4 repeats request 1 with one more block
+    and loads the 40 blocks back (1,000 bytes a token over 0.01 GB/s: 16 ms, then the
+    scatter)."""
+    first = list(range(40))
+    blocks = [first, [100 + i for i in range(40)], [200 + i for i in range(40)], [*first, 300]]
+    prompts = [len(b) * 4 + 1 for b in blocks]
+    trace = build_trace(
+        blocks, 4, arrivals=[0.0, 10.0, 20.0, 30.0], prompts=prompts, outputs=[1] * 4
+    )
+    plan = agg_plan(
+        trace,
+        "local+dram",
+        capacity=170,
+        mnbt=4096,
+        mns=8,
+        connector=connector,
+        free_loads=False,
+        dram_capacity_tokens=10_000,
+        dram_gbps=0.01,
+        dram_latency_s=0.0,
+    )
+    plan = dataclasses.replace(plan, hit_overhead_s=lambda tokens: 1e-5 * tokens)
+    st_ = simulate(trace, plan, 1.0)
+    assert st_.hit_tokens[3] == 160 == st_.hit_tokens_by_tier[1]  # the 40 blocks, from DRAM
+    return float(st_.ttft_s[3]), plan
+
+
+def test_a_layerwise_load_overlaps_the_prefill():
+    load = 160 * 1000 / 0.01e9  # 16 ms
+    c = PRICING.coefficients
+    compute = lin_step(c, 5.0, 5.0 * (160 + 2.5), 0.0, 0.0)  # the 5 tokens after the hit
+    waited, _ = _dram_hit_ttft(CONNECTORS["vllm"])
+    assert waited == pytest.approx(load + 160 * 1e-5 + compute)  # load, scatter, prefill
+    beside, plan = _dram_hit_ttft(CONNECTORS["hicache"])
+    # HiCache: the prefill runs with the load; its last layer waits for the last bytes
+    assert beside == pytest.approx(max(compute, load + compute / plan.num_layers))
+    assert beside < waited
+
+
+def test_lower_tiers_store_and_return_whole_chunks():
+    """With 8-token chunks (two blocks) a 5-block prompt stores 4 blocks, and a later
+    request finds 4 of them in DRAM."""
+    blocks = [
+        [1, 2, 3, 4, 5],
+        [10, 11, 12, 13, 14, 15],
+        [20, 21, 22, 23, 24, 25],
+        [1, 2, 3, 4, 5, 6],
+    ]
+    trace = build_trace(
+        blocks,
+        4,
+        arrivals=[0.0, 10.0, 20.0, 30.0],
+        prompts=[len(b) * 4 + 1 for b in blocks],
+        outputs=[1] * 4,
+    )
+    plan = agg_plan(
+        trace,
+        "local+dram",
+        capacity=28,
+        mnbt=4096,
+        mns=8,
+        connector=CHUNKED,
+        dram_capacity_tokens=10_000,
+    )
+    st_ = simulate(trace, plan, 1.0)
+    assert st_.hit_tokens_by_tier[1] == 16  # 4 blocks of request 1, not its fifth

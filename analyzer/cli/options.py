@@ -51,6 +51,7 @@ KvDtypeName = Literal["bf16", "fp16", "fp8"]  # cost.catalog.KV_DTYPES
 # replay.config.WRITE_POLICIES
 WritePolicyName = Literal["write-through", "write-through-selective", "on-evict"]
 ServingName = Literal["aggregated", "disaggregated"]  # replay.config.SERVING
+ConnectorName = Literal["lmcache", "vllm", "hicache"]  # replay.config.CONNECTORS
 IsolationName = Literal["shared", "tenant", "user"]  # reuse.isolation.POLICIES
 FormatName = Literal[  # ingest.detect.FORMATS
     "canonical",
@@ -384,6 +385,33 @@ GpuMemoryUtilization = Annotated[
         "per instance follows unless --local-capacity-tokens gives it.",
     ),
 ]
+Connector = Annotated[
+    ConnectorName,
+    typer.Option(
+        "--connector",
+        help="Aggregated: the product moving KV below HBM. lmcache: stores each prompt's "
+        "full 256-token chunks as computed; vllm: native CPU offloading, every computed "
+        "block; hicache: SGLang HiCache, host-DRAM hits loaded layer by layer beside the "
+        "prefill (--write-policy picks write-through, -selective or on-evict).",
+    ),
+]
+HicacheRatio = Annotated[
+    float,
+    typer.Option(
+        "--hicache-ratio",
+        help="With --connector hicache: host DRAM per instance as a multiple of its KV "
+        "pool (SGLang's flag and default), unless --dram-capacity-tokens or "
+        "--hicache-size gives it.",
+    ),
+]
+HicacheSize = Annotated[
+    float,
+    typer.Option(
+        "--hicache-size",
+        help="With --connector hicache: host DRAM for KV per GPU in GB (SGLang's flag; "
+        "0: --hicache-ratio).",
+    ),
+]
 Warmup = Annotated[
     float,
     typer.Option(
@@ -506,6 +534,9 @@ class ClusterFlags:
     max_num_batched_tokens: MaxNumBatchedTokens = None
     max_num_seqs: MaxNumSeqs = None
     gpu_memory_utilization: GpuMemoryUtilization = 0.9
+    connector: Connector = "lmcache"
+    hicache_ratio: HicacheRatio = 2.0
+    hicache_size: HicacheSize = 0.0
 
     def config(self, **more: Any) -> ClusterConfig:
         """The :class:`~analyzer.replay.ClusterConfig` these flags describe (imported
@@ -534,6 +565,9 @@ class ClusterFlags:
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs,
             gpu_memory_utilization=self.gpu_memory_utilization,
+            connector=self.connector,
+            hicache_ratio=self.hicache_ratio,
+            hicache_size_gb=self.hicache_size,
             **more,
         )
 

@@ -81,6 +81,42 @@ WRITE_POLICIES = ("write-through", "write-through-selective", "on-evict")
 SERVING = ("aggregated", "disaggregated")
 
 
+@dataclass(frozen=True, slots=True)
+class Connector:
+    """How a product moves KV between HBM and the tiers below it (aggregated serving).
+
+    ``chunk_tokens``: what a lower tier stores and returns comes in whole chunks of this
+    many tokens from the prompt's start (0: the engine's blocks); ``layerwise``: a load
+    from host DRAM runs layer by layer beside the prefill that needs it, which waits
+    for a layer only until that layer is in (else the request waits for the whole load
+    before it is scheduled)."""
+
+    name: str
+    chunk_tokens: int
+    layerwise: bool
+    source: str
+
+
+CONNECTORS: dict[str, Connector] = {
+    # LMCache stores each prompt's full 256-token chunks as they are computed
+    # (chunk_size 256; save_unfull_chunk false: no partial chunk) and loads a hit before
+    # the request is scheduled (use_layerwise false); lmcache/v1/config.py.
+    "lmcache": Connector("lmcache", 256, False, "LMCache (lmcache/v1/config.py defaults)"),
+    # vLLM's native CPU offloading (OffloadingConnector) stores each step's newly computed
+    # blocks and loads hits asynchronously before scheduling;
+    # vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py.
+    "vllm": Connector(
+        "vllm", 0, False, "vLLM OffloadingConnector (--kv-offloading-backend native)"
+    ),
+    # SGLang HiCache loads host-DRAM hits into the device pool layer by layer, the forward
+    # of a layer waiting for that layer only (cache controller's layer_done_counter);
+    # storage (L3) hits are prefetched into host DRAM first;
+    # python/sglang/srt/mem_cache/hiradix_cache.py, managers/cache_controller.py.
+    "hicache": Connector("hicache", 0, True, "SGLang HiCache (--enable-hierarchical-cache)"),
+}
+HICACHE_RATIO = 2.0  # SGLang's --hicache-ratio default: host pool = 2 x the device pool
+
+
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise UsageError(message)
@@ -142,6 +178,12 @@ class ClusterConfig:
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     gpu_memory_utilization: float = 0.9
+    # Aggregated: the product moving KV to the tiers below HBM (CONNECTORS). With
+    # "hicache", the DRAM tier per instance is --hicache-size GB per GPU, else
+    # --hicache-ratio times the engine's KV pool, unless dram_capacity_tokens gives it.
+    connector: str = "lmcache"
+    hicache_ratio: float = HICACHE_RATIO
+    hicache_size_gb: float = 0.0
     # Inter-arrival times are multiplied by this (0.5 = twice the trace's rate).
     time_scale: float = 1.0
     # Requests before this fraction of the trace warm the caches and are not measured
@@ -176,6 +218,20 @@ class ClusterConfig:
             _check(v is None or v >= 1, f"--{name.replace('_', '-')} must be at least 1")
             if v is not None:
                 limits.check(v, name, f"--{name.replace('_', '-')}")
+        _check(
+            self.connector in CONNECTORS,
+            f"unknown connector {self.connector!r}; choose one of {', '.join(CONNECTORS)}",
+        )
+        _check(
+            self.hicache_ratio > 0 and math.isfinite(self.hicache_ratio),
+            f"--hicache-ratio must be a positive number, got {self.hicache_ratio}",
+        )
+        _check(
+            self.hicache_size_gb >= 0 and math.isfinite(self.hicache_size_gb),
+            f"--hicache-size must be >= 0 GB, got {self.hicache_size_gb}",
+        )
+        limits.check(self.hicache_ratio, "hicache_ratio", "--hicache-ratio")
+        limits.check(self.hicache_size_gb, "capacity_tokens", "--hicache-size")
         _check(
             0.0 < self.gpu_memory_utilization <= 1.0,
             f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}",
@@ -273,6 +329,7 @@ class ScenarioSpec:
     eviction: str | None = None
     write_policy: str | None = None
     dram_scope: str | None = None
+    connector: str | None = None
     local_capacity_tokens: int | None = None
     dram_capacity_tokens: int | None = None
     nvme_capacity_tokens: int | None = None
@@ -341,7 +398,15 @@ _INT_KEYS = {
     "pool_capacity_tokens",
 }
 _FLOAT_KEYS = {"dram_gbps", "nvme_gbps", "pool_gbps", "pool_aggregate_gbps", "pool_latency_s"}
-_STR_KEYS = {"name", "description", "router", "eviction", "write_policy", "dram_scope"}
+_STR_KEYS = {
+    "name",
+    "description",
+    "router",
+    "eviction",
+    "write_policy",
+    "dram_scope",
+    "connector",
+}
 
 
 def _is_json(path: Path, raw: bytes) -> bool:
@@ -447,6 +512,7 @@ def load_scenarios(path: str | Path) -> list[ScenarioSpec]:
             ("eviction", replay_policies()),
             ("write_policy", WRITE_POLICIES),
             ("dram_scope", DRAM_SCOPES),
+            ("connector", tuple(CONNECTORS)),
         ):
             if key in values and values[key] not in allowed:
                 raise InputError(

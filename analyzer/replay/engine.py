@@ -63,7 +63,7 @@ import numpy as np
 from analyzer.cache.policies import get_policy
 from analyzer.cache.radix import BlockRadix
 from analyzer.progress import Advance
-from analyzer.replay.config import Tier
+from analyzer.replay.config import Connector, Tier
 from analyzer.replay.links import Link
 from analyzer.replay.routers import make_router
 from analyzer.replay.steps import StepPricing
@@ -133,6 +133,8 @@ class Plan:
     # Loaded tokens -> seconds the engine spends scattering them into its paged KV after
     # the transfer (CostModel.hit_overhead_s); None: nothing.
     hit_overhead_s: Callable[[int], float] | None = None
+    connector: Connector | None = None  # how KV moves below HBM (config.CONNECTORS)
+    num_layers: int = 1  # a layer-wise load's prefill waits for its last layer at most
 
 
 @dataclass(slots=True)

@@ -41,6 +41,7 @@ from analyzer.errors import UsageError
 from analyzer.progress import Advance
 from analyzer.replay.capacity import batch_defaults, kv_pool_tokens
 from analyzer.replay.config import (
+    CONNECTORS,
     STANDARD_SCENARIOS,
     UNBOUNDED,
     ClusterConfig,
@@ -173,6 +174,14 @@ def resolve(
                 "raise --tp or give --local-capacity-tokens"
             )
     dram_tokens = c.dram_capacity_tokens
+    if dram_tokens is None and aggregated and c.connector == "hicache":
+        # HiCache sizes its host pool per server: --hicache-size GB per GPU, else
+        # --hicache-ratio times the device pool (SGLang's server_args)
+        if c.hicache_size_gb > 0:
+            per_instance = int(c.hicache_size_gb * 1e9 * c.tp // bpt)
+        else:
+            per_instance = int(c.hicache_ratio * min(local_tokens, UNBOUNDED))
+        dram_tokens = min(per_instance * c.dram_sharers, UNBOUNDED)
     if dram_tokens is None:
         dram_tokens = int(c.dram_capacity_gb * 1e9 // bpt)
     # The engines' DRAM tier lives in each serving process: a node's DRAM is split into
@@ -245,6 +254,8 @@ def resolve(
             hbm_capacity_tokens=min(local_tokens, UNBOUNDED),
             cache_scale=min(sampling_rate, 1.0),
             hit_overhead_s=None if c.free_loads else getattr(cost, "hit_overhead_s", None),
+            connector=CONNECTORS[c.connector],
+            num_layers=int(getattr(getattr(cost, "model", None), "num_layers", 1)),
         )
     return Resolved(
         plan=plan,
@@ -475,6 +486,7 @@ class ScenarioResult:
             "request_overhead_s": plan.step.request_overhead_s,
             "step_model": st.step_source,
             "outputs_drawn": st.outputs_drawn,
+            "connector": plan.connector.name if plan.connector is not None else None,
         }
 
     def to_json(self) -> dict[str, Any]:

@@ -162,6 +162,7 @@ class Job:
     fin: int = 0  # the decode-step count at which it ends
     first_t: float = -1.0
     counted: bool = False  # hits counted (the first admission only)
+    layerwise: bool = False  # its loads run beside its prefill, layer by layer
 
 
 @dataclass(slots=True, eq=False)
@@ -185,6 +186,8 @@ class Engine:
     burst_steps: int = 0  # of which run before the scheduled end
     burst_done: int = 0  # of which applied to the counts already (sync)
     prefill_load: int = 0  # tokens routed here and not yet prefilled (the router's)
+    step_dt: float = 0.0  # the mixed step in progress: its duration
+    held: bool = False  # it ended but waits for a layer-wise load's last layers
 
 
 class AggregatedSimulation(Simulation):
@@ -218,6 +221,11 @@ class AggregatedSimulation(Simulation):
         outs, self.drawn = output_lengths(trace)
         self.outs = outs.tolist()
         self.engines = [Engine(inst) for inst in self.instances]
+        conn = plan.connector
+        # lower tiers store and return whole chunks of this many blocks
+        self.chunk = max(1, conn.chunk_tokens // self.bs) if conn is not None else 1
+        self.layerwise = conn is not None and conn.layerwise
+        self.layer_share = 1.0 / max(1, plan.num_layers)
         self.selective = plan.write_policy == "write-through-selective"
         self.on_evict = plan.write_policy == "on-evict"
         # a tier below HBM that several instances write (the pool, a node's DRAM)
@@ -303,7 +311,24 @@ class AggregatedSimulation(Simulation):
                         out.append((t + scatter, XFER_START, self._next_seq(), None, j))
                     else:
                         self._load_ended(j, t, out)
+                elif j.pending == 0 and j.layerwise and j.state != WAITING:
+                    self._layers_loaded(j, t, out)
         return out
+
+    def _layers_loaded(self, j: Job, t: float, out: list[tuple[Any, ...]]) -> None:
+        """A layer-wise load of ``j`` has ended at ``t``: its blocks are in HBM, and a
+        step held for it ends once its last layer is computed."""
+        e = j.eng
+        assert e is not None
+        j.layerwise = False
+        self._sync(e, t, out)
+        if j.matched > j.pinned:
+            self._cache(j, e, j.matched, t)
+        batch = e.batch
+        if e.held and batch is not None and not any(x.layerwise for x, _ in batch):
+            e.held = False
+            end = t + e.step_dt * self.layer_share
+            out.append((end, STEP_DONE, self._next_seq(), e, e.version))
 
     def _load_ended(self, j: Job, t: float, out: list[tuple[Any, ...]]) -> None:
         """``j``'s loads and their scatter have ended at ``t``."""
@@ -322,6 +347,9 @@ class AggregatedSimulation(Simulation):
         n = e.n_dec
         if e.batch is not None:
             batch = e.batch
+            if any(j.layerwise for j, _ in batch):
+                e.held = True  # a layer-wise load is still arriving (_layers_loaded)
+                return out
             e.batch = None
             if n:
                 e.steps += 1
@@ -432,6 +460,7 @@ class AggregatedSimulation(Simulation):
                 pa += take * (j.hit + j.done + take / 2.0)
             dt = self.step_fn(self.c, float(pt), pa, float(e.n_dec), float(e.kv_dec))
             self._account(chunks, pt, pa, e, dt)
+            e.step_dt = dt
             e.batch = chunks
             e.busy = True
             e.version += 1
@@ -503,8 +532,10 @@ class AggregatedSimulation(Simulation):
         if self.on_evict and self.shared_lower and m < len(blocks):
             self._sync_all(t, out)  # other instances' evictions written down so far
         if m < len(blocks):
+            g = self.chunk
             for tier in inst.lower:
                 mt = tier.cache.match(blocks)
+                mt -= mt % g  # whole chunks only
                 if mt > matched:
                     tier.cache.touch_prefix(blocks, mt, t)
                     n_bytes = (mt - matched) * self.bpb
@@ -525,8 +556,13 @@ class AggregatedSimulation(Simulation):
         e.prefill_load -= j.hit
         e.running[j] = None
         if transfers and not self.free:
-            j.state = LOADING
+            # host-DRAM hits of a layer-wise connector load beside the prefill
+            beside = self.layerwise and all(tier.level == 1 for tier, _ in transfers)
+            j.state = PREFILL if beside else LOADING
+            j.layerwise = beside
             j.pending = len(transfers)
+            if beside:
+                e.prefill.append(j)
             for tier, n_bytes in transfers:
                 if tier.latency_s > 0:
                     out.append(
@@ -653,7 +689,7 @@ class AggregatedSimulation(Simulation):
         """Preempt the most recently admitted running request that is not loading (it
         recomputes later); False when there is none."""
         for j in reversed(e.running):
-            if j.state != LOADING:
+            if j.state != LOADING and not j.pending:
                 break
         else:
             return False
@@ -696,7 +732,9 @@ class AggregatedSimulation(Simulation):
             self._spill(e.inst, 0, evicted, t, out)
 
     def _store(self, j: Job, inst: Instance, nb: int, t: float, out: list[tuple[Any, ...]]) -> None:
-        """Write ``j``'s first ``nb`` blocks to every lower tier that lacks some."""
+        """Write ``j``'s first ``nb`` blocks, in whole chunks, to every lower tier that
+        lacks some."""
+        nb -= nb % self.chunk
         if nb <= j.stored:
             return
         chain = j.blocks[:nb]
