@@ -41,7 +41,7 @@ def test_the_matrix_says_what_holds_and_names_its_sources():
     }
     assert pooled["vLLM + Mooncake Store"].holds
     assert pooled["SGLang HiCache (Mooncake L3)"].holds
-    assert "SGLang >= 0.5.20" in pooled["SGLang HiCache (Mooncake L3)"].needs
+    assert "SGLang 0.5.20 or later" in pooled["SGLang HiCache (Mooncake L3)"].needs
     lm = pooled["vLLM + LMCache (Mooncake remote)"]
     assert not lm.holds and [p.id for p in lm.leaks] == ["lmcache-vllm-inprocess"]
     words = salting.refusal(lm)
@@ -119,3 +119,62 @@ def test_the_client_example_is_python():
 
     tree = ast.parse(salting.client_example("tenant"))
     assert any(isinstance(n, ast.FunctionDef) and n.name == "cache_salt" for n in tree.body)
+
+
+def _bundle(isolation: str) -> dict[str, object]:
+    from analyzer.advisor.pilot import pilot_commands
+
+    model = ServedModel(repo="org/m")
+    pilot = pilot_commands(
+        inputs=["log.jsonl"],
+        model=model,
+        rate_rps=2.0,
+        duration_s=60,
+        n_requests=120,
+        mean_input_tokens=500,
+        mean_output_tokens=50,
+        tokenizer="cl100k_base",
+        sessions=True,
+    )
+    sizings = {DeployOption.POOLED: _sizing(True), DeployOption.LOCAL_OFFLOAD: _sizing(False)}
+    files = bundle(
+        sizings, DeployOption.POOLED, model=model, pilot=pilot, isolation=isolation, tenants=12
+    )
+    return {f.path: f for f in files}
+
+
+def test_a_shared_bundle_says_the_pool_is_shared_and_names_the_salt():
+    files = _bundle("shared")
+    index = files["deploy/README.md"].text  # type: ignore[attr-defined]
+    assert "shared across all 12 tenants" in index
+    assert "cache_salt" in index and "extra_key" in index
+    assert not any(p.startswith("deploy/isolation/") for p in files)
+    assert "deploy/pooled/vllm-lmcache-mooncake/launch.sh" in files
+
+
+@pytest.mark.parametrize("policy", ["tenant", "user"])
+def test_an_isolated_bundle_salts_what_holds_and_refuses_what_leaks(policy, tmp_path):
+    files = _bundle(policy)
+    # vLLM + Mooncake Store and SGLang HiCache key every tier by the salt: written.
+    assert "deploy/pooled/vllm-mooncake-store/launch.sh" in files
+    assert "deploy/pooled/sglang-hicache-mooncake/launch.sh" in files
+    # LMCache's in-process connector drops it through 0.5.6: no settings, a refusal.
+    lm = [p for p in files if "lmcache" in p]
+    assert lm == [
+        "deploy/pooled/vllm-lmcache-mooncake/ISOLATION.md",
+        "deploy/local-offload/vllm-lmcache-cpu/ISOLATION.md",
+    ]
+    refusal = files[lm[0]].text  # type: ignore[attr-defined]
+    assert "would share KV blocks across tenants" in refusal and "2878" in refusal
+    assert not any("kubernetes/vllm-lmcache" in p for p in files)
+    readme = files["deploy/isolation/README.md"].text  # type: ignore[attr-defined]
+    assert "kvpool probe" in readme and "SGLang 0.5.20 or later" in readme
+    hook = files["deploy/isolation/litellm/cache_salt_hook.py"].text  # type: ignore[attr-defined]
+    import ast
+
+    ast.parse(hook)
+    assert ("/{data.get('user')" in hook) is (policy == "user")
+    for name in ("litellm/config.yaml", "envoy/cache-salt-filter.yaml"):
+        yaml.safe_load(files[f"deploy/isolation/{name}"].text)  # type: ignore[attr-defined]
+    index = files["deploy/README.md"].text  # type: ignore[attr-defined]
+    assert f"Tenant isolation ({policy})" in index and "isolation/README.md" in index

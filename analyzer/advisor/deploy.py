@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analyzer.advisor import products as P
+from analyzer.advisor import salting
 from analyzer.advisor.figures import DeployOption
 from analyzer.advisor.pilot import PilotCommand
 from analyzer.advisor.served import ServedModel
@@ -32,9 +33,9 @@ ROOT = "deploy"
 class DeployFile:
     path: str  # relative to the report directory, e.g. "deploy/pooled/.../mooncake.json"
     option: DeployOption
-    role: str  # "recommended" | "runner-up" | "index"
+    role: str  # "recommended" | "runner-up" | "index" | "isolation" (the gateway side)
     stack: str  # e.g. "vLLM + Mooncake Store"
-    kind: str  # "json" | "yaml" | "bash" | "env" | "markdown"
+    kind: str  # "json" | "yaml" | "bash" | "env" | "markdown" | "python"
     checked: str  # the product versions this file was checked against
     text: str
 
@@ -613,6 +614,8 @@ def _index(
     recommended: DeployOption,
     pilot: Sequence[PilotCommand],
     model: ServedModel,
+    isolation: str = "shared",
+    tenants: int = 0,
 ) -> DeployFile:
     lines = [
         "# Deployment bundle",
@@ -636,6 +639,16 @@ def _index(
             else []
         ),
     ]
+    if isolation == "shared":
+        lines += [salting.shared_paragraph(tenants), ""]
+    else:
+        lines += [
+            f"**Tenant isolation ({isolation})**: every request must carry a cache salt "
+            "set by the gateway; `isolation/README.md` says how, which stacks key every "
+            "tier by it, and how to test it. Stacks that would share blocks across "
+            "tenants at these versions are not written (their folder holds ISOLATION.md).",
+            "",
+        ]
     for mode, sz in sizings.items():
         units = unit_sizes(sz, mode)
         if not units:
@@ -687,9 +700,13 @@ def bundle(
     model: ServedModel,
     master: str = "mooncake-master:50051",
     pilot: Sequence[PilotCommand] = (),
+    isolation: str = "shared",
+    tenants: int = 0,
 ) -> tuple[DeployFile, ...]:
     """The bundle for each option in ``sizings`` (recommended first, then the
-    runner-up), plus ``deploy/README.md`` indexing them."""
+    runner-up), plus ``deploy/README.md`` indexing them. Under ``isolation`` tenant or
+    user, :func:`salted` keeps the stacks that key every tier by the cache salt and adds
+    ``deploy/isolation/``; ``tenants``: how many the log has (for the shared note)."""
     files: list[DeployFile] = []
     for mode, sz in sizings.items():
         role = "recommended" if mode == recommended else "runner-up"
@@ -700,7 +717,73 @@ def bundle(
             files += _local(sz, model, role)
         else:
             files += _prefix_only(sz, model, role)
-    return (_index(files, sizings, recommended, pilot, model), *files)
+    if isolation != "shared":
+        probe = next((c for c in pilot if c.purpose.startswith("tenant isolation")), None)
+        files = salted(files, isolation, recommended, probe)
+    return (_index(files, sizings, recommended, pilot, model, isolation, tenants), *files)
+
+
+def salted(
+    files: list[DeployFile],
+    isolation: str,
+    recommended: DeployOption,
+    probe: PilotCommand | None = None,
+) -> list[DeployFile]:
+    """The bundle under a cache salt per tenant or user: each stack whose every tier keys
+    by the salt at the versions the bundle targets is kept; each other one is replaced by
+    an ``ISOLATION.md`` saying that it would share blocks across tenants and what fixes
+    it (analyzer/advisor/salting.py); ``deploy/isolation/`` holds the gateway side."""
+    by_stack: dict[tuple[DeployOption, str], list[DeployFile]] = {}
+    for f in files:
+        by_stack.setdefault((f.option, f.stack), []).append(f)
+    out: list[DeployFile] = []
+    stacks: list[salting.StackSalt] = []
+    for (option, stack), group in by_stack.items():
+        status = salting.stack_salt(option, stack)
+        assert status is not None, f"no salt paths for {option} {stack}"
+        if status.paths:
+            stacks.append(status)
+        if status.holds:
+            out += group
+            continue
+        folder = group[0].path.rsplit("/", 1)[0]
+        text = (
+            f"# {md_text(stack)}: not written under tenant isolation\n\n"
+            f"{md_text(salting.refusal(status))}\n\nSee ../../isolation/README.md.\n"
+        )
+        out.append(
+            DeployFile(f"{folder}/ISOLATION.md", option, group[0].role, stack, "markdown",
+                       group[0].checked, text)
+        )  # fmt: skip
+    d = f"{ROOT}/isolation"
+    checked = _checked("vLLM", "SGLang HiCache")
+    run = (
+        probe.command
+        if probe is not None
+        else "kvpool probe http://ENGINE_A:8000 http://ENGINE_B:8000 --model MODEL"
+    )
+
+    def add(path: str, kind: str, text: str) -> None:
+        out.append(
+            DeployFile(f"{d}/{path}", recommended, "isolation", "gateway", kind, checked, text)
+        )
+
+    add("README.md", "markdown", salting.isolation_readme(isolation, stacks, run, md_text, md_code))
+    hook = salting.litellm_hook(isolation)
+    add("litellm/cache_salt_hook.py", "python", f"# Checked against: {comment(checked)}\n{hook}")
+    add(
+        "litellm/config.yaml",
+        "yaml",
+        f"# Checked against: {comment(checked)}\n{salting.litellm_config()}",
+    )
+    add(
+        "envoy/cache-salt-filter.yaml",
+        "yaml",
+        f"# Checked against: {comment(checked)}\n{salting.envoy_filter()}",
+    )
+    client = salting.client_example(isolation)
+    add("client/cache_salt_client.py", "python", f"# Checked against: {comment(checked)}\n{client}")
+    return out
 
 
 def deploy_sizings(

@@ -33,6 +33,7 @@ from analyzer.advisor.served import ServedModel
 from analyzer.quoting import comment, shell
 
 EXPORT = "pilot-trace.jsonl"
+PROBE_RESULTS = "isolation-probe.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,9 @@ def pilot_commands(
     out_known = mean_output_tokens is not None
     mean_out = max(1, round(mean_output_tokens)) if mean_output_tokens is not None else 256
     host = url.removeprefix("http://").partition(":")[0]
+    # The probe's second engine: the next instance of the launch scripts' serve loop.
+    base, _, port = url.rpartition(":")
+    second = f"{base}:{int(port) + 1}" if port.isdigit() else "http://ENGINE_B:8000"
     return (
         PilotCommand(
             "kvpool",
@@ -139,6 +143,15 @@ def pilot_commands(
             ),
             "prompts are built from hash_ids (input_length and sessions are not replayed); "
             "--request-rate is ignored for this dataset",
+        ),
+        PilotCommand(
+            "kvpool probe",
+            "tenant isolation gate: the same prefix under two cache salts must not hit",
+            f"kvpool probe {url} {second} --model {model.arg} -o {PROBE_RESULTS}",
+            "two engines sharing the pool (the second reaches the first one's blocks only "
+            "through it: another instance or node), run idle; vLLM reports cached tokens "
+            "with --enable-prompt-tokens-details, SGLang with --enable-cache-report; then "
+            f"`kvpool validate {PROBE_RESULTS} --report report.json`",
         ),
         PilotCommand(
             "vLLM bench serve",

@@ -270,7 +270,7 @@ class StackSalt:
     @property
     def needs(self) -> str:
         """The versions the stack needs for the salt to hold, in words."""
-        parts = [f"{p.product} >= {p.keyed_since}" for p in self.paths if p.keyed_since]
+        parts = [f"{p.product} {p.keyed_since} or later" for p in self.paths if p.keyed_since]
         return ", ".join(dict.fromkeys(parts))
 
     @property
@@ -449,3 +449,99 @@ def complete(client: OpenAI, model: str, owner: str, messages: list[dict]) -> st
     )
     return answer.choices[0].message.content or ""
 '''
+
+
+def litellm_config() -> str:
+    """The proxy config lines that load the hook (beside the team's own model_list)."""
+    return (
+        "# kvpool deploy: load the cache-salt hook in the LiteLLM proxy (add to your\n"
+        "# config.yaml; cache_salt_hook.py sits beside it, KVPOOL_CACHE_SALT_SECRET in the\n"
+        "# proxy's environment). Docs: https://docs.litellm.ai/docs/proxy/call_hooks\n"
+        "litellm_settings:\n"
+        "  callbacks: cache_salt_hook.proxy_handler_instance\n"
+    )
+
+
+def isolation_readme(
+    policy: str,
+    stacks: list[StackSalt],
+    probe: str,
+    md_text: Any,
+    md_code: Any,
+) -> str:
+    """``deploy/isolation/README.md``: the salt end to end for the bundle's stacks.
+    ``md_text`` / ``md_code`` are the Markdown sink's quoting functions."""
+    unit = "end user within each tenant" if policy == "user" else "tenant"
+    lines = [
+        f"# Tenant isolation: a cache salt per {unit}",
+        "",
+        f"`kvpool analyze --isolation {policy}` measured every figure of this report with "
+        f"each block keyed by {unit}, as a salt does. The salt holds only if every "
+        "request carries it and every tier keys by it:",
+        "",
+        "1. **The gateway sets it, never the client**, from the authenticated identity, "
+        "written over whatever the request carried. The request field is `cache_salt` "
+        "(vLLM; SGLang beside `extra_key`, which older SGLang releases take instead). "
+        "Derive it as HMAC-SHA256(secret, "
+        + ("tenant/user" if policy == "user" else "tenant")
+        + "): stable within the owner, never a name, never computable without the secret.",
+        "   - LiteLLM proxy: `litellm/cache_salt_hook.py` with `litellm/config.yaml`;",
+        "   - Envoy: `envoy/cache-salt-filter.yaml` (a Lua filter taking the salt from a "
+        "header your identity layer sets);",
+        "   - your own backend: `client/cache_salt_client.py`.",
+        "2. **Every tier keys by it**, at the versions below (analyzer/advisor/salting.py "
+        "keeps the sources):",
+        "",
+        "| option | stack | keys every tier by the salt | needs |",
+        "|---|---|---|---|",
+    ]
+    for s in stacks:
+        holds = "yes" if s.holds else "**no: not written under isolation**"
+        lines.append(f"| {s.option} | {md_text(s.stack)} | {holds} | {md_text(s.needs or '-')} |")
+    refused = [s for s in stacks if not s.holds]
+    if refused:
+        lines += ["", "Stacks this bundle leaves out under isolation:", ""]
+        lines += [f"- **{md_text(s.stack)}** ({s.option}): {md_text(refusal(s))}" for s in refused]
+    lines += [
+        "",
+        "3. **The router hashes it too** when it scores prefix matches, or it pins a "
+        "request to the instance holding another tenant's prefix (no leak: the engine "
+        "misses; lost affinity):",
+        "",
+    ]
+    for r in ROUTERS:
+        state = f"since {r.keyed_since}" if r.keyed_since else f"not in every release ({r.note})"
+        lines.append(f"- {md_text(r.product)}: {md_text(r.path)}; {md_text(state)}; {r.sources[0]}")
+    lines += [
+        "",
+        "4. **Test it** on the pilot, idle, before tenants share the pool: the same prefix "
+        "under two salts must not hit (the isolation gate of the report's pilot plan).",
+        "",
+        md_code(probe, "bash"),
+        "",
+        "Every path kvpool knows, with the version that first keys it and its sources:",
+        "",
+        "| product | path | keyed since | sources |",
+        "|---|---|---|---|",
+    ]
+    for p in SALT_PATHS:
+        since = p.keyed_since or "no release"
+        lines.append(
+            f"| {md_text(p.product)} | {md_text(p.path)} | {md_text(since)} | "
+            + "; ".join(p.sources)
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def shared_paragraph(tenants: int) -> str:
+    """What the bundle's index says under ``--isolation shared``."""
+    who = f"all {tenants} tenants of the log" if tenants > 1 else "every tenant"
+    return (
+        f"**This pool is shared across {who}**: no request carries a cache salt, so any "
+        "tenant's request can hit (and time) another tenant's cached prompts "
+        "(docs/security.md). To keep tenants apart, the gateway sets `cache_salt` (vLLM, "
+        "SGLang) or `extra_key` (older SGLang) per tenant on every request; `kvpool "
+        "analyze --isolation tenant` prices that and writes the salted bundle, and the "
+        "report's isolation section says what it costs."
+    )
