@@ -20,6 +20,9 @@ def main_not_rerun() -> Iterator[None]:
     Streamlit page script, which each worker would re-run outside a server, seconds of
     work and hundreds of "missing ScriptRunContext" warnings. While the workers start,
     ``__main__`` names neither a module nor a file, so nothing is re-run."""
+    from analyzer.spill import owner
+
+    owner()  # the workers inherit it: their spill folders name this process
     main = sys.modules.get("__main__")
     if main is None:
         yield

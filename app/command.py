@@ -174,9 +174,10 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"kvpool dashboard: {address}  (Ctrl-C to stop)", err=False)
         sys.stdout.flush()
         import shutil
-        import tempfile
 
-        scratch = tempfile.mkdtemp(prefix="kvpool-dashboard-")
+        from analyzer.spill import new_dir
+
+        scratch = str(new_dir("dashboard"))  # uploaded logs: swept if we are SIGKILLed
         env[ENV_SCRATCH] = scratch
         env[ENV_ROOTS] = os.pathsep.join(
             [str(Path.cwd()), *([str(input.resolve().parent)] if input is not None else [])]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -124,7 +123,9 @@ def scratch_dir() -> Path:
         if given and Path(given).is_dir():
             _UPLOAD_DIR = Path(given)
         else:
-            _UPLOAD_DIR = Path(tempfile.mkdtemp(prefix="kvpool-dashboard-"))
+            from analyzer.spill import new_dir
+
+            _UPLOAD_DIR = new_dir("dashboard")
         atexit.register(shutil.rmtree, _UPLOAD_DIR, ignore_errors=True)
     return _UPLOAD_DIR
 

@@ -335,9 +335,9 @@ def test_a_stopped_command_removes_its_copy_of_a_pipe(tmp_path, how):
     )
     try:
         deadline = time.monotonic() + 60
-        while not list(tmp.glob("kvpool-stdin-*")) and time.monotonic() < deadline:
+        while not list(tmp.glob("kvpool-spill-*/*.stdin-*")) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert list(tmp.glob("kvpool-stdin-*")), "the copy's folder was never made"
+        assert list(tmp.glob("kvpool-spill-*/*.stdin-*")), "the copy's folder was never made"
         proc.send_signal(getattr(signal, how))
         _, err = proc.communicate(timeout=30)
     finally:
@@ -345,7 +345,7 @@ def test_a_stopped_command_removes_its_copy_of_a_pipe(tmp_path, how):
             proc.kill()
     assert proc.returncode == 130
     assert "Traceback" not in err.decode()
-    assert not list(tmp.glob("kvpool-stdin-*"))
+    assert not list(tmp.glob("kvpool-spill-*/*.stdin-*"))
 
 
 def test_a_pipe_that_cannot_be_opened_is_a_one_line_error(tmp_path, monkeypatch):
@@ -366,11 +366,13 @@ def test_a_pipe_that_cannot_be_opened_is_a_one_line_error(tmp_path, monkeypatch)
         return real(path, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(stdio.os, "open", refused)
-    monkeypatch.setattr(stdio.tempfile, "tempdir", str(tmp_path))  # where the copy goes
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the copy goes
     said = r"log\.fifo.*cannot read the pipe: Permission denied"
     with pytest.raises(InputError, match=said), stdio.stdin_inputs([fifo]):
         pass
-    assert not list(tmp_path.glob("kvpool-stdin-*"))
+    assert not list(tmp_path.glob("kvpool-spill-*/*.stdin-*"))
 
 
 def test_a_command_started_under_nohup_outlives_a_closed_terminal(tmp_path):

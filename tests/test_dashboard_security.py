@@ -58,7 +58,7 @@ def _wait(cond, timeout: float) -> bool:
 
 
 def _scratch_dirs(tmp: Path) -> set[str]:
-    return {p.name for p in tmp.glob("kvpool-dashboard-*")}
+    return {p.name for p in tmp.glob("kvpool-spill-*/*.dashboard-*")}
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["term", "kill"])

@@ -19,6 +19,7 @@ LAYERS = {
     "limits": 1,
     "outputs": 1,
     "quoting": 1,
+    "spill": 1,
     "progress": 1,
     "spawn": 1,
     "trace": 1,

@@ -155,6 +155,10 @@ def main() -> None:
     trim(command)
     stop_like_ctrl_c()
     try:
+        from analyzer import spill
+
+        spill.owner()  # worker processes name this one as their spill folders' owner
+        spill.sweep()  # what a SIGKILLed command left (docs/security.md)
         only(command)()
     except KvpoolError as exc:
         _error(str(exc), exc.exit_code)
@@ -173,6 +177,10 @@ def main() -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    finally:
+        from analyzer import spill
+
+        spill.tidy()
 
 
 if __name__ == "__main__":

@@ -24,13 +24,13 @@ import select
 import shutil
 import stat
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from analyzer.errors import InputError, Location, UsageError, show_as
+from analyzer.spill import new_dir
 
 STDIO = "-"
 STDIN_NAME = "<stdin>"
@@ -93,7 +93,7 @@ def stdin_inputs(paths: Sequence[Path]) -> Iterator[list[Path]]:
             "'-' reads from stdin, which is a terminal",
             hint="pipe the file in: zcat log.jsonl.gz | kvpool reuse -",
         )
-    folder = Path(tempfile.mkdtemp(prefix="kvpool-stdin-"))  # mode 0700
+    folder = new_dir("stdin")  # mode 0700, swept if this command is SIGKILLed
     copies: dict[str, Path] = {}
     _taken = _taken or bool(stdin)
     try:
@@ -161,7 +161,7 @@ def output_file(path: Path, *, what: str = "output") -> Iterator[Path]:
     if not is_stdio(path):
         yield path
         return
-    folder = Path(tempfile.mkdtemp(prefix="kvpool-stdout-"))
+    folder = new_dir("stdout")
     try:
         tmp = folder / "stdout"
         yield tmp

@@ -51,6 +51,7 @@ from analyzer.ingest.parallel import (
 )
 from analyzer.ingest.readers import SplitMisaligned
 from analyzer.ingest.spool import SpoolFile
+from analyzer.spill import new_dir
 
 if TYPE_CHECKING:
     from analyzer.ingest.pipeline import _Builder
@@ -238,7 +239,7 @@ def _put_spool(data: bytes, res: PieceResult) -> PieceResult:
         return res
     import shutil
 
-    d = tempfile.mkdtemp(prefix="kvpool-rows-")
+    d = str(new_dir("rows"))
     try:
         with open(os.path.join(d, "rows.arrow"), "wb") as f:
             f.write(data)

@@ -42,7 +42,6 @@ import math
 import multiprocessing as mp
 import os
 import shutil
-import tempfile
 from array import array
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -66,6 +65,7 @@ from analyzer.ingest.readers import (
 )
 from analyzer.ingest.spool import RowSpool, SpoolFile
 from analyzer.spawn import start_processes
+from analyzer.spill import new_dir
 
 if TYPE_CHECKING:
     from analyzer.ingest.pipeline import _Builder
@@ -324,7 +324,7 @@ def _read_piece(b: _Builder, piece: Piece) -> PieceResult:
     b.hasher.forget()  # handles of the last piece's recorder must not be recalled
     lcp_dir = ""
     if b.exact_wanted:
-        lcp_dir = tempfile.mkdtemp(prefix="kvpool-lcp-")
+        lcp_dir = str(new_dir("lcp"))  # token spill: the prompts, decodable
         b.lcp = LcpRecorder(lcp_dir)  # type: ignore[assignment]
     ctx = FileContext(piece.path, piece.fmt, b.opts, shared=b.shared)
     ctx.timed, ctx.time_name = piece.timed, piece.time_name

@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.errors import OutputError
+from analyzer.spill import new_dir
 
 # Columns of the canonical schema that are spooled as read (arrival_s and
 # token_lcp_prev are computed at the end).
@@ -215,7 +216,7 @@ class RowSpool:
             self._spool()
 
     def _open(self) -> None:
-        d = tempfile.mkdtemp(prefix="kvpool-rows-")
+        d = str(new_dir("rows"))
         self._dirs.append(d)
         self._files.append(os.path.join(d, "rows.arrow"))
         self._sink = pa.OSFile(self._files[-1], "wb")

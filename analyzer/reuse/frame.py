@@ -27,6 +27,7 @@ hashes name each block once per request (true of every trace kvpool writes).
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ import numpy as np
 import polars as pl
 
 from analyzer.errors import InputError, Location
+from analyzer.spill import new_dir
 
 if TYPE_CHECKING:
     from analyzer.progress import Advance
@@ -680,8 +682,6 @@ def analyze_canonical(
     ``isolation`` keys every block by its request's salt group first
     (:func:`analyzer.reuse.isolation.isolate_frame`).
     """
-    import tempfile
-
     from analyzer.reuse import analysis as a
     from analyzer.reuse.isolation import isolate, isolate_frame
     from analyzer.trace import BlockTrace
@@ -716,8 +716,11 @@ def analyze_canonical(
         )
     if n == 0:
         return unmeasurable("the trace has no requests")
-    with tempfile.TemporaryDirectory(prefix="kvpool-reuse-") as tmp:
-        return _measure(lf, meta, req, opts, step, Path(tmp), rows_per_part)
+    tmp = new_dir("reuse")
+    try:
+        return _measure(lf, meta, req, opts, step, tmp, rows_per_part)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _shape(block_size: int, req: Requests, n_blocks: int) -> TraceShape:
