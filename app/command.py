@@ -9,6 +9,7 @@ address, and stops the server cleanly on Ctrl-C.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,23 +23,33 @@ from analyzer.errors import InputError, Location, UsageError
 
 APP_DIR = Path(__file__).resolve().parent
 ENTRYPOINT = APP_DIR / "streamlit_app.py"
+SERVER = APP_DIR / "server.py"  # ENTRYPOINT behind the Host header allow-list
+# The Host headers the server answers (app/server.py), besides the one --host names.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 
 # Environment read by the app (see app/state.py).
 ENV_INPUT = "KVPOOL_DASHBOARD_INPUT"
 ENV_MAX_UPLOAD_MB = "KVPOOL_MAX_UPLOAD_MB"
 ENV_SCRATCH = "KVPOOL_DASHBOARD_SCRATCH"  # the server's temporary folder, removed on exit
 ENV_ROOTS = "KVPOOL_DASHBOARD_ROOTS"  # folders the path box may open (os.pathsep list)
+ENV_HOSTS = "KVPOOL_DASHBOARD_HOSTS"  # host names besides loopback the page answers to
 DEFAULT_MAX_UPLOAD_MB = 200
 
 
 def allowed_roots() -> list[Path]:
-    """Folders whose files the path box opens: where the dashboard was started, the
-    bundled samples, and any listed in ``KVPOOL_DASHBOARD_ROOTS``. Anyone who can reach
-    the page could otherwise read the first line of any file the server's user can
-    (``/etc/shadow`` as root, ``~/.ssh/id_ed25519``) through the format error."""
-    roots = [Path.cwd(), APP_DIR.parent / "traces"]
+    """Folders whose files the path box opens: the bundled samples, and those listed in
+    ``KVPOOL_DASHBOARD_ROOTS`` (``kvpool dashboard`` lists the folder of the trace it
+    was given and every ``--data-dir``). Never the server's working directory, which is
+    ``$HOME`` when started there: anyone who can reach the page could otherwise read the
+    first line of any file the server's user can (``~/.ssh/id_ed25519``, ``/etc/shadow``
+    as root) through the format error."""
+    roots = [APP_DIR.parent / "traces"]
     roots += [Path(r) for r in os.environ.get(ENV_ROOTS, "").split(os.pathsep) if r.strip()]
     return [r.expanduser().resolve() for r in roots]
+
+
+# a DNS name, an IPv4 address or a bracketed IPv6 one, as a Host header carries it
+_HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\]")
 
 
 def max_upload_mb() -> int:
@@ -67,7 +78,7 @@ def check_trace_path(path: Path, *, confined: bool = False) -> None:
             raise InputError(
                 "outside the folders this dashboard opens files from",
                 Location(str(path)),
-                hint=f"start kvpool dashboard in the data's folder, or list it in {ENV_ROOTS}",
+                hint="start kvpool dashboard with --data-dir naming the data's folder",
             )
     if path.is_dir():
         raise InputError("is a directory: give one of its files", Location(str(path)))
@@ -97,7 +108,7 @@ def streamlit_command(port: int, upload_mb: int) -> list[str]:
         "-m",
         "streamlit",
         "run",
-        str(ENTRYPOINT),
+        str(SERVER),
         "--server.headless=true",
         "--server.address=127.0.0.1",
         f"--server.port={port}",
@@ -151,10 +162,36 @@ def register(app: typer.Typer) -> None:
         port: Annotated[
             int, typer.Option("--port", "-p", help="Port on 127.0.0.1 to serve on.")
         ] = 8501,
+        data_dir: Annotated[
+            list[Path] | None,
+            typer.Option(
+                "--data-dir",
+                help="A folder the page's path box may open files from (repeatable; the "
+                "bundled samples and INPUT's folder always).",
+            ),
+        ] = None,
+        host: Annotated[
+            str | None,
+            typer.Option(
+                "--host",
+                help="A host name the page also answers to, besides localhost, 127.0.0.1 "
+                "and [::1] (an SSH tunnel's or a reverse proxy's); the server still "
+                "listens on 127.0.0.1 only.",
+            ),
+        ] = None,
     ) -> None:
         """Start the what-if dashboard (Streamlit) on http://127.0.0.1:PORT."""
         if not 1 <= port <= 65535:
             raise UsageError(f"--port must be between 1 and 65535 (got {port})")
+        dirs = [d.expanduser() for d in data_dir or []]
+        for d in dirs:
+            if not d.is_dir():
+                raise UsageError(f"--data-dir {d}: not a folder")
+        if host is not None and not _HOST_NAME.fullmatch(host):
+            raise UsageError(
+                f"--host {host!r} is not a host name or address",
+                hint="e.g. --host dash.internal.example or --host 10.0.0.7",
+            )
         env = dict(os.environ)
         if input is not None:
             check_trace_path(input)
@@ -180,9 +217,11 @@ def register(app: typer.Typer) -> None:
         scratch = str(new_dir("dashboard"))  # uploaded logs: swept if we are SIGKILLed
         env[ENV_SCRATCH] = scratch
         env[ENV_ROOTS] = os.pathsep.join(
-            [str(Path.cwd()), *([str(input.resolve().parent)] if input is not None else [])]
+            [*([str(input.resolve().parent)] if input is not None else [])]
+            + [str(d.resolve()) for d in dirs]
             + [r for r in os.environ.get(ENV_ROOTS, "").split(os.pathsep) if r]
         )
+        env[ENV_HOSTS] = host or ""
         try:
             proc = subprocess.Popen(
                 streamlit_command(port, upload_mb), env=env, preexec_fn=_die_with_parent

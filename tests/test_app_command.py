@@ -18,7 +18,7 @@ runner = CliRunner()
 def test_server_flags_keep_it_local_and_quiet() -> None:
     cmd = command.streamlit_command(8765, 50)
     assert cmd[:4] == [sys.executable, "-m", "streamlit", "run"]
-    assert cmd[4] == str(command.ENTRYPOINT) and command.ENTRYPOINT.is_file()
+    assert cmd[4] == str(command.SERVER) and command.SERVER.is_file()
     flags = set(cmd[5:])
     assert {
         "--server.headless=true",

@@ -23,8 +23,13 @@ def test_path_box_is_confined_to_the_allowed_folders(tmp_path, monkeypatch) -> N
     inside = tmp_path / "data" / "log.jsonl"
     inside.parent.mkdir()
     inside.write_text("{}\n")
+    # the server's working directory (often $HOME) is not a root
     monkeypatch.chdir(inside.parent)
     monkeypatch.delenv(command.ENV_ROOTS, raising=False)
+    with pytest.raises(InputError, match="outside the folders"):
+        command.check_trace_path(inside, confined=True)
+    command.check_trace_path(command.APP_DIR.parent / "traces" / "chat.jsonl.zst", confined=True)
+    monkeypatch.setenv(command.ENV_ROOTS, str(inside.parent))  # --data-dir, INPUT's folder
     command.check_trace_path(inside, confined=True)
     for outside in (Path("/etc/passwd"), inside.parent / ".." / "x.jsonl"):
         with pytest.raises(InputError, match="outside the folders"):
@@ -87,3 +92,76 @@ def test_server_stops_with_its_parent_and_leaves_no_scratch(tmp_path, how) -> No
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def _status(port: int, host: str, websocket: bool = False) -> int:
+    """The status of a plain GET (or a WebSocket handshake) with this Host header."""
+    import base64
+
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        head = [
+            f"GET {'/_stcore/stream' if websocket else '/_stcore/health'} HTTP/1.1",
+            f"Host: {host}",
+            "Connection: " + ("Upgrade" if websocket else "close"),
+        ]
+        if websocket:
+            key = base64.b64encode(os.urandom(16)).decode()
+            head += [
+                "Upgrade: websocket",
+                f"Sec-WebSocket-Key: {key}",
+                "Sec-WebSocket-Version: 13",
+                f"Origin: http://{host}",
+            ]
+        s.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+        return int(s.recv(4096).split(b"\r\n", 1)[0].split()[1])
+
+
+@pytest.mark.slow
+def test_the_server_answers_only_loopback_and_the_given_host_names(tmp_path) -> None:
+    """DNS rebinding: a page of the attacker's, whose name resolves to 127.0.0.1, reaches
+    the server with its own name in Host. The real server, started by the command,
+    refuses it on HTTP and on the WebSocket the page talks through."""
+    port = _free_port()
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "analyzer.cli",
+            "dashboard",
+            "--port",
+            str(port),
+            "--host",
+            "dash.internal.example",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "KVPOOL_NO_PROGRESS": "1"},
+    )
+    try:
+        assert _wait(lambda: _listening(port), 90), "the dashboard never started"
+        assert _wait(lambda: _status(port, f"127.0.0.1:{port}") == 200, 60)
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "localhost"):
+            assert _status(port, host) == 200, host
+            assert _status(port, host, websocket=True) == 101, host
+        assert _status(port, f"dash.internal.example:{port}") == 200
+        for host in (f"rebind.attacker.example:{port}", "127.0.0.1.attacker.example", "", "[::2]"):
+            assert _status(port, host) == 400, host
+            assert _status(port, host, websocket=True) == 400, host
+    finally:
+        parent.terminate()
+        parent.wait(timeout=30)
+
+
+def test_bad_dashboard_flags_are_usage_errors(tmp_path) -> None:
+    for flags, msg in (
+        (["--host", "evil host"], "--host"),
+        (["--data-dir", str(tmp_path / "missing")], "--data-dir"),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "analyzer.cli", "dashboard", *flags],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr
