@@ -38,6 +38,7 @@ MAX_REQUEST_TOKENS = 10_000_000
 RANGES: dict[str, Range] = {
     "prompt_tokens": Range(0, MAX_REQUEST_TOKENS, "the longest served context, 10M tokens"),
     "output_tokens": Range(0, MAX_REQUEST_TOKENS, "the longest served context, 10M tokens"),
+    "cached_tokens": Range(0, MAX_REQUEST_TOKENS, "a prompt's cached part, 10M tokens at most"),
     "block_size": Range(1, 65_536, "vLLM/SGLang pages are 1-512 tokens, Mooncake's 512"),
     "token_ratio": Range(0.01, 100, "tokenizers differ by well under 2x per token"),
     "tp": Range(1, 1024, "tensor parallelism spans one or a few nodes"),
@@ -57,6 +58,9 @@ RANGES: dict[str, Range] = {
     "model_layers": Range(1, 1024, "the deepest published models have ~200 layers"),
     "model_width": Range(1, 1_048_576, "hidden sizes and head counts"),
     "model_params": Range(1, 1e14, "10^14 parameters is 100x today's largest"),
+    "hours_per_month": Range(1, 744, "a calendar month has at most 744 hours"),
+    "price_usd": Range(0, 1_000_000, "no GPU-hour, GB-month, NIC or store price nears $10^6"),
+    "synth_requests": Range(1, 10_000_000, "ten million requests is about 50 GB of chat log"),
 }
 
 

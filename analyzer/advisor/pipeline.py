@@ -823,7 +823,7 @@ def _measured_vs_projected(
     measured = measure_cached(trace, opts.warmup)
     if measured is None:
         return None
-    if not usable:
+    if not usable or measured.overall.requests == 0:  # nothing measured to compare
         return MeasuredAgainstProjected(measured)
     current = CurrentDeployment(
         opts.current_instances, opts.current_router, opts.current_local_capacity_tokens

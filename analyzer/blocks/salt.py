@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 
 from analyzer.errors import InputError, Location, OutputError
@@ -18,20 +19,47 @@ DEFAULT_SALT_FILE = Path(".kvpool-salt")
 SALT_BYTES = 32
 
 
+def _read(p: Path) -> bytes:
+    """The salt in the file ``p``: a regular file of hex text (a FIFO or a device would
+    block the read or never end, so they are refused before it)."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise InputError(
+            f"cannot read the salt file: {exc.strerror or exc}", Location(str(p))
+        ) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(
+                "salt file is not a regular file (a pipe, a device or a folder)",
+                Location(str(p)),
+                hint="point --salt-file at the file holding the salt",
+            )
+        data = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    try:
+        salt = bytes.fromhex(data.decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InputError(
+            "salt file is not hex text", Location(str(p)), hint="delete it to make a new one"
+        ) from exc
+    if not 1 <= len(salt) <= 64:
+        raise InputError("salt must be 1 to 64 bytes", Location(str(p)))
+    return salt
+
+
 def load_salt(path: str | Path | None = None) -> bytes:
     """Read the salt at ``path`` (default ``./.kvpool-salt``), creating it when absent."""
     p = Path(path) if path is not None else DEFAULT_SALT_FILE
+    if p.is_symlink() and not p.exists():
+        raise InputError(
+            "salt file is a symbolic link to nothing",
+            Location(str(p)),
+            hint="remove the link, or point it at the salt file it stood for",
+        )
     if p.exists():
-        try:
-            text = p.read_text(encoding="ascii").strip()
-            salt = bytes.fromhex(text)
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise InputError(
-                "salt file is not hex text", Location(str(p)), hint="delete it to make a new one"
-            ) from exc
-        if not 1 <= len(salt) <= 64:
-            raise InputError("salt must be 1 to 64 bytes", Location(str(p)))
-        return salt
+        return _read(p)
     salt = os.urandom(SALT_BYTES)
     # Write a complete temporary file, then link it into place: a parallel run either
     # wins the link or reads a complete file, never a half-written one.
@@ -43,7 +71,7 @@ def load_salt(path: str | Path | None = None) -> bytes:
         try:
             os.link(tmp, p)
         except FileExistsError:  # created meanwhile by a parallel run: use theirs
-            return load_salt(p)
+            return _read(p)
     except OSError as exc:
         raise OutputError(f"cannot create salt file {p}: {exc.strerror or exc}") from exc
     finally:

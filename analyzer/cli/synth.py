@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -86,14 +88,27 @@ def synth(
     if is_stdio(truth) and is_stdio(output):
         raise UsageError("-o - and --truth - would both write to stdout: give one a file")
     truth_out = nullcontext(None) if truth is None else output_file(truth, what="ground truth")
+    # stdout is streamed as the log is made (`synth -o - | head` stops when head does);
+    # a file is written whole, then renamed into place
+    stream = sys.stdout.buffer if is_stdio(output) else None
     with (
-        output_file(output) as target,
+        nullcontext(Path("stdout")) if stream is not None else output_file(output) as target,
         truth_out as truth_target,
         progress("synth", config.requests, unit="requests") as advance,
     ):
-        stats = generate(
-            config, target, fmt=fmt, truth_path=truth_target, advance=advance, force=force
-        )
+        try:
+            stats = generate(
+                config,
+                target,
+                fmt=fmt,
+                truth_path=truth_target,
+                advance=advance,
+                force=force,
+                stream=stream,
+            )
+        except BrokenPipeError:  # the reader of stdout stopped (`| head`): done, exit 0
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0) from None
     where = "<stdout>" if is_stdio(output) else stats.path
     console = Console(stderr=True)
     console.print(

@@ -337,6 +337,56 @@ def _positive_int(cfg: Mapping[str, Any], key: str, where: Location) -> int:
     return value
 
 
+# Whole-number fields a config may give (counts and sizes; 0 allowed where it means none):
+# each is read as written, so `true` (Python's 1), -5 or 10^12 must not pass as a size.
+_OPTIONAL_INTS = (
+    "num_key_value_heads",
+    "head_dim",
+    "vocab_size",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "sliding_window",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "num_experts",
+    "num_local_experts",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "experts_per_token",
+    "n_shared_experts",
+    "first_k_dense_replace",
+)
+
+
+def _check_optional_ints(cfg: Mapping[str, Any], where: Location) -> None:
+    """Every whole-number field the config gives is one, in range (null: not given)."""
+    for key in _OPTIONAL_INTS:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError(
+                f"field '{key}' must be a whole number >= 0, got {value!r}",
+                Location(where.file, None, key),
+            )
+        if value and (why := limits.reason(value, "model_width")):
+            raise InputError(f"field '{key}' is {value:,}: {why}", Location(where.file, None, key))
+    tied = cfg.get("tie_word_embeddings")
+    if tied is not None and not isinstance(tied, bool):
+        raise InputError(
+            f"field 'tie_word_embeddings' must be true or false, got {tied!r}",
+            Location(where.file, None, "tie_word_embeddings"),
+        )
+
+
 def _layer_kinds(cfg: Mapping[str, Any], layers: int, where: Location) -> tuple[str, ...]:
     types = cfg.get("layer_types")
     if types is not None:
@@ -459,6 +509,7 @@ def spec_from_hf_config(
     cfg: Mapping[str, Any] = config
     if isinstance(cfg.get("text_config"), Mapping) and "num_hidden_layers" not in cfg:
         cfg = {**cfg["text_config"]}
+    _check_optional_ints(cfg, loc)
     layers = _positive_int(cfg, "num_hidden_layers", loc)
     q_heads = _positive_int(cfg, "num_attention_heads", loc)
     hidden = _positive_int(cfg, "hidden_size", loc)

@@ -10,13 +10,13 @@ GPUs and says so, rather than inventing a figure.
 
 from __future__ import annotations
 
-import math
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from analyzer.errors import InputError, Location, UsageError
+from analyzer import limits
+from analyzer.errors import InputError, Location
 
 HOURS_PER_MONTH = 730.0
 
@@ -141,9 +141,9 @@ class PriceOverrides:
             "store_month_usd",
         ):
             v = getattr(self, name)
-            if v is not None and not (math.isfinite(v) and v >= 0):
-                flag = "--" + name.replace("_", "-")
-                raise UsageError(f"{flag} must be a number >= 0, got {v}")
+            if v is not None:
+                # 1e308 x 730 hours is infinite: every figure would silently go unpriced
+                limits.check(v, "price_usd", "--" + name.replace("_", "-"))
 
 
 def prices_path() -> Path:
@@ -179,8 +179,8 @@ def _price(
         raise InputError(
             f"expected a number in '{key}'", Location(str(path), field=f"{field}.{key}")
         )
-    if not (math.isfinite(value) and value >= 0):
-        raise InputError("expected a number >= 0", Location(str(path), field=f"{field}.{key}"))
+    if why := limits.reason(value, "price_usd"):
+        raise InputError(f"{value!r}: {why}", Location(str(path), field=f"{field}.{key}"))
     source = entry.get("source")
     if not isinstance(source, str) or not source.strip():
         raise InputError(
@@ -193,8 +193,8 @@ def _price(
 def _load(path: Path) -> tuple[float, dict[str, Price], dict[str, Price | None]]:
     doc = _read(path)
     hours = doc.get("hours_per_month", HOURS_PER_MONTH)
-    if isinstance(hours, bool) or not isinstance(hours, int | float) or not hours > 0:
-        raise InputError("expected a positive number", Location(str(path), field="hours_per_month"))
+    if why := limits.reason(hours, "hours_per_month"):
+        raise InputError(f"{hours!r}: {why}", Location(str(path), field="hours_per_month"))
     gpus_doc = doc.get("gpus") or {}
     if not isinstance(gpus_doc, dict):
         raise InputError("expected a table", Location(str(path), field="gpus"))

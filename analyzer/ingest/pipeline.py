@@ -299,13 +299,16 @@ class _Builder:
             pos += p.tokens.size
 
     def _add(self, raw: Raw, ctx: FileContext, line: int, t: float) -> None:
-        # One row claiming 10^12 tokens would keep the replay's prefill loop busy for hours.
-        for name, value in (
-            ("prompt_tokens", raw.prompt_tokens),
-            ("output_tokens", raw.output_tokens),
+        # One row claiming 10^12 tokens would keep the replay's prefill loop busy for hours;
+        # 10^9 cached tokens would be a measured hit rate of millions of percent.
+        for field, name, value in (
+            ("prompt_tokens", "prompt_tokens", raw.prompt_tokens),
+            ("output_tokens", "output_tokens", raw.output_tokens),
+            ("usage.prompt_tokens_details.cached_tokens", "cached_tokens", raw.cached_tokens),
+            ("usage.prompt_tokens", "prompt_tokens", raw.engine_prompt_tokens),
         ):
             if value is not None and (why := limits.reason(value, name)):
-                raise RowError(why, name)
+                raise RowError(why, field)
         contents: np.ndarray | None = None
         idx = -1
         approx = raw.approx or (self.hasher.ratio != 1 and raw.block_ids is None)

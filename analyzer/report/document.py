@@ -395,6 +395,8 @@ class MeasuredHits(_View):
     steady_requests: int
     hit_rate: float
     by_model: Mapping[str, MeasuredRate] | None = field(default=None, metadata=_ABSENT)
+    # responses claiming more cached tokens than their prompt holds, left out
+    excluded_requests: int | None = field(default=None, metadata=_ABSENT)
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
 

@@ -476,12 +476,20 @@ def _measured_section(doc: Report) -> Section | None:
         return None
     me = mp.measured
     s = Section("measured", "Measured against projected")
-    s.paragraphs.append(
-        f"The log's responses carry cached_tokens for {num(me.requests)} of the "
-        f"{num(me.steady_requests)} steady-state requests: today's deployment served "
-        f"{pct(me.hit_rate)} of their prompt tokens from its prefix cache "
-        "(sum of cached_tokens / sum of prompt_tokens)."
-    )
+    excluded = me.excluded_requests or 0
+    if me.requests:
+        s.paragraphs.append(
+            f"The log's responses carry cached_tokens for {num(me.requests)} of the "
+            f"{num(me.steady_requests)} steady-state requests: today's deployment served "
+            f"{pct(me.hit_rate)} of their prompt tokens from its prefix cache "
+            "(sum of cached_tokens / sum of prompt_tokens)."
+        )
+    if excluded:
+        s.paragraphs.append(
+            f"{num(excluded)} responses claim more cached tokens than their prompt holds "
+            "and are left out of the measured rate."
+            + ("" if me.requests else " No response's cached_tokens could be used.")
+        )
     pr = mp.projected
     if pr is not None:
         s.tables.append(

@@ -55,6 +55,8 @@ class MeasuredHits:
     steady_requests: int  # steady-state requests, with the field or not
     by_model: dict[str, MeasuredRate] = field(default_factory=dict)
     over_time: list[dict[str, Any]] = field(default_factory=list)
+    # responses claiming more cached tokens than their prompt holds: left out
+    excluded_requests: int = 0
 
     @property
     def coverage(self) -> float:
@@ -72,6 +74,7 @@ class MeasuredHits:
             "coverage": round(self.coverage, 6),
             "by_model": {k: v.to_json() for k, v in self.by_model.items()},
             "over_time": self.over_time,
+            "excluded_requests": self.excluded_requests,
         }
 
 
@@ -93,6 +96,11 @@ def measure_cached(trace: BlockTrace, warmup: float = 0.5) -> MeasuredHits | Non
     if trace.engine_prompt_tokens is not None:
         engine = trace.engine_prompt_tokens[start:]
         prompt = np.where(engine >= 0, engine, prompt)
+    # A response cannot have served more of the prompt from cache than the prompt holds
+    # (the engine's count, or kvpool's when the response leaves it out): such a row is
+    # counted and left out, never a hit rate above 100%.
+    over = has & (cached > prompt)
+    has &= ~over
     c, p = cached[has], prompt[has]
     by_model: dict[str, MeasuredRate] = {}
     if trace.model is not None and trace.model_names:
@@ -121,4 +129,5 @@ def measure_cached(trace: BlockTrace, warmup: float = 0.5) -> MeasuredHits | Non
         steady_requests=int(cached.size),
         by_model=by_model,
         over_time=over_time,
+        excluded_requests=int(over.sum()),
     )

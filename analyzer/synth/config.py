@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from analyzer import limits
 from analyzer.errors import UsageError
 
 PROFILES = ("chat", "agent", "rag", "api", "mixed", "saas")
@@ -59,6 +60,7 @@ class SynthConfig:
             raise UsageError(f"--requests must be a whole number, got {self.requests!r}")
         if self.requests < 1:
             raise UsageError(f"--requests must be at least 1, got {self.requests}")
+        limits.check(self.requests, "synth_requests", "--requests")
         if self.seed < 0:
             raise UsageError(f"--seed must be zero or positive, got {self.seed}")
         if self.rate_rps is not None and self.duration_s is not None:

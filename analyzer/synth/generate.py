@@ -8,6 +8,7 @@ sessions, never the log.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import gzip
@@ -17,7 +18,7 @@ import json
 import math
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -230,6 +231,7 @@ def generate(
     truth_path: str | Path | None = None,
     advance: Advance | None = None,
     force: bool = False,
+    stream: BinaryIO | None = None,
 ) -> SynthStats:
     """Write ``config.requests`` synthetic requests to ``out_path`` (gzip for .gz, zstd for .zst).
 
@@ -237,6 +239,8 @@ def generate(
     tenants, shared templates and documents, and per request its session, the earlier
     request whose whole prompt it resent (``parent``) and how much of it. Both files are
     written atomically (analyzer/outputs.py): an interrupted run leaves neither half-written.
+    With ``stream`` (stdout) the log goes there as it is made, plain, never spooled: a
+    reader that stops early (``| head``) stops the generation (``out_path`` only names it).
     """
     if fmt not in FORMATS:
         raise UsageError(f"unknown output format '{fmt}'", hint="formats: " + ", ".join(FORMATS))
@@ -264,10 +268,13 @@ def generate(
         seq += 1
 
     truth = _Truth() if truth_p is not None else None
-    targets = [out_path] if truth_p is None else [out_path, truth_p]
-    with atomic_paths(targets, force=force) as temps:  # checked before the long run
+    targets = ([] if stream is not None else [out_path]) + ([truth_p] if truth_p else [])
+    files = atomic_paths(targets, force=force) if targets else contextlib.nullcontext([])
+    with files as temps:  # checked before the long run
+        if stream is not None:
+            temps = [None, *temps]  # type: ignore[list-item]
         stats = _run(
-            config, fmt, world, tenants, sources, heap, seq, truth, temps, out_path, advance
+            config, fmt, world, tenants, sources, heap, seq, truth, temps, out_path, advance, stream
         )
     return dataclasses.replace(
         stats, path=str(out_path), truth_path=str(truth_p) if truth_p is not None else None
@@ -286,10 +293,12 @@ def _run(
     temps: Any,
     out_path: Path,
     advance: Any,
+    stream: BinaryIO | None = None,
 ) -> SynthStats:
-    """The generation loop of :func:`generate`, writing to the temporary files ``temps``."""
+    """The generation loop of :func:`generate`, writing to the temporary files ``temps``
+    (or the log to ``stream``)."""
     writer = _Writer(fmt)
-    raw, out = _open_out(temps[0], out_path.name)
+    raw, out = (stream, stream) if stream is not None else _open_out(temps[0], out_path.name)
     n_sessions = prompt_sum = completion_sum = 0
     first_t = last_t = 0.0
     sink = _Sink(out, out_path)
@@ -325,13 +334,16 @@ def _run(
                 advance(1000)
         sink.write(writer)
         sink.close()
+        if stream is not None:
+            stream.flush()
         if advance is not None:
             advance(world.n_requests % 1000)
     finally:
         sink.pool.shutdown(wait=True, cancel_futures=True)
-        if out is not raw:
-            out.close()
-        raw.close()
+        if stream is None:
+            if out is not raw:
+                out.close()
+            raw.close()
     truth_p = temps[1] if truth is not None else None
     if truth is not None and truth_p is not None:
         _write_truth(truth_p, config, fmt, tenants, world, truth, n_sessions)
@@ -376,6 +388,8 @@ class _Sink:
     def _wait(self, fut: Any) -> None:
         try:
             fut.result()
+        except BrokenPipeError:
+            raise  # the reader of stdout stopped (`| head`): the command's end, not an error
         except OSError as exc:
             raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
