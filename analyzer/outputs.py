@@ -286,6 +286,9 @@ def report_dir(
                 hint="create it first (kvpool does not create directories from scratch)",
             )
         if not create:
+            # the folder the files will be made in must take them: found now, not after
+            # the whole analysis (a read-only DIR, a full or read-only disk)
+            _probe(p if p.is_dir() and (force or not any(p.iterdir())) else parent)
             return p, None
         if not p.exists():
             p.mkdir()
@@ -302,6 +305,13 @@ def report_dir(
         raise OutputError(f"no free directory name next to {p}")
     except OSError as exc:
         raise OutputError(f"cannot write reports to {p}: {exc.strerror or exc}") from exc
+
+
+def _probe(d: Path) -> None:
+    """Raise OSError unless a file can be made (and removed) in the folder ``d``."""
+    fd, name = tempfile.mkstemp(dir=d, prefix=".kvpool-probe-")
+    os.close(fd)
+    os.unlink(name)
 
 
 PARTITION = "window_start_s"  # a partitioned canonical dataset's folders: PARTITION=NNN

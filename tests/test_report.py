@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
+import sys
 import tempfile
 from html import escape as html_escape
 from pathlib import Path
@@ -228,7 +230,6 @@ def test_a_failed_write_leaves_no_folder_or_half_bundle(doc, tmp_path, monkeypat
     run is removed, and a folder that was there keeps no half-built bundle."""
     import errno
 
-    import analyzer.outputs as outputs
     from analyzer.errors import OutputError
 
     real_write_text = Path.write_text
@@ -236,14 +237,11 @@ def test_a_failed_write_leaves_no_folder_or_half_bundle(doc, tmp_path, monkeypat
     def full(self: Path, *args: object, **kwargs: object) -> int:
         if fails == "deploy" and ".deploy.tmp" in self.parts and self.name.endswith(".sh"):
             raise OSError(errno.ENOSPC, "No space left on device")
+        if fails == "reports" and self.name.startswith(".report.html."):
+            raise OSError(errno.ENOSPC, "No space left on device")
         return real_write_text(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    def no_room(*args: object, **kwargs: object) -> None:
-        raise OutputError("cannot write report.json: No space left on device")
-
     monkeypatch.setattr(Path, "write_text", full)
-    if fails == "reports":
-        monkeypatch.setattr(outputs, "write_files", no_room)
     with pytest.raises(OutputError, match="No space left on device"):
         write_reports(doc, tmp_path / "new")
     assert not (tmp_path / "new").exists()
@@ -253,3 +251,65 @@ def test_a_failed_write_leaves_no_folder_or_half_bundle(doc, tmp_path, monkeypat
         write_reports(doc, kept, force=True)
     assert kept.is_dir() and not (kept / ".deploy.tmp").exists()
     assert not (kept / "deploy").exists()
+    assert not list(kept.iterdir())  # no report without its bundle, nor a temporary
+    # a folder holding an earlier run keeps it whole: its reports still match its bundle
+    monkeypatch.setattr(Path, "write_text", real_write_text)
+    earlier = write_reports(doc, tmp_path / "earlier")
+    before = {p: p.read_bytes() for p in (tmp_path / "earlier").rglob("*") if p.is_file()}
+    monkeypatch.setattr(Path, "write_text", full)
+    other = json.loads(json.dumps(doc))
+    other["summary"] = ["another run"]
+    with pytest.raises(OutputError, match="No space left on device"):
+        write_reports(other, earlier["json"].parent, force=True)
+    after = {p: p.read_bytes() for p in (tmp_path / "earlier").rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_analyze_finds_an_unwritable_report_folder_before_reading_the_logs(tmp_path, monkeypatch):
+    """A read-only -o DIR (or disk) used to be found only after the whole analysis."""
+    import errno
+    import tempfile
+
+    from typer.testing import CliRunner
+
+    from analyzer.advisor import pipeline
+    from analyzer.cli import app
+    from analyzer.errors import OutputError
+
+    real = tempfile.mkstemp
+
+    def read_only(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        if str(kwargs.get("prefix", "")).startswith(".kvpool-probe-"):
+            raise PermissionError(errno.EROFS, "Read-only file system")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the logs were read before the output folder was checked")
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    monkeypatch.setattr(pipeline, "run_analysis", never)
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"timestamp": 1, "messages": [{"role": "user", "content": "hi"}]}\n')
+    for out, force in ((tmp_path / "new", False), (tmp_path, True), (tmp_path, False)):
+        r = CliRunner().invoke(
+            app, ["analyze", str(log), "-o", str(out), *(["--force"] if force else [])]
+        )
+        assert isinstance(r.exception, OutputError), r.output
+        assert "Read-only file system" in str(r.exception)
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="a folder's mode does not bind root")
+def test_analyze_refuses_a_read_only_report_folder_at_once(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"timestamp": 1, "messages": [{"role": "user", "content": "hi"}]}\n')
+    r = subprocess.run(
+        [sys.executable, "-m", "analyzer.cli", "analyze", str(log), "-o", str(ro)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 4 and "Permission denied" in r.stderr

@@ -119,13 +119,21 @@ def write_deploy(document: Document, out: Path) -> bool:
     """Write the document's deployment bundle to ``out/deploy/`` (launch scripts
     executable). The folder is built beside the old one and swapped in, so a failed
     write never leaves a mix of two analyses' files."""
-    files = _doc(document).deploy.files
-    if not files:
+    staged = _stage_deploy(_doc(document), out)
+    if staged is None:
         return False
-    final = out / "deploy"
+    _swap_in(staged, out / "deploy")
+    return True
+
+
+def _stage_deploy(doc: Report, out: Path) -> Path | None:
+    """The bundle written whole into ``out/.deploy.tmp`` (None: the analysis sized none);
+    a failed write (a full disk, a signal) leaves no half-built folder beside it."""
+    files = doc.deploy.files
+    if not files:
+        return None
     tmp = out / ".deploy.tmp"
-    old = out / ".deploy.old"
-    for d in (tmp, old):
+    for d in (tmp, out / ".deploy.old"):
         if d.exists():
             shutil.rmtree(d)
     try:
@@ -138,15 +146,20 @@ def write_deploy(document: Document, out: Path) -> bool:
             target.write_text(f.text, encoding="utf-8")
             if f.kind == "bash":
                 target.chmod(0o755)
-    except BaseException:  # a full disk, a signal: no half-built bundle left beside it
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    return tmp
+
+
+def _swap_in(staged: Path, final: Path) -> None:
+    """``staged`` renamed to ``final``, the old ``final`` removed after."""
+    old = final.with_name(".deploy.old")
     if final.exists():
         final.rename(old)
-    tmp.rename(final)
+    staged.rename(final)
     if old.exists():
         shutil.rmtree(old)
-    return True
 
 
 def deploy_zip(document: Document) -> bytes:
@@ -169,14 +182,18 @@ def write_reports(
     document: Document, out_dir: str | Path, *, pdf: bool = False, force: bool = False
 ) -> dict[str, Path]:
     """Write report.json, report.md and report.html (and report.pdf with ``pdf``), and
-    the deployment bundle in ``deploy/`` when the analysis sized one.
+    the deployment bundle in ``deploy/`` when the analysis sized one, as one unit.
 
-    All three are rendered first, then written together atomically (analyzer/outputs.py).
-    An ``out_dir`` that already holds files is kept: the reports go to ``out_dir-2`` (the
+    Everything is rendered first, then written beside its target (the reports as
+    temporary files, the bundle as ``.deploy.tmp``); only when all of it is written are
+    the bundle and then the reports renamed into place (analyzer/outputs.py). A full disk
+    or a signal on the way leaves the folder as it was: never reports pointing at a
+    bundle that is not there. The PDF is printed last, from report.html in place. An
+    ``out_dir`` that already holds files is kept: the reports go to ``out_dir-2`` (the
     returned paths say where) unless ``force``. A folder made for this run is removed
     again if any of its writes fails.
     """
-    from analyzer.outputs import atomic_path, report_dir, write_files
+    from analyzer.outputs import atomic_path, atomic_paths, report_dir
 
     doc = _doc(document)
     texts = {"json": render_json(doc), "md": render_markdown(doc), "html": render_html(doc)}
@@ -184,19 +201,27 @@ def write_reports(
     out, _ = report_dir(out_dir, force=force)
     made = not existed or out != Path(out_dir)  # a folder of this run's own
     paths = {k: out / f"report.{k}" for k in texts}
+    staged: Path | None = None
     try:
-        write_files({paths[k]: texts[k] for k in texts}, force=force)
-        try:
-            if write_deploy(doc, out):
+        with atomic_paths(list(paths.values()), force=force) as temps:
+            for tmp, text in zip(temps, texts.values(), strict=True):
+                tmp.write_text(text, encoding="utf-8")
+            try:
+                staged = _stage_deploy(doc, out)
+            except OSError as exc:
+                raise OutputError(f"cannot write {out / 'deploy'}: {exc.strerror or exc}") from exc
+            if staged is not None:  # everything is written: the renames begin
+                _swap_in(staged, out / "deploy")
+                staged = None
                 paths["deploy"] = out / "deploy"
-        except OSError as exc:
-            raise OutputError(f"cannot write {out / 'deploy'}: {exc.strerror or exc}") from exc
-        if pdf and find_chromium() is not None:
-            with atomic_path(out / "report.pdf", force=force) as tmp:
-                if not write_pdf(paths["html"], tmp):
+        if pdf and find_chromium() is not None:  # printed from report.html in place
+            with atomic_path(out / "report.pdf", force=force) as tmp_pdf:
+                if not write_pdf(paths["html"], tmp_pdf):
                     raise OutputError(f"Chromium printed no PDF of {paths['html']}")
             paths["pdf"] = out / "report.pdf"
     except BaseException:
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
         if made:  # a failed run leaves no folder of half its reports
             shutil.rmtree(out, ignore_errors=True)
         raise
