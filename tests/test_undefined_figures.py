@@ -245,3 +245,22 @@ def test_a_log_of_one_timestamp_has_no_rate_and_its_pilot_sends_all_at_once(tmp_
     assert "--request-rate 0" not in render_markdown(doc)
     assert "share one timestamp" in cmds["AIPerf"].note
     assert Undefined.NO_REQUEST_RATE.words in render_markdown(doc)
+
+
+def test_a_log_that_reuses_nothing_has_no_median_prefix(tmp_path):
+    rng = random.Random(3)
+    log = tmp_path / "unique.jsonl"
+    log.write_text(
+        "".join(
+            _line(1.7e9 + i, [{"role": "user", "content": " ".join(rng.choices(WORDS, k=30))}])
+            + "\n"
+            for i in range(220)
+        )
+    )
+    doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(search_rate=False)))
+    rf = doc.report.reuse.figures
+    assert rf.ceiling_hit_rate == 0  # every prompt differs within its first block
+    assert rf.median_prefix_tokens == NotApplicable(Undefined.NO_REUSE, Undefined.NO_REUSE.words)
+    assert Undefined.NO_REUSE.words in render_markdown(doc)
+    assert doc.verdict == "not-worth-it" and doc.report.deploy.files
+    assert ReportDocument.from_json(json.loads(render_json(doc))).report == doc.report

@@ -587,7 +587,7 @@ class ReuseFiguresView(_View):
     ceiling_hit_rate: float
     cold_ceiling_hit_rate: float
     warmup: float
-    median_prefix_tokens: int
+    median_prefix_tokens: int | NotApplicable  # not applicable: no prefix is reused
     knee_tokens: int
     knee_fraction: float
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
@@ -1228,7 +1228,7 @@ def _report_document(r: AnalysisResult) -> dict[str, Any]:
             "scenario": VERDICT_SCENARIO.get(d.verdict),
             "objective": r.options.thresholds.objective,
         },
-        "reuse": {"figures": asdict(r.reuse), "analysis": r.reuse_report.to_json()},
+        "reuse": {"figures": _reuse_figures_json(r), "analysis": r.reuse_report.to_json()},
         "bandwidth": _bandwidth_json(r),
         "cost": None if r.cost is None else r.cost.to_json(),
         "uncertainty": _uncertainty_json(r),
@@ -1252,6 +1252,15 @@ def _report_document(r: AnalysisResult) -> dict[str, Any]:
 
 
 # -- figures the model leaves undefined, in their not-applicable form ------------------------
+
+
+def _reuse_figures_json(r: AnalysisResult) -> dict[str, Any]:
+    """``reuse.figures``: the median reusable prefix of a log that reuses none is no
+    length at all (the median of nothing)."""
+    out = asdict(r.reuse)
+    if r.reuse.measurable and not r.reuse.median_prefix_tokens:
+        out["median_prefix_tokens"] = not_applicable(Undefined.NO_REUSE)
+    return out
 
 
 def _bandwidth_json(r: AnalysisResult) -> dict[str, Any] | None:

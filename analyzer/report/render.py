@@ -167,8 +167,12 @@ def key_figures(doc: Report) -> Table:
             ],
             [
                 "Median reusable prefix",
-                f"{num(rf.median_prefix_tokens)} tokens",
-                "token-weighted",
+                rf.median_prefix_tokens.short
+                if isinstance(rf.median_prefix_tokens, NotApplicable)
+                else f"{num(rf.median_prefix_tokens)} tokens",
+                rf.median_prefix_tokens.reason
+                if isinstance(rf.median_prefix_tokens, NotApplicable)
+                else "token-weighted",
             ],
         ]
     if bw is not None:
