@@ -269,12 +269,13 @@ def generate(
 
     truth = _Truth() if truth_p is not None else None
     targets = ([] if stream is not None else [out_path]) + ([truth_p] if truth_p else [])
-    files = atomic_paths(targets, force=force) if targets else contextlib.nullcontext([])
+    files: contextlib.AbstractContextManager[list[Path]] = (
+        atomic_paths(targets, force=force) if targets else contextlib.nullcontext([])
+    )
     with files as temps:  # checked before the long run
-        if stream is not None:
-            temps = [None, *temps]  # type: ignore[list-item]
+        slots: list[Path | None] = [None, *temps] if stream is not None else list(temps)
         stats = _run(
-            config, fmt, world, tenants, sources, heap, seq, truth, temps, out_path, advance, stream
+            config, fmt, world, tenants, sources, heap, seq, truth, slots, out_path, advance, stream
         )
     return dataclasses.replace(
         stats, path=str(out_path), truth_path=str(truth_p) if truth_p is not None else None
