@@ -320,3 +320,20 @@ def test_the_replay_of_the_rekeyed_trace_is_the_replay_of_the_salted_one(tmp_pat
     assert got.to_json()["scenarios"] == want.to_json()["scenarios"]
     plain = run_replay(shared, cfg, scenarios=("pooled",), search_rate=False)
     assert plain.scenarios["pooled"].hit_rate > got.scenarios["pooled"].hit_rate
+
+
+@pytest.mark.slow
+def test_golden_ragpulse_keyed_by_user(shared_traces):
+    """RAGPulse names sessions but no tenants: keyed by tenant nothing changes; keyed by
+    user (a session standing in for its owner) the ceiling falls from 31.4% to 11.5%:
+    most of its reuse is retrieved passages and system prompts shared across users."""
+    from analyzer.ingest import open_trace
+
+    trace = open_trace([str(shared_traces / "ragpulse" / "0_trace.jsonl")]).trace
+    opts = ReuseOptions(policies=("lru",))
+    got = {p: analyze_reuse(isolate(trace, p), opts) for p in POLICIES}
+    assert got["shared"].ceiling_hit_rate == pytest.approx(0.313634, abs=1e-6)
+    assert got["tenant"].ceiling_hit_rate == got["shared"].ceiling_hit_rate
+    assert got["user"].ceiling_hit_rate == pytest.approx(0.114736, abs=1e-6)
+    assert (got["shared"].n_blocks, got["user"].n_blocks) == (893_022, 1_151_968)
+    assert not shares_across_groups(trace, "tenant") and shares_across_groups(trace, "user")
