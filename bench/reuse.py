@@ -31,11 +31,11 @@ from analyzer.cache.stack import lru_histogram  # noqa: E402
 from analyzer.reuse.analysis import (  # noqa: E402
     ReuseOptions,
     analyze_reuse,
-    exact_curve,
     first_counted_request,
     shards_curve,
     shards_error,
 )
+from analyzer.reuse.curves import exact_curve  # noqa: E402
 from analyzer.reuse.synthetic import chained_trace  # noqa: E402
 from analyzer.trace import BlockTrace  # noqa: E402
 

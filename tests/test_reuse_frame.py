@@ -19,7 +19,9 @@ from typer.testing import CliRunner
 from analyzer.cli import app
 from analyzer.errors import UsageError
 from analyzer.reuse import ReuseOptions, analyze_reuse, frame
-from analyzer.reuse.frame import ROWS_PER_PART, analyze_canonical, scan_trace
+from analyzer.reuse.frame import scan_trace
+from analyzer.reuse.hash_parts import ROWS_PER_PART
+from analyzer.reuse.streamed import analyze_canonical
 from analyzer.trace import CANONICAL_SCHEMA, BlockTrace, trace_metadata
 
 BS = 4

@@ -24,7 +24,7 @@ from analyzer.errors import UsageError
 from analyzer.trace import read_metadata
 
 if TYPE_CHECKING:
-    from analyzer.reuse.analysis import CurvePoint
+    from analyzer.reuse.records import CurvePoint
 
 SHARED_POOL_NOTE = (
     "Blocks of different models never match (each model's KV is its own), so a pool shared "

@@ -1,17 +1,27 @@
-"""``kvpool reuse``: how much prefill is repeated, where it comes from, how much cache it takes."""
+"""``kvpool reuse``: how much prefill is repeated, where it comes from, how much cache it takes.
+
+Start-up exception: the reuse stage (numpy, numba, polars), ingest, the cost catalog and
+the advisor's per-model figures are imported inside the command, because ``kvpool
+--help`` imports every command module and imports no library module
+(analyzer/cli/options.py).
+"""
 
 from __future__ import annotations
 
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from analyzer.cli import options as o
-from analyzer.errors import UsageError
+from analyzer.errors import UsageError, shown
 from analyzer.quoting import terminal
+
+if TYPE_CHECKING:
+    from analyzer.ingest.options import IngestOptions, LoadedTrace
+    from analyzer.reuse.records import ReuseOptions
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9}
 
@@ -115,7 +125,7 @@ def reuse(
     from analyzer.cli.output import console, is_stdio, report_console, write_json
     from analyzer.progress import progress
     from analyzer.reuse.analysis import ReuseOptions, analyze_reuse
-    from analyzer.reuse.render import render_summary
+    from analyzer.reuse.tables import render_summary
 
     block_size = ingest.block_size
     if block_size is not None and block_size <= 0:
@@ -178,8 +188,6 @@ def reuse(
     with progress("analysing reuse", 100) as advance:
         report = analyze_reuse(trace, opts, advance=advance)
     out = report_console(json_out)
-    from analyzer.errors import shown
-
     sources = [shown(p) for p in loaded.sources]
     render_summary(report, out, sources=sources, skipped=str(loaded.skipped))
     for note in loaded.notes:
@@ -228,20 +236,21 @@ def _streamable(
 
 def _reuse_streamed(
     path: Path,
-    opts: Any,  # ReuseOptions
+    opts: ReuseOptions,
     model: str | None,
     kv_dtype: str,
     json_out: Path | None,
     force: bool,
     isolation: str,
 ) -> None:
-    """``kvpool reuse`` of one canonical file or dataset, streamed (analyzer/reuse/frame.py)."""
+    """``kvpool reuse`` of one canonical file or dataset, streamed (analyzer/reuse/streamed.py)."""
     from analyzer.advisor.models import model_warning, models_document, served_models
     from analyzer.cli.output import console, is_stdio, report_console, write_json
     from analyzer.ingest.options import LoadedTrace, SkipSummary
     from analyzer.progress import progress
-    from analyzer.reuse.frame import analyze_canonical, canonical_files, scan_trace
-    from analyzer.reuse.render import render_summary
+    from analyzer.reuse.frame import canonical_files, scan_trace
+    from analyzer.reuse.streamed import analyze_canonical
+    from analyzer.reuse.tables import render_summary
 
     with progress("reading", None):
         lf, meta = scan_trace(path)
@@ -259,8 +268,6 @@ def _reuse_streamed(
     with progress("analysing reuse", 100) as advance:
         report = analyze_canonical(path, opts, advance=advance, isolation=isolation)
     out = report_console(json_out)
-    from analyzer.errors import shown
-
     sources = [shown(p) for p in loaded.sources]
     render_summary(report, out, sources=sources, skipped=str(loaded.skipped))
     keys = meta.get("hash_keys", "")
@@ -292,7 +299,7 @@ def isolation_line(policy: str, hash_keys: str = "") -> str:
     return f"isolation: {policy}: {describe(policy)}"
 
 
-def _load(inputs: list[Path], ingest):  # type: ignore[no-untyped-def]
+def _load(inputs: list[Path], ingest: IngestOptions) -> LoadedTrace:
     from analyzer.ingest import open_trace
     from analyzer.progress import progress
 

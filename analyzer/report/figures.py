@@ -30,7 +30,7 @@ from analyzer.trace import BlockTrace
 if TYPE_CHECKING:
     from analyzer.replay.run import ScenarioResult
     from analyzer.report.document import SizingSection
-    from analyzer.reuse.analysis import (
+    from analyzer.reuse.records import (
         CapacityRow,
         CurvePoint,
         Granularity,

@@ -17,11 +17,11 @@ over time (``WINDOWS`` equal spans of the steady-state part of the trace).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
-from analyzer.reuse.analysis import first_counted_request
+from analyzer.reuse.records import first_counted_request
 from analyzer.trace import BlockTrace
 
 WINDOWS = 10
@@ -37,13 +37,24 @@ class MeasuredRate:
     def hit_rate(self) -> float:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "requests": self.requests,
             "cached_tokens": self.cached_tokens,
             "prompt_tokens": self.prompt_tokens,
             "hit_rate": round(self.hit_rate, 6),
         }
+
+
+class MeasuredWindow(TypedDict):
+    """One of the :data:`WINDOWS` equal spans of the steady-state part of the trace."""
+
+    start_s: float
+    end_s: float
+    requests: int
+    cached_tokens: int
+    prompt_tokens: int
+    hit_rate: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +65,7 @@ class MeasuredHits:
     warmup: float
     steady_requests: int  # steady-state requests, with the field or not
     by_model: dict[str, MeasuredRate] = field(default_factory=dict)
-    over_time: list[dict[str, Any]] = field(default_factory=list)
+    over_time: list[MeasuredWindow] = field(default_factory=list)
     # responses claiming more cached tokens than their prompt holds: left out
     excluded_requests: int = 0
 
@@ -63,7 +74,7 @@ class MeasuredHits:
         """Share of the steady-state requests whose response carried the field."""
         return self.overall.requests / self.steady_requests if self.steady_requests else 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "definition": "sum(cached_tokens) / sum(prompt_tokens) over the steady-state "
             "requests whose responses carry usage.prompt_tokens_details.cached_tokens "
@@ -110,7 +121,7 @@ def measure_cached(trace: BlockTrace, warmup: float = 0.5) -> MeasuredHits | Non
             if sel.any():
                 by_model[name] = _rate(c[sel], p[sel])
     t = trace.arrival_s[start:][has]
-    over_time: list[dict[str, Any]] = []
+    over_time: list[MeasuredWindow] = []
     if t.size:
         lo, hi = float(t[0]), float(t[-1])
         edges = np.linspace(lo, hi, WINDOWS + 1)
@@ -120,8 +131,14 @@ def measure_cached(trace: BlockTrace, warmup: float = 0.5) -> MeasuredHits | Non
             if sel.any():
                 r = _rate(c[sel], p[sel])
                 over_time.append(
-                    {"start_s": round(float(edges[w]), 6), "end_s": round(float(edges[w + 1]), 6)}
-                    | r.to_json()
+                    MeasuredWindow(
+                        start_s=round(float(edges[w]), 6),
+                        end_s=round(float(edges[w + 1]), 6),
+                        requests=r.requests,
+                        cached_tokens=r.cached_tokens,
+                        prompt_tokens=r.prompt_tokens,
+                        hit_rate=round(r.hit_rate, 6),
+                    )
                 )
     return MeasuredHits(
         overall=_rate(c, p),

@@ -1,17 +1,17 @@
-"""Terminal summary (rich) and JSON file of a reuse report."""
+"""The terminal summary of a reuse report, as rich tables; ``--json`` writes
+:meth:`~analyzer.reuse.result.ReuseReport.to_json` (analyzer/cli/reuse.py)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
 
 from analyzer.cache.policies import label as policy_label
 from analyzer.quoting import terminal
-from analyzer.reuse.analysis import GB, GIB, ReuseReport
+from analyzer.reuse.records import GB, GIB, HourRow, TenantRow
+from analyzer.reuse.result import ReuseReport
 
 
 def pct(x: float | None) -> str:
@@ -38,16 +38,6 @@ def seconds(s: float | None) -> str:
     if s < 7200:
         return f"{s / 60:.1f} min"
     return f"{s / 3600:.1f} h"
-
-
-def write_json(
-    report: ReuseReport, path: Path, extra: dict[str, Any] | None = None, *, force: bool = False
-) -> None:
-    """The report as JSON, with ``extra`` sections (e.g. per-model figures) added."""
-    from analyzer.outputs import write_text
-
-    text = json.dumps({**report.to_json(), **(extra or {})}, indent=2, ensure_ascii=False) + "\n"
-    write_text(path, text, force=force)
 
 
 def _size(report: ReuseReport, capacity_tokens: int) -> str:
@@ -180,19 +170,20 @@ def _capacities(report: ReuseReport, console: Console) -> None:
 
 
 def _distances(report: ReuseReport, console: Console) -> None:
-    d = report.reuse_distance.get("tokens", {})
-    t = report.reuse_time
-    ws = report.working_set
+    d, t, ws = report.reuse_distance, report.reuse_time, report.working_set
+    if d is None or t is None or ws is None:
+        return
+    dt = d["tokens"]
     console.print(
-        f"Reuse distance (distinct tokens in between) p50 {tokens(d.get('p50'))}, "
-        f"p90 {tokens(d.get('p90'))}, p99 {tokens(d.get('p99'))}; reuse time p50 "
-        f"{seconds(t.get('p50'))}, p90 {seconds(t.get('p90'))}, p99 {seconds(t.get('p99'))}. "
-        f"Working set: peak {tokens(ws.get('peak_distinct_tokens'))} distinct tokens per "
-        f"{seconds(ws.get('window_s'))} window."
+        f"Reuse distance (distinct tokens in between) p50 {tokens(dt['p50'])}, "
+        f"p90 {tokens(dt['p90'])}, p99 {tokens(dt['p99'])}; reuse time p50 "
+        f"{seconds(t['p50'])}, p90 {seconds(t['p90'])}, p99 {seconds(t['p99'])}. "
+        f"Working set: peak {tokens(ws['peak_distinct_tokens'])} distinct tokens per "
+        f"{seconds(ws['window_s'])} window."
     )
 
 
-def _spread(rows: list[dict[str, Any]]) -> str:
+def _spread(rows: Sequence[TenantRow | HourRow]) -> str:
     rates = [r["hit_rate"] for r in rows if r["prompt_tokens"]]
     return f"{pct(min(rates))} to {pct(max(rates))}" if rates else "n/a"
 
