@@ -19,9 +19,13 @@ from typer.testing import CliRunner
 from analyzer.cli import app
 from analyzer.errors import UsageError
 from analyzer.reuse import ReuseOptions, analyze_reuse, frame
-from analyzer.reuse.frame import scan_trace
+from analyzer.reuse.analysis import TraceInput
+from analyzer.reuse.ceilings import breakdowns
+from analyzer.reuse.facts import PrefixCandidates, ScanPlan
+from analyzer.reuse.frame import read_requests, scan_trace
 from analyzer.reuse.hash_parts import ROWS_PER_PART
-from analyzer.reuse.streamed import analyze_canonical
+from analyzer.reuse.hit_stats import top_prefixes
+from analyzer.reuse.streamed import FrameInput, analyze_canonical
 from analyzer.trace import CANONICAL_SCHEMA, BlockTrace, trace_metadata
 
 BS = 4
@@ -135,6 +139,122 @@ def test_streamed_isolation_equals_the_in_memory_isolation(
     want = analyze_reuse(isolate(BlockTrace.from_parquet(path), policy), opts).to_json()
     got = analyze_canonical(path, opts, rows_per_part=rows_per_part, isolation=policy)
     assert got.to_json() == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(table=traces(), opts=options, rows_per_part=st.sampled_from([ROWS_PER_PART, 9, 25]))
+def test_both_ways_of_reading_answer_every_question_alike(
+    tmp_path_factory, table, opts, rows_per_part
+):
+    """The seam the figures are computed behind: the in-memory trace and the lazy frame
+    give the same arrays for every question of the one plan, so every figure, computed
+    once from them, is the same."""
+    path = tmp_path_factory.getbasetemp() / f"t{next(_names)}.parquet"
+    write(path, table)
+    mem = TraceInput(BlockTrace.from_parquet(path))
+    lf, meta = scan_trace(path)
+    tmp = tmp_path_factory.mktemp("parts")
+    lazy = FrameInput(lf, meta, read_requests(lf), tmp, rows_per_part)
+    assert lazy.shape == mem.shape and lazy.count_only == mem.count_only
+    for name in ("arrival_s", "prompt_tokens", "session", "tenant", "token_lcp_prev"):
+        a, b = getattr(mem.requests, name), getattr(lazy.requests, name)
+        assert (a is None and b is None) or np.array_equal(a, b), name
+    plan = ScanPlan.of(opts, mem.shape, mem.requests.arrival_s)
+    got, want = lazy.counted_hits(plan), mem.counted_hits(plan)
+    assert got.n_distinct == want.n_distinct == mem.distinct_blocks() == lazy.distinct_blocks()
+    for name in ("source_tokens", "time_count", "working_set"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
+    assert got.prefixes.any_hit == want.prefixes.any_hit
+    bs = mem.shape.block_size
+    assert top_prefixes(got.prefixes, bs, opts.top_n) == top_prefixes(want.prefixes, bs, opts.top_n)
+    for f in plan.factors:
+        assert np.array_equal(lazy.prefix_hits(plan, f), mem.prefix_hits(plan, f)), f
+    seen_lazy, seen_mem = lazy.content_seen(), mem.content_seen()
+    assert (seen_lazy is None) == (seen_mem is None)
+    if seen_mem is not None:
+        assert np.array_equal(seen_lazy, seen_mem)
+    assert np.array_equal(lazy.dense_trace(plan).block_ids, mem.dense_trace(plan).block_ids)
+    if plan.exact:
+        a, b = lazy.lru_histograms(plan), mem.lru_histograms(plan)
+        for name in ("counted", "every", "distances"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    else:
+        a, b = lazy.sampled_histogram(plan), mem.sampled_histogram(plan)
+        assert np.array_equal(a.counted, b.counted) and a.counted_tokens == b.counted_tokens
+        n = opts.shards_error_accesses
+        assert lazy.shards_check(plan, opts.warmup, n) == mem.shards_check(plan, opts.warmup, n)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.integers(0, 6), st.integers(1, 9), st.integers(1, 20)), max_size=40),
+    any_hit=st.booleans(),
+    top_n=st.integers(0, 5),
+)
+def test_shared_prefixes_are_ranked_as_a_sort_would(rows, any_hit, top_n):
+    """Both readings hand candidates to one ranking: by reused tokens, then requests,
+    then the block seen first; and by requests, then length, then the block seen first."""
+    ids = np.arange(len(rows), dtype=np.int64)[::-1].copy()  # not in candidate order
+    cands = PrefixCandidates(
+        block_id=ids,
+        hash=ids.astype(np.uint64) * np.uint64(GOLDEN),
+        blocks=np.array([r[1] for r in rows], dtype=np.int64),
+        requests=np.array([r[2] for r in rows], dtype=np.int64),
+        any_hit=any_hit or bool(rows),
+    )
+    got = top_prefixes(cands, BS, top_n)
+    if not rows and not any_hit:
+        assert got.note is None and got.by_volume == () and got.by_count == ()
+        return
+    entries = [
+        (int(ids[i]), r[1] * BS, r[2], r[2] * r[1] * BS) for i, r in enumerate(rows)
+    ]  # (block, prefix tokens, requests, reused tokens)
+    by_volume = sorted(entries, key=lambda e: (-e[3], -e[2], e[0]))[:top_n]
+    by_count = sorted(entries, key=lambda e: (-e[2], -e[1], e[0]))[:top_n]
+    assert [(e.block_id, e.prefix_tokens, e.requests, e.reused_tokens) for e in got.by_volume] == (
+        by_volume
+    )
+    assert [(e.block_id, e.prefix_tokens, e.requests, e.reused_tokens) for e in got.by_count] == (
+        by_count
+    )
+    assert got.note is not None
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(-1, 3), st.floats(0, 10_000), st.integers(0, 99)),
+        min_size=1,
+        max_size=40,
+    ),
+    warmup=st.sampled_from([0.0, 0.3, 0.5]),
+)
+def test_breakdowns_equal_a_loop_over_the_requests(rows, warmup):
+    """The one breakdown both readings use (the lazy one was a polars group-by)."""
+    rows = sorted(rows, key=lambda r: r[1])  # in arrival order
+    tenant = np.array([r[0] for r in rows], dtype=np.int32)
+    arrival = np.array([r[1] for r in rows])
+    prompt = np.array([r[2] for r in rows], dtype=np.int64)
+    hit = prompt // 3
+    first = int(warmup * len(rows))
+    got = breakdowns(hit, prompt, tenant, arrival, first)
+    assert got is not None
+    by_tenant: dict[int, list[int]] = {}
+    by_hour: dict[int, list[int]] = {}
+    for i in range(first, len(rows)):
+        hour = int((arrival[i] - arrival[0]) // 3600)
+        for table, key in ((by_tenant, int(tenant[i])), (by_hour, hour)):
+            acc = table.setdefault(key, [0, 0, 0])
+            acc[0] += 1
+            acc[1] += int(prompt[i])
+            acc[2] += int(hit[i])
+
+    def rows_of(table):
+        return [(k, n, p, h, h / p if p else 0.0) for k, (n, p, h) in sorted(table.items())]
+
+    want_tenant = [(k + 1 if k >= 0 else None, *rest) for k, *rest in rows_of(by_tenant)]
+    assert [tuple(r.values()) for r in got["by_tenant"]] == want_tenant
+    assert [tuple(r.values()) for r in got["by_hour"]] == rows_of(by_hour)
 
 
 @settings(max_examples=15, deadline=None)
