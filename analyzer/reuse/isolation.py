@@ -19,7 +19,7 @@ Policies (:data:`POLICIES`):
   carry no user).
 
 Re-keyed blocks get new hashes, ``old + g`` (mod 2**64) with ``g`` a hash of the group's
-names, so the in-memory path here and the streamed path of :mod:`analyzer.reuse.frame`
+names, so the in-memory path here and the streamed path of :mod:`analyzer.reuse.streamed`
 name every block alike. Token-exact prefix lengths (``token_lcp_prev``) are measured
 across tenants at ingest and cannot be re-keyed: the salted trace has none (the
 block-level ceilings are exact).
@@ -29,15 +29,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import Literal, get_args
 
 import numpy as np
+import polars as pl
 
+from analyzer.cache.stack import splitmix64
 from analyzer.errors import UsageError
 from analyzer.trace import BlockTrace, first_seen_ids
-
-if TYPE_CHECKING:
-    import polars as pl
 
 Policy = Literal["shared", "tenant", "user"]
 POLICIES: tuple[str, ...] = get_args(Policy)
@@ -154,8 +153,6 @@ def _rekey(ids: np.ndarray, per_access: np.ndarray, n_ids: int, n_groups: int) -
         new, _ = first_seen_ids(packed.view(np.uint64))
         return new
     # Too many pairs to pack exactly: pairs named by a 64-bit mix, as hashes are.
-    from analyzer.cache.stack import splitmix64
-
     mixed = splitmix64(ids.astype(np.uint64)) + splitmix64(per_access.astype(np.uint64) + 1)
     new, _ = first_seen_ids(mixed)
     return new
@@ -227,12 +224,11 @@ def shares_across_groups(trace: BlockTrace, policy: str) -> bool:
     return bool(np.any(owner[trace.block_ids] != per_access))
 
 
-# -- the streamed path (analyzer/reuse/frame.py) -------------------------------------------
+# -- the streamed path (analyzer/reuse/streamed.py) ----------------------------------------
 
 
 def group_key_expr(policy: Policy) -> pl.Expr:
     """The group key of each row of a canonical frame, as :func:`groups` spells it."""
-    import polars as pl
 
     def named(col: str) -> pl.Expr:
         return pl.col(col).fill_null(_NONE)
@@ -256,8 +252,6 @@ def group_key_expr(policy: Policy) -> pl.Expr:
 def isolate_frame(lf: pl.LazyFrame, policy: str) -> pl.LazyFrame:
     """A canonical frame with its hashes keyed by each row's salt group, as
     :func:`isolate` keys a :class:`BlockTrace` (the same new hashes)."""
-    import polars as pl
-
     policy = check_policy(policy)
     if policy == "shared":
         return lf
