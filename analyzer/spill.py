@@ -47,10 +47,13 @@ def _start_time(pid: int) -> str | None:
     return data[data.rindex(b")") + 2 :].split()[19].decode()
 
 
-def owner() -> str:
+def owner(*, claim: bool = False) -> str:
     """This command's owner id, ``PID-START``: its main process's (inherited by its
-    worker processes through the environment)."""
-    own = os.environ.get(OWNER_ENV)
+    worker processes through the environment). A command's main process claims it
+    (``claim=True``): an id inherited from whatever started the command (a script, a
+    test runner, another kvpool) names a process that outlives a SIGKILLed command,
+    and would keep its folders from the sweep."""
+    own = None if claim else os.environ.get(OWNER_ENV)
     if not own:
         own = f"{os.getpid()}-{_start_time(os.getpid()) or '0'}"
         os.environ[OWNER_ENV] = own
@@ -118,6 +121,12 @@ def new_dir(what: str) -> Path:
         except FileNotFoundError:
             continue
     return Path(tempfile.mkdtemp(prefix=f"{owner()}.{what}-", dir=root()))
+
+
+def remove(folder: str | Path) -> None:
+    """Remove one of this command's spill folders, and the root when it was the last."""
+    shutil.rmtree(folder, ignore_errors=True)
+    tidy()
 
 
 def tidy() -> None:

@@ -157,7 +157,7 @@ def main() -> None:
     try:
         from analyzer import spill
 
-        spill.owner()  # worker processes name this one as their spill folders' owner
+        spill.owner(claim=True)  # worker processes name this one as their spill folders' owner
         spill.sweep()  # what a SIGKILLed command left (docs/security.md)
         only(command)()
     except KvpoolError as exc:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.errors import InputError, Location, UsageError, show_as
-from analyzer.spill import new_dir
+from analyzer.spill import new_dir, remove
 
 STDIO = "-"
 STDIN_NAME = "<stdin>"
@@ -113,7 +113,7 @@ def stdin_inputs(paths: Sequence[Path]) -> Iterator[list[Path]]:
     finally:
         if stdin:
             _taken = False
-        shutil.rmtree(folder, ignore_errors=True)
+        remove(folder)
 
 
 def _fetch_urls(urls: list[str], folder: Path, copies: dict[str, Path]) -> None:
@@ -171,7 +171,7 @@ def output_file(path: Path, *, what: str = "output") -> Iterator[Path]:
             shutil.copyfileobj(f, sys.stdout.buffer, 1 << 20)
         sys.stdout.buffer.flush()
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove(folder)
 
 
 def stdin_options(*names: str) -> Callable[[Callable[..., None]], Callable[..., None]]:

@@ -51,7 +51,7 @@ from analyzer.ingest.parallel import (
 )
 from analyzer.ingest.readers import SplitMisaligned
 from analyzer.ingest.spool import SpoolFile
-from analyzer.spill import new_dir
+from analyzer.spill import new_dir, remove
 
 if TYPE_CHECKING:
     from analyzer.ingest.pipeline import _Builder
@@ -222,14 +222,13 @@ def _decode(blob: bytes) -> PieceResult | PieceFailed:
 
 def _take_spool(res: PieceResult) -> tuple[bytes, PieceResult]:
     """The piece's spooled rows as bytes (its temporary folder on this node removed)."""
-    import shutil
 
     d = res.spool.directory
     data = b""
     if d:
         with open(os.path.join(d, "rows.arrow"), "rb") as f:
             data = f.read()
-        shutil.rmtree(d, ignore_errors=True)
+        remove(d)
     return data, replace(res, spool=replace(res.spool, directory=""))
 
 
@@ -237,14 +236,13 @@ def _put_spool(data: bytes, res: PieceResult) -> PieceResult:
     """A piece's rows written back to a temporary spool folder on the driver."""
     if not data:
         return res
-    import shutil
 
     d = str(new_dir("rows"))
     try:
         with open(os.path.join(d, "rows.arrow"), "wb") as f:
             f.write(data)
     except OSError as exc:  # a full temporary disk, in one line (as RowSpool says it)
-        shutil.rmtree(d, ignore_errors=True)
+        remove(d)
         raise OutputError(
             f"cannot write the temporary row spool in {tempfile.gettempdir()}: "
             f"{exc.strerror or exc}",

@@ -41,7 +41,6 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import os
-import shutil
 from array import array
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -65,7 +64,7 @@ from analyzer.ingest.readers import (
 )
 from analyzer.ingest.spool import RowSpool, SpoolFile
 from analyzer.spawn import start_processes
-from analyzer.spill import new_dir
+from analyzer.spill import new_dir, remove
 
 if TYPE_CHECKING:
     from analyzer.ingest.pipeline import _Builder
@@ -508,9 +507,9 @@ def _rebuilt(f: PieceFailed) -> KvpoolError:
 
 def _discard(res: PieceResult) -> None:
     if res.spool.directory:
-        shutil.rmtree(res.spool.directory, ignore_errors=True)
+        remove(res.spool.directory)
     if res.lcp_dir:
-        shutil.rmtree(res.lcp_dir, ignore_errors=True)
+        remove(res.lcp_dir)
 
 
 def _adopt(b: _Builder, res: PieceResult, isos: list[np.ndarray]) -> None:
@@ -537,7 +536,7 @@ def _adopt(b: _Builder, res: PieceResult, isos: list[np.ndarray]) -> None:
                 idx = np.frombuffer(res.spool.lcp_index, dtype=np.int64)
                 replay(b, res.lcp_dir, rows_before, np.flatnonzero(idx >= 0))
         finally:
-            shutil.rmtree(res.lcp_dir, ignore_errors=True)
+            remove(res.lcp_dir)
 
 
 def _with_timing(b: _Builder, pieces: list[Piece]) -> tuple[list[Piece], dict[int, bool | None]]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import tempfile
 from array import array
 from collections.abc import Iterator
@@ -36,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.errors import OutputError
-from analyzer.spill import new_dir
+from analyzer.spill import new_dir, remove
 
 # Columns of the canonical schema that are spooled as read (arrival_s and
 # token_lcp_prev are computed at the end).
@@ -316,7 +315,7 @@ class RowSpool:
                 with contextlib.suppress(OSError):
                     part.close()
         for d in self._dirs:
-            shutil.rmtree(d, ignore_errors=True)
+            remove(d)
         self._dirs = []
 
     def __del__(self) -> None:

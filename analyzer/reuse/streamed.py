@@ -13,7 +13,6 @@ report, figure for figure.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +54,7 @@ from analyzer.reuse.hash_parts import (
 from analyzer.reuse.isolation import isolate, isolate_frame
 from analyzer.reuse.records import TIME_EDGES, ReuseOptions, ShardsCheck
 from analyzer.reuse.result import ReuseReport, TraceShape
-from analyzer.spill import new_dir
+from analyzer.spill import new_dir, remove
 from analyzer.trace import BlockTrace, read_canonical
 
 
@@ -89,7 +88,7 @@ def analyze_canonical(
     try:
         return measure(FrameInput(lf, meta, req, tmp, rows_per_part), opts, advance)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove(tmp)
 
 
 class FrameInput:
