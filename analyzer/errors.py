@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from analyzer.quoting import scrub
+
 # Exit codes, documented in the README.
 EXIT_OK = 0
 EXIT_USAGE = 2  # bad flags or values (typer uses 2 for its own usage errors too)
@@ -17,17 +19,15 @@ EXIT_OUTPUT = 4  # output could not be written
 EXIT_GATES = 5  # `kvpool validate`: at least one pilot gate failed
 
 
-_CONTROL = {c: "?" for c in (*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F)}
-_CONTROL.update({c: "?" for c in range(0x80, 0xA0)})
-
-
 def printable(text: str) -> str:
-    """``text`` with terminal control characters (ANSI escapes, bells, C1 codes) made '?'.
+    """``text`` with terminal control characters (ANSI escapes, bells, carriage returns,
+    C1 codes, bidirectional overrides) made '?', its lines kept.
 
     Field names, file names and values from a hostile file reach the terminal through
     error messages and summaries; an escape sequence there could rewrite the screen.
+    The one rule for every output is :func:`analyzer.quoting.scrub`.
     """
-    return text.translate(_CONTROL)
+    return scrub(text, lines=True)
 
 
 class KvpoolError(Exception):

@@ -126,3 +126,25 @@ def test_scrub_leaves_no_control_character(s):
     assert not has_control(scrub(s))
     assert scrub("tab\there") == "tab?here"
     assert scrub("a\nb", lines=True) == "a\nb"
+
+
+def test_an_error_naming_a_hostile_file_prints_its_name_scrubbed(tmp_path):
+    """Error messages print a file's name through the same rule: a bidirectional override
+    or a carriage return in it cannot make the terminal show another name."""
+    import os
+    import sys
+
+    name = "log\u202elmth.\r\x1b[2Kok\x9b.jsonl"
+    (tmp_path / name).write_text("{not json\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "analyzer.cli", "reuse", name, "--strict"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "KVPOOL_NO_PROGRESS": "1", "COLUMNS": "400"},
+    )
+    assert r.returncode == 3, r.stderr
+    assert "Traceback" not in r.stderr
+    assert not has_control(r.stderr.replace("\n", "")), repr(r.stderr)
+    assert "log?lmth.??[2Kok?.jsonl" in r.stderr.replace("\n", "")
