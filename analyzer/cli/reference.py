@@ -28,8 +28,8 @@ HEADER = (
 def reference() -> str:
     """The Markdown reference of every ``kvpool`` command."""
     command = typer.main.get_command(app)
-    with typer.Context(command) as ctx:
-        body = get_docs_for_click(obj=command, ctx=ctx, name="kvpool", title="`kvpool` reference")
+    ctx = typer.Context(command)
+    body = get_docs_for_click(obj=command, ctx=ctx, name="kvpool", title="`kvpool` reference")
     return HEADER + body.strip() + "\n"
 
 
