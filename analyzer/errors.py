@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from analyzer.quoting import scrub
 
-# Exit codes, documented in the README.
+# Exit codes, documented in docs/conventions.md.
 EXIT_OK = 0
 EXIT_USAGE = 2  # bad flags or values (typer uses 2 for its own usage errors too)
 EXIT_INPUT = 3  # input data unreadable, invalid under --strict, or nothing usable

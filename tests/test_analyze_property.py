@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 DRIVER = Path(__file__).with_name("fuzz_driver.py")
 MEM_BYTES = 6 << 30
-DOCUMENTED = {0, 2, 3, 4}  # README "Exit codes"
+DOCUMENTED = {0, 2, 3, 4}  # docs/conventions.md "Exit codes"
 EXAMPLES = int(os.environ.get("KVPOOL_E2E_EXAMPLES", "3"))
 KINDS = (
     "one-request",

@@ -2,7 +2,7 @@
 hostile model, scenario and calibration files, and hostile flags, and the real commands
 run on them in a subprocess capped by ``resource.setrlimit`` (address space, CPU time).
 
-Every case must end with no traceback, an exit code from the README's set (0, 2, 3, 4),
+Every case must end with no traceback, an exit code from docs/conventions.md's set (0, 2, 3, 4),
 and its input files byte-identical. The budget is fixed (``max_examples`` below, no
 deadline, derandomized) so the file runs in well under a minute and the same cases run
 in CI every time; ``KVPOOL_FUZZ_EXAMPLES`` raises it for a longer local hunt.

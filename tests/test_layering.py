@@ -1,4 +1,4 @@
-"""The import graph follows the layers the README documents: a package imports only
+"""The import graph follows the layers docs/conventions.md documents: a package imports only
 packages on its own row or above, nothing in analyzer/ imports Streamlit or the app
 (the CLI's dashboard command aside), and `import analyzer.cli` stays light."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 ANALYZER = ROOT / "analyzer"
 
-# The rows of README.md "Layout", top (1) to bottom (7).
+# The rows of docs/conventions.md "Layout of the code", top (1) to bottom (7).
 LAYERS = {
     "__init__": 1,
     "errors": 1,
