@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 from test_replay_helpers import multiturn_trace
 
+from analyzer.cost.catalog import get_gpu
 from analyzer.replay import ClusterConfig, resolve
+from analyzer.replay.capacity import batch_defaults, kv_pool_bytes_per_gpu
 from analyzer.replay.config import select_scenarios
 from analyzer.replay.engine import simulate
 
@@ -51,3 +53,38 @@ def test_sglang_multiturn_hit_rates_per_round(dram, measured):
     # the rounds that fit HBM are the whole previous prompt, as measured
     assert got[1] == pytest.approx(512 / 1088) and got[2] == pytest.approx(1088 / 1664)
     assert np.isclose(got[0], 0.0)
+
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize(
+    ("total_gib", "utilization", "weights_gib", "hidden", "profiled", "kv_gib", "fit"),
+    [
+        # vllm-project/vllm issue 10517: Llama-3.1-8B on an RTX 3090 (23.58 GiB), 0.90,
+        # max_model_len 20,000 and 29,000 profiled at once: kv_cache_size 3.81 / 2.89 GiB
+        (23.58, 0.90, 14.9888, 4096, 20_000, 3.81, "fitted"),
+        (23.58, 0.90, 14.9888, 4096, 29_000, 2.89, "fitted"),
+        # gpt-oss-20b on an A100 80GB (vLLM 0.19, the A100's 2,048-token default budget),
+        # 0.65: model loading took 13.72 GiB, available KV cache memory 36.56 GiB
+        # (myoceane.fr, "vLLM 部署地端模型系統訊息記錄 A100")
+        (80.0, 0.65, 13.72, 2880, 2048, 36.56, "held out"),
+    ],
+)
+def test_kv_pool_matches_published_capacity_lines(
+    total_gib, utilization, weights_gib, hidden, profiled, kv_gib, fit
+):
+    got = kv_pool_bytes_per_gpu(total_gib * GIB, utilization, weights_gib * GIB, hidden, profiled)
+    assert 1 / 1.5 <= got / (kv_gib * GIB) <= 1.5
+    if fit == "fitted":  # what the constants were read off, within 5%
+        assert got / (kv_gib * GIB) == pytest.approx(1.0, rel=0.05)
+
+
+def test_kv_pool_in_tokens_is_what_vllm_logs():
+    """vLLM logs the pool in tokens: 1,952 blocks of 16 (31,232 tokens) on the 3090 at
+    20,000 profiled tokens; Llama-3.1-8B holds 131,072 bytes of KV a token."""
+    got = kv_pool_bytes_per_gpu(23.58 * GIB, 0.90, 14.9888 * GIB, 4096, 20_000)
+    assert 1 / 1.5 <= (got / 131_072) / 31_232 <= 1.5
+    assert batch_defaults(get_gpu("h100")) == (8192, 1024)
+    assert batch_defaults(get_gpu("a100")) == (2048, 256)
+    assert batch_defaults(get_gpu("l40s")) == (2048, 256)

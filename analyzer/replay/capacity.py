@@ -10,14 +10,16 @@ vllm/v1/core/kv_cache_utils.py). SGLang does the same with ``--mem-fraction-stat
 (the fraction for weights and KV together). Per GPU of a tensor-parallel instance::
 
     kv_bytes = hbm * utilization - weights / tp - activation - non_torch
-    activation = ACTIVATION_PER_TOKEN_HIDDEN * max_num_batched_tokens * hidden_size * 2 B
+    activation = 13.5 * max_num_batched_tokens * hidden_size * 2 B
     tokens   = kv_bytes / (KV bytes per token per GPU)
 
-``activation`` is the profiling pass's peak: about sixteen 16-bit hidden-state-sized
-buffers per token in flight (the MLP's gate and up projections, residuals, attention
-workspace), which reproduces vLLM's own accounting lines (``1.59 GiB for peak
-activation`` for a 27B model at 8,192 tokens, vllm-project/vllm start-up logs); the
-published capacity lines it is checked against are in docs/validation.md.
+``activation`` is the profiling pass's peak, 13.5 16-bit hidden-state-sized buffers per
+token in flight (the MLP's gate and up projections, residuals, attention workspace), and
+``non_torch`` 0.35 GiB: both read off vLLM's memory-profiling lines for Llama-3.1-8B at
+20,000 and 29,000 profiled tokens (vllm-project/vllm issue 10517: peak torch memory
+17.06 and 17.98 GiB over 14.99 GiB of weights, non-torch memory 0.35 GiB). The
+published capacity lines it is checked against, those two and one held out, are in
+docs/validation.md (tests/test_replay_validation.py).
 
 **Scheduler limits.** vLLM's defaults for an OpenAI-compatible server
 (``EngineArgs.get_batch_defaults``, vllm/engine/arg_utils.py): on GPUs with 70 GiB or
@@ -29,8 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
-ACTIVATION_PER_TOKEN_HIDDEN = 16.0  # 16-bit hidden-state buffers per batched token
-NON_TORCH_GIB = 0.5  # CUDA context, NCCL and allocator slack outside PyTorch, per GPU
+ACTIVATION_PER_TOKEN_HIDDEN = 13.5  # 16-bit hidden-state buffers per profiled token
+NON_TORCH_GIB = 0.35  # CUDA context, NCCL and allocator memory outside PyTorch, per GPU
 LARGE_GPU_GIB = 70.0  # vLLM's threshold for its larger batch defaults
 
 
