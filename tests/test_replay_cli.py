@@ -74,6 +74,13 @@ def test_replay_command_json_and_table(mooncake_file, tmp_path):
     assert doc["scenarios"]["big-pool"]["link_gbps"]["pool"] == 50.0
     assert doc["scenarios"]["local"]["hit_rate"] > 0
     assert doc["cluster"]["router"] == "session"
+    # disaggregated: a decode pool of the same GPUs beside the prefill instances
+    assert doc["cluster"]["serving"] == "disaggregated"
+    for s in doc["scenarios"].values():
+        pool = s["decode_pool"]
+        assert pool["instances"] >= 1 and pool["gpus"] == pool["instances"] * doc["cluster"]["tp"]
+        assert 0 < pool["batch"] <= pool["max_batch"] and pool["tpot_s"] > 0
+    assert "decode GPUs" in result.output and "Disaggregated serving" in result.output
     # catalog defaults: HBM capacity from the model and GPU, as the cost model gives it
     cm = CostModel.from_catalog("llama-3.1-8b", "h100")
     assert doc["scenarios"]["local"]["capacity_tokens"]["local_per_instance"] == (

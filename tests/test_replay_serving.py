@@ -17,6 +17,7 @@ from test_replay_helpers import AnalyticCost, build_trace, ceiling_oracle, chain
 from analyzer.replay import ClusterConfig, ScenarioSpec, resolve
 from analyzer.replay import serving as serving_mod
 from analyzer.replay.config import CONNECTORS, Connector, select_scenarios
+from analyzer.replay.decode import size_decode_pool
 from analyzer.replay.engine import simulate
 from analyzer.replay.serving import AggregatedSimulation, output_lengths
 from analyzer.replay.steps import StepPricing
@@ -407,3 +408,23 @@ def test_lower_tiers_store_and_return_whole_chunks():
     )
     st_ = simulate(trace, plan, 1.0)
     assert st_.hit_tokens_by_tier[1] == 16  # 4 blocks of request 1, not its fifth
+
+
+def test_the_decode_pool_keeps_up_with_the_outputs():
+    prompts = np.full(1000, 2000.0)
+    outputs = np.full(1000, 200.0)
+    held = 10_000 // 2100  # the KV pool holds 4 requests of 2,100 tokens of context
+    slow = size_decode_pool(prompts, outputs, 1000.0, PRICING, 10_000, 64, tp=2)
+    fast = size_decode_pool(prompts, outputs, 10.0, PRICING, 10_000, 64, tp=2)
+    assert slow is not None and fast is not None
+    for pool, rate in ((slow, 200.0), (fast, 20_000.0)):
+        assert pool.output_tokens_per_s == pytest.approx(rate)
+        assert pool.max_batch == held and pool.batch <= held
+        # Little's law: the instances generate what the trace asks, each at its batch
+        assert pool.instances * pool.batch / pool.tpot_s == pytest.approx(rate, rel=1e-6)
+        assert pool.gpus == 2 * pool.instances
+    assert fast.instances > slow.instances
+    # one fewer instance could not keep up even at the batch it holds
+    per = held / PRICING.step_s(0.0, 0.0, held, held * 2100.0)
+    assert (fast.instances - 1) * per < 20_000.0 <= fast.instances * per
+    assert size_decode_pool(prompts, 0 * outputs, 10.0, PRICING, 10_000, 64, tp=1) is None

@@ -61,6 +61,16 @@ def render_table(doc: dict[str, Any]) -> Any:  # rich.table.Table
             ("TPOT p90 ms", lambda s: tpot(s, "p90")),
             ("preemptions", lambda s: f"{(s.get('serving') or {}).get('preemptions', 0):,}"),
         ]
+    if any("decode_pool" in s for s in scen.values()):
+
+        def decode(s: dict[str, Any], key: str, unit: float, fmt: str) -> str:
+            v = (s.get("decode_pool") or {}).get(key)
+            return "-" if v is None else format(v * unit, fmt)
+
+        rows += [
+            ("decode GPUs", lambda s: decode(s, "gpus", 1, ",")),
+            ("decode TPOT ms", lambda s: decode(s, "tpot_s", 1e3, ".1f")),
+        ]
     rows += [
         ("prefill GPU-s", lambda s: f"{s['prefill_gpu_s']:,.0f}"),
         ("network GB", lambda s: _gb(s["network_bytes"])),
@@ -83,7 +93,14 @@ def _serving_line(doc: dict[str, Any]) -> str:
     first: dict[str, Any] = next(iter(doc["scenarios"].values()), {})
     serving = first.get("serving")
     if serving is None:
-        return "Decode is not modelled (a disaggregated prefill pool)."
+        if "decode_pool" not in first:
+            return "Decode is not modelled (a disaggregated prefill pool)."
+        return (
+            "Disaggregated serving: the instances replayed prefill only; decode runs on a "
+            "separate pool of the same GPUs and TP (decode GPUs), the fewest instances that "
+            "generate the log's output tokens at its arrival rate within their KV pools "
+            "(decode TPOT at that batch)."
+        )
     drawn = serving["outputs_drawn"]
     return (
         "Aggregated serving: prefill and decode share each instance's continuous batch "

@@ -446,7 +446,15 @@ class ReplayMemo:
                         plain = self._key(trace_key, ck, cfg, s, ttft_slo_s, False, full_replay)
                         if plain not in self._results:
                             self._keep(
-                                plain, type(got)(s, got.resolved, got.stats, None, got.scale)
+                                plain,
+                                type(got)(
+                                    s,
+                                    got.resolved,
+                                    got.stats,
+                                    None,
+                                    got.scale,
+                                    decode_pool=got.decode_pool,
+                                ),
                             )
         with self._lock:
             self.hits += len(found)
@@ -470,7 +478,9 @@ class ReplayMemo:
                 # The settings as asked (capacities, links in the JSON); the simulation
                 # is the remembered one, which the differing settings cannot reach.
                 res = resolve(cfg, s, trace.block_size, cost=cost)
-                result.scenarios[s.name] = type(old)(s, res, old.stats, old.search, old.scale)
+                result.scenarios[s.name] = type(old)(
+                    s, res, old.stats, old.search, old.scale, decode_pool=old.decode_pool
+                )
             else:
                 assert fresh is not None  # every scenario not remembered was just run
                 result.scenarios[s.name] = fresh.scenarios[s.name]

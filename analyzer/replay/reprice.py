@@ -357,7 +357,9 @@ def reprice_scenario(
                 search = RateSearch(grid_rate(lo), grid_rate(hi), len(found), False, pts)
         else:
             search = RateSearch(None, None, 0, False)
-    result = ScenarioResult(old.spec, resolved, main.stats, search, old.scale)
+    result = ScenarioResult(
+        old.spec, resolved, main.stats, search, old.scale, decode_pool=old.decode_pool
+    )
     return RepricedScenario(
         result,
         all(r.exact for r in runs),

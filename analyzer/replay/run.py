@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from analyzer.cost.model import CostModel
 from analyzer.errors import UsageError
 from analyzer.progress import Advance
 from analyzer.replay.capacity import batch_defaults, kv_pool_tokens
@@ -49,6 +50,7 @@ from analyzer.replay.config import (
     Tier,
     select_scenarios,
 )
+from analyzer.replay.decode import DecodePool, size_decode_pool
 from analyzer.replay.engine import (
     TIER_NAMES,
     Plan,
@@ -60,6 +62,7 @@ from analyzer.replay.engine import (
 )
 from analyzer.replay.miniature import Miniature, sample
 from analyzer.replay.miniature import sampling_rate as sampling_rate
+from analyzer.replay.serving import output_lengths
 from analyzer.replay.steps import step_pricing
 from analyzer.spawn import main_not_rerun, start_processes
 from analyzer.trace import BlockTrace
@@ -391,6 +394,8 @@ class ScenarioResult:
     search: RateSearch | None
     # 1 / sampling rate of a miniature replay: totals over requests are scaled back by it
     scale: float = 1.0
+    # Disaggregated serving: the decode pool beside the prefill instances replayed
+    decode_pool: DecodePool | None = None
     ttft: TtftSummary = field(init=False)
     # Aggregated serving: time per output token after the first, over the measured
     # requests that generated more than one (None when decode is not modelled).
@@ -581,6 +586,8 @@ class ScenarioResult:
         }
         if r.plan.serving == "aggregated":
             out["serving"] = self.serving_json()
+        if self.decode_pool is not None:
+            out["decode_pool"] = self.decode_pool.to_json()
         if self.search is not None:
             out["rate_search"] = {
                 "passed_at": self.search.value,
@@ -873,7 +880,36 @@ def _run_scenario(
             record=record,
             tree=tree,
         )
-    return ScenarioResult(spec, res, stats, search, 1.0 / rate)
+    pool = _decode_pool(trace, res, cost, time_scale)
+    return ScenarioResult(spec, res, stats, search, 1.0 / rate, decode_pool=pool)
+
+
+def _decode_pool(
+    trace: BlockTrace, res: Resolved, cost: Any, time_scale: float
+) -> DecodePool | None:
+    """The decode pool beside a disaggregated replay's prefill instances (same GPUs,
+    model and TP, the engine's KV pool and limits) at the replayed arrival rate, for a
+    catalog cost model. The outputs are spread over the arrivals' span, not the run's
+    makespan, so a prefill pool that fell behind does not make decode look lighter."""
+    if res.plan.serving != "disaggregated" or not isinstance(cost, CostModel):
+        return None
+    if trace.n_requests < 2:
+        return None
+    span = float(trace.arrival_s[-1] - trace.arrival_s[0]) * time_scale
+    c = res.cluster
+    mnbt, mns = batch_defaults(cost.gpu)
+    mnbt = c.max_num_batched_tokens or mnbt
+    mns = c.max_num_seqs or mns
+    outputs, _ = output_lengths(trace)
+    return size_decode_pool(
+        trace.prompt_tokens.astype(np.float64),
+        outputs.astype(np.float64),
+        span,
+        step_pricing(cost),
+        kv_pool_tokens(cost, c.gpu_memory_utilization, mnbt),
+        mns,
+        c.tp,
+    )
 
 
 def search_again(
@@ -909,7 +945,7 @@ def search_again(
         simulate_missing=simulate_missing,
         record=record,
     )
-    return ScenarioResult(old.spec, res, old.stats, search, old.scale)
+    return ScenarioResult(old.spec, res, old.stats, search, old.scale, decode_pool=old.decode_pool)
 
 
 def _init_worker(nice: int) -> None:
