@@ -811,3 +811,23 @@ def test_chained_caches_replay_as_the_plain_ones(shared_traces, monkeypatch, wri
     fast = run()
     monkeypatch.setattr(engine, "is_chained", lambda trace: False)
     assert run() == fast
+
+
+def test_a_router_is_one_class_and_one_line(monkeypatch):
+    """A toy router registered by name routes every replayed request, in both serving
+    modes, with no other change (the registry, as eviction policies have one)."""
+    from analyzer.replay import routers
+
+    class Busiest(routers.Router):
+        def pick(self, k, session, blocks, loads, cached):
+            return max(range(len(loads)), key=lambda i: (loads[i], -i))
+
+    monkeypatch.setitem(routers.ROUTERS, "busiest", Busiest)
+    trace = build_trace([[i] for i in range(6)], arrivals=[0.0] * 6)
+    assert _routing(trace, "busiest") == [0] * 6  # the first takes the load, then all
+    for serving in ("disaggregated", "aggregated"):  # the catalog model: real step times
+        c = ClusterConfig(instances=3, router="busiest", serving=serving, warmup_fraction=0.0)
+        res = resolve(c, STANDARD_SCENARIOS["local"], trace.block_size)
+        assert len(simulate(trace, res.plan, 1.0).ttft_s) == 6
+    with pytest.raises(UsageError, match="unknown router 'idlest'"):
+        cfg(router="idlest")

@@ -42,6 +42,7 @@ from analyzer import limits
 from analyzer.cache.policies import get_policy, replay_policies
 from analyzer.errors import InputError, Location, UsageError
 from analyzer.outputs import note_input
+from analyzer.replay.routers import ROUTERS as ROUTER_CLASSES
 
 if TYPE_CHECKING:
     from analyzer.cost import CostModel
@@ -71,7 +72,9 @@ class Tier(StrEnum):
     POOL = "pool"
 
 
-ROUTERS = ("round-robin", "least-loaded", "session", "prefix-aware", "kv-router")
+# The built-in routers, the names the CLI offers; a router registered later in
+# routers.ROUTERS is accepted too.
+ROUTERS = tuple(ROUTER_CLASSES)
 # "instance": each instance's own DRAM tier, its share of the node's DRAM (the engines'
 # default); "node": one DRAM tier per node shared by its instances (a node-local store).
 DRAM_SCOPES = ("instance", "node")
@@ -198,7 +201,10 @@ class ClusterConfig:
         _check(self.tp >= 1, "--tp must be at least 1")
         _check(self.instances >= 1, "--instances must be at least 1")
         _check(self.gpus_per_node >= 1, "gpus_per_node must be at least 1")
-        _check(self.router in ROUTERS, f"unknown router {self.router!r}; choose one of {ROUTERS}")
+        _check(
+            self.router in ROUTER_CLASSES,
+            f"unknown router {self.router!r}; choose one of {tuple(ROUTER_CLASSES)}",
+        )
         _check(
             self.dram_scope in DRAM_SCOPES,
             f"unknown DRAM scope {self.dram_scope!r}; choose one of {DRAM_SCOPES}",
@@ -508,7 +514,7 @@ def load_scenarios(path: str | Path) -> list[ScenarioSpec]:
             )
         seen.add(name)
         for key, allowed in (
-            ("router", ROUTERS),
+            ("router", tuple(ROUTER_CLASSES)),
             ("eviction", replay_policies()),
             ("write_policy", WRITE_POLICIES),
             ("dram_scope", DRAM_SCOPES),

@@ -65,7 +65,7 @@ from analyzer.cache.radix import BlockRadix
 from analyzer.progress import Advance
 from analyzer.replay.config import Connector, Tier
 from analyzer.replay.links import Link
-from analyzer.replay.routers import make_router
+from analyzer.replay.routers import RouterContext, make_router
 from analyzer.replay.steps import StepPricing
 from analyzer.trace import BlockTrace
 
@@ -357,7 +357,8 @@ class Simulation:
             self.instances.append(Instance(i, j, hbm, lower))
         self.loads = [0] * plan.instances
         self.router = make_router(
-            plan.router, plan.instances, trace.session_names, plan.prefix_aware_lambda
+            plan.router,
+            RouterContext(plan.instances, trace.session_names, plan.prefix_aware_lambda),
         )
         self.track_dup = plan.local and plan.instances > 1
         self.dup_count: dict[int, int] = {}

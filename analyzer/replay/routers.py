@@ -15,12 +15,29 @@ instance index, so routing is deterministic.
   KV router and llm-d's prefix scorer balance: with ``lambda = 1`` (the default) it
   picks the instance with the least prefill work ahead of this request's first
   token, ``(prompt - cached) + load``, as Dynamo's ``overlap_score_weight = 1`` does.
+- ``kv-router``: the same score here; the aggregated engine (serving.py) scores it
+  over every tier as Dynamo's KV router does, and ``prefix-aware`` as llm-d's scorer.
+
+Routers are registered by name in :data:`ROUTERS`, as eviction policies are in
+:data:`analyzer.cache.policies.POLICIES`. Adding one is one class and one line::
+
+    class Busiest(Router):
+        '''The most loaded instance: a worst case to compare against.'''
+
+        def pick(self, k, session, blocks, loads, cached):
+            return max(range(len(loads)), key=loads.__getitem__)
+
+    ROUTERS["busiest"] = Busiest
+
+``--router busiest`` (in a ``replay --config`` scenario or a :class:`ClusterConfig`)
+then routes every replayed request with it, in both serving modes.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 
 def session_instance(name: str, n_instances: int) -> int:
@@ -28,11 +45,22 @@ def session_instance(name: str, n_instances: int) -> int:
     return int.from_bytes(digest, "little") % n_instances
 
 
+@dataclass(frozen=True, slots=True)
+class RouterContext:
+    """What a router is made with: the cluster's instances, the trace's session names
+    (indexed by a request's session code) and the prefix-aware router's lambda."""
+
+    instances: int
+    session_names: Sequence[str] = ()
+    prefix_aware_lambda: float = 1.0
+
+
 class Router:
     """``pick(k, session, blocks, loads, cached)``: ``cached(i, blocks)`` gives the
     prefix tokens instance ``i`` holds; called only by routers that need it."""
 
-    name = "router"
+    def __init__(self, ctx: RouterContext) -> None:
+        self.ctx = ctx
 
     def pick(
         self,
@@ -56,11 +84,6 @@ def _least(loads: list[int]) -> int:
 
 
 class RoundRobin(Router):
-    name = "round-robin"
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
     def pick(
         self,
         k: int,
@@ -69,12 +92,10 @@ class RoundRobin(Router):
         loads: list[int],
         cached: Callable[[int, Sequence[int]], int],
     ) -> int:
-        return k % self.n
+        return k % self.ctx.instances
 
 
 class LeastLoaded(Router):
-    name = "least-loaded"
-
     def pick(
         self,
         k: int,
@@ -87,10 +108,9 @@ class LeastLoaded(Router):
 
 
 class SessionAffinity(Router):
-    name = "session"
-
-    def __init__(self, n: int, session_names: Sequence[str]) -> None:
-        self.by_code = [session_instance(s, n) for s in session_names]
+    def __init__(self, ctx: RouterContext) -> None:
+        super().__init__(ctx)
+        self.by_code = [session_instance(s, ctx.instances) for s in ctx.session_names]
 
     def pick(
         self,
@@ -106,10 +126,9 @@ class SessionAffinity(Router):
 
 
 class PrefixAware(Router):
-    name = "prefix-aware"
-
-    def __init__(self, lam: float) -> None:
-        self.lam = lam
+    def __init__(self, ctx: RouterContext) -> None:
+        super().__init__(ctx)
+        self.lam = ctx.prefix_aware_lambda
 
     def pick(
         self,
@@ -132,13 +151,15 @@ class PrefixAware(Router):
         return best
 
 
-def make_router(name: str, n: int, session_names: Sequence[str], lam: float) -> Router:
-    if name == "round-robin":
-        return RoundRobin(n)
-    if name == "least-loaded":
-        return LeastLoaded()
-    if name == "session":
-        return SessionAffinity(n, session_names)
-    if name in ("prefix-aware", "kv-router"):  # kv-router: aggregated serving's own
-        return PrefixAware(lam)
-    raise AssertionError(f"unknown router {name}")  # validated by ClusterConfig
+ROUTERS: dict[str, Callable[[RouterContext], Router]] = {
+    "round-robin": RoundRobin,
+    "least-loaded": LeastLoaded,
+    "session": SessionAffinity,
+    "prefix-aware": PrefixAware,
+    "kv-router": PrefixAware,
+}
+
+
+def make_router(name: str, ctx: RouterContext) -> Router:
+    """The registered router ``name`` (checked by :class:`ClusterConfig`)."""
+    return ROUTERS[name](ctx)
