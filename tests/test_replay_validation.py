@@ -19,6 +19,9 @@ from analyzer.replay.engine import simulate
 # clients' histories outgrow the 256K-token KV pool.
 SGLANG_L1 = {3: 0.630580, 4: 0.363459, 5: 0.239976, 6: 0.146925, 7: 0.143266}
 SGLANG_L2 = {3: 0.742857, 4: 0.795455}
+# Rounds 8 and 9 of L1, where the measured run was queueing (mean TTFT 2.0 and 8.9 s):
+# outside 1.5x, shown in docs/validation.md with these ratios and not claimed.
+SGLANG_L1_MISSED = {8: (0.055469, 1.66), 9: (0.035112, 2.80)}
 MAX_TOTAL_TOKENS = 256 * 1024  # --max-total-tokens of the PR's HiCache runs
 HICACHE_RATIO = 2.0  # SGLang's default host pool: twice the device pool
 
@@ -50,6 +53,9 @@ def test_sglang_multiturn_hit_rates_per_round(dram, measured):
     got = _per_round_hits(dram)
     for r, want in measured.items():
         assert 1 / 1.5 <= got[r] / want <= 1.5, (r, got[r], want)
+    if not dram:  # the rounds docs/validation.md shows outside the band stay as shown
+        for r, (want, ratio) in SGLANG_L1_MISSED.items():
+            assert got[r] / want == pytest.approx(ratio, abs=0.05), (r, got[r], want)
     # the rounds that fit HBM are the whole previous prompt, as measured
     assert got[1] == pytest.approx(512 / 1088) and got[2] == pytest.approx(1088 / 1664)
     assert np.isclose(got[0], 0.0)
