@@ -23,7 +23,7 @@ def replayed(tmp_path_factory):
     log = shared_prefix_log(folder / "shared-prefix.jsonl")
     out = folder / "replay.json"
     # 450 prefixes of 20,480 tokens: 9.2M tokens, 1.15M per instance once the router
-    # keeps each prefix on one instance; HBM holds 325k per instance with the running
+    # keeps each prefix on one instance; HBM holds 328k per instance with the running
     # requests' KV, the node's DRAM (2 TB of KV per node of 4 instances) 1.9M.
     res = CliRunner().invoke(
         app,
