@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.cache import POLICIES
+from analyzer.cache import POLICIES, kernels
 from analyzer.cache.kernels import optimal_all, optimal_stack, simulate_fast
 from analyzer.cache.radix import ROOT
 from analyzer.cache.simulate import next_use_requests, simulate
@@ -298,6 +298,26 @@ def test_shards_at_rate_one_is_the_exact_curve(data):
 def test_next_use_requests():
     tr = make_trace([[0, 1], [0], [2], [0, 1]])
     assert next_use_requests(tr.block_ids, tr.offsets).tolist() == [1, 3, 3, 4, 4, 4]
+    assert kernels.next_use_requests(tr.block_ids, tr.offsets).tolist() == [1, 3, 3, 4, 4, 4]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    chains=st.lists(st.lists(st.integers(0, 12), max_size=8), min_size=1, max_size=30),
+    tail=st.integers(0, 3),
+    shift=st.sampled_from([0, -3, 1 << 40]),
+)
+def test_the_compiled_next_use_is_the_reference(chains, tail, shift):
+    # Any ids, a block repeated inside a request, empty requests, ids beyond the last
+    # request's end (ignored), negative and sparse ids (left to the reference): the one
+    # backward pass gives what the sort gives.
+    counts = [len(c) for c in chains]
+    offsets = np.zeros(len(chains) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    ids = np.array([b + shift for c in chains for b in c] + [7] * tail, dtype=np.int64)
+    got = kernels.next_use_requests(ids, offsets)
+    assert got.dtype == np.int64
+    assert got.tolist() == next_use_requests(ids, offsets).tolist()
 
 
 def test_last_token_is_never_a_hit():

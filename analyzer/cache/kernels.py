@@ -478,6 +478,35 @@ def s3fifo_sim(
     return hit
 
 
+@njit(cache=True, nogil=True)
+def _next_use(block_ids: np.ndarray, offsets: np.ndarray, n_ids: int) -> np.ndarray:
+    n_req = offsets.size - 1
+    out = np.empty(offsets[-1], dtype=np.int64)
+    last = np.full(n_ids, n_req, dtype=np.int64)  # the next request holding each block
+    for r in range(n_req - 1, -1, -1):
+        for k in range(offsets[r + 1] - 1, offsets[r] - 1, -1):
+            b = block_ids[k]
+            out[k] = last[b]
+            last[b] = r
+    return out
+
+
+def next_use_requests(block_ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """:func:`analyzer.cache.simulate.next_use_requests` (for each access, the index of
+    the next request holding the same block; the number of requests if none) in one
+    backward pass over dense ids: 8 bytes an access and 8 a distinct block, where the
+    reference's sort held about 40 bytes an access (450 MB at a 50,000-request log of
+    11.9 M accesses). Ids that are not dense (negative, or a largest id beyond twice the
+    accesses, which would size the table by the id) go to the reference."""
+    block_ids = block_ids[: offsets[-1]]
+    n_ids = int(block_ids.max()) + 1 if block_ids.size else 0
+    if block_ids.size and (int(block_ids.min()) < 0 or n_ids > 2 * block_ids.size + 1024):
+        from analyzer.cache.simulate import next_use_requests as reference
+
+        return reference(block_ids, offsets)
+    return _next_use(block_ids, np.asarray(offsets, dtype=np.int64), n_ids)
+
+
 def simulate_fast(
     block_ids: np.ndarray,
     offsets: np.ndarray,
@@ -516,8 +545,6 @@ def simulate_fast(
     if next_use is None:
         next_use = np.zeros(0, dtype=np.int64)
         if entry.kernel == "optimal":
-            from analyzer.cache.simulate import next_use_requests
-
             next_use = next_use_requests(block_ids, offsets)
     return int(
         leaf_sim(

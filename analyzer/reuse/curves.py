@@ -15,10 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analyzer.cache.kernels import optimal_all, simulate_fast
+from analyzer.cache.kernels import next_use_requests, optimal_all, simulate_fast
 from analyzer.cache.policies import get_policy
 from analyzer.cache.policies import label as policy_label
-from analyzer.cache.simulate import next_use_requests
 from analyzer.cache.stack import splitmix64
 from analyzer.progress import Advance
 from analyzer.reuse.records import EMPTY_CURVE, ReuseOptions, StepCurve
