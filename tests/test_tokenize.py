@@ -6,6 +6,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analyzer.tokenize import PromptRenderer, RenderError, load_tokenizer
 from analyzer.tokenize.tokenizer import DEFAULT_SPECIALS
@@ -180,3 +182,61 @@ def test_a_log_line_with_a_lone_surrogate_converts(tmp_path):
     )
     lt = open_trace(p, IngestOptions(salt=b"s"))
     assert lt.table.num_rows == 2 and lt.skipped.total == 0
+
+
+# -- the fast paths against the plain ones --------------------------------------------
+
+# Text made of what decides where cl100k's pieces end: newlines, carriage returns, other
+# whitespace (Unicode's and the ASCII separators Python alone calls whitespace), letters,
+# digits, punctuation, contractions, and letters outside ASCII.
+_ATOMS = [
+    "\n", "\n\n", "\r\n", "\r", " ", "  ", "\t", "\u00a0", "\u3000", "\u2028", "\x1c", "\x85",
+    "a", "Word", "xyz", "42", "1234567", "'s", "'LL", ".", "?!", "--", "#", "[1]", "{", "\"",
+    "é", "日本", "٣", "😀", "\ud83d",
+]  # fmt: skip
+_TEXT = st.lists(st.sampled_from(_ATOMS), max_size=60).map("".join)
+
+
+_PARAS = st.lists(_TEXT, min_size=1, max_size=6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    systems=st.lists(_PARAS, min_size=1, max_size=2),
+    docs=st.lists(_PARAS, min_size=1, max_size=4),
+    turns=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9), st.integers(0, 4)), max_size=8),
+    position=st.sampled_from(["in-system", "after-system", "before-system"]),
+    pad=st.integers(0, 1200),
+)
+def test_the_memos_give_the_tokens_of_rendering_every_request_in_full(
+    systems, docs, turns, position, pad
+):
+    # A gateway's requests: a system prompt, tools (the same list, or one that differs
+    # only where JSON text differs: null against NaN, 1 against 1.0, a subclass of str),
+    # retrieved documents (paragraphs, long enough to be cut) in new messages.
+    class Name(str):
+        def __repr__(self) -> str:
+            return "Name(" + super().__repr__() + ")"
+
+    tool_lists = [
+        [{"type": "function", "function": {"name": "f", "parameters": {"d": None}}}],
+        [{"type": "function", "function": {"name": "f", "parameters": {"d": float("nan")}}}],
+        [{"type": "function", "function": {"name": "f", "parameters": {"d": 1}}}],
+        [{"type": "function", "function": {"name": "f", "parameters": {"d": 1.0}}}],
+        [{"type": "function", "function": {"name": Name("f"), "parameters": {"d": 1}}}],
+        [],
+    ]
+    filler = "lorem ipsum " * (pad // 12)
+    system = ["\n\n".join(s) + filler for s in systems]
+    doc = ["\n\n".join(d) + "\n\n" + filler for d in docs]
+    fast = PromptRenderer(TOK, tools_position=position)
+    plain = PromptRenderer(TOK, tools_position=position, memo=False)
+    history: list[dict] = []
+    for s, d, k in turns:
+        head = {"role": "system", "content": system[s % len(system)]}
+        question = {"role": "user", "content": doc[d % len(doc)] + f"\n\nQuestion {k}?"}
+        history = [*history[-3:], question, {"role": "assistant", "content": doc[k % len(doc)]}]
+        body = {"messages": [head, *history[:-1]]}
+        if tool_lists[k % len(tool_lists)]:
+            body["tools"] = tool_lists[k % len(tool_lists)]
+        assert tokens_of(fast, body) == tokens_of(plain, body)

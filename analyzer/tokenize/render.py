@@ -22,13 +22,18 @@ high detail); all placeholders of one image carry the same id, derived from the 
 URL or data, so the same image shares and different images do not.
 
 Every distinct part is tokenized once per run: parts are memoized by a blake2b digest of
-their rendered text (never Python ``hash()``), in an LRU bounded by total tokens.
+their rendered text (never Python ``hash()``), in an LRU bounded by total tokens. A
+gateway resends the same long system prompt and tool definitions with every request, so
+the tool list's text is made once per distinct list (keyed by its pickle, which tells
+apart every value the JSON encoder would write differently), and a system message with
+the tools inside is recalled by its content and that key without rendering it again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -134,6 +139,14 @@ class PromptRenderer:
         self._fast: OrderedDict[tuple[str, str], Part] = OrderedDict()
         self._fast_chars = 0
         self.fast_max_chars = 4 * memo_max_tokens  # about as many tokens again
+        # A request's tool list: its pickle -> its rendered text; and a system message
+        # with the tools inside: (role, content, tool list's pickle) -> its part. In
+        # memory only, bounded by the characters (and bytes) they hold.
+        self._tools: OrderedDict[bytes, str] = OrderedDict()
+        self._tools_chars = 0
+        self._fast_tools: OrderedDict[tuple[str, str, bytes], Part] = OrderedDict()
+        self._fast_tools_chars = 0
+        self.tools_max_chars = memo_max_tokens  # a quarter of the plain messages' bound
         self.parts_seen = 0
         self.parts_tokenized = 0
         self.tokens_encoded = 0
@@ -297,11 +310,36 @@ class PromptRenderer:
                 text.append(blob)
         return pieces or [""], "".join(text)
 
-    def _tools_text(self, tools: object) -> str:
+    def _tools_text(self, tools: object, key: bytes | None) -> str:
+        """``# Tools`` and one JSON object a line; made once per distinct list (``key``)."""
         if not isinstance(tools, list):
             raise RenderError("mistyped field", "tools")
+        if key is not None and (hit := self._tools.get(key)) is not None:
+            self._tools.move_to_end(key)
+            return hit
         lines = [json.dumps(t, ensure_ascii=False) for t in tools]
-        return "# Tools\n\n" + "\n".join(lines)
+        text = "# Tools\n\n" + "\n".join(lines)
+        if key is not None:
+            self._tools[key] = text
+            self._tools_chars += len(key) + len(text)
+            while self._tools_chars > self.tools_max_chars and len(self._tools) > 1:
+                k, v = self._tools.popitem(last=False)
+                self._tools_chars -= len(k) + len(v)
+        return text
+
+    def _tools_key(self, tools: object) -> bytes | None:
+        """The tool list's exact content address, or None (no memo for it).
+
+        ``json.dumps`` writes the same text for two lists whose pickles are equal (equal
+        pickles unpickle to equal values of the same types; NaN and null, 1 and 1.0, a
+        str and its subclass all pickle apart), and pickling is four times faster than
+        writing the JSON (a gateway's 8 tools: 12 against 51 us)."""
+        if not self.memo_enabled or not isinstance(tools, list):
+            return None
+        try:
+            return pickle.dumps(tools, protocol=5)
+        except (pickle.PicklingError, TypeError, ValueError, AttributeError, RecursionError):
+            return None
 
     def render(self, body: dict[str, Any]) -> tuple[list[Part], list[Part]]:
         """(message parts, generation-prompt parts) of a chat-completions request body."""
@@ -311,7 +349,8 @@ class PromptRenderer:
         tools = body.get("tools") or body.get("functions")
         tools_done = not tools
         # Used only while tools_done is False, that is when there are tools.
-        tools_text = self._tools_text(tools) if tools else ""
+        tools_key = self._tools_key(tools) if tools else None
+        tools_text = self._tools_text(tools, tools_key) if tools else ""
         parts: list[Part] = [self._bos_part] if self._bos_part is not None else []
         if not tools_done and self.tools_position == "before-system":
             parts.append(self._part("system", [tools_text], tools_text))
@@ -344,6 +383,19 @@ class PromptRenderer:
                 and not msg.get("tool_calls")
             ):
                 parts.append(self._fast_part(role, content))
+                continue
+            if (
+                tools_key is not None
+                and not tools_done
+                and i == 0
+                and role in ("system", "developer")
+                and self.tools_position == "in-system"
+                and type(content) is str
+                and not msg.get("tool_calls")
+            ):
+                # The system prompt with the tools: most requests resend both unchanged.
+                parts.append(self._system_with_tools(role, content, tools_key, tools_text))
+                tools_done = True
                 continue
             pieces, text = self._content(content, f"{field}.content")
             if not tools_done and (i > 0 or role not in ("system", "developer")):
@@ -385,6 +437,23 @@ class PromptRenderer:
         if not tools_done:
             parts.append(self._part("system", [tools_text], tools_text))
         return parts, [self._generation]
+
+    def _system_with_tools(self, role: str, content: str, key: bytes, tools_text: str) -> Part:
+        """A plain system message with the tools rendered inside it (``render``'s own
+        part), recalled when the same message came before with the same tool list."""
+        fk = (role, content, key)
+        part = self._fast_tools.get(fk)
+        if part is not None:
+            self._fast_tools.move_to_end(fk)
+            self.parts_seen += 1
+            return part
+        part = self._part(role, [content + "\n\n" + tools_text], content)
+        self._fast_tools[fk] = part
+        self._fast_tools_chars += len(role) + len(content) + len(key)
+        while self._fast_tools_chars > self.tools_max_chars and len(self._fast_tools) > 1:
+            (r0, c0, k0), _ = self._fast_tools.popitem(last=False)
+            self._fast_tools_chars -= len(r0) + len(c0) + len(k0)
+        return part
 
     def render_text(self, text: str) -> list[Part]:
         """A raw prompt string (completions API, generic text column): no chat framing."""
