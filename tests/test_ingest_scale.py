@@ -8,6 +8,7 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
@@ -56,12 +57,15 @@ def chat_log(path: Path, n: int, seed: int = 0, shuffle: bool = False) -> Path:
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("bound", ["rows", "bytes"])
 def test_spooled_rows_come_back_in_arrival_order_whatever_the_batch_size(
-    tmp_path, monkeypatch, shuffle
+    tmp_path, monkeypatch, shuffle, bound
 ):
     log = chat_log(tmp_path / "chat.jsonl", 120, seed=3, shuffle=shuffle)
     whole = open_trace([str(log)], IngestOptions(salt=SALT, keep_names=True)).table
     monkeypatch.setattr(spool, "BATCH_ROWS", 7)  # 18 spooled batches, read back out of order
+    if bound == "bytes":  # spooled a few rows at a time, by their hashes' bytes
+        monkeypatch.setattr(spool, "BATCH_BYTES", 8 * 40)
     small = open_trace([str(log)], IngestOptions(salt=SALT, keep_names=True)).table
     assert small.equals(whole)
     assert small.schema.metadata == whole.schema.metadata
@@ -70,6 +74,32 @@ def test_spooled_rows_come_back_in_arrival_order_whatever_the_batch_size(
     # The rows are those of the log, once each; the LCP is that of the brute-force oracle.
     ids = whole.column("request_id").to_pylist()
     assert ids == [f"r{i}" for i in range(120)]
+
+
+def test_the_spool_holds_a_bounded_number_of_hash_bytes(monkeypatch):
+    # Rows of 30 block and 30 content hashes under a bound of 100 hashes: spooled two
+    # at a time, and read back in any order in output batches of BATCH_ROWS rows.
+    monkeypatch.setattr(spool, "BATCH_BYTES", 8 * 100)
+    monkeypatch.setattr(spool, "BATCH_ROWS", 4)
+    rows = spool.RowSpool()
+    for i in range(10):
+        h = np.arange(30, dtype=np.uint64) + np.uint64(1000 * i)
+        rows.append(
+            request_id=f"r{i}", time=float(i), session=None, tenant=None, model=None,
+            prompt_tokens=480, output_tokens=None, hashes=h, contents=h + np.uint64(1),
+            lcp_index=-1, parent=None, turn=None, count_only=False, approx=False,
+        )  # fmt: skip
+        assert len(rows._pending) == (i + 1) % 2
+    order = np.array([9, 0, 1, 2, 3, 5, 4, 6, 7, 8])
+    out = list(rows.batches(order))
+    assert [b.num_rows for b in out] == [4, 4, 2]
+    got = pa.Table.from_batches(out)
+    assert got.column("request_id").to_pylist() == [f"r{i}" for i in order]
+    assert [h[0] for h in got.column("block_hashes").to_pylist()] == [1000 * i for i in order]
+    assert [h[-1] for h in got.column("content_hashes").to_pylist()] == [
+        1000 * i + 30 for i in order
+    ]
+    rows.close()
 
 
 def test_token_lcp_matches_the_oracle_through_the_spool(tmp_path, monkeypatch):

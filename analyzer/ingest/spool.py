@@ -6,9 +6,10 @@ seen. Holding every row in memory until then made peak memory grow with the log 
 block hashes alone are 16 bytes a block, several GB for a million chat requests).
 
 :class:`RowSpool` keeps in memory only what the sort and the LCP need (arrival time,
-prompt length and radix-tree index: 24 bytes a row); every ``batch_rows`` rows the rest
-is written as one record batch of a temporary Arrow IPC file (under ``$TMPDIR``),
-uncompressed (block hashes do not compress). :meth:`RowSpool.batches` then gives the
+prompt length and radix-tree index: 24 bytes a row); every ``batch_rows`` rows, or
+sooner once their hashes take ``BATCH_BYTES`` (a long-prompt log's 8,192 rows hold 30 MB
+of them), the rest is written as one record batch of a temporary Arrow IPC file (under
+``$TMPDIR``), uncompressed (block hashes do not compress). :meth:`RowSpool.batches` then gives the
 canonical rows in any order, a batch of output at a time: the input batches an output
 batch needs are read back one by one (the last two stay cached, so a log that is in
 time order, or nearly, reads each once), so memory holds about two input batches and
@@ -59,6 +60,11 @@ SPOOLED = pa.schema(
     ]
 )
 BATCH_ROWS = 8_192
+# Rows are spooled once their block and content hashes reach this many bytes, if that
+# comes before BATCH_ROWS rows: what a spool holds in memory is bounded by bytes. (The
+# rows come back in batches of BATCH_ROWS whatever the spooled batches' sizes: the
+# canonical file's row groups.)
+BATCH_BYTES = 8 << 20
 
 
 @dataclass
@@ -152,6 +158,7 @@ class RowSpool:
     def __init__(self, batch_rows: int | None = None) -> None:
         self.batch_rows = batch_rows or BATCH_ROWS
         assert self.batch_rows >= 1
+        self.batch_hashes = max(1, BATCH_BYTES // 8)  # block and content hashes, 8 bytes each
         self.time = array("d")
         self.prompt_tokens = array("q")
         self.lcp_index = array("q")
@@ -211,7 +218,7 @@ class RowSpool:
         p.cached.append(cached_tokens)
         p.engine_prompt.append(engine_prompt_tokens)
         p.user.append(user)
-        if len(p) >= self.batch_rows:
+        if len(p) >= self.batch_rows or len(p.hashes) + len(p.contents) >= self.batch_hashes:
             self._spool()
 
     def _open(self) -> None:
@@ -346,7 +353,12 @@ class RowSpool:
                     while len(cache) > 2:
                         cache.pop(next(iter(cache)))
                 sel = np.flatnonzero(which == k)
-                pieces.append(batch.take(pa.array(rows[sel] - starts[k])))
+                idx = rows[sel] - starts[k]
+                if idx[-1] - idx[0] == idx.size - 1 and np.all(idx[1:] > idx[:-1]):
+                    # consecutive rows (a log in time order): a view, copied once below
+                    pieces.append(batch.slice(int(idx[0]), idx.size))
+                else:
+                    pieces.append(batch.take(pa.array(idx)))
                 where.append(sel)
             merged = pa.Table.from_batches(pieces, schema=SPOOLED).combine_chunks()
             pos = np.concatenate(where)
