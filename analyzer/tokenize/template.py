@@ -159,14 +159,16 @@ def load_model_folder(path: str | Path) -> ModelFolder:
 def named(name: str, given: str) -> str:
     """A tokenizer's file or folder name, which the trace's metadata, reports and pilot
     commands carry: a control character in it is refused (a newline would end a comment
-    in a pilot command)."""
+    in a pilot command), and so is ``*``, which ends the name in ``kvpool.tokenizer``
+    (``hf:NAME*RATIO``): a file written with it could not be read back."""
     from analyzer.errors import printable
     from analyzer.quoting import has_control
 
-    if has_control(name):
+    held = "a control character" if has_control(name) else "'*'" if "*" in name else ""
+    if held:
         raise UsageError(
-            f"--tokenizer {printable(given)!r}: its name holds a control character",
-            hint="rename it; reports and pilot commands name it",
+            f"--tokenizer {printable(given)!r}: its name holds {held}",
+            hint="rename it; reports, pilot commands and the trace's metadata name it",
         )
     return name
 
