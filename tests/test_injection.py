@@ -223,3 +223,52 @@ def test_a_tokenizer_folder_named_with_a_newline_or_a_star_is_refused(tmp_path, 
     assert r.returncode == 2 and said in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "t.parquet").exists()
+
+
+BIDI = "\u202e"
+
+
+@pytest.mark.slow
+def test_escapes_in_file_tenant_session_and_scenario_names_stay_off_the_terminal(tmp_path):
+    """Every field of a log row that a command may print (file, model, tenant, user,
+    session and scenario names) reaches the terminal as text: no escape sequence, no
+    bidirectional override, no markup."""
+    names = [EVIL, f"{LINK}{ESC}[31mRED{ESC}]0;title\a", f"bidi{BIDI}txt.exe"]
+    system = "You are a helpful support agent for a shop that sells parcels. " * 30
+    log = tmp_path / f"log{ESC}[2J{BIDI}.jsonl"
+    log.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "timestamp": 1.7e9 + i,
+                    "model": names[i % 3],
+                    "user": names[(i + 1) % 3],
+                    "tenant": names[(i + 2) % 3],
+                    "session_id": f"{names[i % 3]}{i % 5}",
+                    "messages": [
+                        {"role": "system", "content": system},
+                        {"role": "user", "content": f"order {i}"},
+                    ],
+                }
+            )
+            + "\n"
+            for i in range(90)
+        )
+    )
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(f'[[scenario]]\nname = "{EVIL} \\u001b[31mRED {LINK} \\u202e"\npool = true\n')
+    runs = [
+        ("reuse", log.name, "--tenant-field", "tenant", "--isolation", "tenant"),
+        ("reuse", log.name, "--tenant-field", "tenant", "--only-model", EVIL),
+        ("replay", log.name, "--config", cfg.name, "--instances", "2", "--keep-names"),
+        ("convert", log.name, "--tenant-field", "tenant", "--keep-names", "-o", "t.parquet"),
+    ]
+    said = {}
+    for args in runs:
+        out = ok(kvpool(*args, cwd=tmp_path))
+        assert BIDI not in out and "\a" not in out, args
+        said[args[0], args[-1]] = out
+    # shown as themselves, their escapes and overrides made '?'
+    assert "log?[2J?.jsonl" in said["reuse", "tenant"]
+    assert "30 requests" in said["reuse", EVIL]  # the one model, chosen by its name
+    assert f"{EVIL} ?[31mRED {LINK} ?" in said["replay", "--keep-names"]
