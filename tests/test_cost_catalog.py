@@ -313,3 +313,31 @@ def test_hardware_catalog():
     for name, entry in {**HW["gpus"], **HW["tiers"]}.items():
         assert entry["source"], name
         assert all(t.latency_s > 0 and t.bandwidth_gbps > 0 for t in tiers.values())
+
+
+def test_quantized_and_vendor_names_are_matched():
+    from analyzer.cost.catalog import quantization_of, recognize_model
+
+    assert recognize_model("Qwen/Qwen2.5-32B-Instruct-AWQ") == "qwen2.5-32b"
+    assert recognize_model("RedHatAI/Llama-3.1-8B-Instruct-FP8-dynamic") == "llama-3.1-8b"
+    assert recognize_model("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8") == "qwen3-235b-a22b"
+    assert quantization_of("Qwen/Qwen3-32B-FP8") == "fp8"
+    assert quantization_of("Qwen/Qwen2.5-32B-Instruct-AWQ") is None
+    for name in ("H100-SXM", "H100 80GB HBM3", "h100_sxm", "NVIDIA H100 80GB HBM3", "p5.48xlarge"):
+        assert get_gpu(name).id == "h100", name
+    assert get_gpu("L40S").id == "l40s"
+    with pytest.raises(UsageError):
+        get_gpu("H100 PCIe")  # another product: not planned as the SXM part
+
+
+def test_a_gpu_named_as_vendors_write_it_finds_its_price():
+    from analyzer.cost.prices import resolve_prices
+
+    h100 = resolve_prices("h100").gpu_hour
+    assert h100 is not None
+    for name in ("H100-SXM", "NVIDIA H100 80GB HBM3", "p5.48xlarge"):
+        p = resolve_prices(name)
+        assert p.gpu == "h100" and p.gpu_hour == h100, name
+        assert p.gpu_hour_for(name) == h100
+    l40s = resolve_prices("L40S").gpu_hour
+    assert l40s is not None and l40s.usd > 0 and l40s.source

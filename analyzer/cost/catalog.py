@@ -24,6 +24,7 @@ import difflib
 import functools
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -839,11 +840,63 @@ def _suggestions(alias_map: dict[str, str]) -> list[str]:
     return sorted(set(alias_map) | set(alias_map.values()))
 
 
+# What served names add to a model's name: its variant (-Instruct, -chat) and the
+# quantization of the checkpoint, as Hugging Face repositories name them (-FP8,
+# -FP8-Dynamic, -AWQ, -GPTQ-Int4, -W8A8, -NVFP4, ...), and a release date (-2507).
+_VARIANT_SUFFIXES = ("-instruct", "-it", "-chat", "-hf", "-base")
+# suffix -> the weights precision the cost model can price it at (None: kept as the
+# catalog's, since the cost model has no integer weight formats)
+_QUANT_SUFFIXES: dict[str, str | None] = {
+    "-fp8-dynamic": "fp8",
+    "-fp8": "fp8",
+    "-nvfp4": "fp4",
+    "-mxfp4": "fp4",
+    "-fp4": "fp4",
+    "-bf16": None,
+    "-fp16": None,
+    "-awq": None,
+    "-gptq-int4": None,
+    "-gptq-int8": None,
+    "-gptq": None,
+    "-int4": None,
+    "-int8": None,
+    "-w8a8": None,
+    "-w4a16": None,
+    "-gguf": None,
+}
+_DATE_SUFFIX = re.compile(r"-\d{4}$")
+
+
+def _suffixes(key: str) -> tuple[str, list[str]]:
+    """``key`` without its variant, quantization and date suffixes (any order, any
+    number of them), and the quantization suffixes it had."""
+    quant: list[str] = []
+    while True:
+        for suffix in (*_QUANT_SUFFIXES, *_VARIANT_SUFFIXES):
+            if key.endswith(suffix) and len(key) > len(suffix):
+                if suffix in _QUANT_SUFFIXES:
+                    quant.append(suffix)
+                key = key[: -len(suffix)]
+                break
+        else:
+            m = _DATE_SUFFIX.search(key)
+            if m is None or m.start() == 0:
+                return key, quant
+            key = key[: m.start()]
+
+
 def _strip_suffixes(key: str) -> str:
-    for suffix in ("-instruct", "-it", "-chat", "-hf", "-base", "-fp8", "-bf16"):
-        if key.endswith(suffix):
-            return key[: -len(suffix)]
-    return key
+    return _suffixes(key)[0]
+
+
+def quantization_of(served_name: str) -> str | None:
+    """The weights precision a served name's quantization suffix stands for (``fp8`` for
+    ``Qwen/Qwen3-32B-FP8``), None when it has none the cost model prices differently."""
+    _, quant = _suffixes(_norm(served_name).split("/")[-1])
+    for q in quant:
+        if _QUANT_SUFFIXES[q] is not None:
+            return _QUANT_SUFFIXES[q]
+    return None
 
 
 def model_from_config_file(path: str | Path) -> ModelSpec:
@@ -903,11 +956,33 @@ def recognize_model(served_name: str) -> str | None:
     return None
 
 
-def get_gpu(name: str) -> GpuSpec:
-    """A catalog GPU by id or alias (case-insensitive): ``h100``, ``H100-SXM``, ``mi300x``."""
+# Words in a GPU's name that make it another product than the catalog's SXM part of
+# the same family (a PCIe card or an NVL board has other memory, clocks and links).
+_OTHER_FORM = {"pcie", "nvl", "40gb"}
+
+
+def recognize_gpu(name: str) -> str | None:
+    """The catalog id a GPU name stands for, as vendors and clouds write them: the id or
+    an alias (``H100-SXM``, ``h100_sxm``, ``p5.48xlarge``), or a name holding one as a
+    word (``NVIDIA H100 80GB HBM3``, ``gpu_8x_h100_sxm5``); None for another form of the
+    chip (``H100 PCIe``, ``H100 NVL``) or a GPU the catalog does not hold."""
     cat = _catalog()
     key = _norm(name)
-    target = cat.gpu_alias.get(key) or cat.gpu_alias.get(key.removeprefix("nvidia-"))
+    for k in (key, key.removeprefix("nvidia-"), key.removeprefix("amd-")):
+        if k in cat.gpu_alias:
+            return cat.gpu_alias[k]
+    words = [w for w in re.split(r"[-.]", key) if w]
+    if _OTHER_FORM & set(words):
+        return None
+    found = {cat.gpu_alias[w] for w in words if w in cat.gpu_alias}
+    return found.pop() if len(found) == 1 else None
+
+
+def get_gpu(name: str) -> GpuSpec:
+    """A catalog GPU by id or alias (case-insensitive): ``h100``, ``H100-SXM``, ``mi300x``,
+    or a name as vendors and clouds write it (:func:`recognize_gpu`)."""
+    cat = _catalog()
+    target = recognize_gpu(name)
     if target is None:
         raise _unknown("GPU", name, _suggestions(cat.gpu_alias), "kvpool cost gpus")
     return cat.gpus[target]

@@ -48,6 +48,8 @@ class Prices:
     gpu_hours_by_gpu: tuple[tuple[str, Price], ...] = ()  # every catalog GPU (side by side)
 
     def gpu_hour_for(self, gpu: str) -> Price | None:
+        """The price of ``gpu`` (any name the catalog recognizes for it)."""
+        gpu = _gpu_id(gpu)
         if gpu == self.gpu:
             return self.gpu_hour
         for name, p in self.gpu_hours_by_gpu:
@@ -202,7 +204,7 @@ def _load(path: Path) -> tuple[float, dict[str, Price], dict[str, Price | None]]
     for name in sorted(gpus_doc):
         p = _price(doc, name, "usd_per_gpu_hour", "GPU-hour", path, where=f"gpus.{name}")
         if p is not None:
-            gpus[name] = p
+            gpus[_gpu_id(name)] = p
     items = {
         "dram": _price(doc, "dram", "usd_per_gb_month", "GB-month", path),
         "nvme": _price(doc, "nvme", "usd_per_tb_month", "TB-month", path),
@@ -212,9 +214,19 @@ def _load(path: Path) -> tuple[float, dict[str, Price], dict[str, Price | None]]
     return float(hours), gpus, items
 
 
+def _gpu_id(gpu: str) -> str:
+    """The catalog's id of a GPU named as vendors and clouds write it (``H100-SXM``,
+    ``NVIDIA H100 80GB HBM3`` -> ``h100``), so it finds its price; the name as given
+    when the catalog does not know it."""
+    from analyzer.cost.catalog import recognize_gpu
+
+    return recognize_gpu(gpu) or gpu
+
+
 def resolve_prices(gpu: str, overrides: PriceOverrides | None = None) -> Prices:
     """The catalog's prices, then the user's price file over them, then the flags."""
     o = overrides or PriceOverrides()
+    gpu = _gpu_id(gpu)
     hours, gpus, items = _load(prices_path())
     if o.prices_file is not None:
         path = Path(o.prices_file)
