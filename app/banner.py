@@ -38,12 +38,17 @@ def verdict_banner(
     st.markdown(banner_html(verdict, lines, stale, repriced), unsafe_allow_html=True)
 
 
-def settings_line(opts) -> str:
-    """Which settings the figures on the page come from, in the sidebar's words."""
+def settings_line(opts, plans=()) -> str:
+    """Which settings the figures on the page come from, in the sidebar's words: the
+    models as planned (each as the log names it unless the sidebar names one), then the
+    cluster's settings."""
     pool = f"{opts.pool_gbps:g} GB/s per node" if opts.pool_gbps else f"{opts.pool_tier} (catalog)"
+    models = sorted({f"{p.model} on {p.tp} x {p.gpu}" for p in plans}) or [
+        f"{opts.model} on {opts.tp} x {opts.gpu}"
+    ]
     return (
-        f"Computed for {opts.instances} instances of {opts.model} on {opts.tp} x {opts.gpu} "
-        f"({opts.gpus_per_node} GPUs per node), router {opts.router}, pool link {pool}, "
+        f"Planned for {', '.join(models)} ({opts.gpus_per_node} GPUs per node), sized by "
+        f"replaying from {opts.instances} instances, router {opts.router}, pool link {pool}, "
         f"host DRAM link {opts.dram_tier}, p90 TTFT target {opts.ttft_slo_s:g} s, warm-up "
         f"{opts.warmup:.0%} of requests (not counted)."
     )

@@ -260,9 +260,9 @@ def control_defaults() -> ControlDefaults:
         evictions=list(replay_policies()),
         dram_tiers=[t for t, k in kind.items() if k == "host-dram"],
         pool_tiers=[t for t, k in kind.items() if k == "network"],
-        model=cluster.model,
+        model="",  # the log's own models, as `kvpool analyze` without --model
         gpu=cluster.gpu,
-        tp=cluster.tp,
+        tp=0,  # the smallest TP that holds each model, as without --tp
         kv_dtype=cluster.kv_dtype,
         instances=cluster.instances,
         router=cluster.router,
@@ -426,15 +426,39 @@ def replay(
 # --- recommendation ----------------------------------------------------------------------
 
 
-def analyze_options(w, warmup: float, block_size: int | None = None):
+@st.cache_data(show_spinner=False, max_entries=64)
+def _log_model(
+    content: str, ingest_key: Key, model: str, gpu: str, tp: int, kv_dtype: str, _loaded
+):
+    from analyzer.advisor.price import log_cluster
+    from analyzer.replay import ClusterConfig
+
+    cfg = ClusterConfig(
+        model=model or ClusterConfig().model, gpu=gpu, tp=tp or 1, kv_dtype=kv_dtype
+    )
+    cfg, _ = log_cluster(cfg, _loaded, model_given=bool(model), tp_given=bool(tp))
+    return cfg.model, cfg.tp
+
+
+def log_model(cur: Current, model: str, gpu: str, tp: int, kv_dtype: str) -> tuple[str, int]:
+    """The model and TP `kvpool replay` takes when ``model`` is "" (the log's own) or
+    ``tp`` 0 (the smallest that holds it)."""
+    return _log_model(cur.content, cur.ingest_key, model, gpu, tp, kv_dtype, cur.loaded)
+
+
+def analyze_options(w, warmup: float, block_size: int | None = None, concrete=None):
     """``analyzer.advisor.AnalyzeOptions`` for the what-if controls and the block size
     the trace was ingested with (so the report's options say what `kvpool analyze
-    --block-size` would)."""
+    --block-size` would). A model left to the log is planned as the log names it, at the
+    smallest TP that holds it, as `kvpool analyze` does without --model and --tp;
+    ``concrete``: the controls with that model and TP, for capacities given in GB."""
     from analyzer.advisor import AnalyzeOptions
     from analyzer.cli.options import ClusterFlags
     from analyzer.ingest import IngestOptions
 
-    bpt = int(cost_model(w.model, w.gpu, w.tp, w.kv_dtype).bytes_per_token)
+    c = concrete or w
+    model = c.model or ClusterFlags().config().model
+    bpt = int(cost_model(model, c.gpu, c.tp or 1, c.kv_dtype).bytes_per_token)
 
     def tokens(gb: float) -> str | None:  # 0: derived, as the flag left out
         return str(int(gb * 1e9 // bpt)) if gb > 0 else None
@@ -442,9 +466,9 @@ def analyze_options(w, warmup: float, block_size: int | None = None):
     # The sidebar's values in the command line's flags, built into the cluster by the
     # same function `kvpool analyze` and `kvpool replay` use.
     flags = ClusterFlags(
-        model=w.model,
+        model=w.model or None,
         gpu=w.gpu,
-        tp=w.tp,
+        tp=w.tp or None,
         instances=w.instances,
         gpus_per_node=w.gpus_per_node,
         dram_scope=w.dram_scope,
@@ -472,6 +496,8 @@ def analyze_options(w, warmup: float, block_size: int | None = None):
         ingest=IngestOptions(block_size=block_size),
         cluster=cluster,
         ttft_slo_s=w.ttft_slo_s,
+        model_given=bool(w.model),
+        tp_given=bool(w.tp),
     )
 
 
@@ -515,6 +541,17 @@ def _models_document(loaded, warmup: float, kv_dtype: str):  # ModelsFigures
     return models_document(loaded, ReuseOptions(warmup=warmup), kv_dtype)
 
 
+@st.cache_resource(show_spinner=False)
+def probe_store():
+    """The server's remembered probes (``analyzer.advisor.replay.ProbeStore``): every
+    replay the plans asked for, by the trace on screen and what the replay reads, so a
+    what-if that moves only a price, a threshold or the SLO re-decides from the probes
+    it has, and one that moves a tier's setting replays only the options with that tier."""
+    from analyzer.advisor.replay import ProbeStore
+
+    return ProbeStore(max_keys=2048)
+
+
 def run_whatif(
     cur: Current,
     opts,
@@ -527,80 +564,41 @@ def run_whatif(
     repriced: list | None = None,
 ):
     """``run_analysis`` on the loaded trace with every layer remembered: the reuse report
-    per warm-up and model, each replay per scenario and the settings it reads. Safe to
-    call from a background thread (it touches no page element); ``gate`` is then called
-    at every replay progress step (the prefetch waits there while a page computes), and
-    ``memo`` the :func:`replay_memo` fetched by the page (no Streamlit call in a thread).
-    ``only_known``: replay nothing; a replay not remembered raises
-    ``analyzer.replay.memo.NotRemembered``. ``parallel``: replay the scenarios in the
-    page's warm worker processes (:mod:`app.workers`), as the Replay page does, for the
-    answer the user waits for; the prefetch passes False: its replays go to the one
-    low-priority prefetch process, which leaves the cores to the page (small traces are
-    replayed in the calling thread, where the prefetch pauses at ``gate``).
-    ``repriced`` (with ``only_known``): a replay that differs from a remembered one only
-    in link bandwidths and latencies is re-priced from it instead (each scenario's
-    ``analyzer.replay.memo.Repriced`` appended to the list)."""
+    per warm-up and model, every probe of every plan (:func:`probe_store`). Safe to call
+    from a background thread (it touches no page element); ``gate`` is then called
+    before each batch of replays (the prefetch waits there while a page computes).
+    ``only_known``: replay nothing; a probe not remembered raises
+    ``analyzer.replay.memo.NotRemembered``. ``parallel``: replay in the page's warm
+    worker processes (:mod:`app.workers`), for the answer the user waits for; the
+    prefetch passes False: its replays go to the one low-priority prefetch process.
+    ``memo`` and ``repriced`` are kept for the callers that pass them: plans are made of
+    probes, which are not re-priced from other link speeds (a link what-if replays the
+    options that use that link)."""
     from analyzer.advisor import run_analysis
-    from analyzer.cost import CostModel
+    from analyzer.advisor.measure import choices_of, primary_bytes_per_token
+    from analyzer.advisor.replay import LocalReplayer, Services
 
-    bpt = int(
-        CostModel.from_catalog(
-            opts.model, opts.gpu, tp=opts.tp, kv_dtype=opts.kv_dtype, mfu=opts.mfu
-        ).bytes_per_token
-    )
+    bpt = primary_bytes_per_token(choices_of(cur.loaded, opts), opts.kv_dtype)
     rep = _analysis_reuse(cur.content, cur.ingest_key, opts.warmup, bpt, cur.trace)
     models = _remember(
         ("models", cur.content, cur.ingest_key, opts.warmup, opts.kv_dtype),
         lambda: _models_document(cur.loaded, opts.warmup, opts.kv_dtype),
     )
-    memo = memo or replay_memo()
-    # Decided by the whole log's size: its per-model parts go where it goes.
-    pool = workers.pool("page" if parallel else "prefetch", cur.trace.n_requests)
-
-    def replayer(
-        trace,
-        cfg,
-        scenarios,
-        ttft_slo_s=2.0,
-        search_rate=True,
-        advance=None,
-        cost=None,
-        part=None,
-        workers=1,
-    ):
-        if gate is not None:
-            # A prefetch waits here too, not only at its replays' progress steps: the
-            # analysis between two replays is Python that would share the page's core.
-            gate(0)
-        return memo.run(
-            trace,
-            cfg,
-            scenarios=scenarios,
-            ttft_slo_s=ttft_slo_s,
-            search_rate=search_rate,
-            advance=gate or advance,
-            cost=cost,
-            # ``part``: one model's requests of a multi-model log (the per-model replay).
-            trace_key=(cur.content, cur.ingest_key, part),
-            # The catalog model of cfg, as the analysis builds it; a per-model replay's is
-            # the catalog model at the smallest TP it fits at, with the catalog's MFU.
-            cost_key=None if part is None else "per-model fit",
-            on_run=on_run,
-            only_known=only_known,
-            repriced=repriced,
-            workers=workers,
-            # Results do not depend on where the scenarios run (tests/test_replay.py).
-            pool=pool,
-        )
-
+    replayer = LocalReplayer(
+        store=probe_store(),
+        trace_key=(cur.content, cur.ingest_key),
+        # Decided by the whole log's size: its per-model parts go where it goes.
+        pool=workers.pool("page" if parallel else "prefetch", cur.trace.n_requests),
+        only_known=only_known,
+        gate=gate,
+        on_run=on_run,
+    )
     return run_analysis(
         cur.loaded.sources,
         opts,
         advance=advance,
         loaded=cur.loaded,
-        replayer=replayer,
-        reuse=rep,
-        models=models,
+        services=Services(replayer, rep, models),
     )
 
 
@@ -608,8 +606,13 @@ def analysis_options(cur: Current, w, warmup: float, thresholds=None, prices=Non
     """The ``AnalyzeOptions`` of the what-if controls for the trace on screen, with the
     decision thresholds and the prices (``PriceOverrides``) when given."""
     from dataclasses import replace
+    from dataclasses import replace as _replace
 
-    opts = analyze_options(w, warmup, dict(cur.ingest_key).get("block_size"))
+    concrete = w
+    if not (w.model and w.tp):
+        model, tp = log_model(cur, w.model, w.gpu, w.tp, w.kv_dtype)
+        concrete = _replace(w, model=model, tp=tp)
+    opts = analyze_options(w, warmup, dict(cur.ingest_key).get("block_size"), concrete)
     if thresholds is not None:
         opts = replace(opts, thresholds=thresholds)
     return opts if prices is None else replace(opts, prices=prices)

@@ -23,9 +23,9 @@ class WhatIf:
     Bandwidths and latencies at 0 come from the chosen tier in the catalog.
     """
 
-    model: str
+    model: str  # "": each model the log names, as itself (no --model)
     gpu: str
-    tp: int
+    tp: int  # 0: the smallest that holds the model (no --tp)
     kv_dtype: str
     instances: int
     router: str
@@ -46,8 +46,29 @@ class WhatIf:
 
 
 def current() -> WhatIf:
-    """The controls as last drawn (drawn by the entrypoint before every page)."""
+    """The controls as last drawn (drawn by the entrypoint before every page): the model
+    "" and TP 0 when left at "the log's own" and "smallest that fits", as the command
+    line's --model and --tp left out."""
     return st.session_state[WHATIF_KEY]
+
+
+def concrete(cur) -> WhatIf:
+    """The controls with the model and TP the analysis plans when they are left to the
+    log (its most requested model, the smallest TP that holds it): what the pages that
+    price one model and GPU show."""
+    from dataclasses import replace
+
+    from app import compute
+
+    w = current()
+    if w.model and w.tp:
+        return w
+    model, tp = compute.log_model(cur, w.model, w.gpu, w.tp, w.kv_dtype)
+    return replace(w, model=model, tp=tp)
+
+
+LOG_MODEL = "the log's own models"
+FIT_TP = "the smallest that holds the model"
 
 
 def _select(label: str, options: list, default, key: str, **kw):
@@ -104,9 +125,21 @@ def sidebar() -> WhatIf:
     with st.sidebar:
         st.header("What if")
         with st.expander("Model and GPUs", expanded=True):
-            model = _select("Model", d.models, s.model, "ctl.model")
+            model = _select(
+                "Model",
+                ["", *d.models],
+                s.model,
+                "ctl.model",
+                format_func=lambda v: v or LOG_MODEL,
+            )
             gpu = _select("GPU", d.gpus, s.gpu, "ctl.gpu")
-            tp = _select("Tensor parallel (GPUs per instance)", [1, 2, 4, 8], s.tp, "ctl.tp")
+            tp = _select(
+                "Tensor parallel (GPUs per instance)",
+                [0, 1, 2, 4, 8, 16],
+                s.tp,
+                "ctl.tp",
+                format_func=lambda v: str(v) if v else FIT_TP,
+            )
             kv_dtype = _select("KV cache dtype", ["bf16", "fp8"], s.kv_dtype, "ctl.kv_dtype")
             instances = st.number_input(
                 "Instances",

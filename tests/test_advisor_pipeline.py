@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from analyzer.advisor import AnalyzeOptions, Thresholds, run_analysis
-from analyzer.advisor.pipeline import reusable_prefix_percentiles
+from analyzer.advisor.measure import reusable_prefix_percentiles
 from analyzer.cli import app
 from analyzer.replay import ClusterConfig
 from analyzer.report import render_json
@@ -56,7 +56,10 @@ def test_high_reuse_fast_pool_deploys_pooled(pooled):
     assert r.reuse.ceiling_hit_rate > 0.9
     assert r.decision.projection.pooled_ttft_reduction >= 0.25
     assert r.sizing is not None and r.sizing.pool
-    assert r.sizing.pool_capacity_tokens == r.reuse.knee_tokens > 0
+    # the pool deployed is the pool replayed: --pool-capacity-tokens here, else the knee
+    plan = next(p for p in r.plans if p.option == "pooled")
+    assert r.sizing.pool_capacity_tokens == plan.capacities.pool == 200_000
+    assert r.sizing.instances == plan.instances and r.sizing.nodes == plan.nodes
     modes = {p.product: p.mode for p in r.settings}
     assert set(modes.values()) == {"pooled"}
 
@@ -68,9 +71,9 @@ def test_small_log_pays_on_latency_not_on_cost(logs, pooled):
     r = run_analysis([str(logs["high"])], replace(opts, thresholds=Thresholds(objective="cost")))
     assert r.verdict == "not-worth-it"
     doc = report_json(r)
-    opts = doc["economics"]["options"]
-    assert opts["pooled"]["gpus_at_peak_load"] == opts["local"]["gpus_at_peak_load"]
-    assert opts["pooled"]["net_usd_month"] < 0
+    fleet = doc["fleet"]
+    assert fleet["pooled"]["gpus"] == fleet["local"]["gpus"]
+    assert fleet["pooled"]["net_usd_month"] < 0
     assert any("No option lowers the monthly cost" in x for x in doc["verdict"]["reasons"])
     assert pooled.verdict == "deploy-pooled"  # the same log, objective ttft (latency first)
 
@@ -80,7 +83,7 @@ def test_high_reuse_slow_network_is_local_offload_only(logs):
     opts = make_logs.pooled_options(0.05, dram_capacity_tokens=50_000)
     r = run_analysis([str(logs["high"])], opts)
     assert r.verdict == "local-offload-only", r.decision.reasons
-    pool = next(c for c in r.decision.checks if c.name == "bandwidth: pool link")
+    pool = next(c for c in r.decision.checks if c.name == "bandwidth: the pool link")
     assert pool.passed is False and pool.value == 0.05
     assert "slower than recomputing" in r.decision.reasons[0]
     assert r.decision.projection.dram_ttft_reduction >= 0.02
@@ -95,7 +98,10 @@ def test_count_only_azure_trace_is_insufficient_data(shared_traces):
     assert any("prompt content or block hashes" in m for m in r.decision.missing)
     assert r.replay is None and r.sizing is None and r.settings == ()
     doc = report_json(r)
-    assert doc["verdict"]["missing"] and doc["schema"] == "kvpool.report/2"
+    assert doc["verdict"]["missing"] and doc["schema"] == "kvpool.report/3"
+    assert doc["plans"] == [] and doc["fleet"] == {}
+    # nothing is sized, so deploy/ says so instead of shipping a tier
+    assert [f["path"] for f in doc["deploy"]["files"]] == ["deploy/README.md"]
 
 
 def test_same_input_gives_byte_identical_json(logs, pooled, tmp_path):
@@ -128,34 +134,39 @@ def test_an_already_loaded_trace_gives_the_same_report(logs, pooled):
         run_analysis([str(logs["low"])], opts, loaded=loaded)
 
 
-def test_remembered_replays_give_the_same_report(logs, pooled):
-    """The dashboard's incremental what-if: replays remembered per scenario, the reuse
-    report handed over; the report is the same bytes, and a change that no replay
-    reads (a decision threshold) re-runs none, a pool bandwidth only the pool's."""
+def test_remembered_replays_give_the_same_report(logs, pooled, monkeypatch):
+    """The dashboard's incremental what-if: one replayer remembers every probe across
+    analyses; the report is the same bytes, a change that no replay reads (a decision
+    threshold) replays nothing, and a pool bandwidth replays only the pool's."""
     from dataclasses import replace
 
+    import analyzer.advisor.size as size_mod
     from analyzer.advisor.figures import Thresholds
+    from analyzer.advisor.replay import LocalReplayer, Services
     from analyzer.ingest import open_trace
-    from analyzer.replay.memo import ReplayMemo
 
+    ran: list[str] = []
+    real = size_mod.probe
+
+    def counted(trace, cfg, spec, **kw):
+        ran.append(spec.name)
+        return real(trace, cfg, spec, **kw)
+
+    monkeypatch.setattr(size_mod, "probe", counted)
     loaded = open_trace([str(logs["high"])])
     opts = make_logs.pooled_options()
-    memo = ReplayMemo()
-    ran: list[str] = []
-
-    def replayer(*args, **kw):
-        return memo.run(*args, **kw, trace_key="high", on_run=ran.append)
-
-    first = run_analysis(loaded.sources, opts, loaded=loaded, replayer=replayer)
+    services = Services(LocalReplayer())
+    first = run_analysis(loaded.sources, opts, loaded=loaded, services=services)
     assert render_json(first) == render_json(pooled)
     assert ran  # the first analysis replays
     ran.clear()
-    stricter = replace(opts, thresholds=Thresholds(min_reuse=0.99))
-    again = run_analysis(loaded.sources, stricter, loaded=loaded, replayer=replayer)
+    stricter = replace(opts, thresholds=Thresholds(min_reuse=0.99, objective="ttft"))
+    again = run_analysis(loaded.sources, stricter, loaded=loaded, services=services)
     assert ran == []
     assert render_json(again) == render_json(run_analysis(loaded.sources, stricter, loaded=loaded))
+    ran.clear()
     slower = replace(opts, cluster=replace(opts.cluster, pool_gbps=5.0))
-    third = run_analysis(loaded.sources, slower, loaded=loaded, replayer=replayer)
+    third = run_analysis(loaded.sources, slower, loaded=loaded, services=services)
     assert ran and set(ran) == {"pooled"}
     assert render_json(third) == render_json(run_analysis(loaded.sources, slower, loaded=loaded))
 

@@ -180,7 +180,7 @@ def test_analyze_writes_reports_that_load_and_render(
         log = synth_log(root / "log.jsonl", kind.removeprefix("synth-"), max(n, 2), seed)
     else:
         log = degenerate_log(root / "log.jsonl", kind, n, one_time, models, seed)
-    flags = [] if search else ["--no-rate-search"]
+    flags = [] if search else ["--no-size-search"]
     res = run_analyze(root, log, flags)
     assert res["code"] in DOCUMENTED, res
     assert "Traceback" not in res["stderr"], res["stderr"]

@@ -174,6 +174,9 @@ def test_pages_share_one_ingestion(at: AppTest) -> None:
 
 def test_changing_controls_updates_figures_without_reingesting(at: AppTest) -> None:
     at.switch_page("views/capacity.py").run()
+    # the sample's own model is priced by default; start from Llama-3.1-8B on one GPU
+    at.selectbox(key="ctl.model").set_value("llama-3.1-8b")
+    at.selectbox(key="ctl.tp").set_value(1).run()
     at.radio(key="capacity.unit").set_value("GiB").run()
     assert_clean(at)
     ingest0, reuse0 = compute.CALLS["ingest"], compute.CALLS["reuse"]
@@ -519,9 +522,13 @@ def test_neighbouring_what_ifs_are_ready_before_the_click(at: AppTest, sample: P
 
 
 def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path, monkeypatch) -> None:
+    """A decision threshold no replay reads re-decides at once from the remembered
+    probes, on the page's thread, as `kvpool analyze` would; the latency-first objective,
+    which plans every option on the baseline's GPUs, replays only what that adds, in the
+    background."""
     from analyzer.advisor import AnalyzeOptions, run_analysis
     from analyzer.advisor.figures import Thresholds
-    from analyzer.replay.memo import ReplayMemo
+    from analyzer.advisor.replay import ProbeStore
     from app import prefetch
 
     # The background prefetch replays neighbouring clusters on its own schedule and
@@ -529,17 +536,14 @@ def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path, monkeyp
     # from a server that remembers nothing yet.
     prefetch.prefetcher().wait(TIMEOUT_S)
     monkeypatch.setattr(prefetch, "after_analysis", lambda cur, opts: None)
-    memo, pf = ReplayMemo(), prefetch.Prefetcher()
-    monkeypatch.setattr(compute, "replay_memo", lambda: memo)
+    store, pf = ProbeStore(), prefetch.Prefetcher()
+    monkeypatch.setattr(compute, "probe_store", lambda: store)
     monkeypatch.setattr(prefetch, "prefetcher", lambda: pf)
 
-    loose = Thresholds(objective="ttft", min_dram_gain=0.0, min_pool_advantage=0.0)
-    default = run_analysis([str(sample)], AnalyzeOptions()).verdict
-    expected = run_analysis([str(sample)], AnalyzeOptions(thresholds=loose)).verdict
-    assert expected != default  # the sample sits where these thresholds decide
+    strict = Thresholds(min_reuse=0.99)
+    expected = run_analysis([str(sample)], AnalyzeOptions(thresholds=strict)).verdict
     at.switch_page("views/recommend.py").run()
     assert_clean(at)
-    assert any(f"data-verdict='{default}'" in m.value for m in at.markdown)
     replay0 = compute.CALLS["replay"]
     threads: list[str] = []
     counted = compute._count_run
@@ -548,29 +552,20 @@ def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path, monkeyp
         "_count_run",
         lambda name: (threads.append(threading.current_thread().name), counted(name)),
     )
-    at.radio(key="ctl.th.objective").set_value("ttft").run()
+    at.number_input(key="ctl.th.min_reuse").set_value(99.0).run()
     assert_clean(at)
-    at.number_input(key="ctl.th.min_dram_gain").set_value(0.0).run()
-    assert_clean(at)
-    at.number_input(key="ctl.th.min_pool_advantage").set_value(0.0).run()
-    assert_clean(at)
-    # The verdict is decided at once from the remembered replays, on the page's thread.
     assert any(f"data-verdict='{expected}'" in m.value for m in at.markdown)
     assert not any("data-stale" in m.value for m in at.markdown)
-    # The latency-first objective adds its sensitivity rows (half and twice the
-    # instances, three scenarios each, no rate search), as `kvpool analyze --objective
-    # ttft` does: replayed in the background, never while the page waits.
+    assert compute.CALLS["replay"] == replay0 and threads == []
+    at.number_input(key="ctl.th.min_reuse").set_value(30.0).run()
+    at.radio(key="ctl.th.objective").set_value("ttft").run()
+    assert_clean(at)
     assert pf.wait(TIMEOUT_S)
-    assert compute.CALLS["replay"] == replay0 + 2 * 3
-    assert set(threads) == {"kvpool-whatif"}
+    assert set(threads) <= {"kvpool-whatif"}
     at.run()
     assert_clean(at)
-    assert not any("in the background" in c.value for c in at.caption)
-    full = report_json(run_analysis([str(sample)], AnalyzeOptions(thresholds=loose)))
-    rows = full["sensitivity"]["rows"]
-    assert any(r["dimension"] == "instances" for r in rows)
-    shown = at.table[-2].value  # "What would change the verdict" (before the glossary)
-    assert len(shown) == len(rows)
+    ttft = run_analysis([str(sample)], AnalyzeOptions(thresholds=Thresholds(objective="ttft")))
+    assert any(f"data-verdict='{ttft.verdict}'" in m.value for m in at.markdown)
 
 
 def test_errors_name_the_controls_not_the_flags(at: AppTest) -> None:
@@ -582,6 +577,7 @@ def test_errors_name_the_controls_not_the_flags(at: AppTest) -> None:
     assert gui_words("--unknown-flag stays") == "--unknown-flag stays"
     # A 70B model does not fit one H100: the replay says so in the sidebar's words.
     at.switch_page("views/replay.py").run()
+    at.selectbox(key="ctl.tp").set_value(1)
     at.selectbox(key="ctl.model").set_value("llama-3.1-70b").run()
     assert not at.exception
     shown = " ".join(e.value for e in at.error)
@@ -631,18 +627,19 @@ def test_pinned_configurations_are_compared_and_exported(at: AppTest, sample: Pa
 def test_a_change_needing_replays_keeps_the_last_answer_until_ready(
     at: AppTest, sample: Path, monkeypatch
 ) -> None:
-    """Instances 3 (not prefetched): the page answers at once with the previous verdict,
-    greyed (``data-stale``), while the scenarios replay in the background; the next run
-    shows the new answer, `kvpool analyze`'s for the same settings."""
+    """Another router (not prefetched): the page answers at once with the previous
+    verdict, greyed (``data-stale``), while the options are sized again in the
+    background; the next run shows the new answer, `kvpool analyze`'s for the same
+    settings."""
     from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.advisor.replay import ProbeStore
     from analyzer.replay import ClusterConfig
-    from analyzer.replay.memo import ReplayMemo
     from app import prefetch
 
     prefetch.prefetcher().wait(TIMEOUT_S)
     monkeypatch.setattr(prefetch, "after_analysis", lambda cur, opts: None)
-    memo, pf = ReplayMemo(), prefetch.Prefetcher()
-    monkeypatch.setattr(compute, "replay_memo", lambda: memo)
+    store, pf = ProbeStore(), prefetch.Prefetcher()
+    monkeypatch.setattr(compute, "probe_store", lambda: store)
     monkeypatch.setattr(prefetch, "prefetcher", lambda: pf)
     threads: list[str] = []
     counted = compute._count_run
@@ -656,7 +653,7 @@ def test_a_change_needing_replays_keeps_the_last_answer_until_ready(
     first = next(m.value for m in at.markdown if "data-verdict" in m.value)
     places_before = keyed_places(at.main)
     threads.clear()
-    at.number_input(key="ctl.instances").set_value(3).run()
+    at.selectbox(key="ctl.router").set_value("round-robin").run()
     assert_clean(at)
     greyed = next(m.value for m in at.markdown if "data-verdict" in m.value)
     assert "data-stale='1'" in greyed
@@ -679,69 +676,56 @@ def test_a_change_needing_replays_keeps_the_last_answer_until_ready(
     assert "st-key-kvpool-compare" not in recommend.STALE_CSS
     assert any("answer shown" in c.value for c in at.caption)
     assert pf.wait(TIMEOUT_S)
-    # Every scenario the change reaches was replayed, and none on the page's thread.
-    assert len(threads) == 5 and set(threads) == {"kvpool-whatif"}
+    # Every option the change reaches was sized again, and none on the page's thread.
+    assert threads and set(threads) == {"kvpool-whatif"}
     at.run()
     assert_clean(at)
     banner = next(m.value for m in at.markdown if "data-verdict" in m.value)
     assert "data-stale" not in banner
     assert recommend.STALE_CSS not in [m.value for m in at.markdown]
-    fresh = run_analysis([str(sample)], AnalyzeOptions(cluster=ClusterConfig(instances=3)))
+    fresh = run_analysis([str(sample)], AnalyzeOptions(cluster=ClusterConfig(router="round-robin")))
     assert f"data-verdict='{fresh.verdict}'" in banner
-    assert "3 instances" in " ".join(c.value for c in at.caption)
+    assert "router round-robin" in " ".join(c.value for c in at.caption)
 
 
-def test_a_pool_bandwidth_is_repriced_at_once_then_replayed(
+def test_a_pool_bandwidth_replays_only_the_pooled_option(
     at: AppTest, sample: Path, monkeypatch
 ) -> None:
-    """The pool's bandwidth (not prefetched): the page answers on the same run with the
-    verdict re-priced from the remembered replay at the catalog's bandwidth, marked
-    ``data-repriced`` and saying so, while the pooled scenario replays in the
-    background; the next run shows the replayed verdict, `kvpool analyze`'s for the
-    same settings, and how far the re-priced one was from it."""
+    """The pool's bandwidth (not prefetched): only the pooled option's plan reads it, so
+    only it is sized again, in the background, while the page shows the previous answer
+    greyed; the next run shows `kvpool analyze`'s verdict for the same settings."""
     from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.advisor.replay import ProbeStore
     from analyzer.replay import ClusterConfig
-    from analyzer.replay.memo import ReplayMemo
     from app import prefetch
 
     prefetch.prefetcher().wait(TIMEOUT_S)
     monkeypatch.setattr(prefetch, "after_analysis", lambda cur, opts: None)
-    memo, pf = ReplayMemo(record=True), prefetch.Prefetcher()
-    monkeypatch.setattr(compute, "replay_memo", lambda: memo)
+    store, pf = ProbeStore(), prefetch.Prefetcher()
+    monkeypatch.setattr(compute, "probe_store", lambda: store)
     monkeypatch.setattr(prefetch, "prefetcher", lambda: pf)
     at.switch_page("views/recommend.py").run()
     assert_clean(at)
-    runs = memo.runs
-    threads: list[str] = []
+    ran: list[tuple[str, str]] = []
     counted = compute._count_run
     monkeypatch.setattr(
         compute,
         "_count_run",
-        lambda name: (threads.append(threading.current_thread().name), counted(name)),
+        lambda name: (ran.append((threading.current_thread().name, name)), counted(name)),
     )
     at.number_input(key="ctl.pool_gbps").set_value(3.0).run()
     assert_clean(at)
     banner = next(m.value for m in at.markdown if "data-verdict" in m.value)
-    assert "data-repriced='1'" in banner and "data-stale" not in banner
-    words = " ".join(c.value for c in at.caption)
-    assert "Re-priced from the replay at pool link 21.75 GB/s" in words
-    assert "Exact:" in words or "Approximate:" in words
-    assert memo.repriced >= 1
-    repriced = banner
+    assert "data-stale='1'" in banner
     assert pf.wait(TIMEOUT_S)
-    # The pooled scenario, replayed in the background, never on the page's thread.
-    assert memo.runs > runs and set(threads) == {"kvpool-whatif"}
+    assert ran and {t for t, _ in ran} == {"kvpool-whatif"}
+    assert {n for _, n in ran} == {"pooled"}
     at.run()
     assert_clean(at)
     banner = next(m.value for m in at.markdown if "data-verdict" in m.value)
-    assert "data-repriced" not in banner and "data-stale" not in banner
+    assert "data-stale" not in banner
     fresh = run_analysis([str(sample)], AnalyzeOptions(cluster=ClusterConfig(pool_gbps=3.0)))
     assert f"data-verdict='{fresh.verdict}'" in banner
-    words = " ".join(c.value for c in at.caption)
-    assert "Replayed: the re-priced answer shown before had" in words
-    same = repriced.replace(" data-repriced='1'", "") == banner
-    assert ("the same verdict" in words) == (f"data-verdict='{fresh.verdict}'" in repriced)
-    assert same or "the same verdict" not in words or "within" in words
 
 
 def test_a_price_redecides_without_a_replay(at: AppTest, sample: Path, monkeypatch) -> None:

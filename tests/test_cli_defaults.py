@@ -77,9 +77,12 @@ def _library_defaults() -> dict[str, object]:
         "--exact-max-mib": i.exact_max_bytes >> 20,
         "--jobs": None,
         "--ray": i.ray_address,
-        "--model": c.model,
+        # None: each model the log names, as itself, at the smallest TP that holds it
+        # (`kvpool analyze` plans them so; ClusterConfig's model and TP are what a log
+        # naming no model, or `ClusterFlags().config()`, gets)
+        "--model": None,
         "--gpu": c.gpu,
-        "--tp": c.tp,
+        "--tp": None,
         "--instances": c.instances,
         "--gpus-per-node": c.gpus_per_node,
         "--dram-scope": c.dram_scope,
@@ -277,10 +280,11 @@ def test_the_dashboard_starts_from_the_same_defaults():
     d = compute.control_defaults()
     w = controls.default_whatif()
     c = ClusterConfig()
-    assert (d.model, d.gpu, d.tp, d.kv_dtype, d.instances, d.router, d.eviction) == (
-        c.model,
+    # "" and 0 in the sidebar are the log's own models at the smallest TP that holds
+    # them, as --model and --tp left out
+    assert (d.model, d.tp) == ("", 0) and DEFAULTS["--model"] is None is DEFAULTS["--tp"]
+    assert (d.gpu, d.kv_dtype, d.instances, d.router, d.eviction) == (
         c.gpu,
-        c.tp,
         c.kv_dtype,
         c.instances,
         c.router,

@@ -96,11 +96,13 @@ def test_flip_wording_inside_and_outside_the_range():
 def test_report_states_ranges_and_a_flip_inside_them(tmp_path):
     """End to end: a pool link just above break-even makes the verdict uncertain."""
     log = make_logs.high_reuse(tmp_path / "high.jsonl.gz")
-    fast = dict(search_rate=False, sensitivity_replays=False)
+    fast = dict(size_search=False, sensitivity_replays=False)
     first = run_analysis([str(log)], AnalyzeOptions(**fast))
     be = first.bandwidth.break_even_gbps
+    # local NVMe far from break-even, so the pool link alone is near it
     near = run_analysis(
-        [str(log)], AnalyzeOptions(cluster=ClusterConfig(pool_gbps=be * 1.05), **fast)
+        [str(log)],
+        AnalyzeOptions(cluster=ClusterConfig(pool_gbps=be * 1.05, nvme_gbps=be * 50), **fast),
     )
     d = near.decision
     statement = d.confidence_statement
@@ -109,7 +111,10 @@ def test_report_states_ranges_and_a_flip_inside_them(tmp_path):
     assert near.uncertainty is not None and near.uncertainty.flip.inside is True
     assert near.uncertainty.to_json()["flip"]["flip_inside_range"] is True
     # the confidence is lowered one level from what the same analysis says far from it
-    far = run_analysis([str(log)], AnalyzeOptions(cluster=ClusterConfig(pool_gbps=be * 50), **fast))
+    far = run_analysis(
+        [str(log)],
+        AnalyzeOptions(cluster=ClusterConfig(pool_gbps=be * 50, nvme_gbps=be * 50), **fast),
+    )
     assert "No tier's bandwidth check flips inside that range." in far.decision.confidence_statement
     order = ["low", "medium", "high"]
     assert order.index(d.confidence) == max(order.index(far.decision.confidence) - 1, 0)

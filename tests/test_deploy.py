@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from analyzer.advisor import run_analysis
 from analyzer.advisor.deploy import bundle, deploy_sizings
+from analyzer.advisor.figures import DeployOption
 from analyzer.advisor.products import DOCS_CHECKED, NODE_IP
 from analyzer.advisor.served import ServedModel
 from analyzer.advisor.sizing import GB, GIB, ClusterFigures, size, unit_sizes
@@ -345,9 +346,13 @@ def analysed(tmp_path_factory):
     return r, out, paths
 
 
-def test_deploy_pooled_on_four_nodes_writes_a_bundle_whose_segments_add_up(analysed):
+def test_deploy_pooled_writes_the_plans_own_bundle_whose_segments_add_up(analysed):
     r, out, paths = analysed
-    assert r.verdict == "deploy-pooled" and r.sizing.nodes == 4
+    plan = next(p for p in r.plans if p.option == "pooled")
+    assert r.verdict == "deploy-pooled"
+    # the bundle deploys the plan: its instances, nodes and pool, as replayed
+    assert (r.sizing.instances, r.sizing.nodes) == (plan.instances, plan.nodes)
+    assert r.sizing.pool_capacity_tokens == plan.capacities.pool
     assert paths["deploy"] == out / "deploy"
     pool = r.sizing.pool_bytes
     mc = json.loads((out / "deploy/pooled/vllm-mooncake-store/mooncake.json").read_text())
@@ -359,12 +364,52 @@ def test_deploy_pooled_on_four_nodes_writes_a_bundle_whose_segments_add_up(analy
     assert mc["global_segment_size"] * ranks == pytest.approx(pool, rel=0.01)
     assert lm["extra_config"]["global_segment_size"] * ranks == pytest.approx(pool, rel=0.01)
     assert sg["global_segment_size"] * servers == pytest.approx(pool, rel=0.01)
-    # The pool is the knee of the hit-ratio curve, in bytes of this model's KV.
-    assert pool == r.reuse.knee_tokens * r.sizing.bytes_per_token
+    assert pool == plan.capacities.pool * r.sizing.bytes_per_token
     launch = out / "deploy/pooled/vllm-mooncake-store/launch.sh"
     assert os.access(launch, os.X_OK)
-    # The runner-up (a DRAM tier per instance) is written beside it.
-    assert (out / "deploy/local-offload/vllm-lmcache-cpu/lmcache.yaml").is_file()
+    # The runner-up the summary names is written beside it, and nothing else.
+    second = {
+        "local+dram": "local-offload",
+        "local+dram+nvme": "local-offload-nvme",
+        "local": "prefix-cache-only",
+    }
+    folders = {f.path.split("/")[1] for f in r.deploy if f.role != "index"}
+    assert folders == {"pooled", second[r.runner_up]}
+    readme = (out / "deploy/README.md").read_text()
+    assert "Start order for the pooled option" in readme
+
+
+def test_a_pool_over_four_nodes_adds_up_per_rank_and_per_server():
+    from analyzer.advisor.deploy import bundle
+
+    sz = size(
+        pool=True,
+        knee_tokens=2_000_000,
+        cluster=ClusterFigures(
+            instances=8,
+            tp=2,
+            gpus_per_node=4,
+            hbm_cache_tokens_per_instance=400_000,
+            bytes_per_token=131072,
+        ),
+        break_even_short_gbps=6.0,
+        replay_pool_read_gbps_per_node=3.0,
+        network_tiers=[("rdma-200", 21.75)],
+        granularity={},
+        engine_block=16,
+        same_session_share=0.1,
+        sessions_known=True,
+        policy_at_knee={},
+    )
+    assert sz.nodes == 4 and sz.ranks == 16
+    files = {
+        f.path: f.text
+        for f in bundle({DeployOption.POOLED: sz}, DeployOption.POOLED, model=ServedModel(repo="m"))
+    }
+    mc = json.loads(files["deploy/pooled/vllm-mooncake-store/mooncake.json"])
+    assert mc["global_segment_size"] * sz.ranks == pytest.approx(sz.pool_bytes, rel=0.001)
+    # no runner-up given: the README names none and gives no local-offload start order
+    assert "Runner-up" not in files["deploy/README.md"]
 
 
 def test_report_links_every_deploy_file_and_gives_the_pilot_commands(analysed):
@@ -554,7 +599,7 @@ def test_report_shows_each_products_size_per_process(analysed):
     r, out, _ = analysed
     doc = json.loads((out / "report.json").read_text())
     rows = doc["deploy"]["per_process"]
-    assert {row["option"] for row in rows} == {"pooled", "local-offload"}
+    assert "pooled" in {row["option"] for row in rows}
     emb = next(
         row for row in rows if row["setting"] == "global_segment_size" and row["per"] == "GPU rank"
     )
@@ -710,7 +755,12 @@ def test_deploy_options_are_one_enum_written_as_its_plain_names():
     from analyzer.advisor import products as P
     from analyzer.advisor.figures import DeployOption, Verdict
 
-    assert [str(o) for o in DeployOption] == ["pooled", "local-offload", "prefix-cache-only"]
+    assert [str(o) for o in DeployOption] == [
+        "pooled",
+        "local-offload",
+        "local-offload-nvme",
+        "prefix-cache-only",
+    ]
     assert P.mode_for(Verdict.DEPLOY_POOLED) is DeployOption.POOLED
     assert P.mode_for(Verdict.LOCAL_OFFLOAD_ONLY) is DeployOption.LOCAL_OFFLOAD
     assert P.mode_for(Verdict.NOT_WORTH_IT) is DeployOption.PREFIX_CACHE_ONLY

@@ -256,7 +256,7 @@ def report(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
     )
     log = tmp / "chat.jsonl"
     log.write_bytes(b"\n".join(raw.splitlines()[:240]) + b"\n")
-    opts = AnalyzeOptions(search_rate=False, sensitivity_replays=False)
+    opts = AnalyzeOptions(sensitivity_replays=False)  # the plans are the projection
     doc = ReportDocument.of(run_analysis([str(log)], opts))
     p = tmp / "report.json"
     p.write_text(render_json(doc))

@@ -286,7 +286,7 @@ CLUSTER = (
     "--router=round-robin",
     "--pool-gbps=50",
     "--objective=ttft",
-    "--no-rate-search",
+    "--max-gpus=8",
 )
 
 

@@ -71,11 +71,26 @@ def test_markup_in_log_model_names_is_text_in_reuse(tmp_path):
 
 @pytest.mark.slow
 def test_analyze_and_validate_print_markup_and_escapes_as_text(tmp_path):
-    log = markup_log(tmp_path / "log.jsonl")
+    log = markup_log(tmp_path / "log.jsonl", n=480)  # 240 requests of each model
     out_dir = tmp_path / "r"
     out_dir.mkdir()
-    said = ok(kvpool("analyze", str(log), "--no-rate-search", "-o", str(out_dir), cwd=tmp_path))
-    assert EVIL in said
+    # Models the catalog does not know: a one-line refusal that names them as text.
+    r = kvpool("analyze", str(log), "--no-size-search", "-o", str(out_dir), cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "MarkupError" not in r.stderr
+    assert EVIL in r.stderr and ESC not in r.stderr + r.stdout
+    assert not list(out_dir.iterdir())
+    said = ok(
+        kvpool(
+            "analyze",
+            str(log),
+            *("--model", "llama-3.1-8b", "--only-model", EVIL),
+            "--no-size-search",
+            "-o",
+            str(out_dir),
+            cwd=tmp_path,
+        )
+    )
+    assert "Traceback" not in said
     for name in ("report.md", "report.html", "report.json"):
         # report.json keeps the log's value, escaped by its serializer (\u001b)
         assert ESC not in (out_dir / name).read_text(), name
@@ -112,6 +127,7 @@ def test_scenario_names_from_a_config_are_text(tmp_path):
             EVIL,
             "--instances",
             "2",
+            *("--model", "llama-3.1-8b"),  # the log's names are not models kvpool knows
             cwd=tmp_path,
         )
     )
@@ -137,12 +153,17 @@ def test_a_model_config_name_is_text_and_its_path_stays_out(tmp_path):
     cfg = _config(tmp_path / "secret-team" / "my-llama", f"{EVIL}{ESC}[31m")
     out = ok(kvpool("cost", "show", "--model", str(cfg), "--gpu", "h100", cwd=tmp_path))
     assert EVIL in out
-    log = markup_log(tmp_path / "log.jsonl")
+    log = markup_log(tmp_path / "log.jsonl", n=480)  # 240 requests of each model
     r = tmp_path / "r"
     r.mkdir()
     ok(
         kvpool(
-            "analyze", str(log), "--no-rate-search", "--model", str(cfg), "-o", str(r), cwd=tmp_path
+            "analyze",
+            str(log),
+            *("--model", str(cfg), "--only-model", EVIL, "--max-gpus", "8"),
+            "-o",
+            str(r),
+            cwd=tmp_path,
         )
     )
     for f in [*r.glob("report.*"), *(r / "deploy").rglob("*")]:

@@ -1,6 +1,6 @@
 """Several models in one log: never a block shared across models, per-model figures in
-`kvpool reuse --json` and report.json, a warning when --model names another model,
---only-model."""
+`kvpool reuse --json` and report.json, each model planned as itself, --model with
+--only-model, unknown models a one-line error, served and vendor names matched."""
 
 from __future__ import annotations
 
@@ -132,60 +132,88 @@ def test_only_model_keeps_one_model(tmp_path):
         select_model(loaded, "mistral-7b")
 
 
-def test_report_json_has_per_model_figures_and_the_warning(tmp_path):
+def test_the_logs_models_are_planned_as_themselves_by_default(tmp_path):
+    """No --model: each model the log names is planned on GPUs of its own, at the
+    smallest tensor parallelism that holds it with a working KV budget, and the fleet is
+    the sum of its plans."""
     from analyzer.advisor import AnalyzeOptions, run_analysis
-
-    log, _ = three_model_log(tmp_path)
-    from analyzer.replay import ClusterConfig
-
-    opts = AnalyzeOptions(
-        cluster=ClusterConfig(model="mistral-7b", gpu="h100"),
-        search_rate=False,
-        sensitivity_replays=False,
-    )
-    doc = report_json(run_analysis([str(log)], opts))
-    per = {m["model"]: m for m in doc["models"]["per_model"]}
-    assert set(per) == set(MODELS)
-    assert all(m["ceiling_hit_rate"] > 0 for m in per.values())
-    assert any("mistral-7b" in w and MODELS[0] in w for w in doc["warnings"])
-    only = report_json(
-        run_analysis([str(log)], AnalyzeOptions(only_model="llama3.1-8b", search_rate=False))
-    )
-    assert [m["model"] for m in only["models"]["per_model"]] == [MODELS[2]]
-    assert only["warnings"] == [] or all("llama3.1-8b" not in w for w in only["warnings"])
-
-
-def test_each_model_is_replayed_on_its_own_instances_with_a_share_of_one_pool(tmp_path):
-    import dataclasses
-
-    from analyzer.advisor import AnalyzeOptions, run_analysis
-    from analyzer.cost import CostModel
-    from analyzer.replay import ClusterConfig, run_replay
+    from analyzer.advisor.price import fit_tp, working_kv_tokens
 
     log, parts = three_model_log(tmp_path)
-    cluster = ClusterConfig(instances=2, warmup_fraction=0.5)
-    opts = AnalyzeOptions(cluster=cluster, search_rate=False, sensitivity_replays=False)
-    doc = report_json(run_analysis([str(log)], opts))
-    per = {m["model"]: m for m in doc["models"]["per_model"]}
-    shares = [per[m]["replay"]["pool_share"] for m in MODELS]
-    assert sum(shares) == pytest.approx(1.0, abs=1e-5)
-    gb = [per[m]["footprint_gb"] for m in MODELS]
-    assert shares == pytest.approx([g / sum(gb) for g in gb], abs=1e-5)
-    for j, name in enumerate(MODELS):
-        r = per[name]["replay"]
-        assert r["model"] == recognize_model(name) and r["instances"] == 2
-        # the same replay, run here on the model's own requests
-        cost = CostModel.from_catalog(r["model"], "h100", tp=r["tp"])
-        c = dataclasses.replace(
-            cluster, model=r["model"], tp=r["tp"], pool_capacity_tokens=r["pool_capacity_tokens"]
+    r = run_analysis([str(log)], AnalyzeOptions(sensitivity_replays=False))
+    doc = report_json(r)
+    plans = [p for p in doc["plans"] if p["option"] == "local"]
+    assert {p["served_as"] for p in plans} == set(MODELS)
+    for p in plans:
+        alone = open_trace([parts[MODELS.index(p["served_as"])]], IngestOptions()).trace
+        fit = fit_tp(p["model"], "h100", "bf16", None, working_kv_tokens(alone))
+        assert fit is not None and p["tp"] == fit[1]
+        if p["status"] == "meets-slo":
+            assert p["gpus"] == p["instances"] * p["tp"]
+    tp = {p["model"]: p["tp"] for p in plans}
+    assert tp["llama-3.1-8b"] == 1 and tp["llama-3.1-70b"] >= 2  # 141 GB of weights
+    for option, f in doc["fleet"].items():
+        mine = [p for p in doc["plans"] if p["option"] == option]
+        if f["gpus"] is not None:
+            assert f["gpus"] == sum(p["gpus"] for p in mine)
+            assert f["instances"] == sum(p["instances"] for p in mine)
+            assert f["money"]["total_usd_month"] == pytest.approx(
+                sum(p["money"]["total_usd_month"] for p in mine), rel=1e-5
+            )
+    assert doc["warnings"] == []
+
+
+def test_model_flag_on_a_log_of_several_needs_only_model(tmp_path):
+    from analyzer.advisor import AnalyzeOptions, run_analysis
+    from analyzer.replay import ClusterConfig
+
+    log, _ = three_model_log(tmp_path)
+    forced = AnalyzeOptions(
+        cluster=ClusterConfig(model="mistral-7b"), model_given=True, size_search=False
+    )
+    with pytest.raises(UsageError, match="--model mistral-7b names one model, but the log names 3"):
+        run_analysis([str(log)], forced)
+    only = report_json(
+        run_analysis(
+            [str(log)],
+            AnalyzeOptions(
+                cluster=ClusterConfig(model="mistral-7b"),
+                model_given=True,
+                only_model="llama3.1-8b",
+                size_search=False,
+            ),
         )
-        alone = open_trace([parts[j]], IngestOptions()).trace
-        sc = run_replay(alone, c, ["local", "pooled"], search_rate=False, cost=cost).to_json()
-        assert r["local_hit_rate"] == pytest.approx(sc["scenarios"]["local"]["hit_rate"], abs=1e-6)
-        assert r["pooled_hit_rate"] == pytest.approx(
-            sc["scenarios"]["pooled"]["hit_rate"], abs=1e-6
-        )
-    assert per[MODELS[0]]["replay"]["tp"] == 2  # a 70B model needs two H100s per instance
+    )
+    assert [m["model"] for m in only["models"]["per_model"]] == [MODELS[2]]
+    assert only["options"]["model"] == "mistral-7b"
+
+
+def test_an_unknown_model_is_one_line_naming_it_with_the_way_out(tmp_path):
+    log, _ = three_model_log(tmp_path, n=60)
+    text = log.read_text().replace("Qwen/Qwen2.5-32B-Instruct", "acme/house-model-13b")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(text)
+    res = CliRunner().invoke(app, ["analyze", str(bad), "-o", str(tmp_path)])
+    assert res.exit_code != 0
+    assert isinstance(res.exception, UsageError)  # exit 2 at the command line
+    first, hint = str(res.exception).split("\n", 1)
+    assert "acme/house-model-13b" in first  # one line naming it
+    assert "hint:" in hint and "--model path/to/config.json" in hint
+
+
+def test_quantized_and_vendor_names_are_matched():
+    from analyzer.cost import get_gpu
+    from analyzer.cost.catalog import quantization_of
+
+    assert recognize_model("Qwen/Qwen2.5-32B-Instruct-AWQ") == "qwen2.5-32b"
+    assert recognize_model("RedHatAI/Llama-3.1-8B-Instruct-FP8-dynamic") == "llama-3.1-8b"
+    assert quantization_of("Qwen/Qwen3-32B-FP8") == "fp8"
+    assert quantization_of("Qwen/Qwen2.5-32B-Instruct-AWQ") is None
+    for name in ("H100-SXM", "H100 80GB HBM3", "h100_sxm", "NVIDIA H100 80GB HBM3", "p5.48xlarge"):
+        assert get_gpu(name).id == "h100", name
+    assert get_gpu("L40S").id == "l40s"
+    with pytest.raises(UsageError):
+        get_gpu("H100 PCIe")  # another product: not planned as the SXM part
 
 
 def test_the_report_shows_each_models_figures(tmp_path):
@@ -194,7 +222,7 @@ def test_the_report_shows_each_models_figures(tmp_path):
     from analyzer.report.render import sections
 
     log, _ = three_model_log(tmp_path)
-    doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(search_rate=False)))
+    doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(sensitivity_replays=False)))
     (ms,) = [s for s in sections(doc.report) if s.id == "models"]
     (table,) = ms.tables
     assert all(len(row) == len(table.header) for row in table.rows)

@@ -49,7 +49,7 @@ def test_json_is_canonical_and_reloads_to_the_same_reports(doc, tmp_path):
     text = render_json(doc)
     again = json.loads(text)
     assert render_json(again) == text
-    assert again["schema"] == "kvpool.report/2"
+    assert again["schema"] == "kvpool.report/3"
     # floats are rounded to 6 significant digits; no NaN/Infinity in the document
     assert "NaN" not in text and "Infinity" not in text
     floats: list[float] = []
@@ -87,12 +87,11 @@ def test_markdown_and_html_carry_the_same_sections(doc):
     assert html.index(html_escape(summary[:60])) < html.index("<nav>")
     for t in (
         "GPUs and money",
-        "Side by side: other models and GPUs on this log",
         "Glossary",
         "Key figures",
         "Prefix reuse",
         "Bandwidth against break-even",
-        "Scenario comparison (replay)",
+        "Each option replayed at its planned size",
         "Sensitivity: what would change the verdict",
         "Sized recommendation",
         "Recommended settings",

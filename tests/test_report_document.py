@@ -58,7 +58,7 @@ def documents(tmp_path_factory) -> dict[str, ReportDocument]:
         "chat": ([_head(tmp, "chat", 240)], AnalyzeOptions()),
         "chat-ttft": ([_head(tmp, "chat", 240)], AnalyzeOptions(thresholds=ttft, **FAST)),
         "mixed": ([_head(tmp, "mixed", 400)], AnalyzeOptions(**FAST)),
-        "agent": ([_head(tmp, "agent", 120)], AnalyzeOptions(search_rate=False, **FAST)),
+        "agent": ([_head(tmp, "agent", 120)], AnalyzeOptions(size_search=False, **FAST)),
         "cached": ([_head(tmp, "chat", 240, cached=True)], AnalyzeOptions(**FAST)),
         "tiny": ([_head(tmp, "chat", 20)], AnalyzeOptions()),
     }
@@ -77,7 +77,8 @@ def test_the_samples_cover_the_schema(documents):
     assert documents["tiny"].report.replay is None
     assert documents["chat-ttft"].report.verdict.objective == Objective.TTFT
     assert documents["chat"].report.verdict.objective == Objective.COST
-    assert set(documents["chat"].report.scenarios) == set(Scenario)
+    assert set(documents["chat"].report.scenarios) == set(Scenario) - {Scenario.NONE}
+    assert set(documents["chat"].report.fleet) == set(documents["chat"].report.scenarios)
 
 
 def test_a_report_json_read_back_is_the_same_view_and_the_same_document(documents, tmp_path):
@@ -215,7 +216,7 @@ def test_a_foreign_or_broken_report_json_is_one_line_naming_file_and_field(docum
     cases: list[tuple[Any, str]] = [
         (
             {**good, "schema": "kvpool.report/1"},
-            r"old\.json \(field 'schema'\): not a kvpool\.report/2",
+            r"old\.json \(field 'schema'\): not a kvpool\.report/3",
         ),
         ([1, 2], r"old\.json: expected a JSON object, got a list"),
     ]
@@ -244,4 +245,4 @@ def test_a_foreign_or_broken_report_json_is_one_line_naming_file_and_field(docum
         ReportDocument.load(p)
     with pytest.raises(InputError, match="cannot read report"):
         ReportDocument.load(tmp_path / "absent.json")
-    assert SCHEMA == "kvpool.report/2"
+    assert SCHEMA == "kvpool.report/3"

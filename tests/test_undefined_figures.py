@@ -94,7 +94,7 @@ def classification_log(path: Path, n: int = 240) -> Path:
 
 def test_a_short_prefix_gives_a_not_applicable_break_even_in_words(tmp_path):
     log = one_shot_log(tmp_path / "oneshot.jsonl")
-    result = run_analysis([str(log)], AnalyzeOptions(search_rate=False))
+    result = run_analysis([str(log)], AnalyzeOptions(size_search=False))
     assert result.verdict == "not-worth-it"
     doc = ReportDocument.of(result)
     bw = doc.report.bandwidth
@@ -141,7 +141,7 @@ def test_the_terminal_summary_says_it_in_words(tmp_path):
     from analyzer.cli.analyze import print_summary
 
     log = one_shot_log(tmp_path / "oneshot.jsonl")
-    doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(search_rate=False)))
+    doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(size_search=False)))
     console = Console(record=True, width=400, color_system=None)
     print_summary(console, doc.report, {})
     out = console.export_text()
@@ -152,7 +152,7 @@ def test_the_terminal_summary_says_it_in_words(tmp_path):
 
 def test_a_view_refuses_a_null_where_a_figure_or_its_reason_belongs(tmp_path):
     log = one_shot_log(tmp_path / "oneshot.jsonl")
-    raw = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(search_rate=False))).to_json()
+    raw = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(size_search=False))).to_json()
     raw["bandwidth"]["break_even_gbps"] = None
     with pytest.raises(Exception, match=r"bandwidth.break_even_gbps.*null"):
         ReportDocument.from_json(raw)
@@ -175,8 +175,8 @@ def _analyze(log: Path, out: Path, *flags: str) -> subprocess.CompletedProcess[s
     ("case", "flags"),
     [
         ("one-shot", ()),  # with the SLO rate search, as a user runs it
-        ("classification", ("--no-rate-search",)),
-        ("token-ratio", ("--no-rate-search", "--token-ratio", "0.5")),
+        ("classification", ("--no-size-search",)),
+        ("token-ratio", ("--no-size-search", "--token-ratio", "0.5")),
     ],
 )
 def test_short_prefix_logs_get_three_reports_and_a_bundle(tmp_path, case, flags):
@@ -205,28 +205,42 @@ def test_short_prefix_logs_get_three_reports_and_a_bundle(tmp_path, case, flags)
     assert "never" in r.stdout
 
 
-def test_money_without_a_rate_search_says_why_in_every_cell(tmp_path):
+def test_without_the_size_search_nothing_is_sized_and_the_summary_says_why(tmp_path):
     log = one_shot_log(tmp_path / "oneshot.jsonl")
-    doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(search_rate=False)))
+    doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(size_search=False)))
     raw = doc.to_json()
-    off = {"not_applicable": "rate-search-off", "reason": Undefined.RATE_SEARCH_OFF.words}
-    for name, o in raw["economics"]["options"].items():
-        for key in ("gpus_at_peak_load", "total_usd_month", "net_usd_month", "payback_months"):
-            assert o[key] == off, (name, key)
-    for s in raw["replay"]["scenarios"].values():
-        assert s["max_rate_scale_at_slo"] == off
-    assert not any(
-        v is None
-        for row in raw["side_by_side"]
-        for o in row["options"].values()
-        for v in o.values()
-    )
+    assert raw["plans"] == [] and raw["fleet"] == {}
     summary = " ".join(doc.summary)
-    assert "not projected: the SLO rate search was skipped (--no-rate-search)" in summary
-    assert "not priced" not in summary  # a GPU price is there; the GPUs are not
+    assert Undefined.SIZE_SEARCH_OFF.words in summary
+    assert "not priced" not in summary  # a GPU price is there; no GPUs were counted
+    assert ReportDocument.from_json(json.loads(render_json(doc))).report == doc.report
+
+
+def test_a_plan_without_a_size_says_why_in_every_cell(tmp_path):
+    # A 1 ms p90 TTFT SLO: no request's own prefill is that fast, at any size.
+    log = one_shot_log(tmp_path / "oneshot.jsonl")
+    doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(ttft_slo_s=0.001, max_gpus=4)))
+    raw = doc.to_json()
+    assert raw["verdict"]["verdict"] == "cannot-meet-slo"
+    reasons = {Undefined.SLO_NEVER_MET, Undefined.PREFILL_BOUND, Undefined.ABOVE_CAP}
+    assert raw["fleet"] and raw["plans"]
+    for name, f in raw["fleet"].items():
+        for key in ("instances", "gpus", "nodes", "ttft_s", "hit_rate", "gpus_saved"):
+            assert f[key]["not_applicable"] in reasons, (name, key)
+            assert f[key]["reason"] == Undefined(f[key]["not_applicable"]).words
+        for key in ("gpu_usd_month", "total_usd_month"):
+            assert f["money"][key]["not_applicable"] in reasons, (name, key)
+        assert f["net_usd_month"]["not_applicable"] in reasons
+        want = "baseline" if name == "local" else f["net_usd_month"]["not_applicable"]
+        assert f["payback_months"]["not_applicable"] == want
+    for p in raw["plans"]:
+        assert all(p[k]["not_applicable"] in reasons for k in ("instances", "gpus", "ttft_s"))
     md = render_markdown(doc)
-    assert "| not searched |" in md
-    assert "not searched: the SLO rate search was skipped (--no-rate-search)." in md
+    shorts = {Undefined(f["gpus"]["not_applicable"]).short for f in raw["fleet"].values()}
+    for short in shorts:
+        assert f"| {short} |" in md
+    for code in {f["gpus"]["not_applicable"] for f in raw["fleet"].values()}:
+        assert f"{Undefined(code).short}: {Undefined(code).words}." in md
     assert ReportDocument.from_json(json.loads(render_json(doc))).report == doc.report
 
 
@@ -234,7 +248,7 @@ def test_a_log_of_one_timestamp_has_no_rate_and_its_pilot_sends_all_at_once(tmp_
     log = one_shot_log(tmp_path / "burst.jsonl", system=" ".join([SYSTEM] * 20))
     rows = [json.loads(x) for x in log.read_text().splitlines()]
     log.write_text("".join(json.dumps({**x, "timestamp": 1.7e9}) + "\n" for x in rows))
-    doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(search_rate=False)))
+    doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(size_search=False)))
     load = doc.report.economics.load
     assert load is not None
     for x in (load.mean_rps, load.peak_rps, load.peak_factor):
@@ -257,7 +271,7 @@ def test_a_log_that_reuses_nothing_has_no_median_prefix(tmp_path):
             for i in range(220)
         )
     )
-    doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(search_rate=False)))
+    doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(size_search=False)))
     rf = doc.report.reuse.figures
     assert rf.ceiling_hit_rate == 0  # every prompt differs within its first block
     assert rf.median_prefix_tokens == NotApplicable(Undefined.NO_REUSE, Undefined.NO_REUSE.words)

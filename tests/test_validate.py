@@ -6,14 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from test_advisor_decide import fleets
 from typer.testing import CliRunner
 
 from analyzer.advisor.decide import decide
 from analyzer.advisor.figures import (
     BandwidthFigures,
-    ReplayFigures,
     ReuseFigures,
-    ScenarioFigures,
     TierFigure,
     TraceFigures,
 )
@@ -52,18 +51,8 @@ def _report(tmp_path: Path) -> Path:
         38_000.0,
         (TierFigure("dram", "d", 45.0, 0.0), TierFigure("pool", "p", 25.0, 0.0)),
     )
-    rp = ReplayFigures(
-        tuple(
-            ScenarioFigures(n, 0.5, t, t, t, r)
-            for n, t, r in (
-                ("none", 1.6, 1.0),
-                ("local", 0.8, 2.0),
-                ("local+dram", 0.7, 2.0),
-                ("pooled", 0.4, 3.0),
-            )
-        )
-    )
-    d = decide(trace, reuse, bw, rp)
+    # the pool serves the load on 4 GPUs where the baseline needs 6: +50% per GPU
+    d = decide(trace, reuse, bw, fleets(local=(6, 0.8), dram=(6, 0.7), pooled=(4, 0.4)))
     gates = plan(
         verdict=d.verdict,
         projection=d.projection,
@@ -71,7 +60,7 @@ def _report(tmp_path: Path) -> Path:
         projected_baseline_ttft_s=0.8,
     )
     doc = {
-        "schema": "kvpool.report/2",
+        "schema": "kvpool.report/3",
         "verdict": {"verdict": d.verdict},
         "gates": {"plan": [gate_to_json(g) for g in gates]},
     }
@@ -255,7 +244,7 @@ def test_malformed_results_and_reports_are_input_errors(tmp_path):
         ([{"id": "m", "name": "M", "results_role": "candidate", "criteria": "x"}], "malformed"),
     ):
         rep = _write(
-            tmp_path / "rep.json", {"schema": "kvpool.report/2", "gates": {"plan": entries}}
+            tmp_path / "rep.json", {"schema": "kvpool.report/3", "gates": {"plan": entries}}
         )
         with pytest.raises(InputError, match=rf"gates\.plan\[0\].*{field}"):
             validate([str(good)], str(rep))
@@ -263,7 +252,7 @@ def test_malformed_results_and_reports_are_input_errors(tmp_path):
     doc["gates"]["plan"][0]["criteria"][0]["op"] = "=="
     with pytest.raises(InputError, match="unknown criterion operator"):
         validate([str(good)], str(_write(tmp_path / "op.json", doc)))
-    doc = {"schema": "kvpool.report/2", "verdict": "x", "gates": {"plan": []}}
+    doc = {"schema": "kvpool.report/3", "verdict": "x", "gates": {"plan": []}}
     assert validate([str(good)], str(_write(tmp_path / "v.json", doc))).verdict == ""
 
 

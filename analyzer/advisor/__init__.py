@@ -5,7 +5,7 @@ Public API::
     from analyzer.advisor import AnalyzeOptions, run_analysis, Verdict
     result = run_analysis(["log.jsonl.gz"], AnalyzeOptions(model="llama-3.1-8b", gpu="h100"))
     result.verdict          # one of VERDICTS
-    # the report's JSON (schema "kvpool.report/2"): analyzer.report.document.report_json(result)
+    # the report's JSON (schema "kvpool.report/3"): analyzer.report.document.report_json(result)
 
 The decision functions (:func:`analyzer.advisor.decide.decide`,
 :func:`analyzer.advisor.sizing.size`, :func:`analyzer.advisor.gates.plan`, ...) are pure

@@ -1,59 +1,86 @@
-"""The verdict, in the order the practice uses, decided last on value.
+"""The decide stage: the verdict, in the order the practice uses, decided last on value.
 
+0. **Enough data?** Count-only logs (lengths, no content), fewer than ``min_requests``
+   requests, or a reuse analysis that could not run: ``insufficient-data``.
 1. **Prefix reuse.** The steady-state ceiling (unlimited cache, perfect routing) must
-   reach ``min_reuse`` (30 %). Below it the prefill a pool saves is too small to pay
-   for the pool's memory, network and operations: the verdict is ``not-worth-it``.
-2. **Bandwidth.** A tier is only useful if loading a reusable prefix from it is faster
-   than recomputing it: its effective bandwidth must reach the break-even bandwidth
-   ``bytes_per_token * prefill_tokens_per_s`` at this workload's reusable prefix
-   length (the token-weighted median). A tier below break-even is not a candidate.
-3. **Value.** The candidates are the baseline (per-instance HBM prefix caching, the
-   default of vLLM and SGLang), local DRAM offload and the pool. With the ``cost``
-   objective the verdict is the candidate that serves the log's peak load within the
-   TTFT SLO at the lowest monthly cost (GPUs needed, from the replay's rate search,
-   plus the DRAM, NICs and store servers the option adds;
-   :mod:`analyzer.advisor.economics`); a pool must beat the best local candidate by
-   ``min_pool_saving`` of the baseline's monthly cost, the margin that pays for
-   operating a distributed store. With the ``ttft`` objective the verdict is the
-   candidate with the lowest mean TTFT that does not lower the rate served within the
-   SLO; the pool must beat local DRAM offload by ``min_pool_advantage`` and local
-   offload the baseline by ``min_dram_gain``. Without prices or a rate search the
-   ``cost`` objective falls back to ``ttft`` and says so.
+   reach ``min_reuse`` (30 %). Below it the prefill a pool or offload tier saves is
+   too small to pay for its memory, network and operations: only the baseline (the
+   engines' HBM prefix cache) is a candidate.
+2. **Bandwidth.** A tier is a candidate only if loading a reusable prefix from it is
+   faster than recomputing it: its effective bandwidth must reach the break-even
+   bandwidth ``bytes_per_token * prefill_tokens_per_s`` at this workload's reusable
+   prefix (the token-weighted median).
+3. **The SLO.** Every option was sized by replaying it (:mod:`analyzer.advisor.size`):
+   the candidates are those with a size meeting the p90 TTFT SLO at the busiest load.
+   When none has one, the verdict is ``cannot-meet-slo``: no tier is recommended by
+   fallback, each reason says what happened to each option (the requests' own prefill
+   misses the SLO at any size; the size that would meet it is above ``--max-gpus``; no
+   size up to the largest searched meets it), and confidence is never high.
+4. **Value.** With the ``cost`` objective the verdict is the candidate whose plan costs
+   least per month (its GPUs, DRAM, NVMe, NICs and store servers); a pool must beat the
+   best local candidate by ``min_pool_saving`` of the baseline's monthly cost, the
+   margin that pays for operating a distributed store; ties go to the simpler option.
+   Without a GPU price it is the candidate needing the fewest GPUs (a pool at least one
+   fewer than the best local candidate). With the ``ttft`` objective every option is
+   planned on at least the baseline's GPUs, and the verdict is the lowest mean TTFT:
+   local offload from ``min_dram_gain`` below the baseline, a pool from
+   ``min_pool_advantage`` below local offload.
 
 Every reason carries the figures it states (:class:`analyzer.advisor.figures.Fact`):
-their paths in the report, the values as shown and the comparison drawn, so a test can
-check each reason against the report's own numbers.
-
-``insufficient-data`` comes first: count-only logs (lengths, no content), fewer than
-``min_requests`` requests, or a reuse analysis that could not run.
-
-Everything here is a pure function of the records in :mod:`analyzer.advisor.figures`
-(and :mod:`analyzer.advisor.economics`), so the sensitivity table can call
-:func:`decide` on perturbed inputs.
+their paths in the report (``fleet[pooled].gpus``), the values as shown and the
+comparison drawn, so a test can check each reason against the report's own numbers.
+Everything here is a pure function of the records of :mod:`analyzer.advisor.figures`
+and :mod:`analyzer.advisor.plan`, so the sensitivity table calls :func:`decide` on
+other plans.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
-from analyzer.advisor.economics import EconomicsInputs, OptionCost, option_costs
 from analyzer.advisor.figures import (
-    VERDICT_SCENARIO,
     BandwidthFigures,
     Check,
     Decision,
     Fact,
     Objective,
     Projection,
-    ReplayFigures,
     ReuseFigures,
-    ScenarioFigures,
     Thresholds,
     TraceFigures,
     Verdict,
 )
+from analyzer.advisor.plan import Fleet, PlanStatus
+from analyzer.advisor.words import count, gpus, option_name
 from analyzer.replay.config import Scenario, Tier
 
+if TYPE_CHECKING:
+    from analyzer.advisor.measure import Measured
+    from analyzer.advisor.options import AnalyzeOptions
+    from analyzer.advisor.price import Priced
+    from analyzer.advisor.replay import Replayed
+    from analyzer.advisor.size import Sized
+    from analyzer.cost import CostModel
+    from analyzer.cost.uncertainty import ErrorBand, FlipFinding, Range
+
+BASELINE = Scenario.LOCAL
+LOCAL_OPTIONS = (Scenario.LOCAL, Scenario.LOCAL_DRAM, Scenario.LOCAL_DRAM_NVME)
+# The tier each option adds, whose link must beat recomputing.
+TIER_OF: dict[str, Tier] = {
+    Scenario.LOCAL_DRAM: Tier.DRAM,
+    Scenario.LOCAL_DRAM_NVME: Tier.NVME,
+    Scenario.POOLED: Tier.POOL,
+}
+VERDICT_OF: dict[str, Verdict] = {
+    Scenario.LOCAL: Verdict.NOT_WORTH_IT,
+    Scenario.LOCAL_DRAM: Verdict.LOCAL_OFFLOAD_ONLY,
+    Scenario.LOCAL_DRAM_NVME: Verdict.LOCAL_OFFLOAD_ONLY,
+    Scenario.POOLED: Verdict.DEPLOY_POOLED,
+}
+TIER_WORDS = {Tier.DRAM: "host DRAM", Tier.NVME: "local NVMe", Tier.POOL: "the pool link"}
 # Why a break-even bandwidth is infinite (analyzer.cost.model.break_even_bandwidth_gbps).
 NEVER_PAYS_WHY = "its prefill saves less time than placing loaded KV in HBM takes, at any bandwidth"
 
@@ -62,44 +89,51 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def _reduction(new: float, base: float) -> float | None:
-    if base <= 0:
+def _usd(x: float) -> str:
+    return f"-${-x:,.0f}" if x < 0 else f"${x:,.0f}"
+
+
+def _fl(name: str, key: str) -> str:
+    """A fleet figure's path in the report."""
+    return f"fleet[{name}].{key}"
+
+
+def _reduction(new: float | None, base: float | None) -> float | None:
+    if new is None or base is None or base <= 0:
         return None
     return 1.0 - new / base
 
 
-def _gain(new: ScenarioFigures, base: ScenarioFigures) -> float | None:
-    """Rate gain at the SLO; unknown when both searches hit their top multiple (the SLO
-    never binds there, so 64x against 64x says nothing about either)."""
-    a, b = new.max_rate_scale, base.max_rate_scale
-    if a is None or b is None or b <= 0 or (new.max_rate_capped and base.max_rate_capped):
-        return None
-    return a / b - 1.0
-
-
-def project(replay: ReplayFigures | None) -> Projection:
-    """Gains of local+dram and pooled over the baseline scenario."""
-    if replay is None:
-        return Projection()
-    base = replay.get(replay.baseline)
-    pooled = replay.get(Scenario.POOLED)
-    dram = replay.get(Scenario.LOCAL_DRAM)
+def project(fleets: Sequence[Fleet]) -> Projection:
+    """What local DRAM offload and the pool project against the baseline: mean TTFT
+    reductions at the busiest load, and request throughput per GPU gained (the baseline's
+    GPUs over the option's, minus one: the same load on fewer GPUs)."""
+    by = {f.option: f for f in fleets}
+    base = by.get(BASELINE)
     if base is None:
         return Projection()
+
+    def red(name: str) -> float | None:
+        f = by.get(name)
+        if f is None or f.ttft is None or base.ttft is None:
+            return None
+        return _reduction(f.ttft.mean_s, base.ttft.mean_s)
+
+    def gain(name: str) -> float | None:
+        f = by.get(name)
+        if f is None or f.gpus is None or base.gpus is None or f.gpus <= 0:
+            return None
+        return base.gpus / f.gpus - 1.0
+
+    pooled, dram = by.get(Scenario.POOLED), by.get(Scenario.LOCAL_DRAM)
     return Projection(
-        pooled_ttft_reduction=(
-            None if pooled is None else _reduction(pooled.ttft_mean_s, base.ttft_mean_s)
-        ),
-        pooled_throughput_gain=None if pooled is None else _gain(pooled, base),
-        dram_ttft_reduction=(
-            None if dram is None else _reduction(dram.ttft_mean_s, base.ttft_mean_s)
-        ),
-        dram_throughput_gain=None if dram is None else _gain(dram, base),
-        pool_vs_dram_ttft=(
-            None
-            if pooled is None or dram is None
-            else _reduction(pooled.ttft_mean_s, dram.ttft_mean_s)
-        ),
+        pooled_ttft_reduction=red(Scenario.POOLED),
+        pooled_throughput_gain=gain(Scenario.POOLED),
+        dram_ttft_reduction=red(Scenario.LOCAL_DRAM),
+        dram_throughput_gain=gain(Scenario.LOCAL_DRAM),
+        pool_vs_dram_ttft=None
+        if pooled is None or dram is None or pooled.ttft is None or dram.ttft is None
+        else _reduction(pooled.ttft.mean_s, dram.ttft.mean_s),
     )
 
 
@@ -124,22 +158,6 @@ def missing_data(trace: TraceFigures, reuse: ReuseFigures, th: Thresholds) -> tu
     return tuple(missing)
 
 
-def _sc(name: str, key: str) -> str:
-    return f"replay.scenarios[{name}].{key}"
-
-
-def _ec(name: str, key: str) -> str:
-    return f"economics.options[{name}].{key}"
-
-
-LABEL: dict[str, str] = {
-    Scenario.LOCAL: "the baseline (HBM prefix cache only)",
-    Scenario.LOCAL_DRAM: "local DRAM offload",
-    Scenario.POOLED: "the pool",
-}
-VERDICT_OF: dict[str, str] = {v: k for k, v in VERDICT_SCENARIO.items()}
-
-
 class _Why:
     """Reasons and the facts each one states, built together."""
 
@@ -152,18 +170,22 @@ class _Why:
         self.facts.append(tuple(facts))
 
 
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def decide(
     trace: TraceFigures,
     reuse: ReuseFigures,
     bandwidth: BandwidthFigures | None,
-    replay: ReplayFigures | None,
+    fleets: Sequence[Fleet] | None,
     th: Thresholds | None = None,
-    economics: EconomicsInputs | None = None,
 ) -> Decision:
+    """The verdict on these figures and plans (module docstring). ``fleets``: every
+    option planned for the whole log (None: no replay ran)."""
     th = th or Thresholds()
     missing = missing_data(trace, reuse, th)
     if missing:
-        few = trace.n_requests < th.min_requests
         return Decision(
             verdict=Verdict.INSUFFICIENT_DATA,
             reasons=tuple(f"Missing: {m}." for m in missing),
@@ -172,22 +194,20 @@ def decide(
                     0,
                     "data",
                     False,
-                    float(trace.n_requests) if few else None,
-                    float(th.min_requests) if few else None,
+                    float(trace.n_requests) if trace.n_requests < th.min_requests else None,
+                    float(th.min_requests) if trace.n_requests < th.min_requests else None,
                     "; ".join(missing),
                 ),
             ),
-            confidence="high",
-            confidence_notes=(
-                "The log itself cannot answer the question; no projection was made.",
-            ),
+            confidence="low",
+            confidence_notes=("The log itself cannot answer the question; nothing was projected.",),
             missing=missing,
             facts=tuple(() for _ in missing),
         )
-
     checks: list[Check] = []
     why = _Why()
-    proj = project(replay)
+    by = {f.option: f for f in fleets or ()}
+    proj = project(fleets or ())
 
     # (1) prefix reuse
     ceiling = reuse.ceiling_hit_rate
@@ -196,13 +216,20 @@ def decide(
         f"same session {_pct(reuse.same_session_share)}, same tenant "
         f"{_pct(reuse.same_tenant_share)}, other tenants {_pct(reuse.cross_tenant_share)}"
     )
-    text1 = (
-        f"Steady-state prefix reuse ceiling is {_pct(ceiling)} (cold start "
-        f"{_pct(reuse.cold_ceiling_hit_rate)}, warm-up {reuse.warmup:g}); of the reused tokens: "
-        f"{src}. Guideline: at least {_pct(th.min_reuse)}, because below it the prefill a "
-        "pool saves cannot pay for the pool's memory, network and operations."
+    checks.append(
+        Check(
+            1,
+            "prefix reuse",
+            reuse_ok,
+            ceiling,
+            th.min_reuse,
+            f"Steady-state prefix reuse ceiling is {_pct(ceiling)} (cold start "
+            f"{_pct(reuse.cold_ceiling_hit_rate)}, the first {_pct(reuse.warmup)} of requests "
+            f"only warming the caches); of the reused tokens: {src}. Guideline: at least "
+            f"{_pct(th.min_reuse)}, because below it the prefill a pool saves cannot pay for "
+            "the pool's memory, network and operations.",
+        )
     )
-    checks.append(Check(1, "prefix reuse", reuse_ok, ceiling, th.min_reuse, text1))
     f_ceiling = Fact(
         "reuse.figures.ceiling_hit_rate",
         ceiling,
@@ -211,136 +238,55 @@ def decide(
         "options.thresholds.min_reuse",
         th.min_reuse,
     )
+    candidates: list[str] = [BASELINE]
     if not reuse_ok:
         why.add(
             f"Prefix reuse is {f_ceiling.shown}, below the {_pct(th.min_reuse)} guideline: too "
-            "little repeated prefill for pooling or offload to pay for themselves. Keep the "
-            "engine's default HBM prefix cache.",
+            "little repeated prefill for pooling or offload to pay for themselves.",
             f_ceiling,
         )
-        return _finish(Verdict.NOT_WORTH_IT, why, checks, trace, reuse, bandwidth, replay, proj, th)
-
-    # (2) bandwidth against break-even
-    ok_by_role: dict[str, bool] = {}
-    # A prefix whose prefill saves less than placing its loaded KV costs is never worth
-    # loading: the break-even is infinite, and no tier passes at any bandwidth.
-    never = bandwidth is not None and not math.isfinite(bandwidth.break_even_gbps)
-    if bandwidth is not None:
-        need = bandwidth.break_even_gbps * th.bandwidth_margin
-        for role in (Tier.DRAM, Tier.POOL, Tier.NVME):
-            tier = bandwidth.tier(role)
-            if tier is None:
-                continue
-            ok = tier.bandwidth_gbps >= need
-            label = {Tier.DRAM: "host DRAM", Tier.POOL: "pool link", Tier.NVME: "local NVMe"}[role]
-            prefix = f"{label} ({tier.tier}) delivers {tier.bandwidth_gbps:.3g} GB/s; loading a "
-            checks.append(
-                Check(
-                    2,
-                    f"bandwidth: {label}",
-                    ok,
-                    tier.bandwidth_gbps,
-                    None if never else need,
-                    f"{prefix}{bandwidth.prefix_tokens:,}-token prefix never beats "
-                    f"recomputing it: {NEVER_PAYS_WHY}."
-                    if never
-                    else f"{prefix}{bandwidth.prefix_tokens:,}-token prefix beats recomputing "
-                    f"it above {bandwidth.break_even_gbps:.3g} GB/s "
-                    f"({bandwidth.bytes_per_token:,} B/token x "
-                    f"{bandwidth.prefill_tokens_per_s:,.0f} prefill tokens/s).",
-                )
-            )
-            ok_by_role[role] = ok
-    candidates: list[str] = [Scenario.LOCAL]
-    if never:
-        assert bandwidth is not None
-        f_prefix = Fact("bandwidth.prefix_tokens", bandwidth.prefix_tokens, "tokens")
-        why.add(
-            f"Loading the log's median reusable prefix of {f_prefix.shown} never pays: "
-            f"{NEVER_PAYS_WHY}. Neither local DRAM offload nor the pool is a candidate.",
-            f_prefix,
-        )
-    for role, name in ((Tier.DRAM, Scenario.LOCAL_DRAM), (Tier.POOL, Scenario.POOLED)):
-        if ok_by_role.get(role) is False and never:
-            continue
-        if ok_by_role.get(role) is False:
-            assert bandwidth is not None
-            tier = bandwidth.tier(role)
-            assert tier is not None
-            f_bw = Fact(
-                f"bandwidth.tiers[{role}].bandwidth_gbps",
-                tier.bandwidth_gbps,
-                "gbps",
-                "<",
-                "bandwidth.break_even_gbps",
-                bandwidth.break_even_gbps,
-            )
-            f_be = Fact("bandwidth.break_even_gbps", bandwidth.break_even_gbps, "gbps")
-            what = "The pool link" if role == Tier.POOL else "Host DRAM"
-            why.add(
-                f"{what} ({f_bw.shown} per node) is slower than recomputing: loading a "
-                f"{bandwidth.prefix_tokens:,}-token prefix pays only above {f_be.shown}, so "
-                f"{LABEL[name]} is not a candidate.",
-                f_bw,
-                f_be,
-            )
-        elif replay is None or replay.get(name) is not None:
-            candidates.append(name)
-
-    if replay is None:
-        if Scenario.POOLED in candidates and ok_by_role.get(Tier.POOL):
-            why.add(
-                "Reuse and bandwidth favour a pool, but no replay was run to project its "
-                "latency and GPUs; treat this as a candidate for a pilot.",
-                f_ceiling,
-            )
-            return _finish(
-                Verdict.DEPLOY_POOLED, why, checks, trace, reuse, bandwidth, replay, proj, th
-            )
-        verdict = (
-            Verdict.LOCAL_OFFLOAD_ONLY
-            if Scenario.LOCAL_DRAM in candidates
-            else Verdict.NOT_WORTH_IT
-        )
-        why.add(
-            "No replay was run, so no gain is projected; host DRAM beats recompute, so local "
-            "offload is the candidate for a pilot."
-            if verdict == Verdict.LOCAL_OFFLOAD_ONLY
-            else "No tier below HBM beats recompute: keep the HBM prefix cache only.",
-            f_ceiling,
-        )
-        return _finish(verdict, why, checks, trace, reuse, bandwidth, replay, proj, th)
-
-    # (3) value
-    costs = option_costs(replay, economics) if economics is not None else {}
-    priced = (
-        th.objective == Objective.COST
-        and economics is not None
-        and economics.prices.gpu_hour is not None
-        and all(
-            costs.get(n) is not None and costs[n].total_usd_month is not None for n in candidates
-        )
-    )
-    derived: list[tuple[str, float]] = []
-    if th.objective == Objective.COST and not priced:
-        if economics is None or economics.prices.gpu_hour is None:
-            gpu = economics.gpu if economics is not None else "this GPU"
-            why.add(
-                f"No GPU price for {gpu}, so the GPUs an option saves cannot be priced: decided "
-                "on mean TTFT instead (give --gpu-hour-usd to decide on cost)."
-            )
-        else:
-            why.add(
-                "The rate search did not give the GPUs every option needs (it was skipped, or "
-                "an option cannot serve the load within the TTFT SLO): decided on mean TTFT "
-                "instead."
-            )
-    if priced:
-        chosen = _by_cost(candidates, costs, replay, th, why, checks, derived)
     else:
-        chosen = _by_ttft(candidates, replay, th, why, checks)
-    _latency_line(chosen, replay, why)
-    if replay.nodes == 1 and replay.dram_scope == "node" and Scenario.POOLED in candidates:
+        candidates += _bandwidth_step(
+            bandwidth, th, checks, why, by if fleets is not None else None
+        )
+
+    if fleets is None:
+        return _without_replay(
+            candidates, bandwidth, why, checks, trace, reuse, proj, th, f_ceiling
+        )
+
+    # (3) the SLO
+    meeting = [c for c in candidates if c in by and by[c].meets_slo]
+    if not meeting:
+        _cannot_meet(candidates, by, why, checks, th)
+        return _finish(Verdict.CANNOT_MEET_SLO, None, why, checks, trace, reuse, fleets, proj, th)
+    if BASELINE not in meeting:
+        b = by.get(BASELINE)
+        if b is not None:
+            why.add(
+                f"The baseline, the engines' HBM prefix cache alone, {_status_words(b, th)}; "
+                f"{_names(meeting)} {'does' if len(meeting) == 1 else 'do'}.",
+                *_status_facts(b),
+            )
+
+    # (4) value
+    derived: list[tuple[str, float]] = []
+    if th.objective == Objective.TTFT:
+        chosen = _by_ttft(meeting, by, th, why, checks)
+    elif all(by[n].money.total_usd_month is not None for n in meeting):
+        chosen = _by_cost(meeting, by, th, why, checks, derived)
+    else:
+        chosen = _by_gpus(meeting, by, th, why, checks)
+    _latency_line(chosen, by, why)
+    dram, pooled = by.get(Scenario.LOCAL_DRAM), by.get(Scenario.POOLED)
+    if (
+        dram is not None
+        and pooled is not None
+        and Scenario.POOLED in candidates
+        and pooled.nodes == 1
+        and all(p.capacities.dram_per_instance is None for p in dram.plans)
+        and all(p.capacities.dram_per_node is not None for p in dram.plans)
+    ):
         why.add(
             "All instances share one node and its host DRAM was modelled as one cache they "
             "share (--dram-scope node, a node-local shared store): a pool cannot add hits "
@@ -348,282 +294,463 @@ def decide(
             "each instance; describe that with --dram-scope instance."
         )
     return _finish(
-        VERDICT_OF[chosen], why, checks, trace, reuse, bandwidth, replay, proj, th, tuple(derived)
+        VERDICT_OF[chosen], chosen, why, checks, trace, reuse, fleets, proj, th, tuple(derived)
     )
 
 
-def _cost_fact(name: str, o: OptionCost) -> Fact:
-    assert o.total_usd_month is not None
-    return Fact(_ec(name, "total_usd_month"), o.total_usd_month, "usd")
+def _bandwidth_step(
+    bandwidth: BandwidthFigures | None,
+    th: Thresholds,
+    checks: list[Check],
+    why: _Why,
+    planned: dict[str, Fleet] | None,
+) -> list[str]:
+    """(2) Each tier's link against the break-even bandwidth: the options whose tier
+    beats recomputing (and were planned, when a replay ran). A prefix whose prefill
+    saves less than placing its loaded KV costs is never worth loading: the break-even
+    is infinite, and no tier passes at any bandwidth."""
+    out: list[str] = []
+    never = bandwidth is not None and not math.isfinite(bandwidth.break_even_gbps)
+    for option, role in TIER_OF.items():
+        if planned is not None and option not in planned:
+            continue
+        tier = None if bandwidth is None else bandwidth.tier(role)
+        if bandwidth is None or tier is None:
+            out.append(option)
+            continue
+        need = bandwidth.break_even_gbps * th.bandwidth_margin
+        ok = tier.bandwidth_gbps >= need
+        label = TIER_WORDS[role]
+        head = f"{_cap(label)} ({tier.tier}) delivers {tier.bandwidth_gbps:.3g} GB/s; loading a "
+        checks.append(
+            Check(
+                2,
+                f"bandwidth: {label}",
+                ok,
+                tier.bandwidth_gbps,
+                None if never else need,
+                f"{head}{bandwidth.prefix_tokens:,}-token prefix never beats recomputing it: "
+                f"{NEVER_PAYS_WHY}."
+                if never
+                else f"{head}{bandwidth.prefix_tokens:,}-token prefix beats recomputing it above "
+                f"{bandwidth.break_even_gbps:.3g} GB/s ({bandwidth.bytes_per_token:,} B/token x "
+                f"{bandwidth.prefill_tokens_per_s:,.0f} prefill tokens/s).",
+            )
+        )
+        if ok:
+            out.append(option)
+            continue
+        if never:
+            continue
+        f_bw = Fact(
+            f"bandwidth.tiers[{role}].bandwidth_gbps",
+            tier.bandwidth_gbps,
+            "gbps",
+            "<",
+            "bandwidth.break_even_gbps",
+            bandwidth.break_even_gbps,
+        )
+        f_be = Fact("bandwidth.break_even_gbps", bandwidth.break_even_gbps, "gbps")
+        why.add(
+            f"{_cap(label)} ({f_bw.shown}) is slower than recomputing: loading a "
+            f"{bandwidth.prefix_tokens:,}-token prefix pays only above {f_be.shown}, so "
+            f"{option_name(option)} is not a candidate.",
+            f_bw,
+            f_be,
+        )
+    if never:
+        assert bandwidth is not None
+        f_prefix = Fact("bandwidth.prefix_tokens", bandwidth.prefix_tokens, "tokens")
+        why.add(
+            f"Loading the log's median reusable prefix of {f_prefix.shown} never pays: "
+            f"{NEVER_PAYS_WHY}. No offload tier and no pool is a candidate.",
+            f_prefix,
+        )
+    return out
 
 
-def _gpus_fact(name: str, o: OptionCost) -> Fact:
-    assert o.capacity.gpus_peak is not None
-    return Fact(_ec(name, "gpus_at_peak_load"), float(o.capacity.gpus_peak), "count")
+def _names(options: Sequence[str]) -> str:
+    names = [option_name(o) for o in options]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
-def _n_gpus(f: Fact, o: OptionCost) -> str:
-    """``6 GPUs``, ``1 GPU``, ``at most 2 GPUs`` (the rate search's top multiple passed)."""
-    bound = "at most " if o.capacity.bound == "at most" else ""
-    return f"{bound}{f.shown} GPU{'' if f.value == 1 else 's'}"
+def _status_words(f: Fleet, th: Thresholds) -> str:
+    """What the size search of ``f`` found when it met no SLO, in words."""
+    p = f.plans[0] if f.plans else None
+    if f.status == PlanStatus.PREFILL_BOUND:
+        return (
+            "cannot meet it at any size: even alone on an idle instance with every reusable "
+            "prefix already cached, too many requests take longer than the SLO to prefill"
+        )
+    if f.status == PlanStatus.ABOVE_CAP and f.gpus_above_cap is not None:
+        return (
+            f"would meet it on {gpus(f.gpus_above_cap)}, above the cap of "
+            f"{gpus(f.cap_gpus)} (--max-gpus)"
+        )
+    cap = f.search_gpus if f.search_gpus else (p.cap_instances * p.tp if p else 0)
+    return f"meets it at no size up to {gpus(cap)}"
+
+
+def _status_facts(f: Fleet) -> tuple[Fact, ...]:
+    if f.status == PlanStatus.ABOVE_CAP and f.gpus_above_cap is not None:
+        return (
+            Fact(_fl(f.option, "gpus_above_cap"), float(f.gpus_above_cap), "count"),
+            Fact(_fl(f.option, "cap_gpus"), float(f.cap_gpus), "count"),
+        )
+    return ()
+
+
+def _cannot_meet(
+    candidates: list[str], by: dict[str, Fleet], why: _Why, checks: list[Check], th: Thresholds
+) -> None:
+    """(3) No candidate meets the SLO: what happened to each, and what would meet it."""
+    slo = Fact("options.ttft_slo_s", th_slo(by), "ms")
+    floors = [f.floor_p90_s for f in by.values() if f.floor_p90_s is not None]
+    if floors and all(f.status == PlanStatus.PREFILL_BOUND for f in by.values()):
+        low = max(floors)
+        f_floor = Fact("fleet[local].floor_p90_s", low, "ms", ">", "options.ttft_slo_s", slo.value)
+        why.add(
+            f"No deployment meets the p90 TTFT SLO of {slo.shown} at any size: even alone on an "
+            "idle instance with every reusable prefix already cached, a tenth of the requests "
+            f"take longer to prefill, so p90 TTFT cannot go below {f_floor.shown} on this model "
+            "and GPU. An SLO of at least that can be met; a faster GPU or a smaller model "
+            "lowers it (see the other models and GPUs).",
+            f_floor,
+            slo,
+        )
+    else:
+        for c in candidates:
+            f = by.get(c)
+            if f is None:
+                continue
+            why.add(
+                f"{_cap(option_name(c))} {_status_words(f, th)} (p90 TTFT SLO {slo.shown}).",
+                *_status_facts(f),
+                slo,
+            )
+    why.add(
+        "No tier is recommended: none makes the SLO reachable within the GPUs allowed. "
+        "Relax the SLO, raise --max-gpus, or plan another GPU or model."
+    )
+    checks.append(
+        Check(3, "an option meets the TTFT SLO", False, None, None, "no option meets the SLO")
+    )
+
+
+def th_slo(by: dict[str, Fleet]) -> float:
+    """The SLO the plans were sized for."""
+    for f in by.values():
+        for p in f.plans:
+            return p.ttft_slo_s
+    return 0.0
+
+
+def _total(f: Fleet) -> float:
+    t = f.money.total_usd_month
+    assert t is not None
+    return t
+
+
+def _gpus_fact(name: str, f: Fleet) -> Fact:
+    assert f.gpus is not None
+    return Fact(_fl(name, "gpus"), float(f.gpus), "count")
+
+
+def _n_gpus(fact: Fact) -> str:
+    return gpus(round(fact.value))
 
 
 def _by_cost(
-    candidates: list[str],
-    costs: dict[str, OptionCost],
-    replay: ReplayFigures,
+    meeting: list[str],
+    by: dict[str, Fleet],
     th: Thresholds,
     why: _Why,
     checks: list[Check],
     derived: list[tuple[str, float]],
 ) -> str:
-    """The cheapest candidate; a pool only when it is cheaper by the margin."""
-
-    def total(n: str) -> float:
-        t = costs[n].total_usd_month
-        assert t is not None
-        return t
-
-    local = [n for n in (Scenario.LOCAL, Scenario.LOCAL_DRAM) if n in candidates]
-    best_local = min(local, key=lambda n: (total(n), local.index(n)))
-    base = costs[Scenario.LOCAL]
-    margin = th.min_pool_saving * total(Scenario.LOCAL)
+    """The cheapest candidate; a pool only when cheaper by the margin."""
+    local = [n for n in LOCAL_OPTIONS if n in meeting]
+    order = [*LOCAL_OPTIONS, Scenario.POOLED]
+    base = by.get(BASELINE)
+    ref = BASELINE if BASELINE in meeting else (local[0] if local else meeting[0])
+    margin = th.min_pool_saving * _total(by[ref])
     derived.append(("pool_margin_usd_month", margin))
-    chosen: str = best_local
-    if Scenario.POOLED in candidates:
-        saving = total(best_local) - total(Scenario.POOLED)
+    chosen = min(local, key=lambda n: (_total(by[n]), order.index(n))) if local else Scenario.POOLED
+    best_local = chosen if local else None
+    if Scenario.POOLED in meeting and best_local is not None:
+        saving = _total(by[best_local]) - _total(by[Scenario.POOLED])
         derived.append(("pool_saving_vs_best_local_usd_month", saving))
         ok = saving >= margin and saving > 0
         checks.append(
             Check(
-                3,
+                4,
                 "pool saving over the best local option (USD/month)",
                 ok,
                 saving,
                 margin,
-                f"The pool costs {_usd(total('pooled'))}/month against {_usd(total(best_local))} "
-                f"for {LABEL[best_local]}; it must be cheaper by {_usd(margin)} "
-                f"({100 * th.min_pool_saving:.0f}% of the baseline's {_usd(total('local'))}).",
+                f"The pooled KV store costs {_usd(_total(by[Scenario.POOLED]))} per month against "
+                f"{_usd(_total(by[best_local]))} for {option_name(best_local)}; it must be "
+                f"cheaper by {_usd(margin)} ({100 * th.min_pool_saving:.0f}% of the "
+                f"{option_name(ref)}'s {_usd(_total(by[ref]))}).",
             )
         )
         if ok:
             chosen = Scenario.POOLED
-    if Scenario.LOCAL_DRAM in candidates:
-        checks.append(
-            Check(
-                3,
-                "local DRAM offload net value (USD/month)",
-                (costs[Scenario.LOCAL_DRAM].net_usd_month or 0.0) > 0,
-                costs[Scenario.LOCAL_DRAM].net_usd_month,
-                0.0,
-                f"Local DRAM offload: {costs['local+dram'].capacity.gpus_peak} GPUs at the peak "
-                f"load against {base.capacity.gpus_peak} for the baseline, net "
-                f"{_usd(costs['local+dram'].net_usd_month or 0.0)}/month.",
-            )
-        )
-    c = costs[chosen]
+    c = by[chosen]
     f_gpus = _gpus_fact(chosen, c)
-    f_base_gpus = _gpus_fact(Scenario.LOCAL, base)
-    f_total = _cost_fact(chosen, c)
-    if chosen == Scenario.LOCAL:
-        others = [n for n in candidates if n != Scenario.LOCAL]
+    f_total = Fact(_fl(chosen, "money.total_usd_month"), _total(c), "usd")
+    others = [n for n in meeting if n != chosen]
+    if chosen == BASELINE:
         facts = [f_gpus, f_total]
         parts = []
         for n in others:
-            o = costs[n]
             f_o = Fact(
-                _ec(n, "total_usd_month"),
-                total(n),
+                _fl(n, "money.total_usd_month"),
+                _total(by[n]),
                 "usd",
                 ">=",
-                _ec(Scenario.LOCAL, "total_usd_month"),
-                total(Scenario.LOCAL),
+                _fl(BASELINE, "money.total_usd_month"),
+                _total(c),
             )
-            f_og = _gpus_fact(n, o)
+            f_og = _gpus_fact(n, by[n])
             facts += [f_o, f_og]
-            parts.append(f"{LABEL[n]} {_n_gpus(f_og, o)} and {f_o.shown}/month")
-        if Scenario.POOLED in others and total(Scenario.POOLED) < total(Scenario.LOCAL):
-            # cheaper than the baseline, but not by the margin
+            parts.append(f"{option_name(n)} {_n_gpus(f_og)} and {f_o.shown} per month")
+        if Scenario.POOLED in others and _total(by[Scenario.POOLED]) < _total(c):
             f_m = Fact("verdict.figures.pool_margin_usd_month", margin, "usd")
             f_s = Fact(
                 "verdict.figures.pool_saving_vs_best_local_usd_month",
-                total(best_local) - total(Scenario.POOLED),
+                _total(c) - _total(by[Scenario.POOLED]),
                 "usd",
                 "<",
                 "verdict.figures.pool_margin_usd_month",
                 margin,
             )
             why.add(
-                f"The pool would save only {f_s.shown}/month, less than the {f_m.shown} margin "
-                f"({100 * th.min_pool_saving:.0f}% of the baseline's cost) that pays for "
-                "running a distributed store.",
+                f"The pooled KV store would save only {f_s.shown} per month, less than the "
+                f"{f_m.shown} margin ({100 * th.min_pool_saving:.0f}% of the baseline's cost) "
+                "that pays for running a distributed store.",
                 f_s,
                 f_m,
             )
         why.add(
-            "No option lowers the monthly cost of serving the log's peak load within the TTFT "
-            f"SLO: the baseline needs {_n_gpus(f_gpus, c)} ({f_total.shown}/month); "
+            "No option lowers the monthly cost of serving the log's busiest load within the "
+            f"TTFT SLO: the baseline needs {_n_gpus(f_gpus)} ({f_total.shown} per month); "
             + ("; ".join(parts) if parts else "no other option is a candidate")
-            + ". Keep the engine's HBM prefix cache.",
+            + ". Keep the engines' HBM prefix cache.",
             *facts,
         )
         return chosen
-    f_net = Fact(_ec(chosen, "net_usd_month"), c.net_usd_month or 0.0, "usd", ">", "", 0.0)
-    f_added = Fact(_ec(chosen, "added_usd_month"), c.added_usd_month, "usd")
-    f_saving = Fact(_ec(chosen, "gpu_saving_usd_month"), c.gpu_saving_usd_month or 0.0, "usd")
-    added: dict[str, str] = {
+    added = {
         Scenario.POOLED: "memory, NICs and store servers",
         Scenario.LOCAL_DRAM: "host DRAM",
-    }
-    what = added[chosen]
-    why.add(
-        f"{LABEL[chosen][0].upper()}{LABEL[chosen][1:]} serves the log's peak load within the "
-        f"p90 TTFT SLO on {_n_gpus(f_gpus, c)} instead of {_n_gpus(f_base_gpus, base)}: "
-        f"{f_saving.shown}/month of GPUs saved against {f_added.shown}/month of {what}, "
-        f"net {f_net.shown}/month.",
-        f_gpus,
-        f_base_gpus,
-        f_saving,
-        f_added,
-        f_net,
-    )
-    if chosen == Scenario.POOLED and best_local != Scenario.LOCAL:
-        f_l = Fact(
-            _ec(best_local, "total_usd_month"),
-            total(best_local),
+        Scenario.LOCAL_DRAM_NVME: "host DRAM and NVMe",
+    }[chosen]
+    f_added = Fact(_fl(chosen, "money.added_usd_month"), c.money.added_usd_month, "usd")
+    if base is not None and base.meets_slo and base.gpus is not None:
+        f_base = _gpus_fact(BASELINE, base)
+        f_bt = Fact(
+            _fl(BASELINE, "money.total_usd_month"),
+            _total(base),
             "usd",
             ">",
-            _ec(Scenario.POOLED, "total_usd_month"),
-            total(Scenario.POOLED),
+            _fl(chosen, "money.total_usd_month"),
+            _total(c),
         )
         why.add(
-            f"It costs {f_total.shown}/month against {f_l.shown} for {LABEL[best_local]}, "
-            f"cheaper by more than the {_usd(margin)} margin for operating a distributed store.",
+            f"{_cap(option_name(chosen))} serves the log's busiest load within the p90 TTFT SLO "
+            f"on {_n_gpus(f_gpus)} where the baseline needs {_n_gpus(f_base)}: "
+            f"{f_total.shown} per month, {f_added.shown} of it {added}, against {f_bt.shown} "
+            "for the baseline.",
+            f_gpus,
+            f_base,
+            f_total,
+            f_added,
+            f_bt,
+        )
+    else:
+        why.add(
+            f"{_cap(option_name(chosen))} serves the log's busiest load within the p90 TTFT SLO "
+            f"on {_n_gpus(f_gpus)} for {f_total.shown} per month, {f_added.shown} of it {added}.",
+            f_gpus,
+            f_total,
+            f_added,
+        )
+    if chosen == Scenario.POOLED and best_local is not None:
+        f_l = Fact(
+            _fl(best_local, "money.total_usd_month"),
+            _total(by[best_local]),
+            "usd",
+            ">",
+            _fl(Scenario.POOLED, "money.total_usd_month"),
+            _total(c),
+        )
+        why.add(
+            f"It costs {f_total.shown} per month against {f_l.shown} for "
+            f"{option_name(best_local)}: cheaper by more than the {_usd(margin)} margin for "
+            "operating a distributed store.",
             f_total,
             f_l,
         )
-    if chosen == Scenario.LOCAL_DRAM and Scenario.POOLED in candidates:
+    if chosen in LOCAL_OPTIONS and Scenario.POOLED in meeting:
+        threshold = _total(c) - margin
+        derived.append(("pool_threshold_usd_month", threshold))
         f_p = Fact(
-            _ec(Scenario.POOLED, "total_usd_month"),
-            total(Scenario.POOLED),
+            _fl(Scenario.POOLED, "money.total_usd_month"),
+            _total(by[Scenario.POOLED]),
             "usd",
             ">",
             "verdict.figures.pool_threshold_usd_month",
-            total(Scenario.LOCAL_DRAM) - margin,
+            threshold,
         )
-        derived.append(("pool_threshold_usd_month", total(Scenario.LOCAL_DRAM) - margin))
         why.add(
-            f"The pool would cost {f_p.shown}/month against {f_total.shown} for local DRAM "
-            f"offload: not cheaper by the {_usd(margin)} margin that pays for running a "
-            "distributed store, so do not pool.",
+            f"The pooled KV store would cost {f_p.shown} per month against {f_total.shown} for "
+            f"{option_name(chosen)}: not cheaper by the {_usd(margin)} margin that pays for "
+            "running a distributed store, so do not pool.",
             f_p,
             f_total,
+        )
+    if chosen == Scenario.LOCAL_DRAM_NVME and Scenario.LOCAL_DRAM in meeting:
+        f_d = Fact(
+            _fl(Scenario.LOCAL_DRAM, "money.total_usd_month"),
+            _total(by[Scenario.LOCAL_DRAM]),
+            "usd",
+            ">",
+            _fl(chosen, "money.total_usd_month"),
+            _total(c),
+        )
+        why.add(
+            f"The NVMe tier holds the working set for less than host DRAM would: "
+            f"{f_total.shown} per month against {f_d.shown} for {option_name(Scenario.LOCAL_DRAM)}.",
+            f_total,
+            f_d,
         )
     return chosen
 
 
-def _by_ttft(
-    candidates: list[str],
-    replay: ReplayFigures,
-    th: Thresholds,
-    why: _Why,
-    checks: list[Check],
+def _by_gpus(
+    meeting: list[str], by: dict[str, Fleet], th: Thresholds, why: _Why, checks: list[Check]
 ) -> str:
-    """The lowest mean TTFT that keeps the rate served within the SLO."""
-    base = replay.get(Scenario.LOCAL)
-    assert base is not None
+    """Without a GPU price: the fewest GPUs (ties to the simpler option); a pool only
+    with at least one GPU fewer than the best local option."""
+    gpu = next((p.gpu for f in by.values() for p in f.plans), "this GPU")
+    why.add(
+        f"No GPU price for {gpu}, so the options are compared on the GPUs each needs, not on "
+        "money (give --gpu-hour-usd to decide on cost)."
+    )
+    order = [*LOCAL_OPTIONS, Scenario.POOLED]
 
-    def no_regression(s: ScenarioFigures) -> bool:
-        g = _gain(s, base)
-        return g is None or g >= 0.0
+    def n(o: str) -> int:
+        g = by[o].gpus
+        assert g is not None
+        return g
 
-    chosen = Scenario.LOCAL
-    dram = replay.get(Scenario.LOCAL_DRAM) if Scenario.LOCAL_DRAM in candidates else None
-    pooled = replay.get(Scenario.POOLED) if Scenario.POOLED in candidates else None
-    if dram is not None:
-        red = _reduction(dram.ttft_mean_s, base.ttft_mean_s) or 0.0
-        ok = red >= th.min_dram_gain and no_regression(dram)
+    local = [o for o in LOCAL_OPTIONS if o in meeting]
+    chosen = min(local, key=lambda o: (n(o), order.index(o))) if local else Scenario.POOLED
+    if Scenario.POOLED in meeting and local and n(Scenario.POOLED) < n(chosen):
+        chosen = Scenario.POOLED
+    f = _gpus_fact(chosen, by[chosen])
+    why.add(
+        f"{_cap(option_name(chosen))} needs the fewest GPUs for the busiest load within the "
+        f"SLO: {_n_gpus(f)}.",
+        f,
+    )
+    checks.append(
+        Check(4, "fewest GPUs", True, f.value, None, f"{option_name(chosen)}: {_n_gpus(f)}")
+    )
+    return chosen
+
+
+def _by_ttft(
+    meeting: list[str], by: dict[str, Fleet], th: Thresholds, why: _Why, checks: list[Check]
+) -> str:
+    """The lowest mean TTFT, every option on at least the baseline's GPUs."""
+
+    def mean(o: str) -> float:
+        t = by[o].ttft
+        assert t is not None and t.mean_s is not None
+        return t.mean_s
+
+    chosen = BASELINE if BASELINE in meeting else meeting[0]
+    for o in (Scenario.LOCAL_DRAM, Scenario.LOCAL_DRAM_NVME):
+        if o not in meeting or chosen == o:
+            continue
+        red = _reduction(mean(o), mean(chosen)) or 0.0
+        ok = red >= th.min_dram_gain
         checks.append(
             Check(
-                3,
-                "local DRAM offload TTFT gain",
+                4,
+                f"{option_name(o)} TTFT gain",
                 ok,
                 red,
                 th.min_dram_gain,
-                f"Local DRAM offload: mean TTFT {_pct(red)} below the baseline (worth configuring "
-                f"from {_pct(th.min_dram_gain)}).",
+                f"{_cap(option_name(o))}: mean TTFT {_pct(red)} below {option_name(chosen)} "
+                f"(worth configuring from {_pct(th.min_dram_gain)}).",
             )
         )
         if ok:
-            chosen = Scenario.LOCAL_DRAM
-    if pooled is not None:
-        ref = replay.get(chosen)
-        assert ref is not None
-        red = _reduction(pooled.ttft_mean_s, ref.ttft_mean_s) or 0.0
-        need = th.min_pool_advantage if chosen == Scenario.LOCAL_DRAM else th.min_dram_gain
-        ok = red >= need and no_regression(pooled)
+            chosen = o
+    if Scenario.POOLED in meeting and chosen != Scenario.POOLED:
+        red = _reduction(mean(Scenario.POOLED), mean(chosen)) or 0.0
+        need = th.min_pool_advantage if chosen != BASELINE else th.min_dram_gain
+        ok = red >= need
         checks.append(
             Check(
-                3,
-                f"pool TTFT advantage over {LABEL[chosen]}",
+                4,
+                f"pool TTFT advantage over {option_name(chosen)}",
                 ok,
                 red,
                 need,
-                f"Pooled mean TTFT {_pct(red)} below {LABEL[chosen]} (needed: {_pct(need)}).",
+                f"Pooled mean TTFT {_pct(red)} below {option_name(chosen)} (needed: {_pct(need)}).",
             )
         )
         if ok:
             chosen = Scenario.POOLED
         else:
-            f_p = Fact(_sc(Scenario.POOLED, "ttft_s.mean"), pooled.ttft_mean_s, "ms")
-            f_r = Fact(_sc(chosen, "ttft_s.mean"), ref.ttft_mean_s, "ms")
+            f_p = Fact(_fl(Scenario.POOLED, "ttft_s.mean"), mean(Scenario.POOLED), "ms")
+            f_r = Fact(_fl(chosen, "ttft_s.mean"), mean(chosen), "ms")
             why.add(
-                f"The pool's mean TTFT ({f_p.shown}) is not at least {_pct(need)} below "
-                f"{LABEL[chosen]}'s ({f_r.shown}), or it lowers the rate served within the "
-                "SLO: its extra infrastructure is not justified.",
+                f"The pooled KV store's mean TTFT ({f_p.shown}) is not at least {_pct(need)} "
+                f"below {option_name(chosen)}'s ({f_r.shown}): its extra infrastructure is not "
+                "justified.",
                 f_p,
                 f_r,
             )
-    s = replay.get(chosen)
-    assert s is not None
-    f_c = Fact(_sc(chosen, "ttft_s.mean"), s.ttft_mean_s, "ms")
-    f_b = Fact(_sc(Scenario.LOCAL, "ttft_s.mean"), base.ttft_mean_s, "ms")
-    if chosen == Scenario.LOCAL:
+    f_c = Fact(_fl(chosen, "ttft_s.mean"), mean(chosen), "ms")
+    if chosen == BASELINE:
         why.add(
-            f"No option lowers mean TTFT enough to configure: the baseline's is {f_b.shown}. "
-            "Keep the engine's HBM prefix cache.",
-            f_b,
+            f"No option lowers mean TTFT enough to configure: the baseline's is {f_c.shown}. "
+            "Keep the engines' HBM prefix cache.",
+            f_c,
         )
-    else:
+    elif BASELINE in meeting:
+        f_b = Fact(_fl(BASELINE, "ttft_s.mean"), mean(BASELINE), "ms")
         why.add(
-            f"Objective TTFT: {LABEL[chosen]} gives the lowest mean TTFT, {f_c.shown} against "
-            f"{f_b.shown} for the baseline, without lowering the rate served within the SLO.",
-            Fact(
-                _sc(chosen, "ttft_s.mean"),
-                s.ttft_mean_s,
-                "ms",
-                "<",
-                _sc(Scenario.LOCAL, "ttft_s.mean"),
-                base.ttft_mean_s,
-            ),
+            f"Objective TTFT: {option_name(chosen)} gives the lowest mean TTFT, {f_c.shown} "
+            f"against {f_b.shown} for the baseline on as many GPUs.",
+            Fact(f_c.figure, f_c.value, "ms", "<", f_b.figure, f_b.value),
             f_b,
         )
     return chosen
 
 
-def _latency_line(chosen: str, replay: ReplayFigures, why: _Why) -> None:
-    """What the chosen option does to latency, in ms (also for the baseline: nothing)."""
-    if chosen == Scenario.LOCAL:
+def _latency_line(chosen: str, by: dict[str, Fleet], why: _Why) -> None:
+    """What the chosen option does to latency at its size, in ms (nothing for the
+    baseline itself)."""
+    if chosen == BASELINE:
         return
-    s, b = replay.get(chosen), replay.get(Scenario.LOCAL)
-    assert s is not None and b is not None
-    f_m = Fact(_sc(chosen, "ttft_s.mean"), s.ttft_mean_s, "ms")
-    f_bm = Fact(_sc(Scenario.LOCAL, "ttft_s.mean"), b.ttft_mean_s, "ms")
-    f_p = Fact(_sc(chosen, "ttft_s.p90"), s.ttft_p90_s, "ms")
-    f_bp = Fact(_sc(Scenario.LOCAL, "ttft_s.p90"), b.ttft_p90_s, "ms")
+    s, b = by[chosen], by.get(BASELINE)
+    if s.ttft is None or b is None or b.ttft is None or not b.meets_slo:
+        return
+    if None in (s.ttft.mean_s, s.ttft.p90_s, b.ttft.mean_s, b.ttft.p90_s):
+        return
+    f_bm = Fact(_fl(BASELINE, "ttft_s.mean"), b.ttft.mean_s or 0.0, "ms")
+    f_m = Fact(_fl(chosen, "ttft_s.mean"), s.ttft.mean_s or 0.0, "ms")
+    f_bp = Fact(_fl(BASELINE, "ttft_s.p90"), b.ttft.p90_s or 0.0, "ms")
+    f_p = Fact(_fl(chosen, "ttft_s.p90"), s.ttft.p90_s or 0.0, "ms")
     why.add(
-        f"Latency: mean TTFT {f_bm.shown} -> {f_m.shown}, p90 {f_bp.shown} -> {f_p.shown} "
-        "(replay at the log's rate).",
+        f"Latency at the busiest load, each option on its planned GPUs: mean TTFT "
+        f"{f_bm.shown} for the baseline, {f_m.shown} for {option_name(chosen)}; p90 "
+        f"{f_bp.shown} and {f_p.shown}.",
         f_bm,
         f_m,
         f_bp,
@@ -631,18 +758,49 @@ def _latency_line(chosen: str, replay: ReplayFigures, why: _Why) -> None:
     )
 
 
-def _usd(x: float) -> str:
-    return f"-${-x:,.0f}" if x < 0 else f"${x:,.0f}"
-
-
-def _finish(
-    verdict: str,
+def _without_replay(
+    candidates: list[str],
+    bandwidth: BandwidthFigures | None,
     why: _Why,
     checks: list[Check],
     trace: TraceFigures,
     reuse: ReuseFigures,
-    bandwidth: BandwidthFigures | None,
-    replay: ReplayFigures | None,
+    proj: Projection,
+    th: Thresholds,
+    f_ceiling: Fact,
+) -> Decision:
+    """No replay ran: reuse and bandwidth alone, a candidate for a pilot."""
+    if Scenario.POOLED in candidates:
+        why.add(
+            "Reuse and bandwidth favour a pool, but no replay was run to size it and project "
+            "its latency; treat this as a candidate for a pilot.",
+            f_ceiling,
+        )
+        return _finish(
+            Verdict.DEPLOY_POOLED, Scenario.POOLED, why, checks, trace, reuse, None, proj, th
+        )
+    local = next(
+        (c for c in (Scenario.LOCAL_DRAM, Scenario.LOCAL_DRAM_NVME) if c in candidates), None
+    )
+    if local is not None:
+        why.add(
+            "No replay was run, so no gain is projected; the offload tier beats recompute, so "
+            "local offload is the candidate for a pilot.",
+            f_ceiling,
+        )
+        return _finish(Verdict.LOCAL_OFFLOAD_ONLY, local, why, checks, trace, reuse, None, proj, th)
+    why.add("No tier below HBM is a candidate: keep the HBM prefix cache only.", f_ceiling)
+    return _finish(Verdict.NOT_WORTH_IT, BASELINE, why, checks, trace, reuse, None, proj, th)
+
+
+def _finish(
+    verdict: Verdict,
+    scenario: str | None,
+    why: _Why,
+    checks: list[Check],
+    trace: TraceFigures,
+    reuse: ReuseFigures,
+    fleets: Sequence[Fleet] | None,
     proj: Projection,
     th: Thresholds,
     derived: tuple[tuple[str, float], ...] = (),
@@ -652,10 +810,9 @@ def _finish(
     if trace.n_requests < 2000:
         downgrades += 1 if trace.n_requests >= 500 else 2
         notes.append(
-            f"Only {trace.n_requests:,} requests ({trace.duration_s:,.0f} s of traffic); "
+            f"Only {count(trace.n_requests, 'request')} ({trace.duration_s:,.0f} s of traffic); "
             "a day of production logs gives a firmer figure."
         )
-    # How close the deciding figures sit to their thresholds (relative margin).
     close: list[str] = []
     for c in checks:
         if c.value is None or c.threshold is None or c.passed is None:
@@ -669,14 +826,16 @@ def _finish(
     if trace.approx_lengths:
         downgrades += 1
         notes.append("Some prompt lengths were estimated, not counted.")
-    if replay is None and verdict != Verdict.NOT_WORTH_IT:
+    if fleets is None and verdict != Verdict.NOT_WORTH_IT:
         downgrades += 1
-        notes.append("No replay was run, so the gains are not projected.")
-    if bandwidth is not None:
-        notes.append(
-            "Recompute speed comes from the catalog cost model (peak FLOP/s x utilisation); "
-            "calibrate it with `kvpool cost fit` on your own measurements to firm it up."
-        )
+        notes.append("No replay was run, so nothing is sized or projected.")
+    if verdict == Verdict.CANNOT_MEET_SLO:
+        downgrades = max(downgrades, 1)
+        notes.append("No option met the SLO: the figures say what would, not what to deploy.")
+    notes.append(
+        "Recompute speed comes from the catalog cost model; calibrate it with "
+        "`kvpool cost fit` on your own measurements to firm it up."
+    )
     level = ("high", "medium", "low")[min(downgrades, 2)]
     return Decision(
         verdict=verdict,
@@ -687,4 +846,100 @@ def _finish(
         projection=proj,
         facts=tuple(why.facts),
         derived=derived,
+        scenario=scenario,
     )
+
+
+# -- the stage: the verdict on the plans, with the cost model's error and the log's hits --
+
+_LOWER = {"high": "medium", "medium": "low", "low": "low"}
+
+
+@dataclass(frozen=True, slots=True)
+class CostUncertainty:
+    """Ranges on the deciding figures from the cost model's measured error (``band``),
+    and whether a flip of the bandwidth verdict lies inside them; each option's mean
+    TTFT at its planned size as a range when the options were sized."""
+
+    band: ErrorBand
+    break_even_gbps: Range
+    prefill_tokens_per_s: Range
+    flip: FlipFinding
+    ttft_mean_s_by_scenario: dict[str, Range] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "band": self.band.to_json(),
+            "break_even_gbps": self.break_even_gbps.to_json(),
+            "prefill_tokens_per_s": self.prefill_tokens_per_s.to_json(),
+            "flip": self.flip.to_json(),
+        }
+        if self.ttft_mean_s_by_scenario is not None:
+            out["ttft_mean_s"] = {n: r.to_json() for n, r in self.ttft_mean_s_by_scenario.items()}
+        return out
+
+
+def with_uncertainty(
+    decision: Decision,
+    cm: CostModel,
+    bw: BandwidthFigures,
+    fleets: Sequence[Fleet] | None,
+    th: Thresholds,
+) -> tuple[Decision, CostUncertainty]:
+    """Ranges on the deciding figures from the cost model's measured error, and the
+    confidence note saying whether a flip of the verdict lies inside them. The verdict
+    itself is the point estimate's; a flip inside the range lowers the confidence one
+    level and names the measurement that settles it."""
+    from analyzer.cost import uncertainty as unc
+
+    band = unc.prefill_band(cm, bw.prefix_tokens)
+    tiers = [
+        (f"{TIER_WORDS.get(Tier(t.role), t.role)} ({t.tier})", t.bandwidth_gbps) for t in bw.tiers
+    ]
+    flip = unc.bandwidth_flip(
+        bw.break_even_gbps, bw.prefix_tokens, tiers, band, th.bandwidth_margin
+    )
+    # the compute share of a replayed TTFT carries the band; applying it to the whole
+    # TTFT (queueing and loads included) gives a range at least as wide as the truth's
+    out = CostUncertainty(
+        band=band,
+        break_even_gbps=unc.break_even_range(bw.break_even_gbps, band),
+        prefill_tokens_per_s=unc.rate_range(bw.prefill_tokens_per_s, band),
+        flip=flip,
+        ttft_mean_s_by_scenario=None
+        if not fleets
+        else {
+            f.option: unc.time_range(f.ttft.mean_s, band)
+            for f in fleets
+            if f.ttft is not None and f.ttft.mean_s is not None
+        },
+    )
+    if decision.verdict == Verdict.INSUFFICIENT_DATA:
+        return decision, out
+    notes = (*decision.confidence_notes, flip.statement)
+    level = _LOWER[decision.confidence] if flip.inside else decision.confidence
+    return replace(decision, confidence=level, confidence_notes=notes), out
+
+
+def decide_stage(
+    m: Measured,
+    priced: Priced,
+    sized: Sized | None,
+    replayed: Replayed,
+    opts: AnalyzeOptions,
+) -> tuple[Decision, CostUncertainty | None]:
+    """The verdict on every option's plan, its confidence lowered where the cost model's
+    error or the log's own measured hits say so."""
+    fleets = None if sized is None else sized.fleets
+    decision = decide(m.trace_figures, m.reuse, priced.bandwidth, fleets, opts.thresholds)
+    uncertainty: CostUncertainty | None = None
+    if priced.bandwidth is not None:
+        decision, uncertainty = with_uncertainty(
+            decision, priced.primary.cost, priced.bandwidth, fleets, opts.thresholds
+        )
+    measured = replayed.measured
+    if measured is not None and measured.comparison is not None:
+        from analyzer.advisor.current import with_comparison
+
+        decision = with_comparison(decision, measured.comparison)
+    return decision, uncertainty

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from analyzer.advisor import products as P
@@ -54,6 +54,11 @@ class DeployFile:
 def _checked(*names: str) -> str:
     by = {d["product"]: d["version"] for d in P.DOCS_CHECKED}
     return "; ".join(f"{n} {by[n]}" for n in names)
+
+
+def checked_all() -> str:
+    """Every product version the bundle was checked against."""
+    return "; ".join(f"{d['product']} {d['version']}" for d in P.DOCS_CHECKED)
 
 
 def _json_text(cfg: dict[str, Any], checked: str) -> str:
@@ -574,6 +579,91 @@ def _local(sz: Sizing, model: ServedModel, role: str) -> list[DeployFile]:
     return out
 
 
+def _nvme_dir() -> str:
+    return (
+        'NVME_DIR="${NVME_DIR:?set NVME_DIR to a folder on this node\'s local NVMe}"\n'
+        'cd "$(dirname "$0")"\n'
+    )
+
+
+def _local_nvme(sz: Sizing, model: ServedModel, role: str) -> list[DeployFile]:
+    """Host DRAM and local NVMe tiers on each node: LMCache's local CPU and local disk
+    backends under vLLM, and SGLang HiCache's host pool with its file storage backend.
+    vLLM's own OffloadingConnector is written here for host DRAM only."""
+    d = f"{ROOT}/{DeployOption.LOCAL_OFFLOAD_NVME}"
+    mode = DeployOption.LOCAL_OFFLOAD_NVME
+    out: list[DeployFile] = []
+    ck = _checked("vLLM", "LMCache")
+    lm = P.lmcache_config(sz, mode, P.Wiring())
+    kv = P._kv({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})
+    out.append(
+        DeployFile(
+            f"{d}/vllm-lmcache-disk/lmcache.yaml",
+            mode,
+            role,
+            "vLLM + LMCache (local CPU + local disk)",
+            "yaml",
+            ck,
+            "# kvpool deploy: LMCache engine config, local CPU and local disk tiers\n"
+            f"# Checked against: {ck}\n# @NVME_DIR@ is a folder on the node's NVMe "
+            "(launch.sh fills it in).\n" + P.to_yaml(lm),
+        )
+    )
+    out.append(
+        DeployFile(
+            f"{d}/vllm-lmcache-disk/launch.sh",
+            mode,
+            role,
+            "vLLM + LMCache (local CPU + local disk)",
+            "bash",
+            ck,
+            _sh(
+                "vLLM + LMCache with host DRAM and local NVMe tiers",
+                ck,
+                "Run on every serving node; NVME_DIR is a folder on the node's local NVMe.",
+                _nvme_dir()
+                + 'mkdir -p "$NVME_DIR/lmcache"\n'
+                + 'sed "s|@NVME_DIR@|${NVME_DIR}|" lmcache.yaml > lmcache.node.yaml\n'
+                + 'export LMCACHE_CONFIG_FILE="$PWD/lmcache.node.yaml"\n'
+                + _serve_loop(
+                    sz, model, _vllm_args(sz, model, [f"--kv-transfer-config {shell(kv)}"]), 8000
+                ),
+            ),
+        )
+    )
+    ck = _checked("SGLang HiCache")
+    env = P.sglang_file_env(sz)
+    exports = "".join(
+        f'export {k}="{v.replace(P.NVME_DIR, "${NVME_DIR}")}"\n' for k, v in env.items()
+    )
+    args = [
+        "--enable-hierarchical-cache",
+        f"--hicache-size {P.sglang_host_gb(sz, mode)}",
+        "--hicache-write-policy write_through",
+        "--hicache-storage-backend file",
+    ]
+    out.append(
+        DeployFile(
+            f"{d}/sglang-hicache-file/launch.sh",
+            mode,
+            role,
+            "SGLang HiCache (host L2 + file storage)",
+            "bash",
+            ck,
+            _sh(
+                "SGLang HiCache with a host DRAM (L2) tier and file storage on local NVMe",
+                ck,
+                "Run on every serving node; NVME_DIR is a folder on the node's local NVMe.",
+                _nvme_dir()
+                + 'mkdir -p "$NVME_DIR/hicache"\n'
+                + exports
+                + _serve_loop(sz, model, _sglang_args(sz, model, args), 30000),
+            ),
+        )
+    )
+    return out
+
+
 def _prefix_only(sz: Sizing, model: ServedModel, role: str) -> list[DeployFile]:
     d = f"{ROOT}/{DeployOption.PREFIX_CACHE_ONLY}"
     return [
@@ -616,29 +706,49 @@ def _index(
     model: ServedModel,
     isolation: str = "shared",
     tenants: int = 0,
+    root: str = ROOT,
 ) -> DeployFile:
     lines = [
         "# Deployment bundle",
         "",
         f"Recommended option: **{recommended}**."
-        + "".join(f" Runner-up: **{m}**." for m in sizings if m != recommended),
-        "Each file names the product versions it was checked against. `@NODE_IP@` is",
-        "the one value each node fills in (its own address; the launch scripts take",
-        "`NODE_IP` from the environment).",
-        "",
-        "Start order for the pooled option: `mooncake-master/start.sh` once, then one",
-        "stack's `launch.sh` on every serving node.",
-        "",
-        *(
-            [
-                "The model is served from a local folder: set `MODEL` to its path before "
-                f"running a script or a pilot command ({md_text(model.setup)}).",
-                "",
-            ]
-            if model.setup
-            else []
+        + "".join(
+            f" Runner-up (the next option meeting the SLO, if this one is turned down): **{m}**."
+            for m in sizings
+            if m != recommended
         ),
+        "",
     ]
+    for mode, sz in sizings.items():
+        lines.append(
+            f"- `{mode}`: {sz.instances} instance{'' if sz.instances == 1 else 's'} of "
+            f"{sz.tp} GPU{'' if sz.tp == 1 else 's'}, {sz.instances_per_node} per node, on "
+            f"{sz.nodes} node{'' if sz.nodes == 1 else 's'}."
+        )
+    lines += [
+        "",
+        "Each file names the product versions it was checked against.",
+    ]
+    if any(f.option == DeployOption.POOLED for f in files):
+        lines += [
+            "`@NODE_IP@` is the one value each node fills in (its own address; the launch",
+            "scripts take `NODE_IP` from the environment).",
+            "",
+            "Start order for the pooled option: `mooncake-master/start.sh` once, then one",
+            "stack's `launch.sh` on every serving node.",
+        ]
+    if any(f.option == DeployOption.LOCAL_OFFLOAD_NVME for f in files):
+        lines += [
+            "`@NVME_DIR@` is a folder on each node's local NVMe (the launch scripts take",
+            "`NVME_DIR` from the environment).",
+        ]
+    lines.append("")
+    if model.setup:
+        lines += [
+            "The model is served from a local folder: set `MODEL` to its path before "
+            f"running a script or a pilot command ({md_text(model.setup)}).",
+            "",
+        ]
     if isolation == "shared":
         lines += [salting.shared_paragraph(tenants), ""]
     else:
@@ -672,7 +782,7 @@ def _index(
             )
         lines.append("")
     lines += ["## Files", ""]
-    lines += [f"- `{f.path.removeprefix(ROOT + '/')}` ({f.role}, {f.stack})" for f in files]
+    lines += [f"- `{f.path.removeprefix(root + '/')}` ({f.role}, {f.stack})" for f in files]
     if pilot:
         lines += ["", "## Pilot commands", ""]
         for c in pilot:
@@ -683,30 +793,48 @@ def _index(
                 "",
             ]
     return DeployFile(
-        f"{ROOT}/README.md",
+        f"{root}/README.md",
         recommended,
         "index",
         "all",
         "markdown",
-        "; ".join(f"{d['product']} {d['version']}" for d in P.DOCS_CHECKED),
+        checked_all(),
         "\n".join(lines).rstrip() + "\n",
     )
 
 
 def bundle(
     sizings: dict[DeployOption, Sizing],
-    recommended: DeployOption,
+    recommended: DeployOption | None,
     *,
     model: ServedModel,
     master: str = "mooncake-master:50051",
     pilot: Sequence[PilotCommand] = (),
     isolation: str = "shared",
     tenants: int = 0,
+    folder: str = "",
+    why: str = "",
 ) -> tuple[DeployFile, ...]:
     """The bundle for each option in ``sizings`` (recommended first, then the
-    runner-up), plus ``deploy/README.md`` indexing them. Under ``isolation`` tenant or
-    user, :func:`salted` keeps the stacks that key every tier by the cache salt and adds
-    ``deploy/isolation/``; ``tenants``: how many the log has (for the shared note)."""
+    runner-up), plus ``deploy/README.md`` indexing them; under ``deploy/FOLDER/`` for one
+    model of several. Under ``isolation`` tenant or user, :func:`salted` keeps the stacks
+    that key every tier by the cache salt and adds ``isolation/``; ``tenants``: how many
+    the log has (for the shared note). No sizing (nothing to deploy): the README alone,
+    saying ``why``."""
+    root = f"{ROOT}/{folder}" if folder else ROOT
+    if not sizings or recommended is None:
+        text = "# Deployment bundle\n\n" + md_text(why or "Nothing to deploy.") + "\n"
+        return (
+            DeployFile(
+                f"{root}/README.md",
+                DeployOption.PREFIX_CACHE_ONLY,
+                "index",
+                "all",
+                "markdown",
+                checked_all(),
+                text,
+            ),
+        )
     files: list[DeployFile] = []
     for mode, sz in sizings.items():
         role = "recommended" if mode == recommended else "runner-up"
@@ -715,12 +843,19 @@ def bundle(
             files += _pooled(sz, model, net, role)
         elif mode == DeployOption.LOCAL_OFFLOAD:
             files += _local(sz, model, role)
+        elif mode == DeployOption.LOCAL_OFFLOAD_NVME:
+            files += _local_nvme(sz, model, role)
         else:
             files += _prefix_only(sz, model, role)
     if isolation != "shared":
         probe = next((c for c in pilot if c.purpose.startswith("tenant isolation")), None)
         files = salted(files, isolation, recommended, probe)
-    return (_index(files, sizings, recommended, pilot, model, isolation, tenants), *files)
+    if folder:
+        files = [replace(f, path=root + f.path.removeprefix(ROOT)) for f in files]
+    return (
+        _index(files, sizings, recommended, pilot, model, isolation, tenants, root),
+        *files,
+    )
 
 
 def salted(

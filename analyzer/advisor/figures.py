@@ -22,8 +22,9 @@ class Verdict(StrEnum):
     """What the advisor recommends (docs/advisor.md)."""
 
     DEPLOY_POOLED = "deploy-pooled"
-    LOCAL_OFFLOAD_ONLY = "local-offload-only"
+    LOCAL_OFFLOAD_ONLY = "local-offload-only"  # which tier: the decision's scenario
     NOT_WORTH_IT = "not-worth-it"
+    CANNOT_MEET_SLO = "cannot-meet-slo"  # no option meets the TTFT SLO within the GPUs allowed
     INSUFFICIENT_DATA = "insufficient-data"
 
 
@@ -33,6 +34,7 @@ class DeployOption(StrEnum):
 
     POOLED = "pooled"  # HBM cache plus a cluster-wide KV store (Mooncake, LMCache remote)
     LOCAL_OFFLOAD = "local-offload"  # HBM cache plus a host-DRAM tier per instance
+    LOCAL_OFFLOAD_NVME = "local-offload-nvme"  # plus a local NVMe tier per node
     PREFIX_CACHE_ONLY = "prefix-cache-only"  # the engine's HBM prefix cache alone
 
 
@@ -63,9 +65,10 @@ class Undefined(StrEnum):
     NO_PREFILL_SAVING = "no-prefill-saving"
     NO_REUSE = "no-reuse"
     NO_REQUEST_RATE = "no-request-rate"
-    RATE_SEARCH_OFF = "rate-search-off"
-    BELOW_REUSE_GUIDELINE = "below-reuse-guideline"
+    SIZE_SEARCH_OFF = "size-search-off"
     SLO_NEVER_MET = "slo-never-met"
+    ABOVE_CAP = "above-cap"
+    PREFILL_BOUND = "prefill-bound"
     NOT_PRICED = "not-priced"
     NO_NET_SAVING = "no-net-saving"
     BASELINE = "baseline"
@@ -84,9 +87,10 @@ _UNDEFINED_SHORT = {
     Undefined.NO_PREFILL_SAVING: "no saving",
     Undefined.NO_REUSE: "no reuse",
     Undefined.NO_REQUEST_RATE: "no rate",
-    Undefined.RATE_SEARCH_OFF: "not searched",
-    Undefined.BELOW_REUSE_GUIDELINE: "not searched",
+    Undefined.SIZE_SEARCH_OFF: "not sized",
     Undefined.SLO_NEVER_MET: "cannot meet the SLO",
+    Undefined.ABOVE_CAP: "above the GPU cap",
+    Undefined.PREFILL_BOUND: "prefill-bound",
     Undefined.NOT_PRICED: "not priced",
     Undefined.NO_NET_SAVING: "never",
     Undefined.BASELINE: "baseline",
@@ -96,10 +100,13 @@ _UNDEFINED_WORDS = {
     Undefined.NO_PREFILL_SAVING: "skipping a prefix this short saves no prefill time",
     Undefined.NO_REUSE: "no request reuses a prefix of an earlier one",
     Undefined.NO_REQUEST_RATE: "the log's requests share one timestamp, so it has no request rate",
-    Undefined.RATE_SEARCH_OFF: "the SLO rate search was skipped (--no-rate-search)",
-    Undefined.BELOW_REUSE_GUIDELINE: "the SLO rate search runs only at or above the reuse "
-    "guideline, and this log's reuse is below it",
-    Undefined.SLO_NEVER_MET: "no load the rate search tried keeps p90 TTFT within the SLO",
+    Undefined.SIZE_SEARCH_OFF: "the size search was skipped (--no-size-search), so no "
+    "option was sized or priced",
+    Undefined.SLO_NEVER_MET: "no instance count the size search replayed keeps p90 TTFT "
+    "within the SLO",
+    Undefined.ABOVE_CAP: "it meets the SLO only on more GPUs than the cap (--max-gpus)",
+    Undefined.PREFILL_BOUND: "the requests' own prefill already takes longer than the SLO, "
+    "at any number of instances",
     Undefined.NOT_PRICED: "no GPU-hour price for this GPU (--gpu-hour-usd or --prices sets one)",
     Undefined.NO_NET_SAVING: "the option saves no money against the baseline, so it "
     "never pays back",
@@ -273,15 +280,18 @@ class ScenarioFigures:
 @dataclass(frozen=True, slots=True)
 class PricedOption:
     """One replayed option of a side-by-side choice: its TTFT, the GPUs it needs at the
-    busiest load and its monthly cost (``None``: not priced)."""
+    busiest load and its monthly cost (``None``: none within the cap meets the SLO, as
+    ``status`` says, or not priced)."""
 
-    ttft_mean_s: float
-    ttft_p90_s: float
+    ttft_mean_s: float | None
+    ttft_p90_s: float | None
     gpus_at_peak_load: int | None = None
     total_usd_month: float | None = None
+    status: str | None = None  # how its size search ended (analyzer.advisor.plan.PlanStatus)
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "status": self.status,
             "ttft_mean_s": self.ttft_mean_s,
             "ttft_p90_s": self.ttft_p90_s,
             "gpus_at_peak_load": self.gpus_at_peak_load,
@@ -298,7 +308,7 @@ class PricedChoice:
     gpu: str
     tp: int
     usd_per_gpu_hour: float | None
-    verdict: str
+    verdict: str | None  # the verdict there; None: only the verdict's option was planned there
     options: tuple[tuple[Scenario, PricedOption], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
@@ -485,6 +495,7 @@ class Decision:
     missing: tuple[str, ...] = ()  # what data the log lacks (insufficient-data)
     facts: tuple[tuple[Fact, ...], ...] = ()  # per reason: the figures it states
     derived: tuple[tuple[str, float], ...] = ()  # figures the reasons derive (verdict.figures)
+    scenario: str | None = None  # the option deployed (None: insufficient data, cannot meet)
 
     @property
     def confidence_statement(self) -> str:

@@ -93,6 +93,7 @@ def plan(
     candidate: ScenarioFigures | None = None,
     baseline: ScenarioFigures | None = None,
     ttft_slo_s: float | None = None,
+    throughput_gain: float | None = None,
 ) -> tuple[Gate, ...]:
     """The gate plan; the main gate's thresholds come from the projection of the
     recommended option (``candidate`` against ``baseline`` when given, else the
@@ -103,29 +104,24 @@ def plan(
         Verdict.LOCAL_OFFLOAD_ONLY: "local DRAM offload (HBM prefix cache + host DRAM tier)",
     }
     target = targets.get(verdict, "the candidate deployment")
+    # The throughput gain the plans project: the same load on fewer GPUs (the
+    # baseline's GPUs over the option's, minus one).
+    proj_thr = (
+        projection.pooled_throughput_gain
+        if verdict != Verdict.LOCAL_OFFLOAD_ONLY
+        else projection.dram_throughput_gain
+    )
+    if throughput_gain is not None:
+        proj_thr = throughput_gain
     if candidate is not None and baseline is not None:
         proj_red = (
             1.0 - candidate.ttft_mean_s / baseline.ttft_mean_s if baseline.ttft_mean_s > 0 else None
-        )
-        a, b = candidate.max_rate_scale, baseline.max_rate_scale
-        proj_thr = (
-            None
-            if a is None
-            or b is None
-            or b <= 0
-            or (candidate.max_rate_capped and baseline.max_rate_capped)
-            else a / b - 1.0
         )
     else:
         proj_red = (
             projection.pooled_ttft_reduction
             if verdict != Verdict.LOCAL_OFFLOAD_ONLY
             else projection.dram_ttft_reduction
-        )
-        proj_thr = (
-            projection.pooled_throughput_gain
-            if verdict != Verdict.LOCAL_OFFLOAD_ONLY
-            else projection.dram_throughput_gain
         )
     f = th.pilot_fraction
     red_min = f * proj_red if proj_red is not None and proj_red > 0 else min(proj_red or 0.0, 0.0)
@@ -161,11 +157,19 @@ def plan(
             "throughput_gain",
             ">=",
             thr_min,
-            f"request throughput at least {100 * thr_min:+.1f}% against the baseline's"
+            (
+                f"request throughput per GPU at least {100 * thr_min:.1f}% above the baseline's"
+                if thr_min > 0
+                else f"request throughput per GPU at most {100 * -thr_min:.1f}% below the "
+                "baseline's"
+                if thr_min < 0
+                else "request throughput per GPU not below the baseline's"
+            )
             + (
-                f" ({100 * f:.0f}% of the projected {100 * proj_thr:+.1f}%, which the GPU saving rests on)"
+                f" ({100 * f:.0f}% of the projected {100 * proj_thr:.1f}% gain, which the "
+                "GPU saving rests on)"
                 if proj_thr is not None and proj_thr > 0
-                else " (not lower)"
+                else ""
             ),
         ),
     ]

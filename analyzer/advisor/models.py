@@ -12,14 +12,13 @@ working set in it), never hits across models.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections import Counter
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from analyzer.advisor.words import listed
 from analyzer.errors import UsageError
 from analyzer.trace import read_metadata
 
@@ -44,36 +43,6 @@ class ServedModel:
 
 
 @dataclass(frozen=True, slots=True)
-class ModelReplay:
-    """One model of a multi-model log replayed on instances of its own
-    (:func:`per_model_replay`)."""
-
-    model: str  # the catalog model it was priced as
-    tp: int
-    instances: int
-    pool_share: float  # of the one store shared by every model
-    pool_capacity_tokens: int | None  # None: unbounded
-    local_hit_rate: float
-    pooled_hit_rate: float
-    local_ttft_mean_s: float | None
-    pooled_ttft_mean_s: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-
-@dataclass(frozen=True, slots=True)
-class ModelNotReplayed:
-    """A model of a multi-model log that fits on none of the GPU's TP degrees."""
-
-    model: str
-    skipped: str  # why
-
-    def to_json(self) -> dict[str, Any]:
-        return {"model": self.model, "skipped": self.skipped}
-
-
-@dataclass(frozen=True, slots=True)
 class ModelReuse:
     """The reuse figures of one model of a multi-model log, measured on its requests."""
 
@@ -86,6 +55,7 @@ class ModelReuse:
     footprint_gb: float | None  # its working set in GB (catalog models)
     # the exact LRU curve, as the reuse stage serializes it (``curves.lru``)
     hit_ratio_curve: tuple[CurvePoint, ...]
+    knee_tokens: int = 0  # smallest LRU capacity reaching 90 % of its ceiling
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +65,6 @@ class ModelFigures:
 
     served: ServedModel
     reuse: ModelReuse | None = None  # None: the log's only model (same as overall)
-    replay: ModelReplay | ModelNotReplayed | None = None
 
     def to_json(self) -> dict[str, Any]:
         m = self.served
@@ -116,20 +85,10 @@ class ModelFigures:
             footprint_tokens=r.footprint_tokens,
             kv_bytes_per_token=r.kv_bytes_per_token,
             footprint_gb=r.footprint_gb,
+            knee_tokens=r.knee_tokens,
             hit_ratio_curve=[p.to_json() for p in r.hit_ratio_curve],
         )
-        if self.replay is not None:
-            out["replay"] = self.replay.to_json()
         return out
-
-
-# How the per-model replay is set up, as the report says it.
-PER_MODEL_REPLAY = (
-    "each model on {instances} instances of its own (its catalog model's cost "
-    "and HBM, at the smallest tensor parallelism it fits at), local and pooled "
-    "scenarios on its requests alone, the pool one store sized for all models, "
-    "shared in proportion to each model's working set in bytes"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +99,6 @@ class ModelsFigures:
     count: int
     block_key_includes_model: bool
     per_model: tuple[ModelFigures, ...]
-    per_model_replay: str | None = None  # how the models were replayed, when they were
     warning: str | None = None  # --model names none of the log's models
 
     def to_json(self) -> dict[str, Any]:
@@ -151,8 +109,6 @@ class ModelsFigures:
         }
         if self.count > 1:
             doc["shared_pool_note"] = SHARED_POOL_NOTE
-        if self.per_model_replay is not None:
-            doc["per_model_replay"] = self.per_model_replay
         if self.warning is not None:
             doc["warning"] = self.warning
         return doc
@@ -179,6 +135,99 @@ def served_models(table: pa.Table) -> list[ServedModel]:
         ServedModel(n, _recognize(n), reqs[n], toks[n])
         for n in sorted(reqs, key=lambda n: (-reqs[n], n))
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChoice:
+    """One model the analysis plans: the log's name for it (``""`` when the log names
+    none), the catalog model or ``config.json`` it is priced as, its share of the log,
+    and why this model (``how``)."""
+
+    served_as: str
+    model: str
+    requests: int
+    prompt_tokens: int
+    how: str  # "named by the log", "--model", "the default: the log names no model"
+    weights_dtype: str | None = None  # from a quantization suffix of the served name
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "served_as": self.served_as,
+            "model": _shown_model(self.model),
+            "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "how": self.how,
+            "weights_dtype": self.weights_dtype,
+        }
+
+
+def _shown_model(model: str) -> str:
+    """A model as outputs name it: a config.json by its folder's name, never its path."""
+    from pathlib import Path
+
+    if model.lower().endswith(".json"):
+        p = Path(model)
+        return p.parent.name or p.stem
+    return model
+
+
+def choose_models(
+    named: list[ServedModel],
+    *,
+    model: str,
+    model_given: bool,
+    only_model: str | None,
+    weights_dtype: str | None = None,
+) -> tuple[ModelChoice, ...]:
+    """The models to plan, most requests first: each model the log names as itself
+    (matched to the catalog by alias, served name and quantization suffix), unless
+    ``--model`` names one (allowed for a log naming at most one model, or with
+    ``--only-model``); a log naming none is planned as ``model``.
+
+    A model the catalog does not know is a usage error naming every such model, with
+    the way to give its config."""
+    from analyzer.cost.catalog import quantization_of
+
+    if model_given:
+        if len(named) > 1 and only_model is None:
+            raise UsageError(
+                f"--model {_shown_model(model)} names one model, but the log names "
+                f"{len(named)}: {listed([m.name for m in named])}",
+                hint="add --only-model NAME to plan one of them as --model, or leave "
+                "--model out to plan each as itself",
+            )
+        m = named[0] if named else None
+        return (
+            ModelChoice(
+                m.name if m else "",
+                model,
+                m.requests if m else 0,
+                m.prompt_tokens if m else 0,
+                "--model",
+                weights_dtype,
+            ),
+        )
+    if not named:
+        return (ModelChoice("", model, 0, 0, "the default: the log names no model", weights_dtype),)
+    unknown = [m.name for m in named if m.catalog_id is None]
+    if unknown:
+        raise UsageError(
+            f"the log names {'a model' if len(unknown) == 1 else 'models'} kvpool's catalog "
+            f"does not know: {listed(unknown)}",
+            hint="give its Hugging Face config with --model path/to/config.json (with "
+            "--only-model NAME when the log names several), or see `kvpool cost models`",
+        )
+    return tuple(
+        ModelChoice(
+            m.name,
+            m.catalog_id or model,
+            m.requests,
+            m.prompt_tokens,
+            "named by the log",
+            weights_dtype or quantization_of(m.name),
+        )
+        for m in named
+    )
 
 
 def _matches(m: ServedModel, wanted: str) -> bool:
@@ -260,6 +309,7 @@ def per_model_reuse(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> list[Mode
                         else None
                     ),
                     hit_ratio_curve=rep.curves().get("lru", ()),
+                    knee_tokens=int(rep.knee_tokens(0.9)) if rep.measurable else 0,
                 ),
             )
         )
@@ -283,100 +333,4 @@ def models_document(
         in read_metadata(loaded.table).get("hash_keys", "").split(","),
         per_model=tuple(per_model),
         warning=warning,
-    )
-
-
-def per_model_replay(
-    loaded: Any,
-    cfg: Any,
-    models: ModelsFigures,
-    fits: Any,
-    replayer: Any = None,
-) -> ModelsFigures:
-    """Each model of a multi-model log replayed on its own instances: ``models`` with
-    each model's ``replay`` (those measured on their own by :func:`per_model_reuse`;
-    ``models`` itself when fewer than two were).
-
-    Engines serve one model each, so each model gets ``cfg.instances`` instances of its
-    own (its catalog model's cost and HBM, at the smallest tensor parallelism it fits
-    at; a model the catalog does not know is priced as ``cfg.model``), and the
-    ``local`` and ``pooled`` scenarios are replayed on its requests alone. The pool is
-    one store sized for all models (the DRAM of the nodes all their instances fill, or
-    ``cfg.pool_capacity_tokens`` of ``cfg.model``'s KV), each model holding a share in
-    proportion to its working set in bytes: blocks of different models never match, so
-    what each model gains from the shared store is that capacity, never another model's
-    hits. ``fits(model, gpu, kv_dtype)`` gives ``(cost model, tp)`` or None.
-
-    ``replayer`` replaces :func:`analyzer.replay.run_replay` as in
-    :func:`analyzer.advisor.run_analysis`, and is also given ``part``, the model's name
-    in the log: the requests it replays are that model's alone (a caller remembering
-    replays keys them by it).
-    """
-    from analyzer.cost import get_model
-    from analyzer.replay import UNBOUNDED, run_replay
-    from analyzer.replay.config import Scenario
-
-    per_model = [m for m in models.per_model if m.reuse is not None]
-    if len(per_model) < 2:
-        return models
-    n_models = len(per_model)
-    per_node = max(1, cfg.gpus_per_node // cfg.tp)
-    nodes = -(-cfg.instances * n_models // per_node)
-    base_bpt = int(get_model(cfg.model).kv_bytes_per_token(dtype=cfg.kv_dtype))
-    if cfg.pool_capacity_tokens is not None and cfg.pool_capacity_tokens < UNBOUNDED:
-        pool_bytes = float(cfg.pool_capacity_tokens) * base_bpt
-    elif cfg.pool_capacity_tokens is None:
-        per_node_bytes = (
-            cfg.dram_capacity_tokens * base_bpt
-            if cfg.dram_capacity_tokens is not None and cfg.dram_capacity_tokens < UNBOUNDED
-            else cfg.dram_capacity_gb * 1e9
-        )
-        pool_bytes = per_node_bytes * nodes
-    else:
-        pool_bytes = math.inf
-    sets = [float((m.reuse and m.reuse.footprint_gb) or 0.0) for m in per_model]
-    total = sum(sets)
-    replays: dict[str, ModelReplay | ModelNotReplayed] = {}
-    for m, ws in zip(per_model, sets, strict=True):
-        name = m.served.name
-        model = m.served.catalog_id or cfg.model
-        fit = fits(model, cfg.gpu, cfg.kv_dtype)
-        if fit is None:
-            replays[name] = ModelNotReplayed(model, f"{model} does not fit on {cfg.gpu}")
-            continue
-        cost, tp = fit
-        bpt = int(cost.bytes_per_token)
-        share = ws / total if total > 0 else 1.0 / n_models
-        pool_tokens = UNBOUNDED if math.isinf(pool_bytes) else int(pool_bytes * share // bpt)
-        c = dataclasses.replace(
-            cfg,
-            model=model,
-            tp=tp,
-            local_capacity_tokens=None,
-            pool_capacity_tokens=pool_tokens,
-            dram_capacity_tokens=None,
-        )
-        trace = loaded.model_part(name)
-        run = run_replay if replayer is None else partial(replayer, part=name)
-        sc = run(
-            trace, c, scenarios=(Scenario.LOCAL, Scenario.POOLED), search_rate=False, cost=cost
-        ).scenarios
-        replays[name] = ModelReplay(
-            model=model,
-            tp=tp,
-            instances=c.instances,
-            pool_share=round(share, 6),
-            pool_capacity_tokens=None if math.isinf(pool_bytes) else pool_tokens,
-            local_hit_rate=sc[Scenario.LOCAL].hit_rate,
-            pooled_hit_rate=sc[Scenario.POOLED].hit_rate,
-            local_ttft_mean_s=sc[Scenario.LOCAL].ttft.mean_s,
-            pooled_ttft_mean_s=sc[Scenario.POOLED].ttft.mean_s,
-        )
-    return dataclasses.replace(
-        models,
-        per_model=tuple(
-            dataclasses.replace(m, replay=replays.get(m.served.name, m.replay))
-            for m in models.per_model
-        ),
-        per_model_replay=PER_MODEL_REPLAY.format(instances=cfg.instances),
     )

@@ -86,6 +86,8 @@ VLLM_BLOCK_SIZES = (8, 16, 32, 64, 128)  # CUDA paged-attention block sizes
 # Placeholder each node replaces with its own address before start-up (launch.sh does it
 # with sed; the Kubernetes form takes the pod IP): Mooncake needs a reachable hostname.
 NODE_IP = "@NODE_IP@"
+# A folder on the node's local NVMe, filled in the same way (NVME_DIR).
+NVME_DIR = "@NVME_DIR@"
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,12 +214,30 @@ def lmcache_config(sz: Sizing, mode: DeployOption, net: Wiring) -> dict[str, Any
             "protocol": net.protocol,
             "device_name": net.device_name,
         }
+    elif mode == DeployOption.LOCAL_OFFLOAD_NVME:
+        # A host DRAM tier in front of the node's NVMe (LMCache's local disk backend):
+        # each GPU rank's engine keeps its own share of both.
+        cfg["local_cpu"] = True
+        cfg["max_local_cpu_size"] = float(_gib_text(_unit(sz, mode, "lmcache-cpu")))
+        cfg["local_disk"] = f"file://{NVME_DIR}/lmcache/"
+        cfg["max_local_disk_size"] = float(_gib_text(_unit(sz, mode, "lmcache-disk")))
     else:
         cfg["local_cpu"] = True
         cfg["max_local_cpu_size"] = float(
             _gib_text(_unit(sz, DeployOption.LOCAL_OFFLOAD, "lmcache-cpu"))
         )
     return cfg
+
+
+def sglang_file_env(sz: Sizing) -> dict[str, str]:
+    """SGLang HiCache's file storage backend (``--hicache-storage-backend file``): its
+    folder and each rank's cap on the files it keeps, in bytes."""
+    return {
+        "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR": f"{NVME_DIR}/hicache",
+        "SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE": str(
+            _unit(sz, DeployOption.LOCAL_OFFLOAD_NVME, "sglang-file")
+        ),
+    }
 
 
 def sglang_extra_config(sz: Sizing, net: Wiring) -> dict[str, Any]:
@@ -235,7 +255,7 @@ def sglang_host_gb(sz: Sizing, mode: DeployOption) -> int:
     """``--hicache-size``: whole GB per rank (the pool's staging when pooled)."""
     if mode == DeployOption.POOLED:
         return -(-STAGING_PER_RANK_BYTES // GB)
-    return _unit(sz, DeployOption.LOCAL_OFFLOAD, "sglang-hicache") // GB
+    return _unit(sz, mode, "sglang-hicache") // GB
 
 
 def sglang_page(sz: Sizing) -> int:
@@ -283,6 +303,19 @@ def vllm_settings(sz: Sizing, mode: DeployOption, model: ServedModel, tp: int) -
                 f"({sz.dram_per_node_gb:.3g} GB per node of {sz.instances_per_node} instances)",
             )
         )
+        cmd.append(f"--kv-transfer-config {shell(_kv(cfg))}")
+    elif mode == DeployOption.LOCAL_OFFLOAD_NVME:
+        cfg = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+        s += [
+            Setting(
+                "LMCACHE_CONFIG_FILE",
+                "lmcache.yaml",
+                "LMCache holds the host DRAM and NVMe tiers (see LMCache below); vLLM's own "
+                "OffloadingConnector is written for host DRAM only here",
+            ),
+            Setting("--kv-transfer-config", _kv(cfg), "LMCache as the offload connector"),
+        ]
+        cmd.insert(0, "LMCACHE_CONFIG_FILE=lmcache.yaml")
         cmd.append(f"--kv-transfer-config {shell(_kv(cfg))}")
     elif mode == DeployOption.POOLED:
         cfg = {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}
@@ -355,6 +388,20 @@ def lmcache_settings(sz: Sizing, mode: DeployOption, net: Wiring) -> ProductSett
                 f"{sz.ranks_per_node} ranks)",
             ),
         ]
+        if mode == DeployOption.LOCAL_OFFLOAD_NVME:
+            rows += [
+                Setting(
+                    "local_disk",
+                    cfg["local_disk"],
+                    "a folder on the node's NVMe (each rank writes its own shard)",
+                ),
+                Setting(
+                    "max_local_disk_size",
+                    f"{cfg['max_local_disk_size']:g}",
+                    f"GiB of NVMe per GPU rank ({sz.nvme_per_node_gb:.3g} GB per node / "
+                    f"{sz.ranks_per_node} ranks)",
+                ),
+            ]
     return ProductSettings("LMCache", mode, tuple(rows), to_yaml(cfg), "yaml")
 
 
@@ -402,7 +449,7 @@ def sglang_settings(
         f"--tp {tp}",
         f"--page-size {page}",
     ]
-    if mode in (DeployOption.LOCAL_OFFLOAD, DeployOption.POOLED):
+    if mode in (DeployOption.LOCAL_OFFLOAD, DeployOption.LOCAL_OFFLOAD_NVME, DeployOption.POOLED):
         host = sglang_host_gb(sz, mode)
         why = (
             "GB of host DRAM per GPU rank, staging for the L3 pool"
@@ -420,6 +467,24 @@ def sglang_settings(
             f"--hicache-size {host}",
             "--hicache-write-policy write_through",
         ]
+    if mode == DeployOption.LOCAL_OFFLOAD_NVME:
+        env = sglang_file_env(sz)
+        rows += [
+            Setting("--hicache-storage-backend", "file", "L3: files on the node's local NVMe"),
+            *(
+                Setting(
+                    k,
+                    v,
+                    "the folder on NVMe"
+                    if k.endswith("_DIR")
+                    else "bytes of NVMe "
+                    f"each GPU rank keeps ({sz.nvme_per_node_gb:.3g} GB per node / "
+                    f"{sz.ranks_per_node} ranks), least recently used evicted first",
+                )
+                for k, v in env.items()
+            ),
+        ]
+        cmd = [f"{k}={v}" for k, v in env.items()] + cmd + ["--hicache-storage-backend file"]
     if mode == DeployOption.POOLED:
         extra = sglang_extra_config(sz, net)
         rows += [
@@ -455,6 +520,12 @@ def wiring_for(sz: Sizing, master: str = "mooncake-master:50051") -> Wiring:
 
 
 def deployed_mode(sz: Sizing, mode: DeployOption) -> DeployOption:
+    if mode == DeployOption.LOCAL_OFFLOAD_NVME and sz.nvme_per_node_tokens == 0:
+        return (
+            DeployOption.LOCAL_OFFLOAD
+            if sz.dram_per_node_tokens
+            else DeployOption.PREFIX_CACHE_ONLY
+        )
     if mode == DeployOption.LOCAL_OFFLOAD and sz.dram_per_node_tokens == 0:
         return DeployOption.PREFIX_CACHE_ONLY  # HBM holds the working set: no tier to configure
     if mode == DeployOption.POOLED and sz.pool_capacity_tokens == 0:
@@ -469,9 +540,11 @@ def translate(
     model: ServedModel,
     tp: int,
     master: str = "mooncake-master:50051",
+    mode: DeployOption | None = None,
 ) -> list[ProductSettings]:
-    """Settings for every product, for the deployment the verdict calls for."""
-    mode = deployed_mode(sz, mode_for(verdict))
+    """Settings for every product, for the deployment the verdict calls for (``mode``:
+    that option's, when the verdict alone does not say which tier)."""
+    mode = deployed_mode(sz, mode or mode_for(verdict))
     net = wiring_for(sz, master)
     return [
         vllm_settings(sz, mode, model, tp),

@@ -250,6 +250,14 @@ STACK_PATHS: dict[tuple[DeployOption, str], tuple[str, ...]] = {
         "lmcache-vllm-inprocess",
     ),
     (DeployOption.LOCAL_OFFLOAD, "SGLang HiCache (host L2)"): ("sglang-radix",),
+    (DeployOption.LOCAL_OFFLOAD_NVME, "vLLM + LMCache (local CPU + local disk)"): (
+        "vllm-hbm",
+        "lmcache-vllm-inprocess",
+    ),
+    (DeployOption.LOCAL_OFFLOAD_NVME, "SGLang HiCache (host L2 + file storage)"): (
+        "sglang-radix",
+        "sglang-hicache-storage",
+    ),
     (DeployOption.PREFIX_CACHE_ONLY, "vLLM"): ("vllm-hbm",),
     (DeployOption.PREFIX_CACHE_ONLY, "SGLang"): ("sglang-radix",),
 }

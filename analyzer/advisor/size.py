@@ -33,13 +33,31 @@ import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import ExitStack
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
-from analyzer.replay.config import ClusterConfig, ScenarioSpec
+from analyzer.advisor.figures import Objective
+from analyzer.advisor.plan import (
+    Capacities,
+    DeploymentPlan,
+    Fleet,
+    PlanLoad,
+    PlanStatus,
+    Tried,
+    nodes_for,
+    price,
+)
+from analyzer.cost.prices import Prices
+from analyzer.progress import progress
+from analyzer.replay.config import ClusterConfig, ScenarioSpec, Tier
 from analyzer.replay.engine import TraceTree
 from analyzer.replay.probe import Probe, probe
 from analyzer.trace import BlockTrace
+
+if TYPE_CHECKING:
+    from analyzer.advisor.options import AnalyzeOptions
+    from analyzer.advisor.price import ModelSetup, Priced
+    from analyzer.advisor.replay import Replayed, ReplayTrace, Services
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +74,9 @@ class SizeQuestion:
     ttft_slo_s: float
     cap: int
     beyond: int | None = None
+    # Probes of the same option, trace and load from earlier questions (another SLO):
+    # a count one of them decides is not replayed again.
+    known: tuple[Probe, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def start(self) -> int:
@@ -143,27 +164,48 @@ def _step_down(passed: Probe, n: int) -> int:
     """Where to look below a passing count ``n``: the count that would keep the GPUs of
     the passing run busy all the time (fewer cannot serve its prefill work at all, so
     it fails, and the bracket is then tight), or half when the run does not say."""
-    run = passed.result
-    busy = 0.0
-    if run is not None:
-        st = run.stats
-        tp = run.resolved.plan.tp
-        if st.duration_s > 0:
-            busy = st.gpu_s_all / tp / (n * st.duration_s)
+    busy = passed.busy or 0.0
     if 0.0 < busy < 1.0:
         return max(1, min(n - 1, math.ceil(n * busy) - 1))
     return max(1, n // 2)
 
 
-def size_option(trace: BlockTrace, q: SizeQuestion, sampling_rate: float = 1.0) -> SizeSearch:
+def at_slo(p: Probe, slo_s: float) -> Probe | None:
+    """``p`` as a probe for ``slo_s`` would have answered, when it can say."""
+    passed = p.passes(slo_s)
+    if passed is None:
+        return None
+    return replace(p, ttft_slo_s=slo_s, passed=passed)
+
+
+def size_option(
+    trace: BlockTrace,
+    q: SizeQuestion,
+    sampling_rate: float = 1.0,
+    only: int | None = None,
+    replay_missing: bool = True,
+) -> SizeSearch:
     """One option's search, every replay in this process (one remembered prefill time
-    per chunk and one trace tree shared by its probes)."""
+    per chunk and one trace tree shared by its probes); ``only``: just that count.
+    Without ``replay_missing`` a count ``q.known`` does not answer raises
+    :class:`analyzer.replay.memo.NotRemembered` instead of being replayed."""
+    from analyzer.replay.memo import NotRemembered
     from analyzer.replay.run import _Memo
 
-    tree = TraceTree(trace)
+    tree: TraceTree | None = None
     memo = _Memo(q.cost.compute_time_s)
+    before = {p.instances: p for p in q.known}
 
     def ask(n: int) -> Probe:
+        nonlocal tree
+        seen = before.get(n)
+        if seen is not None:
+            again = at_slo(seen, q.ttft_slo_s)
+            if again is not None:
+                return again
+        if not replay_missing:
+            raise NotRemembered([q.spec.name])
+        tree = tree if tree is not None else TraceTree(trace)
         return probe(
             trace,
             q.cfg,
@@ -177,8 +219,18 @@ def size_option(trace: BlockTrace, q: SizeQuestion, sampling_rate: float = 1.0) 
             prefill_s=memo,
         )
 
+    if only is not None:
+        one = ask(only)
+        if one.passed and one.result is None:
+            before.pop(only, None)
+            one = ask(only)
+        return SizeSearch(q.spec.name, q.cap, only if one.passed else None, None, (one,))
     within, above, known = search_size(ask, start=q.start, cap=q.cap, beyond=q.beyond)
     chosen = within if within is not None else above
+    if chosen is not None and known[chosen].result is None:
+        # answered by a remembered probe that kept no figures: replay that size for them
+        before.pop(chosen, None)
+        known[chosen] = ask(chosen)
     probes = tuple(
         p if p.instances == chosen else p.without_result() for _, p in sorted(known.items())
     )
@@ -211,3 +263,327 @@ def size_options(
         finally:  # a failure: the others are not waited for
             for f in futures:
                 f.cancel()
+
+
+# -- the stage: every model's plan of every option ---------------------------------------
+
+# The size search looks up to this many times the analysis cluster's GPUs (--instances x
+# TP) unless --max-gpus says otherwise, and past the cap up to BEYOND times it for the
+# size that would meet the SLO.
+MAX_GPUS_MULTIPLE = 64
+BEYOND = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Sized:
+    """Every model's plan of every option, and each option's fleet (the whole log)."""
+
+    plans: tuple[DeploymentPlan, ...]
+    fleets: tuple[Fleet, ...]
+
+    def fleet(self, option: str) -> Fleet | None:
+        return next((f for f in self.fleets if f.option == option), None)
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        return tuple(f.option for f in self.fleets)
+
+
+def max_gpus(opts: AnalyzeOptions) -> int:
+    """The most GPUs a plan may use (``--max-gpus``; by default MAX_GPUS_MULTIPLE x the
+    analysis cluster's)."""
+    if opts.max_gpus is not None:
+        return opts.max_gpus
+    return MAX_GPUS_MULTIPLE * opts.cluster.instances * opts.cluster.tp
+
+
+def plan_of(
+    setup: ModelSetup,
+    spec: ScenarioSpec,
+    search: SizeSearch | None,
+    load: PlanLoad,
+    prices: Prices,
+    slo_s: float,
+    status: PlanStatus | None = None,
+    cap: int = 0,
+    floor_p90_s: float | None = None,
+) -> DeploymentPlan:
+    """The plan a search found (or, with ``status``, the plan of an option not searched:
+    its tiers as they would be deployed, no size)."""
+    from analyzer.replay.run import resolve
+
+    cfg = setup.cluster
+    n = None if search is None else search.instances
+    if status is None:
+        assert search is not None
+        status = (
+            PlanStatus.MEETS
+            if n is not None
+            else PlanStatus.ABOVE_CAP
+            if search.above_cap is not None
+            else PlanStatus.CANNOT_MEET
+        )
+    at = None if search is None else search.at_size
+    run = None if at is None else at.result
+    res = (
+        run.resolved
+        if run is not None
+        else resolve(
+            replace(cfg, instances=n or max(1, cap)), spec, setup.trace.block_size, cost=setup.cost
+        )
+    )
+    c = res.cluster
+    caps = Capacities(
+        bytes_per_token=int(setup.cost.bytes_per_token),
+        hbm_per_instance=int(res.local_capacity_tokens or 0),
+        dram_per_node=res.dram_capacity_tokens,
+        dram_per_instance=res.dram_per_cache_tokens if c.dram_scope == "instance" else None,
+        nvme_per_node=res.nvme_capacity_tokens,
+        pool=res.pool_capacity_tokens,
+    )
+    money = price(
+        spec.name,
+        instances=n,
+        tp=setup.tp,
+        gpus_per_node=cfg.gpus_per_node,
+        capacities=caps,
+        prices=prices,
+        gpu=cfg.gpu,
+    )
+    read = 0.0
+    if run is not None:
+        nodes = nodes_for(run.resolved.cluster.instances, setup.tp, cfg.gpus_per_node)
+        span = run.makespan_s
+        read = run.bytes_read_by_tier[Tier.POOL] / span / nodes if span > 0 else 0.0
+    return DeploymentPlan(
+        option=spec.name,
+        model=setup.model,
+        served_as=setup.choice.served_as,
+        gpu=cfg.gpu,
+        tp=setup.tp,
+        gpus_per_node=cfg.gpus_per_node,
+        router=cfg.router,
+        status=status,
+        instances=n,
+        capacities=caps,
+        load=load,
+        ttft_slo_s=slo_s,
+        money=money,
+        ttft=None if run is None else run.ttft,
+        hit_rate=None if run is None else run.hit_rate,
+        hit_rate_by_tier=()
+        if run is None
+        else tuple((str(t), float(v)) for t, v in run.hit_rate_by_tier.items()),
+        instances_above_cap=None if search is None else search.above_cap,
+        cap_instances=cap if search is None else search.cap,
+        tried=()
+        if search is None
+        else tuple(
+            Tried(p.instances, p.passed, p.ttft.p90_s if p.complete else None)
+            for p in search.probes
+        ),
+        ttft_s=None if run is None else run.stats.ttft_s,
+        pool_read_bytes_per_s_per_node=read,
+        network_bytes=0.0 if run is None else run.network_bytes,
+        prompt_tokens=0 if run is None else int(run.stats.prompt_tokens),
+        floor_p90_s=floor_p90_s,
+        run=run,
+    )
+
+
+def model_load(setup: ModelSetup, window_s: float, factor: float = 1.0) -> PlanLoad:
+    from analyzer.advisor.economics import load_figures
+
+    lf = load_figures(setup.trace.arrival_s, window_s)
+    return PlanLoad(lf.mean_rps * factor, lf.peak_rps * factor, window_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One (model, option) of a plan or a variant of it: the search question (None: the
+    model's floor already misses the SLO, so nothing is searched) and what its plan needs."""
+
+    setup: ModelSetup
+    trace: ReplayTrace
+    spec: ScenarioSpec
+    load: PlanLoad
+    slo_s: float
+    cap: int
+    floor_p90_s: float | None
+    question: SizeQuestion | None
+    prices: Prices
+
+
+def asks(
+    priced: Priced,
+    replayed: Replayed,
+    opts: AnalyzeOptions,
+    *,
+    options: Sequence[str] = (),
+    load_factor: float = 1.0,
+    ttft_slo_s: float | None = None,
+    start: dict[tuple[str, str], int] | None = None,
+) -> list[Ask]:
+    """The questions of every model's plan of every option (``options``: those only), at
+    the busiest window's load (x ``load_factor``) and ``ttft_slo_s`` (default: the
+    analysis's); ``start``: where each (model, option) search starts (default
+    ``--instances``)."""
+    from analyzer.advisor.price import OPTIONS
+
+    slo = opts.ttft_slo_s if ttft_slo_s is None else ttft_slo_s
+    wanted = tuple(options) or OPTIONS
+    top = max_gpus(opts)
+    begin = start or {}
+    out: list[Ask] = []
+    for k, (setup, rt) in enumerate(zip(priced.setups, replayed.traces, strict=True)):
+        load = model_load(setup, opts.peak_window_s, load_factor)
+        cap = max(1, top // setup.tp)
+        floor = replayed.floors[k] if k < len(replayed.floors) else None
+        low = None if floor is None else floor.p90_s
+        bound = floor is not None and floor.p90_s > slo
+        for o in wanted:
+            spec = setup.spec(o)
+            n = begin.get((setup.model, o), setup.cluster.instances)
+            q = (
+                None
+                if bound
+                else SizeQuestion(
+                    spec,
+                    replace(setup.cluster, instances=n),
+                    setup.cost,
+                    load.time_scale,
+                    slo,
+                    cap=cap,
+                    beyond=min(4096, BEYOND * cap),
+                )
+            )
+            out.append(Ask(setup, rt, spec, load, slo, cap, low, q, priced.prices))
+    return out
+
+
+def answer(batch: Sequence[Ask], services: Services, objective: Objective) -> list[DeploymentPlan]:
+    """Every ask's plan, in order. The searches on one trace go to the replayer together
+    (so they run in parallel); a latency-first objective plans each option on at least
+    its baseline's instances."""
+    groups: dict[int, list[int]] = {}
+    for i, a in enumerate(batch):
+        if a.question is not None:
+            groups.setdefault(id(a.trace.trace), []).append(i)
+    found: dict[int, SizeSearch] = {}
+    for idx in groups.values():
+        rt = batch[idx[0]].trace
+        qs = [batch[i].question for i in idx]
+        got = services.replayer.size(
+            rt.part, rt.trace, [q for q in qs if q is not None], rt.sampling_rate
+        )
+        found.update(zip(idx, got, strict=True))
+    if objective == Objective.TTFT:
+        _match_baseline(batch, found, services)
+    out = []
+    for i, a in enumerate(batch):
+        if a.question is None:
+            out.append(
+                plan_of(
+                    a.setup,
+                    a.spec,
+                    None,
+                    a.load,
+                    a.prices,
+                    a.slo_s,
+                    PlanStatus.PREFILL_BOUND,
+                    a.cap,
+                    a.floor_p90_s,
+                )
+            )
+        else:
+            out.append(
+                plan_of(
+                    a.setup, a.spec, found[i], a.load, a.prices, a.slo_s, floor_p90_s=a.floor_p90_s
+                )
+            )
+    return out
+
+
+def sized_of(plans: Sequence[DeploymentPlan]) -> Sized:
+    """The plans and each option's fleet (options in the plans' order). One KV store
+    serves every model's pool: each model's pooled plan carries an equal share of the
+    store's servers, so the fleet's money is the sum of its plans'."""
+    order: list[str] = []
+    for p in plans:
+        if p.option not in order:
+            order.append(p.option)
+    models = {p.option: sum(1 for q in plans if q.option == p.option) for p in plans}
+    plans = [
+        repriced_share(p, 1.0 / models[p.option]) if models[p.option] > 1 else p for p in plans
+    ]
+    fleets = tuple(Fleet.of(o, tuple(p for p in plans if p.option == o)) for o in order)
+    return Sized(tuple(plans), fleets)
+
+
+def plan_sizes(
+    priced: Priced,
+    replayed: Replayed,
+    opts: AnalyzeOptions,
+    services: Services,
+    *,
+    options: Sequence[str] = (),
+    load_factor: float = 1.0,
+    ttft_slo_s: float | None = None,
+    start: dict[tuple[str, str], int] | None = None,
+) -> Sized:
+    """Every model's plan of every option (:func:`asks`; a model whose floor misses the
+    SLO is planned without a search: no size meets it)."""
+    batch = asks(
+        priced,
+        replayed,
+        opts,
+        options=options,
+        load_factor=load_factor,
+        ttft_slo_s=ttft_slo_s,
+        start=start,
+    )
+    with progress("sizing every option by replaying", None):
+        plans = answer(batch, services, opts.thresholds.objective)
+    return sized_of(plans)
+
+
+def _match_baseline(batch: Sequence[Ask], found: dict[int, SizeSearch], services: Services) -> None:
+    """For a latency-first team (``--objective ttft``): every option that needs fewer
+    instances than its model's baseline is planned on the baseline's, its TTFT replayed
+    there (a team keeps its GPUs and buys latency)."""
+    from analyzer.advisor.decide import BASELINE
+
+    for i, a in enumerate(batch):
+        f = found.get(i)
+        if f is None or f.instances is None or a.spec.name == BASELINE:
+            continue
+        base = next(
+            (
+                found.get(j)
+                for j, b in enumerate(batch)
+                if b.setup is a.setup
+                and b.spec.name == BASELINE
+                and b.load == a.load
+                and b.slo_s == a.slo_s
+                and b.trace is a.trace
+            ),
+            None,
+        )
+        if base is None or base.instances is None or f.instances >= base.instances:
+            continue
+        q = a.question
+        assert q is not None
+        p = services.replayer.probe(
+            a.trace.part, a.trace.trace, q, base.instances, a.trace.sampling_rate
+        )
+        if not (p.passed and p.result is not None):
+            continue
+        kept = tuple(x for x in f.probes if x.instances != p.instances)
+        probes = tuple(sorted((*kept, p), key=lambda x: x.instances))
+        found[i] = replace(f, instances=base.instances, probes=probes)
+
+
+def repriced_share(p: DeploymentPlan, share: float) -> DeploymentPlan:
+    """``p`` carrying ``share`` of the one KV store's servers."""
+    money = replace(p.money, store_usd_month=p.money.store_usd_month / p.store_share * share)
+    return replace(p, store_share=share, money=money)

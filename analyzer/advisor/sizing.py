@@ -71,6 +71,7 @@ class Sizing:
     instances: int
     instances_per_node: int
     tp: int = 1  # GPU ranks (processes) per instance
+    nvme_per_node_tokens: int = 0  # local NVMe tier per node (0: none)
 
     def gb(self, tokens: int) -> float:
         return tokens * self.bytes_per_token / GB
@@ -85,6 +86,14 @@ class Sizing:
     @property
     def dram_per_node_gb(self) -> float:
         return self.gb(self.dram_per_node_tokens)
+
+    @property
+    def nvme_per_node_gb(self) -> float:
+        return self.gb(self.nvme_per_node_tokens)
+
+    @property
+    def nvme_per_node_bytes(self) -> int:
+        return self.nvme_per_node_tokens * self.bytes_per_token
 
     @property
     def pool_bytes(self) -> int:
@@ -312,6 +321,12 @@ def unit_sizes(sz: Sizing, mode: DeployOption) -> tuple[UnitSize, ...]:
       ``tp * pp`` among its ranks.
     * vLLM's OffloadingConnector: ``cpu_bytes_to_use`` is the instance's total over its
       workers.
+    * LMCache's local disk backend: ``max_local_disk_size`` (GiB) per engine, one per GPU
+      rank (``lmcache/v1/storage_backend/local_disk_backend.py``: ``max_local_disk_size *
+      1024**3`` bytes), beside its ``max_local_cpu_size``.
+    * SGLang HiCache's file storage backend: each rank caps the files it owns at
+      ``SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE`` bytes
+      (``srt/mem_cache/storage/file/lru_file_evictor.py``).
     """
     nodes = max(1, sz.nodes)
     rpn, ipn = sz.ranks_per_node, sz.instances_per_node
@@ -392,6 +407,52 @@ def unit_sizes(sz: Sizing, mode: DeployOption) -> tuple[UnitSize, ...]:
                 "node DRAM",
                 dram * nodes,
                 granularity_bytes=GB,
+            ),
+        )
+    if mode == DeployOption.LOCAL_OFFLOAD_NVME:
+        dram = sz.dram_per_node_bytes
+        nvme = sz.nvme_per_node_bytes
+        return (
+            UnitSize(
+                "lmcache-cpu",
+                "vLLM + LMCache (local CPU)",
+                "max_local_cpu_size",
+                "GPU rank",
+                rpn * nodes,
+                rpn,
+                "node DRAM",
+                dram * nodes,
+            ),
+            UnitSize(
+                "lmcache-disk",
+                "vLLM + LMCache (local disk)",
+                "max_local_disk_size",
+                "GPU rank",
+                rpn * nodes,
+                rpn,
+                "node NVMe",
+                nvme * nodes,
+            ),
+            UnitSize(
+                "sglang-hicache",
+                "SGLang HiCache (host L2)",
+                "--hicache-size",
+                "GPU rank",
+                rpn * nodes,
+                rpn,
+                "node DRAM",
+                dram * nodes,
+                granularity_bytes=GB,
+            ),
+            UnitSize(
+                "sglang-file",
+                "SGLang HiCache (file storage)",
+                "SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE",
+                "GPU rank",
+                rpn * nodes,
+                rpn,
+                "node NVMe",
+                nvme * nodes,
             ),
         )
     return ()

@@ -47,7 +47,7 @@ from analyzer.outputs import note_input
 ROLES = ("baseline", "candidate", "stability", "isolation")
 # Roles a results file takes by its place on the command line (the probe's by its schema).
 ORDERED_ROLES = ("baseline", "candidate", "stability")
-REPORT_SCHEMA = "kvpool.report/2"
+REPORT_SCHEMA = "kvpool.report/3"
 
 # vLLM key -> (our key, factor to seconds / plain)
 _VLLM_KEYS = {

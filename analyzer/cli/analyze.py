@@ -11,7 +11,7 @@ import typer
 from analyzer.cli import options as o
 from analyzer.cli.stdio import stdin_options
 from analyzer.errors import EXIT_GATES
-from analyzer.quoting import terminal
+from analyzer.quoting import scrub, terminal
 
 if TYPE_CHECKING:
     from analyzer.report.document import Report
@@ -57,9 +57,22 @@ def analyze(
             "--local-capacity-tokens).",
         ),
     ] = None,
-    no_rate_search: Annotated[
-        bool, typer.Option("--no-rate-search", help="Skip the SLO rate search (faster).")
+    no_size_search: Annotated[
+        bool,
+        typer.Option(
+            "--no-size-search",
+            "--no-rate-search",
+            help="Do not size the options by replaying (faster; nothing is sized or priced).",
+        ),
     ] = False,
+    max_gpus: Annotated[
+        int | None,
+        typer.Option(
+            "--max-gpus",
+            help="The most GPUs a plan may use (default: 64 x the GPUs of --instances); "
+            "above it an option cannot meet the SLO.",
+        ),
+    ] = None,
     full_replay: o.FullReplay = False,
     pdf: Annotated[
         bool,
@@ -150,9 +163,9 @@ def analyze(
         default = o.ClusterFlags()
         load_profile(
             profile,
-            model=None if cluster.model == default.model else cluster.model,
+            model=cluster.model,
             gpu=None if cluster.gpu == default.gpu else cluster.gpu,
-            tp=None if cluster.tp == default.tp else cluster.tp,
+            tp=cluster.tp,
         )
     opts = AnalyzeOptions(
         ingest=ingest.options(previews=show_previews, keep_names=keep_names),
@@ -165,7 +178,10 @@ def analyze(
             current_local_capacity_tokens, "--current-local-capacity-tokens"
         ),
         profile=profile,
-        search_rate=not no_rate_search,
+        size_search=not no_size_search,
+        max_gpus=max_gpus,
+        model_given=cluster.model is not None,
+        tp_given=cluster.tp is not None,
         full_replay=full_replay,
         thresholds=Thresholds(objective=Objective.parse(objective), min_pool_saving=pool_margin),
         peak_window_s=peak_window,
@@ -219,6 +235,8 @@ def print_summary(console: Any, doc: Report, paths: dict[str, Any]) -> None:
     from rich.table import Table
 
     from analyzer.advisor.figures import Verdict
+    from analyzer.advisor.words import listed
+    from analyzer.cli.output import console as make_console
     from analyzer.report.figures import VERDICT_TEXT
     from analyzer.report.render import gbps, key_figures, num
     from analyzer.report.summary import economics_table, summary_sentences, undefined_notes
@@ -231,6 +249,7 @@ def print_summary(console: Any, doc: Report, paths: dict[str, Any]) -> None:
         Verdict.DEPLOY_POOLED: "green",
         Verdict.LOCAL_OFFLOAD_ONLY: "blue",
         Verdict.NOT_WORTH_IT: "yellow",
+        Verdict.CANNOT_MEET_SLO: "red",
     }.get(v.verdict, "white")
     console.print(
         f"[bold {color}]{v.verdict}[/]  {VERDICT_TEXT.get(v.verdict, '')}", highlight=False
@@ -238,8 +257,10 @@ def print_summary(console: Any, doc: Report, paths: dict[str, Any]) -> None:
     for r in v.reasons:
         console.print(f"  - {r}", highlight=False, markup=False)
     console.print(f"  {v.confidence_statement}", highlight=False, markup=False)
+    # Warnings are whole sentences on stderr, never cut by the tables' width.
+    err = make_console(stderr=True)
     for w in doc.warnings:
-        console.print(f"[yellow]warning:[/] {terminal(w)}", highlight=False)
+        err.print(f"warning: {scrub(w)}", highlight=False, markup=False, soft_wrap=True)
     mini = doc.replay.miniature if doc.replay is not None else None
     if mini:
         from analyzer.replay.miniature import describe
@@ -253,7 +274,7 @@ def print_summary(console: Any, doc: Report, paths: dict[str, Any]) -> None:
     et = economics_table(doc)
     if et:
         header, rows = et
-        keep = [0, 1, 2, 6, 7]  # option, GPUs (mean, busiest), total, net
+        keep = [0, 1, 2, 3, 6, 7]  # option, GPUs, nodes, TTFT, total, net
         t = Table(*[header[i] for i in keep], box=None, pad_edge=False)
         for row in rows:
             t.add_row(*[terminal(row[i]) for i in keep])
@@ -263,17 +284,19 @@ def print_summary(console: Any, doc: Report, paths: dict[str, Any]) -> None:
     sz = doc.sizing
     if sz is not None:
         console.print(
-            f"Sizing: pool {num(sz.pool_capacity_gb)} GB, host DRAM {num(sz.dram_per_node_gb)} "
-            f"GB/node, network {gbps(sz.network_per_node_gbps)} per node ({sz.nic}), block "
-            f"{sz.block_size_tokens}, chunk {sz.chunk_size_tokens}, router {sz.router}, "
-            f"eviction {sz.eviction}",
+            f"Sizing: {sz.instances} instance{'' if sz.instances == 1 else 's'} on "
+            f"{sz.nodes} node{'' if sz.nodes == 1 else 's'}, pool {num(sz.pool_capacity_gb)} GB, "
+            f"host DRAM {num(sz.dram_per_node_gb)} GB per node, network "
+            f"{gbps(sz.network_per_node_gbps)} per node ({sz.nic}), block {sz.block_size_tokens}, "
+            f"chunk {sz.chunk_size_tokens}, router {sz.router}, eviction {sz.eviction}",
             highlight=False,
             markup=False,
         )
     flips = [r for r in doc.sensitivity.rows if r.flips]
     if flips:
         console.print(
-            "Flips: " + "; ".join(f"{r.dimension} {r.value} -> {r.verdict}" for r in flips[:6]),
+            "Flips: "
+            + listed([f"{r.dimension} {r.value} gives {r.verdict}" for r in flips], most=6),
             highlight=False,
             markup=False,
         )

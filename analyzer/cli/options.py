@@ -274,10 +274,29 @@ ExactMaxMib = Annotated[
 # --- cluster: what the trace is replayed on (ClusterConfig) ----------------------------
 
 Model = Annotated[
-    str, typer.Option("--model", help="Catalog model id (e.g. llama-3.1-70b) or a config.json.")
+    str | None,
+    typer.Option(
+        "--model",
+        help="Catalog model id (e.g. llama-3.1-70b) or a config.json (default: each model the "
+        "log names, as itself; llama-3.1-8b when it names none).",
+    ),
 ]
-Gpu = Annotated[str, typer.Option("--gpu", help="Catalog GPU id (a100, h100, h200, b200, ...).")]
-Tp = Annotated[int, typer.Option("--tp", help="Tensor-parallel GPUs per instance.")]
+Gpu = Annotated[
+    str,
+    typer.Option(
+        "--gpu",
+        help="GPU: a catalog id or the name a vendor or cloud gives it (h100, H100-SXM, "
+        "'NVIDIA H100 80GB HBM3', l40s, ...).",
+    ),
+]
+Tp = Annotated[
+    int | None,
+    typer.Option(
+        "--tp",
+        help="Tensor-parallel GPUs per instance (default: the smallest that holds each model's "
+        "weights and a working KV budget).",
+    ),
+]
 Instances = Annotated[int, typer.Option("--instances", help="Prefill instances in the cluster.")]
 GpusPerNode = Annotated[
     int, typer.Option("--gpus-per-node", help="GPUs sharing one host (its DRAM, NVMe and NIC).")
@@ -514,9 +533,9 @@ class ClusterFlags:
     values put into these fields), so the same settings give the same cluster everywhere.
     """
 
-    model: Model = "llama-3.1-8b"
+    model: Model = None
     gpu: Gpu = "h100"
-    tp: Tp = 1
+    tp: Tp = None
     instances: Instances = 4
     gpus_per_node: GpusPerNode = 8
     dram_scope: DramScope = "instance"
@@ -544,10 +563,11 @@ class ClusterFlags:
         tier choices, link overrides, ``time_scale``)."""
         from analyzer.replay.config import ClusterConfig
 
+        default = ClusterConfig()
         return ClusterConfig(
-            model=self.model,
+            model=default.model if self.model is None else self.model,
             gpu=self.gpu,
-            tp=self.tp,
+            tp=default.tp if self.tp is None else self.tp,
             instances=self.instances,
             gpus_per_node=self.gpus_per_node,
             dram_scope=self.dram_scope,

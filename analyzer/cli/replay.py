@@ -10,7 +10,7 @@ import typer
 from analyzer.cli import options as o
 from analyzer.cli.stdio import stdin_options
 from analyzer.errors import UsageError
-from analyzer.quoting import terminal
+from analyzer.quoting import scrub, terminal
 
 
 def _fmt_rate(v: float | None, capped: bool) -> str:
@@ -202,6 +202,15 @@ def replay(
     loaded = loaded.isolated(isolation)
     trace = loaded.trace
     console = Console(stderr=True)
+    if cluster.model is None or cluster.tp is None:
+        from analyzer.advisor.price import log_cluster
+
+        cfg, note = log_cluster(
+            cfg, loaded, model_given=cluster.model is not None, tp_given=cluster.tp is not None
+        )
+        cm = cfg.cost_model()
+        if note:
+            console.print(scrub(note), highlight=False, markup=False)
     if loaded.skipped.total:
         console.print(f"[yellow]skipped {terminal(str(loaded.skipped))}[/]", highlight=False)
     if trace.count_only:
@@ -216,6 +225,7 @@ def replay(
         result = run_replay(
             trace,
             cfg,
+            cost=cm,
             scenarios=specs,
             ttft_slo_s=ttft_slo,
             search_rate=search,

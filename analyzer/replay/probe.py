@@ -68,8 +68,10 @@ class Probe:
     requests: int  # measured requests
     missed: int  # measured requests over the SLO (of those replayed, when stopped early)
     ttft: TtftSummary = field(default_factory=TtftSummary)
-    # A complete run: the TTFT that decides the p90 test at any SLO (nearest rank).
+    # A complete run: the TTFT that decides the p90 test at any SLO (nearest rank), and
+    # the share of the time its instances' GPUs were busy.
     rank_s: float | None = None
+    busy: float | None = None
     result: ScenarioResult | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -151,6 +153,9 @@ def probe(
         missed,
         run.ttft,
         deciding_ttft_s(stats.ttft_s),
+        stats.gpu_s_all / res.plan.tp / (instances * stats.duration_s)
+        if stats.duration_s > 0
+        else 0.0,
         run,
     )
 

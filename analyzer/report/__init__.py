@@ -1,4 +1,4 @@
-"""report stage: the analysis as JSON (``kvpool.report/2``), Markdown and self-contained HTML.
+"""report stage: the analysis as JSON (``kvpool.report/3``), Markdown and self-contained HTML.
 
 Public API::
 

@@ -1,4 +1,4 @@
-"""The ``kvpool.report/2`` document: the one JSON form of an analysis, and its typed view.
+"""The ``kvpool.report/3`` document: the one JSON form of an analysis, and its typed view.
 
 :class:`ReportDocument` is made once from the advisor's typed result
 (:class:`~analyzer.advisor.pipeline.AnalysisResult`); ``report.json``, ``kvpool analyze
@@ -34,14 +34,14 @@ import numpy as np
 
 from analyzer import __version__
 from analyzer.advisor import gates as gates_mod
-from analyzer.advisor.economics import economics_json
+from analyzer.advisor.economics import economics_json, values
 from analyzer.advisor.figures import (
-    VERDICT_SCENARIO,
     DeployOption,
     Objective,
     Undefined,
     Verdict,
 )
+from analyzer.advisor.plan import PlanStatus
 from analyzer.advisor.products import DOCS_CHECKED
 from analyzer.advisor.sensitivity import summarize
 from analyzer.advisor.served import model_label
@@ -51,8 +51,9 @@ from analyzer.replay.config import Scenario, Tier
 
 if TYPE_CHECKING:
     from analyzer.advisor.pipeline import AnalysisResult, AnalyzeOptions
+    from analyzer.advisor.plan import DeploymentPlan
 
-SCHEMA = "kvpool.report/2"
+SCHEMA = "kvpool.report/3"
 
 
 # -- reading the schema into frozen dataclasses --------------------------------------------
@@ -302,7 +303,10 @@ class RunOptions(_View):
     current_instances: int | None
     current_router: str | None
     current_local_capacity_tokens: int | None
-    search_rate: bool
+    size_search: bool
+    max_gpus: int | None
+    model_given: bool
+    tp_given: bool
     sensitivity_replays: bool
     knee_fraction: float
     thresholds: ThresholdsView
@@ -344,16 +348,6 @@ class TraceSection(_View):
 
 
 @dataclass(frozen=True, slots=True)
-class ModelReplay(_View):
-    """``models.per_model[].replay``: one model's cluster replayed alone."""
-
-    local_hit_rate: float | None = field(default=None, metadata=_ABSENT)
-    pooled_hit_rate: float | None = field(default=None, metadata=_ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
-    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
-
-
-@dataclass(frozen=True, slots=True)
 class ModelFigures(_View):
     """``models.per_model[]``: one served model's share of the log and its reuse."""
 
@@ -363,7 +357,6 @@ class ModelFigures(_View):
     catalog_id: str | None = field(default=None, metadata=_ABSENT)
     ceiling_hit_rate: float | None = field(default=None, metadata=_ABSENT)
     footprint_gb: float | None = field(default=None, metadata=_ABSENT)
-    replay: ModelReplay | None = field(default=None, metadata=_ABSENT)
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
 
@@ -375,7 +368,6 @@ class ModelsSection(_View):
     count: int | None = field(default=None, metadata=_ABSENT)
     per_model: tuple[ModelFigures, ...] | None = field(default=None, metadata=_ABSENT)
     shared_pool_note: str | None = field(default=None, metadata=_ABSENT)
-    per_model_replay: str | None = field(default=None, metadata=_ABSENT)
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
 
@@ -680,12 +672,6 @@ class TtftSeconds(_View):
 
 
 @dataclass(frozen=True, slots=True)
-class RateSearch(_View):
-    capped: bool
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
-
-
-@dataclass(frozen=True, slots=True)
 class ScenarioView(_View):
     """``replay.scenarios[name]``: one deployment option replayed."""
 
@@ -694,8 +680,6 @@ class ScenarioView(_View):
     ttft_s: TtftSeconds
     prefill_gpu_s: float
     network_bytes: float
-    max_rate_scale_at_slo: float | NotApplicable  # not applicable: no rate search ran
-    rate_search: RateSearch | None = field(default=None, metadata=_ABSENT)
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
 
@@ -753,6 +737,8 @@ class SizingSection(_View):
     instances: int
     nodes: int
     instances_per_node: int
+    nvme_per_node_tokens: int
+    bytes_per_token: int
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
 
 
@@ -901,25 +887,97 @@ class Load(_View):
 
 
 @dataclass(frozen=True, slots=True)
-class OptionCost(_View):
-    """``economics.options[name]``: GPUs and money of one option, per month (a figure
-    the option has no value for is :class:`NotApplicable`, with the reason)."""
+class MoneyView(_View):
+    """A plan's or a fleet's money per month: its GPUs (not applicable: no size, or no GPU price) and what
+    the option adds."""
 
-    capacity_bound: str | None = field(default=None, metadata=_ABSENT)
-    gpus_at_mean_load: int | NotApplicable | None = field(default=None, metadata=_ABSENT)
-    gpus_at_peak_load: int | NotApplicable | None = field(default=None, metadata=_ABSENT)
-    gpus_saved: int | NotApplicable | None = field(default=None, metadata=_ABSENT)
-    gpu_usd_month: float | NotApplicable | None = field(default=None, metadata=_ABSENT)
-    added_usd_month: float | None = field(default=None, metadata=_ABSENT)
-    dram_gb: float | None = field(default=None, metadata=_ABSENT)
-    nvme_tb: float | None = field(default=None, metadata=_ABSENT)
-    nic_nodes: int | None = field(default=None, metadata=_ABSENT)
-    total_usd_month: float | NotApplicable | None = field(default=None, metadata=_ABSENT)
-    net_usd_month: float | NotApplicable | None = field(default=None, metadata=_ABSENT)
-    payback_months: float | NotApplicable | None = field(default=None, metadata=_ABSENT)
-    pilot_usd: float | NotApplicable | None = field(default=None, metadata=_ABSENT)
+    gpu_usd_month: float | NotApplicable
+    dram_gb: float
+    dram_usd_month: float
+    nvme_tb: float
+    nvme_usd_month: float
+    nic_nodes: int
+    nic_usd_month: float
+    store_usd_month: float
+    added_usd_month: float
+    total_usd_month: float | NotApplicable
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
-    missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView(_View):
+    """``fleet[option]``: one option for the whole log, every model's plan of it summed
+    (counts, money; TTFT of every model's requests together), and its money against the
+    baseline's."""
+
+    option: Scenario
+    status: PlanStatus
+    models: int
+    instances: int | NotApplicable
+    gpus: int | NotApplicable
+    nodes: int | NotApplicable
+    gpus_above_cap: int | None
+    cap_gpus: int
+    floor_p90_s: float | None
+    ttft_s: TtftSeconds | NotApplicable
+    hit_rate: float | NotApplicable
+    money: MoneyView
+    gpus_saved: int | NotApplicable
+    gpu_saving_usd_month: float | NotApplicable
+    net_usd_month: float | NotApplicable
+    pilot_usd: float | NotApplicable
+    payback_months: float | NotApplicable
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanCapacity(_View):
+    """``plans[].capacity``: what each tier holds, in tokens and GB (null: no such tier)."""
+
+    bytes_per_token: int
+    tokens: Mapping[str, int | None]
+    gb: Mapping[str, float | None]
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanLoadView(_View):
+    """``plans[].load``: the load the plan serves; it is replayed at the busiest window's."""
+
+    mean_rps: float | NotApplicable
+    peak_rps: float | NotApplicable
+    peak_window_s: float
+    sizing_rate_multiple: float | NotApplicable
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanView(_View):
+    """``plans[]``: one option for one model, sized by replaying at size: the record
+    every count, TTFT and amount of money of the report comes from."""
+
+    option: Scenario
+    model: str
+    served_as: str
+    gpu: str
+    tp: int
+    status: PlanStatus
+    instances: int | NotApplicable
+    gpus: int | NotApplicable
+    nodes: int | NotApplicable
+    instances_per_node: int
+    gpus_per_node: int
+    instances_above_cap: int | None
+    gpus_above_cap: int | None
+    cap_gpus: int
+    router: str
+    capacity: PlanCapacity
+    load: PlanLoadView
+    ttft_slo_s: float
+    ttft_s: TtftSeconds | NotApplicable
+    hit_rate: float | NotApplicable
+    money: MoneyView
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -937,10 +995,10 @@ class Price(_View):
 
 @dataclass(frozen=True, slots=True)
 class EconomicsSection(_View):
-    """``economics``: GPUs needed at the mean and busiest load, and money per option."""
+    """``economics``: the load, the prices used and the money's constants (each option's
+    money is its fleet's, ``fleet[option]``)."""
 
     load: Load | None = field(default=None, metadata=_ABSENT)
-    options: Mapping[Scenario, OptionCost] | None = field(default=None, metadata=_ABSENT)
     prices: tuple[Price, ...] | None = field(default=None, metadata=_ABSENT)
     aggregated_prefill_share: float | None = field(default=None, metadata=_ABSENT)
     pilot_hours: float | None = field(default=None, metadata=_ABSENT)
@@ -952,8 +1010,8 @@ class EconomicsSection(_View):
 class SideOption(_View):
     """``side_by_side[].options[name]``: one option re-priced on another model or GPU."""
 
-    ttft_mean_s: float | None = field(default=None, metadata=_ABSENT)
-    ttft_p90_s: float | None = field(default=None, metadata=_ABSENT)
+    ttft_mean_s: float | NotApplicable | None = field(default=None, metadata=_ABSENT)
+    ttft_p90_s: float | NotApplicable | None = field(default=None, metadata=_ABSENT)
     gpus_at_peak_load: int | NotApplicable | None = field(default=None, metadata=_ABSENT)
     total_usd_month: float | NotApplicable | None = field(default=None, metadata=_ABSENT)
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
@@ -975,7 +1033,7 @@ class SideBySideRow(_View):
 
 @dataclass(frozen=True, slots=True)
 class Report(_View):
-    """A ``kvpool.report/2`` document as typed, frozen objects (module docstring)."""
+    """A ``kvpool.report/3`` document as typed, frozen objects (module docstring)."""
 
     schema: str
     kvpool_version: str
@@ -1002,6 +1060,9 @@ class Report(_View):
     assumptions: tuple[Assumption, ...]
     economics: EconomicsSection | None
     side_by_side: tuple[SideBySideRow, ...]
+    plans: tuple[PlanView, ...]
+    fleet: Mapping[Scenario, FleetView]
+    arrivals: Mapping[str, Any] | None
     engine_events: EngineEventsView | None = field(default=None, metadata=_ABSENT)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
 
@@ -1152,7 +1213,10 @@ def _options_json(o: AnalyzeOptions) -> dict[str, Any]:
         "current_instances": o.current_instances,
         "current_router": o.current_router,
         "current_local_capacity_tokens": o.current_local_capacity_tokens,
-        "search_rate": o.search_rate,
+        "size_search": o.size_search,
+        "max_gpus": o.max_gpus,
+        "model_given": o.model_given,
+        "tp_given": o.tp_given,
         "sensitivity_replays": o.sensitivity_replays,
         "knee_fraction": o.knee_fraction,
         "thresholds": asdict(o.thresholds),
@@ -1225,7 +1289,7 @@ def _report_document(r: AnalysisResult) -> dict[str, Any]:
             "projection": asdict(d.projection),
             "reason_facts": [[asdict(f) for f in facts] for facts in d.facts],
             "figures": dict(d.derived),
-            "scenario": VERDICT_SCENARIO.get(d.verdict),
+            "scenario": d.scenario,
             "objective": r.options.thresholds.objective,
         },
         "reuse": {"figures": _reuse_figures_json(r), "analysis": r.reuse_report.to_json()},
@@ -1246,9 +1310,159 @@ def _report_document(r: AnalysisResult) -> dict[str, Any]:
         "assumptions": assumptions(r),
         "economics": _economics_json(r),
         "side_by_side": _side_by_side_json(r),
+        "plans": [_plan_json(p) for p in r.plans],
+        "fleet": _fleet_json(r),
+        "arrivals": _arrivals_json(r),
         # only for a KV-event recording: other inputs' reports keep their bytes
         **({} if r.engine_events is None else {"engine_events": r.engine_events.to_json()}),
     }
+
+
+def _load_json(load: dict[str, Any], mean_rps: float) -> dict[str, Any]:
+    """A load's figures; a log whose requests share one timestamp has no request rate."""
+    if not mean_rps > 0:
+        for key in ("mean_rps", "peak_rps", "peak_factor", "sizing_rate_multiple"):
+            if key in load:
+                load[key] = not_applicable(Undefined.NO_REQUEST_RATE)
+    return load
+
+
+# The reason a plan has no size, by how its search ended.
+_UNSIZED = {
+    PlanStatus.ABOVE_CAP: Undefined.ABOVE_CAP,
+    PlanStatus.CANNOT_MEET: Undefined.SLO_NEVER_MET,
+    PlanStatus.PREFILL_BOUND: Undefined.PREFILL_BOUND,
+}
+
+
+def _unsized(status: str | None) -> Undefined:
+    """Why a plan (or a fleet) has no instances, and so no GPUs, TTFT or money."""
+    return _UNSIZED.get(
+        PlanStatus(status) if status else PlanStatus.CANNOT_MEET, Undefined.SLO_NEVER_MET
+    )
+
+
+def _money_json(money: dict[str, Any], sized: bool, status: str) -> dict[str, Any]:
+    why = Undefined.NOT_PRICED if sized else _unsized(status)
+    for key in ("gpu_usd_month", "total_usd_month"):
+        money[key] = _or_na(money[key], why)
+    return money
+
+
+def _sized_json(out: dict[str, Any]) -> dict[str, Any]:
+    """A plan's or a fleet's counts, TTFT, hit rate and money: each one it has no value
+    for (no count within the cap meets the SLO) in its not-applicable form."""
+    sized = out["instances"] is not None
+    why = _unsized(out["status"])
+    for key in ("instances", "gpus", "nodes", "ttft_s", "hit_rate"):
+        out[key] = _or_na(out[key], why)
+    out["money"] = _money_json(out["money"], sized, out["status"])
+    return out
+
+
+def _plan_json(p: DeploymentPlan) -> dict[str, Any]:
+    out = _sized_json(p.to_json())
+    out["load"] = _load_json(out["load"], p.load.mean_rps)
+    return out
+
+
+def _fleet_json(r: AnalysisResult) -> dict[str, Any]:
+    """``fleet``: each option for the whole log, with its money against the baseline's
+    (a figure it has none for says why: its own size's reason, the baseline's, no GPU
+    price, no saving)."""
+    worth = values(r.fleets, r.prices)
+    base = next((f for f in r.fleets if f.option == Scenario.LOCAL), None)
+    base_why = Undefined.SLO_NEVER_MET if base is None else _unsized(base.status)
+    out = {}
+    for f in r.fleets:
+        v = worth[f.option]
+        own = _unsized(f.status)
+        priced = r.prices.gpu_month_usd(f.plans[0].gpu) is not None if f.plans else False
+        saved_why = own if f.gpus is None else base_why
+        saving_why = saved_why if v.gpus_saved is None or priced else Undefined.NOT_PRICED
+        net_why = (
+            (own if f.gpus is None else Undefined.NOT_PRICED)
+            if f.money.total_usd_month is None
+            else base_why
+            if base is None or base.gpus is None
+            else Undefined.NOT_PRICED
+        )
+        pilot_why = own if f.gpus is None else Undefined.NOT_PRICED
+        if f.option == Scenario.LOCAL:
+            payback_why = Undefined.BASELINE
+        elif v.net_usd_month is None:
+            payback_why = net_why
+        elif v.net_usd_month <= 0:
+            payback_why = Undefined.NO_NET_SAVING
+        else:
+            payback_why = pilot_why
+        row = {**_sized_json(f.to_json()), **v.to_json()}
+        row["gpus_saved"] = _or_na(row["gpus_saved"], saved_why)
+        row["gpu_saving_usd_month"] = _or_na(row["gpu_saving_usd_month"], saving_why)
+        row["net_usd_month"] = _or_na(row["net_usd_month"], net_why)
+        row["pilot_usd"] = _or_na(row["pilot_usd"], pilot_why)
+        row["payback_months"] = _or_na(row["payback_months"], payback_why)
+        out[f.option] = row
+    return out
+
+
+def _replay_json(r: AnalysisResult) -> dict[str, Any] | None:
+    """``replay``: each option's replay at its planned size and the busiest load (the
+    replay of the primary model's requests; ``kvpool replay --instances N`` gives the
+    same figures at the log's own rate)."""
+    runs = {p.option: p for p in r.plans if p.run is not None and p.model == r.plans[0].model}
+    if not runs:
+        return None
+    first = next(iter(runs.values()))
+    assert first.run is not None
+    c = r.cluster if r.cluster is not None else first.run.resolved.cluster
+    cluster = {
+        **asdict(replace(c, instances=first.instances or c.instances)),
+        "nodes": first.nodes,
+        "instances_per_node": first.instances_per_node,
+        "dram_caches_per_node": c.dram_sharers,
+        "bytes_per_token": first.capacities.bytes_per_token,
+        "block_size": first.run.resolved.block_size,
+        "requests": r.trace.n_requests,
+        "ttft_slo_s": r.options.ttft_slo_s,
+        "slo_quantile": 0.9,
+        "sizing_rate_multiple": first.load.peak_factor,
+    }
+    for k in (
+        "local_capacity_tokens",
+        "dram_capacity_tokens",
+        "nvme_capacity_tokens",
+        "pool_capacity_tokens",
+    ):
+        v = cluster[k]
+        cluster[k] = "unbounded" if v is not None and v >= 2**62 else v
+    scenarios = {}
+    for name, p in runs.items():
+        assert p.run is not None
+        run = p.run.to_json()
+        for key in ("max_rate_scale_at_slo", "rate_search"):  # a plan is sized by count
+            run.pop(key, None)
+        scenarios[name] = {
+            **run,
+            "instances": p.instances if p.instances is not None else p.instances_above_cap,
+        }
+    out: dict[str, Any] = {
+        "schema": "kvpool.replay/1",
+        "cluster": cluster,
+        "scenarios": scenarios,
+    }
+    mini = next((x for x in r.miniatures if x is not None), None)
+    if mini is not None:
+        out["miniature"] = mini.to_json()
+    return out
+
+
+def _arrivals_json(r: AnalysisResult) -> dict[str, Any] | None:
+    if r.arrivals is None:
+        return None
+    out: dict[str, Any] = dict(r.arrivals.to_json())
+    out["effect"] = None if r.arrivals_effect is None else r.arrivals_effect.to_json()
+    return out
 
 
 # -- figures the model leaves undefined, in their not-applicable form ------------------------
@@ -1296,91 +1510,31 @@ def _uncertainty_json(r: AnalysisResult) -> dict[str, Any] | None:
     return out
 
 
-def _unsearched(r: AnalysisResult) -> Undefined:
-    """Why an option has no rate at the SLO when the search did not run for it."""
-    return Undefined.BELOW_REUSE_GUIDELINE if r.options.search_rate else Undefined.RATE_SEARCH_OFF
-
-
-def _replay_json(r: AnalysisResult) -> dict[str, Any] | None:
-    """``replay``: a scenario the SLO rate search did not run for has no highest rate."""
-    if r.replay_result is None:
-        return None
-    out = r.replay_result.to_json()
-    for s in out["scenarios"].values():
-        s["max_rate_scale_at_slo"] = _or_na(s["max_rate_scale_at_slo"], _unsearched(r))
-    return out
-
-
 def _economics_json(r: AnalysisResult) -> dict[str, Any] | None:
-    """``economics``: a log whose requests share one timestamp has no request rate; an
-    option's GPUs and money are not applicable when its rate at the SLO is unknown (no
-    search) or nowhere within the SLO, when the GPU has no price, and its payback when it
-    is the baseline or saves nothing."""
-    out = economics_json(r.replay, r.economics)
-    if out is None or r.economics is None:
-        return out
-    if not r.economics.load.mean_rps > 0:
+    """``economics``: the load, the prices, the constants; a log whose requests share one
+    timestamp has no request rate."""
+    gpu = r.plans[0].gpu if r.plans else r.prices.gpu
+    tp = r.plans[0].tp if r.plans else r.options.tp
+    out = economics_json(r.load, r.prices, gpu, tp)
+    if not r.load.mean_rps > 0:
         for key in ("mean_rps", "peak_rps", "peak_factor"):
             out["load"][key] = not_applicable(Undefined.NO_REQUEST_RATE)
-    options = out["options"]
-    base = options.get(out["baseline"])
-    for name, o in options.items():
-        options[name] = _option_json(o, base, _unsearched(r), name == out["baseline"])
     return out
-
-
-def _capacity_why(o: Mapping[str, Any] | None, unsearched: Undefined) -> Undefined:
-    bound = None if o is None else o.get("capacity_bound")
-    return Undefined.SLO_NEVER_MET if bound == "infeasible" else unsearched
-
-
-def _option_json(
-    o: dict[str, Any], base: Mapping[str, Any] | None, unsearched: Undefined, is_base: bool
-) -> dict[str, Any]:
-    """One option of ``economics.options`` with each missing figure's reason."""
-    cap = _capacity_why(o, unsearched)
-    sized = o["gpus_at_peak_load"] is not None
-    saved_why = cap if not sized else _capacity_why(base, unsearched)
-    money = cap if not sized else Undefined.NOT_PRICED
-    saving = saved_why if o["gpus_saved"] is None else Undefined.NOT_PRICED
-    if o["net_usd_month"] is None:
-        payback = saving
-    elif is_base:
-        payback = Undefined.BASELINE
-    elif o["net_usd_month"] <= 0:
-        payback = Undefined.NO_NET_SAVING
-    else:
-        payback = money  # no pilot price
-    why = {
-        "rate_scale_at_slo": unsearched,
-        "instances_at_mean_load": cap,
-        "instances_at_peak_load": cap,
-        "gpus_at_mean_load": cap,
-        "gpus_at_peak_load": cap,
-        "gpus_saved": saved_why,
-        "gpu_usd_month": money,
-        "total_usd_month": money,
-        "pilot_usd": money,
-        "gpu_saving_usd_month": saving,
-        "net_usd_month": saving,
-        "payback_months": payback,
-    }
-    return {k: _or_na(v, why[k]) if k in why else v for k, v in o.items()}
 
 
 def _side_by_side_json(r: AnalysisResult) -> list[dict[str, Any]]:
-    """``side_by_side``: an option's GPUs are not applicable when no rate search ran for
-    it or it meets the SLO at no load searched; its cost also when the GPU has no price."""
-    searched = any(s.max_rate_scale is not None for s in (r.replay.scenarios if r.replay else ()))
-    gpus_why = Undefined.SLO_NEVER_MET if searched else _unsearched(r)
+    """``side_by_side``: an option without a size there says why (its search's end); one
+    sized on a GPU without a price has no cost."""
     out = []
     for c in r.side_by_side:
         row = c.to_json()
         for o in row["options"].values():
             sized = o["gpus_at_peak_load"] is not None
-            o["gpus_at_peak_load"] = _or_na(o["gpus_at_peak_load"], gpus_why)
+            why = _unsized(o.get("status"))
+            for key in ("ttft_mean_s", "ttft_p90_s", "gpus_at_peak_load"):
+                o[key] = _or_na(o[key], why)
             o["total_usd_month"] = _or_na(
-                o["total_usd_month"], Undefined.NOT_PRICED if sized else gpus_why
+                o["total_usd_month"], Undefined.NOT_PRICED if sized else why
             )
         out.append(row)
     return out
@@ -1478,8 +1632,8 @@ def assumptions(r: AnalysisResult) -> list[dict[str, Any]]:
                 "(kvpool cost check; docs/cost-model.md)",
             }
         )
-    if r.economics is not None:
-        for p in r.economics.prices.used():
+    if r.plans:
+        for p in r.prices.used():
             price = "not priced" if p.usd is None else f"${p.usd:,.4g} per {p.unit}"
             out.append(
                 {

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.advisor.figures import Verdict
+from analyzer.advisor.words import OPTION_NAME
 from analyzer.replay.config import Scenario, Tier
 from analyzer.trace import BlockTrace
 
@@ -52,15 +53,12 @@ SCENARIO_COLORS: dict[str, str] = {
     Scenario.NONE: "#8c8c8c",
     Scenario.LOCAL: "#1f4e79",
     Scenario.LOCAL_DRAM: "#5b9bd5",
+    Scenario.LOCAL_DRAM_NVME: "#2e8b57",
     Scenario.POOLED: "#e07b00",
 }
-_EXTRA_COLORS = ("#2e8b57", "#9467bd", "#d62728", "#8c564b", "#e377c2", "#17becf")
-SCENARIO_LABELS: dict[str, str] = {
-    Scenario.NONE: "no prefix cache",
-    Scenario.LOCAL: "local HBM cache",
-    Scenario.LOCAL_DRAM: "local HBM + host DRAM",
-    Scenario.POOLED: "pooled KV store",
-}
+_EXTRA_COLORS = ("#9467bd", "#d62728", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
+# Each option's one name (analyzer.advisor.words, shared with the CLI and the dashboard).
+SCENARIO_LABELS: dict[str, str] = dict(OPTION_NAME)
 TIER_ORDER = (Tier.HBM, Tier.DRAM, Tier.NVME, Tier.POOL)
 TIER_LABELS: dict[str, str] = {
     Tier.HBM: "GPU HBM",
@@ -91,12 +89,14 @@ VERDICT_TEXT: dict[str, str] = {
     Verdict.DEPLOY_POOLED: "Deploy a pooled KV cache",
     Verdict.LOCAL_OFFLOAD_ONLY: "Offload locally, do not pool",
     Verdict.NOT_WORTH_IT: "Pooling is not worth it",
+    Verdict.CANNOT_MEET_SLO: "No deployment meets the SLO",
     Verdict.INSUFFICIENT_DATA: "Not enough data to decide",
 }
 VERDICT_COLOR: dict[str, str] = {
     Verdict.DEPLOY_POOLED: "#1d7a3a",
     Verdict.LOCAL_OFFLOAD_ONLY: "#1f5fa8",
     Verdict.NOT_WORTH_IT: "#8a5a00",
+    Verdict.CANNOT_MEET_SLO: "#a11d1d",
     Verdict.INSUFFICIENT_DATA: "#777777",
 }
 

@@ -1,4 +1,4 @@
-"""HTML and Markdown reports, both rendered from the ``kvpool.report/2`` document.
+"""HTML and Markdown reports, both rendered from the ``kvpool.report/3`` document.
 
 Both follow one outline (:func:`sections`): verdict first, key figures, reuse (curve
 and sources), bandwidth (break-even), scenarios, sensitivity, sized recommendation
@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from analyzer.advisor.figures import Verdict
+from analyzer.advisor.figures import Undefined, Verdict
+from analyzer.advisor.words import count
 from analyzer.quoting import md_code, md_text, scrub
 from analyzer.replay.config import Scenario, Tier
-from analyzer.report.document import NotApplicable, Report, ScenarioView, TtftSeconds
+from analyzer.report.document import NotApplicable, PlanView, Report, TtftSeconds
 from analyzer.report.figures import SCENARIO_ORDER, VERDICT_COLOR, VERDICT_TEXT
 from analyzer.report.summary import (
     GLOSSARY,
     OPTION_LABEL,
     economics_table,
     glossary_rows,
+    known,
     price_table,
     side_by_side_table,
     summary_sentences,
@@ -51,15 +54,6 @@ def num(x: float | NotApplicable | None, digits: int = 3) -> str:
 def threshold_pct(value: float) -> str:
     """A decision threshold of this report's run (``options.thresholds``) as "25%"."""
     return f"{100 * value:.0f}%"
-
-
-def rate_at_slo(scenario: ScenarioView) -> str:
-    """The highest rate multiple under the SLO; '>=' when the search's top one passed."""
-    x = scenario.max_rate_scale_at_slo
-    if isinstance(x, NotApplicable):
-        return x.short
-    capped = scenario.rate_search is not None and scenario.rate_search.capped
-    return f"{'>=' if capped else ''}x{x:.3g}"
 
 
 def gb(n_bytes: float | None) -> str:
@@ -110,7 +104,7 @@ def criterion_value(metric: str, x: float | None) -> str:
     if metric in ("p99_ttft_ratio", "p99_drift"):
         return f"{x:.2f}x"
     if metric == "throughput_gain":
-        return f"{100 * x:+.1f}%"
+        return f"{100 * abs(x):.1f}% {'more' if x >= 0 else 'less'}"
     return pct(x)
 
 
@@ -199,24 +193,18 @@ def key_figures(doc: Report) -> Table:
                     tier.tier,
                 ]
             )
-    base = _ttft(doc, Scenario.LOCAL)
-    for name in (Scenario.LOCAL_DRAM, Scenario.POOLED):
-        tt = _ttft(doc, name)
-        if tt is not None and tt.mean is not None and base is not None and base.mean:
-            rows.append(
-                [
-                    f"Mean TTFT, {OPTION_LABEL[name]} against the baseline",
-                    f"{ms(tt.mean)} vs {ms(base.mean)}",
-                    f"{pct(1 - tt.mean / base.mean)} lower; p90 {ms(tt.p90)} vs {ms(base.p90)}",
-                ]
-            )
-    gain = doc.verdict.projection.pooled_throughput_gain
-    if gain is not None:
+    for name in (Scenario.LOCAL, Scenario.LOCAL_DRAM, Scenario.LOCAL_DRAM_NVME, Scenario.POOLED):
+        f = doc.fleet.get(name)
+        ft, fg = (None, None) if f is None else (known(f.ttft_s), known(f.gpus))
+        if f is None or ft is None or fg is None:
+            continue
+        total = f.money.total_usd_month
         rows.append(
             [
-                "Rate served within the SLO, pooled against the baseline",
-                f"{100 * gain:+.1f}%",
-                "highest request rate keeping p90 TTFT under the SLO",
+                f"{OPTION_LABEL[name]}, as planned",
+                f"{count(fg, 'GPU')}, {ms(ft.mean)} mean, {ms(ft.p90)} p90",
+                "replayed at that size and the busiest load; "
+                + (total.short if isinstance(total, NotApplicable) else f"{usd(total)} per month"),
             ]
         )
     if rf.knee_tokens:
@@ -237,15 +225,19 @@ def _scenario_key(name: str) -> tuple[int, str]:
 
 
 def scenario_table(doc: Report) -> Table | None:
+    """Each option's replay at its planned size and the busiest load (the primary
+    model's, for a log of several)."""
     sc = doc.scenarios
     if not sc:
         return None
     rows = []
     for name, s in sorted(sc.items(), key=lambda kv: _scenario_key(kv[0])):
         t = s.ttft_s
+        n = s.rest.get("instances")
         rows.append(
             [
                 OPTION_LABEL.get(name, name),
+                "-" if n is None else num(n),
                 pct(s.hit_rate),
                 " / ".join(
                     f"{k.upper() if k in ('hbm', 'dram') else k} {pct(v)}"
@@ -258,12 +250,12 @@ def scenario_table(doc: Report) -> Table | None:
                 ms(t.p99),
                 num(s.prefill_gpu_s),
                 gb(s.network_bytes),
-                rate_at_slo(s),
             ]
         )
     return Table(
         [
             "Option",
+            "Instances",
             "Hit rate",
             "By tier",
             "Mean TTFT",
@@ -272,7 +264,6 @@ def scenario_table(doc: Report) -> Table | None:
             "p99 TTFT",
             "Prefill GPU-seconds",
             "Network traffic",
-            "Highest rate within the SLO",
         ],
         rows,
     )
@@ -382,39 +373,61 @@ def _models_section(doc: Report) -> Section | None:
     s = Section("models", "Models in the log")
     s.paragraphs += list(doc.warnings)
     if per:
+        option = doc.verdict.scenario or Scenario.LOCAL
+        plans = {p.served_as: p for p in doc.plans if p.option == option}
+        s.paragraphs.append(
+            "Each model is planned as itself, on GPUs of its own (engines serve one model "
+            f"each); the {OPTION_LABEL.get(option, option)} plan of each is below, and the "
+            "fleet's counts and money are their sums."
+        )
+        rows = []
+        for m in per:
+            p = plans.get(m.model)
+            rows.append(
+                [
+                    m.model,
+                    m.catalog_id or "-",
+                    num(m.requests),
+                    pct(m.ceiling_hit_rate),
+                    num(m.footprint_gb),
+                    "-" if p is None else f"{p.tp} x {p.gpu}",
+                    _plan_gpus(p),
+                    _plan_ttft(p),
+                ]
+            )
         s.tables.append(
             Table(
                 [
                     "Model",
                     "Catalog",
                     "Requests",
-                    "Prompt tokens",
                     "Reuse ceiling",
                     "Working set GB",
-                    "Replayed hit rate, local / pooled",
+                    "TP x GPU",
+                    "GPUs (instances)",
+                    "Mean / p90 TTFT",
                 ],
-                [
-                    [
-                        m.model,
-                        m.catalog_id or "-",
-                        num(m.requests),
-                        num(m.prompt_tokens),
-                        pct(m.ceiling_hit_rate),
-                        num(m.footprint_gb),
-                        (
-                            f"{pct(m.replay.local_hit_rate)} / {pct(m.replay.pooled_hit_rate)}"
-                            if m.replay is not None and m.replay.local_hit_rate is not None
-                            else "-"
-                        ),
-                    ]
-                    for m in per
-                ],
+                rows,
             )
         )
         s.paragraphs.append(md.shared_pool_note or "")
-        if md.per_model_replay:
-            s.paragraphs.append("Replayed per model: " + md.per_model_replay + ".")
     return s
+
+
+def _plan_gpus(p: PlanView | None) -> str:
+    if p is None:
+        return "-"
+    if isinstance(p.gpus, NotApplicable):
+        return p.gpus.short
+    return f"{count(p.gpus, 'GPU')} ({count(known(p.instances) or 0, 'instance')})"
+
+
+def _plan_ttft(p: PlanView | None) -> str:
+    if p is None:
+        return "-"
+    if isinstance(p.ttft_s, NotApplicable):
+        return p.ttft_s.short
+    return "-" if p.ttft_s is None else f"{ms(p.ttft_s.mean)} / {ms(p.ttft_s.p90)}"
 
 
 def _engine_section(doc: Report) -> Section | None:
@@ -594,12 +607,13 @@ def _scenarios_section(doc: Report) -> Section | None:
     st = scenario_table(doc)
     if st is None or doc.replay is None:
         return None
-    s = Section("scenarios", "Scenario comparison (replay)")
+    s = Section("scenarios", "Each option replayed at its planned size")
     cl = doc.replay.cluster
     s.paragraphs.append(
-        f"{cl.instances} prefill instances of {cl.tp} x {cl.gpu} on "
-        f"{cl.nodes} node(s), router {cl.router}, TTFT SLO {cl.ttft_slo_s} s "
-        "(p90). Decode is not modelled: TTFT is queueing + loads + prefill."
+        f"Every option sized by replaying it: the fewest instances of {cl.tp} x {cl.gpu} "
+        f"whose replay keeps p90 TTFT within {ms(cl.ttft_slo_s)} at the busiest load, "
+        f"router {cl.router}. These are those replays. Decode is not modelled: TTFT is "
+        "queueing + loads + prefill."
     )
     mini = doc.replay.miniature
     if mini:
@@ -614,7 +628,7 @@ def _scenarios_section(doc: Report) -> Section | None:
 def _economics_section(doc: Report) -> Section | None:
     et = economics_table(doc)
     econ = doc.economics
-    if not et or econ is None:
+    if econ is None:
         return None
     load = econ.load
     mean_rps, peak_rps, window_s, factor = (
@@ -623,19 +637,41 @@ def _economics_section(doc: Report) -> Section | None:
         else (load.mean_rps, load.peak_rps, load.peak_window_s, load.peak_factor)
     )
     s = Section("economics", "GPUs and money")
+    if not et:
+        # Nothing was sized: say why, and what the load is, without a table of dashes.
+        if isinstance(mean_rps, NotApplicable):
+            s.paragraphs.append(f"The log has no load to size for: {mean_rps.reason}.")
+        elif mean_rps is not None:
+            s.paragraphs.append(
+                f"The log's load: {num(mean_rps)} requests/s on average, {num(peak_rps)} "
+                f"requests/s in its busiest {num(window_s)} s window."
+            )
+        if not doc.options.size_search:
+            s.paragraphs.append(
+                f"No option has GPUs, TTFT or money: {Undefined.SIZE_SEARCH_OFF.words}."
+            )
+        elif not s.paragraphs:
+            return None
+        pt = price_table(doc)
+        if pt:
+            s.tables.append(Table(*pt))
+        return s
     if isinstance(mean_rps, NotApplicable):
         s.paragraphs.append(
-            f"GPUs needed to serve the log's load within the p90 TTFT SLO: {mean_rps.reason}, "
-            "so the GPUs are those of the replayed burst, every request at once."
+            f"Each option's plan: {mean_rps.reason}, so the log is replayed as it is, every "
+            "request at once."
         )
     else:
         s.paragraphs.append(
-            f"GPUs needed to serve the log's load within the p90 TTFT SLO, from the replay's "
-            f"rate search: {num(mean_rps)} requests/s on average and "
-            f"{num(peak_rps)} requests/s in the busiest "
-            f"{num(window_s)} s window ({num(factor)}x the "
-            "mean). Money is priced at the busiest load: what you must provision."
+            f"Each option's plan: the fewest GPUs whose replay keeps p90 TTFT within the SLO "
+            f"at the busiest load, {num(peak_rps)} requests/s in the busiest {num(window_s)} s "
+            f"window ({num(factor)} x the log's mean of {num(mean_rps)} requests/s): the log "
+            "replayed with its gaps shortened to that rate. Money is for exactly those GPUs, "
+            "their nodes and what the option adds on them."
         )
+    arr = doc.arrivals
+    if arr and arr.get("coarse"):
+        s.paragraphs.append(arrivals_words(arr))
     s.paragraphs.append(
         "Decode is not modelled: these are prefill GPUs, as in a disaggregated prefill "
         "pool (Mooncake, vLLM and SGLang prefill/decode disaggregation). In an aggregated "
@@ -644,10 +680,9 @@ def _economics_section(doc: Report) -> Section | None:
         "(Splitwise, ISCA'24; DistServe, OSDI'24), so multiply the GPUs saved by that share."
     )
     s.paragraphs.append(
-        "Net value is the GPU cost saved against the baseline minus what the option "
-        "adds; the payback is the pilot's cost (the "
-        f"{num(econ.pilot_hours)}-hour stability gate on the option's GPUs) over "
-        "the net value."
+        "Net value is the baseline's monthly cost minus the option's; the payback is the "
+        f"pilot's cost (the {num(econ.pilot_hours)}-hour stability gate on the option's GPUs) "
+        "over the net value."
     )
     s.tables.append(Table(*et))
     s.paragraphs += undefined_notes(doc)
@@ -657,16 +692,36 @@ def _economics_section(doc: Report) -> Section | None:
     return s
 
 
+def arrivals_words(arr: Mapping[str, Any]) -> str:
+    """What the log's coarse or bursty arrivals are, and what they do to the plan."""
+    text = (
+        f"The log's {num(arr['requests'])} requests arrive at {num(arr['distinct_times'])} "
+        f"distinct times (about {num(arr['mean_group'])} at each, at most "
+        f"{num(arr['largest_group'])}), about {num(arr['step_s'])} s apart: its timestamps are "
+        "coarse, or its requests come in bursts. The plans replay them as logged, each "
+        "group arriving at once."
+    )
+    eff = arr.get("effect")
+    if eff and eff.get("gpus") is not None and eff.get("gpus_spread") is not None:
+        text += (
+            f" Spread evenly over the time to the next timestamp, {OPTION_LABEL.get(eff['option'], eff['option'])} "
+            f"would need {count(eff['gpus_spread'], 'GPU')} instead of {count(eff['gpus'], 'GPU')}: "
+            "log finer timestamps to tell which it is."
+        )
+    return text
+
+
 def _side_by_side_section(doc: Report) -> Section | None:
     sb = side_by_side_table(doc)
     if not sb:
         return None
-    s = Section("side-by-side", "Side by side: other models and GPUs on this log")
+    s = Section("side-by-side", "Other GPUs and models on this log")
     s.paragraphs.append(
-        "The same log priced on your model and GPU and on catalog alternatives (each at "
-        "the smallest tensor parallelism that fits). Alternatives are re-priced from "
-        "your replay: TTFT scaled by the prefill-time ratio, the rate served within the "
-        "SLO by its inverse."
+        "The verdict's option on your model and GPU and on catalog alternatives, each "
+        "planned as yours is: the fewest GPUs (at the smallest tensor parallelism that "
+        "holds the model) whose replay meets the SLO at the busiest load, its TTFT that "
+        "replay's. Another GPU or model is a purchase, not a setting, so it is listed here "
+        "and not among the flips."
     )
     s.tables.append(Table(*sb))
     if not economics_table(doc):  # the money section says what its short words mean
@@ -703,6 +758,22 @@ def _sizing_section(doc: Report) -> Section | None:
             "need if the workload changed enough to flip the verdict (see the sensitivity "
             "table)."
         )
+    plan = next(
+        (
+            p
+            for p in doc.plans
+            if p.option == doc.verdict.scenario and known(p.instances) is not None
+        ),
+        None,
+    )
+    if plan is not None:
+        pt = known(plan.ttft_s)
+        s.paragraphs.append(
+            f"The plan behind every figure: {count(sz.instances, 'instance')} of {plan.tp} x "
+            f"{plan.gpu} ({count(known(plan.gpus) or 0, 'GPU')}) on {count(sz.nodes, 'node')}, "
+            f"{sz.instances_per_node} per node, replayed at the busiest load at "
+            f"{ms(pt.mean if pt else None)} mean and {ms(pt.p90 if pt else None)} p90 TTFT."
+        )
     rows = [
         [
             "Pool capacity",
@@ -717,6 +788,18 @@ def _sizing_section(doc: Report) -> Section | None:
             f"{num(sz.dram_per_node_tokens)} tokens",
             f"{num(sz.dram_per_node_gb)} GB ({num(sz.dram_per_node_gib)} GiB): {sz.dram_reason}",
         ],
+        *(
+            [
+                [
+                    "Local NVMe per node",
+                    f"{num(sz.nvme_per_node_tokens)} tokens",
+                    f"{num(sz.nvme_per_node_tokens * sz.bytes_per_token / 1e9)} GB: the knee of "
+                    "the hit-ratio curve, capped at the node's NVMe for KV",
+                ]
+            ]
+            if sz.nvme_per_node_tokens
+            else []
+        ),
         [
             "HBM prefix cache per instance",
             f"{num(sz.hbm_cache_per_instance_tokens)} tokens",
@@ -732,8 +815,8 @@ def _sizing_section(doc: Report) -> Section | None:
         ["Eviction", sz.eviction, sz.eviction_reason],
         [
             "Cluster",
-            f"{sz.instances} instances",
-            f"{sz.nodes} node(s), {sz.instances_per_node} per node",
+            count(sz.instances, "instance"),
+            f"{count(sz.nodes, 'node')}, {sz.instances_per_node} per node",
         ],
     ]
     s.tables.append(Table(["What", "Recommended", "Why"], rows))

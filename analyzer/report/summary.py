@@ -1,9 +1,11 @@
-"""Plain words over a ``kvpool.report/2`` document: the three-sentence summary that
+"""Plain words over a ``kvpool.report/3`` document: the three-sentence summary that
 opens every output, the glossary, and the money and side-by-side tables.
 
 Everything here reads the report's typed view (:class:`analyzer.report.document.Report`)
-only, never a stage, so the terminal, the Markdown and HTML reports and the dashboard
-show the same sentences and rows, from the same rounded figures.
+only, never a stage, and every count, TTFT and amount of money it writes is one of the
+plans' (``doc.fleet``, ``doc.plans``): the terminal, the Markdown and HTML reports and
+the dashboard show the same sentences and rows, from the same rounded figures, in the
+one vocabulary of :mod:`analyzer.advisor.words`.
 """
 
 from __future__ import annotations
@@ -11,33 +13,60 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import fields
+from typing import TypeVar
 
 from analyzer.advisor.figures import Undefined, Verdict
+from analyzer.advisor.plan import PlanStatus
+from analyzer.advisor.words import (
+    OPTION_DESCRIPTION,
+    OPTION_NAME,
+    count,
+    gpus,
+    listed,
+    ms,
+    ms_change,
+    option_name,
+    usd,
+)
 from analyzer.replay.config import Scenario
-from analyzer.report.document import FlipRowView, NotApplicable, OptionCost, Report, SideOption
+from analyzer.report.document import (
+    FleetView,
+    FlipRowView,
+    MoneyView,
+    NotApplicable,
+    Report,
+    SideOption,
+    TtftSeconds,
+)
 
-# The option each scenario name stands for, in words.
-OPTION_LABEL = {
-    Scenario.NONE: "no prefix cache",
-    Scenario.LOCAL: "HBM prefix cache only (baseline)",
-    Scenario.LOCAL_DRAM: "local DRAM offload",
-    Scenario.LOCAL_DRAM_NVME: "local DRAM + NVMe offload",
-    Scenario.POOLED: "pooled KV store",
-}
+_T = TypeVar("_T")
+
+# The option each scenario name stands for, in words (one name everywhere).
+OPTION_LABEL = OPTION_NAME
+OPTION_ORDER = (Scenario.LOCAL, Scenario.LOCAL_DRAM, Scenario.LOCAL_DRAM_NVME, Scenario.POOLED)
 VERDICT_SENTENCE = {
-    Verdict.DEPLOY_POOLED: "Deploy a pooled KV-cache store (Mooncake Store, LMCache remote or "
-    "SGLang HiCache L3) in front of the engines' HBM prefix caches",
-    Verdict.LOCAL_OFFLOAD_ONLY: "Offload KV to each node's host DRAM (LMCache local CPU or SGLang "
-    "HiCache L2); do not pool",
-    Verdict.NOT_WORTH_IT: "Keep the engine's HBM prefix cache; neither a pool nor an offload tier "
-    "pays on this log",
+    Verdict.DEPLOY_POOLED: "Deploy a pooled KV store (Mooncake Store, LMCache remote or SGLang "
+    "HiCache L3) in front of the engines' HBM prefix caches",
+    Verdict.NOT_WORTH_IT: "Keep the engines' HBM prefix cache; neither a pool nor an offload "
+    "tier pays on this log",
     Verdict.INSUFFICIENT_DATA: "The log cannot answer the question yet",
+}
+OFFLOAD_SENTENCE = {
+    Scenario.LOCAL_DRAM: "Offload KV to a host DRAM tier on each node (vLLM CPU offloading, "
+    "LMCache local CPU or SGLang HiCache L2); do not pool",
+    Scenario.LOCAL_DRAM_NVME: "Offload KV to host DRAM and local NVMe on each node (LMCache "
+    "local CPU and local disk, or SGLang HiCache L2 and file storage); do not pool",
 }
 
 GLOSSARY: dict[str, str] = {
     "TTFT": "Time to first token: queueing, KV loads and prefill of a request, in ms.",
     "p90": "The 90th percentile: 9 requests in 10 are at or below it.",
     "SLO": "Service-level objective; here a p90 TTFT target (--ttft-slo).",
+    "plan": "One option for one model sized by replaying: the fewest instances whose "
+    "replay keeps p90 TTFT within the SLO at the busiest load, and the GPUs, nodes, "
+    "memory and money of exactly those instances.",
+    "busiest load": "The request rate of the log's busiest window (--peak-window, 300 s by "
+    "default); plans are replayed with the log's gaps shortened to that rate.",
     "prefill": "Processing the prompt before the first token; the work a KV cache saves.",
     "ceiling": "The share of prompt tokens a cache of unlimited size with perfect routing "
     "would serve: the most any cache can save on this log.",
@@ -54,36 +83,55 @@ GLOSSARY: dict[str, str] = {
     "MFU": "Model FLOP/s utilisation: the share of the GPU's peak FLOP/s prefill achieves.",
     "gate": "A pilot check with a pass/fail criterion; `kvpool validate` tests measured "
     "results against it.",
-    "flip": "A change of an input (price, load, reuse, hardware) that changes the verdict.",
+    "flip": "A change of an input the team controls (load, prices, the SLO, the pool link) "
+    "that changes the verdict.",
     "write-through": "Every KV block computed is written to the lower tiers at once, so a "
     "later request on any instance can load it.",
 }
 
-_MS = 1000.0
+
+def _f(x: float | NotApplicable | None) -> float | None:
+    return None if x is None or isinstance(x, NotApplicable) else float(x)
+
+
+def known(x: _T | NotApplicable | None) -> _T | None:
+    """A figure, None when it is missing or does not apply (its reason is elsewhere)."""
+    return None if isinstance(x, NotApplicable) else x
+
+
+def _i(x: int | NotApplicable | None) -> int | None:
+    """A count, None when it does not apply."""
+    return None if x is None or isinstance(x, NotApplicable) else int(x)
+
+
+def _t(x: TtftSeconds | NotApplicable | None) -> TtftSeconds | None:
+    return None if x is None or isinstance(x, NotApplicable) else x
 
 
 def _usd(x: float | NotApplicable | None) -> str:
-    if x is None:
-        return "not priced"
-    if isinstance(x, NotApplicable):
-        return x.short
-    return f"-${-x:,.0f}" if x < 0 else f"${x:,.0f}"
+    """Dollars in a cell or a sentence; a figure that does not apply by its short reason."""
+    return x.short if isinstance(x, NotApplicable) else usd(x)
 
 
-def _count(x: int | NotApplicable | None, prefix: str = "", fmt: str = "") -> str:
-    """A count of GPUs in a table cell; a figure that does not apply by its short reason."""
+def _ms(x: float | NotApplicable | None) -> str:
+    return x.short if isinstance(x, NotApplicable) else ms(x)
+
+
+def _cell(x: int | NotApplicable | None, fmt: str = ",") -> str:
+    """A count in a table cell; one that does not apply by its short reason."""
     if x is None:
         return "-"
     if isinstance(x, NotApplicable):
         return x.short
-    return f"{prefix}{x:{fmt}}"
+    return f"{x:{fmt}}"
 
 
 def undefined_notes(doc: Report) -> list[str]:
     """What each short "not applicable" word of the money and side-by-side tables means,
     once per reason, in words."""
-    rows: list[OptionCost | SideOption] = [
-        *_options(doc).values(),
+    rows: list[FleetView | MoneyView | SideOption] = [
+        *doc.fleet.values(),
+        *(f.money for f in doc.fleet.values()),
         *(o for r in doc.side_by_side for o in (r.options or {}).values()),
     ]
     notes: dict[str, str] = {}
@@ -95,37 +143,54 @@ def undefined_notes(doc: Report) -> list[str]:
     return list(notes.values())
 
 
-def _ms(s: float | None) -> str:
-    return "-" if s is None else f"{_MS * s:,.0f} ms"
-
-
 def _signed_ms(delta_s: float) -> str:
-    """A TTFT change in whole ms; one that rounds to zero reads as such, never as "-0 ms"."""
-    ms = _MS * delta_s
-    if round(abs(ms)) == 0:
-        return "less than 1 ms"
-    return f"{'+' if ms > 0 else '-'}{abs(ms):,.0f} ms"
+    """A TTFT change in words (the summary's): ``saves 181 ms``, ``adds 12 ms``."""
+    return ms_change(delta_s)
 
 
-def _gpus(n: int | NotApplicable | None) -> str:
-    if n is None or isinstance(n, NotApplicable):
-        return "an unknown number of GPUs"
-    return f"{n} GPU" + ("" if n == 1 else "s")
+def _fleet(doc: Report, option: str) -> FleetView | None:
+    return doc.fleet.get(Scenario(option)) if option in set(Scenario) else None
 
 
-def _why_not(*figures: object) -> str | None:
-    """The reason of the first figure that does not apply, or None."""
-    for x in figures:
-        if isinstance(x, NotApplicable):
-            return x.reason
-    return None
+def _where(doc: Report, f: FleetView) -> str:
+    """``7 instances of 1 x h100 on 7 nodes`` (each model's, for a fleet of several)."""
+    plans = [p for p in doc.plans if p.option == f.option and _i(p.instances) is not None]
+    if len(plans) == 1:
+        p = plans[0]
+        n, nodes = _i(p.instances), _i(p.nodes)
+        assert n is not None and nodes is not None
+        return f"{count(n, 'instance')} of {p.tp} x {p.gpu} on {count(nodes, 'node')}"
+    parts = [f"{p.model} {_i(p.gpus)}" for p in plans]
+    return f"{count(len(plans), 'model')}, no two on one GPU: {listed(parts, most=4)}"
+
+
+def _load_words(doc: Report) -> str:
+    """The busiest load, with what its rate multiple means."""
+    econ = doc.economics
+    if econ is None or econ.load is None:
+        return "the busiest load"
+    load = econ.load
+    peak, mean, factor = _f(load.peak_rps), _f(load.mean_rps), _f(load.peak_factor)
+    if peak is None or mean is None or factor is None:
+        return "the busiest load"
+    return (
+        f"the busiest load ({peak:.3g} requests/s over its busiest {load.peak_window_s:g} s, "
+        f"{factor:.3g} x the log's mean of {mean:.3g} requests/s)"
+    )
+
+
+def _ttft_words(f: FleetView) -> str:
+    t = _t(f.ttft_s)
+    if t is None:
+        return ""
+    return f" at {ms(t.mean)} mean and {ms(t.p90)} p90 TTFT"
 
 
 def _one_thing(doc: Report) -> str:
-    """The smallest perturbation in the sensitivity table that flips the verdict."""
+    """The smallest change of an input the team controls that flips the verdict."""
     rows = [r for r in doc.sensitivity.rows if r.flips]
     if not rows:
-        return "no single input of the sensitivity table flips it"
+        return "no input the team controls flips it within the sensitivity table's ranges"
 
     def distance(r: FlipRowView) -> float:
         m = re.match(r"x([0-9.]+)", r.value)
@@ -134,155 +199,211 @@ def _one_thing(doc: Report) -> str:
         f = float(m.group(1))
         return 20.0 if f <= 0 else abs(math.log(f))
 
-    order = ["GPU price", "load", "DRAM price", "reuse", "pool bandwidth", "gpu", "model"]
+    order = ["load", "TTFT SLO", "GPU price", "DRAM price", "pool link"]
     rows.sort(key=lambda r: (distance(r), order.index(r.dimension) if r.dimension in order else 99))
     r = rows[0]
-    return f"{r.dimension} at {r.value} would make it {r.verdict}"
-
-
-def _options(doc: Report) -> dict[Scenario, OptionCost]:
-    """The economics section's options by scenario (empty when nothing was priced)."""
-    econ = doc.economics
-    return dict(econ.options or {}) if econ is not None else {}
+    more = (
+        f" ({len(rows) - 1} other change{'' if len(rows) == 2 else 's'} in the sensitivity table)"
+        if len(rows) > 1
+        else ""
+    )
+    return f"{r.dimension} at {r.value} would make it {r.verdict}{more}"
 
 
 def summary_sentences(doc: Report) -> list[str]:
-    """Three sentences: the verdict; what it buys in ms of mean and p90 TTFT, in GPUs and
-    in money per month; the confidence and the one thing that would most change it."""
+    """Three sentences: the verdict; what it buys, from its plan, in ms of mean and p90
+    TTFT, in GPUs and in money per month; the confidence and the one input the team
+    controls that would most change it."""
     v = doc.verdict
-    verdict = v.verdict
-    first = VERDICT_SENTENCE.get(verdict, verdict) + "."
-    opts = _options(doc)
-    scen = doc.scenarios
-    chosen = v.scenario
-    base = Scenario.LOCAL
-    if verdict == Verdict.INSUFFICIENT_DATA or not scen or base not in scen:
-        missing = "; ".join(v.missing) or "a replay"
-        second = f"No TTFT, GPU or money figure is projected without it: missing {missing}."
+    verdict, chosen = v.verdict, v.scenario
+    if verdict == Verdict.LOCAL_OFFLOAD_ONLY and chosen in OFFLOAD_SENTENCE:
+        first = OFFLOAD_SENTENCE[chosen] + "."
+    elif verdict == Verdict.CANNOT_MEET_SLO:
+        first = (
+            f"No deployment meets the p90 TTFT SLO of {ms(doc.options.ttft_slo_s)} within the "
+            "GPUs allowed; no tier is recommended."
+        )
     else:
-        b = scen[base].ttft_s
-        bo = opts.get(base) or OptionCost()
-        if chosen and chosen != base and chosen in scen:
-            c = scen[chosen].ttft_s
-            co = opts.get(chosen) or OptionCost()
-            gpus = co.gpus_at_peak_load
-            bg = bo.gpus_at_peak_load
-            gpu_part = (
-                f"serves the busiest load on {_gpus(gpus)} instead of {bg}"
-                if isinstance(gpus, int) and isinstance(bg, int)
-                else f"GPUs needed not projected ({_why_not(gpus, bg) or 'no rate search'})"
+        first = VERDICT_SENTENCE.get(verdict, verdict) + "."
+    base = _fleet(doc, Scenario.LOCAL)
+    if verdict != Verdict.INSUFFICIENT_DATA and base is None and not doc.options.size_search:
+        second = f"No TTFT, GPU or money figure is projected: {Undefined.SIZE_SEARCH_OFF.words}."
+    elif verdict == Verdict.INSUFFICIENT_DATA or base is None:
+        missing = "; ".join(v.missing) or "the options sized by replaying"
+        second = f"No TTFT, GPU or money figure is projected without it: missing {missing}."
+    elif verdict == Verdict.CANNOT_MEET_SLO:
+        second = _cannot_meet_sentence(doc)
+    else:
+        pick = _fleet(doc, chosen) if chosen else None
+        assert pick is not None
+        head = (
+            f"It serves {_load_words(doc)} on {gpus(_i(pick.gpus))} ({_where(doc, pick)}) for "
+            f"{_month(pick.money.total_usd_month)}{_ttft_words(pick)}"
+        )
+        b_gpus, b_ttft, p_ttft = _i(base.gpus), _t(base.ttft_s), _t(pick.ttft_s)
+        if chosen != Scenario.LOCAL and b_gpus is not None and b_ttft and p_ttft:
+            d_gpus = b_gpus - (_i(pick.gpus) or 0)
+            saved = (
+                f"{count(d_gpus, 'GPU')} fewer"
+                if d_gpus > 0
+                else f"{count(-d_gpus, 'GPU')} more"
+                if d_gpus < 0
+                else "as many GPUs"
             )
-            money = co.net_usd_month
-            money_part = (
-                f"{'saves' if money >= 0 else 'costs'} {_usd(abs(money))} per month net "
-                f"(GPUs saved minus {_usd(co.added_usd_month)} of memory, NICs and servers)"
-                if isinstance(money, int | float)
-                else f"money not projected ({_why_not(money) or 'no GPU price'})"
+            net = _f(pick.net_usd_month)
+            money = (
+                "its money is not projected"
+                if net is None
+                else f"saves {usd(net)} per month net"
+                if net >= 0
+                else f"costs {usd(-net)} per month more"
             )
             second = (
-                f"Against the baseline it changes mean TTFT by {_signed_ms(_s(c.mean) - _s(b.mean))} "
-                f"({_ms(b.mean)} to {_ms(c.mean)}) and p90 TTFT by "
-                f"{_signed_ms(_s(c.p90) - _s(b.p90))}, {gpu_part}, and {money_part}."
+                f"{head}: against the baseline ({gpus(b_gpus)}, "
+                f"{_month(base.money.total_usd_month)}) it "
+                f"{ms_change(_s(p_ttft.mean) - _s(b_ttft.mean))} of mean TTFT, needs "
+                f"{saved} and {money}."
             )
         else:
-            bg = bo.gpus_at_peak_load
-            total = _priced(bo.total_usd_month)
-            alts = [
-                (n, o)
-                for n, o in opts.items()
-                if n not in (Scenario.NONE, base) and _priced(o.total_usd_month) is not None
-            ]
-            alt = min(alts, key=lambda no: _s(_priced(no[1].total_usd_month))) if alts else None
-            why = _why_not(bg, bo.total_usd_month)
-            second = (
-                f"The baseline serves the log at {_ms(b.mean)} mean and {_ms(b.p90)} p90 TTFT; "
-                f"its GPUs and money are not projected: {why}"
-                if why is not None
-                else f"The baseline serves the busiest load on {_gpus(bg)} "
-                f"for {_usd(total)} per month at {_ms(b.mean)} mean and {_ms(b.p90)} p90 "
-                "TTFT"
-            )
-            if alt is not None and total is not None:
-                n, o = alt
-                t = scen[n].ttft_s
-                second += (
-                    f"; the cheapest alternative, {OPTION_LABEL.get(n, n)}, would change mean "
-                    f"TTFT by {_signed_ms(_s(t.mean) - _s(b.mean))} and p90 by "
-                    f"{_signed_ms(_s(t.p90) - _s(b.p90))} on {_gpus(o.gpus_at_peak_load)} "
-                    f"and cost {_usd(_s(_priced(o.total_usd_month)) - total)} per month more"
-                )
+            second = head
+            second += _runner_up(doc, base)
             second += "."
-    third = (
-        f"Confidence is {v.confidence}; the one thing that would most change it: {_one_thing(doc)}."
-    )
+    third = f"Confidence is {v.confidence}; what would most change it: {_one_thing(doc)}."
     return [first, second, third]
 
 
-def _priced(x: float | NotApplicable | None) -> float | None:
-    """A monthly cost as a number, None when the option has none."""
-    return None if x is None or isinstance(x, NotApplicable) else x
+def _runner_up(doc: Report, base: FleetView) -> str:
+    """The next option meeting the SLO beside the baseline, as deploy/ ships it."""
+    name = next((f.option for f in doc.deploy.files if f.role == "runner-up"), None)
+    deploy_of = {
+        "pooled": Scenario.POOLED,
+        "local-offload": Scenario.LOCAL_DRAM,
+        "local-offload-nvme": Scenario.LOCAL_DRAM_NVME,
+    }
+    option = deploy_of.get(str(name)) if name is not None else None
+    alt = _fleet(doc, option) if option is not None else None
+    a_total = None if alt is None else _f(alt.money.total_usd_month)
+    b_total = _f(base.money.total_usd_month)
+    if alt is None or a_total is None or b_total is None:
+        return ""
+    more = a_total - b_total
+    cost = (
+        f"costs {usd(more)} per month more"
+        if more > 0
+        else f"costs {usd(-more)} per month less"
+        if more < 0
+        else "costs the same"
+    )
+    return f"; the runner-up in deploy/, {option_name(alt.option)}, needs {gpus(_i(alt.gpus))} and {cost}"
+
+
+def _cannot_meet_sentence(doc: Report) -> str:
+    base = _fleet(doc, Scenario.LOCAL)
+    assert base is not None
+    if base.status == PlanStatus.PREFILL_BOUND and base.floor_p90_s is not None:
+        return (
+            "Even alone on an idle instance with every reusable prefix cached, a tenth of the "
+            f"requests take longer to prefill: p90 TTFT cannot go below {ms(base.floor_p90_s)} "
+            "on this model and GPU at any size."
+        )
+    parts = []
+    for o in OPTION_ORDER:
+        f = _fleet(doc, o)
+        if f is None:
+            continue
+        if f.status == PlanStatus.ABOVE_CAP and f.gpus_above_cap is not None:
+            parts.append(f"{option_name(o)} would on {gpus(f.gpus_above_cap)}")
+        else:
+            parts.append(f"{option_name(o)} on none up to {gpus(f.cap_gpus or None)}")
+    return (
+        f"Within the cap of {gpus(base.cap_gpus)} (--max-gpus) none meets it: "
+        + "; ".join(parts)
+        + "."
+    )
+
+
+def _month(x: float | NotApplicable | None) -> str:
+    """A monthly cost in a sentence; one without a price says why."""
+    if isinstance(x, NotApplicable):
+        return f"a monthly cost not projected ({x.reason})"
+    return f"{usd(x)} per month" if x is not None else "a monthly cost not priced"
 
 
 def _s(x: float | None) -> float:
-    """A figure the sentence needs (a replayed TTFT, a priced option's total): present
-    whenever the branch that reads it runs."""
+    """A figure the sentence needs (a replayed TTFT): present whenever the branch that
+    reads it runs."""
     assert x is not None
     return x
 
 
 def economics_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
-    """Per option: GPUs at the mean and busiest load, monthly cost, net value, payback."""
-    opts = _options(doc)
-    if not opts:
+    """Per option (its fleet): GPUs, nodes, TTFT at the busiest load, monthly cost, net
+    value, payback."""
+    if not doc.fleet:
         return None
     header = [
         "Option",
-        "GPUs (mean load)",
-        "GPUs (busiest load)",
-        "GPUs saved",
+        "GPUs",
+        "Nodes",
+        "Mean / p90 TTFT",
         "GPU cost / month",
         "Added: DRAM, NVMe, NICs, servers / month",
         "Total / month",
-        "Net value / month",
+        "Net against the baseline / month",
         "Payback of the pilot",
     ]
     rows = []
-    for name in (
-        Scenario.NONE,
-        Scenario.LOCAL,
-        Scenario.LOCAL_DRAM,
-        Scenario.LOCAL_DRAM_NVME,
-        Scenario.POOLED,
-    ):
-        o = opts.get(name)
-        if o is None:
+    for name in OPTION_ORDER:
+        f = doc.fleet.get(name)
+        if f is None:
             continue
-        bound = o.capacity_bound
-        prefix = "at most " if bound == "at most" else ""
-        gm = o.gpus_at_mean_load
-        gp = o.gpus_at_peak_load
-        pay = o.payback_months
+        g, n = _cell(f.gpus), _cell(f.nodes)
+        if f.status == PlanStatus.ABOVE_CAP and f.gpus_above_cap is not None:
+            g = f"above the cap ({f.gpus_above_cap:,} needed)"
+        t = f.ttft_s
+        m = f.money
+        pay = f.payback_months
+        net = f.net_usd_month
         rows.append(
             [
-                OPTION_LABEL.get(name, name),
-                _count(gm, prefix),
-                _count(gp, prefix),
-                _count(o.gpus_saved, fmt="+d"),
-                _usd(o.gpu_usd_month),
-                f"{_usd(o.added_usd_month)} ({_or0(o.dram_gb):,.0f} GB DRAM, "
-                f"{_or0(o.nvme_tb):,.1f} TB NVMe, {_or0(o.nic_nodes)} NICs)",
-                _usd(o.total_usd_month),
-                _usd(o.net_usd_month) if name != Scenario.LOCAL else "baseline",
-                _count(pay)
-                if pay is None or isinstance(pay, NotApplicable)
-                else f"{pay:.1f} months ({_usd(o.pilot_usd)})",
+                option_name(name),
+                g,
+                n,
+                "-"
+                if t is None
+                else t.short
+                if isinstance(t, NotApplicable)
+                else f"{ms(t.mean)} / {ms(t.p90)}",
+                _usd(m.gpu_usd_month),
+                f"{usd(m.added_usd_month)} ({m.dram_gb:,.0f} GB DRAM, {m.nvme_tb:,.1f} TB NVMe, "
+                f"{count(m.nic_nodes, 'NIC')})",
+                _usd(m.total_usd_month),
+                "baseline"
+                if name == Scenario.LOCAL
+                else "-"
+                if net is None
+                else net.short
+                if isinstance(net, NotApplicable)
+                else f"saves {usd(net)}"
+                if net > 0
+                else f"costs {usd(-net)} more"
+                if net < 0
+                else "the same",
+                "-"
+                if pay is None
+                else pay.short
+                if isinstance(pay, NotApplicable)
+                else f"{pay:.1f} months ({_usd(f.pilot_usd)})",
             ]
         )
     return header, rows
 
 
-def _or0(x: float | None) -> float:
-    return 0 if x is None else x
+def options_table() -> tuple[list[str], list[list[str]]]:
+    """Each option's one name and what it deploys."""
+    return ["Option", "What it deploys"], [
+        [OPTION_NAME[o], OPTION_DESCRIPTION[o]] for o in OPTION_ORDER
+    ]
 
 
 def price_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
@@ -302,32 +423,30 @@ def price_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
 
 
 def side_by_side_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
-    """The same log priced on the user's model and GPU and catalog alternatives."""
+    """The verdict's option on your model and GPU and planned on catalog alternatives."""
     rows_in = doc.side_by_side
     if not rows_in:
         return None
     header = [
         "Model on GPU",
         "Option",
+        "GPUs (busiest load)",
         "Mean TTFT",
         "p90 TTFT",
-        "GPUs (busiest load)",
         "Cost / month",
-        "Verdict there",
     ]
     rows = []
     for k, r in enumerate(rows_in):
         choice = f"{r.model} on {r.tp} x {r.gpu}" + (" (yours)" if k == 0 else "")
-        for j, (name, o) in enumerate((r.options or {}).items()):
+        for name, o in (r.options or {}).items():
             rows.append(
                 [
-                    choice if j == 0 else "",
-                    OPTION_LABEL.get(name, name),
+                    choice,
+                    option_name(name),
+                    _cell(o.gpus_at_peak_load),
                     _ms(o.ttft_mean_s),
                     _ms(o.ttft_p90_s),
-                    _count(o.gpus_at_peak_load),
                     _usd(o.total_usd_month),
-                    (r.verdict or "") if j == 0 else "",
                 ]
             )
     return header, rows

@@ -12,7 +12,7 @@ st.title("Capacity")
 with state.guard():
     cur = state.loaded_trace()
     state.require_content(cur.trace, "the hit-ratio curve")
-    w = controls.current()
+    w = controls.concrete(cur)
     rep = compute.reuse(cur, controls.current().warmup)
     if not rep.measurable:
         st.warning(f"Reuse cannot be measured: {rep.reason}")

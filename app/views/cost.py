@@ -12,6 +12,23 @@ st.title("Cost model")
 
 with state.guard():
     w = controls.current()
+    if not (w.model and w.tp):
+        # a model left to the log is priced as the log names it (its most requested);
+        # without a trace, as `kvpool cost` prices it by default
+        from dataclasses import replace
+
+        cur = None
+        if state.source() is not None:
+            try:  # an unreadable trace: priced as `kvpool cost` prices by default
+                cur = state.loaded_trace()
+            except KvpoolError:
+                cur = None
+        if cur is not None:
+            w = controls.concrete(cur)
+        else:
+            from analyzer.replay import ClusterConfig
+
+            w = replace(w, model=w.model or ClusterConfig().model, tp=w.tp or 1)
     cm = compute.cost_model(w.model, w.gpu, w.tp, w.kv_dtype)
     st.caption(
         f"{w.model} on {w.tp}x {w.gpu} ({w.kv_dtype} KV), prefill priced by the "

@@ -30,7 +30,9 @@ def _projected(metric: str, value) -> str:
     signed percentage for the reductions and gains."""
     if not isinstance(value, int | float):
         return str(value)
-    return f"{value:.3g} s" if metric.endswith("_s") else f"{value:+.1%}"
+    if metric.endswith("_s"):
+        return f"{value:.3g} s"
+    return f"{abs(value):.1%} {'more' if value >= 0 else 'less'}"
 
 
 STALE_KEY = "kvpool.shown"  # (trace content, ingest options, the last result shown)
@@ -140,7 +142,7 @@ def _draw() -> None:
             stale=ans.stale,
             repriced=bool(ans.repriced),
         )
-        st.caption(banner.settings_line(result.options))
+        st.caption(banner.settings_line(result.options, result.plans))
         _repriced_lines(cur, opts, ans)
         with st.expander("Why: every reason", expanded=False):
             for reason in decision.reasons:

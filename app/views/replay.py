@@ -13,7 +13,7 @@ st.title("Replay")
 with state.guard():
     cur = state.loaded_trace()
     state.require_content(cur.trace, "cache hits in a replay")
-    w = controls.current()
+    w = controls.concrete(cur)
     from analyzer.replay import STANDARD_SCENARIOS
 
     names = list(STANDARD_SCENARIOS)

@@ -1,0 +1,377 @@
+"""The explore stage: what would change the verdict, the same deployment on other GPUs
+and models, and what the log's arrival pattern does to the answer.
+
+**Flips** (the sensitivity table) change one input the team controls and decide again
+(:func:`analyzer.advisor.decide.decide`) on plans made for it, never on figures scaled
+from other plans:
+
+* prices (GPU-hour x0, x0.5, x2, x10; host DRAM x0, x0.5, x2): the same plans,
+  re-priced;
+* the load (x2 the busiest window's), the TTFT SLO (x0.5, x2) and the pool link (x0.5,
+  x2 its bandwidth): every affected option sized again by replaying, each search
+  starting where the plan's ended and taking every replay it already has that
+  answers (a complete run answers any SLO).
+
+**Other GPUs and models** (the side-by-side table, listed apart from the flips: they are
+another purchase, not a setting): the verdict's option planned on each by replaying,
+each model at its own smallest tensor parallelism on that GPU, its floor checked first,
+so every row's TTFT is the replay's at the size it states.
+
+**Arrivals**: when many requests share one timestamp (a coarse clock, or bursts), the
+verdict's option is sized again with those requests spread evenly over the time to the
+next timestamp, and the report gives both sizes.
+
+Every variant's questions go to the replayer in one batch, so they run in parallel.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from analyzer.advisor.decide import BASELINE, decide
+from analyzer.advisor.figures import Decision, PricedChoice, PricedOption
+from analyzer.advisor.plan import Fleet, repriced
+from analyzer.advisor.sensitivity import FlipRow
+from analyzer.advisor.served import model_label
+from analyzer.advisor.size import Ask, Sized, answer, asks, sized_of
+from analyzer.errors import UsageError
+from analyzer.progress import progress
+from analyzer.replay.config import Scenario, Tier
+
+if TYPE_CHECKING:
+    from analyzer.advisor.measure import Measured
+    from analyzer.advisor.options import AnalyzeOptions
+    from analyzer.advisor.price import Priced
+    from analyzer.advisor.replay import Replayed, Services
+    from analyzer.cost.prices import Prices
+
+ALT_MODELS = ("llama-3.1-8b", "qwen2.5-7b", "llama-3.1-70b", "deepseek-v3")
+ALT_GPUS = ("a100", "h100", "h200", "b200")
+GPU_PRICE_FACTORS = (0.0, 0.5, 2.0, 10.0)
+DRAM_PRICE_FACTORS = (0.0, 0.5, 2.0)
+LOAD_FACTORS = (2.0,)
+SLO_FACTORS = (0.5, 2.0)
+LINK_FACTORS = (0.5, 2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalsEffect:
+    """The verdict's option sized on the log as it is and with its same-instant
+    requests spread over the time to the next timestamp."""
+
+    option: str
+    gpus: int | None
+    gpus_spread: int | None
+    step_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "option": self.option,
+            "gpus": self.gpus,
+            "gpus_spread": self.gpus_spread,
+            "step_s": self.step_s,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Explored:
+    flips: tuple[FlipRow, ...]
+    side_by_side: tuple[PricedChoice, ...]
+    arrivals: ArrivalsEffect | None
+
+
+def _repriced(sized: Sized, prices: Prices) -> tuple[Fleet, ...]:
+    return tuple(
+        Fleet.of(f.option, tuple(repriced(p, prices) for p in f.plans)) for f in sized.fleets
+    )
+
+
+def _start(sized: Sized, factor: float = 1.0) -> dict[tuple[str, str], int]:
+    """Where each (model, option) search of a variant starts: the plan's size x factor."""
+    out: dict[tuple[str, str], int] = {}
+    for p in sized.plans:
+        n = p.instances if p.instances is not None else p.instances_above_cap
+        if n is not None:
+            out[(p.model, p.option)] = max(1, math.ceil(n * factor))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Variant:
+    """One variant whose plans are replayed: its flip row (or side-by-side row), and its
+    questions' place in the batch."""
+
+    kind: str  # "flip", "side", "arrivals"
+    dimension: str
+    label: str
+    note: str
+    asks: tuple[Ask, ...]
+    keep: tuple[Fleet, ...] = ()  # the plan's own fleets of the options not asked again
+    priced: Priced | None = None
+
+
+def _price_rows(
+    m: Measured, priced: Priced, sized: Sized, decision: Decision, opts: AnalyzeOptions
+) -> list[FlipRow]:
+    tf, rf, bw, th = m.trace_figures, m.reuse, priced.bandwidth, opts.thresholds
+    rows: list[FlipRow] = []
+
+    def row(dim: str, label: str, fleets: Sequence[Fleet]) -> None:
+        v = decide(tf, rf, bw, fleets, th).verdict
+        rows.append(FlipRow(dim, label, v, v != decision.verdict, ""))
+
+    p = priced.prices
+    if p.gpu_hour is not None:
+        for f in GPU_PRICE_FACTORS:
+            row(
+                "GPU price",
+                f"x{f:g} (${p.gpu_hour.usd * f:.2f} per GPU-hour)",
+                _repriced(sized, p.scaled(gpu=f)),
+            )
+    for f in DRAM_PRICE_FACTORS:
+        row(
+            "DRAM price",
+            f"x{f:g} (${p.dram_gb_month.usd * f:.2f} per GB-month)",
+            _repriced(sized, p.scaled(dram=f)),
+        )
+    return rows
+
+
+def _flip_variants(
+    priced: Priced, replayed: Replayed, sized: Sized, opts: AnalyzeOptions
+) -> list[_Variant]:
+    """The load, SLO and pool link variants, each asked of every affected option."""
+    out: list[_Variant] = []
+    load = sized.plans[0].load
+    for f in LOAD_FACTORS:
+        out.append(
+            _Variant(
+                "flip",
+                "load",
+                f"x{f:g} ({load.peak_rps * f:.3g} requests/s at the busiest {load.window_s:g} s)",
+                "every option sized again by replaying",
+                tuple(asks(priced, replayed, opts, load_factor=f, start=_start(sized, f))),
+            )
+        )
+    for f in SLO_FACTORS:
+        slo = opts.ttft_slo_s * f
+        out.append(
+            _Variant(
+                "flip",
+                "TTFT SLO",
+                f"x{f:g} (p90 {1000 * slo:,.0f} ms)",
+                "every option sized again by replaying",
+                tuple(asks(priced, replayed, opts, ttft_slo_s=slo, start=_start(sized))),
+            )
+        )
+    pool = None if priced.bandwidth is None else priced.bandwidth.tier(Tier.POOL)
+    if pool is not None and sized.fleet(Scenario.POOLED) is not None:
+        for f in LINK_FACTORS:
+            gbps = pool.bandwidth_gbps * f
+            linked = _with_pool_link(priced, gbps)
+            out.append(
+                _Variant(
+                    "flip",
+                    "pool link",
+                    f"x{f:g} ({gbps:.3g} GB/s per node)",
+                    "the pooled KV store sized again by replaying",
+                    tuple(
+                        asks(
+                            linked, replayed, opts, options=(Scenario.POOLED,), start=_start(sized)
+                        )
+                    ),
+                    keep=tuple(fl for fl in sized.fleets if fl.option != Scenario.POOLED),
+                )
+            )
+    return out
+
+
+def _with_pool_link(priced: Priced, gbps: float) -> Priced:
+    setups = tuple(replace(s, cluster=replace(s.cluster, pool_gbps=gbps)) for s in priced.setups)
+    return replace(priced, setups=setups)
+
+
+def _side_variants(
+    m: Measured,
+    priced: Priced,
+    replayed: Replayed,
+    sized: Sized,
+    decision: Decision,
+    opts: AnalyzeOptions,
+    services: Services,
+) -> list[_Variant]:
+    """The verdict's option on other catalog GPUs and (for a log of one model) models,
+    each model at the smallest tensor parallelism that holds it there, its floor
+    checked first."""
+    from analyzer.advisor.price import price as price_stage
+    from analyzer.advisor.replay import floor_of, replay_trace
+
+    option = decision.scenario or BASELINE
+    if sized.fleet(option) is None:
+        return []
+    alternatives: list[tuple[str, str]] = [("gpu", g) for g in ALT_GPUS]
+    if len(priced.setups) == 1:
+        alternatives += [("model", x) for x in ALT_MODELS]
+    here = priced.primary
+    out: list[_Variant] = []
+    n_models = 0
+    for dim, name in alternatives:
+        if dim == "gpu" and name == here.cluster.gpu:
+            continue
+        if dim == "model" and (name == here.model or n_models >= 2):
+            continue
+        cluster = replace(opts.cluster, gpu=name) if dim == "gpu" else opts.cluster
+        o = replace(opts, cluster=cluster)
+        choices = tuple(s.choice for s in priced.setups)
+        if dim == "model":
+            choices = (replace(choices[0], model=name, weights_dtype=None),)
+        try:
+            alt = price_stage(m, choices, o)
+        except UsageError:  # does not fit on this GPU at any TP tried
+            continue
+        n_models += dim == "model"
+        ratio = _compute_ratio(priced, alt, m.trace_figures.mean_prompt_tokens)
+        start = {
+            (s.model, option): max(1, math.ceil(n * ratio))
+            for s in alt.setups
+            for p in sized.plans
+            if p.option == option and (n := p.instances or p.instances_above_cap or 0)
+        }
+        traces = tuple(
+            rt if rt.trace is s.trace else replay_trace(s, opts.full_replay)
+            for s, rt in zip(alt.setups, replayed.traces, strict=True)
+        )
+        floors = tuple(
+            floor_of(s, rt, opts.ttft_slo_s, opts.warmup, services.replayer)
+            for s, rt in zip(alt.setups, traces, strict=True)
+        )
+        rp = replace(replayed, traces=traces, floors=floors)
+        label = f"{name} (tp {alt.primary.tp})"
+        out.append(
+            _Variant(
+                "side",
+                dim,
+                label,
+                "",
+                tuple(asks(alt, rp, o, options=(option,), start=start)),
+                priced=alt,
+            )
+        )
+    return out
+
+
+def _arrivals_variant(
+    m: Measured,
+    priced: Priced,
+    replayed: Replayed,
+    sized: Sized,
+    decision: Decision,
+    opts: AnalyzeOptions,
+) -> _Variant | None:
+    """The verdict's option with the log's same-instant requests spread out, when its
+    arrivals are coarse."""
+    from analyzer.advisor.measure import spread
+    from analyzer.advisor.replay import replay_trace
+
+    a = m.arrivals
+    option = decision.scenario or BASELINE
+    mine = sized.fleet(option)
+    if not a.coarse or mine is None or not mine.meets_slo or len(priced.setups) != 1:
+        return None
+    s = priced.setups[0]
+    smooth = replace(s, trace=spread(s.trace, a.step_s))
+    rt = replay_trace(smooth, opts.full_replay)
+    rt = replace(rt, part=f"{s.part or ''}#spread")
+    spread_priced = replace(priced, setups=(smooth,))
+    spread_replayed = replace(replayed, traces=(rt,))
+    batch = asks(spread_priced, spread_replayed, opts, options=(option,), start=_start(sized))
+    return _Variant("arrivals", "arrivals", "", "", tuple(batch))
+
+
+def _compute_ratio(a: Priced, b: Priced, mean_prompt: float) -> float:
+    """Prefill time of the mean prompt on ``b``'s primary model and GPU over ``a``'s, per
+    GPU: where the search on ``b`` starts (its answer does not depend on it)."""
+    n = max(1, round(mean_prompt))
+    ta = a.primary.cost.prefill_time_s(n, 0) / a.primary.tp
+    tb = b.primary.cost.prefill_time_s(n, 0) / b.primary.tp
+    return tb / ta if ta > 0 else 1.0
+
+
+def _choice(f: Fleet, priced: Priced, verdict: str | None) -> PricedChoice:
+    p = f.plans[0]
+    price = priced.prices.gpu_hour_for(p.gpu)
+    return PricedChoice(
+        model=" + ".join(model_label(x.model) for x in f.plans),  # a config by its folder
+        gpu=p.gpu,
+        tp=p.tp,
+        usd_per_gpu_hour=None if price is None else price.usd,
+        verdict=verdict,
+        options=(
+            (
+                Scenario(f.option),
+                PricedOption(
+                    ttft_mean_s=None if f.ttft is None else f.ttft.mean_s,
+                    ttft_p90_s=None if f.ttft is None else f.ttft.p90_s,
+                    gpus_at_peak_load=f.gpus,
+                    total_usd_month=f.money.total_usd_month,
+                    status=f.status,
+                ),
+            ),
+        ),
+    )
+
+
+def explore(
+    m: Measured,
+    priced: Priced,
+    replayed: Replayed,
+    sized: Sized,
+    decision: Decision,
+    opts: AnalyzeOptions,
+    services: Services,
+) -> Explored:
+    """The flips, the other GPUs and models, the arrivals' effect (module docstring):
+    every variant's questions asked of the replayer at once, so that they run in
+    parallel. Without ``opts.sensitivity_replays`` only what needs no replay (the price
+    flips)."""
+    rows = _price_rows(m, priced, sized, decision, opts)
+    meeting = any(f.meets_slo for f in sized.fleets)
+    if not opts.sensitivity_replays or not meeting:
+        return Explored(tuple(rows), (), None)
+    variants = _flip_variants(priced, replayed, sized, opts)
+    variants += _side_variants(m, priced, replayed, sized, decision, opts, services)
+    arr = _arrivals_variant(m, priced, replayed, sized, decision, opts)
+    if arr is not None:
+        variants.append(arr)
+    batch = [a for v in variants for a in v.asks]
+    with progress("sensitivity, other GPUs and models: sized again by replaying", None):
+        plans = answer(batch, services, opts.thresholds.objective)
+    tf, rf, th = m.trace_figures, m.reuse, opts.thresholds
+    option = decision.scenario or BASELINE
+    mine = sized.fleet(option)
+    side: list[PricedChoice] = [] if mine is None else [_choice(mine, priced, decision.verdict)]
+    effect: ArrivalsEffect | None = None
+    k = 0
+    for v in variants:
+        got = sized_of(plans[k : k + len(v.asks)])
+        k += len(v.asks)
+        if v.kind == "flip":
+            fleets = (*v.keep, *got.fleets)
+            verdict = decide(tf, rf, priced.bandwidth, fleets, th).verdict
+            rows.append(FlipRow(v.dimension, v.label, verdict, verdict != decision.verdict, v.note))
+        elif v.kind == "side":
+            f = got.fleet(option)
+            if f is not None and v.priced is not None:
+                side.append(_choice(f, v.priced, None))
+        else:
+            f = got.fleet(option)
+            effect = ArrivalsEffect(
+                option,
+                None if mine is None else mine.gpus,
+                None if f is None else f.gpus,
+                m.arrivals.step_s,
+            )
+    return Explored(tuple(rows), tuple(side), effect)
