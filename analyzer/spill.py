@@ -1,7 +1,8 @@
 """Spill folders: where a command keeps temporary files that may hold prompt text.
 
 A copy of stdin or of a pipe, the rows an ingest spools, the token spill of the LCP
-tree (which decodes back to the prompts), a stdout copy: each lives in a folder made by
+tree (which decodes back to the prompts), a stdout copy, the local copy of an output to
+object storage: each lives in a folder made by
 :func:`new_dir` under one root per user, ``$TMPDIR/kvpool-spill-<uid>`` (mode 0700,
 refused when it is a symlink or someone else's). A folder's name starts with its
 owner's id: the process id and start time of the command that made it (its worker

@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from analyzer.errors import InputError, KvpoolError, Location, OutputError, UsageError
+from analyzer.spill import new_dir, remove
 
 # URL schemes read and written through pyarrow.fs (gcs:// is gs://; abfs[s]:// is Azure's
 # own form, container@account.dfs.core.windows.net).
@@ -435,12 +435,12 @@ def upload_dir(local: Path, url: str, *, replace_dataset: bool = False) -> None:
 def staged_output(url: str, *, reports: bool = False) -> Iterator[Path]:
     """A private local path to write instead of ``url``; uploaded whole when the block
     ends without an error (a file, or a folder's files: a canonical dataset replacing an
-    earlier one, or with ``reports`` a folder of reports), else dropped."""
-    import tempfile
-
+    earlier one, or with ``reports`` a folder of reports), else dropped. The local copy
+    is a spill folder (:mod:`analyzer.spill`): a trace with tenant names or a synthetic
+    log is as private as a stdout copy, and a SIGKILLed upload's is swept."""
     if not reports:
         check_writable(url)
-    where = Path(tempfile.mkdtemp(prefix="kvpool-upload-"))
+    where = new_dir("upload")
     try:
         local = where / Path(urlsplit(url).path.rstrip("/")).name
         yield local
@@ -449,4 +449,4 @@ def staged_output(url: str, *, reports: bool = False) -> Iterator[Path]:
         elif local.is_file():
             upload(local, url)
     finally:
-        shutil.rmtree(where, ignore_errors=True)
+        remove(where)

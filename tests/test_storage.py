@@ -211,6 +211,44 @@ def test_keep_previews_is_not_sent_to_a_bucket(s3, tmp_path):
     assert "--keep-previews" in r.stderr
 
 
+@pytest.mark.slow
+def test_a_killed_upload_leaves_its_local_copy_only_until_the_next_command(s3, tmp_path):
+    """The local copy of an object being written lives in a spill folder: SIGKILLed mid-write
+    (an OOM kill), the command leaves nothing in TMPDIR but the private spill root, and
+    the next command removes it (docs/security.md)."""
+    import signal
+    import time
+
+    log = tmp_path / "chat.jsonl"
+    r = _run(
+        ["synth", "--profile", "chat", "-n", "20000", "--seed", "3", "-o", str(log)], tmp_path, s3
+    )
+    assert r.returncode == 0, r.stderr
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**s3, "TMPDIR": str(tmp)}
+    proc = subprocess.Popen(
+        [*KVPOOL, "convert", str(log), "--keep-names", "-o", f"s3://{BUCKET}/killed/t.parquet"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    root = tmp / f"kvpool-spill-{os.getuid()}"
+    end = time.monotonic() + 120
+    while not list(root.glob("*.upload-*")) and proc.poll() is None:
+        assert time.monotonic() < end, "no local copy was staged"
+        time.sleep(0.01)
+    assert proc.poll() is None, "convert finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert list(tmp.iterdir()) == [root]  # nothing outside the private root
+    r = _run(["cost", "gpus"], tmp_path, env)
+    assert r.returncode == 0, r.stderr
+    assert list(tmp.iterdir()) == [], list(tmp.rglob("*"))
+
+
 def test_access_denied_names_the_url(tmp_path):
     """A server that checks signatures (moto with authentication on) refuses unknown
     keys: one line saying access is denied, with where credentials come from."""
