@@ -4,6 +4,7 @@ say, and the plans answer the questions a platform engineer asks of them."""
 
 from __future__ import annotations
 
+import html
 import importlib.util
 import json
 import re
@@ -259,3 +260,45 @@ def test_a_gpu_named_as_its_vendor_does_is_priced(tmp_path):
     doc = json.loads((tmp_path / "r" / "report.json").read_text())
     gpu = next(p for p in doc["economics"]["prices"] if p["what"].startswith("GPU"))
     assert gpu["usd"] == pytest.approx(3.99) and gpu["what"] == "GPU (h100)"
+
+
+@pytest.mark.slow
+def test_the_dashboard_shows_the_plans_that_analyze_writes(tmp_path, monkeypatch):
+    """The Recommendation page, at its default controls, shows each option's GPUs, nodes
+    and TTFT as `kvpool analyze` of the same log writes them in report.json, and opens
+    with the same summary."""
+    from streamlit.testing.v1 import AppTest
+
+    from app.command import ENV_INPUT
+
+    log = make_logs.high_reuse(tmp_path / "high.jsonl")
+    out = tmp_path / "r"
+    res = CliRunner().invoke(app, ["analyze", str(log), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "report.json").read_text())
+
+    from app import prefetch
+
+    monkeypatch.setattr(prefetch, "DRAW_S", 0.0)
+    monkeypatch.setenv(ENV_INPUT, str(log))
+    at = AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=300)
+    at.run()
+    at.switch_page("views/recommend.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    shown = next(t.value for t in at.table if {"Option", "GPUs", "Nodes"} <= set(t.value.columns))
+    rows = {r["Option"]: r for r in shown.to_dict("records")}
+    assert set(rows) == {option_name(o) for o in doc["fleet"]}
+    sized = {o: f for o, f in doc["fleet"].items() if f["gpus"] is not None}
+    assert sized, doc["fleet"]
+    for option, f in sized.items():
+        row = rows[option_name(option)]
+        assert row["GPUs"] == f"{f['gpus']:,}" and row["Nodes"] == f"{f['nodes']:,}"
+        t = f["ttft_s"]
+        assert row["Mean / p90 TTFT"] == f"{ms(t['mean'])} / {ms(t['p90'])}"
+    banner = next(m.value for m in at.markdown if not m.value.startswith("<style>"))
+    assert all(_words(s) in _words(banner) for s in doc["summary"][:2])
+
+
+def _words(text: str) -> str:
+    """Text without markup and with runs of blank space as one space."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>|\*\*", " ", text)).split())
