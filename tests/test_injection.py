@@ -281,7 +281,7 @@ def test_escapes_in_file_tenant_session_and_scenario_names_stay_off_the_terminal
     runs = [
         ("reuse", log.name, "--tenant-field", "tenant", "--isolation", "tenant"),
         ("reuse", log.name, "--tenant-field", "tenant", "--only-model", EVIL),
-        ("replay", log.name, "--config", cfg.name, "--instances", "2", "--keep-names"),
+        ("replay", log.name, "--config", cfg.name, "--model", "llama-3.1-8b", "--keep-names"),
         ("convert", log.name, "--tenant-field", "tenant", "--keep-names", "-o", "t.parquet"),
     ]
     said = {}
