@@ -10,6 +10,8 @@ the capacities of one analysis run on threads at once (``ReuseOptions.jobs``).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -560,13 +562,18 @@ def simulate_fast(
     )
 
 
-# One stack pass costs about (requests x the largest capacity) steps of a few ns; one
-# per-capacity run about (accesses x log capacity) of some 100 ns (measured on the
-# Mooncake trace before leaf_sim evicted chains without its heap). The pass is taken
-# when it is the cheaper by that measure: with 7 capacities up to 1,024 blocks on 12k
-# requests and 276k accesses, 0.055 s (0.45 s for the per-capacity runs then, 0.06 s
-# on two threads now: either is fast there).
-STACK_STEPS_PER_ACCESS = 16
+# One stack pass costs about (requests x the largest capacity) steps, each a few ns times
+# the depth of its heap of candidates (log2 of a request's blocks); one per-capacity run
+# about (accesses) steps of some 10 to 40 ns. Two traces fix the constant (CPU seconds,
+# both ways in one process):
+# * Mooncake's conversation trace, 7 capacities up to 1,024 blocks on 12,031 requests of
+#   23 blocks (276k accesses): the pass 0.041 s, the runs 0.068 s; the model takes the
+#   pass for any constant above 29.
+# * A long-prompt gateway log (bench/longlog.py -n 12000), 4 capacities up to 14,488
+#   blocks on 12,000 requests of 238 blocks (2.85 M accesses): the pass 1.08 s, the
+#   runs 0.14 s; the model takes the runs for any constant below 120.
+# 60 sits between the two, a factor of two from either.
+STACK_STEPS_PER_ACCESS = 60
 
 
 def optimal_all(
@@ -583,8 +590,10 @@ def optimal_all(
     if not capacities_blocks:
         return []
     n_req = offsets.size - 1
-    steps = n_req * max(max(capacities_blocks), 0)
-    per_capacity = STACK_STEPS_PER_ACCESS * int(offsets[-1]) * len(capacities_blocks)
+    accesses = int(offsets[-1])
+    depth = math.log2(accesses / max(n_req, 1) + 1)  # the candidate heap's, per request
+    steps = n_req * max(max(capacities_blocks), 0) * depth
+    per_capacity = STACK_STEPS_PER_ACCESS * accesses * len(capacities_blocks)
     if steps > max(per_capacity, 1 << 16):  # small traces: either is instant
         return None
     got = optimal_stack(
