@@ -326,13 +326,17 @@ def _sorted(table: pa.Table) -> pa.Table:
 # kvpool.tokenizer: cl100k_base, or hf:NAME of a tokenizer.json or a model folder, then
 # *RATIO when --token-ratio scaled the counts
 _TOKENIZER_META = re.compile(r"(?:cl100k_base|hf:[^*]{1,255})(?:\*(?P<ratio>[0-9.e+-]{1,24}))?")
+# kvpool.template: a built-in framing (--template), or hf:NAME#DIGEST of a model folder's
+# chat templates (--tokenizer DIR)
+_TEMPLATE_META = re.compile(r"chatml|llama3|hf:[^*]{1,255}#[0-9a-f]{12}")
 
 
 def check_metadata(meta: Mapping[str, str], where: str) -> None:
     """The file's metadata strings by the rules of the flags they stand for: a
     tokenizer is ``cl100k_base`` or ``hf:`` and a folder or file name (which
-    ``--tokenizer`` refuses with a control character), its ratio a ``--token-ratio`` in
-    range; no value carries a control character. They reach launch scripts, pilot
+    ``--tokenizer`` refuses with a control character or ``*``), its ratio a
+    ``--token-ratio`` in range; a template one of ``--template``'s or a model folder's;
+    no value carries a control character. They reach launch scripts, pilot
     commands and reports, so an edited file must not be able to smuggle code in."""
     from analyzer.limits import RANGES
     from analyzer.quoting import has_control
@@ -356,6 +360,13 @@ def check_metadata(meta: Mapping[str, str], where: str) -> None:
             f"kvpool.tokenizer {tok!r} is not a tokenizer kvpool writes (cl100k_base, or "
             "hf:NAME, with *RATIO for --token-ratio in its range)",
             Location(where, field="kvpool.tokenizer"),
+        )
+    template = meta.get("template", "")
+    if template and not _TEMPLATE_META.fullmatch(template):
+        raise InputError(
+            f"kvpool.template {template!r} is not a template kvpool writes (chatml, llama3, "
+            "or hf:NAME#DIGEST of a model folder's)",
+            Location(where, field="kvpool.template"),
         )
 
 

@@ -415,7 +415,7 @@ def test_analyze_of_a_canonical_file_with_hostile_metadata_runs_only_its_tools(t
     assert meta[b"kvpool.tokenizer"] == f"hf:{tok_dir.name}".encode()
     meta[b"kvpool.tokenizer"] = b"hf:; touch PWNED6 ; $(touch PWNED7) `touch PWNED8` <b>x</b>*0.5"
     meta[b"kvpool.template"] = (
-        b"chatml <img src=x onerror=alert(1)> [x](javascript:alert(1)) $(touch PWNED9)"
+        b"hf:<img src=x onerror=alert(1)> [x](javascript:alert(1)) $(touch PWNED9)#0123456789ab"
     )
     trace = tmp_path / f"t {HOSTILE}.parquet"
     pq.write_table(table.replace_schema_metadata(meta), trace)

@@ -193,24 +193,26 @@ def test_a_model_that_is_neither_a_repository_nor_a_folder_is_refused(tmp_path):
     assert r.returncode in (2, 3) and "Traceback" not in r.stderr
 
 
-def test_an_edited_canonical_tokenizer_is_refused(tmp_path):
+def test_an_edited_canonical_tokenizer_or_template_is_refused(tmp_path):
     log = markup_log(tmp_path / "log.jsonl", n=30)
     trace = tmp_path / "t.parquet"
     ok(kvpool("convert", str(log), "-o", str(trace), cwd=tmp_path))
     table = pq.read_table(trace)
-    for bad in (
-        "hf:x\ntouch PWNED",
-        "cl100k_base*0.5; touch PWNED",
-        "cl100k_base*1e308",
-        "$(touch PWNED)",
+    for key, bad in (
+        ("tokenizer", "hf:x\ntouch PWNED"),
+        ("tokenizer", "cl100k_base*0.5; touch PWNED"),
+        ("tokenizer", "cl100k_base*1e308"),
+        ("tokenizer", "$(touch PWNED)"),
+        ("template", "chatml; touch PWNED"),
+        ("template", "hf:x*0.5#0123456789ab"),
     ):
-        meta = {**table.schema.metadata, b"kvpool.tokenizer": bad.encode()}
+        meta = {**table.schema.metadata, f"kvpool.{key}".encode(): bad.encode()}
         edited = tmp_path / "edited.parquet"
         pq.write_table(table.replace_schema_metadata(meta), edited)
         for cmd in (("reuse", str(edited)), ("analyze", str(edited), "-o", str(tmp_path))):
             r = kvpool(*cmd, cwd=tmp_path)
             assert r.returncode == 3, (bad, cmd, r.stderr[-1000:])
-            assert "kvpool.tokenizer" in r.stderr and "Traceback" not in r.stderr
+            assert f"kvpool.{key}" in r.stderr and "Traceback" not in r.stderr
     assert not list(tmp_path.rglob("PWNED"))
 
 
