@@ -94,7 +94,12 @@ def main() -> None:
     log = Path(args.log).resolve()
     if not log.is_file():
         sys.exit(f"no trace at {log}")
-    ref = args.baseline or before_the_plans()
+    ref = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--verify", args.baseline or before_the_plans()],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(args.dir or tmp)
         d.mkdir(parents=True, exist_ok=True)
