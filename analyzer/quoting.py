@@ -14,6 +14,8 @@ shell comment       :func:`comment`: control characters made ``?``, so a newline
                     cannot end the comment and start a command
 Markdown text       :func:`md_text`: no raw HTML, links or code spans; controls ``?``
 Markdown code       :func:`md_code`: a fence longer than any backtick run inside
+dashboard text      :func:`st_text`: :func:`md_text`, and ``$`` escaped (Streamlit's
+                    Markdown renders ``$...$`` as math)
 Kubernetes fields   :func:`k8s_text`: ``$`` doubled, so ``$(VAR)`` is not expanded
 YAML, JSON, ENV     their serializers (``yaml.safe_dump``, ``json.dumps``,
                     :func:`env_line`)
@@ -84,6 +86,13 @@ def md_text(text: str) -> str:
     backslash escapes render as the characters themselves. A newline is a space: the
     text stays in its paragraph or table cell."""
     return scrub(str(text).replace("\n", " ")).translate(_MD_ESCAPES)
+
+
+def st_text(text: str) -> str:
+    """Text for Streamlit's Markdown (``st.markdown``, ``st.caption``, ``st.error``, ...)
+    as itself: :func:`md_text`'s rule, and ``$`` escaped, since Streamlit renders
+    ``$...$`` as LaTeX."""
+    return md_text(text).replace("$", "\\$")
 
 
 def md_code(text: str, lang: str = "") -> str:

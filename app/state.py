@@ -18,6 +18,7 @@ from pathlib import Path
 import streamlit as st
 
 from analyzer.errors import KvpoolError
+from analyzer.quoting import st_text
 from app.command import ENV_INPUT, ENV_SCRATCH, max_upload_mb
 
 REPO = Path(__file__).resolve().parents[1]
@@ -203,9 +204,9 @@ def guard() -> Iterator[None]:
     try:
         yield
     except KvpoolError as exc:
-        st.error(gui_words(exc.message))
+        st.error(st_text(gui_words(exc.message)))  # names files and values: text only
         if exc.hint:
-            st.caption(f"Hint: {gui_words(exc.hint)}")
+            st.caption(f"Hint: {st_text(gui_words(exc.hint))}")
         st.stop()
 
 

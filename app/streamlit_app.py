@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analyzer.quoting import st_text
 from app import controls, state
 
 st.set_page_config(page_title="kvpool what-if", page_icon=":material/memory:", layout="wide")
@@ -27,7 +28,7 @@ page = st.navigation(PAGES)
 
 src = state.source()
 with st.sidebar:
-    st.caption(f"Trace: **{src.label}**" if src else "No trace loaded")
+    st.caption(f"Trace: **{st_text(src.label)}**" if src else "No trace loaded")
 controls.sidebar()
 
 page.run()

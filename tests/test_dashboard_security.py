@@ -165,3 +165,50 @@ def test_bad_dashboard_flags_are_usage_errors(tmp_path) -> None:
             timeout=60,
         )
         assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr
+
+
+# a file name (so no "/") that is a link, raw HTML, math, a Streamlit colour directive and
+# rich markup
+MARKUP_NAME = "[x](https:attacker.example) <img src=x onerror=alert(1)> $x^2$ :red[y] [b]z"
+
+
+def _markup(md: str) -> list[str]:
+    """The inline markup CommonMark finds in ``md`` (Streamlit's Markdown is CommonMark
+    with math: a ``$`` not escaped would open a formula)."""
+    from markdown_it import MarkdownIt
+
+    tokens = [t for b in MarkdownIt("commonmark").parse(md) for t in b.children or []]
+    found = [t.type for t in tokens if t.type in ("link_open", "html_inline", "image")]
+    return found + ["math"] * md.replace("\\$", "").count("$")
+
+
+def test_file_names_and_messages_are_text_on_the_dashboard(tmp_path, monkeypatch) -> None:
+    """Streamlit writes captions, headers and error boxes as Markdown: a file's name and an
+    error naming one reach them as text (quoting.st_text), never as a link, an image,
+    HTML or a formula."""
+    from streamlit.testing.v1 import AppTest
+
+    from analyzer.quoting import st_text
+    from analyzer.synth import SynthConfig, generate
+
+    log = tmp_path / f"{MARKUP_NAME}.jsonl"
+    generate(SynthConfig(profile="chat", requests=60, seed=1), log, fmt="openai")
+    monkeypatch.setenv(command.ENV_INPUT, str(log))
+    monkeypatch.delenv(command.ENV_ROOTS, raising=False)
+    at = AppTest.from_file(str(command.APP_DIR / "streamlit_app.py"), default_timeout=180)
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.subheader[0].value == f"Loaded: {st_text(log.name)}"
+    named = [e.value for e in (*at.subheader, *at.caption) if "attacker" in e.value]
+    assert len(named) >= 3, named  # the header, the sidebar's trace, the files read
+    for text in named:
+        assert not _markup(text), text
+    # an error that names a file: the path box given a missing one
+    at.radio(key="load.how").set_value("Path on this machine").run()
+    at.text_input(key="load.path").input(str(log.with_name(f"gone {MARKUP_NAME}.jsonl")))
+    at.button(key="load.open_path").click().run()
+    assert not at.exception
+    errors = [e.value for e in at.error if "attacker" in e.value]
+    assert errors, [e.value for e in at.error]
+    for text in errors:
+        assert not _markup(text), text

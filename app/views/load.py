@@ -6,6 +6,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from analyzer.quoting import st_text
 from app import compute, state
 from app.command import check_trace_path, max_upload_mb
 
@@ -76,7 +77,7 @@ with state.guard():
     src = state.source()
     if src is None:
         st.stop()
-    st.subheader(f"Loaded: {src.label}")
+    st.subheader(f"Loaded: {st_text(src.label)}")
     loaded = compute.ingest(src.paths, state.ingest_choice().key()).loaded
     trace = loaded.trace
     span = float(trace.arrival_s[-1] - trace.arrival_s[0]) if trace.n_requests else 0.0
@@ -110,12 +111,14 @@ with state.guard():
     formats = loaded.formats or ["?"] * len(loaded.sources)
     st.caption(
         "Read: "
-        + ", ".join(f"{Path(p).name} ({f})" for p, f in zip(loaded.sources, formats, strict=False))
+        + ", ".join(
+            f"{st_text(Path(p).name)} ({f})" for p, f in zip(loaded.sources, formats, strict=False)
+        )
     )
     if loaded.untimed_files:
         st.info(
             "No timestamps in "
-            + ", ".join(Path(p).name for p in loaded.untimed_files)
+            + ", ".join(st_text(Path(p).name) for p in loaded.untimed_files)
             + ": requests are spaced 1 s apart in file order, so rates and replay timing "
             "are nominal."
         )

@@ -6,6 +6,7 @@ import streamlit as st
 
 from analyzer.advisor.products import DOCS_CHECKED
 from analyzer.advisor.sensitivity import summarize
+from analyzer.quoting import st_text
 from analyzer.report import figures
 from analyzer.report.document import ReportDocument
 from analyzer.report.summary import (
@@ -142,7 +143,7 @@ def _draw() -> None:
             stale=ans.stale,
             repriced=bool(ans.repriced),
         )
-        st.caption(banner.settings_line(result.options, result.plans))
+        st.caption(st_text(banner.settings_line(result.options, result.plans)))  # model names
         _repriced_lines(cur, opts, ans)
         with st.expander("Why: every reason", expanded=False):
             for reason in decision.reasons:
