@@ -895,7 +895,7 @@ def _calibrate(model: str, gpu: str, tp: int, kv_dtype: str, name: str, data: by
         k for k in ("compute_scale", "overhead_s", "load_scale", "latency_s") if k not in fit.fitted
     ]
     summary = [
-        rows.summary() + ".",
+        rows.summary(name) + ".",
         f"Fitted {', '.join(fit.fitted) or 'nothing'}"
         + (f"; kept from the catalog: {', '.join(kept)}" if kept else "")
         + f". Coefficients: {coeffs}.",

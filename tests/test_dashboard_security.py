@@ -212,3 +212,34 @@ def test_file_names_and_messages_are_text_on_the_dashboard(tmp_path, monkeypatch
     assert errors, [e.value for e in at.error]
     for text in errors:
         assert not _markup(text), text
+
+
+def test_a_calibration_upload_is_named_as_uploaded_and_shown_as_text(tmp_path, monkeypatch) -> None:
+    """The Cost page's fit summary names a calibration CSV by its upload's name (not the
+    server's temporary copy), and that name and a skipped row's value reach the page as
+    text."""
+    from streamlit.testing.v1 import AppTest
+
+    from analyzer.synth import SynthConfig, generate
+    from app import state
+
+    log = tmp_path / "chat.jsonl"
+    generate(SynthConfig(profile="chat", requests=60, seed=1), log, fmt="openai")
+    monkeypatch.setenv(command.ENV_INPUT, str(log))
+    monkeypatch.delenv(command.ENV_ROOTS, raising=False)
+    fixture = command.APP_DIR.parent / "tests" / "fixtures" / "cost" / "ttft_calibration.csv"
+    bad_row = f"1,0,1,25,{MARKUP_NAME.replace(',', ' ')}\n"
+    at = AppTest.from_file(str(command.APP_DIR / "streamlit_app.py"), default_timeout=180)
+    at.run()
+    at.switch_page("views/cost.py").run()
+    at.file_uploader(key="cost.calibration").upload(
+        f"{MARKUP_NAME}.csv", fixture.read_bytes() + bad_row.encode(), "text/csv"
+    )
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    at.checkbox(key="cost.use_fit").check().run()
+    shown = [e.value for e in (*at.markdown, *at.caption, *at.warning) if "attacker" in e.value]
+    assert len(shown) >= 2, shown  # the fit's summary, the caption naming the model's CSV
+    for text in shown:
+        assert not _markup(text), text
+        assert str(state.scratch_dir()) not in text and "kvpool-spill" not in text, text

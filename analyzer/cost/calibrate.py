@@ -61,10 +61,16 @@ class CsvRows:
     skipped: int
     examples: list[str]
 
-    def summary(self) -> str:
-        out = f"{len(self.rows)} usable rows from {self.path}"
+    def summary(self, name: str | None = None) -> str:
+        """How many rows were usable, from the file (called ``name`` where given: the
+        dashboard names an upload as its user did, not by its copy's temporary path)."""
+        shown_as = self.path if name is None else name
+        out = f"{len(self.rows)} usable rows from {shown_as}"
         if self.skipped:
-            out += f", {self.skipped} skipped (e.g. {self.examples[0]})"
+            example = self.examples[0]  # "PATH:LINE: problem"
+            if example.startswith(f"{self.path}:"):
+                example = shown_as + example[len(self.path) :]
+            out += f", {self.skipped} skipped (e.g. {example})"
         return out
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import streamlit as st
 
 from analyzer.errors import KvpoolError
+from analyzer.quoting import st_text
 from app import charts, compute, controls, state
 
 st.title("Cost model")
@@ -110,10 +111,10 @@ with state.guard():
     else:
         fit = compute.calibrate(w, upload.name, upload.getvalue())
         st.altair_chart(charts.fitted_chart(fit.points), width="stretch")
-        for line in fit.summary:
-            st.write(line)
+        for line in fit.summary:  # the upload's name and its rows' values: text only
+            st.markdown(st_text(line))
         for warning in fit.warnings:
-            st.warning(warning)
+            st.warning(st_text(warning))
         use = st.checkbox(
             "Use the fitted model on the Replay page",
             value=state.calibration() is not None,
@@ -121,4 +122,5 @@ with state.guard():
         )
         state.set_calibration((upload.name, upload.getvalue()) if use else None)
     if state.calibration() is not None:
-        st.caption(f"The Replay page uses the TTFT model fitted to {state.calibration()[0]}.")
+        name = st_text(state.calibration()[0])
+        st.caption(f"The Replay page uses the TTFT model fitted to {name}.")
