@@ -112,7 +112,8 @@ def tokenize_all(log: str) -> dict:
     radix tree, no output.
     """
     from analyzer.ingest import IngestOptions
-    from analyzer.ingest.readers import PARSERS, FileContext, records
+    from analyzer.ingest.fields import FileContext
+    from analyzer.ingest.registry import PARSERS, records
     from analyzer.tokenize import PromptRenderer, load_tokenizer
 
     opts = IngestOptions()
@@ -137,7 +138,7 @@ def stages(log: str, out: str) -> dict[str, float]:
 
     import analyzer.blocks.hashing as hashing
     import analyzer.cache.token_radix as radix
-    import analyzer.ingest.pipeline as pipeline
+    import analyzer.ingest.builder as builder
     import analyzer.ingest.readers as readers
     import analyzer.tokenize.render as render
     import analyzer.tokenize.tokenizer as tokenizer
@@ -170,11 +171,11 @@ def stages(log: str, out: str) -> dict[str, float]:
     charge(radix.ArrivalLCP, "extend", "exact-LCP radix tree")
     charge(radix.ArrivalLCP, "finish", "exact-LCP radix tree")
     charge(readers, "parse_openai", "row fields (parse_openai)")
-    pipeline.PARSERS["openai"] = readers.parse_openai
-    charge(pipeline._Builder, "__init__", "start-up (tokenizer tables, numba code)")
-    charge(pipeline._Builder, "finish", "building the table")
-    charge(pipeline._Builder, "_hash_content", "per-request glue")
-    charge(pipeline._Builder, "_add", "per-request glue")
+    builder.PARSERS["openai"] = readers.parse_openai
+    charge(builder.TraceBuilder, "__init__", "start-up (tokenizer tables, numba code)")
+    charge(builder.TraceBuilder, "finish", "building the table")
+    charge(builder.TraceBuilder, "_hash_content", "per-request glue")
+    charge(builder.TraceBuilder, "_add", "per-request glue")
     c0 = time.process_time()
     loaded = open_trace([log], IngestOptions(salt=b"bench"))
     c1 = time.process_time()

@@ -35,7 +35,8 @@ def generate(folder: Path, requests: int, seed: int) -> tuple[Path, Path, int]:
     """(recording, Bailian trace, events) of ``requests`` requests."""
     import msgspec
 
-    from analyzer.ingest.kvevents import RecordingWriter, decode_payload
+    from analyzer.ingest.kvfile import RecordingWriter
+    from analyzer.ingest.kvwire import decode_payload
 
     bs = 16  # the engine's blocks and Bailian's
     rnd = random.Random(seed)

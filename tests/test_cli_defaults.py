@@ -155,9 +155,9 @@ def test_the_ingest_group_reaches_the_command(tmp_path, monkeypatch):
 
     log = tmp_path / "a.jsonl"
     log.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
-    import analyzer.ingest.pipeline as pipeline
+    import analyzer.ingest.convert as convert
 
-    monkeypatch.setattr(pipeline, "convert_trace", spy)
+    monkeypatch.setattr(convert, "convert_trace", spy)
     r = CliRunner().invoke(
         app,
         [

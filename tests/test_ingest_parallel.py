@@ -18,8 +18,8 @@ import analyzer.ingest.io as io
 from analyzer.errors import InputError, Location
 from analyzer.ingest import IngestOptions, open_trace
 from analyzer.ingest.io import iter_lines, line_spans
-from analyzer.ingest.parallel import PieceFailed, _rebuilt, plan
-from analyzer.ingest.readers import SplitMisaligned, csv_records
+from analyzer.ingest.parallel import PieceFailed, plan, rebuilt_error
+from analyzer.ingest.streams import SplitMisaligned, csv_records
 
 FIX = Path(__file__).parent / "fixtures" / "ingest"
 SALT = b"fixed test salt"
@@ -92,9 +92,9 @@ def test_an_untimed_log_is_spaced_over_the_whole_file(tmp_path):
 
 def test_the_token_tree_bound_falls_back_at_the_same_request(tmp_path):
     log = chat_log(tmp_path / "chat.jsonl", 120, seed=3, bad=False)
-    from analyzer.ingest.pipeline import _Builder
+    from analyzer.ingest.builder import TraceBuilder
 
-    b = _Builder([str(log)], ["openai"], IngestOptions(salt=SALT), None)
+    b = TraceBuilder([str(log)], ["openai"], IngestOptions(salt=SALT), None)
     b.read_file(str(log), "openai")
     assert b.lcp is not None
     bound = b.lcp.memory_bytes() * 2 // 3  # passed about two thirds of the way through
@@ -109,19 +109,20 @@ def test_the_token_tree_bound_falls_back_at_the_same_request(tmp_path):
 def test_the_memos_are_caches_whose_bounds_the_processes_share(tmp_path, monkeypatch):
     """The memos' bounds change the work, never the output; each of N reading processes
     holds an N-th of them, so memory does not grow with --jobs."""
-    import analyzer.ingest.pipeline as pipeline
+    import analyzer.ingest.builder as builder
+    from analyzer.ingest.load import read_inputs
 
     log = chat_log(tmp_path / "chat.jsonl", 150, seed=4)
     opts = IngestOptions(salt=SALT, jobs=3, parallel_min_bytes=0)
-    _, b = pipeline._read_raw([str(log)], opts, None)
-    assert isinstance(b, pipeline._Builder) and b.renderer is not None
-    assert b.hasher.memo_max_hashes == pipeline.MEMO_HASHES // 3
-    assert b.renderer.memo_max_tokens == pipeline.MEMO_TOKENS // 3
+    b = read_inputs([str(log)], opts, None)
+    assert isinstance(b, builder.TraceBuilder) and b.renderer is not None
+    assert b.hasher.memo_max_hashes == builder.MEMO_HASHES // 3
+    assert b.renderer.memo_max_tokens == builder.MEMO_TOKENS // 3
     b.rows.close()
 
     roomy = open_trace([str(log)], IngestOptions(salt=SALT, jobs=1))
-    monkeypatch.setattr(pipeline, "MEMO_TOKENS", 40)  # a message or two
-    monkeypatch.setattr(pipeline, "MEMO_HASHES", 4)
+    monkeypatch.setattr(builder, "MEMO_TOKENS", 40)  # a message or two
+    monkeypatch.setattr(builder, "MEMO_HASHES", 4)
     tight = open_trace([str(log)], IngestOptions(salt=SALT, jobs=1))
     same(roomy, tight)
     assert tight.stats["parts_tokenized"] > roomy.stats["parts_tokenized"]
@@ -137,7 +138,7 @@ def test_stateful_formats_are_read_in_the_parent(tmp_path):
 def test_a_user_error_in_a_worker_reaches_the_parent_whole():
     err = InputError("malformed JSON", Location("f.jsonl", 3, "x"), hint="fix it")
     failed = pickle.loads(pickle.dumps(PieceFailed(type(err), err.message, err.hint)))
-    back = _rebuilt(failed)
+    back = rebuilt_error(failed)
     assert isinstance(back, InputError) and str(back) == str(err)
     assert back.exit_code == err.exit_code
 

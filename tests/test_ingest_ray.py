@@ -12,7 +12,7 @@ import pytest
 from analyzer.errors import InputError, OutputError, UsageError
 from analyzer.ingest import IngestOptions, open_trace
 from analyzer.ingest.cluster import NOTE, import_ray
-from analyzer.ingest.pipeline import convert_trace
+from analyzer.ingest.convert import convert_trace
 from analyzer.trace import dataset_files, read_canonical
 from tests.test_ingest_parallel import FIX, SALT, chat_log, same
 
@@ -174,7 +174,7 @@ def test_what_a_ray_worker_sends_back_holds_no_prompt_text(tmp_path):
 
     import pyarrow as pa
 
-    from analyzer.ingest.cluster import PieceReader, _decode
+    from analyzer.ingest.cluster import PieceReader, decode_result
     from analyzer.ingest.parallel import plan
 
     log = tmp_path / "chat.jsonl"
@@ -193,7 +193,7 @@ def test_what_a_ray_worker_sends_back_holds_no_prompt_text(tmp_path):
     piece = plan([str(log)], ["openai"], 1)[0]
     reader = PieceReader([str(log)], ["openai"], IngestOptions(salt=SALT), str(tmp_path), [piece])
     out = reader(pa.table({"piece": [0]}))
-    res = _decode(out.column("result")[0].as_py())
+    res = decode_result(out.column("result")[0].as_py())
     sent = out.column("result")[0].as_py() + out.column("rows")[0].as_py()
     # the base64 fields decoded too: nothing hides in them
     sent += res.iso + res.lines + res.spool.time + res.spool.prompt_tokens + res.spool.lcp_index
@@ -217,7 +217,7 @@ def test_an_address_where_nothing_listens_fails_at_once():
 def test_a_piece_result_crosses_the_network_as_json_and_comes_back_equal():
     """No pickle between the driver and the actors: results are JSON, rebuilt field by field."""
     from analyzer.errors import InputError
-    from analyzer.ingest.cluster import _decode, _encode
+    from analyzer.ingest.cluster import decode_result, encode_result
     from analyzer.ingest.options import SkipSummary
     from analyzer.ingest.parallel import PieceFailed, PieceResult
     from analyzer.ingest.spool import SpoolFile
@@ -235,8 +235,8 @@ def test_a_piece_result_crosses_the_network_as_json_and_comes_back_equal():
         stats=(3, 2, 40, 5),
         timed=True,
     )
-    blob = _encode(res)
+    blob = encode_result(res)
     json.loads(blob)  # plain JSON, no pickle
-    assert _decode(blob) == res
+    assert decode_result(blob) == res
     failed = PieceFailed(InputError, "a.jsonl:3 (field 'messages'): mistyped field", None)
-    assert _decode(_encode(failed)) == failed
+    assert decode_result(encode_result(failed)) == failed

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import analyzer.ingest.spool as spool
 from analyzer.cache import ArrivalLCP, lcp_reference
 from analyzer.ingest import IngestOptions, open_trace
-from analyzer.ingest.pipeline import convert_trace, table_figures
+from analyzer.ingest.convert import convert_trace, table_figures
 from analyzer.ingest.spool import DistinctCounter
 
 FIX = Path(__file__).parent / "fixtures" / "ingest"
@@ -284,9 +284,9 @@ def test_compiled_id_hashes_are_hashlibs(values, namespace, salt):
 
 
 def _line_reader_only(monkeypatch):
-    import analyzer.ingest.pipeline as pipeline
+    import analyzer.ingest.builder as builder
 
-    monkeypatch.setattr(pipeline, "BULK", {})
+    monkeypatch.setattr(builder, "BULK", {})
 
 
 @pytest.mark.parametrize("block_size", [None, 1024])
@@ -439,13 +439,15 @@ def test_bulk_readers_take_files_ending_in_blank_lines(tmp_path, monkeypatch, ta
 
 
 def test_bulk_bailian_reader_runs_in_the_parent_of_a_parallel_read(tmp_path, monkeypatch):
-    from analyzer.ingest.pipeline import _Builder
+    from analyzer.ingest.builder import TraceBuilder
 
     rows = [_bailian_row(i, -1 if i % 3 == 0 else i - 1, i, 20 + i) for i in range(300)]
     path = _bailian_file(tmp_path / "b.jsonl", rows)
     calls = []
-    real = _Builder._read_bulk
-    monkeypatch.setattr(_Builder, "_read_bulk", lambda b, p, f: calls.append(p) or real(b, p, f))
+    real = TraceBuilder._read_bulk
+    monkeypatch.setattr(
+        TraceBuilder, "_read_bulk", lambda b, p, f: calls.append(p) or real(b, p, f)
+    )
     _same_by_both_readers(monkeypatch, [path], jobs=2, parallel_min_bytes=1)
     assert calls == [path]  # the columns were read, not the lines
 
@@ -473,12 +475,12 @@ def test_bulk_bailian_reader_leaves_unusual_files_to_the_line_reader(tmp_path, m
 
 
 def test_bulk_bailian_reader_leaves_tenant_keyed_hashes_to_the_line_reader(tmp_path, monkeypatch):
-    from analyzer.ingest.pipeline import _Builder
+    from analyzer.ingest.builder import TraceBuilder
 
     rows = [_bailian_row(i, -1, i, type="image" if i % 2 else "text") for i in range(6)]
     path = _bailian_file(tmp_path / "b.jsonl", rows)
     opts = IngestOptions(salt=SALT, hash_keys=("model", "tenant"))
-    b = _Builder([path], ["bailian"], opts, None)
+    b = TraceBuilder([path], ["bailian"], opts, None)
     assert b.bulk_rows(path, "bailian") is None and not len(b.rows)
     _same_by_both_readers(monkeypatch, [path], hash_keys=("model", "tenant"))
 

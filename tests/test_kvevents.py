@@ -35,18 +35,10 @@ from analyzer.blocks import id_hashes
 from analyzer.cli import app
 from analyzer.errors import InputError, UsageError
 from analyzer.ingest import IngestOptions, detect_format, open_trace
-from analyzer.ingest.kvevents import (
-    CONTINUATION_GAP_S,
-    MAGIC,
-    Cleared,
-    RecordingWriter,
-    Removed,
-    Stored,
-    WireError,
-    decode_payload,
-    read_recording,
-)
+from analyzer.ingest.kvfile import MAGIC, RecordingWriter, read_recording
+from analyzer.ingest.kvrebuild import CONTINUATION_GAP_S
 from analyzer.ingest.kvrecord import RecordOptions, check_endpoint, record_events
+from analyzer.ingest.kvwire import Cleared, Removed, Stored, WireError, decode_payload
 
 SALT = b"\x01" * 32
 ROOT = Path(__file__).resolve().parents[1]

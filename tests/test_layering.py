@@ -16,6 +16,7 @@ ANALYZER = ROOT / "analyzer"
 LAYERS = {
     "__init__": 1,
     "errors": 1,
+    "jsontypes": 1,
     "limits": 1,
     "outputs": 1,
     "quoting": 1,

@@ -19,7 +19,7 @@ import numpy as np
 
 from analyzer.advisor.figures import AnalyzedInput, ReuseFigures, SkippedRows, TraceFigures
 from analyzer.errors import shown
-from analyzer.ingest.pipeline import release_freed_memory
+from analyzer.ingest.builder import release_freed_memory
 from analyzer.progress import progress
 from analyzer.trace import BlockTrace
 

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from analyzer.advisor.sensitivity import FlipRow
     from analyzer.advisor.sizing import Sizing
     from analyzer.ingest import LoadedTrace
-    from analyzer.ingest.kvevents import EngineEvents
+    from analyzer.ingest.kvrebuild import EngineEvents
     from analyzer.replay.miniature import Miniature
     from analyzer.reuse import ReuseReport
 

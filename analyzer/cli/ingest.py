@@ -89,7 +89,7 @@ def _convert(  # type: ignore[no-untyped-def]
 
     from analyzer.errors import printable
     from analyzer.ingest import open_trace, previews_path
-    from analyzer.ingest.pipeline import convert_trace
+    from analyzer.ingest.convert import convert_trace
     from analyzer.outputs import atomic_path, check_dataset_output, check_output
     from analyzer.progress import progress
 
@@ -124,7 +124,7 @@ def _convert(  # type: ignore[no-untyped-def]
                 pq.write_table(side, tmp, compression="zstd")
         console.print(printable(summary(loaded, written, name)), markup=False)
         return
-    from analyzer.ingest.pipeline import table_figures
+    from analyzer.ingest.convert import table_figures
 
     with progress("reading", total, unit="bytes") as advance:
         loaded = open_trace([str(p) for p in inputs], opts, advance=advance)

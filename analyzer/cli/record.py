@@ -72,7 +72,7 @@ def record(
     from analyzer.blocks import load_salt
     from analyzer.cli.stdio import is_stdio, output_file
     from analyzer.errors import UsageError
-    from analyzer.ingest.kvevents import RecordingWriter
+    from analyzer.ingest.kvfile import RecordingWriter
     from analyzer.ingest.kvrecord import RecordOptions, check_endpoint, record_events
     from analyzer.outputs import atomic_path, check_output
     from analyzer.progress import enabled

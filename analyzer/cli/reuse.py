@@ -185,7 +185,7 @@ def reuse(
         loaded.drop_block_columns()
     trace = loaded.trace
     if once:
-        from analyzer.ingest.pipeline import release_freed_memory
+        from analyzer.ingest.builder import release_freed_memory
 
         release_freed_memory()  # numbering the hashes freed about as much as it holds
     if block_size is not None and block_size != trace.block_size:

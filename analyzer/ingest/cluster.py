@@ -6,7 +6,7 @@ large log spreads over a large cluster) become a Ray Dataset, one row per piece.
 ``map_batches`` runs :class:`PieceReader`, a pool of actors (one CPU each, as many as
 the cluster has CPUs, at most one per piece), each holding one reader with its memos,
 as a ``--jobs`` worker process does; the reader is the ``--jobs`` worker's own code
-(:func:`analyzer.ingest.parallel._run`). The driver adopts the pieces' rows in input
+(:func:`analyzer.ingest.parallel.run_piece`). The driver adopts the pieces' rows in input
 order with :func:`~analyzer.ingest.parallel.assemble`, so rows, hashes, order, skip
 counts and notes are those of a one-process run.
 
@@ -32,29 +32,30 @@ import logging
 import os
 import socket
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, replace
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TypedDict
 
 import pyarrow as pa
 
 from analyzer.errors import InputError, KvpoolError, OutputError, UsageError
-from analyzer.ingest.options import SkipSummary
+from analyzer.ingest.builder import TraceBuilder
+from analyzer.ingest.options import IngestOptions, SkipSummary
 from analyzer.ingest.parallel import (
     Piece,
     PieceFailed,
     PieceResult,
-    _init,
-    _run,
-    _with_timing,
+    WorkerSetup,
     assemble,
+    init_worker,
     plan,
+    run_piece,
+    with_timing,
 )
-from analyzer.ingest.readers import SplitMisaligned
 from analyzer.ingest.spool import SpoolFile
+from analyzer.ingest.streams import SplitMisaligned
 from analyzer.spill import new_dir, remove
-
-if TYPE_CHECKING:
-    from analyzer.ingest.pipeline import _Builder
 
 INSTALL = "pip install 'kvpool-advisor[ray]'"
 PIECE_BYTES = 64 << 20  # a byte range's largest size: enough pieces to spread the work
@@ -66,7 +67,7 @@ NOTE = (
 )
 
 
-def import_ray() -> Any:
+def import_ray() -> ModuleType:
     """The ``ray`` module, or a one-line usage error saying how to install it."""
     try:
         import ray
@@ -77,7 +78,7 @@ def import_ray() -> Any:
 
 
 @contextlib.contextmanager
-def connected(address: str) -> Any:
+def connected(address: str) -> Iterator[ModuleType]:
     """Ray, connected to ``address`` (``local``: a new instance on this machine) for the
     duration; a connection already open in this process (a library caller's) is used
     as it is and left open."""
@@ -87,7 +88,7 @@ def connected(address: str) -> Any:
         yield ray
         return
     _check_reachable(address)
-    kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
+    kwargs: dict[str, object] = {"log_to_driver": False, "logging_level": logging.WARNING}
     if address == LOCAL:
         kwargs["include_dashboard"] = False
     try:
@@ -123,17 +124,32 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
         ) from None
 
 
+class PieceRow(TypedDict):
+    """A row :class:`PieceReader` returns: the piece's index, its encoded result
+    (:func:`encode_result`) and its spooled rows (an Arrow IPC file's bytes)."""
+
+    piece: int
+    result: bytes
+    rows: bytes
+
+
 class PieceReader:
     """A Ray Data actor: reads, tokenizes and hashes the pieces it is given with the
     ``--jobs`` worker's code, and returns their rows as an Arrow IPC file's bytes."""
 
     def __init__(
-        self, paths: list[str], fmts: list[str], opts: Any, cwd: str, pieces: list[Piece]
+        self, paths: list[str], fmts: list[str], opts: IngestOptions, cwd: str, pieces: list[Piece]
     ) -> None:
         if os.path.isdir(cwd):  # relative input paths and messages as on the driver
             os.chdir(cwd)
-        _init(None, None)
-        self._setup = (paths, fmts, opts, False, 1)  # no token tree; memos of one process
+        init_worker(None, None)
+        self._setup: WorkerSetup = (
+            paths,
+            fmts,
+            opts,
+            False,
+            1,
+        )  # no token tree; memos of one process
         self._pieces = pieces
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -144,7 +160,7 @@ class PieceReader:
             if isinstance(res, PieceResult):
                 data, res = _take_spool(res)
             pieces.append(i)
-            results.append(_encode(res))
+            results.append(encode_result(res))
             rows.append(data)
         return pa.table(
             {
@@ -161,7 +177,7 @@ class PieceReader:
                 f"{piece.path}: not found on Ray node {socket.gethostname()}",
                 "put the inputs on storage every node mounts at the same path",
             )
-        return _run(piece, self._setup)
+        return run_piece(piece, self._setup)
 
 
 # A piece's result crosses the network as JSON (bytes fields in base64), never as a
@@ -173,11 +189,13 @@ _BYTES = ("iso", "lines", "id_hashes")
 _SPOOL_BYTES = ("time", "prompt_tokens", "lcp_index")
 
 
-def _encode(res: PieceResult | PieceFailed) -> bytes:
-    """A piece's result as JSON bytes (see :func:`_decode`)."""
+def encode_result(res: PieceResult | PieceFailed) -> bytes:
+    """A piece's result as JSON bytes (see :func:`decode_result`)."""
     if isinstance(res, PieceFailed):
         kind = res.kind.__name__ if res.kind.__name__ in _KINDS else "KvpoolError"
-        doc: dict[str, Any] = {"failed": {"kind": kind, "message": res.message, "hint": res.hint}}
+        doc: dict[str, object] = {
+            "failed": {"kind": kind, "message": res.message, "hint": res.hint}
+        }
     else:
         spool = asdict(res.spool)
         for k in _SPOOL_BYTES:
@@ -194,8 +212,8 @@ def _encode(res: PieceResult | PieceFailed) -> bytes:
     return json.dumps(doc).encode()
 
 
-def _decode(blob: bytes) -> PieceResult | PieceFailed:
-    """The result :func:`_encode` wrote, rebuilt field by field."""
+def decode_result(blob: bytes) -> PieceResult | PieceFailed:
+    """The result :func:`encode_result` wrote, rebuilt field by field."""
     doc = json.loads(blob)
     if "failed" in doc:
         f = doc["failed"]
@@ -205,7 +223,9 @@ def _decode(blob: bytes) -> PieceResult | PieceFailed:
         spool[k] = base64.b64decode(spool[k])
     spool["batch_rows"] = tuple(spool["batch_rows"])
     # Previews keeps int block hashes as keys (JSON made them strings)
-    previews: dict[Any, Any] = {int(h): (v[0], v[1]) for h, v in doc["previews"].items()}
+    previews: dict[int, tuple[str, str]] = {
+        int(h): (v[0], v[1]) for h, v in doc["previews"].items()
+    }
     res = PieceResult(
         spool=SpoolFile(**spool),
         iso=base64.b64decode(doc["iso"]),
@@ -251,17 +271,17 @@ def _put_spool(data: bytes, res: PieceResult) -> PieceResult:
     return replace(res, spool=replace(res.spool, directory=d))
 
 
-def read_ray(b: _Builder, address: str) -> None:
+def read_ray(b: TraceBuilder, address: str) -> None:
     """Read ``b``'s inputs on the Ray cluster at ``address`` into ``b``, as
     :func:`~analyzer.ingest.parallel.read_parallel` does over local processes."""
     with connected(address) as ray:
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        pieces, split_timing = _with_timing(b, plan(b.paths, b.fmts, cpus, PIECE_BYTES))
+        pieces, split_timing = with_timing(b, plan(b.paths, b.fmts, cpus, PIECE_BYTES))
         if b.lcp is not None:
             b.lcp = None
             b.notes.append(NOTE)
         work = [i for i, p in enumerate(pieces) if not p.in_parent]
-        results = iter(())
+        results: Iterator[PieceRow] = iter(())
         if work:
             wopts = replace(
                 b.opts, block_size=b.block_size, salt=b.salt, exact=False, ray_address=None
@@ -284,7 +304,7 @@ def read_ray(b: _Builder, address: str) -> None:
         def fetch(i: int, piece: Piece) -> PieceResult | PieceFailed:
             while i not in early:
                 try:
-                    row: dict[str, Any] = next(results)
+                    row = next(results)
                 except StopIteration:
                     raise InputError(
                         f"the Ray cluster returned no result for {piece.path}"
@@ -299,7 +319,7 @@ def read_ray(b: _Builder, address: str) -> None:
                     ) from None
                 early[int(row["piece"])] = (row["result"], row["rows"])
             blob, data = early.pop(i)
-            res = _decode(blob)
+            res = decode_result(blob)
             if isinstance(res, PieceResult):
                 res = _put_spool(data, res)
                 if b.advance is not None:

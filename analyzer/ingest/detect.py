@@ -42,10 +42,10 @@ class Format(StrEnum):
     HELICONE = "helicone"
     PORTKEY = "portkey"
     OTEL = "otel"
-    KV_EVENTS = "kv-events"  # a `kvpool record` recording (analyzer/ingest/kvevents.py)
+    KV_EVENTS = "kv-events"  # a `kvpool record` recording (analyzer/ingest/kvfile.py)
 
 
-# Gateway and observability exports (analyzer/ingest/products.py), each in JSON lines,
+# Gateway and observability exports (analyzer/ingest/product_logs.py), each in JSON lines,
 # a JSON document or CSV.
 PRODUCT_FORMATS = frozenset(
     {Format.LITELLM, Format.LANGFUSE, Format.HELICONE, Format.PORTKEY, Format.OTEL}
@@ -176,7 +176,7 @@ def detect_format(path: str | Path) -> str:
         return "canonical"
     with open(p, "rb") as f:
         magic = f.read(8)
-    if magic == b"KVPOOLEV":  # analyzer.ingest.kvevents.MAGIC
+    if magic == b"KVPOOLEV":  # analyzer.ingest.kvfile.MAGIC
         return Format.KV_EVENTS
     if magic[:4] == b"PAR1":
         return _parquet_format(p)

@@ -12,7 +12,7 @@ python/sglang/srt/disaggregation/kv_events.py). A DEALER socket asks, so that ev
 message of the answer is read (a REQ socket takes one). A sequence number at or below
 the last is the publisher starting again (an engine restart), recorded as such.
 
-Everything received is written as it comes (:class:`~analyzer.ingest.kvevents.RecordingWriter`);
+Everything received is written as it comes (:class:`~analyzer.ingest.kvfile.RecordingWriter`);
 a frame or payload that does not fit the schema is counted by reason, never fatal.
 """
 
@@ -27,7 +27,8 @@ from typing import Any
 
 from analyzer import __version__
 from analyzer.errors import UsageError
-from analyzer.ingest.kvevents import RecordingWriter, Stored, WireBatch, WireError, decode_payload
+from analyzer.ingest.kvfile import RecordingWriter
+from analyzer.ingest.kvwire import Stored, WireBatch, WireError, decode_payload
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 _ENDPOINT = re.compile(

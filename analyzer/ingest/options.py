@@ -13,7 +13,7 @@ from analyzer.errors import printable, shown
 from analyzer.trace import BlockTrace
 
 if TYPE_CHECKING:
-    from analyzer.ingest.kvevents import EngineEvents
+    from analyzer.ingest.kvrebuild import EngineEvents
 
 HASH_KEYS = ("model", "tenant")
 TIME_UNITS = ("auto", "s", "ms", "us", "ns")

@@ -46,32 +46,36 @@ from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import suppress
 from dataclasses import dataclass, replace
+from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TypeAlias
 
 import numpy as np
 
-from analyzer.errors import InputError, KvpoolError
+from analyzer.cache.token_radix import ArrivalLCP
+from analyzer.errors import InputError, KvpoolError, UsageError
+from analyzer.ingest.builder import TraceBuilder
 from analyzer.ingest.detect import Format
+from analyzer.ingest.fields import FileContext
 from analyzer.ingest.io import Span, compression, line_spans
-from analyzer.ingest.options import SkipSummary
-from analyzer.ingest.readers import (
-    SPLITTABLE,
-    SPLITTABLE_CSV,
-    FileContext,
-    records,
-)
+from analyzer.ingest.options import IngestOptions, SkipSummary
+from analyzer.ingest.registry import records
 from analyzer.ingest.spool import RowSpool, SpoolFile
+from analyzer.ingest.streams import SPLITTABLE, SPLITTABLE_CSV
 from analyzer.spawn import start_processes
 from analyzer.spill import new_dir, remove
-
-if TYPE_CHECKING:
-    from analyzer.ingest.pipeline import _Builder
+from analyzer.tokenize import Previews, load_tokenizer
 
 # Formats read in the parent: they carry state between rows and across files (Langfuse:
 # the sessions of traces, given to their observations).
 STATEFUL = frozenset({Format.BAILIAN, Format.RAGPULSE, Format.LANGFUSE})
+
+# What a worker builds its reader from: the run's paths, formats and options, whether the
+# token tree is wanted, and how many processes read at once.
+WorkerSetup: TypeAlias = tuple[list[str], list[str], IngestOptions, bool, int]
+Counter: TypeAlias = "Synchronized[float]"  # input bytes read by the workers, shared
 
 
 def default_jobs() -> int:
@@ -109,8 +113,6 @@ def resolve_jobs(jobs: int | None) -> int:
     --jobs 16`` of a 137 MB log on 2 cores took 4.6 GB and 13.3 s, against 0.77 GB and
     4.3 s at ``--jobs 2``); fewer than one is a usage error. The output is the same at
     any number."""
-    from analyzer.errors import UsageError
-
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs must be at least 1, got {jobs}")
     cores = default_jobs()
@@ -202,13 +204,13 @@ class LcpRecorder:
         self._tokens.close()
 
 
-def replay(b: _Builder, directory: str, rows_before: int, row_of_end: np.ndarray) -> None:
+def replay(b: TraceBuilder, directory: str, rows_before: int, row_of_end: np.ndarray) -> None:
     """Apply a worker's recorded tree operations to the parent's tree, in order.
 
     ``row_of_end[k]`` is the piece's row (0-based) whose request the ``k``-th end
-    records; the tree's bound is checked after each, as :meth:`_Builder._add` does.
+    records; the tree's bound is checked after each, as :meth:`TraceBuilder.read_rows` does.
     """
-    nodes: dict[int, Any] = {}
+    nodes: dict[int, int] = {}
     with (
         open(os.path.join(directory, "ops.bin"), "rb") as fo,
         open(os.path.join(directory, "tokens.bin"), "rb") as ft,
@@ -230,18 +232,18 @@ def replay(b: _Builder, directory: str, rows_before: int, row_of_end: np.ndarray
                     pos += n
                     nodes[h] = lcp.extend(nodes.get(at) if at else None, tokens)
                 else:
-                    lcp.end(nodes[at] if at else lcp.root)
+                    lcp.end(nodes[at] if at else ArrivalLCP.root)
                     if lcp.memory_bytes() > b.opts.exact_max_bytes:
                         nodes.clear()  # so that the drop's collection frees the tree
-                        b._drop_exact(rows_before + int(row_of_end[k]) + 1)
+                        b.drop_exact(rows_before + int(row_of_end[k]) + 1)
                     k += 1
 
 
 # -- the worker side ---------------------------------------------------------------------
 
-_worker: _Builder | None = None
-_worker_setup: tuple[Any, ...] | None = None
-_counter: Any = None  # the parent's progress counter (a shared double), or None
+_worker: TraceBuilder | None = None
+_worker_setup: WorkerSetup | None = None
+_counter: Counter | None = None  # the parent's progress counter (a shared double)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +254,7 @@ class PieceResult:
     id_hashes: bytes  # uint64 per row with a request id (duplicates are counted)
     lcp_dir: str  # recorded tree operations ("" when the tree is not computed)
     skipped: SkipSummary
-    previews: dict[str, Any]  # hash -> (role, text head), as Previews keeps them
+    previews: dict[int, tuple[str, str]]  # hash -> (role, text head), as Previews keeps them
     stats: tuple[int, int, int, int]  # parts seen, parts tokenized, tokens encoded, blocks
     timed: bool | None  # the file's timing as the piece ended
 
@@ -261,70 +263,65 @@ class PieceResult:
 class PieceFailed:
     """A user-facing error raised in a worker, in a form that survives pickling."""
 
-    kind: type
+    kind: type[KvpoolError]
     message: str
     hint: str | None
 
 
-def _init(counter: Any, tokenizer: str | None) -> None:
+def init_worker(counter: Counter | None, tokenizer: str | None) -> None:
     """A worker's start, before the run's settings are known (:func:`start`): the ingest
     modules imported and the tokenizer loaded while the parent sets itself up."""
     global _counter
     _counter = counter
-    import analyzer.ingest.pipeline  # noqa: F401
-
     if tokenizer is not None:
-        from contextlib import suppress
-
-        from analyzer.tokenize import load_tokenizer
-
         with suppress(KvpoolError):  # the parent's own load reports it
             load_tokenizer(tokenizer)  # kept by tiktoken for the builder
 
 
-def _builder(setup: tuple[Any, ...]) -> _Builder:
+def _builder(setup: WorkerSetup) -> TraceBuilder:
     """This worker's reader for the run's ``setup`` (paths, formats, options, whether the
     token tree is wanted, processes), built at its first piece; its memos stay across
     the pieces it reads."""
     global _worker, _worker_setup
     if _worker is None or _worker_setup != setup:
-        from analyzer.ingest.pipeline import _Builder
-
         paths, fmts, opts, exact, processes = setup
         counter = _counter
 
         def advance(n: float) -> None:
+            assert counter is not None
             with counter.get_lock():
                 counter.value += n
 
-        _worker = _Builder(paths, fmts, opts, advance if counter is not None else None, processes)
+        _worker = TraceBuilder(
+            paths, fmts, opts, advance if counter is not None else None, processes
+        )
         _worker.exact_wanted = exact
         _worker_setup = setup
     return _worker
 
 
-def _run(piece: Piece, setup: tuple[Any, ...]) -> PieceResult | PieceFailed:
+def run_piece(piece: Piece, setup: WorkerSetup) -> PieceResult | PieceFailed:
+    """Read ``piece`` with this worker's builder for ``setup``; a user-facing error comes
+    back as a :class:`PieceFailed`."""
     try:
         return _read_piece(_builder(setup), piece)
     except KvpoolError as exc:
         return PieceFailed(type(exc), str(exc.message), exc.hint)
 
 
-def _read_piece(b: _Builder, piece: Piece) -> PieceResult:
-    from analyzer.tokenize import Previews
-
+def _read_piece(b: TraceBuilder, piece: Piece) -> PieceResult:
     r = b.renderer
     before = (r.parts_seen, r.parts_tokenized, r.tokens_encoded) if r is not None else (0, 0, 0)
     blocks_before = b.hasher.blocks_hashed
     b.rows = RowSpool()
     b.skipped = SkipSummary(max_examples=b.opts.max_examples)
     b.previews = Previews()
-    b._id_hashes = array("Q")
+    b.request_id_hashes = array("Q")
     b.hasher.forget()  # handles of the last piece's recorder must not be recalled
     lcp_dir = ""
     if b.exact_wanted:
         lcp_dir = str(new_dir("lcp"))  # token spill: the prompts, decodable
-        b.lcp = LcpRecorder(lcp_dir)  # type: ignore[assignment]
+        b.lcp = LcpRecorder(lcp_dir)
     ctx = FileContext(piece.path, piece.fmt, b.opts, shared=b.shared)
     ctx.timed, ctx.time_name = piece.timed, piece.time_name
     try:
@@ -337,10 +334,10 @@ def _read_piece(b: _Builder, piece: Piece) -> PieceResult:
         spool=b.rows.detach(),
         iso=np.asarray(iso, dtype=bool).tobytes(),
         lines=np.asarray(lines, dtype=np.int64).tobytes(),
-        id_hashes=b._id_hashes.tobytes(),
+        id_hashes=b.request_id_hashes.tobytes(),
         lcp_dir=lcp_dir,
         skipped=b.skipped,
-        previews=dict(b.previews._raw),  # type: ignore[arg-type]
+        previews=dict(b.previews._raw),
         stats=(
             after[0] - before[0],
             after[1] - before[1],
@@ -362,7 +359,7 @@ class Started:
 
     pieces: list[Piece]
     pool: ProcessPoolExecutor | None
-    counter: Any  # a shared progress counter, or None
+    counter: Counter | None  # a shared progress counter
 
     def stop(self, wait: bool = True) -> None:
         """Stop the workers: the read is not going to happen, or is over. ``wait=False``
@@ -395,13 +392,13 @@ def start(
     # concurrent.futures, not multiprocessing.Pool: a worker that dies (killed, out of
     # memory) fails the run with BrokenProcessPool instead of leaving it waiting forever.
     pool = ProcessPoolExecutor(
-        n_pool, mp_context=ctx, initializer=_init, initargs=(counter, tokenizer)
+        n_pool, mp_context=ctx, initializer=init_worker, initargs=(counter, tokenizer)
     )
     start_processes(pool, n_pool)  # not waited for: the parent sets itself up meanwhile
     return Started(pieces, pool, counter)
 
 
-def read_parallel(b: _Builder, jobs: int, started: Started) -> None:
+def read_parallel(b: TraceBuilder, jobs: int, started: Started) -> None:
     """Read ``b``'s inputs into ``b`` (rows, skips, previews, tree, times) over the
     processes of ``started`` (:func:`start`, for the same inputs and ``jobs``), as ``for
     each file: b.read_file(...)`` would."""
@@ -428,11 +425,12 @@ def read_parallel(b: _Builder, jobs: int, started: Started) -> None:
         return res
 
     try:  # the workers are stopped whatever fails, from here on
-        pieces, split_timing = _with_timing(b, started.pieces)
+        pieces, split_timing = with_timing(b, started.pieces)
         wopts = replace(b.opts, block_size=b.block_size, salt=b.salt, exact=False)
-        setup = (b.paths, b.fmts, wopts, b.lcp is not None, jobs)
+        setup: WorkerSetup = (b.paths, b.fmts, wopts, b.lcp is not None, jobs)
         pending.extend(
-            None if p.in_parent or pool is None else pool.submit(_run, p, setup) for p in pieces
+            None if p.in_parent or pool is None else pool.submit(run_piece, p, setup)
+            for p in pieces
         )
         assemble(b, pieces, split_timing, fetch)
         _progress(b, counter, taken)
@@ -450,7 +448,7 @@ def read_parallel(b: _Builder, jobs: int, started: Started) -> None:
 
 
 def assemble(
-    b: _Builder,
+    b: TraceBuilder,
     pieces: list[Piece],
     split_timing: dict[int, bool | None],
     fetch: Callable[[int, Piece], PieceResult | PieceFailed],
@@ -480,7 +478,7 @@ def assemble(
         else:
             res = fetch(i, piece)
             if isinstance(res, PieceFailed):
-                raise _rebuilt(res)
+                raise rebuilt_error(res)
             _adopt(b, res, isos)
             lines.append(np.frombuffer(res.lines, dtype=np.int64))
             timed = split_timing.get(piece.file, res.timed)
@@ -490,7 +488,7 @@ def assemble(
             b.settle_times(piece.path, piece.fmt, timed, first, iso_all, line_all)
 
 
-def _progress(b: _Builder, counter, taken: float) -> float:  # type: ignore[no-untyped-def]
+def _progress(b: TraceBuilder, counter: Counter | None, taken: float) -> float:
     if counter is None or b.advance is None:
         return taken
     now = float(counter.value)
@@ -499,8 +497,9 @@ def _progress(b: _Builder, counter, taken: float) -> float:  # type: ignore[no-u
     return now
 
 
-def _rebuilt(f: PieceFailed) -> KvpoolError:
-    exc: KvpoolError = f.kind.__new__(f.kind)  # type: ignore[call-overload]
+def rebuilt_error(f: PieceFailed) -> KvpoolError:
+    """The error a worker raised, raised again in the parent (its kind, message, hint)."""
+    exc: KvpoolError = f.kind.__new__(f.kind)
     KvpoolError.__init__(exc, f.message, hint=f.hint)
     return exc
 
@@ -512,12 +511,12 @@ def _discard(res: PieceResult) -> None:
         remove(res.lcp_dir)
 
 
-def _adopt(b: _Builder, res: PieceResult, isos: list[np.ndarray]) -> None:
+def _adopt(b: TraceBuilder, res: PieceResult, isos: list[np.ndarray]) -> None:
     """A worker's piece appended to ``b`` in input order."""
     rows_before = len(b.rows)
     lcp_base = len(b.lcp) if b.lcp is not None else 0
     b.rows.adopt(res.spool, lcp_base)
-    b._id_hashes.frombytes(res.id_hashes)
+    b.request_id_hashes.frombytes(res.id_hashes)
     isos.append(np.frombuffer(res.iso, dtype=bool))
     for reason, n in res.skipped.by_reason.items():
         b.skipped.by_reason[reason] = b.skipped.by_reason.get(reason, 0) + n
@@ -527,9 +526,10 @@ def _adopt(b: _Builder, res: PieceResult, isos: list[np.ndarray]) -> None:
     for h, v in res.previews.items():
         if len(b.previews) >= b.opts.max_previews:
             break
-        if h not in b.previews:  # type: ignore[comparison-overlap]
-            b.previews._raw[h] = v  # type: ignore[index]
-    b.piece_stats = tuple(x + y for x, y in zip(b.piece_stats, res.stats, strict=True))  # type: ignore[assignment]
+        if h not in b.previews:
+            b.previews._raw[h] = v
+    w, s = b.piece_stats, res.stats
+    b.piece_stats = (w[0] + s[0], w[1] + s[1], w[2] + s[2], w[3] + s[3])
     if res.lcp_dir:
         try:
             if b.lcp is not None:
@@ -539,7 +539,7 @@ def _adopt(b: _Builder, res: PieceResult, isos: list[np.ndarray]) -> None:
             remove(res.lcp_dir)
 
 
-def _with_timing(b: _Builder, pieces: list[Piece]) -> tuple[list[Piece], dict[int, bool | None]]:
+def with_timing(b: TraceBuilder, pieces: list[Piece]) -> tuple[list[Piece], dict[int, bool | None]]:
     """Each range of a split file told the file's timing when the row that decided it
     (its first kept row, found by reading from the top) lies before the range."""
     timing: dict[int, tuple[int | None, bool | None, str | None]] = {}

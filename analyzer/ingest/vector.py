@@ -38,8 +38,8 @@ import pyarrow as pa
 from analyzer import limits
 from analyzer.blocks import id_hashes
 from analyzer.ingest.detect import Format
+from analyzer.ingest.fields import NATIVE_BLOCK
 from analyzer.ingest.io import compression
-from analyzer.ingest.readers import NATIVE_BLOCK
 from analyzer.ingest.spool import SPOOLED, list_array
 
 # Formats with a bulk reader.

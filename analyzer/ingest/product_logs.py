@@ -1,7 +1,7 @@
 """Readers of what teams already keep: gateway and observability exports.
 
 One reader per product, each mapping the product's own fields, as its documentation and
-source define them, to a :class:`~analyzer.ingest.readers.Raw` request: the prompt (a
+source define them, to a :class:`~analyzer.ingest.fields.Raw` request: the prompt (a
 chat-completions body, rendered and tokenized like any OpenAI log), the arrival time,
 the session, tenant and end user, the model, and the usage (output tokens, and the
 engine's cached prompt tokens where the export carries them). docs/formats.md lists
@@ -35,23 +35,21 @@ from analyzer.ingest.documents import (
     document_records,
     page_records,
 )
-from analyzer.ingest.io import TruncatedInput
-from analyzer.ingest.readers import (
-    _TENANT_KEYS,
+from analyzer.ingest.fields import (
+    TENANT_KEYS,
     FileContext,
     Raw,
     Record,
     RowError,
-    _int,
-    _maybe_json,
-    _str,
-    csv_records,
-    json_records,
+    as_int,
+    as_str,
+    maybe_json,
     take_cached,
     take_time,
     take_usage,
-    truncated,
 )
+from analyzer.ingest.io import TruncatedInput
+from analyzer.ingest.streams import csv_records, json_records, truncated
 
 # -- record streams ----------------------------------------------------------------------
 
@@ -100,7 +98,7 @@ def _documents(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[Re
 def _json(rec: dict[str, Any], key: str) -> Any:
     """A field that holds JSON: an object as is, JSON text (CSV cells, SpendLogs'
     ``metadata``) parsed; a bad one names the field."""
-    return _maybe_json(rec.get(key), key)
+    return maybe_json(rec.get(key), key)
 
 
 def _dict(value: object) -> dict[str, Any]:
@@ -112,7 +110,7 @@ def _first(*pairs: tuple[dict[str, Any], str]) -> str | None:
     for where, key in pairs:
         v = where.get(key)
         if v is not None and v != "":
-            return _str(v)
+            return as_str(v)
     return None
 
 
@@ -120,7 +118,7 @@ def _tenant_in(meta: dict[str, Any]) -> str | None:
     """A tenant among free-form metadata or properties: the keys the OpenAI reader
     takes (``tenant``, ``tenant_id``, ``org``, ``organization``, ``team``), any case."""
     lower = {str(k).lower(): v for k, v in meta.items()}
-    return _first(*((lower, k) for k in _TENANT_KEYS))
+    return _first(*((lower, k) for k in TENANT_KEYS))
 
 
 def _body(value: object, field: str, tools: object = None) -> dict[str, Any] | str:
@@ -206,10 +204,10 @@ _LITELLM_CALLS = frozenset(
 def parse_litellm(rec: dict[str, Any], ctx: FileContext) -> Raw:
     """LiteLLM's ``StandardLoggingPayload`` (what every logging callback receives;
     ``litellm/types/utils.py``) or a ``LiteLLM_SpendLogs`` row (``schema.prisma``)."""
-    call = _str(rec.get("call_type"))
+    call = as_str(rec.get("call_type"))
     if call is not None and call not in _LITELLM_CALLS:
         raise RowError("not a chat or text completion call", "call_type")
-    status = _str(rec.get("status"))
+    status = as_str(rec.get("status"))
     if status is not None and status.lower() == "failure":
         raise RowError("failed call", "status")
     raw = take_time(rec, ctx, ("startTime", "start_time"))
@@ -249,19 +247,19 @@ def parse_litellm(rec: dict[str, Any], ctx: FileContext) -> Raw:
     response = _json(rec, "response")
     _response_usage(raw, response, "response")
     if rec.get("completion_tokens") not in (None, ""):
-        raw.output_tokens = _int(rec["completion_tokens"], "completion_tokens")
+        raw.output_tokens = as_int(rec["completion_tokens"], "completion_tokens")
     if raw.cached_tokens is None:  # the proxy's own copy of the provider's usage
         hidden = _dict(_json(rec, "hidden_params"))
         for where, name in ((meta, "metadata"), (hidden, "hidden_params")):
-            usage = _dict(_maybe_json(where.get("usage_object"), f"{name}.usage_object"))
+            usage = _dict(maybe_json(where.get("usage_object"), f"{name}.usage_object"))
             details = _dict(usage.get("prompt_tokens_details"))
             if details.get("cached_tokens") not in (None, ""):
                 field = f"{name}.usage_object.prompt_tokens_details.cached_tokens"
                 prompt = usage.get("prompt_tokens", rec.get("prompt_tokens"))
                 take_cached(
                     raw,
-                    _int(details["cached_tokens"], field),
-                    _int(prompt, "prompt_tokens", required=False),
+                    as_int(details["cached_tokens"], field),
+                    as_int(prompt, "prompt_tokens", required=False),
                     field,
                 )
                 break
@@ -281,11 +279,11 @@ def _is_langfuse_trace(rec: dict[str, Any]) -> bool:
 def _langfuse_traces(ctx: FileContext) -> dict[str, tuple[str | None, str | None]]:
     """Trace id -> (session, user) from the traces rows of every Langfuse input of the
     run, read once, in whatever order the files were given."""
-    traces: dict[str, tuple[str | None, str | None]] | None = ctx.shared.get("langfuse_traces")
+    traces = ctx.shared.langfuse_traces
     if traces is not None:
         return traces
     traces = {}
-    inputs = ctx.shared.get("inputs") or [(ctx.path, ctx.fmt)]
+    inputs = ctx.shared.inputs or ((ctx.path, ctx.fmt),)
     for path, fmt in inputs:
         if fmt != Format.LANGFUSE:
             continue
@@ -299,7 +297,7 @@ def _langfuse_traces(ctx: FileContext) -> dict[str, tuple[str | None, str | None
                     _first((rec, "sessionId")),
                     _first((rec, "userId")),
                 )
-    ctx.shared["langfuse_traces"] = traces
+    ctx.shared.langfuse_traces = traces
     return traces
 
 
@@ -308,7 +306,7 @@ def parse_langfuse(rec: dict[str, Any], ctx: FileContext) -> Raw:
     the observations and events streams); a GENERATION is a model call."""
     if _is_langfuse_trace(rec):
         raise RowError("Langfuse trace row (its session and user go to its observations)")
-    kind = _str(rec.get("type"))
+    kind = as_str(rec.get("type"))
     if kind is None:
         raise RowError("missing field", "type")
     if kind.upper() != "GENERATION":
@@ -329,15 +327,15 @@ def parse_langfuse(rec: dict[str, Any], ctx: FileContext) -> Raw:
     usage = _dict(_json(rec, "usageDetails")) or _dict(_json(rec, "usage"))
     out = usage.get("output", rec.get("completionTokens"))
     if out not in (None, ""):
-        raw.output_tokens = _int(out, "usageDetails.output")
+        raw.output_tokens = as_int(out, "usageDetails.output")
     # Langfuse's OpenAI integration records usage_details' input net of its input_*
     # details (input_cached_tokens, ...): the prompt is their sum.
     cached = usage.get("input_cached_tokens", usage.get("cache_read_input_tokens"))
     if cached not in (None, "") and usage.get("input") not in (None, ""):
         field = "usageDetails.input_cached_tokens"
-        hits = _int(cached, field)
+        hits = as_int(cached, field)
         prompt = sum(
-            _int(v, f"usageDetails.{k}") or 0
+            as_int(v, f"usageDetails.{k}") or 0
             for k, v in usage.items()
             if (k == "input" or k.startswith("input_")) and v not in (None, "")
         )
@@ -357,9 +355,9 @@ def _helicone_json(rec: dict[str, Any], key: str) -> Any:
     value = rec.get(key)
     if isinstance(value, str) and '""' in value:
         try:
-            return _maybe_json(value, key)
+            return maybe_json(value, key)
         except RowError:
-            return _maybe_json(value.replace('""', '"'), key)
+            return maybe_json(value.replace('""', '"'), key)
     return _json(rec, key)
 
 
@@ -379,12 +377,12 @@ def parse_helicone(rec: dict[str, Any], ctx: FileContext) -> Raw:
     raw.model = _first((rec, "model"), (rec, "request_model"), (rec, "response_model"))
     _response_usage(raw, _json(rec, "response_body"), "response_body")
     if rec.get("completion_tokens") not in (None, ""):
-        raw.output_tokens = _int(rec["completion_tokens"], "completion_tokens")
+        raw.output_tokens = as_int(rec["completion_tokens"], "completion_tokens")
     if raw.cached_tokens is None and rec.get("prompt_cache_read_tokens") not in (None, ""):
         take_cached(
             raw,
-            _int(rec["prompt_cache_read_tokens"], "prompt_cache_read_tokens"),
-            _int(rec.get("prompt_tokens"), "prompt_tokens", required=False),
+            as_int(rec["prompt_cache_read_tokens"], "prompt_cache_read_tokens"),
+            as_int(rec.get("prompt_tokens"), "prompt_tokens", required=False),
             "prompt_cache_read_tokens",
         )
     return raw
@@ -398,7 +396,7 @@ def _portkey_part(rec: dict[str, Any], part: str) -> Any:
     export), or the body of a ``request`` / ``response`` object (a log object)."""
     if f"{part}.body" in rec:
         return _json(rec, f"{part}.body")
-    return _maybe_json(_dict(_json(rec, part)).get("body"), f"{part}.body")
+    return maybe_json(_dict(_json(rec, part)).get("body"), f"{part}.body")
 
 
 def parse_portkey(rec: dict[str, Any], ctx: FileContext) -> Raw:
@@ -425,9 +423,9 @@ def parse_portkey(rec: dict[str, Any], ctx: FileContext) -> Raw:
     raw.model = _first((rec, "ai_model"), (body, "model"))
     _response_usage(raw, _portkey_part(rec, "response"), "response.body")
     if rec.get("res_units") not in (None, ""):
-        raw.output_tokens = _int(rec["res_units"], "res_units")
-    if raw.user is None and isinstance(body.get("user"), str):
-        raw.user = body["user"]  # Portkey copies the body's user to _user itself
+        raw.output_tokens = as_int(rec["res_units"], "res_units")
+    if raw.user is None and isinstance(user := body.get("user"), str):
+        raw.user = user  # Portkey copies the body's user to _user itself
     return raw
 
 
@@ -485,8 +483,8 @@ def _spans(recs: Iterator[Record]) -> Iterator[Record]:
         if not isinstance(resources, list):
             yield line, RowError("mistyped field", "resourceSpans")
             continue
-        for rs in resources:
-            rs = _dict(rs)
+        for item in resources:
+            rs = _dict(item)
             resource = _otlp_attrs(_dict(rs.get("resource")).get("attributes"))
             for ss in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
                 for span in _dict(ss).get("spans") or []:
@@ -681,7 +679,8 @@ def parse_otel(rec: dict[str, Any], ctx: FileContext) -> Raw:
     raw = take_time(rec, ctx, ("startTimeUnixNano",))
     tools = _otel_tools(attrs.get("gen_ai.tool.definitions"))
     messages = _otel_messages(attrs, events)
-    raw.body = {"messages": messages, **({"tools": tools} if tools else {})}
+    body: dict[str, Any] = {"messages": messages, **({"tools": tools} if tools else {})}
+    raw.body = body
     both = {**resource, **attrs}
     raw.request_id = _first((rec, "spanId"))
     raw.session = _first((both, "gen_ai.conversation.id"), (both, "session.id"))
@@ -689,13 +688,15 @@ def parse_otel(rec: dict[str, Any], ctx: FileContext) -> Raw:
     raw.tenant = _first((both, "tenant.id"), (both, "tenant"))
     raw.model = _first((attrs, "gen_ai.request.model"), (attrs, "gen_ai.response.model"))
     if attrs.get("gen_ai.usage.output_tokens") is not None:
-        raw.output_tokens = _int(attrs["gen_ai.usage.output_tokens"], "gen_ai.usage.output_tokens")
+        raw.output_tokens = as_int(
+            attrs["gen_ai.usage.output_tokens"], "gen_ai.usage.output_tokens"
+        )
     if attrs.get("gen_ai.usage.cache_read.input_tokens") is not None:
         field = "gen_ai.usage.cache_read.input_tokens"
         take_cached(
             raw,
-            _int(attrs[field], field),
-            _int(
+            as_int(attrs[field], field),
+            as_int(
                 attrs.get("gen_ai.usage.input_tokens"), "gen_ai.usage.input_tokens", required=False
             ),
             field,

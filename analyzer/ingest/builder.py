@@ -1,26 +1,33 @@
-"""``open_trace``: any supported input (or a canonical Parquet) -> a canonical trace.
+"""The ingest builder: one :class:`TraceBuilder` reads a run's input files into the rows of
+a canonical trace.
 
-One pass per file, in file order: each row is parsed, rendered and tokenized (through
-the part memo), hashed (continuing the memoized chain state of its longest known
-prefix) and inserted into a token radix tree; no prompt text is kept beyond an 80-char
-preview per message-start block. Per file, the timestamp unit is resolved at the end;
-then all rows of all files are stably sorted by arrival, out-of-order rows counted, and
-``token_lcp_prev`` read off the radix tree in arrival order (:class:`ArrivalLCP`), so
+One pass per file, in file order: each row is parsed (:mod:`analyzer.ingest.registry`),
+rendered and tokenized (through the part memo), hashed (continuing the memoized chain
+state of its longest known prefix) and inserted into a token radix tree; no prompt text
+is kept beyond an 80-char preview per message-start block. Per file, the timestamp unit
+is resolved at the end (:meth:`TraceBuilder.settle_times`); then all rows of all files
+are stably sorted by arrival, out-of-order rows counted, and ``token_lcp_prev`` read off
+the radix tree in arrival order (:class:`ArrivalLCP`, :meth:`TraceBuilder.finish`), so
 memory holds the canonical output plus the bounded memos and the radix tree (skip it
 with ``exact=False`` / ``--no-exact`` on huge logs).
+
+The builder is the one state a read fills, whoever drives it: :mod:`analyzer.ingest.load`
+file by file in one process, :mod:`analyzer.ingest.parallel` adopting the pieces worker
+processes read with builders of their own, :mod:`analyzer.ingest.cluster` the pieces Ray
+actors read. It imports none of them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
+import gc
 import hashlib
 import os
 from array import array
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Protocol, cast
 
 import numpy as np
 import pyarrow as pa
@@ -29,38 +36,27 @@ from analyzer import limits
 from analyzer.blocks import BlockHasher, id_hashes, load_salt, salt_id
 from analyzer.cache.token_radix import ArrivalLCP
 from analyzer.errors import InputError, Location, UsageError, shown
-from analyzer.ingest.detect import (
-    FORMATS,
-    PRODUCT_FORMATS,
-    Format,
-    resolve_format,
-    unknown_format,
-)
-from analyzer.ingest.io import check_readable
-from analyzer.ingest.options import HASH_KEYS, TIME_UNITS, IngestOptions, LoadedTrace, SkipSummary
-from analyzer.ingest.readers import (
+from analyzer.ingest.detect import PRODUCT_FORMATS, Format
+from analyzer.ingest.fields import (
     NATIVE_BLOCK,
     NATIVE_UNIT,
-    PARSERS,
     FileContext,
     Raw,
+    Record,
     RowError,
+    RunState,
     named_field,
-    records,
 )
-from analyzer.ingest.spool import DistinctCounter, RowSpool, list_array, sorted_unique
+from analyzer.ingest.options import IngestOptions, LoadedTrace, SkipSummary
+from analyzer.ingest.registry import PARSERS, records
+from analyzer.ingest.spool import RowSpool, sorted_unique
 from analyzer.ingest.timeparse import ABSOLUTE_MIN_S, numeric_seconds, timestamp_outliers
 from analyzer.ingest.vector import BULK, read_bulk
+from analyzer.jsontypes import JSONObject
 from analyzer.progress import Advance
-from analyzer.tokenize import Part, Previews, RenderError
-from analyzer.trace import (
-    CANONICAL_SCHEMA,
-    WindowedWriter,
-    coarse_positions,
-    read_canonical,
-    read_metadata,
-    write_canonical,
-)
+from analyzer.tokenize import Part, Previews, PromptRenderer, RenderError, load_tokenizer
+from analyzer.tokenize.template import ChatTemplateRenderer, is_model_folder, load_model_folder
+from analyzer.trace import CANONICAL_SCHEMA
 from analyzer.trace import trace_metadata as make_metadata
 
 TEXT_FORMATS = {
@@ -84,38 +80,36 @@ MEMO_TOKENS = 4_000_000
 MEMO_HASHES = 1_000_000
 
 
-def previews_path(out: str | Path) -> Path:
-    """Where ``--keep-previews`` writes the preview sidecar of canonical file ``out``."""
-    p = Path(out)
-    return p.with_name(p.stem + ".previews.parquet")
+class PrefixTree(Protocol):
+    """What the builder asks of its token tree: :class:`ArrivalLCP` in the process that
+    writes the trace, a recorder of the same calls in a ``--jobs`` worker
+    (:class:`~analyzer.ingest.parallel.LcpRecorder`). Nodes are int handles, 0 the root."""
+
+    def __len__(self) -> int: ...
+    def memory_bytes(self) -> int: ...
+    def extend(self, at: int | None, tokens: np.ndarray) -> int: ...
+    def end(self, node: int) -> int: ...
+    def add(self, tokens: np.ndarray) -> int: ...
 
 
-def _validate(opts: IngestOptions) -> None:
-    from analyzer.tokenize import TEMPLATES, TOOLS_POSITIONS
+class TraceBuilder:
+    """The rows of one run's inputs, read, hashed and spooled, and the run's counts.
 
-    if opts.block_size is not None and opts.block_size < 1:
-        raise UsageError(f"block size must be at least 1, got {opts.block_size}")
-    if opts.fmt is not None and opts.fmt not in FORMATS:
-        raise UsageError(unknown_format(opts.fmt))
-    if opts.template not in TEMPLATES:
-        raise UsageError(f"unknown template '{opts.template}'", hint="chatml or llama3")
-    if opts.tools_position not in TOOLS_POSITIONS:
-        raise UsageError(
-            f"unknown tools position '{opts.tools_position}'", hint=", ".join(TOOLS_POSITIONS)
-        )
-    if not opts.token_ratio > 0:
-        raise UsageError(f"--token-ratio must be positive, got {opts.token_ratio}")
-    limits.check(opts.token_ratio, "token_ratio", "--token-ratio")
-    if opts.block_size is not None:
-        limits.check(opts.block_size, "block_size", "--block-size")
-    bad = set(opts.hash_keys) - set(HASH_KEYS)
-    if bad:
-        raise UsageError(f"unknown hash key(s) {sorted(bad)}", hint="model and/or tenant")
-    if opts.time_unit not in TIME_UNITS:
-        raise UsageError(f"unknown time unit '{opts.time_unit}'", hint=", ".join(TIME_UNITS))
+    Build one per run with the input ``paths``, their resolved ``fmts`` and the
+    ``opts``; ``advance(n)`` hears the input bytes read. :meth:`read_file` reads a file
+    whole; a driver reading a file in pieces calls :meth:`read_rows` (or
+    :meth:`bulk_rows`) per piece and :meth:`settle_times` once the file's last piece is
+    in. :meth:`finish` gives the canonical file's metadata and its rows in arrival
+    order; :meth:`loaded` the :class:`LoadedTrace` around them. ``processes`` is how
+    many builders read at once (``--jobs``), which share the memos' bounds.
 
+    What a driver reads or fills: ``rows`` (the spool), ``skipped``, ``previews``,
+    ``notes``, ``lcp`` (the token tree, None once dropped or not computed),
+    ``request_id_hashes`` (8 bytes a row with a request id of its own), ``piece_stats``
+    (what worker builders counted) and ``exact_wanted`` (in a worker: record the tree's
+    operations).
+    """
 
-class _Builder:
     def __init__(
         self,
         paths: list[str],
@@ -135,13 +129,6 @@ class _Builder:
         self.needs_text = any(f in TEXT_FORMATS for f in fmts)
         self.renderer: PromptRenderer | ChatTemplateRenderer | None = None
         if self.needs_text:
-            from analyzer.tokenize import PromptRenderer, load_tokenizer
-            from analyzer.tokenize.template import (
-                ChatTemplateRenderer,
-                is_model_folder,
-                load_model_folder,
-            )
-
             if is_model_folder(opts.tokenizer):  # the served model's own chat template
                 self.renderer = ChatTemplateRenderer(load_model_folder(opts.tokenizer))
             else:
@@ -159,7 +146,9 @@ class _Builder:
         # The token tree holds every tenant's prompts in one tree: under the tenant hash key
         # its prefix lengths would be shared across tenants while the blocks are not.
         per_tenant = "tenant" in opts.hash_keys
-        self.lcp = ArrivalLCP(reserve) if opts.exact and has_content and not per_tenant else None
+        self.lcp: PrefixTree | None = (
+            ArrivalLCP(reserve) if opts.exact and has_content and not per_tenant else None
+        )
         self.rows = RowSpool()
         self.notes: list[str] = []
         if opts.exact and has_content and per_tenant:
@@ -168,13 +157,16 @@ class _Builder:
                 "measured across tenants); reuse figures use the block-level ceilings"
             )
         # 8 bytes per row with a request id of its own, to count duplicates at the end.
-        self._id_hashes = array("Q")
-        self.piece_stats = (0, 0, 0, 0)  # what parallel workers counted (see parallel.py)
+        self.request_id_hashes = array("Q")
+        self.piece_stats: tuple[int, int, int, int] = (
+            0,
+            0,
+            0,
+            0,
+        )  # what parallel workers counted (see parallel.py)
         self.exact_wanted = False  # in a worker: record the tree's operations
         self.previews = Previews()
-        # Per-run state of the readers; "inputs": a Langfuse observation whose session
-        # is on its trace's row looks in every Langfuse input for it.
-        self.shared: dict[str, Any] = {"inputs": tuple(zip(paths, fmts, strict=True))}
+        self.shared = RunState(inputs=tuple(zip(paths, fmts, strict=True)))  # the readers'
         self.file_abs: list[tuple[str, bool]] = []  # (file, absolute times?) per file read
         self.reordered = 0
         self.untimed: list[str] = []
@@ -246,7 +238,7 @@ class _Builder:
                 break
         if state is None:
             state = hasher.empty()
-        node: Any = state.anchor
+        node = cast("int | None", state.anchor)  # the tree's node, or None (no tree)
         start_tokens = state.n_tokens  # counted tokens of parts[:start]
         last = len(parts) - 1
         j = start
@@ -355,9 +347,9 @@ class _Builder:
             user=raw.user if named else self._pseudonym(raw.user, "u-"),
         )
         if self.lcp is not None and self.lcp.memory_bytes() > self.opts.exact_max_bytes:
-            self._drop_exact()
+            self.drop_exact()
 
-    def _drop_exact(self, after_rows: int | None = None) -> None:
+    def drop_exact(self, after_rows: int | None = None) -> None:
         """The token tree outgrew its bound: token-exact LCPs are not computed (see notes)."""
         assert self.lcp is not None
         n = len(self.rows) if after_rows is None else after_rows
@@ -373,7 +365,7 @@ class _Builder:
     def _count_id(self, request_id: str) -> None:
         """Keep 8 bytes of a row's own request id, to count duplicates at the end."""
         h = hashlib.blake2b(request_id.encode("utf-8", "surrogatepass"), digest_size=8)
-        self._id_hashes.append(int.from_bytes(h.digest(), "little"))
+        self.request_id_hashes.append(int.from_bytes(h.digest(), "little"))
 
     def _pseudonym(self, value: str | None, prefix: str = "s-") -> str | None:
         """Session ids (often user names or emails) leave only as salted pseudonyms, and so
@@ -431,7 +423,7 @@ class _Builder:
         times are ISO strings, or None when the line reader must read it."""
         if fmt == Format.BAILIAN and set(self.opts.hash_keys) - {"model"}:
             return None  # keyed by each row's tenant: the line reader's namespaces
-        roots = self.shared.setdefault("bailian_roots", {}) if fmt == Format.BAILIAN else None
+        roots = self.shared.bailian_roots if fmt == Format.BAILIAN else None
         ns = fmt.encode() + self._extra(Raw())
         got = read_bulk(path, fmt, self.block_size, self.salt, ns, roots)
         if got is None:
@@ -465,18 +457,20 @@ class _Builder:
         tokenizer memo, which is a pure cache)."""
         scratch = copy.copy(self)
         scratch.rows, scratch.lcp, scratch.notes = RowSpool(), None, []
-        scratch._id_hashes = array("Q")
+        scratch.request_id_hashes = array("Q")
         scratch.skipped = SkipSummary(max_examples=0)
         scratch.previews = Previews()
         scratch.hasher = BlockHasher(self.block_size, self.salt, self.opts.token_ratio)
-        ctx = FileContext(path, fmt, self.opts, shared={})
+        ctx = FileContext(path, fmt, self.opts, shared=RunState())
         try:
             _, lines = scratch.read_rows(ctx, records(path, fmt, None), first_only=True)
         finally:
             scratch.rows.close()
         return (lines[0] if lines else None), ctx.timed, ctx.time_name
 
-    def read_rows(self, ctx: FileContext, recs, first_only: bool = False):  # type: ignore[no-untyped-def]
+    def read_rows(
+        self, ctx: FileContext, recs: Iterable[Record], first_only: bool = False
+    ) -> tuple[bytearray, array[int]]:
         """Rows of ``recs`` added; returns (per kept row: ISO time?, per kept row: its
         line). ``first_only`` stops after the first kept row (a file's timing)."""
         parse = PARSERS[ctx.fmt]
@@ -518,7 +512,7 @@ class _Builder:
                 break
         return iso_flags, lines
 
-    def _named_fields(self, raw: Raw, rec: dict[str, Any]) -> None:
+    def _named_fields(self, raw: Raw, rec: JSONObject) -> None:
         """The tenant and user from the fields ``--tenant-field`` / ``--user-field`` name
         (a row without the field has none: the model stands in for its tenant)."""
         if self.opts.tenant_field is not None:
@@ -583,8 +577,8 @@ class _Builder:
         """The canonical file's metadata, and its rows in arrival order, a batch at a time."""
         rows = self.rows
         n = len(rows)
-        if self._id_hashes:
-            ids = np.frombuffer(self._id_hashes, dtype=np.uint64)
+        if self.request_id_hashes:
+            ids = np.frombuffer(self.request_id_hashes, dtype=np.uint64)
             dup = int(ids.size - sorted_unique(ids).size)
             if dup:
                 self.notes.append(
@@ -606,7 +600,7 @@ class _Builder:
         arrival = times[order] - t0
         lcp_sorted: np.ndarray | None = None
         has_sorted: np.ndarray | None = None
-        if self.lcp is not None and len(self.lcp):
+        if isinstance(self.lcp, ArrivalLCP) and len(self.lcp):
             lcp_idx = np.frombuffer(rows.lcp_index, dtype=np.int64)
             has = lcp_idx >= 0
             rank = np.empty(n, dtype=np.int64)
@@ -658,6 +652,31 @@ class _Builder:
 
         return meta, batches()
 
+    def loaded(self, table: pa.Table | None) -> LoadedTrace:
+        """The :class:`LoadedTrace` of this read around ``table`` (None: an empty table,
+        the rows having gone to a file), with its skips, notes, previews and counts."""
+        stats = {}
+        w = self.piece_stats
+        if self.renderer is not None:
+            stats = {
+                "parts_seen": self.renderer.parts_seen + w[0],
+                "parts_tokenized": self.renderer.parts_tokenized + w[1],
+                "tokens_encoded": self.renderer.tokens_encoded + w[2],
+            }
+        stats["blocks_hashed"] = self.hasher.blocks_hashed + w[3]
+        return LoadedTrace(
+            table=table if table is not None else CANONICAL_SCHEMA.empty_table(),
+            skipped=self.skipped,
+            sources=self.paths,
+            formats=self.fmts,
+            reordered=self.reordered,
+            untimed_files=self.untimed,
+            mixed_unit_files=self.mixed_units,
+            previews=self.previews,
+            stats=stats,
+            notes=self.notes,
+        )
+
 
 def _units_note(path: str, units: dict[str, int]) -> str:
     """``f.jsonl: timestamps in s (4,880) and ms (120), each read in its own unit``."""
@@ -673,280 +692,6 @@ def _joined(arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint32)
 
 
-def _list_array(offsets: np.ndarray, flat: np.ndarray, mask=None) -> pa.Array:  # type: ignore[no-untyped-def]
-    if offsets[-1] >= 2**31:
-        raise InputError(
-            f"{offsets[-1]:,} blocks do not fit in one canonical file",
-            hint="convert the log in parts, or with a larger --block-size",
-        )
-    return list_array(offsets, flat, mask)
-
-
-def _read_previews(path: Path) -> dict[int, str]:
-    side = previews_path(path)
-    if not side.exists():
-        return {}
-    import pyarrow.parquet as pq
-
-    try:
-        t = pq.read_table(side)
-        return dict(
-            zip(
-                (int(h) for h in t.column("block_hash").to_pylist()),
-                t.column("preview").to_pylist(),
-                strict=True,
-            )
-        )
-    except (OSError, pa.ArrowInvalid, KeyError):
-        return {}
-
-
-def coarsen_table(table: pa.Table, factor: int) -> pa.Table:
-    """The canonical table at ``factor`` times its block size, from chained hashes alone.
-
-    Coarse block ``j`` is the fine hash at position ``factor * j + factor - 1`` (it names
-    the whole prefix). Content hashes cannot be derived without the tokens: null.
-    """
-    meta = read_metadata(table)
-    fine = int(meta.get("block_size") or 16)
-    col = table.column("block_hashes").combine_chunks()
-    offsets = col.offsets.to_numpy().astype(np.int64)
-    flat = col.values.to_numpy(zero_copy_only=False)
-    new_off, fine_pos = coarse_positions(offsets, factor)
-    coarse = flat[fine_pos]
-    i = table.column_names.index("block_hashes")
-    table = table.set_column(i, "block_hashes", _list_array(new_off, coarse))
-    j = table.column_names.index("content_hashes")
-    table = table.set_column(j, "content_hashes", pa.nulls(table.num_rows, pa.list_(pa.uint64())))
-    new_meta = {**meta, "block_size": str(fine * factor)}
-    new_meta.pop("schema_version", None)
-    return table.cast(CANONICAL_SCHEMA).replace_schema_metadata(make_metadata(**new_meta))
-
-
-# Metadata that decides what a block hash means: files that differ in one of these can
-# never share a block, so merging them would report no reuse between them, wrongly.
-# (key, what it is, whether an empty value is compatible with any: pre-hashed traces
-# have no tokenizer or template; files from before salt ids have none).
-_HASHING_KEYS = (
-    ("salt_id", "salts", True),
-    ("tokenizer", "tokenizers", True),
-    ("template", "chat templates", True),
-    ("hash_keys", "hash keys", False),
-)
-
-
-def _check_same_hashing(paths: list[str], metas: list[dict[str, str]]) -> None:
-    for key, what, empty_ok in _HASHING_KEYS:
-        seen = {(m.get(key) or "") for m in metas}
-        if empty_ok:
-            seen.discard("")
-        if len(seen) > 1:
-            raise InputError(
-                f"canonical traces converted with different {what} cannot be merged (their "
-                "blocks could never match): "
-                + ", ".join(
-                    f"{p} ({m.get(key) or 'none'})" for p, m in zip(paths, metas, strict=True)
-                ),
-                hint="convert the raw logs again with the same salt file and flags",
-            )
-
-
-def _open_canonical(
-    paths: list[str], block_size: int | None = None, previews_wanted: bool = False
-) -> LoadedTrace:
-    tables = [read_canonical(p) for p in paths]
-    sizes = {read_metadata(t).get("block_size") for t in tables}
-    if len(sizes) > 1:
-        raise InputError(
-            "canonical traces with different block sizes cannot be merged: "
-            + ", ".join(
-                f"{p} ({read_metadata(t).get('block_size')})"
-                for p, t in zip(paths, tables, strict=True)
-            )
-        )
-    _check_same_hashing(paths, [read_metadata(t) for t in tables])
-    table = tables[0]
-    if len(tables) > 1:
-        # Each file's arrival_s counts from its own first request: put them on one clock.
-        t0s = [read_metadata(t).get("t0_epoch_s", "") for t in tables]
-        if len({bool(t0) for t0 in t0s}) > 1:
-            raise InputError(
-                "cannot merge canonical traces with absolute and relative timestamps: "
-                + ", ".join(
-                    f"{p} ({'absolute' if t0 else 'relative'})"
-                    for p, t0 in zip(paths, t0s, strict=True)
-                )
-            )
-        meta = dict(tables[0].schema.metadata)
-        if t0s[0]:
-            start = min(float(t0) for t0 in t0s)
-            tables = [
-                t.set_column(
-                    t.column_names.index("arrival_s"),
-                    "arrival_s",
-                    pa.array(t.column("arrival_s").to_numpy() + (float(t0) - start)),
-                )
-                for t, t0 in zip(tables, t0s, strict=True)
-            ]
-            meta[b"kvpool.t0_epoch_s"] = repr(start).encode()
-        table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
-        order = np.lexsort((np.arange(table.num_rows), table.column("arrival_s").to_numpy()))
-        table = table.take(pa.array(order)).replace_schema_metadata(meta)
-    fine = int(read_metadata(table).get("block_size") or 16)
-    if block_size is not None and block_size != fine:
-        if block_size % fine:
-            raise UsageError(
-                f"the canonical trace has {fine}-token blocks; --block-size {block_size} is "
-                "not a multiple of it",
-                hint="convert the raw log again to get finer blocks",
-            )
-        table = coarsen_table(table, block_size // fine)
-    previews: dict[int, str] = {}
-    for p in paths if previews_wanted else ():
-        previews.update(_read_previews(Path(p)))
-    return LoadedTrace(
-        table=table,
-        skipped=SkipSummary(),
-        sources=list(paths),
-        formats=[Format.CANONICAL] * len(paths),
-        previews=previews,
-    )
-
-
-def _read_raw(
-    paths: str | Path | Sequence[str | Path],
-    opts: IngestOptions | None,
-    advance: Callable[[float], None] | None,
-) -> tuple[list[str], _Builder | LoadedTrace]:
-    """Every row of the inputs read, hashed and spooled; canonical inputs come back loaded."""
-    opts = opts or IngestOptions()
-    _validate(opts)
-    if isinstance(paths, str | Path):
-        paths = [paths]
-    plist = [str(p) for p in paths]
-    if not plist:
-        raise UsageError("no input files given")
-    for p in plist:
-        check_readable(p)
-    fmts = [resolve_format(opts.fmt, p) for p in plist]
-    if all(f == Format.CANONICAL for f in fmts):
-        return plist, _open_canonical(plist, opts.block_size, opts.previews)
-    if Format.CANONICAL in fmts:
-        raise UsageError("canonical traces cannot be mixed with raw logs in one run")
-    if Format.KV_EVENTS in fmts:
-        if any(f != Format.KV_EVENTS for f in fmts):
-            raise UsageError("KV-event recordings cannot be mixed with logs in one run")
-        from analyzer.ingest.kvevents import open_recordings
-
-        return plist, open_recordings(plist, opts, opts.block_size)
-    jobs = _jobs_for(plist, opts)
-    started = None
-    if jobs > 1 and opts.ray_address is None:
-        from analyzer.ingest.parallel import start
-        from analyzer.tokenize.tokenizer import CL100K_NAMES
-
-        # The workers start now, importing and loading the tokenizer beside the parent
-        # (the bundled one, which tiktoken keeps loaded for the worker's reader).
-        text = opts.tokenizer in CL100K_NAMES and any(f in TEXT_FORMATS for f in fmts)
-        started = start(plist, fmts, opts.tokenizer if text else None, jobs, advance is not None)
-    try:
-        b = _Builder(plist, fmts, opts, advance, processes=jobs if opts.ray_address is None else 1)
-    except BaseException:
-        if started is not None:
-            started.stop()
-        raise
-    from analyzer.ingest.readers import SplitMisaligned
-
-    try:
-        if opts.ray_address is not None:
-            from analyzer.ingest.cluster import read_ray
-
-            read_ray(b, opts.ray_address)
-        elif started is not None:
-            from analyzer.ingest.parallel import read_parallel
-
-            read_parallel(b, jobs, started)
-        else:
-            for p, f in zip(plist, fmts, strict=True):
-                b.read_file(p, f)
-    except SplitMisaligned:
-        # A CSV whose byte ranges did not fall between records (a quote open across a
-        # cut, a broken quote): read again in one process, the output by definition.
-        b.rows.close()
-        b = _Builder(plist, fmts, opts, advance)
-        for p, f in zip(plist, fmts, strict=True):
-            b.read_file(p, f)
-    if not len(b.rows):
-        raise InputError(
-            "no usable requests in "
-            + ", ".join(map(shown, plist))
-            + (f"; {b.skipped}" if b.skipped.total else ""),
-            hint="check --format and the column flags (see docs/formats.md)",
-        )
-    return plist, b
-
-
-def _jobs_for(paths: list[str], opts: IngestOptions) -> int:
-    """Worker processes for this run: one when the inputs are too small to gain from more
-    (starting a worker costs about a second) and under --strict (the first bad row in
-    input order must be the one reported)."""
-    jobs = opts.jobs
-    if jobs < 1:
-        raise UsageError(f"--jobs must be at least 1, got {jobs}")
-    if opts.strict or sum(os.path.getsize(p) for p in paths) < opts.parallel_min_bytes:
-        return 1
-    return jobs
-
-
-def _loaded(b: _Builder, plist: list[str], table: pa.Table | None) -> LoadedTrace:
-    stats = {}
-    w = b.piece_stats
-    if b.renderer is not None:
-        stats = {
-            "parts_seen": b.renderer.parts_seen + w[0],
-            "parts_tokenized": b.renderer.parts_tokenized + w[1],
-            "tokens_encoded": b.renderer.tokens_encoded + w[2],
-        }
-    stats["blocks_hashed"] = b.hasher.blocks_hashed + w[3]
-    return LoadedTrace(
-        table=table if table is not None else CANONICAL_SCHEMA.empty_table(),
-        skipped=b.skipped,
-        sources=plist,
-        formats=b.fmts,
-        reordered=b.reordered,
-        untimed_files=b.untimed,
-        mixed_unit_files=b.mixed_units,
-        previews=b.previews,
-        stats=stats,
-        notes=b.notes,
-    )
-
-
-def open_trace(
-    paths: str | Path | Sequence[str | Path],
-    opts: IngestOptions | None = None,
-    advance: Callable[[float], None] | None = None,
-) -> LoadedTrace:
-    """Read inputs of any supported format (or canonical Parquet) into a canonical trace.
-
-    ``advance(n)`` is called with input bytes consumed, for a progress bar whose total is
-    the sum of the input file sizes. Raises InputError when nothing usable is found.
-    """
-    plist, b = _read_raw(paths, opts, advance)
-    if isinstance(b, LoadedTrace):
-        return b
-    meta, batches = b.finish()
-    table = pa.Table.from_batches(list(batches), schema=CANONICAL_SCHEMA)
-    loaded = _loaded(b, plist, table.replace_schema_metadata(meta))
-    text = b.needs_text
-    del b, batches
-    # Only prompt text builds the memos and token tree worth a collection: the cycle
-    # collector's pass over everything imported costs 0.1 s, a tenth of reading a
-    # 12k-request pre-hashed trace (Mooncake) and running `reuse` on it.
-    release_freed_memory(collect=text)
-    return loaded
-
-
 def release_freed_memory(collect: bool = True) -> None:
     """Hand the heap the reading freed (memos, token tree) back to the system, so the
     analysis that follows does not peak on top of it: the cycle collector frees what
@@ -954,154 +699,8 @@ def release_freed_memory(collect: bool = True) -> None:
     glibc's ``malloc_trim`` returns the pages (elsewhere nothing), and Arrow's allocator
     (mimalloc) the pages it kept of freed buffers (1.3 GB after a million-request
     canonical file is read and its trace built)."""
-    import ctypes
-    import gc
-
     if collect:
         gc.collect()
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     pa.default_memory_pool().release_unused()
-
-
-@dataclass(frozen=True, slots=True)
-class Written:
-    """What :func:`convert_trace` wrote: the figures of ``kvpool convert``'s summary."""
-
-    requests: int
-    prompt_tokens: int
-    blocks: int
-    distinct_blocks: int  # estimated when distinct_sample_rate < 1
-    distinct_sample_rate: float
-    block_size: int
-    count_only: bool
-    span_s: float = 0.0  # first to last arrival
-
-
-def convert_trace(
-    paths: str | Path | Sequence[str | Path],
-    out: str | Path,
-    opts: IngestOptions | None = None,
-    advance: Callable[[float], None] | None = None,
-    *,
-    force: bool = False,
-    window_s: int | None = None,
-) -> tuple[LoadedTrace, Written]:
-    """Convert inputs to a canonical Parquet file at ``out``, streaming its rows; with
-    ``window_s``, to a dataset folder partitioned by ``window_s`` seconds of arrival
-    (:class:`~analyzer.trace.WindowedWriter`).
-
-    Memory holds the bounded memos and tree, 24 bytes a request and one batch of output
-    rows (:mod:`analyzer.ingest.spool`), not the trace. The returned LoadedTrace has an
-    empty table (its other fields as :func:`open_trace` gives them). The file is written
-    atomically (analyzer/outputs.py), never over an input.
-    """
-    from analyzer.outputs import check_dataset_output, check_output
-
-    inputs = [paths] if isinstance(paths, str | Path) else list(paths)
-    # Before the long run, not after it.
-    if window_s is not None:
-        if window_s < 1:
-            raise UsageError(f"--window-s must be at least 1, got {window_s}")
-        check_dataset_output(out, inputs=inputs)
-    else:
-        check_output(out, force=force, inputs=inputs)
-    plist, b = _read_raw(paths, opts, advance)
-    if isinstance(b, LoadedTrace):  # canonical in: written through (maybe coarsened)
-        if window_s is None:
-            write_canonical(b.table, out, force=force)
-            return b, table_figures(b.table)
-        meta = b.table.schema.metadata
-        batches: Iterator[pa.RecordBatch] = iter(b.table.cast(CANONICAL_SCHEMA).to_batches())
-        written = _write(batches, meta, Path(out), force, window_s)
-        return b, replace(written, block_size=int(read_metadata(b.table).get("block_size") or 16))
-    meta, batches = b.finish()
-    written = _write(batches, meta, Path(out), force, window_s)
-    return _loaded(b, plist, None), replace(written, block_size=b.block_size)
-
-
-def _write(
-    batches: Iterator[pa.RecordBatch],
-    meta: dict[bytes, bytes],
-    out: Path,
-    force: bool,
-    window_s: int | None,
-) -> Written:
-    """The canonical rows written to ``out`` (one file, or a dataset folder), with the
-    figures of the summary counted on the way.
-
-    Each batch is written on a thread while the next is taken from the spool and the
-    figures are counted here (Arrow's writer and NumPy's sort release the GIL): 1.0 s of
-    writing 100k requests became 0.8 to 0.9 s. One batch is written at a time, in order,
-    and at most one more is held meanwhile."""
-    from concurrent.futures import Future, ThreadPoolExecutor
-
-    import pyarrow.parquet as pq
-
-    from analyzer.outputs import atomic_dir, atomic_path
-
-    schema = CANONICAL_SCHEMA.with_metadata(meta)
-    kw: dict[str, Any] = {
-        "compression": "zstd",
-        # Hashes are all distinct values: a dictionary per row group only costs memory.
-        "use_dictionary": ["request_id", "session_id", "tenant", "model", "parent_request_id"],
-    }
-    distinct = DistinctCounter()
-    n_rows = n_blocks = tokens = 0
-    span_s = 0.0
-    count_only = True
-    with contextlib.ExitStack() as stack:
-        writer: Any
-        if window_s is None:
-            tmp = stack.enter_context(atomic_path(out, force=force))
-            writer = stack.enter_context(pq.ParquetWriter(tmp, schema, **kw))
-        else:
-            folder = stack.enter_context(atomic_dir(out))
-            writer = stack.enter_context(WindowedWriter(folder, schema, window_s, **kw))
-        # Entered last, so left first: a write in flight ends before the file is closed.
-        pool = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="kvpool-write"))
-        writing: Future[None] | None = None
-        for batch in batches:
-            if writing is not None:
-                writing.result()  # the previous batch is written (or its error raised)
-            writing = pool.submit(writer.write_batch, batch)
-            flat = batch.column("block_hashes").values.to_numpy(zero_copy_only=False)
-            distinct.add(flat)
-            n_rows += batch.num_rows
-            n_blocks += flat.size
-            tokens += int(np.asarray(batch.column("prompt_tokens")).sum())
-            count_only = count_only and bool(np.asarray(batch.column("count_only")).all())
-            if batch.num_rows:
-                span_s = float(batch.column("arrival_s")[-1].as_py())  # rows are sorted
-        if writing is not None:
-            writing.result()
-    return Written(
-        requests=n_rows,
-        prompt_tokens=tokens,
-        blocks=n_blocks,
-        distinct_blocks=distinct.estimate(),
-        distinct_sample_rate=distinct.sample_rate,
-        block_size=0,  # the caller's
-        count_only=count_only,
-        span_s=span_s,
-    )
-
-
-def table_figures(t: pa.Table) -> Written:
-    """:class:`Written`'s figures of a canonical table in memory."""
-    import pyarrow.compute as pc
-
-    flat = t.column("block_hashes").combine_chunks().values.to_numpy(zero_copy_only=False)
-    distinct = DistinctCounter()
-    distinct.add(flat)
-    n_rows, n_blocks = t.num_rows, flat.size
-    return Written(
-        requests=n_rows,
-        prompt_tokens=int(pc.sum(t.column("prompt_tokens")).as_py() or 0),
-        blocks=n_blocks,
-        distinct_blocks=distinct.estimate(),
-        distinct_sample_rate=distinct.sample_rate,
-        block_size=int(read_metadata(t).get("block_size") or 16),
-        count_only=n_rows > 0 and bool(pc.all(t.column("count_only")).as_py()),
-        span_s=float(pc.max(t.column("arrival_s")).as_py() or 0.0) if n_rows else 0.0,
-    )
