@@ -1,10 +1,16 @@
 """The import graph follows the layers docs/conventions.md documents: a package imports only
 packages on its own row or above, nothing in analyzer/ imports Streamlit or the app
-(the CLI's dashboard command aside), and `import analyzer.cli` stays light."""
+(the CLI's dashboard command aside), and `import analyzer.cli` stays light.
+
+Inside the packages whose rooms are done (``ROOMS_DONE``: reuse and ingest; cost joins
+once its split lands), the modules' imports form no circle: every import, at the top, in
+a function or under ``TYPE_CHECKING``, is an edge, and one cycle fails the test naming
+it."""
 
 from __future__ import annotations
 
 import ast
+import graphlib
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +104,40 @@ def test_the_command_layer_loads_no_heavy_library():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert out.stdout.strip() == ""
+
+
+# Packages whose modules were split into rooms of one job each: their import graphs are
+# kept free of circles (docs/conventions.md "Layout of the code").
+ROOMS_DONE = ("reuse", "ingest")
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _edges(path: Path, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` that ``path`` imports by name (``from pkg import mod``
+    names a module too), wherever the import sits."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in modules}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            subs = {f"{node.module}.{a.name}" for a in node.names} & modules
+            if subs:
+                out |= subs
+            elif node.module in modules:
+                out.add(node.module)
+    return out
+
+
+def test_no_import_cycles_inside_the_rooms_that_are_done():
+    for package in ROOMS_DONE:
+        files = sorted((ANALYZER / package).rglob("*.py"))
+        modules = {_module(p) for p in files}
+        graph = {_module(p): _edges(p, modules) - {_module(p)} for p in files}
+        try:
+            tuple(graphlib.TopologicalSorter(graph).static_order())
+        except graphlib.CycleError as exc:
+            raise AssertionError(f"an import cycle in analyzer/{package}: {exc.args[1]}") from None
