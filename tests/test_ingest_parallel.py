@@ -352,10 +352,38 @@ def test_workers_started_before_a_reader_that_fails_are_stopped(tmp_path):
 
 def test_a_worker_reads_several_pieces_with_one_reader(tmp_path, monkeypatch):
     """More pieces than workers (several files): each worker builds its reader once and
-    keeps its memos across the pieces it reads; the output is the one-process one."""
+    keeps its memos across the pieces it reads; the output is the one-process one.
+
+    The worker's side runs here, in this process, as a worker runs it: every piece of
+    the run's setup is read by the one reader built at the first, and a piece read
+    again tokenizes no part (its parts are in the memo the earlier pieces filled)."""
+    import analyzer.ingest.parallel as parallel
+    from analyzer.spill import remove
+
     logs = [chat_log(tmp_path / f"chat{i}.jsonl", 40, seed=10 + i) for i in range(4)]
     one, many = both(logs)
     same(one, many)
+
+    monkeypatch.setattr(parallel, "_worker", None)  # this process's reader, restored after
+    monkeypatch.setattr(parallel, "_worker_setup", None)
+    paths = [str(p) for p in logs]
+    setup = (paths, ["openai"] * 4, IngestOptions(salt=SALT, block_size=16), False, 3)
+    pieces = plan(paths, ["openai"] * 4, 3)
+    assert len(pieces) > 3  # more pieces than the run's processes
+    readers, results = set(), []
+    for piece in [*pieces, pieces[0]]:
+        res = parallel.run_piece(piece, setup)
+        assert isinstance(res, parallel.PieceResult)
+        readers.add(id(parallel._worker))
+        results.append(res)
+        if res.spool.directory:
+            remove(res.spool.directory)
+    assert len(readers) == 1  # one reader for every piece
+    parts_tokenized = [r.stats[1] for r in results]
+    assert parts_tokenized[0] > 0
+    assert parts_tokenized[-1] == 0  # piece 0 again: every part from the memo
+    again, first = results[-1], results[0]  # and the same rows
+    assert (again.spool.prompt_tokens, again.lines) == (first.spool.prompt_tokens, first.lines)
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP"])
