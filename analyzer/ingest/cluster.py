@@ -21,6 +21,9 @@ one tree, are not computed on Ray (a note says so; the block-level figures are e
 
 The inputs are read by the actors from the same path as on the driver: on a cluster,
 put them on storage every node mounts at the same path (NFS, a shared volume).
+
+Ray is optional (the ``ray`` extra) and imported only when ``--ray`` is given
+(:func:`import_ray`).
 """
 
 from __future__ import annotations

@@ -6,10 +6,13 @@ decompression. Formats: see docs/formats.md and ``FORMATS``.
 
 from __future__ import annotations
 
+import difflib
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from analyzer.errors import InputError, Location
 from analyzer.ingest.documents import (
@@ -19,6 +22,8 @@ from analyzer.ingest.documents import (
     page_records,
 )
 from analyzer.ingest.io import TruncatedInput, check_readable, head_lines
+from analyzer.jsontypes import JSONObject
+from analyzer.trace import read_metadata
 
 
 class Format(StrEnum):
@@ -63,8 +68,6 @@ FORMATS: tuple[str, ...] = (*Format, *FORMAT_ALIASES)
 
 def did_you_mean(name: str, choices: tuple[str, ...]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``choices``, or nothing."""
-    import difflib
-
     close = difflib.get_close_matches(name.lower(), choices, n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
@@ -96,11 +99,6 @@ def resolve_format(fmt: str | None, path: str | Path) -> str:
 
 
 def _parquet_format(path: Path) -> str:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from analyzer.trace import read_metadata
-
     try:
         schema = pq.read_schema(path)
     except (OSError, pa.ArrowInvalid) as exc:
@@ -110,7 +108,7 @@ def _parquet_format(path: Path) -> str:
     return Format.GATEWAY_PARQUET if "request_json" in schema.names else Format.GENERIC_PARQUET
 
 
-def _product_format(keys: set[str] | dict[str, Any]) -> str | None:
+def _product_format(keys: set[str] | JSONObject) -> str | None:
     """The gateway or observability export whose own fields a record (or a CSV header)
     has, else None. Checked before the OpenAI form: a LiteLLM payload has ``messages`` at
     top level too, and reading it as OpenAI loses its sessions and teams."""
@@ -146,7 +144,7 @@ def _csv_format(header: str) -> str:
     return Format.GENERIC_CSV
 
 
-def _json_format(obj: dict[str, Any]) -> str:
+def _json_format(obj: JSONObject) -> str:
     rows = page_records(obj)
     if rows and isinstance(rows[0], dict):  # an API page: its records tell
         obj = rows[0]

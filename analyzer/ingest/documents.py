@@ -22,9 +22,9 @@ import codecs
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from analyzer.ingest.io import BOM, TruncatedInput, _chunks, max_line_bytes
+from analyzer.jsontypes import JSONValue
 
 PEEK_BYTES = 1 << 16
 # Keys an API page carries besides its records (Langfuse ``meta``, Helicone ``error``).
@@ -66,7 +66,7 @@ def container(path: str | Path) -> str:
     return "csv"
 
 
-def page_records(obj: object) -> list[Any] | None:
+def page_records(obj: object) -> list[JSONValue] | None:
     """The records of an API page (``{"data": [...], "meta": {...}}``), else None."""
     if isinstance(obj, dict) and set(obj) <= _PAGE_KEYS:
         data = obj.get("data")
@@ -166,7 +166,7 @@ def document_records(
                 yield n + 1, obj
                 return
             after_value = True
-            for row in page_records(obj) or [obj]:
+            for row in page_records(obj) or (obj,):
                 n += 1
                 yield n, row
     except UnicodeDecodeError:

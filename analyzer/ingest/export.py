@@ -29,7 +29,6 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -82,7 +81,7 @@ def export_mooncake(table: pa.Table, out: str | Path, *, force: bool = False) ->
     lines = []
     for i in range(trace.n_requests):
         ms = round(float(trace.arrival_s[i]) * 1000)
-        rec: dict[str, Any] = {"timestamp": ms}
+        rec: dict[str, object] = {"timestamp": ms}
         s = int(trace.session[i])
         if s >= 0:
             rec["session_id"] = f"s{s}"

@@ -24,10 +24,13 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO, Protocol
 
-from analyzer.errors import InputError, Location
+import zstandard
+
+from analyzer.errors import InputError, Location, UsageError
 from analyzer.outputs import note_input
+from analyzer.trace import dataset_files
 
 CHUNK = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
@@ -47,8 +50,6 @@ def _env_number(name: str, default: float, lo: float, hi: float) -> float:
     except ValueError:
         value = float("nan")
     if not lo <= value <= hi:  # NaN fails too
-        from analyzer.errors import UsageError
-
         raise UsageError(f"{name}={raw!r} must be a number from {lo:g} to {hi:g}")
     return value
 
@@ -83,16 +84,12 @@ def compression(path: str | Path) -> str:
 
 def check_readable(path: str | Path) -> None:
     if str(path) == "-":  # the CLI turns '-' into a copy of stdin; never a file named '-'
-        from analyzer.errors import UsageError
-
         raise UsageError("'-' (stdin) is read by the kvpool command line, not as a file name")
     p = Path(path)
     note_input(p)
     if not p.exists():
         raise InputError("file not found", Location(str(path)))
     if p.is_dir():
-        from analyzer.trace import dataset_files
-
         if dataset_files(p):  # a partitioned canonical dataset (kvpool convert --ray)
             return
         raise InputError(
@@ -161,18 +158,28 @@ def _chunks(
             yield b"".join(out_parts)
 
 
-def _inflate(f, kind: str, on_bytes: Callable[[int], None] | None, step: int):  # type: ignore[no-untyped-def]
+class _Decompressor(Protocol):
+    """What zlib's and zstandard's streaming decompressors both offer."""
+
+    @property
+    def eof(self) -> bool: ...
+    @property
+    def unused_data(self) -> bytes: ...
+    def decompress(self, data: bytes) -> bytes: ...
+
+
+def _inflate(
+    f: BinaryIO, kind: str, on_bytes: Callable[[int], None] | None, step: int
+) -> Iterator[int | bytes]:
     """Decompressed pieces of ``f``, and (as ints) the compressed bytes consumed."""
     if kind == "gzip":
 
-        def new() -> Any:
+        def new() -> _Decompressor:
             return zlib.decompressobj(wbits=47)
     else:
-        import zstandard
-
         zd = zstandard.ZstdDecompressor()
 
-        def new() -> Any:
+        def new() -> _Decompressor:
             return zd.decompressobj()
 
     dec = new()

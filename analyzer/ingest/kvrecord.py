@@ -23,7 +23,8 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+
+import zmq
 
 from analyzer import __version__
 from analyzer.errors import UsageError
@@ -92,7 +93,7 @@ class RecordStats:
             f"{bad:,} malformed, {self.elapsed_s:,.1f} s"
         )
 
-    def trailer(self) -> dict[str, Any]:
+    def trailer(self) -> dict[str, object]:
         return {
             "kind": "end",
             "reason": self.reason,
@@ -111,13 +112,11 @@ class RecordStats:
 
 class _Recorder:
     def __init__(self, opts: RecordOptions, writer: RecordingWriter, salt: bytes) -> None:
-        import zmq
-
         self.zmq = zmq
         self.opts, self.writer, self.salt = opts, writer, salt
         self.ctx = zmq.Context()
-        self.subs: list[Any] = []
-        self.replays: list[Any] = []
+        self.subs: list[zmq.Socket[bytes]] = []
+        self.replays: list[zmq.Socket[bytes] | None] = []
         self.last: list[int | None] = [None] * len(opts.endpoints)
         self.stats = RecordStats(time.time(), per_endpoint=[0] * len(opts.endpoints))
         try:

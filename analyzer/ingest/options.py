@@ -1,16 +1,22 @@
-"""Options of an ingest run, the skip summary, and what :func:`open_trace` returns."""
+"""Options of an ingest run, the skip summary, and what :func:`open_trace` returns.
+
+Imported where it is used, for start-up time: :mod:`analyzer.reuse.isolation` (it loads
+polars, which a run that keeps every tenant's blocks together never needs).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from analyzer.errors import printable, shown
-from analyzer.trace import BlockTrace
+from analyzer.trace import HASH_COLUMNS, BlockTrace
 
 if TYPE_CHECKING:
     from analyzer.ingest.kvrebuild import EngineEvents
@@ -140,8 +146,6 @@ class LoadedTrace:
     def isolated(self, policy: str) -> LoadedTrace:
         """This trace as an engine salted under ``policy`` sees it (the same table; its
         trace and model parts keyed by salt group). Keys only a shared trace."""
-        import dataclasses
-
         assert self.isolation == "shared", "isolate the shared trace, not a keyed one"
         if policy == "shared":
             return self
@@ -155,8 +159,6 @@ class LoadedTrace:
         ``model``), built once: an analysis re-read with other settings (the dashboard's
         what-ifs) reuses it instead of filtering and re-indexing the table again."""
         if model not in self._parts:
-            import pyarrow.compute as pc
-
             names = self.table.column("model")
             rows = self.table.filter(pc.fill_null(pc.equal(names, model), False))
             self._parts[model] = self._keyed(BlockTrace.from_table(rows))
@@ -168,8 +170,6 @@ class LoadedTrace:
         at a million chat requests), each as soon as its ids are numbered, so the two are
         never held twice. For the owner of a one-model log's trace (no :meth:`model_part`
         after it)."""
-        from analyzer.trace import HASH_COLUMNS
-
         table = self.table
         drop = [c for c in HASH_COLUMNS if c in table.column_names]
         self.table = table.drop_columns(drop)

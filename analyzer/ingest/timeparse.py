@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, date, datetime, time
-from typing import Any
 
 import numpy as np
 
@@ -77,7 +76,7 @@ def unit_for(max_value: float, forced: str | None = None) -> str:
 
 def numeric_seconds(
     values: np.ndarray, forced: str | None = None
-) -> tuple[np.ndarray, dict[str, Any]]:
+) -> tuple[np.ndarray, dict[str, int]]:
     """One file's numeric times in seconds, and how many were read in each unit.
 
     ``forced``: that unit for all. Otherwise the file's unit is the band of its largest

@@ -24,6 +24,9 @@ request ids name), every required field present with integer values in range, an
 ``hash_ids`` long enough. Anything else (a bad row, a float where
 an integer belongs, a session column) returns ``None`` and the line reader runs, with
 its per-row skips and messages. Tests check both paths give the same table.
+
+Imported where it is used, for start-up time: polars (the Azure CSV reader; importing it
+costs more than reading a Mooncake trace whole).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
 
 from analyzer import limits
 from analyzer.blocks import id_hashes
@@ -110,8 +115,6 @@ _INTS = (pa.int64(), pa.int32(), pa.uint32(), pa.uint64())
 def _json_rows(path: str) -> pa.Table | None:
     """The file parsed by Arrow, when it is one JSON object a line with no blank lines
     but at its end (so row ``i`` is line ``i + 1``)."""
-    import pyarrow.json as pj
-
     try:
         df = pj.read_json(path)
     except (pa.ArrowException, OSError):  # the line reader says which line and why
@@ -130,8 +133,6 @@ def _hashed(
     ``input_length``, optional ``output_length`` and ``hash_ids`` (one id per ``native``
     tokens), read as the line reader reads them, or None where it would read a row
     otherwise (or skip it)."""
-    import pyarrow.compute as pc
-
     if (
         block_size % native
         or _kind(df, "timestamp") not in (*_INTS, pa.float64())
