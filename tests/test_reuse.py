@@ -395,6 +395,13 @@ def test_sources_top_prefixes_and_previews():
     ]
     assert tops.by_volume[0].reused_tokens == 96
     assert tops.by_volume[0].preview == "You are a helpful assistant. … Tools: search"
+    # who holds each prefix, as the report says it instead of a hash: the requests that
+    # hold the block, their tenants counted (the log names no model)
+    for e in tops.by_count + tops.by_volume:
+        holders = [i for i in range(tr.n_requests) if e.block_id in tr.blocks_of(i)]
+        assert e.tenants == len({int(tr.tenant[i]) for i in holders})
+        assert e.models == ()
+    assert [e.tenants for e in tops.by_count] == [2, 1]
     assert rep.reuse_distance["hit_accesses"] == 7
     assert rep.reuse_time["hit_accesses"] == 7
 

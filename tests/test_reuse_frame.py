@@ -41,7 +41,7 @@ def write(path, table: pa.Table) -> None:
 def traces(draw, max_requests: int = 25, max_new: int = 5):
     """A canonical table: chains extending earlier chains' prefixes (so a block id always
     has the same parent and depth, as chained hashes do), sessions, tenants, content
-    hashes that repeat at other positions, times over several hours."""
+    hashes that repeat at other positions, times over several hours, one or two models."""
     n = draw(st.integers(1, max_requests))
     chains: list[list[int]] = []
     next_id = 1
@@ -59,6 +59,7 @@ def traces(draw, max_requests: int = 25, max_new: int = 5):
     sessions = draw(st.lists(labels, min_size=n, max_size=n))
     tenants = draw(st.lists(labels, min_size=n, max_size=n))
     users = draw(st.lists(labels, min_size=n, max_size=n))
+    models = draw(st.lists(st.sampled_from(["m", "m", "n"]), min_size=n, max_size=n))
     with_content = draw(st.booleans())
     with_lcp = draw(st.booleans())
     prompts = [len(c) * BS + e for c, e in zip(chains, extra, strict=True)]
@@ -68,7 +69,7 @@ def traces(draw, max_requests: int = 25, max_new: int = 5):
         "arrival_s": list(np.cumsum(gaps) - gaps[0]),
         "session_id": sessions,
         "tenant": tenants,
-        "model": ["m"] * n,
+        "model": models,
         "prompt_tokens": prompts,
         "output_tokens": [None] * n,
         "block_hashes": [[(b * GOLDEN) & mask for b in c] for c in chains],

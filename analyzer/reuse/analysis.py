@@ -41,9 +41,11 @@ from analyzer.reuse.facts import (
     CountedHits,
     LruHistograms,
     PrefixCandidates,
+    PrefixHolders,
     RequestColumns,
     SampledHistogram,
     ScanPlan,
+    prefix_holders,
 )
 from analyzer.reuse.records import (
     EMPTY_CURVE,
@@ -294,6 +296,13 @@ def prefix_candidates(
     def preview(block: int) -> str | None:
         return _preview(trace, block, parent)
 
+    def holders(ids: np.ndarray) -> dict[int, PrefixHolders]:
+        at = np.flatnonzero(np.isin(trace.block_ids, ids))
+        reqs = np.searchsorted(trace.offsets, at, side="right") - 1
+        return prefix_holders(
+            ids, trace.block_ids[at], reqs, trace.tenant, trace.model, trace.model_names
+        )
+
     return PrefixCandidates(
         block_id=cand,
         hash=trace.block_hashes[cand],
@@ -301,6 +310,7 @@ def prefix_candidates(
         requests=hits[cand],
         any_hit=True,
         preview=preview if trace.previews else None,
+        holders=holders,
     )
 
 

@@ -82,6 +82,42 @@ class PrefixCandidates:
     requests: np.ndarray  # int64
     any_hit: bool
     preview: Callable[[int], str | None] | None = None  # dense id -> text, when kept
+    # dense ids -> who holds each: asked only for the prefixes listed
+    holders: Callable[[np.ndarray], dict[int, PrefixHolders]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixHolders:
+    """Who sends a shared prefix: how many tenants' requests hold it (None when the log
+    names no tenant), and the models they were served by (empty when it names none).
+    The report says this, not a hash, when it shows what a prefix is."""
+
+    tenants: int | None
+    models: tuple[str, ...]
+
+
+def prefix_holders(
+    ids: np.ndarray,
+    access_block: np.ndarray,
+    access_request: np.ndarray,
+    tenant: np.ndarray,
+    model: np.ndarray | None,
+    model_names: list[str],
+) -> dict[int, PrefixHolders]:
+    """:class:`PrefixHolders` of each dense id in ``ids``, from the accesses to them
+    (``access_block[i]`` was read by request ``access_request[i]``) and the requests'
+    tenant and model codes (-1: none)."""
+    named_tenants = bool((tenant >= 0).any())
+    out = {}
+    for b in np.unique(ids):
+        reqs = np.unique(access_request[access_block == b])
+        t = tenant[reqs]
+        m = np.unique(model[reqs]) if model is not None else np.zeros(0, dtype=np.int64)
+        out[int(b)] = PrefixHolders(
+            tenants=int(np.unique(t[t >= 0]).size) if named_tenants else None,
+            models=tuple(sorted(model_names[int(c)] for c in m if c >= 0)),
+        )
+    return out
 
 
 @dataclass(frozen=True, slots=True)

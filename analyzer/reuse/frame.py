@@ -14,7 +14,7 @@ reuse figures' questions with them.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -98,6 +98,8 @@ class Requests:
     token_lcp_prev: np.ndarray | None
     content_ok: bool  # every request has content hashes as long as its block hashes
     count_only: bool
+    model: np.ndarray | None = None  # int32 codes into model_names, -1 none
+    model_names: list[str] = field(default_factory=list)
 
     @property
     def n(self) -> int:
@@ -119,9 +121,16 @@ def _codes(col: pl.Series) -> np.ndarray:
     return codes["code"].fill_null(-1).cast(pl.Int32).to_numpy()
 
 
+def _names(col: pl.Series) -> list[str]:
+    """The distinct values of ``col`` in the order :func:`_codes` numbers them."""
+    return [str(v) for v in col.drop_nulls().unique(maintain_order=True).to_list()]
+
+
 def read_requests(lf: pl.LazyFrame) -> Requests:
+    has_model = "model" in lf.collect_schema().names()
     df = collect(
         lf.select(
+            *(["model"] if has_model else []),
             "arrival_s",
             "prompt_tokens",
             "session_id",
@@ -144,6 +153,8 @@ def read_requests(lf: pl.LazyFrame) -> Requests:
         token_lcp_prev=lcp,
         content_ok=bool(df.height) and bool(df["content_ok"].fill_null(False).all()),
         count_only=bool(df.height) and bool(df["count_only"].all()),
+        model=_codes(df["model"]) if has_model else None,
+        model_names=_names(df["model"]) if has_model else [],
     )
 
 

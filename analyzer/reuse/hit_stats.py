@@ -134,8 +134,14 @@ def top_prefixes(cands: PrefixCandidates, bs: int, top_n: int) -> TopPrefixes:
     volume = cands.requests * prefix_tokens
     preview = cands.preview
 
+    by_volume = np.lexsort((cands.block_id, -cands.requests, -volume))[:top_n]
+    by_count = np.lexsort((cands.block_id, -prefix_tokens, -cands.requests))[:top_n]
+    listed = cands.block_id[np.concatenate([by_volume, by_count])]
+    held = cands.holders(listed) if cands.holders is not None else {}
+
     def entry(i: int) -> SharedPrefix:
         b = int(cands.block_id[i])
+        who = held.get(b)
         return SharedPrefix(
             block_id=b,
             hash_hex=f"{int(cands.hash[i]):016x}",
@@ -144,10 +150,10 @@ def top_prefixes(cands: PrefixCandidates, bs: int, top_n: int) -> TopPrefixes:
             requests=int(cands.requests[i]),
             reused_tokens=int(volume[i]),
             preview=preview(b) if preview is not None else None,
+            tenants=who.tenants if who is not None else None,
+            models=who.models if who is not None else (),
         )
 
-    by_volume = np.lexsort((cands.block_id, -cands.requests, -volume))[:top_n]
-    by_count = np.lexsort((cands.block_id, -prefix_tokens, -cands.requests))[:top_n]
     return TopPrefixes(
         by_volume=tuple(entry(int(i)) for i in by_volume),
         by_count=tuple(entry(int(i)) for i in by_count),

@@ -10,6 +10,7 @@ after the first ``warmup`` share, which fill the cache uncounted).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -205,7 +206,9 @@ class ReuseSources:
 @dataclass(frozen=True, slots=True)
 class SharedPrefix:
     """One shared prefix: ``prefix_blocks`` blocks ending at block ``block_id`` (chained
-    hash ``hash_hex``), reused by ``requests`` counted requests."""
+    hash ``hash_hex``), reused by ``requests`` counted requests. ``tenants``: how many
+    tenants' requests hold it (None when the log names no tenant); ``models``: the models
+    of the requests that hold it (empty when the log names none)."""
 
     block_id: int
     hash_hex: str
@@ -214,6 +217,8 @@ class SharedPrefix:
     requests: int
     reused_tokens: int  # requests x prefix_tokens
     preview: str | None = None
+    tenants: int | None = None
+    models: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -224,7 +229,18 @@ class SharedPrefix:
             "requests": self.requests,
             "reused_tokens": self.reused_tokens,
             "preview": self.preview,
+            "tenants": self.tenants,
+            "models": list(self.models),
         }
+
+
+def tenants_words(tenants: int | None) -> str:
+    """A shared prefix's tenants as a table shows them (a count: names stay private)."""
+    return "not named" if tenants is None else f"{tenants:,}"
+
+
+def models_words(models: Sequence[str]) -> str:
+    return ", ".join(models) if models else "not named"
 
 
 TOP_PREFIXES_NOTE = "reused_tokens = requests x prefix length (each request reusing it counts once)"

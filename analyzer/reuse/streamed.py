@@ -13,6 +13,7 @@ report, figure for figure.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +28,11 @@ from analyzer.reuse.facts import (
     CountedHits,
     LruHistograms,
     PrefixCandidates,
+    PrefixHolders,
     RequestColumns,
     SampledHistogram,
     ScanPlan,
+    prefix_holders,
 )
 from analyzer.reuse.frame import (
     Requests,
@@ -178,8 +181,38 @@ class FrameInput:
                 blocks=top["blocks"].to_numpy().astype(np.int64),
                 requests=top["hits"].to_numpy().astype(np.int64),
                 any_hit=int(facts.time_count.sum()) > 0,
+                holders=self._holders(top),
             ),
         )
+
+    def _holders(self, top: pl.DataFrame) -> Callable[[np.ndarray], dict[int, PrefixHolders]]:
+        """Who holds the listed prefixes: their accesses read from the hash parts."""
+        ids = top["id"].to_numpy().astype(np.int64)
+        hashes = top["h"].to_numpy().astype(np.uint64)
+
+        def holders(listed: np.ndarray) -> dict[int, PrefixHolders]:
+            want = hashes[np.isin(ids, listed)].tolist()
+            acc = collect(
+                pl.concat(
+                    [
+                        f.filter(pl.col("h").is_in(want)).select("h", "r")
+                        for f in self._block_parts().frames
+                    ]
+                )
+            )
+            id_of = dict(zip(hashes.tolist(), ids.tolist(), strict=True))
+            block = np.array([id_of[h] for h in acc["h"].to_list()], dtype=np.int64)
+            r = self.req
+            return prefix_holders(
+                listed,
+                block,
+                acc["r"].to_numpy().astype(np.int64),
+                r.tenant,
+                r.model,
+                r.model_names,
+            )
+
+        return holders
 
     def prefix_hits(self, plan: ScanPlan, factor: int) -> np.ndarray:
         run = self._leading_runs(plan)[factor]

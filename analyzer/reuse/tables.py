@@ -10,7 +10,7 @@ from rich.table import Table
 
 from analyzer.cache.policies import label as policy_label
 from analyzer.quoting import terminal
-from analyzer.reuse.records import GB, GIB, HourRow, TenantRow
+from analyzer.reuse.records import GB, GIB, HourRow, TenantRow, models_words, tenants_words
 from analyzer.reuse.result import ReuseReport
 
 
@@ -208,14 +208,17 @@ def _prefixes(report: ReuseReport, console: Console) -> None:
     if not entries:
         return
     table = Table(title="Top shared prefixes by reused tokens", title_justify="left")
-    for col in ("prefix", "requests", "reused", "what"):
+    cols = ["prefix", "requests", "reused", "tenants", "models"]
+    previews = any(e.preview for e in entries)
+    for col in cols + (["text"] if previews else []):
         table.add_column(col, justify="right" if col in ("requests", "reused") else "left")
     for e in entries:
-        what = terminal(e.preview or f"hash {e.hash_hex}")
-        table.add_row(
+        row = [
             f"{tokens(e.prefix_tokens)} tok",
             f"{e.requests:,}",
             tokens(e.reused_tokens),
-            what,
-        )
+            tenants_words(e.tenants),
+            terminal(models_words(e.models)),
+        ]
+        table.add_row(*row, *([terminal(e.preview or "-")] if previews else []))
     console.print(table)
