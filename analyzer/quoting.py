@@ -13,6 +13,8 @@ pilot commands)     when the text holds a control character, so it stays on one 
 shell comment       :func:`comment`: control characters made ``?``, so a newline
                     cannot end the comment and start a command
 Markdown text       :func:`md_text`: no raw HTML, links or code spans; controls ``?``
+Markdown prose      :func:`md_prose`: :func:`md_text`, but a backtick span (the
+                    program's own `kvpool ...` commands) is a code span
 Markdown code       :func:`md_code`: a fence longer than any backtick run inside
 dashboard text      :func:`st_text`: :func:`md_text`, and ``$`` escaped (Streamlit's
                     Markdown renders ``$...$`` as math)
@@ -93,6 +95,35 @@ def st_text(text: str) -> str:
     as itself: :func:`md_text`'s rule, and ``$`` escaped, since Streamlit renders
     ``$...$`` as LaTeX."""
     return md_text(text).replace("$", "\\$")
+
+
+# A code span as the program writes one in its own sentences: `kvpool cost fit`.
+CODE_SPAN_RE = re.compile(r"`([^`\n]+)`")
+
+
+def prose_parts(text: str) -> list[tuple[bool, str]]:
+    """``text`` cut into (is_code, part): backtick spans are code, the rest prose. A
+    lone backtick stays prose; a name holding backticks can make a code span, which
+    shows its text literally and carries no markup."""
+    out: list[tuple[bool, str]] = []
+    at = 0
+    for m in CODE_SPAN_RE.finditer(text):
+        if m.start() > at:
+            out.append((False, text[at : m.start()]))
+        out.append((True, m.group(1)))
+        at = m.end()
+    if at < len(text):
+        out.append((False, text[at:]))
+    return out
+
+
+def md_prose(text: str) -> str:
+    """A sentence for Markdown: :func:`md_text`'s prose, with each backtick span a code
+    span (its text verbatim: no entity or escape inside a code span is read)."""
+    return "".join(
+        f"`{scrub(part.replace(chr(10), ' '))}`" if code else md_text(part)
+        for code, part in prose_parts(str(text))
+    )
 
 
 def md_code(text: str, lang: str = "") -> str:

@@ -15,7 +15,9 @@ from analyzer.quoting import (
     has_control,
     k8s_text,
     md_code,
+    md_prose,
     md_text,
+    prose_parts,
     scrub,
     shell,
     terminal,
@@ -98,6 +100,24 @@ def test_markdown_text_has_no_markup(s):
     tokens = MarkdownIt("commonmark").parse(md_text(s))
     kinds = {c.type for t in tokens if t.children for c in t.children} | {t.type for t in tokens}
     assert not kinds & {"link_open", "code_inline", "html_inline", "html_block", "fence"}
+
+
+@settings(max_examples=80)
+@given(text)
+def test_markdown_prose_has_code_spans_and_nothing_else(s):
+    """A sentence with backtick spans: each span is a code span holding its text, the
+    rest is text; a name with backticks can only make a code span, never markup."""
+    from markdown_it import MarkdownIt
+
+    sentence = f"calibrate with `kvpool cost fit` on {s} then `kvpool cost check`"
+    tokens = MarkdownIt("commonmark").parse(md_prose(sentence))
+    inline = [c for t in tokens if t.children for c in t.children]
+    kinds = {c.type for c in inline} | {t.type for t in tokens}
+    assert not kinds & {"link_open", "html_inline", "html_block", "fence"}
+    spans = [c.content for c in inline if c.type == "code_inline"]
+    assert len(spans) == sum(code for code, _ in prose_parts(sentence))
+    if "`" not in s:
+        assert spans == ["kvpool cost fit", "kvpool cost check"]
 
 
 @settings(max_examples=80)

@@ -312,3 +312,68 @@ def test_analyze_refuses_a_read_only_report_folder_at_once(tmp_path):
         timeout=120,
     )
     assert r.returncode == 4 and "Permission denied" in r.stderr
+
+
+def test_inline_code_is_code_in_both_reports(doc):
+    """The program's own commands in a sentence (`kvpool validate ...`) are code spans in
+    report.md and <code> in report.html, not escaped backticks."""
+    from markdown_it import MarkdownIt
+
+    md, page = render_markdown(doc), render_html(doc)
+    inline = [c for t in MarkdownIt("commonmark").parse(md) for c in t.children or []]
+    spans = {c.content for c in inline if c.type == "code_inline"}
+    assert "kvpool validate RESULTS... --report report.json" in spans
+    assert "\\`" not in md
+    assert "<code>kvpool validate RESULTS... --report report.json</code>" in page
+    text_outside_code = re.sub(
+        r"<code>.*?</code>", "", page.split("<style>")[0] + page.split("</style>")[1]
+    )
+    assert "`" not in re.sub(r"<pre>.*?</pre>", "", text_outside_code, flags=re.S)
+
+
+def test_a_product_with_nothing_to_paste_has_no_empty_code_block(doc):
+    """A product the verdict does not deploy keeps its settings table ("(not deployed)")
+    and shows no code block, rather than an empty one."""
+    from markdown_it import MarkdownIt
+
+    edited = json.loads(json.dumps(doc))
+    store = next(p for p in edited["settings"] if p["product"] == "Mooncake Store")
+    store["snippet"] = ""
+    store["settings"] = [{"option": "(not deployed)", "value": "-", "why": "no pool"}]
+    md, page = render_markdown(edited), render_html(edited)
+    fences = [t for t in MarkdownIt("commonmark").parse(md) if t.type == "fence"]
+    assert fences and all(f.content.strip() for f in fences)
+    assert "**Mooncake Store**" not in md and "<h3>Mooncake Store</h3>" not in page
+    assert "| Mooncake Store (pooled) | Value | Why |" in md
+    assert "<pre><code></code></pre>" not in page
+    # the pooled report's own store config is there, with its content
+    assert '"global_segment_size"' in render_markdown(doc)
+
+
+def test_the_ttft_chart_speaks_the_tables_unit_and_names(doc):
+    from analyzer.report.charts import charts_possible, ttft_chart
+
+    if not charts_possible():
+        pytest.skip("charts cannot be drawn under this address-space limit")
+    svg = ttft_chart(ReportDocument.from_json(doc).report)
+    assert svg is not None
+    assert "TTFT (ms)" in svg and "TTFT (s)" not in svg
+    assert "pooled KV store" in svg and "pooled_kv" not in svg
+    md = render_markdown(doc)
+    assert " ms" in md  # the tables' unit
+
+
+def test_shared_prefixes_are_described_by_what_is_known_not_a_hash(doc):
+    top = doc["reuse"]["analysis"]["top_prefixes"]["by_volume"]
+    assert top and all("tenants" in p and "models" in p for p in top)
+    md, page = render_markdown(doc), render_html(doc)
+    header = "| Shared prefix | Tokens | Requests | Tenants | Models | Reused tokens |"
+    assert header in md
+    for p in top:
+        assert p["hash"] not in md and p["hash"] not in page
+    rows = md.split(header)[1].split("\n\n")[0].strip().split("\n")[1:]
+    first = rows[0].strip("| ").split(" | ")
+    assert first[0] == "#1" and first[1] == f"{top[0]['prefix_tokens']:,}"
+    models = ", ".join(top[0]["models"]) or "not named"
+    assert first[3] == (f"{top[0]['tenants']:,}" if top[0]["tenants"] is not None else "not named")
+    assert first[4] == models

@@ -20,6 +20,7 @@ from analyzer.report.figures import (
     TIER_LABELS,
     TIER_ORDER,
     scenario_colors,
+    scenario_label,
 )
 
 WIDTH = 520
@@ -165,24 +166,26 @@ def break_even_chart(doc: Report) -> str | None:
 
 
 def ttft_chart(doc: Report) -> str | None:
+    """TTFT by option in milliseconds, the tables' unit, under the tables' option names."""
     vals = []
     for name, s in doc.scenarios.items():
         t = s.ttft_s
         for q, x in (("mean", t.mean), ("p50", t.p50), ("p90", t.p90), ("p99", t.p99)):
             if x is not None:
-                vals.append({"scenario": str(name), "statistic": q, "ttft_s": x})
+                vals.append({"option": scenario_label(name), "statistic": q, "ttft_ms": 1000 * x})
     if not vals:
         return None
+    order = [scenario_label(n) for n in SCENARIO_ORDER]
     chart = (
         _base(vals)
         .mark_bar()
         .encode(
-            x=alt.X("scenario:N", sort=list(SCENARIO_ORDER), title=None),
+            x=alt.X("option:N", sort=order, title=None, axis=alt.Axis(labelAngle=0)),
             xOffset=alt.XOffset("statistic:N", sort=["mean", "p50", "p90", "p99"]),
-            y=alt.Y("ttft_s:Q", title="TTFT (s)"),
+            y=alt.Y("ttft_ms:Q", title="TTFT (ms)", axis=alt.Axis(format=",.0f")),
             color=alt.Color("statistic:N", sort=["mean", "p50", "p90", "p99"], title="TTFT"),
         )
-        .properties(title="Time to first token by scenario")
+        .properties(title="Time to first token by option")
     )
     return to_svg(chart)
 

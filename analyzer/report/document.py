@@ -546,6 +546,8 @@ class TopPrefix(_View):
     reused_tokens: int | None = field(default=None, metadata=_ABSENT)
     preview: str | None = field(default=None, metadata=_ABSENT)
     hash: str | None = field(default=None, metadata=_ABSENT)
+    tenants: int | None = field(default=None, metadata=_ABSENT)
+    models: tuple[str, ...] | None = field(default=None, metadata=_ABSENT)
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
 

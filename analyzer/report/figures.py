@@ -26,6 +26,7 @@ import pandas as pd
 from analyzer.advisor.figures import Verdict
 from analyzer.advisor.words import OPTION_NAME
 from analyzer.replay.config import Scenario, Tier
+from analyzer.reuse.records import models_words, tenants_words
 from analyzer.trace import BlockTrace
 
 if TYPE_CHECKING:
@@ -373,21 +374,22 @@ def sources_frame(sources: ReuseSources | None) -> pd.DataFrame:
 
 
 def top_prefixes_frame(entries: Sequence[SharedPrefix]) -> pd.DataFrame:
-    """The top shared prefixes; the preview column only when the log had text."""
-    cols = ["prefix_tokens", "requests", "reused_tokens", "preview", "hash"]
-    if not any(e.preview for e in entries):
-        cols.remove("preview")
+    """The top shared prefixes as the report's table says what they are (length,
+    requests, tenants, models); the text column only when the log kept previews."""
+    previews = any(e.preview for e in entries)
     rows = [
         {
-            "prefix_tokens": e.prefix_tokens,
+            "tokens": e.prefix_tokens,
             "requests": e.requests,
-            "reused_tokens": e.reused_tokens,
-            "preview": e.preview,
-            "hash": e.hash_hex,
+            "tenants": tenants_words(e.tenants),
+            "models": models_words(e.models),
+            "reused tokens": e.reused_tokens,
+            **({"text": e.preview or "-"} if previews else {}),
         }
         for e in entries
     ]
-    return pd.DataFrame([{k: r[k] for k in cols} for r in rows], columns=cols)
+    cols = ["tokens", "requests", "tenants", "models", "reused tokens"]
+    return pd.DataFrame(rows, columns=cols + (["text"] if previews else []))
 
 
 def curves_frame(

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from analyzer.advisor.figures import Undefined, Verdict
 from analyzer.advisor.words import count
-from analyzer.quoting import md_code, md_text, scrub
+from analyzer.quoting import md_code, md_prose, md_text, prose_parts, scrub
 from analyzer.replay.config import Scenario, Tier
-from analyzer.report.document import NotApplicable, PlanView, Report, TtftSeconds
+from analyzer.report.document import NotApplicable, PlanView, Report, TopPrefix, TtftSeconds
 from analyzer.report.figures import SCENARIO_ORDER, VERDICT_COLOR, VERDICT_TEXT
 from analyzer.report.summary import (
     GLOSSARY,
@@ -33,6 +33,7 @@ from analyzer.report.summary import (
     summary_sentences,
     undefined_notes,
 )
+from analyzer.reuse.records import models_words, tenants_words
 
 
 def pct(x: float | None) -> str:
@@ -348,21 +349,35 @@ def _reuse_section(doc: Report) -> Section:
         )
     by_tokens = reuse.top_prefixes.by_volume if reuse.top_prefixes is not None else None
     if by_tokens:
-        rs.tables.append(
-            Table(
-                ["Top shared prefix", "Tokens", "Requests", "Reused tokens"],
-                [
-                    [
-                        str(p.preview or p.hash or "")[:80],
-                        num(p.prefix_tokens),
-                        num(p.requests),
-                        num(p.reused_tokens),
-                    ]
-                    for p in by_tokens[:5]
-                ],
+        rs.tables.append(top_prefixes_table(by_tokens[:5]))
+        if not any(p.preview for p in by_tokens):
+            rs.paragraphs.append(
+                "The most reused prefixes, by the prompt tokens their reuse saves. Their text "
+                "is not kept (--show-previews keeps a preview); what is known is their "
+                "length, how many requests reused them, and how many tenants and which "
+                "models sent them."
             )
-        )
     return rs
+
+
+def top_prefixes_table(prefixes: Sequence[TopPrefix]) -> Table:
+    """Shared prefixes as what is known of them: length, requests, tenants (a count),
+    models, and the text only where the log kept a preview."""
+    previews = any(p.preview for p in prefixes)
+    return Table(
+        ["Shared prefix", "Tokens", "Requests", "Tenants", "Models", "Reused tokens"],
+        [
+            [
+                str(p.preview)[:80] if previews and p.preview else f"#{k}",
+                num(p.prefix_tokens),
+                num(p.requests),
+                tenants_words(p.tenants),
+                models_words(p.models or ()),
+                num(p.reused_tokens),
+            ]
+            for k, p in enumerate(prefixes, 1)
+        ],
+    )
 
 
 def _models_section(doc: Report) -> Section | None:
@@ -834,7 +849,8 @@ def _settings_section(doc: Report) -> Section | None:
                 [[x.option, x.value, x.why] for x in p.settings],
             )
         )
-        s.code.append((p.product, p.snippet_lang, p.snippet))
+        if p.snippet.strip():  # a product the verdict does not deploy has nothing to paste
+            s.code.append((p.product, p.snippet_lang, p.snippet))
     s.tables.append(
         Table(
             ["Product", "Checked against", "Pages", "Options"],
@@ -994,10 +1010,11 @@ def _term_pattern(term: str) -> re.Pattern[str]:
 _TERM_RE = [(t, _term_pattern(t)) for t in sorted(GLOSSARY, key=len, reverse=True)]
 
 
-def link_terms(text: str, link: Any) -> str:
+def link_terms(text: str, link: Any, keep: tuple[tuple[int, int], ...] = ()) -> str:
     """``text`` with the first occurrence of each glossary term passed through
-    ``link(term, matched)`` (links are not nested: a matched span is not searched again)."""
-    spans: list[tuple[int, int, str]] = []
+    ``link(term, matched)`` (links are not nested: a matched span is not searched again;
+    nor is a ``keep`` span, such as inline code)."""
+    spans: list[tuple[int, int, str]] = [(a, b, text[a:b]) for a, b in keep]
     for term, rx in _TERM_RE:
         for m in rx.finditer(text):
             if any(a < m.end() and m.start() < b for a, b, _ in spans):
@@ -1015,7 +1032,7 @@ def link_terms(text: str, link: Any) -> str:
 
 
 def _md_cell(x: str) -> str:
-    return md_text(x).replace("|", "\\|")
+    return md_prose(x).replace("|", "\\|")
 
 
 def _md_table(t: Table) -> str:
@@ -1034,7 +1051,7 @@ def render_markdown_doc(doc: Report) -> str:
         parts += [f"## {md_text(s.title)}", ""]
         for p in s.paragraphs:
             if p:
-                parts += [md_text(p), ""]
+                parts += [md_prose(p), ""]
         for t in s.tables:
             parts += [_md_table(t), ""]
         for title, lang, text in s.code:
@@ -1055,10 +1072,13 @@ h1{font-size:1.6em;margin-bottom:0}h2{border-bottom:1px solid #ddd;padding-botto
 table{border-collapse:collapse;margin:12px 0;font-size:.92em;width:100%}
 th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f3f5f8}td{overflow-wrap:anywhere}
+code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.92em;
+background:#f0f2f5;padding:0 3px;border-radius:3px}pre code{background:none;padding:0}
 pre{background:#f6f8fa;padding:10px;border-radius:6px;overflow-x:auto;font-size:.88em}
 .chart{margin:12px 0}.chart svg{max-width:100%;height:auto}
 nav a{margin-right:12px}.muted{color:#666;font-size:.9em}
 .verdict .summary{margin:.6em 0 0;font-size:1em}.verdict a{color:#fff}
+.verdict code{background:rgba(255,255,255,.22);color:#fff}
 a.term{color:inherit;text-decoration:underline dotted}
 """
 
@@ -1068,11 +1088,22 @@ def _e(text: str) -> str:
     return html.escape(scrub(text))
 
 
+def _coded(text: str) -> str:
+    """Escaped HTML with backtick spans as ``<code>``."""
+    return "".join(
+        f"<code>{_e(part)}</code>" if code else _e(part) for code, part in prose_parts(text)
+    )
+
+
 def _linked(text: str) -> str:
-    """Escaped HTML with glossary terms linked to their definitions."""
+    """:func:`_coded`'s HTML with glossary terms (outside code) linked to their
+    definitions."""
+    out = _coded(text)
+    keep = tuple((m.start(), m.end()) for m in re.finditer(r"<code>.*?</code>", out))
     return link_terms(
-        _e(text),
+        out,
         lambda term, m: f'<a class="term" href="#{term_anchor(term)}">{m}</a>',
+        keep,
     )
 
 
@@ -1108,7 +1139,7 @@ def render_html_doc(doc: Report, charts: dict[str, str]) -> str:
             )
             if s.id == "glossary":
                 out += [
-                    f'<tr id="{term_anchor(r[0])}"><td>{e(r[0])}</td><td>{e(r[1])}</td></tr>'
+                    f'<tr id="{term_anchor(r[0])}"><td>{e(r[0])}</td><td>{_coded(r[1])}</td></tr>'
                     for r in t.rows
                 ]
             else:
