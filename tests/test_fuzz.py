@@ -24,6 +24,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+# Part of the full suite (CI), not of the development loop (`-m "not slow"`).
+pytestmark = pytest.mark.slow
+
 DRIVER = Path(__file__).with_name("fuzz_driver.py")
 MEM_BYTES = 4 << 30  # numba and pyarrow map ~1.5 GiB of address space at start-up
 EXAMPLES = int(os.environ.get("KVPOOL_FUZZ_EXAMPLES", "2"))

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 pytest.importorskip("mypy", reason="mypy is in the test extra: pip install -e '.[test]'")
 
 
+@pytest.mark.slow
 def test_analyzer_passes_mypy_strict():
     proc = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "analyzer"],

@@ -23,7 +23,7 @@ import pytest
 from analyzer.report import CHROMIUM_FLAGS
 from app.state import bundled_samples
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
