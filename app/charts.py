@@ -27,7 +27,7 @@ from analyzer.report.figures import (
 )
 
 if TYPE_CHECKING:
-    from analyzer.cost.model import BreakEvenRow
+    from analyzer.cost.breakdown import BreakEvenRow
 
 __all__ = ["GIB"]
 

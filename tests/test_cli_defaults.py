@@ -313,7 +313,7 @@ def test_hash_keys_keep_the_model_unless_none():
 def test_closed_choices_are_the_owning_stages():
     """The choices --help lists and the parser checks are the ones the library accepts."""
     from analyzer.cli.options import CHOICES
-    from analyzer.cost.catalog import KV_DTYPES
+    from analyzer.cost.dtypes import KV_DTYPES
     from analyzer.ingest.detect import FORMATS
     from analyzer.ingest.options import TIME_UNITS
     from analyzer.replay.config import DRAM_SCOPES, ROUTERS, WRITE_POLICIES

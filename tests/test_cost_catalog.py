@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzer.cost import get_gpu, get_model, get_tier, list_gpus, list_models, list_tiers
-from analyzer.cost.catalog import estimate_params, spec_from_hf_config
+from analyzer.cost.hf_config import estimate_params, spec_from_hf_config
 from analyzer.errors import InputError, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]

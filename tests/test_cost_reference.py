@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from analyzer.cli import app
 from analyzer.cost import reference as ref
-from analyzer.cost.engine import DEFAULT_ENGINE, FITTED, EngineConstants
+from analyzer.cost.engine_constants import DEFAULT_ENGINE, FITTED, EngineConstants
 from analyzer.errors import InputError
 
 runner = CliRunner()

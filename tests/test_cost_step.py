@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzer.cost import CostModel, StepModel, step_model, step_seconds
-from analyzer.cost.model import PrefillCoefficients, TtftCoefficients
+from analyzer.cost.coefficients import PrefillCoefficients, TtftCoefficients
 from analyzer.cost.step import chunk_attn, engine_step_model
 from analyzer.errors import UsageError
 

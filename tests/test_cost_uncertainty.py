@@ -53,7 +53,7 @@ def test_thin_kinds_fall_back_and_long_prompts_are_extrapolated():
 
 
 def test_calibrated_models_carry_their_own_error():
-    from analyzer.cost.model import PrefillCoefficients
+    from analyzer.cost.coefficients import PrefillCoefficients
 
     cm = CostModel.from_catalog("llama-3.1-8b", "h100").with_prefill(
         PrefillCoefficients(

@@ -1,22 +1,34 @@
 """``kvpool cost``: catalogs, recompute-vs-load break-even, TTFT what-ifs and fits.
 
-Heavy imports (numpy, scikit-learn, rich tables) stay inside the command bodies so that
-``kvpool --help`` stays fast.
+Imported on first use, inside the command bodies, not at the top (``kvpool --help`` must
+stay under 0.3 s, tests/test_cli_startup.py): the cost stage (``analyzer.cost.*``, which
+loads numpy; scikit-learn, SciPy and PyTorch load later still, inside it) and
+``rich.table``. Everything else is imported here.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from analyzer.cli import options as o
+from analyzer.cli.output import console as make_console
+from analyzer.cli.output import report_console, write_text
 from analyzer.cli.stdio import is_stdio, no_stdio, output_file, stdin_options
 from analyzer.errors import UsageError
 from analyzer.quoting import terminal
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from analyzer.cost.hardware import TierSpec
+    from analyzer.cost.model import CostModel
 
 cost_app = typer.Typer(
     name="cost",
@@ -38,7 +50,7 @@ def register(app: typer.Typer) -> None:
 # helpers
 
 
-def _clean(value: Any) -> Any:
+def _clean(value: object) -> object:
     """JSON-safe: infinities and NaN become null (never valid JSON numbers)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -49,18 +61,14 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _write_json(path: str | None, payload: dict[str, Any]) -> None:
+def _write_json(path: str | None, payload: Mapping[str, object]) -> None:
     if not path:
         return
-    from analyzer.cli.output import write_text
-
     write_text(path, json.dumps(_clean(payload), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
-def _console(json_path: str | None) -> Any:
+def _console(json_path: str | None) -> Console:
     """Tables on stdout, or on stderr when ``--json -`` puts the JSON there."""
-    from analyzer.cli.output import report_console
-
     return report_console(json_path)
 
 
@@ -82,12 +90,11 @@ def _cost_model(
     mfu: float | None,
     profile: str | None,
     weights_dtype: str | None = None,
-) -> Any:
+) -> CostModel:
     from analyzer.cost.model import CostModel
+    from analyzer.cost.profile_file import load_profile
 
     if profile:
-        from analyzer.cost.calibrate import load_profile
-
         return load_profile(
             profile,
             model=model,
@@ -267,11 +274,13 @@ def show_cmd(
     """Bytes per token, prefill speed, break-even bandwidth and per-tier break-even prefixes."""
     from rich.table import Table
 
-    from analyzer.cost.catalog import TierSpec, check_bandwidth, get_tier, list_tiers
+    from analyzer.cost import uncertainty as unc
+    from analyzer.cost.catalog import get_tier, list_tiers
+    from analyzer.cost.hardware import TierSpec, check_bandwidth
 
     cm = _cost_model(model, gpu, tp, kv_dtype, mfu, profile, weights_dtype)
     plist = _parse_ints(prefixes, "--prefix-tokens")
-    tier_names: list[Any] = [get_tier(t).name for t in tiers] if tiers else []
+    tier_names: list[str | TierSpec] = [get_tier(t).name for t in tiers] if tiers else []
     tier_names = tier_names or [t.name for t in list_tiers() if t.kind != "gpu"]
     if cm.link is not None:
         tier_names = [*tier_names, "fitted"]
@@ -307,12 +316,11 @@ def show_cmd(
         f"HBM KV capacity per instance: {capacity:,} tokens"
         + ("  (weights do not fit: raise --tp)" if capacity == 0 else "")
     )
-    from analyzer.cost import uncertainty as unc
-
     pt = Table(title="Recompute vs load by prefix length (ranges: the model's measured error)")
     for col in ("prefix", "KV bytes", "recompute (marginal)", "prefill tok/s", "break-even BW"):
         pt.add_column(col, justify="right")
-    per_prefix = []
+    per_prefix: list[dict[str, object]] = []
+    warnings: set[str] = set()
     bands = []
     for p in plist:
         saving = cm.recompute_saving_s(p)
@@ -322,6 +330,8 @@ def show_cmd(
         bands.append(band)
         rate_r = unc.rate_range(rate, band)
         be_r = unc.break_even_range(be, band)
+        outside = cm.range_warnings(new_tokens=p, cached_tokens=0)
+        warnings.update(outside)
         per_prefix.append(
             {
                 "prefix_tokens": p,
@@ -334,7 +344,7 @@ def show_cmd(
                 "prefill_tokens_per_s_range": rate_r.to_json(),
                 "break_even_gbps_range": be_r.to_json(),
                 "error_band": band.to_json(),
-                "warnings": cm.range_warnings(new_tokens=p, cached_tokens=0),
+                "warnings": outside,
             }
         )
         be_text = _fmt_gbps(be)
@@ -355,15 +365,15 @@ def show_cmd(
     for col in ("tier", "GB/s (instance)", "first byte", "break-even prefix"):
         tt.add_column(col, justify="left" if col == "tier" else "right")
     for row in tiers_be:
-        p = row["break_even_prefix_tokens"]
+        shortest = row["break_even_prefix_tokens"]
         tt.add_row(
             row["tier"],
             f"{row['bandwidth_gbps']:g}",
             _fmt_s(row["latency_s"]),
-            "never (<2M tokens)" if p is None else f"{p:,} tokens",
+            "never (<2M tokens)" if shortest is None else f"{shortest:,} tokens",
         )
     console.print(tt)
-    for w in sorted({w for r in per_prefix for w in r["warnings"]}):
+    for w in sorted(warnings):
         console.print(f"[yellow]warning:[/] {terminal(w)}")
     _write_json(
         json_path,
@@ -425,22 +435,20 @@ def ttft_cmd(
     Their C cached tokens are read over one link of B GB/s shared by all K; then the K
     remaining suffixes are prefilled on the GPU as one batch.
     """
-    cm = _cost_model(model, gpu, tp, kv_dtype, mfu, profile, weights_dtype)
-    if measured is not None:
-        from analyzer.cost.step import BACKENDS
+    from analyzer.cost import uncertainty as unc
+    from analyzer.cost.calibrate import calibrate_ttft
+    from analyzer.cost.hardware import check_bandwidth
+    from analyzer.cost.step import BACKENDS, chunk_attn, step_model
 
-        if measured not in BACKENDS:
-            raise UsageError(f"--measured must be one of {', '.join(BACKENDS)}, got {measured!r}")
+    cm = _cost_model(model, gpu, tp, kv_dtype, mfu, profile, weights_dtype)
+    if measured is not None and measured not in BACKENDS:
+        raise UsageError(f"--measured must be one of {', '.join(BACKENDS)}, got {measured!r}")
     latency_s = None if load_latency_ms is None else load_latency_ms / 1e3
     if load_latency_ms is not None and not 0 <= load_latency_ms < math.inf:  # nan too
         raise UsageError(f"--load-latency-ms must be >= 0, got {load_latency_ms}")
     if load_gbps is not None:
-        from analyzer.cost.catalog import check_bandwidth
-
         check_bandwidth(load_gbps, "--load-gbps")
     if calibration:
-        from analyzer.cost.calibrate import calibrate_ttft
-
         cm = calibrate_ttft(cm, calibration, latency_s or 0.0)
     r = cm.ttft(prompt_tokens, cached_tokens, concurrency, load_gbps, latency_s)
     console = _console(json_path)
@@ -448,8 +456,6 @@ def ttft_cmd(
         f"[bold]{terminal(cm.model.name)}[/] on {cm.tp} x {cm.gpu.name}: {r.concurrency} request(s) of "
         f"{r.prompt_tokens:,} tokens, {r.cached_tokens:,} cached, over {r.load_gbps:g} GB/s"
     )
-    from analyzer.cost import uncertainty as unc
-
     band = unc.prefill_band(cm, r.prompt_tokens)
     ttft_r = unc.ttft_range(r.ttft_s, band)
     recompute_r = unc.ttft_range(r.recompute_ttft_s, band)
@@ -465,8 +471,6 @@ def ttft_cmd(
     console.print(f"ranges: {terminal(band.describe())}")
     step_out = None
     if measured is not None:
-        from analyzer.cost.step import chunk_attn, step_model
-
         sm = step_model(cm, measured)
         k = r.concurrency
         compute = sm.step_s(k * r.new_tokens, k * chunk_attn(r.new_tokens, r.cached_tokens), 0, 0)
@@ -524,10 +528,8 @@ def fit_cmd(
     json_path: str | None = _JSON,
 ) -> None:
     """Fit prefill and/or load coefficients to your measurements; save them as JSON."""
-    from dataclasses import replace
-
-    from analyzer.cli.output import console as make_console
     from analyzer.cost import calibrate as cal
+    from analyzer.cost.profile_file import profile_json, save_profile
 
     if not (prefill or load or ttft):
         raise UsageError("give at least one of --prefill CSV, --load CSV or --ttft CSV")
@@ -537,7 +539,7 @@ def fit_cmd(
         raise UsageError("-o - and --json - would both write to stdout: give one a file")
     cm = _cost_model(model, gpu, tp, kv_dtype, mfu, None, weights_dtype)
     console = make_console(stderr=is_stdio(json_path) or is_stdio(output))
-    summary: dict[str, Any] = {}
+    summary: dict[str, object] = {}
     if prefill:
         data = cal.read_prefill_csv(prefill)
         coeffs = cal.fit_prefill(cm, data)
@@ -573,14 +575,14 @@ def fit_cmd(
         summary["ttft_rows"] = {"usable": len(data.rows), "skipped": data.skipped}
         summary["ttft_skipped_examples"] = data.examples
     with output_file(Path(output), what="profile") as target:
-        written = cal.save_profile(cm, target)
+        written = save_profile(cm, target)
     path = "<stdout>" if is_stdio(output) else str(written)
     console.print(
         f"wrote {path} (use it with --profile FILE)"
         if is_stdio(output)
         else f"wrote {terminal(path)} (use it with --profile {terminal(path)})"
     )
-    _write_json(json_path, {"profile": cal.profile_json(cm), "path": path, **summary})
+    _write_json(json_path, {"profile": profile_json(cm), "path": path, **summary})
 
 
 # ---------------------------------------------------------------------------------------
@@ -730,11 +732,10 @@ def profile_cmd(
     Needs PyTorch (pip install 'kvpool-advisor[profile]'). Random weights in the model's
     shapes: nothing is downloaded. The raw points go beside the profile as CSV.
     """
-    from dataclasses import replace
-
     from analyzer.cost import calibrate as cal
     from analyzer.cost import profiler
-    from analyzer.cost.model import fit_json
+    from analyzer.cost.coefficients import fit_json
+    from analyzer.cost.profile_file import profile_json, save_profile
 
     no_stdio(output, "-o", "the raw measurements are written beside the profile")
     no_stdio(nvme_dir, "--nvme-dir", "it names a folder on the NVMe mount to time reads in")
@@ -793,6 +794,6 @@ def profile_cmd(
         "raw": {k: Path(v).name for k, v in run.csv.items()},  # beside the profile
         "links": {k: fit_json(v, provenance=True) for k, v in links.items()},
     }
-    path = cal.save_profile(cm, output, measured=extra)
+    path = save_profile(cm, output, measured=extra)
     console.print(f"wrote {terminal(str(path))} (use it with --profile {terminal(str(path))})")
-    _write_json(json_path, {"profile": cal.profile_json(cm, measured=extra), "path": str(path)})
+    _write_json(json_path, {"profile": profile_json(cm, measured=extra), "path": str(path)})

@@ -47,7 +47,7 @@ RouterName = Literal[  # ROUTERS
     "round-robin", "least-loaded", "session", "prefix-aware", "kv-router"
 ]
 DramScopeName = Literal["instance", "node"]  # replay.config.DRAM_SCOPES
-KvDtypeName = Literal["bf16", "fp16", "fp8"]  # cost.catalog.KV_DTYPES
+KvDtypeName = Literal["bf16", "fp16", "fp8"]  # cost.dtypes.KV_DTYPES
 # replay.config.WRITE_POLICIES
 WritePolicyName = Literal["write-through", "write-through-selective", "on-evict"]
 ServingName = Literal["aggregated", "disaggregated"]  # replay.config.SERVING
@@ -710,7 +710,7 @@ def hash_keys(given: list[str] | None) -> tuple[str, ...]:
 def weights_dtype(value: str | None) -> str | None:
     """``--weights-dtype`` as the catalog names it (``fp16`` is ``bf16``); None: the
     checkpoint's."""
-    from analyzer.cost.catalog import WEIGHT_DTYPES
+    from analyzer.cost.dtypes import WEIGHT_DTYPES
     from analyzer.errors import UsageError
 
     if value is None:

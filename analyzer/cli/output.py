@@ -9,16 +9,19 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyzer.cli.stdio import is_stdio as is_stdio  # re-exported: commands import it from here
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # Piped or captured output gets this width instead of rich's 80 columns, so that a
 # table written to a file or a pager keeps one row per line.
 PIPE_WIDTH = 160
 
 
-def console(*, stderr: bool = False) -> Any:  # rich.console.Console
+def console(*, stderr: bool = False) -> Console:
     """A rich console on stdout (or stderr); not wrapped at 80 columns when piped."""
     from rich.console import Console
 
@@ -28,7 +31,7 @@ def console(*, stderr: bool = False) -> Any:  # rich.console.Console
     return out
 
 
-def report_console(json_out: Path | str | None) -> Any:
+def report_console(json_out: Path | str | None) -> Console:
     """The console for a command's tables: stderr when its JSON goes to stdout."""
     return console(stderr=is_stdio(json_out))
 

@@ -9,7 +9,7 @@ called in the hot loop: as Vidur evaluates its predictor over a grid before simu
 :func:`measured_step` asks it once per (model, GPU, TP, back end, precision) for a fixed
 grid of steps (prefill-only, decode-only and mixed, chunks of 1 to 8,192 tokens after up
 to 32,768 cached ones, 1 to 512 decoding requests of 128 to 65,536 tokens), fits the
-step model's coefficients (analyzer/cost/step.py) to those predictions by least squares
+step model's coefficients (analyzer/cost/step_formula.py) to those predictions by least squares
 on the log ratio, and reports the fit's error against the library on the grid and on a
 second, held-out grid. The hot loop then does arithmetic only.
 
@@ -20,9 +20,11 @@ data cannot inform (a window, the MoE routing) keeps the engine model's value.
 
 Coverage comes from ``models/aiconfigurator.toml`` (kvpool ids to its system and model
 names) and from the library itself: a deployment it cannot compile or has no kernel data
-for falls back to the engine model, and the step model's ``source`` says why. The
-library is imported only here, and only when a step model is asked for, so that
-``kvpool --help`` does not pay its import.
+for falls back to the engine model, and the step model's ``source`` says why.
+
+Imported on first use, not at the top: aiconfigurator-core (only here, and only when a
+step model is asked for, so that ``kvpool --help`` does not pay its import) and SciPy's
+optimizer (which pulls in scipy.linalg, a start-up cost ``kvpool reuse`` never pays).
 """
 
 from __future__ import annotations
@@ -33,15 +35,17 @@ import re
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from importlib.metadata import version as package_version
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
-from analyzer.cost import step
+from analyzer.cost import step_formula as step
 from analyzer.cost.catalog import models_dir
+from analyzer.cost.model import CostModel
 
 if TYPE_CHECKING:
-    from analyzer.cost.model import CostModel
+    from aiconfigurator_core.sdk.rust_engine_step import RustForwardPassPerfModel
 
 LIBRARY = "aiconfigurator-core"
 
@@ -103,7 +107,7 @@ def _args(point: Point) -> tuple[float, float, float, float]:
     return float(n * s), n * step.chunk_attn(s, p), float(d), float(d * ctx)
 
 
-def _fpm(point: Point) -> dict[str, Any]:
+def _fpm(point: Point) -> dict[str, dict[str, float]]:
     n, s, p, d, ctx = point
     return {
         "scheduled_requests": {
@@ -118,10 +122,18 @@ def _fpm(point: Point) -> dict[str, Any]:
     }
 
 
+class _Names(TypedDict):
+    """``models/aiconfigurator.toml``: kvpool ids to the library's names."""
+
+    systems: dict[str, str]  # GPU id -> system
+    models: dict[str, dict[str, str]]  # model id -> weights dtype -> model name
+
+
 @lru_cache(maxsize=1)
-def _mapping() -> dict[str, Any]:
+def _mapping() -> _Names:
     with (models_dir() / "aiconfigurator.toml").open("rb") as f:
-        return tomllib.load(f)
+        data = tomllib.load(f)
+    return _Names(systems=dict(data["systems"]), models=dict(data["models"]))
 
 
 def coverage(cost: CostModel, backend: str) -> tuple[str, str] | str:
@@ -154,16 +166,16 @@ def _reason(exc: Exception) -> str:
 
 
 def _library_version() -> str:
-    from importlib.metadata import version
-
-    return version(LIBRARY)
+    return package_version(LIBRARY)
 
 
-def _native_model(system: str, name: str, cost: CostModel, backend: str) -> Any:
+def _native_model(
+    system: str, name: str, cost: CostModel, backend: str
+) -> RustForwardPassPerfModel:
     import aiconfigurator_core
     from aiconfigurator_core.sdk.rust_engine_step import RustForwardPassPerfModel
 
-    config: dict[str, Any] = {
+    config: dict[str, str | int] = {
         "schema_version": aiconfigurator_core.engine_spec_schema_version(),
         "model_name": name,
         "system_name": system,
@@ -271,8 +283,6 @@ def _measured(
     kv_dtype: str,
     expert_parallel: bool,
 ) -> MeasuredStep | str:
-    from analyzer.cost.model import CostModel
-
     try:
         version = _library_version()
     except Exception:

@@ -1,4 +1,4 @@
-"""Fit the cost model to a user's own measurements, and save/load fitted profiles.
+"""Fit the cost model to a user's own measurements (profiles: analyzer/cost/profile_file.py).
 
 The physical forms stay; only their coefficients move:
 
@@ -18,33 +18,31 @@ The physical forms stay; only their coefficients move:
 Fits are relative (1/y^2-weighted) linear least squares with non-negative coefficients (scikit-learn
 ``LinearRegression(positive=True)``); the error reported is the cross-validated mean
 absolute percentage error (leave-one-out up to 20 points, else 5-fold with a fixed
-shuffle), so it is the error on points the fit did not see. Profiles are plain JSON.
+shuffle), so it is the error on points the fit did not see.
+
+Imported on first use, not at the top: scikit-learn (about a second), so that the
+commands that fit nothing never pay for it.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from analyzer.cost.model import (
-    CostModel,
-    LoadLink,
-    PrefillCoefficients,
-    TtftCoefficients,
-    fit_json,
-)
-from analyzer.errors import InputError, Location, UsageError, shown
-from analyzer.outputs import note_input
+from analyzer.cost.coefficients import LoadLink, PrefillCoefficients, TtftCoefficients
+from analyzer.cost.model import CostModel
 
-PROFILE_SCHEMA = "kvpool.cost-profile/1"
+# Profiles are saved and read by analyzer.cost.profile_file; the loader keeps this import
+# path for the callers that use it.
+from analyzer.cost.profile_file import load_profile as load_profile
+from analyzer.errors import InputError, Location, shown
+from analyzer.outputs import note_input
 
 PREFILL_TIME_COLUMNS = ("prefill_s", "ttft_s", "seconds")
 TTFT_COLUMNS = ("prompt_tokens", "cached_tokens", "concurrency", "load_gbps", "ttft_s")
@@ -460,208 +458,3 @@ def read_ttft_csv(path: str | Path) -> CsvRows:
 def calibrate_ttft(cm: CostModel, path: str | Path, latency_s: float = 0.0) -> CostModel:
     """``cm`` with TTFT coefficients fitted to the CSV at ``path``."""
     return replace(cm, ttft_fit=fit_ttft(cm, read_ttft_csv(path), latency_s))
-
-
-# ---------------------------------------------------------------------------------------
-# Profiles: reviewable JSON coefficients
-
-
-def profile_json(cm: CostModel, measured: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The fitted parts of ``cm`` as a JSON-ready dict (schema ``kvpool.cost-profile/1``).
-
-    ``measured`` (from ``kvpool cost profile``: the device, the layer shapes timed, the
-    raw CSVs, copy and NVMe fits) is kept under ``measured``; loading ignores it.
-    """
-    out: dict[str, Any] = {
-        "schema": PROFILE_SCHEMA,
-        "model": cm.model_ref,
-        "gpu": cm.gpu.id,
-        "tp": cm.tp,
-        "kv_dtype": cm.kv_dtype,
-        "compute_dtype": cm.compute_dtype,
-        "weight_dtype": cm.weight_dtype,
-        "mfu": cm.mfu if cm.engine is None else None,  # null: the engine model
-        "prefill": None,
-        "load": None,
-        "ttft": None,
-    }
-    c = cm.prefill
-    if c.fitted:
-        form = "polynomial" if c.compute_scale == 0 else "scaled-analytic"
-        out["prefill"] = {"form": form, **fit_json(c, provenance=True)}
-    if cm.link is not None:
-        out["load"] = fit_json(cm.link, provenance=True)
-    if cm.ttft_fit is not None:
-        out["ttft"] = fit_json(cm.ttft_fit, provenance=True)
-    if measured is not None:
-        out["measured"] = measured
-    return out
-
-
-def save_profile(cm: CostModel, path: str | Path, measured: dict[str, Any] | None = None) -> Path:
-    p = Path(path)
-    text = json.dumps(profile_json(cm, measured), indent=2, sort_keys=True) + "\n"
-    from analyzer.outputs import write_text
-
-    return write_text(p, text)
-
-
-def _num(section: dict[str, Any], key: str, where: str, *, default: float | None = None) -> float:
-    value = section.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InputError(f"'{key}' must be a number, got {value!r}", Location(where, None, key))
-    if value < 0:
-        raise InputError(f"'{key}' must be >= 0, got {value}", Location(where, None, key))
-    return float(value)
-
-
-def _ranges(section: dict[str, Any], where: str) -> tuple[tuple[str, float, float], ...]:
-    raw = section.get("ranges") or {}
-    if not isinstance(raw, dict):
-        raise InputError("'ranges' must be an object", Location(where, None, "ranges"))
-    out = []
-    for name, pair in sorted(raw.items()):
-        if not (isinstance(pair, list) and len(pair) == 2):
-            raise InputError(f"range '{name}' must be [min, max]", Location(where, None, name))
-        out.append((name, float(pair[0]), float(pair[1])))
-    return tuple(out)
-
-
-def load_profile(
-    path: str | Path,
-    *,
-    model: str | None = None,
-    gpu: str | None = None,
-    tp: int | None = None,
-    kv_dtype: str | None = None,
-    mfu: float | None = None,
-    weight_dtype: str | None = None,
-) -> CostModel:
-    """A :class:`CostModel` from a profile JSON; explicit arguments must agree with it."""
-    p = Path(path)
-    where = shown(str(p))  # stdin: <stdin>
-    note_input(p)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise InputError(f"profile not found: {p}") from exc
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            f"profile is not UTF-8 JSON (byte {exc.start} cannot be decoded)", Location(where)
-        ) from None
-    except OSError as exc:
-        raise InputError(f"cannot read profile {p}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"profile is not valid JSON: {exc.msg}", Location(where, exc.lineno)
-        ) from exc
-    if not isinstance(data, dict) or data.get("schema") != PROFILE_SCHEMA:
-        raise InputError(
-            f'not a kvpool cost profile (expected "schema": "{PROFILE_SCHEMA}")',
-            Location(where, None, "schema"),
-            hint="write one with `kvpool cost fit ... -o models/<name>.json`",
-        )
-    for key in ("model", "gpu"):
-        if not isinstance(data.get(key), str):
-            raise InputError(f"profile lacks '{key}'", Location(where, None, key))
-    from analyzer.cost.catalog import get_gpu, get_model
-
-    checks = (("model", model, get_model), ("gpu", gpu, get_gpu))
-    for key, given, lookup in checks:
-        if given is not None and lookup(given).id != lookup(data[key]).id:
-            raise UsageError(
-                f"profile {where} was fitted for {key} '{data[key]}', not '{given}'",
-                hint=f"drop --{key} or fit a profile for '{given}'",
-            )
-    ptp = data.get("tp", 1)
-    if isinstance(ptp, bool) or not isinstance(ptp, int) or ptp < 1:
-        raise InputError(
-            f"'tp' must be a positive integer, got {ptp!r}", Location(where, None, "tp")
-        )
-    pmfu = data.get("mfu")
-    if pmfu is not None and (isinstance(pmfu, bool) or not isinstance(pmfu, int | float)):
-        raise InputError(f"'mfu' must be a number, got {pmfu!r}", Location(where, None, "mfu"))
-    for key in ("kv_dtype", "compute_dtype", "weight_dtype"):
-        if data.get(key) is not None and not isinstance(data[key], str):
-            raise InputError(f"'{key}' must be a string", Location(where, None, key))
-    if tp is not None and tp != ptp:
-        raise UsageError(f"profile {where} was fitted at tp={ptp}, not tp={tp}")
-    pw = data.get("weight_dtype")
-    if weight_dtype is not None and pw is not None and weight_dtype.lower() != pw.lower():
-        raise UsageError(
-            f"profile {where} was measured with weights in {pw}, not {weight_dtype}",
-            hint="drop --weights-dtype or profile that precision",
-        )
-    cm = CostModel.from_catalog(
-        data["model"],
-        data["gpu"],
-        tp=ptp,
-        kv_dtype=kv_dtype or data.get("kv_dtype", "bf16"),
-        mfu=mfu if mfu is not None else pmfu,
-        compute_dtype=data.get("compute_dtype"),
-        weight_dtype=weight_dtype or pw,
-    )
-    sections: dict[str, Any] = {}
-    for key in ("prefill", "load", "ttft"):
-        sec = data.get(key)
-        if sec is not None and not isinstance(sec, dict):
-            raise InputError(f"'{key}' must be an object or null", Location(where, None, key))
-        sections[key] = sec
-    if not any(sections.values()):
-        raise InputError("profile holds no fitted section (prefill, load or ttft)", Location(where))
-    try:
-        prefill, link, ttft = _sections(cm, sections, where)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"malformed profile section: {exc}", Location(where)) from exc
-    measured = data.get("measured")
-    source = where
-    if isinstance(measured, dict) and str(measured.get("device", "")).startswith("cpu"):
-        source += " (measured on a CPU, not a GPU)"
-    return replace(cm, prefill=prefill, link=link, ttft_fit=ttft, profile_source=source)
-
-
-def _fit_fields(sec: dict[str, Any], w: str, where: str) -> dict[str, Any]:
-    """The bookkeeping every fitted section carries: what was fitted, its error and range."""
-    return {
-        "fitted": tuple(sec.get("fitted", ())),
-        "cv_mape": sec.get("cv_mape"),
-        "n_points": int(sec.get("n_points", 0)),
-        "ranges": _ranges(sec, w),
-        "source": str(sec.get("source", where)),
-    }
-
-
-def _sections(
-    cm: CostModel, sections: dict[str, Any], where: str
-) -> tuple[PrefillCoefficients, LoadLink | None, TtftCoefficients | None]:
-    prefill, link, ttft = cm.prefill, None, None
-    if sec := sections["prefill"]:
-        w = f"{where} [prefill]"
-        prefill = PrefillCoefficients(
-            compute_scale=_num(sec, "compute_scale", w, default=0.0),
-            per_token_s=_num(sec, "per_token_s", w, default=0.0),
-            per_context_token_s=_num(sec, "per_context_token_s", w, default=0.0),
-            per_token_sq_s=_num(sec, "per_token_sq_s", w, default=0.0),
-            overhead_s=_num(sec, "overhead_s", w),
-            **_fit_fields(sec, w, where),
-        )
-    if sec := sections["load"]:
-        w = f"{where} [load]"
-        bw = _num(sec, "bandwidth_gbps", w)
-        if bw <= 0:
-            raise InputError("'bandwidth_gbps' must be > 0", Location(w, None, "bandwidth_gbps"))
-        link = LoadLink(
-            bandwidth_gbps=bw,
-            latency_s=_num(sec, "latency_s", w),
-            **_fit_fields(sec, w, where),
-        )
-    if sec := sections["ttft"]:
-        w = f"{where} [ttft]"
-        ttft = TtftCoefficients(
-            overhead_s=_num(sec, "overhead_s", w),
-            latency_s=_num(sec, "latency_s", w),
-            load_scale=_num(sec, "load_scale", w, default=1.0),
-            compute_scale=_num(sec, "compute_scale", w, default=1.0),
-            **_fit_fields(sec, w, where),
-        )
-    return prefill, link, ttft

@@ -23,29 +23,29 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from analyzer.cost import step
-from analyzer.cost.catalog import (
-    GpuSpec,
-    ModelSpec,
-    TierSpec,
-    check_bandwidth,
-    dtype_bytes,
-    get_gpu,
-    get_model,
-    get_tier,
-    list_tiers,
+from analyzer.cost import step_formula
+from analyzer.cost.breakdown import BreakEvenRow, TierBreakEven, TtftBreakdown
+from analyzer.cost.catalog import get_gpu, get_model, get_tier, list_tiers
+from analyzer.cost.coefficients import (
+    DEFAULT_OVERHEAD_S,
+    LoadLink,
+    PrefillCoefficients,
+    TtftCoefficients,
+    fit_json,
 )
-from analyzer.cost.engine import DEFAULT_ENGINE, EngineConstants
+from analyzer.cost.dtypes import dtype_bytes
+from analyzer.cost.engine_constants import DEFAULT_ENGINE, EngineConstants
+from analyzer.cost.hardware import GpuSpec, TierSpec, check_bandwidth
+from analyzer.cost.instance import InstanceConstants, engine_coefficients
+from analyzer.cost.model_spec import ModelSpec
 from analyzer.errors import UsageError
 
 DEFAULT_MFU_DENSE = 0.5  # the --mfu roofline; the engine model fits on models/measurements.toml
 DEFAULT_MFU_MOE = 0.35  # lower for MoE: expert imbalance, grouped GEMMs, all-to-all
-DEFAULT_OVERHEAD_S = 0.01  # scheduling, sampling, HTTP per request, outside the forward
 DEFAULT_TIERS = ("pcie-gen4-dram", "pcie-gen5-dram", "nvme-gen4", "rdma-200", "rdma-400", "tcp")
 MAX_SEARCH_TOKENS = 1 << 21
 
@@ -69,231 +69,6 @@ def window_context(new_tokens: float, cached_tokens: float, window: float | None
 
 
 @dataclass(frozen=True, slots=True)
-class PrefillCoefficients:
-    """Coefficients of the prefill time; analytic defaults, or fitted to measurements.
-
-    ``compute_s = compute_scale * analytic_compute_s + K * (per_token_s * S
-    + per_context_token_s * P * S + per_token_sq_s * S^2)`` and ``prefill_s = compute_s
-    + overhead_s``. The analytic catalog form is ``compute_scale = 1`` and zero polynomial
-    terms; a polynomial fit sets ``compute_scale = 0``.
-    """
-
-    compute_scale: float = 1.0
-    per_token_s: float = 0.0
-    per_context_token_s: float = 0.0
-    per_token_sq_s: float = 0.0
-    overhead_s: float = DEFAULT_OVERHEAD_S
-    fitted: tuple[str, ...] = ()  # names fitted to measurements; the rest are catalog
-    cv_mape: float | None = None
-    n_points: int = 0
-    ranges: tuple[tuple[str, float, float], ...] = ()  # (quantity, min, max) measured
-    source: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class LoadLink:
-    """A measured (or assumed) link: ``load_s = latency_s + bytes * K / (bandwidth * 1e9)``."""
-
-    bandwidth_gbps: float
-    latency_s: float
-    fitted: tuple[str, ...] = ()
-    cv_mape: float | None = None
-    n_points: int = 0
-    ranges: tuple[tuple[str, float, float], ...] = ()
-    source: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class TtftCoefficients:
-    """Scales of the TTFT form, fitted by ``kvpool cost ttft --calibration``.
-
-    ``ttft_s = overhead_s + latency_s * [C > 0] + load_scale * K * bytes(C) / B
-    + compute_scale * compute_s(S, C, K)``. Once attached to a :class:`CostModel`, the
-    compute scale and overhead apply to every prefill time it gives (replay included).
-    """
-
-    overhead_s: float
-    latency_s: float
-    load_scale: float = 1.0
-    compute_scale: float = 1.0
-    fitted: tuple[str, ...] = ()
-    cv_mape: float | None = None
-    n_points: int = 0
-    ranges: tuple[tuple[str, float, float], ...] = ()
-    source: str = ""
-
-
-def fit_json(
-    fit: PrefillCoefficients | LoadLink | TtftCoefficients, provenance: bool
-) -> dict[str, Any]:
-    """A fit's fields as JSON, in field order; ``ranges`` and ``source`` only with
-    ``provenance`` (profiles keep them, :meth:`CostModel.describe` does not)."""
-    out: dict[str, Any] = {}
-    for f in fields(fit):
-        value = getattr(fit, f.name)
-        if f.name in ("ranges", "source") and not provenance:
-            continue
-        if f.name == "fitted":
-            value = list(value)
-        elif f.name == "ranges":
-            value = {name: [lo, hi] for name, lo, hi in value}
-        out[f.name] = value
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class TtftBreakdown:
-    """Mean TTFT of K identical requests arriving together (see :meth:`CostModel.ttft`)."""
-
-    ttft_s: float
-    load_s: float
-    compute_s: float
-    overhead_s: float
-    prompt_tokens: int
-    cached_tokens: int
-    new_tokens: int
-    concurrency: int
-    load_gbps: float
-    load_latency_s: float
-    load_bytes_per_request: int
-    recompute_ttft_s: float  # the same K requests with nothing cached
-    overlap_bound_s: float  # compute the front while loading the back
-    warnings: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ttft_s": self.ttft_s,
-            "load_s": self.load_s,
-            "compute_s": self.compute_s,
-            "overhead_s": self.overhead_s,
-            "prompt_tokens": self.prompt_tokens,
-            "cached_tokens": self.cached_tokens,
-            "new_tokens": self.new_tokens,
-            "concurrency": self.concurrency,
-            "load_gbps": self.load_gbps,
-            "load_latency_s": self.load_latency_s,
-            "load_bytes_per_request": self.load_bytes_per_request,
-            "recompute_ttft_s": self.recompute_ttft_s,
-            "overlap_bound_s": self.overlap_bound_s,
-            "speedup_vs_recompute": self.recompute_ttft_s / self.ttft_s if self.ttft_s else None,
-            "warnings": list(self.warnings),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class BreakEvenRow:
-    """One (prefix length, link) of :meth:`CostModel.break_even_table`: seconds to
-    recompute the prefix against seconds to load it over the link, and the bandwidth at
-    which the two are equal (``break_even_gbps``; None: loading never beats recomputing)."""
-
-    prefix_tokens: int
-    tier: str  # the link's name
-    bandwidth_gbps: float
-    latency_s: float
-    concurrency: int
-    kv_bytes: int
-    transfer_bytes: int
-    recompute_s: float
-    load_s: float
-    overlap_bound_s: float
-    break_even_gbps: float | None
-    load_wins: bool
-    speedup: float | None  # recompute_s / load_s
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "prefix_tokens": self.prefix_tokens,
-            "tier": self.tier,
-            "bandwidth_gbps": self.bandwidth_gbps,
-            "latency_s": self.latency_s,
-            "concurrency": self.concurrency,
-            "kv_bytes": self.kv_bytes,
-            "transfer_bytes": self.transfer_bytes,
-            "recompute_s": self.recompute_s,
-            "load_s": self.load_s,
-            "overlap_bound_s": self.overlap_bound_s,
-            "break_even_gbps": self.break_even_gbps,
-            "load_wins": self.load_wins,
-            "speedup": self.speedup,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class _Constants:
-    """Per-instance constants of the hot path (replay calls prefill_time_s per chunk)."""
-
-    dense_flops_per_token: float
-    attn_coef: float  # 4 * d_attn
-    full_layers: int
-    sliding_layers: int
-    window: int | None
-    linear_flops_per_token: float
-    flops_per_s: float  # peak * mfu of the whole instance
-    hbm_bytes_per_s: float  # one rank's HBM bandwidth
-    dense_weight_bytes_per_rank: float  # all weights, or the non-expert part of a MoE
-    expert_weight_bytes_per_rank: float  # 0 for dense models
-    expert_miss: float  # 1 - k/E: probability a token does not pick a given expert
-    full_per_rank: int  # KV bytes per token per rank, full-attention layers
-    window_per_rank: int
-    state_per_rank: int
-    # engine model (analyzer.cost.engine)
-    expert_flops_per_token: float = 0.0  # 2 * active expert parameters (part of dense_...)
-    gemm_flops_per_s: float = 0.0  # peak at the compute dtype, whole instance
-    attn_flops_per_s: float = 0.0  # bf16 peak, whole instance
-    comm_bytes_per_token: float = 0.0  # all-reduce bytes each rank sends per token, all layers
-    interconnect_bytes_per_s: float = 0.0
-    num_layers: int = 0
-
-    @classmethod
-    def of(cls, cm: CostModel) -> _Constants:
-        m = cm.model
-        b = dtype_bytes(cm.weight_dtype)
-        expert = 0.0
-        miss = 1.0
-        dense = m.total_params * b
-        expert_active = 0.0
-        if m.is_moe and m.total_params > m.active_params:
-            ratio = m.experts_per_token / m.num_experts
-            expert = (m.total_params - m.active_params) / (1.0 - ratio) * b
-            dense = max(m.total_params * b - expert, 0.0)
-            miss = 1.0 - ratio
-            expert_active = expert / b * ratio
-        comm = 0.0
-        if cm.tp > 1 and not cm.expert_parallel:
-            # two all-reduces per layer (after attention and after the MLP) of the hidden
-            # states in 16-bit; a ring sends 2(TP-1)/TP of the buffer from every rank
-            comm = m.num_layers * 2 * 2 * (cm.tp - 1) / cm.tp * m.hidden_size * 2
-        return cls(
-            dense_flops_per_token=2.0 * m.active_nonembedding_params,
-            attn_coef=4.0 * m.attention_dim,
-            full_layers=m.full_layers,
-            sliding_layers=m.sliding_layers,
-            window=m.sliding_window_tokens,
-            linear_flops_per_token=4.0 * m.linear_state_elements_per_layer * m.linear_layers,
-            flops_per_s=cm.gpu.tflops(cm.compute_dtype) * 1e12 * cm.tp * cm.mfu,
-            hbm_bytes_per_s=cm.gpu.hbm_tbps * 1e12,
-            dense_weight_bytes_per_rank=dense / cm.tp,
-            expert_weight_bytes_per_rank=expert / cm.tp,
-            expert_miss=miss,
-            full_per_rank=m.kv_bytes_per_token_per_rank(cm.kv_dtype, cm.tp),
-            window_per_rank=m.kv_window_bytes_per_token_per_rank(cm.kv_dtype, cm.tp),
-            state_per_rank=m.linear_state_bytes(cm.tp, per_rank=True) if m.linear_layers else 0,
-            expert_flops_per_token=2.0 * expert_active,
-            gemm_flops_per_s=cm.gpu.tflops(cm.compute_dtype) * 1e12 * cm.tp,
-            attn_flops_per_s=cm.gpu.tflops("bf16") * 1e12 * cm.tp,
-            comm_bytes_per_token=comm,
-            interconnect_bytes_per_s=cm.gpu.interconnect_gbps * 1e9,
-            num_layers=m.num_layers,
-        )
-
-    def kv_per_rank(self, tokens: int) -> float:
-        if tokens <= 0:
-            return 0.0
-        capped = tokens if self.window is None else min(tokens, self.window)
-        return self.full_per_rank * tokens + self.window_per_rank * capped + self.state_per_rank
-
-
-@dataclass(frozen=True, slots=True)
 class CostModel:
     """Prefill and load costs of one model on one instance of ``tp`` GPUs."""
 
@@ -308,7 +83,7 @@ class CostModel:
     link: LoadLink | None = None  # a fitted link from a profile, used where no bandwidth is given
     ttft_fit: TtftCoefficients | None = None
     profile_source: str = ""
-    # the engine model (analyzer.cost.engine); None: the roofline at ``mfu``
+    # the engine model (analyzer.cost.engine_constants); None: the roofline at ``mfu``
     engine: EngineConstants | None = DEFAULT_ENGINE
     expert_parallel: bool = False  # DP attention + expert parallelism: no TP all-reduce
     # the engine's fixed cost per load of a cached prefix, outside the link's first-byte
@@ -316,14 +91,14 @@ class CostModel:
     # models/measurements.toml leave no residual above their reading error, so 0 s
     # (docs/cost-model.md section 4). The replay adds it to every load.
     load_fixed_s: float = 0.0
-    _k: _Constants = field(init=False, repr=False, compare=False)
+    _k: InstanceConstants = field(init=False, repr=False, compare=False)
     _c: np.ndarray = field(init=False, repr=False, compare=False)  # step model, uncalibrated
     _steps: np.ndarray = field(init=False, repr=False, compare=False)  # calibrated
 
     def __post_init__(self) -> None:
         if self.tp > 1 and not self.expert_parallel and self.gpu.interconnect_gbps <= 0:
             raise UsageError(f"{self.gpu.name} has no interconnect figure for tp={self.tp}")
-        object.__setattr__(self, "_k", _Constants.of(self))
+        object.__setattr__(self, "_k", InstanceConstants.of(self))
         object.__setattr__(self, "_c", self.engine_coefficients(self.engine))
         object.__setattr__(self, "_steps", self._calibrated_coefficients())
 
@@ -378,13 +153,6 @@ class CostModel:
             engine=engine,
             expert_parallel=expert_parallel,
         )
-
-    @classmethod
-    def from_profile(cls, path: str, **overrides: Any) -> CostModel:
-        """A model from a fitted profile JSON (``kvpool cost fit -o models/<name>.json``)."""
-        from analyzer.cost.calibrate import load_profile
-
-        return load_profile(path, **overrides)
 
     def with_prefill(self, coefficients: PrefillCoefficients) -> CostModel:
         return replace(self, prefill=coefficients)
@@ -466,45 +234,11 @@ class CostModel:
         return (k.dense_flops_per_token + k.linear_flops_per_token) * s + k.attn_coef * ctx
 
     def engine_coefficients(self, e: EngineConstants | None) -> np.ndarray:
-        """The step model's coefficients (analyzer/cost/step.py) of this instance under
+        """The step model's coefficients (analyzer/cost/step_formula.py) of this instance under
         the engine model with constants ``e``, or the plain roofline at ``mfu`` (None);
         uncalibrated. ``kvpool cost check`` calls this with the constants it is fitting.
         """
-        k = self._k
-        c = np.zeros(step.N_COEFFICIENTS)
-        c[step.SCALE] = 1.0
-        c[step.ENGINE_PREFILL] = 1.0
-        if e is None:
-            # max(FLOPs / (peak * mfu), HBM floor): attention at the same peak, no curve
-            flops = k.flops_per_s
-            c[step.GEMM_S_PER_ROW] = (k.dense_flops_per_token + k.linear_flops_per_token) / flops
-            c[step.ATTN_S] = k.attn_coef * k.full_layers / flops
-            c[step.WINDOW_ATTN_S] = k.attn_coef * k.sliding_layers / flops
-            c[step.ONE_ROOFLINE] = 1.0
-            hbm = k.hbm_bytes_per_s
-        else:
-            gemm = k.gemm_flops_per_s * e.gemm_eff(self.compute_dtype)
-            dense = k.dense_flops_per_token - k.expert_flops_per_token + k.linear_flops_per_token
-            c[step.GEMM_S_PER_ROW] = dense / gemm + k.expert_flops_per_token / (gemm * e.moe_eff)
-            c[step.GEMM_HALF_ROWS] = e.gemm_half_tokens
-            attn = k.attn_flops_per_s * e.attn_eff
-            c[step.ATTN_S] = k.attn_coef * k.full_layers / attn
-            c[step.WINDOW_ATTN_S] = k.attn_coef * k.sliding_layers / attn
-            hbm = k.hbm_bytes_per_s * e.hbm_eff
-            if k.comm_bytes_per_token:
-                c[step.COMM_S_PER_ROW] = k.comm_bytes_per_token / (
-                    k.interconnect_bytes_per_s * e.link_eff
-                )
-            c[step.FIXED_S] = k.num_layers * e.layer_step_s
-        if k.sliding_layers and k.window is not None:
-            c[step.WINDOW] = float(k.window)
-        c[step.WEIGHTS_DENSE_S] = k.dense_weight_bytes_per_rank / hbm
-        c[step.WEIGHTS_EXPERT_S] = k.expert_weight_bytes_per_rank / hbm
-        c[step.EXPERT_MISS] = k.expert_miss
-        c[step.KV_S] = k.full_per_rank / hbm
-        c[step.WINDOW_KV_S] = k.window_per_rank / hbm
-        c[step.STATE_S] = k.state_per_rank / hbm
-        return c
+        return engine_coefficients(self._k, e, self.compute_dtype)
 
     def step_coefficients(self) -> np.ndarray:
         """The step model's coefficients with this model's calibration applied (a copy).
@@ -522,13 +256,13 @@ class CostModel:
         p = self.prefill
         scale = 1.0 if self.ttft_fit is None else self.ttft_fit.compute_scale
         if p.compute_scale > 0:
-            c[step.SCALE] = p.compute_scale * scale
+            c[step_formula.SCALE] = p.compute_scale * scale
         else:
-            c[step.SCALE] = scale
-            c[step.ENGINE_PREFILL] = 0.0
-        c[step.PER_TOKEN_S] = p.per_token_s * scale
-        c[step.PER_ATTN_S] = p.per_context_token_s * scale
-        c[step.PER_SQ_S] = max(p.per_token_sq_s - p.per_context_token_s / 2.0, 0.0) * scale
+            c[step_formula.SCALE] = scale
+            c[step_formula.ENGINE_PREFILL] = 0.0
+        c[step_formula.PER_TOKEN_S] = p.per_token_s * scale
+        c[step_formula.PER_ATTN_S] = p.per_context_token_s * scale
+        c[step_formula.PER_SQ_S] = max(p.per_token_sq_s - p.per_context_token_s / 2.0, 0.0) * scale
         return c
 
     @staticmethod
@@ -539,12 +273,12 @@ class CostModel:
         if new_tokens <= 0 or batch <= 0:
             return 0.0
         t = float(new_tokens) * batch
-        if weight_tokens is not None and c[step.EXPERT_MISS] < 1.0:
+        if weight_tokens is not None and c[step_formula.EXPERT_MISS] < 1.0:
             # the experts that weight_tokens routed rows touch: miss^t' = miss^routed
             c = c.copy()
-            c[step.EXPERT_MISS] = c[step.EXPERT_MISS] ** (max(weight_tokens, 1) / t)
-        a = batch * step.chunk_attn(float(new_tokens), float(cached_tokens))
-        return float(step.step_seconds(c, t, a, 0.0, 0.0))
+            c[step_formula.EXPERT_MISS] = c[step_formula.EXPERT_MISS] ** (max(weight_tokens, 1) / t)
+        a = batch * step_formula.chunk_attn(float(new_tokens), float(cached_tokens))
+        return float(step_formula.step_seconds(c, t, a, 0.0, 0.0))
 
     def analytic_compute_s(
         self,
@@ -555,9 +289,9 @@ class CostModel:
     ) -> float:
         """Prefill time of ``batch`` identical requests prefilled together in one forward.
 
-        The engine model (analyzer.cost.engine) when ``engine`` is set, else the roofline
+        The engine model (analyzer.cost.engine_constants) when ``engine`` is set, else the roofline
         ``max(FLOPs / (peak * mfu), HBM floor)``; uncalibrated. Both are the step model
-        (analyzer/cost/step.py) of that one chunk. ``weight_tokens`` (default
+        (analyzer/cost/step_formula.py) of that one chunk. ``weight_tokens`` (default
         ``new_tokens * batch``) sets how many routed tokens decide which MoE experts are
         read.
         """
@@ -573,7 +307,7 @@ class CostModel:
     ) -> float:
         """One forward of ``batch`` requests under the engine model with constants ``e``.
 
-        See analyzer/cost/engine.py for the formula; ``kvpool cost check`` calls this with
+        See analyzer/cost/engine_constants.py for the formula; ``kvpool cost check`` calls this with
         the constants it is fitting.
         """
         c = self._c if e is self.engine else self.engine_coefficients(e)
@@ -813,21 +547,21 @@ class CostModel:
 
     def tier_break_even(
         self, tiers: list[str | TierSpec] | None = None, suffix_tokens: int = 1
-    ) -> list[dict[str, Any]]:
+    ) -> list[TierBreakEven]:
         """Per tier: the shortest prefix above which loading pays (None: never)."""
-        out = []
+        out: list[TierBreakEven] = []
         for name in tiers or [t.name for t in list_tiers() if t.kind != "gpu"]:
             link = self.tier_link(name)
             out.append(
-                {
-                    "tier": link.name,
-                    "kind": link.kind,
-                    "bandwidth_gbps": link.bandwidth_gbps,
-                    "latency_s": link.latency_s,
-                    "break_even_prefix_tokens": self.break_even_prefix_tokens(
+                TierBreakEven(
+                    tier=link.name,
+                    kind=link.kind,
+                    bandwidth_gbps=link.bandwidth_gbps,
+                    latency_s=link.latency_s,
+                    break_even_prefix_tokens=self.break_even_prefix_tokens(
                         link.bandwidth_gbps, link.latency_s, suffix_tokens
                     ),
-                }
+                )
             )
         return out
 
@@ -947,10 +681,10 @@ class CostModel:
                     )
         return out
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         """Identity and coefficients, for JSON output."""
         c = self.prefill
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "model": self.model.id,
             "gpu": self.gpu.id,
             "tp": self.tp,

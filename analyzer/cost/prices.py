@@ -13,9 +13,9 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from analyzer import limits
+from analyzer.cost.catalog import models_dir
 from analyzer.errors import InputError, Location
 
 HOURS_PER_MONTH = 730.0
@@ -30,7 +30,7 @@ class Price:
     source: str
     date: str = ""  # when the source was read (YYYY-MM-DD); "" for the user's own
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"usd": self.usd, "unit": self.unit, "source": self.source, "date": self.date}
 
 
@@ -113,7 +113,7 @@ class PriceUsed:
     def of(cls, what: str, p: Price) -> PriceUsed:
         return cls(what, p.usd, p.unit, p.source, p.date)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "what": self.what,
             "usd": self.usd,
@@ -149,12 +149,10 @@ class PriceOverrides:
 
 
 def prices_path() -> Path:
-    from analyzer.cost.catalog import models_dir
-
     return models_dir() / "prices.toml"
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path) -> dict[str, object]:
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -168,9 +166,10 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def _price(
-    doc: dict[str, Any], table: str, key: str, unit: str, path: Path, *, where: str | None = None
+    doc: dict[str, object], table: str, key: str, unit: str, path: Path, *, where: str | None = None
 ) -> Price | None:
-    entry = doc.get(table) if where is None else (doc.get("gpus") or {}).get(table)
+    section = doc if where is None else doc.get("gpus")
+    entry = section.get(table) if isinstance(section, dict) else None
     field = where or table
     if entry is None:
         return None
@@ -197,6 +196,7 @@ def _load(path: Path) -> tuple[float, dict[str, Price], dict[str, Price | None]]
     hours = doc.get("hours_per_month", HOURS_PER_MONTH)
     if why := limits.reason(hours, "hours_per_month"):
         raise InputError(f"{hours!r}: {why}", Location(str(path), field="hours_per_month"))
+    assert isinstance(hours, int | float)  # in range, so a number
     gpus_doc = doc.get("gpus") or {}
     if not isinstance(gpus_doc, dict):
         raise InputError("expected a table", Location(str(path), field="gpus"))

@@ -20,6 +20,7 @@ driven yet).
 from __future__ import annotations
 
 import csv
+import io
 import os
 import platform
 import time
@@ -28,7 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from analyzer.cost.model import CostModel
+from analyzer.cost.model_spec import ModelSpec
 from analyzer.errors import OutputError, UsageError
+from analyzer.outputs import write_text
 
 DEFAULT_PROMPTS = (512, 1024, 2048, 4096)
 DEFAULT_BATCHES = (1, 4)
@@ -48,7 +52,7 @@ class LayerShape:
     vocab: int
 
     @classmethod
-    def of(cls, model: Any, tp: int) -> LayerShape:
+    def of(cls, model: ModelSpec, tp: int) -> LayerShape:
         h = model.hidden_size
         hd = model.head_dim
         attn = h * hd * (2 * model.num_q_heads + 2 * model.num_kv_heads)
@@ -275,12 +279,8 @@ def time_nvme(directory: str, device: str, mib: int = 256) -> list[dict[str, flo
     return out
 
 
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+def write_csv(path: Path, rows: list[dict[str, float]]) -> Path:
     """The measured points as CSV, written atomically (analyzer/outputs.py)."""
-    import io
-
-    from analyzer.outputs import write_text
-
     buf = io.StringIO(newline="")
     wr = csv.DictWriter(buf, fieldnames=list(rows[0]))
     wr.writeheader()
@@ -301,7 +301,7 @@ class ProfileRun:
 
 
 def measure(
-    cm: Any,
+    cm: CostModel,
     output: str,
     *,
     device: str = "auto",

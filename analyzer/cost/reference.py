@@ -2,7 +2,7 @@
 
 ``models/measurements.toml`` holds measured first-token latencies, prefill throughputs and
 link bandwidths, each with its public source. This module reads it, predicts every row
-with the cost model, fits the engine model's free constants (analyzer/cost/engine.py) on
+with the cost model, fits the engine model's free constants (analyzer/cost/engine_constants.py) on
 the prefill rows, and measures the error that matters: the **leave-one-out** error, each
 row predicted by constants fitted on all the other rows. ``kvpool cost check`` prints it;
 :mod:`analyzer.cost.uncertainty` turns it into ranges on every figure the tool prints.
@@ -10,6 +10,9 @@ row predicted by constants fitted on all the other rows. ``kvpool cost check`` p
 Fitting is a least-squares on ``log(prediction / measurement)`` (relative error, as the
 rows span 7 ms to 2.6 s) over the logarithms of the constants, from a fixed start, so the
 result is deterministic.
+
+Imported on first use, not at the top: SciPy's optimizer (it pulls in scipy.linalg, a
+start-up cost the commands that fit nothing never pay).
 """
 
 from __future__ import annotations
@@ -17,13 +20,20 @@ from __future__ import annotations
 import math
 import statistics
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
-from analyzer.cost.catalog import get_tier, models_dir
-from analyzer.cost.engine import DEFAULT_ENGINE, FITTED, EngineConstants
+import numpy as np
+
+from analyzer.cost.aic import measured_step
+from analyzer.cost.catalog import get_model, get_tier, models_dir
+from analyzer.cost.coefficients import DEFAULT_OVERHEAD_S
+from analyzer.cost.engine_constants import DEFAULT_ENGINE, FITTED, EngineConstants
+from analyzer.cost.model import CostModel, default_mfu
+from analyzer.cost.step_formula import chunk_attn, step_seconds
 from analyzer.errors import InputError, Location, shown
 
 QUANTITIES = ("ttft_s", "prefill_tokens_per_s")
@@ -89,8 +99,6 @@ class PrefillRow:
 
     @property
     def is_moe(self) -> bool:
-        from analyzer.cost.catalog import get_model
-
         return get_model(self.model).is_moe
 
 
@@ -153,28 +161,79 @@ _LINK_FIELDS: dict[str, type] = {
 }
 
 
-def _row(entry: Any, spec: dict[str, type], where: str, index: int, table: str) -> dict[str, Any]:
+# a field's value once its type is checked
+Value = str | int | float | bool
+T = TypeVar("T", str, int, float, bool)
+
+
+def _row(
+    entry: object, spec: dict[str, type], where: str, index: int, table: str
+) -> dict[str, Value]:
     if not isinstance(entry, dict):
         raise InputError(f"[[{table}]] #{index + 1} is not a table", Location(where))
-    out: dict[str, Any] = {}
+    out: dict[str, Value] = {}
     name = entry.get("id", f"#{index + 1}")
     for key, kind in spec.items():
         value = entry.get(key)
         ok = isinstance(value, kind) and not isinstance(value, bool)
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value, ok = float(value), True
-        if not ok:
+        if not ok or not isinstance(value, str | int | float):
             raise InputError(
                 f"[[{table}]] '{name}': field '{key}' must be a {kind.__name__}, got {value!r}",
                 Location(where, None, key),
             )
-        if kind in (int, float) and not value > 0 and key != "cached_tokens":  # type: ignore[operator]
+        if isinstance(value, int | float) and not value > 0 and key != "cached_tokens":
             raise InputError(
                 f"[[{table}]] '{name}': field '{key}' must be positive, got {value!r}",
                 Location(where, None, key),
             )
         out[key] = value
     return out
+
+
+def _get(r: Mapping[str, Value], key: str, kind: type[T], default: T | None = None) -> T:
+    """A checked field of a row (``default`` where the table may leave it out)."""
+    value = r.get(key, default)
+    assert isinstance(value, kind), (key, value)
+    return value
+
+
+def _prefill_row(r: Mapping[str, Value]) -> PrefillRow:
+    return PrefillRow(
+        id=_get(r, "id", str),
+        model=_get(r, "model", str),
+        gpu=_get(r, "gpu", str),
+        tp=_get(r, "tp", int),
+        parallelism=_get(r, "parallelism", str),
+        weights_dtype=_get(r, "weights_dtype", str),
+        kv_dtype=_get(r, "kv_dtype", str),
+        engine=_get(r, "engine", str),
+        engine_version=_get(r, "engine_version", str),
+        prompt_tokens=_get(r, "prompt_tokens", int),
+        cached_tokens=_get(r, "cached_tokens", int),
+        batch=_get(r, "batch", int),
+        quantity=_get(r, "quantity", str),
+        value=_get(r, "value", float),
+        source=_get(r, "source", str),
+        url=_get(r, "url", str),
+        includes_overhead=_get(r, "includes_overhead", bool, False),
+        load_tier=_get(r, "load_tier", str, ""),
+        chunk_tokens=_get(r, "chunk_tokens", int, 0),
+        held_out=_get(r, "held_out", bool, False),
+    )
+
+
+def _link_row(r: Mapping[str, Value]) -> LinkRow:
+    return LinkRow(
+        id=_get(r, "id", str),
+        tier=_get(r, "tier", str),
+        links=_get(r, "links", int),
+        measured_gbps=_get(r, "measured_gbps", float),
+        engine=_get(r, "engine", str),
+        source=_get(r, "source", str),
+        url=_get(r, "url", str),
+    )
 
 
 def load_measurements(path: str | Path | None = None) -> Measurements:
@@ -215,34 +274,35 @@ def load_measurements(path: str | Path | None = None) -> Measurements:
                     Location(where, None, key),
                 )
             r[key] = value
-        if r.get("load_tier"):
+        row = _prefill_row(r)
+        if row.load_tier:
             try:
-                get_tier(r["load_tier"])
+                get_tier(row.load_tier)
             except Exception:
                 raise InputError(
-                    f"[[prefill]] '{r['id']}': load_tier '{r['load_tier']}' is not a catalog tier",
+                    f"[[prefill]] '{row.id}': load_tier '{row.load_tier}' is not a catalog tier",
                     Location(where, None, "load_tier"),
                 ) from None
-            if not r["cached_tokens"]:
+            if not row.cached_tokens:
                 raise InputError(
-                    f"[[prefill]] '{r['id']}': load_tier needs cached_tokens > 0",
+                    f"[[prefill]] '{row.id}': load_tier needs cached_tokens > 0",
                     Location(where, None, "load_tier"),
                 )
-        if r["cached_tokens"] < 0 or r["cached_tokens"] >= r["prompt_tokens"]:
+        if row.cached_tokens < 0 or row.cached_tokens >= row.prompt_tokens:
             raise InputError(
-                f"[[prefill]] '{r['id']}': cached_tokens must be in [0, prompt_tokens)",
+                f"[[prefill]] '{row.id}': cached_tokens must be in [0, prompt_tokens)",
                 Location(where, None, "cached_tokens"),
             )
-        prefill.append(PrefillRow(**r))
+        prefill.append(row)
     links = [
-        LinkRow(**_row(e, _LINK_FIELDS, where, i, "link"))
+        _link_row(_row(e, _LINK_FIELDS, where, i, "link"))
         for i, e in enumerate(data.get("link", []))
     ]
     rows: list[PrefillRow | LinkRow] = [*prefill, *links]
-    for row in rows:
-        if row.id in seen:
-            raise InputError(f"duplicate row id '{row.id}'", Location(where, None, "id"))
-        seen.add(row.id)
+    for item in rows:
+        if item.id in seen:
+            raise InputError(f"duplicate row id '{item.id}'", Location(where, None, "id"))
+        seen.add(item.id)
     if not prefill:
         raise InputError("the reference table has no [[prefill]] rows", Location(where))
     return Measurements(tuple(prefill), tuple(links), where)
@@ -253,9 +313,7 @@ def load_measurements(path: str | Path | None = None) -> Measurements:
 
 
 @lru_cache(maxsize=256)
-def _cost_model(row: PrefillRow) -> Any:
-    from analyzer.cost.model import CostModel
-
+def _cost_model(row: PrefillRow) -> CostModel:
     return CostModel.from_catalog(
         row.model,
         row.gpu,
@@ -274,8 +332,8 @@ def predict(row: PrefillRow, engine: EngineConstants = DEFAULT_ENGINE) -> float:
     return predict_with(row, cm.engine_coefficients(engine))
 
 
-def predict_with(row: PrefillRow, coefficients: Any) -> float:
-    """The row's quantity from step coefficients (analyzer/cost/step.py): the prompt's
+def predict_with(row: PrefillRow, coefficients: np.ndarray) -> float:
+    """The row's quantity from step coefficients (analyzer/cost/step_formula.py): the prompt's
     new tokens prefilled in chunks of ``chunk_tokens`` (one forward when 0), ``batch``
     requests alike in each step; for a hit from ``load_tier``, the load of the cached
     tokens over that tier's link (first-byte latency, transfer, scatter into the paged
@@ -283,9 +341,6 @@ def predict_with(row: PrefillRow, coefficients: Any) -> float:
     measurement includes it. A throughput row is the batch's prompt tokens over that
     time.
     """
-    from analyzer.cost.model import DEFAULT_OVERHEAD_S
-    from analyzer.cost.step import chunk_attn, step_seconds
-
     cm = _cost_model(row)
     new = row.prompt_tokens - row.cached_tokens
     chunk = row.chunk_tokens or new
@@ -322,8 +377,6 @@ def time_ratio(row: PrefillRow, predicted: float) -> float:
 def roofline_ratio(row: PrefillRow) -> float:
     """The time ratio of the plain roofline this model replaced: bf16 peak, MFU 0.5 dense /
     0.35 MoE, the checkpoint's weights, 10 ms of overhead on TTFT rows."""
-    from analyzer.cost.model import CostModel, default_mfu
-
     cm = CostModel.from_catalog(
         row.model,
         row.gpu,
@@ -342,7 +395,6 @@ def fit_engine(
     rows: tuple[PrefillRow, ...], base: EngineConstants = DEFAULT_ENGINE
 ) -> EngineConstants:
     """Least-squares fit of the FITTED constants on ``rows`` (relative error, log space)."""
-    import numpy as np
     from scipy.optimize import least_squares
 
     rows = tuple(r for r in rows if not r.held_out)
@@ -403,7 +455,7 @@ class CheckResult:
         """The largest max(ratio, 1/ratio) among the LOO predictions."""
         return max(max(r.loo_ratio, 1 / r.loo_ratio) for r in self.rows)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "table": self.path,
             "fitted_constants": self.fitted.to_json(),
@@ -502,8 +554,6 @@ def _check(m: Measurements, measured: bool = False) -> CheckResult:
 
 def _measured_prediction(row: PrefillRow) -> tuple[float | None, str]:
     """aiconfigurator-core's prediction of the row, or None and why not."""
-    from analyzer.cost.aic import measured_step
-
     if not row.backend:
         return None, f"aiconfigurator-core has no back end for {row.engine}"
     got = measured_step(_cost_model(row), row.backend)

@@ -20,8 +20,12 @@ carries its own cross-validated error instead.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+
+from analyzer.cost.catalog import get_gpu
+from analyzer.cost.model import CostModel
+from analyzer.cost.reference import CheckedRow, default_check
 
 # a band rests on at least this many distinct deployments (model, GPU, TP, parallelism,
 # precision, engine): rows of one deployment at several lengths agree with each other more
@@ -29,7 +33,7 @@ from typing import Any
 MIN_DEPLOYMENTS = 3
 
 
-def _deployments(checked: Any) -> int:
+def _deployments(checked: Iterable[CheckedRow]) -> int:
     return len(
         {
             (r.model, r.gpu, r.tp, r.parallelism, r.weights_dtype, r.engine)
@@ -49,7 +53,7 @@ class ErrorBand:
     basis: str  # where the band comes from, in words
     extrapolated: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "low_ratio": self.low,
             "high_ratio": self.high,
@@ -85,7 +89,7 @@ def _kind_of(is_moe: bool, compute_dtype: str) -> tuple[str, str]:
     return ("MoE" if is_moe else "dense", "bf16" if compute_dtype in ("bf16", "fp16") else "fp8")
 
 
-def prefill_band(cm: Any, context_tokens: int | None = None) -> ErrorBand:
+def prefill_band(cm: CostModel, context_tokens: int | None = None) -> ErrorBand:
     """The error band for prefill times of ``cm`` at prompts of ``context_tokens``."""
     fits = [f for f in (cm.ttft_fit, cm.prefill) if f is not None and f.fitted]
     if fits:
@@ -100,8 +104,6 @@ def prefill_band(cm: Any, context_tokens: int | None = None) -> ErrorBand:
                 basis=f"cross-validated error of the calibration ({f.source or 'profile'})",
                 extrapolated=False,
             )
-    from analyzer.cost.reference import default_check
-
     result = default_check()
     moe, prec = _kind_of(cm.model.is_moe, cm.compute_dtype)
     rows = result.rows
@@ -139,8 +141,6 @@ def prefill_band(cm: Any, context_tokens: int | None = None) -> ErrorBand:
 
 
 def _row_dtype(weights_dtype: str, gpu: str) -> str:
-    from analyzer.cost.catalog import get_gpu
-
     return get_gpu(gpu).compute_dtype_for(weights_dtype)
 
 
@@ -173,7 +173,7 @@ class FlipFinding:
     tiers: tuple[str, ...]  # the tiers whose check flips inside the range
     statement: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "flip_inside_range": self.inside,
             "tiers": list(self.tiers),

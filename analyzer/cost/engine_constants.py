@@ -2,7 +2,7 @@
 
 The roofline (peak FLOP/s x one utilisation factor) is 0.24x to 2.6x off published
 first-token latencies. This module holds the constants of the engine model that replaces
-it (docs/cost-model.md section 3); :mod:`analyzer.cost.step` evaluates it for a whole
+it (docs/cost-model.md section 3); :mod:`analyzer.cost.step_formula` evaluates it for a whole
 continuous-batching step and :class:`analyzer.cost.model.CostModel` for one chunk:
 
     tokens  = S * K                                        (one forward of K requests)
@@ -23,8 +23,8 @@ fit. The others are fixed from published kernel figures and are not fitted.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any
 
 # The five constants fitted on models/measurements.toml, in this order.
 FITTED = ("gemm_eff_bf16", "gemm_eff_fp8", "gemm_half_tokens", "layer_step_s", "moe_eff")
@@ -50,10 +50,20 @@ class EngineConstants:
         """Large-GEMM efficiency at ``compute_dtype`` (fp4 has no published row: fp8's)."""
         return self.gemm_eff_bf16 if compute_dtype in ("bf16", "fp16") else self.gemm_eff_fp8
 
-    def with_values(self, values: dict[str, Any]) -> EngineConstants:
-        return replace(self, **values)
+    def with_values(self, values: Mapping[str, float]) -> EngineConstants:
+        """These constants with some of the fitted ones (:data:`FITTED`) replaced."""
+        assert set(values) <= set(FITTED), sorted(set(values) - set(FITTED))
+        v = {name: float(values.get(name, getattr(self, name))) for name in FITTED}
+        return replace(
+            self,
+            gemm_eff_bf16=v["gemm_eff_bf16"],
+            gemm_eff_fp8=v["gemm_eff_fp8"],
+            gemm_half_tokens=v["gemm_half_tokens"],
+            layer_step_s=v["layer_step_s"],
+            moe_eff=v["moe_eff"],
+        )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
