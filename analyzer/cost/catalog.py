@@ -19,7 +19,6 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from analyzer.cost.hardware import GpuSpec, TierSpec
 from analyzer.cost.hf_config import spec_from_hf_config
@@ -50,7 +49,7 @@ class _Catalog:
     tier_alias: dict[str, str]
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path) -> dict[str, object]:
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)
@@ -60,9 +59,37 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise InputError(f"catalog file is not valid TOML: {exc}", Location(str(path))) from exc
 
 
-def _aliases(key: str, entry: Mapping[str, Any], extra: tuple[str, ...] = ()) -> dict[str, str]:
+def _tables(value: object, where: str) -> dict[str, Mapping[str, object]]:
+    """A catalog table of entries (``[models."x"]``, ``[gpus.y]``) by key."""
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise InputError("expected a table of tables", Location(where))
+    return value
+
+
+def _text(entry: Mapping[str, object], key: str, default: str, where: str) -> str:
+    value = entry.get(key, default)
+    if not isinstance(value, str):
+        raise InputError(f"'{key}' must be a string, got {value!r}", Location(where, None, key))
+    return value
+
+
+def _number(entry: Mapping[str, object], key: str, where: str) -> float:
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(f"'{key}' must be a number, got {value!r}", Location(where, None, key))
+    return float(value)
+
+
+def _names(entry: Mapping[str, object], where: str) -> tuple[str, ...]:
+    value = entry.get("aliases", ())
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise InputError("'aliases' must be a list of strings", Location(where, None, "aliases"))
+    return tuple(value)
+
+
+def _aliases(key: str, names: tuple[str, ...]) -> dict[str, str]:
     out = {_norm(key): key}
-    for alias in (*entry.get("aliases", ()), *extra):
+    for alias in names:
         out.setdefault(_norm(alias), key)
     return out
 
@@ -70,62 +97,72 @@ def _aliases(key: str, entry: Mapping[str, Any], extra: tuple[str, ...] = ()) ->
 @functools.cache
 def _load(directory: str) -> _Catalog:
     root = Path(directory)
-    mdata = _read_toml(root / "models.toml").get("models", {})
+    mpath = root / "models.toml"
+    mdata = _tables(_read_toml(mpath).get("models", {}), f"{mpath} [models]")
     models: dict[str, ModelSpec] = {}
     model_alias: dict[str, str] = {}
     for key, entry in mdata.items():
-        where = f'{root / "models.toml"} [models."{key}"]'
+        where = f'{mpath} [models."{key}"]'
         for field in ("config", "total_params", "active_params", "source"):
             if field not in entry:
                 raise InputError(f"catalog entry lacks '{field}'", Location(where, None, field))
+        config = entry["config"]
+        if not isinstance(config, dict):
+            raise InputError("'config' must be a table", Location(where, None, "config"))
+        aliases = _names(entry, where)
+        repo = _text(entry, "hf_repo", "", where)
         models[key] = spec_from_hf_config(
             key,
-            entry["config"],
-            name=entry.get("name", key),
-            source=entry["source"],
-            total_params=float(entry["total_params"]),
-            active_params=float(entry["active_params"]),
-            params_source=entry.get("params_source", ""),
-            hf_repo=entry.get("hf_repo", ""),
-            aliases=tuple(entry.get("aliases", ())),
+            config,
+            name=_text(entry, "name", key, where),
+            source=_text(entry, "source", "", where),
+            total_params=_number(entry, "total_params", where),
+            active_params=_number(entry, "active_params", where),
+            params_source=_text(entry, "params_source", "", where),
+            hf_repo=repo,
+            aliases=aliases,
             where=where,
-            weight_dtype=entry.get("weight_dtype", "bf16"),
+            weight_dtype=_text(entry, "weight_dtype", "bf16", where),
         )
-        repo = entry.get("hf_repo", "")
         extra = (repo, repo.split("/")[-1]) if repo else ()
-        for alias, target in _aliases(key, entry, extra).items():
+        for alias, target in _aliases(key, (*aliases, *extra)).items():
             model_alias.setdefault(alias, target)
-    hdata = _read_toml(root / "hardware.toml")
+    hpath = root / "hardware.toml"
+    hdata = _read_toml(hpath)
     gpus: dict[str, GpuSpec] = {}
     gpu_alias: dict[str, str] = {}
-    for key, entry in hdata.get("gpus", {}).items():
+    for key, entry in _tables(hdata.get("gpus", {}), f"{hpath} [gpus]").items():
+        where = f"{hpath} [gpus.{key}]"
         gpus[key] = GpuSpec(
             id=key,
-            name=entry.get("name", key),
-            vendor=entry.get("vendor", ""),
-            bf16_tflops=float(entry["bf16_tflops"]),
-            fp8_tflops=float(entry["fp8_tflops"]) if "fp8_tflops" in entry else None,
-            hbm_gib=float(entry["hbm_gib"]),
-            hbm_tbps=float(entry["hbm_tbps"]),
-            source=entry.get("source", ""),
-            aliases=tuple(entry.get("aliases", ())),
-            fp4_tflops=float(entry["fp4_tflops"]) if "fp4_tflops" in entry else None,
-            interconnect_gbps=float(entry.get("interconnect_gbps", 0.0)),
+            name=_text(entry, "name", key, where),
+            vendor=_text(entry, "vendor", "", where),
+            bf16_tflops=_number(entry, "bf16_tflops", where),
+            fp8_tflops=_number(entry, "fp8_tflops", where) if "fp8_tflops" in entry else None,
+            hbm_gib=_number(entry, "hbm_gib", where),
+            hbm_tbps=_number(entry, "hbm_tbps", where),
+            source=_text(entry, "source", "", where),
+            aliases=_names(entry, where),
+            fp4_tflops=_number(entry, "fp4_tflops", where) if "fp4_tflops" in entry else None,
+            interconnect_gbps=(
+                _number(entry, "interconnect_gbps", where) if "interconnect_gbps" in entry else 0.0
+            ),
         )
-        gpu_alias.update(_aliases(key, entry))
+        gpu_alias.update(_aliases(key, _names(entry, where)))
     tiers: dict[str, TierSpec] = {}
     tier_alias: dict[str, str] = {}
-    for key, entry in hdata.get("tiers", {}).items():
+    for key, entry in _tables(hdata.get("tiers", {}), f"{hpath} [tiers]").items():
+        where = f"{hpath} [tiers.{key}]"
         tiers[key] = TierSpec(
             name=key,
-            bandwidth_gbps=float(entry["bandwidth_gbps"]),
-            latency_s=float(entry["latency_s"]),
-            kind=entry.get("kind", "network"),
-            description=entry.get("description", ""),
-            source=entry.get("source", ""),
-            aliases=tuple(entry.get("aliases", ())),
+            bandwidth_gbps=_number(entry, "bandwidth_gbps", where),
+            latency_s=_number(entry, "latency_s", where),
+            kind=_text(entry, "kind", "network", where),
+            description=_text(entry, "description", "", where),
+            source=_text(entry, "source", "", where),
+            aliases=_names(entry, where),
         )
-        tier_alias.update(_aliases(key, entry))
+        tier_alias.update(_aliases(key, _names(entry, where)))
     return _Catalog(models, gpus, tiers, model_alias, gpu_alias, tier_alias)
 
 

@@ -11,16 +11,15 @@ InputError naming the file and field.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from analyzer import limits
 from analyzer.cost.model_spec import FULL, LINEAR, SLIDING, ModelSpec
 from analyzer.errors import InputError, Location
 
 
-def _get(cfg: Mapping[str, Any], key: str, where: Location, *, required: bool = True) -> Any:
+def _get(cfg: Mapping[str, object], key: str, where: Location) -> object:
     value = cfg.get(key)
-    if value is None and required:
+    if value is None:
         raise InputError(
             f"missing field '{key}' in the model config",
             Location(where.file, None, key),
@@ -29,7 +28,7 @@ def _get(cfg: Mapping[str, Any], key: str, where: Location, *, required: bool = 
     return value
 
 
-def _positive_int(cfg: Mapping[str, Any], key: str, where: Location) -> int:
+def _positive_int(cfg: Mapping[str, object], key: str, where: Location) -> int:
     value = _get(cfg, key, where)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InputError(
@@ -69,10 +68,30 @@ _OPTIONAL_INTS = (
     "experts_per_token",
     "n_shared_experts",
     "first_k_dense_replace",
+    "full_attention_interval",
+    "sliding_window_pattern",
+    "max_window_layers",
+    "shared_expert_intermediate_size",
 )
 
 
-def _check_optional_ints(cfg: Mapping[str, Any], where: Location) -> None:
+def _int(cfg: Mapping[str, object], key: str, default: int = 0) -> int:
+    """A whole-number field, or ``default`` when the config leaves it out or null.
+
+    :func:`spec_from_hf_config` checks every such field (:data:`_OPTIONAL_INTS` and the
+    required sizes) with the file and field named before any is read.
+    """
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(
+            f"field '{key}' must be a whole number, got {value!r}", Location("config", None, key)
+        )
+    return value
+
+
+def _check_optional_ints(cfg: Mapping[str, object], where: Location) -> None:
     """Every whole-number field the config gives is one, in range (null: not given)."""
     for key in _OPTIONAL_INTS:
         value = cfg.get(key)
@@ -93,7 +112,7 @@ def _check_optional_ints(cfg: Mapping[str, Any], where: Location) -> None:
         )
 
 
-def _layer_kinds(cfg: Mapping[str, Any], layers: int, where: Location) -> tuple[str, ...]:
+def _layer_kinds(cfg: Mapping[str, object], layers: int, where: Location) -> tuple[str, ...]:
     types = cfg.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != layers:
@@ -112,7 +131,7 @@ def _layer_kinds(cfg: Mapping[str, Any], layers: int, where: Location) -> tuple[
         }
         kinds = []
         for i, t in enumerate(types):
-            if t not in mapping:
+            if not isinstance(t, str) or t not in mapping:
                 raise InputError(
                     f"unknown layer type {t!r} at layer {i}",
                     Location(where.file, None, "layer_types"),
@@ -120,15 +139,15 @@ def _layer_kinds(cfg: Mapping[str, Any], layers: int, where: Location) -> tuple[
                 )
             kinds.append(mapping[t])
         return tuple(kinds)
-    interval = cfg.get("full_attention_interval")
+    interval = _int(cfg, "full_attention_interval")
     if interval:  # Qwen3-Next: every interval-th layer is full attention, others linear
         return tuple(FULL if (i + 1) % interval == 0 else LINEAR for i in range(layers))
-    pattern = cfg.get("sliding_window_pattern")
+    pattern = _int(cfg, "sliding_window_pattern")
     if pattern and cfg.get("sliding_window"):  # Gemma 3: (pattern-1) local then 1 global
         return tuple(FULL if (i + 1) % pattern == 0 else SLIDING for i in range(layers))
     if cfg.get("use_sliding_window") and cfg.get("sliding_window"):
         # Qwen2: layers from max_window_layers on use the window.
-        first = cfg.get("max_window_layers", 0) or 0
+        first = _int(cfg, "max_window_layers")
         return tuple(SLIDING if i >= first else FULL for i in range(layers))
     if cfg.get("sliding_window") and "use_sliding_window" not in cfg:
         # Mistral v0.1 style: a window on every layer.
@@ -136,52 +155,50 @@ def _layer_kinds(cfg: Mapping[str, Any], layers: int, where: Location) -> tuple[
     return tuple(FULL for _ in range(layers))
 
 
-def estimate_params(cfg: Mapping[str, Any], spec_kinds: tuple[str, ...]) -> tuple[float, float]:
+def estimate_params(cfg: Mapping[str, object], spec_kinds: tuple[str, ...]) -> tuple[float, float]:
     """Total and active parameter counts estimated from config fields (matrices only).
 
     Attention projections, gated MLPs (3 matrices), MoE experts, routers, embeddings;
     norms and biases are ignored (well under 0.1%). Used for user configs and, in the
     tests, as an independent check of the catalog's published counts.
     """
-    h = cfg["hidden_size"]
-    layers = cfg["num_hidden_layers"]
-    q_heads = cfg["num_attention_heads"]
-    kv_heads = cfg.get("num_key_value_heads") or q_heads
-    head_dim = cfg.get("head_dim") or h // q_heads
-    vocab = cfg.get("vocab_size", 0)
+    h = _int(cfg, "hidden_size")
+    layers = _int(cfg, "num_hidden_layers")
+    q_heads = _int(cfg, "num_attention_heads")
+    kv_heads = _int(cfg, "num_key_value_heads") or q_heads
+    head_dim = _int(cfg, "head_dim") or h // q_heads
+    vocab = _int(cfg, "vocab_size")
     tied = bool(cfg.get("tie_word_embeddings", False))
-    if cfg.get("kv_lora_rank"):
-        rope, nope = cfg["qk_rope_head_dim"], cfg.get("qk_nope_head_dim", 128)
-        v = cfg.get("v_head_dim", nope)
-        q_lora = cfg.get("q_lora_rank") or 0
+    if lora := _int(cfg, "kv_lora_rank"):
+        rope, nope = _int(cfg, "qk_rope_head_dim"), _int(cfg, "qk_nope_head_dim", 128)
+        v = _int(cfg, "v_head_dim", nope)
+        q_lora = _int(cfg, "q_lora_rank")
         q = h * q_lora + q_lora * q_heads * (nope + rope) if q_lora else h * q_heads * (nope + rope)
-        kv = h * (cfg["kv_lora_rank"] + rope) + cfg["kv_lora_rank"] * q_heads * (nope + v)
+        kv = h * (lora + rope) + lora * q_heads * (nope + v)
         attn = q + kv + q_heads * v * h
     else:
         attn = h * q_heads * head_dim * 2 + 2 * h * kv_heads * head_dim
     # linear attention (Gated DeltaNet) projections
-    nk, nv = cfg.get("linear_num_key_heads", 0), cfg.get("linear_num_value_heads", 0)
-    dk, dv = cfg.get("linear_key_head_dim", 0), cfg.get("linear_value_head_dim", 0)
+    nk, nv = _int(cfg, "linear_num_key_heads"), _int(cfg, "linear_num_value_heads")
+    dk, dv = _int(cfg, "linear_key_head_dim"), _int(cfg, "linear_value_head_dim")
     lin = h * (2 * nk * dk + 2 * nv * dv) + h * 2 * nv + nv * dv * h
-    experts = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
-    experts = experts or 0
-    top_k = cfg.get("num_experts_per_tok") or 0
-    inter = cfg.get("intermediate_size", 0)
+    experts = (
+        _int(cfg, "num_experts") or _int(cfg, "num_local_experts") or _int(cfg, "n_routed_experts")
+    )
+    top_k = _int(cfg, "num_experts_per_tok")
+    inter = _int(cfg, "intermediate_size")
     dense_mlp = 3 * h * inter
     total = active = float(vocab * h * (1 if tied else 2))
-    first_dense = cfg.get("first_k_dense_replace", 0) or 0
+    first_dense = _int(cfg, "first_k_dense_replace")
     for i, kind in enumerate(spec_kinds):
         mixer = lin if kind == LINEAR else attn
         total += mixer
         active += mixer
         if experts and i >= first_dense:
-            moe_inter = cfg.get("moe_intermediate_size") or inter
+            moe_inter = _int(cfg, "moe_intermediate_size") or inter
             per_expert = 3 * h * moe_inter
-            shared = 0
-            if cfg.get("n_shared_experts"):
-                shared = cfg["n_shared_experts"] * per_expert
-            if cfg.get("shared_expert_intermediate_size"):
-                shared += 3 * h * cfg["shared_expert_intermediate_size"]
+            shared = _int(cfg, "n_shared_experts") * per_expert
+            shared += 3 * h * _int(cfg, "shared_expert_intermediate_size")
             router = h * experts
             total += experts * per_expert + shared + router
             active += top_k * per_expert + shared + router
@@ -194,7 +211,7 @@ def estimate_params(cfg: Mapping[str, Any], spec_kinds: tuple[str, ...]) -> tupl
 
 def spec_from_hf_config(
     model_id: str,
-    config: Mapping[str, Any],
+    config: Mapping[str, object],
     *,
     name: str | None = None,
     source: str = "",
@@ -212,9 +229,10 @@ def spec_from_hf_config(
     Raises InputError naming the field when the config is incomplete or inconsistent.
     """
     loc = Location(where or source or model_id)
-    cfg: Mapping[str, Any] = config
-    if isinstance(cfg.get("text_config"), Mapping) and "num_hidden_layers" not in cfg:
-        cfg = {**cfg["text_config"]}
+    cfg: Mapping[str, object] = config
+    text = cfg.get("text_config")
+    if isinstance(text, Mapping) and "num_hidden_layers" not in cfg:
+        cfg = {**text}
     _check_optional_ints(cfg, loc)
     layers = _positive_int(cfg, "num_hidden_layers", loc)
     q_heads = _positive_int(cfg, "num_attention_heads", loc)
@@ -235,7 +253,7 @@ def spec_from_hf_config(
     head_dim = cfg.get("head_dim")
     if head_dim is None and is_mla and cfg.get("qk_rope_head_dim"):
         # MLA query/key head: the non-RoPE part plus the decoupled RoPE part
-        head_dim = (cfg.get("qk_nope_head_dim") or 128) + cfg["qk_rope_head_dim"]
+        head_dim = (_int(cfg, "qk_nope_head_dim") or 128) + _int(cfg, "qk_rope_head_dim")
     if head_dim is None:
         if hidden % q_heads:
             raise InputError(
@@ -250,30 +268,32 @@ def spec_from_hf_config(
             Location(loc.file, None, "head_dim"),
         )
     kinds = _layer_kinds(cfg, layers, loc)
-    window = cfg.get("sliding_window") if SLIDING in kinds else None
-    if SLIDING in kinds and (not isinstance(window, int) or window <= 0):
+    given = cfg.get("sliding_window") if SLIDING in kinds else None
+    if SLIDING in kinds and (not isinstance(given, int) or given <= 0):
         raise InputError(
-            f"sliding-window layers need a positive 'sliding_window', got {window!r}",
+            f"sliding-window layers need a positive 'sliding_window', got {given!r}",
             Location(loc.file, None, "sliding_window"),
         )
+    window = given if isinstance(given, int) else None
     kv_lora = rope = nope = v_dim = 0
     if is_mla:
         kv_lora = _positive_int(cfg, "kv_lora_rank", loc)
         rope = _positive_int(cfg, "qk_rope_head_dim", loc)
-        nope = cfg.get("qk_nope_head_dim") or head_dim
-        v_dim = cfg.get("v_head_dim") or nope
+        nope = _int(cfg, "qk_nope_head_dim") or head_dim
+        v_dim = _int(cfg, "v_head_dim") or nope
     state = n_v = 0
     if LINEAR in kinds:
         nk = _positive_int(cfg, "linear_num_key_heads", loc)
         n_v = _positive_int(cfg, "linear_num_value_heads", loc)
         dk = _positive_int(cfg, "linear_key_head_dim", loc)
         dv = _positive_int(cfg, "linear_value_head_dim", loc)
-        kernel = cfg.get("linear_conv_kernel_dim", 4)
+        kernel = _int(cfg, "linear_conv_kernel_dim", 4)
         # recurrent state (one dk x dv matrix per value head) + causal-conv tail over q,k,v
         state = n_v * dk * dv + (2 * nk * dk + n_v * dv) * (kernel - 1)
-    experts = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
-    experts = int(experts or 0)
-    top_k = int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 0)
+    experts = (
+        _int(cfg, "num_experts") or _int(cfg, "num_local_experts") or _int(cfg, "n_routed_experts")
+    )
+    top_k = _int(cfg, "num_experts_per_tok") or _int(cfg, "experts_per_token")
     if experts and not 0 < top_k <= experts:
         raise InputError(
             f"MoE config with {experts} experts needs 0 < num_experts_per_tok <= {experts}, "
@@ -306,7 +326,7 @@ def spec_from_hf_config(
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         hidden_size=hidden,
-        vocab_size=int(cfg.get("vocab_size") or 0),
+        vocab_size=_int(cfg, "vocab_size"),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         total_params=float(total_params),
         active_params=float(active_params),

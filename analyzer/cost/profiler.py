@@ -1,6 +1,8 @@
 """``kvpool cost profile``: measure prefill and copy bandwidth on the user's own device.
 
-Needs PyTorch (the optional ``profile`` extra); nothing else in kvpool imports it. It
+Needs PyTorch (the optional ``profile`` extra); nothing else in kvpool imports it, and
+this module imports it on first use, inside the functions that time (not at the top:
+it takes seconds to load and may be absent). It
 times one transformer layer with the user's model shapes (per tensor-parallel rank:
 attention projections, causal scaled-dot-product attention with grouped KV heads, a
 gated MLP as wide as the model's active MLP parameters, RMSNorms) at several prompt
@@ -26,13 +28,17 @@ import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from analyzer.cost.model import CostModel
 from analyzer.cost.model_spec import ModelSpec
 from analyzer.errors import OutputError, UsageError
 from analyzer.outputs import write_text
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_PROMPTS = (512, 1024, 2048, 4096)
 DEFAULT_BATCHES = (1, 4)
@@ -69,19 +75,21 @@ class LayerShape:
         )
 
 
-def _torch() -> Any:
+def _require_torch() -> None:
+    """A usage error naming what to install when PyTorch is missing."""
     try:
-        import torch
+        import torch  # noqa: F401
     except ImportError as exc:
         raise UsageError(
             "kvpool cost profile needs PyTorch",
             hint="pip install 'kvpool-advisor[profile]' (or any torch >= 2.1) on the GPU machine",
         ) from exc
-    return torch
 
 
 def pick_device(requested: str) -> str:
-    torch = _torch()
+    _require_torch()
+    import torch
+
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if requested == "cuda" and not torch.cuda.is_available():
@@ -92,7 +100,9 @@ def pick_device(requested: str) -> str:
 
 
 def device_name(device: str) -> str:
-    torch = _torch()
+    _require_torch()
+    import torch
+
     if device == "cuda":
         return f"cuda: {torch.cuda.get_device_name(0)}"
     return f"cpu: {platform.machine()} {os.cpu_count()} threads (no GPU: not a GPU profile)"
@@ -100,15 +110,17 @@ def device_name(device: str) -> str:
 
 class _Timer:
     def __init__(self, device: str):
-        self.torch = _torch()
         self.cuda = device == "cuda"
 
-    def __call__(self, fn: Any, repeats: int) -> float:  # fn() runs the work
-        """Fastest of ``repeats`` timed runs of ``fn()`` after one warm-up run.
+    def __call__(self, fn: Callable[[], object], repeats: int) -> float:
+        """Fastest of ``repeats`` timed runs of ``fn()`` (it runs the work) after one
+        warm-up run.
 
         The minimum, not the mean: whatever else runs on the machine only ever adds time.
         """
-        torch = self.torch
+        _require_torch()
+        import torch
+
         fn()
         times = []
         for _ in range(repeats):
@@ -122,13 +134,15 @@ class _Timer:
         return min(times)
 
 
-def _layer(shape: LayerShape, device: str, dtype: Any) -> Callable[..., Any]:
+def _layer(shape: LayerShape, device: str, dtype: torch.dtype) -> Callable[..., torch.Tensor]:
     """A callable running one layer forward on ``x`` of (batch, tokens, hidden)."""
-    torch = _torch()
+    _require_torch()
+    import torch
+
     f = torch.nn.functional
     g = torch.Generator(device=device).manual_seed(0)
 
-    def w(*dims: int) -> Any:
+    def w(*dims: int) -> torch.Tensor:
         return torch.randn(*dims, generator=g, device=device, dtype=dtype) * 0.02
 
     h, hd = shape.hidden, shape.head_dim
@@ -137,10 +151,14 @@ def _layer(shape: LayerShape, device: str, dtype: Any) -> Callable[..., Any]:
     wg, wu, wd = w(h, shape.mlp_width), w(h, shape.mlp_width), w(shape.mlp_width, h)
     group = shape.q_heads // shape.kv_heads
 
-    def rms(x: Any) -> Any:
+    def rms(x: torch.Tensor) -> torch.Tensor:
         return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
 
-    def forward(x: Any, past: Any = None, mask: Any = None) -> Any:
+    def forward(
+        x: torch.Tensor,
+        past: tuple[torch.Tensor, torch.Tensor] | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """``past``: cached (k, v) of earlier tokens; ``mask``: causal mask with offset."""
         b, s, _ = x.shape
         y = rms(x)
@@ -172,7 +190,9 @@ def time_prefill(
     repeats: int,
 ) -> list[dict[str, float]]:
     """Measured prefill seconds per (prompt, batch): layers x one layer + the head."""
-    torch = _torch()
+    _require_torch()
+    import torch
+
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     timer = _Timer(device)
     layer = _layer(shape, device, dtype)
@@ -181,10 +201,10 @@ def time_prefill(
     with torch.inference_mode():
         for b in batches:
             last = torch.randn(b, shape.hidden, device=device, dtype=dtype)
-            t_head = timer(lambda last=last: last @ head, repeats)
+            t_head = timer(partial(torch.matmul, last, head), repeats)
             for s in prompts:
                 x = torch.randn(b, s, shape.hidden, device=device, dtype=dtype)
-                t_layer = timer(lambda x=x: layer(x), repeats)
+                t_layer = timer(partial(layer, x), repeats)
                 out.append(
                     {
                         "prompt_tokens": s,
@@ -203,7 +223,7 @@ def time_prefill(
                 rows = torch.arange(s, device=device).unsqueeze(1)
                 cols = torch.arange(2 * s, device=device).unsqueeze(0)
                 mask = cols <= rows + s
-                t_layer = timer(lambda x=x, p=past, m=mask: layer(x, p, m), repeats)
+                t_layer = timer(partial(layer, x, past, mask), repeats)
                 out.append(
                     {
                         "prompt_tokens": 2 * s,
@@ -217,7 +237,9 @@ def time_prefill(
 
 def time_copies(device: str, repeats: int) -> dict[str, list[dict[str, float]]]:
     """Pinned host<->device copies of 1-256 MiB (CUDA only)."""
-    torch = _torch()
+    _require_torch()
+    import torch
+
     if device != "cuda":
         return {}
     timer = _Timer(device)
@@ -226,16 +248,18 @@ def time_copies(device: str, repeats: int) -> dict[str, list[dict[str, float]]]:
         n = mib << 20
         host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
         dev = torch.empty(n, dtype=torch.uint8, device="cuda")
-        t = timer(lambda host=host, dev=dev: dev.copy_(host, non_blocking=True), repeats)
+        t = timer(partial(dev.copy_, host, non_blocking=True), repeats)
         h2d.append({"bytes": n, "concurrency": 1, "seconds": t})
-        t = timer(lambda host=host, dev=dev: host.copy_(dev, non_blocking=True), repeats)
+        t = timer(partial(host.copy_, dev, non_blocking=True), repeats)
         d2h.append({"bytes": n, "concurrency": 1, "seconds": t})
     return {"h2d": h2d, "d2h": d2h}
 
 
 def time_nvme(directory: str, device: str, mib: int = 256) -> list[dict[str, float]]:
     """Reads of a fresh file in ``directory`` (page cache dropped) into device memory."""
-    torch = _torch()
+    _require_torch()
+    import torch
+
     d = Path(directory)
     if not d.is_dir():
         raise UsageError(f"--nvme-dir {d} is not a directory")
@@ -256,7 +280,7 @@ def time_nvme(directory: str, device: str, mib: int = 256) -> list[dict[str, flo
                 if hasattr(os, "posix_fadvise"):
                     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                 buf = torch.empty(part, dtype=torch.uint8, pin_memory=device == "cuda")
-                view = memoryview(buf.numpy())
+                view = buf.numpy().data  # a writable memoryview of the pinned buffer
                 if device == "cuda":
                     torch.cuda.synchronize()
                 t0 = time.perf_counter()
@@ -315,7 +339,9 @@ def measure(
         raise UsageError(f"--repeats must be at least 1, got {repeats}")
     dev = pick_device(device)
     if dev == "cpu":
-        _torch().set_num_threads(1)  # one thread: steadier timings on a shared machine
+        import torch
+
+        torch.set_num_threads(1)  # one thread: steadier timings on a shared machine
     shape = LayerShape.of(cm.model, cm.tp)
     stem = Path(output).with_suffix("")
     paths: dict[str, str] = {}
