@@ -25,6 +25,7 @@ from analyzer.advisor.figures import (
     ScenarioFigures,
     Verdict,
 )
+from analyzer.advisor.isolation import tenant_count
 from analyzer.advisor.pilot import PilotCommand, pilot_commands
 from analyzer.advisor.plan import DeploymentPlan, Fleet
 from analyzer.advisor.products import ProductSettings, translate
@@ -193,6 +194,7 @@ def deliver(
         nothing = bundle({}, None, model=served, pilot=pilot, why=_nothing_why(decision))
         return Delivered(None, (), nothing, (), gates, pilot, None)
     several = len(priced.setups) > 1
+    tenants = tenant_count((m.shared or m.loaded).trace)
     files: list[DeployFile] = []
     rows: list[PerProcessRow] = []
     sizing: Sizing | None = None
@@ -209,7 +211,15 @@ def deliver(
         name = served if setup is primary else served_model(setup.cost.model, setup.model)
         recommended = next(iter(sizings))
         folder = _folder(setup) if several else ""
-        files += bundle(sizings, recommended, model=name, pilot=pilot, folder=folder)
+        files += bundle(
+            sizings,
+            recommended,
+            model=name,
+            pilot=pilot,
+            folder=folder,
+            isolation=opts.isolation,
+            tenants=tenants,
+        )
         rows += per_process(sizings)
         if setup is primary:
             sizing = sizings[recommended]

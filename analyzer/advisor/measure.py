@@ -119,6 +119,9 @@ class Measured:
     arrivals: Arrivals
     choices: tuple[ModelChoice, ...]
     read_here: bool
+    # The log as read, before its blocks were keyed by ``--isolation`` (``loaded`` itself
+    # under ``shared``): the isolation stage keys it under the other policies.
+    shared: LoadedTrace | None = None
 
     @property
     def trace(self) -> BlockTrace:
@@ -273,6 +276,11 @@ def measure(
     trace = loaded.trace
     if read_here:  # not on a caller's trace (the dashboard's what-ifs): built already
         release_freed_memory()  # building the trace's ids freed as much as they hold
+    # Every figure below is measured with the blocks keyed as --isolation says
+    # (analyzer/reuse/isolation.py); the log as read is kept for the isolation stage.
+    shared = loaded
+    loaded = loaded.isolated(opts.isolation)
+    trace = loaded.trace
     # Reports are made to be shared: inputs are named by position, size and hash unless
     # --keep-names (a file name can carry a customer's name).
     names = {
@@ -307,4 +315,5 @@ def measure(
         arrivals=arrivals(trace.arrival_s),
         choices=choices,
         read_here=read_here,
+        shared=shared,
     )

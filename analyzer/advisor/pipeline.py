@@ -38,6 +38,7 @@ from analyzer.advisor.figures import (
     TraceFigures,
     Verdict,
 )
+from analyzer.advisor.isolation import isolation_stage
 from analyzer.advisor.measure import Arrivals, measure
 from analyzer.advisor.models import ModelChoice
 from analyzer.advisor.options import AnalyzeOptions as AnalyzeOptions
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from analyzer.advisor.current import MeasuredAgainstProjected
     from analyzer.advisor.deploy import DeployFile, PerProcessRow
     from analyzer.advisor.explore import ArrivalsEffect
+    from analyzer.advisor.isolation import IsolationFigures
     from analyzer.advisor.models import ModelsFigures
     from analyzer.advisor.pilot import PilotCommand
     from analyzer.advisor.plan import DeploymentPlan, Fleet
@@ -107,6 +109,8 @@ class AnalysisResult:
     pilot: tuple[PilotCommand, ...] = ()
     deploy: tuple[DeployFile, ...] = ()
     per_process: tuple[PerProcessRow, ...] = ()  # deploy.per_process
+    # Every option under each isolation policy (advisor.isolation); None: nothing sized.
+    isolation: IsolationFigures | None = None
 
     @property
     def verdict(self) -> str:
@@ -220,6 +224,8 @@ def run_analysis(
         explored = explore(m, priced, replayed, sized, decision, opts, services)
     step(25)
     out = deliver(m, priced, sized, decision, opts)
+    planned = sized if decision.verdict != Verdict.INSUFFICIENT_DATA else None
+    isolation = isolation_stage(plist, m, opts, services, planned)
     step(5)
     trace = m.trace
     return AnalysisResult(
@@ -265,4 +271,5 @@ def run_analysis(
         pilot=out.pilot,
         deploy=out.deploy,
         per_process=out.per_process,
+        isolation=isolation,
     )

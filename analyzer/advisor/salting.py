@@ -60,7 +60,7 @@ SALT_PATHS: tuple[SaltPath, ...] = (
     SaltPath(
         "vllm-hbm",
         "vLLM",
-        "automatic prefix cache (HBM): `cache_salt` request field, mixed into the first "
+        "automatic prefix cache (HBM): cache_salt request field, mixed into the first "
         "block's hash and chained to every later block",
         "0.9.0",
         "vllm/v1/core/kv_cache_utils.py (generate_block_hash_extra_keys: cache_salt_keys)",
@@ -121,13 +121,13 @@ SALT_PATHS: tuple[SaltPath, ...] = (
             f"{LMCACHE}/pull/3008 (closed unmerged)",
         ),
         "through 0.5.6 two requests with the same prompt and different salts share one "
-        "LMCache entry; LMCache's multi-process mode (`lmcache server` with "
+        "LMCache entry; LMCache's multi-process mode (lmcache server with "
         "LMCacheMPConnector) keys by the salt",
     ),
     SaltPath(
         "lmcache-vllm-mp",
         "LMCache",
-        "LMCache multi-process mode with vLLM (`lmcache server` + LMCacheMPConnector): "
+        "LMCache multi-process mode with vLLM (lmcache server + LMCacheMPConnector): "
         "object keys carry cache_salt",
         "0.5.4",
         "lmcache 0.5.4 and 0.5.6 wheels: integration/vllm/lmcache_mp_metadata.py, "
@@ -138,7 +138,7 @@ SALT_PATHS: tuple[SaltPath, ...] = (
     SaltPath(
         "sglang-radix",
         "SGLang",
-        "radix prefix cache (HBM) and HiCache host tier: `extra_key` and `cache_salt` "
+        "radix prefix cache (HBM) and HiCache host tier: extra_key and cache_salt "
         "namespace the tree",
         "0.5.20",
         "sglang 0.5.19 to 0.5.23 wheels: srt/mem_cache/radix_cache.py (RadixKey)",
@@ -166,7 +166,7 @@ SALT_PATHS: tuple[SaltPath, ...] = (
     SaltPath(
         "sglang-lmcache",
         "SGLang",
-        "SGLang with LMCache as its storage (`--enable-lmcache`): the salt handed to "
+        "SGLang with LMCache as its storage (--enable-lmcache): the salt handed to "
         "LMCache's object keys",
         "0.5.21 with lmcache 0.5.6",
         "sglang 0.5.20 (lookup_kv without the salt) and 0.5.21 (build_cache_salt) wheels; "
@@ -181,7 +181,7 @@ SALT_PATHS: tuple[SaltPath, ...] = (
     SaltPath(
         "trtllm",
         "TensorRT-LLM",
-        "KV cache manager: `cache_salt_id` mixed into the root block key",
+        "KV cache manager: cache_salt_id mixed into the root block key",
         "PR 7106 (V1 manager); PR 13793 (V2 manager)",
         "not emitted by kvpool",
         ("https://github.com/NVIDIA/TensorRT-LLM/pull/13793",),
@@ -204,14 +204,14 @@ ROUTERS: tuple[SaltPath, ...] = (
         "llm-d router",
         "approximate prefix scorer: salted; precise prefix-cache scorer: salted after the "
         "fix of issue 1389",
-        "after llm-d-router issue 1389",
+        "the fix of llm-d-router issue 1389 (2026-06)",
         "issue thread",
         ("https://github.com/llm-d/llm-d-router/issues/1389",),
     ),
     SaltPath(
         "dynamo",
         "NVIDIA Dynamo",
-        "KV router: salt from the `x-tenant-id` header, `nvext.cache_salt` or `cache_salt`",
+        "KV router: salt from the x-tenant-id header, nvext.cache_salt or cache_salt",
         "PR 8197",
         "pull request",
         ("https://github.com/ai-dynamo/dynamo/pull/8197",),
@@ -308,9 +308,9 @@ def refusal(s: StackSalt) -> str:
     """The plain words a bundle puts in place of a stack whose salt does not hold."""
     lines = []
     for p in s.leaks:
+        note = p.note or "its keys do not carry the salt"
         lines.append(
-            f"{p.product}: {p.path}. {p.note or 'Its keys do not carry the salt.'} "
-            f"Sources: {'; '.join(p.sources)}."
+            f"{p.product}: {p.path}. {note[:1].upper()}{note[1:]}. Sources: {'; '.join(p.sources)}."
         )
     return (
         f"With this version, {s.stack} would share KV blocks across tenants whatever "
@@ -504,8 +504,12 @@ def isolation_readme(
         "|---|---|---|---|",
     ]
     for s in stacks:
-        holds = "yes" if s.holds else "**no: not written under isolation**"
-        lines.append(f"| {s.option} | {md_text(s.stack)} | {holds} | {md_text(s.needs or '-')} |")
+        if s.holds:
+            holds, needs = "yes", s.needs or "-"
+        else:
+            holds = "**no: not written under isolation**"
+            needs = "no release of " + ", ".join(dict.fromkeys(p.product for p in s.leaks))
+        lines.append(f"| {s.option} | {md_text(s.stack)} | {holds} | {md_text(needs)} |")
     refused = [s for s in stacks if not s.holds]
     if refused:
         lines += ["", "Stacks this bundle leaves out under isolation:", ""]

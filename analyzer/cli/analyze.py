@@ -37,6 +37,7 @@ def analyze(
     ttft_slo: o.TtftSlo = 2.0,
     profile: o.CostProfile = None,
     only_model: o.OnlyModel = None,
+    isolation: o.Isolation = "shared",
     current_instances: Annotated[
         int | None,
         typer.Option(
@@ -172,6 +173,7 @@ def analyze(
         cluster=cluster.config(),
         ttft_slo_s=ttft_slo,
         only_model=only_model,
+        isolation=isolation,
         current_instances=current_instances,
         current_router=current_router,
         current_local_capacity_tokens=o.capacity(

@@ -1034,6 +1034,53 @@ class SideBySideRow(_View):
 
 
 @dataclass(frozen=True, slots=True)
+class IsolationPolicyView(_View):
+    """``isolation.options[name].policies[policy]``: one option under one policy, at
+    the size that meets the SLO under it (None: not known)."""
+
+    hit_rate: float | None
+    ttft_mean_s: float | None
+    ttft_p90_s: float | None
+    gpus: int | None
+    total_usd_month: float | None
+    meets_slo: bool
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class IsolationOptionView(_View):
+    """``isolation.options[name]``: one option across the policies planned."""
+
+    policies: Mapping[str, IsolationPolicyView]
+    cross_tenant_hit_share: float | None
+    isolating_usd_month: Mapping[str, float | None]
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
+class IsolationSection(_View):
+    """``isolation``: what keeping tenants apart costs (analyzer/advisor/isolation.py)."""
+
+    policy: str
+    described: str
+    salt_fields: str
+    policies: tuple[str, ...]
+    tenants: int
+    requests_without_tenant: int
+    users_known: bool
+    user_groups: int | None
+    keyed_by: Mapping[str, int]
+    shares_across_tenants: bool
+    ceiling: Mapping[str, float]
+    cross_tenant_share_of_reuse: float | None
+    options: Mapping[Scenario, IsolationOptionView]
+    pool_option: str | None
+    sentence: str
+    material: bool
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
 class Report(_View):
     """A ``kvpool.report/3`` document as typed, frozen objects (module docstring)."""
 
@@ -1066,6 +1113,7 @@ class Report(_View):
     fleet: Mapping[Scenario, FleetView]
     arrivals: Mapping[str, Any] | None
     engine_events: EngineEventsView | None = field(default=None, metadata=_ABSENT)
+    isolation: IsolationSection | None = field(default=None, metadata=_ABSENT)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=_MISSING)
 
     @classmethod
@@ -1317,6 +1365,7 @@ def _report_document(r: AnalysisResult) -> dict[str, Any]:
         "arrivals": _arrivals_json(r),
         # only for a KV-event recording: other inputs' reports keep their bytes
         **({} if r.engine_events is None else {"engine_events": r.engine_events.to_json()}),
+        "isolation": None if r.isolation is None else r.isolation.to_json(),
     }
 
 

@@ -707,6 +707,90 @@ def _economics_section(doc: Report) -> Section | None:
     return s
 
 
+def _isolation_section(doc: Report) -> Section | None:
+    iso = doc.isolation
+    if iso is None:
+        return None
+    s = Section("isolation", "Tenant isolation")
+    said = iso.sentence[:1].upper() + iso.sentence[1:] + "."
+    tenants = count(iso.tenants, "tenant")
+    if iso.policy == "shared":
+        s.paragraphs.append(
+            f"Every figure above is for a pool shared across the log's {tenants}: no "
+            "request carries a cache salt, so any tenant's request can hit, and time, "
+            f"another tenant's cached prompts (docs/security.md). {said} To keep tenants "
+            "apart, the gateway sets cache_salt (vLLM, SGLang) or extra_key (older SGLang) "
+            "per tenant on every request; kvpool analyze --isolation tenant measures "
+            "everything so and writes the salted bundle."
+        )
+    else:
+        unit = "tenant" if iso.policy == "tenant" else "end user within its tenant"
+        s.paragraphs.append(
+            f"Every figure above is measured with each block keyed by {unit}, as a cache "
+            f"salt per {unit} keys it. {said} deploy/isolation/README.md says how the "
+            "gateway sets the salt, which stacks key every tier by it at their versions (the "
+            "others are left out of deploy/), and the pilot's isolation gate tests it."
+        )
+    ceilings = ", ".join(f"{p} {pct(iso.ceiling.get(p))}" for p in iso.policies)
+    reuse = (
+        ""
+        if iso.cross_tenant_share_of_reuse is None
+        else f"; of the shared log's reuse, {pct(iso.cross_tenant_share_of_reuse)} of the "
+        "hits were last held by another tenant's request"
+    )
+    s.paragraphs.append(f"Prefix-hit ceiling (unlimited capacity), by policy: {ceilings}{reuse}.")
+    who = []
+    if iso.requests_without_tenant:
+        who.append(
+            f"{count(iso.requests_without_tenant, 'request')} name no tenant: the model "
+            "stands in for it"
+        )
+    if iso.keyed_by:
+        k = iso.keyed_by
+        who.append(
+            f"keyed by user: {count(k.get('user', 0), 'request')} by its user, "
+            f"{num(k.get('session', 0))} by its session (standing in for its owner), "
+            f"{num(k.get('tenant', 0))} by its tenant alone"
+        )
+    if who:
+        s.paragraphs.append("; ".join(who)[:1].upper() + "; ".join(who)[1:] + ".")
+    rows = []
+    for name, o in iso.options.items():
+        for i, (policy, f) in enumerate(o.policies.items()):
+            extra = o.isolating_usd_month.get(policy)
+            rows.append(
+                [
+                    OPTION_LABEL.get(name, name) if i == 0 else "",
+                    policy,
+                    pct(f.hit_rate),
+                    f"{ms(f.ttft_mean_s)} / {ms(f.ttft_p90_s)}",
+                    "-" if f.gpus is None else num(f.gpus),
+                    usd(f.total_usd_month),
+                    "" if policy == "shared" else "-" if extra is None else usd(extra),
+                    (pct(o.cross_tenant_hit_share) if o.cross_tenant_hit_share is not None else "-")
+                    if i == 0
+                    else "",
+                ]
+            )
+    if rows:
+        s.tables.append(
+            Table(
+                [
+                    "Option",
+                    "Keyed by",
+                    "Hit rate",
+                    "Mean / p90 TTFT",
+                    "GPUs",
+                    "Total / month",
+                    "Isolating adds / month",
+                    "Hits from other tenants",
+                ],
+                rows,
+            )
+        )
+    return s
+
+
 def arrivals_words(arr: Mapping[str, Any]) -> str:
     """What the log's coarse or bursty arrivals are, and what they do to the plan."""
     text = (
@@ -975,6 +1059,7 @@ def sections(doc: Report) -> list[Section]:
         _bandwidth_section,
         _scenarios_section,
         _economics_section,
+        _isolation_section,
         _side_by_side_section,
         _sensitivity_section,
         _sizing_section,

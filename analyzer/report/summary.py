@@ -269,7 +269,25 @@ def summary_sentences(doc: Report) -> list[str]:
             second += _runner_up(doc, base)
             second += "."
     third = f"Confidence is {v.confidence}; what would most change it: {_one_thing(doc)}."
-    return [first, second, third]
+    fourth = isolation_sentence(doc)
+    return [first, second, third, *([fourth] if fourth else [])]
+
+
+def isolation_sentence(doc: Report) -> str | None:
+    """The summary's word on tenant isolation: when the analysis keyed blocks by tenant or
+    user, or when a shared pool would serve a material share of its hits across tenants
+    (analyzer/advisor/isolation.py); None otherwise."""
+    iso = doc.isolation
+    if iso is None or (iso.policy == "shared" and not iso.material):
+        return None
+    said = iso.sentence[:1].upper() + iso.sentence[1:]
+    if iso.policy == "shared":
+        return (
+            f"{said}: a cache salt per tenant (cache_salt, extra_key) would keep tenants "
+            "apart (Tenant isolation)."
+        )
+    unit = "tenant" if iso.policy == "tenant" else "end user"
+    return f"Every figure is with a cache salt per {unit}; {iso.sentence} (Tenant isolation)."
 
 
 def _runner_up(doc: Report, base: FleetView) -> str:

@@ -1,0 +1,328 @@
+"""The isolation stage: what keeping tenants apart costs, option by option.
+
+A pool shared by every tenant serves some of its hits from another tenant's prompts (a
+SaaS's system prompt and tools, common documents). A per-tenant cache salt (vLLM
+``cache_salt``, SGLang ``extra_key`` / ``cache_salt``) removes those hits, and with them
+the side channel that prefix-cache timing opens (docs/security.md). The analysis runs
+under its own ``--isolation``; this stage plans the same options again under the other
+policies (the trace as logged, ``shared``; keyed by tenant, ``tenant``; and when the log
+names its end users, keyed by user, ``user``: :mod:`analyzer.reuse.isolation`), each
+through the same measure, price, replay and size stages, so that every option has its
+hit rate, TTFT, GPUs and money under each policy, each at the size that meets the SLO
+under it. A policy whose keying splits no more blocks than one already planned gives the
+same figures and is not planned again.
+
+The headline is the pooled option's: the share of its hits that came from another
+tenant's prompts, ``1 - hits(tenant) / hits(shared)`` (a tenant's hits from its own
+earlier requests stay: a salted pool keeps them), and what isolating adds to its monthly
+bill. The summary names isolation when that share is at least :data:`MATERIAL_SHARE`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from analyzer.replay.config import Scenario
+from analyzer.reuse.isolation import POLICIES, Groups, describe, groups, isolate
+from analyzer.trace import BlockTrace
+
+if TYPE_CHECKING:
+    from analyzer.advisor.measure import Measured
+    from analyzer.advisor.options import AnalyzeOptions
+    from analyzer.advisor.plan import Fleet
+    from analyzer.advisor.replay import Replayer, Services
+    from analyzer.advisor.size import Sized, SizeQuestion, SizeSearch
+    from analyzer.replay.probe import Probe
+
+# The share of a pool's hits served from another tenant's prompts from which the summary
+# names isolation (smaller shares move the verdict's money by less than the cost model's
+# own error).
+MATERIAL_SHARE = 0.05
+SALT_FIELDS = "cache_salt (vLLM, SGLang) / extra_key (SGLang) / cache_salt_id (TensorRT-LLM)"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyFigures:
+    """One option under one policy, at the size that meets the SLO under it."""
+
+    hit_rate: float | None
+    ttft_mean_s: float | None
+    ttft_p90_s: float | None
+    gpus: int | None
+    total_usd_month: float | None
+    meets_slo: bool
+
+    @classmethod
+    def of(cls, f: Fleet) -> PolicyFigures:
+        t = f.ttft
+        return cls(
+            hit_rate=f.hit_rate,
+            ttft_mean_s=None if t is None else t.mean_s,
+            ttft_p90_s=None if t is None else t.p90_s,
+            gpus=f.gpus,
+            total_usd_month=f.money.total_usd_month,
+            meets_slo=f.meets_slo,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "hit_rate": self.hit_rate,
+            "ttft_mean_s": self.ttft_mean_s,
+            "ttft_p90_s": self.ttft_p90_s,
+            "gpus": self.gpus,
+            "total_usd_month": self.total_usd_month,
+            "meets_slo": self.meets_slo,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class OptionIsolation:
+    """One option across the policies planned (keyed by policy name)."""
+
+    option: str
+    by_policy: Mapping[str, PolicyFigures]
+    # Of the option's hits when shared, the share keying by tenant takes away.
+    cross_tenant_hit_share: float | None
+    # What keying by tenant (and by user) adds to its monthly money; None: not priced.
+    isolating_usd_month: Mapping[str, float | None] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "policies": {p: f.to_json() for p, f in self.by_policy.items()},
+            "cross_tenant_hit_share": self.cross_tenant_hit_share,
+            "isolating_usd_month": dict(self.isolating_usd_month),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class IsolationFigures:
+    """The report's ``isolation`` section (module docstring)."""
+
+    policy: str  # what the analysis's own figures were measured under
+    policies: tuple[str, ...]  # the columns planned, in POLICIES order
+    tenants: int  # salt groups under ``tenant`` (the model stands in for a missing tenant)
+    requests_without_tenant: int
+    users_known: bool  # the log names end users
+    user_groups: int | None  # salt groups under ``user`` (None: not planned)
+    keyed_by: Mapping[str, int]  # under ``user``: requests keyed by user, session, tenant
+    shares_across_tenants: bool  # some block is used by two tenants
+    ceiling: Mapping[str, float]  # unlimited capacity, steady state, per policy
+    cross_tenant_share_of_reuse: float | None  # the shared trace's reuse attribution
+    options: tuple[OptionIsolation, ...]
+    pool_option: str | None
+    sentence: str
+    material: bool
+
+    def option(self, name: str) -> OptionIsolation | None:
+        return next((o for o in self.options if o.option == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "described": describe(self.policy),
+            "salt_fields": SALT_FIELDS,
+            "policies": list(self.policies),
+            "tenants": self.tenants,
+            "requests_without_tenant": self.requests_without_tenant,
+            "users_known": self.users_known,
+            "user_groups": self.user_groups,
+            "keyed_by": dict(self.keyed_by),
+            "shares_across_tenants": self.shares_across_tenants,
+            "ceiling": dict(self.ceiling),
+            "cross_tenant_share_of_reuse": self.cross_tenant_share_of_reuse,
+            "options": {o.option: o.to_json() for o in self.options},
+            "pool_option": self.pool_option,
+            "sentence": self.sentence,
+            "material": self.material,
+        }
+
+
+def steady_ceiling(trace: BlockTrace, warmup: float) -> float:
+    """The steady-state prefix-hit ceiling (unlimited capacity) of ``trace``: the reuse
+    report's ``ceiling_hit_rate``, without the rest of the report."""
+    from analyzer.reuse.analysis import _rates, first_counted_request, prefix_hit_tokens
+
+    if trace.count_only or not trace.n_requests:
+        return 0.0
+    first = first_counted_request(trace.n_requests, warmup)
+    steady, _ = _rates(prefix_hit_tokens(trace), trace.prompt_tokens, first)
+    return steady
+
+
+def tenant_count(trace: BlockTrace) -> int:
+    """The log's tenants: distinct tenant values (the model standing in for a missing
+    one), requests with neither counted as one more."""
+    t = trace.tenant
+    return int(np.unique(t[t >= 0]).size) + int(bool((t < 0).any()))
+
+
+def requests_without_tenant(trace: BlockTrace) -> int:
+    """Requests whose log named no tenant: none at all, or the model standing in."""
+    t = trace.tenant.astype(np.int64)
+    missing = int(np.count_nonzero(t < 0))
+    if trace.model is None or not trace.model_names:
+        return missing
+    index = {name: i for i, name in enumerate(trace.model_names)}
+    as_model = np.array([index.get(n, -2) for n in trace.tenant_names], dtype=np.int64)
+    named = t >= 0
+    same = np.zeros(t.size, dtype=bool)
+    same[named] = as_model[t[named]] == trace.model[named]
+    return missing + int(np.count_nonzero(same))
+
+
+class KeyedReplayer:
+    """A replayer whose remembered answers are kept apart per policy: the same model's
+    requests keyed otherwise are another trace (``part`` is the memo's key)."""
+
+    def __init__(self, inner: Replayer, policy: str) -> None:
+        self.inner, self.policy = inner, policy
+
+    def _part(self, part: str | None) -> str:
+        return f"{part or ''}\x00isolation={self.policy}"
+
+    def size(
+        self,
+        part: str | None,
+        trace: BlockTrace,
+        questions: Sequence[SizeQuestion],
+        sampling_rate: float,
+    ) -> list[SizeSearch]:
+        return self.inner.size(self._part(part), trace, questions, sampling_rate)
+
+    def probe(
+        self,
+        part: str | None,
+        trace: BlockTrace,
+        question: SizeQuestion,
+        instances: int,
+        sampling_rate: float,
+    ) -> Probe:
+        return self.inner.probe(self._part(part), trace, question, instances, sampling_rate)
+
+
+def isolation_stage(
+    paths: list[str],
+    m: Measured,
+    opts: AnalyzeOptions,
+    services: Services,
+    own: Sized | None,
+) -> IsolationFigures:
+    """Every option planned under each policy (module docstring); ``own`` is the
+    analysis's own plans, under ``opts.isolation`` (None: nothing was sized, so only the
+    ceilings are compared)."""
+    from analyzer.advisor.measure import measure
+    from analyzer.advisor.price import price
+    from analyzer.advisor.replay import Services, replay
+    from analyzer.advisor.size import plan_sizes
+    from analyzer.progress import progress
+
+    shared_loaded = m.shared if m.shared is not None else m.loaded
+    shared = shared_loaded.trace
+    policy = opts.isolation
+    users_known = shared.user is not None and bool((shared.user >= 0).any())
+    wanted = [p for p in POLICIES if p != "user" or users_known or policy == "user"]
+    by_groups: dict[str, Groups] = {p: groups(shared, p) for p in wanted}
+    blocks = {p: isolate(shared, p, by_groups[p]).n_blocks for p in wanted}
+    fleets: dict[str, tuple[Fleet, ...]] = {policy: () if own is None else own.fleets}
+    ceiling: dict[str, float] = {policy: m.reuse.ceiling_hit_rate}
+    # Of the shared trace's reused tokens, the share another tenant's request last held.
+    split: dict[str, float] = {policy: m.reuse.cross_tenant_share}
+    for p in wanted:
+        if p in fleets:
+            continue
+        # Keyings refine one another (shared, tenant, user): the same number of distinct
+        # blocks means the same blocks, hence the same plans.
+        same = next((q for q in fleets if blocks[q] == blocks[p]), None)
+        if same is not None:
+            fleets[p], ceiling[p], split[p] = fleets[same], ceiling[same], split[same]
+            continue
+        if own is None:  # nothing to plan: the unlimited-capacity ceilings alone
+            fleets[p], split[p] = (), 0.0
+            ceiling[p] = steady_ceiling(isolate(shared, p, by_groups[p]), opts.warmup)
+            continue
+        o = replace(opts, isolation=p)
+        with progress(f"isolation: planning every option keyed by {p}", None):
+            mp = measure(paths, o, loaded=shared_loaded)
+            pp = price(mp, mp.choices, o)
+            keyed = Services(KeyedReplayer(services.replayer, p))
+            rp = replay(mp, pp, o, keyed, True)
+            fleets[p] = plan_sizes(pp, rp, o, keyed).fleets
+        ceiling[p], split[p] = mp.reuse.ceiling_hit_rate, mp.reuse.cross_tenant_share
+    options = _options(fleets, wanted)
+    tenants = by_groups["tenant"].n_groups
+    pooled = next((x for x in options if x.option == Scenario.POOLED), None)
+    share = None if pooled is None else pooled.cross_tenant_hit_share
+    user = by_groups.get("user")
+    return IsolationFigures(
+        policy=policy,
+        policies=tuple(wanted),
+        tenants=tenants,
+        requests_without_tenant=requests_without_tenant(shared),
+        users_known=users_known,
+        user_groups=None if user is None else user.n_groups,
+        keyed_by={}
+        if user is None
+        else {"user": user.by_user, "session": user.by_session, "tenant": user.by_tenant},
+        shares_across_tenants=blocks["tenant"] > blocks["shared"],
+        ceiling={p: ceiling[p] for p in wanted},
+        cross_tenant_share_of_reuse=split["shared"],
+        options=options,
+        pool_option=None if pooled is None else pooled.option,
+        sentence=sentence(tenants, pooled),
+        material=share is not None and share >= MATERIAL_SHARE,
+    )
+
+
+def _options(
+    fleets: Mapping[str, tuple[Fleet, ...]], wanted: list[str]
+) -> tuple[OptionIsolation, ...]:
+    out = []
+    for f in fleets["shared"]:
+        by: dict[str, PolicyFigures] = {}
+        for p in wanted:
+            got = next((g for g in fleets[p] if g.option == f.option), None)
+            if got is not None:
+                by[p] = PolicyFigures.of(got)
+        base = by["shared"]
+        share = None
+        if "tenant" in by and base.hit_rate and by["tenant"].hit_rate is not None:
+            share = max(0.0, 1.0 - by["tenant"].hit_rate / base.hit_rate)
+        extra: dict[str, float | None] = {}
+        for p, fig in by.items():
+            if p == "shared":
+                continue
+            usd, usd0 = fig.total_usd_month, base.total_usd_month
+            extra[p] = None if usd is None or usd0 is None else usd - usd0
+        out.append(OptionIsolation(f.option, by, share, extra))
+    return tuple(out)
+
+
+def sentence(tenants: int, pooled: OptionIsolation | None) -> str:
+    """The section's plain sentence, from the pooled option."""
+    plural = "s" if tenants != 1 else ""
+    if pooled is None:
+        return (
+            f"the log has {tenants} tenant{plural}; no pooled option was planned, so what a "
+            "shared pool serves across tenants is not measured"
+        )
+    share = pooled.cross_tenant_hit_share
+    usd = pooled.isolating_usd_month.get("tenant")
+    if usd is None:
+        cost = "the monthly price of isolating is not known (the option is not priced)"
+    elif usd > 0:
+        cost = f"isolating costs ${usd:,.0f}/month"
+    elif usd < 0:
+        cost = f"isolating saves ${-usd:,.0f}/month"
+    else:
+        cost = "isolating costs $0/month"
+    served = "an unknown share" if share is None else f"{share:.0%}"
+    if tenants < 2:
+        served = "none"
+    return (
+        f"a pool shared across {tenants} tenant{plural} serves {served} of its hits from "
+        f"another tenant's prompts; {cost}"
+    )

@@ -1,0 +1,118 @@
+"""The issue's "Done when" for tenant isolation, end to end through `kvpool analyze`.
+
+A SaaS log whose twelve customer organisations share the product's system prompt, tools
+and documents (`kvpool synth --profile saas`):
+
+* the isolated ceiling is below the shared one and equals `kvpool reuse --hash-key
+  tenant`;
+* report.json carries the isolation section, with money for both policies;
+* the shared report names cache_salt / extra_key;
+* the isolated run's deploy/ carries the per-tenant salt settings, or the stated refusal
+  for a product version that would leak.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from analyzer.cli import app
+from analyzer.report.document import ReportDocument
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("isolation")
+    log = d / "saas.jsonl"
+    run = CliRunner().invoke
+    r = run(app, ["synth", "--profile", "saas", "-n", "600", "--seed", "7", "-o", str(log)])
+    assert r.exit_code == 0, r.output
+    salt = ["--salt-file", str(d / "salt")]
+    out = {"log": log, "salt": d / "salt"}
+    for policy in ("shared", "tenant"):
+        report = d / policy
+        report.mkdir()
+        r = run(
+            app,
+            ["-q", "analyze", str(log), *salt, "-o", str(report), "--isolation", policy],
+        )
+        assert r.exit_code == 0, r.output
+        out[policy] = report
+    return out
+
+
+def _doc(report: Path) -> dict:
+    return json.loads((report / "report.json").read_text())
+
+
+def test_the_isolated_ceiling_is_below_the_shared_one_and_the_tenant_hash_keys(runs):
+    iso = _doc(runs["tenant"])["isolation"]
+    r = CliRunner().invoke(
+        app,
+        ["-q", "reuse", str(runs["log"]), "--salt-file", str(runs["salt"]),
+         "--hash-key", "tenant", "--json", str(runs["log"].with_suffix(".reuse.json"))],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    hashed = json.loads(runs["log"].with_suffix(".reuse.json").read_text())["ceiling"]
+    assert iso["ceiling"]["tenant"] == hashed["hit_rate"]
+    assert iso["ceiling"]["tenant"] < iso["ceiling"]["shared"]
+    # The tenant-keyed analysis's own reuse is that ceiling, with no cross-tenant hits.
+    own = _doc(runs["tenant"])["reuse"]["analysis"]
+    assert own["ceiling"]["hit_rate"] == hashed["hit_rate"]
+    assert own["sources"]["tokens"]["cross_tenant"] == 0
+
+
+def test_report_json_carries_the_section_with_money_for_both_policies(runs):
+    for policy in ("shared", "tenant"):
+        doc = _doc(runs[policy])
+        view = ReportDocument.from_json(doc).report.isolation
+        assert view is not None and view.policy == policy
+        assert view.tenants == 12 and view.shares_across_tenants
+        assert {"shared", "tenant", "user"} <= set(view.policies)  # the log names users
+        pooled = view.options["pooled"]
+        for p in ("shared", "tenant"):
+            figures = pooled.policies[p]
+            assert figures.total_usd_month and figures.total_usd_month > 0
+            assert figures.gpus and figures.hit_rate is not None
+        assert pooled.policies["tenant"].hit_rate < pooled.policies["shared"].hit_rate
+        assert pooled.isolating_usd_month["tenant"] is not None
+        assert pooled.cross_tenant_hit_share and pooled.cross_tenant_hit_share > 0
+        assert view.sentence.startswith("a pool shared across 12 tenants serves ")
+        assert "another tenant's prompts; isolat" in view.sentence
+    # Both runs plan the same options under the same policies: the same figures.
+    a, b = (_doc(runs[p])["isolation"]["options"] for p in ("shared", "tenant"))
+    assert a == b
+
+
+def test_the_shared_report_names_the_salt_and_says_the_pool_is_shared(runs):
+    md = (runs["shared"] / "report.md").read_text()
+    section = md[md.index("## Tenant isolation") :]
+    assert "cache_salt" in section and "extra_key" in section
+    assert "shared across the log's 12 tenants" in section
+    index = (runs["shared"] / "deploy" / "README.md").read_text()
+    assert "This pool is shared across all 12 tenants" in index and "cache_salt" in index
+    assert not (runs["shared"] / "deploy" / "isolation").exists()
+    # tenant names never appear without --keep-names
+    assert "org-0" not in md and "org-0" not in (runs["shared"] / "report.json").read_text()
+
+
+def test_the_isolated_bundle_sets_the_salt_or_refuses(runs):
+    deploy = runs["tenant"] / "deploy"
+    assert (deploy / "isolation" / "litellm" / "cache_salt_hook.py").is_file()
+    readme = (deploy / "isolation" / "README.md").read_text()
+    assert "HMAC-SHA256" in readme and "kvpool probe" in readme
+    written = {p.relative_to(deploy).as_posix() for p in deploy.rglob("*") if p.is_file()}
+    lmcache = [p for p in written if "lmcache" in p]
+    assert lmcache and all(p.endswith("ISOLATION.md") for p in lmcache)
+    refusal = (deploy / lmcache[0]).read_text()
+    assert "would share KV blocks across tenants" in refusal
+    assert any(p.endswith("launch.sh") for p in written)  # the stacks that hold are kept
+    doc = _doc(runs["tenant"])
+    assert "Every figure is with a cache salt per tenant" in doc["summary"][-1]
+    gates = {g["id"] for g in doc["gates"]["plan"]}
+    assert "isolation" in gates
