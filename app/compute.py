@@ -123,15 +123,24 @@ def digest(paths: tuple[str, ...]) -> str:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Current:
-    """The trace on screen: its content hash, the ingest options, and what ingest gave."""
+    """The trace on screen: its content hash, the ingest options, and what ingest gave,
+    with its blocks keyed as the sidebar's isolation says (``loaded``; ``shared``: the
+    log as read, which an analysis keys itself). ``content`` names the keying too, so
+    that every remembered figure is of the trace as keyed."""
 
     content: str
     ingest_key: Key
     loaded: Any  # analyzer.ingest.LoadedTrace
+    isolation: str = "shared"
+    shared: Any = None  # the LoadedTrace as read (None: ``loaded`` is)
 
     @property
     def trace(self):
         return self.loaded.trace
+
+    @property
+    def as_read(self) -> Any:
+        return self.loaded if self.shared is None else self.shared
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
@@ -142,13 +151,32 @@ def _ingest(content: str, ingest_key: Key, _paths: tuple[str, ...], _advance: Ad
     return open_trace(list(_paths), IngestOptions(**dict(ingest_key)), advance=_advance)
 
 
-def ingest(paths: tuple[str, ...], ingest_key: Key) -> Current:
-    """The loaded trace, ingested once per file content and ingest options."""
+def ingest(paths: tuple[str, ...], ingest_key: Key, isolation: str = "shared") -> Current:
+    """The loaded trace, ingested once per file content and ingest options, with its
+    blocks keyed by ``isolation`` (once per policy: analyzer/reuse/isolation.py)."""
     content = digest(paths)
     total = sum(Path(p).stat().st_size for p in paths)
     with progress("Reading the trace", total) as advance:
         loaded = _ingest(content, ingest_key, paths, advance)
-    return Current(content=content, ingest_key=ingest_key, loaded=loaded)
+    if isolation == "shared":
+        return Current(content=content, ingest_key=ingest_key, loaded=loaded)
+    with progress(f"Keying the blocks by {isolation}", None):
+        keyed = _keyed(content, ingest_key, isolation, loaded)
+    return Current(
+        content=f"{content}#isolation={isolation}",
+        ingest_key=ingest_key,
+        loaded=keyed,
+        isolation=isolation,
+        shared=loaded,
+    )
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _keyed(content: str, ingest_key: Key, isolation: str, _loaded):
+    """The loaded trace keyed by ``isolation``, once per trace and policy."""
+    keyed = _loaded.isolated(isolation)
+    keyed.trace  # noqa: B018 - built here, once, not by the first page that reads it
+    return keyed
 
 
 # --- reuse -------------------------------------------------------------------------------
@@ -225,6 +253,8 @@ class ControlDefaults:
     gpus_per_node: int
     dram_scope: str
     dram_scopes: list[str]
+    isolation: str  # who may share KV blocks, as `kvpool analyze --isolation`
+    isolations: list[str]
 
 
 def _catalog_ids(items) -> list[str]:
@@ -246,6 +276,7 @@ def control_defaults() -> ControlDefaults:
     from analyzer.cost import get_tier, list_gpus, list_models, list_tiers
     from analyzer.replay import ROUTERS, ClusterConfig
     from analyzer.replay.config import DRAM_SCOPES
+    from analyzer.reuse.isolation import POLICIES
 
     analyze = AnalyzeOptions()  # the defaults `kvpool analyze` runs with
     cluster = ClusterConfig()  # the same defaults every command's flags start from
@@ -276,6 +307,8 @@ def control_defaults() -> ControlDefaults:
         gpus_per_node=int(cluster.gpus_per_node),
         dram_scope=str(cluster.dram_scope),
         dram_scopes=list(DRAM_SCOPES),
+        isolation=analyze.isolation,
+        isolations=list(POLICIES),
     )
 
 
@@ -498,6 +531,7 @@ def analyze_options(w, warmup: float, block_size: int | None = None, concrete=No
         ttft_slo_s=w.ttft_slo_s,
         model_given=bool(w.model),
         tp_given=bool(w.tp),
+        isolation=w.isolation,
     )
 
 
@@ -593,11 +627,14 @@ def run_whatif(
         gate=gate,
         on_run=on_run,
     )
+    # The analysis keys the log as read by opts.isolation itself (and plans the other
+    # policies beside it); the remembered reuse and models are those of the keyed trace.
+    assert opts.isolation == cur.isolation, (opts.isolation, cur.isolation)
     return run_analysis(
         cur.loaded.sources,
         opts,
         advance=advance,
-        loaded=cur.loaded,
+        loaded=cur.as_read,
         services=Services(replayer, rep, models),
     )
 

@@ -43,6 +43,14 @@ class WhatIf:
     warmup: float  # share of requests that only warm the caches (not counted)
     gpus_per_node: int  # the instances on one node share its DRAM and NIC
     dram_scope: str  # "instance": each instance's private share; "node": one per node
+    isolation: str = "shared"  # who may share KV blocks (kvpool analyze --isolation)
+
+
+ISOLATION_LABEL = {
+    "shared": "everyone (no cache salt)",
+    "tenant": "each tenant alone (a salt per tenant)",
+    "user": "each end user alone (a salt per user)",
+}
 
 
 def current() -> WhatIf:
@@ -109,6 +117,7 @@ def default_whatif() -> WhatIf:
         warmup=d.warmup,
         gpus_per_node=d.gpus_per_node,
         dram_scope=d.dram_scope,
+        isolation=d.isolation,
     )
 
 
@@ -210,6 +219,18 @@ def sidebar() -> WhatIf:
                 "0 counts every request (cold start). Used by Prefix reuse, Capacity, Replay "
                 "and Recommendation.",
             )
+        with st.expander("Tenants", expanded=True):
+            isolation = _select(
+                "Who may share KV blocks",
+                d.isolations,
+                s.isolation,
+                "ctl.isolation",
+                format_func=lambda v: ISOLATION_LABEL.get(v, v),
+                help="shared: one pool for every tenant (no cache salt). tenant: a "
+                "cache_salt / extra_key per tenant, as the gateway would set it; user: per "
+                "end user (else per session). Every page measures with the blocks keyed so, "
+                "and the Recommendation prices the others beside it.",
+            )
     whatif = WhatIf(
         model=model,
         gpu=gpu,
@@ -231,6 +252,7 @@ def sidebar() -> WhatIf:
         warmup=float(warmup),
         gpus_per_node=int(gpus_per_node),
         dram_scope=dram_scope,
+        isolation=isolation,
     )
     st.session_state[WHATIF_KEY] = whatif
     return whatif

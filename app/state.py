@@ -219,7 +219,12 @@ def loaded_trace():
     if src is None:
         st.info("No trace loaded yet: open one on the **Load a trace** page.")
         st.stop()
-    cur = compute.ingest(src.paths, ingest_choice().key())
+    from app import controls
+
+    isolation = (
+        controls.current().isolation if controls.WHATIF_KEY in st.session_state else "shared"
+    )
+    cur = compute.ingest(src.paths, ingest_choice().key(), isolation)
     if cur.trace.n_requests >= workers.MIN_REQUESTS:
         workers.warm_up()  # the replay processes start while the user reads this page
     return cur

@@ -970,3 +970,35 @@ def test_recommendation_of_a_short_prefix_log_says_loading_never_pays(
     ]
     assert any("never beats recomputing" in w for w in words)
     assert not any(" inf GB/s" in w for w in words)
+
+
+def test_isolation_keys_every_page_and_the_recommendation_prices_it(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Tenants: 'each tenant alone' keys the trace by tenant on every page (the reuse
+    page's ceiling is the keyed trace's), and the Recommendation shows the isolation
+    section of its report."""
+    from analyzer.ingest import open_trace
+    from analyzer.reuse import ReuseOptions, analyze_reuse
+    from analyzer.reuse.isolation import isolate
+
+    log = write_sample(tmp_path / "saas.jsonl", requests=300, profile="saas")
+    monkeypatch.setenv(ENV_INPUT, str(log))
+    app = AppTest.from_file(str(APP), default_timeout=TIMEOUT_S)
+    app.run()
+    assert_clean(app)
+    trace = open_trace([log]).trace
+    want = {
+        p: analyze_reuse(isolate(trace, p), ReuseOptions()).ceiling_hit_rate
+        for p in ("shared", "tenant")
+    }
+    assert want["tenant"] < want["shared"]
+    app.switch_page("views/reuse.py").run()
+    assert metric(app, "Ceiling, steady") == f"{want['shared']:.1%}"
+    app.selectbox(key="ctl.isolation").set_value("tenant").run()
+    assert_clean(app)
+    assert metric(app, "Ceiling, steady") == f"{want['tenant']:.1%}"
+    app.switch_page("views/recommend.py").run()
+    assert_clean(app)
+    assert any(s.value == "Tenant isolation" for s in app.subheader)
+    assert any("a cache salt per tenant" in c.value for c in app.caption)

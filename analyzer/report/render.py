@@ -27,6 +27,7 @@ from analyzer.report.summary import (
     OPTION_LABEL,
     economics_table,
     glossary_rows,
+    isolation_table,
     known,
     price_table,
     side_by_side_table,
@@ -754,40 +755,9 @@ def _isolation_section(doc: Report) -> Section | None:
         )
     if who:
         s.paragraphs.append("; ".join(who)[:1].upper() + "; ".join(who)[1:] + ".")
-    rows = []
-    for name, o in iso.options.items():
-        for i, (policy, f) in enumerate(o.policies.items()):
-            extra = o.isolating_usd_month.get(policy)
-            rows.append(
-                [
-                    OPTION_LABEL.get(name, name) if i == 0 else "",
-                    policy,
-                    pct(f.hit_rate),
-                    f"{ms(f.ttft_mean_s)} / {ms(f.ttft_p90_s)}",
-                    "-" if f.gpus is None else num(f.gpus),
-                    usd(f.total_usd_month),
-                    "" if policy == "shared" else "-" if extra is None else usd(extra),
-                    (pct(o.cross_tenant_hit_share) if o.cross_tenant_hit_share is not None else "-")
-                    if i == 0
-                    else "",
-                ]
-            )
-    if rows:
-        s.tables.append(
-            Table(
-                [
-                    "Option",
-                    "Keyed by",
-                    "Hit rate",
-                    "Mean / p90 TTFT",
-                    "GPUs",
-                    "Total / month",
-                    "Isolating adds / month",
-                    "Hits from other tenants",
-                ],
-                rows,
-            )
-        )
+    table = isolation_table(doc)
+    if table:
+        s.tables.append(Table(*table))
     return s
 
 

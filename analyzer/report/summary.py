@@ -417,6 +417,41 @@ def economics_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
     return header, rows
 
 
+def isolation_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
+    """Each option under each policy the isolation section planned (None: none)."""
+    iso = doc.isolation
+    if iso is None or not iso.options:
+        return None
+    rows = []
+    for name, o in iso.options.items():
+        for i, (policy, f) in enumerate(o.policies.items()):
+            extra = o.isolating_usd_month.get(policy)
+            share = o.cross_tenant_hit_share
+            rows.append(
+                [
+                    OPTION_LABEL.get(name, name) if i == 0 else "",
+                    policy,
+                    "-" if f.hit_rate is None else f"{f.hit_rate:.1%}",
+                    f"{ms(f.ttft_mean_s)} / {ms(f.ttft_p90_s)}",
+                    "-" if f.gpus is None else f"{f.gpus:,}",
+                    "-" if f.total_usd_month is None else usd(f.total_usd_month),
+                    "" if policy == "shared" else "-" if extra is None else usd(extra),
+                    ("-" if share is None else f"{share:.1%}") if i == 0 else "",
+                ]
+            )
+    header = [
+        "Option",
+        "Keyed by",
+        "Hit rate",
+        "Mean / p90 TTFT",
+        "GPUs",
+        "Total / month",
+        "Isolating adds / month",
+        "Hits from other tenants",
+    ]
+    return header, rows
+
+
 def options_table() -> tuple[list[str], list[list[str]]]:
     """Each option's one name and what it deploys."""
     return ["Option", "What it deploys"], [

@@ -12,6 +12,7 @@ from analyzer.report.document import ReportDocument
 from analyzer.report.summary import (
     economics_table,
     glossary_rows,
+    isolation_table,
     price_table,
     side_by_side_table,
     undefined_notes,
@@ -207,6 +208,26 @@ def _draw() -> None:
             if prices:
                 st.caption("Prices used (change them under Prices above):")
                 _table_of(_table(prices))
+
+        if doc.isolation is not None:
+            st.subheader("Tenant isolation")
+            iso = doc.isolation
+            said = iso.sentence[:1].upper() + iso.sentence[1:] + "."
+            st.markdown(said.replace("$", "\\$"))  # a dollar amount, not LaTeX
+            if iso.policy == "shared":
+                st.caption(
+                    "Every figure above is for a pool shared across tenants: the gateway "
+                    "would set cache_salt (vLLM, SGLang) or extra_key (older SGLang) per "
+                    "tenant to keep them apart (Tenants, in the sidebar, prices it)."
+                )
+            else:
+                st.caption(
+                    f"Every figure above is with a cache salt per {iso.policy}: "
+                    "deploy/isolation/README.md in the bundle says how to set it end to end."
+                )
+            table = isolation_table(doc)
+            if table:
+                _table_of(_table(table))
 
         side = side_by_side_table(doc)
         if side:
