@@ -294,6 +294,11 @@ def print_summary(console: Any, doc: Report, paths: dict[str, Any]) -> None:
             highlight=False,
             markup=False,
         )
+    iso = doc.isolation
+    if iso is not None:
+        said = iso.sentence[:1].upper() + iso.sentence[1:]
+        keyed = "shared across tenants" if iso.policy == "shared" else f"keyed by {iso.policy}"
+        console.print(f"Tenant isolation ({keyed}): {said}.", highlight=False, markup=False)
     flips = [r for r in doc.sensitivity.rows if r.flips]
     if flips:
         console.print(
