@@ -12,10 +12,15 @@ hit rate, TTFT, GPUs and money under each policy, each at the size that meets th
 under it. A policy whose keying splits no more blocks than one already planned gives the
 same figures and is not planned again.
 
-The headline is the pooled option's: the share of its hits that came from another
-tenant's prompts, ``1 - hits(tenant) / hits(shared)`` (a tenant's hits from its own
-earlier requests stay: a salted pool keeps them), and what isolating adds to its monthly
-bill. The summary names isolation when that share is at least :data:`MATERIAL_SHARE`.
+Two shares answer two questions. How much of a shared pool's reuse crosses tenants:
+the share of the shared log's hit tokens whose block another tenant's request last held
+(the reuse analysis's source split, at unlimited capacity; the replay does not attribute
+its hits). What isolating takes away: per option, ``1 - hit rate keyed by tenant / hit
+rate shared`` (a tenant's hits on its own copy stay, so this is usually much smaller: a
+SaaS's system prompt is shared by every tenant, and each re-warms its own copy after its
+first request). The headline sentence gives the first and the pooled option's monthly
+price of isolating; the summary names isolation when the first is at least
+:data:`MATERIAL_SHARE` and the log has two tenants or more.
 """
 
 from __future__ import annotations
@@ -38,9 +43,8 @@ if TYPE_CHECKING:
     from analyzer.advisor.size import Sized, SizeQuestion, SizeSearch
     from analyzer.replay.probe import Probe
 
-# The share of a pool's hits served from another tenant's prompts from which the summary
-# names isolation (smaller shares move the verdict's money by less than the cost model's
-# own error).
+# The share of a shared pool's hits served from another tenant's prompts from which the
+# summary names isolation: one hit in twenty is a side channel worth a sentence.
 MATERIAL_SHARE = 0.05
 SALT_FIELDS = "cache_salt (vLLM, SGLang) / extra_key (SGLang) / cache_salt_id (TensorRT-LLM)"
 
@@ -85,15 +89,15 @@ class OptionIsolation:
 
     option: str
     by_policy: Mapping[str, PolicyFigures]
-    # Of the option's hits when shared, the share keying by tenant takes away.
-    cross_tenant_hit_share: float | None
+    # Of the option's hit rate when shared, the share keying by tenant takes away.
+    hits_lost_share: float | None
     # What keying by tenant (and by user) adds to its monthly money; None: not priced.
     isolating_usd_month: Mapping[str, float | None] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "policies": {p: f.to_json() for p, f in self.by_policy.items()},
-            "cross_tenant_hit_share": self.cross_tenant_hit_share,
+            "hits_lost_share": self.hits_lost_share,
             "isolating_usd_month": dict(self.isolating_usd_month),
         }
 
@@ -111,7 +115,8 @@ class IsolationFigures:
     keyed_by: Mapping[str, int]  # under ``user``: requests keyed by user, session, tenant
     shares_across_tenants: bool  # some block is used by two tenants
     ceiling: Mapping[str, float]  # unlimited capacity, steady state, per policy
-    cross_tenant_share_of_reuse: float | None  # the shared trace's reuse attribution
+    # Of the shared log's hit tokens, the share another tenant's request last held.
+    cross_tenant_hit_share: float
     options: tuple[OptionIsolation, ...]
     pool_option: str | None
     sentence: str
@@ -133,24 +138,12 @@ class IsolationFigures:
             "keyed_by": dict(self.keyed_by),
             "shares_across_tenants": self.shares_across_tenants,
             "ceiling": dict(self.ceiling),
-            "cross_tenant_share_of_reuse": self.cross_tenant_share_of_reuse,
+            "cross_tenant_hit_share": self.cross_tenant_hit_share,
             "options": {o.option: o.to_json() for o in self.options},
             "pool_option": self.pool_option,
             "sentence": self.sentence,
             "material": self.material,
         }
-
-
-def steady_ceiling(trace: BlockTrace, warmup: float) -> float:
-    """The steady-state prefix-hit ceiling (unlimited capacity) of ``trace``: the reuse
-    report's ``ceiling_hit_rate``, without the rest of the report."""
-    from analyzer.reuse.analysis import _rates, first_counted_request, prefix_hit_tokens
-
-    if trace.count_only or not trace.n_requests:
-        return 0.0
-    first = first_counted_request(trace.n_requests, warmup)
-    steady, _ = _rates(prefix_hit_tokens(trace), trace.prompt_tokens, first)
-    return steady
 
 
 def tenant_count(trace: BlockTrace) -> int:
@@ -240,22 +233,20 @@ def isolation_stage(
         if same is not None:
             fleets[p], ceiling[p], split[p] = fleets[same], ceiling[same], split[same]
             continue
-        if own is None:  # nothing to plan: the unlimited-capacity ceilings alone
-            fleets[p], split[p] = (), 0.0
-            ceiling[p] = steady_ceiling(isolate(shared, p, by_groups[p]), opts.warmup)
-            continue
         o = replace(opts, isolation=p)
         with progress(f"isolation: planning every option keyed by {p}", None):
             mp = measure(paths, o, loaded=shared_loaded)
-            pp = price(mp, mp.choices, o)
-            keyed = Services(KeyedReplayer(services.replayer, p))
-            rp = replay(mp, pp, o, keyed, True)
-            fleets[p] = plan_sizes(pp, rp, o, keyed).fleets
+            fleets[p] = ()  # nothing sized: the unlimited-capacity figures alone
+            if own is not None:
+                pp = price(mp, mp.choices, o)
+                keyed = Services(KeyedReplayer(services.replayer, p))
+                rp = replay(mp, pp, o, keyed, True)
+                fleets[p] = plan_sizes(pp, rp, o, keyed).fleets
         ceiling[p], split[p] = mp.reuse.ceiling_hit_rate, mp.reuse.cross_tenant_share
     options = _options(fleets, wanted)
     tenants = by_groups["tenant"].n_groups
     pooled = next((x for x in options if x.option == Scenario.POOLED), None)
-    share = None if pooled is None else pooled.cross_tenant_hit_share
+    share = split["shared"] if tenants > 1 else 0.0
     user = by_groups.get("user")
     return IsolationFigures(
         policy=policy,
@@ -269,11 +260,11 @@ def isolation_stage(
         else {"user": user.by_user, "session": user.by_session, "tenant": user.by_tenant},
         shares_across_tenants=blocks["tenant"] > blocks["shared"],
         ceiling={p: ceiling[p] for p in wanted},
-        cross_tenant_share_of_reuse=split["shared"],
+        cross_tenant_hit_share=share,
         options=options,
         pool_option=None if pooled is None else pooled.option,
-        sentence=sentence(tenants, pooled),
-        material=share is not None and share >= MATERIAL_SHARE,
+        sentence=sentence(tenants, share, pooled),
+        material=tenants > 1 and share >= MATERIAL_SHARE,
     )
 
 
@@ -288,41 +279,41 @@ def _options(
             if got is not None:
                 by[p] = PolicyFigures.of(got)
         base = by["shared"]
-        share = None
+        lost = None
         if "tenant" in by and base.hit_rate and by["tenant"].hit_rate is not None:
-            share = max(0.0, 1.0 - by["tenant"].hit_rate / base.hit_rate)
+            lost = max(0.0, 1.0 - by["tenant"].hit_rate / base.hit_rate)
         extra: dict[str, float | None] = {}
         for p, fig in by.items():
             if p == "shared":
                 continue
             usd, usd0 = fig.total_usd_month, base.total_usd_month
             extra[p] = None if usd is None or usd0 is None else usd - usd0
-        out.append(OptionIsolation(f.option, by, share, extra))
+        out.append(OptionIsolation(f.option, by, lost, extra))
     return tuple(out)
 
 
-def sentence(tenants: int, pooled: OptionIsolation | None) -> str:
-    """The section's plain sentence, from the pooled option."""
+def sentence(tenants: int, share: float, pooled: OptionIsolation | None) -> str:
+    """The section's plain sentence: how much of a shared pool's hits another tenant's
+    prompts serve (``share``), and what isolating the pooled option costs a month."""
     plural = "s" if tenants != 1 else ""
+    served = f"{share:.0%}" if tenants > 1 else "none"
+    said = (
+        f"a pool shared across {tenants} tenant{plural} serves {served} of its hits from "
+        "another tenant's prompts"
+    )
     if pooled is None:
-        return (
-            f"the log has {tenants} tenant{plural}; no pooled option was planned, so what a "
-            "shared pool serves across tenants is not measured"
-        )
-    share = pooled.cross_tenant_hit_share
+        return f"{said}; no pooled option was sized, so the price of isolating it is not known"
     usd = pooled.isolating_usd_month.get("tenant")
     if usd is None:
         cost = "the monthly price of isolating is not known (the option is not priced)"
-    elif usd > 0:
+    elif round(usd) > 0:
         cost = f"isolating costs ${usd:,.0f}/month"
-    elif usd < 0:
+    elif round(usd) < 0:
         cost = f"isolating saves ${-usd:,.0f}/month"
     else:
         cost = "isolating costs $0/month"
-    served = "an unknown share" if share is None else f"{share:.0%}"
-    if tenants < 2:
-        served = "none"
-    return (
-        f"a pool shared across {tenants} tenant{plural} serves {served} of its hits from "
-        f"another tenant's prompts; {cost}"
-    )
+    before = pooled.by_policy["shared"].hit_rate
+    after = pooled.by_policy.get("tenant")
+    if before is not None and after is not None and after.hit_rate is not None:
+        cost += f" and takes its hit rate from {before:.1%} to {after.hit_rate:.1%}"
+    return f"{said}; {cost}"

@@ -1052,7 +1052,7 @@ class IsolationOptionView(_View):
     """``isolation.options[name]``: one option across the policies planned."""
 
     policies: Mapping[str, IsolationPolicyView]
-    cross_tenant_hit_share: float | None
+    hits_lost_share: float | None
     isolating_usd_month: Mapping[str, float | None]
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
 
@@ -1072,7 +1072,7 @@ class IsolationSection(_View):
     keyed_by: Mapping[str, int]
     shares_across_tenants: bool
     ceiling: Mapping[str, float]
-    cross_tenant_share_of_reuse: float | None
+    cross_tenant_hit_share: float
     options: Mapping[Scenario, IsolationOptionView]
     pool_option: str | None
     sentence: str

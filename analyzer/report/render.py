@@ -733,13 +733,12 @@ def _isolation_section(doc: Report) -> Section | None:
             "others are left out of deploy/), and the pilot's isolation gate tests it."
         )
     ceilings = ", ".join(f"{p} {pct(iso.ceiling.get(p))}" for p in iso.policies)
-    reuse = (
-        ""
-        if iso.cross_tenant_share_of_reuse is None
-        else f"; of the shared log's reuse, {pct(iso.cross_tenant_share_of_reuse)} of the "
-        "hits were last held by another tenant's request"
+    s.paragraphs.append(
+        f"Prefix-hit ceiling (unlimited capacity), by policy: {ceilings}. Of the shared "
+        f"log's hit tokens, {pct(iso.cross_tenant_hit_share)} were last held by another "
+        "tenant's request (the share above); isolating takes away only the hits a tenant "
+        "could not find in its own earlier requests (Hit rate lost, per option)."
     )
-    s.paragraphs.append(f"Prefix-hit ceiling (unlimited capacity), by policy: {ceilings}{reuse}.")
     who = []
     if iso.requests_without_tenant:
         who.append(

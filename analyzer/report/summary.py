@@ -213,7 +213,8 @@ def _one_thing(doc: Report) -> str:
 def summary_sentences(doc: Report) -> list[str]:
     """Three sentences: the verdict; what it buys, from its plan, in ms of mean and p90
     TTFT, in GPUs and in money per month; the confidence and the one input the team
-    controls that would most change it."""
+    controls that would most change it. A fourth on tenant isolation when it matters
+    (:func:`isolation_sentence`)."""
     v = doc.verdict
     verdict, chosen = v.verdict, v.scenario
     if verdict == Verdict.LOCAL_OFFLOAD_ONLY and chosen in OFFLOAD_SENTENCE:
@@ -287,7 +288,7 @@ def isolation_sentence(doc: Report) -> str | None:
             "apart (Tenant isolation)."
         )
     unit = "tenant" if iso.policy == "tenant" else "end user"
-    return f"Every figure is with a cache salt per {unit}; {iso.sentence} (Tenant isolation)."
+    return f"Every figure is with a cache salt per {unit} (Tenant isolation): {iso.sentence}."
 
 
 def _runner_up(doc: Report, base: FleetView) -> str:
@@ -426,7 +427,7 @@ def isolation_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
     for name, o in iso.options.items():
         for i, (policy, f) in enumerate(o.policies.items()):
             extra = o.isolating_usd_month.get(policy)
-            share = o.cross_tenant_hit_share
+            lost = o.hits_lost_share
             rows.append(
                 [
                     OPTION_LABEL.get(name, name) if i == 0 else "",
@@ -436,7 +437,7 @@ def isolation_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
                     "-" if f.gpus is None else f"{f.gpus:,}",
                     "-" if f.total_usd_month is None else usd(f.total_usd_month),
                     "" if policy == "shared" else "-" if extra is None else usd(extra),
-                    ("-" if share is None else f"{share:.1%}") if i == 0 else "",
+                    ("-" if lost is None else f"{lost:.1%}") if i == 0 else "",
                 ]
             )
     header = [
@@ -447,7 +448,7 @@ def isolation_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
         "GPUs",
         "Total / month",
         "Isolating adds / month",
-        "Hits from other tenants",
+        "Hit rate lost",
     ]
     return header, rows
 
