@@ -337,3 +337,32 @@ def test_golden_ragpulse_keyed_by_user(shared_traces):
     assert got["user"].ceiling_hit_rate == pytest.approx(0.114736, abs=1e-6)
     assert (got["shared"].n_blocks, got["user"].n_blocks) == (893_022, 1_151_968)
     assert not shares_across_groups(trace, "tenant") and shares_across_groups(trace, "user")
+
+
+def test_the_isolation_sentence_states_the_share_the_price_and_both_hit_rates():
+    from analyzer.advisor.isolation import OptionIsolation, PolicyFigures, sentence
+
+    def fig(hit: float, usd: float | None) -> PolicyFigures:
+        return PolicyFigures(hit, 0.1, 0.2, 2, usd, True)
+
+    pooled = OptionIsolation(
+        "pooled",
+        {"shared": fig(0.6, 1000.0), "tenant": fig(0.5, 1250.4), "user": fig(0.3, 900.0)},
+        1 - 0.5 / 0.6,
+        {"tenant": 250.4, "user": -100.0},
+    )
+    assert sentence(12, 0.4, pooled) == (
+        "a pool shared across 12 tenants serves 40% of its hits from another tenant's "
+        "prompts; isolating costs $250/month and takes its hit rate from 60.0% to 50.0%"
+    )
+    assert sentence(12, 0.4, pooled, "user").endswith(
+        "; per end user, it saves $100/month and takes its hit rate from 60.0% to 30.0%"
+    )
+    assert sentence(1, 0.0, pooled).startswith(
+        "a pool shared across 1 tenant serves none of its hits"
+    )
+    unpriced = OptionIsolation("pooled", {"shared": fig(0.6, None), "tenant": fig(0.5, None)},
+                               None, {"tenant": None})  # fmt: skip
+    assert "isolating has no monthly price (the option is not priced)" in sentence(3, 0.1, unpriced)
+    assert sentence(3, 0.1, None).endswith("no pooled option was sized, so the price of "
+                                           "isolating it is not known")  # fmt: skip

@@ -263,7 +263,7 @@ def isolation_stage(
         cross_tenant_hit_share=share,
         options=options,
         pool_option=None if pooled is None else pooled.option,
-        sentence=sentence(tenants, share, pooled),
+        sentence=sentence(tenants, share, pooled, policy),
         material=tenants > 1 and share >= MATERIAL_SHARE,
     )
 
@@ -292,9 +292,12 @@ def _options(
     return tuple(out)
 
 
-def sentence(tenants: int, share: float, pooled: OptionIsolation | None) -> str:
+def sentence(
+    tenants: int, share: float, pooled: OptionIsolation | None, policy: str = "shared"
+) -> str:
     """The section's plain sentence: how much of a shared pool's hits another tenant's
-    prompts serve (``share``), and what isolating the pooled option costs a month."""
+    prompts serve (``share``), and what isolating the pooled option costs a month (per
+    tenant, and per user too when the analysis keyed by user)."""
     plural = "s" if tenants != 1 else ""
     served = f"{share:.0%}" if tenants > 1 else "none"
     said = (
@@ -303,17 +306,23 @@ def sentence(tenants: int, share: float, pooled: OptionIsolation | None) -> str:
     )
     if pooled is None:
         return f"{said}; no pooled option was sized, so the price of isolating it is not known"
-    usd = pooled.isolating_usd_month.get("tenant")
+    out = f"{said}; isolating {_price(pooled, 'tenant')}"
+    if policy == "user" and "user" in pooled.by_policy:
+        out += f"; per end user, it {_price(pooled, 'user')}"
+    return out
+
+
+def _price(pooled: OptionIsolation, policy: str) -> str:
+    """What keying the pooled option by ``policy`` costs a month and does to its hits."""
+    usd = pooled.isolating_usd_month.get(policy)
     if usd is None:
-        cost = "the monthly price of isolating is not known (the option is not priced)"
-    elif round(usd) > 0:
-        cost = f"isolating costs ${usd:,.0f}/month"
+        cost = "has no monthly price (the option is not priced)"
     elif round(usd) < 0:
-        cost = f"isolating saves ${-usd:,.0f}/month"
+        cost = f"saves ${-usd:,.0f}/month"
     else:
-        cost = "isolating costs $0/month"
+        cost = f"costs ${max(usd, 0.0):,.0f}/month"
     before = pooled.by_policy["shared"].hit_rate
-    after = pooled.by_policy.get("tenant")
+    after = pooled.by_policy.get(policy)
     if before is not None and after is not None and after.hit_rate is not None:
         cost += f" and takes its hit rate from {before:.1%} to {after.hit_rate:.1%}"
-    return f"{said}; {cost}"
+    return cost
