@@ -42,7 +42,7 @@ from analyzer.advisor.isolation import isolation_stage
 from analyzer.advisor.measure import Arrivals, measure
 from analyzer.advisor.models import ModelChoice
 from analyzer.advisor.options import AnalyzeOptions as AnalyzeOptions
-from analyzer.advisor.price import price
+from analyzer.advisor.price import Priced, price, unpriced_nic
 from analyzer.advisor.replay import Floor, LocalReplayer, Services, replay
 from analyzer.advisor.size import Sized, plan_sizes
 from analyzer.cost.prices import Prices, resolve_prices
@@ -159,11 +159,15 @@ def _check_early(opts: AnalyzeOptions) -> None:
     resolve_prices(opts.gpu, opts.prices)
 
 
-def _warnings(choices: tuple[ModelChoice, ...], opts: AnalyzeOptions) -> list[str]:
+def _warnings(
+    choices: tuple[ModelChoice, ...], opts: AnalyzeOptions, priced: Priced | None = None
+) -> list[str]:
     """Whole sentences for stderr and the report."""
     from analyzer.advisor.models import _shown_model
 
     out: list[str] = []
+    if priced is not None and (nic := unpriced_nic(priced)) is not None:
+        out.append(nic)
     if opts.only_model is not None and choices and choices[0].served_as:
         c = choices[0]
         out.append(
@@ -267,7 +271,7 @@ def run_analysis(
             if m.loaded.engine is None
             else replace(m.loaded.engine, bytes_per_token=int(priced.primary.cost.bytes_per_token))
         ),
-        warnings=tuple(_warnings(choices, opts)),
+        warnings=tuple(_warnings(choices, opts, priced)),
         pilot=out.pilot,
         deploy=out.deploy,
         per_process=out.per_process,

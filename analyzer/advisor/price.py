@@ -343,6 +343,30 @@ def price(m: Measured, choices: tuple[ModelChoice, ...], opts: AnalyzeOptions) -
     )
 
 
+# The network one GPU's price includes: an 8-GPU instance's 3,200 Gb/s over its 8 GPUs
+# (AWS p5.48xlarge; models/prices.toml's [nic]), in GB/s.
+NETWORK_PER_GPU_GBPS = 3200 / 8 / 8
+
+
+def unpriced_nic(priced: Priced) -> str | None:
+    """A warning when the pool's NICs are priced at $0 (the catalog's: the GPU price
+    includes its share of its instance's network) but the pool link asked for is more
+    than the share of a node's GPUs; None when the share carries it."""
+    if priced.bandwidth is None or priced.prices.nic_node_month.usd > 0:
+        return None
+    per_node = priced.primary.cluster.gpus_per_node
+    share = NETWORK_PER_GPU_GBPS * per_node
+    link = next((t for t in priced.bandwidth.tiers if t.role == Tier.POOL), None)
+    if link is None or link.bandwidth_gbps <= share:
+        return None
+    return (
+        f"The pool link of {link.bandwidth_gbps:,.4g} GB/s per node is more than the "
+        f"{share:,.4g} GB/s of network the GPU price includes for {per_node} GPU"
+        f"{'' if per_node == 1 else 's'} (400 Gb/s per GPU of an 8-GPU instance), yet its "
+        "NICs are priced at $0: give --nic-node-month-usd."
+    )
+
+
 def log_cluster(
     cfg: ClusterConfig, loaded: object, *, model_given: bool, tp_given: bool
 ) -> tuple[ClusterConfig, str | None]:
