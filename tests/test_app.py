@@ -474,7 +474,7 @@ def test_recommendation_opens_with_the_summary_in_ms_gpus_and_money(
     assert " ms" in first and "GPU" in first and ("$" in first or "not priced" in first)
     subheaders = [h.value for h in at.subheader]
     assert "GPUs and money" in subheaders
-    assert "Side by side: other models and GPUs" in subheaders
+    assert "Other GPUs and models on this log" in subheaders
     assert any(e.label == "Glossary" for e in at.expander)
     for frame in [*at.dataframe, *at.table]:
         assert "network_per_node_gbps" not in frame.value.to_string()

@@ -281,12 +281,15 @@ def print_summary(console: Any, doc: Report, paths: dict[str, Any]) -> None:
         for row in rows:
             t.add_row(*[terminal(row[i]) for i in keep])
         console.print(t)
-        for note in undefined_notes(doc):
+        for note in undefined_notes(doc, side_by_side=False):  # the table shown
             console.print(f"  {note}", highlight=False, markup=False)
     sz = doc.sizing
     if sz is not None:
+        mine = [p for p in doc.plans if p.option == doc.verdict.scenario]
+        # a log of several models: the sizing is its most requested's (the first plan)
+        of = f" of {mine[0].model}" if len(mine) > 1 else ""
         console.print(
-            f"Sizing: {sz.instances} instance{'' if sz.instances == 1 else 's'} on "
+            f"Sizing{of}: {sz.instances} instance{'' if sz.instances == 1 else 's'} on "
             f"{sz.nodes} node{'' if sz.nodes == 1 else 's'}, pool {num(sz.pool_capacity_gb)} GB, "
             f"host DRAM {num(sz.dram_per_node_gb)} GB per node, network "
             f"{gbps(sz.network_per_node_gbps)} per node ({sz.nic}), block {sz.block_size_tokens}, "

@@ -701,7 +701,7 @@ def _economics_section(doc: Report) -> Section | None:
         "over the net value."
     )
     s.tables.append(Table(*et))
-    s.paragraphs += undefined_notes(doc)
+    s.paragraphs += undefined_notes(doc, side_by_side=False)
     pt = price_table(doc)
     if pt:
         s.tables.append(Table(*pt))
@@ -792,8 +792,7 @@ def _side_by_side_section(doc: Report) -> Section | None:
         "and not among the flips."
     )
     s.tables.append(Table(*sb))
-    if not economics_table(doc):  # the money section says what its short words mean
-        s.paragraphs += undefined_notes(doc)
+    s.paragraphs += undefined_notes(doc, money=False)
     return s
 
 
@@ -836,8 +835,16 @@ def _sizing_section(doc: Report) -> Section | None:
     )
     if plan is not None:
         pt = known(plan.ttft_s)
+        models = len({(p.model, p.served_as) for p in doc.plans})
+        of = (
+            ""
+            if models < 2
+            else f" of {plan.model}, the most requested of the log's "
+            f"{models} models (each model's plan is in the models section and its folder "
+            "of deploy/)"
+        )
         s.paragraphs.append(
-            f"The plan behind every figure: {count(sz.instances, 'instance')} of {plan.tp} x "
+            f"The plan behind every figure{of}: {count(sz.instances, 'instance')} of {plan.tp} x "
             f"{plan.gpu} ({count(known(plan.gpus) or 0, 'GPU')}) on {count(sz.nodes, 'node')}, "
             f"{sz.instances_per_node} per node, replayed at the busiest load at "
             f"{ms(pt.mean if pt else None)} mean and {ms(pt.p90 if pt else None)} p90 TTFT."

@@ -126,14 +126,15 @@ def _cell(x: int | NotApplicable | None, fmt: str = ",") -> str:
     return f"{x:{fmt}}"
 
 
-def undefined_notes(doc: Report) -> list[str]:
-    """What each short "not applicable" word of the money and side-by-side tables means,
-    once per reason, in words."""
-    rows: list[FleetView | MoneyView | SideOption] = [
-        *doc.fleet.values(),
-        *(f.money for f in doc.fleet.values()),
-        *(o for r in doc.side_by_side for o in (r.options or {}).values()),
-    ]
+def undefined_notes(doc: Report, *, money: bool = True, side_by_side: bool = True) -> list[str]:
+    """What each short "not applicable" word of the money table and of the side-by-side
+    table (other GPUs and models) means, once per reason, in words: each output gives
+    the notes of the tables it shows, beside them."""
+    rows: list[FleetView | MoneyView | SideOption] = []
+    if money:
+        rows += [*doc.fleet.values(), *(f.money for f in doc.fleet.values())]
+    if side_by_side:
+        rows += [o for r in doc.side_by_side for o in (r.options or {}).values()]
     notes: dict[str, str] = {}
     for o in rows:
         for f in fields(o):
@@ -153,15 +154,20 @@ def _fleet(doc: Report, option: str) -> FleetView | None:
 
 
 def _where(doc: Report, f: FleetView) -> str:
-    """``7 instances of 1 x h100 on 7 nodes`` (each model's, for a fleet of several)."""
+    """``7 instances of 1 x h100 on 7 nodes``; for a fleet of several models, each
+    model's GPUs, most first (``qwen3-coder-480b-a35b on 16 GPUs, llama-3.1-70b on 2
+    GPUs, ...``)."""
     plans = [p for p in doc.plans if p.option == f.option and _i(p.instances) is not None]
     if len(plans) == 1:
         p = plans[0]
         n, nodes = _i(p.instances), _i(p.nodes)
         assert n is not None and nodes is not None
         return f"{count(n, 'instance')} of {p.tp} x {p.gpu} on {count(nodes, 'node')}"
-    parts = [f"{p.model} {_i(p.gpus)}" for p in plans]
-    return f"{count(len(plans), 'model')}, no two on one GPU: {listed(parts, most=4)}"
+    plans.sort(key=lambda p: -(_i(p.gpus) or 0))
+    parts = [f"{p.model} on {gpus(_i(p.gpus))}" for p in plans]
+    nodes = _i(f.nodes)
+    on = "" if nodes is None else f" on {count(nodes, 'node')}"
+    return f"{count(len(plans), 'model')}{on}, no two on one GPU: {listed(parts, most=5)}"
 
 
 def _load_words(doc: Report) -> str:
@@ -189,6 +195,8 @@ def _ttft_words(f: FleetView) -> str:
 def _one_thing(doc: Report) -> str:
     """The smallest change of an input the team controls that flips the verdict."""
     rows = [r for r in doc.sensitivity.rows if r.flips]
+    if not rows and doc.verdict.verdict == Verdict.CANNOT_MEET_SLO:
+        return _what_would_meet(doc)
     if not rows:
         return "no input the team controls flips it within the sensitivity table's ranges"
 
@@ -210,6 +218,25 @@ def _one_thing(doc: Report) -> str:
     return f"{r.dimension} at {r.value} would make it {r.verdict}{more}"
 
 
+def _what_would_meet(doc: Report) -> str:
+    """For an SLO no option meets: the SLO the fastest deployment meets, or the GPUs
+    that would meet this one (the fewest over the options searched above the cap)."""
+    base = _fleet(doc, Scenario.LOCAL)
+    if base is not None and base.status == PlanStatus.PREFILL_BOUND and base.floor_p90_s:
+        return (
+            f"a p90 TTFT SLO of at least {ms(base.floor_p90_s)}, the lowest any size reaches "
+            "on this model and GPU"
+        )
+    above = [
+        n
+        for f in (_fleet(doc, o) for o in OPTION_ORDER)
+        if f is not None and (n := f.gpus_above_cap) is not None
+    ]
+    if above:
+        return f"--max-gpus of at least {min(above):,}, the fewest GPUs that meet the SLO"
+    return "a looser SLO: no size searched meets this one"
+
+
 def summary_sentences(doc: Report) -> list[str]:
     """Three sentences: the verdict; what it buys, from its plan, in ms of mean and p90
     TTFT, in GPUs and in money per month; the confidence and the one input the team
@@ -220,9 +247,15 @@ def summary_sentences(doc: Report) -> list[str]:
     if verdict == Verdict.LOCAL_OFFLOAD_ONLY and chosen in OFFLOAD_SENTENCE:
         first = OFFLOAD_SENTENCE[chosen] + "."
     elif verdict == Verdict.CANNOT_MEET_SLO:
+        base = _fleet(doc, Scenario.LOCAL)
+        where = (
+            "at any size"
+            if base is not None and base.status == PlanStatus.PREFILL_BOUND
+            else "within the GPUs allowed"
+        )
         first = (
-            f"No deployment meets the p90 TTFT SLO of {ms(doc.options.ttft_slo_s)} within the "
-            "GPUs allowed; no tier is recommended."
+            f"No deployment meets the p90 TTFT SLO of {ms(doc.options.ttft_slo_s)} {where}; "
+            "no tier is recommended."
         )
     else:
         first = VERDICT_SENTENCE.get(verdict, verdict) + "."

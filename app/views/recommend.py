@@ -201,7 +201,7 @@ def _draw() -> None:
         if money:
             st.subheader("GPUs and money")
             _table_of(_table(money))
-        for note in undefined_notes(doc):
+        for note in undefined_notes(doc, side_by_side=False):
             st.caption(note)
         if money:
             prices = price_table(doc)
@@ -231,8 +231,10 @@ def _draw() -> None:
 
         side = side_by_side_table(doc)
         if side:
-            st.subheader("Side by side: other models and GPUs")
+            st.subheader("Other GPUs and models on this log")
             _table_of(_table(side))
+            for note in undefined_notes(doc, money=False):
+                st.caption(note)
 
         if doc.sizing is not None:
             st.subheader("Sizing")
