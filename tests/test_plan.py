@@ -14,7 +14,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from analyzer.advisor.words import gpus, ms, option_name
+from analyzer.advisor.words import gpus, ms, option_name, usd
 from analyzer.cli import app
 from analyzer.report.document import ReportDocument
 from analyzer.report.summary import economics_table
@@ -154,6 +154,72 @@ def test_deploy_holds_the_plans_counts_and_per_node_sizes(analysed):
     assert len(runner) <= 1
 
 
+def test_every_output_gives_each_option_the_plans_money_and_the_gates_its_ttft(analysed):
+    """Money, the pilot gates and deploy/ read the same plans: each option's GPU cost,
+    added cost and total in report.json, report.md, report.html and the terminal are its
+    plans' summed money; the summary's amounts are the chosen and baseline fleets'; the
+    main gate projects the chosen plan's p90 TTFT and GPU saving, the baseline gate the
+    baseline plan's mean TTFT; deploy/README.md describes every option it writes as its
+    plan."""
+    doc, out, terminal = analysed
+    fleet, plans = doc["fleet"], doc["plans"]
+    md = (out / "report.md").read_text()
+    page = html.unescape((out / "report.html").read_text())
+    money = _md_rows(md, "Option | GPUs")
+    for option, f in fleet.items():
+        mine = [p for p in plans if p["option"] == option]
+        m = f["money"]
+        for key in ("gpu_usd_month", "added_usd_month", "total_usd_month", "dram_gb", "nvme_tb"):
+            assert m[key] == pytest.approx(sum(p["money"][key] for p in mine)), (option, key)
+        assert m["nic_nodes"] == sum(p["money"]["nic_nodes"] for p in mine)
+        row = money[option_name(option)]
+        assert row[4] == usd(m["gpu_usd_month"]) and row[6] == usd(m["total_usd_month"])
+        assert row[5].startswith(f"{usd(m['added_usd_month'])} ({m['dram_gb']:,.0f} GB DRAM")
+        # report.html shows the same row, cell for cell
+        assert "<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" in page, option
+        # the terminal's total
+        assert re.search(
+            rf"{re.escape(option_name(option))}\s+{f['gpus']}\s+{f['nodes']}\s+\S+ ms / \S+ ms\s+"
+            rf"{re.escape(usd(m['total_usd_month']))}",
+            terminal,
+        ), option
+    chosen, base = fleet[doc["verdict"]["scenario"]], fleet["local"]
+    second = doc["summary"][1]
+    assert f"{usd(chosen['money']['total_usd_month'])} per month" in second
+    assert f"{usd(base['money']['total_usd_month'])} per month" in second
+    gates = {g["id"]: g for g in doc["gates"]["plan"]}
+    main = gates["main"]["projected"]
+    assert main["p90_ttft_s"] == chosen["ttft_s"]["p90"]
+    assert main["throughput_gain"] == pytest.approx(base["gpus"] / chosen["gpus"] - 1.0)
+    assert main["ttft_reduction"] == pytest.approx(
+        1.0 - chosen["ttft_s"]["mean"] / base["ttft_s"]["mean"]
+    )
+    assert gates["baseline"]["projected"]["mean_ttft_s"] == base["ttft_s"]["mean"]
+    # deploy/README.md: each option written, as its plan
+    deployed = {
+        "prefix-cache-only": "local",
+        "local-offload": "local+dram",
+        "local-offload-nvme": "local+dram+nvme",
+        "pooled": "pooled",
+    }
+    written = {f["option"] for f in doc["deploy"]["files"] if f["role"] != "index"}
+    assert len(written) == 2  # the recommended option and the runner-up
+    readme = (out / "deploy/README.md").read_text()
+    for name in written:
+        plan = next(p for p in plans if p["option"] == deployed[name])
+        n, k, nodes, tp = plan["instances"], plan["instances_per_node"], plan["nodes"], plan["tp"]
+        assert (
+            f"- `{name}`: {n} instance{'' if n == 1 else 's'} of {tp} GPU{'' if tp == 1 else 's'}, "
+            f"{k} per node, on {nodes} node{'' if nodes == 1 else 's'}." in readme
+        ), name
+    # the sizing's per-instance and per-node sizes are the chosen plan's
+    plan = next(p for p in plans if p["option"] == doc["verdict"]["scenario"])
+    sz, cap = doc["sizing"], plan["capacity"]["tokens"]
+    assert sz["hbm_cache_per_instance_tokens"] == cap["hbm_per_instance"]
+    assert sz["instances_per_node"] == plan["instances_per_node"]
+    assert sz["pool_capacity_tokens"] == cap["pool"]
+
+
 def _mooncake(shared_traces) -> str:
     return str(shared_traces / "mooncake" / "conversation_trace.jsonl")
 
@@ -231,6 +297,11 @@ def test_an_slo_no_request_can_meet_is_an_answer(shared_traces, tmp_path):
     assert any("No tier is recommended" in r for r in v["reasons"])
     assert [f["path"] for f in doc["deploy"]["files"]] == ["deploy/README.md"]
     assert "no tier is recommended" in doc["summary"][0]
+    # every request's own prefill misses it: no size would, and the summary says which SLO can
+    floor = doc["fleet"]["local"]["floor_p90_s"]
+    assert doc["fleet"]["local"]["status"] == "prefill-bound"
+    assert "SLO of 200 ms at any size" in doc["summary"][0]
+    assert f"a p90 TTFT SLO of at least {ms(floor)}" in doc["summary"][2]
 
 
 @pytest.mark.slow
@@ -248,6 +319,50 @@ def test_the_mixed_sample_plans_all_five_models(tmp_path):
     tp = {p["model"]: p["tp"] for p in plans}
     assert tp["qwen3-coder-480b-a35b"] >= 8  # never one 80 GB GPU for a 480B MoE
     assert "5 models" in doc["summary"][1]
+    # each model's GPUs, the most first, and the nodes they fill together
+    by_gpus = sorted(plans, key=lambda p: -p["gpus"])
+    listed = ", ".join(f"{p['model']} on {gpus(p['gpus'])}" for p in by_gpus[:-1])
+    assert (
+        f"{listed} and {by_gpus[-1]['model']} on {gpus(by_gpus[-1]['gpus'])}" in doc["summary"][1]
+    )
+    nodes = doc["fleet"][chosen]["nodes"]
+    assert f"5 models on {nodes} node" in doc["summary"][1]
+    # the sizing describes the most requested model's plan, and says so
+    md = (out / "report.md").read_text()
+    assert f"The plan behind every figure of {plans[0]['model']}, the most requested" in md
+
+
+def test_a_pool_link_beyond_the_gpus_share_of_the_network_is_said(tmp_path):
+    """The catalog's NIC price is $0: each GPU's price carries 400 Gb/s of its 8-GPU
+    instance's network. A pool link beyond the share of a node's GPUs is a warning on
+    stderr, in whole sentences, and in report.json; one within it is not."""
+    log = make_logs.low_reuse(tmp_path / "low.jsonl")
+    warned = []
+    for gbps in ("40", "80"):
+        out = tmp_path / gbps
+        res = CliRunner().invoke(
+            app,
+            [
+                "analyze",
+                str(log),
+                "-o",
+                str(out),
+                "--gpus-per-node",
+                "1",
+                "--pool-gbps",
+                gbps,
+                "--no-size-search",
+            ],
+        )
+        assert res.exit_code == 0, res.output
+        doc = json.loads((out / "report.json").read_text())
+        warned.append([w for w in doc["warnings"] if "--nic-node-month-usd" in w])
+    assert warned[0] == []
+    assert warned[1] == [
+        "The pool link of 80 GB/s per node is more than the 50 GB/s of network the GPU price "
+        "includes for 1 GPU (400 Gb/s per GPU of an 8-GPU instance), yet its NICs are priced "
+        "at $0: give --nic-node-month-usd."
+    ]
 
 
 def test_a_gpu_named_as_its_vendor_does_is_priced(tmp_path):
