@@ -31,6 +31,15 @@ if TYPE_CHECKING:
 
 __all__ = ["GIB"]
 
+# Axis numbers as a reader writes them: "1,000" and "0.5", never "1e+3" or "500m" (a log
+# axis labels its powers of ten, and Vega's default for them is SI or exponent form).
+NUMBER = ",~r"
+
+
+def log_axis(title: str) -> dict:
+    """The ``scale`` and ``axis`` of a logarithmic axis with readable numbers."""
+    return {"title": title, "scale": alt.Scale(type="log"), "axis": alt.Axis(format=NUMBER)}
+
 
 # --- workload overview -------------------------------------------------------------------
 
@@ -134,11 +143,13 @@ def granularity_chart(frame: pd.DataFrame) -> alt.Chart:
 
 def sources_chart(frame: pd.DataFrame) -> alt.Chart:
     return (
-        alt.Chart(frame, title="Share of reused tokens by who held them last")
+        alt.Chart(
+            frame, title="Where reuse comes from: prompt tokens reused, by who held them last"
+        )
         .mark_bar()
         .encode(
             y=alt.Y("source:N", sort=None, title=None, axis=alt.Axis(labelLimit=220)),
-            x=alt.X("share:Q", title="share of hits", axis=alt.Axis(format="%")),
+            x=alt.X("share:Q", title="share of prompt tokens", axis=alt.Axis(format="%")),
             tooltip=[
                 "source",
                 alt.Tooltip("share:Q", format=".1%"),
@@ -162,7 +173,7 @@ def capacity_chart(
     x_field = "capacity_gib" if unit == "GiB" else "capacity_tokens"
     x_title = "cache capacity (GiB)" if unit == "GiB" else "cache capacity (tokens)"
     data = frame[frame[x_field] > 0]
-    x = alt.X(f"{x_field}:Q", title=x_title, scale=alt.Scale(type="log"))
+    x = alt.X(f"{x_field}:Q", **log_axis(x_title))
     y = alt.Y("hit_rate:Q", title="steady-state hit rate", axis=alt.Axis(format="%"))
     data = data.assign(policy_name=[POLICY_LABELS.get(p, p) for p in data.policy])
     lru = data[data.policy == "lru"]
@@ -241,17 +252,13 @@ def break_even_chart(rows: list[BreakEvenRow]) -> alt.LayerChart:
             if r.break_even_gbps
         ]
     ).drop_duplicates("prefix_tokens")
-    x = alt.X("prefix_tokens:Q", title="prefix length (tokens)", scale=alt.Scale(type="log"))
+    x = alt.X("prefix_tokens:Q", **log_axis("prefix length (tokens)"))
     line = (
         alt.Chart(curve)
         .mark_line(point=True, strokeWidth=3)
         .encode(
             x=x,
-            y=alt.Y(
-                "break_even_gbps:Q",
-                title="break-even bandwidth (GB/s)",
-                scale=alt.Scale(type="log"),
-            ),
+            y=alt.Y("break_even_gbps:Q", **log_axis("break-even bandwidth (GB/s)")),
             tooltip=[
                 alt.Tooltip("prefix_tokens:Q", format=","),
                 alt.Tooltip("break_even_gbps:Q", format=",.2f", title="GB/s"),
@@ -298,21 +305,21 @@ def prefix_time_chart(rows: list[BreakEvenRow]) -> alt.Chart:
         )
     return (
         alt.Chart(
-            pd.DataFrame([r for r in out if r["seconds"] > 0]),
+            pd.DataFrame([{**r, "ms": 1000 * r["seconds"]} for r in out if r["seconds"] > 0]),
             title="Time to have a prefix's KV: recompute or load",
         )
         .mark_line(point=True)
         .encode(
-            x=alt.X("prefix_tokens:Q", title="prefix length (tokens)", scale=alt.Scale(type="log")),
-            y=alt.Y("seconds:Q", title="seconds", scale=alt.Scale(type="log")),
+            x=alt.X("prefix_tokens:Q", **log_axis("prefix length (tokens)")),
+            y=alt.Y("ms:Q", **log_axis("milliseconds")),
             color=alt.Color("how:N", title=None),
             strokeDash=alt.condition(
                 alt.datum.how == "recompute", alt.value([1, 0]), alt.value([4, 2])
             ),
             tooltip=[
                 "how",
-                alt.Tooltip("prefix_tokens:Q", format=","),
-                alt.Tooltip("seconds:Q", format=".4f"),
+                alt.Tooltip("prefix_tokens:Q", format=",", title="prefix (tokens)"),
+                alt.Tooltip("ms:Q", format=",.3~f", title="ms"),
             ],
         )
         .properties(height=360)
@@ -323,35 +330,39 @@ def prefix_time_chart(rows: list[BreakEvenRow]) -> alt.Chart:
 
 
 def ttft_chart(frame: pd.DataFrame, slo_s: float) -> alt.LayerChart:
-    positive = frame[frame.ttft_s > 0]
+    """TTFT distributions in ms (the tables' unit), one line per option under its name."""
+    positive = frame[frame.ttft_ms > 0].assign(option=lambda f: f.scenario.map(scenario_label))
     lines = (
         alt.Chart(positive)
         .mark_line(interpolate="step-after")
         .encode(
-            x=alt.X("ttft_s:Q", title="time to first token (s)", scale=alt.Scale(type="log")),
+            x=alt.X("ttft_ms:Q", **log_axis("time to first token (ms)")),
             y=alt.Y("quantile:Q", title="share of requests", axis=alt.Axis(format="%")),
             color=_scenario_color(list(dict.fromkeys(positive.scenario))),
             tooltip=[
-                "scenario",
-                alt.Tooltip("ttft_s:Q", format=".3f"),
-                alt.Tooltip("quantile:Q", format=".0%"),
+                "option",
+                alt.Tooltip("ttft_ms:Q", format=",.0f", title="TTFT (ms)"),
+                alt.Tooltip("quantile:Q", format=".0%", title="share of requests"),
             ],
         )
     )
+    slo_ms = 1000 * slo_s
     slo = (
-        alt.Chart(pd.DataFrame({"ttft_s": [slo_s], "label": [f"SLO {slo_s:g} s"]}))
+        alt.Chart(pd.DataFrame({"ttft_ms": [slo_ms], "label": [f"SLO {slo_ms:,.0f} ms"]}))
         .mark_rule(color="red", strokeDash=[4, 3])
-        .encode(x="ttft_s:Q", tooltip=["label"])
+        .encode(x="ttft_ms:Q", tooltip=["label"])
     )
     return alt.layer(lines, slo).properties(height=320, title="TTFT distribution (CDF)")
 
 
 def _scenario_color(names: list[str]) -> alt.Color:
+    """Each option's colour, its legend under the option's name."""
+    labels = [scenario_label(n) for n in names]
     return alt.Color(
-        "scenario:N",
+        "option:N",
         title=None,
-        sort=names,
-        scale=alt.Scale(domain=names, range=scenario_colors(names)),
+        sort=labels,
+        scale=alt.Scale(domain=labels, range=scenario_colors(names)),
         legend=alt.Legend(orient="bottom", labelLimit=0, columns=2),
     )
 

@@ -84,11 +84,23 @@ def _select(label: str, options: list, default, key: str, **kw):
     return st.selectbox(label, options, index=index, key=key, **kw)
 
 
-def _tier_caption(tier: str) -> None:
+def in_force(tier: str, gbps: float, latency_us: float) -> str:
+    """The link a replay uses, as the sidebar says it: each figure as set, or the
+    tier's catalog figure where the control is left at 0."""
     from app import compute
 
     t = compute.tier(tier)
-    st.caption(f"{tier}: {t.bandwidth_gbps:g} GB/s, first byte {t.latency_s * 1e6:g} µs (catalog)")
+    bw = (
+        f"{gbps:g} GB/s (set; {tier} lists {t.bandwidth_gbps:g})"
+        if gbps > 0
+        else (f"{t.bandwidth_gbps:g} GB/s ({tier})")
+    )
+    lat = (
+        f"{latency_us:g} µs (set; {tier} lists {t.latency_s * 1e6:g})"
+        if latency_us > 0
+        else f"{t.latency_s * 1e6:g} µs ({tier})"
+    )
+    return f"In force: {bw}, first byte {lat}."
 
 
 def default_whatif() -> WhatIf:
@@ -172,7 +184,7 @@ def sidebar() -> WhatIf:
                 "ctl.local_gb",
             )
             dram_tier = _select("Host DRAM link", d.dram_tiers, s.dram_tier, "ctl.dram_tier")
-            _tier_caption(dram_tier)
+            dram_note = st.empty()  # filled below, once the overrides are read
             dram_gb = _number("Host DRAM per node (GB)", s.dram_capacity_gb, 64.0, "ctl.dram_gb")
             dram_scope = _select(
                 "Host DRAM cache",
@@ -191,7 +203,7 @@ def sidebar() -> WhatIf:
                 "DRAM first-byte latency (µs; 0 = catalog)", s.dram_latency_us, 1.0, "ctl.dram_lat"
             )
             pool_tier = _select("Pool network", d.pool_tiers, s.pool_tier, "ctl.pool_tier")
-            _tier_caption(pool_tier)
+            pool_note = st.empty()
             pool_gb = _number(
                 "Pool capacity, whole cluster (GB; 0 = the nodes' DRAM)",
                 s.pool_capacity_gb,
@@ -204,6 +216,8 @@ def sidebar() -> WhatIf:
             pool_lat = _number(
                 "Pool first-byte latency (µs; 0 = catalog)", s.pool_latency_us, 5.0, "ctl.pool_lat"
             )
+            dram_note.caption(in_force(dram_tier, float(dram_gbps), float(dram_lat)))
+            pool_note.caption(in_force(pool_tier, float(pool_gbps), float(pool_lat)))
         with st.expander("Service level", expanded=True):
             slo = st.number_input(
                 "TTFT SLO, p90 (s)", min_value=0.01, value=s.ttft_slo_s, step=0.25, key="ctl.slo"
@@ -255,7 +269,23 @@ def sidebar() -> WhatIf:
         isolation=isolation,
     )
     st.session_state[WHATIF_KEY] = whatif
+    # Under the folded expanders too: the links a replay uses now, each as set or from
+    # the catalog, so a value typed in never hides behind the tier's catalog figure.
+    st.sidebar.caption(links_in_force(whatif))
     return whatif
+
+
+def links_in_force(w: WhatIf) -> str:
+    from app import compute
+
+    def one(tier: str, gbps: float) -> str:
+        shown = gbps if gbps > 0 else compute.tier(tier).bandwidth_gbps
+        return f"{shown:g} GB/s ({'as set' if gbps > 0 else tier})"
+
+    return (
+        f"In force: pool link {one(w.pool_tier, w.pool_gbps)} per node; host DRAM link "
+        f"{one(w.dram_tier, w.dram_gbps)} per GPU; p90 TTFT SLO {1000 * w.ttft_slo_s:,.0f} ms."
+    )
 
 
 # Decision thresholds: (Thresholds field, label, help). Shares, shown in percent.

@@ -1002,3 +1002,97 @@ def test_isolation_keys_every_page_and_the_recommendation_prices_it(
     assert_clean(app)
     assert any(s.value == "Tenant isolation" for s in app.subheader)
     assert any("a cache salt per tenant" in c.value for c in app.caption)
+
+
+def test_the_dashboard_speaks_the_reports_language(at: AppTest, sample: Path) -> None:
+    """Tables in words and units (no key names, no bare fractions), the report's option
+    names and descriptions, and the reuse shares as the report defines them (share of
+    the counted prompt tokens, from report.json's reuse.analysis.sources)."""
+    from analyzer.advisor.words import OPTION_DESCRIPTION, OPTION_NAME
+    from analyzer.report import figures
+    from app import controls, state
+
+    cur = compute.ingest((str(sample),), state.IngestChoice().key())
+    doc = report_json(compute.analysis(cur, controls.default_whatif(), 0.5))
+    shares = doc["reuse"]["analysis"]["sources"]["share_of_prompt"]
+    raw = {"prefix_tokens", "capacity_tokens", "bandwidth_gbps", "capacity_blocks", "latency_s"}
+    for page in ("views/reuse.py", "views/capacity.py", "views/cost.py", "views/replay.py"):
+        at.switch_page(page).run()
+        assert_clean(at)
+        for frame in (d.value for d in at.dataframe):
+            assert not raw & set(frame.columns), (page, list(frame.columns))
+            assert not any("_" in str(c) for c in frame.columns), (page, list(frame.columns))
+            for col in frame.columns:  # numbers are written out: no float cell is a fraction
+                assert frame[col].dtype != float, (page, col)
+        if page == "views/reuse.py":
+            table = next(d.value for d in at.dataframe if "share of prompt tokens" in d.value)
+            want = {figures.SOURCE_LABELS[k]: figures.percent(v) for k, v in shares.items()}
+            assert dict(zip(table["source"], table["share of prompt tokens"], strict=True)) == want
+        if page == "views/replay.py":
+            table = next(d.value for d in at.dataframe if "option" in d.value)
+            assert set(table["option"]) <= set(OPTION_NAME.values())
+            listed = " ".join(m.value for m in at.markdown)
+            # the page replays `kvpool replay`'s options; those the report plans too
+            # carry the report's names and descriptions
+            shown = {k for k, v in OPTION_NAME.items() if v in set(table["option"])}
+            assert shown & set(doc["replay"]["scenarios"])
+            for name in shown:
+                assert f"**{OPTION_NAME[name]}**: {OPTION_DESCRIPTION[name]}" in listed
+            assert all(t.endswith(" ms") for t in table["TTFT p90"])
+            ttft = next(s for s, _ in charts(at) if "ms" in json.dumps(s.get("layer", s)))
+            assert "time to first token (ms)" in json.dumps(ttft)
+
+
+def test_log_axes_print_numbers_as_a_reader_writes_them(at: AppTest) -> None:
+    """Every logarithmic axis has a number format (Vega's default prints 1e+2 or 100m)."""
+    seen = 0
+    for page in ("views/capacity.py", "views/cost.py", "views/replay.py"):
+        at.switch_page(page).run()
+        assert_clean(at)
+
+        def walk(spec: dict, page: str = page) -> None:
+            nonlocal seen
+            for ch in ("x", "y"):
+                enc = (spec.get("encoding") or {}).get(ch) or {}
+                if (enc.get("scale") or {}).get("type") == "log":
+                    seen += 1
+                    assert (enc.get("axis") or {}).get("format"), (page, enc)
+            for sub in spec.get("layer", []):
+                walk(sub)
+
+        for spec, _ in charts(at):
+            walk(spec)
+    assert seen >= 4
+
+
+def test_a_what_if_says_what_changed_and_the_sidebar_what_is_in_force(at: AppTest) -> None:
+    """After the pool link is set to 2 GB/s the sidebar says 2 GB/s is in force (not the
+    tier's catalog figure), and the Replay page says which setting changed and which of
+    its figures moved, before -> after."""
+    at.switch_page("views/replay.py").run()
+    assert_clean(at)
+    catalog = compute.tier(controls_default_pool_tier()).bandwidth_gbps
+    assert any(f"pool link {catalog:g} GB/s" in c.value for c in at.sidebar.caption)
+    assert not at.info or not any("What changed" in i.value for i in at.info)
+    before = {
+        d.value["option"][i]: d.value["TTFT p90"][i]
+        for d in at.dataframe[:1]
+        for i in range(len(d.value))
+    }
+    at.number_input(key="ctl.pool_gbps").set_value(2.0).run()
+    assert_clean(at)
+    assert any("pool link 2 GB/s (as set)" in c.value for c in at.sidebar.caption)
+    assert not any(f"pool link {catalog:g} GB/s" in c.value for c in at.sidebar.caption)
+    said = next(i.value for i in at.info if "What changed" in i.value)
+    assert "pool bandwidth per node (GB/s): catalog → 2" in said
+    after = at.dataframe[0].value
+    for option, p90 in zip(after["option"], after["TTFT p90"], strict=True):
+        moved = f"{option}, p90 TTFT: {before[option]} → {p90}"
+        assert (moved in said) == (before[option] != p90), (moved, said)
+    # a rerun that changes no setting keeps saying it
+    at.run()
+    assert any("pool bandwidth per node (GB/s): catalog → 2" in i.value for i in at.info)
+
+
+def controls_default_pool_tier() -> str:
+    return compute.control_defaults().pool_tier

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.advisor.figures import Verdict
-from analyzer.advisor.words import OPTION_NAME
+from analyzer.advisor.words import OPTION_DESCRIPTION, OPTION_NAME
 from analyzer.replay.config import Scenario, Tier
 from analyzer.reuse.records import models_words, tenants_words
 from analyzer.trace import BlockTrace
@@ -106,6 +106,11 @@ def scenario_label(name: str) -> str:
     return SCENARIO_LABELS.get(name, name)
 
 
+def option_description(name: str) -> str:
+    """What an option deploys, in the report's words (a user-defined scenario: its own)."""
+    return OPTION_DESCRIPTION.get(name) or name
+
+
 def scenario_colors(names: list[str]) -> list[str]:
     """One colour per scenario name, the standard ones fixed, others from a spare list."""
     extra = iter(_EXTRA_COLORS * 4)
@@ -117,9 +122,14 @@ def percent(x: float | None, digits: int = 1) -> str:
 
 
 def seconds(x: float | None) -> str:
+    """A time in seconds as the report's tables print a TTFT: whole milliseconds."""
     if x is None or not math.isfinite(x):
         return "-"
-    return f"{x * 1000:.0f} ms" if x < 1 else f"{x:.2f} s"
+    return f"{x * 1000:,.0f} ms"
+
+
+def tokens(n: float | None) -> str:
+    return "-" if n is None or not math.isfinite(n) else f"{n:,.0f}"
 
 
 def rate_multiple(x: float | None, capped: bool = False) -> str:
@@ -357,7 +367,22 @@ def granularity_frame(granularity: Granularity | None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["granularity", "steady", "cold", "note"])
 
 
+def granularity_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """:func:`granularity_frame` as a reader sees it (percentages, no key names)."""
+    return pd.DataFrame(
+        {
+            "cached in": frame["granularity"],
+            "ceiling, steady state": [percent(x) for x in frame["steady"]],
+            "ceiling, cold start": [percent(x) for x in frame["cold"]],
+            "note": frame["note"],
+        }
+    )
+
+
 def sources_frame(sources: ReuseSources | None) -> pd.DataFrame:
+    """Where reuse comes from, as the report defines it: each source's reused tokens as
+    a share of the counted prompt tokens (``share_of_prompt``; they add up to the
+    steady-state ceiling, not to 100%)."""
     rows = (
         [
             {
@@ -365,12 +390,47 @@ def sources_frame(sources: ReuseSources | None) -> pd.DataFrame:
                 "share": v,
                 "tokens": sources.hit_tokens_by_source.get(k, 0),
             }
-            for k, v in sources.share_of_hits.items()
+            for k, v in sources.share_of_prompt.items()
         ]
         if sources is not None
         else []
     )
     return pd.DataFrame(rows, columns=["source", "share", "tokens"])
+
+
+def sources_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """:func:`sources_frame` in the report's words: source and share of prompt tokens."""
+    return pd.DataFrame(
+        {
+            "source": frame["source"],
+            "share of prompt tokens": [percent(x) for x in frame["share"]],
+            "reused tokens": [tokens(x) for x in frame["tokens"]],
+        }
+    )
+
+
+LINK_KIND = {"host-dram": "host DRAM", "local-disk": "local NVMe", "network": "network"}
+
+
+def link_break_even_table(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """``CostModel.tier_break_even``'s rows as a reader sees them: each link, its kind,
+    bandwidth in GB/s and first-byte latency in µs, and the shortest prefix worth
+    loading over it rather than recomputing."""
+    return pd.DataFrame(
+        [
+            {
+                "link": r["tier"],
+                "kind": LINK_KIND.get(r["kind"], r["kind"]),
+                "bandwidth": f"{r['bandwidth_gbps']:,.4g} GB/s",
+                "first byte": f"{1e6 * r['latency_s']:,.4g} µs",
+                "shortest prefix worth loading": "never"
+                if r["break_even_prefix_tokens"] is None
+                else f"{r['break_even_prefix_tokens']:,} tokens",
+            }
+            for r in rows
+        ],
+        columns=["link", "kind", "bandwidth", "first byte", "shortest prefix worth loading"],
+    )
 
 
 def top_prefixes_frame(entries: Sequence[SharedPrefix]) -> pd.DataFrame:
@@ -379,11 +439,11 @@ def top_prefixes_frame(entries: Sequence[SharedPrefix]) -> pd.DataFrame:
     previews = any(e.preview for e in entries)
     rows = [
         {
-            "tokens": e.prefix_tokens,
-            "requests": e.requests,
+            "tokens": tokens(e.prefix_tokens),
+            "requests": tokens(e.requests),
             "tenants": tenants_words(e.tenants),
             "models": models_words(e.models),
-            "reused tokens": e.reused_tokens,
+            "reused tokens": tokens(e.reused_tokens),
             **({"text": e.preview or "-"} if previews else {}),
         }
         for e in entries
@@ -411,9 +471,20 @@ def curves_frame(
     return pd.DataFrame(rows, columns=["policy", "capacity_tokens", "capacity_gib", "hit_rate"])
 
 
-def capacities_frame(rows: Sequence[CapacityRow]) -> pd.DataFrame:
-    """The capacities compared, one column per policy's steady hit rate."""
-    return pd.DataFrame([r.to_json() for r in rows])
+def capacities_frame(rows: Sequence[CapacityRow], bytes_per_token: int) -> pd.DataFrame:
+    """The capacities compared, in tokens and GiB of the model's KV, one column per
+    policy's steady-state hit rate in percent, under the policies' names."""
+    out = []
+    for r in rows:
+        rates = {"lru": r.lru_hit_rate, **r.hit_rate_by_policy}
+        out.append(
+            {
+                "capacity (tokens)": tokens(r.capacity_tokens),
+                "GiB of KV": f"{r.capacity_tokens * bytes_per_token / GIB:,.2f}",
+                **{f"{POLICY_LABELS.get(k, k)} hit rate": percent(v) for k, v in rates.items()},
+            }
+        )
+    return pd.DataFrame(out)
 
 
 def _round6(x: float) -> float:
@@ -423,7 +494,8 @@ def _round6(x: float) -> float:
 def ttft_quantiles_frame(
     ttft_by_scenario: dict[str, np.ndarray], points: int = 200
 ) -> pd.DataFrame:
-    """The TTFT distribution of each scenario as quantiles (an ECDF small enough to draw)."""
+    """The TTFT distribution of each scenario as quantiles (an ECDF small enough to draw),
+    in milliseconds, the tables' unit."""
     rows = []
     q = np.linspace(0.0, 1.0, points + 1)
     for name, ttft in ttft_by_scenario.items():
@@ -431,10 +503,10 @@ def ttft_quantiles_frame(
             continue
         values = np.quantile(ttft, q)
         rows += [
-            {"scenario": name, "ttft_s": float(v), "quantile": float(p)}
+            {"scenario": name, "ttft_ms": 1000 * float(v), "quantile": float(p)}
             for v, p in zip(values, q, strict=True)
         ]
-    return pd.DataFrame(rows, columns=["scenario", "ttft_s", "quantile"])
+    return pd.DataFrame(rows, columns=["scenario", "ttft_ms", "quantile"])
 
 
 def tier_hits_frame(scenarios: Mapping[str, ScenarioResult]) -> pd.DataFrame:
@@ -467,7 +539,7 @@ def scenarios_frame(scenarios: Mapping[str, ScenarioResult]) -> pd.DataFrame:
                 "peak_link_use": s.peak_link_utilisation,
                 "max_rate_scale": s.max_rate_scale_at_slo,
                 "max_rate_capped": s.search is not None and s.search.capped,
-                "description": s.description,
+                "description": OPTION_DESCRIPTION.get(name, s.description),
             }
         )
     return pd.DataFrame(rows)
@@ -490,7 +562,6 @@ def scenarios_table(frame: pd.DataFrame) -> pd.DataFrame:
                 "highest rate under the SLO": rate_multiple(
                     r["max_rate_scale"], r["max_rate_capped"]
                 ),
-                "what it models": r["description"],
             }
             for r in frame.to_dict("records")
         ],

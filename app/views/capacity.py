@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from analyzer.report import figures
-from app import charts, compute, controls, state
+from app import changes, charts, compute, controls, state
 
 st.title("Capacity")
 
@@ -61,6 +61,16 @@ with state.guard():
         f"{rep.footprint_tokens:,} tok",
         help="The capacity at which LRU reaches the ceiling.",
     )
+    changes.show(
+        "capacity",
+        changes.setting_words(w),
+        {
+            "knee": f"{knee:,} tokens ({knee * bytes_per_token / figures.GIB:,.2f} GiB)",
+            "hit rate in one instance's HBM": f"{rep.hit_rate_at(hbm):.1%}",
+            "one instance's HBM": f"{hbm:,} tokens",
+            "KV per token": f"{bytes_per_token:,} B",
+        },
+    )
     st.caption(
         f"In GiB for {w.model} ({w.kv_dtype}): knee {knee * bytes_per_token / figures.GIB:,.2f} "
         f"GiB, whole working set {rep.footprint_tokens * bytes_per_token / figures.GIB:,.2f} "
@@ -75,4 +85,6 @@ with state.guard():
     for note in rep.policy_notes:
         st.info(note)
     if rows := rep.capacity_rows():
-        st.dataframe(figures.capacities_frame(rows), hide_index=True)
+        st.dataframe(
+            figures.capacities_frame(rows, bytes_per_token), hide_index=True, width="stretch"
+        )

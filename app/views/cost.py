@@ -7,7 +7,8 @@ import streamlit as st
 
 from analyzer.errors import KvpoolError
 from analyzer.quoting import st_text
-from app import charts, compute, controls, state
+from analyzer.report import figures
+from app import changes, charts, compute, controls, state
 
 st.title("Cost model")
 
@@ -81,6 +82,16 @@ with state.guard():
         + f", from {band.describe()} (`kvpool cost check`)."
     )
     st.caption(range_text)
+    changes.show(
+        "cost",
+        changes.setting_words(w),
+        {
+            "KV per token": f"{cm.bytes_per_token:,} B",
+            "prefill rate": f"{rate.value:,.0f} tokens/s",
+            "break-even bandwidth": f"{be:,.1f} GB/s" if np.isfinite(be) else "never",
+            "HBM left for KV": f"{cm.hbm_kv_capacity_tokens():,} tokens",
+        },
+    )
 
     rows = compute.break_even_rows(w)
     left, right = st.columns(2)
@@ -91,7 +102,11 @@ with state.guard():
     right.altair_chart(charts.prefix_time_chart(rows), width="stretch")
 
     st.subheader("Per link: shortest prefix worth loading")
-    st.dataframe(compute.tier_break_even(w), hide_index=True, width="stretch")
+    st.dataframe(
+        figures.link_break_even_table(compute.tier_break_even(w)),
+        hide_index=True,
+        width="stretch",
+    )
     st.caption(
         "Host-DRAM links are per GPU, so their bandwidth scales with TP. Loads assume one "
         "transfer on an idle link; in the replay, concurrent loads share it."

@@ -17,7 +17,7 @@ from analyzer.report.summary import (
     side_by_side_table,
     undefined_notes,
 )
-from app import banner, compare, compute, controls, prefetch, state
+from app import banner, changes, compare, compute, controls, prefetch, state
 
 st.title("Recommendation")
 
@@ -35,6 +35,34 @@ def _projected(metric: str, value) -> str:
     if metric.endswith("_s"):
         return f"{value:.3g} s"
     return f"{abs(value):.1%} {'more' if value >= 0 else 'less'}"
+
+
+def _settings(w, thresholds, prices) -> dict[str, str]:
+    """The what-if settings, the decision's objective and thresholds, and the prices
+    moved away from the catalog's, in words."""
+    out = changes.setting_words(w)
+    out["objective"] = str(thresholds.objective)
+    for name, label, _why in controls.THRESHOLD_CONTROLS:
+        out[label] = f"{100 * getattr(thresholds, name):g}%"
+    for name, label, _attr in controls.PRICE_CONTROLS:
+        value = getattr(prices, name, None)
+        out[label] = "catalog" if value is None else f"{value:g}"
+    return out
+
+
+def _figures(doc) -> dict[str, str]:
+    """The verdict and each option's GPUs, TTFT and monthly total, as the money table
+    shows them."""
+    out = {"verdict": str(doc.verdict.verdict)}
+    money = economics_table(doc)
+    if money is not None:
+        header, rows = money
+        for row in rows:
+            cells = dict(zip(header, row, strict=True))
+            for col in ("GPUs", "Mean / p90 TTFT", "Total / month"):
+                if col in cells:
+                    out[f"{cells['Option']}, {col}"] = cells[col]
+    return out
 
 
 STALE_KEY = "kvpool.shown"  # (trace content, ingest options, the last result shown)
@@ -146,6 +174,8 @@ def _draw() -> None:
         )
         st.caption(st_text(banner.settings_line(result.options, result.plans)))  # model names
         _repriced_lines(cur, opts, ans)
+        if not ans.stale and not ans.repriced:
+            changes.show("recommend", _settings(w, thresholds, prices), _figures(doc))
         with st.expander("Why: every reason", expanded=False):
             for reason in decision.reasons:
                 st.markdown(f"- {reason}")

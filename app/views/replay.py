@@ -6,7 +6,7 @@ import streamlit as st
 
 from analyzer.replay.config import Scenario
 from analyzer.report import figures
-from app import charts, compute, controls, state
+from app import changes, charts, compute, controls, state
 
 st.title("Replay")
 
@@ -19,11 +19,14 @@ with state.guard():
     names = list(STANDARD_SCENARIOS)
     a, b = st.columns([3, 1])
     chosen = a.multiselect(
-        "Scenarios",
+        "Options",
         names,
         default=names,
         key="replay.scenarios",
-        help="; ".join(f"{n}: {STANDARD_SCENARIOS[n].description}" for n in names),
+        format_func=figures.scenario_label,
+        help="; ".join(
+            f"{figures.scenario_label(n)}: {figures.option_description(n)}" for n in names
+        ),
     )
     search = b.checkbox(
         "Find the highest rate under the SLO",
@@ -32,7 +35,7 @@ with state.guard():
         help="Replays again at compressed time scales until p90 TTFT crosses the SLO.",
     )
     if not chosen:
-        st.info("Pick at least one scenario.")
+        st.info("Pick at least one option.")
         st.stop()
     order = [n for n in names if n in chosen]
     calibration = state.calibration()
@@ -49,7 +52,7 @@ with state.guard():
     st.caption(
         f"{w.instances} instances of {w.tp}x {w.gpu} ({cluster.nodes} nodes of "
         f"{cluster.gpus_per_node} GPUs), {w.model}, router {w.router}, eviction "
-        f"{w.eviction}, p90 TTFT SLO {w.ttft_slo_s:g} s; pool link {link(True)} per "
+        f"{w.eviction}, p90 TTFT SLO {figures.seconds(w.ttft_slo_s)}; pool link {link(True)} per "
         f"node ({cluster.pool_tier}), host DRAM link {link(False)} "
         f"({cluster.dram_tier}, {cluster.dram_scope} scope); warm-up "
         f"{cluster.warmup_fraction:.0%} of requests not counted; "
@@ -73,10 +76,10 @@ with state.guard():
             and p90 is not None
             and base.ttft.p90_s
         ):
-            delta = f"{p90 / base.ttft.p90_s - 1:+.0%} vs local"
+            delta = f"{p90 / base.ttft.p90_s - 1:+.0%} vs {figures.scenario_label(Scenario.LOCAL)}"
         col.metric(
             f"{figures.scenario_label(name)}: p90 TTFT",
-            f"{p90:.3f} s" if p90 is not None else "n/a",
+            figures.seconds(p90) if p90 is not None else "n/a",
             delta=delta,
             delta_color="inverse",
         )
@@ -111,7 +114,7 @@ with state.guard():
             charts.scenario_bar_chart(
                 table,
                 "max_rate_scale",
-                f"Capacity: highest rate with p90 TTFT under {w.ttft_slo_s:g} s",
+                f"Capacity: highest rate with p90 TTFT under {figures.seconds(w.ttft_slo_s)}",
                 "x the trace's arrival rate",
                 ".3g",
                 order,
@@ -120,4 +123,21 @@ with state.guard():
         )
     else:
         right.info("Tick *Find the highest rate under the SLO* to compare capacity.")
+    moved = {}
+    for n in order:
+        s, label = scen[n], figures.scenario_label(n)
+        moved[f"{label}, p90 TTFT"] = figures.seconds(s.ttft.p90_s)
+        moved[f"{label}, prompt tokens from cache"] = figures.percent(s.hit_rate)
+        if search:
+            moved[f"{label}, highest rate"] = figures.rate_multiple(
+                s.max_rate_scale_at_slo, s.search is not None and s.search.capped
+            )
+    changes.show("replay", changes.setting_words(w), moved)
     st.dataframe(figures.scenarios_table(table), hide_index=True, width="stretch")
+    # What each option deploys, in the report's words: under the table, whole, where a
+    # table cell would clip it.
+    st.markdown(
+        "\n".join(
+            f"- **{figures.scenario_label(n)}**: {figures.option_description(n)}" for n in order
+        )
+    )

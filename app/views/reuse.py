@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 from analyzer.report import figures
-from app import charts, compute, controls, state
+from app import changes, charts, compute, controls, state
 
 st.title("Prefix reuse")
 
@@ -28,6 +28,15 @@ with state.guard():
     c[1].metric("Ceiling, cold start", f"{rep.cold_ceiling_hit_rate:.1%}")
     c[2].metric("Counted prompt tokens", f"{rep.prompt_tokens:,}")
     c[3].metric("Reusable tokens", f"{rep.hit_tokens:,}")
+    changes.show(
+        "reuse",
+        {"warm-up": f"{warmup:.0%}"},
+        {
+            "steady-state ceiling": f"{rep.ceiling_hit_rate:.1%}",
+            "counted prompt tokens": f"{rep.prompt_tokens:,}",
+            "reusable tokens": f"{rep.hit_tokens:,}",
+        },
+    )
     st.caption(
         f"Block size {rep.block_size} tokens; the last prompt token is always "
         "recomputed, so a hit covers at most prompt - 1 tokens."
@@ -38,12 +47,17 @@ with state.guard():
         st.subheader("Granularity")
         gran = figures.granularity_frame(rep.granularity)
         st.altair_chart(charts.granularity_chart(gran), width="stretch")
-        st.dataframe(gran, hide_index=True, width="stretch")
+        st.dataframe(figures.granularity_table(gran), hide_index=True, width="stretch")
     with right:
         st.subheader("Where reuse comes from")
         src = figures.sources_frame(rep.sources)
         st.altair_chart(charts.sources_chart(src), width="stretch")
-        st.caption(rep.sources.attribution if rep.sources is not None else "")
+        st.dataframe(figures.sources_table(src), hide_index=True, width="stretch")
+        st.caption(
+            "Each source's reused tokens as a share of the counted prompt tokens, as in "
+            "the report (together they make the steady-state ceiling). "
+            + (rep.sources.attribution if rep.sources is not None else "")
+        )
         non_prefix = rep.non_prefix
         if non_prefix.available:
             st.metric(
