@@ -41,6 +41,7 @@ SETTING_WORDS = {
     "warmup": "warm-up",
     "gpus_per_node": "GPUs per node",
     "dram_scope": "host DRAM cache",
+    "isolation": "who may share KV blocks",
 }
 _CATALOG_AT_ZERO = {
     "local_capacity_gb",
