@@ -77,7 +77,8 @@ def comment(text: str) -> str:
 
 
 _MD_ESCAPES = str.maketrans(
-    {"&": "&amp;", "<": "&lt;", ">": "&gt;", "[": "\\[", "]": "\\]", "`": "\\`"}
+    # a backslash too: one in the text before a "[" would otherwise escape our escape
+    {"\\": "\\\\", "&": "&amp;", "<": "&lt;", ">": "&gt;", "[": "\\[", "]": "\\]", "`": "\\`"}
 )
 
 

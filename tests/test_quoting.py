@@ -20,6 +20,7 @@ from analyzer.quoting import (
     prose_parts,
     scrub,
     shell,
+    st_text,
     terminal,
 )
 
@@ -34,6 +35,9 @@ HOSTILE = [
     "[link=https://example.com]click[/link]",
     "back\\slash\\",
     "bidi\u202eevil",
+    "c1\x85 del\x7f line\u2028sep isolate\u2066",
+    "[x](https:attacker.example) <img src=x onerror=alert(1)> $x^2$ :red[y]",
+    "\\[x\\](https://attacker.example) \\`code\\` \\$x\\$ a\\|b",  # our escapes escaped
     "```\nrm -rf /\n```",
     "",
 ]
@@ -92,14 +96,47 @@ def test_a_code_block_cannot_be_closed_by_its_text(body, lang):
     assert any(t.type == "inline" and t.content == "after" for t in tokens)
 
 
+def _md_markup(md: str) -> set[str]:
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").enable("table").parse(md)
+    kinds = {c.type for t in tokens if t.children for c in t.children} | {t.type for t in tokens}
+    return kinds & {"link_open", "code_inline", "html_inline", "html_block", "fence", "image"}
+
+
 @settings(max_examples=80)
 @given(text)
 def test_markdown_text_has_no_markup(s):
+    assert not _md_markup(md_text(s))
+
+
+@pytest.mark.parametrize("s", HOSTILE)
+def test_markdown_and_dashboard_text_of_each_hostile_name_has_no_markup(s):
+    """Each of the names above, in a sentence and in a table cell (report.md escapes a
+    cell's ``|`` after md_text): no link, code, HTML, and one cell stays one cell."""
     from markdown_it import MarkdownIt
 
-    tokens = MarkdownIt("commonmark").parse(md_text(s))
+    assert not _md_markup(f"see {md_text(s)} here") and not _md_markup(st_text(s))
+    cell = md_text(s).replace("|", "\\|")
+    table = (
+        MarkdownIt("commonmark").enable("table").parse(f"| a | b |\n|---|---|\n| {cell} | x |\n")
+    )
+    assert sum(t.type == "td_open" for t in table) == 2, cell
+    assert not _md_markup(f"| a | b |\n|---|---|\n| {cell} | x |\n")
+
+
+@settings(max_examples=60, deadline=None)
+@given(text.filter(lambda s: "\x00" not in s))
+def test_dashboard_text_has_no_markup_and_no_formula(s):
+    """Streamlit's Markdown is CommonMark with ``$...$`` formulas and ``:red[...]``
+    colour directives: st_text leaves neither, nor a link, raw HTML or a code span."""
+    from markdown_it import MarkdownIt
+
+    out = st_text(s)
+    tokens = MarkdownIt("commonmark").parse(out)
     kinds = {c.type for t in tokens if t.children for c in t.children} | {t.type for t in tokens}
     assert not kinds & {"link_open", "code_inline", "html_inline", "html_block", "fence"}
+    assert "$" not in out.replace("\\$", "") and "[" not in out.replace("\\[", "")
 
 
 @settings(max_examples=80)
