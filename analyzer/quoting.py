@@ -19,8 +19,9 @@ Markdown code       :func:`md_code`: a fence longer than any backtick run inside
 dashboard text      :func:`st_text`: :func:`md_text`, and ``$`` escaped (Streamlit's
                     Markdown renders ``$...$`` as math)
 Kubernetes fields   :func:`k8s_text`: ``$`` doubled, so ``$(VAR)`` is not expanded
-YAML, JSON, ENV     their serializers (``yaml.safe_dump``, ``json.dumps``,
-                    :func:`env_line`)
+YAML, ENV           their serializers (``yaml.safe_dump``, :func:`env_line`)
+JSON                :func:`json_text`: ``json.dumps``, and every control character
+                    written as a ``\\uXXXX`` escape (the value read back is unchanged)
 terminal            :func:`terminal`: controls ``?``, then ``rich.markup.escape``
 HTML                ``html.escape`` of :func:`scrub`'s text
 ==================  ==================================================================
@@ -32,8 +33,10 @@ terminal or a browser show text other than what a file holds.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
+from typing import Any
 
 # every control character a name may not carry into an output
 _CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -148,6 +151,25 @@ def env_line(key: str, value: str) -> str:
     assert re.fullmatch(r"[A-Z_][A-Z0-9_]*", key), key
     assert not has_control(value), (key, value)  # values are the program's own
     return f"{key}={shlex.quote(value)}"
+
+
+# what json.dumps leaves raw of the control characters: it escapes C0 (and writes its
+# own newlines and indents, which must stay)
+_JSON_RAW_CONTROL_RE = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _json_escape(m: re.Match[str]) -> str:
+    return f"\\u{ord(m.group()):04x}"
+
+
+def json_text(doc: Any, **kwargs: Any) -> str:
+    """``json.dumps(doc, **kwargs)`` with every control character of :func:`scrub`'s set
+    written as a ``\\uXXXX`` escape: ``json.dumps`` escapes C0 itself, but leaves DEL,
+    C1, the line separators and the bidirectional overrides raw when ``ensure_ascii`` is
+    off, and those reorder or break the lines of a terminal or an editor showing the
+    file. Lossless: ``json.loads`` reads back the very strings; outside strings JSON
+    holds none of these characters."""
+    return _JSON_RAW_CONTROL_RE.sub(_json_escape, json.dumps(doc, **kwargs))
 
 
 def terminal(text: str) -> str:

@@ -295,3 +295,39 @@ def test_escapes_in_file_tenant_session_and_scenario_names_stay_off_the_terminal
     assert "log?[2J?.jsonl" in said["reuse", "tenant"]
     assert "30 requests" in said["reuse", EVIL]  # the one model, chosen by its name
     assert f"{EVIL} ?[31mRED {LINK} ?" in said["replay", "--keep-names"]
+
+
+@pytest.mark.slow
+def test_json_outputs_keep_names_exact_with_every_control_character_escaped(tmp_path):
+    """report.json and `--json` keep a log's model name as it is, and write its bidi
+    overrides, line separators, DEL and C1 characters as \\u escapes (json.dumps leaves
+    them raw without ensure_ascii): a terminal or an editor showing the file shows the
+    escape, not text reordered or split."""
+    from analyzer.quoting import has_control
+
+    served = f"{EVIL} {BIDI}exe.txt \u2028x\x85y\x7f/llama-3.1-8b-instruct"
+    log = tmp_path / "log.jsonl"
+    log.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "timestamp": 1.7e9 + i,
+                    "model": served,
+                    "messages": [
+                        {"role": "system", "content": "You answer questions on parcels. " * 40},
+                        {"role": "user", "content": f"order {i}"},
+                    ],
+                }
+            )
+            + "\n"
+            for i in range(120)
+        )
+    )
+    r = kvpool("reuse", log.name, "--json", "-", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = tmp_path / "r"
+    out.mkdir()
+    ok(kvpool("analyze", log.name, "--no-size-search", "-o", "r", cwd=tmp_path))
+    for text in (r.stdout, (out / "report.json").read_text()):
+        assert not has_control(text.replace("\n", "")), "a raw control character"
+        assert served in json.dumps(json.loads(text), ensure_ascii=False)

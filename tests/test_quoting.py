@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from analyzer.quoting import (
     comment,
     has_control,
+    json_text,
     k8s_text,
     md_code,
     md_prose,
@@ -76,13 +77,14 @@ def test_a_hostile_shell_word_runs_nothing(tmp_path):
     assert not (tmp_path / "PWNED").exists()
 
 
+@settings(deadline=None)
 @given(text)
 def test_a_comment_stays_one_line(s):
     c = comment(s)
     assert "\n" not in c and "\r" not in c and not has_control(c)
 
 
-@settings(max_examples=80)
+@settings(max_examples=80, deadline=None)
 @given(text, st.sampled_from(["bash", "", "yaml", "x`y"]))
 def test_a_code_block_cannot_be_closed_by_its_text(body, lang):
     from markdown_it import MarkdownIt
@@ -104,7 +106,7 @@ def _md_markup(md: str) -> set[str]:
     return kinds & {"link_open", "code_inline", "html_inline", "html_block", "fence", "image"}
 
 
-@settings(max_examples=80)
+@settings(max_examples=80, deadline=None)
 @given(text)
 def test_markdown_text_has_no_markup(s):
     assert not _md_markup(md_text(s))
@@ -139,7 +141,20 @@ def test_dashboard_text_has_no_markup_and_no_formula(s):
     assert "$" not in out.replace("\\$", "") and "[" not in out.replace("\\[", "")
 
 
-@settings(max_examples=80)
+@settings(max_examples=80, deadline=None)
+@given(text, st.booleans())
+def test_json_holds_the_text_itself_and_no_raw_control_character(s, ascii_only):
+    """json_text reads back as the very string, and its bytes hold no control character
+    but the serializer's own line breaks (a bidi override or a line separator would
+    reorder or split what a terminal or an editor shows)."""
+    import json
+
+    out = json_text({"name": s, "n": [1, 2]}, indent=2, ensure_ascii=ascii_only)
+    assert json.loads(out) == {"name": s, "n": [1, 2]}
+    assert not has_control(out.replace("\n", ""))
+
+
+@settings(max_examples=80, deadline=None)
 @given(text)
 def test_markdown_prose_has_code_spans_and_nothing_else(s):
     """A sentence with backtick spans: each span is a code span holding its text, the
@@ -168,6 +183,7 @@ def test_the_terminal_prints_the_text_itself(s):
     assert "\x1b" not in console.export_text(styles=False)
 
 
+@settings(deadline=None)
 @given(text)
 def test_kubernetes_values_expand_no_variable(s):
     import yaml

@@ -6,12 +6,12 @@ With ``--json -`` stdout carries the JSON document only, so that it can be piped
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from analyzer.cli.stdio import is_stdio as is_stdio  # re-exported: commands import it from here
+from analyzer.quoting import json_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -40,7 +40,7 @@ def write_json(
     path: Path | str, doc: Any, *, ensure_ascii: bool = False, force: bool = False
 ) -> None:
     """Write ``doc`` as JSON to ``path`` (``-``: stdout); errors name the file."""
-    write_text(path, json.dumps(doc, indent=2, ensure_ascii=ensure_ascii) + "\n", force=force)
+    write_text(path, json_text(doc, indent=2, ensure_ascii=ensure_ascii) + "\n", force=force)
 
 
 def write_text(path: Path | str, text: str, *, force: bool = False) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import OutputError
+from analyzer.quoting import json_text
 from analyzer.report.document import SCHEMA, Report, ReportDocument, report_json
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
@@ -68,7 +69,7 @@ def _doc(document: Document) -> Report:
 
 def render_json(document: Document) -> str:
     """Deterministic JSON text: sorted keys, floats already rounded, no timestamps."""
-    text = json.dumps(_doc(document).to_json(), sort_keys=True, indent=2, ensure_ascii=False)
+    text = json_text(_doc(document).to_json(), sort_keys=True, indent=2, ensure_ascii=False)
     return text + "\n"
 
 
