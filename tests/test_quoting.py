@@ -172,7 +172,7 @@ def test_markdown_prose_has_code_spans_and_nothing_else(s):
         assert spans == ["kvpool cost fit", "kvpool cost check"]
 
 
-@settings(max_examples=80)
+@settings(max_examples=80, deadline=None)
 @given(text)
 def test_the_terminal_prints_the_text_itself(s):
     from rich.console import Console
