@@ -127,6 +127,37 @@ def test_the_isolated_bundle_sets_the_salt_or_refuses(runs):
     assert "isolation" in gates
 
 
+def test_the_section_says_which_stacks_of_the_bundle_a_salt_holds_on(runs):
+    """`isolation.products`: each stack of the bundle, whether every tier keys by the salt
+    at the versions it targets; the isolated bundle writes exactly those that hold and a
+    refusal, in the report's words, for the others; the shared report says it already."""
+    for policy in ("shared", "tenant"):
+        doc = _doc(runs[policy])
+        products = doc["isolation"]["products"]
+        stacks = {(f["option"], f["stack"]) for f in doc["deploy"]["files"]}
+        assert products and {(p["option"], p["stack"]) for p in products} <= stacks
+        # vLLM's in-process LMCache connector drops the salt in every release the bundle
+        # targets; every other stack keys every tier by it.
+        refused = [p for p in products if not p["holds"]]
+        assert refused and all("LMCache" in p["stack"] for p in refused)
+        for p in products:
+            assert (p["refusal"] is None) is p["holds"] is (not p["leaks"])
+            assert p["leaks"] == (["lmcache-vllm-inprocess"] if "LMCache" in p["stack"] else [])
+        md = (runs[policy] / "report.md").read_text()
+        section = md[md.index("## Tenant isolation") :]
+        assert "| deploy/ folder | Stack | Keys every tier by the salt | Needs |" in section
+        assert "would share KV blocks across tenants" in section
+    deploy = _doc(runs["tenant"])["deploy"]["files"]
+    for p in _doc(runs["tenant"])["isolation"]["products"]:
+        written = [f for f in deploy if (f["option"], f["stack"]) == (p["option"], p["stack"])]
+        if p["holds"]:
+            assert any(f["path"].endswith("launch.sh") for f in written)
+        else:
+            [refusal] = written
+            assert refusal["path"].endswith("ISOLATION.md")
+            assert p["refusal"] in refusal["text"].replace("\\", "")
+
+
 def test_the_summary_names_isolation_only_when_it_matters(runs):
     """Under `shared` a small cross-tenant share leaves the summary at three sentences; a
     material one, or an isolated analysis, adds the fourth."""

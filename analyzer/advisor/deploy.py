@@ -872,12 +872,10 @@ def salted(
     for f in files:
         by_stack.setdefault((f.option, f.stack), []).append(f)
     out: list[DeployFile] = []
-    stacks: list[salting.StackSalt] = []
+    stacks = list(salting.bundle_stacks(by_stack))
     for (option, stack), group in by_stack.items():
         status = salting.stack_salt(option, stack)
         assert status is not None, f"no salt paths for {option} {stack}"
-        if status.paths:
-            stacks.append(status)
         if status.holds:
             out += group
             continue

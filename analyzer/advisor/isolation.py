@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from analyzer.advisor.options import AnalyzeOptions
     from analyzer.advisor.plan import Fleet
     from analyzer.advisor.replay import Replayer, Services
+    from analyzer.advisor.salting import StackSalt
     from analyzer.advisor.size import Sized, SizeQuestion, SizeSearch
     from analyzer.replay.probe import Probe
 
@@ -121,6 +122,9 @@ class IsolationFigures:
     pool_option: str | None
     sentence: str
     material: bool
+    # Whether each stack of the bundle keys every tier by the salt at the versions it
+    # targets (analyzer/advisor/salting.py): what a salt would hold on, under any policy.
+    products: tuple[StackSalt, ...] = ()
 
     def option(self, name: str) -> OptionIsolation | None:
         return next((o for o in self.options if o.option == name), None)
@@ -143,6 +147,7 @@ class IsolationFigures:
             "pool_option": self.pool_option,
             "sentence": self.sentence,
             "material": self.material,
+            "products": [p.to_json() for p in self.products],
         }
 
 
@@ -203,10 +208,11 @@ def isolation_stage(
     opts: AnalyzeOptions,
     services: Services,
     own: Sized | None,
+    products: Sequence[StackSalt] = (),
 ) -> IsolationFigures:
     """Every option planned under each policy (module docstring); ``own`` is the
     analysis's own plans, under ``opts.isolation`` (None: nothing was sized, so only the
-    ceilings are compared)."""
+    ceilings are compared); ``products``: the salt status of the bundle's stacks."""
     from analyzer.advisor.measure import measure
     from analyzer.advisor.price import price
     from analyzer.advisor.replay import Services, replay
@@ -265,6 +271,7 @@ def isolation_stage(
         pool_option=None if pooled is None else pooled.option,
         sentence=sentence(tenants, share, pooled, policy),
         material=tenants > 1 and share >= MATERIAL_SHARE,
+        products=tuple(products),
     )
 
 

@@ -44,6 +44,7 @@ from analyzer.advisor.models import ModelChoice
 from analyzer.advisor.options import AnalyzeOptions as AnalyzeOptions
 from analyzer.advisor.price import Priced, price, unpriced_nic
 from analyzer.advisor.replay import Floor, LocalReplayer, Services, replay
+from analyzer.advisor.salting import bundle_stacks
 from analyzer.advisor.size import Sized, plan_sizes
 from analyzer.cost.prices import Prices, resolve_prices
 from analyzer.progress import Advance
@@ -229,7 +230,8 @@ def run_analysis(
     step(25)
     out = deliver(m, priced, sized, decision, opts)
     planned = sized if decision.verdict != Verdict.INSUFFICIENT_DATA else None
-    isolation = isolation_stage(plist, m, opts, services, planned)
+    products = bundle_stacks((f.option, f.stack) for f in out.deploy)
+    isolation = isolation_stage(plist, m, opts, services, planned, products)
     step(5)
     trace = m.trace
     return AnalysisResult(

@@ -18,6 +18,7 @@ events neither name a tenant nor can be recomputed by anyone without the secret.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -293,6 +294,7 @@ class StackSalt:
             "needs": self.needs,
             "paths": [p.id for p in self.paths],
             "leaks": [p.id for p in self.leaks],
+            "refusal": None if self.holds else refusal(self),
         }
 
 
@@ -302,6 +304,18 @@ def stack_salt(option: DeployOption, stack: str) -> StackSalt | None:
     if ids is None:
         return None
     return StackSalt(option, stack, tuple(PATHS[i] for i in ids))
+
+
+def bundle_stacks(stacks: Iterable[tuple[DeployOption, str]]) -> tuple[StackSalt, ...]:
+    """The salt status of each stack a bundle writes (its files' option and stack, in
+    order, each once); the bundle's index and gateway files, and a stack that keeps no KV
+    itself (the Mooncake master), have no salt paths and are left out."""
+    out: dict[tuple[DeployOption, str], StackSalt] = {}
+    for option, stack in stacks:
+        status = stack_salt(option, stack)
+        if status is not None and status.paths:
+            out.setdefault((option, stack), status)
+    return tuple(out.values())
 
 
 def refusal(s: StackSalt) -> str:

@@ -1058,6 +1058,21 @@ class IsolationOptionView(_View):
 
 
 @dataclass(frozen=True, slots=True)
+class IsolationProductView(_View):
+    """``isolation.products[]``: whether one stack of the bundle keys every tier by the
+    cache salt at the versions it targets (analyzer/advisor/salting.py)."""
+
+    option: str
+    stack: str
+    holds: bool
+    needs: str
+    paths: tuple[str, ...]
+    leaks: tuple[str, ...]
+    refusal: str | None
+    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
+
+
+@dataclass(frozen=True, slots=True)
 class IsolationSection(_View):
     """``isolation``: what keeping tenants apart costs (analyzer/advisor/isolation.py)."""
 
@@ -1077,6 +1092,7 @@ class IsolationSection(_View):
     pool_option: str | None
     sentence: str
     material: bool
+    products: tuple[IsolationProductView, ...] | None = field(default=None, metadata=_ABSENT)
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
 
 

@@ -27,6 +27,7 @@ from analyzer.report.summary import (
     OPTION_LABEL,
     economics_table,
     glossary_rows,
+    isolation_products_table,
     isolation_table,
     known,
     price_table,
@@ -757,6 +758,23 @@ def _isolation_section(doc: Report) -> Section | None:
     table = isolation_table(doc)
     if table:
         s.tables.append(Table(*table))
+    products = isolation_products_table(doc)
+    if products and iso.products:
+        refused = [p for p in iso.products if not p.holds]
+        where = (
+            "under --isolation tenant or user, the bundle writes the stacks that hold and a "
+            "refusal in place of the others"
+            if iso.policy == "shared"
+            else "deploy/ writes the stacks that hold and an ISOLATION.md refusal in place "
+            "of the others"
+        )
+        s.paragraphs.append(
+            "A salt keeps tenants apart only where every tier keys its blocks by it: the "
+            "last table says so for each stack of the bundle at the versions it targets "
+            f"({where}; analyzer/advisor/salting.py keeps the sources)."
+            + "".join(f" {p.refusal}" for p in refused if p.refusal)
+        )
+        s.tables.append(Table(*products))
     return s
 
 

@@ -486,6 +486,24 @@ def isolation_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
     return header, rows
 
 
+def isolation_products_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
+    """Whether each stack of the bundle keys every tier by the cache salt at the versions
+    it targets (None: the section lists none)."""
+    iso = doc.isolation
+    if iso is None or not iso.products:
+        return None
+    rows = [
+        [
+            p.option,
+            p.stack,
+            "yes" if p.holds else "no: it would share KV blocks across tenants",
+            (p.needs or "-") if p.holds else "no release keys every tier (above)",
+        ]
+        for p in iso.products
+    ]
+    return ["deploy/ folder", "Stack", "Keys every tier by the salt", "Needs"], rows
+
+
 def options_table() -> tuple[list[str], list[list[str]]]:
     """Each option's one name and what it deploys."""
     return ["Option", "What it deploys"], [
