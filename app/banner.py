@@ -11,6 +11,7 @@ import html
 
 import streamlit as st
 
+from analyzer.advisor.words import count
 from analyzer.report.figures import VERDICT_COLOR, VERDICT_TEXT
 
 
@@ -47,8 +48,9 @@ def settings_line(opts, plans=()) -> str:
         f"{opts.model} on {opts.tp} x {opts.gpu}"
     ]
     return (
-        f"Planned for {', '.join(models)} ({opts.gpus_per_node} GPUs per node), sized by "
-        f"replaying from {opts.instances} instances, router {opts.router}, pool link {pool}, "
+        f"Planned for {', '.join(models)} ({count(opts.gpus_per_node, 'GPU')} per node), sized "
+        f"by replaying from {count(opts.instances, 'instance')}, router {opts.router}, pool "
+        f"link {pool}, "
         f"host DRAM link {opts.dram_tier}, p90 TTFT target {opts.ttft_slo_s:g} s, warm-up "
         f"{opts.warmup:.0%} of requests (not counted)."
     )

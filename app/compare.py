@@ -9,6 +9,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from analyzer.advisor.words import gpus
 from analyzer.report import figures
 
 PINNED_KEY = "kvpool.pinned"
@@ -29,7 +30,7 @@ def comparison_chart(rows: list[figures.ComparisonRow]) -> alt.LayerChart:
                 "verdict": r.verdict,
                 "headline": figures.VERDICT_TEXT.get(r.verdict, r.verdict),
                 "ttft": r.p90_ttft_recommended_s,
-                "note": f"{r.gpus} GPUs",
+                "note": gpus(r.gpus),
             }
             for r in rows
             if r.p90_ttft_recommended_s is not None

@@ -244,7 +244,7 @@ def test_replay_reruns_on_instances_but_not_ingest(at: AppTest) -> None:
     at.number_input(key="ctl.instances").set_value(1).run()
     assert_clean(at)
     assert compute.CALLS["replay"] == replay0 + 4  # each of the four scenarios, once
-    assert any("1 instances" in c.value for c in at.caption)
+    assert any("1 instance of" in c.value for c in at.caption)
     # Back to a setting seen before: remembered.
     at.number_input(key="ctl.instances").set_value(4).run()
     assert compute.CALLS["replay"] == replay0 + 4

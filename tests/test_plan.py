@@ -218,6 +218,9 @@ def test_every_output_gives_each_option_the_plans_money_and_the_gates_its_ttft(a
     assert sz["hbm_cache_per_instance_tokens"] == cap["hbm_per_instance"]
     assert sz["instances_per_node"] == plan["instances_per_node"]
     assert sz["pool_capacity_tokens"] == cap["pool"]
+    # a count agrees with its noun in every output (this plan is of 1 GPU on 1 node)
+    for text in (md, page, terminal, readme):
+        assert not re.search(r"\b1 (GPUs|nodes|instances|models)\b", text)
 
 
 def _mooncake(shared_traces) -> str:

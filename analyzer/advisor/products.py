@@ -27,6 +27,7 @@ from typing import Any
 from analyzer.advisor.figures import DeployOption, Verdict
 from analyzer.advisor.served import ServedModel
 from analyzer.advisor.sizing import GB, STAGING_PER_RANK_BYTES, Sizing, unit_sizes
+from analyzer.advisor.words import count
 from analyzer.quoting import shell
 
 # Products' versions and the sources the names and semantics were checked against.
@@ -300,7 +301,7 @@ def vllm_settings(sz: Sizing, mode: DeployOption, model: ServedModel, tp: int) -
                 "--kv-transfer-config",
                 _kv(cfg),
                 f"offload KV to {_fmt(cpu)} of pinned host DRAM per instance "
-                f"({sz.dram_per_node_gb:.3g} GB per node of {sz.instances_per_node} instances)",
+                f"({sz.dram_per_node_gb:.3g} GB per node of {count(sz.instances_per_node, 'instance')})",
             )
         )
         cmd.append(f"--kv-transfer-config {shell(_kv(cfg))}")

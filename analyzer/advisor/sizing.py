@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.advisor.figures import DeployOption
+from analyzer.advisor.words import count
 
 GB = 10**9
 GIB = 2**30
@@ -213,7 +214,7 @@ def size(
         # share (pool / nodes when the instances fill the nodes evenly).
         ranks = cluster.instances * max(1, cluster.tp)
         dram_node = -(-pool_tokens * cluster.instances_per_node * max(1, cluster.tp) // ranks)
-        dram_reason = f"each node's share of the pool ({nodes} nodes)"
+        dram_reason = f"each node's share of the pool ({count(nodes, 'node')})"
     else:
         pool_tokens = 0
         # Written through, a node's DRAM holds every block its instances produce: it is

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.advisor.figures import Verdict
-from analyzer.advisor.words import OPTION_DESCRIPTION, OPTION_NAME
+from analyzer.advisor.words import OPTION_DESCRIPTION, OPTION_NAME, count
 from analyzer.replay.config import Scenario, Tier
 from analyzer.reuse.records import models_words, tenants_words
 from analyzer.trace import BlockTrace
@@ -623,7 +623,7 @@ def sizing_table(sizing: SizingSection) -> list[dict[str, Any]]:
         {"what": "Eviction", "value": sizing.eviction, "why": sizing.eviction_reason},
         {
             "what": "Cluster",
-            "value": f"{sizing.instances} instances on {sizing.nodes} nodes "
+            "value": f"{count(sizing.instances, 'instance')} on {count(sizing.nodes, 'node')} "
             f"({sizing.instances_per_node} per node)",
             "why": "",
         },

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analyzer.advisor.words import count
 from analyzer.replay.config import Scenario
 from analyzer.report import figures
 from app import changes, charts, compute, controls, state
@@ -50,8 +51,8 @@ with state.guard():
         return f"{gbps:g} GB/s"
 
     st.caption(
-        f"{w.instances} instances of {w.tp}x {w.gpu} ({cluster.nodes} nodes of "
-        f"{cluster.gpus_per_node} GPUs), {w.model}, router {w.router}, eviction "
+        f"{count(w.instances, 'instance')} of {w.tp}x {w.gpu} ({count(cluster.nodes, 'node')} of "
+        f"{count(cluster.gpus_per_node, 'GPU')}), {w.model}, router {w.router}, eviction "
         f"{w.eviction}, p90 TTFT SLO {figures.seconds(w.ttft_slo_s)}; pool link {link(True)} per "
         f"node ({cluster.pool_tier}), host DRAM link {link(False)} "
         f"({cluster.dram_tier}, {cluster.dram_scope} scope); warm-up "
