@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+ROOT = Path(__file__).resolve().parents[1]
 ESC = "\x1b"
 EVIL = "evil[/x]"
 LINK = "[link=https://attacker.example]click[/link]"
@@ -176,6 +177,47 @@ def test_a_model_config_name_is_text_and_its_path_stays_out(tmp_path):
     launch = next((r / "deploy").rglob("launch.sh")).read_text()
     assert 'vllm serve "$MODEL"' in launch or '--model-path "$MODEL"' in launch
     assert "'my-llama'" in launch  # the folder, by name, in the header
+
+
+def test_a_calibrated_profile_names_its_csv_not_the_folder(tmp_path):
+    """A `kvpool cost fit` profile keeps its CSV's path (it is the user's own file); a
+    report priced with it names the CSV by its file name, not where it lies."""
+    folder = tmp_path / "secret-team"
+    folder.mkdir()
+    csv = folder / "ttft.csv"
+    csv.write_bytes((ROOT / "tests" / "fixtures" / "cost" / "ttft_calibration.csv").read_bytes())
+    profile = folder / "profile.json"
+    fit = ("cost", "fit", "--ttft", str(csv), "-m", "llama-3.1-8b", "-g", "h100")
+    ok(kvpool(*fit, "-o", str(profile), cwd=tmp_path))
+    assert str(csv) in profile.read_text()
+    log = tmp_path / "log.jsonl"
+    system = "You are a helpful support agent for a shop that sells parcels. " * 30
+    log.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "timestamp": 1.7e9 + i,
+                    "model": "llama-3.1-8b-instruct",
+                    "messages": [
+                        {"role": "system", "content": system},
+                        {"role": "user", "content": f"order {i}"},
+                    ],
+                }
+            )
+            + "\n"
+            for i in range(200)
+        )
+    )
+    r = tmp_path / "r"
+    r.mkdir()
+    said = ok(kvpool("analyze", log.name, "--profile", str(profile), "-o", "r", cwd=tmp_path))
+    assert "secret-team" not in said
+    for f in [*r.glob("report.*"), *(r / "deploy").rglob("*")]:
+        if f.is_file():
+            text = f.read_text()
+            assert "secret-team" not in text and str(tmp_path) not in text, f
+    doc = json.loads((r / "report.json").read_text())
+    assert "calibration (ttft.csv)" in doc["uncertainty"]["band"]["basis"]
 
 
 def test_a_model_that_is_neither_a_repository_nor_a_folder_is_refused(tmp_path):

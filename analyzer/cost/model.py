@@ -677,7 +677,8 @@ class CostModel:
                 if v < lo or v > hi:
                     out.append(
                         f"{name}={v:g} is outside the calibrated range [{lo:g}, {hi:g}] "
-                        f"of {coeffs.source or 'the calibration'}: extrapolated"
+                        f"of {os.path.basename(coeffs.source) or 'the calibration'}: "
+                        "extrapolated"
                     )
         return out
 

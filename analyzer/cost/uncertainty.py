@@ -20,6 +20,7 @@ carries its own cross-validated error instead.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -101,7 +102,9 @@ def prefill_band(cm: CostModel, context_tokens: int | None = None) -> ErrorBand:
                 high=1.0 + m,
                 kind="your measurements",
                 rows=f.n_points,
-                basis=f"cross-validated error of the calibration ({f.source or 'profile'})",
+                # the calibration CSV by its name: reports carry no directories
+                basis="cross-validated error of the calibration "
+                f"({os.path.basename(f.source) if f.source else 'profile'})",
                 extrapolated=False,
             )
     result = default_check()
