@@ -3,8 +3,9 @@ against the report's gates)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,7 +15,10 @@ from analyzer.errors import EXIT_GATES
 from analyzer.quoting import scrub, terminal
 
 if TYPE_CHECKING:
-    from analyzer.report.document import Report
+    from rich.console import Console
+
+    from analyzer.advisor.engine_metrics import EngineMeasurement
+    from analyzer.report.document import Report, ReportDocument
 
 
 @o.ingest_flags
@@ -198,20 +202,21 @@ def analyze(
     )
     # Each stage shows its own progress bar (rich allows one live display at a time).
     document = ReportDocument.of(run_analysis([str(p) for p in inputs], opts))
-    paths: dict[str, Any]
+    paths: Mapping[str, Path | str]
+    written: dict[str, Path] = {}
     with progress("writing reports", None):
         if remote is not None:
             paths = _write_remote_reports(document, remote[0], pdf=pdf)
         else:
-            paths = write_reports(document, out, pdf=pdf, force=force)
+            paths = written = write_reports(document, out, pdf=pdf, force=force)
     console = report_console(json_out)
     if remote is not None:
         if remote[1] is not None:
             console.print(f"[yellow]{terminal(remote[1])} (--force overwrites)[/]", highlight=False)
-    elif paths["json"].parent != out:
+    elif written["json"].parent != out:
         console.print(
             f"[yellow]{terminal(str(out))} already holds files; wrote to "
-            f"{terminal(str(paths['json'].parent))} instead (--force overwrites)[/]",
+            f"{terminal(str(written['json'].parent))} instead (--force overwrites)[/]",
             highlight=False,
         )
     print_summary(console, document.report, paths)
@@ -221,7 +226,7 @@ def analyze(
         console.print("[yellow]no PDF: Chromium is not installed (/usr/bin/chromium)[/]")
 
 
-def _write_remote_reports(document: Any, url: str, *, pdf: bool) -> dict[str, Any]:
+def _write_remote_reports(document: ReportDocument, url: str, *, pdf: bool) -> dict[str, str]:
     """The reports written into a private local folder, then uploaded under ``url`` all
     together (each file to a temporary key first; analyzer/storage.py)."""
     from analyzer.report import write_reports
@@ -233,7 +238,7 @@ def _write_remote_reports(document: Any, url: str, *, pdf: bool) -> dict[str, An
     return {k: f"{public(url)}/{Path(v).relative_to(local).as_posix()}" for k, v in written.items()}
 
 
-def print_summary(console: Any, doc: Report, paths: dict[str, Any]) -> None:
+def print_summary(console: Console, doc: Report, paths: Mapping[str, Path | str]) -> None:
     from rich.table import Table
 
     from analyzer.advisor.figures import Verdict
@@ -483,7 +488,7 @@ def _engine_windows(
     report: str,
     window_s: float | None,
     at: float | None,
-) -> tuple[tuple[Any, ...], float]:
+) -> tuple[tuple[EngineMeasurement, ...], float]:
     """Each role's engine window compared with the report's projection, and the
     tolerance of the comparisons (the report's own)."""
     if not sources:
@@ -514,7 +519,7 @@ def _engine_windows(
     return tuple(out), projection.tolerance
 
 
-def _print_engine(console: Any, engine: tuple[Any, ...]) -> None:
+def _print_engine(console: Console, engine: tuple[EngineMeasurement, ...]) -> None:
     from rich.table import Table
 
     for e in engine:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_type_hi
 import typer
 
 if TYPE_CHECKING:
+    from analyzer.ingest import IngestOptions
     from analyzer.replay.config import ClusterConfig
 
 # The one default of every shared flag (flag name -> value), as the commands use them.
@@ -482,7 +483,7 @@ class IngestFlags:
     jobs: Jobs = None
     ray: Ray = None
 
-    def options(self, *, previews: bool = False, keep_names: bool = False) -> Any:
+    def options(self, *, previews: bool = False, keep_names: bool = False) -> IngestOptions:
         """The :class:`~analyzer.ingest.IngestOptions` these flags describe (imported
         here, not at module load); ``previews`` and ``keep_names`` are the command's
         own output flags."""

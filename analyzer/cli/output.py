@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from analyzer.cli.stdio import is_stdio as is_stdio  # re-exported: commands import it from here
 from analyzer.quoting import json_text
@@ -37,7 +37,7 @@ def report_console(json_out: Path | str | None) -> Console:
 
 
 def write_json(
-    path: Path | str, doc: Any, *, ensure_ascii: bool = False, force: bool = False
+    path: Path | str, doc: object, *, ensure_ascii: bool = False, force: bool = False
 ) -> None:
     """Write ``doc`` as JSON to ``path`` (``-``: stdout); errors name the file."""
     write_text(path, json_text(doc, indent=2, ensure_ascii=ensure_ascii) + "\n", force=force)

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib.abc import MetaPathFinder
+from importlib.machinery import ModuleSpec
 from types import ModuleType
-from typing import Any
 
 # Commands whose process never makes a pandas object (analyze and the dashboard draw
 # charts from DataFrames).
@@ -35,7 +35,9 @@ class _Refuse(MetaPathFinder):
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> None:
         if fullname in self.names:
             raise ModuleNotFoundError(f"{fullname} is not imported at start-up", name=fullname)
         return None
@@ -55,7 +57,9 @@ def unimportable(*names: str) -> Iterator[None]:
 class _ArraymathWithoutBlas(MetaPathFinder):
     """Runs the import of ``numba.np.arraymath`` with ``scipy.linalg`` unimportable."""
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if fullname != "numba.np.arraymath":
             return None
         sys.meta_path.remove(self)  # once: find the real module below

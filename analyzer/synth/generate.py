@@ -16,9 +16,10 @@ import heapq
 import io
 import json
 import math
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO, Protocol
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from analyzer.synth.config import FORMATS, SynthConfig, SynthStats
 from analyzer.synth.workload import (
     PROFILE_TENANTS,
     Request,
+    Session,
     Tenant,
     World,
     make_tenant,
@@ -43,6 +45,19 @@ DIURNAL_AMPLITUDE = 0.6
 BURSTY_GAMMA_SHAPE = 0.2  # inter-arrival CV = 1/sqrt(shape) = 2.2
 MOONCAKE_BLOCK = 512
 _CHUNK_BYTES = 1 << 20
+
+
+class _ByteSink(Protocol):
+    """A file, or a gzip or zstd stream over one: what the generator writes to."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+    def close(self) -> None: ...
+
+
+# (time s, tie-break sequence, kind, what): kind 0 starts a session from the source with
+# that index, kind 1 sends that session's next request.
+_Event = tuple[float, int, int, "int | Session"]
 
 
 class Arrivals:
@@ -108,7 +123,8 @@ class _Writer:
         self.fmt = fmt
         self.buf: list[str] = []
         self.size = 0
-        self._blocks: dict[tuple[Any, ...], int] = {}
+        # (parent block id, the (segment, start, end) pieces it holds) -> block id
+        self._blocks: dict[tuple[int, tuple[tuple[int, int, int], ...]], int] = {}
         self._csv_out = io.StringIO()
         self._csv = csv.writer(self._csv_out, lineterminator="\n")
         if fmt == "gateway-csv":
@@ -157,7 +173,8 @@ class _Writer:
         """
         table = self._blocks
         ids: list[int] = []
-        parent, cur, room = -1, [], MOONCAKE_BLOCK
+        parent, room = -1, MOONCAKE_BLOCK
+        cur: list[tuple[int, int, int]] = []
         for seg, n in parts:
             off = 0
             while off < n:
@@ -174,7 +191,7 @@ class _Writer:
         return ids
 
 
-def _open_out(path: Path, name: str) -> tuple[Any, Any]:
+def _open_out(path: Path, name: str) -> tuple[_ByteSink, _ByteSink]:
     """Open ``path`` (a temporary file) for an output called ``name`` (.gz, .zst or plain)."""
     try:
         raw = open(path, "wb")  # noqa: SIM115 - closed by the caller
@@ -257,9 +274,9 @@ def generate(
         tenants.append(tenant)
 
     rate = config.effective_rate_rps
-    heap: list[tuple[float, int, int, Any]] = []
+    heap: list[_Event] = []
     seq = 0
-    sources = []
+    sources: list[tuple[Tenant, Arrivals]] = []
     for tenant in tenants:
         session_rate = rate * tenant.share / mean_requests_per_session(tenant.kind)
         arr = Arrivals(config.arrival, session_rate, rng)
@@ -283,23 +300,29 @@ def generate(
 
 
 def _run(
-    config: Any,
+    config: SynthConfig,
     fmt: str,
-    world: Any,
-    tenants: Any,
-    sources: Any,
-    heap: Any,
+    world: World,
+    tenants: list[Tenant],
+    sources: list[tuple[Tenant, Arrivals]],
+    heap: list[_Event],
     seq: int,
-    truth: Any,
-    temps: Any,
+    truth: _Truth | None,
+    temps: list[Path | None],
     out_path: Path,
-    advance: Any,
+    advance: Advance | None,
     stream: BinaryIO | None = None,
 ) -> SynthStats:
     """The generation loop of :func:`generate`, writing to the temporary files ``temps``
     (or the log to ``stream``)."""
     writer = _Writer(fmt)
-    raw, out = (stream, stream) if stream is not None else _open_out(temps[0], out_path.name)
+    raw: _ByteSink
+    out: _ByteSink
+    if stream is not None:
+        raw, out = stream, stream
+    else:
+        assert temps[0] is not None
+        raw, out = _open_out(temps[0], out_path.name)
     n_sessions = prompt_sum = completion_sum = 0
     first_t = last_t = 0.0
     sink = _Sink(out, out_path)
@@ -307,6 +330,7 @@ def _run(
         while world.n_requests < config.requests:
             t, _, event, obj = heapq.heappop(heap)
             if event == 0:  # a source: start a session now, schedule the next start
+                assert isinstance(obj, int)
                 tenant, arr = sources[obj]
                 sess = new_session(world, tenant, n_sessions, config.session_id_share)
                 n_sessions += 1
@@ -314,6 +338,7 @@ def _run(
                 heapq.heappush(heap, (arr.next(t), seq + 1, 0, obj))
                 seq += 2
                 continue
+            assert isinstance(obj, Session)
             sess = obj
             req, delay = sess.step(t)
             rid = f"req-{world.n_requests:08d}"
@@ -369,12 +394,10 @@ class _Sink:
     write. At most two chunks wait, so memory stays bounded.
     """
 
-    def __init__(self, out: Any, path: Path) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
+    def __init__(self, out: _ByteSink, path: Path) -> None:
         self.out, self.path = out, path
         self.pool = ThreadPoolExecutor(max_workers=1)
-        self.pending: list[Any] = []
+        self.pending: list[Future[int]] = []
         self.written = 0
 
     def write(self, writer: _Writer) -> None:
@@ -386,7 +409,7 @@ class _Sink:
         while len(self.pending) > 2:
             self._wait(self.pending.pop(0))
 
-    def _wait(self, fut: Any) -> None:
+    def _wait(self, fut: Future[int]) -> None:
         try:
             fut.result()
         except BrokenPipeError:

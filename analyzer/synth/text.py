@@ -10,7 +10,7 @@ per generator, with their token counts measured by a fixed characters-per-token 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -52,6 +52,19 @@ _CODE_TEMPLATES = (
     "import {a}.{b}",
     "    raise ValueError('{a} {b}')",
 )
+
+
+class ToolFunction(TypedDict):
+    name: str
+    description: str
+    parameters: dict[str, object]
+
+
+class ToolSchema(TypedDict):
+    """One OpenAI function tool, as a request's ``tools`` list holds it."""
+
+    type: str
+    function: ToolFunction
 
 
 class TextGen:
@@ -135,10 +148,10 @@ class TextGen:
         return text, max(1, round(float(self._code_tokens[pick].sum())))
 
     # -- structured pieces -------------------------------------------------------------
-    def tool_schema(self) -> dict[str, Any]:
+    def tool_schema(self) -> ToolSchema:
         """One OpenAI function tool with a JSON schema of a few typed parameters."""
         n_params = int(self.rng.integers(1, 6))
-        props = {}
+        props: dict[str, dict[str, str]] = {}
         for _ in range(n_params):
             name = self.ident(2)
             kind = ("string", "integer", "boolean", "number")[int(self.rng.integers(0, 4))]

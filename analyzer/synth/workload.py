@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -134,9 +133,9 @@ class World:
         return self._seg
 
     def message(
-        self, role: str, content: str, tokens: int, extra: dict[str, Any] | None = None
+        self, role: str, content: str, tokens: int, extra: dict[str, object] | None = None
     ) -> Msg:
-        obj: dict[str, Any] = {"role": role, "content": content}
+        obj: dict[str, object] = {"role": role, "content": content}
         if extra:
             obj.update(extra)
         return Msg(
@@ -258,6 +257,11 @@ class Session:
         self.last = -1  # index of this session's previous request
         self.last_messages = 0
         self.user: str | None = None  # the end user (saas)
+
+    def step(self, t: float) -> tuple[Request, float | None]:
+        """This session's request at time ``t`` and the delay to its next one (None: the
+        session ends)."""
+        raise NotImplementedError
 
     def _finish(self, req: Request) -> None:
         req.user = self.user

@@ -41,7 +41,6 @@ import pickle
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -308,7 +307,7 @@ class PromptRenderer:
             raise RenderError("mistyped field", field)
         pieces: list[str | bytes] = []
         text: list[str] = []
-        value: Any
+        value: object
         for j, part in enumerate(content):
             if isinstance(part, str):
                 kind, value = "text", part
@@ -375,7 +374,7 @@ class PromptRenderer:
         except (pickle.PicklingError, TypeError, ValueError, AttributeError, RecursionError):
             return None
 
-    def render(self, body: dict[str, Any]) -> tuple[list[Part], list[Part]]:
+    def render(self, body: Mapping[str, object]) -> tuple[list[Part], list[Part]]:
         """(message parts, generation-prompt parts) of a chat-completions request body."""
         messages = body.get("messages")
         if not isinstance(messages, list):

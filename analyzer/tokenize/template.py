@@ -39,10 +39,16 @@ import contextlib
 import hashlib
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import jinja2.nodes
+    import jinja2.parser
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 import numpy as np
 
@@ -173,7 +179,7 @@ def named(name: str, given: str) -> str:
     return name
 
 
-def _environment() -> Any:
+def _environment() -> ImmutableSandboxedEnvironment:
     """The sandbox ``apply_chat_template`` renders in (see the module docstring)."""
     import jinja2
     import jinja2.ext
@@ -185,21 +191,21 @@ def _environment() -> Any:
 
         tags = {"generation"}  # noqa: RUF012 (jinja's own class attribute)
 
-        def parse(self, parser: Any) -> Any:
+        def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
             lineno = next(parser.stream).lineno
             body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
             return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(
                 lineno
             )
 
-        def _body(self, caller: Any) -> Any:
+        def _body(self, caller: Callable[[], str]) -> str:
             return caller()
 
     def raise_exception(message: str) -> None:
         raise jinja2.exceptions.TemplateError(message)
 
     def tojson(
-        x: Any,
+        x: object,
         ensure_ascii: bool = False,
         indent: int | None = None,
         separators: tuple[str, str] | None = None,
@@ -221,11 +227,11 @@ def _environment() -> Any:
     return env
 
 
-def _plain_content(content: list[Any], field: str, as_parts: bool) -> str | list[Any]:
+def _plain_content(content: list[object], field: str, as_parts: bool) -> str | list[dict[str, str]]:
     texts: list[str] = []
-    parts: list[dict[str, Any]] = []
+    parts: list[dict[str, str]] = []
     for j, part in enumerate(content):
-        value: Any
+        value: object
         if isinstance(part, str):
             kind, value = "text", part
         elif isinstance(part, dict):
@@ -240,12 +246,12 @@ def _plain_content(content: list[Any], field: str, as_parts: bool) -> str | list
     return parts if as_parts else "\n".join(texts)
 
 
-def normalize_messages(messages: object, parts_format: bool = False) -> list[dict[str, Any]]:
+def normalize_messages(messages: object, parts_format: bool = False) -> list[dict[str, object]]:
     """A request's messages as the server hands them to the template (module docstring,
     step 1). ``parts_format``: the template reads content as a list of parts."""
     if not isinstance(messages, list):
         raise RenderError("missing field" if messages is None else "mistyped field", "messages")
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for i, msg in enumerate(messages):
         field_name = f"messages[{i}]"
         if not isinstance(msg, dict):
@@ -318,7 +324,7 @@ class ChatTemplateRenderer:
         src = self.folder.template_for(has_tools)
         return next(k for k, v in self.folder.templates.items() if v == src)
 
-    def render_string(self, body: dict[str, Any]) -> str:
+    def render_string(self, body: Mapping[str, object]) -> str:
         """The prompt text the template renders for a chat-completions request body."""
         if not isinstance(body, dict):
             raise RenderError("mistyped field", "body")
@@ -342,7 +348,7 @@ class ChatTemplateRenderer:
             raise RenderError("chat template refused the request", f"messages: {why}") from None
         return text
 
-    def render(self, body: dict[str, Any]) -> tuple[list[Part], list[Part]]:
+    def render(self, body: Mapping[str, object]) -> tuple[list[Part], list[Part]]:
         text = self.render_string(body)
         return self.render_text(text, role="prompt"), []
 
