@@ -59,7 +59,7 @@ def comparison_chart(rows: list[figures.ComparisonRow]) -> alt.LayerChart:
 
 def section(cur, result) -> list[figures.ComparisonRow]:
     """The "Compare options" section; returns the comparison rows (empty: nothing pinned)."""
-    from app import compute
+    from app import answers
 
     st.subheader("Compare options")
     pins = _pinned()
@@ -78,7 +78,7 @@ def section(cur, result) -> list[figures.ComparisonRow]:
     configs = list(pins)
     if result.options not in configs:
         configs.append(result.options)
-    results = [result if o == result.options else compute.analysis_of(cur, o) for o in configs]
+    results = [result if o == result.options else answers.analysis_of(cur, o) for o in configs]
     rows = figures.comparison_rows(results)
     st.dataframe(figures.comparison_table(rows), hide_index=True, width="stretch")
     if any(r.p90_ttft_recommended_s is not None for r in rows):

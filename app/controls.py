@@ -66,12 +66,12 @@ def concrete(cur) -> WhatIf:
     price one model and GPU show."""
     from dataclasses import replace
 
-    from app import compute
+    from app import replays
 
     w = current()
     if w.model and w.tp:
         return w
-    model, tp = compute.log_model(cur, w.model, w.gpu, w.tp, w.kv_dtype)
+    model, tp = replays.log_model(cur, w.model, w.gpu, w.tp, w.kv_dtype)
     return replace(w, model=model, tp=tp)
 
 

@@ -297,11 +297,11 @@ def neighbours(opts) -> list:
 
 def after_analysis(cur, opts) -> None:
     """Queue the neighbours of the analysis just shown."""
-    from app import compute
+    from app import answers, replays
 
-    memo = compute.replay_memo()  # fetched here: the thread makes no Streamlit call
+    memo = replays.replay_memo()  # fetched here: the thread makes no Streamlit call
 
     def job(o):
-        return lambda gate: compute.run_whatif(cur, o, gate=gate, memo=memo, parallel=False)
+        return lambda gate: answers.run_whatif(cur, o, gate=gate, memo=memo, parallel=False)
 
     prefetcher().submit([(analysis_key(cur, o), job(o)) for o in neighbours(opts)])

@@ -14,7 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from analyzer.report.document import report_json
-from app import compute
+from app import answers, compute, replays
 from app.command import ENV_INPUT, ENV_MAX_UPLOAD_MB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -366,8 +366,8 @@ def test_report_download_matches_kvpool_analyze(sample: Path, block_size: int | 
 
     cur = compute.ingest((str(sample),), state.IngestChoice(block_size=block_size).key())
     w = controls.default_whatif()
-    result = compute.analysis(cur, w, 0.5)
-    report = compute.reports(cur, result)
+    result = answers.analysis(cur, w, 0.5)
+    report = answers.reports(cur, result)
     html, markdown, payload = report("html"), report("md"), report("json")
     expected = render_json(
         ReportDocument.of(
@@ -489,9 +489,9 @@ def test_node_shape_and_dram_scope_controls_reach_the_replay() -> None:
     w = controls.default_whatif()
     assert (w.gpus_per_node, w.dram_scope) == (8, "instance")  # `kvpool analyze`'s defaults
     w = replace(w, gpus_per_node=2, dram_scope="node", instances=4)
-    cfg = compute.cluster_config(w)
+    cfg = replays.cluster_config(w)
     assert (cfg.gpus_per_node, cfg.dram_scope, cfg.nodes) == (2, "node", 2)
-    opts = compute.analyze_options(w, 0.5)
+    opts = replays.analyze_options(w, 0.5)
     assert (opts.gpus_per_node, opts.dram_scope) == (2, "node")
 
 
@@ -537,7 +537,7 @@ def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path, monkeyp
     prefetch.prefetcher().wait(TIMEOUT_S)
     monkeypatch.setattr(prefetch, "after_analysis", lambda cur, opts: None)
     store, pf = ProbeStore(), prefetch.Prefetcher()
-    monkeypatch.setattr(compute, "probe_store", lambda: store)
+    monkeypatch.setattr(answers, "probe_store", lambda: store)
     monkeypatch.setattr(prefetch, "prefetcher", lambda: pf)
 
     strict = Thresholds(min_reuse=0.99)
@@ -546,10 +546,10 @@ def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path, monkeyp
     assert_clean(at)
     replay0 = compute.CALLS["replay"]
     threads: list[str] = []
-    counted = compute._count_run
+    counted = replays.count_run
     monkeypatch.setattr(
-        compute,
-        "_count_run",
+        replays,
+        "count_run",
         lambda name: (threads.append(threading.current_thread().name), counted(name)),
     )
     at.number_input(key="ctl.th.min_reuse").set_value(99.0).run()
@@ -639,13 +639,13 @@ def test_a_change_needing_replays_keeps_the_last_answer_until_ready(
     prefetch.prefetcher().wait(TIMEOUT_S)
     monkeypatch.setattr(prefetch, "after_analysis", lambda cur, opts: None)
     store, pf = ProbeStore(), prefetch.Prefetcher()
-    monkeypatch.setattr(compute, "probe_store", lambda: store)
+    monkeypatch.setattr(answers, "probe_store", lambda: store)
     monkeypatch.setattr(prefetch, "prefetcher", lambda: pf)
     threads: list[str] = []
-    counted = compute._count_run
+    counted = replays.count_run
     monkeypatch.setattr(
-        compute,
-        "_count_run",
+        replays,
+        "count_run",
         lambda name: (threads.append(threading.current_thread().name), counted(name)),
     )
     at.switch_page("views/recommend.py").run()
@@ -702,15 +702,15 @@ def test_a_pool_bandwidth_replays_only_the_pooled_option(
     prefetch.prefetcher().wait(TIMEOUT_S)
     monkeypatch.setattr(prefetch, "after_analysis", lambda cur, opts: None)
     store, pf = ProbeStore(), prefetch.Prefetcher()
-    monkeypatch.setattr(compute, "probe_store", lambda: store)
+    monkeypatch.setattr(answers, "probe_store", lambda: store)
     monkeypatch.setattr(prefetch, "prefetcher", lambda: pf)
     at.switch_page("views/recommend.py").run()
     assert_clean(at)
     ran: list[tuple[str, str]] = []
-    counted = compute._count_run
+    counted = replays.count_run
     monkeypatch.setattr(
-        compute,
-        "_count_run",
+        replays,
+        "count_run",
         lambda name: (ran.append((threading.current_thread().name, name)), counted(name)),
     )
     at.number_input(key="ctl.pool_gbps").set_value(3.0).run()
@@ -864,8 +864,8 @@ def test_replays_in_the_warm_worker_processes_equal_kvpool_analyze(
     w = controls.default_whatif()
     try:
         for parallel, instances in ((True, w.instances), (False, 2 * w.instances)):
-            opts = compute.analysis_options(cur, replace(w, instances=instances), 0.5)
-            got = compute.run_whatif(cur, opts, memo=ReplayMemo(), parallel=parallel)
+            opts = answers.analysis_options(cur, replace(w, instances=instances), 0.5)
+            got = answers.run_whatif(cur, opts, memo=ReplayMemo(), parallel=parallel)
             cli = run_analysis([str(log)], AnalyzeOptions(cluster=opts.cluster))
             assert report_json(got) == report_json(cli)
         assert len(report_json(cli)["models"]["per_model"]) > 1  # the per-model replays ran
@@ -886,10 +886,10 @@ def test_the_repriced_answers_error_is_measured_against_the_replay() -> None:
         sc = ScenarioFigures("pooled", 0.5, 0.1, p90, 0.3, rate)
         return NS(verdict=verdict, replay=ReplayFigures((sc,)))
 
-    words = compute.reprice_error(result("a", 0.11, 30.0), result("a", 0.10, 32.0))
+    words = answers.reprice_error(result("a", 0.11, 30.0), result("a", 0.10, 32.0))
     assert "the same verdict (a)" in words
     assert "within 10.00%" in words and "within 6.2%" in words
-    words = compute.reprice_error(result("a", 0.10, 32.0), result("b", 0.10, 32.0))
+    words = answers.reprice_error(result("a", 0.10, 32.0), result("b", 0.10, 32.0))
     assert "the verdict a where the replay gives b" in words and "within 0.00%" in words
 
 
@@ -1013,7 +1013,7 @@ def test_the_dashboard_speaks_the_reports_language(at: AppTest, sample: Path) ->
     from app import controls, state
 
     cur = compute.ingest((str(sample),), state.IngestChoice().key())
-    doc = report_json(compute.analysis(cur, controls.default_whatif(), 0.5))
+    doc = report_json(answers.analysis(cur, controls.default_whatif(), 0.5))
     shares = doc["reuse"]["analysis"]["sources"]["share_of_prompt"]
     raw = {"prefix_tokens", "capacity_tokens", "bandwidth_gbps", "capacity_blocks", "latency_s"}
     for page in ("views/reuse.py", "views/capacity.py", "views/cost.py", "views/replay.py"):

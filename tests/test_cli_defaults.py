@@ -255,7 +255,7 @@ def test_commands_and_dashboard_build_the_same_cluster(tmp_path, monkeypatch, ch
     or every one the sidebar has, away from its default), replay the same cluster with
     the same SLO: any difference in a default or in how one of them builds the
     ClusterConfig fails here."""
-    from app import compute, controls
+    from app import compute, controls, replays
 
     compute.control_defaults.clear()
     flags = [str(a) for f, _, v in _SIDEBAR for a in (f, v)] if changed else []
@@ -263,7 +263,7 @@ def test_commands_and_dashboard_build_the_same_cluster(tmp_path, monkeypatch, ch
     w = controls.default_whatif()
     if changed:
         w = dataclasses.replace(w, **{field: v for _, field, v in _SIDEBAR})
-    dashboard = compute.analyze_options(w, w.warmup)
+    dashboard = replays.analyze_options(w, w.warmup)
     assert replay_cfg == analyze_opts.cluster == dashboard.cluster
     assert replay_slo == analyze_opts.ttft_slo_s == dashboard.ttft_slo_s
     assert dataclasses.replace(analyze_opts, ingest=dashboard.ingest) == dashboard
@@ -274,7 +274,7 @@ def test_commands_and_dashboard_build_the_same_cluster(tmp_path, monkeypatch, ch
 
 
 def test_the_dashboard_starts_from_the_same_defaults():
-    from app import compute, controls
+    from app import compute, controls, replays
 
     compute.control_defaults.clear()
     d = compute.control_defaults()
@@ -299,7 +299,7 @@ def test_the_dashboard_starts_from_the_same_defaults():
     assert (w.dram_tier, w.pool_tier) == (c.dram_tier, c.pool_tier)
     # The options the dashboard's recommendation page builds, at the starting controls,
     # are those of `kvpool analyze` without flags (the block size comes from the trace).
-    opts = compute.analyze_options(w, d.warmup)
+    opts = replays.analyze_options(w, d.warmup)
     assert dataclasses.replace(opts, ingest=IngestOptions()) == AnalyzeOptions()
 
 

@@ -8,7 +8,7 @@ import streamlit as st
 from analyzer.errors import KvpoolError
 from analyzer.quoting import st_text
 from analyzer.report import figures
-from app import changes, charts, compute, controls, state
+from app import breakeven, calibration, changes, charts, compute, controls, state
 
 st.title("Cost model")
 
@@ -49,8 +49,8 @@ with state.guard():
 
     prefix = st.select_slider(
         "Prefix length for the figures below (tokens)",
-        options=compute.PREFIX_GRID,
-        value=min(compute.PREFIX_GRID, key=lambda p: abs(p - (typical or 8192))),
+        options=breakeven.PREFIX_GRID,
+        value=min(breakeven.PREFIX_GRID, key=lambda p: abs(p - (typical or 8192))),
         key="cost.prefix",
         help="Starts at the trace's median prompt length.",
     )
@@ -93,7 +93,7 @@ with state.guard():
         },
     )
 
-    rows = compute.break_even_rows(w)
+    rows = breakeven.break_even_rows(w)
     left, right = st.columns(2)
     left.altair_chart(
         charts.break_even_chart(rows),
@@ -103,7 +103,7 @@ with state.guard():
 
     st.subheader("Per link: shortest prefix worth loading")
     st.dataframe(
-        figures.link_break_even_table(compute.tier_break_even(w)),
+        figures.link_break_even_table(breakeven.tier_break_even(w)),
         hide_index=True,
         width="stretch",
     )
@@ -124,7 +124,7 @@ with state.guard():
             "coefficients to your system and compare fitted against measured TTFT."
         )
     else:
-        fit = compute.calibrate(w, upload.name, upload.getvalue())
+        fit = calibration.calibrate(w, upload.name, upload.getvalue())
         st.altair_chart(charts.fitted_chart(fit.points), width="stretch")
         for line in fit.summary:  # the upload's name and its rows' values: text only
             st.markdown(st_text(line))

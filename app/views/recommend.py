@@ -17,7 +17,7 @@ from analyzer.report.summary import (
     side_by_side_table,
     undefined_notes,
 )
-from app import banner, changes, compare, compute, controls, prefetch, state
+from app import answers, banner, changes, compare, controls, prefetch, state
 
 st.title("Recommendation")
 
@@ -113,12 +113,12 @@ def _repriced_lines(cur, opts, ans) -> None:
     key = prefetch.analysis_key(cur, opts)
     if ans.repriced:
         st.session_state[REPRICED_KEY] = (key, ans.result)
-        for line in compute.reprice_words(ans.repriced):
+        for line in answers.reprice_words(ans.repriced):
             st.caption(line)
         return
     before = st.session_state.get(REPRICED_KEY)
     if before is not None and before[0] == key and not ans.stale:
-        st.caption(compute.reprice_error(before[1], ans.result))
+        st.caption(answers.reprice_error(before[1], ans.result))
 
 
 @st.fragment
@@ -139,13 +139,13 @@ def _draw() -> None:
         warmup = controls.current().warmup
         thresholds = controls.thresholds()
         prices = controls.prices(w.gpu)
-        opts = compute.analysis_options(cur, w, warmup, thresholds, prices)
+        opts = answers.analysis_options(cur, w, warmup, thresholds, prices)
         shown = st.session_state.get(STALE_KEY)
         same_trace = shown is not None and shown[:2] == (cur.content, cur.ingest_key)
         # The first visit's progress bar is drawn in a container of its own, always
         # drawn, so that the containers below keep their places on every later run.
         with st.container(key="kvpool-progress"):
-            ans = compute.answer(cur, opts, shown[2] if same_trace else None)
+            ans = answers.answer(cur, opts, shown[2] if same_trace else None)
         result = ans.result
         # Always drawn, empty unless a replay runs behind the answer: the containers
         # below keep their places in the page, so the browser updates them rather than
@@ -188,7 +188,7 @@ def _draw() -> None:
 
         st.subheader("Reports")
         stem = src.label.split(".")[0] or "kvpool"
-        report = compute.reports(cur, result)
+        report = answers.reports(cur, result)
         for col, (kind, label, mime) in zip(
             st.columns(3),
             (

@@ -7,7 +7,7 @@ import streamlit as st
 from analyzer.advisor.words import count
 from analyzer.replay.config import Scenario
 from analyzer.report import figures
-from app import changes, charts, compute, controls, state
+from app import changes, charts, compute, controls, replays, state
 
 st.title("Replay")
 
@@ -40,7 +40,7 @@ with state.guard():
         st.stop()
     order = [n for n in names if n in chosen]
     calibration = state.calibration()
-    res = compute.replay(cur, w, tuple(order), search_rate=search, calibration=calibration)
+    res = replays.replay(cur, w, tuple(order), search_rate=search, calibration=calibration)
     scen = res.scenarios
     cluster = res.cluster
 
