@@ -205,6 +205,8 @@ def test_every_output_gives_each_option_the_plans_money_and_the_gates_its_ttft(a
     written = {f["option"] for f in doc["deploy"]["files"] if f["role"] != "index"}
     assert len(written) == 2  # the recommended option and the runner-up
     readme = (out / "deploy/README.md").read_text()
+    # named as every other output names the option, beside its folder
+    assert f"Recommended option: **{option_name(doc['verdict']['scenario'])}** (`" in readme
     for name in written:
         plan = next(p for p in plans if p["option"] == deployed[name])
         n, k, nodes, tp = plan["instances"], plan["instances_per_node"], plan["nodes"], plan["tp"]

@@ -24,6 +24,7 @@ from analyzer.advisor.figures import DeployOption
 from analyzer.advisor.pilot import PilotCommand
 from analyzer.advisor.served import ServedModel
 from analyzer.advisor.sizing import STAGING_PER_RANK_BYTES, Sizing, unit_sizes
+from analyzer.advisor.words import option_name
 from analyzer.quoting import comment, env_line, md_code, md_text, shell
 
 ROOT = "deploy"
@@ -698,6 +699,19 @@ def _prefix_only(sz: Sizing, model: ServedModel, role: str) -> list[DeployFile]:
     ]
 
 
+# The option each folder of deploy/ holds, by its one name (analyzer.advisor.words).
+_OPTION_OF = {
+    DeployOption.PREFIX_CACHE_ONLY: "local",
+    DeployOption.LOCAL_OFFLOAD: "local+dram",
+    DeployOption.LOCAL_OFFLOAD_NVME: "local+dram+nvme",
+    DeployOption.POOLED: "pooled",
+}
+
+
+def _named(mode: DeployOption) -> str:
+    return option_name(_OPTION_OF[mode])
+
+
 def _index(
     files: list[DeployFile],
     sizings: dict[DeployOption, Sizing],
@@ -711,9 +725,10 @@ def _index(
     lines = [
         "# Deployment bundle",
         "",
-        f"Recommended option: **{recommended}**."
+        f"Recommended option: **{_named(recommended)}** (`{recommended}`)."
         + "".join(
-            f" Runner-up (the next option meeting the SLO, if this one is turned down): **{m}**."
+            f" Runner-up (the next option meeting the SLO, if this one is turned down): "
+            f"**{_named(m)}** (`{m}`)."
             for m in sizings
             if m != recommended
         ),
