@@ -239,8 +239,9 @@ def test_pilot_code_blocks_run_only_their_tool(tmp_path, stubs):
 
 
 def _hostile_inputs(root: Path) -> tuple[Path, Path, Path]:
-    """A log named, tenanted and model-named with HOSTILE; a model config and a tokenizer
-    folder named HOSTILE."""
+    """A log named, model-named, tenanted and with users named with HOSTILE (three
+    tenants, so the reports have cross-tenant reuse to describe); a model config and a
+    tokenizer folder named HOSTILE."""
     spec = importlib.util.spec_from_file_location(
         "make_logs", ROOT / "tests" / "fixtures" / "advisor" / "make_logs.py"
     )
@@ -251,8 +252,16 @@ def _hostile_inputs(root: Path) -> tuple[Path, Path, Path]:
     hostile_log = root / f"log {HOSTILE}.jsonl"
     hostile_log.write_text(
         "".join(
-            json.dumps({**r, "model": f"m {HOSTILE}", "user": f"{r['user']} {HOSTILE}"}) + "\n"
-            for r in rows
+            json.dumps(
+                {
+                    **r,
+                    "model": f"m {HOSTILE}",
+                    "user": f"{r['user']} {HOSTILE}",
+                    "tenant": f"t{i % 3} {HOSTILE}",
+                }
+            )
+            + "\n"
+            for i, r in enumerate(rows)
         )
     )
     log.unlink()
