@@ -69,14 +69,60 @@ def _texts(path: Path) -> list[str]:
     return out
 
 
+# Loaded by every Python process of a run (the command and its workers) through
+# PYTHONPATH: a connection to a network address or a name lookup is written to
+# $KVPOOL_TEST_NET_LOG and refused, so a command that tries one fails and says where.
+NET_GUARD = """
+import os
+import socket
+
+_log = os.environ.get("KVPOOL_TEST_NET_LOG")
+if _log:
+    def _refuse(what):
+        with open(_log, "a") as f:
+            f.write(f"{os.getpid()} {what}\\n")
+        raise OSError(f"the offline test refuses {what}")
+
+    _connect, _connect_ex = socket.socket.connect, socket.socket.connect_ex
+
+    def connect(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            _refuse(f"connect {address!r}")
+        return _connect(self, address)
+
+    def connect_ex(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            _refuse(f"connect {address!r}")
+        return _connect_ex(self, address)
+
+    def getaddrinfo(host, *args, **kwargs):
+        _refuse(f"lookup {host!r}")
+
+    socket.socket.connect = connect
+    socket.socket.connect_ex = connect_ex
+    socket.getaddrinfo = getaddrinfo
+"""
+
+
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    guard = cwd / "net-guard"
+    if not guard.is_dir():
+        guard.mkdir()
+        (guard / "sitecustomize.py").write_text(NET_GUARD)
+    path = os.pathsep.join(p for p in (str(guard), os.environ.get("PYTHONPATH", "")) if p)
     return subprocess.run(
         [sys.executable, "-m", "analyzer.cli", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
         timeout=300,
-        env={**os.environ, "KVPOOL_NO_PROGRESS": "1", "COLUMNS": "200"},
+        env={
+            **os.environ,
+            "KVPOOL_NO_PROGRESS": "1",
+            "COLUMNS": "200",
+            "PYTHONPATH": path,
+            "KVPOOL_TEST_NET_LOG": str(cwd / "net.log"),
+        },
     )
 
 
@@ -143,6 +189,30 @@ def test_every_command_ran(outputs) -> None:
     _, runs = outputs
     for r in runs:
         assert r.returncode in (0, 5), (r.args, r.stderr[-2000:])
+
+
+def test_no_command_opened_a_network_connection(outputs) -> None:
+    """Offline (docs/security.md, 1): every command above, its worker processes
+    included, ran without connecting to a network address or looking up a name."""
+    out, _ = outputs
+    net_log = out.parent / "net.log"
+    assert not net_log.exists(), net_log.read_text()
+    guarded = out.parent / "net-guard" / "sitecustomize.py"
+    assert guarded.is_file()
+    # the guard is live: a run that does connect is caught
+    probe = subprocess.run(
+        [sys.executable, "-c", "import socket; socket.create_connection(('127.0.0.1', 9))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(guarded.parent),
+            "KVPOOL_TEST_NET_LOG": str(out.parent / "probe-net.log"),
+        },
+    )
+    assert probe.returncode != 0 and "the offline test refuses" in probe.stderr
+    assert (out.parent / "probe-net.log").read_text().strip()
 
 
 def test_no_output_file_carries_the_canary(outputs) -> None:
