@@ -307,6 +307,11 @@ def test_an_slo_no_request_can_meet_is_an_answer(shared_traces, tmp_path):
     assert doc["fleet"]["local"]["status"] == "prefill-bound"
     assert "SLO of 200 ms at any size" in doc["summary"][0]
     assert f"a p90 TTFT SLO of at least {ms(floor)}" in doc["summary"][2]
+    # deploy/ and the gates say the same: nothing to deploy or pilot at any size
+    readme = (out / "deploy" / "README.md").read_text()
+    assert "No option meets the TTFT SLO at any size, so nothing is deployed" in readme
+    assert f"(p90 {ms(floor)})" in readme
+    assert "there is no candidate deployment to pilot yet" in (out / "report.md").read_text()
 
 
 @pytest.mark.slow

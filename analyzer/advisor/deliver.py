@@ -27,10 +27,11 @@ from analyzer.advisor.figures import (
 )
 from analyzer.advisor.isolation import tenant_count
 from analyzer.advisor.pilot import PilotCommand, pilot_commands
-from analyzer.advisor.plan import DeploymentPlan, Fleet
+from analyzer.advisor.plan import DeploymentPlan, Fleet, PlanStatus
 from analyzer.advisor.products import ProductSettings, translate
 from analyzer.advisor.served import served_model
 from analyzer.advisor.sizing import ClusterFigures, Sizing, size
+from analyzer.advisor.words import ms
 from analyzer.replay.config import Scenario
 from analyzer.trace import read_metadata
 
@@ -191,7 +192,7 @@ def deliver(
         throughput_gain=_gain(pick, base),
     )
     if sized is None or decision.verdict in (Verdict.INSUFFICIENT_DATA, Verdict.CANNOT_MEET_SLO):
-        nothing = bundle({}, None, model=served, pilot=pilot, why=_nothing_why(decision))
+        nothing = bundle({}, None, model=served, pilot=pilot, why=_nothing_why(decision, sized))
         return Delivered(None, (), nothing, (), gates, pilot, None)
     several = len(priced.setups) > 1
     tenants = tenant_count((m.shared or m.loaded).trace)
@@ -279,8 +280,15 @@ def _fleet_index(
     )
 
 
-def _nothing_why(decision: Decision) -> str:
+def _nothing_why(decision: Decision, sized: Sized | None) -> str:
     if decision.verdict == Verdict.CANNOT_MEET_SLO:
+        base = None if sized is None else sized.fleet(BASELINE)
+        if base is not None and base.status == PlanStatus.PREFILL_BOUND and base.floor_p90_s:
+            return (
+                "No option meets the TTFT SLO at any size, so nothing is deployed: even alone "
+                f"on an idle instance a tenth of the requests take longer to prefill (p90 "
+                f"{ms(base.floor_p90_s)}). See the report's verdict for what would meet it."
+            )
         return (
             "No option meets the TTFT SLO within the GPUs allowed, so nothing is deployed: "
             "see the report's verdict for the size that would meet it, or a looser SLO."

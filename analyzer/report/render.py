@@ -986,6 +986,13 @@ def _gates_section(doc: Report) -> Section | None:
             "Before any pilot: collect the data named in the verdict and run "
             "`kvpool analyze` again; the gates below have no projection yet."
         )
+    if doc.verdict.verdict == Verdict.CANNOT_MEET_SLO:
+        s.paragraphs.append(
+            "No option meets the SLO, so there is no candidate deployment to pilot yet: the "
+            "arrival and single-node baseline gates check the measurements this answer rests "
+            "on (the load, the prefill speed); the main and stability gates apply once "
+            "`kvpool analyze` is run again with an SLO or a GPU budget that can be met."
+        )
     rows = []
     for g in plan:
         for k, c in enumerate(g.criteria):
