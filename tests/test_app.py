@@ -1002,6 +1002,7 @@ def test_isolation_keys_every_page_and_the_recommendation_prices_it(
     assert_clean(app)
     assert any(s.value == "Tenant isolation" for s in app.subheader)
     assert any("a cache salt per tenant" in c.value for c in app.caption)
+    assert any("Whether a salt would hold on each stack" in c.value for c in app.caption)
 
 
 def test_the_dashboard_speaks_the_reports_language(at: AppTest, sample: Path) -> None:

@@ -366,3 +366,21 @@ def test_the_isolation_sentence_states_the_share_the_price_and_both_hit_rates():
     assert "isolating has no monthly price (the option is not priced)" in sentence(3, 0.1, unpriced)
     assert sentence(3, 0.1, None).endswith("no pooled option was sized, so the price of "
                                            "isolating it is not known")  # fmt: skip
+    # The verdict deploys the HBM prefix cache: its price of isolating, the pool's beside.
+    local = OptionIsolation(
+        "local",
+        {"shared": fig(0.55, 800.0), "tenant": fig(0.45, 800.0), "user": fig(0.25, 800.0)},
+        1 - 0.45 / 0.55,
+        {"tenant": 0.0, "user": 0.0},
+    )
+    assert sentence(12, 0.4, pooled, "shared", local) == (
+        "a pool shared across 12 tenants serves 40% of its hits from another tenant's "
+        "prompts; isolating the recommended HBM prefix cache only costs $0/month and takes "
+        "its hit rate from 55.0% to 45.0%; isolating a pooled KV store costs $250/month"
+    )
+    assert sentence(12, 0.4, pooled, "user", local).endswith(
+        "; per end user, it costs $0/month and takes its hit rate from 55.0% to 25.0%; "
+        "isolating a pooled KV store costs $250/month"
+    )
+    assert sentence(12, 0.4, None, "shared", local).endswith("from 55.0% to 45.0%")
+    assert sentence(12, 0.4, pooled, "shared", pooled) == sentence(12, 0.4, pooled)

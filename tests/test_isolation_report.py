@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from analyzer.advisor.words import OPTION_NAME, usd
 from analyzer.cli import app
 from analyzer.report.document import ReportDocument
 
@@ -90,6 +91,16 @@ def test_report_json_carries_the_section_with_money_for_both_policies(runs):
         share = f"{view.cross_tenant_hit_share:.0%}"
         assert view.sentence.startswith(f"a pool shared across 12 tenants serves {share} of ")
         assert "another tenant's prompts; isolat" in view.sentence and view.material
+        # The sentence prices the verdict's option; the pool's price beside any other.
+        chosen = doc["verdict"]["scenario"]
+        assert doc["isolation"]["recommended_option"] == chosen
+        if chosen != "pooled":
+            local = usd(view.options[chosen].isolating_usd_month["tenant"])
+            assert f"isolating the recommended {OPTION_NAME[chosen]} costs {local}/month" in (
+                view.sentence
+            )
+            pool = usd(pooled.isolating_usd_month["tenant"])
+            assert view.sentence.endswith(f"; isolating a pooled KV store costs {pool}/month")
     # Both runs plan the same options under the same policies: the same figures.
     a, b = (_doc(runs[p])["isolation"]["options"] for p in ("shared", "tenant"))
     assert a == b

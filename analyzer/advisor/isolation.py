@@ -18,8 +18,9 @@ the share of the shared log's hit tokens whose block another tenant's request la
 its hits). What isolating takes away: per option, ``1 - hit rate keyed by tenant / hit
 rate shared`` (a tenant's hits on its own copy stay, so this is usually much smaller: a
 SaaS's system prompt is shared by every tenant, and each re-warms its own copy after its
-first request). The headline sentence gives the first and the pooled option's monthly
-price of isolating; the summary names isolation when the first is at least
+first request). The headline sentence gives the first and the monthly price of
+isolating the verdict's option (the pooled option's beside it when that is another); the
+summary names isolation when the first is at least
 :data:`MATERIAL_SHARE` and the log has two tenants or more.
 """
 
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from analyzer.advisor.words import OPTION_NAME
 from analyzer.replay.config import Scenario
 from analyzer.reuse.isolation import POLICIES, Groups, describe, groups, isolate
 from analyzer.trace import BlockTrace
@@ -122,6 +124,7 @@ class IsolationFigures:
     pool_option: str | None
     sentence: str
     material: bool
+    recommended_option: str | None = None  # the verdict's option (None: none deployed)
     # Whether each stack of the bundle keys every tier by the salt at the versions it
     # targets (analyzer/advisor/salting.py): what a salt would hold on, under any policy.
     products: tuple[StackSalt, ...] = ()
@@ -145,6 +148,7 @@ class IsolationFigures:
             "cross_tenant_hit_share": self.cross_tenant_hit_share,
             "options": {o.option: o.to_json() for o in self.options},
             "pool_option": self.pool_option,
+            "recommended_option": self.recommended_option,
             "sentence": self.sentence,
             "material": self.material,
             "products": [p.to_json() for p in self.products],
@@ -209,10 +213,12 @@ def isolation_stage(
     services: Services,
     own: Sized | None,
     products: Sequence[StackSalt] = (),
+    recommended: str | None = None,
 ) -> IsolationFigures:
     """Every option planned under each policy (module docstring); ``own`` is the
     analysis's own plans, under ``opts.isolation`` (None: nothing was sized, so only the
-    ceilings are compared); ``products``: the salt status of the bundle's stacks."""
+    ceilings are compared); ``products``: the salt status of the bundle's stacks;
+    ``recommended``: the verdict's option, whose price of isolating the sentence gives."""
     from analyzer.advisor.measure import measure
     from analyzer.advisor.price import price
     from analyzer.advisor.replay import Services, replay
@@ -252,6 +258,7 @@ def isolation_stage(
     options = _options(fleets, wanted)
     tenants = by_groups["tenant"].n_groups
     pooled = next((x for x in options if x.option == Scenario.POOLED), None)
+    chosen = next((x for x in options if x.option == recommended), None)
     share = split["shared"] if tenants > 1 else 0.0
     user = by_groups.get("user")
     return IsolationFigures(
@@ -269,8 +276,9 @@ def isolation_stage(
         cross_tenant_hit_share=share,
         options=options,
         pool_option=None if pooled is None else pooled.option,
-        sentence=sentence(tenants, share, pooled, policy),
+        sentence=sentence(tenants, share, pooled, policy, chosen),
         material=tenants > 1 and share >= MATERIAL_SHARE,
+        recommended_option=None if chosen is None else chosen.option,
         products=tuple(products),
     )
 
@@ -300,17 +308,30 @@ def _options(
 
 
 def sentence(
-    tenants: int, share: float, pooled: OptionIsolation | None, policy: str = "shared"
+    tenants: int,
+    share: float,
+    pooled: OptionIsolation | None,
+    policy: str = "shared",
+    recommended: OptionIsolation | None = None,
 ) -> str:
     """The section's plain sentence: how much of a shared pool's hits another tenant's
-    prompts serve (``share``), and what isolating the pooled option costs a month (per
-    tenant, and per user too when the analysis keyed by user)."""
+    prompts serve (``share``), and what isolating costs a month (per tenant, and per user
+    too when the analysis keyed by user): for the pooled option, or, when the verdict
+    deploys another option (``recommended``), for that one, the pool's price beside it."""
     plural = "s" if tenants != 1 else ""
     served = f"{share:.0%}" if tenants > 1 else "none"
     said = (
         f"a pool shared across {tenants} tenant{plural} serves {served} of its hits from "
         "another tenant's prompts"
     )
+    if recommended is not None and (pooled is None or recommended.option != pooled.option):
+        name = OPTION_NAME.get(recommended.option, recommended.option)
+        out = f"{said}; isolating the recommended {name} {_price(recommended, 'tenant')}"
+        if policy == "user" and "user" in recommended.by_policy:
+            out += f"; per end user, it {_price(recommended, 'user')}"
+        if pooled is not None:
+            out += f"; isolating a {OPTION_NAME[Scenario.POOLED]} {_cost(pooled, 'tenant')}"
+        return out
     if pooled is None:
         return f"{said}; no pooled option was sized, so the price of isolating it is not known"
     out = f"{said}; isolating {_price(pooled, 'tenant')}"
@@ -319,17 +340,21 @@ def sentence(
     return out
 
 
-def _price(pooled: OptionIsolation, policy: str) -> str:
-    """What keying the pooled option by ``policy`` costs a month and does to its hits."""
-    usd = pooled.isolating_usd_month.get(policy)
+def _cost(option: OptionIsolation, policy: str) -> str:
+    """What keying ``option`` by ``policy`` adds to its money a month, in words."""
+    usd = option.isolating_usd_month.get(policy)
     if usd is None:
-        cost = "has no monthly price (the option is not priced)"
-    elif round(usd) < 0:
-        cost = f"saves ${-usd:,.0f}/month"
-    else:
-        cost = f"costs ${max(usd, 0.0):,.0f}/month"
-    before = pooled.by_policy["shared"].hit_rate
-    after = pooled.by_policy.get(policy)
+        return "has no monthly price (the option is not priced)"
+    if round(usd) < 0:
+        return f"saves ${-usd:,.0f}/month"
+    return f"costs ${max(usd, 0.0):,.0f}/month"
+
+
+def _price(option: OptionIsolation, policy: str) -> str:
+    """What keying ``option`` by ``policy`` costs a month and does to its hits."""
+    cost = _cost(option, policy)
+    before = option.by_policy["shared"].hit_rate
+    after = option.by_policy.get(policy)
     if before is not None and after is not None and after.hit_rate is not None:
         cost += f" and takes its hit rate from {before:.1%} to {after.hit_rate:.1%}"
     return cost

@@ -231,7 +231,7 @@ def run_analysis(
     out = deliver(m, priced, sized, decision, opts)
     planned = sized if decision.verdict != Verdict.INSUFFICIENT_DATA else None
     products = bundle_stacks((f.option, f.stack) for f in out.deploy)
-    isolation = isolation_stage(plist, m, opts, services, planned, products)
+    isolation = isolation_stage(plist, m, opts, services, planned, products, decision.scenario)
     step(5)
     trace = m.trace
     return AnalysisResult(

@@ -1092,6 +1092,7 @@ class IsolationSection(_View):
     pool_option: str | None
     sentence: str
     material: bool
+    recommended_option: str | None = field(default=None, metadata=_ABSENT)
     products: tuple[IsolationProductView, ...] | None = field(default=None, metadata=_ABSENT)
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=_REST)
 

@@ -12,6 +12,7 @@ from analyzer.report.document import ReportDocument
 from analyzer.report.summary import (
     economics_table,
     glossary_rows,
+    isolation_products_table,
     isolation_table,
     price_table,
     side_by_side_table,
@@ -258,6 +259,14 @@ def _draw() -> None:
             table = isolation_table(doc)
             if table:
                 _table_of(_table(table))
+            products = isolation_products_table(doc)
+            if products:
+                st.caption(
+                    "Whether a salt would hold on each stack of the bundle: every tier must "
+                    "key its blocks by it at the versions the bundle targets; under "
+                    "isolation, deploy/ refuses the others."
+                )
+                _table_of(_table(products))
 
         side = side_by_side_table(doc)
         if side:
