@@ -75,6 +75,11 @@ _OPTIONAL_INTS = (
 )
 
 
+# Of those, the ones 0 cannot mean none for: a model has key-value heads, a head width
+# and a vocabulary (0 KV heads read as "as many as the query heads" was a silent misread).
+_AT_LEAST_ONE = ("num_key_value_heads", "head_dim", "vocab_size")
+
+
 def _int(cfg: Mapping[str, object], key: str, default: int = 0) -> int:
     """A whole-number field, or ``default`` when the config leaves it out or null.
 
@@ -100,6 +105,11 @@ def _check_optional_ints(cfg: Mapping[str, object], where: Location) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InputError(
                 f"field '{key}' must be a whole number >= 0, got {value!r}",
+                Location(where.file, None, key),
+            )
+        if value == 0 and key in _AT_LEAST_ONE:
+            raise InputError(
+                f"field '{key}' must be at least 1, got 0 (null or left out: not given)",
                 Location(where.file, None, key),
             )
         if value and (why := limits.reason(value, "model_width")):
