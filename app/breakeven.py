@@ -1,14 +1,12 @@
 """The Cost page's links: the what-if's DRAM, NVMe and pool links (catalog tiers with the
-sidebar's overrides) and where loading a prefix over each beats recomputing it, cached
+sidebar's figures in force) and where loading a prefix over each beats recomputing it, cached
 per model, GPU and link settings."""
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 import streamlit as st
 
-from app.compute import cost_model, tier
+from app.compute import cost_model
 
 # Prefix lengths the cost page plots (tokens): powers of two from 128 to 128k.
 PREFIX_GRID = [2**k for k in range(7, 18)]
@@ -16,27 +14,11 @@ PREFIX_GRID = [2**k for k in range(7, 18)]
 
 def whatif_links(w) -> list:
     """The DRAM, NVMe and pool links of the what-if cluster: catalog ``TierSpec``s with
-    the sidebar's bandwidth and latency overrides applied (renamed so charts say so)."""
+    the sidebar's bandwidth and latency in force (``resolve_link``, as the replay and
+    `kvpool analyze` read them; a set figure renames the link so charts say so)."""
+    from analyzer.replay import ClusterConfig, resolve_link
 
-    from analyzer.replay import ClusterConfig
-
-    nvme_tier = next(f.default for f in fields(ClusterConfig) if f.name == "nvme_tier")
-    dram = _override(tier(w.dram_tier), w.dram_gbps, w.dram_latency_us, "host DRAM")
-    pool = _override(tier(w.pool_tier), w.pool_gbps, w.pool_latency_us, "pool")
-    return [dram, tier(nvme_tier), pool]
-
-
-def _override(t, gbps: float, latency_us: float, what: str):
-    from dataclasses import replace
-
-    if gbps <= 0 and latency_us <= 0:
-        return t
-    return replace(
-        t,
-        name=f"{what} ({t.name}, as set)",
-        bandwidth_gbps=gbps if gbps > 0 else t.bandwidth_gbps,
-        latency_s=latency_us * 1e-6 if latency_us > 0 else t.latency_s,
-    )
+    return [resolve_link(link) for link in (w.dram_link, ClusterConfig().nvme_link, w.pool_link)]
 
 
 def _links_key(links) -> tuple:

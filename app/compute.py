@@ -249,7 +249,7 @@ class ControlDefaults:
     dram_tier: str
     dram_capacity_gb: float
     pool_tier: str
-    pool_gbps: float  # 0: the pool tier's catalog figure
+    pool_gbps: float | None  # None: the pool tier's catalog figure
     ttft_slo_s: float
     warmup: float  # fraction of requests that only warm the caches
     gpus_per_node: int
@@ -303,7 +303,7 @@ def control_defaults() -> ControlDefaults:
         dram_tier=cluster.dram_tier,
         dram_capacity_gb=float(cluster.dram_capacity_gb),
         pool_tier=cluster.pool_tier,
-        pool_gbps=float(cluster.pool_gbps or 0.0),
+        pool_gbps=cluster.pool_gbps,
         ttft_slo_s=float(analyze.ttft_slo_s),
         warmup=float(cluster.warmup_fraction),
         gpus_per_node=int(cluster.gpus_per_node),

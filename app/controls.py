@@ -8,10 +8,18 @@ by the entrypoint on every page, so their values survive page switches.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
+from analyzer.limits import RANGES
+
+if TYPE_CHECKING:
+    from analyzer.replay.link_settings import LinkSettings
+
 WHATIF_KEY = "kvpool.whatif"
+# The slowest link the replay takes (1 MB/s).
+MIN_GBPS = RANGES["bandwidth_gbps"].lo
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +28,8 @@ class WhatIf:
 
     Capacities are in GB (10^9 bytes, the replay's unit for tier sizes); 0 means "derive
     it" (HBM: what is left after weights and the reserve; pool: the nodes' DRAM summed).
-    Bandwidths and latencies at 0 come from the chosen tier in the catalog.
+    Bandwidths and latencies left empty (None) come from the chosen tier in the catalog,
+    as the command line's flags left out and ``ClusterConfig``'s None.
     """
 
     model: str  # "": each model the log names, as itself (no --model)
@@ -33,17 +42,33 @@ class WhatIf:
     local_capacity_gb: float  # HBM prefix cache per instance
     dram_tier: str
     dram_capacity_gb: float  # host DRAM given to KV per node, all its instances together
-    dram_gbps: float
-    dram_latency_us: float
+    dram_gbps: float | None
+    dram_latency_us: float | None
     pool_tier: str
     pool_capacity_gb: float  # the whole pooled store
-    pool_gbps: float  # per-node link to the pool
-    pool_latency_us: float
+    pool_gbps: float | None  # per-node link to the pool
+    pool_latency_us: float | None
     ttft_slo_s: float
     warmup: float  # share of requests that only warm the caches (not counted)
     gpus_per_node: int  # the instances on one node share its DRAM and NIC
     dram_scope: str  # "instance": each instance's private share; "node": one per node
     isolation: str = "shared"  # who may share KV blocks (kvpool analyze --isolation)
+
+    @property
+    def dram_link(self) -> LinkSettings:
+        """The host DRAM link as the sidebar sets it (None: the catalog's figure)."""
+        return _link(self.dram_tier, self.dram_gbps, self.dram_latency_us)
+
+    @property
+    def pool_link(self) -> LinkSettings:
+        """The pool link as the sidebar sets it (None: the catalog's figure)."""
+        return _link(self.pool_tier, self.pool_gbps, self.pool_latency_us)
+
+
+def _link(tier: str, gbps: float | None, latency_us: float | None) -> LinkSettings:
+    from analyzer.replay.link_settings import LinkSettings
+
+    return LinkSettings(tier, gbps, None if latency_us is None else latency_us * 1e-6)
 
 
 ISOLATION_LABEL = {
@@ -119,12 +144,12 @@ def default_whatif() -> WhatIf:
         local_capacity_gb=0.0,
         dram_tier=d.dram_tier,
         dram_capacity_gb=d.dram_capacity_gb,
-        dram_gbps=0.0,
-        dram_latency_us=0.0,
+        dram_gbps=None,
+        dram_latency_us=None,
         pool_tier=d.pool_tier,
         pool_capacity_gb=0.0,
         pool_gbps=d.pool_gbps,
-        pool_latency_us=0.0,
+        pool_latency_us=None,
         ttft_slo_s=d.ttft_slo_s,
         warmup=d.warmup,
         gpus_per_node=d.gpus_per_node,
@@ -135,6 +160,19 @@ def default_whatif() -> WhatIf:
 
 def _number(label: str, value: float, step: float, key: str, **kw) -> float:
     return st.number_input(label, min_value=0.0, value=float(value), step=step, key=key, **kw)
+
+
+def _link_figure(label: str, value: float | None, step: float, key: str, least: float):
+    """A link's bandwidth or latency; left empty (None), the tier's catalog figure."""
+    got = st.number_input(
+        f"{label}; empty = catalog)",
+        min_value=least,
+        value=value,
+        step=step,
+        key=key,
+        placeholder="the tier's catalog figure",
+    )
+    return None if got is None else float(got)
 
 
 def sidebar() -> WhatIf:
@@ -196,11 +234,11 @@ def sidebar() -> WhatIf:
                     "node": "one per node, shared by its instances",
                 }.get(v, v),
             )
-            dram_gbps = _number(
-                "DRAM bandwidth (GB/s; 0 = catalog)", s.dram_gbps, 1.0, "ctl.dram_gbps"
+            dram_gbps = _link_figure(
+                "DRAM bandwidth (GB/s", s.dram_gbps, 1.0, "ctl.dram_gbps", MIN_GBPS
             )
-            dram_lat = _number(
-                "DRAM first-byte latency (µs; 0 = catalog)", s.dram_latency_us, 1.0, "ctl.dram_lat"
+            dram_lat = _link_figure(
+                "DRAM first-byte latency (µs", s.dram_latency_us, 1.0, "ctl.dram_lat", 0.0
             )
             pool_tier = _select("Pool network", d.pool_tiers, s.pool_tier, "ctl.pool_tier")
             pool_note = st.empty()
@@ -210,11 +248,11 @@ def sidebar() -> WhatIf:
                 256.0,
                 "ctl.pool_gb",
             )
-            pool_gbps = _number(
-                "Pool bandwidth per node (GB/s; 0 = catalog)", s.pool_gbps, 1.0, "ctl.pool_gbps"
+            pool_gbps = _link_figure(
+                "Pool bandwidth per node (GB/s", s.pool_gbps, 1.0, "ctl.pool_gbps", MIN_GBPS
             )
-            pool_lat = _number(
-                "Pool first-byte latency (µs; 0 = catalog)", s.pool_latency_us, 5.0, "ctl.pool_lat"
+            pool_lat = _link_figure(
+                "Pool first-byte latency (µs", s.pool_latency_us, 5.0, "ctl.pool_lat", 0.0
             )
             dram_note.caption(in_force(dram_tier, float(dram_gbps), float(dram_lat)))
             pool_note.caption(in_force(pool_tier, float(pool_gbps), float(pool_lat)))
@@ -256,12 +294,12 @@ def sidebar() -> WhatIf:
         local_capacity_gb=float(local_gb),
         dram_tier=dram_tier,
         dram_capacity_gb=float(dram_gb),
-        dram_gbps=float(dram_gbps),
-        dram_latency_us=float(dram_lat),
+        dram_gbps=dram_gbps,
+        dram_latency_us=dram_lat,
         pool_tier=pool_tier,
         pool_capacity_gb=float(pool_gb),
-        pool_gbps=float(pool_gbps),
-        pool_latency_us=float(pool_lat),
+        pool_gbps=pool_gbps,
+        pool_latency_us=pool_lat,
         ttft_slo_s=float(slo),
         warmup=float(warmup),
         gpus_per_node=int(gpus_per_node),

@@ -116,19 +116,19 @@ def analyze_options(w, warmup: float, block_size: int | None = None, concrete=No
     smallest TP that holds it, as `kvpool analyze` does without --model and --tp;
     ``concrete``: the controls with that model and TP, for capacities given in GB."""
     from analyzer.advisor import AnalyzeOptions
-    from analyzer.cli.options import ClusterFlags
     from analyzer.ingest import IngestOptions
+    from analyzer.replay import ClusterConfig
 
     c = concrete or w
-    model = c.model or ClusterFlags().config().model
+    model = c.model or ClusterConfig().model
     bpt = int(cost_model(model, c.gpu, c.tp or 1, c.kv_dtype).bytes_per_token)
 
-    def tokens(gb: float) -> str | None:  # 0: derived, as the flag left out
-        return str(int(gb * 1e9 // bpt)) if gb > 0 else None
+    def tokens(gb: float) -> int | None:  # 0: derived, as the flag left out
+        return int(gb * 1e9 // bpt) if gb > 0 else None
 
-    # The sidebar's values in the command line's flags, built into the cluster by the
-    # same function `kvpool analyze` and `kvpool replay` use.
-    flags = ClusterFlags(
+    # The sidebar's values as the command line's flags name them, built into the cluster
+    # by the one function `kvpool analyze` and `kvpool replay` use too.
+    cluster = ClusterConfig.from_settings(
         model=w.model or None,
         gpu=w.gpu,
         tp=w.tp or None,
@@ -138,22 +138,16 @@ def analyze_options(w, warmup: float, block_size: int | None = None, concrete=No
         kv_dtype=w.kv_dtype,
         router=w.router,
         eviction=w.eviction,
-        pool_gbps=w.pool_gbps or None,
         local_capacity_tokens=tokens(w.local_capacity_gb),
         # Left unset at the replay's default size, as `kvpool analyze` leaves it.
         dram_capacity_tokens=None
         if w.dram_capacity_gb == control_defaults().dram_capacity_gb
-        else str(int(w.dram_capacity_gb * 1e9 // bpt)),
+        else int(w.dram_capacity_gb * 1e9 // bpt),
         pool_capacity_tokens=tokens(w.pool_capacity_gb),
         warmup=warmup,
-    )
-    cluster = flags.config(
-        dram_tier=w.dram_tier,
         dram_capacity_gb=w.dram_capacity_gb,
-        dram_gbps=w.dram_gbps or None,
-        dram_latency_s=w.dram_latency_us * 1e-6 if w.dram_latency_us > 0 else None,
-        pool_tier=w.pool_tier,
-        pool_latency_s=w.pool_latency_us * 1e-6 if w.pool_latency_us > 0 else None,
+        dram=w.dram_link,
+        pool=w.pool_link,
     )
     return AnalyzeOptions(
         ingest=IngestOptions(block_size=block_size),

@@ -218,17 +218,18 @@ def test_pool_bandwidth_moves_the_break_even_chart(at: AppTest) -> None:
                     return dict(zip(frame["link"], frame["bandwidth_gbps"], strict=True))
         raise AssertionError("no break-even chart")
 
-    def pool() -> list[float]:
-        return [v for k, v in link_rules().items() if k.startswith("pool")]
-
-    # Every command starts from the pool tier's catalog figure (0 in the sidebar), shown
-    # under the tier's own name.
     tier = compute.control_defaults().pool_tier
+
+    def pool() -> list[float]:  # the pool links with a figure set, named for it
+        return [v for k, v in link_rules().items() if k.startswith(f"{tier} link at")]
+
+    # Every command starts from the pool tier's catalog figure (an empty field in the
+    # sidebar, None in ClusterConfig), shown under the tier's own name.
     assert pool() == [] and link_rules()[tier] == compute.tier(tier).bandwidth_gbps
     at.number_input(key="ctl.pool_gbps").set_value(80.0).run()
     assert_clean(at)
     assert pool() == [80.0]
-    at.number_input(key="ctl.pool_gbps").set_value(0.0).run()
+    at.number_input(key="ctl.pool_gbps").set_value(None).run()
     assert pool() == []
     assert tier in link_rules()
     assert compute.CALLS["ingest"] == ingest0

@@ -293,9 +293,10 @@ def test_the_dashboard_starts_from_the_same_defaults():
     assert (d.gpus_per_node, d.dram_scope) == (c.gpus_per_node, c.dram_scope)
     assert d.warmup == DEFAULTS["--warmup"]
     assert d.ttft_slo_s == DEFAULTS["--ttft-slo"]
-    # 0 in the sidebar means "the tier's catalog figure", which is what None means in
-    # ClusterConfig and on the command line.
-    assert w.pool_gbps == 0.0 and DEFAULTS["--pool-gbps"] is None
+    # None is "the tier's catalog figure" in the sidebar, in ClusterConfig and on the
+    # command line alike.
+    assert w.pool_gbps is None and DEFAULTS["--pool-gbps"] is None
+    assert (w.dram_gbps, w.dram_latency_us, w.pool_latency_us) == (None, None, None)
     assert (w.dram_tier, w.pool_tier) == (c.dram_tier, c.pool_tier)
     # The options the dashboard's recommendation page builds, at the starting controls,
     # are those of `kvpool analyze` without flags (the block size comes from the trace).

@@ -30,6 +30,7 @@ from analyzer.replay.config import (
     ScenarioSpec,
     Tier,
 )
+from analyzer.replay.link_settings import resolve_link
 from analyzer.trace import BlockTrace
 
 if TYPE_CHECKING:
@@ -253,37 +254,22 @@ def setup(m: Measured, choice: ModelChoice, opts: AnalyzeOptions, several: bool)
 
 def bandwidth(cm: CostModel, cfg: ClusterConfig, prefix_tokens: int) -> BandwidthFigures:
     """Break-even bandwidth at ``prefix_tokens`` against each tier's (host DRAM over
-    PCIe, local NVMe, the pool link)."""
-    from analyzer.cost import get_tier
-
+    PCIe, local NVMe, the pool link), each link as the replay moves blocks over it
+    (:func:`~analyzer.replay.link_settings.resolve_link`: the set figures, else the
+    catalog's as one instance sees them)."""
     p = max(int(prefix_tokens), 1)
     be = cm.break_even_bandwidth_gbps(p)
-    dram = cm.tier_link(cfg.dram_tier)
-    nvme = cm.tier_link(cfg.nvme_tier)
-    pool_spec = get_tier(cfg.pool_tier)
-    pool_bw = float(cfg.pool_gbps) if cfg.pool_gbps is not None else float(pool_spec.bandwidth_gbps)
+    links = ((Tier.DRAM, cfg.dram_link), (Tier.NVME, cfg.nvme_link), (Tier.POOL, cfg.pool_link))
+    tiers = []
+    for role, link in links:
+        spec = resolve_link(link, cm)
+        tiers.append(TierFigure(role, spec.name, float(spec.bandwidth_gbps), float(spec.latency_s)))
     return BandwidthFigures(
         prefix_tokens=p,
         break_even_gbps=float(be),
         bytes_per_token=int(cm.transfer_bytes_per_token),
         prefill_tokens_per_s=float(cm.prefill_tokens_per_s(p)),
-        tiers=(
-            TierFigure(Tier.DRAM, dram.name, float(dram.bandwidth_gbps), float(dram.latency_s)),
-            TierFigure(
-                Tier.NVME,
-                nvme.name,
-                float(cfg.nvme_gbps or nvme.bandwidth_gbps),
-                float(nvme.latency_s),
-            ),
-            TierFigure(
-                Tier.POOL,
-                pool_spec.name
-                if cfg.pool_gbps is None
-                else f"{pool_spec.name} link at {pool_bw:g} GB/s",
-                pool_bw,
-                float(pool_spec.latency_s),
-            ),
-        ),
+        tiers=tuple(tiers),
     )
 
 

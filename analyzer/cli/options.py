@@ -529,9 +529,10 @@ class ClusterFlags:
     command that replays (``replay``, ``analyze``): a new cluster flag is one field here
     (and its line in :meth:`config`), and each of those commands takes it.
 
-    :meth:`config` is the one place a :class:`~analyzer.replay.ClusterConfig` is built
-    from user settings: the commands call it, and so does the dashboard (its sidebar's
-    values put into these fields), so the same settings give the same cluster everywhere.
+    The flags' names are the settings :meth:`~analyzer.replay.ClusterConfig.from_settings`
+    takes, the one place a cluster is built from user settings: :meth:`config` passes them
+    on, and the dashboard passes its sidebar's values, so the same settings give the same
+    cluster everywhere.
     """
 
     model: Model = None
@@ -559,38 +560,13 @@ class ClusterFlags:
     hicache_size: HicacheSize = 0.0
 
     def config(self, **more: Any) -> ClusterConfig:
-        """The :class:`~analyzer.replay.ClusterConfig` these flags describe (imported
-        here, not at module load). ``more`` sets fields no flag names (the dashboard's
-        tier choices, link overrides, ``time_scale``)."""
+        """The :class:`~analyzer.replay.ClusterConfig` these flags describe, built by
+        :meth:`~analyzer.replay.ClusterConfig.from_settings` (imported here, not at
+        module load). ``more`` sets what no flag names (``time_scale``, links)."""
         from analyzer.replay.config import ClusterConfig
 
-        default = ClusterConfig()
-        return ClusterConfig(
-            model=default.model if self.model is None else self.model,
-            gpu=self.gpu,
-            tp=default.tp if self.tp is None else self.tp,
-            instances=self.instances,
-            gpus_per_node=self.gpus_per_node,
-            dram_scope=self.dram_scope,
-            kv_dtype=self.kv_dtype,
-            weights_dtype=weights_dtype(self.weights_dtype),
-            router=self.router,
-            eviction=self.eviction,
-            write_policy=self.write_policy,
-            pool_gbps=self.pool_gbps,
-            local_capacity_tokens=capacity(self.local_capacity_tokens, "--local-capacity-tokens"),
-            dram_capacity_tokens=capacity(self.dram_capacity_tokens, "--dram-capacity-tokens"),
-            pool_capacity_tokens=capacity(self.pool_capacity_tokens, "--pool-capacity-tokens"),
-            warmup_fraction=self.warmup,
-            serving=self.serving,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            max_num_seqs=self.max_num_seqs,
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            connector=self.connector,
-            hicache_ratio=self.hicache_ratio,
-            hicache_size_gb=self.hicache_size,
-            **more,
-        )
+        flags = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return ClusterConfig.from_settings(**flags, **more)
 
 
 def _group_parameters(group: type) -> list[inspect.Parameter]:
@@ -711,19 +687,9 @@ def hash_keys(given: list[str] | None) -> tuple[str, ...]:
 def weights_dtype(value: str | None) -> str | None:
     """``--weights-dtype`` as the catalog names it (``fp16`` is ``bf16``); None: the
     checkpoint's."""
-    from analyzer.cost.dtypes import WEIGHT_DTYPES
-    from analyzer.errors import UsageError
+    from analyzer.cost.dtypes import weights_dtype_named
 
-    if value is None:
-        return None
-    key = value.strip().lower()
-    if key == "fp16":
-        key = "bf16"
-    if key not in WEIGHT_DTYPES:
-        raise UsageError(
-            f"--weights-dtype must be one of {', '.join(WEIGHT_DTYPES)}, got '{value}'"
-        )
-    return key
+    return weights_dtype_named(value)
 
 
 def capacity(value: str | None, flag: str) -> int | None:

@@ -33,3 +33,19 @@ def dtype_bytes(dtype: str, *, allowed: tuple[str, ...] | None = None) -> float:
     if key not in DTYPE_BYTES or key not in choices:
         raise UsageError(f"unknown dtype '{dtype}'", hint=f"choose one of {', '.join(choices)}")
     return DTYPE_BYTES[key]
+
+
+def weights_dtype_named(value: str | None) -> str | None:
+    """A deployment precision of the weights as the user names it (``--weights-dtype``,
+    the dashboard), as the catalog names it: ``fp16`` is ``bf16``; None: the
+    checkpoint's own."""
+    if value is None:
+        return None
+    key = value.strip().lower()
+    if key == "fp16":
+        key = "bf16"
+    if key not in WEIGHT_DTYPES:
+        raise UsageError(
+            f"--weights-dtype must be one of {', '.join(WEIGHT_DTYPES)}, got '{value}'"
+        )
+    return key

@@ -18,6 +18,7 @@ from analyzer.replay.config import (
     parse_capacity,
     select_scenarios,
 )
+from analyzer.replay.link_settings import LinkSettings, resolve_link
 from analyzer.replay.run import (
     ReplayResult,
     ScenarioCapacity,
@@ -33,6 +34,7 @@ __all__ = [
     "STANDARD_SCENARIOS",
     "UNBOUNDED",
     "ClusterConfig",
+    "LinkSettings",
     "ReplayResult",
     "Scenario",
     "ScenarioCapacity",
@@ -44,6 +46,7 @@ __all__ = [
     "load_scenarios",
     "parse_capacity",
     "resolve",
+    "resolve_link",
     "run_replay",
     "select_scenarios",
 ]

@@ -36,12 +36,14 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from analyzer import limits
 from analyzer.cache.policies import get_policy, replay_policies
+from analyzer.cost.dtypes import weights_dtype_named
 from analyzer.errors import InputError, Location, UsageError
 from analyzer.outputs import note_input
+from analyzer.replay.link_settings import LinkSettings
 from analyzer.replay.routers import ROUTERS as ROUTER_CLASSES
 
 if TYPE_CHECKING:
@@ -159,7 +161,9 @@ class ClusterConfig:
     nvme_capacity_tokens: int | None = None  # local NVMe KV tier per node
     nvme_capacity_gb: float = 3840.0  # default NVMe given to KV per node
     pool_capacity_tokens: int | None = None  # whole pool; None: the nodes' DRAM, summed
-    # Links: catalog tier names; a bandwidth left at None comes from the tier.
+    # Links: catalog tier names, and the bandwidths and latencies that replace the tier's
+    # (None: the tier's). Read whole as dram_link, nvme_link and pool_link (LinkSettings);
+    # resolve_link gives the figures in force.
     dram_tier: str = "pcie-gen5-dram"  # host DRAM <-> GPU, one link per instance
     nvme_tier: str = "nvme-gen4"  # NVMe <-> GPU, one link per node
     pool_tier: str = "rdma-200"  # node <-> pool, one link per node
@@ -286,6 +290,77 @@ class ClusterConfig:
         if self.mfu is not None:
             limits.check(self.mfu, "mfu", "mfu")
 
+    @classmethod
+    def from_settings(
+        cls,
+        *,
+        model: str | None = None,
+        tp: int | None = None,
+        weights_dtype: str | None = None,
+        local_capacity_tokens: str | int | None = None,
+        dram_capacity_tokens: str | int | None = None,
+        pool_capacity_tokens: str | int | None = None,
+        warmup: float | None = None,
+        hicache_size: float | None = None,
+        dram: LinkSettings | None = None,
+        nvme: LinkSettings | None = None,
+        pool: LinkSettings | None = None,
+        **fields: Any,
+    ) -> ClusterConfig:
+        """The cluster a user's settings describe: the one place a :class:`ClusterConfig`
+        is built from them. ``kvpool replay`` and ``kvpool analyze`` call it with their
+        flags (``ClusterFlags``), the dashboard with its sidebar's values, so the same
+        settings give the same cluster everywhere.
+
+        The settings are the flags' names and forms: ``model`` and ``tp`` None for the
+        defaults, capacities as typed (``"2e6"``, ``"unbounded"``) or token counts,
+        ``weights_dtype`` as the flag takes it (``fp16`` is ``bf16``), ``warmup`` and
+        ``hicache_size`` for ``warmup_fraction`` and ``hicache_size_gb``. ``dram``,
+        ``nvme`` and ``pool`` set a link whole (tier, bandwidth, latency; None in it: the
+        catalog's figure); ``fields`` are other :class:`ClusterConfig` fields by name
+        (``pool_gbps`` from ``--pool-gbps``, ``time_scale``, ...).
+        """
+        default = cls()
+        for name, link in (("dram", dram), ("nvme", nvme), ("pool", pool)):
+            if link is None:
+                continue
+            given = {f"{name}_tier", f"{name}_gbps", f"{name}_latency_s"} & fields.keys()
+            if given:
+                raise UsageError(f"{name}= sets the link whole; drop {', '.join(sorted(given))}")
+            fields |= {
+                f"{name}_tier": link.tier,
+                f"{name}_gbps": link.gbps,
+                f"{name}_latency_s": link.latency_s,
+            }
+        if warmup is not None:
+            fields["warmup_fraction"] = warmup
+        if hicache_size is not None:
+            fields["hicache_size_gb"] = hicache_size
+        return cls(
+            model=default.model if model is None else model,
+            tp=default.tp if tp is None else tp,
+            weights_dtype=weights_dtype_named(weights_dtype),
+            local_capacity_tokens=_capacity(local_capacity_tokens, "--local-capacity-tokens"),
+            dram_capacity_tokens=_capacity(dram_capacity_tokens, "--dram-capacity-tokens"),
+            pool_capacity_tokens=_capacity(pool_capacity_tokens, "--pool-capacity-tokens"),
+            **fields,
+        )
+
+    @property
+    def dram_link(self) -> LinkSettings:
+        """Host DRAM <-> GPU, one link per instance (its tier, and the figures set)."""
+        return LinkSettings(self.dram_tier, self.dram_gbps, self.dram_latency_s)
+
+    @property
+    def nvme_link(self) -> LinkSettings:
+        """NVMe <-> GPU, one link per node."""
+        return LinkSettings(self.nvme_tier, self.nvme_gbps, self.nvme_latency_s)
+
+    @property
+    def pool_link(self) -> LinkSettings:
+        """Node <-> pool, one link per node (the store's total: ``pool_aggregate_gbps``)."""
+        return LinkSettings(self.pool_tier, self.pool_gbps, self.pool_latency_s)
+
     @property
     def instances_per_node(self) -> int:
         return max(1, self.gpus_per_node // self.tp)
@@ -394,6 +469,11 @@ def parse_capacity(text: str, flag: str) -> int:
     if not math.isfinite(value) or value < 0 or value != int(value):
         raise UsageError(f"{flag}: expected a whole, non-negative token count, got {text!r}")
     return min(int(value), UNBOUNDED)
+
+
+def _capacity(value: str | int | None, flag: str) -> int | None:
+    """A capacity setting as typed (``parse_capacity``) or a token count; None: derived."""
+    return parse_capacity(value, flag) if isinstance(value, str) else value
 
 
 _BOOL_KEYS = {"local", "dram", "nvme", "pool"}

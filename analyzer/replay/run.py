@@ -60,6 +60,7 @@ from analyzer.replay.engine import (
     TraceTree,
     simulate,
 )
+from analyzer.replay.link_settings import LinkSettings, resolve_link
 from analyzer.replay.miniature import Miniature, sample
 from analyzer.replay.miniature import sampling_rate as sampling_rate
 from analyzer.replay.serving import output_lengths
@@ -197,31 +198,24 @@ def resolve(
     if pool_tokens is None:
         pool_tokens = min(UNBOUNDED, dram_tokens * c.nodes)
 
-    def tier(
-        name: str, gbps: float | None, latency_s: float | None, tokens: int
-    ) -> tuple[TierPlan, float | None, float]:
+    # The tier as the instance sees it (host DRAM: tp links) where the cost model says.
+    seen_by = cost if hasattr(cost, "tier_link") else None
+
+    def tier(link: LinkSettings, tokens: int) -> tuple[TierPlan, float | None, float]:
         if c.free_loads:  # cross-check mode: the link figures are unused
             return TierPlan(blocks(tokens), math.inf, math.inf, 0.0), None, 0.0
-        if gbps is None or latency_s is None:
-            if hasattr(cost, "tier_link"):  # the tier as the instance sees it (tp links)
-                spec = cost.tier_link(name)
-            else:
-                from analyzer.cost import get_tier
-
-                spec = get_tier(name)
-            gbps = float(spec.bandwidth_gbps) if gbps is None else gbps
-            latency_s = float(spec.latency_s) if latency_s is None else latency_s
-        bw, lat = gbps, latency_s
+        spec = resolve_link(link, seen_by)
+        bw, lat = float(spec.bandwidth_gbps), float(spec.latency_s)
         return TierPlan(blocks(tokens), bw * 1e9, bw * 1e9, lat), bw, lat
 
     dram = nvme = pool = None
     dram_gbps = nvme_gbps = pool_gbps = pool_lat = None
     if scenario.dram:
-        dram, dram_gbps, _ = tier(c.dram_tier, c.dram_gbps, c.dram_latency_s, dram_cache_tokens)
+        dram, dram_gbps, _ = tier(c.dram_link, dram_cache_tokens)
     if scenario.nvme:
-        nvme, nvme_gbps, _ = tier(c.nvme_tier, c.nvme_gbps, c.nvme_latency_s, nvme_tokens)
+        nvme, nvme_gbps, _ = tier(c.nvme_link, nvme_tokens)
     if scenario.pool:
-        pool, pool_gbps, pool_lat = tier(c.pool_tier, c.pool_gbps, c.pool_latency_s, pool_tokens)
+        pool, pool_gbps, pool_lat = tier(c.pool_link, pool_tokens)
         if c.pool_aggregate_gbps is not None and not c.free_loads:
             pool = replace(pool, aggregate_bytes_per_s=c.pool_aggregate_gbps * 1e9)
     plan = Plan(

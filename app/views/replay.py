@@ -6,8 +6,9 @@ import streamlit as st
 
 from analyzer.advisor.words import count
 from analyzer.replay.config import Scenario
+from analyzer.replay.link_settings import resolve_link
 from analyzer.report import figures
-from app import changes, charts, compute, controls, replays, state
+from app import changes, charts, controls, replays, state
 
 st.title("Replay")
 
@@ -46,8 +47,8 @@ with state.guard():
 
     def link(pool: bool) -> str:
         found = [s.resolved.pool_gbps if pool else s.resolved.dram_gbps for s in scen.values()]
-        tier = cluster.pool_tier if pool else cluster.dram_tier
-        gbps = next((g for g in found if g), None) or compute.tier(tier).bandwidth_gbps
+        settings = cluster.pool_link if pool else cluster.dram_link
+        gbps = next((g for g in found if g), None) or resolve_link(settings).bandwidth_gbps
         return f"{gbps:g} GB/s"
 
     st.caption(
