@@ -43,24 +43,20 @@ SETTING_WORDS = {
     "dram_scope": "host DRAM cache",
     "isolation": "who may share KV blocks",
 }
-_CATALOG_AT_ZERO = {
-    "local_capacity_gb",
-    "dram_gbps",
-    "dram_latency_us",
-    "pool_capacity_gb",
-    "pool_gbps",
-    "pool_latency_us",
-}
+_DERIVED_AT_ZERO = {"local_capacity_gb", "pool_capacity_gb"}
+_CATALOG_WHEN_EMPTY = {"dram_gbps", "dram_latency_us", "pool_gbps", "pool_latency_us"}
 
 
 def setting_words(w: WhatIf) -> dict[str, str]:
-    """The what-if settings as the sidebar words them (0 where the catalog or the
-    hardware decides reads so)."""
+    """The what-if settings as the sidebar words them (a capacity at 0 reads "derived",
+    a link figure left empty "catalog")."""
     out = {}
     for f in fields(w):
         v = getattr(w, f.name)
-        if f.name in _CATALOG_AT_ZERO and not v:
-            text = "derived" if "capacity" in f.name else "catalog"
+        if f.name in _DERIVED_AT_ZERO and not v:
+            text = "derived"
+        elif f.name in _CATALOG_WHEN_EMPTY and v is None:
+            text = "catalog"
         elif f.name == "model":
             text = v or "the log's own"
         elif f.name == "tp":

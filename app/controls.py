@@ -109,20 +109,20 @@ def _select(label: str, options: list, default, key: str, **kw):
     return st.selectbox(label, options, index=index, key=key, **kw)
 
 
-def in_force(tier: str, gbps: float, latency_us: float) -> str:
+def in_force(tier: str, gbps: float | None, latency_us: float | None) -> str:
     """The link a replay uses, as the sidebar says it: each figure as set, or the
-    tier's catalog figure where the control is left at 0."""
+    tier's catalog figure where the control is left empty (None)."""
     from app import compute
 
     t = compute.tier(tier)
     bw = (
         f"{gbps:g} GB/s (set; {tier} lists {t.bandwidth_gbps:g})"
-        if gbps > 0
+        if gbps is not None
         else (f"{t.bandwidth_gbps:g} GB/s ({tier})")
     )
     lat = (
         f"{latency_us:g} µs (set; {tier} lists {t.latency_s * 1e6:g})"
-        if latency_us > 0
+        if latency_us is not None
         else f"{t.latency_s * 1e6:g} µs ({tier})"
     )
     return f"In force: {bw}, first byte {lat}."
@@ -254,8 +254,8 @@ def sidebar() -> WhatIf:
             pool_lat = _link_figure(
                 "Pool first-byte latency (µs", s.pool_latency_us, 5.0, "ctl.pool_lat", 0.0
             )
-            dram_note.caption(in_force(dram_tier, float(dram_gbps), float(dram_lat)))
-            pool_note.caption(in_force(pool_tier, float(pool_gbps), float(pool_lat)))
+            dram_note.caption(in_force(dram_tier, dram_gbps, dram_lat))
+            pool_note.caption(in_force(pool_tier, pool_gbps, pool_lat))
         with st.expander("Service level", expanded=True):
             slo = st.number_input(
                 "TTFT SLO, p90 (s)", min_value=0.01, value=s.ttft_slo_s, step=0.25, key="ctl.slo"
@@ -316,9 +316,9 @@ def sidebar() -> WhatIf:
 def links_in_force(w: WhatIf) -> str:
     from app import compute
 
-    def one(tier: str, gbps: float) -> str:
-        shown = gbps if gbps > 0 else compute.tier(tier).bandwidth_gbps
-        return f"{shown:g} GB/s ({'as set' if gbps > 0 else tier})"
+    def one(tier: str, gbps: float | None) -> str:
+        shown = gbps if gbps is not None else compute.tier(tier).bandwidth_gbps
+        return f"{shown:g} GB/s ({tier if gbps is None else 'as set'})"
 
     return (
         f"In force: pool link {one(w.pool_tier, w.pool_gbps)} per node; host DRAM link "

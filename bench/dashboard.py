@@ -305,8 +305,8 @@ def main() -> None:
             rows.append(("what-if, seen before (instances back to 4)", t, "< 1 s"))
 
             expand(page, "Tiers and links")
-            bw = "Pool bandwidth per node (GB/s; 0 = catalog)"
-            # The catalog's figure (0) has no bandwidth neighbours: 40 GB/s is re-priced
+            bw = "Pool bandwidth per node (GB/s; empty = catalog)"
+            # The catalog's figure (empty) has no bandwidth neighbours: 40 GB/s is re-priced
             # from the replay at the catalog's bandwidth, then replayed.
             shown, t, repriced = timed_repriced(page, lambda: set_number(page, bw, 40))
             what = "re-priced verdict" if repriced else "previous answer greyed (not re-priced)"

@@ -217,11 +217,11 @@ NUMBERS = [
     ("Instances", 2),
     ("HBM prefix cache per instance (GB; 0 = what the HBM leaves)", 5),
     ("Host DRAM per node (GB)", 64),
-    ("DRAM bandwidth (GB/s; 0 = catalog)", 10),
-    ("DRAM first-byte latency (µs; 0 = catalog)", 20),
+    ("DRAM bandwidth (GB/s; empty = catalog)", 10),
+    ("DRAM first-byte latency (µs; empty = catalog)", 20),
     ("Pool capacity, whole cluster (GB; 0 = the nodes' DRAM)", 100),
-    ("Pool bandwidth per node (GB/s; 0 = catalog)", 10),
-    ("Pool first-byte latency (µs; 0 = catalog)", 50),
+    ("Pool bandwidth per node (GB/s; empty = catalog)", 10),
+    ("Pool first-byte latency (µs; empty = catalog)", 50),
     ("TTFT SLO, p90 (s)", 1),
 ]
 
