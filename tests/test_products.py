@@ -343,6 +343,29 @@ def test_otlp_bad_messages_and_missing_content(tmp_path):
     assert got.skipped.by_reason["no input messages (content capture is off)"] == 1
 
 
+def test_otlp_objects_where_arrays_stand_are_counted_skips(tmp_path):
+    """An OTLP request whose ``spans`` or ``scopeSpans`` is an object, not an array, is a
+    counted skip naming the field (never iterated by its keys); an intValue of Infinity
+    is kept as given, not a traceback."""
+    lines = (FIX / "otel_genai.jsonl").read_text().splitlines()
+    good = json.loads(lines[0])
+    no_spans = json.loads(lines[1])
+    no_spans["resourceSpans"][0]["scopeSpans"][0]["spans"] = {"spanId": "x"}
+    no_scopes = json.loads(lines[1])
+    no_scopes["resourceSpans"][0]["scopeSpans"] = {"spans": []}
+    endless = {"key": "kvpool.test.count", "value": {"intValue": float("inf")}}
+    good["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"].append(endless)
+    alone = tmp_path / "good.jsonl"
+    alone.write_text(json.dumps(good) + "\n")
+    p = tmp_path / "spans.jsonl"
+    p.write_text("".join(json.dumps(x) + "\n" for x in (no_spans, no_scopes, good)))
+    want, got = load([alone]), load([p])
+    assert got.table.num_rows == want.table.num_rows == 1
+    mistyped = got.skipped.by_reason.pop("mistyped field")
+    assert mistyped == 2 and "mistyped field" not in want.skipped.by_reason
+    assert got.skipped.by_reason == want.skipped.by_reason  # the good line's embedding
+
+
 # -- privacy -----------------------------------------------------------------------------
 
 CANARY = "Zq7canaryXv"

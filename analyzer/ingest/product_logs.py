@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
 
 from analyzer.ingest.detect import Format
 from analyzer.ingest.documents import (
@@ -50,6 +49,7 @@ from analyzer.ingest.fields import (
 )
 from analyzer.ingest.io import TruncatedInput
 from analyzer.ingest.streams import csv_records, json_records, truncated
+from analyzer.jsontypes import JSONObject, JSONValue
 
 # -- record streams ----------------------------------------------------------------------
 
@@ -95,17 +95,23 @@ def _documents(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[Re
 # -- shared mappings ---------------------------------------------------------------------
 
 
-def _json(rec: dict[str, Any], key: str) -> Any:
+def _json(rec: JSONObject, key: str) -> object:
     """A field that holds JSON: an object as is, JSON text (CSV cells, SpendLogs'
     ``metadata``) parsed; a bad one names the field."""
     return maybe_json(rec.get(key), key)
 
 
-def _dict(value: object) -> dict[str, Any]:
+def _dict(value: object) -> JSONObject:
+    """An object of a JSON record, or an empty one for anything else."""
     return value if isinstance(value, dict) else {}
 
 
-def _first(*pairs: tuple[dict[str, Any], str]) -> str | None:
+def _list(value: object) -> list[JSONValue]:
+    """An array of a JSON record, or an empty one for anything else."""
+    return value if isinstance(value, list) else []
+
+
+def _first(*pairs: tuple[Mapping[str, object], str]) -> str | None:
     """The first present, non-empty value of ``(record, key)`` pairs, as a string."""
     for where, key in pairs:
         v = where.get(key)
@@ -114,21 +120,21 @@ def _first(*pairs: tuple[dict[str, Any], str]) -> str | None:
     return None
 
 
-def _tenant_in(meta: dict[str, Any]) -> str | None:
+def _tenant_in(meta: Mapping[str, object]) -> str | None:
     """A tenant among free-form metadata or properties: the keys the OpenAI reader
     takes (``tenant``, ``tenant_id``, ``org``, ``organization``, ``team``), any case."""
     lower = {str(k).lower(): v for k, v in meta.items()}
     return _first(*((lower, k) for k in TENANT_KEYS))
 
 
-def _body(value: object, field: str, tools: object = None) -> dict[str, Any] | str:
+def _body(value: object, field: str, tools: JSONValue = None) -> JSONObject | str:
     """A prompt as the products record it, as a chat-completions body (or raw text):
     a list of messages, an object with ``messages`` (or ``prompt``), or a string.
     Anthropic's separate ``system`` becomes the first message, as the server renders it."""
     if isinstance(value, str):
         return value
     if isinstance(value, list):
-        body: dict[str, Any] = {"messages": value}
+        body: JSONObject = {"messages": value}
     elif isinstance(value, dict) and isinstance(value.get("messages"), list):
         body = dict(value)
     elif isinstance(value, dict) and isinstance(value.get("prompt"), str):
@@ -140,16 +146,17 @@ def _body(value: object, field: str, tools: object = None) -> dict[str, Any] | s
     else:
         raise RowError("mistyped field", field)
     system = body.get("system")
+    messages = _list(body["messages"])  # a list, as each branch above makes sure
     if system is not None and not any(
-        isinstance(m, dict) and m.get("role") == "system" for m in body["messages"]
+        isinstance(m, dict) and m.get("role") == "system" for m in messages
     ):
-        body["messages"] = [{"role": "system", "content": system}, *body["messages"]]
+        body["messages"] = [{"role": "system", "content": system}, *messages]
     if tools and not body.get("tools"):
         body["tools"] = tools
     return body
 
 
-def _prompt(raw: Raw, value: object, field: str, tools: object = None) -> None:
+def _prompt(raw: Raw, value: object, field: str, tools: JSONValue = None) -> None:
     body = _body(value, field, tools)
     if isinstance(body, str):
         raw.text = body
@@ -201,7 +208,7 @@ _LITELLM_CALLS = frozenset(
 )
 
 
-def parse_litellm(rec: dict[str, Any], ctx: FileContext) -> Raw:
+def parse_litellm(rec: JSONObject, ctx: FileContext) -> Raw:
     """LiteLLM's ``StandardLoggingPayload`` (what every logging callback receives;
     ``litellm/types/utils.py``) or a ``LiteLLM_SpendLogs`` row (``schema.prisma``)."""
     call = as_str(rec.get("call_type"))
@@ -269,7 +276,7 @@ def parse_litellm(rec: dict[str, Any], ctx: FileContext) -> Raw:
 # -- Langfuse ----------------------------------------------------------------------------
 
 
-def _is_langfuse_trace(rec: dict[str, Any]) -> bool:
+def _is_langfuse_trace(rec: JSONObject) -> bool:
     """A row of the traces export (``BatchExportTracesRow``), not an observation."""
     return (
         "traceId" not in rec and "type" not in rec and ("sessionId" in rec or "bookmarked" in rec)
@@ -301,7 +308,7 @@ def _langfuse_traces(ctx: FileContext) -> dict[str, tuple[str | None, str | None
     return traces
 
 
-def parse_langfuse(rec: dict[str, Any], ctx: FileContext) -> Raw:
+def parse_langfuse(rec: JSONObject, ctx: FileContext) -> Raw:
     """An observation of Langfuse's export (``worker/src/features/database-read-stream``:
     the observations and events streams); a GENERATION is a model call."""
     if _is_langfuse_trace(rec):
@@ -348,7 +355,7 @@ def parse_langfuse(rec: dict[str, Any], ctx: FileContext) -> Raw:
 HELICONE_SESSION = "Helicone-Session-Id"
 
 
-def _helicone_json(rec: dict[str, Any], key: str) -> Any:
+def _helicone_json(rec: JSONObject, key: str) -> object:
     """A JSON cell of Helicone's export. Its CSV writer doubles the quotes of JSON cells
     once more than CSV quoting undoes (``convertToCSVRow``), so a cell that is not JSON
     as read is read again with ``""`` as ``"``."""
@@ -361,7 +368,7 @@ def _helicone_json(rec: dict[str, Any], key: str) -> Any:
     return _json(rec, key)
 
 
-def parse_helicone(rec: dict[str, Any], ctx: FileContext) -> Raw:
+def parse_helicone(rec: JSONObject, ctx: FileContext) -> Raw:
     """A request of Helicone's export (``HeliconeRequest``, what ``@helicone/export``
     writes; ``examples/export/typescript`` in Helicone's repository)."""
     if rec.get("response_status") not in (None, ""):
@@ -391,7 +398,7 @@ def parse_helicone(rec: dict[str, Any], ctx: FileContext) -> Raw:
 # -- Portkey -----------------------------------------------------------------------------
 
 
-def _portkey_part(rec: dict[str, Any], part: str) -> Any:
+def _portkey_part(rec: JSONObject, part: str) -> object:
     """``request.body`` / ``response.body``: a column of that dotted name (the logs
     export), or the body of a ``request`` / ``response`` object (a log object)."""
     if f"{part}.body" in rec:
@@ -399,7 +406,7 @@ def _portkey_part(rec: dict[str, Any], part: str) -> Any:
     return maybe_json(_dict(_json(rec, part)).get("body"), f"{part}.body")
 
 
-def parse_portkey(rec: dict[str, Any], ctx: FileContext) -> Raw:
+def parse_portkey(rec: JSONObject, ctx: FileContext) -> Raw:
     """A row of Portkey's logs export, or a log object (``request``, ``response``,
     ``metadata``)."""
     if rec.get("is_success") not in (None, "") and str(rec["is_success"]).strip().lower() in (
@@ -432,7 +439,7 @@ def parse_portkey(rec: dict[str, Any], ctx: FileContext) -> Raw:
 # -- OpenTelemetry GenAI spans (OTLP/JSON) -----------------------------------------------
 
 
-def _otlp_value(v: object) -> Any:
+def _otlp_value(v: JSONValue) -> JSONValue:
     """An OTLP ``AnyValue`` in its JSON form as a Python value (int64 values come as
     strings; ids and bytes as hex and base64)."""
     if not isinstance(v, dict):
@@ -440,16 +447,17 @@ def _otlp_value(v: object) -> Any:
     if "stringValue" in v:
         return v["stringValue"]
     if "intValue" in v:
+        given = v["intValue"]
         try:
-            return int(v["intValue"])
-        except (TypeError, ValueError):
-            return v["intValue"]
+            return int(given) if isinstance(given, str | int | float) else given
+        except (ValueError, OverflowError):
+            return given
     if "doubleValue" in v:
         return v["doubleValue"]
     if "boolValue" in v:
         return v["boolValue"]
     if "arrayValue" in v:
-        return [_otlp_value(x) for x in _dict(v["arrayValue"]).get("values") or []]
+        return [_otlp_value(x) for x in _list(_dict(v["arrayValue"]).get("values"))]
     if "kvlistValue" in v:
         return _otlp_attrs(_dict(v["kvlistValue"]).get("values"))
     if "bytesValue" in v:
@@ -460,8 +468,8 @@ def _otlp_value(v: object) -> Any:
     return None
 
 
-def _otlp_attrs(kvs: object) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _otlp_attrs(kvs: object) -> JSONObject:
+    out: JSONObject = {}
     for kv in kvs if isinstance(kvs, list) else ():
         if isinstance(kv, dict) and isinstance(kv.get("key"), str):
             out[kv["key"]] = _otlp_value(kv.get("value"))
@@ -486,20 +494,26 @@ def _spans(recs: Iterator[Record]) -> Iterator[Record]:
         for item in resources:
             rs = _dict(item)
             resource = _otlp_attrs(_dict(rs.get("resource")).get("attributes"))
-            for ss in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
-                for span in _dict(ss).get("spans") or []:
+            scopes = rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans")
+            if scopes and not isinstance(scopes, list):
+                yield line, RowError("mistyped field", "scopeSpans")
+            for ss in _list(scopes):
+                spans = _dict(ss).get("spans")
+                if spans and not isinstance(spans, list):
+                    yield line, RowError("mistyped field", "spans")
+                for span in _list(spans):
                     if isinstance(span, dict):
                         yield line, _span(span, resource)
                     else:
                         yield line, RowError("mistyped field", "spans")
 
 
-def _span(span: dict[str, Any], resource: dict[str, Any]) -> dict[str, Any]:
+def _span(span: JSONObject, resource: JSONObject) -> JSONObject:
     out = dict(span)
     if isinstance(span.get("attributes"), list):
         out["attributes"] = _otlp_attrs(span["attributes"])
-    events = []
-    for ev in span.get("events") or []:
+    events: list[JSONValue] = []
+    for ev in _list(span.get("events")):
         if isinstance(ev, dict):
             attrs = ev.get("attributes")
             events.append(
@@ -526,7 +540,7 @@ _OTEL_MESSAGE_EVENTS = {
 }
 
 
-def _semconv_message(msg: object, field: str) -> dict[str, Any]:
+def _semconv_message(msg: object, field: str) -> JSONObject:
     """A message of ``gen_ai.input.messages`` (``{role, parts: [...]}``, the GenAI
     input-messages JSON schema) as an OpenAI chat message."""
     if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
@@ -534,9 +548,9 @@ def _semconv_message(msg: object, field: str) -> dict[str, Any]:
     parts = msg.get("parts")
     if not isinstance(parts, list):
         raise RowError("mistyped field", f"{field}.parts")
-    out: dict[str, Any] = {"role": msg["role"]}
-    texts: list[dict[str, Any]] = []
-    calls = []
+    out: JSONObject = {"role": msg["role"]}
+    texts: list[JSONObject] = []
+    calls: list[JSONValue] = []
     for p in parts:
         if not isinstance(p, dict):
             raise RowError("mistyped field", f"{field}.parts")
@@ -571,7 +585,8 @@ def _semconv_message(msg: object, field: str) -> dict[str, Any]:
     if len(texts) == 1 and texts[0]["type"] == "text":
         out["content"] = texts[0]["text"]
     elif texts:
-        out["content"] = texts
+        content: list[JSONValue] = [*texts]
+        out["content"] = content
     else:
         out["content"] = None if calls else ""
     if calls:
@@ -579,29 +594,28 @@ def _semconv_message(msg: object, field: str) -> dict[str, Any]:
     return out
 
 
-def _semconv_json(value: object, field: str) -> Any:
+def _semconv_json(value: JSONValue, field: str) -> JSONValue:
     """An attribute recorded as JSON text (spans may) or structured (events must)."""
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            parsed: JSONValue = json.loads(value)
         except (json.JSONDecodeError, RecursionError) as exc:
             raise RowError("malformed JSON", field) from exc
+        return parsed
     return value
 
 
-def _otel_messages(attrs: dict[str, Any], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _otel_messages(attrs: JSONObject, events: list[JSONObject]) -> list[JSONValue]:
     """The input messages of a span, from its attributes, its operation-details event,
     or (older conventions) its per-message events."""
     source = attrs
     if "gen_ai.input.messages" not in attrs:
         for ev in events:
             if ev.get("name") == _OTEL_DETAILS_EVENT:
-                source = {
-                    **ev["attributes"],
-                    **{k: v for k, v in attrs.items() if k not in ev["attributes"]},
-                }
+                details = _dict(ev.get("attributes"))
+                source = {**details, **{k: v for k, v in attrs.items() if k not in details}}
                 break
-    messages: list[dict[str, Any]] = []
+    messages: list[JSONValue] = []
     system = source.get("gen_ai.system_instructions")
     if system is not None:
         parts = _semconv_json(system, "gen_ai.system_instructions")
@@ -623,8 +637,8 @@ def _otel_messages(attrs: dict[str, Any], events: list[dict[str, Any]]) -> list[
         role = _OTEL_MESSAGE_EVENTS.get(str(ev.get("name")))
         if role is None:
             continue
-        a = ev["attributes"]
-        msg: dict[str, Any] = {"role": a.get("role", role), "content": a.get("content")}
+        a = _dict(ev.get("attributes"))
+        msg: JSONObject = {"role": a.get("role", role), "content": a.get("content")}
         calls = _semconv_json(a["tool_calls"], "tool_calls") if "tool_calls" in a else None
         if calls:
             msg["tool_calls"] = calls
@@ -636,7 +650,7 @@ def _otel_messages(attrs: dict[str, Any], events: list[dict[str, Any]]) -> list[
     return messages
 
 
-def _otel_tools(value: object) -> list[dict[str, Any]] | None:
+def _otel_tools(value: JSONValue) -> list[JSONValue] | None:
     """``gen_ai.tool.definitions`` (``{type, name, description, parameters}``) in the
     chat-completions form (``{type, function: {...}}``) the prompt is rendered from."""
     if value is None:
@@ -644,7 +658,7 @@ def _otel_tools(value: object) -> list[dict[str, Any]] | None:
     tools = _semconv_json(value, "gen_ai.tool.definitions")
     if not isinstance(tools, list):
         raise RowError("mistyped field", "gen_ai.tool.definitions")
-    out = []
+    out: list[JSONValue] = []
     for t in tools:
         if not isinstance(t, dict):
             raise RowError("mistyped field", "gen_ai.tool.definitions")
@@ -660,12 +674,12 @@ def _otel_tools(value: object) -> list[dict[str, Any]] | None:
     return out
 
 
-def parse_otel(rec: dict[str, Any], ctx: FileContext) -> Raw:
+def parse_otel(rec: JSONObject, ctx: FileContext) -> Raw:
     """An OpenTelemetry span of a GenAI model call (semantic conventions, ``docs/gen-ai``:
     ``gen-ai-spans.md``, ``gen-ai-events.md``, the ``gen_ai`` attribute registry)."""
     attrs = _dict(rec.get("attributes"))
     resource = _dict(rec.get("resource"))
-    events = [e for e in rec.get("events") or [] if isinstance(e, dict)]
+    events = [e for e in _list(rec.get("events")) if isinstance(e, dict)]
     op = attrs.get("gen_ai.operation.name")
     if op is None and not any(k.startswith("gen_ai.") for k in attrs):
         raise RowError("not a GenAI span", "gen_ai.operation.name")
@@ -679,7 +693,7 @@ def parse_otel(rec: dict[str, Any], ctx: FileContext) -> Raw:
     raw = take_time(rec, ctx, ("startTimeUnixNano",))
     tools = _otel_tools(attrs.get("gen_ai.tool.definitions"))
     messages = _otel_messages(attrs, events)
-    body: dict[str, Any] = {"messages": messages, **({"tools": tools} if tools else {})}
+    body: JSONObject = {"messages": messages, **({"tools": tools} if tools else {})}
     raw.body = body
     both = {**resource, **attrs}
     raw.request_id = _first((rec, "spanId"))
@@ -704,7 +718,7 @@ def parse_otel(rec: dict[str, Any], ctx: FileContext) -> Raw:
     return raw
 
 
-PARSERS: dict[str, Callable[[dict[str, Any], FileContext], Raw]] = {
+PARSERS: dict[str, Callable[[JSONObject, FileContext], Raw]] = {
     Format.LITELLM: parse_litellm,
     Format.LANGFUSE: parse_langfuse,
     Format.HELICONE: parse_helicone,
