@@ -37,11 +37,14 @@ import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from analyzer.errors import InputError, KvpoolError, Location, OutputError, UsageError
 from analyzer.spill import new_dir, remove
+
+if TYPE_CHECKING:  # pyarrow is imported when a URL is opened, not at start-up
+    from pyarrow.fs import FileInfo, FileSystem
 
 # URL schemes read and written through pyarrow.fs (gcs:// is gs://; abfs[s]:// is Azure's
 # own form, container@account.dfs.core.windows.net).
@@ -72,7 +75,7 @@ class Remote:
     """An object-storage URL opened: its filesystem and the path within it."""
 
     url: str  # as given
-    fs: Any  # pyarrow.fs.FileSystem
+    fs: FileSystem
     path: str  # bucket/key
 
     @property
@@ -84,7 +87,7 @@ class Remote:
         return self.path.split("/", 1)[0]
 
 
-def _azure(url: str) -> tuple[Any, str]:
+def _azure(url: str) -> tuple[FileSystem, str]:
     """``az://CONTAINER/PATH`` (adlfs's form) on the account ``AZURE_STORAGE_ACCOUNT_NAME``
     (or ``AZURE_STORAGE_ACCOUNT``, the az CLI's name)."""
     import pyarrow.fs as pafs
@@ -220,14 +223,14 @@ def _bucket_exists(remote: Remote) -> bool:
     return bool(info.type != pafs.FileType.NotFound)
 
 
-def _info(remote: Remote, *, output: bool = False) -> Any:
+def _info(remote: Remote, *, output: bool = False) -> FileInfo:
     try:
         return remote.fs.get_file_info(remote.path)
     except OSError as exc:
         raise _fail(exc, remote, output=output) from None
 
 
-def _dataset_members(remote: Remote) -> list[Any]:
+def _dataset_members(remote: Remote) -> list[FileInfo]:
     """The Parquet files of a partitioned canonical dataset under a prefix."""
     import pyarrow.fs as pafs
 

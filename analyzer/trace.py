@@ -53,7 +53,6 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -130,7 +129,7 @@ _ROW_DEFAULTS = {
 }
 
 
-def table_from_rows(rows: list[dict[str, Any]], **meta: object) -> pa.Table:
+def table_from_rows(rows: Sequence[Mapping[str, object]], **meta: object) -> pa.Table:
     """A canonical table from row dicts (request_id, arrival_s, prompt_tokens and
     block_hashes required; the other columns default to null, the flags to False)."""
     full = [{**_ROW_DEFAULTS, **r} for r in rows]
@@ -220,7 +219,7 @@ class WindowedWriter:
     is in whole seconds from the trace's first request, zero-padded so that names sort
     in time order). Each file carries the whole trace's metadata."""
 
-    def __init__(self, directory: Path, schema: pa.Schema, window_s: int, **kw: Any) -> None:
+    def __init__(self, directory: Path, schema: pa.Schema, window_s: int, **kw: object) -> None:
         assert window_s >= 1
         self.directory, self.schema, self.window_s, self.kw = directory, schema, window_s, kw
         self._writer: pq.ParquetWriter | None = None

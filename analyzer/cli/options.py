@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 # The one default of every shared flag (flag name -> value), as the commands use them.
 # The ingest and cluster flags' defaults are their fields' in IngestFlags and ClusterFlags
 # (below), added at the end of this module.
-DEFAULTS: dict[str, Any] = {
+DEFAULTS: dict[str, object] = {
     "--ttft-slo": 2.0,
     "--isolation": "shared",
 }

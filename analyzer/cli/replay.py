@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -11,6 +11,9 @@ from analyzer.cli import options as o
 from analyzer.cli.stdio import stdin_options
 from analyzer.errors import UsageError
 from analyzer.quoting import scrub, terminal
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def _fmt_rate(v: float | None, capped: bool) -> str:
@@ -23,7 +26,7 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:,.1f}"
 
 
-def render_table(doc: dict[str, Any]) -> Any:  # rich.table.Table
+def render_table(doc: dict[str, Any]) -> Table:
     """A readable table of the replay JSON: one column per scenario, one row per figure
     (so that it fits a narrow terminal)."""
     from rich.table import Table

@@ -28,9 +28,8 @@ import contextlib
 import os
 import tempfile
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -102,7 +101,7 @@ class _Pending:
 
         # Lists go in as numpy object arrays: given a plain list, pyarrow imports pandas
         # (a third of a second) to ask whether it is a pandas object.
-        def obj(values: list[Any], t: pa.DataType) -> pa.Array:
+        def obj(values: Sequence[object], t: pa.DataType) -> pa.Array:
             arr = np.empty(len(values), dtype=object)
             arr[:] = values
             return pa.array(arr, t)
