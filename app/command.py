@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -33,6 +33,15 @@ ENV_MAX_UPLOAD_MB = "KVPOOL_MAX_UPLOAD_MB"
 ENV_SCRATCH = "KVPOOL_DASHBOARD_SCRATCH"  # the server's temporary folder, removed on exit
 ENV_ROOTS = "KVPOOL_DASHBOARD_ROOTS"  # folders the path box may open (os.pathsep list)
 ENV_HOSTS = "KVPOOL_DASHBOARD_HOSTS"  # host names besides loopback the page answers to
+# The Tenants control's first value, and the fields tenants and users are read from
+# (kvpool dashboard --isolation, --tenant-field, --user-field).
+ENV_ISOLATION = "KVPOOL_DASHBOARD_ISOLATION"
+# analyzer.reuse.isolation.POLICIES, as analyzer.cli.options.IsolationName spells them
+# (importing that module from here would register the CLI while this one loads; the
+# flags' help texts below are theirs, word for word: tests/test_cli_defaults.py).
+Policy = Literal["shared", "tenant", "user"]
+ENV_TENANT_FIELD = "KVPOOL_DASHBOARD_TENANT_FIELD"
+ENV_USER_FIELD = "KVPOOL_DASHBOARD_USER_FIELD"
 DEFAULT_MAX_UPLOAD_MB = 200
 
 
@@ -66,6 +75,26 @@ def max_upload_mb() -> int:
     if value < 1:
         raise UsageError(f"{ENV_MAX_UPLOAD_MB} must be at least 1 (got {value})")
     return value
+
+
+def start_isolation(default: str = "shared") -> str:
+    """The Tenants control's first value: ``--isolation`` (``default`` when not given)."""
+    from analyzer.reuse.isolation import POLICIES
+
+    given = os.environ.get(ENV_ISOLATION, "").strip()
+    if not given:
+        return default
+    if given not in POLICIES:
+        raise UsageError(f"{ENV_ISOLATION}={given!r} must be one of {', '.join(POLICIES)}")
+    return given
+
+
+def start_fields() -> tuple[str | None, str | None]:
+    """The tenant and user fields ``--tenant-field`` / ``--user-field`` named (None: the
+    format's own)."""
+    tenant = os.environ.get(ENV_TENANT_FIELD, "").strip()
+    user = os.environ.get(ENV_USER_FIELD, "").strip()
+    return tenant or None, user or None
 
 
 def check_trace_path(path: Path, *, confined: bool = False) -> None:
@@ -179,6 +208,31 @@ def register(app: typer.Typer) -> None:
                 "listens on 127.0.0.1 only.",
             ),
         ] = None,
+        isolation: Annotated[
+            Policy,
+            typer.Option(
+                "--isolation",
+                help="Who may share KV blocks: shared (everyone, no cache salt), tenant (a "
+                "cache_salt / extra_key per tenant), user (per end user, else per session); "
+                "every figure is measured under it (docs/security.md).",
+            ),
+        ] = "shared",
+        tenant_field: Annotated[
+            str | None,
+            typer.Option(
+                "--tenant-field",
+                help="Field or column holding the tenant (a.b.c in JSON records), in place "
+                "of the format's own (docs/formats.md).",
+            ),
+        ] = None,
+        user_field: Annotated[
+            str | None,
+            typer.Option(
+                "--user-field",
+                help="Field or column holding the end user (a.b.c in JSON records), in "
+                "place of the format's own (docs/formats.md).",
+            ),
+        ] = None,
     ) -> None:
         """Start the what-if dashboard (Streamlit) on http://127.0.0.1:PORT."""
         if not 1 <= port <= 65535:
@@ -222,6 +276,9 @@ def register(app: typer.Typer) -> None:
             + [r for r in os.environ.get(ENV_ROOTS, "").split(os.pathsep) if r]
         )
         env[ENV_HOSTS] = host or ""
+        env[ENV_ISOLATION] = isolation
+        env[ENV_TENANT_FIELD] = tenant_field or ""
+        env[ENV_USER_FIELD] = user_field or ""
         try:
             proc = subprocess.Popen(
                 streamlit_command(port, upload_mb), env=env, preexec_fn=_die_with_parent

@@ -27,6 +27,7 @@ from typing import Any
 import streamlit as st
 
 from analyzer.errors import InputError, Location
+from app.command import start_isolation
 
 CALLS: Counter[str] = Counter()
 
@@ -309,6 +310,6 @@ def control_defaults() -> ControlDefaults:
         gpus_per_node=int(cluster.gpus_per_node),
         dram_scope=str(cluster.dram_scope),
         dram_scopes=list(DRAM_SCOPES),
-        isolation=analyze.isolation,
+        isolation=start_isolation(analyze.isolation),
         isolations=list(POLICIES),
     )

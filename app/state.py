@@ -19,7 +19,7 @@ import streamlit as st
 
 from analyzer.errors import KvpoolError
 from analyzer.quoting import st_text
-from app.command import ENV_INPUT, ENV_SCRATCH, max_upload_mb
+from app.command import ENV_INPUT, ENV_SCRATCH, max_upload_mb, start_fields
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES_DIR = REPO / "traces"
@@ -46,9 +46,16 @@ class IngestChoice:
 
     block_size: int | None = None  # None: 16 for text logs, the trace's own for hashed ones
     strict: bool = False
+    tenant_field: str | None = None  # None: the format's own (docs/formats.md)
+    user_field: str | None = None
 
     def key(self) -> tuple[tuple[str, object], ...]:
-        return (("block_size", self.block_size), ("strict", self.strict))
+        return (
+            ("block_size", self.block_size),
+            ("strict", self.strict),
+            ("tenant_field", self.tenant_field),
+            ("user_field", self.user_field),
+        )
 
 
 def bundled_samples() -> list[Path]:
@@ -96,7 +103,11 @@ def set_calibration(value: tuple[str, bytes] | None) -> None:
 
 
 def ingest_choice() -> IngestChoice:
-    return st.session_state.get(INGEST_KEY, IngestChoice())
+    """The load page's ingest options; at first, the fields `kvpool dashboard` named."""
+    if INGEST_KEY not in st.session_state:
+        tenant, user = start_fields()
+        return IngestChoice(tenant_field=tenant, user_field=user)
+    return st.session_state[INGEST_KEY]
 
 
 def set_ingest_choice(choice: IngestChoice) -> None:

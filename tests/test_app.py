@@ -1006,6 +1006,45 @@ def test_isolation_keys_every_page_and_the_recommendation_prices_it(
     assert any("Whether a salt would hold on each stack" in c.value for c in app.caption)
 
 
+def test_the_dashboard_starts_isolated_by_the_tenant_field_it_was_given(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """`kvpool dashboard --isolation tenant --tenant-field account.slug`: a log whose
+    tenants sit in a field of its own is keyed by them from the first page, as `kvpool
+    reuse --tenant-field account.slug --isolation tenant` keys it."""
+    from analyzer.ingest import IngestOptions, open_trace
+    from analyzer.reuse import ReuseOptions, analyze_reuse
+    from analyzer.reuse.isolation import isolate
+    from app.command import ENV_ISOLATION, ENV_TENANT_FIELD
+
+    synth = write_sample(tmp_path / "synth.jsonl", requests=300, profile="saas")
+    log = tmp_path / "own-field.jsonl"
+    with synth.open() as src, log.open("w") as out:
+        for line in src:
+            row = json.loads(line)
+            row["account"] = {"slug": row["request"]["metadata"].pop("tenant")}
+            out.write(json.dumps(row) + "\n")
+    named = open_trace([log], IngestOptions(tenant_field="account.slug")).trace
+    assert len(named.tenant_names) == 12 and len(open_trace([log]).trace.tenant_names) == 1
+    want = analyze_reuse(isolate(named, "tenant"), ReuseOptions()).ceiling_hit_rate
+    assert want < analyze_reuse(named, ReuseOptions()).ceiling_hit_rate
+    monkeypatch.setenv(ENV_INPUT, str(log))
+    monkeypatch.setenv(ENV_ISOLATION, "tenant")
+    monkeypatch.setenv(ENV_TENANT_FIELD, "account.slug")
+    compute.control_defaults.clear()  # read once per server, as `kvpool dashboard` sets it
+    try:
+        app = AppTest.from_file(str(APP), default_timeout=TIMEOUT_S)
+        app.run()
+        assert_clean(app)
+        assert app.text_input(key="load.tenant_field").value == "account.slug"
+        app.switch_page("views/reuse.py").run()
+        assert_clean(app)
+        assert app.selectbox(key="ctl.isolation").value == "tenant"
+        assert metric(app, "Ceiling, steady") == f"{want:.1%}"
+    finally:
+        compute.control_defaults.clear()
+
+
 def test_the_dashboard_speaks_the_reports_language(at: AppTest, sample: Path) -> None:
     """Tables in words and units (no key names, no bare fractions), the report's option
     names and descriptions, and the reuse shares as the report defines them (share of

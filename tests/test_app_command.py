@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from analyzer.cli import app as cli
@@ -104,3 +105,44 @@ def test_cli_prints_errors_without_traceback(tmp_path) -> None:
     assert proc.returncode == EXIT_INPUT
     text = " ".join(proc.stderr.split())  # rich wraps long lines
     assert "no such file" in text and "Traceback" not in text
+
+
+def test_isolation_and_the_tenant_fields_reach_the_page(monkeypatch) -> None:
+    """`--isolation`, `--tenant-field` and `--user-field` travel to the server in its
+    environment, where the page's first Tenants value and ingest fields read them."""
+    seen: dict[str, str] = {}
+
+    class Server:
+        def __init__(self, cmd, env, preexec_fn) -> None:
+            seen.update(env)
+
+    monkeypatch.setattr(command.subprocess, "Popen", Server)
+    monkeypatch.setattr(command, "_serve", lambda proc: None)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = ["dashboard", "--port", str(port), "--isolation", "tenant"]
+    res = _run([*args, "--tenant-field", "account.slug", "--user-field", "caller"])
+    assert res.exit_code == 0, res.output
+    assert seen[command.ENV_ISOLATION] == "tenant"
+    assert (seen[command.ENV_TENANT_FIELD], seen[command.ENV_USER_FIELD]) == (
+        "account.slug",
+        "caller",
+    )
+    for name in (command.ENV_ISOLATION, command.ENV_TENANT_FIELD, command.ENV_USER_FIELD):
+        monkeypatch.setenv(name, seen[name])
+    assert command.start_isolation() == "tenant"
+    assert command.start_fields() == ("account.slug", "caller")
+    monkeypatch.setenv(command.ENV_ISOLATION, "")
+    monkeypatch.setenv(command.ENV_TENANT_FIELD, "")
+    assert command.start_isolation() == "shared" and command.start_fields()[0] is None
+    monkeypatch.setenv(command.ENV_ISOLATION, "everyone")
+    with pytest.raises(UsageError, match="KVPOOL_DASHBOARD_ISOLATION='everyone'"):
+        command.start_isolation()
+    bad = _run(["dashboard", "--port", str(port), "--isolation", "everyone"])
+    assert bad.exit_code == EXIT_USAGE
+    from typing import get_args
+
+    from analyzer.reuse.isolation import POLICIES
+
+    assert get_args(command.Policy) == POLICIES

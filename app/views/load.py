@@ -72,7 +72,29 @@ with state.guard():
             value=choice.strict,
             key="load.strict",
         )
-        state.set_ingest_choice(state.IngestChoice(block_size=block_size, strict=strict))
+        fields = st.columns(2)
+        tenant_field = fields[0].text_input(
+            "Tenant field",
+            value=choice.tenant_field or "",
+            help="Field or column holding the tenant (a.b.c in JSON records), in place of "
+            "the format's own (docs/formats.md); the Tenants control keys blocks by it.",
+            key="load.tenant_field",
+        )
+        user_field = fields[1].text_input(
+            "User field",
+            value=choice.user_field or "",
+            help="Field or column holding the end user (a.b.c in JSON records), in place of "
+            "the format's own; the Tenants control's 'user' keys blocks by it.",
+            key="load.user_field",
+        )
+        state.set_ingest_choice(
+            state.IngestChoice(
+                block_size=block_size,
+                strict=strict,
+                tenant_field=tenant_field.strip() or None,
+                user_field=user_field.strip() or None,
+            )
+        )
 
     src = state.source()
     if src is None:
