@@ -38,7 +38,8 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from analyzer.errors import OutputError
+from analyzer.errors import OutputError, UsageError
+from analyzer.storage import check_writable, is_url, reset_input_urls
 
 _INPUTS: dict[str, tuple[int, int] | None] = {}
 
@@ -46,6 +47,7 @@ _INPUTS: dict[str, tuple[int, int] | None] = {}
 def reset_inputs() -> None:
     """Forget the inputs of a previous command (the CLI calls this once per command)."""
     _INPUTS.clear()
+    reset_input_urls()
 
 
 def note_input(path: str | Path) -> None:
@@ -62,16 +64,6 @@ def note_input(path: str | Path) -> None:
         _INPUTS.setdefault(key, None)
 
 
-def note_input_url(url: str) -> None:
-    """Record that this run reads the object at ``url`` (analyzer/storage.py)."""
-    _INPUTS[url] = None
-
-
-def is_input_url(url: str) -> bool:
-    """Whether this run reads the object at ``url``: no output may then replace it."""
-    return url in _INPUTS
-
-
 def _identity(p: Path) -> tuple[str, tuple[int, int] | None]:
     key = str(p.resolve())
     try:
@@ -84,8 +76,6 @@ def _identity(p: Path) -> tuple[str, tuple[int, int] | None]:
 def _not_stdout(p: Path, what: str = "this output", hint: str = "give a file name") -> None:
     """``-`` means stdout on the command line: never a file named ``-``."""
     if str(p) == "-":
-        from analyzer.errors import UsageError
-
         raise UsageError(f"'-' (stdout) cannot take {what}", hint=hint)
 
 
@@ -109,7 +99,6 @@ def check_output(
     a symlink resolves to the file it points at. An object-storage URL is checked by
     :func:`analyzer.storage.check_writable` and returned as given.
     """
-    from analyzer.storage import check_writable, is_url
 
     if is_url(path):
         for extra in inputs:

@@ -8,6 +8,8 @@ from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from typing import Any
 
+from analyzer.spill import owner
+
 
 @contextmanager
 def main_not_rerun() -> Iterator[None]:
@@ -20,7 +22,6 @@ def main_not_rerun() -> Iterator[None]:
     Streamlit page script, which each worker would re-run outside a server, seconds of
     work and hundreds of "missing ScriptRunContext" warnings. While the workers start,
     ``__main__`` names neither a module nor a file, so nothing is re-run."""
-    from analyzer.spill import owner
 
     owner()  # the workers inherit it: their spill folders name this process
     main = sys.modules.get("__main__")

@@ -24,6 +24,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from analyzer.errors import OutputError
+
 OWNER_ENV = "KVPOOL_SPILL_OWNER"
 _swept = False
 
@@ -68,8 +70,6 @@ def root() -> Path:
         r.mkdir(mode=0o700)
     st = r.lstat()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-        from analyzer.errors import OutputError
-
         raise OutputError(
             f"{r} is not a folder of this user's: temporary files cannot be kept private",
             hint="remove it, or set TMPDIR to a folder of your own",

@@ -51,6 +51,24 @@ if TYPE_CHECKING:  # pyarrow is imported when a URL is opened, not at start-up
 SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss", "hf")
 COPY_BYTES = 8 << 20  # one read of an object while it is copied
 
+# The objects this run reads (``public`` URLs): no output may replace one. The local
+# files' twin is analyzer/outputs.py's, whose reset_inputs clears both.
+_INPUT_URLS: set[str] = set()
+
+
+def note_input_url(url: str) -> None:
+    """Record that this run reads the object at ``url``."""
+    _INPUT_URLS.add(url)
+
+
+def is_input_url(url: str) -> bool:
+    """Whether this run reads the object at ``url``: no output may then replace it."""
+    return url in _INPUT_URLS
+
+
+def reset_input_urls() -> None:
+    _INPUT_URLS.clear()
+
 
 def is_url(value: object) -> bool:
     """Whether ``value`` names an object-storage URL (``s3://bucket/key`` ...)."""
@@ -253,8 +271,6 @@ def fetch(url: str, folder: Path, name: str, on_bytes: Callable[[int], None] | N
     local path. Missing objects, buckets and permissions are one-line InputErrors."""
     import pyarrow.fs as pafs
 
-    from analyzer.outputs import note_input_url
-
     remote = open_url(url)
     note_input_url(public(url))
     info = _info(remote)
@@ -307,8 +323,6 @@ def _copy_object(
 def check_writable(url: str) -> Remote:
     """Before a long run: the target's bucket exists and its key is not a folder."""
     import pyarrow.fs as pafs
-
-    from analyzer.outputs import is_input_url
 
     remote = open_url(url)
     if is_input_url(remote.shown):

@@ -58,7 +58,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from analyzer import limits
+from analyzer.dense import first_seen
 from analyzer.errors import InputError, Location
+from analyzer.limits import RANGES
+from analyzer.outputs import PARTITION, atomic_path, note_input
+from analyzer.quoting import has_control
 
 SCHEMA_VERSION = "1"
 
@@ -149,7 +154,6 @@ def is_canonical(path: str | Path) -> bool:
 
 def write_canonical(table: pa.Table, path: str | Path, *, force: bool = False) -> None:
     """Write a canonical table atomically; the schema is enforced so every file reads the same."""
-    from analyzer.outputs import atomic_path
 
     path = Path(path)
     missing = [f.name for f in CANONICAL_SCHEMA if f.name not in table.column_names]
@@ -165,14 +169,12 @@ def write_canonical(table: pa.Table, path: str | Path, *, force: bool = False) -
 def dataset_files(path: str | Path) -> list[Path]:
     """The Parquet files of a partitioned canonical dataset (a folder of
     ``window_start_s=NNN/`` folders, see :class:`WindowedWriter`), in time order."""
-    from analyzer.outputs import PARTITION
 
     return sorted(Path(path).glob(f"{PARTITION}=*/*.parquet"))
 
 
 def read_canonical(path: str | Path) -> pa.Table:
     """A canonical file, or a partitioned dataset folder, checked and in arrival order."""
-    from analyzer.outputs import note_input
 
     path = Path(path)
     note_input(path)
@@ -226,7 +228,6 @@ class WindowedWriter:
         self._window = -1
 
     def write_batch(self, batch: pa.RecordBatch) -> None:
-        from analyzer.outputs import PARTITION
 
         t = batch.column("arrival_s").to_numpy(zero_copy_only=False)
         windows = np.floor(t / self.window_s).astype(np.int64)
@@ -337,8 +338,6 @@ def check_metadata(meta: Mapping[str, str], where: str) -> None:
     ``--token-ratio`` in range; a template one of ``--template``'s or a model folder's;
     no value carries a control character. They reach launch scripts, pilot
     commands and reports, so an edited file must not be able to smuggle code in."""
-    from analyzer.limits import RANGES
-    from analyzer.quoting import has_control
 
     for key, value in meta.items():
         if has_control(value):
@@ -377,8 +376,6 @@ def check_invariants(table: pa.Table, block_size: int, where: str) -> None:
     few milliseconds per million rows.
     """
     import pyarrow.compute as pc
-
-    from analyzer import limits
 
     def bad(message: str, column: str, mask: pa.ChunkedArray | np.ndarray) -> None:
         idx = np.flatnonzero(np.asarray(mask, dtype=bool))
@@ -469,7 +466,6 @@ def first_seen_ids(
 def _dense_compiled(parts: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """:func:`first_seen_ids` in one compiled pass (the same ids: tests/test_trace.py);
     64-bit hashes of either sign are read as their bits."""
-    from analyzer.dense import first_seen
 
     dtype = parts[0].dtype
     ids, seen = first_seen([np.ascontiguousarray(p).view(np.uint64) for p in parts])

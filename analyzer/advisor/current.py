@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from analyzer.replay import UNBOUNDED, run_replay
 from analyzer.replay.config import Scenario
 from analyzer.reuse.measured import MeasuredHits
 
@@ -112,7 +113,6 @@ class MeasuredAgainstProjected:
 
 
 def _hit_rate(trace: Any, cfg: Any, cost: Any, capacity_tokens: int) -> float:
-    from analyzer.replay import run_replay
 
     c = replace(cfg, local_capacity_tokens=capacity_tokens)
     res = run_replay(trace, c, scenarios=[Scenario.LOCAL], search_rate=False, cost=cost)
@@ -125,7 +125,6 @@ def fit_capacity(
     """Smallest per-instance HBM capacity (tokens, whole blocks) whose replayed hit rate
     reaches ``target``, by bisection on a log scale; (None, best, why) when even an
     unbounded cache stays below it."""
-    from analyzer.replay import UNBOUNDED
 
     bs = trace.block_size
     top = _hit_rate(trace, cfg, cost, UNBOUNDED)
@@ -163,7 +162,6 @@ def compare(
     current: CurrentDeployment | None = None,
 ) -> Comparison:
     """Replay today's deployment and set it beside the measured rate (module docstring)."""
-    from analyzer.replay import run_replay
 
     cur = current or CurrentDeployment()
     c = replace(

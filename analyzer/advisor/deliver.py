@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING
 
 from analyzer.advisor import gates as gates_mod
 from analyzer.advisor.decide import BASELINE
-from analyzer.advisor.deploy import DeployFile, PerProcessRow, bundle, per_process
+from analyzer.advisor.deploy import (
+    ROOT,
+    DeployFile,
+    PerProcessRow,
+    bundle,
+    checked_all,
+    per_process,
+)
 from analyzer.advisor.figures import (
     BandwidthFigures,
     Decision,
@@ -31,7 +38,8 @@ from analyzer.advisor.plan import DeploymentPlan, Fleet, PlanStatus
 from analyzer.advisor.products import ProductSettings, translate
 from analyzer.advisor.served import served_model
 from analyzer.advisor.sizing import ClusterFigures, Sizing, size
-from analyzer.advisor.words import ms
+from analyzer.advisor.words import count, ms, option_name
+from analyzer.cost import list_tiers
 from analyzer.replay.config import Scenario
 from analyzer.trace import read_metadata
 
@@ -92,7 +100,6 @@ def finite_or(gbps: float, bw: BandwidthFigures | None) -> float:
 def sizing_of(plan: DeploymentPlan, setup: ModelSetup, m: Measured, priced: Priced) -> Sizing:
     """The sized recommendation of ``plan``: its instances, nodes and tiers as replayed,
     and the settings the plan does not decide."""
-    from analyzer.cost import list_tiers
 
     assert plan.instances is not None
     rf, rep, trace = m.reuse, m.reuse_report, setup.trace
@@ -250,8 +257,6 @@ def _folder(setup: ModelSetup) -> str:
 def _fleet_index(
     priced: Priced, sized: Sized, chosen: str | None, second: str | None
 ) -> DeployFile:
-    from analyzer.advisor.deploy import ROOT, checked_all
-    from analyzer.advisor.words import count, option_name
 
     lines = ["# Deployment bundle", ""]
     lines.append(

@@ -33,7 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.advisor.decide import BASELINE, decide
 from analyzer.advisor.figures import Decision, PricedChoice, PricedOption
+from analyzer.advisor.measure import spread
 from analyzer.advisor.plan import Fleet, repriced
+from analyzer.advisor.price import price as price_stage
+from analyzer.advisor.replay import floor_of, replay_trace
 from analyzer.advisor.sensitivity import FlipRow
 from analyzer.advisor.served import model_label
 from analyzer.advisor.size import Ask, Sized, answer, asks, sized_of
@@ -206,8 +209,6 @@ def _side_variants(
     """The verdict's option on other catalog GPUs and (for a log of one model) models,
     each model at the smallest tensor parallelism that holds it there, its floor
     checked first."""
-    from analyzer.advisor.price import price as price_stage
-    from analyzer.advisor.replay import floor_of, replay_trace
 
     option = decision.scenario or BASELINE
     if sized.fleet(option) is None:
@@ -273,8 +274,6 @@ def _arrivals_variant(
 ) -> _Variant | None:
     """The verdict's option with the log's same-instant requests spread out, when its
     arrivals are coarse."""
-    from analyzer.advisor.measure import spread
-    from analyzer.advisor.replay import replay_trace
 
     a = m.arrivals
     option = decision.scenario or BASELINE

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from analyzer.errors import UsageError
 from analyzer.replay.config import Scenario
 
 
@@ -48,8 +49,6 @@ class Objective(StrEnum):
     def parse(cls, text: str) -> Objective:
         """The objective named by ``--objective``; a usage error names the choices."""
         if text not in cls.__members__.values():
-            from analyzer.errors import UsageError
-
             raise UsageError(f"--objective must be one of {', '.join(cls)}, got {text!r}")
         return cls(text)
 
@@ -153,8 +152,6 @@ class Thresholds:
         # a caller's plain string is checked and kept as the enum
         object.__setattr__(self, "objective", Objective.parse(self.objective))
         if not 0.0 <= self.min_pool_saving < 1.0:
-            from analyzer.errors import UsageError
-
             raise UsageError(f"--pool-margin must be in [0, 1), got {self.min_pool_saving}")
 
 

@@ -18,9 +18,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from analyzer.advisor.figures import AnalyzedInput, ReuseFigures, SkippedRows, TraceFigures
+from analyzer.advisor.models import choose_models, models_document, select_model, served_models
+from analyzer.cost import get_model
 from analyzer.errors import shown
+from analyzer.ingest import open_trace
 from analyzer.ingest.builder import release_freed_memory
 from analyzer.progress import progress
+from analyzer.reuse import ReuseOptions, analyze_reuse
+from analyzer.reuse.analysis import first_counted_request, prefix_hit_tokens
 from analyzer.trace import BlockTrace
 
 if TYPE_CHECKING:
@@ -148,7 +153,6 @@ def reusable_prefix_percentiles(trace: BlockTrace, warmup: float) -> tuple[int, 
     n = trace.n_requests
     if n == 0 or trace.n_accesses == 0:
         return 0, 0
-    from analyzer.reuse.analysis import first_counted_request, prefix_hit_tokens
 
     hit = prefix_hit_tokens(trace)
     start = first_counted_request(n, warmup)
@@ -222,7 +226,6 @@ def _private_example(example: str, names: dict[str, str]) -> str:
 
 def choices_of(loaded: LoadedTrace, opts: AnalyzeOptions) -> tuple[ModelChoice, ...]:
     """The models the analysis plans (:func:`analyzer.advisor.models.choose_models`)."""
-    from analyzer.advisor.models import choose_models, served_models
 
     return choose_models(
         served_models(loaded.table),
@@ -236,7 +239,6 @@ def choices_of(loaded: LoadedTrace, opts: AnalyzeOptions) -> tuple[ModelChoice, 
 def primary_bytes_per_token(choices: tuple[ModelChoice, ...], kv_dtype: str) -> int:
     """KV bytes per token of the model with the most requests: what the reuse figures
     in GB are counted in."""
-    from analyzer.cost import get_model
 
     return int(get_model(choices[0].model).kv_bytes_per_token(dtype=kv_dtype))
 
@@ -252,9 +254,6 @@ def measure(
     """Read the logs (unless ``loaded`` is given), name the models to plan, and measure
     the log. ``reuse`` and ``models`` are the caller's remembered reuse report (with this
     warm-up and :func:`primary_bytes_per_token`) and models document, when it has them."""
-    from analyzer.advisor.models import models_document, select_model, served_models
-    from analyzer.ingest import open_trace
-    from analyzer.reuse import ReuseOptions, analyze_reuse
 
     read_here = loaded is None
     if loaded is None:

@@ -19,8 +19,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from analyzer.advisor.words import listed
+from analyzer.cost import get_model, recognize_model
+from analyzer.cost.catalog import quantization_of
 from analyzer.errors import UsageError
-from analyzer.trace import read_metadata
+from analyzer.reuse import analyze_reuse
+from analyzer.trace import BlockTrace, read_metadata
 
 if TYPE_CHECKING:
     from analyzer.reuse.records import CurvePoint
@@ -115,7 +118,6 @@ class ModelsFigures:
 
 
 def _recognize(name: str) -> str | None:
-    from analyzer.cost import recognize_model
 
     return recognize_model(name)
 
@@ -186,7 +188,6 @@ def choose_models(
 
     A model the catalog does not know is a usage error naming every such model, with
     the way to give its config."""
-    from analyzer.cost.catalog import quantization_of
 
     if model_given:
         if len(named) > 1 and only_model is None:
@@ -277,10 +278,6 @@ def per_model_reuse(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> list[Mode
     ``opts`` is the :class:`analyzer.reuse.ReuseOptions` of the whole run (its
     ``bytes_per_token`` is replaced by each model's own)."""
     import pyarrow.compute as pc
-
-    from analyzer.cost import get_model
-    from analyzer.reuse import analyze_reuse
-    from analyzer.trace import BlockTrace
 
     out: list[ModelFigures] = []
     names = loaded.table.column("model")

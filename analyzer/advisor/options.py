@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from analyzer import limits
 from analyzer.advisor.economics import PEAK_WINDOW_S
 from analyzer.advisor.figures import Thresholds
 from analyzer.cost.prices import PriceOverrides
 from analyzer.errors import UsageError
 from analyzer.ingest.options import IngestOptions
-from analyzer.replay.config import ClusterConfig
+from analyzer.replay.config import ROUTERS, ClusterConfig
+from analyzer.reuse.isolation import check_policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +51,6 @@ class AnalyzeOptions:
     isolation: str = "shared"
 
     def __post_init__(self) -> None:
-        from analyzer.reuse.isolation import check_policy
 
         check_policy(self.isolation)
         if not (self.peak_window_s > 0 and math.isfinite(self.peak_window_s)):
@@ -60,11 +61,9 @@ class AnalyzeOptions:
             raise UsageError(f"--ttft-slo must be a positive number, got {self.ttft_slo_s}")
         if not 0.0 < self.knee_fraction <= 1.0:
             raise UsageError("knee fraction must be in (0, 1]")
-        from analyzer import limits
 
         # The cluster's and the ingest's numbers are checked by their own options.
         limits.check(self.ttft_slo_s, "ttft_slo_s", "--ttft-slo")
-        from analyzer.replay.config import ROUTERS
 
         if self.current_instances is not None:
             limits.check(self.current_instances, "instances", "--current-instances")

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from analyzer.advisor.figures import BandwidthFigures, BreakEvenPoint, CostFigures, TierFigure
-from analyzer.advisor.models import ModelChoice
+from analyzer.advisor.models import ModelChoice, choose_models, served_models
+from analyzer.cost import CostModel
+from analyzer.cost.calibrate import load_profile
 from analyzer.cost.prices import Prices, resolve_prices
 from analyzer.errors import UsageError
 from analyzer.replay.config import (
@@ -108,7 +110,6 @@ class Priced:
 def cost_model(
     model: str, gpu: str, tp: int, kv_dtype: str, mfu: float | None, weights: str | None
 ) -> CostModel:
-    from analyzer.cost import CostModel
 
     return CostModel.from_catalog(
         model, gpu, tp=tp, kv_dtype=kv_dtype, mfu=mfu, weight_dtype=weights
@@ -301,8 +302,6 @@ def price(m: Measured, choices: tuple[ModelChoice, ...], opts: AnalyzeOptions) -
     several = len(choices) > 1
     setups = tuple(setup(m, c, opts, several) for c in choices)
     if opts.profile is not None:
-        from analyzer.cost.calibrate import load_profile
-
         cal = load_profile(
             opts.profile, kv_dtype=opts.kv_dtype, mfu=opts.mfu, weight_dtype=opts.weights_dtype
         )
@@ -360,7 +359,6 @@ def log_cluster(
     the log's own model unless ``--model`` names one (a log of several: its most
     requested, with a note saying so), at the smallest tensor parallelism that holds it
     unless ``--tp`` is given. Returns the cluster and the note (None: nothing to say)."""
-    from analyzer.advisor.models import choose_models, served_models
 
     table = loaded.table  # type: ignore[attr-defined]
     trace: BlockTrace = loaded.trace  # type: ignore[attr-defined]

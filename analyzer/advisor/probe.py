@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from analyzer.advisor.engine_metrics import instances_of, read_snapshot, window_of
 from analyzer.errors import InputError, Location, UsageError
 
 SALT_FIELDS = ("cache_salt", "extra_key")
@@ -330,7 +331,6 @@ def run_probe(
 
 def _scrape(timeout_s: float) -> Callable[[str], dict[Any, float] | None]:
     """An endpoint's prefix-cache counters from its ``/metrics`` (None: it serves none)."""
-    from analyzer.advisor.engine_metrics import read_snapshot
 
     def scrape(base: str) -> dict[Any, float] | None:
         url = f"{base}/metrics"
@@ -348,7 +348,6 @@ def _counter_window(
     counters: Callable[[str], dict[Any, float] | None],
 ) -> tuple[float | None, float | None, list[str]]:
     """Hit and prompt tokens every endpoint's counters added over the leak steps."""
-    from analyzer.advisor.engine_metrics import instances_of, window_of
 
     notes: list[str] = []
     hit = prompt = 0.0

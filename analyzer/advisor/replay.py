@@ -25,10 +25,15 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
+from analyzer.advisor.current import CurrentDeployment, MeasuredAgainstProjected, compare
 from analyzer.advisor.size import SizeQuestion, SizeSearch, size_option, size_options
 from analyzer.progress import progress
 from analyzer.replay.config import UNBOUNDED, ClusterConfig, Scenario, ScenarioSpec
-from analyzer.replay.probe import Probe
+from analyzer.replay.miniature import sample, sampling_rate
+from analyzer.replay.probe import Probe, deciding_ttft_s
+from analyzer.replay.run import worker_pool
+from analyzer.reuse.analysis import first_counted_request, prefix_hit_tokens
+from analyzer.reuse.measured import measure_cached
 from analyzer.trace import BlockTrace
 
 if TYPE_CHECKING:
@@ -212,8 +217,6 @@ class LocalReplayer:
         if self.jobs <= 1 or questions <= 1:
             return None
         if self._own is None:
-            from analyzer.replay.run import worker_pool
-
             self._own = worker_pool(self.jobs)
         return self._own
 
@@ -297,7 +300,6 @@ class ReplayTrace:
 def replay_trace(setup: ModelSetup, full_replay: bool) -> ReplayTrace:
     """A model's requests, in miniature above the replay's size unless ``full_replay``
     (the same sample for every question)."""
-    from analyzer.replay.miniature import sample, sampling_rate
 
     t = setup.trace
     rate = None if full_replay or t.count_only else sampling_rate(t.n_accesses)
@@ -360,9 +362,6 @@ def compute_floor_s(setup: ModelSetup, warmup: float) -> float:
     TTFT that decides the p90 test."""
     import numpy as np
 
-    from analyzer.replay.probe import deciding_ttft_s
-    from analyzer.reuse.analysis import first_counted_request, prefix_hit_tokens
-
     t = setup.trace
     if t.n_requests == 0 or t.n_accesses == 0:
         return 0.0
@@ -415,8 +414,6 @@ def _measured_vs_projected(
 ) -> MeasuredAgainstProjected | None:
     """When the log's responses carry cached_tokens: the measured rate always; the
     replay of today's deployment beside it when the log is usable."""
-    from analyzer.advisor.current import CurrentDeployment, MeasuredAgainstProjected, compare
-    from analyzer.reuse.measured import measure_cached
 
     measured = measure_cached(m.trace, opts.warmup)
     if measured is None:

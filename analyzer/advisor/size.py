@@ -36,6 +36,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from analyzer.advisor.decide import BASELINE
+from analyzer.advisor.economics import load_figures
 from analyzer.advisor.figures import Objective
 from analyzer.advisor.plan import (
     Capacities,
@@ -47,11 +49,15 @@ from analyzer.advisor.plan import (
     nodes_for,
     price,
 )
+from analyzer.advisor.price import OPTIONS
 from analyzer.cost.prices import Prices
 from analyzer.progress import progress
 from analyzer.replay.config import ClusterConfig, ScenarioSpec, Tier
 from analyzer.replay.engine import TraceTree
+from analyzer.replay.memo import NotRemembered
 from analyzer.replay.probe import Probe, probe
+from analyzer.replay.run import _Memo, resolve, worker_pool
+from analyzer.spawn import main_not_rerun
 from analyzer.trace import BlockTrace
 
 if TYPE_CHECKING:
@@ -189,8 +195,6 @@ def size_option(
     per chunk and one trace tree shared by its probes); ``only``: just that count.
     Without ``replay_missing`` a count ``q.known`` does not answer raises
     :class:`analyzer.replay.memo.NotRemembered` instead of being replayed."""
-    from analyzer.replay.memo import NotRemembered
-    from analyzer.replay.run import _Memo
 
     tree: TraceTree | None = None
     memo = _Memo(q.cost.compute_time_s)
@@ -250,8 +254,6 @@ def size_options(
     depend on where they run: each search replays alone."""
     if pool is None and (jobs <= 1 or len(questions) <= 1):
         return [size_option(trace, q, sampling_rate) for q in questions]
-    from analyzer.replay.run import worker_pool
-    from analyzer.spawn import main_not_rerun
 
     with ExitStack() as stack:
         if pool is None:
@@ -310,7 +312,6 @@ def plan_of(
 ) -> DeploymentPlan:
     """The plan a search found (or, with ``status``, the plan of an option not searched:
     its tiers as they would be deployed, no size)."""
-    from analyzer.replay.run import resolve
 
     cfg = setup.cluster
     n = None if search is None else search.instances
@@ -392,7 +393,6 @@ def plan_of(
 
 
 def model_load(setup: ModelSetup, window_s: float, factor: float = 1.0) -> PlanLoad:
-    from analyzer.advisor.economics import load_figures
 
     lf = load_figures(setup.trace.arrival_s, window_s)
     return PlanLoad(lf.mean_rps * factor, lf.peak_rps * factor, window_s)
@@ -428,7 +428,6 @@ def asks(
     the busiest window's load (x ``load_factor``) and ``ttft_slo_s`` (default: the
     analysis's); ``start``: where each (model, option) search starts (default
     ``--instances``)."""
-    from analyzer.advisor.price import OPTIONS
 
     slo = opts.ttft_slo_s if ttft_slo_s is None else ttft_slo_s
     wanted = tuple(options) or OPTIONS
@@ -551,7 +550,6 @@ def _match_baseline(batch: Sequence[Ask], found: dict[int, SizeSearch], services
     """For a latency-first team (``--objective ttft``): every option that needs fewer
     instances than its model's baseline is planned on the baseline's, its TTFT replayed
     there (a team keeps its GPUs and buys latency)."""
-    from analyzer.advisor.decide import BASELINE
 
     for i, a in enumerate(batch):
         f = found.get(i)

@@ -41,6 +41,7 @@ from analyzer.advisor.gates import (
     evaluate,
     gate_from_json,
 )
+from analyzer.advisor.probe import PROBE_SCHEMA
 from analyzer.errors import InputError, Location, UsageError
 from analyzer.outputs import note_input
 
@@ -281,7 +282,6 @@ def read_results(path: str, role: str) -> Measured:
 
 def read_probe(path: str) -> dict[str, float] | None:
     """The metrics of a ``kvpool probe -o`` file (None: not one)."""
-    from analyzer.advisor.probe import PROBE_SCHEMA
 
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8", errors="replace"))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analyzer import limits
-from analyzer.cost.catalog import models_dir
+from analyzer.cost.catalog import models_dir, recognize_gpu
 from analyzer.errors import InputError, Location
 
 HOURS_PER_MONTH = 730.0
@@ -218,7 +218,6 @@ def _gpu_id(gpu: str) -> str:
     """The catalog's id of a GPU named as vendors and clouds write it (``H100-SXM``,
     ``NVIDIA H100 80GB HBM3`` -> ``h100``), so it finds its price; the name as given
     when the catalog does not know it."""
-    from analyzer.cost.catalog import recognize_gpu
 
     return recognize_gpu(gpu) or gpu
 

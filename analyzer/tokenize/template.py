@@ -54,7 +54,7 @@ import numpy as np
 
 from analyzer.errors import UsageError
 from analyzer.tokenize.render import Part, RenderError
-from analyzer.tokenize.tokenizer import Tokenizer, load_tokenizer
+from analyzer.tokenize.tokenizer import Tokenizer, load_tokenizer, named
 
 # The named special tokens transformers passes to every template (its
 # SPECIAL_TOKENS_ATTRIBUTES), by their string values.
@@ -160,23 +160,6 @@ def load_model_folder(path: str | Path) -> ModelFolder:
         if text is not None:
             specials[name] = text
     return ModelFolder(folder.name or "model", tok, templates, specials)
-
-
-def named(name: str, given: str) -> str:
-    """A tokenizer's file or folder name, which the trace's metadata, reports and pilot
-    commands carry: a control character in it is refused (a newline would end a comment
-    in a pilot command), and so is ``*``, which ends the name in ``kvpool.tokenizer``
-    (``hf:NAME*RATIO``): a file written with it could not be read back."""
-    from analyzer.errors import printable
-    from analyzer.quoting import has_control
-
-    held = "a control character" if has_control(name) else "'*'" if "*" in name else ""
-    if held:
-        raise UsageError(
-            f"--tokenizer {printable(given)!r}: its name holds {held}",
-            hint="rename it; reports, pilot commands and the trace's metadata name it",
-        )
-    return name
 
 
 def _environment() -> ImmutableSandboxedEnvironment:

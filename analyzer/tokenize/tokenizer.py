@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analyzer.errors import UsageError
+from analyzer.errors import UsageError, printable
+from analyzer.quoting import has_control
 
 # Framing token ids used when the tokenizer has no such special token (cl100k has no chat
 # specials in its public encoding). ChatML ids are GPT-4's; Llama-3 ids are Llama-3's. They
@@ -148,9 +149,21 @@ def load_tokenizer(spec: str = "cl100k") -> Tokenizer:
         except TypeError:  # tokenizers refuses a str with a lone surrogate this way
             return hf.encode(without_surrogates(text), add_special_tokens=False).ids
 
-    from analyzer.tokenize.template import named
-
     return Tokenizer(f"hf:{named(path.name, spec)}", encode, specials)
+
+
+def named(name: str, given: str) -> str:
+    """A tokenizer's file or folder name, which the trace's metadata, reports and pilot
+    commands carry: a control character in it is refused (a newline would end a comment
+    in a pilot command), and so is ``*``, which ends the name in ``kvpool.tokenizer``
+    (``hf:NAME*RATIO``): a file written with it could not be read back."""
+    held = "a control character" if has_control(name) else "'*'" if "*" in name else ""
+    if held:
+        raise UsageError(
+            f"--tokenizer {printable(given)!r}: its name holds {held}",
+            hint="rename it; reports, pilot commands and the trace's metadata name it",
+        )
+    return name
 
 
 def paragraphs(text: str) -> list[str]:
