@@ -584,12 +584,14 @@ def _by_cost(
             _fl(Scenario.POOLED, "money.total_usd_month"),
             _total(c),
         )
+        f_m = Fact("verdict.figures.pool_margin_usd_month", margin, "usd")
         why.add(
             f"It costs {f_total.shown} per month against {f_l.shown} for "
-            f"{option_name(best_local)}: cheaper by more than the {_usd(margin)} margin for "
+            f"{option_name(best_local)}: cheaper by more than the {f_m.shown} margin for "
             "operating a distributed store.",
             f_total,
             f_l,
+            f_m,
         )
     if chosen in LOCAL_OPTIONS and Scenario.POOLED in meeting:
         threshold = _total(c) - margin
@@ -602,12 +604,14 @@ def _by_cost(
             "verdict.figures.pool_threshold_usd_month",
             threshold,
         )
+        f_m = Fact("verdict.figures.pool_margin_usd_month", margin, "usd")
         why.add(
             f"The pooled KV store would cost {f_p.shown} per month against {f_total.shown} for "
-            f"{option_name(chosen)}: not cheaper by the {_usd(margin)} margin that pays for "
+            f"{option_name(chosen)}: not cheaper by the {f_m.shown} margin that pays for "
             "running a distributed store, so do not pool.",
             f_p,
             f_total,
+            f_m,
         )
     if chosen == Scenario.LOCAL_DRAM_NVME and Scenario.LOCAL_DRAM in meeting:
         f_d = Fact(
