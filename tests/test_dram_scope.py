@@ -21,9 +21,15 @@ DRAM_ONLY = ScenarioSpec("dram-only", local=False, dram=True)
 
 
 def cfg(**kw) -> ClusterConfig:
-    # Cold start unless a test says otherwise: the oracles count every request.
+    # Cold start unless a test says otherwise: the oracles count every request. The
+    # analytic cost's figures are a prefill pool's (no engine to take a KV pool from).
     base = dict(
-        model="test-model", gpu="test-gpu", instances=1, free_loads=True, warmup_fraction=0.0
+        model="test-model",
+        gpu="test-gpu",
+        instances=1,
+        free_loads=True,
+        warmup_fraction=0.0,
+        serving="disaggregated",
     )
     base.update(kw)
     return ClusterConfig(**base)

@@ -116,6 +116,7 @@ def replayed():
     trace = build_trace(chained_requests(spec), block_size=4)
     # round-robin over two nodes with a small HBM cache: the pool serves some hits
     cfg = ClusterConfig(
+        serving="disaggregated",  # the analytic cost prices a prefill pool
         model="test-model",
         gpu="test-gpu",
         instances=2,

@@ -61,7 +61,9 @@ def logs(draw):
 
 
 def cfg(**kw) -> ClusterConfig:
+    # the analytic cost prices a prefill pool (it names no GPU to size an engine's KV pool)
     base = dict(
+        serving="disaggregated",
         model="test-model",
         gpu="test-gpu",
         instances=2,

@@ -54,10 +54,21 @@ COST = AnalyticCost()
 POOL_ONLY = ScenarioSpec("pool-only", local=False, pool=True)
 
 
+# These tests pin the prefill pool's queue, loads and caches against hand-worked figures
+# and oracles under an analytic cost, so they replay ``--serving disaggregated``; the
+# continuous batch of the default aggregated serving has its own in test_replay_serving.py.
+PREFILL_POOL = "disaggregated"
+
+
 def cfg(**kw) -> ClusterConfig:
     # Cold start unless a test says otherwise: these figures count every request.
     base = dict(
-        model="test-model", gpu="test-gpu", instances=1, free_loads=True, warmup_fraction=0.0
+        model="test-model",
+        gpu="test-gpu",
+        instances=1,
+        free_loads=True,
+        warmup_fraction=0.0,
+        serving=PREFILL_POOL,
     )
     base.update(kw)
     return ClusterConfig(**base)
@@ -206,6 +217,7 @@ def test_local_round_robin_never_beats_pool(mooncake_spaced, cap_tokens):
 
 def test_same_run_twice_identical_json(mooncake_timed):
     c = ClusterConfig(
+        serving=PREFILL_POOL,
         model="test-model",
         gpu="test-gpu",
         warmup_fraction=0.0,
@@ -299,6 +311,7 @@ def test_one_request_pool_load_then_prefill_timing():
     blocks = [list(range(10)), list(range(10))]
     trace = build_trace(blocks, block_size=4, prompts=[41, 41], arrivals=[0.0, 100.0])
     c = ClusterConfig(
+        serving=PREFILL_POOL,
         model="m",
         gpu="g",
         warmup_fraction=0.0,
@@ -497,6 +510,7 @@ def test_least_loaded_spreads_simultaneous_requests():
 
 def test_rate_search_brackets_the_slo(mooncake_timed):
     c = ClusterConfig(
+        serving=PREFILL_POOL,
         model="m",
         gpu="g",
         instances=8,
@@ -676,6 +690,7 @@ def test_pool_aggregate_bandwidth_is_shared(aggregate_gbps, share):
     blocks = [list(range(10))] * 3
     trace = build_trace(blocks, block_size=4, prompts=[41] * 3, arrivals=[0.0, 100.0, 100.0])
     c = ClusterConfig(
+        serving=PREFILL_POOL,
         model="m",
         gpu="g",
         warmup_fraction=0.0,
@@ -784,6 +799,7 @@ def test_chained_caches_replay_as_the_plain_ones(shared_traces, monkeypatch, wri
 
     trace = load_mooncake(shared_traces / "mooncake" / "conversation_trace.jsonl", 800)
     c = ClusterConfig(
+        serving=PREFILL_POOL,
         model="test-model",
         gpu="test-gpu",
         warmup_fraction=0.25,

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from analyzer.cli import app
 from analyzer.cost import CostModel
 from analyzer.replay import STANDARD_SCENARIOS, ClusterConfig, resolve
+from analyzer.replay.capacity import kv_pool_tokens
 
 runner = CliRunner()
 
@@ -74,18 +75,18 @@ def test_replay_command_json_and_table(mooncake_file, tmp_path):
     assert doc["scenarios"]["big-pool"]["link_gbps"]["pool"] == 50.0
     assert doc["scenarios"]["local"]["hit_rate"] > 0
     assert doc["cluster"]["router"] == "session"
-    # disaggregated: a decode pool of the same GPUs beside the prefill instances
-    assert doc["cluster"]["serving"] == "disaggregated"
-    for s in doc["scenarios"].values():
-        pool = s["decode_pool"]
-        assert pool["instances"] >= 1 and pool["gpus"] == pool["instances"] * doc["cluster"]["tp"]
-        assert 0 < pool["batch"] <= pool["max_batch"] and pool["tpot_s"] > 0
-    assert "decode GPUs" in result.output and "Disaggregated serving" in result.output
-    # catalog defaults: HBM capacity from the model and GPU, as the cost model gives it
+    # aggregated by default: each instance's continuous batch, its KV pool the engine's
+    assert doc["cluster"]["serving"] == "aggregated"
     cm = CostModel.from_catalog("llama-3.1-8b", "h100")
-    assert doc["scenarios"]["local"]["capacity_tokens"]["local_per_instance"] == (
-        cm.hbm_kv_capacity_tokens(0.1)
-    )
+    pool_tokens = kv_pool_tokens(cm, 0.9, 8192)  # vLLM's defaults on an H100
+    for s in doc["scenarios"].values():
+        serving = s["serving"]
+        assert serving["mode"] == "aggregated" and "decode_pool" not in s
+        assert (serving["max_num_batched_tokens"], serving["max_num_seqs"]) == (8192, 1024)
+        assert serving["kv_pool_tokens_per_instance"] == pool_tokens
+        assert 0 < serving["tpot_s"]["p50"] <= serving["tpot_s"]["p90"]
+    assert doc["scenarios"]["local"]["capacity_tokens"]["local_per_instance"] == pool_tokens
+    assert "TPOT p90 ms" in result.output and "Aggregated serving" in result.output
     # the TTFTs carry the cost model's measured error (docs/cost-model.md section 3c)
     from analyzer.cost.uncertainty import prefill_band
 
@@ -95,6 +96,28 @@ def test_replay_command_json_and_table(mooncake_file, tmp_path):
     assert doc["error_band"]["high_ratio"] == pytest.approx(band.high)
     assert "may be off by the cost model's measured error" in result.output
     assert f"{1 / band.high:.2f}x and {1 / band.low:.2f}x" in result.output
+
+
+def test_replay_command_disaggregated(mooncake_file, tmp_path):
+    # --serving disaggregated: a prefill pool replayed alone, a decode pool of the same
+    # GPUs sized beside it, HBM as the prefill instances' prefix cache
+    out = tmp_path / "replay.json"
+    args = ["replay", str(mooncake_file), "--model", "llama-3.1-8b", "--gpu", "h100"]
+    args += ["--instances", "2", "--serving", "disaggregated", "--json", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["cluster"]["serving"] == "disaggregated"
+    for s in doc["scenarios"].values():
+        assert "serving" not in s
+        pool = s["decode_pool"]
+        assert pool["instances"] >= 1 and pool["gpus"] == pool["instances"] * doc["cluster"]["tp"]
+        assert 0 < pool["batch"] <= pool["max_batch"] and pool["tpot_s"] > 0
+    assert "decode GPUs" in result.output and "Disaggregated serving" in result.output
+    cm = CostModel.from_catalog("llama-3.1-8b", "h100")
+    assert doc["scenarios"]["local"]["capacity_tokens"]["local_per_instance"] == (
+        cm.hbm_kv_capacity_tokens(0.1)
+    )
 
 
 def test_replay_command_is_deterministic(mooncake_file, tmp_path):

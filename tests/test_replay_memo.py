@@ -50,6 +50,9 @@ BASE = ClusterConfig(
     local_capacity_tokens=4_000,
     dram_capacity_tokens=12_000,
 )
+# Re-pricing a remembered replay's links is the prefill pool's: an aggregated replay's
+# admissions and preemptions move with its timing, so it is replayed anew.
+PREFILL_POOL = replace(BASE, serving="disaggregated")
 
 
 def test_every_changed_value_differs_from_the_default() -> None:
@@ -222,9 +225,9 @@ def test_a_link_speed_is_repriced_from_a_remembered_replay(trace, change) -> Non
     from analyzer.replay.memo import Repriced
 
     memo = ReplayMemo(record=True)
-    memo.run(trace, BASE, trace_key="t", ttft_slo_s=0.5)
+    memo.run(trace, PREFILL_POOL, trace_key="t", ttft_slo_s=0.5)
     runs = memo.runs
-    cfg = replace(BASE, **change)
+    cfg = replace(PREFILL_POOL, **change)
     notes: list[Repriced] = []
     got = memo.run(trace, cfg, trace_key="t", ttft_slo_s=0.5, only_known=True, repriced=notes)
     assert memo.runs == runs and notes and memo.repriced == len(notes)
@@ -240,6 +243,22 @@ def test_a_link_speed_is_repriced_from_a_remembered_replay(trace, change) -> Non
     # Not remembered as replays: asked without re-pricing, the memo still has to replay.
     with pytest.raises(NotRemembered):
         memo.run(trace, cfg, trace_key="t", ttft_slo_s=0.5, only_known=True)
+
+
+def test_an_aggregated_replay_is_replayed_not_repriced(trace) -> None:
+    memo = ReplayMemo(record=True)
+    memo.run(trace, BASE, trace_key="t", ttft_slo_s=0.5)
+    notes: list = []
+    with pytest.raises(NotRemembered):
+        memo.run(
+            trace,
+            replace(BASE, pool_gbps=3.0),
+            trace_key="t",
+            ttft_slo_s=0.5,
+            only_known=True,
+            repriced=notes,
+        )
+    assert notes == [] and memo.repriced == 0
 
 
 def test_settings_other_than_link_speeds_are_not_repriced(trace) -> None:
@@ -266,7 +285,7 @@ def test_only_the_most_recent_results_keep_their_recordings(trace, monkeypatch) 
     for n in range(6):
         memo.run(
             trace,
-            replace(BASE, pool_gbps=1.0 + n),
+            replace(PREFILL_POOL, pool_gbps=1.0 + n),
             scenarios=["pooled"],
             trace_key="t",
             ttft_slo_s=0.5,

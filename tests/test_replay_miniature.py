@@ -17,6 +17,9 @@ from analyzer.replay import run as replay_run
 from analyzer.replay.config import select_scenarios
 from analyzer.replay.run import resolve
 
+# The analytic cost prices a prefill pool (it names no GPU to size an engine's KV pool).
+PREFILL_POOL = "disaggregated"
+
 COST = AnalyticCost()
 
 
@@ -108,6 +111,7 @@ def test_miniature_of_independent_sessions_equals_the_full_replay_of_them(seed, 
     cfg = ClusterConfig(
         model="m",
         gpu="g",
+        serving=PREFILL_POOL,
         instances=1,
         local_capacity_tokens=10**9,
         warmup_fraction=0.0,
@@ -125,7 +129,9 @@ def test_miniature_of_independent_sessions_equals_the_full_replay_of_them(seed, 
 
 def test_a_miniature_scales_caches_and_time_and_scales_totals_back(monkeypatch):
     trace = _sessions_trace()
-    cfg = ClusterConfig(model="m", gpu="g", instances=2, local_capacity_tokens=4_000)
+    cfg = ClusterConfig(
+        model="m", gpu="g", serving=PREFILL_POOL, instances=2, local_capacity_tokens=4_000
+    )
     (spec,) = select_scenarios(["pooled"])
     full = resolve(cfg, spec, trace.block_size, cost=COST)
     small = resolve(cfg, spec, trace.block_size, cost=COST, sampling_rate=0.25)
@@ -180,7 +186,9 @@ def test_a_remembered_miniature_searches_a_new_slo_on_the_same_sample(monkeypatc
 
     monkeypatch.setattr(replay_run, "sampling_rate", lambda n: 0.5)
     trace = _sessions_trace(n_sessions=80)
-    cfg = ClusterConfig(model="m", gpu="g", instances=2, local_capacity_tokens=4_000)
+    cfg = ClusterConfig(
+        model="m", gpu="g", serving=PREFILL_POOL, instances=2, local_capacity_tokens=4_000
+    )
     memo = ReplayMemo()
     args = dict(scenarios=["local"], cost=COST, trace_key="t", cost_key="c")
     memo.run(trace, cfg, ttft_slo_s=0.5, **args)

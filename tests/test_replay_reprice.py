@@ -28,7 +28,9 @@ SCENARIOS = (
 
 
 def cluster(**kw) -> ClusterConfig:
+    # re-timing is the prefill pool's: an aggregated replay is not re-timed
     base = dict(
+        serving="disaggregated",
         model="test-model",
         gpu="test-gpu",
         instances=2,

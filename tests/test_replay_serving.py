@@ -41,8 +41,15 @@ PRICING = StepPricing(
 
 
 def agg_plan(trace, scenario="none", *, capacity, mnbt, mns, connector=None, **kw):
+    # resolved as a prefill pool under the analytic cost (which names no GPU to take the
+    # engine's defaults from), then given this module's engine: its limits, pool and steps
     base = dict(
-        model="test-model", gpu="test-gpu", instances=1, free_loads=True, warmup_fraction=0.0
+        model="test-model",
+        gpu="test-gpu",
+        instances=1,
+        free_loads=True,
+        warmup_fraction=0.0,
+        serving="disaggregated",
     )
     base.update(kw)
     spec = scenario if isinstance(scenario, ScenarioSpec) else select_scenarios(scenario)[0]

@@ -76,7 +76,14 @@ def test_search_steps_down_to_the_busy_bound():
 
 
 def _cfg(**kw) -> ClusterConfig:
-    base = dict(model="test-model", gpu="test-gpu", instances=4, gpus_per_node=1)
+    # the analytic cost prices a prefill pool (it names no GPU to size an engine's KV pool)
+    base = dict(
+        model="test-model",
+        gpu="test-gpu",
+        instances=4,
+        gpus_per_node=1,
+        serving="disaggregated",
+    )
     base.update(kw)
     return ClusterConfig(**base)
 

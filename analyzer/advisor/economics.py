@@ -9,6 +9,13 @@ gaps shortened by the mean over that rate, :class:`analyzer.advisor.plan.PlanLoa
 (the baseline's GPUs minus its own) and money; its net value is the baseline's monthly
 cost minus its own, and its payback period the pilot's cost (the 72-hour stability gate
 run on the option's GPUs) over the net value.
+
+**What the GPUs are.** Under the replay's default aggregated serving they are whole
+serving GPUs (prefill and decode in one continuous batch per instance), so a GPU saved is
+saved outright. With ``--serving disaggregated`` decode is not replayed: they are the
+prefill pool's GPUs, as in Mooncake (Qin et al., FAST'25) or vLLM's and SGLang's
+prefill/decode disaggregation, and the report states the prefill share of GPU time
+(``AGGREGATED_PREFILL_SHARE``) by which an aggregated deployment would scale the saving.
 """
 
 from __future__ import annotations

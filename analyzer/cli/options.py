@@ -298,7 +298,13 @@ Tp = Annotated[
         "weights and a working KV budget).",
     ),
 ]
-Instances = Annotated[int, typer.Option("--instances", help="Prefill instances in the cluster.")]
+Instances = Annotated[
+    int,
+    typer.Option(
+        "--instances",
+        help="Serving instances in the cluster (prefill instances with --serving disaggregated).",
+    ),
+]
 GpusPerNode = Annotated[
     int, typer.Option("--gpus-per-node", help="GPUs sharing one host (its DRAM, NVMe and NIC).")
 ]
@@ -551,7 +557,7 @@ class ClusterFlags:
     dram_capacity_tokens: DramCapacity = None
     pool_capacity_tokens: PoolCapacity = None
     warmup: Warmup = 0.5
-    serving: Serving = "disaggregated"
+    serving: Serving = "aggregated"
     max_num_batched_tokens: MaxNumBatchedTokens = None
     max_num_seqs: MaxNumSeqs = None
     gpu_memory_utilization: GpuMemoryUtilization = 0.9

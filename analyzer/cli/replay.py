@@ -170,8 +170,9 @@ def replay(
 
     Compares no cache, per-instance HBM caches, HBM plus host DRAM, and HBM plus a
     pooled store: hit rates by tier, TTFT, prefill GPU-seconds, link traffic,
-    duplicated KV and the highest rate meeting the TTFT SLO. With --serving aggregated each
-    instance runs prefill and decode in one continuous batch (TPOT is reported too).
+    duplicated KV and the highest rate meeting the TTFT SLO. Each instance runs prefill
+    and decode in one continuous batch, as vLLM and SGLang serve (TPOT is reported too);
+    --serving disaggregated replays a prefill pool alone and sizes its decode pool.
     """
     from rich.console import Console
 

@@ -131,12 +131,15 @@ def _check(ok: bool, message: str) -> None:
 class ClusterConfig:
     """The cluster the trace is replayed on.
 
-    ``instances`` prefill instances of ``tp`` GPUs each; ``gpus_per_node`` GPUs share
+    ``instances`` serving instances of ``tp`` GPUs each; ``gpus_per_node`` GPUs share
     one host (its DRAM, NVMe and network link), so a node holds
     ``max(1, gpus_per_node // tp)`` instances. ``dram_capacity_*`` is the host DRAM a
     node gives to KV; with ``dram_scope="instance"`` each instance on it holds an
-    equal, private share (see :attr:`dram_sharers`). Decode is not modelled (disaggregated
-    prefill, as in Mooncake's prefill pool): TTFT is queueing + loads + prefill.
+    equal, private share (see :attr:`dram_sharers`). ``serving="aggregated"`` (the
+    default) runs each instance's prefill and decode in one continuous batch, as vLLM and
+    SGLang serve (:mod:`analyzer.replay.serving`); ``"disaggregated"`` replays them as a
+    prefill pool, as Mooncake's, TTFT being queueing + loads + prefill, and sizes the
+    decode pool beside it (:mod:`analyzer.replay.decode`).
     """
 
     model: str = "llama-3.1-8b"
@@ -181,7 +184,7 @@ class ClusterConfig:
     # for the GPU) and the share of HBM it takes (--gpu-memory-utilization, SGLang's
     # --mem-fraction-static), from which the KV pool per instance follows unless
     # local_capacity_tokens gives it.
-    serving: str = "disaggregated"
+    serving: str = "aggregated"
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     gpu_memory_utilization: float = 0.9

@@ -1665,15 +1665,24 @@ def assumptions(r: AnalysisResult) -> list[dict[str, Any]]:
         },
         {
             "what": "Replay",
-            "value": f"{o.instances} prefill instances, router {o.router}, decode not "
-            f"modelled, TTFT SLO {1000 * o.ttft_slo_s:,.0f} ms (p90)",
+            "value": (
+                f"{o.instances} instances, router {o.router}, prefill and decode in one "
+                "continuous batch per instance (aggregated serving)"
+                if o.cluster.serving == "aggregated"
+                else f"{o.instances} prefill instances, router {o.router}, decode not modelled"
+            )
+            + f", TTFT SLO {1000 * o.ttft_slo_s:,.0f} ms (p90)",
             "source": "kvpool replay (docs/replay.md)",
         },
         {
             "what": "GPUs needed",
             "value": "instances x load / (highest rate multiple within the SLO), at the mean "
-            f"and at the busiest {o.peak_window_s:g} s window; prefill GPUs only (a "
-            "disaggregated prefill pool, as in Mooncake)",
+            f"and at the busiest {o.peak_window_s:g} s window; "
+            + (
+                "whole serving GPUs (prefill and decode together)"
+                if o.cluster.serving == "aggregated"
+                else "prefill GPUs only (a disaggregated prefill pool, as in Mooncake)"
+            ),
             "source": "kvpool replay rate search; docs/advisor.md",
         },
         {

@@ -626,11 +626,17 @@ def _scenarios_section(doc: Report) -> Section | None:
         return None
     s = Section("scenarios", "Each option replayed at its planned size")
     cl = doc.replay.cluster
+    aggregated = cl.rest.get("serving") == "aggregated"
     s.paragraphs.append(
         f"Every option sized by replaying it: the fewest instances of {cl.tp} x {cl.gpu} "
         f"whose replay keeps p90 TTFT within {ms(cl.ttft_slo_s)} at the busiest load, "
-        f"router {cl.router}. These are those replays. Decode is not modelled: TTFT is "
-        "queueing + loads + prefill."
+        f"router {cl.router}. These are those replays. "
+        + (
+            "Each instance runs prefill and decode in one continuous batch, as vLLM and "
+            "SGLang serve: TTFT is queueing + loads + prefill chunks between decode steps."
+            if aggregated
+            else "Prefill instances only, decode not modelled: TTFT is queueing + loads + prefill."
+        )
     )
     mini = doc.replay.miniature
     if mini:
@@ -689,13 +695,20 @@ def _economics_section(doc: Report) -> Section | None:
     arr = doc.arrivals
     if arr and arr.get("coarse"):
         s.paragraphs.append(arrivals_words(arr))
-    s.paragraphs.append(
-        "Decode is not modelled: these are prefill GPUs, as in a disaggregated prefill "
-        "pool (Mooncake, vLLM and SGLang prefill/decode disaggregation). In an aggregated "
-        "deployment the saving is on prefill GPU time only: about "
-        f"{pct(econ.aggregated_prefill_share)} of GPU time for chat workloads "
-        "(Splitwise, ISCA'24; DistServe, OSDI'24), so multiply the GPUs saved by that share."
-    )
+    aggregated = doc.replay is not None and doc.replay.cluster.rest.get("serving") == "aggregated"
+    if aggregated:
+        s.paragraphs.append(
+            "These are whole serving GPUs: the replay ran each instance's prefill and decode "
+            "in one continuous batch (aggregated serving), so the GPUs saved are saved outright."
+        )
+    else:
+        s.paragraphs.append(
+            "Decode is not modelled: these are prefill GPUs, as in a disaggregated prefill "
+            "pool (Mooncake, vLLM and SGLang prefill/decode disaggregation). In an aggregated "
+            "deployment the saving is on prefill GPU time only: about "
+            f"{pct(econ.aggregated_prefill_share)} of GPU time for chat workloads "
+            "(Splitwise, ISCA'24; DistServe, OSDI'24), so multiply the GPUs saved by that share."
+        )
     s.paragraphs.append(
         "Net value is the baseline's monthly cost minus the option's; the payback is the "
         f"pilot's cost (the {num(econ.pilot_hours)}-hour stability gate on the option's GPUs) "

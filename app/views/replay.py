@@ -59,7 +59,12 @@ with state.guard():
         f"({cluster.dram_tier}, {cluster.dram_scope} scope); warm-up "
         f"{cluster.warmup_fraction:.0%} of requests not counted; "
         f"{res.n_requests:,} requests. The same settings as the Recommendation "
-        "and `kvpool analyze`. Decode is not modelled (prefill pool)."
+        "and `kvpool analyze`. "
+        + (
+            "Prefill and decode in one continuous batch per instance (aggregated serving)."
+            if cluster.serving == "aggregated"
+            else "Decode is not modelled (prefill pool)."
+        )
         + (
             f" Prefill and TTFT from the model fitted to {calibration[0]} (Cost model page)."
             if calibration
