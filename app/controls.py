@@ -320,9 +320,13 @@ def links_in_force(w: WhatIf) -> str:
         shown = gbps if gbps is not None else compute.tier(tier).bandwidth_gbps
         return f"{shown:g} GB/s ({tier if gbps is None else 'as set'})"
 
+    # The catalog lists host DRAM per PCIe link, one per GPU; a figure set is the
+    # instance's whole link, as the replay takes it (docs/replay.md).
+    dram_per = "per GPU" if w.dram_gbps is None else "per instance"
     return (
         f"In force: pool link {one(w.pool_tier, w.pool_gbps)} per node; host DRAM link "
-        f"{one(w.dram_tier, w.dram_gbps)} per GPU; p90 TTFT SLO {1000 * w.ttft_slo_s:,.0f} ms."
+        f"{one(w.dram_tier, w.dram_gbps)} {dram_per}; p90 TTFT SLO "
+        f"{1000 * w.ttft_slo_s:,.0f} ms."
     )
 
 

@@ -151,3 +151,23 @@ def test_the_dashboard_builds_its_cluster_without_the_command_line():
             if any(n == "analyzer.cli" or n.startswith("analyzer.cli.") for n in names):
                 users.append(str(path.relative_to(ROOT)))
     assert users == []
+
+
+def test_the_break_even_tables_take_a_resolved_link_as_it_is(cm):
+    """The dashboard's break-even tables price each link as the replay moves blocks over
+    it: a host DRAM bandwidth set for a TP-2 instance is the instance's (docs/replay.md),
+    not doubled again as the catalog's per-GPU figure is."""
+    set_dram = resolve_link(LinkSettings("pcie-gen5-dram", gbps=10.0), cm)
+    row = cm.break_even_table([4096], [set_dram], as_seen=True)[0]
+    assert (row.tier, row.bandwidth_gbps) == ("pcie-gen5-dram link at 10 GB/s", 10.0)
+    assert cm.break_even_table([4096], [set_dram])[0].bandwidth_gbps == 20.0  # seen twice
+    (tier,) = cm.tier_break_even([set_dram], as_seen=True)
+    assert tier["bandwidth_gbps"] == 10.0
+    # a catalog tier, by name or resolved, is the same row either way
+    catalog = resolve_link(LinkSettings("pcie-gen5-dram"), cm)
+    assert cm.break_even_table([4096], [catalog], as_seen=True) == cm.break_even_table(
+        [4096], ["pcie-gen5-dram"]
+    )
+    assert cm.tier_break_even(["pcie-gen5-dram"], as_seen=True) == cm.tier_break_even(
+        ["pcie-gen5-dram"]
+    )

@@ -382,6 +382,9 @@ class CostModel:
             return 0.0
         return latency_s + n_bytes * concurrency / (bandwidth_gbps * 1e9)
 
+    def _seen(self, tier: str | TierSpec, as_seen: bool) -> TierSpec:
+        return tier if as_seen and isinstance(tier, TierSpec) else self.tier_link(tier)
+
     def tier_link(self, tier: str | TierSpec) -> TierSpec:
         """The tier as this instance sees it (aggregate bandwidth of its ``tp`` GPUs).
 
@@ -509,10 +512,16 @@ class CostModel:
         tiers: list[str | TierSpec] | None = None,
         suffix_tokens: int = 1,
         concurrency: int = 1,
+        *,
+        as_seen: bool = False,
     ) -> list[BreakEvenRow]:
-        """One row per (prefix length, tier): recompute vs load vs overlap, plot-ready."""
+        """One row per (prefix length, tier): recompute vs load vs overlap, plot-ready.
+
+        ``as_seen``: a ``TierSpec`` given is already the link as this instance sees it
+        (:func:`~analyzer.replay.link_settings.resolve_link`), taken as it is; a name is
+        always the catalog's tier, seen through :meth:`tier_link`."""
         rows: list[BreakEvenRow] = []
-        links = [self.tier_link(t) for t in (tiers or DEFAULT_TIERS)]
+        links = [self._seen(t, as_seen) for t in (tiers or DEFAULT_TIERS)]
         for p in prefix_tokens:
             if p <= 0:
                 raise UsageError(f"prefix lengths must be positive, got {p}")
@@ -546,12 +555,17 @@ class CostModel:
         return rows
 
     def tier_break_even(
-        self, tiers: list[str | TierSpec] | None = None, suffix_tokens: int = 1
+        self,
+        tiers: list[str | TierSpec] | None = None,
+        suffix_tokens: int = 1,
+        *,
+        as_seen: bool = False,
     ) -> list[TierBreakEven]:
-        """Per tier: the shortest prefix above which loading pays (None: never)."""
+        """Per tier: the shortest prefix above which loading pays (None: never).
+        ``as_seen`` as in :meth:`break_even_table`."""
         out: list[TierBreakEven] = []
         for name in tiers or [t.name for t in list_tiers() if t.kind != "gpu"]:
-            link = self.tier_link(name)
+            link = self._seen(name, as_seen)
             out.append(
                 TierBreakEven(
                     tier=link.name,
