@@ -426,7 +426,7 @@ def test_cost_page_works_when_the_trace_does_not(at: AppTest, tmp_path: Path) ->
 @pytest.mark.skipif(not CALIBRATION.exists(), reason="cost calibration fixture not present")
 def test_fitted_model_can_drive_the_replay(at: AppTest) -> None:
     def prefill_gpu_s() -> list[float]:
-        frame = at.dataframe[0].value  # shown as "1,234.5 GPU-s"
+        frame = at.table[0].value  # shown as "1,234.5 GPU-s"
         return [float(v.split()[0].replace(",", "")) for v in frame["prefill GPU time"]]
 
     at.switch_page("views/replay.py").run()
@@ -1060,17 +1060,17 @@ def test_the_dashboard_speaks_the_reports_language(at: AppTest, sample: Path) ->
     for page in ("views/reuse.py", "views/capacity.py", "views/cost.py", "views/replay.py"):
         at.switch_page(page).run()
         assert_clean(at)
-        for frame in (d.value for d in at.dataframe):
+        for frame in (d.value for d in [*at.dataframe, *at.table]):
             assert not raw & set(frame.columns), (page, list(frame.columns))
             assert not any("_" in str(c) for c in frame.columns), (page, list(frame.columns))
             for col in frame.columns:  # numbers are written out: no float cell is a fraction
                 assert frame[col].dtype != float, (page, col)
         if page == "views/reuse.py":
-            table = next(d.value for d in at.dataframe if "share of prompt tokens" in d.value)
+            table = next(d.value for d in at.table if "share of prompt tokens" in d.value)
             want = {figures.SOURCE_LABELS[k]: figures.percent(v) for k, v in shares.items()}
             assert dict(zip(table["source"], table["share of prompt tokens"], strict=True)) == want
         if page == "views/replay.py":
-            table = next(d.value for d in at.dataframe if "option" in d.value)
+            table = next(d.value for d in at.table if "option" in d.value)
             assert set(table["option"]) <= set(OPTION_NAME.values())
             listed = " ".join(m.value for m in at.markdown)
             # the page replays `kvpool replay`'s options; those the report plans too
@@ -1117,7 +1117,7 @@ def test_a_what_if_says_what_changed_and_the_sidebar_what_is_in_force(at: AppTes
     assert not at.info or not any("What changed" in i.value for i in at.info)
     before = {
         d.value["option"][i]: d.value["TTFT p90"][i]
-        for d in at.dataframe[:1]
+        for d in at.table[:1]
         for i in range(len(d.value))
     }
     at.number_input(key="ctl.pool_gbps").set_value(2.0).run()
@@ -1126,7 +1126,7 @@ def test_a_what_if_says_what_changed_and_the_sidebar_what_is_in_force(at: AppTes
     assert not any(f"pool link {catalog:g} GB/s" in c.value for c in at.sidebar.caption)
     said = next(i.value for i in at.info if "What changed" in i.value)
     assert "pool bandwidth per node (GB/s): catalog → 2" in said
-    after = at.dataframe[0].value
+    after = at.table[0].value
     for option, p90 in zip(after["option"], after["TTFT p90"], strict=True):
         moved = f"{option}, p90 TTFT: {before[option]} → {p90}"
         assert (moved in said) == (before[option] != p90), (moved, said)

@@ -140,7 +140,9 @@ with state.guard():
                 s.max_rate_scale_at_slo, s.search is not None and s.search.capped
             )
     changes.show("replay", changes.setting_words(w), moved)
-    st.dataframe(figures.scenarios_table(table), hide_index=True, width="stretch")
+    # A static table, as the report prints it: every column and cell whole (a scrolling
+    # grid clipped the wide ones).
+    st.table(figures.scenarios_table(table), hide_index=True)
     # What each option deploys, in the report's words: under the table, whole, where a
     # table cell would clip it.
     st.markdown(

@@ -52,7 +52,8 @@ with state.guard():
         st.subheader("Where reuse comes from")
         src = figures.sources_frame(rep.sources)
         st.altair_chart(charts.sources_chart(src), width="stretch")
-        st.dataframe(figures.sources_table(src), hide_index=True, width="stretch")
+        # a static table: every cell shown whole, and as text a browser can read
+        st.table(figures.sources_table(src), hide_index=True)
         st.caption(
             "Each source's reused tokens as a share of the counted prompt tokens, as in "
             "the report (together they make the steady-state ceiling). "

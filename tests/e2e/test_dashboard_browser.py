@@ -251,6 +251,40 @@ def _number(page, label: str, value: float) -> None:
     box.press("Enter")
 
 
+# The rows of the page's static tables (st.table), each a list of its cells' text.
+TABLE_ROWS_JS = """
+() => Array.from(document.querySelectorAll('[data-testid="stTable"] tr')).map(
+  (tr) => Array.from(tr.querySelectorAll('th, td')).map((c) => c.innerText.trim()))
+"""
+
+
+def _check_the_reports_language(page, report: dict) -> None:
+    """The dashboard's option names and reuse shares are report.json's: on the Replay
+    page each option the report planned and the page replayed is under the report's
+    name, and on Prefix reuse each source's share is report.json's share of the prompt
+    tokens (reuse.analysis.sources.share_of_prompt), in the same words and percent."""
+    from analyzer.advisor.words import OPTION_NAME
+    from analyzer.report import figures
+
+    _open(page, "Replay")
+    rows = page.evaluate(TABLE_ROWS_JS)
+    header = next(r for r in rows if r and r[0] == "option")
+    shown = {r[0] for r in rows if r and r != header}
+    planned = {OPTION_NAME[k] for k in report["replay"]["scenarios"]}
+    assert shown & planned, (shown, planned)
+    assert shown <= set(OPTION_NAME.values()), shown  # no scenario key as a name
+    text = page.locator('[data-testid="stMain"]').inner_text()
+    for name in report["replay"]["scenarios"]:
+        if OPTION_NAME[name] in shown:
+            assert f"{OPTION_NAME[name]}: p90 TTFT" in text, name
+
+    _open(page, "Prefix reuse")
+    rows = page.evaluate(TABLE_ROWS_JS)
+    shares = {r[0]: r[1] for r in rows if len(r) >= 2 and r[0] != "source"}
+    want = report["reuse"]["analysis"]["sources"]["share_of_prompt"]
+    assert shares == {figures.SOURCE_LABELS[k]: figures.percent(v) for k, v in want.items()}
+
+
 def _kvpool_json(args: list[str], tmp: Path) -> dict:
     import json
 
@@ -263,10 +297,12 @@ def test_replay_and_verdict_equal_the_cli_and_every_control_works(
 ) -> None:
     """A fresh session (on the log the server opened): the Replay page's hit rates are
     `kvpool replay --json`'s and the Recommendation's verdict `kvpool analyze`'s for the
-    default settings; then each sidebar control is changed once on the Replay page, with
+    default settings, its options and the reuse shares report.json's names and
+    figures; then each sidebar control is changed once on the Replay page, with
     no error box and every chart drawing marks."""
     from playwright.sync_api import sync_playwright
 
+    from analyzer.advisor.words import OPTION_NAME
     from analyzer.report import figures
 
     replay_json = _kvpool_json(
@@ -298,6 +334,11 @@ def test_replay_and_verdict_equal_the_cli_and_every_control_works(
             _assert_no_errors(page, "Recommendation")
             verdict = page.locator("[data-testid=kvpool-verdict]").first
             assert verdict.get_attribute("data-verdict") == report["verdict"]["verdict"]
+            money = page.evaluate(TABLE_ROWS_JS)
+            options = {r[0] for r in money if r and r[0] in set(OPTION_NAME.values())}
+            assert options == {OPTION_NAME[k] for k in report["fleet"]}, options
+
+            _check_the_reports_language(page, report)
 
             _open(page, "Replay")
             page.get_by_text("Find the highest rate under the SLO").click()
