@@ -183,6 +183,16 @@ def test_low_reuse_is_not_worth_it_with_the_30_percent_reason():
     assert d.checks[0].passed is False
 
 
+def test_reuse_of_a_log_without_sessions_or_tenants_is_not_said_to_be_nobodys():
+    """The reuse check names where the reused tokens come from; a log naming no sessions
+    or tenants (Mooncake's hash_ids) cannot tell, and says so, rather than 0% of each."""
+    d = decide(TRACE, REUSE, bw(), fleets())
+    assert "of the reused tokens: same session 30.0%, same tenant 60.0%" in d.checks[0].text
+    bare = replace(REUSE, same_session_share=0.0, same_tenant_share=0.0, cross_tenant_share=0.0)
+    text = decide(TRACE, bare, bw(), fleets()).checks[0].text
+    assert "the log names no sessions or tenants" in text and "same session 0.0%" not in text
+
+
 def test_reuse_threshold_is_inclusive():
     assert (
         decide(TRACE, replace(REUSE, ceiling_hit_rate=0.30), bw(), fleets()).verdict

@@ -212,9 +212,14 @@ def decide(
     # (1) prefix reuse
     ceiling = reuse.ceiling_hit_rate
     reuse_ok = ceiling >= th.min_reuse
+    shares = (reuse.same_session_share, reuse.same_tenant_share, reuse.cross_tenant_share)
     src = (
-        f"same session {_pct(reuse.same_session_share)}, same tenant "
-        f"{_pct(reuse.same_tenant_share)}, other tenants {_pct(reuse.cross_tenant_share)}"
+        f"of the reused tokens: same session {_pct(shares[0])}, same tenant "
+        f"{_pct(shares[1])}, other tenants {_pct(shares[2])}"
+        if sum(shares) > 0 or ceiling <= 0
+        # a log without sessions or tenants (Mooncake's hash_ids): its reuse is unattributed
+        else "the log names no sessions or tenants, so whose prompts the reused tokens "
+        "came from is not known"
     )
     checks.append(
         Check(
@@ -225,7 +230,7 @@ def decide(
             th.min_reuse,
             f"Steady-state prefix reuse ceiling is {_pct(ceiling)} (cold start "
             f"{_pct(reuse.cold_ceiling_hit_rate)}, the first {_pct(reuse.warmup)} of requests "
-            f"only warming the caches); of the reused tokens: {src}. Guideline: at least "
+            f"only warming the caches); {src}. Guideline: at least "
             f"{_pct(th.min_reuse)}, because below it the prefill a pool saves cannot pay for "
             "the pool's memory, network and operations.",
         )
