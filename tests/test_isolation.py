@@ -380,7 +380,7 @@ def test_the_isolation_sentence_states_the_share_the_price_and_both_hit_rates():
     )
     assert sentence(12, 0.4, pooled, "user", local).endswith(
         "; per end user, it costs $0/month and takes its hit rate from 55.0% to 25.0%; "
-        "isolating a pooled KV store costs $250/month"
+        "isolating a pooled KV store costs $250/month (per end user, it saves $100/month)"
     )
     assert sentence(12, 0.4, None, "shared", local).endswith("from 55.0% to 45.0%")
     assert sentence(12, 0.4, pooled, "shared", pooled) == sentence(12, 0.4, pooled)

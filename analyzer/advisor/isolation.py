@@ -331,6 +331,8 @@ def sentence(
             out += f"; per end user, it {_price(recommended, 'user')}"
         if pooled is not None:
             out += f"; isolating a {OPTION_NAME[Scenario.POOLED]} {_cost(pooled, 'tenant')}"
+            if policy == "user" and "user" in pooled.by_policy:
+                out += f" (per end user, it {_cost(pooled, 'user')})"
         return out
     if pooled is None:
         return f"{said}; no pooled option was sized, so the price of isolating it is not known"
