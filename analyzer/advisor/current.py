@@ -17,11 +17,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from analyzer.replay import UNBOUNDED, run_replay
 from analyzer.replay.config import Scenario
 from analyzer.reuse.measured import MeasuredHits
+
+if TYPE_CHECKING:
+    from analyzer.advisor.figures import Decision
+    from analyzer.cost.model import CostModel
+    from analyzer.replay.config import ClusterConfig
+    from analyzer.trace import BlockTrace
 
 TOLERANCE = 0.05  # absolute difference in hit rate (5 points) beyond which we say so
 FIT_ITERATIONS = 24  # bisection steps over the capacity in blocks (log scale)
@@ -57,7 +63,7 @@ class Comparison:
     def within_tolerance(self) -> bool:
         return abs(self.difference) <= self.tolerance
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "measured": self.measured.to_json(),
             "projected": {
@@ -106,13 +112,15 @@ class MeasuredAgainstProjected:
     measured: MeasuredHits
     comparison: Comparison | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         if self.comparison is not None:
             return self.comparison.to_json()
         return {"measured": self.measured.to_json(), "projected": None}
 
 
-def _hit_rate(trace: Any, cfg: Any, cost: Any, capacity_tokens: int) -> float:
+def _hit_rate(
+    trace: BlockTrace, cfg: ClusterConfig, cost: CostModel | None, capacity_tokens: int
+) -> float:
 
     c = replace(cfg, local_capacity_tokens=capacity_tokens)
     res = run_replay(trace, c, scenarios=[Scenario.LOCAL], search_rate=False, cost=cost)
@@ -120,7 +128,7 @@ def _hit_rate(trace: Any, cfg: Any, cost: Any, capacity_tokens: int) -> float:
 
 
 def fit_capacity(
-    trace: Any, cfg: Any, cost: Any, target: float
+    trace: BlockTrace, cfg: ClusterConfig, cost: CostModel | None, target: float
 ) -> tuple[int | None, float | None, str]:
     """Smallest per-instance HBM capacity (tokens, whole blocks) whose replayed hit rate
     reaches ``target``, by bisection on a log scale; (None, best, why) when even an
@@ -155,9 +163,9 @@ def fit_capacity(
 
 
 def compare(
-    trace: Any,
-    cfg: Any,
-    cost: Any,
+    trace: BlockTrace,
+    cfg: ClusterConfig,
+    cost: CostModel | None,
     measured: MeasuredHits,
     current: CurrentDeployment | None = None,
 ) -> Comparison:
@@ -191,7 +199,7 @@ def compare(
     return replace(out, fitted_local_capacity_tokens=fitted, fitted_hit_rate=rate, fit_note=note)
 
 
-def with_comparison(decision: Any, comparison: Comparison | None) -> Any:
+def with_comparison(decision: Decision, comparison: Comparison | None) -> Decision:
     """The decision with its confidence one step lower, and why, when the measured and
     projected hit rates disagree beyond the tolerance."""
     note = comparison.confidence_note() if comparison is not None else None

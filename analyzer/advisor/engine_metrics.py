@@ -40,7 +40,6 @@ import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from analyzer.errors import InputError, Location, UsageError
 
@@ -260,31 +259,38 @@ def _instance(labels: tuple[tuple[str, str], ...], fallback: str) -> str:
     return ",".join(parts) or fallback
 
 
+@dataclass(slots=True)
+class _Group:
+    """One engine instance's samples as :func:`instances_of` adds them up."""
+
+    prompt: float = 0.0
+    tiers: dict[str, float] = field(default_factory=dict)
+    buckets: dict[float, float] = field(default_factory=dict)  # le -> count
+    sum: float = 0.0
+    count: float = 0.0
+    lm: dict[str, float] = field(default_factory=dict)  # LMCache's hit / requested
+    external_queries: float = 0.0
+    gauge: float | None = None  # SGLang's cache_hit_rate
+
+
 def instances_of(samples: Mapping[Key, float], fallback: str) -> tuple[EngineInstance, ...]:
     """The samples grouped by engine instance, each with its tiers and TTFT histogram."""
-    groups: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def g(engine: str, labels: tuple[tuple[str, str], ...]) -> dict[str, Any]:
-        inst = _instance(labels, fallback)
-        return groups.setdefault(
-            (engine, inst),
-            {"prompt": 0.0, "tiers": {}, "buckets": {}, "sum": 0.0, "count": 0.0, "lm": {}},
-        )
+    groups: dict[tuple[str, str], _Group] = {}
 
     for (name, labels), v in samples.items():
         engine = name.split(":", 1)[0]
-        d = g(engine, labels)
-        tiers: dict[str, float] = d["tiers"]
+        d = groups.setdefault((engine, _instance(labels, fallback)), _Group())
+        tiers = d.tiers
         if name == "vllm:prefix_cache_queries_total":
-            d["prompt"] += v
+            d.prompt += v
         elif name == "vllm:prefix_cache_hits_total":
             tiers["hbm"] = tiers.get("hbm", 0.0) + v
         elif name == "vllm:external_prefix_cache_hits_total":
             tiers["below-hbm"] = tiers.get("below-hbm", 0.0) + v
         elif name == "vllm:external_prefix_cache_queries_total":
-            d["external_queries"] = d.get("external_queries", 0.0) + v
+            d.external_queries += v
         elif name == "sglang:prompt_tokens_total":
-            d["prompt"] += v
+            d.prompt += v
         elif name == "sglang:cached_tokens_total":
             source = dict(labels).get("cache_source", "total")
             tier = {"device": "hbm", "host": "dram"}.get(source)
@@ -292,40 +298,39 @@ def instances_of(samples: Mapping[Key, float], fallback: str) -> tuple[EngineIns
                 tier = "pool"
             tiers[tier or "total"] = tiers.get(tier or "total", 0.0) + v
         elif name == "sglang:cache_hit_rate":
-            d["gauge"] = v
+            d.gauge = v
         elif name.startswith("lmcache:"):
             k = "hit" if "hit" in name else "requested"
-            d["lm"][k] = d["lm"].get(k, 0.0) + v
+            d.lm[k] = d.lm.get(k, 0.0) + v
         elif name.endswith("_bucket"):
             le = float(dict(labels).get("le", "inf"))
-            d["buckets"][le] = d["buckets"].get(le, 0.0) + v
+            d.buckets[le] = d.buckets.get(le, 0.0) + v
         elif name.endswith("_sum"):
-            d["sum"] += v
+            d.sum += v
         elif name.endswith("_count"):
-            d["count"] += v
+            d.count += v
     # LMCache's own series carry other labels than its vLLM's (worker_id, not engine):
     # they stand as instances of their own, and join the vLLM figures in the total.
     out = []
-    for (engine, inst), d in sorted(groups.items()):
-        lm = d["lm"]
-        tiers = dict(d["tiers"])
+    for (engine, inst), d in sorted(groups.items(), key=lambda kv: kv[0]):
+        tiers = dict(d.tiers)
         if engine == "sglang" and any(t in tiers for t in ("hbm", "dram", "pool")):
             tiers["below-hbm"] = tiers.get("dram", 0.0) + tiers.get("pool", 0.0)
         if tiers and "total" not in tiers:
             tiers["total"] = tiers.get("hbm", 0.0) + tiers.get("below-hbm", 0.0)
         hist = None
-        if d["buckets"]:
-            hist = Histogram(tuple(sorted(d["buckets"].items())), d["sum"], d["count"])
+        if d.buckets:
+            hist = Histogram(tuple(sorted(d.buckets.items())), d.sum, d.count)
         out.append(
             EngineInstance(
                 name=inst,
                 engine=engine,
-                prompt_tokens=d["prompt"],
+                prompt_tokens=d.prompt,
                 hits_by_tier=tiers,
                 ttft=hist,
-                lmcache_hit_tokens=lm.get("hit"),
-                lmcache_requested_tokens=lm.get("requested"),
-                engine_hit_rate=d.get("gauge"),
+                lmcache_hit_tokens=d.lm.get("hit"),
+                lmcache_requested_tokens=d.lm.get("requested"),
+                engine_hit_rate=d.gauge,
             )
         )
     return tuple(out)
@@ -510,7 +515,7 @@ class EngineCheck:
     gate: str | None  # the pilot gate this comparison decides (None: informative)
     criterion: str | None = None  # the criterion's metric in that gate
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         diff = (
             None
             if self.measured is None or self.projected is None
@@ -643,7 +648,7 @@ class EngineMeasurement:
     checks: tuple[EngineCheck, ...]
     criteria: Mapping[str, float] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "role": self.role,
             "source": self.window.source,

@@ -11,6 +11,7 @@ Units are in the field names: ``*_tokens`` are token counts, ``*_gbps`` are GB/s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -164,7 +165,7 @@ class AnalyzedInput:
     bytes: int
     sha256: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"name": self.name, "bytes": self.bytes, "sha256": self.sha256}
 
 
@@ -177,7 +178,7 @@ class SkippedRows:
     by_reason: tuple[tuple[str, int], ...] = ()
     examples: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "total": self.total,
             "by_reason": dict(self.by_reason),
@@ -192,7 +193,7 @@ class TokenCounting:
     tokenizer: str = ""
     template: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"tokenizer": self.tokenizer, "template": self.template}
 
 
@@ -286,7 +287,7 @@ class PricedOption:
     total_usd_month: float | None = None
     status: str | None = None  # how its size search ended (analyzer.advisor.plan.PlanStatus)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "status": self.status,
             "ttft_mean_s": self.ttft_mean_s,
@@ -335,7 +336,7 @@ class CostFigures:
     transfer_bytes_per_token: int
     hbm_kv_capacity_tokens: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "model": self.model,
             "gpu": self.gpu,
@@ -358,7 +359,7 @@ class BreakEvenPoint:
     prefix_tokens: int
     break_even_gbps: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"prefix_tokens": self.prefix_tokens, "break_even_gbps": self.break_even_gbps}
 
 
@@ -442,7 +443,7 @@ def show(value: float, unit: str) -> str:
     raise ValueError(f"unknown unit {unit!r}")
 
 
-def lookup(doc: dict[str, Any], path: str) -> Any:
+def lookup(doc: Mapping[str, object], path: str) -> object:
     """The value at ``path`` in a report document (dots; list items by role or name)."""
     cur: object = doc
     for part in _split(path):

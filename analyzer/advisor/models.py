@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -26,7 +26,8 @@ from analyzer.reuse import analyze_reuse
 from analyzer.trace import BlockTrace, read_metadata
 
 if TYPE_CHECKING:
-    from analyzer.reuse.records import CurvePoint
+    from analyzer.ingest.options import LoadedTrace
+    from analyzer.reuse.records import CurvePoint, ReuseOptions
 
 SHARED_POOL_NOTE = (
     "Blocks of different models never match (each model's KV is its own), so a pool shared "
@@ -69,9 +70,9 @@ class ModelFigures:
     served: ServedModel
     reuse: ModelReuse | None = None  # None: the log's only model (same as overall)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         m = self.served
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "model": m.name,
             "catalog_id": m.catalog_id,
             "requests": m.requests,
@@ -104,8 +105,8 @@ class ModelsFigures:
     per_model: tuple[ModelFigures, ...]
     warning: str | None = None  # --model names none of the log's models
 
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
+    def to_json(self) -> dict[str, object]:
+        doc: dict[str, object] = {
             "count": self.count,
             "block_key_includes_model": self.block_key_includes_model,
             "per_model": [m.to_json() for m in self.per_model],
@@ -152,7 +153,7 @@ class ModelChoice:
     how: str  # "named by the log", "--model", "the default: the log names no model"
     weights_dtype: str | None = None  # from a quantization suffix of the served name
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "served_as": self.served_as,
             "model": _shown_model(self.model),
@@ -254,7 +255,7 @@ def model_warning(models: list[ServedModel], model_flag: str | None) -> str | No
     )
 
 
-def select_model(loaded: Any, wanted: str) -> Any:  # LoadedTrace -> LoadedTrace
+def select_model(loaded: LoadedTrace, wanted: str) -> LoadedTrace:
     """Only the requests of one model (``--only-model``): its served name, the name
     without its organisation, or anything naming the same catalog model."""
     models = served_models(loaded.table)
@@ -271,7 +272,9 @@ def select_model(loaded: Any, wanted: str) -> Any:  # LoadedTrace -> LoadedTrace
     return dataclasses.replace(loaded, table=table, _trace=None)
 
 
-def per_model_reuse(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> list[ModelFigures]:
+def per_model_reuse(
+    loaded: LoadedTrace, opts: ReuseOptions, kv_dtype: str = "bf16"
+) -> list[ModelFigures]:
     """Per model the log names: requests, tokens, reuse ceilings, the exact LRU hit-ratio
     curve and, for a catalog model, its KV bytes per token and working set in GB.
 
@@ -314,7 +317,7 @@ def per_model_reuse(loaded: Any, opts: Any, kv_dtype: str = "bf16") -> list[Mode
 
 
 def models_document(
-    loaded: Any, opts: Any, kv_dtype: str = "bf16", warning: str | None = None
+    loaded: LoadedTrace, opts: ReuseOptions, kv_dtype: str = "bf16", warning: str | None = None
 ) -> ModelsFigures:
     """The models the log names, with per-model reuse when it names several (the
     ``models`` section of ``kvpool reuse --json`` and ``report.json``)."""

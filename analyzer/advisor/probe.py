@@ -39,10 +39,11 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
-from analyzer.advisor.engine_metrics import instances_of, read_snapshot, window_of
+from analyzer.advisor.engine_metrics import Key, instances_of, read_snapshot, window_of
 from analyzer.errors import InputError, Location, UsageError
+from analyzer.jsontypes import JSONObject, JSONValue
 
 SALT_FIELDS = ("cache_salt", "extra_key")
 PROBE_SCHEMA = "kvpool.isolation-probe/1"
@@ -115,7 +116,7 @@ class ProbeStep:
     prompt_tokens: int | None
     cached_tokens: int | None  # None: the response did not say
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ProbeStepJSON:
         return {
             "step": self.step,
             "endpoint": self.endpoint,
@@ -202,7 +203,7 @@ class ProbeResult:
         out.append(verdict)
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ProbeDocument:
         return {
             "schema": PROBE_SCHEMA,
             "endpoints": list(self.endpoints),
@@ -216,13 +217,39 @@ class ProbeResult:
         }
 
 
-Post = Callable[[str, dict[str, Any]], dict[str, Any]]
+class ProbeStepJSON(TypedDict):
+    """A step of the probe's ``-o`` file."""
+
+    step: str
+    endpoint: int
+    salt: str
+    prompt_tokens: int | None
+    cached_tokens: int | None
+
+
+class ProbeDocument(TypedDict):
+    """``kvpool probe -o``'s file (schema ``kvpool.isolation-probe/1``); ``kvpool validate``
+    reads its ``metrics`` back (:func:`analyzer.advisor.validate.read_probe`)."""
+
+    schema: str
+    endpoints: list[str]
+    salt_field: str
+    steps: list[ProbeStepJSON]
+    counter_hit_tokens: float | None
+    counter_prompt_tokens: float | None
+    metrics: dict[str, float]
+    passed: bool | None
+    notes: list[str]
+
+
+# A JSON POST: the URL and the body, to the answer's object.
+Post = Callable[[str, JSONObject], JSONObject]
 
 
 def http_post(timeout_s: float) -> Post:
     """A JSON POST through urllib; errors are one line naming the URL (no credentials)."""
 
-    def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    def post(url: str, body: JSONObject) -> JSONObject:
         data = json.dumps(body).encode()
         req = urllib.request.Request(
             url, data=data, headers={"Content-Type": "application/json"}, method="POST"
@@ -243,7 +270,7 @@ def http_post(timeout_s: float) -> Post:
             reason = getattr(exc, "reason", exc)
             raise InputError(f"cannot reach it ({reason})", Location(shown)) from None
         try:
-            doc = json.loads(raw)
+            doc: JSONValue = json.loads(raw)
         except json.JSONDecodeError:
             raise InputError("the answer is not JSON", Location(shown)) from None
         if not isinstance(doc, dict):
@@ -253,7 +280,7 @@ def http_post(timeout_s: float) -> Post:
     return post
 
 
-def _usage(doc: dict[str, Any], where: str) -> tuple[int | None, int | None]:
+def _usage(doc: JSONObject, where: str) -> tuple[int | None, int | None]:
     """(prompt tokens, cached tokens) of a completions answer (None: not said)."""
     usage = doc.get("usage")
     if not isinstance(usage, dict):
@@ -261,13 +288,18 @@ def _usage(doc: dict[str, Any], where: str) -> tuple[int | None, int | None]:
             "the answer has no usage (not an OpenAI-compatible completions endpoint?)",
             Location(where, field="usage"),
         )
-    prompt = usage.get("prompt_tokens")
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    for name, v in (("prompt_tokens", prompt), ("cached_tokens", cached)):
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-            raise InputError("not a count of tokens", Location(where, field=f"usage.{name}"))
-    return prompt, cached
+    return _tokens(usage.get("prompt_tokens"), where, "prompt_tokens"), _tokens(
+        cached, where, "cached_tokens"
+    )
+
+
+def _tokens(v: JSONValue, where: str, name: str) -> int | None:
+    """A count of tokens of the answer's usage (None: not said)."""
+    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+        raise InputError("not a count of tokens", Location(where, field=f"usage.{name}"))
+    return v
 
 
 def run_probe(
@@ -277,7 +309,7 @@ def run_probe(
     salt_field: str = "cache_salt",
     words: int = DEFAULT_PREFIX_WORDS,
     post: Post | None = None,
-    counters: Callable[[str], dict[Any, float] | None] | None = None,
+    counters: Callable[[str], dict[Key, float] | None] | None = None,
     timeout_s: float = 60.0,
 ) -> ProbeResult:
     """The paired check against ``urls`` (module docstring). ``post`` and ``counters``
@@ -299,7 +331,7 @@ def run_probe(
     steps: list[ProbeStep] = []
 
     def send(step: str, i: int, salt: str) -> None:
-        body: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": 1}
+        body: JSONObject = {"model": model, "prompt": prompt, "max_tokens": 1}
         if salts[salt] is not None:
             body[salt_field] = salts[salt]
         url = f"{bases[i]}/v1/completions"
@@ -329,10 +361,10 @@ def run_probe(
     )
 
 
-def _scrape(timeout_s: float) -> Callable[[str], dict[Any, float] | None]:
+def _scrape(timeout_s: float) -> Callable[[str], dict[Key, float] | None]:
     """An endpoint's prefix-cache counters from its ``/metrics`` (None: it serves none)."""
 
-    def scrape(base: str) -> dict[Any, float] | None:
+    def scrape(base: str) -> dict[Key, float] | None:
         url = f"{base}/metrics"
         try:
             return read_snapshot(url, shown_url(url), timeout_s)
@@ -344,8 +376,8 @@ def _scrape(timeout_s: float) -> Callable[[str], dict[Any, float] | None]:
 
 def _counter_window(
     bases: Sequence[str],
-    before: dict[str, dict[Any, float] | None],
-    counters: Callable[[str], dict[Any, float] | None],
+    before: dict[str, dict[Key, float] | None],
+    counters: Callable[[str], dict[Key, float] | None],
 ) -> tuple[float | None, float | None, list[str]]:
     """Hit and prompt tokens every endpoint's counters added over the leak steps."""
 

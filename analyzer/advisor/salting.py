@@ -18,9 +18,8 @@ events neither name a tenant nor can be recomputed by anyone without the secret.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from analyzer.advisor.figures import DeployOption
 
@@ -41,7 +40,7 @@ class SaltPath:
     def keyed(self) -> bool:
         return self.keyed_since is not None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "id": self.id,
             "product": self.product,
@@ -286,7 +285,7 @@ class StackSalt:
     def leaks(self) -> tuple[SaltPath, ...]:
         return tuple(p for p in self.paths if not p.keyed)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "option": self.option,
             "stack": self.stack,
@@ -488,8 +487,8 @@ def isolation_readme(
     policy: str,
     stacks: list[StackSalt],
     probe: str,
-    md_text: Any,
-    md_code: Any,
+    md_text: Callable[[str], str],
+    md_code: Callable[[str, str], str],
 ) -> str:
     """``deploy/isolation/README.md``: the salt end to end for the bundle's stacks.
     ``md_text`` / ``md_code`` are the Markdown sink's quoting functions."""

@@ -26,9 +26,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -43,6 +43,7 @@ from analyzer.advisor.gates import (
 )
 from analyzer.advisor.probe import PROBE_SCHEMA
 from analyzer.errors import InputError, Location, UsageError
+from analyzer.jsontypes import JSONObject, JSONValue
 from analyzer.outputs import note_input
 
 ROLES = ("baseline", "candidate", "stability", "isolation")
@@ -105,7 +106,7 @@ def _num(value: object, loc: Location) -> float | None:
     return v
 
 
-def _from_mapping(doc: dict[str, Any], path: str, line: int | None) -> dict[str, float]:
+def _from_mapping(doc: Mapping[str, object], path: str, line: int | None) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, (ours, factor) in _VLLM_KEYS.items():
         if key not in doc:
@@ -355,7 +356,7 @@ class MeasuredVsProjected:
     projected: float
     measured: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "metric": self.metric,
             "projected": round(self.projected, 6),
@@ -377,7 +378,7 @@ class Validation:
     def failed(self) -> bool:
         return any(g.status == "fail" for g in self.gates)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "schema": "kvpool.validation/1",
             "verdict": self.verdict,
@@ -415,11 +416,12 @@ class Validation:
         }
 
 
-def load_report(path: str) -> dict[str, Any]:
+def load_report(path: str) -> JSONObject:
+    """A ``report.json`` of this schema with its gate plan (checked to be a list)."""
     p = Path(path)
     note_input(p)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc: JSONValue = json.loads(p.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
         raise InputError("not a UTF-8 JSON file", Location(path)) from None
     except OSError as exc:
@@ -432,16 +434,23 @@ def load_report(path: str) -> dict[str, Any]:
             Location(path, field="schema"),
             hint="pass the report.json written by `kvpool analyze -o DIR`",
         )
-    if not isinstance(doc.get("gates"), dict) or not isinstance(doc["gates"].get("plan"), list):
-        raise InputError("the report has no gate plan", Location(path, field="gates.plan"))
+    _gate_plan(doc, path)
     return doc
 
 
-def report_gates(doc: dict[str, Any], path: str) -> tuple[Gate, ...]:
+def _gate_plan(doc: JSONObject, path: str) -> list[JSONValue]:
+    gates = doc.get("gates")
+    plan = gates.get("plan") if isinstance(gates, dict) else None
+    if not isinstance(plan, list):
+        raise InputError("the report has no gate plan", Location(path, field="gates.plan"))
+    return plan
+
+
+def report_gates(doc: JSONObject, path: str) -> tuple[Gate, ...]:
     """The gate plan of a report from :func:`load_report`; a malformed entry is an
     :class:`InputError` naming it (a hand-edited or truncated report)."""
     gates = []
-    for i, entry in enumerate(doc["gates"]["plan"]):
+    for i, entry in enumerate(_gate_plan(doc, path)):
         try:
             if not isinstance(entry, dict):
                 raise TypeError(f"expected an object, got {type(entry).__name__}")
