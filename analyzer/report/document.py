@@ -1676,14 +1676,14 @@ def assumptions(r: AnalysisResult) -> list[dict[str, Any]]:
         },
         {
             "what": "GPUs needed",
-            "value": "instances x load / (highest rate multiple within the SLO), at the mean "
-            f"and at the busiest {o.peak_window_s:g} s window; "
+            "value": "each option's fewest instances whose replay keeps p90 TTFT within the "
+            f"SLO at the busiest {o.peak_window_s:g} s window's load, x TP; "
             + (
                 "whole serving GPUs (prefill and decode together)"
                 if o.cluster.serving == "aggregated"
                 else "prefill GPUs only (a disaggregated prefill pool, as in Mooncake)"
             ),
-            "source": "kvpool replay rate search; docs/advisor.md",
+            "source": "kvpool size search, replaying each option at size (docs/advisor.md)",
         },
         {
             "what": "Knee",
