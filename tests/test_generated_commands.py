@@ -39,16 +39,15 @@ END = "\x01"
 
 @pytest.fixture(scope="module")
 def stubs(tmp_path_factory) -> Path:
-    """A folder of stub programs; each appends its name and arguments to $STUB_LOG."""
+    """A folder of stub programs; each appends its name and arguments to $STUB_LOG, as
+    one write: a launch script starts its engines in the background, and two records
+    written in pieces at once would interleave."""
     d = tmp_path_factory.mktemp("stubs")
     for name in (*TOOLS, *REAL):
         real = shutil.which(name, path="/usr/bin:/bin") if name in REAL else None
         run = f'exec {real} "$@"' if real else "exit 0"
         (d / name).write_text(
-            f"#!{BASH}\n"
-            f'printf "%s\\0" "{name}" "$@" >> "$STUB_LOG"\n'
-            f'printf "{END}\\0" >> "$STUB_LOG"\n'
-            f"{run}\n"
+            f'#!{BASH}\nprintf "%s\\0" "{name}" "$@" "{END}" >> "$STUB_LOG"\n{run}\n'
         )
         (d / name).chmod(0o755)
     return d
