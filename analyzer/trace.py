@@ -49,6 +49,7 @@ prefix of ``m * j + m`` blocks: coarser block sizes are derived without re-hashi
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -285,14 +286,6 @@ def _read_file(path: Path) -> pa.Table:
     missing = [n for n in CANONICAL_SCHEMA.names if n not in table.column_names]
     if missing:
         raise InputError(f"canonical trace lacks columns {missing}", Location(str(path)))
-    bs = meta.get("block_size", "")
-    if bs and not (bs.isdigit() and int(bs) >= 1):
-        raise InputError(f"kvpool.block_size '{bs}' is not a positive integer", Location(str(path)))
-    t0 = meta.get("t0_epoch_s", "")
-    try:
-        float(t0 or 0)
-    except ValueError:
-        raise InputError(f"kvpool.t0_epoch_s '{t0}' is not a number", Location(str(path))) from None
     check_metadata(meta, str(path))
     for f in CANONICAL_SCHEMA:  # a hand-made file: cast compatible types, name the others
         col = table.column(f.name)
@@ -306,7 +299,7 @@ def _read_file(path: Path) -> pa.Table:
                 Location(str(path), field=f.name),
             ) from exc
         table = table.set_column(table.column_names.index(f.name), f.name, col)
-    check_invariants(table, int(bs or 16), str(path))
+    check_invariants(table, int(meta.get("block_size") or 16), str(path))
     return _sorted(table)
 
 
@@ -336,7 +329,9 @@ def check_metadata(meta: Mapping[str, str], where: str) -> None:
     tokenizer is ``cl100k_base`` or ``hf:`` and a folder or file name (which
     ``--tokenizer`` refuses with a control character or ``*``), its ratio a
     ``--token-ratio`` in range; a template one of ``--template``'s or a model folder's;
-    no value carries a control character. They reach launch scripts, pilot
+    the block size a whole number in ``--block-size``'s range and the start time a
+    number (every reader goes through here, the streamed ``reuse`` of a canonical
+    file too); no value carries a control character. They reach launch scripts, pilot
     commands and reports, so an edited file must not be able to smuggle code in."""
 
     for key, value in meta.items():
@@ -344,6 +339,26 @@ def check_metadata(meta: Mapping[str, str], where: str) -> None:
             raise InputError(
                 f"kvpool.{key} holds a control character", Location(where, field=f"kvpool.{key}")
             )
+    bs = meta.get("block_size", "")
+    if bs and not (bs.isascii() and bs.isdigit() and int(bs) >= 1):
+        raise InputError(
+            f"kvpool.block_size '{bs}' is not a positive integer",
+            Location(where, field="kvpool.block_size"),
+        )
+    if bs and (why := limits.reason(int(bs), "block_size")):
+        raise InputError(
+            f"kvpool.block_size {bs}: {why}", Location(where, field="kvpool.block_size")
+        )
+    t0 = meta.get("t0_epoch_s", "")
+    try:
+        finite = math.isfinite(float(t0 or 0))
+    except ValueError:
+        finite = False
+    if not finite:  # it places the file's times among others' when several are read
+        raise InputError(
+            f"kvpool.t0_epoch_s '{t0}' is not a finite number",
+            Location(where, field="kvpool.t0_epoch_s"),
+        )
     tok = meta.get("tokenizer", "")
     m = _TOKENIZER_META.fullmatch(tok)
     ratio = m.group("ratio") if m else None

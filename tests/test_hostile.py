@@ -278,6 +278,34 @@ def test_canonical_invariants_are_checked_on_read(canonical, tmp_path, meta, col
     assert isinstance(r.exception, InputError)
 
 
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("kvpool.block_size", "sixteen"),
+        ("kvpool.block_size", "\u00b2"),  # a digit to str.isdigit, not to int()
+        ("kvpool.block_size", "0"),
+        ("kvpool.block_size", "1000000"),
+        ("kvpool.t0_epoch_s", "soon"),
+        ("kvpool.t0_epoch_s", "nan"),
+        ("kvpool.t0_epoch_s", "inf"),
+    ],
+)
+def test_an_edited_block_size_or_start_time_is_named_by_every_reader(
+    canonical, tmp_path, key, value
+):
+    """The whole-table read and the streamed one of `reuse` (which read the metadata
+    apart) both refuse it naming the field; the streamed one raised a ValueError."""
+    bad = _edited(canonical, tmp_path / "bad.parquet", {key: value})
+    with pytest.raises(InputError, match=key):
+        read_canonical(bad)
+    (tmp_path / "r").mkdir()
+    analyze = ["analyze", str(bad), "--no-size-search", "-o", str(tmp_path / "r")]
+    for args in (["reuse", str(bad)], analyze):
+        r = CliRunner().invoke(app, args)
+        assert isinstance(r.exception, InputError), (args, r.exception)
+        assert key in str(r.exception), (args, r.exception)
+
+
 # --- 8. detection -------------------------------------------------------------------------
 
 

@@ -98,7 +98,7 @@ def test_read_canonical_checks_types_and_block_size(tmp_path):
         read_canonical(bad_bs)
     bad_t0 = tmp_path / "t0.parquet"
     pq.write_table(table.replace_schema_metadata({**meta, b"kvpool.t0_epoch_s": b"noon"}), bad_t0)
-    with pytest.raises(InputError, match=r"kvpool\.t0_epoch_s 'noon' is not a number"):
+    with pytest.raises(InputError, match=r"kvpool\.t0_epoch_s 'noon' is not a finite number"):
         read_canonical(bad_t0)
 
 
