@@ -273,7 +273,7 @@ def test_convert_with_the_folder_counts_what_transformers_counts(hf, tmp_path):
 def test_analyze_report_says_which_tokenizer_and_template(tmp_path):
     from analyzer.advisor import AnalyzeOptions, run_analysis
     from analyzer.report.document import ReportDocument
-    from analyzer.report.render import key_figures
+    from analyzer.report.log_sections import key_figures
 
     src = tmp_path / "chat.jsonl"
     with open(ROOT / "traces" / "chat.jsonl.zst", "rb") as fh:

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from analyzer.cli import app
 from analyzer.cli.output import PIPE_WIDTH, console
-from analyzer.report.document import SCHEMA
+from analyzer.report.schema import SCHEMA
 from tests.fixtures.advisor import make_logs
 from tests.test_reuse_cli import ROWS, canonical
 

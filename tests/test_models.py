@@ -219,7 +219,7 @@ def test_quantized_and_vendor_names_are_matched():
 def test_the_report_shows_each_models_figures(tmp_path):
     from analyzer.advisor import AnalyzeOptions, run_analysis
     from analyzer.report.document import ReportDocument
-    from analyzer.report.render import sections
+    from analyzer.report.outline import sections
 
     log, _ = three_model_log(tmp_path)
     doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(sensitivity_replays=False)))

@@ -25,7 +25,7 @@ from analyzer.report import (
     write_reports,
 )
 from analyzer.report.document import ReportDocument, report_json
-from analyzer.report.render import sections
+from analyzer.report.outline import sections
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "report"

@@ -21,7 +21,8 @@ import pytest
 from analyzer.advisor import AnalyzeOptions, run_analysis
 from analyzer.advisor.figures import Undefined, lookup, show
 from analyzer.report import render_html, render_json, render_markdown
-from analyzer.report.document import NotApplicable, ReportDocument
+from analyzer.report.document import ReportDocument
+from analyzer.report.schema import NotApplicable
 
 WORDS = [
     "order",

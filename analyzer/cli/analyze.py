@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from analyzer.advisor.engine_metrics import EngineMeasurement
-    from analyzer.report.document import Report, ReportDocument
+    from analyzer.report.document import ReportDocument
+    from analyzer.report.plan_views import ReportView
 
 
 @o.ingest_flags
@@ -238,14 +239,15 @@ def _write_remote_reports(document: ReportDocument, url: str, *, pdf: bool) -> d
     return {k: f"{public(url)}/{Path(v).relative_to(local).as_posix()}" for k, v in written.items()}
 
 
-def print_summary(console: Console, doc: Report, paths: Mapping[str, Path | str]) -> None:
+def print_summary(console: Console, doc: ReportView, paths: Mapping[str, Path | str]) -> None:
     from rich.table import Table
 
     from analyzer.advisor.figures import Verdict
     from analyzer.advisor.words import listed
     from analyzer.cli.output import console as make_console
+    from analyzer.report.cells import gbps, num
     from analyzer.report.figures import VERDICT_TEXT
-    from analyzer.report.render import gbps, key_figures, num
+    from analyzer.report.log_sections import key_figures
     from analyzer.report.summary import economics_table, summary_sentences, undefined_notes
 
     for sentence in doc.summary or summary_sentences(doc):

@@ -7,7 +7,7 @@ Public API::
     paths = write_reports(doc, "out/")      # {"html": .../report.html, "md": ..., "json": ...}
 
 Every renderer reads the same document: the typed view
-(:class:`~analyzer.report.document.Report`) of a :class:`ReportDocument`, whose schema
+(:class:`~analyzer.report.plan_views.ReportView`) of a :class:`ReportDocument`, whose schema
 :mod:`analyzer.report.document` alone defines, made fresh or from a ``report.json`` loaded
 back (:meth:`ReportDocument.load`), so the three outputs carry the same content.
 """
@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import OutputError
 from analyzer.quoting import json_text
-from analyzer.report.document import SCHEMA, Report, ReportDocument, report_json
+from analyzer.report.document import ReportDocument, report_json
+from analyzer.report.plan_views import ReportView
+from analyzer.report.schema import SCHEMA
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 # Headless Chromium: no GPU, network chatter or first-run setup. Shared by the PDF printer
@@ -50,14 +52,14 @@ if TYPE_CHECKING:
 
     # a fresh document (or the analysis it is made of, or its typed view), or a
     # report.json loaded back
-    Document = ReportDocument | Report | AnalysisResult | dict[str, Any]
+    Document = ReportDocument | ReportView | AnalysisResult | dict[str, Any]
 
 
-def _doc(document: Document) -> Report:
+def _doc(document: Document) -> ReportView:
     """The document's typed view, with keys in the order report.json reads back in:
     every renderer sees the same figures in the same order whether it is given a fresh
     document or a reloaded file (a malformed dict is an InputError naming the field)."""
-    if isinstance(document, Report):
+    if isinstance(document, ReportView):
         return document
     if isinstance(document, ReportDocument):
         return document.report
@@ -74,14 +76,14 @@ def render_json(document: Document) -> str:
 
 
 def render_markdown(document: Document) -> str:
-    from analyzer.report.render import render_markdown_doc
+    from analyzer.report.markdown_page import render_markdown_doc
 
     return render_markdown_doc(_doc(document))
 
 
 def render_html(document: Document) -> str:
     from analyzer.report.charts import all_charts
-    from analyzer.report.render import render_html_doc
+    from analyzer.report.html_page import render_html_doc
 
     doc = _doc(document)
     return render_html_doc(doc, all_charts(doc))
@@ -127,7 +129,7 @@ def write_deploy(document: Document, out: Path) -> bool:
     return True
 
 
-def _stage_deploy(doc: Report, out: Path) -> Path | None:
+def _stage_deploy(doc: ReportView, out: Path) -> Path | None:
     """The bundle written whole into ``out/.deploy.tmp`` (None: the analysis sized none);
     a failed write (a full disk, a signal) leaves no half-built folder beside it."""
     files = doc.deploy.files

@@ -2,7 +2,7 @@
 
 The SVG is embedded inline in the HTML report, so the report needs no script, font
 or network access to display. Each function takes the report document's typed view
-(:class:`analyzer.report.document.Report`) and returns an SVG string, or None when the
+(:class:`analyzer.report.plan_views.ReportView`) and returns an SVG string, or None when the
 document holds no data for that chart.
 """
 
@@ -12,7 +12,6 @@ from typing import Any
 
 import altair as alt
 
-from analyzer.report.document import NotApplicable, Report
 from analyzer.report.figures import (
     SCENARIO_ORDER,
     SOURCE_LABELS,
@@ -22,6 +21,8 @@ from analyzer.report.figures import (
     scenario_colors,
     scenario_label,
 )
+from analyzer.report.plan_views import ReportView
+from analyzer.report.schema import NotApplicable
 
 WIDTH = 520
 HEIGHT = 260
@@ -56,7 +57,7 @@ def _base(values: list[dict[str, Any]]) -> alt.Chart:
     return alt.Chart(alt.Data(values=values)).properties(width=WIDTH, height=HEIGHT)
 
 
-def hit_ratio_curve(doc: Report) -> str | None:
+def hit_ratio_curve(doc: ReportView) -> str | None:
     curve = (doc.reuse.analysis.curves or {}).get("lru") or ()
     pts = [
         {"capacity_tokens": max(int(p.capacity_tokens), 1), "hit_rate": p.hit_rate}
@@ -100,7 +101,7 @@ def hit_ratio_curve(doc: Report) -> str | None:
     return to_svg(alt.layer(*layers).properties(title="Hit ratio against capacity"))
 
 
-def sources_chart(doc: Report) -> str | None:
+def sources_chart(doc: ReportView) -> str | None:
     src = doc.reuse.analysis.sources
     shares = (src.share_of_prompt if src is not None else None) or {}
     if not shares:
@@ -119,7 +120,7 @@ def sources_chart(doc: Report) -> str | None:
     return to_svg(chart)
 
 
-def break_even_chart(doc: Report) -> str | None:
+def break_even_chart(doc: ReportView) -> str | None:
     bw = doc.bandwidth
     if bw is None:
         return None
@@ -165,7 +166,7 @@ def break_even_chart(doc: Report) -> str | None:
     )
 
 
-def ttft_chart(doc: Report) -> str | None:
+def ttft_chart(doc: ReportView) -> str | None:
     """TTFT by option in milliseconds, the tables' unit, under the tables' option names."""
     vals = []
     for name, s in doc.scenarios.items():
@@ -190,7 +191,7 @@ def ttft_chart(doc: Report) -> str | None:
     return to_svg(chart)
 
 
-def tier_hits_chart(doc: Report) -> str | None:
+def tier_hits_chart(doc: ReportView) -> str | None:
     vals = []
     for name, s in doc.scenarios.items():
         for tier, v in s.hit_rate_by_tier.items():
@@ -231,7 +232,7 @@ def tier_hits_chart(doc: Report) -> str | None:
     return to_svg(chart)
 
 
-def network_chart(doc: Report) -> str | None:
+def network_chart(doc: ReportView) -> str | None:
     vals = [
         {"scenario": str(n), "network_gb": (s.network_bytes or 0.0) / 1e9}
         for n, s in doc.scenarios.items()
@@ -257,7 +258,7 @@ def network_chart(doc: Report) -> str | None:
     return to_svg(chart)
 
 
-def engine_occupancy_chart(doc: Report) -> str | None:
+def engine_occupancy_chart(doc: ReportView) -> str | None:
     """Blocks the engine held per medium over the recording (KV-event inputs only)."""
     ev = doc.engine_events
     if ev is None or len(ev.timeline) < 2:
@@ -280,7 +281,7 @@ def engine_occupancy_chart(doc: Report) -> str | None:
     return to_svg(chart)
 
 
-def all_charts(doc: Report) -> dict[str, str]:
+def all_charts(doc: ReportView) -> dict[str, str]:
     out = {}
     for name, fn in (
         ("hit_ratio", hit_ratio_curve),

@@ -31,7 +31,7 @@ from analyzer.trace import BlockTrace
 
 if TYPE_CHECKING:
     from analyzer.replay.run import ScenarioResult
-    from analyzer.report.document import SizingSection
+    from analyzer.report.views import SizingView
     from analyzer.reuse.records import (
         CapacityRow,
         CurvePoint,
@@ -571,7 +571,7 @@ def scenarios_table(frame: pd.DataFrame) -> pd.DataFrame:
 # --- recommendation ------------------------------------------------------------------------
 
 
-def sizing_table(sizing: SizingSection) -> list[dict[str, Any]]:
+def sizing_table(sizing: SizingView) -> list[dict[str, Any]]:
     """The sized recommendation (the report's ``sizing`` object) as rows a manager reads:
     what, how much (in GB and tokens, GB/s, yes/no), and why."""
 

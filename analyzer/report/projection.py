@@ -12,7 +12,8 @@ from analyzer.advisor.current import TOLERANCE
 from analyzer.advisor.engine_metrics import EngineProjection, ProjectedScenario
 from analyzer.advisor.figures import Verdict
 from analyzer.replay.config import Scenario
-from analyzer.report.document import Report, ScenarioView
+from analyzer.report.plan_views import ReportView
+from analyzer.report.views import ScenarioView
 
 # The option a verdict recommends when the report names none (docs/advisor.md).
 _BY_VERDICT = {
@@ -32,7 +33,7 @@ def _scenario(name: str, view: ScenarioView | None) -> ProjectedScenario | None:
     )
 
 
-def engine_projection(report: Report) -> EngineProjection:
+def engine_projection(report: ReportView) -> EngineProjection:
     """The candidate (recommended) and baseline (HBM only) projections of ``report``."""
     scenarios = report.scenarios
     chosen = report.verdict.scenario or _BY_VERDICT.get(report.verdict.verdict)

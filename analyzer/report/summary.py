@@ -1,7 +1,7 @@
 """Plain words over a ``kvpool.report/3`` document: the three-sentence summary that
 opens every output, the glossary, and the money and side-by-side tables.
 
-Everything here reads the report's typed view (:class:`analyzer.report.document.Report`)
+Everything here reads the report's typed view (:class:`analyzer.report.plan_views.ReportView`)
 only, never a stage, and every count, TTFT and amount of money it writes is one of the
 plans' (``doc.fleet``, ``doc.plans``): the terminal, the Markdown and HTML reports and
 the dashboard show the same sentences and rows, from the same rounded figures, in the
@@ -29,15 +29,9 @@ from analyzer.advisor.words import (
     usd,
 )
 from analyzer.replay.config import Scenario
-from analyzer.report.document import (
-    FleetView,
-    FlipRowView,
-    MoneyView,
-    NotApplicable,
-    Report,
-    SideOption,
-    TtftSeconds,
-)
+from analyzer.report.plan_views import FleetView, FlipRowView, MoneyView, ReportView, SideOptionView
+from analyzer.report.schema import NotApplicable
+from analyzer.report.views import TtftSecondsView
 
 _T = TypeVar("_T")
 
@@ -104,7 +98,7 @@ def _i(x: int | NotApplicable | None) -> int | None:
     return None if x is None or isinstance(x, NotApplicable) else int(x)
 
 
-def _t(x: TtftSeconds | NotApplicable | None) -> TtftSeconds | None:
+def _t(x: TtftSecondsView | NotApplicable | None) -> TtftSecondsView | None:
     return None if x is None or isinstance(x, NotApplicable) else x
 
 
@@ -126,11 +120,11 @@ def _cell(x: int | NotApplicable | None, fmt: str = ",") -> str:
     return f"{x:{fmt}}"
 
 
-def undefined_notes(doc: Report, *, money: bool = True, side_by_side: bool = True) -> list[str]:
+def undefined_notes(doc: ReportView, *, money: bool = True, side_by_side: bool = True) -> list[str]:
     """What each short "not applicable" word of the money table and of the side-by-side
     table (other GPUs and models) means, once per reason, in words: each output gives
     the notes of the tables it shows, beside them."""
-    rows: list[FleetView | MoneyView | SideOption] = []
+    rows: list[FleetView | MoneyView | SideOptionView] = []
     if money:
         rows += [*doc.fleet.values(), *(f.money for f in doc.fleet.values())]
     if side_by_side:
@@ -149,11 +143,11 @@ def _signed_ms(delta_s: float) -> str:
     return ms_change(delta_s)
 
 
-def _fleet(doc: Report, option: str) -> FleetView | None:
+def _fleet(doc: ReportView, option: str) -> FleetView | None:
     return doc.fleet.get(Scenario(option)) if option in set(Scenario) else None
 
 
-def _where(doc: Report, f: FleetView) -> str:
+def _where(doc: ReportView, f: FleetView) -> str:
     """``7 instances of 1 x h100 on 7 nodes``; for a fleet of several models, each
     model's GPUs, most first (``qwen3-coder-480b-a35b on 16 GPUs, llama-3.1-70b on 2
     GPUs, ...``)."""
@@ -170,7 +164,7 @@ def _where(doc: Report, f: FleetView) -> str:
     return f"{count(len(plans), 'model')}{on}, no two on one GPU: {listed(parts, most=5)}"
 
 
-def _load_words(doc: Report) -> str:
+def _load_words(doc: ReportView) -> str:
     """The busiest load, with what its rate multiple means."""
     econ = doc.economics
     if econ is None or econ.load is None:
@@ -192,7 +186,7 @@ def _ttft_words(f: FleetView) -> str:
     return f" at {ms(t.mean)} mean and {ms(t.p90)} p90 TTFT"
 
 
-def _one_thing(doc: Report) -> str:
+def _one_thing(doc: ReportView) -> str:
     """The smallest change of an input the team controls that flips the verdict."""
     rows = [r for r in doc.sensitivity.rows if r.flips]
     if not rows and doc.verdict.verdict == Verdict.CANNOT_MEET_SLO:
@@ -218,7 +212,7 @@ def _one_thing(doc: Report) -> str:
     return f"{r.dimension} at {r.value} would make it {r.verdict}{more}"
 
 
-def _what_would_meet(doc: Report) -> str:
+def _what_would_meet(doc: ReportView) -> str:
     """For an SLO no option meets: the SLO the fastest deployment meets, or the GPUs
     that would meet this one (the fewest over the options searched above the cap)."""
     base = _fleet(doc, Scenario.LOCAL)
@@ -237,7 +231,7 @@ def _what_would_meet(doc: Report) -> str:
     return "a looser SLO: no size searched meets this one"
 
 
-def summary_sentences(doc: Report) -> list[str]:
+def summary_sentences(doc: ReportView) -> list[str]:
     """Three sentences: the verdict; what it buys, from its plan, in ms of mean and p90
     TTFT, in GPUs and in money per month; the confidence and the one input the team
     controls that would most change it. A fourth on tenant isolation when it matters
@@ -307,7 +301,7 @@ def summary_sentences(doc: Report) -> list[str]:
     return [first, second, third, *([fourth] if fourth else [])]
 
 
-def isolation_sentence(doc: Report) -> str | None:
+def isolation_sentence(doc: ReportView) -> str | None:
     """The summary's word on tenant isolation: when the analysis keyed blocks by tenant or
     user, or when a shared pool would serve a material share of its hits across tenants
     (analyzer/advisor/isolation.py); None otherwise."""
@@ -324,7 +318,7 @@ def isolation_sentence(doc: Report) -> str | None:
     return f"Every figure is with a cache salt per {unit} (Tenant isolation): {iso.sentence}."
 
 
-def _runner_up(doc: Report, base: FleetView) -> str:
+def _runner_up(doc: ReportView, base: FleetView) -> str:
     """The next option meeting the SLO beside the baseline, as deploy/ ships it."""
     name = next((f.option for f in doc.deploy.files if f.role == "runner-up"), None)
     deploy_of = {
@@ -349,7 +343,7 @@ def _runner_up(doc: Report, base: FleetView) -> str:
     return f"; the runner-up in deploy/, {option_name(alt.option)}, needs {gpus(_i(alt.gpus))} and {cost}"
 
 
-def _cannot_meet_sentence(doc: Report) -> str:
+def _cannot_meet_sentence(doc: ReportView) -> str:
     base = _fleet(doc, Scenario.LOCAL)
     assert base is not None
     if base.status == PlanStatus.PREFILL_BOUND and base.floor_p90_s is not None:
@@ -388,7 +382,7 @@ def _s(x: float | None) -> float:
     return x
 
 
-def economics_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
+def economics_table(doc: ReportView) -> tuple[list[str], list[list[str]]] | None:
     """Per option (its fleet): GPUs, nodes, TTFT at the busiest load, monthly cost, net
     value, payback."""
     if not doc.fleet:
@@ -451,7 +445,7 @@ def economics_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
     return header, rows
 
 
-def isolation_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
+def isolation_table(doc: ReportView) -> tuple[list[str], list[list[str]]] | None:
     """Each option under each policy the isolation section planned (None: none)."""
     iso = doc.isolation
     if iso is None or not iso.options:
@@ -486,7 +480,7 @@ def isolation_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
     return header, rows
 
 
-def isolation_products_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
+def isolation_products_table(doc: ReportView) -> tuple[list[str], list[list[str]]] | None:
     """Whether each stack of the bundle keys every tier by the cache salt at the versions
     it targets (None: the section lists none)."""
     iso = doc.isolation
@@ -511,7 +505,7 @@ def options_table() -> tuple[list[str], list[list[str]]]:
     ]
 
 
-def price_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
+def price_table(doc: ReportView) -> tuple[list[str], list[list[str]]] | None:
     prices = (doc.economics.prices if doc.economics is not None else None) or ()
     if not prices:
         return None
@@ -527,7 +521,7 @@ def price_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
     return ["Price", "Value", "Source", "Read on"], rows
 
 
-def side_by_side_table(doc: Report) -> tuple[list[str], list[list[str]]] | None:
+def side_by_side_table(doc: ReportView) -> tuple[list[str], list[list[str]]] | None:
     """The verdict's option on your model and GPU and planned on catalog alternatives."""
     rows_in = doc.side_by_side
     if not rows_in:
