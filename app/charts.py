@@ -52,8 +52,8 @@ def arrivals_chart(frame: pd.DataFrame, field: str, title: str) -> alt.Chart:
             x=alt.X("time_s:Q", title="time since first request (s)"),
             y=alt.Y(f"{field}:Q", title=title),
             tooltip=[
-                alt.Tooltip("time_s:Q", format=",.0f"),
-                alt.Tooltip(f"{field}:Q", format=",.2f"),
+                alt.Tooltip("time_s:Q", format=",.0f", title="s since first request"),
+                alt.Tooltip(f"{field}:Q", format=",.2f", title=title),
             ],
         )
     )
@@ -66,7 +66,10 @@ def histogram_chart(frame: pd.DataFrame, x: str, y: str, title: str) -> alt.Char
         .encode(
             x=alt.X(f"{x}:N", sort=None, title=x.replace("_", " ")),
             y=alt.Y(f"{y}:Q", title=y.replace("_", " ")),
-            tooltip=[x, y],
+            tooltip=[
+                alt.Tooltip(f"{x}:N", title=x.replace("_", " ")),
+                alt.Tooltip(f"{y}:Q", title=y.replace("_", " "), format=","),
+            ],
         )
     )
 
@@ -78,7 +81,11 @@ def tenants_chart(frame: pd.DataFrame) -> alt.Chart:
         .encode(
             y=alt.Y("tenant:N", sort=None, title=None, axis=alt.Axis(labelLimit=220)),
             x=alt.X("prompt_tokens:Q", title="prompt tokens"),
-            tooltip=["tenant", "requests", "prompt_tokens"],
+            tooltip=[
+                "tenant",
+                alt.Tooltip("requests:Q", format=","),
+                alt.Tooltip("prompt_tokens:Q", title="prompt tokens", format=","),
+            ],
         )
     )
 
@@ -437,12 +444,12 @@ def fitted_chart(points: pd.DataFrame) -> alt.LayerChart:
             shape=alt.Shape("model:N", sort=["catalog", "fitted"]),
             tooltip=[
                 "model",
-                "prompt_tokens",
-                "cached_tokens",
+                alt.Tooltip("prompt_tokens:Q", title="prompt tokens", format=","),
+                alt.Tooltip("cached_tokens:Q", title="cached tokens", format=","),
                 "concurrency",
-                "load_gbps",
-                alt.Tooltip("measured_s:Q", format=".4f"),
-                alt.Tooltip("predicted_s:Q", format=".4f"),
+                alt.Tooltip("load_gbps:Q", title="load (GB/s)"),
+                alt.Tooltip("measured_s:Q", format=".4f", title="measured TTFT (s)"),
+                alt.Tooltip("predicted_s:Q", format=".4f", title="predicted TTFT (s)"),
             ],
         )
     )
