@@ -316,8 +316,30 @@ def test_the_compiled_next_use_is_the_reference(chains, tail, shift):
     np.cumsum(counts, out=offsets[1:])
     ids = np.array([b + shift for c in chains for b in c] + [7] * tail, dtype=np.int64)
     got = kernels.next_use_requests(ids, offsets)
-    assert got.dtype == np.int64
+    used = ids[: offsets[-1]]
+    dense = not used.size or (used.min() >= 0 and used.max() < 2 * used.size + 1024)
+    # the compiled pass gives int32 (every request index fits), the reference int64
+    assert got.dtype == (np.int32 if dense else np.int64)
     assert got.tolist() == next_use_requests(ids, offsets).tolist()
+
+
+def test_simulation_state_is_int32_only_where_every_counter_fits():
+    assert kernels.state_dtype(11_874_649, 50_000) is np.int32
+    assert kernels.state_dtype(700_000_000, 10) is np.int32
+    assert kernels.state_dtype(716_000_000, 10) is np.int64  # 3 steps an access overflow
+    assert kernels.state_dtype(10, 2**31) is np.int64
+
+
+def test_narrow_and_wide_simulation_state_take_the_same_decisions(monkeypatch):
+    tr = chained_trace(80, seed=5, system_blocks=6, mean_new_blocks=3)
+    first = first_counted_request(tr.n_requests, 0.5)
+    args = (tr.block_ids, tr.offsets, tr.prompt_tokens, tr.block_size, first)
+    runs = [(cap, policy) for cap in (1, 3, 20, 400) for policy in POLICIES]
+    narrow = [simulate_fast(*args, cap, policy) for cap, policy in runs]
+    assert kernels.next_use_requests(tr.block_ids, tr.offsets).dtype == np.int32
+    monkeypatch.setattr(kernels, "state_dtype", lambda *_: np.int64)
+    assert kernels.next_use_requests(tr.block_ids, tr.offsets).dtype == np.int64
+    assert [simulate_fast(*args, cap, policy) for cap, policy in runs] == narrow
 
 
 def test_last_token_is_never_a_hit():
