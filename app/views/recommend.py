@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from analyzer.advisor.products import DOCS_CHECKED
@@ -104,8 +105,10 @@ def _wait_for(key, partial: str) -> None:
 
 def _table_of(rows) -> None:
     """A small read-only table, drawn as a static table: the browser redraws it on every
-    what-if, and a static table costs it less than an interactive grid."""
-    st.table(rows, hide_index=True)
+    what-if, and a static table costs it less than an interactive grid. A lone "-" (no
+    figure) is drawn as an en dash: a static table reads it as a Markdown list item."""
+    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
+    st.table(frame.replace({"-": "–"}), hide_index=True)
 
 
 def _repriced_lines(cur, opts, ans) -> None:

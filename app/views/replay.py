@@ -142,7 +142,11 @@ with state.guard():
     changes.show("replay", changes.setting_words(w), moved)
     # A static table, as the report prints it: every column and cell whole (a scrolling
     # grid clipped the wide ones).
-    st.table(figures.scenarios_table(table), hide_index=True)
+    shown = figures.scenarios_table(table)
+    if not search:  # nothing was searched: no column of dashes
+        shown = shown.drop(columns=["highest rate under the SLO"])
+    # A lone "-" in a static table's cell reads as a Markdown list item: an en dash.
+    st.table(shown.replace({"-": "–"}), hide_index=True)
     # What each option deploys, in the report's words: under the table, whole, where a
     # table cell would clip it.
     st.markdown(

@@ -53,7 +53,7 @@ with state.guard():
         src = figures.sources_frame(rep.sources)
         st.altair_chart(charts.sources_chart(src), width="stretch")
         # a static table: every cell shown whole, and as text a browser can read
-        st.table(figures.sources_table(src), hide_index=True)
+        st.table(figures.sources_table(src).replace({"-": "–"}), hide_index=True)
         st.caption(
             "Each source's reused tokens as a share of the counted prompt tokens, as in "
             "the report (together they make the steady-state ceiling). "
