@@ -44,6 +44,7 @@ def build_trace(
     prompts: list[int] | None = None,
     sessions: list[str | None] | None = None,
     outputs: list[int | None] | None = None,
+    tenants: list[str | None] | None = None,
 ) -> BlockTrace:
     """A BlockTrace from per-request block hash lists (chained by construction)."""
     n = len(blocks)
@@ -55,7 +56,7 @@ def build_trace(
         "request_id": [f"r{i}" for i in range(n)],
         "arrival_s": [float(a) for a in arrivals],
         "session_id": sessions,
-        "tenant": [None] * n,
+        "tenant": tenants if tenants is not None else [None] * n,
         "model": [None] * n,
         "prompt_tokens": prompts,
         "output_tokens": outputs,

@@ -226,6 +226,10 @@ class RunStats:
     slo_violations: int
     hbm_blocks_end: int
     recording: Recording | None = None
+    # Measured hit tokens whose block another tenant's request last stored or refreshed
+    # (both tenants known): the hits a pool shared across tenants serves from another
+    # tenant's prompts. 0 when the log names fewer than two tenants.
+    cross_tenant_hit_tokens: int = 0
     # Aggregated serving only (None / 0 otherwise): each measured request's time per
     # output token after the first (NaN for one-token answers), in trace order; the
     # GPU-seconds of every step (prefill and decode); running requests preempted
@@ -375,6 +379,13 @@ class Simulation:
         self.violations = 0
         self.aborted = False
         self.done_count = 0
+        # The tenant that last stored or refreshed each block (-1: none yet), beside
+        # the block arrays; kept only when the log names two tenants or more.
+        tenant = trace.tenant
+        many = tenant.size > 0 and np.unique(tenant[tenant >= 0]).size > 1
+        self.tenants: list[int] = tenant.tolist() if many else []
+        self.holder = np.full(trace.n_blocks if many else 0, -1, dtype=np.int32)
+        self.cross_tokens = 0
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -416,6 +427,7 @@ class Simulation:
             slo_violations=self.violations,
             hbm_blocks_end=sum(len(i.hbm) for i in self.instances if i.hbm is not None),
             recording=self._finish_recording(),
+            cross_tenant_hit_tokens=self.cross_tokens,
         )
 
     def _finish_recording(self) -> Recording | None:
@@ -483,6 +495,8 @@ class Simulation:
                         self.loaded_by_tier[tier.level] += n_bytes
                     m = mt
         hit = min(m * bs, cap)
+        if m and self.tenants:
+            self._held(k, m, hit if measured else -1)
         if rec is not None:
             rec.hits.append(hit)
             for tier, b in transfers:
@@ -560,6 +574,22 @@ class Simulation:
 
     # -- helpers ----------------------------------------------------------------------
 
+    def _held(self, k: int, m: int, hit: int) -> None:
+        """Request ``k`` uses its first ``m`` blocks: count the tokens of its ``hit``
+        (-1: not measured) whose block another tenant last held, then hold them."""
+        start = self.offsets[k]
+        ids = self.block_ids[start : start + m]
+        held = self.holder[ids]
+        tenant = self.tenants[k]
+        if hit >= 0 and tenant >= 0:
+            other = (held >= 0) & (held != tenant)
+            n = int(np.count_nonzero(other))
+            if n:
+                # the hit stops short of the prompt's last token: the last block's
+                # uncounted tokens are not another tenant's hits either
+                self.cross_tokens += n * self.bs - (m * self.bs - hit if other[-1] else 0)
+        self.holder[ids] = tenant
+
     def _cached_kept(self, i: int, blocks: Sequence[int]) -> int:
         """:meth:`_cached`, its answer kept for the recording."""
         v = self._cached(i, blocks)
@@ -621,6 +651,8 @@ class Simulation:
             rec.order_a.append(self._arrived)
         if not blocks:
             return
+        if self.tenants:
+            self._held(r.k, len(blocks), -1)
         inst = r.inst
         hbm = inst.hbm
         if hbm is not None:

@@ -247,6 +247,7 @@ def retime(
         stats = sim.run()
     if recorded is not None:
         stats.hit_tokens_by_tier = list(recorded.hit_tokens_by_tier)
+        stats.cross_tenant_hit_tokens = recorded.cross_tenant_hit_tokens
         stats.loaded_bytes_by_tier = list(recorded.loaded_bytes_by_tier)
         stats.hbm_blocks_end = recorded.hbm_blocks_end
         stats.dup_blocks_end = recorded.dup_blocks_end

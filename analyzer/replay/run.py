@@ -410,6 +410,13 @@ class ScenarioResult:
         return sum(self.stats.hit_tokens_by_tier) / prompt if prompt else 0.0
 
     @property
+    def cross_tenant_hit_share(self) -> float:
+        """Of the measured hit tokens, the share whose block another tenant's request
+        last stored or refreshed (0 with no hits, or fewer than two tenants)."""
+        hits = sum(self.stats.hit_tokens_by_tier)
+        return self.stats.cross_tenant_hit_tokens / hits if hits else 0.0
+
+    @property
     def hit_rate_by_tier(self) -> dict[Tier, float]:
         prompt = self.stats.prompt_tokens
         return {
@@ -559,6 +566,8 @@ class ScenarioResult:
             "hit_rate": self.hit_rate,
             "hit_rate_by_tier": self.hit_rate_by_tier,
             "hit_tokens_by_tier": dict(zip(TIER_NAMES, hits, strict=True)),
+            "cross_tenant_hit_tokens": st.cross_tenant_hit_tokens,
+            "cross_tenant_hit_share": self.cross_tenant_hit_share,
             "ttft_s": ttft_json,
             "prefill_gpu_s": st.gpu_s,
             "network_bytes": net,
@@ -600,6 +609,7 @@ def _scale_totals(out: dict[str, Any], k: float) -> None:
     out["requests"] = round(out["requests"] * k)
     out["prompt_tokens"] = round(out["prompt_tokens"] * k)
     out["hit_tokens_by_tier"] = {t: round(v * k) for t, v in out["hit_tokens_by_tier"].items()}
+    out["cross_tenant_hit_tokens"] = round(out["cross_tenant_hit_tokens"] * k)
     for key in ("prefill_gpu_s", "network_bytes", "makespan_s"):
         out[key] *= k
     for link in out["links"].values():

@@ -548,6 +548,8 @@ class AggregatedSimulation(Simulation):
         j.hit = min(matched * bs, cap)
         if count:
             self.hits[j.k - self.warm] = j.hit
+        if matched and self.tenants:
+            self._held(j.k, matched, j.hit if count else -1)
         j.done = 0
         j.matched = matched
         j.pinned = m
@@ -619,6 +621,8 @@ class AggregatedSimulation(Simulation):
         e.prefill_load -= take
         computed = j.hit + j.done
         nb = min(len(j.blocks), computed // self.bs)
+        if nb and self.tenants:  # computed: its blocks are stored
+            self._held(j.k, nb, -1)
         if nb > j.pinned:
             self._cache(j, e, nb, t)
         if not self.selective and not self.on_evict and e.inst.lower:
