@@ -88,7 +88,15 @@ def test_report_json_carries_the_section_with_money_for_both_policies(runs):
         assert view.cross_tenant_hit_share == shared_reuse["cross_tenant"] > 0.3
         assert pooled.hits_lost_share is not None
         assert 0 < pooled.hits_lost_share < view.cross_tenant_hit_share
-        share = f"{view.cross_tenant_hit_share:.0%}"
+        # Each option's own share, from its replay at size: shared, some of its hits are
+        # another tenant's blocks; salted, none is.
+        for o in view.options.values():
+            own = o.policies["shared"].cross_tenant_hit_share
+            assert own is not None and 0 < own <= 1
+            for p in ("tenant", "user"):
+                assert o.policies[p].cross_tenant_hit_share == 0
+        # The sentence speaks of the pool's own share.
+        share = f"{pooled.policies['shared'].cross_tenant_hit_share:.0%}"
         assert view.sentence.startswith(f"a pool shared across 12 tenants serves {share} of ")
         assert "another tenant's prompts; isolat" in view.sentence and view.material
         # The sentence prices the verdict's option; the pool's price beside any other.
@@ -111,6 +119,7 @@ def test_the_shared_report_names_the_salt_and_says_the_pool_is_shared(runs):
     section = md[md.index("## Tenant isolation") :]
     assert "cache_salt" in section and "extra_key" in section
     assert "shared across the log's 12 tenants" in section
+    assert "| Hits from another tenant |" in section
     index = (runs["shared"] / "deploy" / "README.md").read_text()
     assert "This pool is shared across all 12 tenants" in index and "cache_salt" in index
     assert not (runs["shared"] / "deploy" / "isolation").exists()

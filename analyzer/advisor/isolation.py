@@ -62,6 +62,9 @@ class PolicyFigures:
     gpus: int | None
     total_usd_month: float | None
     meets_slo: bool
+    # of its hit tokens at size, the share another tenant's request last held (None:
+    # not replayed); 0 under a salt, which keys every block by its tenant or user
+    cross_tenant_hit_share: float | None = None
 
     @classmethod
     def of(cls, f: Fleet) -> PolicyFigures:
@@ -73,6 +76,7 @@ class PolicyFigures:
             gpus=f.gpus,
             total_usd_month=f.money.total_usd_month,
             meets_slo=f.meets_slo,
+            cross_tenant_hit_share=f.cross_tenant_hit_share,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -83,6 +87,7 @@ class PolicyFigures:
             "gpus": self.gpus,
             "total_usd_month": self.total_usd_month,
             "meets_slo": self.meets_slo,
+            "cross_tenant_hit_share": self.cross_tenant_hit_share,
         }
 
 
@@ -260,6 +265,12 @@ def isolation_stage(
     pooled = next((x for x in options if x.option == Scenario.POOLED), None)
     chosen = next((x for x in options if x.option == recommended), None)
     share = split["shared"] if tenants > 1 else 0.0
+    # the sentence speaks of the pool: its own replay's share when it was sized, else the
+    # log's (unlimited capacity, which the pool's equals when nothing is evicted)
+    pool_share = share
+    if tenants > 1 and pooled is not None and "shared" in pooled.by_policy:
+        measured = pooled.by_policy["shared"].cross_tenant_hit_share
+        pool_share = share if measured is None else measured
     user = by_groups.get("user")
     return IsolationFigures(
         policy=policy,
@@ -276,7 +287,7 @@ def isolation_stage(
         cross_tenant_hit_share=share,
         options=options,
         pool_option=None if pooled is None else pooled.option,
-        sentence=sentence(tenants, share, pooled, policy, chosen),
+        sentence=sentence(tenants, pool_share, pooled, policy, chosen),
         material=tenants > 1 and share >= MATERIAL_SHARE,
         recommended_option=None if chosen is None else chosen.option,
         products=tuple(products),

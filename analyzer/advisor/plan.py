@@ -200,6 +200,9 @@ class DeploymentPlan:
     pool_read_bytes_per_s_per_node: float = 0.0
     network_bytes: float = 0.0
     prompt_tokens: int = 0  # measured prompt tokens of the replay at size (weights a fleet's rates)
+    # of the replay's hit tokens at size, the share whose block another tenant's request
+    # last held (RunStats.cross_tenant_hit_tokens); None: not replayed
+    cross_tenant_hit_share: float | None = None
     # the lowest p90 TTFT any size reaches (analyzer.advisor.replay.Floor); None: not replayed
     floor_p90_s: float | None = None
     # its share of the KV store's servers (one store serves every model of the log)
@@ -257,6 +260,7 @@ class DeploymentPlan:
             "ttft_s": None if self.ttft is None else self.ttft.to_json(),
             "hit_rate": self.hit_rate,
             "hit_rate_by_tier": dict(self.hit_rate_by_tier),
+            "cross_tenant_hit_share": self.cross_tenant_hit_share,
             "network_bytes": self.network_bytes,
             "money": self.money.to_json(),
             "floor_p90_s": self.floor_p90_s,
@@ -425,6 +429,18 @@ class Fleet:
         return self._weighted([p.tier_hit_rate(tier) for p in self.plans]) or 0.0
 
     @property
+    def cross_tenant_hit_share(self) -> float | None:
+        """Of every model's hit tokens at size, the share another tenant last held."""
+        shares = [p.cross_tenant_hit_share for p in self.plans]
+        if not shares or any(s is None for s in shares):
+            return None
+        weights = [(p.hit_rate or 0.0) * p.prompt_tokens for p in self.plans]
+        total = sum(weights)
+        if total <= 0:
+            return 0.0
+        return sum((s or 0.0) * w for s, w in zip(shares, weights, strict=True)) / total
+
+    @property
     def network_bytes(self) -> float:
         return float(sum(p.network_bytes for p in self.plans))
 
@@ -441,6 +457,7 @@ class Fleet:
             "floor_p90_s": self.floor_p90_s,
             "ttft_s": None if self.ttft is None else self.ttft.to_json(),
             "hit_rate": self.hit_rate,
+            "cross_tenant_hit_share": self.cross_tenant_hit_share,
             "money": self.money.to_json(),
         }
 

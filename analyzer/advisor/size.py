@@ -387,6 +387,7 @@ def plan_of(
         pool_read_bytes_per_s_per_node=read,
         network_bytes=0.0 if run is None else run.network_bytes,
         prompt_tokens=0 if run is None else int(run.stats.prompt_tokens),
+        cross_tenant_hit_share=None if run is None else run.cross_tenant_hit_share,
         floor_p90_s=floor_p90_s,
         run=run,
     )

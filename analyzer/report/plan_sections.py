@@ -127,8 +127,10 @@ def isolation_section(doc: ReportView) -> Section | None:
     s.paragraphs.append(
         f"Prefix-hit ceiling (unlimited capacity), by policy: {ceilings}. Of the shared "
         f"log's hit tokens, {pct(iso.cross_tenant_hit_share)} were last held by another "
-        "tenant's request (the share above); isolating takes away only the hits a tenant "
-        "could not find in its own earlier requests (Hit rate lost, per option)."
+        "tenant's request; isolating takes away only the hits a tenant could not find in "
+        "its own earlier requests (Hit rate lost, per option). Hits from another tenant is "
+        "each option's own share at its size: the tokens of its replay's hits whose block "
+        "another tenant's request last stored or refreshed (none under a salt)."
     )
     who = []
     if iso.requests_without_tenant:

@@ -349,6 +349,8 @@ class IsolationPolicyView(View):
     gpus: int | None
     total_usd_month: float | None
     meets_slo: bool
+    # of its hit tokens at size, the share another tenant's request last held
+    cross_tenant_hit_share: float | None = field(default=None, metadata=ABSENT)
     rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
 
 

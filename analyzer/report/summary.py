@@ -455,11 +455,13 @@ def isolation_table(doc: ReportView) -> tuple[list[str], list[list[str]]] | None
         for i, (policy, f) in enumerate(o.policies.items()):
             extra = o.isolating_usd_month.get(policy)
             lost = o.hits_lost_share
+            cross = f.cross_tenant_hit_share
             rows.append(
                 [
                     OPTION_LABEL.get(name, name) if i == 0 else "",
                     policy,
                     "-" if f.hit_rate is None else f"{f.hit_rate:.1%}",
+                    "-" if cross is None else f"{cross:.1%}",
                     f"{ms(f.ttft_mean_s)} / {ms(f.ttft_p90_s)}",
                     "-" if f.gpus is None else f"{f.gpus:,}",
                     "-" if f.total_usd_month is None else usd(f.total_usd_month),
@@ -471,6 +473,7 @@ def isolation_table(doc: ReportView) -> tuple[list[str], list[list[str]]] | None
         "Option",
         "Keyed by",
         "Hit rate",
+        "Hits from another tenant",
         "Mean / p90 TTFT",
         "GPUs",
         "Total / month",
