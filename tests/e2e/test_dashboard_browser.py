@@ -436,7 +436,7 @@ def test_recommendation_what_ifs_update_the_verdict_as_the_cli_decides(
             ) == [True, True]
             _assert_no_errors(page, "instances 3")
             caption = page.locator('[data-testid="stMain"]').inner_text()
-            assert "Computed for 3 instances" in caption
+            assert "sized by replaying from 3 instances" in caption  # the settings line
             page.screenshot(path=str(ARTIFACTS / "9-whatif.png"), full_page=True)
         finally:
             browser.close()
