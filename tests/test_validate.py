@@ -242,6 +242,21 @@ def test_malformed_results_and_reports_are_input_errors(tmp_path):
         ([{"id": "main"}], "missing 'name'"),
         (["main"], "expected an object"),
         ([{"id": "m", "name": "M", "results_role": "candidate", "criteria": "x"}], "malformed"),
+        (
+            [
+                {
+                    "id": "m",
+                    "name": "M",
+                    "results_role": "candidate",
+                    "criteria": [{"metric": "x", "op": ">=", "threshold": None}],
+                }
+            ],
+            "threshold: expected a number, got NoneType",
+        ),
+        (
+            [{"id": "m", "name": "M", "results_role": "c", "criteria": [], "projected": [1]}],
+            "projected: expected an object",
+        ),
     ):
         rep = _write(
             tmp_path / "rep.json", {"schema": "kvpool.report/3", "gates": {"plan": entries}}

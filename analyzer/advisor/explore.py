@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from analyzer.advisor.decide import BASELINE, decide
 from analyzer.advisor.figures import Decision, PricedChoice, PricedOption
@@ -70,7 +70,7 @@ class ArrivalsEffect:
     gpus_spread: int | None
     step_s: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "option": self.option,
             "gpus": self.gpus,

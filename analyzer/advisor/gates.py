@@ -32,8 +32,9 @@ seconds: ``mean_ttft_s``, ``median_ttft_s``, ``p99_ttft_s``, ``request_throughpu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from analyzer.advisor.figures import Projection, ScenarioFigures, Thresholds, Verdict
 
@@ -360,7 +361,26 @@ def evaluate(
     return tuple(out)
 
 
-def gate_to_json(g: Gate) -> dict[str, Any]:
+class CriterionJSON(TypedDict):
+    metric: str
+    op: str
+    threshold: float
+    text: str
+
+
+class GateJSON(TypedDict):
+    """A gate as ``report.json`` keeps it (``gates.plan[]``), read back by
+    :func:`gate_from_json` for ``kvpool validate``."""
+
+    id: str
+    name: str
+    run: str
+    results_role: str
+    criteria: list[CriterionJSON]
+    projected: dict[str, float]
+
+
+def gate_to_json(g: Gate) -> GateJSON:
     return {
         "id": g.id,
         "name": g.name,
@@ -374,15 +394,43 @@ def gate_to_json(g: Gate) -> dict[str, Any]:
     }
 
 
-def gate_from_json(d: dict[str, Any]) -> Gate:
+def _number(value: object, field: str) -> float:
+    if isinstance(value, str | int | float):
+        return float(value)
+    raise TypeError(f"{field}: expected a number, got {type(value).__name__}")
+
+
+def _criterion(c: object) -> Criterion:
+    if not isinstance(c, Mapping):
+        raise TypeError(f"criteria: expected objects, got {type(c).__name__}")
+    return Criterion(
+        str(c["metric"]),
+        str(c["op"]),
+        _number(c["threshold"], "threshold"),
+        str(c.get("text", "")),
+    )
+
+
+def gate_from_json(d: Mapping[str, object]) -> Gate:
+    """A gate of a report read back (untrusted JSON): a missing key is a ``KeyError``, a
+    mistyped value a ``TypeError`` or ``ValueError``."""
+    gate_id, name, run, role = (
+        str(d["id"]),
+        str(d["name"]),
+        str(d.get("run", "")),
+        str(d["results_role"]),
+    )
+    criteria = d["criteria"]
+    if not isinstance(criteria, list):
+        raise TypeError(f"criteria: expected a list, got {type(criteria).__name__}")
+    projected = d.get("projected") or {}
+    if not isinstance(projected, Mapping):
+        raise TypeError(f"projected: expected an object, got {type(projected).__name__}")
     return Gate(
-        id=str(d["id"]),
-        name=str(d["name"]),
-        run=str(d.get("run", "")),
-        results_role=str(d["results_role"]),
-        criteria=tuple(
-            Criterion(str(c["metric"]), str(c["op"]), float(c["threshold"]), str(c.get("text", "")))
-            for c in d["criteria"]
-        ),
-        projected={str(k): float(v) for k, v in (d.get("projected") or {}).items()},
+        id=gate_id,
+        name=name,
+        run=run,
+        results_role=role,
+        criteria=tuple(_criterion(c) for c in criteria),
+        projected={str(k): _number(v, f"projected.{k}") for k, v in projected.items()},
     )

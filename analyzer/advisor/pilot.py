@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from analyzer.advisor.served import ServedModel
 from analyzer.quoting import comment, shell
@@ -46,7 +45,7 @@ class PilotCommand:
     def __post_init__(self) -> None:
         object.__setattr__(self, "note", comment(self.note))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "tool": self.tool,
             "purpose": self.purpose,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from analyzer.advisor.words import listed
 
@@ -19,7 +18,7 @@ class FlipRow:
     flips: bool
     note: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "dimension": self.dimension,
             "value": self.label,

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from analyzer.errors import UsageError
 from analyzer.quoting import comment, has_control, shell
+
+if TYPE_CHECKING:
+    from analyzer.cost.model_spec import ModelSpec
 
 
 def is_repo_id(text: str) -> bool:
@@ -73,7 +76,7 @@ class ServedModel:
             "config.json, tokenizer and weights); reports carry no paths"
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"repo": self.repo} if self.repo else {"folder": self.folder}
 
 
@@ -95,7 +98,7 @@ def model_label(flag: str) -> str:
     return flag if folder is None else (folder.name or "model")
 
 
-def served_model(spec: Any, flag: str) -> ServedModel:
+def served_model(spec: ModelSpec, flag: str) -> ServedModel:
     """The model the engines serve for ``--model flag`` (``spec``: its
     :class:`~analyzer.cost.catalog.ModelSpec`); a usage error when it is neither a
     repository id nor an existing folder."""

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from analyzer.advisor.decide import BASELINE
 from analyzer.advisor.economics import load_figures
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from analyzer.advisor.options import AnalyzeOptions
     from analyzer.advisor.price import ModelSetup, Priced
     from analyzer.advisor.replay import Replayed, ReplayTrace, Services
+    from analyzer.cost.model import CostModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +76,7 @@ class SizeQuestion:
 
     spec: ScenarioSpec
     cfg: ClusterConfig
-    cost: Any
+    cost: CostModel
     time_scale: float
     ttft_slo_s: float
     cap: int
