@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from analyzer.advisor.figures import (
     BandwidthFigures,
@@ -876,8 +876,8 @@ class CostUncertainty:
     flip: FlipFinding
     ttft_mean_s_by_scenario: dict[str, Range] | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
             "band": self.band.to_json(),
             "break_even_gbps": self.break_even_gbps.to_json(),
             "prefill_tokens_per_s": self.prefill_tokens_per_s.to_json(),

@@ -14,9 +14,8 @@ launch scripts do it with ``sed``, the Kubernetes form takes the pod IP.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from analyzer.advisor import products as P
 from analyzer.advisor import salting
@@ -40,7 +39,7 @@ class DeployFile:
     checked: str  # the product versions this file was checked against
     text: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "path": self.path,
             "option": self.option,
@@ -62,7 +61,7 @@ def checked_all() -> str:
     return "; ".join(f"{d['product']} {d['version']}" for d in P.DOCS_CHECKED)
 
 
-def _json_text(cfg: dict[str, Any], checked: str) -> str:
+def _json_text(cfg: Mapping[str, object], checked: str) -> str:
     return json.dumps({"_checked_against": checked, **cfg}, indent=2) + "\n"
 
 
@@ -128,7 +127,7 @@ def _env_text(title: str, checked: str, env: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def lmcache_env(lm: dict[str, Any], local_hostname: str = P.NODE_IP) -> dict[str, str]:
+def lmcache_env(lm: P.LMCacheConfig, local_hostname: str = P.NODE_IP) -> dict[str, str]:
     """LMCache's environment form of ``lm`` (read only when no config file is given)."""
     env = {
         "LMCACHE_CHUNK_SIZE": str(lm["chunk_size"]),
@@ -359,7 +358,7 @@ def _pooled(sz: Sizing, model: ServedModel, net: P.Wiring, role: str) -> list[De
 
 
 def _kubernetes(
-    sz: Sizing, model: ServedModel, net: P.Wiring, lm: dict[str, Any], checked: str
+    sz: Sizing, model: ServedModel, net: P.Wiring, lm: P.LMCacheConfig, checked: str
 ) -> str:
     """ConfigMap, master Deployment + Service, and the vLLM + LMCache Deployment. LMCache
     reads its settings from LMCACHE_* variables here (no file), so the pod IP can enter
@@ -968,7 +967,7 @@ class PerProcessRow:
     total: str
     total_bytes: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "option": self.option,
             "stack": self.stack,

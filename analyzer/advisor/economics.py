@@ -87,7 +87,7 @@ class OptionValue:
             return None
         return self.pilot_usd / net
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "gpus_saved": self.gpus_saved,
             "gpu_saving_usd_month": self.gpu_saving_usd_month,

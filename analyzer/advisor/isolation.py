@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -79,7 +79,7 @@ class PolicyFigures:
             cross_tenant_hit_share=f.cross_tenant_hit_share,
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "hit_rate": self.hit_rate,
             "ttft_mean_s": self.ttft_mean_s,
@@ -102,7 +102,7 @@ class OptionIsolation:
     # What keying by tenant (and by user) adds to its monthly money; None: not priced.
     isolating_usd_month: Mapping[str, float | None] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "policies": {p: f.to_json() for p, f in self.by_policy.items()},
             "hits_lost_share": self.hits_lost_share,
@@ -137,7 +137,7 @@ class IsolationFigures:
     def option(self, name: str) -> OptionIsolation | None:
         return next((o for o in self.options if o.option == name), None)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "policy": self.policy,
             "described": describe(self.policy),

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
 
 import numpy as np
 
@@ -62,7 +61,7 @@ class PlanLoad:
         """The log's inter-arrival times multiplied by this replay the busiest load."""
         return 1.0 / self.peak_factor
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "mean_rps": self.mean_rps,
             "peak_rps": self.peak_rps,
@@ -87,7 +86,7 @@ class Capacities:
     def gb(self, tokens: int | None) -> float | None:
         return None if tokens is None else tokens * self.bytes_per_token / GB
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         tokens = {
             "hbm_per_instance": self.hbm_per_instance,
             "dram_per_instance": self.dram_per_instance,
@@ -140,7 +139,7 @@ class Money:
             self.store_usd_month + other.store_usd_month,
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "gpu_usd_month": self.gpu_usd_month,
             "dram_gb": self.dram_gb,
@@ -163,7 +162,7 @@ class Tried:
     passed: bool
     ttft_p90_s: float | None  # None: the replay stopped once it had lost the SLO
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"instances": self.instances, "passed": self.passed, "ttft_p90_s": self.ttft_p90_s}
 
 
@@ -235,7 +234,7 @@ class DeploymentPlan:
     def tier_hit_rate(self, tier: str) -> float:
         return dict(self.hit_rate_by_tier).get(tier, 0.0)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "option": self.option,
             "model": self.model,
@@ -444,7 +443,7 @@ class Fleet:
     def network_bytes(self) -> float:
         return float(sum(p.network_bytes for p in self.plans))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "option": self.option,
             "status": self.status,

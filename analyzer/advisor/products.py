@@ -21,8 +21,9 @@ written the way the product reads it:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, NotRequired, TypedDict
 
 from analyzer.advisor.figures import DeployOption, Verdict
 from analyzer.advisor.served import ServedModel
@@ -120,7 +121,7 @@ class ProductSettings:
     snippet: str  # ready-to-paste command line or config file
     snippet_lang: str  # "bash" | "yaml" | "json"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "product": self.product,
             "mode": self.mode,
@@ -167,6 +168,68 @@ def _fmt(n_bytes: float) -> str:
 # -- the product configs (the files in deploy/ and the report's snippets) ------------------
 
 
+class MooncakeStoreConfig(TypedDict):
+    """vLLM MooncakeStoreConnector's ``MOONCAKE_CONFIG_PATH`` file."""
+
+    mode: Literal["standalone-store", "embedded"]
+    local_hostname: str
+    metadata_server: str
+    master_server_address: str
+    global_segment_size: int  # bytes
+    local_buffer_size: int  # bytes
+    protocol: str
+    device_name: str
+
+
+class LMCacheMooncake(TypedDict):
+    """LMCache's ``extra_config`` for its Mooncake remote."""
+
+    local_hostname: str
+    metadata_server: str
+    master_server_address: str
+    global_segment_size: int  # bytes
+    local_buffer_size: int  # bytes
+    protocol: str
+    device_name: str
+
+
+class LMCacheConfig(TypedDict):
+    """LMCache's engine config (``LMCACHE_CONFIG_FILE``): the remote keys when pooled,
+    the disk keys with an NVMe tier."""
+
+    chunk_size: int
+    local_cpu: bool
+    max_local_cpu_size: float  # GiB per GPU rank
+    remote_url: NotRequired[str]
+    remote_serde: NotRequired[str]
+    extra_config: NotRequired[LMCacheMooncake]
+    local_disk: NotRequired[str]
+    max_local_disk_size: NotRequired[float]  # GiB per GPU rank
+
+
+class SGLangMooncake(TypedDict):
+    """SGLang's ``--hicache-storage-backend-extra-config`` for the Mooncake backend."""
+
+    master_server_address: str
+    metadata_server: str
+    global_segment_size: int  # bytes per server
+    protocol: str
+    device_name: str
+
+
+class OffloadingExtra(TypedDict):
+    block_size: int
+    cpu_bytes_to_use: int
+
+
+class OffloadingConfig(TypedDict):
+    """vLLM's ``--kv-transfer-config`` for its OffloadingConnector."""
+
+    kv_connector: str
+    kv_role: str
+    kv_connector_extra_config: OffloadingExtra
+
+
 def vllm_block(sz: Sizing) -> tuple[int, str]:
     block = sz.block_size_tokens
     if block in VLLM_BLOCK_SIZES:
@@ -179,7 +242,9 @@ def vllm_block(sz: Sizing) -> tuple[int, str]:
     )
 
 
-def mooncake_store_config(sz: Sizing, net: Wiring, *, standalone: bool = False) -> dict[str, Any]:
+def mooncake_store_config(
+    sz: Sizing, net: Wiring, *, standalone: bool = False
+) -> MooncakeStoreConfig:
     """vLLM MooncakeStoreConnector's JSON (``MOONCAKE_CONFIG_PATH``); with
     ``local_hostname`` it also passes Mooncake's own ``MooncakeConfig.from_file``."""
     return {
@@ -196,14 +261,16 @@ def mooncake_store_config(sz: Sizing, net: Wiring, *, standalone: bool = False) 
     }
 
 
-def lmcache_config(sz: Sizing, mode: DeployOption, net: Wiring) -> dict[str, Any]:
+def lmcache_config(sz: Sizing, mode: DeployOption, net: Wiring) -> LMCacheConfig:
     """LMCache's engine config (``LMCACHE_CONFIG_FILE``), Mooncake remote when pooled."""
-    cfg: dict[str, Any] = {"chunk_size": sz.chunk_size_tokens}
     if mode == DeployOption.POOLED:
         # The pool is the DRAM tier: LMCache keeps no second copy (local_cpu false) and
         # its CPU buffer only stages transfers.
-        cfg["local_cpu"] = False
-        cfg["max_local_cpu_size"] = float(_gib_text(STAGING_PER_RANK_BYTES))
+        cfg: LMCacheConfig = {
+            "chunk_size": sz.chunk_size_tokens,
+            "local_cpu": False,
+            "max_local_cpu_size": float(_gib_text(STAGING_PER_RANK_BYTES)),
+        }
         cfg["remote_url"] = net.pool_url
         cfg["remote_serde"] = "naive"
         cfg["extra_config"] = {
@@ -218,15 +285,21 @@ def lmcache_config(sz: Sizing, mode: DeployOption, net: Wiring) -> dict[str, Any
     elif mode == DeployOption.LOCAL_OFFLOAD_NVME:
         # A host DRAM tier in front of the node's NVMe (LMCache's local disk backend):
         # each GPU rank's engine keeps its own share of both.
-        cfg["local_cpu"] = True
-        cfg["max_local_cpu_size"] = float(_gib_text(_unit(sz, mode, "lmcache-cpu")))
+        cfg = {
+            "chunk_size": sz.chunk_size_tokens,
+            "local_cpu": True,
+            "max_local_cpu_size": float(_gib_text(_unit(sz, mode, "lmcache-cpu"))),
+        }
         cfg["local_disk"] = f"file://{NVME_DIR}/lmcache/"
         cfg["max_local_disk_size"] = float(_gib_text(_unit(sz, mode, "lmcache-disk")))
     else:
-        cfg["local_cpu"] = True
-        cfg["max_local_cpu_size"] = float(
-            _gib_text(_unit(sz, DeployOption.LOCAL_OFFLOAD, "lmcache-cpu"))
-        )
+        cfg = {
+            "chunk_size": sz.chunk_size_tokens,
+            "local_cpu": True,
+            "max_local_cpu_size": float(
+                _gib_text(_unit(sz, DeployOption.LOCAL_OFFLOAD, "lmcache-cpu"))
+            ),
+        }
     return cfg
 
 
@@ -241,7 +314,7 @@ def sglang_file_env(sz: Sizing) -> dict[str, str]:
     }
 
 
-def sglang_extra_config(sz: Sizing, net: Wiring) -> dict[str, Any]:
+def sglang_extra_config(sz: Sizing, net: Wiring) -> SGLangMooncake:
     """``--hicache-storage-backend-extra-config`` for the Mooncake L3 backend."""
     return {
         "master_server_address": net.master,
@@ -263,7 +336,7 @@ def sglang_page(sz: Sizing) -> int:
     return 64 if sz.chunk_size_tokens >= 64 else sz.block_size_tokens
 
 
-def vllm_offload_config(sz: Sizing) -> dict[str, Any]:
+def vllm_offload_config(sz: Sizing) -> OffloadingConfig:
     return {
         "kv_connector": "OffloadingConnector",
         "kv_role": "kv_both",
@@ -274,7 +347,7 @@ def vllm_offload_config(sz: Sizing) -> dict[str, Any]:
     }
 
 
-def _kv(cfg: dict[str, Any]) -> str:
+def _kv(cfg: Mapping[str, object]) -> str:
     return json.dumps(cfg, sort_keys=True, separators=(",", ":"))
 
 
@@ -306,7 +379,7 @@ def vllm_settings(sz: Sizing, mode: DeployOption, model: ServedModel, tp: int) -
         )
         cmd.append(f"--kv-transfer-config {shell(_kv(cfg))}")
     elif mode == DeployOption.LOCAL_OFFLOAD_NVME:
-        cfg = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+        connector = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
         s += [
             Setting(
                 "LMCACHE_CONFIG_FILE",
@@ -314,12 +387,12 @@ def vllm_settings(sz: Sizing, mode: DeployOption, model: ServedModel, tp: int) -
                 "LMCache holds the host DRAM and NVMe tiers (see LMCache below); vLLM's own "
                 "OffloadingConnector is written for host DRAM only here",
             ),
-            Setting("--kv-transfer-config", _kv(cfg), "LMCache as the offload connector"),
+            Setting("--kv-transfer-config", _kv(connector), "LMCache as the offload connector"),
         ]
         cmd.insert(0, "LMCACHE_CONFIG_FILE=lmcache.yaml")
-        cmd.append(f"--kv-transfer-config {shell(_kv(cfg))}")
+        cmd.append(f"--kv-transfer-config {shell(_kv(connector))}")
     elif mode == DeployOption.POOLED:
-        cfg = {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}
+        connector = {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}
         s += [
             Setting(
                 "MOONCAKE_CONFIG_PATH",
@@ -329,13 +402,13 @@ def vllm_settings(sz: Sizing, mode: DeployOption, model: ServedModel, tp: int) -
             ),
             Setting(
                 "--kv-transfer-config",
-                _kv(cfg),
+                _kv(connector),
                 "Mooncake Store as the shared pool; LMCacheConnectorV1 with LMCache's "
                 "Mooncake remote is the alternative (deploy/pooled/vllm-lmcache-mooncake)",
             ),
         ]
         cmd.insert(0, "MOONCAKE_CONFIG_PATH=mooncake.json")
-        cmd.append(f"--kv-transfer-config {shell(_kv(cfg))}")
+        cmd.append(f"--kv-transfer-config {shell(_kv(connector))}")
     return ProductSettings("vLLM", mode, tuple(s), " \\\n  ".join(cmd), "bash")
 
 
@@ -509,7 +582,7 @@ def sglang_settings(
     return ProductSettings("SGLang HiCache", mode, tuple(rows), " \\\n  ".join(cmd), "bash")
 
 
-def to_yaml(obj: dict[str, Any]) -> str:
+def to_yaml(obj: Mapping[str, object]) -> str:
     import yaml
 
     text: str = yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, width=1000)

@@ -472,12 +472,13 @@ def _uncertainty_json(r: AnalysisResult) -> dict[str, Any] | None:
     """``uncertainty``: a range around an undefined figure is undefined too."""
     if r.uncertainty is None:
         return None
-    out = r.uncertainty.to_json()
-    for key, why in (
-        ("break_even_gbps", Undefined.LOADING_NEVER_PAYS),
-        ("prefill_tokens_per_s", Undefined.NO_PREFILL_SAVING),
+    u = r.uncertainty
+    out = u.to_json()
+    for key, figure, why in (
+        ("break_even_gbps", u.break_even_gbps, Undefined.LOADING_NEVER_PAYS),
+        ("prefill_tokens_per_s", u.prefill_tokens_per_s, Undefined.NO_PREFILL_SAVING),
     ):
-        if not math.isfinite(out[key]["value"]):
+        if not math.isfinite(figure.value):
             out[key] = not_applicable(why)
     return out
 
