@@ -148,7 +148,7 @@ def scenario_table(doc: ReportView) -> Table | None:
         rows.append(
             [
                 OPTION_LABEL.get(name, name),
-                "-" if n is None else num(n),
+                num(n) if isinstance(n, int | float) else "-",
                 pct(s.hit_rate),
                 " / ".join(
                     f"{k.upper() if k in ('hbm', 'dram') else k} {pct(v)}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from analyzer.advisor.figures import (
     DeployOption,
@@ -54,7 +54,7 @@ class SettingView(View):
     option: str
     value: str
     why: str
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +66,7 @@ class ProductSettingsView(View):
     settings: tuple[SettingView, ...]
     snippet: str
     snippet_lang: str
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +75,7 @@ class ProductCheckedView(View):
     version: str
     pages: str
     options: str
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +87,7 @@ class FlipRowView(View):
     verdict: Verdict
     flips: bool
     note: str | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -103,7 +103,7 @@ class CriterionView(View):
     op: str
     threshold: float
     text: str
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +117,7 @@ class GateView(View):
     results_role: str
     criteria: tuple[CriterionView, ...]
     projected: Mapping[str, float]
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +131,7 @@ class PilotCommandView(View):
     purpose: str
     note: str
     command: str
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +149,7 @@ class DeployFileView(View):
     option: DeployOption
     stack: str
     text: str
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +165,7 @@ class PerProcessView(View):
     units_per_node: int
     total: str
     total_bytes: int
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +190,7 @@ class LoadView(View):
     peak_rps: float | NotApplicable
     peak_window_s: float
     peak_factor: float | NotApplicable
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +208,7 @@ class MoneyView(View):
     store_usd_month: float
     added_usd_month: float
     total_usd_month: float | NotApplicable
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +234,7 @@ class FleetView(View):
     net_usd_month: float | NotApplicable
     pilot_usd: float | NotApplicable
     payback_months: float | NotApplicable
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +244,7 @@ class PlanCapacityView(View):
     bytes_per_token: int
     tokens: Mapping[str, int | None]
     gb: Mapping[str, float | None]
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +255,7 @@ class PlanLoadView(View):
     peak_rps: float | NotApplicable
     peak_window_s: float
     sizing_rate_multiple: float | NotApplicable
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +284,7 @@ class PlanView(View):
     ttft_s: TtftSecondsView | NotApplicable
     hit_rate: float | NotApplicable
     money: MoneyView
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +296,7 @@ class PriceView(View):
     unit: str
     source: str | None = field(default=None, metadata=ABSENT)
     date: str | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -309,7 +309,7 @@ class EconomicsView(View):
     prices: tuple[PriceView, ...] | None = field(default=None, metadata=ABSENT)
     aggregated_prefill_share: float | None = field(default=None, metadata=ABSENT)
     pilot_hours: float | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -321,7 +321,7 @@ class SideOptionView(View):
     ttft_p90_s: float | NotApplicable | None = field(default=None, metadata=ABSENT)
     gpus_at_peak_load: int | NotApplicable | None = field(default=None, metadata=ABSENT)
     total_usd_month: float | NotApplicable | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -334,7 +334,7 @@ class SideBySideRowView(View):
     gpu: str
     verdict: Verdict | None = field(default=None, metadata=ABSENT)
     options: Mapping[Scenario, SideOptionView] | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -351,7 +351,7 @@ class IsolationPolicyView(View):
     meets_slo: bool
     # of its hit tokens at size, the share another tenant's request last held
     cross_tenant_hit_share: float | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,7 +361,7 @@ class IsolationOptionView(View):
     policies: Mapping[str, IsolationPolicyView]
     hits_lost_share: float | None
     isolating_usd_month: Mapping[str, float | None]
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,7 +376,7 @@ class IsolationProductView(View):
     paths: tuple[str, ...]
     leaks: tuple[str, ...]
     refusal: str | None
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,7 +401,7 @@ class IsolationView(View):
     material: bool
     recommended_option: str | None = field(default=None, metadata=ABSENT)
     products: tuple[IsolationProductView, ...] | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -436,13 +436,13 @@ class ReportView(View):
     side_by_side: tuple[SideBySideRowView, ...]
     plans: tuple[PlanView, ...]
     fleet: Mapping[Scenario, FleetView]
-    arrivals: Mapping[str, Any] | None
+    arrivals: Mapping[str, object] | None
     engine_events: EngineEventsView | None = field(default=None, metadata=ABSENT)
     isolation: IsolationView | None = field(default=None, metadata=ABSENT)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
     @classmethod
-    def from_json(cls, doc: Any) -> ReportView:
+    def from_json(cls, doc: object) -> ReportView:
         """The view of a document as ``json.loads`` gives it; :class:`ReportFormatError`
         names the first field that does not fit (the schema version first)."""
         if not isinstance(doc, dict):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from analyzer.advisor.figures import (
     Objective,
@@ -42,7 +42,7 @@ class ThresholdsView(View):
     min_reuse: float
     objective: Objective
     pilot_fraction: float
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +55,7 @@ class PricesView(View):
     nvme_tb_month_usd: float | None
     prices_file: str | None
     store_month_usd: float | None
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +96,7 @@ class RunOptionsView(View):
     thresholds: ThresholdsView
     peak_window_s: float
     prices: PricesView
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +106,7 @@ class SkippedView(View):
     total: int | None = field(default=None, metadata=ABSENT)
     by_reason: Mapping[str, int] | None = field(default=None, metadata=ABSENT)
     examples: tuple[str, ...] | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -114,7 +114,7 @@ class SkippedView(View):
 class TokenizationView(View):
     tokenizer: str | None = field(default=None, metadata=ABSENT)
     template: str | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -128,7 +128,7 @@ class TraceView(View):
     mean_prompt_tokens: float
     skipped: SkippedView
     tokenization: TokenizationView
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +141,7 @@ class ModelFiguresView(View):
     catalog_id: str | None = field(default=None, metadata=ABSENT)
     ceiling_hit_rate: float | None = field(default=None, metadata=ABSENT)
     footprint_gb: float | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -152,7 +152,7 @@ class ModelsView(View):
     count: int | None = field(default=None, metadata=ABSENT)
     per_model: tuple[ModelFiguresView, ...] | None = field(default=None, metadata=ABSENT)
     shared_pool_note: str | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -160,7 +160,7 @@ class ModelsView(View):
 class MeasuredRateView(View):
     requests: int
     hit_rate: float
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +173,7 @@ class MeasuredHitsView(View):
     by_model: Mapping[str, MeasuredRateView] | None = field(default=None, metadata=ABSENT)
     # responses claiming more cached tokens than their prompt holds, left out
     excluded_requests: int | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -185,7 +185,7 @@ class ProjectedHitsView(View):
     instances: int
     router: str
     local_capacity_tokens_per_instance: int
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +200,7 @@ class MeasuredVsProjectedView(View):
     fitted_local_capacity_tokens_per_instance: int | None = field(default=None, metadata=ABSENT)
     fitted_hit_rate: float | None = field(default=None, metadata=ABSENT)
     fit_note: str | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -220,7 +220,7 @@ class EngineMediumView(View):
     median_lifetime_s: float | None
     p90_lifetime_s: float | None
     peak_gb: float | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -230,7 +230,7 @@ class OccupancyPointView(View):
 
     t_s: float
     blocks: Mapping[str, int]
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +253,7 @@ class EngineEventsView(View):
     lost_batches: int
     complete: bool
     timeline: tuple[OccupancyPointView, ...]
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +267,7 @@ class CheckView(View):
     value: float | None
     threshold: float | None
     text: str
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +275,7 @@ class ProjectionView(View):
     """``verdict.projection``: projected gains against the baseline (fractions)."""
 
     pooled_throughput_gain: float | None
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,9 +289,9 @@ class VerdictView(View):
     projection: ProjectionView
     scenario: Scenario | None
     objective: Objective
-    reason_facts: Any
-    figures: Any
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    reason_facts: object  # JSON kept as written (the advisor's facts)
+    figures: object
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +300,7 @@ class CurvePointView(View):
 
     capacity_tokens: int
     hit_rate: float | None
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +310,7 @@ class CapacityView(View):
     capacity_tokens: int | None = field(default=None, metadata=ABSENT)
     capacity_gb: float | None = field(default=None, metadata=ABSENT)
     capacity_gib: float | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -319,7 +319,7 @@ class ReuseSourcesView(View):
     """``reuse.analysis.sources``: whose earlier requests the reused tokens come from."""
 
     share_of_prompt: Mapping[str, float] | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -332,14 +332,14 @@ class TopPrefixView(View):
     hash: str | None = field(default=None, metadata=ABSENT)
     tenants: int | None = field(default=None, metadata=ABSENT)
     models: tuple[str, ...] | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
 @dataclass(frozen=True, slots=True)
 class TopPrefixesView(View):
     by_volume: tuple[TopPrefixView, ...] | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -352,7 +352,7 @@ class ReuseAnalysisView(View):
     knees: Mapping[str, CapacityView] | None = field(default=None, metadata=ABSENT)
     sources: ReuseSourcesView | None = field(default=None, metadata=ABSENT)
     top_prefixes: TopPrefixesView | None = field(default=None, metadata=ABSENT)
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -368,7 +368,7 @@ class ReuseFiguresView(View):
     median_prefix_tokens: int | NotApplicable  # not applicable: no prefix is reused
     knee_tokens: int
     knee_fraction: float
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,7 +381,7 @@ class ReuseView(View):
 class BreakEvenPointView(View):
     prefix_tokens: int
     break_even_gbps: float | NotApplicable  # not applicable: loading never beats recomputing
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,7 +391,7 @@ class TierLinkView(View):
     role: Tier
     tier: str
     bandwidth_gbps: float
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,7 +405,7 @@ class BandwidthView(View):
     prefix_tokens: int
     tiers: tuple[TierLinkView, ...]
     curve: tuple[BreakEvenPointView, ...]
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,7 +413,7 @@ class CostView(View):
     """``cost``: the cost model's setting (model, GPU, precision)."""
 
     bytes_per_token: int
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,7 +423,7 @@ class IntervalView(View):
     value: float
     low: float
     high: float
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,7 +433,7 @@ class ErrorBandView(View):
     basis: str
     kind: str
     extrapolated: bool
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,7 +443,7 @@ class UncertaintyView(View):
     band: ErrorBandView
     break_even_gbps: IntervalView | NotApplicable
     prefill_tokens_per_s: IntervalView | NotApplicable
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,7 +454,7 @@ class TtftSecondsView(View):
     p50: float | None
     p90: float | None
     p99: float | None
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,7 +466,7 @@ class ScenarioView(View):
     ttft_s: TtftSecondsView
     prefill_gpu_s: float
     network_bytes: float
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -480,7 +480,7 @@ class ReplayClusterView(View):
     nodes: int
     router: str
     ttft_slo_s: float
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -489,10 +489,10 @@ class ReplayView(View):
 
     cluster: ReplayClusterView
     scenarios: Mapping[Scenario, ScenarioView]
-    miniature: Mapping[str, Any] | None = field(
+    miniature: Mapping[str, object] | None = field(
         default=None, metadata=ABSENT
     )  # read by replay.miniature.describe
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 
 
@@ -525,4 +525,4 @@ class SizingView(View):
     instances_per_node: int
     nvme_per_node_tokens: int
     bytes_per_token: int
-    rest: Mapping[str, Any] = field(default_factory=dict, repr=False, metadata=REST)
+    rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
