@@ -6,7 +6,6 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future
 from contextlib import contextmanager
-from typing import Any
 
 from analyzer.spill import owner
 
@@ -28,7 +27,7 @@ def main_not_rerun() -> Iterator[None]:
     if main is None:
         yield
         return
-    saved: dict[str, Any] = {
+    saved: dict[str, object] = {
         k: main.__dict__[k] for k in ("__spec__", "__file__") if k in main.__dict__
     }
     main.__dict__["__spec__"] = None

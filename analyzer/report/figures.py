@@ -264,7 +264,7 @@ def prefix_tree_frame(trace: BlockTrace, levels: int = 4, min_share: float = 0.0
     lengths = np.diff(trace.offsets)
     starts = trace.offsets[:-1]
     min_count = max(1, math.ceil(min_share * n))
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     # Per request, the displayed node it sits under: -1 the root, -2 not expanded further.
     parent = np.full(n, -1, dtype=np.int64)
     x0_of: dict[int, float] = {-1: 0.0}
@@ -571,7 +571,7 @@ def scenarios_table(frame: pd.DataFrame) -> pd.DataFrame:
 # --- recommendation ------------------------------------------------------------------------
 
 
-def sizing_table(sizing: SizingView) -> list[dict[str, Any]]:
+def sizing_table(sizing: SizingView) -> list[dict[str, str]]:
     """The sized recommendation (the report's ``sizing`` object) as rows a manager reads:
     what, how much (in GB and tokens, GB/s, yes/no), and why."""
 
@@ -712,7 +712,7 @@ def comparison_rows(results: list[Any]) -> list[ComparisonRow]:
     return rows
 
 
-def comparison_table(rows: list[ComparisonRow]) -> list[dict[str, Any]]:
+def comparison_table(rows: list[ComparisonRow]) -> list[dict[str, object]]:
     """:func:`comparison_rows` in words and units."""
     return [
         {
