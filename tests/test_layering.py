@@ -172,3 +172,62 @@ def test_the_cycle_check_finds_a_cycle():
     real = _module_graph()
     assert "analyzer.cost.step_formula" in real["analyzer.cost.model"]
     assert "analyzer.cost.model" not in real["analyzer.cost.step_formula"]
+
+
+# Libraries a module imports inside the function that uses them, not at its top: each is
+# heavy to import (start-up time of a command or dashboard page that does not need it)
+# or optional (an extra, a product's own package, a GPU library). docs/conventions.md
+# "Imports" lists them with the reason; everything else is imported at the top.
+LATE = {
+    "aiconfigurator_core": "the step model's kernel database (seconds to load)",
+    "app": "the dashboard, imported by its command only",
+    "huggingface_hub": "model folders and repository ids, only with --model or --tokenizer",
+    "jinja2": "chat templates, only when a log names one",
+    "numba": "compiled kernels (a second or more to load)",
+    "numpy": "array work (150 ms to import; kvpool --help never needs it)",
+    "polars": "lazy frames (200 ms to import)",
+    "prometheus_client": "engine metrics, only for validate --prometheus",
+    "pyarrow": "Arrow and Parquet (300 ms to import)",
+    "ray": "the Ray cluster read, an extra",
+    "rich": "terminal tables and progress (80 ms to import)",
+    "scipy": "fits of the cost model",
+    "sklearn": "regressions of the cost model (a second to import)",
+    "streamlit": "the dashboard",
+    "tiktoken": "the tokenizer (encodings load on first use)",
+    "tokenizers": "Hugging Face tokenizers, only with --tokenizer",
+    "torch": "kvpool cost profile on a GPU, optional",
+    "vl_convert": "report charts as images, only for the PDF",
+    "yaml": "the deployment bundle's YAML, only when it is written",
+    "zmq": "vLLM KV events, only for kvpool record",
+    "zstandard": "compressed logs, only when one is read or written",
+}
+
+
+def _late_imports(path: Path) -> list[tuple[int, str]]:
+    """The imports inside a function body (a ``try`` around one included)."""
+    out: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if in_function and isinstance(child, ast.Import):
+                out.extend((child.lineno, a.name) for a in child.names)
+            elif in_function and isinstance(child, ast.ImportFrom) and child.level == 0:
+                out.append((child.lineno, child.module or ""))
+            visit(child, in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef))
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), False)
+    return out
+
+
+def test_imports_sit_at_the_top_but_the_listed_late_libraries():
+    """A module's dependencies read from its header: inside a function only the libraries
+    in ``LATE`` are imported, and the commands (analyzer/cli), which load their stage
+    when they run so that `kvpool --help` starts fast."""
+    wrong = []
+    for path in sorted(ANALYZER.rglob("*.py")):
+        if path.relative_to(ANALYZER).parts[0] == "cli":
+            continue
+        for line, module in _late_imports(path):
+            if module.split(".")[0] not in LATE:
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: {module}")
+    assert not wrong, "imported inside a function, not at the top:\n" + "\n".join(wrong)
