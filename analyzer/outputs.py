@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -352,7 +353,6 @@ def check_dataset_output(path: str | Path, *, inputs: Iterable[str | Path] = ())
 def atomic_dir(target: str | Path, *, inputs: Iterable[str | Path] = ()) -> Iterator[Path]:
     """A temporary folder beside ``target``, put in its place on success (an earlier
     dataset there is removed only then); removed on failure."""
-    import shutil
 
     final = check_dataset_output(target, inputs=inputs)
     parent = final.parent if str(final.parent) else Path(".")

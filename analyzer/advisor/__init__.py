@@ -13,6 +13,7 @@ functions over the records in :mod:`analyzer.advisor.figures`, so they can be us
 tested without a trace. Every name here loads on first use.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -60,8 +61,6 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'analyzer.advisor' has no attribute {name!r}")
 

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from analyzer.advisor.current import with_comparison
 from analyzer.advisor.figures import (
     BandwidthFigures,
     Check,
@@ -55,6 +56,7 @@ from analyzer.advisor.figures import (
 )
 from analyzer.advisor.plan import Fleet, PlanStatus
 from analyzer.advisor.words import count, gpus, option_name
+from analyzer.cost import uncertainty as unc
 from analyzer.replay.config import Scenario, Tier
 
 if TYPE_CHECKING:
@@ -899,7 +901,6 @@ def with_uncertainty(
     confidence note saying whether a flip of the verdict lies inside them. The verdict
     itself is the point estimate's; a flip inside the range lowers the confidence one
     level and names the measurement that settles it."""
-    from analyzer.cost import uncertainty as unc
 
     band = unc.prefill_band(cm, bw.prefix_tokens)
     tiers = [
@@ -948,7 +949,5 @@ def decide_stage(
         )
     measured = replayed.measured
     if measured is not None and measured.comparison is not None:
-        from analyzer.advisor.current import with_comparison
-
         decision = with_comparison(decision, measured.comparison)
     return decision, uncertainty

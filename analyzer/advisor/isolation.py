@@ -32,7 +32,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from analyzer.advisor.measure import measure
+from analyzer.advisor.price import price
+from analyzer.advisor.replay import Services, replay
+from analyzer.advisor.size import plan_sizes
 from analyzer.advisor.words import OPTION_NAME
+from analyzer.progress import progress
 from analyzer.replay.config import Scenario
 from analyzer.reuse.isolation import POLICIES, Groups, describe, groups, isolate
 from analyzer.trace import BlockTrace
@@ -224,11 +229,6 @@ def isolation_stage(
     analysis's own plans, under ``opts.isolation`` (None: nothing was sized, so only the
     ceilings are compared); ``products``: the salt status of the bundle's stacks;
     ``recommended``: the verdict's option, whose price of isolating the sentence gives."""
-    from analyzer.advisor.measure import measure
-    from analyzer.advisor.price import price
-    from analyzer.advisor.replay import Services, replay
-    from analyzer.advisor.size import plan_sizes
-    from analyzer.progress import progress
 
     shared_loaded = m.shared if m.shared is not None else m.loaded
     shared = shared_loaded.trace

@@ -11,7 +11,7 @@ report says so with the size the plan would have without them.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -95,7 +95,6 @@ def spread(trace: BlockTrace, step_s: float) -> BlockTrace:
     """``trace`` with the requests that share an arrival time spread evenly over the
     time until the next distinct one (at most ``step_s``), in their order: what the
     load looks like when the timestamps' coarseness, not the clients, made the bursts."""
-    from dataclasses import replace
 
     t = trace.arrival_s
     if t.size < 2:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -166,7 +167,6 @@ class ModelChoice:
 
 def _shown_model(model: str) -> str:
     """A model as outputs name it: a config.json by its folder's name, never its path."""
-    from pathlib import Path
 
     if model.lower().endswith(".json"):
         p = Path(model)

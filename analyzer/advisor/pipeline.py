@@ -40,12 +40,14 @@ from analyzer.advisor.figures import (
 )
 from analyzer.advisor.isolation import isolation_stage
 from analyzer.advisor.measure import Arrivals, measure
-from analyzer.advisor.models import ModelChoice
+from analyzer.advisor.models import ModelChoice, _shown_model
 from analyzer.advisor.options import AnalyzeOptions as AnalyzeOptions
 from analyzer.advisor.price import Priced, price, unpriced_nic
 from analyzer.advisor.replay import Floor, LocalReplayer, Services, replay
 from analyzer.advisor.salting import bundle_stacks
+from analyzer.advisor.served import served_model
 from analyzer.advisor.size import Sized, plan_sizes
+from analyzer.cost import get_gpu, get_model
 from analyzer.cost.prices import Prices, resolve_prices
 from analyzer.progress import Advance
 from analyzer.replay.config import ClusterConfig, Tier
@@ -151,8 +153,6 @@ class AnalysisResult:
 def _check_early(opts: AnalyzeOptions) -> None:
     """Catalog lookups and the cluster's checks first, so an unknown model or GPU, router
     or node shape fails before any work (not after minutes of reading a large log)."""
-    from analyzer.advisor.served import served_model
-    from analyzer.cost import get_gpu, get_model
 
     get_gpu(opts.gpu)
     if opts.model_given and opts.profile is None:
@@ -164,7 +164,6 @@ def _warnings(
     choices: tuple[ModelChoice, ...], opts: AnalyzeOptions, priced: Priced | None = None
 ) -> list[str]:
     """Whole sentences for stderr and the report."""
-    from analyzer.advisor.models import _shown_model
 
     out: list[str] = []
     if priced is not None and (nic := unpriced_nic(priced)) is not None:

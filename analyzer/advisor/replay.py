@@ -20,6 +20,7 @@ today's deployment for a log whose responses carry ``cached_tokens``
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
@@ -151,7 +152,6 @@ class ProbeStore:
     bounded: past ``max_keys`` the oldest are forgotten."""
 
     def __init__(self, max_keys: int = 1024) -> None:
-        import threading
 
         self.max_keys = max_keys
         self._lock = threading.Lock()

@@ -18,6 +18,7 @@ when their names are first used.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from analyzer.cache.policies import POLICIES, EvictionPolicy, get_policy, label, replay_policies
@@ -33,8 +34,6 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'analyzer.cache' has no attribute {name!r}")
 

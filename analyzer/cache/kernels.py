@@ -15,6 +15,10 @@ import math
 import numpy as np
 from numba import njit
 
+from analyzer.cache.policies import get_policy
+from analyzer.cache.simulate import next_use_requests as reference
+from analyzer.cache.simulate import simulate
+
 # The kernels :data:`analyzer.cache.policies.POLICIES` entries name: the leaf policies'
 # codes in leaf_sim (its sort key, :func:`_key`), and "s3fifo" for s3fifo_sim.
 LEAF_POLICIES = {"lru": 0, "fifo": 1, "optimal": 2}
@@ -524,8 +528,6 @@ def next_use_requests(block_ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     block_ids = block_ids[: offsets[-1]]
     n_ids = int(block_ids.max()) + 1 if block_ids.size else 0
     if block_ids.size and (int(block_ids.min()) < 0 or n_ids > 2 * block_ids.size + 1024):
-        from analyzer.cache.simulate import next_use_requests as reference
-
         return reference(block_ids, offsets)
     state = np.empty(0, dtype=state_dtype(block_ids.size, offsets.size - 1))
     return _next_use(block_ids, np.asarray(offsets, dtype=np.int64), n_ids, state)
@@ -543,14 +545,11 @@ def simulate_fast(
 ) -> int:
     """Same contract as :func:`analyzer.cache.simulate.simulate`: the registered policy's
     compiled kernel, or its reference simulation when it has none."""
-    from analyzer.cache.policies import get_policy
 
     entry = get_policy(policy)
     block_ids = block_ids[: offsets[-1]]
     state = np.empty(0, dtype=state_dtype(block_ids.size, offsets.size - 1))
     if entry.kernel is None:
-        from analyzer.cache.simulate import simulate
-
         return simulate(
             block_ids, offsets, prompt_tokens, block_size, first_counted, capacity_blocks, policy
         )

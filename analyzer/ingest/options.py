@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analyzer.errors import printable, shown
+from analyzer.reuse.isolation import isolate
 from analyzer.trace import HASH_COLUMNS, BlockTrace
 
 if TYPE_CHECKING:
@@ -139,7 +140,6 @@ class LoadedTrace:
     def _keyed(self, trace: BlockTrace) -> BlockTrace:
         if self.isolation == "shared":
             return trace
-        from analyzer.reuse.isolation import isolate
 
         return isolate(trace, self.isolation)
 
@@ -149,7 +149,6 @@ class LoadedTrace:
         assert self.isolation == "shared", "isolate the shared trace, not a keyed one"
         if policy == "shared":
             return self
-        from analyzer.reuse.isolation import isolate
 
         keyed = None if self._trace is None else isolate(self._trace, policy)
         return dataclasses.replace(self, isolation=policy, _trace=keyed, _parts={})

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer import limits
 from analyzer.cache.policies import get_policy, replay_policies
+from analyzer.cost import CostModel
 from analyzer.cost.dtypes import weights_dtype_named
 from analyzer.errors import InputError, Location, UsageError
 from analyzer.outputs import note_input
@@ -378,7 +379,6 @@ class ClusterConfig:
     def cost_model(self) -> CostModel:
         """The catalog's cost model for this cluster's model, GPU, TP, dtypes and MFU (an
         unknown model or GPU is a :class:`~analyzer.errors.UsageError`)."""
-        from analyzer.cost import CostModel
 
         return CostModel.from_catalog(
             self.model,

@@ -39,6 +39,16 @@ from analyzer.replay.config import (
     ScenarioSpec,
     select_scenarios,
 )
+from analyzer.replay.miniature import sample
+from analyzer.replay.reprice import Unrepriceable, reprice_scenario
+from analyzer.replay.run import (
+    ReplayResult,
+    UnknownPoint,
+    resolve,
+    run_replay,
+    sampling_rate,
+    search_again,
+)
 
 # Settings only a tier's scenarios read. The pool's default capacity is the nodes' DRAM
 # summed, so a pooled scenario keeps the DRAM sizes in its key.
@@ -230,8 +240,6 @@ class ReplayMemo:
     ) -> dict[str, tuple[Any, Repriced]]:
         """The scenarios of ``specs`` that a remembered replay differing only in link
         bandwidths and latencies re-prices, the most recent such replay first."""
-        from analyzer.replay.reprice import Unrepriceable, reprice_scenario
-        from analyzer.replay.run import resolve
 
         timing: dict[str, Any] = {f: _DEFAULTS[f] for f in TIMING_FIELDS}
         with self._lock:
@@ -312,7 +320,6 @@ class ReplayMemo:
         """The scenarios of ``specs`` replayed before under the same settings (another SLO,
         or no search), with the rate search for ``ttft_slo_s`` from their points; those
         needing a run the points do not decide are left out when ``only_known``."""
-        from analyzer.replay.run import UnknownPoint, search_again
 
         with self._lock:
             before = {
@@ -380,8 +387,6 @@ class ReplayMemo:
         ``repriced`` (with ``only_known``): a scenario not remembered is re-priced from
         a remembered replay when only link speeds differ (see the module docstring),
         and its :class:`Repriced` appended to this list."""
-        from analyzer.replay.miniature import sample
-        from analyzer.replay.run import ReplayResult, resolve, run_replay, sampling_rate
 
         specs = select_scenarios(scenarios)
         ck = (

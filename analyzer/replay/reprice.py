@@ -50,6 +50,19 @@ from analyzer.replay.engine import (
     TraceTree,
     collector_paused,
 )
+from analyzer.replay.miniature import sample
+from analyzer.replay.run import (
+    J_BOTTOM,
+    J_TOP,
+    RateSearch,
+    ScenarioResult,
+    _allowed,
+    _passes,
+    _point,
+    first_guess,
+    grid_rate,
+    search_grid,
+)
 from analyzer.trace import BlockTrace
 
 _NONEMPTY = [0]  # stands for a request's blocks in a re-timed run (only their presence is read)
@@ -292,19 +305,6 @@ def reprice_scenario(
     :class:`Unrepriceable` when a step has no recorded run that decides it.
     ``points``: rate-search points of other searches of the same replay (other SLOs),
     whose recordings answer too."""
-    from analyzer.replay.miniature import sample
-    from analyzer.replay.run import (
-        J_BOTTOM,
-        J_TOP,
-        RateSearch,
-        ScenarioResult,
-        _allowed,
-        _passes,
-        _point,
-        first_guess,
-        grid_rate,
-        search_grid,
-    )
 
     if old.resolved.plan.serving != "disaggregated":
         # An aggregated run's decisions (admission, preemption, what the cache holds)

@@ -29,14 +29,18 @@ Definitions of the reported figures:
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
+import signal
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack, suppress
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from analyzer import limits
 from analyzer.cost.model import CostModel
 from analyzer.errors import UsageError
 from analyzer.progress import Advance
@@ -862,7 +866,6 @@ def _run_scenario(
     below 1: ``trace`` is a miniature sampled at that rate (its caches are scaled by
     it, and its requests arrive ``1 / rate`` times faster, at the full trace's load).
     ``record``: every run keeps its recording (:mod:`analyzer.replay.reprice`)."""
-    from analyzer import limits
 
     limits.check(ttft_slo_s, "ttft_slo_s", "--ttft-slo")
     memo = memo if memo is not None else _Memo(cost.compute_time_s)
@@ -930,7 +933,6 @@ def search_again(
     the search, and its start :func:`first_guess` reads that run alone), and ``known``
     (the points of ``old``'s and other earlier searches) answer every step they decide;
     only the others are simulated (with their recordings when ``record``)."""
-    from analyzer import limits
 
     limits.check(ttft_slo_s, "ttft_slo_s", "--ttft-slo")
     res = old.resolved
@@ -956,7 +958,6 @@ def _init_worker(nice: int) -> None:
     """A worker process's initializer: lower its scheduling priority by ``nice``, and
     leave Ctrl-C to the parent (which shares the terminal's process group): the parent
     stops its workers itself, so none prints an interrupted traceback."""
-    import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if nice:
@@ -972,8 +973,6 @@ def worker_pool(workers: int, nice: int = 0) -> ProcessPoolExecutor:
     Use as a context manager for one replay, or keep it across replays (the dashboard)
     and call ``start_workers`` to pay for their start before the first replay needs
     them."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("spawn")
     return ProcessPoolExecutor(

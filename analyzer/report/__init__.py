@@ -14,17 +14,23 @@ back (:meth:`ReportDocument.load`), so the three outputs carry the same content.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import subprocess
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import OutputError
+from analyzer.outputs import atomic_path, atomic_paths, report_dir
 from analyzer.quoting import json_text
+from analyzer.report.charts import all_charts
 from analyzer.report.document import ReportDocument, report_json
+from analyzer.report.html_page import render_html_doc
+from analyzer.report.markdown_page import render_markdown_doc
 from analyzer.report.plan_views import ReportView
 from analyzer.report.schema import SCHEMA
 
@@ -76,14 +82,11 @@ def render_json(document: Document) -> str:
 
 
 def render_markdown(document: Document) -> str:
-    from analyzer.report.markdown_page import render_markdown_doc
 
     return render_markdown_doc(_doc(document))
 
 
 def render_html(document: Document) -> str:
-    from analyzer.report.charts import all_charts
-    from analyzer.report.html_page import render_html_doc
 
     doc = _doc(document)
     return render_html_doc(doc, all_charts(doc))
@@ -168,8 +171,6 @@ def _swap_in(staged: Path, final: Path) -> None:
 def deploy_zip(document: Document) -> bytes:
     """The deployment bundle as one zip (fixed timestamps: the same document gives the
     same bytes), for the dashboard's download."""
-    import io
-    import zipfile
 
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
@@ -196,7 +197,6 @@ def write_reports(
     returned paths say where) unless ``force``. A folder made for this run is removed
     again if any of its writes fails.
     """
-    from analyzer.outputs import atomic_path, atomic_paths, report_dir
 
     doc = _doc(document)
     texts = {"json": render_json(doc), "md": render_markdown(doc), "html": render_html(doc)}

@@ -8,6 +8,7 @@ document holds no data for that chart.
 
 from __future__ import annotations
 
+import resource
 from typing import Any
 
 import altair as alt
@@ -36,7 +37,6 @@ V8_ADDRESS_SPACE_BYTES = 64 << 30
 
 def charts_possible() -> bool:
     """False under an address-space limit V8 cannot start in."""
-    import resource
 
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     return soft == resource.RLIM_INFINITY or soft >= V8_ADDRESS_SPACE_BYTES

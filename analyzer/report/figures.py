@@ -15,6 +15,7 @@ reader sees in a table (percentages, seconds, GB), never raw key names.
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -747,7 +748,6 @@ def comparison_markdown(rows: list[ComparisonRow]) -> str:
 
 def comparison_html(rows: list[ComparisonRow]) -> str:
     """The comparison as an HTML section (inserted into the downloaded report)."""
-    import html
 
     table = comparison_table(rows)
     if not table:

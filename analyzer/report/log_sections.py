@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from analyzer.advisor.words import count
 from analyzer.replay.config import Scenario
+from analyzer.replay.miniature import describe
 from analyzer.report.cells import (
     TIER_LABEL,
     Section,
@@ -548,8 +549,6 @@ def scenarios_section(doc: ReportView) -> Section | None:
     )
     mini = doc.replay.miniature
     if mini:
-        from analyzer.replay.miniature import describe
-
         s.paragraphs.append(describe(dict(mini)))
     s.charts += ["ttft", "tier_hits", "network"]
     s.tables.append(st)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass
 
@@ -17,7 +18,6 @@ DEFAULT_RATE_RPS = {"chat": 2.0, "agent": 1.0, "rag": 2.0, "api": 5.0, "mixed": 
 
 
 def _nearest(name: str, choices: tuple[str, ...]) -> str:
-    import difflib
 
     close = difflib.get_close_matches(name, choices, n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
