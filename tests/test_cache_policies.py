@@ -69,6 +69,10 @@ def test_replay_evicts_with_a_registered_toy_policy(toy, abcabc, tmp_path):
                 "--warmup",
                 "0",
                 "--no-search",
+                # the prefill pool: an aggregated engine's 32-token pool is all the running
+                # request's own blocks, leaving no prefix cache to evict from
+                "--serving",
+                "disaggregated",
                 "--eviction",
                 policy,
                 "--json",
