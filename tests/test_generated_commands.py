@@ -287,6 +287,9 @@ def _hostile_inputs(root: Path) -> tuple[Path, Path, Path]:
 
 
 CLUSTER = (
+    # the prefill pool: 3,000 tokens of HBM hold no running batch of an aggregated engine,
+    # and a deployment must be sized for deploy/ to hold launch scripts
+    "--serving=disaggregated",
     "--local-capacity-tokens=3000",
     "--dram-capacity-tokens=3000",
     "--pool-capacity-tokens=200000",

@@ -279,3 +279,33 @@ def test_a_log_that_reuses_nothing_has_no_median_prefix(tmp_path):
     assert Undefined.NO_REUSE.words in render_markdown(doc)
     assert doc.verdict == "not-worth-it" and doc.report.deploy.files
     assert ReportDocument.from_json(json.loads(render_json(doc))).report == doc.report
+
+
+@pytest.mark.slow
+def test_a_cluster_no_size_fits_gets_a_report_that_reads_back(tmp_path):
+    """3,000 tokens of HBM per instance hold no running batch of an aggregated engine, so
+    no option is sized within --max-gpus: the report names the replayed cluster's nodes
+    (not null, which its typed view refuses) and says no deployment meets the SLO."""
+    log = tmp_path / "log.jsonl"
+    made = subprocess.run(
+        [sys.executable, "-m", "analyzer.cli", "-q", "synth", "--profile", "chat", "-n", "300"]
+        + ["--seed", "3", "-o", str(log)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert made.returncode == 0, made.stderr
+    out = tmp_path / "report"
+    r = _analyze(
+        log,
+        out,
+        "--local-capacity-tokens=3000",
+        "--gpus-per-node=1",
+        "--router=round-robin",
+        "--max-gpus=2",
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = ReportDocument.load(out / "report.json")
+    assert doc.verdict == "cannot-meet-slo"
+    assert isinstance(doc.report.replay.cluster.nodes, int)
+    assert "No deployment meets" in r.stdout

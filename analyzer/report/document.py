@@ -388,10 +388,12 @@ def _replay_json(r: AnalysisResult) -> dict[str, Any] | None:
     first = next(iter(runs.values()))
     assert first.run is not None
     c = r.cluster if r.cluster is not None else first.run.resolved.cluster
+    ran = replace(c, instances=first.instances or c.instances)
     cluster = {
-        **asdict(replace(c, instances=first.instances or c.instances)),
-        "nodes": first.nodes,
-        "instances_per_node": first.instances_per_node,
+        **asdict(ran),
+        # a plan no size met has no nodes of its own: the cluster it was replayed on has
+        "nodes": first.nodes if first.nodes is not None else ran.nodes,
+        "instances_per_node": first.instances_per_node or ran.instances_per_node,
         "dram_caches_per_node": c.dram_sharers,
         "bytes_per_token": first.capacities.bytes_per_token,
         "block_size": first.run.resolved.block_size,
