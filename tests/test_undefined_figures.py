@@ -162,6 +162,21 @@ def test_a_view_refuses_a_null_where_a_figure_or_its_reason_belongs(tmp_path):
         ReportDocument.from_json(raw)
 
 
+SYNTH_CHAT = (
+    sys.executable,
+    "-m",
+    "analyzer.cli",
+    "-q",
+    "synth",
+    "--profile",
+    "chat",
+    "-n",
+    "300",
+    "--seed",
+    "3",
+)
+
+
 def _analyze(log: Path, out: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "analyzer.cli", "-q", "analyze", str(log), "-o", str(out), *flags],
@@ -288,8 +303,7 @@ def test_a_cluster_no_size_fits_gets_a_report_that_reads_back(tmp_path):
     (not null, which its typed view refuses) and says no deployment meets the SLO."""
     log = tmp_path / "log.jsonl"
     made = subprocess.run(
-        [sys.executable, "-m", "analyzer.cli", "-q", "synth", "--profile", "chat", "-n", "300"]
-        + ["--seed", "3", "-o", str(log)],
+        [*SYNTH_CHAT, "-o", str(log)],
         capture_output=True,
         text=True,
         timeout=600,
