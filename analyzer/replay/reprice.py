@@ -51,18 +51,16 @@ from analyzer.replay.engine import (
     collector_paused,
 )
 from analyzer.replay.miniature import sample
-from analyzer.replay.run import (
+from analyzer.replay.rate_grid import (
     J_BOTTOM,
     J_TOP,
-    RateSearch,
-    ScenarioResult,
     _allowed,
     _passes,
-    _point,
     first_guess,
     grid_rate,
     search_grid,
 )
+from analyzer.replay.results import RateSearch, ScenarioResult, _point
 from analyzer.trace import BlockTrace
 
 _NONEMPTY = [0]  # stands for a request's blocks in a re-timed run (only their presence is read)
