@@ -270,6 +270,7 @@ def test_a_free_gpu_makes_no_option_with_more_gpus_pay(local, dram, pooled, dram
     assert d.verdict == "not-worth-it", d.reasons
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(counts, counts, counts, gb, gb, st.floats(0.1, 20.0), st.floats(0.0, 0.3))
 def test_a_dearer_gpu_never_turns_a_pool_into_not_worth_it(
@@ -326,6 +327,7 @@ def docs(tmp_path_factory, shared_traces) -> dict[str, dict]:
     return {k: report_json(r) for k, r in out.items()}
 
 
+@pytest.mark.slow
 def test_every_reason_agrees_with_the_figures_it_shows(docs):
     walked = 0
     for name, doc in docs.items():
@@ -431,6 +433,7 @@ def test_the_recommended_option_passes_its_own_pilot_plan(docs, name, tmp_path):
     assert {g.gate.id: g.status for g in v2.gates}["main"] == "fail"
 
 
+@pytest.mark.slow
 def test_terminal_output_opens_with_the_summary(tmp_path):
     log = make_logs.high_reuse(tmp_path / "high.jsonl")
     out = CliRunner().invoke(

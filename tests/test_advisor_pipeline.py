@@ -78,6 +78,7 @@ def test_small_log_pays_on_latency_not_on_cost(logs, pooled):
     assert pooled.verdict == "deploy-pooled"  # the same log, objective ttft (latency first)
 
 
+@pytest.mark.slow
 def test_high_reuse_slow_network_is_local_offload_only(logs):
     # Host DRAM large enough for the documents (the pool link is what is slow).
     opts = make_logs.pooled_options(0.05, dram_capacity_tokens=50_000)
@@ -104,6 +105,7 @@ def test_count_only_azure_trace_is_insufficient_data(shared_traces):
     assert [f["path"] for f in doc["deploy"]["files"]] == ["deploy/README.md"]
 
 
+@pytest.mark.slow
 def test_same_input_gives_byte_identical_json(logs, pooled, tmp_path):
     opts = make_logs.pooled_options()
     a = render_json(pooled)
@@ -115,6 +117,7 @@ def test_same_input_gives_byte_identical_json(logs, pooled, tmp_path):
     assert str(tmp_path) not in a and str(logs["high"].parent) not in a
 
 
+@pytest.mark.slow
 def test_an_already_loaded_trace_gives_the_same_report(logs, pooled):
     """The dashboard hands over its own ingestion: the report is the same bytes as a run
     that read the log itself (and dropped its table's block hashes once the trace was
@@ -134,6 +137,7 @@ def test_an_already_loaded_trace_gives_the_same_report(logs, pooled):
         run_analysis([str(logs["low"])], opts, loaded=loaded)
 
 
+@pytest.mark.slow
 def test_remembered_replays_give_the_same_report(logs, pooled, monkeypatch):
     """The dashboard's incremental what-if: one replayer remembers every probe across
     analyses; the report is the same bytes, a change that no replay reads (a decision
@@ -244,6 +248,7 @@ def test_cli_unknown_model_is_a_usage_error(logs, tmp_path):
     assert isinstance(res.exception, KvpoolError)
 
 
+@pytest.mark.slow
 def test_bundled_mixed_sample_runs_with_defaults(tmp_path):
     sample = ROOT / "traces" / "mixed.jsonl.zst"
     if not sample.is_file():
@@ -252,6 +257,10 @@ def test_bundled_mixed_sample_runs_with_defaults(tmp_path):
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "report.json").read_text())
     assert doc["verdict"]["verdict"] in ("deploy-pooled", "local-offload-only", "not-worth-it")
+    # the README quotes this run's summary as it is
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quoted = " ".join(line[2:] for line in readme.splitlines() if line.startswith("> "))
+    assert " ".join(quoted.split()) == " ".join(" ".join(doc["summary"]).split())
 
 
 def test_bad_cluster_options_fail_before_reading_the_log(tmp_path):

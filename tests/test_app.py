@@ -155,6 +155,7 @@ def test_load_page_opens_the_given_trace(at: AppTest, sample: Path) -> None:
     assert any("chat.jsonl (openai)" in c.value for c in at.caption)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", list(PAGES))
 def test_every_page_renders(at: AppTest, page: str) -> None:
     at.switch_page(page).run()
@@ -355,6 +356,7 @@ def test_bad_calibration_csv_is_an_error_message(at: AppTest) -> None:
     assert any("ttft" in e.value or "column" in e.value for e in at.error)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block_size", [None, 32])
 def test_report_download_matches_kvpool_analyze(sample: Path, block_size: int | None) -> None:
     """The recommendation's JSON report is what `kvpool analyze` (with the load page's
@@ -496,6 +498,7 @@ def test_node_shape_and_dram_scope_controls_reach_the_replay() -> None:
     assert (opts.gpus_per_node, opts.dram_scope) == (2, "node")
 
 
+@pytest.mark.slow
 def test_neighbouring_what_ifs_are_ready_before_the_click(at: AppTest, sample: Path) -> None:
     """After the Recommendation, half and twice the instances and the neighbouring pool
     networks are analysed in the background; clicking one then runs no replay."""
@@ -522,6 +525,7 @@ def test_neighbouring_what_ifs_are_ready_before_the_click(at: AppTest, sample: P
     assert f"{instances * 2} instances" in " ".join(c.value for c in at.caption)
 
 
+@pytest.mark.slow
 def test_thresholds_redecide_without_a_replay(at: AppTest, sample: Path, monkeypatch) -> None:
     """A decision threshold no replay reads re-decides at once from the remembered
     probes, on the page's thread, as `kvpool analyze` would; the latency-first objective,
@@ -586,6 +590,7 @@ def test_errors_name_the_controls_not_the_flags(at: AppTest) -> None:
     assert "--" not in shown
 
 
+@pytest.mark.slow
 def test_pinned_configurations_are_compared_and_exported(at: AppTest, sample: Path) -> None:
     from analyzer.advisor import AnalyzeOptions, run_analysis
     from analyzer.replay import ClusterConfig
@@ -625,6 +630,7 @@ def test_pinned_configurations_are_compared_and_exported(at: AppTest, sample: Pa
     assert not any("GPUs" in d.value.columns for d in at.dataframe)
 
 
+@pytest.mark.slow
 def test_a_change_needing_replays_keeps_the_last_answer_until_ready(
     at: AppTest, sample: Path, monkeypatch
 ) -> None:
@@ -689,6 +695,7 @@ def test_a_change_needing_replays_keeps_the_last_answer_until_ready(
     assert "router round-robin" in " ".join(c.value for c in at.caption)
 
 
+@pytest.mark.slow
 def test_a_pool_bandwidth_replays_only_the_pooled_option(
     at: AppTest, sample: Path, monkeypatch
 ) -> None:
@@ -729,6 +736,7 @@ def test_a_pool_bandwidth_replays_only_the_pooled_option(
     assert f"data-verdict='{fresh.verdict}'" in banner
 
 
+@pytest.mark.slow
 def test_a_price_redecides_without_a_replay(at: AppTest, sample: Path, monkeypatch) -> None:
     """The GPU's price, moved on the page, reaches the money (as `kvpool analyze
     --gpu-hour-usd`) and replays nothing."""
@@ -798,6 +806,7 @@ def _proc_state(pid: int) -> tuple[str, int]:
     return fields[0], int(fields[11]) + int(fields[12])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
 def test_the_prefetch_is_stopped_while_the_page_computes_and_finishes_when_it_is_idle(
     monkeypatch,
@@ -846,6 +855,7 @@ def test_the_prefetch_is_stopped_while_the_page_computes_and_finishes_when_it_is
         workers.shutdown()
 
 
+@pytest.mark.slow
 def test_replays_in_the_warm_worker_processes_equal_kvpool_analyze(
     tmp_path: Path, monkeypatch
 ) -> None:
@@ -973,6 +983,7 @@ def test_recommendation_of_a_short_prefix_log_says_loading_never_pays(
     assert not any(" inf GB/s" in w for w in words)
 
 
+@pytest.mark.slow
 def test_isolation_keys_every_page_and_the_recommendation_prices_it(
     tmp_path: Path, monkeypatch
 ) -> None:
@@ -1006,6 +1017,7 @@ def test_isolation_keys_every_page_and_the_recommendation_prices_it(
     assert any("Whether a salt would hold on each stack" in c.value for c in app.caption)
 
 
+@pytest.mark.slow
 def test_the_dashboard_starts_isolated_by_the_tenant_field_it_was_given(
     tmp_path: Path, monkeypatch
 ) -> None:
@@ -1045,6 +1057,7 @@ def test_the_dashboard_starts_isolated_by_the_tenant_field_it_was_given(
         compute.control_defaults.clear()
 
 
+@pytest.mark.slow
 def test_the_dashboard_speaks_the_reports_language(at: AppTest, sample: Path) -> None:
     """Tables in words and units (no key names, no bare fractions), the report's option
     names and descriptions, and the reuse shares as the report defines them (share of

@@ -73,6 +73,7 @@ def _ids(ours, body: dict) -> list[int]:
     return [int(t) for p in parts + gen for t in p.tokens]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log", ["chat", "agent", "rag"])
 def test_token_ids_equal_transformers_on_the_sample_logs(hf, ours, log):
     bodies = _bodies(log, 40)
@@ -270,6 +271,7 @@ def test_convert_with_the_folder_counts_what_transformers_counts(hf, tmp_path):
     assert meta["template"].startswith("hf:tokenizer_files#") and str(QWEN) not in meta["template"]
 
 
+@pytest.mark.slow
 def test_analyze_report_says_which_tokenizer_and_template(tmp_path):
     from analyzer.advisor import AnalyzeOptions, run_analysis
     from analyzer.report.document import ReportDocument
@@ -295,6 +297,7 @@ def test_analyze_report_says_which_tokenizer_and_template(tmp_path):
     assert default == {"tokenizer": "cl100k_base", "template": "chatml"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["reuse", "replay", "convert"])
 def test_the_commands_take_a_model_folder(tmp_path, monkeypatch, command):
     from typer.testing import CliRunner

@@ -7,11 +7,13 @@ import json
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from analyzer.cli import app
 
 
+@pytest.mark.slow
 def test_reuse_skips_pandas_and_scipy_linalg_with_the_same_figures(tmp_path, shared_traces):
     moon = shared_traces / "mooncake" / "synthetic_trace.jsonl"
     args = ["reuse", str(moon), "--capacity-tokens", "20k,200k", "--policies", "lru,optimal"]
@@ -52,6 +54,7 @@ NOT_FOR_REUSE = (
 )
 
 
+@pytest.mark.slow
 def test_reuse_imports_only_what_it_prints_from(tmp_path, shared_traces):
     moon = shared_traces / "mooncake" / "synthetic_trace.jsonl"
     args = ["reuse", str(moon), "--model", "llama-3.1-8b", "--capacity-gib", "1,4"]

@@ -43,6 +43,7 @@ def _reuse_json(r: subprocess.CompletedProcess[bytes]) -> dict:  # type: ignore[
     return json.loads(r.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "pack"),
     [
@@ -62,6 +63,7 @@ def test_stdin_reads_like_the_file(logs, name, pack):
     assert not (logs / "-").exists()
 
 
+@pytest.mark.slow
 def test_stdin_errors_and_skips_name_stdin(tmp_path):
     bad = (
         b'{"messages": [{"role": "user", "content": "hi"}], "timestamp": 1}\n'
@@ -80,6 +82,7 @@ def test_stdin_errors_and_skips_name_stdin(tmp_path):
     assert r.stderr.decode().startswith("error: <stdin>:2 (field 'messages'): mistyped field")
 
 
+@pytest.mark.slow
 def test_convert_stdin_to_stdout_is_the_file_conversion(logs, tmp_path):
     raw = (logs / "chat.jsonl").read_bytes()
     salt = ["--salt-file", str(tmp_path / "salt")]
@@ -98,6 +101,7 @@ def test_synth_to_stdout_is_the_file(logs, tmp_path):
     assert r.stdout == (logs / "chat.jsonl").read_bytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -160,6 +164,7 @@ def _json_out(r: subprocess.CompletedProcess[bytes]) -> dict:  # type: ignore[ty
     return json.loads(r.stdout)
 
 
+@pytest.mark.slow
 def test_cost_fit_reads_its_csv_from_stdin_and_writes_the_profile_to_stdout(tmp_path):
     base = ["cost", "fit", "-m", "llama-3.1-8b", "-g", "h100"]
     csv = FIX / "prefill_llama8b_h100.csv"
@@ -182,6 +187,7 @@ def test_cost_fit_reads_its_csv_from_stdin_and_writes_the_profile_to_stdout(tmp_
     assert not (tmp_path / "-").exists()
 
 
+@pytest.mark.slow
 def test_cost_ttft_calibration_and_check_table_read_stdin(tmp_path):
     base = ["cost", "ttft", "-m", "llama-3.1-8b", "-g", "h100", "--prompt-tokens", "8192"]
     base += ["--cached-tokens", "4096", "--load-gbps", "25"]
@@ -201,6 +207,7 @@ def test_cost_ttft_calibration_and_check_table_read_stdin(tmp_path):
     assert not (tmp_path / "-").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["toml", "json"])
 def test_replay_config_reads_stdin_in_either_format(logs, fmt):
     text = (
@@ -215,6 +222,7 @@ def test_replay_config_reads_stdin_in_either_format(logs, fmt):
     assert not (logs / "-").exists()
 
 
+@pytest.mark.slow
 def test_analyze_prices_from_stdin_price_the_same(logs, tmp_path):
     prices = ROOT / "models" / "prices.toml"
     base = ["analyze", str(logs / "chat.jsonl"), "-j", "1", "--no-rate-search", "--json", "-"]
@@ -243,6 +251,7 @@ def test_synth_ground_truth_to_stdout_beside_the_log_in_a_file(logs, tmp_path):
 # -- pipes given as input paths ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_pipe_reads_like_the_file(logs):
     """`kvpool reuse <(zcat log.gz)`: the shell passes /dev/fd/N, a pipe read once; it is
     copied like stdin (compression found by its bytes) and gives the file's figures."""
@@ -273,6 +282,7 @@ def test_a_pipe_reads_like_the_file(logs):
     assert _reuse_json(got) == from_file
 
 
+@pytest.mark.slow
 def test_a_fifo_written_late_is_waited_for_and_named_as_given(logs, tmp_path):
     """The writer starts only once kvpool has said what it waits for, however long its
     start-up takes on a loaded machine (the order is what is tested, not a delay)."""
@@ -375,6 +385,7 @@ def test_a_pipe_that_cannot_be_opened_is_a_one_line_error(tmp_path, monkeypatch)
     assert not list(tmp_path.glob("kvpool-spill-*/*.stdin-*"))
 
 
+@pytest.mark.slow
 def test_a_command_started_under_nohup_outlives_a_closed_terminal(tmp_path):
     """nohup starts the command with SIGHUP ignored: it stays ignored (a closed terminal
     must not stop a run left to finish), while SIGTERM still stops it cleanly."""

@@ -53,6 +53,7 @@ def profiled(tmp_path_factory):
     return d, cfg, out, r.output
 
 
+@pytest.mark.slow
 def test_profile_writes_raw_points_and_a_fitted_profile(profiled):
     d, cfg, out, output = profiled
     doc = json.loads(out.read_text())
@@ -98,6 +99,7 @@ def test_cost_ttft_uses_the_profile(profiled, tmp_path):
     assert t["error_band"]["high_ratio"] == pytest.approx(1 + c["cv_mape"])
 
 
+@pytest.mark.slow
 def test_analyze_uses_the_profile(profiled, tmp_path):
     _, _, out, _ = profiled
     log = make_logs.high_reuse(tmp_path / "high.jsonl.gz")

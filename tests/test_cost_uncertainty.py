@@ -93,6 +93,7 @@ def test_flip_wording_inside_and_outside_the_range():
     assert not h.inside and "No tier's bandwidth check flips inside that range." in h.statement
 
 
+@pytest.mark.slow
 def test_report_states_ranges_and_a_flip_inside_them(tmp_path):
     """End to end: a pool link just above break-even makes the verdict uncertain."""
     log = make_logs.high_reuse(tmp_path / "high.jsonl.gz")

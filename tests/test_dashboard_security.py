@@ -66,6 +66,7 @@ def _scratch_dirs(tmp: Path) -> set[str]:
     return {p.name for p in tmp.glob("kvpool-spill-*/*.dashboard-*")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["term", "kill"])
 def test_server_stops_with_its_parent_and_leaves_no_scratch(tmp_path, how) -> None:
     port = _free_port()

@@ -346,6 +346,7 @@ def analysed(tmp_path_factory):
     return r, out, paths
 
 
+@pytest.mark.slow
 def test_deploy_pooled_writes_the_plans_own_bundle_whose_segments_add_up(analysed):
     r, out, paths = analysed
     plan = next(p for p in r.plans if p.option == "pooled")
@@ -436,6 +437,7 @@ def test_report_links_every_deploy_file_and_gives_the_pilot_commands(analysed):
     assert "```bash" in md and "Pilot commands" in md
 
 
+@pytest.mark.slow
 def test_cli_analyze_writes_deploy_and_reruns_replace_it(tmp_path):
     log = make_logs.high_reuse(tmp_path / "high.jsonl.gz")
     out = tmp_path / "rep"

@@ -118,6 +118,7 @@ def _node(c: ClusterConfig) -> ClusterConfig:
     return replace(c, dram_scope="node")
 
 
+@pytest.mark.slow
 def test_chat_on_one_node_of_eight_instances_pools_above_private_dram():
     """The issue's case: one 8-GPU node, 8 single-GPU instances behind round-robin, a
     chat log. Each instance's DRAM holds only what it computed; the pool is shared."""

@@ -73,6 +73,7 @@ def one_line_error(r, code: int) -> str:
 # --- 4. compression bombs and huge lines ---------------------------------------------------
 
 
+@pytest.mark.slow
 def test_zstd_bomb_is_refused_in_bounded_memory(tmp_path):
     # 2 GiB of one repeated line compresses to a few hundred KB.
     cctx = zstandard.ZstdCompressor(level=3)
@@ -90,6 +91,7 @@ def test_zstd_bomb_is_refused_in_bounded_memory(tmp_path):
     assert not (tmp_path / "t.parquet").exists()
 
 
+@pytest.mark.slow
 def test_gzip_bomb_of_one_endless_line(tmp_path):
     raw = gzip.compress(b"{" + b" " * (300 << 20), compresslevel=9)
     (tmp_path / "bomb.jsonl.gz").write_bytes(raw)
@@ -98,6 +100,7 @@ def test_gzip_bomb_of_one_endless_line(tmp_path):
     assert "compression bomb" in err or "longer than" in err
 
 
+@pytest.mark.slow
 def test_a_huge_csv_field_is_an_error_not_a_memory_error(tmp_path):
     p = tmp_path / "big.csv"
     with open(p, "w") as f:
@@ -328,6 +331,7 @@ def test_utf16_is_named(tmp_path):
 # --- tracebacks ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_deep_nesting_and_malformed_configs_are_one_line(tmp_path):
     deep = "[" * 100_000 + "]" * 100_000
     (tmp_path / "deep.json").write_text(deep)
@@ -371,6 +375,7 @@ def test_unsorted_canonical_rows_are_sorted_and_lose_their_token_lcp(canonical, 
     assert back.column("block_hashes") == read_canonical(canonical).column("block_hashes")
 
 
+@pytest.mark.slow
 def test_analyze_under_an_address_space_limit_writes_its_reports(tmp_path):
     # V8 (inside vl-convert, the chart renderer) aborted the process under any
     # `ulimit -v` (exit 133, no report); the reports are now written without charts.

@@ -106,6 +106,7 @@ def test_the_end_user_is_kept_as_a_pseudonym_unless_names_are_kept(tmp_path):
     assert named == [f"user-{i % 2}@example.com" for i in range(4)]
 
 
+@pytest.mark.slow
 def test_generic_csv_with_prompt_column():
     lt = load(FIX / "generic.csv", prompt_column="prompt", time_column="time")
     t = lt.table
@@ -219,6 +220,7 @@ def test_canonical_files_merge_on_one_clock(tmp_path):
         load(tmp_path / "late.parquet", rel)
 
 
+@pytest.mark.slow
 def test_canonical_files_hashed_differently_are_not_merged(tmp_path):
     lines = (FIX / "chat.jsonl").read_text().splitlines()
     (tmp_path / "a.jsonl").write_text("\n".join(lines[: len(lines) // 2]) + "\n")
@@ -679,6 +681,7 @@ def test_a_count_only_table_points_to_the_count_only_formats(tmp_path):
     assert "--format azure" in msg and "--format burstgpt" in msg
 
 
+@pytest.mark.slow
 def test_templates_and_tenant_keys_change_hashes_not_structure():
     chatml = load(FIX / "chat.jsonl").table
     llama = load(FIX / "chat.jsonl", template="llama3").table
@@ -709,6 +712,7 @@ def test_canonical_input_at_a_coarser_block_size(tmp_path):
         open_trace([out], IngestOptions(salt=SALT, block_size=24))
 
 
+@pytest.mark.slow
 def test_output_is_independent_of_the_process(tmp_path):
     import os
     import subprocess
@@ -732,6 +736,7 @@ def test_output_is_independent_of_the_process(tmp_path):
     assert outs[0] == outs[1] == (tmp_path / "here.parquet").read_bytes()
 
 
+@pytest.mark.slow
 def test_end_to_end_block_sharing_matches_token_sharing(tmp_path):
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st

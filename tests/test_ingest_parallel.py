@@ -74,6 +74,7 @@ def same(one, many) -> None:
     assert set(many.previews) == set(one.previews)
 
 
+@pytest.mark.slow
 def test_a_split_log_and_whole_files_give_the_one_process_output(tmp_path):
     log = chat_log(tmp_path / "chat.jsonl", 150, seed=1)
     assert len(plan([str(log)], ["openai"], 3)) == 3
@@ -83,6 +84,7 @@ def test_a_split_log_and_whole_files_give_the_one_process_output(tmp_path):
     assert one.table.column("token_lcp_prev").null_count == 0
 
 
+@pytest.mark.slow
 def test_an_untimed_log_is_spaced_over_the_whole_file(tmp_path):
     log = chat_log(tmp_path / "chat.jsonl", 90, seed=2, timed=False)
     one, many = both([log])
@@ -90,6 +92,7 @@ def test_an_untimed_log_is_spaced_over_the_whole_file(tmp_path):
     assert one.untimed_files == [str(log)]
 
 
+@pytest.mark.slow
 def test_the_token_tree_bound_falls_back_at_the_same_request(tmp_path):
     log = chat_log(tmp_path / "chat.jsonl", 120, seed=3, bad=False)
     from analyzer.ingest.builder import TraceBuilder
@@ -106,6 +109,7 @@ def test_the_token_tree_bound_falls_back_at_the_same_request(tmp_path):
     assert 1 < n < 120
 
 
+@pytest.mark.slow
 def test_the_memos_are_caches_whose_bounds_the_processes_share(tmp_path, monkeypatch):
     """The memos' bounds change the work, never the output; each of N reading processes
     holds an N-th of them, so memory does not grow with --jobs."""
@@ -191,6 +195,7 @@ def csv_log(path: Path, n: int, seed: int = 0, quirks: bool = True) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_split_csv_gives_the_one_process_output(tmp_path):
     log = csv_log(tmp_path / "chat.csv", 200, seed=3)
     assert len(plan([str(log)], ["generic-csv"], 3)) == 3
@@ -238,6 +243,7 @@ def test_a_broken_quote_in_a_split_csv_is_never_misread(tmp_path_factory, seed, 
     assert got == whole
 
 
+@pytest.mark.slow
 def test_a_split_csv_with_an_unterminated_quote_gives_the_one_process_output(tmp_path):
     log = csv_log(tmp_path / "chat.csv", 200, seed=4)
     lines = log.read_bytes().split(b"\n")
@@ -248,6 +254,7 @@ def test_a_split_csv_with_an_unterminated_quote_gives_the_one_process_output(tmp
     assert "unterminated quote" in str(one.skipped)
 
 
+@pytest.mark.slow
 def test_duplicate_request_ids_across_pieces_are_counted(tmp_path):
     log = chat_log(tmp_path / "a.jsonl", 60, seed=2, bad=False)
     copy = tmp_path / "b.jsonl"
@@ -350,6 +357,7 @@ def test_workers_started_before_a_reader_that_fails_are_stopped(tmp_path):
     assert set(multiprocessing.active_children()) <= before
 
 
+@pytest.mark.slow
 def test_a_worker_reads_several_pieces_with_one_reader(tmp_path, monkeypatch):
     """More pieces than workers (several files): each worker builds its reader once and
     keeps its memos across the pieces it reads; the output is the one-process one.
@@ -386,6 +394,7 @@ def test_a_worker_reads_several_pieces_with_one_reader(tmp_path, monkeypatch):
     assert (again.spool.prompt_tokens, again.lines) == (first.spool.prompt_tokens, first.lines)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP"])
 def test_a_parallel_convert_stopped_by_a_signal_leaves_no_worker_and_no_spool(tmp_path, how):
     """`kill` (or a closed terminal) in the middle of `convert --jobs 2`: exit 130 as after

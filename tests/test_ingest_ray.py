@@ -29,6 +29,7 @@ def _one(paths, **kw):
     return open_trace([str(p) for p in paths], IngestOptions(salt=SALT, jobs=1, **kw))
 
 
+@pytest.mark.slow
 def test_ray_reads_split_logs_whole_files_and_stateful_ones_as_one_process(ray_up, tmp_path):
     log = chat_log(tmp_path / "chat.jsonl", 150, seed=1)
     paths = [log, FIX / "chat_gateway.csv", FIX / "chat.jsonl"]
@@ -45,6 +46,7 @@ def test_ray_reads_split_logs_whole_files_and_stateful_ones_as_one_process(ray_u
     same(_one(rag, exact=False), replace(on_ray, notes=[]))
 
 
+@pytest.mark.slow
 def test_convert_on_ray_writes_time_windows_that_read_back_as_the_trace(ray_up, tmp_path):
     from typer.testing import CliRunner
 
@@ -86,6 +88,7 @@ def test_convert_on_ray_writes_time_windows_that_read_back_as_the_trace(ray_up, 
     assert "holds an input of this run" in str(onto_input.exception)
 
 
+@pytest.mark.slow
 def test_a_bad_row_under_strict_is_reported_as_in_one_process(ray_up, tmp_path):
     log = chat_log(tmp_path / "chat.jsonl", 120, seed=5, bad=False)
     lines = log.read_text().splitlines()

@@ -56,6 +56,7 @@ def chat_log(path: Path, n: int, seed: int = 0, shuffle: bool = False) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shuffle", [False, True])
 @pytest.mark.parametrize("bound", ["rows", "bytes"])
 def test_spooled_rows_come_back_in_arrival_order_whatever_the_batch_size(
@@ -397,6 +398,7 @@ _bailian_rows = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(_bailian_rows, _bailian_rows, st.booleans(), st.sampled_from([None, 32]))
 def test_bulk_bailian_reader_matches_the_line_reader(first, second, keep_names, block_size):

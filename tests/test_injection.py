@@ -63,6 +63,7 @@ def markup_log(path: Path, n: int = 240) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_markup_in_log_model_names_is_text_in_reuse(tmp_path):
     log = markup_log(tmp_path / "log.jsonl")
     out = ok(kvpool("reuse", str(log), "--model", "llama-3.1-8b", cwd=tmp_path))
@@ -114,6 +115,7 @@ def test_analyze_and_validate_print_markup_and_escapes_as_text(tmp_path):
     assert "MarkupError" not in out and ESC not in out and EVIL in out
 
 
+@pytest.mark.slow
 def test_scenario_names_from_a_config_are_text(tmp_path):
     log = markup_log(tmp_path / "log.jsonl", n=60)
     cfg = tmp_path / "s.toml"
@@ -150,6 +152,7 @@ def _config(folder: Path, name: str) -> Path:
     return folder / "config.json"
 
 
+@pytest.mark.slow
 def test_a_model_config_name_is_text_and_its_path_stays_out(tmp_path):
     cfg = _config(tmp_path / "secret-team" / "my-llama", f"{EVIL}{ESC}[31m")
     out = ok(kvpool("cost", "show", "--model", str(cfg), "--gpu", "h100", cwd=tmp_path))
@@ -179,6 +182,7 @@ def test_a_model_config_name_is_text_and_its_path_stays_out(tmp_path):
     assert "'my-llama'" in launch  # the folder, by name, in the header
 
 
+@pytest.mark.slow
 def test_a_calibrated_profile_names_its_csv_not_the_folder(tmp_path):
     """A `kvpool cost fit` profile keeps its CSV's path (it is the user's own file); a
     report priced with it names the CSV by its file name, not where it lies."""
@@ -220,6 +224,7 @@ def test_a_calibrated_profile_names_its_csv_not_the_folder(tmp_path):
     assert "calibration (ttft.csv)" in doc["uncertainty"]["band"]["basis"]
 
 
+@pytest.mark.slow
 def test_a_model_that_is_neither_a_repository_nor_a_folder_is_refused(tmp_path):
     cfg = _config(tmp_path / "m", "x")
     cfg.unlink()  # the config named but gone: no folder to serve from
@@ -235,6 +240,7 @@ def test_a_model_that_is_neither_a_repository_nor_a_folder_is_refused(tmp_path):
     assert r.returncode in (2, 3) and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_an_edited_canonical_tokenizer_or_template_is_refused(tmp_path):
     log = markup_log(tmp_path / "log.jsonl", n=30)
     trace = tmp_path / "t.parquet"
@@ -258,6 +264,7 @@ def test_an_edited_canonical_tokenizer_or_template_is_refused(tmp_path):
     assert not list(tmp_path.rglob("PWNED"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "said"),
     [

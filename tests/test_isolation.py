@@ -170,6 +170,7 @@ def test_keyed_by_tenant_is_what_ingest_hashes_with_the_tenant_key(tmp_path, row
         assert analyze_reuse(shared, opts).hit_tokens >= int(got["ceiling"]["hit_tokens"])
 
 
+@pytest.mark.slow
 @settings(
     max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -218,6 +219,7 @@ def test_user_policy_never_shares_more_than_tenant_policy(tmp_path):
     assert trace.user_names and all(u.startswith("u-") for u in trace.user_names)
 
 
+@pytest.mark.slow
 def test_fields_named_on_the_command_line_give_tenant_and_user(tmp_path):
     rows = [
         {
@@ -241,6 +243,7 @@ def test_fields_named_on_the_command_line_give_tenant_and_user(tmp_path):
     assert trace.tenant_names == ["m"] and trace.user is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["tenant", "user"])
 def test_a_one_tenant_log_loses_nothing(tmp_path, policy):
     rows = [

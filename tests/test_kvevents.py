@@ -169,6 +169,7 @@ _values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(obj=_values, noise=st.binary(max_size=40))
 def test_any_payload_is_a_batch_or_a_wire_error(obj: object, noise: bytes) -> None:
@@ -181,6 +182,7 @@ def test_any_payload_is_a_batch_or_a_wire_error(obj: object, noise: bytes) -> No
         assert all(0 <= h < 2**64 for e in b.events if not isinstance(e, Cleared) for h in e.hashes)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 ANALYZER = ROOT / "analyzer"
 
@@ -64,6 +66,7 @@ def test_every_package_has_a_layer():
     assert found <= set(LAYERS), f"add {sorted(found - set(LAYERS))} to README and LAYERS"
 
 
+@pytest.mark.slow
 def test_no_upward_imports():
     bad = []
     for path in sorted(ANALYZER.rglob("*.py")):
@@ -81,6 +84,7 @@ def test_no_upward_imports():
     assert not bad, "imports of a higher layer:\n" + "\n".join(bad)
 
 
+@pytest.mark.slow
 def test_only_the_dashboard_command_imports_the_app():
     users = sorted(
         str(p.relative_to(ROOT))
@@ -155,6 +159,7 @@ def _cycle_through(graph: dict[str, set[str]], start: str) -> list[str] | None:
     return None
 
 
+@pytest.mark.slow
 def test_the_finished_packages_import_as_a_tree():
     graph = _module_graph()
     cycles = []
@@ -164,6 +169,7 @@ def test_the_finished_packages_import_as_a_tree():
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
+@pytest.mark.slow
 def test_the_cycle_check_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycle_through(graph, "b") == ["b", "c", "a", "b"]
@@ -219,6 +225,7 @@ def _late_imports(path: Path) -> list[tuple[int, str]]:
     return out
 
 
+@pytest.mark.slow
 def test_imports_sit_at_the_top_but_the_listed_late_libraries():
     """A module's dependencies read from its header: inside a function only the libraries
     in ``LATE`` are imported, and the commands (analyzer/cli), which load their stage

@@ -59,6 +59,7 @@ def independent_rate(path: Path, warmup: float = 0.5) -> tuple[float, int]:
     return cached / prompt, n
 
 
+@pytest.mark.slow
 def test_measured_rate_is_cached_over_prompt_on_steady_requests(tmp_path):
     path = log_with_cached(tmp_path, lambda k: ((k * 37) % 100) / 100)
     trace = open_trace([path], IngestOptions()).trace
@@ -76,6 +77,7 @@ def test_measured_rate_is_cached_over_prompt_on_steady_requests(tmp_path):
     assert measure_cached(plain) is None
 
 
+@pytest.mark.slow
 def test_today_is_replayed_and_a_capacity_fitted_when_they_differ(tmp_path):
     target = 0.30
     path = log_with_cached(tmp_path, lambda k: target, every=0)
@@ -114,6 +116,7 @@ def test_today_is_replayed_and_a_capacity_fitted_when_they_differ(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_a_rate_no_capacity_reaches_is_said_so(tmp_path):
     path = log_with_cached(tmp_path, lambda k: 0.99, every=0)
     trace = open_trace([path], IngestOptions()).trace
@@ -122,6 +125,7 @@ def test_a_rate_no_capacity_reaches_is_said_so(tmp_path):
     assert "No HBM capacity reproduces it" in cmp.fit_note
 
 
+@pytest.mark.slow
 def test_analyze_reports_measured_against_projected(tmp_path, monkeypatch):
     from analyzer.cli import app
 

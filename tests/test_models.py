@@ -62,6 +62,7 @@ def test_served_names_are_recognized_against_the_catalog():
     assert recognize_model("gpt-4o") is None
 
 
+@pytest.mark.slow
 def test_no_block_is_shared_across_models(tmp_path):
     log, _ = three_model_log(tmp_path)
     table = open_trace([log], IngestOptions(salt=SALT)).table
@@ -83,6 +84,7 @@ def test_no_block_is_shared_across_models(tmp_path):
     assert flat[MODELS[0]] & flat[MODELS[1]]
 
 
+@pytest.mark.slow
 def test_reuse_json_has_per_model_figures_equal_to_each_model_alone(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     log, parts = three_model_log(tmp_path)
@@ -117,6 +119,7 @@ def test_reuse_json_has_per_model_figures_equal_to_each_model_alone(tmp_path, mo
     assert r.exit_code == 0 and "warning" not in json.loads(out2.read_text())["models"]
 
 
+@pytest.mark.slow
 def test_only_model_keeps_one_model(tmp_path):
     log, parts = three_model_log(tmp_path)
     loaded = open_trace([log], IngestOptions(salt=SALT))
@@ -132,6 +135,7 @@ def test_only_model_keeps_one_model(tmp_path):
         select_model(loaded, "mistral-7b")
 
 
+@pytest.mark.slow
 def test_the_logs_models_are_planned_as_themselves_by_default(tmp_path):
     """No --model: each model the log names is planned on GPUs of its own, at the
     smallest tensor parallelism that holds it with a working KV budget, and the fleet is
@@ -163,6 +167,7 @@ def test_the_logs_models_are_planned_as_themselves_by_default(tmp_path):
     assert doc["warnings"] == []
 
 
+@pytest.mark.slow
 def test_model_flag_on_a_log_of_several_needs_only_model(tmp_path):
     from analyzer.advisor import AnalyzeOptions, run_analysis
     from analyzer.replay import ClusterConfig
@@ -216,6 +221,7 @@ def test_quantized_and_vendor_names_are_matched():
         get_gpu("H100 PCIe")  # another product: not planned as the SXM part
 
 
+@pytest.mark.slow
 def test_the_report_shows_each_models_figures(tmp_path):
     from analyzer.advisor import AnalyzeOptions, run_analysis
     from analyzer.report.document import ReportDocument

@@ -186,6 +186,7 @@ def _limit_file_size() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (4 << 10, 4 << 10))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [

@@ -69,6 +69,7 @@ def _md_rows(md: str, header: str) -> dict[str, list[str]]:
     return rows
 
 
+@pytest.mark.slow
 def test_every_output_gives_each_option_one_gpu_count_and_one_ttft(analysed):
     doc, out, terminal = analysed
     fleet, plans = doc["fleet"], doc["plans"]
@@ -342,6 +343,7 @@ def test_the_mixed_sample_plans_all_five_models(tmp_path):
     assert f"The plan behind every figure of {plans[0]['model']}, the most requested" in md
 
 
+@pytest.mark.slow
 def test_a_pool_link_beyond_the_gpus_share_of_the_network_is_said(tmp_path):
     """The catalog's NIC price is $0: each GPU's price carries 400 Gb/s of its 8-GPU
     instance's network. A pool link beyond the share of a node's GPUs is a warning on
@@ -375,6 +377,7 @@ def test_a_pool_link_beyond_the_gpus_share_of_the_network_is_said(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_a_gpu_named_as_its_vendor_does_is_priced(tmp_path):
     log = make_logs.low_reuse(tmp_path / "low.jsonl")
     res = CliRunner().invoke(

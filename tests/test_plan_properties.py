@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_replay_helpers import AnalyticCost, build_trace, chained_requests
@@ -117,6 +118,7 @@ def fleet_of(trace, c, option: str, gpu_hour: float, *, slo=0.5) -> Fleet:
 PROPS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+@pytest.mark.slow
 @PROPS
 @given(logs(), st.sampled_from([0.05, 0.2, 1.0]), st.sampled_from([2.0, 4.0]))
 def test_a_faster_pool_link_never_makes_pooling_less_attractive(trace, gbps, faster):
@@ -142,6 +144,7 @@ def test_a_faster_pool_link_never_makes_pooling_less_attractive(trace, gbps, fas
         assert v_fast == "deploy-pooled"
 
 
+@pytest.mark.slow
 @PROPS
 @given(logs(), st.sampled_from([0.5, 2.0, 8.0]), st.sampled_from([0.0, 0.25, 0.5]))
 def test_cheaper_gpus_never_make_an_offload_tier_more_attractive(trace, gpu_hour, cheaper):

@@ -185,6 +185,7 @@ def outputs(tmp_path_factory) -> tuple[Path, list[subprocess.CompletedProcess]]:
     return d / "out", runs
 
 
+@pytest.mark.slow
 def test_every_command_ran(outputs) -> None:
     _, runs = outputs
     for r in runs:
@@ -236,6 +237,7 @@ def test_terminal_output_carries_no_prompt_or_tenant(outputs) -> None:
             assert SECRET not in cleaned, (r.args, stream[-1500:])
 
 
+@pytest.mark.slow
 def test_asking_for_names_and_previews_shows_them(tmp_path) -> None:
     log = _log(tmp_path).name
     (tmp_path / "o").mkdir()

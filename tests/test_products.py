@@ -91,6 +91,7 @@ def test_detected_by_content(name, fmt, tmp_path):
     assert detect_format(gz) == fmt
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("export", sorted(EXPORTS))
 def test_an_export_gives_the_openai_forms_requests(export, openai_form):
     files, skips = EXPORTS[export]
@@ -126,6 +127,7 @@ def test_names_leave_only_as_pseudonyms_unless_kept():
     assert not {"alice", "bob", "team-retail"} & set(map(str, t.to_pylist()))
 
 
+@pytest.mark.slow
 def test_langfuse_traces_given_after_their_observations(openai_form):
     """A trace's session reaches its observations whatever order the files come in."""
     got = load([FIX / "langfuse_traces.jsonl", FIX / "langfuse_observations_v2.csv"])
@@ -138,6 +140,7 @@ def test_langfuse_traces_given_after_their_observations(openai_form):
     assert alone.column("user_id").to_pylist() == ["alice", "bob", "alice"]
 
 
+@pytest.mark.slow
 def test_otlp_structured_attributes_and_legacy_message_events(tmp_path):
     """gen_ai.input.messages recorded structured (OTLP arrayValue of kvlistValue), and the
     v1.36 conventions' per-message events, read as the same chat."""
@@ -213,6 +216,7 @@ def test_otlp_structured_attributes_and_legacy_message_events(tmp_path):
     assert t.column("request_id").to_pylist() == ["b" * 16, "d" * 16]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "text"),
     [
@@ -284,6 +288,7 @@ def test_truncated_compressed_document_is_an_error(tmp_path):
         load([p])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "edit", "reason", "field"),
     [
@@ -343,6 +348,7 @@ def test_otlp_bad_messages_and_missing_content(tmp_path):
     assert got.skipped.by_reason["no input messages (content capture is off)"] == 1
 
 
+@pytest.mark.slow
 def test_otlp_objects_where_arrays_stand_are_counted_skips(tmp_path):
     """An OTLP request whose ``spans`` or ``scopeSpans`` is an object, not an array, is a
     counted skip naming the field (never iterated by its keys); an intValue of Infinity

@@ -201,6 +201,7 @@ def test_scrub_leaves_no_control_character(s):
     assert scrub("a\nb", lines=True) == "a\nb"
 
 
+@pytest.mark.slow
 def test_an_error_naming_a_hostile_file_prints_its_name_scrubbed(tmp_path):
     """Error messages print a file's name through the same rule: a bidirectional override
     or a carriage return in it cannot make the terminal show another name."""

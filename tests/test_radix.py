@@ -84,6 +84,7 @@ class DictModel:
         return self._evict(len(self.d) - self.capacity, set(chain))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     reqs=chained_requests(),
@@ -228,6 +229,7 @@ def test_replay_fast_calls_equal_match_insert_touch(reqs, capacity, policy, ops)
     assert fast.evict(len(fast)) == slow.evict(len(slow))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     reqs=chained_requests(max_requests=40),

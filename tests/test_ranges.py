@@ -122,6 +122,7 @@ def test_synth_requests_are_bounded(tmp_path):
     assert b"Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_synth_to_stdout_streams_into_a_pipe_that_closes(tmp_path):
     """`kvpool synth -n N -o - | head` ends when head does, without spooling N requests
     to a temporary file first."""
@@ -168,6 +169,7 @@ def _salt_cli(tmp_path: Path, salt: Path, timeout: float = 30) -> subprocess.Com
     )
 
 
+@pytest.mark.slow
 def test_a_dangling_salt_symlink_is_one_line(tmp_path):
     salt = tmp_path / ".kvpool-salt"
     salt.symlink_to(tmp_path / "gone")
@@ -178,6 +180,7 @@ def test_a_dangling_salt_symlink_is_one_line(tmp_path):
     assert salt.is_symlink() and not (tmp_path / "gone").exists()  # left as found
 
 
+@pytest.mark.slow
 def test_a_fifo_as_salt_file_does_not_hang(tmp_path):
     salt = tmp_path / "salt.fifo"
     os.mkfifo(salt)

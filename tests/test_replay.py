@@ -215,6 +215,7 @@ def test_local_round_robin_never_beats_pool(mooncake_spaced, cap_tokens):
 # -- 6. the same run twice gives identical JSON --------------------------------------
 
 
+@pytest.mark.slow
 def test_same_run_twice_identical_json(mooncake_timed):
     c = ClusterConfig(
         serving=PREFILL_POOL,
@@ -253,6 +254,7 @@ def test_same_run_twice_identical_json(mooncake_timed):
     assert sc["local"]["prefill_gpu_s"] < sc["none"]["prefill_gpu_s"]
 
 
+@pytest.mark.slow
 def test_a_stopped_run_leaves_no_garbage_and_the_collector_as_it_was(mooncake_timed):
     """The collector is paused while a replay runs (``collector_paused``), so a run must
     free what it drops without it: a rate-search run stopped with requests queued and
@@ -508,6 +510,7 @@ def test_least_loaded_spreads_simultaneous_requests():
 # -- rate search ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_rate_search_brackets_the_slo(mooncake_timed):
     c = ClusterConfig(
         serving=PREFILL_POOL,
@@ -709,6 +712,7 @@ def test_pool_aggregate_bandwidth_is_shared(aggregate_gbps, share):
     assert ttft[2] == pytest.approx(ttft[1])
 
 
+@pytest.mark.slow
 def test_workers_give_the_same_json():
     trace = trace_from([(0, 0, 5), (0, 3, 2), (1, 4, 1), (0, 5, 3)] * 5)
     c = cfg(instances=2, free_loads=False, dram_gbps=1.0, pool_gbps=0.5, pool_latency_s=1e-4)
@@ -790,6 +794,7 @@ def test_is_chained_on_real_and_broken_traces(mooncake_timed):
     assert not is_chained(build_trace([[3, 3]]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("write_policy", ["write-through", "on-evict"])
 def test_chained_caches_replay_as_the_plain_ones(shared_traces, monkeypatch, write_policy):
     """The replay's caches rely on the trace being chained (bisected matches, touches

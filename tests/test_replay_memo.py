@@ -108,6 +108,7 @@ def test_rate_search_is_keyed_by_the_slo(trace) -> None:
     assert plain.to_json() == run_replay(trace, BASE, ["local"], search_rate=False).to_json()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["local", "pooled"])
 def test_a_new_slo_rereads_the_searches_points(trace, name: str, monkeypatch) -> None:
     """SLO after SLO, the memo's search (earlier points re-read, the rest simulated)
@@ -158,6 +159,7 @@ def test_memo_is_bounded(trace) -> None:
     assert len(memo._results) == 2
 
 
+@pytest.mark.slow
 def test_worker_processes_do_not_rerun_the_callers_script(tmp_path) -> None:
     """Replay workers are spawned processes; they must not re-run the caller's main
     script (under the dashboard, a Streamlit page: seconds and a flood of warnings)."""
@@ -188,6 +190,7 @@ if __name__ == "__main__":
     assert marker.read_text().splitlines() == ["ran"]
 
 
+@pytest.mark.slow
 def test_a_warm_pool_gives_a_fresh_replays_results_and_stays_up(trace) -> None:
     """A server keeps its worker processes across replays (``pool``): the results are
     the in-process replay's, byte for byte, for replay after replay, with the rate
@@ -209,6 +212,7 @@ def test_a_warm_pool_gives_a_fresh_replays_results_and_stays_up(trace) -> None:
         assert again.to_json() == run_replay(trace, BASE, ["local"], search_rate=False).to_json()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "change",
     [
@@ -276,6 +280,7 @@ def test_settings_other_than_link_speeds_are_not_repriced(trace) -> None:
             )
 
 
+@pytest.mark.slow
 def test_only_the_most_recent_results_keep_their_recordings(trace, monkeypatch) -> None:
     """Recordings are kept on the newest results up to a budget of recorded requests."""
     from analyzer.replay import memo as memo_mod

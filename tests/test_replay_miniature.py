@@ -182,9 +182,12 @@ def test_the_measured_error_printed_is_the_one_the_bench_recorded():
 
 
 def test_a_remembered_miniature_searches_a_new_slo_on_the_same_sample(monkeypatch):
+    from analyzer.replay import memo as replay_memo
     from analyzer.replay.memo import ReplayMemo
 
+    # both the replay and the memo (which imported the name) sample at 1/2
     monkeypatch.setattr(replay_run, "sampling_rate", lambda n: 0.5)
+    monkeypatch.setattr(replay_memo, "sampling_rate", lambda n: 0.5)
     trace = _sessions_trace(n_sessions=80)
     cfg = ClusterConfig(
         model="m", gpu="g", serving=PREFILL_POOL, instances=2, local_capacity_tokens=4_000

@@ -72,6 +72,7 @@ gbps = st.sampled_from([0.001, 0.004, 0.02, 0.1, 1.0])
 latency = st.sampled_from([0.0, 0.0005, 0.003])
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     requests,

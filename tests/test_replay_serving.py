@@ -167,6 +167,7 @@ requests = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     requests,

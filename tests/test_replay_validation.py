@@ -103,6 +103,7 @@ def _lru_oracle_hits(clients: int = 128, rounds: int = 10, seed: int = 1) -> dic
     return out
 
 
+@pytest.mark.slow
 def test_rounds_8_and_9_match_an_lru_oracle():
     """The replay's rounds 8 and 9 are what a plain LRU cache of the same size keeps for
     the same requests in the same order: the gap to the measurement is not eviction."""

@@ -45,6 +45,7 @@ def doc(tmp_path_factory) -> dict:
     return report_json(r)
 
 
+@pytest.mark.slow
 def test_json_is_canonical_and_reloads_to_the_same_reports(doc, tmp_path):
     text = render_json(doc)
     again = json.loads(text)
@@ -127,6 +128,7 @@ def _chromium_or_skip() -> str:
     return exe
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_html_opens_in_headless_chromium_without_errors(doc, tmp_path):
     exe = _chromium_or_skip()
@@ -177,6 +179,7 @@ def test_html_opens_in_headless_chromium_without_errors(doc, tmp_path):
     assert not messages and not failed, (messages, failed)
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_pdf_is_written_when_chromium_exists(doc, tmp_path):
     _chromium_or_skip()
@@ -223,6 +226,7 @@ def test_no_raw_key_names_or_private_files_in_what_a_person_reads(doc):
     assert 'href="#g-break-even-bandwidth"' in html and 'id="g-break-even-bandwidth"' in html
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fails", ["reports", "deploy"])
 def test_a_failed_write_leaves_no_folder_or_half_bundle(doc, tmp_path, monkeypatch, fails):
     """A full disk while the reports or the bundle are written: the folder made for the

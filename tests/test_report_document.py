@@ -70,6 +70,7 @@ def documents(tmp_path_factory) -> dict[str, ReportDocument]:
     }
 
 
+@pytest.mark.slow
 def test_the_samples_cover_the_schema(documents):
     """The documents below exercise what the view reads: several models, a measured
     hit rate, no replay, both objectives."""
@@ -83,6 +84,7 @@ def test_the_samples_cover_the_schema(documents):
     assert set(documents["chat"].report.fleet) == set(documents["chat"].report.scenarios)
 
 
+@pytest.mark.slow
 def test_a_report_json_read_back_is_the_same_view_and_the_same_document(documents, tmp_path):
     for name, doc in documents.items():
         text = render_json(doc)
@@ -169,6 +171,7 @@ SETTINGS = settings(
 )
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(data=st.data())
 def test_varied_documents_round_trip(documents, data):
@@ -199,6 +202,7 @@ def test_varied_documents_round_trip(documents, data):
     assert json.dumps(view.to_json(), sort_keys=True) == json.dumps(d, sort_keys=True)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(data=st.data())
 def test_a_wrong_value_anywhere_is_named(documents, data):

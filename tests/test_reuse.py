@@ -245,6 +245,7 @@ def test_policy_simulations_against_oracles(data, capacity):
         assert simulate(*args, capacity, policy) <= best, policy
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(data=chained(max_requests=24), warmup=st.sampled_from([0.0, 0.3, 0.5]))
 def test_one_stack_pass_gives_belady_at_every_capacity(data, warmup):
@@ -330,6 +331,7 @@ def test_simulation_state_is_int32_only_where_every_counter_fits():
     assert kernels.state_dtype(10, 2**31) is np.int64
 
 
+@pytest.mark.slow
 def test_narrow_and_wide_simulation_state_take_the_same_decisions(monkeypatch):
     tr = chained_trace(80, seed=5, system_blocks=6, mean_new_blocks=3)
     first = first_counted_request(tr.n_requests, 0.5)
@@ -657,6 +659,7 @@ def test_golden_mooncake_conversation(shared_traces):
     assert rep.hit_rate_at(cap * 512) == pytest.approx(want / rep.prompt_tokens, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_golden_mooncake_belady_at_seven_budgets(shared_traces):
     # `kvpool reuse --model llama-3.1-8b --capacity-gib 1,2,...,64 --policies lru,optimal`
     # on the conversation trace: 128 KiB a token, so 16 to 1,024 blocks of 512 tokens.
@@ -694,6 +697,7 @@ RAGPULSE_FILES = {
 }
 
 
+@pytest.mark.slow
 def test_golden_ragpulse_content_versus_prefix(shared_traces):
     root = shared_traces / "ragpulse"
     length: dict[int, int] = {}
@@ -746,6 +750,7 @@ def test_golden_ragpulse_content_versus_prefix(shared_traces):
     assert rep.cold_ceiling_hit_rate == pytest.approx(npx.cold_prefix_rate, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_curve_survives_many_position_compactions():
     # 3 distinct blocks touched 600 times: the Fenwick positions are renumbered often
     chains = [[0, 1, 2], [0, 3], [0, 1], [4]] * 50
@@ -769,6 +774,7 @@ def test_fast_simulations_match_the_reference_on_a_longer_trace():
             assert simulate_fast(*args, cap, policy) == simulate(*args, cap, policy), (cap, policy)
 
 
+@pytest.mark.slow
 def test_progress_adds_up_to_100_and_large_traces_skip_simulations():
     tr = chained_trace(30, seed=1)
     for opts in (

@@ -67,6 +67,7 @@ def test_summary_and_json(tmp_path):
     assert out2.read_bytes() == out.read_bytes()
 
 
+@pytest.mark.slow
 def test_block_size_coarsens_a_canonical_trace(tmp_path):
     src = canonical(tmp_path / "t.parquet", ROWS)
     out = tmp_path / "r.json"
@@ -120,6 +121,7 @@ def test_capacity_gib_with_a_model(tmp_path):
     assert row["capacity_gib"] == pytest.approx(row["capacity_tokens"] * bpt / 2**30, abs=1e-3)
 
 
+@pytest.mark.slow
 def test_mooncake_trace_from_the_command_line(shared_traces, tmp_path):
     out = tmp_path / "m.json"
     path = shared_traces / "mooncake" / "conversation_trace.jsonl"

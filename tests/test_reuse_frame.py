@@ -12,6 +12,7 @@ from unittest import mock
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -101,6 +102,7 @@ options = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     table=traces(),
@@ -121,6 +123,7 @@ def test_streamed_report_equals_the_in_memory_report(
     assert got == want
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None)
 @given(
     table=traces(),
@@ -142,6 +145,7 @@ def test_streamed_isolation_equals_the_in_memory_isolation(
     assert got.to_json() == want
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(table=traces(), opts=options, rows_per_part=st.sampled_from([ROWS_PER_PART, 9, 25]))
 def test_both_ways_of_reading_answer_every_question_alike(

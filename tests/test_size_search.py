@@ -134,6 +134,7 @@ def test_probe_is_the_replay_at_that_size(n, scale, slo, option):
         assert p.passes(slo / 2) is False  # a lower SLO fails too
 
 
+@pytest.mark.slow
 def test_parallel_search_gives_the_same_answers():
     trace = _trace(200, gap=0.01)
     qs = [

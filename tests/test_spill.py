@@ -90,6 +90,7 @@ def test_a_killed_read_of_stdin_leaves_its_copy_only_until_the_next_command(tmp_
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_a_killed_copy_of_a_pipe_is_swept(tmp_path, tmp):
     fifo = tmp_path / "log.fifo"
     os.mkfifo(fifo)

@@ -83,6 +83,7 @@ def _get(client, key: str) -> bytes:  # type: ignore[no-untyped-def]
     return bytes(client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
 
 
+@pytest.mark.slow
 def test_reuse_reads_s3_like_the_file(s3, tmp_path):
     args = ["reuse", "--json", "-", "-j", "1", "--warmup", "0.2"]
     local = _run([*args, str(SAMPLE)], tmp_path, s3)
@@ -92,6 +93,7 @@ def test_reuse_reads_s3_like_the_file(s3, tmp_path):
     assert json.loads(remote.stdout) == json.loads(local.stdout)
 
 
+@pytest.mark.slow
 def test_convert_to_s3_then_reuse_the_canonical_object(s3, s3_client, tmp_path):
     out = f"s3://{BUCKET}/canonical/chat.parquet"
     r = _run(["convert", f"s3://{BUCKET}/logs/chat.jsonl.zst", "-o", out, "-j", "1"], tmp_path, s3)
@@ -109,6 +111,7 @@ def test_convert_to_s3_then_reuse_the_canonical_object(s3, s3_client, tmp_path):
     assert json.loads(from_s3.stdout) == json.loads(from_local.stdout)
 
 
+@pytest.mark.slow
 def test_dataset_prefix_written_and_read(s3, s3_client, tmp_path):
     out = f"s3://{BUCKET}/dataset/chat"
     r = _run(["convert", str(SAMPLE), "-o", out, "--window-s", "600", "-j", "1"], tmp_path, s3)
@@ -123,6 +126,7 @@ def test_dataset_prefix_written_and_read(s3, s3_client, tmp_path):
     assert json.loads(from_s3.stdout) == json.loads(_run([*args, "ds"], tmp_path, s3).stdout)
 
 
+@pytest.mark.slow
 def test_json_output_to_s3(s3, s3_client, tmp_path):
     r = _run(
         ["reuse", str(SAMPLE), "--json", f"s3://{BUCKET}/out/reuse.json", "-j", "1"], tmp_path, s3
@@ -155,6 +159,7 @@ def test_analyze_reports_to_a_prefix_and_keep_an_existing_one(s3, s3_client, tmp
     assert json.loads(named.stdout)["inputs"][0]["name"] == "chat.jsonl.zst"
 
 
+@pytest.mark.slow
 def test_a_failed_run_writes_no_object(s3, s3_client, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{"messages": 3}\n')
@@ -165,6 +170,7 @@ def test_a_failed_run_writes_no_object(s3, s3_client, tmp_path):
     assert _keys(s3_client, "failed/") == []
 
 
+@pytest.mark.slow
 def test_never_over_an_input(s3, s3_client, tmp_path):
     url = f"s3://{BUCKET}/logs/chat.jsonl.zst"
     before = _get(s3_client, "logs/chat.jsonl.zst")
@@ -174,6 +180,7 @@ def test_never_over_an_input(s3, s3_client, tmp_path):
     assert _get(s3_client, "logs/chat.jsonl.zst") == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("url", "message"),
     [
@@ -197,12 +204,14 @@ def test_credentials_in_a_url_are_never_printed(s3, tmp_path):
     assert f"s3://{BUCKET}/logs/missing.jsonl" in r.stderr
 
 
+@pytest.mark.slow
 def test_output_to_a_missing_bucket_fails_before_reading(s3, tmp_path):
     r = _run(["convert", str(SAMPLE), "-o", "s3://no-such-bucket-here/t.parquet"], tmp_path, s3)
     assert r.returncode == 4
     assert "no such bucket" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_keep_previews_is_not_sent_to_a_bucket(s3, tmp_path):
     r = _run(
         ["convert", str(SAMPLE), "-o", f"s3://{BUCKET}/p.parquet", "--keep-previews"], tmp_path, s3
@@ -249,6 +258,7 @@ def test_a_killed_upload_leaves_its_local_copy_only_until_the_next_command(s3, t
     assert list(tmp.iterdir()) == [], list(tmp.rglob("*"))
 
 
+@pytest.mark.slow
 def test_access_denied_names_the_url(tmp_path):
     """A server that checks signatures (moto with authentication on) refuses unknown
     keys: one line saying access is denied, with where credentials come from."""

@@ -85,6 +85,7 @@ def test_tool_schema_estimate_and_shape():
 # --- determinism ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["openai", "gateway-csv", "mooncake"])
 def test_same_seed_same_bytes(tmp_path, fmt):
     cfg = SynthConfig(profile="mixed", requests=300, seed=11)
@@ -315,6 +316,7 @@ def _arrivals(tmp_path, **kw) -> np.ndarray:
     return np.array([r["timestamp"] for r in _records(out)])
 
 
+@pytest.mark.slow
 def test_arrival_processes(tmp_path):
     pois = np.diff(_arrivals(tmp_path, requests=1500, seed=1, rate_rps=10.0))
     assert abs(pois.mean() - 0.1) < 0.015
@@ -436,6 +438,7 @@ def test_progress_counts_every_request(tmp_path):
     assert sum(seen) == 2345
 
 
+@pytest.mark.slow
 def test_same_bytes_across_processes(tmp_path):
     """No dependence on Python's per-process hash seed or anything else in the process."""
     outs = []

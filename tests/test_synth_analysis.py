@@ -78,6 +78,7 @@ def calibrated(tmp_path_factory) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", list(TARGETS))
 def test_length_calibration(calibrated, profile):
     """p50 within 25% and p99 within 30% of the trace each profile is fitted to."""
@@ -95,6 +96,7 @@ def test_length_calibration(calibrated, profile):
         assert abs(got[key] / target - 1) < tol, (profile, key, got[key], target)
 
 
+@pytest.mark.slow
 def test_logged_usage_is_close_to_the_tokenizer(tmp_path):
     """usage.prompt_tokens (the generator's estimate) within 5% of what ingest counts."""
     path = tmp_path / "m.jsonl"
@@ -128,6 +130,7 @@ def test_targets_match_public_traces(shared_traces):
     assert got == pytest.approx(list(TARGETS["rag"][1:]), rel=0.01, abs=1)
 
 
+@pytest.mark.slow
 def test_chat_reuse_matches_resent_history(tmp_path):
     """Each later turn hits exactly the full blocks of the prompt it resent."""
     path, truth_p = tmp_path / "c.jsonl.gz", tmp_path / "t.json"
@@ -148,6 +151,7 @@ def test_chat_reuse_matches_resent_history(tmp_path):
     assert (hits[first][10:] > 0).mean() > 0.9
 
 
+@pytest.mark.slow
 def test_api_without_shared_templates_has_near_zero_reuse(tmp_path):
     for templates, lo, hi in ((0, 0.0, 0.02), (4, 0.08, 0.6)):
         path = tmp_path / f"api{templates}.jsonl"
@@ -157,6 +161,7 @@ def test_api_without_shared_templates_has_near_zero_reuse(tmp_path):
         assert lo <= ceiling < hi, (templates, ceiling)
 
 
+@pytest.mark.slow
 def test_rag_reuse_is_mostly_not_a_prefix(tmp_path):
     path = tmp_path / "r.jsonl"
     generate(SynthConfig(profile="rag", requests=600, seed=4, documents=400), path)
@@ -183,6 +188,7 @@ def test_mooncake_form_ingests_with_the_same_lengths(tmp_path):
     assert loaded.trace.block_size == 512
 
 
+@pytest.mark.slow
 def test_gateway_csv_ingests_like_jsonl(tmp_path):
     cfg = SynthConfig(profile="mixed", requests=200, seed=8)
     generate(cfg, tmp_path / "a.jsonl")
@@ -207,6 +213,7 @@ def _unzstd(path: Path) -> bytes:
         return zstandard.ZstdDecompressor().stream_reader(fh).read()
 
 
+@pytest.mark.slow
 def test_samples_regenerate_byte_for_byte(tmp_path):
     """Each sample in traces/ is exactly what its recorded command writes."""
     commands = _recorded_commands()

@@ -172,6 +172,7 @@ def test_lone_surrogates_tokenize_as_replacement_characters():
     assert tok.encode("\ud83d\ude00").tolist() == tok.encode("\U0001f600").tolist()
 
 
+@pytest.mark.slow
 def test_a_log_line_with_a_lone_surrogate_converts(tmp_path):
     from analyzer.ingest import IngestOptions, open_trace
 

@@ -93,6 +93,7 @@ def classification_log(path: Path, n: int = 240) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_short_prefix_gives_a_not_applicable_break_even_in_words(tmp_path):
     log = one_shot_log(tmp_path / "oneshot.jsonl")
     result = run_analysis([str(log)], AnalyzeOptions(size_search=False))
@@ -136,6 +137,7 @@ def test_a_short_prefix_gives_a_not_applicable_break_even_in_words(tmp_path):
     assert "never beats recomputing" in doc.report.verdict.confidence_statement
 
 
+@pytest.mark.slow
 def test_the_terminal_summary_says_it_in_words(tmp_path):
     from rich.console import Console
 
@@ -151,6 +153,7 @@ def test_the_terminal_summary_says_it_in_words(tmp_path):
     assert "inf" not in out.split()
 
 
+@pytest.mark.slow
 def test_a_view_refuses_a_null_where_a_figure_or_its_reason_belongs(tmp_path):
     log = one_shot_log(tmp_path / "oneshot.jsonl")
     raw = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(size_search=False))).to_json()
@@ -221,6 +224,7 @@ def test_short_prefix_logs_get_three_reports_and_a_bundle(tmp_path, case, flags)
     assert "never" in r.stdout
 
 
+@pytest.mark.slow
 def test_without_the_size_search_nothing_is_sized_and_the_summary_says_why(tmp_path):
     log = one_shot_log(tmp_path / "oneshot.jsonl")
     doc = ReportDocument.of(run_analysis([str(log)], AnalyzeOptions(size_search=False)))
@@ -232,6 +236,7 @@ def test_without_the_size_search_nothing_is_sized_and_the_summary_says_why(tmp_p
     assert ReportDocument.from_json(json.loads(render_json(doc))).report == doc.report
 
 
+@pytest.mark.slow
 def test_a_plan_without_a_size_says_why_in_every_cell(tmp_path):
     # A 1 ms p90 TTFT SLO: no request's own prefill is that fast, at any size.
     log = one_shot_log(tmp_path / "oneshot.jsonl")
@@ -260,6 +265,7 @@ def test_a_plan_without_a_size_says_why_in_every_cell(tmp_path):
     assert ReportDocument.from_json(json.loads(render_json(doc))).report == doc.report
 
 
+@pytest.mark.slow
 def test_a_log_of_one_timestamp_has_no_rate_and_its_pilot_sends_all_at_once(tmp_path):
     log = one_shot_log(tmp_path / "burst.jsonl", system=" ".join([SYSTEM] * 20))
     rows = [json.loads(x) for x in log.read_text().splitlines()]
@@ -277,6 +283,7 @@ def test_a_log_of_one_timestamp_has_no_rate_and_its_pilot_sends_all_at_once(tmp_
     assert Undefined.NO_REQUEST_RATE.words in render_markdown(doc)
 
 
+@pytest.mark.slow
 def test_a_log_that_reuses_nothing_has_no_median_prefix(tmp_path):
     rng = random.Random(3)
     log = tmp_path / "unique.jsonl"
