@@ -479,7 +479,7 @@ def first_seen_ids(
 
 
 def _dense_compiled(parts: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`first_seen_ids` in one compiled pass (the same ids: tests/test_trace.py);
+    """:func:`first_seen_ids` in one compiled pass (the same ids: tests/ingest/test_trace.py);
     64-bit hashes of either sign are read as their bits."""
 
     dtype = parts[0].dtype

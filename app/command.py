@@ -38,7 +38,7 @@ ENV_HOSTS = "KVPOOL_DASHBOARD_HOSTS"  # host names besides loopback the page ans
 ENV_ISOLATION = "KVPOOL_DASHBOARD_ISOLATION"
 # analyzer.reuse.isolation.POLICIES, as analyzer.cli.options.IsolationName spells them
 # (importing that module from here would register the CLI while this one loads; the
-# flags' help texts below are theirs, word for word: tests/test_cli_defaults.py).
+# flags' help texts below are theirs, word for word: tests/cli/test_cli_defaults.py).
 Policy = Literal["shared", "tenant", "user"]
 ENV_TENANT_FIELD = "KVPOOL_DASHBOARD_TENANT_FIELD"
 ENV_USER_FIELD = "KVPOOL_DASHBOARD_USER_FIELD"

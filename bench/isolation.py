@@ -6,7 +6,7 @@
 `--isolation tenant` re-keys the block ids of the trace already read
 (analyzer/reuse/isolation.py); the alternative is to read and hash the log again with
 the tenant in every block's key (`--hash-key tenant`). Both give the same blocks
-(tests/test_isolation.py). Prints, on a `kvpool synth --profile saas` log (twelve
+(tests/advisor/test_isolation.py). Prints, on a `kvpool synth --profile saas` log (twelve
 customer organisations of one product; written once to a temporary folder unless
 `--log`):
 

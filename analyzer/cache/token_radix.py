@@ -30,7 +30,7 @@ from numba import njit
 from analyzer.dense import fib_slot
 
 _INF = np.iinfo(np.int64).max
-# Measured per node of a chat log's tree on CPython 3.11 (tests/test_radix.py checks the
+# Measured per node of a chat log's tree on CPython 3.11 (tests/cache/test_radix.py checks the
 # estimate against tracemalloc): the Node with its slots, its children dict and the
 # edge's ``bytes`` header.
 NODE_OVERHEAD_BYTES = 400

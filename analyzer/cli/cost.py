@@ -1,7 +1,7 @@
 """``kvpool cost``: catalogs, recompute-vs-load break-even, TTFT what-ifs and fits.
 
 Imported on first use, inside the command bodies, not at the top (``kvpool --help`` must
-stay under 0.3 s, tests/test_cli_startup.py): the cost stage (``analyzer.cost.*``, which
+stay under 0.3 s, tests/cli/test_cli_startup.py): the cost stage (``analyzer.cost.*``, which
 loads numpy; scikit-learn, SciPy and PyTorch load later still, inside it) and
 ``rich.table``. Everything else is imported here.
 """

@@ -2,7 +2,7 @@
 
 A command lists the aliases it takes (``block_size: BlockSize = None``); the default
 written beside an alias is the one given here in ``DEFAULTS``, and
-``tests/test_cli_defaults.py`` checks that these equal the library's own defaults
+``tests/cli/test_cli_defaults.py`` checks that these equal the library's own defaults
 (:class:`~analyzer.ingest.IngestOptions`, :class:`~analyzer.replay.ClusterConfig`,
 :class:`~analyzer.advisor.AnalyzeOptions`) and the dashboard's starting controls, so that
 the same trace and flags give the same figures in every command.
@@ -39,7 +39,7 @@ DEFAULTS: dict[str, object] = {
 _CAPACITY = "tokens (1e6 style accepted) or 'unbounded'"
 
 # Closed sets of names, checked by the parser and listed in --help. Written out here so
-# that `kvpool --help` imports no library module; tests/test_cli_defaults.py checks each
+# that `kvpool --help` imports no library module; tests/cli/test_cli_defaults.py checks each
 # against the tuple its owning stage validates with.
 TemplateName = Literal["chatml", "llama3"]  # tokenize.render.TEMPLATES
 ToolsPositionName = Literal["in-system", "after-system", "before-system"]  # TOOLS_POSITIONS

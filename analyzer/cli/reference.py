@@ -7,7 +7,7 @@ changing a flag::
 
     python -m analyzer.cli.reference > docs/cli.md
 
-tests/test_cli_reference.py fails when docs/cli.md is stale.
+tests/cli/test_cli_reference.py fails when docs/cli.md is stale.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from analyzer.cli import app
 
 HEADER = (
     "<!-- Written by `python -m analyzer.cli.reference > docs/cli.md`; do not edit by hand:\n"
-    "     tests/test_cli_reference.py fails when this file is stale. -->\n\n"
+    "     tests/cli/test_cli_reference.py fails when this file is stale. -->\n\n"
 )
 
 

@@ -1,7 +1,7 @@
 """Cost stage: model and hardware catalogs, prefill and load models, break-even.
 
 Lower stages never import this one; replay and advisor call :class:`CostModel`. The
-modules import one another as a tree (tests/test_layering.py checks it); each row
+modules import one another as a tree (tests/project/test_layering.py checks it); each row
 imports only rows above it:
 
     dtypes, engine_constants, step_formula,   precisions; the engine model's constants;

@@ -19,7 +19,7 @@ token in flight (the MLP's gate and up projections, residuals, attention workspa
 20,000 and 29,000 profiled tokens (vllm-project/vllm issue 10517: peak torch memory
 17.06 and 17.98 GiB over 14.99 GiB of weights, non-torch memory 0.35 GiB). The
 published capacity lines it is checked against, those two and one held out, are in
-docs/validation.md (tests/test_replay_validation.py).
+docs/validation.md (tests/replay/test_replay_validation.py).
 
 **Scheduler limits.** vLLM's defaults for an OpenAI-compatible server
 (``EngineArgs.get_batch_defaults``, vllm/engine/arg_utils.py): on GPUs with 70 GiB or

@@ -6,7 +6,7 @@ their prompts agree up to that block *and* their salts are equal. With chained h
 first condition is already "same block id", so the salted trace is the trace's block ids
 re-keyed by ``(salt group, block id)``: no tokens are read again, and the result is the
 trace that ingest's ``--hash-key tenant`` hashes (the same block ids in the same order;
-``tests/test_isolation.py`` checks it on generated logs).
+``tests/advisor/test_isolation.py`` checks it on generated logs).
 
 Policies (:data:`POLICIES`):
 

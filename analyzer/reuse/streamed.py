@@ -7,7 +7,7 @@ The questions keyed by block are polars queries over hash parts
 (:mod:`analyzer.reuse.hash_parts`); the LRU curve comes from the compiled one-pass scan
 over dense block ids, or, above ``opts.shards_threshold_accesses`` accesses (or with
 ``opts.shards_rate``), from a SHARDS sample taken while scanning, so only the sample is
-held. The in-memory reading is the oracle (``tests/test_reuse_frame.py``): the same
+held. The in-memory reading is the oracle (``tests/reuse/test_reuse_frame.py``): the same
 report, figure for figure.
 """
 

@@ -31,7 +31,7 @@ _TABLE = np.minimum(
 ).astype(np.intp)
 
 # cl100k averages close to 3.6 characters per token on the code lines below (measured
-# with tiktoken in tests/test_synth.py, which checks the estimate stays within 15%).
+# with tiktoken in tests/synth/test_synth.py, which checks the estimate stays within 15%).
 CODE_CHARS_PER_TOKEN = 3.6
 
 _CODE_TEMPLATES = (

@@ -1,7 +1,7 @@
 """The synthetic vocabulary: common English words, each one cl100k token with a leading space.
 
 Text built from these words has a token count known without tokenizing (one per word, one
-per punctuation mark), which keeps generation fast; tests/test_synth.py checks the claim
+per punctuation mark), which keeps generation fast; tests/synth/test_synth.py checks the claim
 against tiktoken. The order is the popularity rank used for the Zipf word distribution
 (function words first).
 """

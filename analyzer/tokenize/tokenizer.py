@@ -43,7 +43,7 @@ def without_surrogates(text: str) -> str:
 # ending in a newline, whitespace before whitespace or the end) all stop at the first
 # such character, and it looks behind nothing. So a text cut just after a newline, where
 # a character that is not whitespace follows, encodes as its two halves do, end to end
-# (tests/test_tokenize.py checks it on generated text).
+# (tests/ingest/test_tokenize.py checks it on generated text).
 CL100K_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
     r"""\s++$|\s*[\r\n]|\s+(?!\S)|\s"""

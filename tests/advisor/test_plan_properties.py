@@ -1,0 +1,222 @@
+"""Properties of the plans over generated logs (Hypothesis): each size found by
+replaying, compared across one input the team controls.
+
+* a faster pool link never makes pooling less attractive;
+* cheaper GPUs never make an offload tier more attractive;
+* a looser SLO never needs more GPUs;
+* more load never needs fewer;
+* the plan's TTFT, replayed at the plan's size, meets the SLO.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from analyzer.advisor.decide import decide
+from analyzer.advisor.figures import BandwidthFigures, ReuseFigures, TierFigure, TraceFigures
+from analyzer.advisor.plan import Capacities, DeploymentPlan, Fleet, PlanLoad, PlanStatus, price
+from analyzer.advisor.size import SizeQuestion, size_option
+from analyzer.cost.prices import PriceOverrides, resolve_prices
+from analyzer.replay import ClusterConfig
+from analyzer.replay.config import STANDARD_SCENARIOS, Scenario, ScenarioSpec
+from analyzer.replay.probe import probe
+from analyzer.replay.run import TtftSummary
+from tests.helpers.replay import AnalyticCost, build_trace, chained_requests
+
+COST = AnalyticCost(bytes_per_token=2000, hbm_tokens=3000)
+OPTIONS = (Scenario.LOCAL, Scenario.LOCAL_DRAM, Scenario.POOLED)
+TRACE_FIGURES = TraceFigures(5000, False, 3600.0, 10_000_000, 2000.0, 16)
+REUSE = ReuseFigures(True, 0.6, 0.6)
+BANDWIDTH = BandwidthFigures(
+    2000,
+    0.01,
+    2000,
+    5e6,
+    (
+        TierFigure("dram", "d", 1000.0, 0.0),
+        TierFigure("nvme", "n", 1000.0, 0.0),
+        TierFigure("pool", "p", 1000.0, 0.0),
+    ),
+)
+
+
+@st.composite
+def logs(draw):
+    """A chat-like log: requests extending earlier ones' prefixes, arriving in gaps
+    drawn from an exponential law (a Poisson process), some bursts among them."""
+    n = draw(st.integers(40, 120))
+    seed = draw(st.integers(0, 2**16))
+    rng = np.random.default_rng(seed)
+    spec = [
+        (int(rng.integers(0, 40)), int(rng.integers(0, 10)), int(rng.integers(1, 6)))
+        for _ in range(n)
+    ]
+    gaps = rng.exponential(draw(st.sampled_from([0.005, 0.02, 0.05])), n)
+    gaps[rng.random(n) < 0.2] = 0.0  # some requests arrive together
+    return build_trace(chained_requests(spec), block_size=64, arrivals=np.cumsum(gaps).tolist())
+
+
+def cfg(**kw) -> ClusterConfig:
+    # the analytic cost prices a prefill pool (it names no GPU to size an engine's KV pool)
+    base = dict(
+        serving="disaggregated",
+        model="test-model",
+        gpu="test-gpu",
+        instances=2,
+        gpus_per_node=1,
+        router="round-robin",
+        dram_capacity_tokens=2000,
+        pool_capacity_tokens=20_000,
+        warmup_fraction=0.25,
+    )
+    base.update(kw)
+    return ClusterConfig(**base)
+
+
+def smallest(trace, c, spec: ScenarioSpec, *, time_scale=1.0, slo=0.5, cap=64):
+    q = SizeQuestion(spec, c, COST, time_scale, slo, cap=cap)
+    return size_option(trace, q)
+
+
+def fleet_of(trace, c, option: str, gpu_hour: float, *, slo=0.5) -> Fleet:
+    s = smallest(trace, c, STANDARD_SCENARIOS[option], slo=slo)
+    at = s.at_size
+    prices = resolve_prices("h100", PriceOverrides(gpu_hour_usd=gpu_hour))
+    caps = Capacities(2000, 3000, dram_per_node=2000, pool=20_000)
+    plan = DeploymentPlan(
+        option=option,
+        model="test-model",
+        served_as="",
+        gpu="h100",
+        tp=1,
+        gpus_per_node=1,
+        router=c.router,
+        status=PlanStatus.MEETS if s.instances else PlanStatus.CANNOT_MEET,
+        instances=s.instances,
+        capacities=caps,
+        load=PlanLoad(1.0, 1.0, 300.0),
+        ttft_slo_s=slo,
+        money=price(
+            option,
+            instances=s.instances,
+            tp=1,
+            gpus_per_node=1,
+            capacities=caps,
+            prices=prices,
+            gpu="h100",
+        ),
+        ttft=None if at is None else at.ttft,
+    )
+    return Fleet.of(option, (plan,))
+
+
+PROPS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.slow
+@PROPS
+@given(logs(), st.sampled_from([0.05, 0.2, 1.0]), st.sampled_from([2.0, 4.0]))
+def test_a_faster_pool_link_never_makes_pooling_less_attractive(trace, gbps, faster):
+    slow = smallest(trace, cfg(pool_gbps=gbps), STANDARD_SCENARIOS[Scenario.POOLED])
+    fast = smallest(trace, cfg(pool_gbps=gbps * faster), STANDARD_SCENARIOS[Scenario.POOLED])
+    if slow.instances is not None:
+        assert fast.instances is not None and fast.instances <= slow.instances
+    # and the verdict: a pool recommended over the slower link stays recommended
+    others = [fleet_of(trace, cfg(), o, 4.0) for o in (Scenario.LOCAL, Scenario.LOCAL_DRAM)]
+    v_slow = decide(
+        TRACE_FIGURES,
+        REUSE,
+        BANDWIDTH,
+        (*others, fleet_of(trace, cfg(pool_gbps=gbps), Scenario.POOLED, 4.0)),
+    ).verdict
+    v_fast = decide(
+        TRACE_FIGURES,
+        REUSE,
+        BANDWIDTH,
+        (*others, fleet_of(trace, cfg(pool_gbps=gbps * faster), Scenario.POOLED, 4.0)),
+    ).verdict
+    if v_slow == "deploy-pooled":
+        assert v_fast == "deploy-pooled"
+
+
+@pytest.mark.slow
+@PROPS
+@given(logs(), st.sampled_from([0.5, 2.0, 8.0]), st.sampled_from([0.0, 0.25, 0.5]))
+def test_cheaper_gpus_never_make_an_offload_tier_more_attractive(trace, gpu_hour, cheaper):
+    c = cfg()
+
+    def verdict(price_: float) -> str:
+        return decide(
+            TRACE_FIGURES, REUSE, BANDWIDTH, tuple(fleet_of(trace, c, o, price_) for o in OPTIONS)
+        ).verdict
+
+    dear, cheap = verdict(gpu_hour), verdict(gpu_hour * cheaper)
+    tiers = ("deploy-pooled", "local-offload-only")
+    if cheap in tiers:
+        assert dear in tiers, (dear, cheap)
+
+
+@PROPS
+@given(
+    logs(), st.sampled_from(OPTIONS), st.sampled_from([0.1, 0.3, 1.0]), st.sampled_from([1.5, 3.0])
+)
+def test_a_looser_slo_never_needs_more_gpus(trace, option, slo, looser):
+    tight = smallest(trace, cfg(), STANDARD_SCENARIOS[option], slo=slo)
+    loose = smallest(trace, cfg(), STANDARD_SCENARIOS[option], slo=slo * looser)
+    if tight.instances is not None:
+        assert loose.instances is not None and loose.instances <= tight.instances
+
+
+@PROPS
+@given(
+    logs(), st.sampled_from(OPTIONS), st.sampled_from([0.25, 0.5, 1.0]), st.sampled_from([1.5, 3.0])
+)
+def test_more_load_never_needs_fewer_gpus(trace, option, time_scale, more):
+    light = smallest(trace, cfg(), STANDARD_SCENARIOS[option], time_scale=time_scale)
+    heavy = smallest(trace, cfg(), STANDARD_SCENARIOS[option], time_scale=time_scale / more)
+    if heavy.instances is not None:
+        assert light.instances is not None and light.instances <= heavy.instances
+
+
+@PROPS
+@given(logs(), st.sampled_from(OPTIONS), st.sampled_from([0.05, 0.3, 1.0]))
+def test_the_plans_ttft_replayed_at_its_size_meets_the_slo(trace, option, slo):
+    s = smallest(trace, cfg(), STANDARD_SCENARIOS[option], slo=slo)
+    if s.instances is None:
+        return
+    at = s.at_size
+    assert at is not None and at.passed and at.ttft.p90_s is not None
+    again = probe(
+        trace,
+        cfg(),
+        STANDARD_SCENARIOS[option],
+        instances=s.instances,
+        time_scale=1.0,
+        ttft_slo_s=slo,
+        cost=COST,
+    )
+    assert again.passed and again.ttft == at.ttft
+    assert again.rank_s is not None and again.rank_s <= slo
+    # one fewer instance misses it: the plan is the smallest
+    if s.instances > 1:
+        fewer = probe(
+            trace,
+            cfg(),
+            STANDARD_SCENARIOS[option],
+            instances=s.instances - 1,
+            time_scale=1.0,
+            ttft_slo_s=slo,
+            cost=COST,
+        )
+        assert not fewer.passed
+    assert dataclasses.replace(at, result=None).passes(slo)
+
+
+def test_ttft_summary_is_of_the_measured_requests():
+    t = TtftSummary.of(np.array([0.1, 0.2, 0.3]))
+    assert t.p50_s == 0.2

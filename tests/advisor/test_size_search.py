@@ -1,0 +1,169 @@
+"""The size search (analyzer.advisor.size) and the replay question it asks
+(analyzer.replay.probe): checked against the obvious answers, a scan over every count
+and a full replay at each size."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.advisor.size import SizeQuestion, search_size, size_option, size_options
+from analyzer.replay import ClusterConfig, run_replay
+from analyzer.replay.config import STANDARD_SCENARIOS, Scenario
+from analyzer.replay.probe import Probe, allowed_misses, deciding_ttft_s, probe
+from tests.helpers.replay import AnalyticCost, build_trace, chained_requests
+
+COST = AnalyticCost(bytes_per_token=1000, hbm_tokens=4000)
+
+
+def fake(threshold: int | None, asked: list[int]):
+    """A probe that passes from ``threshold`` instances on (never, for None)."""
+
+    def ask(n: int) -> Probe:
+        asked.append(n)
+        ok = threshold is not None and n >= threshold
+        return Probe("local", n, 1.0, 1.0, ok, ok, 100, 0 if ok else 50)
+
+    return ask
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    threshold=st.one_of(st.none(), st.integers(1, 600)),
+    start=st.integers(1, 600),
+    cap=st.integers(1, 512),
+    beyond=st.one_of(st.none(), st.integers(1, 2048)),
+)
+def test_search_finds_the_smallest_passing_count(threshold, start, cap, beyond):
+    asked: list[int] = []
+    within, above, known = search_size(fake(threshold, asked), start=start, cap=cap, beyond=beyond)
+    # the oracle: scan every count
+    scan = next((n for n in range(1, cap + 1) if threshold is not None and n >= threshold), None)
+    assert within == scan
+    top = max(cap, beyond or cap)
+    if within is None and threshold is not None and cap < threshold <= top:
+        assert above == threshold
+    else:
+        assert above is None
+    # never the same count twice, never above what it may look at, logarithmically many
+    assert len(asked) == len(set(asked)) == len(known)
+    assert all(1 <= n <= top for n in asked)
+    assert len(asked) <= 2 * max(1, top).bit_length() + 2
+    # the answer is bracketed: it passed, and the count below it failed (or is 0)
+    answer = within if within is not None else above
+    if answer is not None:
+        assert known[answer].passed
+        assert answer == 1 or not known[answer - 1].passed
+
+
+def test_search_steps_down_to_the_busy_bound():
+    """A passing run whose GPUs were busy 30% of the time: the next count tried is the
+    one that would be busy all the time (fewer cannot serve the work)."""
+    trace = _trace(400, gap=0.05)
+    cfg = _cfg(instances=16)
+    q = SizeQuestion(STANDARD_SCENARIOS[Scenario.LOCAL], cfg, COST, 1.0, 2.0, cap=64)
+    s = size_option(trace, q)
+    counts = [p.instances for p in s.probes]
+    assert counts[-1] == 16 and s.instances is not None
+    assert len(counts) <= 6  # 16, then the busy bound, then a few bisections
+    assert s.at_size is not None and s.at_size.passed and s.at_size.result is not None
+    # only the chosen size keeps its run
+    assert all((p.result is not None) == (p.instances == s.instances) for p in s.probes)
+
+
+def _cfg(**kw) -> ClusterConfig:
+    # the analytic cost prices a prefill pool (it names no GPU to size an engine's KV pool)
+    base = dict(
+        model="test-model",
+        gpu="test-gpu",
+        instances=4,
+        gpus_per_node=1,
+        serving="disaggregated",
+    )
+    base.update(kw)
+    return ClusterConfig(**base)
+
+
+def _trace(n: int, gap: float, seed: int = 3):
+    rng = np.random.default_rng(seed)
+    spec = [
+        (int(rng.integers(0, 50)), int(rng.integers(0, 12)), int(rng.integers(1, 8)))
+        for _ in range(n)
+    ]
+    blocks = chained_requests(spec)
+    return build_trace(blocks, block_size=64, arrivals=[gap * i for i in range(n)])
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(1, 6),
+    scale=st.sampled_from([0.05, 0.2, 1.0]),
+    slo=st.sampled_from([0.05, 0.2, 1.0]),
+    option=st.sampled_from([Scenario.LOCAL, Scenario.LOCAL_DRAM, Scenario.POOLED]),
+)
+def test_probe_is_the_replay_at_that_size(n, scale, slo, option):
+    """A probe's verdict is the p90 test of a full replay at that size and load, and a
+    passing probe's figures are that replay's."""
+    trace = _trace(120, gap=0.02)
+    cfg = _cfg(instances=n, time_scale=scale)
+    full = run_replay(trace, cfg, scenarios=(option,), search_rate=False, cost=COST)
+    s = full.scenarios[option]
+    ttft = s.stats.ttft_s
+    expect = int(np.count_nonzero(ttft > slo)) <= allowed_misses(ttft.size)
+    p = probe(
+        trace,
+        dataclasses.replace(cfg, time_scale=1.0),
+        STANDARD_SCENARIOS[option],
+        instances=n,
+        time_scale=scale,
+        ttft_slo_s=slo,
+        cost=COST,
+    )
+    assert p.passed == expect
+    assert p.passes(slo) == expect
+    if p.passed:
+        assert p.complete and p.result is not None
+        assert p.ttft == s.ttft
+        assert p.result.to_json() == s.to_json()
+        assert p.rank_s == deciding_ttft_s(ttft)
+    else:
+        assert p.passes(slo / 2) is False  # a lower SLO fails too
+
+
+@pytest.mark.slow
+def test_parallel_search_gives_the_same_answers():
+    trace = _trace(200, gap=0.01)
+    qs = [
+        SizeQuestion(STANDARD_SCENARIOS[o], _cfg(instances=2), COST, 0.5, 0.3, cap=32)
+        for o in (Scenario.LOCAL, Scenario.POOLED)
+    ]
+    one = size_options(trace, qs, jobs=1)
+    two = size_options(trace, qs, jobs=2)
+    assert [(s.instances, [p.instances for p in s.probes]) for s in one] == [
+        (s.instances, [p.instances for p in s.probes]) for s in two
+    ]
+    for a, b in zip(one, two, strict=True):
+        assert a.at_size is not None and b.at_size is not None
+        assert a.at_size.ttft == b.at_size.ttft
+
+
+def test_no_size_within_the_cap_reports_the_one_above():
+    trace = _trace(200, gap=0.002)
+    q = SizeQuestion(
+        STANDARD_SCENARIOS[Scenario.LOCAL], _cfg(instances=1), COST, 1.0, 0.05, cap=2, beyond=64
+    )
+    s = size_option(trace, q)
+    assert s.instances is None
+    if s.above_cap is not None:
+        assert s.above_cap > 2 and s.at_size is not None and s.at_size.passed
+    assert all(not p.passed for p in s.probes if p.instances <= 2)
+
+
+@pytest.mark.parametrize("cap", [0, -1])
+def test_cap_must_be_positive(cap):
+    with pytest.raises(ValueError):
+        search_size(fake(1, []), start=1, cap=cap)

@@ -1,0 +1,182 @@
+"""The aggregated replay against published measurements (docs/validation.md, "The
+replay"): each row's predicted figure within 1.5x of the measured one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analyzer.cost.catalog import get_gpu
+from analyzer.replay import ClusterConfig, resolve
+from analyzer.replay.capacity import batch_defaults, kv_pool_bytes_per_gpu
+from analyzer.replay.config import select_scenarios
+from analyzer.replay.engine import simulate
+from tests.helpers.replay import multiturn_trace
+
+# sgl-project/sglang pull request 27010 ("[HiCache] Fix PP inconsistency with HiCache
+# L3"), bench_multiturn with 128 clients, 10 rounds, per-round cache hit rates: L1 (HBM
+# only) and L2 (HiCache's host DRAM tier). Rounds 0 to 2 fit HBM; from round 3 on the
+# clients' histories outgrow the 256K-token KV pool.
+SGLANG_L1 = {3: 0.630580, 4: 0.363459, 5: 0.239976, 6: 0.146925, 7: 0.143266}
+SGLANG_L2 = {3: 0.742857, 4: 0.795455}
+# Rounds 8 and 9 of L1, where the measured run was queueing (mean TTFT 2.0 and 8.9 s):
+# outside 1.5x, shown in docs/validation.md with these ratios and not claimed.
+SGLANG_L1_MISSED = {8: (0.055469, 1.66), 9: (0.035112, 2.80)}
+MAX_TOTAL_TOKENS = 256 * 1024  # --max-total-tokens of the PR's HiCache runs
+HICACHE_RATIO = 2.0  # SGLang's default host pool: twice the device pool
+
+
+def _per_round(
+    dram: bool, seed: int = 1, gpu: str = "h100"
+) -> tuple[dict[int, float], dict[int, float]]:
+    """Each round's hit rate and mean TTFT (s) of the bench_multiturn replay."""
+    trace, rounds = multiturn_trace(seed=seed)
+    cfg = ClusterConfig(
+        model="qwen3-32b",
+        gpu=gpu,
+        tp=2,
+        instances=1,
+        warmup_fraction=0.0,
+        serving="aggregated",
+        local_capacity_tokens=MAX_TOTAL_TOKENS,
+        dram_capacity_tokens=int(HICACHE_RATIO * MAX_TOTAL_TOKENS),
+    )
+    spec = select_scenarios("local+dram" if dram else "local")[0]
+    st = simulate(trace, resolve(cfg, spec, trace.block_size).plan, 1.0)
+    assert st.hit_tokens is not None
+    prompts = trace.prompt_tokens
+    each = range(int(rounds.max()) + 1)
+    hits = {r: float(st.hit_tokens[rounds == r].sum() / prompts[rounds == r].sum()) for r in each}
+    return hits, {r: float(np.nanmean(st.ttft_s[rounds == r])) for r in each}
+
+
+def _per_round_hits(dram: bool) -> dict[int, float]:
+    return _per_round(dram)[0]
+
+
+@pytest.mark.parametrize(("dram", "measured"), [(False, SGLANG_L1), (True, SGLANG_L2)])
+def test_sglang_multiturn_hit_rates_per_round(dram, measured):
+    got = _per_round_hits(dram)
+    for r, want in measured.items():
+        assert 1 / 1.5 <= got[r] / want <= 1.5, (r, got[r], want)
+    if not dram:  # the rounds docs/validation.md shows outside the band stay as shown
+        for r, (want, ratio) in SGLANG_L1_MISSED.items():
+            assert got[r] / want == pytest.approx(ratio, abs=0.05), (r, got[r], want)
+    # the rounds that fit HBM are the whole previous prompt, as measured
+    assert got[1] == pytest.approx(512 / 1088) and got[2] == pytest.approx(1088 / 1664)
+    assert np.isclose(got[0], 0.0)
+
+
+def _lru_oracle_hits(clients: int = 128, rounds: int = 10, seed: int = 1) -> dict[int, float]:
+    """bench_multiturn against an LRU cache of MAX_TOTAL_TOKENS, the obvious way: one
+    request after another in the order multiturn_trace draws, each client's cached
+    history a run of 64-token blocks from its start; a request hits what is left of its
+    previous prompt, then writes its prompt's misses and 64 answer tokens (never
+    matched), evicting the least recently used other client's last block until they
+    fit."""
+    rng = np.random.default_rng(seed)
+    cached = [0] * clients  # tokens of the previous prompt still cached
+    answer = [0] * clients  # its answer tokens, cached, never matched
+    last_use = [0] * clients
+    used, now, out = 0, 0, {}
+    for r in range(rounds):
+        order = rng.permutation(clients)
+        rng.exponential(1.0, clients)  # the trace's arrival gaps, drawn after the order
+        hits = total = 0
+        for c in order:
+            now += 1
+            prompt = (r + 1) * 512 + r * 64
+            hit = cached[c]
+            hits, total = hits + hit, total + prompt
+            need = prompt - hit + 64
+            while MAX_TOTAL_TOKENS - used < need:
+                k = min(
+                    (last_use[k], k) for k in range(clients) if k != c and cached[k] + answer[k]
+                )[1]
+                if answer[k]:
+                    used, answer[k] = used - answer[k], 0
+                else:
+                    used, cached[k] = used - min(64, cached[k]), max(0, cached[k] - 64)
+            used += need - answer[c]
+            cached[c], answer[c], last_use[c] = prompt, 64, now
+        out[r] = hits / total
+    return out
+
+
+@pytest.mark.slow
+def test_rounds_8_and_9_match_an_lru_oracle():
+    """The replay's rounds 8 and 9 are what a plain LRU cache of the same size keeps for
+    the same requests in the same order: the gap to the measurement is not eviction."""
+    want = _lru_oracle_hits()
+    got = _per_round_hits(dram=False)
+    assert want[8] == pytest.approx(0.090, abs=0.002) and want[9] == pytest.approx(0.098, abs=0.002)
+    for r in (8, 9):
+        assert got[r] == pytest.approx(want[r], abs=0.005), (r, got[r], want[r])
+
+
+@pytest.mark.slow
+def test_rounds_8_and_9_are_outside_the_band_in_every_arrival_order():
+    """Rounds 8 and 9 count the few clients whose previous request is among the last
+    ~45 the KV pool still holds, so they move with the clients' random order; in none
+    of five orders do they come within 1.5x of the measurement, while rounds 3 to 7
+    stay within it in all five (docs/validation.md)."""
+    ratios: dict[int, list[float]] = {8: [], 9: []}
+    for seed in range(1, 6):
+        got = _per_round(dram=False, seed=seed)[0]
+        for r, want in SGLANG_L1.items():
+            assert 1 / 1.5 <= got[r] / want <= 1.5, (seed, r, got[r], want)
+        for r, (want, _) in SGLANG_L1_MISSED.items():
+            ratios[r].append(got[r] / want)
+    assert min(ratios[8]) == pytest.approx(1.50, abs=0.01)
+    assert max(ratios[8]) == pytest.approx(2.22, abs=0.01)
+    assert min(ratios[9]) == pytest.approx(1.80, abs=0.01)
+    assert max(ratios[9]) == pytest.approx(2.80, abs=0.01)
+    assert min(ratios[9]) > 1.5
+
+
+@pytest.mark.slow
+def test_queueing_leaves_the_replayed_hit_rates_as_they_are():
+    """The measured run was queueing in rounds 8 and 9 (mean TTFT 2.0 and 8.9 s). On
+    A100s the replay queues too (seconds, not the H100's 0.4 s) and keeps the same hit
+    rates: the engine decodes the running requests before admitting waiting ones (vLLM
+    v1's order), so a queue holds no KV and the prefix cache keeps its size."""
+    hits_h100, ttft_h100 = _per_round(dram=False)
+    hits_a100, ttft_a100 = _per_round(dram=False, gpu="a100")
+    assert ttft_h100[9] < 0.5 and ttft_a100[8] > 2.0 and ttft_a100[9] > 3.0
+    for r in (8, 9):
+        assert hits_a100[r] == pytest.approx(hits_h100[r], abs=0.002)
+
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize(
+    ("total_gib", "utilization", "weights_gib", "hidden", "profiled", "kv_gib", "fit"),
+    [
+        # vllm-project/vllm issue 10517: Llama-3.1-8B on an RTX 3090 (23.58 GiB), 0.90,
+        # max_model_len 20,000 and 29,000 profiled at once: kv_cache_size 3.81 / 2.89 GiB
+        (23.58, 0.90, 14.9888, 4096, 20_000, 3.81, "fitted"),
+        (23.58, 0.90, 14.9888, 4096, 29_000, 2.89, "fitted"),
+        # gpt-oss-20b on an A100 80GB (vLLM 0.19, the A100's 2,048-token default budget),
+        # 0.65: model loading took 13.72 GiB, available KV cache memory 36.56 GiB
+        # (myoceane.fr, "vLLM 部署地端模型系統訊息記錄 A100")
+        (80.0, 0.65, 13.72, 2880, 2048, 36.56, "held out"),
+    ],
+)
+def test_kv_pool_matches_published_capacity_lines(
+    total_gib, utilization, weights_gib, hidden, profiled, kv_gib, fit
+):
+    got = kv_pool_bytes_per_gpu(total_gib * GIB, utilization, weights_gib * GIB, hidden, profiled)
+    assert 1 / 1.5 <= got / (kv_gib * GIB) <= 1.5
+    if fit == "fitted":  # what the constants were read off, within 5%
+        assert got / (kv_gib * GIB) == pytest.approx(1.0, rel=0.05)
+
+
+def test_kv_pool_in_tokens_is_what_vllm_logs():
+    """vLLM logs the pool in tokens: 1,952 blocks of 16 (31,232 tokens) on the 3090 at
+    20,000 profiled tokens; Llama-3.1-8B holds 131,072 bytes of KV a token."""
+    got = kv_pool_bytes_per_gpu(23.58 * GIB, 0.90, 14.9888 * GIB, 4096, 20_000)
+    assert 1 / 1.5 <= (got / 131_072) / 31_232 <= 1.5
+    assert batch_defaults(get_gpu("h100")) == (8192, 1024)
+    assert batch_defaults(get_gpu("a100")) == (2048, 256)
+    assert batch_defaults(get_gpu("l40s")) == (2048, 256)
