@@ -60,6 +60,7 @@ from analyzer.replay.engine import (
     TraceTree,
     simulate,
 )
+from analyzer.replay.jobs import output_lengths
 from analyzer.replay.link_settings import LinkSettings, resolve_link
 from analyzer.replay.miniature import sample
 from analyzer.replay.miniature import sampling_rate as sampling_rate
@@ -131,7 +132,6 @@ from analyzer.replay.results import (
     _point,
     _says_more,
 )
-from analyzer.replay.serving import output_lengths
 from analyzer.replay.steps import step_pricing
 from analyzer.spawn import main_not_rerun, start_processes
 from analyzer.trace import BlockTrace

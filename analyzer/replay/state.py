@@ -175,7 +175,7 @@ class RunStats:
     # output token after the first (NaN for one-token answers), in trace order; the
     # GPU-seconds of every step (prefill and decode); running requests preempted
     # (recomputed) when their KV outgrew the pool; outputs whose length the log did not
-    # give (drawn from serving.DEFAULT_OUTPUT); what priced the steps.
+    # give (drawn from jobs.DEFAULT_OUTPUT); what priced the steps.
     tpot_s: np.ndarray | None = None
     hit_tokens: np.ndarray | None = None  # each measured request's cached prompt tokens
     step_gpu_s: float = 0.0

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzer.replay import ClusterConfig, ScenarioSpec, resolve
+from analyzer.replay import jobs as jobs_mod
 from analyzer.replay import serving as serving_mod
 from analyzer.replay.config import CONNECTORS, Connector, select_scenarios
 from analyzer.replay.decode import size_decode_pool
@@ -342,7 +343,7 @@ def test_output_lengths_from_the_log_else_the_stated_distribution():
     out, drawn = output_lengths(trace)
     assert drawn == 1
     assert out[0] == 5 and out[2] == 1  # a zero-token answer still takes its first step
-    median, _, lo, hi = serving_mod.DEFAULT_OUTPUT
+    median, _, lo, hi = jobs_mod.DEFAULT_OUTPUT
     assert lo <= out[1] <= hi
     many = build_trace([[i] for i in range(4000)], 4, outputs=[None] * 4000)
     assert np.median(output_lengths(many)[0]) == pytest.approx(median, rel=0.05)
