@@ -14,6 +14,7 @@ measured percentiles).
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -247,7 +248,7 @@ def _latency_s(prompt_tokens: int, completion_tokens: int) -> float:
     return 0.2 + prompt_tokens * 1e-4 + completion_tokens * 0.02
 
 
-class Session:
+class Session(ABC):
     kind = ""
 
     def __init__(self, world: World, tenant: Tenant, index: int) -> None:
@@ -258,10 +259,10 @@ class Session:
         self.last_messages = 0
         self.user: str | None = None  # the end user (saas)
 
+    @abstractmethod
     def step(self, t: float) -> tuple[Request, float | None]:
         """This session's request at time ``t`` and the delay to its next one (None: the
         session ends)."""
-        raise NotImplementedError
 
     def _finish(self, req: Request) -> None:
         req.user = self.user
