@@ -55,8 +55,7 @@ OPTIONS = (Scenario.LOCAL, Scenario.LOCAL_DRAM, Scenario.LOCAL_DRAM_NVME, Scenar
 DESCRIPTIONS = {
     Scenario.LOCAL: STANDARD_SCENARIOS[Scenario.LOCAL].description,
     Scenario.LOCAL_DRAM: STANDARD_SCENARIOS[Scenario.LOCAL_DRAM].description,
-    Scenario.LOCAL_DRAM_NVME: "HBM cache plus a host DRAM tier and a local NVMe tier on each "
-    "node (LMCache local CPU + local disk, HiCache L2 + file storage)",
+    Scenario.LOCAL_DRAM_NVME: STANDARD_SCENARIOS[Scenario.LOCAL_DRAM_NVME].description,
     Scenario.POOLED: STANDARD_SCENARIOS[Scenario.POOLED].description,
 }
 

@@ -450,6 +450,13 @@ STANDARD_SCENARIOS: dict[str, ScenarioSpec] = {
         description="HBM cache plus host DRAM offload, private to each instance (LMCache "
         "local CPU, HiCache L2)",
     ),
+    Scenario.LOCAL_DRAM_NVME: ScenarioSpec(
+        Scenario.LOCAL_DRAM_NVME,
+        dram=True,
+        nvme=True,
+        description="HBM cache plus a host DRAM tier and a local NVMe tier on each node "
+        "(LMCache local CPU + local disk, HiCache L2 + file storage)",
+    ),
     Scenario.POOLED: ScenarioSpec(
         Scenario.POOLED,
         pool=True,

@@ -98,6 +98,42 @@ def test_replay_command_json_and_table(mooncake_file, tmp_path):
     assert f"{1 / band.high:.2f}x and {1 / band.low:.2f}x" in result.output
 
 
+def test_the_nvme_offload_option_replays_under_its_one_name(mooncake_file, tmp_path):
+    """`local+dram+nvme`, an option analyze plans and the report names, is a standard
+    scenario of `kvpool replay` too, with the same description, and its NVMe tier is
+    replayed (a DRAM tier too small for the histories leaves their hits to NVMe)."""
+    from analyzer.advisor.price import DESCRIPTIONS
+
+    out = tmp_path / "replay.json"
+    result = runner.invoke(
+        app,
+        [
+            "replay",
+            str(mooncake_file),
+            "--model",
+            "llama-3.1-8b",
+            "--instances",
+            "1",
+            "--local-capacity-tokens",
+            "2048",
+            "--dram-capacity-tokens",
+            "1024",
+            "--scenarios",
+            "local,local+dram,local+dram+nvme",
+            "--no-search",
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert list(doc["scenarios"]) == ["local", "local+dram", "local+dram+nvme"]
+    nvme = doc["scenarios"]["local+dram+nvme"]
+    assert nvme["hit_rate_by_tier"]["nvme"] > 0
+    assert nvme["hit_rate"] > doc["scenarios"]["local+dram"]["hit_rate"]
+    assert STANDARD_SCENARIOS["local+dram+nvme"].description == DESCRIPTIONS["local+dram+nvme"]
+
+
 def test_replay_command_disaggregated(mooncake_file, tmp_path):
     # --serving disaggregated: a prefill pool replayed alone, a decode pool of the same
     # GPUs sized beside it, HBM as the prefill instances' prefix cache
