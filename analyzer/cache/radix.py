@@ -35,8 +35,10 @@ lives in :mod:`analyzer.cache.token_radix`; the policies by name are registered 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any
 
 ROOT = -1  # parent of the first block of every request
 
@@ -123,9 +125,15 @@ class BlockRadix:
         assert capacity_blocks is None or capacity_blocks >= 0
         self._capacity = capacity_blocks
         self._policy = policy if policy is not None else LRU()
+        self._key = _key_function(self._policy)
+        # Heap entries are (key, block, version), or for a two-field key (_FIELD_KEYS)
+        # the same flattened, (field, field, block, version): the same order, each
+        # comparison one tuple deep. ``_at`` is the block's index in an entry.
+        self._flat = type(self._policy).key in _FIELD_KEYS
+        self._at = 2 if self._flat else 1
         self._chained = chained
         self._nodes: dict[int, Node] = {}
-        self._heap: list[tuple[tuple[float, ...], int, int]] = []  # (key, block, version)
+        self._heap: list[tuple[Any, ...]] = []
         self._seq = 0
 
     # -- queries ---------------------------------------------------------------------
@@ -314,7 +322,7 @@ class BlockRadix:
     def _touch_chain(self, chain: list[int], now: float) -> None:
         nodes = self._nodes
         heap = self._heap
-        key = self._policy.key
+        key = self._key
         push = heapq.heappush
         seq = self._seq
         if self._chained:
@@ -327,9 +335,10 @@ class BlockRadix:
                 node.last_access = now
                 node.touch_seq = node.version = seq + 1
                 if node.children == 0:
-                    push(heap, (key(node), b, seq + 1))
+                    push(heap, self._entry(node, b, seq + 1))
             seq += len(chain)
         else:
+            flat = self._flat
             for b in reversed(chain):  # tail first: block 0 ends up the most recent
                 node = nodes[b]
                 seq += 1
@@ -337,7 +346,7 @@ class BlockRadix:
                 node.touch_seq = seq
                 node.version = seq
                 if node.children == 0:
-                    push(heap, (key(node), b, seq))
+                    push(heap, key(node) + (b, seq) if flat else (key(node), b, seq))  # noqa: RUF005 (faster than unpacking)
         self._seq = seq
         if len(heap) > 4 * len(nodes) + 64:
             self._rebuild_heap()
@@ -357,71 +366,104 @@ class BlockRadix:
         if p.children == 0:
             self._seq += 1
             p.version = self._seq
-            heapq.heappush(self._heap, (self._policy.key(p), parent, p.version))
+            heapq.heappush(self._heap, self._entry(p, parent, p.version))
+
+    def _entry(self, node: Node, block: int, version: int) -> tuple[Any, ...]:
+        """The heap entry of leaf ``block``."""
+        if self._flat:
+            return self._key(node) + (block, version)  # noqa: RUF005 (faster than unpacking)
+        return (self._key(node), block, version)
 
     def _evict(
         self, n_blocks: int, protect: set[int] | None, pinned: Container[int] | None = None
     ) -> list[int]:
         # The replay's hot loop (most of its time): lookups are hoisted, and a parent
-        # that becomes a leaf is pushed and the next candidate popped in one heap
-        # operation (heappushpop; entries are distinct, so the order is unchanged).
+        # that becomes a leaf and comes next in the order (the usual case: an evicted
+        # chain goes leaf first, up to a block another chain shares) is evicted in the
+        # inner loop without going through the heap; when another leaf comes first the
+        # parent takes its place in the heap (heapreplace, what heappushpop does then).
         nodes = self._nodes
         heap = self._heap
         pop = heapq.heappop
         push = heapq.heappush
-        pushpop = heapq.heappushpop
-        key = self._policy.key
+        replace = heapq.heapreplace
+        key = self._key
+        flat = self._flat
+        at = self._at
         seq = self._seq
         chained = self._chained
         out: list[int] = []
         append = out.append
-        held: list[tuple[tuple[float, ...], int, int]] = []
-        entry = None
+        held: list[tuple[Any, ...]] = []
         need = n_blocks
-        while need > 0:
-            if entry is None:
-                if not heap:
-                    break
-                entry = pop(heap)
-            b = entry[1]
+        while need > 0 and heap:
+            entry = pop(heap)
+            b = entry[at]
             node = nodes.get(b)
-            if node is None or node.version != entry[2] or node.children:
-                entry = None  # stale
-                continue
-            if protect is not None and b in protect:
-                held.append(entry)
-                entry = None
-                continue
-            if pinned is not None and b in pinned:
-                entry = None  # out of the order until unpinned (see evict)
-                continue
-            del nodes[b]
-            append(b)
-            need -= 1
-            entry = None
-            parent = node.parent
-            if parent != ROOT:
+            if node is None or node.version != entry[at + 1] or node.children:
+                continue  # stale
+            while True:  # ``entry`` is the live leaf ``b``, the next in policy order
+                if protect is not None and b in protect:
+                    held.append(entry)
+                    break
+                if pinned is not None and b in pinned:
+                    break  # out of the order until unpinned (see evict)
+                del nodes[b]
+                append(b)
+                need -= 1
+                parent = node.parent
+                if parent == ROOT:
+                    break
                 p = nodes[parent]
                 if chained and node.touch_seq >= p.touch_seq:  # _inherit, inlined
                     p.last_access = node.last_access
                     p.touch_seq = node.touch_seq + 1
                 p.children -= 1
-                if p.children == 0:  # the parent became a leaf
-                    seq += 1
-                    p.version = seq
-                    if need:
-                        entry = pushpop(heap, (key(p), parent, seq))
-                    else:
-                        push(heap, (key(p), parent, seq))
+                if p.children:
+                    break
+                seq += 1  # the parent became a leaf
+                p.version = seq
+                entry = key(p) + (parent, seq) if flat else (key(p), parent, seq)  # noqa: RUF005 (faster than unpacking)
+                if not need:
+                    push(heap, entry)
+                    break
+                if heap and heap[0] < entry:  # another leaf comes first
+                    entry = replace(heap, entry)
+                    b = entry[at]
+                    node = nodes.get(b)
+                    if node is None or node.version != entry[at + 1] or node.children:
+                        break  # stale
+                else:
+                    b = parent
+                    node = p
         self._seq = seq
         for e in held:
             push(heap, e)
         return out
 
     def _rebuild_heap(self) -> None:
-        key = self._policy.key
-        self._heap = [(key(n), b, n.version) for b, n in self._nodes.items() if n.children == 0]
+        entry = self._entry
+        self._heap = [entry(n, b, n.version) for b, n in self._nodes.items() if n.children == 0]
         heapq.heapify(self._heap)
+
+
+# Policies whose key is a tuple of two Node fields, by their ``key`` function: the
+# cache reads such a key with one C-level ``attrgetter`` (the same tuple, without a
+# Python call per heap entry, which was a tenth of an aggregated replay's time). A
+# subclass that overrides ``key`` is not in the table and keeps its own.
+_FIELD_KEYS: dict[object, tuple[str, str]] = {
+    LRU.key: ("last_access", "touch_seq"),
+    FIFO.key: ("inserted_at", "insert_seq"),
+}
+
+
+def _key_function(policy: Policy) -> Callable[[Node], tuple[float, ...]]:
+    """``policy.key``, or an attrgetter returning the same tuple (:data:`_FIELD_KEYS`)."""
+    fields = _FIELD_KEYS.get(type(policy).key)
+    if fields is None:
+        return policy.key
+    getter: Callable[[Node], tuple[float, ...]] = attrgetter(*fields)
+    return getter
 
 
 def _bisect_cached(chain: Sequence[int], nodes: dict[int, Node]) -> int:
