@@ -322,7 +322,7 @@ class AggregatedSimulation(Simulation):
             return  # a mixed step: its end schedules the next
         # the step in progress (one ending exactly at t has ended: t joins the next, as
         # at a step's end event, which runs before arrivals at the same time)
-        j = int(np.searchsorted(ends, t, side="right"))
+        j = int(ends.searchsorted(t, side="right"))
         if j + 1 < e.burst_steps:
             self.step_gpu_s -= float(ends[e.burst_steps - 1] - ends[j])
             e.burst_steps = j + 1
@@ -336,7 +336,7 @@ class AggregatedSimulation(Simulation):
         ends = e.burst
         if ends is None:
             return
-        j = min(int(np.searchsorted(ends, t, side="right")), e.burst_steps)
+        j = min(int(ends.searchsorted(t, side="right")), e.burst_steps)
         d = j - e.burst_done
         if d > 0:
             n = e.n_dec
