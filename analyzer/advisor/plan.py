@@ -43,30 +43,37 @@ class PlanStatus(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PlanLoad:
-    """The load a plan serves: the log's mean request rate and its busiest window's
-    (``window_s`` long), which the plan is sized and replayed at."""
+    """The load a plan serves: a mean request rate and the busiest window's (``window_s``
+    long), which the plan is sized and replayed at. ``factor`` is that load as a multiple
+    of the log's own (a what-if's x2; 1: the log's), by which both rates are already
+    multiplied."""
 
     mean_rps: float
     peak_rps: float
     window_s: float
+    factor: float = 1.0
 
     @property
     def peak_factor(self) -> float:
-        """The busiest window's rate over the mean: the load the plan is replayed at, as
-        a multiple of the log's own rate."""
+        """The busiest window's rate over the mean (the log's shape, whatever ``factor``)."""
         return self.peak_rps / self.mean_rps if self.mean_rps > 0 else 1.0
+
+    @property
+    def rate_multiple(self) -> float:
+        """The load the plan is replayed at, as a multiple of the log's own mean rate."""
+        return self.peak_factor * self.factor
 
     @property
     def time_scale(self) -> float:
         """The log's inter-arrival times multiplied by this replay the busiest load."""
-        return 1.0 / self.peak_factor
+        return 1.0 / self.rate_multiple
 
     def to_json(self) -> dict[str, object]:
         return {
             "mean_rps": self.mean_rps,
             "peak_rps": self.peak_rps,
             "peak_window_s": self.window_s,
-            "sizing_rate_multiple": self.peak_factor,
+            "sizing_rate_multiple": self.rate_multiple,
         }
 
 

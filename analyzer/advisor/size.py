@@ -395,9 +395,10 @@ def plan_of(
 
 
 def model_load(setup: ModelSetup, window_s: float, factor: float = 1.0) -> PlanLoad:
-
+    """The load a model's plan serves: its busiest window's, x ``factor`` (a what-if),
+    replayed with the log's gaps divided by that factor too."""
     lf = load_figures(setup.trace.arrival_s, window_s)
-    return PlanLoad(lf.mean_rps * factor, lf.peak_rps * factor, window_s)
+    return PlanLoad(lf.mean_rps * factor, lf.peak_rps * factor, window_s, factor)
 
 
 @dataclass(frozen=True, slots=True)
