@@ -151,19 +151,39 @@ def choose_block_size(
     )
 
 
+# What each router the replay offers does, in the sizing row's words.
+ROUTER_WORDS = {
+    "prefix-aware": "routes by longest cached prefix balanced against load (SGLang router, "
+    "Dynamo KV router, llm-d)",
+    "kv-router": "routes by the KV blocks each instance reports cached (Dynamo KV router)",
+    "session": "session affinity: sticky routing on the conversation id",
+    "round-robin": "sends each request to the next instance in turn",
+    "least-loaded": "sends each request to the instance with the least queued work",
+}
+
+
 def choose_router(
     same_session_share: float, sessions_known: bool, replay_router: str
 ) -> tuple[str, str]:
-    if sessions_known and same_session_share >= 0.7:
-        return "session", (
-            f"{100 * same_session_share:.0f}% of reused tokens come from the same session: "
-            "session affinity (sticky routing on the conversation id) keeps them local"
+    """The router to deploy: the one the plan was replayed with (its size and TTFT hold
+    for that router only), and, where the log suggests another would serve as well, that
+    one named as a suggestion the replay did not test."""
+    what = ROUTER_WORDS.get(replay_router, f"the {replay_router} router")
+    reason = f"the router the plan was replayed with ({what})"
+    session_reuse = sessions_known and same_session_share >= 0.7
+    if session_reuse and replay_router != "session":
+        reason += (
+            f"; {100 * same_session_share:.0f}% of reused tokens come from the same session, "
+            "so session affinity may keep them local as well: a suggestion not replayed "
+            "(--router session sizes it)"
         )
-    return "prefix-aware", (
-        "reuse is shared across sessions (system prompts, tools, documents): route by "
-        "longest cached prefix balanced against load (SGLang router, Dynamo KV router, llm-d)"
-        + (f"; the replay used {replay_router}" if replay_router != "prefix-aware" else "")
-    )
+    elif not session_reuse and replay_router not in ("prefix-aware", "kv-router"):
+        reason += (
+            "; reuse is shared across sessions (system prompts, tools, documents), so a "
+            "prefix-aware router may keep more of it local: a suggestion not replayed "
+            "(--router prefix-aware sizes it)"
+        )
+    return replay_router, reason
 
 
 def choose_eviction(policy_at_knee: dict[str, float]) -> tuple[str, str]:

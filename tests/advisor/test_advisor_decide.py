@@ -23,7 +23,7 @@ from analyzer.advisor.gates import GATE_IDS, evaluate, gate_from_json, gate_to_j
 from analyzer.advisor.plan import Fleet, PlanStatus
 from analyzer.advisor.products import DOCS_CHECKED, translate
 from analyzer.advisor.served import ServedModel
-from analyzer.advisor.sizing import ClusterFigures, choose_block_size, pick_nic, size
+from analyzer.advisor.sizing import ClusterFigures, choose_block_size, choose_router, pick_nic, size
 from tests.helpers.advisor import fleets, plan
 
 TRACE = TraceFigures(
@@ -302,6 +302,24 @@ def test_block_size_and_nic_choices():
     assert pick_nic(100.0, [("a", 10.0), ("b", 50.0)]) == "b"  # nothing fits: the fastest
 
 
+@given(
+    share=st.floats(0.0, 1.0),
+    known=st.booleans(),
+    replayed=st.sampled_from(["prefix-aware", "kv-router", "session", "round-robin"]),
+)
+def test_the_router_recommended_is_the_router_replayed(share, known, replayed):
+    """The plan's size and TTFT hold for the router it was replayed with: that is the one
+    recommended, and another is named only as a suggestion not replayed."""
+    router, why = choose_router(share, known, replayed)
+    assert router == replayed
+    assert why.startswith("the router the plan was replayed with")
+    other = "session" if known and share >= 0.7 else "prefix-aware"
+    suggests = replayed != other and not (other == "prefix-aware" and replayed == "kv-router")
+    assert ("a suggestion not replayed" in why) == suggests
+    if suggests:
+        assert f"--router {other} sizes it" in why
+
+
 def test_product_settings_use_documented_option_names():
     documented = " ".join(d["options"] for d in DOCS_CHECKED)
     for verdict in ("deploy-pooled", "local-offload-only", "not-worth-it"):
@@ -409,7 +427,10 @@ def test_local_dram_sizing_and_router_choice():
     s = size(knee_tokens=1_000_000, **kw)
     assert s.dram_per_node_tokens == 1_000_000
     assert "split across instances" in s.dram_reason  # 1M < 4 x 400k of HBM per node
-    assert s.router == "session"  # 90% of reuse within sessions
+    # 90% of reuse within sessions: the router replayed is deployed, session affinity
+    # is named as a suggestion only
+    assert s.router == CLUSTER.router == "prefix-aware"
+    assert "session affinity may keep them local as well" in s.router_reason
     s0 = size(knee_tokens=0, **kw)
     modes = {p.mode for p in translate(s0, "local-offload-only", model=ServedModel(repo="m"), tp=1)}
     assert modes == {"prefix-cache-only"}
