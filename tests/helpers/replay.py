@@ -323,3 +323,55 @@ def multiturn_trace(
         outputs=[output_tokens] * len(blocks),
     )
     return trace, np.array(rounds_of)
+
+
+def inference_perf_shared_prefix(
+    stages: list[tuple[float, float]],
+    groups: int,
+    prompts_per_group: int,
+    system_tokens: int,
+    question_tokens: int,
+    output_tokens: int,
+    gap_s: float = 0.0,
+    block_size: int = 64,
+    seed: int = 0,
+) -> tuple[BlockTrace, np.ndarray]:
+    """kubernetes-sigs/inference-perf's ``shared_prefix`` workload under a ``poisson``
+    load ladder as a trace, and each request's stage. The data generator
+    (inference_perf/datagen/shared_prefix_datagen.py) makes ``groups`` system prompts
+    of ``system_tokens`` and ``prompts_per_group`` questions of ``question_tokens`` for
+    each, shuffles the prompts once and sends them in that order, over and over; every
+    request asks for ``output_tokens`` (``ignore_eos``). The load generator runs the
+    ``(rate, duration)`` stages in turn, Poisson arrivals at each rate, with ``gap_s``
+    seconds between stages (its ``interval``). A system prompt is a run of blocks its
+    group's prompts share; the block holding its end and the question is the
+    prompt's own."""
+    rng = np.random.default_rng(seed)
+    shared = system_tokens // block_size
+    own = (system_tokens + question_tokens) // block_size - shared
+    prompts: list[list[int]] = []
+    for g in range(groups):
+        prefix = list(range(g * shared, (g + 1) * shared))
+        for _ in range(prompts_per_group):
+            start = groups * shared + len(prompts) * own
+            prompts.append(prefix + list(range(start, start + own)))
+    order = rng.permutation(len(prompts))
+    blocks: list[list[int]] = []
+    arrivals: list[float] = []
+    stage_of: list[int] = []
+    t = 0.0
+    for s, (rate, duration) in enumerate(stages):
+        end = t + duration
+        t += float(rng.exponential(1 / rate))
+        while t < end:
+            blocks.append(prompts[order[len(blocks) % len(order)]])
+            arrivals.append(t)
+            stage_of.append(s)
+            t += float(rng.exponential(1 / rate))
+        t = end + gap_s
+    n = len(blocks)
+    prompt = system_tokens + question_tokens
+    trace = build_trace(
+        blocks, block_size, arrivals=arrivals, prompts=[prompt] * n, outputs=[output_tokens] * n
+    )
+    return trace, np.array(stage_of)
