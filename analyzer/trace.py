@@ -451,6 +451,19 @@ def _codes(values: list[str | None]) -> tuple[np.ndarray, list[str]]:
     return codes, list(index)
 
 
+def _recoded(codes: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Codes of :func:`_codes` (-1: none) of some of the rows, renumbered in order of
+    first appearance among them, with their names: :func:`_codes` of those rows' values."""
+    out = np.full(codes.size, -1, dtype=np.int32)
+    known = codes >= 0
+    if not known.any():
+        return out, []
+    uniq, first, inverse = np.unique(codes[known], return_index=True, return_inverse=True)
+    ranks, order = _first_seen(first, inverse)
+    out[known] = ranks
+    return out, [names[int(c)] for c in uniq[order]]
+
+
 # Above this many hashes the dense ids come from one compiled pass with a hash table
 # (analyzer/dense.py): np.unique with the first indices and the inverse sorts
 # them all, 1.5 s of a 50,000-request log's 4.2M block accesses on two cores, and a hash
@@ -668,6 +681,67 @@ class BlockTrace:
     @classmethod
     def from_parquet(cls, path: str | Path) -> BlockTrace:
         return cls.from_table(read_canonical(path))
+
+    def requests(
+        self, rows: np.ndarray, *, count_only: bool, token_lcp_prev: np.ndarray | None
+    ) -> BlockTrace:
+        """The requests at positions ``rows`` (increasing) as a trace of their own: what
+        :meth:`from_table` builds from the table rows they came from (block, content,
+        session, tenant, user and model ids renumbered by first appearance among them;
+        no previews), without the block hash columns, which a caller may have dropped.
+
+        ``count_only`` and ``token_lcp_prev`` are the rows' own, which this trace cannot
+        tell (its flag and column are the whole table's): from the table's columns."""
+        rows = np.asarray(rows, dtype=np.int64)
+        counts = np.diff(self.offsets)[rows]
+        offsets = np.zeros(rows.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        # the flat positions of the rows' accesses, request by request
+        pos = np.repeat(self.offsets[rows] - offsets[:-1], counts) + np.arange(offsets[-1])
+        ids, old = first_seen_ids(self.block_ids[pos])
+        content_ids = None
+        if self.content_ids is not None:
+            content_ids, _ = first_seen_ids(self.content_ids[pos])
+        del pos
+        session, session_names = _recoded(self.session[rows], self.session_names)
+        tenant, tenant_names = _recoded(self.tenant[rows], self.tenant_names)
+        model: np.ndarray | None = None
+        model_names: list[str] = []
+        if self.model is not None:
+            model, model_names = _recoded(self.model[rows], self.model_names)
+        user: np.ndarray | None = None
+        user_names: list[str] = []
+        if self.user is not None and bool((self.user[rows] >= 0).any()):
+            user, user_names = _recoded(self.user[rows], self.user_names)
+        cached = engine_prompt = None
+        if self.cached_tokens is not None and bool((self.cached_tokens[rows] != -1).any()):
+            cached = self.cached_tokens[rows]
+            if self.engine_prompt_tokens is not None:
+                engine_prompt = self.engine_prompt_tokens[rows]
+        return BlockTrace(
+            block_size=self.block_size,
+            arrival_s=self.arrival_s[rows],
+            prompt_tokens=self.prompt_tokens[rows],
+            output_tokens=self.output_tokens[rows],
+            session=session,
+            tenant=tenant,
+            offsets=offsets,
+            block_ids=ids,
+            block_hashes=self.block_hashes[old],
+            request_ids=[self.request_ids[i] for i in rows.tolist()],
+            session_names=session_names,
+            tenant_names=tenant_names,
+            count_only=count_only,
+            content_ids=content_ids,
+            token_lcp_prev=token_lcp_prev,
+            meta=dict(self.meta),
+            cached_tokens=cached,
+            engine_prompt_tokens=engine_prompt,
+            model=model,
+            model_names=model_names,
+            user=user,
+            user_names=user_names,
+        )
 
     def coarsen(self, factor: int) -> BlockTrace:
         """The same trace at ``block_size * factor``, from the chained hashes alone."""

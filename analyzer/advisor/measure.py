@@ -267,9 +267,9 @@ def measure(
     named = served_models(loaded.table)
     choices = choices_of(loaded, opts)
     bytes_per_token = primary_bytes_per_token(choices, opts.kv_dtype)
-    if read_here and len(named) < 2:
-        # Nothing below reads the table's block hashes again (only a multi-model log's
-        # per-model parts do): keep them once, as the trace's dense ids.
+    if read_here and (len(named) < 2 or loaded.parts_without_hashes):
+        # Nothing below reads the table's block hashes again (a multi-model log's
+        # per-model parts are taken from the trace): keep them once, as its dense ids.
         loaded.drop_block_columns()
     trace = loaded.trace
     if read_here:  # not on a caller's trace (the dashboard's what-ifs): built already

@@ -24,7 +24,7 @@ from analyzer.cost import get_model, recognize_model
 from analyzer.cost.catalog import quantization_of
 from analyzer.errors import UsageError
 from analyzer.reuse import analyze_reuse
-from analyzer.trace import BlockTrace, read_metadata
+from analyzer.trace import read_metadata
 
 if TYPE_CHECKING:
     from analyzer.ingest.options import LoadedTrace
@@ -269,7 +269,7 @@ def select_model(loaded: LoadedTrace, wanted: str) -> LoadedTrace:
 
     mask = pc.is_in(loaded.table.column("model"), value_set=pa.array(keep, pa.string()))
     table = loaded.table.filter(pc.fill_null(mask, False))
-    return dataclasses.replace(loaded, table=table, _trace=None)
+    return dataclasses.replace(loaded, table=table, _trace=None, _read=None, _parts={})
 
 
 def per_model_reuse(
@@ -280,13 +280,12 @@ def per_model_reuse(
 
     ``opts`` is the :class:`analyzer.reuse.ReuseOptions` of the whole run (its
     ``bytes_per_token`` is replaced by each model's own)."""
-    import pyarrow.compute as pc
-
     out: list[ModelFigures] = []
-    names = loaded.table.column("model")
     for m in served_models(loaded.table):
-        table = loaded.table.filter(pc.fill_null(pc.equal(names, m.name), False))
-        trace = BlockTrace.from_table(table)
+        # the model's requests as read (not keyed by --isolation); under shared, the
+        # part the plan replays later, built once
+        shared = loaded.isolation == "shared"
+        trace = loaded.model_part(m.name) if shared else loaded.read_part(m.name)
         bpt = (
             int(get_model(m.catalog_id).kv_bytes_per_token(dtype=kv_dtype))
             if m.catalog_id

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -130,12 +131,23 @@ class LoadedTrace:
     isolation: str = "shared"
     _trace: BlockTrace | None = field(default=None, repr=False)
     _parts: dict[str, BlockTrace] = field(default_factory=dict, repr=False)
+    # The trace as read, before any keying (``_trace`` itself under ``shared``): a keyed
+    # copy takes its model parts from it once the table's block hashes are dropped.
+    _read: BlockTrace | None = field(default=None, repr=False)
 
     @property
     def trace(self) -> BlockTrace:
         if self._trace is None:
-            self._trace = self._keyed(BlockTrace.from_table(self.table, self.previews or None))
+            self._trace = self._keyed(self._as_read())
         return self._trace
+
+    def _as_read(self) -> BlockTrace:
+        if self._read is None:
+            if self.isolation == "shared" and self._trace is not None:
+                self._read = self._trace
+            else:
+                self._read = BlockTrace.from_table(self.table, self.previews or None)
+        return self._read
 
     def _keyed(self, trace: BlockTrace) -> BlockTrace:
         if self.isolation == "shared":
@@ -151,24 +163,56 @@ class LoadedTrace:
             return self
 
         keyed = None if self._trace is None else isolate(self._trace, policy)
-        return dataclasses.replace(self, isolation=policy, _trace=keyed, _parts={})
+        return dataclasses.replace(
+            self, isolation=policy, _trace=keyed, _parts={}, _read=self._trace
+        )
 
     def model_part(self, model: str) -> BlockTrace:
         """The requests of one model of a multi-model log (its ``model`` column equal to
-        ``model``), built once: an analysis re-read with other settings (the dashboard's
-        what-ifs) reuses it instead of filtering and re-indexing the table again."""
+        ``model``), keyed as this trace is, built once: an analysis re-read with other
+        settings (the dashboard's what-ifs) reuses it instead of filtering and
+        re-indexing again."""
         if model not in self._parts:
-            names = self.table.column("model")
-            rows = self.table.filter(pc.fill_null(pc.equal(names, model), False))
-            self._parts[model] = self._keyed(BlockTrace.from_table(rows))
+            self._parts[model] = self._keyed(self.read_part(model))
         return self._parts[model]
+
+    def read_part(self, model: str) -> BlockTrace:
+        """The requests of one model as read (not keyed), as :meth:`BlockTrace.from_table`
+        builds them from the model's rows: from those rows while the table has its block
+        hashes, else taken from the trace (:meth:`BlockTrace.requests`)."""
+        keep = pc.fill_null(pc.equal(self.table.column("model"), model), False)
+        if "block_hashes" in self.table.column_names:
+            return BlockTrace.from_table(self.table.filter(keep))
+        rows = self.table.filter(keep)
+        # the trace's rows are the table's in a stable sort by arrival
+        order = np.argsort(self.table.column("arrival_s").to_numpy(), kind="stable")
+        at = np.flatnonzero(keep.to_numpy(zero_copy_only=False)[order])
+        lcp = None
+        if "token_lcp_prev" in rows.column_names and rows.column("token_lcp_prev").null_count == 0:
+            column = self.table.column("token_lcp_prev").to_numpy(zero_copy_only=False)
+            lcp = column[order][at].astype(np.int64)
+        count_only = bool(rows.num_rows) and bool(pc.all(rows.column("count_only")).as_py())
+        return self._as_read().requests(at, count_only=count_only, token_lcp_prev=lcp)
+
+    @property
+    def parts_without_hashes(self) -> bool:
+        """Whether :meth:`read_part` gives the same parts once the block hashes are
+        dropped: not when some rows have content hashes and others none (a part could
+        have them all, which the trace's content ids, kept only for a whole log, cannot
+        tell)."""
+        if "content_hashes" not in self.table.column_names:
+            return True
+        nulls = self.table.column("content_hashes").null_count
+        return nulls in (0, self.table.num_rows)
 
     def drop_block_columns(self) -> None:
         """In place: build the compact :attr:`trace` and drop the table's per-access
         columns (block and content hashes: a log's largest, 16 bytes an access, 1.3 GB
         at a million chat requests), each as soon as its ids are numbered, so the two are
-        never held twice. For the owner of a one-model log's trace (no :meth:`model_part`
-        after it)."""
+        never held twice. Model parts are then taken from the trace (:meth:`read_part`),
+        the same when :attr:`parts_without_hashes`."""
+        if self._trace is not None:
+            self._as_read()  # a keyed trace's parts come from the trace as read
         table = self.table
         drop = [c for c in HASH_COLUMNS if c in table.column_names]
         self.table = table.drop_columns(drop)
@@ -176,4 +220,5 @@ class LoadedTrace:
             hashes = {c: table.column(c) for c in drop}
             del table
             trace = BlockTrace.from_table(self.table, self.previews or None, hashes=hashes)
+            self._read = trace
             self._trace = self._keyed(trace)
