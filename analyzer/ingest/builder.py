@@ -19,10 +19,7 @@ actors read. It imports none of them.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import ctypes
-import gc
 import hashlib
 import os
 from array import array
@@ -36,6 +33,7 @@ from analyzer import limits
 from analyzer.blocks import BlockHasher, id_hashes, load_salt, salt_id
 from analyzer.cache.token_radix import ArrivalLCP
 from analyzer.errors import InputError, Location, UsageError, shown
+from analyzer.heap import release_freed_memory as release_freed_memory
 from analyzer.ingest.detect import PRODUCT_FORMATS, Format
 from analyzer.ingest.fields import (
     NATIVE_BLOCK,
@@ -690,17 +688,3 @@ def _joined(arrays: list[np.ndarray]) -> np.ndarray:
     if len(arrays) == 1:
         return arrays[0]
     return np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint32)
-
-
-def release_freed_memory(collect: bool = True) -> None:
-    """Hand the heap the reading freed (memos, token tree) back to the system, so the
-    analysis that follows does not peak on top of it: the cycle collector frees what
-    only it can (objects that refer to each other; skipped unless ``collect``), then
-    glibc's ``malloc_trim`` returns the pages (elsewhere nothing), and Arrow's allocator
-    (mimalloc) the pages it kept of freed buffers (1.3 GB after a million-request
-    canonical file is read and its trace built)."""
-    if collect:
-        gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    pa.default_memory_pool().release_unused()
