@@ -201,9 +201,23 @@ def run_analysis(
     if services is None:
         own = LocalReplayer(opts.ingest.jobs)
         try:
-            return run_analysis(paths, opts, advance, loaded, Services(own))
+            return _run(paths, opts, advance, loaded, Services(own), own)
         finally:
             own.close()
+    return _run(paths, opts, advance, loaded, services, None)
+
+
+def _run(
+    paths: list[str] | str,
+    opts: AnalyzeOptions,
+    advance: Advance | None,
+    loaded: LoadedTrace | None,
+    services: Services,
+    own: LocalReplayer | None,
+) -> AnalysisResult:
+    """:func:`run_analysis` with its services; ``own``: the replayer it started, whose
+    worker processes stop once the sizing is done (the isolation stage starts them
+    again only if it replays)."""
     step = advance or (lambda _n: None)
     plist = [paths] if isinstance(paths, str) else [str(p) for p in paths]
     if loaded is not None and plist != loaded.sources:
@@ -226,6 +240,8 @@ def run_analysis(
     explored = None
     if sized is not None and decision.verdict != Verdict.INSUFFICIENT_DATA:
         explored = explore(m, priced, replayed, sized, decision, opts, services)
+    if own is not None:
+        own.close()  # idle from here on: ~400 MB of workers beside the last stages
     step(25)
     out = deliver(m, priced, sized, decision, opts)
     planned = sized if decision.verdict != Verdict.INSUFFICIENT_DATA else None
