@@ -35,6 +35,7 @@ import numpy as np
 import polars as pl
 
 from analyzer.cache.stack import splitmix64
+from analyzer.dense import FirstSeen
 from analyzer.errors import UsageError
 from analyzer.trace import BlockTrace, first_seen_ids
 
@@ -146,16 +147,48 @@ def groups(trace: BlockTrace, policy: str) -> Groups:
     )
 
 
+def _pairs(ids: np.ndarray, per_access: np.ndarray, n_ids: int, n_groups: int) -> np.ndarray:
+    """A uint64 key of each pair ``(ids[i], per_access[i])``: equal keys, equal pairs."""
+    if n_ids * n_groups < 2**62:
+        packed: np.ndarray = ids * np.int64(n_groups) + per_access
+        return packed.view(np.uint64)
+    # Too many pairs to pack exactly: pairs named by a 64-bit mix, as hashes are.
+    mixed: np.ndarray = splitmix64(ids.astype(np.uint64)) + splitmix64(
+        per_access.astype(np.uint64) + 1
+    )
+    return mixed
+
+
 def _rekey(ids: np.ndarray, per_access: np.ndarray, n_ids: int, n_groups: int) -> np.ndarray:
     """Dense ids, in order of first appearance, of the pairs ``(ids[i], per_access[i])``."""
-    if n_ids * n_groups < 2**62:
-        packed = ids * np.int64(n_groups) + per_access
-        new, _ = first_seen_ids(packed.view(np.uint64))
-        return new
-    # Too many pairs to pack exactly: pairs named by a 64-bit mix, as hashes are.
-    mixed = splitmix64(ids.astype(np.uint64)) + splitmix64(per_access.astype(np.uint64) + 1)
-    new, _ = first_seen_ids(mixed)
+    new, _ = first_seen_ids(_pairs(ids, per_access, n_ids, n_groups))
     return new
+
+
+# Block accesses keyed at a time when only the number of keyed blocks is wanted.
+COUNT_SLICE = 1 << 20
+
+
+def keyed_blocks(trace: BlockTrace, policy: str, grp: Groups | None = None) -> int:
+    """``isolate(trace, policy, grp).n_blocks``, the distinct (block, group) pairs,
+    without building the keyed trace: its pairs are numbered a slice of requests at a
+    time, so only the pairs' table is held (not the keyed ids, content ids and
+    per-access groups, ~400 MB at 12 M accesses)."""
+    policy = check_policy(policy)
+    if policy == "shared":
+        return trace.n_blocks
+    grp = grp if grp is not None else groups(trace, policy)
+    offsets, n = trace.offsets, trace.n_requests
+    numbering = FirstSeen()
+    start = 0
+    while start < n:
+        end = int(np.searchsorted(offsets, offsets[start] + COUNT_SLICE, side="right")) - 1
+        end = min(n, max(end, start + 1))
+        a, b = int(offsets[start]), int(offsets[end])
+        per_access = np.repeat(grp.codes[start:end], np.diff(offsets[start : end + 1]))
+        numbering.number(_pairs(trace.block_ids[a:b], per_access, trace.n_blocks, grp.n_groups))
+        start = end
+    return numbering.distinct
 
 
 def _first_accesses(ids: np.ndarray) -> np.ndarray:
