@@ -66,6 +66,12 @@ class DictModel:
             out.append(victim)
         return out
 
+    def touch(self, chain: list[int], now: float) -> None:
+        for b in reversed(chain):  # tail first
+            self.seq += 1
+            self.d[b][1] = now
+            self.d[b][2] = self.seq
+
     def insert(self, chain: list[int], now: float) -> list[int]:
         if self.capacity is not None:
             chain = chain[: self.capacity]
@@ -283,3 +289,73 @@ def test_chained_cache_equals_the_plain_one(reqs, capacity, policy, ops, clock):
         for b in fast:
             assert fast.is_leaf(b) == plain.is_leaf(b)
     assert fast.evict(len(fast)) == plain.evict(len(plain))
+
+
+class NestedLRU(LRU):
+    """LRU's order through a ``key`` of its own: the cache keeps this policy's heap
+    entries nested, ``(key, block, version)``, where LRU's are flattened."""
+
+    def key(self, node: Node) -> tuple[float, ...]:
+        return (node.last_access, node.touch_seq)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    reqs=chained_requests(max_requests=30),
+    policy=st.sampled_from(["lru", "fifo"]),
+    ops=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 29), st.integers(1, 6)), max_size=60),
+    clock=st.lists(st.integers(0, 2), min_size=60, max_size=60),
+    chained=st.booleans(),
+)
+def test_evictions_beside_pinned_blocks_match_the_dict_model(reqs, policy, ops, clock, chained):
+    """The aggregated engine's protocol: a running request pins its cached prefix, the
+    engine evicts down to a size passing over pinned blocks (``evict(n, pinned=...)``),
+    and a finished request unpins its prefix and touches it (``touch_prefix``). The
+    cache evicts what the dict model does, scanning every unpinned leaf each time, and
+    a policy with its own ``key`` (nested heap entries) evicts as LRU's flattened ones."""
+    pol = LRU() if policy == "lru" else FIFO()
+    cache = BlockRadix(None, pol, chained=chained)
+    nested = BlockRadix(None, NestedLRU() if policy == "lru" else pol, chained=chained)
+    model = DictModel(None, policy)
+    pins: dict[int, int] = {}
+    held: list[tuple[int, int]] = []  # (request, blocks pinned)
+    now = 0.0
+    for step, (op, r, n) in enumerate(ops):
+        now += clock[step]
+        chain = reqs[r % len(reqs)]
+        if op == 0:  # computed: cached
+            assert cache.insert_ints(list(chain), now) == model.insert(chain, now)
+            nested.insert_ints(list(chain), now)
+        elif op == 1:  # admitted: its cached prefix pinned
+            m = cache.match(chain)
+            held.append((r % len(reqs), m))
+            for b in chain[:m]:
+                pins[b] = pins.get(b, 0) + 1
+        elif op == 2 and held:  # finished: unpinned and touched
+            k, m = held.pop(n % len(held))
+            done = reqs[k]
+            for b in done[:m]:
+                pins[b] -= 1
+                if not pins[b]:
+                    del pins[b]
+            cache.touch_prefix(list(done), m, now)
+            nested.touch_prefix(list(done), m, now)
+            model.touch(done[:m], now)
+        else:  # the engine fits its pool
+            got = cache.evict(n, pinned=pins)
+            assert got == model._evict(n, set(pins))
+            assert nested.evict(n, pinned=pins) == got
+        assert set(cache) == set(model.d) == set(nested)
+    assert cache.evict(len(cache), pinned=pins) == model._evict(len(model.d), set(pins))
+
+
+@pytest.mark.parametrize("chained", [False, True])
+@pytest.mark.parametrize("policy", [LRU(), NestedLRU()])
+def test_a_parent_touched_since_its_child_waits_its_turn(chained, policy):
+    """Evicting a chain leaf-up stops where the parent's own touch is newer than another
+    leaf's: block 1, touched at t=2, goes after block 3 (t=1)."""
+    cache = BlockRadix(None, policy, chained=chained)
+    cache.insert_ints([1, 2], 0.0)
+    cache.insert_ints([3], 1.0)
+    cache.touch_prefix([1, 2], 1, 2.0)
+    assert cache.evict(3) == [2, 3, 1]
