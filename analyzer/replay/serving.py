@@ -145,6 +145,7 @@ class AggregatedSimulation(Simulation):
         self.overhead = plan.step.request_overhead_s
         self.capacity = plan.hbm_capacity_tokens
         self.scale = plan.cache_scale
+        self.unscaled = self.scale == 1.0  # int(free * 1.0) is free: skip the float
         self.mnbt = plan.max_num_batched_tokens
         self.scatter_s = plan.hit_overhead_s or _no_scatter
         self.max_seqs = plan.max_num_seqs
@@ -336,8 +337,11 @@ class AggregatedSimulation(Simulation):
         ends = e.burst
         if ends is None:
             return
+        k = e.burst_done
+        if k >= e.burst_steps or ends[k] > t:
+            return  # no step ended since the last sync (the usual case: an arrival)
         j = min(int(ends.searchsorted(t, side="right")), e.burst_steps)
-        d = j - e.burst_done
+        d = j - k
         if d > 0:
             n = e.n_dec
             e.burst_done = j
@@ -646,9 +650,12 @@ class AggregatedSimulation(Simulation):
         hbm = e.inst.hbm
         if hbm is None:
             return
-        free = self.capacity - len(e.pins) * self.bs - e.priv
-        allowed = int(max(free, 0) * self.scale) // self.bs
-        over = len(hbm) - len(e.pins) - allowed
+        pinned = len(e.pins)
+        free = self.capacity - pinned * self.bs - e.priv
+        if free < 0:
+            free = 0
+        allowed = (free if self.unscaled else int(free * self.scale)) // self.bs
+        over = len(hbm) - pinned - allowed
         if over <= 0:
             return
         evicted = hbm.evict(over, pinned=e.pins)
