@@ -272,13 +272,20 @@ LLMD_SERVICE_RATIO += [3.43, 5.07, 7.06, 8.81, 10.1, 12.2, 14.0, 15.2]
 
 # ITL mean over the ladder (ms), the report's summary: precise 47.0, Service 44.0
 LLMD_ITL_MS = {"prefix-aware": 47.0, "round-robin": 44.0}
+# output tokens/s per rate, the same table's: what the servers generate once saturated
+LLMD_PRECISE_OUT = [1707, 4904, 6887, 11224, 11980, 12548, 13507, 13803]
+LLMD_PRECISE_OUT += [15593, 15612, 15462, 15607, 15728, 15612, 15667, 15733]
+LLMD_SERVICE_OUT = [1797, 4215, 5381, 6205, 5517, 5965, 5702, 5890]
+LLMD_SERVICE_OUT += [6336, 6588, 6459, 6265, 6303, 6290, 6089, 6551]
 
 
 @pytest.fixture(scope="module")
 def llmd_replays() -> dict[str, list[float]]:
     """Each ladder rate's mean TTFT (s), server side, replayed behind llm-d's
-    prefix-aware router and behind round-robin (and, under ``router + " tpot"``, the
-    mean TPOT over the ladder in ms)."""
+    prefix-aware router and behind round-robin; under ``router + " tpot"`` the mean
+    TPOT over the ladder (ms), under ``router + " out"`` the output tokens/s generated
+    within each rate's stage (each request's tokens spread evenly from its first token
+    to its last)."""
     trace, stage = inference_perf_shared_prefix(
         LLMD_STAGES, 150, 5, 6000, 1200, 1000, gap_s=30.0, seed=0
     )
@@ -294,18 +301,31 @@ def llmd_replays() -> dict[str, list[float]]:
             router=router,
         )
         spec = select_scenarios("local")[0]
-        st = simulate(trace, resolve(cfg, spec, trace.block_size).plan, 1.0)
+        plan = resolve(cfg, spec, trace.block_size).plan
+        assert plan.step is not None
+        st = simulate(trace, plan, 1.0)
         # the ladder's rates, the warm-up stage left out as the report leaves it out
         out[router] = [float(np.nanmean(st.ttft_s[stage == k])) for k in range(1, len(LLMD_STAGES))]
         out[router + " tpot"] = [1000 * float(np.nanmean(st.tpot_s[stage > 0]))]
+        first = np.asarray(trace.arrival_s) + st.ttft_s - plan.step.request_overhead_s
+        last = first + st.tpot_s * 999
+        t0, rates_out = 0.0, []
+        for _, duration in LLMD_STAGES:
+            inside = np.minimum(last, t0 + duration) - np.maximum(first, t0)
+            rates_out.append(
+                float(np.clip(inside / (last - first), 0, None).sum()) * 1000 / duration
+            )
+            t0 += duration + 30.0
+        out[router + " out"] = rates_out[1:]
     return out
 
 
 @pytest.mark.slow
 def test_llmd_ttft_by_rate_behind_precise_prefix_routing(llmd_replays):
     """Flat TTFT while the prefixes stay on their servers, within 1.5x up to 35 req/s;
-    from 40 req/s the replayed servers run out of KV and queue, where the measured
-    ones hold 0.2-0.5 s to 60 req/s (docs/validation.md)."""
+    from 40 req/s the servers saturate, and the replayed ones queue every arrival where
+    the measured TTFT holds 0.2-0.5 s to 60 req/s, the surplus waiting at the load
+    generator (docs/validation.md)."""
     got = [t + LLMD_PATH_S for t in llmd_replays["prefix-aware"]]
     assert got[0] / LLMD_PRECISE[0] == pytest.approx(1.0, abs=0.02)  # the fitted row
     for k, (rate, _) in enumerate(LLMD_STAGES[1:]):
@@ -318,7 +338,8 @@ def test_llmd_ttft_by_rate_behind_precise_prefix_routing(llmd_replays):
 def test_llmd_ttft_by_rate_behind_a_round_robin_service(llmd_replays):
     """Round-robin re-prefills the system prompts everywhere: the replay collapses at
     20 req/s as measured, but its queue then grows from stage to stage, where the
-    measured TTFT levels off near 70 s (docs/validation.md)."""
+    measured TTFT levels off near 70 s, the surplus waiting at the load generator
+    (docs/validation.md)."""
     got = [t + LLMD_PATH_S for t in llmd_replays["round-robin"]]
     rates = [rate for rate, _ in LLMD_STAGES[1:]]
     for k, rate in enumerate(rates):
@@ -337,10 +358,26 @@ def test_llmd_ttft_by_rate_behind_a_round_robin_service(llmd_replays):
     assert collapse(llmd_replays["round-robin"]) == 20
     assert collapse(llmd_replays["prefix-aware"]) == 43
     # the decode side: round-robin's TPOT as measured (1.03x); precise routing's 2.5x,
-    # the time its replayed servers spend preempting and recomputing past 40 req/s
+    # its replayed servers running all the KV pool holds past saturation, and preempting
     for router, ratio in (("round-robin", 1.03), ("prefix-aware", 2.48)):
         got_ms = llmd_replays[router + " tpot"][0]
         assert got_ms / LLMD_ITL_MS[router] == pytest.approx(ratio, rel=0.1), router
+
+
+@pytest.mark.slow
+def test_llmd_output_by_rate_behind_both_routers(llmd_replays):
+    """What the servers generate per rate is within 1.5x of the measurement on every row
+    but one (the Service's rate 3, where the replay still drains the warm-up's queue):
+    the replayed servers saturate where the measured ones do, precise routing near
+    15.6K tokens/s and round-robin near 6K, the replay 1.2-1.4x above them."""
+    for router, measured in (("prefix-aware", LLMD_PRECISE_OUT), ("round-robin", LLMD_SERVICE_OUT)):
+        ratios = [g / m for g, m in zip(llmd_replays[router + " out"], measured, strict=True)]
+        first = 0 if router == "prefix-aware" else 1
+        assert all(1 / 1.5 <= r <= 1.5 for r in ratios[first:]), (router, ratios)
+        assert min(ratios[first:]) == pytest.approx(0.79, abs=0.03), router
+        assert max(ratios[first:]) == pytest.approx(1.29 if first == 0 else 1.44, abs=0.03)
+    service = llmd_replays["round-robin out"][0] / LLMD_SERVICE_OUT[0]
+    assert service == pytest.approx(5.18, rel=0.1)
 
 
 GIB = 2**30
