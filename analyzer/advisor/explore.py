@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING
 from analyzer.advisor.decide import BASELINE, decide
 from analyzer.advisor.figures import Decision, PricedChoice, PricedOption
 from analyzer.advisor.measure import spread
-from analyzer.advisor.plan import Fleet, repriced
+from analyzer.advisor.plan import DeploymentPlan, Fleet, repriced
 from analyzer.advisor.price import price as price_stage
 from analyzer.advisor.replay import floor_of, replay_trace
 from analyzer.advisor.sensitivity import FlipRow
 from analyzer.advisor.served import model_label
-from analyzer.advisor.size import Ask, Sized, answer, asks, sized_of
+from analyzer.advisor.size import Ask, Hint, Sized, answer, asks, sized_of
 from analyzer.errors import UsageError
 from analyzer.progress import progress
 from analyzer.replay.config import Scenario, Tier
@@ -92,13 +92,37 @@ def _repriced(sized: Sized, prices: Prices) -> tuple[Fleet, ...]:
     )
 
 
-def _start(sized: Sized, factor: float = 1.0) -> dict[tuple[str, str], int]:
-    """Where each (model, option) search of a variant starts: the plan's size x factor."""
-    out: dict[tuple[str, str], int] = {}
+def found(p: DeploymentPlan) -> int | None:
+    """The count ``p``'s search found: the fewest instances that passed (a latency-first
+    team's plan may then sit on its baseline's, more); None when none passed."""
+    passed = [t.instances for t in p.tried if t.passed]
+    return min(passed) if passed else None
+
+
+def _hints(
+    sized: Sized, scale: float = 1.0, *, harder: bool | None = None, gallop: bool = True
+) -> dict[tuple[str, str], Hint]:
+    """Where each (model, option) search of a variant starts, its neighbour tried next.
+    ``harder`` says which way the variant moves the answer, by the properties the plans
+    hold (more load never needs fewer instances, a looser SLO never needs more, a faster
+    pool link never makes pooling worse): harder, the counts below the plan's answer
+    fail without a replay and the search starts at that answer, stepping up from it
+    (``gallop``) or doubling; easier, it starts at
+    the answer x ``scale`` and below the answer (a failure stops its replay early, so a
+    guess a little low costs less than one a little high) and looks no higher than the
+    answer. None (another trace, GPU or model): it starts at the answer x ``scale``."""
+    out: dict[tuple[str, str], Hint] = {}
     for p in sized.plans:
-        n = p.instances if p.instances is not None else p.instances_above_cap
-        if n is not None:
-            out[(p.model, p.option)] = max(1, math.ceil(n * factor))
+        a = found(p)
+        if a is None:
+            continue
+        n = max(1, math.ceil(a * scale))
+        if harder is None:
+            out[(p.model, p.option)] = Hint(n)
+        elif harder:
+            out[(p.model, p.option)] = Hint(a, gallop=gallop, fails_to=a - 1)
+        else:
+            out[(p.model, p.option)] = Hint(max(1, min(n, a - 1)), passes_at=a)
     return out
 
 
@@ -156,7 +180,15 @@ def _flip_variants(
                 "load",
                 f"x{f:g} ({load.peak_rps * f:.3g} requests/s at the busiest {load.window_s:g} s)",
                 "every option sized again by replaying",
-                tuple(asks(priced, replayed, opts, load_factor=f, start=_start(sized, f))),
+                tuple(
+                    asks(
+                        priced,
+                        replayed,
+                        opts,
+                        load_factor=f,
+                        hints=_hints(sized, f, harder=f > 1),
+                    )
+                ),
             )
         )
     for f in SLO_FACTORS:
@@ -167,7 +199,16 @@ def _flip_variants(
                 "TTFT SLO",
                 f"x{f:g} (p90 {1000 * slo:,.0f} ms)",
                 "every option sized again by replaying",
-                tuple(asks(priced, replayed, opts, ttft_slo_s=slo, start=_start(sized))),
+                tuple(
+                    asks(
+                        priced,
+                        replayed,
+                        opts,
+                        ttft_slo_s=slo,
+                        # a tighter SLO can need many more: doubling finds them sooner
+                        hints=_hints(sized, 1 / f, harder=f < 1, gallop=False),
+                    )
+                ),
             )
         )
     pool = None if priced.bandwidth is None else priced.bandwidth.tier(Tier.POOL)
@@ -183,7 +224,11 @@ def _flip_variants(
                     "the pooled KV store sized again by replaying",
                     tuple(
                         asks(
-                            linked, replayed, opts, options=(Scenario.POOLED,), start=_start(sized)
+                            linked,
+                            replayed,
+                            opts,
+                            options=(Scenario.POOLED,),
+                            hints=_hints(sized, harder=f < 1),
                         )
                     ),
                     keep=tuple(fl for fl in sized.fleets if fl.option != Scenario.POOLED),
@@ -235,11 +280,9 @@ def _side_variants(
             continue
         n_models += dim == "model"
         ratio = _compute_ratio(priced, alt, m.trace_figures.mean_prompt_tokens)
-        start = {
-            (s.model, option): max(1, math.ceil(n * ratio))
-            for s in alt.setups
-            for p in sized.plans
-            if p.option == option and (n := p.instances or p.instances_above_cap or 0)
+        mine = _hints(sized, ratio)
+        hints = {
+            (s.model, option): h for s in alt.setups for (_, o), h in mine.items() if o == option
         }
         traces = tuple(
             rt if rt.trace is s.trace else replay_trace(s, opts.full_replay)
@@ -257,7 +300,7 @@ def _side_variants(
                 dim,
                 label,
                 "",
-                tuple(asks(alt, rp, o, options=(option,), start=start)),
+                tuple(asks(alt, rp, o, options=(option,), hints=hints)),
                 priced=alt,
             )
         )
@@ -286,7 +329,7 @@ def _arrivals_variant(
     rt = replace(rt, part=f"{s.part or ''}#spread")
     spread_priced = replace(priced, setups=(smooth,))
     spread_replayed = replace(replayed, traces=(rt,))
-    batch = asks(spread_priced, spread_replayed, opts, options=(option,), start=_start(sized))
+    batch = asks(spread_priced, spread_replayed, opts, options=(option,), hints=_hints(sized))
     return _Variant("arrivals", "arrivals", "", "", tuple(batch))
 
 

@@ -82,6 +82,13 @@ class SizeQuestion:
     ttft_slo_s: float
     cap: int
     beyond: int | None = None
+    # What the search knows before replaying (:class:`Hint`): ``cfg.instances`` is
+    # probably the answer or just above it (``near``) or just below it (``gallop``),
+    # counts up to ``fails_to`` fail, ``passes_at`` (when given) passes.
+    near: bool = False
+    gallop: bool = False
+    fails_to: int = 0
+    passes_at: int | None = None
     # Probes of the same option, trace and load from earlier questions (another SLO):
     # a count one of them decides is not replayed again.
     known: tuple[Probe, ...] = field(default=(), compare=False, repr=False)
@@ -89,6 +96,28 @@ class SizeQuestion:
     @property
     def start(self) -> int:
         return max(1, min(self.cfg.instances, self.cap))
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """Where one (model, option) search starts and what it may take as known:
+
+    * ``start``: the count to replay first; ``near``: it is probably the answer or just
+      above, so after a pass ``n - 1`` is tried next (a right guess costs two replays);
+      ``gallop``: it is probably the answer or just below, so after a failure the
+      search steps up by 1, 2, 4, ... rather than doubling the count;
+    * ``fails_to``: every count up to it fails without being replayed, because a search
+      of an easier question (less load, a looser SLO, a faster pool link) found its
+      answer at ``fails_to + 1``, and the harder question never needs fewer;
+    * ``passes_at``: a count the answer is at most (an easier question's answer from a
+      harder one), where the search's doubling stops; it is replayed, not assumed.
+    """
+
+    start: int
+    near: bool = True
+    gallop: bool = False
+    fails_to: int = 0
+    passes_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,18 +145,30 @@ class SizeSearch:
 
 
 def search_size(
-    ask: Callable[[int], Probe], *, start: int, cap: int, beyond: int | None = None
+    ask: Callable[[int], Probe],
+    *,
+    start: int,
+    cap: int,
+    beyond: int | None = None,
+    near: bool = False,
+    gallop: bool = False,
+    fails_to: int = 0,
+    passes_at: int | None = None,
 ) -> tuple[int | None, int | None, dict[int, Probe]]:
     """The smallest count in ``1..cap`` whose probe passes (None when ``cap`` fails),
     found by bracketing from ``start`` and bisecting (module docstring); when the cap
     fails and ``beyond`` is above it, the smallest passing count up to ``beyond``
-    (None when that fails too). Returns ``(within, above, probes by count)``; each count
-    is asked at most once."""
+    (None when that fails too). ``near``, ``gallop``, ``fails_to`` and ``passes_at``
+    are a :class:`Hint`'s. Returns ``(within, above, probes by count)``; each count is asked
+    at most once, and none up to ``fails_to``."""
     if cap < 1:
         raise ValueError("the cap must be at least one instance")
     known: dict[int, Probe] = {}
+    floor = max(0, fails_to)
 
     def ok(n: int) -> bool:
+        if n <= floor:
+            return False
         if n not in known:
             known[n] = ask(n)
         return known[n].passed
@@ -142,30 +183,46 @@ def search_size(
                 lo = mid
         return hi
 
-    n = max(1, min(start, cap))
-    lo, hi = 0, 0  # the largest count known to fail (0: none), the smallest known to pass
+    def up_from(lo: int, top: int, step: int = 0) -> tuple[int | None, int]:
+        """Up from a failing ``lo`` until a count passes or ``top`` fails, doubling the
+        count (``step`` 0) or the step (``lo + step``, the step doubling each time: a
+        close guess failed, so the answer is probably just above), no further than
+        ``passes_at`` while below it: (the smallest passing, the last failing)."""
+        while lo < top:
+            up = min(top, lo + step if step else 2 * lo)
+            if passes_at is not None and lo < passes_at:
+                up = min(up, passes_at)
+            if ok(up):
+                return smallest(lo, up), lo
+            lo = up
+            step *= 2
+        return None, lo
+
+    top = max(cap, beyond or cap)
+    if floor >= cap:  # nothing within the cap passes
+        above, _ = up_from(floor, top)
+        return None, above, known
+    n = max(floor + 1, min(start, cap))
+    lo, hi = floor, 0  # the largest count known to fail, the smallest known to pass
     if ok(n):
         hi = n
-        while lo == 0 and hi > 1:  # step down until a count fails
-            down = _step_down(known[hi], hi)
+        if near and hi - 1 > lo:  # the guess was probably right: is one fewer enough?
+            if not ok(hi - 1):
+                return hi, None, known
+            hi -= 1
+        while hi - lo > 1:  # step down until a count fails
+            down = max(lo + 1, _step_down(known[hi], hi))
             if ok(down):
                 hi = down
             else:
                 lo = down
+                break
         return smallest(lo, hi), None, known
-    lo = n
-    while lo < cap:  # double until a count passes
-        up = min(cap, 2 * lo)
-        if ok(up):
-            return smallest(lo, up), None, known
-        lo = up
-    top = beyond if beyond is not None else cap
-    while lo < top:
-        up = min(top, 2 * lo)
-        if ok(up):
-            return None, smallest(lo, up), known
-        lo = up
-    return None, None, known
+    within, lo = up_from(n, cap, 1 if gallop else 0)
+    if within is not None:
+        return within, None, known
+    above, _ = up_from(lo, top)
+    return None, above, known
 
 
 def _step_down(passed: Probe, n: int) -> int:
@@ -231,7 +288,16 @@ def size_option(
             before.pop(only, None)
             one = ask(only)
         return SizeSearch(q.spec.name, q.cap, only if one.passed else None, None, (one,))
-    within, above, known = search_size(ask, start=q.start, cap=q.cap, beyond=q.beyond)
+    within, above, known = search_size(
+        ask,
+        start=q.start,
+        cap=q.cap,
+        beyond=q.beyond,
+        near=q.near,
+        gallop=q.gallop,
+        fails_to=q.fails_to,
+        passes_at=q.passes_at,
+    )
     chosen = within if within is not None else above
     if chosen is not None and known[chosen].result is None:
         # answered by a remembered probe that kept no figures: replay that size for them
@@ -437,17 +503,17 @@ def asks(
     options: Sequence[str] = (),
     load_factor: float = 1.0,
     ttft_slo_s: float | None = None,
-    start: dict[tuple[str, str], int] | None = None,
+    hints: dict[tuple[str, str], Hint] | None = None,
 ) -> list[Ask]:
     """The questions of every model's plan of every option (``options``: those only), at
     the busiest window's load (x ``load_factor``) and ``ttft_slo_s`` (default: the
-    analysis's); ``start``: where each (model, option) search starts (default
-    ``--instances``)."""
+    analysis's); ``hints``: where each (model, option) search starts and what it knows
+    (default: it starts at ``--instances`` and knows nothing)."""
 
     slo = opts.ttft_slo_s if ttft_slo_s is None else ttft_slo_s
     wanted = tuple(options) or OPTIONS
     top = max_gpus(opts)
-    begin = start or {}
+    known = hints or {}
     out: list[Ask] = []
     for k, (setup, rt) in enumerate(zip(priced.setups, replayed.traces, strict=True)):
         load = model_load(setup, opts.peak_window_s, load_factor)
@@ -457,33 +523,37 @@ def asks(
         bound = floor is not None and floor.p90_s > slo
         for o in wanted:
             spec = setup.spec(o)
-            n = begin.get((setup.model, o), setup.cluster.instances)
+            h = known.get((setup.model, o), Hint(setup.cluster.instances, near=False))
             q = (
                 None
                 if bound
                 else SizeQuestion(
                     spec,
-                    replace(setup.cluster, instances=n),
+                    replace(setup.cluster, instances=max(1, h.start)),
                     setup.cost,
                     load.time_scale,
                     slo,
                     cap=cap,
                     beyond=min(4096, BEYOND * cap),
+                    near=h.near,
+                    gallop=h.gallop,
+                    fails_to=h.fails_to,
+                    passes_at=h.passes_at,
                 )
             )
             out.append(Ask(setup, rt, spec, load, slo, cap, low, q, priced.prices))
     return out
 
 
-def answer(batch: Sequence[Ask], services: Services, objective: Objective) -> list[DeploymentPlan]:
-    """Every ask's plan, in order. The searches on one trace go to the replayer together
-    (so they run in parallel); a latency-first objective plans each option on at least
-    its baseline's instances."""
+def _search(
+    batch: Sequence[Ask], which: Sequence[int], services: Services, found: dict[int, SizeSearch]
+) -> None:
+    """The searches of ``batch[which]`` into ``found``: those on one trace go to the
+    replayer together (so they run in parallel)."""
     groups: dict[int, list[int]] = {}
-    for i, a in enumerate(batch):
-        if a.question is not None:
-            groups.setdefault(id(a.trace.trace), []).append(i)
-    found: dict[int, SizeSearch] = {}
+    for i in which:
+        if batch[i].question is not None:
+            groups.setdefault(id(batch[i].trace.trace), []).append(i)
     for idx in groups.values():
         rt = batch[idx[0]].trace
         qs = [batch[i].question for i in idx]
@@ -491,6 +561,50 @@ def answer(batch: Sequence[Ask], services: Services, objective: Objective) -> li
             rt.part, rt.trace, [q for q in qs if q is not None], rt.sampling_rate
         )
         found.update(zip(idx, got, strict=True))
+
+
+def _from_baseline(batch: Sequence[Ask], found: dict[int, SizeSearch]) -> list[Ask]:
+    """``batch`` with each option's search of a model starting one below the model's
+    baseline answer, a close guess: an offload tier or a pool saves an instance or a
+    few where it pays at all, and a guess a little low costs a failed replay, which
+    stops early, where one a little high costs a whole passing one."""
+    out = list(batch)
+    for i, a in enumerate(batch):
+        q = a.question
+        if q is None or a.spec.name == BASELINE:
+            continue
+        base = next(
+            (
+                found[j]
+                for j, b in enumerate(batch)
+                if j in found and b.setup is a.setup and b.spec.name == BASELINE
+            ),
+            None,
+        )
+        n = None if base is None else (base.instances or base.above_cap)
+        if n is not None:
+            q = replace(q, cfg=replace(q.cfg, instances=max(1, n - 1)), near=True, gallop=True)
+            out[i] = replace(a, question=q)
+    return out
+
+
+def answer(
+    batch: Sequence[Ask],
+    services: Services,
+    objective: Objective,
+    *,
+    baseline_first: bool = False,
+) -> list[DeploymentPlan]:
+    """Every ask's plan, in order. The searches on one trace go to the replayer together
+    (so they run in parallel); with ``baseline_first`` each model's baseline is searched
+    first and the other options start at its answer (:func:`_from_baseline`). A
+    latency-first objective plans each option on at least its baseline's instances."""
+    found: dict[int, SizeSearch] = {}
+    first = [i for i, a in enumerate(batch) if baseline_first and a.spec.name == BASELINE]
+    if first:
+        _search(batch, first, services, found)
+        batch = _from_baseline(batch, found)
+    _search(batch, [i for i in range(len(batch)) if i not in found], services, found)
     if objective == Objective.TTFT:
         _match_baseline(batch, found, services)
     out = []
@@ -543,10 +657,11 @@ def plan_sizes(
     options: Sequence[str] = (),
     load_factor: float = 1.0,
     ttft_slo_s: float | None = None,
-    start: dict[tuple[str, str], int] | None = None,
+    hints: dict[tuple[str, str], Hint] | None = None,
 ) -> Sized:
     """Every model's plan of every option (:func:`asks`; a model whose floor misses the
-    SLO is planned without a search: no size meets it)."""
+    SLO is planned without a search: no size meets it). Without ``hints`` each model's
+    baseline is searched first and the other options start at its answer."""
     batch = asks(
         priced,
         replayed,
@@ -554,10 +669,10 @@ def plan_sizes(
         options=options,
         load_factor=load_factor,
         ttft_slo_s=ttft_slo_s,
-        start=start,
+        hints=hints,
     )
     with progress("sizing every option by replaying", None):
-        plans = answer(batch, services, opts.thresholds.objective)
+        plans = answer(batch, services, opts.thresholds.objective, baseline_first=not hints)
     return sized_of(plans)
 
 

@@ -71,3 +71,26 @@ def test_the_load_flip_replays_twice_the_plans_load(busy):
     )
     row = next(f for f in r.flips if f.dimension == "load")
     assert f"{2 * r.plans[0].load.peak_rps:.3g} requests/s" in row.label
+
+
+def test_each_search_starts_where_the_answer_probably_is(busy):
+    """The plan's options start one below the baseline's answer; the load flip's
+    searches replay no count below the plan's answer (more load never needs fewer);
+    the looser SLO's none above it."""
+    r, asked = busy
+    plan_scale, slo = r.plans[0].load.time_scale, r.plans[0].ttft_slo_s
+    own = [a for a in asked if a.question.time_scale == plan_scale and a.question.ttft_slo_s == slo]
+    base = next(a for a in own if a.question.spec.name == "local")
+    assert base.search.instances is not None
+    for a in own[1:4]:
+        assert a.question.start == max(1, base.search.instances - 1) and a.question.near
+    answers = {a.question.spec.name: a.search.instances for a in own[:4]}
+    for a in asked:
+        q, found = a.question, answers[a.question.spec.name]
+        assert found is not None
+        if q.time_scale == pytest.approx(plan_scale / 2) or q.ttft_slo_s < slo:
+            assert q.fails_to == found - 1
+            assert all(p.instances >= found for p in a.search.probes)
+        elif q.ttft_slo_s > slo:
+            assert q.passes_at == found
+            assert all(p.instances <= found for p in a.search.probes)

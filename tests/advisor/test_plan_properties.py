@@ -11,6 +11,7 @@ replaying, compared across one input the team controls.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 from analyzer.advisor.decide import decide
 from analyzer.advisor.figures import BandwidthFigures, ReuseFigures, TierFigure, TraceFigures
 from analyzer.advisor.plan import Capacities, DeploymentPlan, Fleet, PlanLoad, PlanStatus, price
-from analyzer.advisor.size import SizeQuestion, size_option
+from analyzer.advisor.size import SizeQuestion, SizeSearch, size_option
 from analyzer.cost.prices import PriceOverrides, resolve_prices
 from analyzer.replay import ClusterConfig
 from analyzer.replay.config import STANDARD_SCENARIOS, Scenario, ScenarioSpec
@@ -78,9 +79,33 @@ def cfg(**kw) -> ClusterConfig:
     return ClusterConfig(**base)
 
 
-def smallest(trace, c, spec: ScenarioSpec, *, time_scale=1.0, slo=0.5, cap=64):
-    q = SizeQuestion(spec, c, COST, time_scale, slo, cap=cap)
+def smallest(trace, c, spec: ScenarioSpec, *, time_scale=1.0, slo=0.5, cap=64, **hint):
+    q = SizeQuestion(spec, c, COST, time_scale, slo, cap=cap, **hint)
     return size_option(trace, q)
+
+
+def bounded_by(easier: SizeSearch, *, harder: bool) -> dict[str, object]:
+    """The hint the explore stage gives a harder (or easier) question than ``easier``'s
+    (analyzer.advisor.explore._hints): from that answer, counts below it known to fail,
+    or the answer known to pass."""
+    a = easier.instances
+    assert a is not None
+    if harder:
+        return {"instances": a, "gallop": True, "fails_to": a - 1}
+    return {"instances": max(1, a - 1), "near": True, "passes_at": a}
+
+
+def same_with_bounds(trace, c, spec, easy: SizeSearch, harder: bool, **question):
+    """The question searched with and without the bound the properties give: the same
+    answer, the bounded search replaying no more counts."""
+    free = smallest(trace, c, spec, **question)
+    hint = bounded_by(easy, harder=harder)
+    start = replace(c, instances=hint.pop("instances"))
+    bound = smallest(trace, start, spec, **question, **hint)
+    assert bound.instances == free.instances, (free.probes, bound.probes)
+    assert bound.above_cap == free.above_cap
+    assert bound.at_size is not None and bound.at_size.ttft == free.at_size.ttft
+    return free, bound
 
 
 def fleet_of(trace, c, option: str, gpu_hour: float, *, slo=0.5) -> Fleet:
@@ -159,6 +184,40 @@ def test_cheaper_gpus_never_make_an_offload_tier_more_attractive(trace, gpu_hour
     tiers = ("deploy-pooled", "local-offload-only")
     if cheap in tiers:
         assert dear in tiers, (dear, cheap)
+
+
+@PROPS
+@given(
+    logs(),
+    st.sampled_from(OPTIONS),
+    st.sampled_from([0.25, 0.5, 1.0]),
+    st.sampled_from([1.5, 2.0, 3.0]),
+    st.sampled_from(["load", "slo", "link"]),
+)
+def test_the_bounded_searches_of_the_flips_find_the_unbounded_answers(
+    trace, option, time_scale, factor, what
+):
+    """The explore stage searches a harder question (more load, a tighter SLO, a slower
+    pool link) taking the counts below the plan's answer as failing, and an easier one
+    no higher than that answer (the properties below): on generated logs, those searches
+    find what a search from the analysis cluster's size with no bound finds."""
+    spec = STANDARD_SCENARIOS[option]
+    c = cfg(pool_gbps=1.0)
+    plan = smallest(trace, c, spec, time_scale=time_scale)
+    if plan.instances is None:
+        return
+    if what == "load":
+        same_with_bounds(trace, c, spec, plan, True, time_scale=time_scale / factor)
+        light = smallest(trace, c, spec, time_scale=time_scale * factor)
+        if light.instances is not None:
+            same_with_bounds(trace, c, spec, plan, False, time_scale=time_scale * factor)
+    elif what == "slo":
+        same_with_bounds(trace, c, spec, plan, True, time_scale=time_scale, slo=0.5 / factor)
+        same_with_bounds(trace, c, spec, plan, False, time_scale=time_scale, slo=0.5 * factor)
+    else:
+        slow, fast = cfg(pool_gbps=1.0 / factor), cfg(pool_gbps=factor)
+        same_with_bounds(trace, slow, spec, plan, True, time_scale=time_scale)
+        same_with_bounds(trace, fast, spec, plan, False, time_scale=time_scale)
 
 
 @PROPS

@@ -60,6 +60,56 @@ def test_search_finds_the_smallest_passing_count(threshold, start, cap, beyond):
         assert answer == 1 or not known[answer - 1].passed
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    threshold=st.integers(1, 300),
+    start=st.integers(1, 300),
+    cap=st.integers(1, 256),
+    near=st.booleans(),
+    gallop=st.booleans(),
+    below=st.integers(0, 300),
+    above=st.one_of(st.none(), st.integers(0, 300)),
+)
+def test_a_hinted_search_finds_what_the_scan_finds(
+    threshold, start, cap, near, gallop, below, above
+):
+    """Whatever the hint (a start, its neighbour first, a step up, counts known to fail
+    below the answer and one known to pass above it), the answer is the scan's, no count
+    known to fail is replayed, and the search stays logarithmic."""
+    fails_to = min(below, threshold - 1)
+    passes_at = None if above is None else threshold + above
+    asked: list[int] = []
+    within, over, _ = search_size(
+        fake(threshold, asked),
+        start=start,
+        cap=cap,
+        beyond=4 * cap,
+        near=near,
+        gallop=gallop,
+        fails_to=fails_to,
+        passes_at=passes_at,
+    )
+    assert within == (threshold if threshold <= cap else None)
+    assert over == (threshold if cap < threshold <= 4 * cap else None)
+    assert len(asked) == len(set(asked)) and all(n > fails_to for n in asked)
+    assert len(asked) <= 4 * (4 * cap).bit_length() + 4
+
+
+@pytest.mark.parametrize("threshold", [1, 2, 5, 17])
+def test_a_right_guess_costs_two_replays(threshold):
+    """Started at the answer with ``near``, or one below it with ``gallop``, the search
+    replays the answer and the count below it, nothing else."""
+    asked: list[int] = []
+    search_size(fake(threshold, asked), start=threshold, cap=64, near=True)
+    assert sorted(asked) == sorted({threshold, max(1, threshold - 1)})
+    asked.clear()
+    search_size(fake(threshold, asked), start=max(1, threshold - 1), cap=64, gallop=True)
+    assert sorted(asked) == sorted({threshold, max(1, threshold - 1)})
+    asked.clear()  # a harder question whose easier one needed ``threshold``: one replay
+    search_size(fake(threshold, asked), start=threshold, cap=64, fails_to=threshold - 1)
+    assert asked == [threshold]
+
+
 def test_search_steps_down_to_the_busy_bound():
     """A passing run whose GPUs were busy 30% of the time: the next count tried is the
     one that would be busy all the time (fewer cannot serve the work)."""
