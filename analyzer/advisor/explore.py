@@ -9,11 +9,14 @@ from other plans:
   re-priced;
 * the load (x2 the busiest window's), the TTFT SLO (x0.5, x2) and the pool link (x0.5,
   x2 its bandwidth): every affected option sized again by replaying, each search
-  starting where the plan's ended and taking every replay it already has that
-  answers (a complete run answers any SLO).
+  starting from the plan's answer and taking every replay it already has that
+  answers (a complete run answers any SLO). The properties the plans hold bound the
+  search (:func:`_hints`): a harder question (more load, a tighter SLO, a slower
+  link) never needs fewer instances than the plan, an easier one never more.
 
 **Other GPUs and models** (the side-by-side table, listed apart from the flips: they are
-another purchase, not a setting): the verdict's option planned on each by replaying,
+another purchase, not a setting): the verdict's option (only it: one search a row)
+planned on each by replaying,
 each model at its own smallest tensor parallelism on that GPU, its floor checked first,
 so every row's TTFT is the replay's at the size it states.
 

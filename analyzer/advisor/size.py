@@ -22,6 +22,14 @@ fails stops its replay as soon as it has lost the SLO, so only passing counts co
 whole replay. A count above the cap is searched only to say which size would meet
 the SLO (``beyond``), never planned.
 
+**A search with a hint** (:class:`Hint`) starts where its answer probably is: after a
+pass at the start it tries one fewer first (``near``), after a failure it steps up by
+1, 2, 4, ... (``gallop``), so a right guess costs two replays; counts known to fail
+(``fails_to``, from an easier question's answer) are not replayed, and the doubling
+stops at a count known to pass (``passes_at``). The plan searches each model's
+baseline first and starts the other options one below its answer
+(:func:`plan_sizes`); the explore stage's variants start from the plan's answers.
+
 **The options are searched in parallel** (:func:`size_options`): each option's search
 runs in its own process (``jobs``), since the replays of one option depend on each
 other and those of different options do not.
