@@ -382,6 +382,10 @@ class BlockRadix:
         # chain goes leaf first, up to a block another chain shares) is evicted in the
         # inner loop without going through the heap; when another leaf comes first the
         # parent takes its place in the heap (heapreplace, what heappushpop does then).
+        # Under LRU in a chained cache a parent that inherits its child's touch comes
+        # next without comparing: its key, the child's plus one sequence number, is the
+        # number the child's tail-first touch reserved for it, and every live leaf's key
+        # is above the child's, so none lies between (the parent-touched-since test).
         nodes = self._nodes
         heap = self._heap
         pop = heapq.heappop
@@ -392,10 +396,12 @@ class BlockRadix:
         at = self._at
         seq = self._seq
         chained = self._chained
+        walk = chained and type(self._policy).key is LRU.key
         out: list[int] = []
         append = out.append
         held: list[tuple[Any, ...]] = []
         need = n_blocks
+        entry: tuple[Any, ...] | None
         while need > 0 and heap:
             entry = pop(heap)
             b = entry[at]
@@ -404,7 +410,7 @@ class BlockRadix:
                 continue  # stale
             while True:  # ``entry`` is the live leaf ``b``, the next in policy order
                 if protect is not None and b in protect:
-                    held.append(entry)
+                    held.append(entry if entry is not None else self._entry(node, b, seq))
                     break
                 if pinned is not None and b in pinned:
                     break  # out of the order until unpinned (see evict)
@@ -415,14 +421,21 @@ class BlockRadix:
                 if parent == ROOT:
                     break
                 p = nodes[parent]
+                inherited = False
                 if chained and node.touch_seq >= p.touch_seq:  # _inherit, inlined
                     p.last_access = node.last_access
                     p.touch_seq = node.touch_seq + 1
+                    inherited = walk
                 p.children -= 1
                 if p.children:
                     break
                 seq += 1  # the parent became a leaf
                 p.version = seq
+                if inherited and need:  # LRU: it is next (see above)
+                    b = parent
+                    node = p
+                    entry = None
+                    continue
                 entry = key(p) + (parent, seq) if flat else (key(p), parent, seq)  # noqa: RUF005 (faster than unpacking)
                 if not need:
                     push(heap, entry)
@@ -457,12 +470,12 @@ _FIELD_KEYS: dict[object, tuple[str, str]] = {
 }
 
 
-def _key_function(policy: Policy) -> Callable[[Node], tuple[float, ...]]:
+def _key_function(policy: Policy) -> Callable[[Node], tuple[Any, ...]]:
     """``policy.key``, or an attrgetter returning the same tuple (:data:`_FIELD_KEYS`)."""
     fields = _FIELD_KEYS.get(type(policy).key)
     if fields is None:
         return policy.key
-    getter: Callable[[Node], tuple[float, ...]] = attrgetter(*fields)
+    getter: Callable[[Node], tuple[Any, ...]] = attrgetter(*fields)
     return getter
 
 
