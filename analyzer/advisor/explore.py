@@ -24,7 +24,10 @@ so every row's TTFT is the replay's at the size it states.
 verdict's option is sized again with those requests spread evenly over the time to the
 next timestamp, and the report gives both sizes.
 
-Every variant's questions go to the replayer in one batch, so they run in parallel.
+Every variant's questions go to the replayer in two batches, so they run in parallel:
+each variant's baseline first (with the side-by-side rows, the pool link and the
+arrivals), then its other options, starting where the baseline's answer moved to
+(:func:`analyzer.advisor.size.answer`, ``baseline_first``).
 """
 
 from __future__ import annotations
@@ -393,7 +396,7 @@ def explore(
         variants.append(arr)
     batch = [a for v in variants for a in v.asks]
     with progress("sensitivity, other GPUs and models: sized again by replaying", None):
-        plans = answer(batch, services, opts.thresholds.objective)
+        plans = answer(batch, services, opts.thresholds.objective, baseline_first=True)
     tf, rf, th = m.trace_figures, m.reuse, opts.thresholds
     option = decision.scenario or BASELINE
     mine = sized.fleet(option)

@@ -571,28 +571,44 @@ def _search(
         found.update(zip(idx, got, strict=True))
 
 
+def _same_question(a: Ask, b: Ask) -> bool:
+    """Whether ``a`` and ``b`` ask of the same model, trace, load and SLO (one plan or
+    one variant of it)."""
+    return a.setup is b.setup and a.load == b.load and a.slo_s == b.slo_s and a.trace is b.trace
+
+
 def _from_baseline(batch: Sequence[Ask], found: dict[int, SizeSearch]) -> list[Ask]:
-    """``batch`` with each option's search of a model starting one below the model's
-    baseline answer, a close guess: an offload tier or a pool saves an instance or a
-    few where it pays at all, and a guess a little low costs a failed replay, which
-    stops early, where one a little high costs a whole passing one."""
+    """``batch`` with each option's search starting near where its model's baseline,
+    asked the same question, ended. Unhinted (the plan): one below the baseline's
+    answer, since an offload tier or a pool saves an instance or a few where it pays
+    at all, and a guess a little low costs a failed replay, which stops early, where one
+    a little high costs a whole passing one. Hinted (a variant, which starts from the
+    plan's answer): its start moved as the baseline's answer moved from its own start,
+    within the hint's bounds."""
     out = list(batch)
     for i, a in enumerate(batch):
         q = a.question
         if q is None or a.spec.name == BASELINE:
             continue
-        base = next(
+        j = next(
             (
-                found[j]
+                j
                 for j, b in enumerate(batch)
-                if j in found and b.setup is a.setup and b.spec.name == BASELINE
+                if j in found and b.spec.name == BASELINE and _same_question(a, b)
             ),
             None,
         )
-        n = None if base is None else (base.instances or base.above_cap)
-        if n is not None:
-            q = replace(q, cfg=replace(q.cfg, instances=max(1, n - 1)), near=True, gallop=True)
-            out[i] = replace(a, question=q)
+        if j is None:
+            continue
+        base, bq = found[j], batch[j].question
+        n = base.instances or base.above_cap
+        if n is None or bq is None:
+            continue
+        hinted = q.near or q.gallop or q.fails_to > 0 or q.passes_at is not None
+        start = round(q.start * n / bq.start) if hinted else n - 1
+        start = max(q.fails_to + 1, min(start, q.passes_at or start))
+        q = replace(q, cfg=replace(q.cfg, instances=max(1, start)), near=True, gallop=True)
+        out[i] = replace(a, question=q)
     return out
 
 
