@@ -347,14 +347,9 @@ def inference_perf_shared_prefix(
     group's prompts share; the block holding its end and the question is the
     prompt's own."""
     rng = np.random.default_rng(seed)
-    shared = system_tokens // block_size
-    own = (system_tokens + question_tokens) // block_size - shared
-    prompts: list[list[int]] = []
-    for g in range(groups):
-        prefix = list(range(g * shared, (g + 1) * shared))
-        for _ in range(prompts_per_group):
-            start = groups * shared + len(prompts) * own
-            prompts.append(prefix + list(range(start, start + own)))
+    prompts = _shared_prefix_prompts(
+        groups, prompts_per_group, system_tokens, question_tokens, block_size
+    )
     order = rng.permutation(len(prompts))
     blocks: list[list[int]] = []
     arrivals: list[float] = []
@@ -375,3 +370,89 @@ def inference_perf_shared_prefix(
         blocks, block_size, arrivals=arrivals, prompts=[prompt] * n, outputs=[output_tokens] * n
     )
     return trace, np.array(stage_of)
+
+
+def _shared_prefix_prompts(
+    groups: int, prompts_per_group: int, system_tokens: int, question_tokens: int, block_size: int
+) -> list[list[int]]:
+    """The ``shared_prefix`` prompts as block lists, group by group: a system prompt is
+    a run of blocks its group's prompts share; the block holding its end and the
+    question is the prompt's own."""
+    shared = system_tokens // block_size
+    own = (system_tokens + question_tokens) // block_size - shared
+    prompts: list[list[int]] = []
+    for g in range(groups):
+        prefix = list(range(g * shared, (g + 1) * shared))
+        for _ in range(prompts_per_group):
+            start = groups * shared + len(prompts) * own
+            prompts.append(prefix + list(range(start, start + own)))
+    return prompts
+
+
+def inference_perf_poisson_times(
+    rate: float, duration: float, rng: np.random.Generator
+) -> np.ndarray:
+    """The send times, from the start of a stage, of inference-perf's ``poisson`` load
+    (kubernetes-sigs/inference-perf v0.4.0, inference_perf/loadgen/load_timer.py,
+    ``PoissonLoadTimer``): ``int(rate * duration)`` requests; each second holds a
+    Poisson count of them (a second with none is skipped), spread over it by
+    exponential gaps scaled to fill the second."""
+    n = int(rate * duration)
+    times: list[float] = []
+    t = 0.0
+    while len(times) < n:
+        count = int(rng.poisson(rate))
+        if count < 1:
+            t += 1.0
+            continue
+        gaps = rng.exponential(1 / count, count)
+        for gap in gaps * (1.0 / gaps.sum()):
+            t += float(gap)
+            times.append(t)
+    return np.array(times[:n])
+
+
+def inference_perf_shared_prefix_stages(
+    stages: list[tuple[float, float]],
+    groups: int,
+    prompts_per_group: int,
+    system_tokens: int,
+    question_tokens: int,
+    output_tokens: int,
+    block_size: int = 64,
+    seed: int = 0,
+) -> tuple[BlockTrace, np.ndarray, np.ndarray]:
+    """inference-perf's ``shared_prefix`` workload under a ``poisson`` load ladder,
+    stage by stage as its multi-process load generator sends it (v0.4.0,
+    inference_perf/loadgen/load_generator.py ``run_stage``): a trace, each request's
+    stage, and its send time from its stage's start. Each stage sends
+    ``int(rate * duration)`` requests on :func:`inference_perf_poisson_times` and
+    starts its data generator again, so every stage begins with the first of the
+    prompts as shuffled once (inference_perf/datagen/shared_prefix_datagen.py). The
+    harness starts a stage only once the one before has finished every request (then
+    waits its ``interval``), which depends on the servers: the trace lays the stages
+    end to end, and a replay that times stages as the harness does moves them."""
+    rng = np.random.default_rng(seed)
+    prompts = _shared_prefix_prompts(
+        groups, prompts_per_group, system_tokens, question_tokens, block_size
+    )
+    order = rng.permutation(len(prompts))
+    blocks: list[list[int]] = []
+    arrivals: list[float] = []
+    stage_of: list[int] = []
+    offsets: list[float] = []
+    t0 = 0.0
+    for s, (rate, duration) in enumerate(stages):
+        times = inference_perf_poisson_times(rate, duration, rng)
+        for i, t in enumerate(times.tolist()):
+            blocks.append(prompts[order[i % len(order)]])
+            arrivals.append(t0 + t)
+            stage_of.append(s)
+            offsets.append(t)
+        t0 += float(times[-1]) if len(times) else 0.0
+    n = len(blocks)
+    prompt = system_tokens + question_tokens
+    trace = build_trace(
+        blocks, block_size, arrivals=arrivals, prompts=[prompt] * n, outputs=[output_tokens] * n
+    )
+    return trace, np.array(stage_of), np.array(offsets)
