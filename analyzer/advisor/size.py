@@ -58,6 +58,8 @@ from analyzer.advisor.plan import (
     price,
 )
 from analyzer.advisor.price import OPTIONS
+from analyzer.cost.aic import Fits, fitted, remember_fitted
+from analyzer.cost.model import CostModel
 from analyzer.cost.prices import Prices
 from analyzer.heap import release_freed_memory
 from analyzer.progress import progress
@@ -66,6 +68,7 @@ from analyzer.replay.engine import TraceTree
 from analyzer.replay.memo import NotRemembered
 from analyzer.replay.probe import Probe, probe
 from analyzer.replay.run import _Memo, resolve, worker_pool
+from analyzer.replay.steps import step_pricing
 from analyzer.spawn import main_not_rerun
 from analyzer.trace import BlockTrace
 
@@ -73,7 +76,6 @@ if TYPE_CHECKING:
     from analyzer.advisor.options import AnalyzeOptions
     from analyzer.advisor.price import ModelSetup, Priced
     from analyzer.advisor.replay import Replayed, ReplayTrace, Services
-    from analyzer.cost.model import CostModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,11 +319,14 @@ def size_option(
     return SizeSearch(q.spec.name, q.cap, within, above, probes)
 
 
-def _size_option_apart(trace: BlockTrace, q: SizeQuestion, sampling_rate: float) -> SizeSearch:
-    """:func:`size_option` in a worker process, which then hands the heap the search
-    freed (the replay's caches and queues) back to the system: a worker kept for the
-    next search otherwise holds its largest search's peak while it waits (two workers,
-    ~400 MB at a 10,000-request long-prompt log)."""
+def _size_option_apart(
+    trace: BlockTrace, q: SizeQuestion, sampling_rate: float, fits: Fits
+) -> SizeSearch:
+    """:func:`size_option` in a worker process, given the step-time fits the parent made
+    (:func:`analyzer.cost.aic.fitted`: the worker then neither imports aiconfigurator-core
+    nor fits again, 81 MB and about 15 s of CPU a worker), which then hands the heap the
+    search freed (the replay's caches and queues) back to the system."""
+    remember_fitted(fits)
     try:
         return size_option(trace, q, sampling_rate)
     finally:
@@ -345,8 +350,14 @@ def size_options(
     with ExitStack() as stack:
         if pool is None:
             pool = stack.enter_context(worker_pool(min(jobs, len(questions))))
+        for q in questions:  # the step times the replays price with, fitted here once
+            if q.cfg.serving == "aggregated" or isinstance(q.cost, CostModel):
+                step_pricing(q.cost)  # the engine's steps; a disaggregated decode pool's
+        fits = fitted()
         with main_not_rerun():  # new workers start at these submits
-            futures = [pool.submit(_size_option_apart, trace, q, sampling_rate) for q in questions]
+            futures = [
+                pool.submit(_size_option_apart, trace, q, sampling_rate, fits) for q in questions
+            ]
         try:
             return [f.result() for f in futures]
         finally:  # a failure: the others are not waited for

@@ -258,7 +258,7 @@ def measured_step(cost: CostModel, backend: str) -> MeasuredStep | str:
     where = coverage(cost, backend)
     if isinstance(where, str):
         return where
-    return _measured(
+    key: _Key = (
         where[0],
         where[1],
         backend,
@@ -269,9 +269,36 @@ def measured_step(cost: CostModel, backend: str) -> MeasuredStep | str:
         cost.kv_dtype,
         cost.expert_parallel,
     )
+    got = _FITTED.get(key)
+    if got is None:
+        got = _FITTED[key] = _measured(*key)
+        while len(_FITTED) > MAX_FITTED:
+            _FITTED.pop(next(iter(_FITTED)))
+    return got
 
 
-@lru_cache(maxsize=64)
+# (system, model name, back end, model, GPU, TP, weight dtype, KV dtype, expert parallel)
+_Key = tuple[str, str, str, str, str, int, str, str, bool]
+# Each deployment's fit, made once per process (the oldest forgotten past MAX_FITTED).
+Fits = dict[_Key, MeasuredStep | str]
+_FITTED: Fits = {}
+MAX_FITTED = 64
+
+
+def fitted() -> Fits:
+    """The fits this process has made, by deployment: a replay worker process given them
+    (:func:`remember_fitted`) neither imports the library nor fits again (81 MB and about
+    15 s of CPU for a worker's first deployment)."""
+    return dict(_FITTED)
+
+
+def remember_fitted(fits: Fits) -> None:
+    """Take the fits another process made (:func:`fitted`): the same library, data and
+    deployment give the same fit."""
+    for key, fit in fits.items():
+        _FITTED.setdefault(key, fit)
+
+
 def _measured(
     system: str,
     name: str,

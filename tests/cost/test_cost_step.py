@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import analyzer.cost.aic as aic
 from analyzer.cost import CostModel, StepModel, step_model, step_seconds
 from analyzer.cost.coefficients import PrefillCoefficients, TtftCoefficients
 from analyzer.cost.step import chunk_attn, engine_step_model
@@ -326,3 +327,33 @@ def test_library_errors_name_no_path():
         got == 'perf database error: context MLA data missing for ContextKey { fmha_quant: "fp8" }'
     )
     assert "/" not in _reason(ValueError("cannot read /secret/place/file.parquet"))
+
+
+def test_a_fit_made_in_another_process_is_taken_not_made_again(monkeypatch):
+    """A replay worker given the parent's fits (fitted / remember_fitted) answers from
+    them: the library is not asked again, and the answer is the parent's."""
+    cm = CostModel.from_catalog("llama-3.1-70b", "h100", tp=4)
+    where = aic.coverage(cm, "vllm")
+    if isinstance(where, str):
+        pytest.skip(where)
+    made = aic.MeasuredStep(
+        coefficients=np.arange(8.0),
+        source="the parent's fit",
+        fit_median_error=0.01,
+        fit_worst_factor=1.1,
+        held_out_median_error=0.02,
+        held_out_worst_factor=1.2,
+        points=len(aic.FIT_GRID),
+    )
+    key = (*where, "vllm", cm.model.id, cm.gpu.id, cm.tp, cm.weight_dtype, cm.kv_dtype,
+           cm.expert_parallel)  # fmt: skip
+    monkeypatch.setattr(aic, "_FITTED", {})
+    aic.remember_fitted({key: made})
+
+    def no_library(*args: object) -> None:
+        raise AssertionError("fitted again")
+
+    monkeypatch.setattr(aic, "_measured", no_library)
+    assert aic.measured_step(cm, "vllm") is made
+    assert step_model(cm).source == "the parent's fit"
+    assert aic.fitted() == {key: made}
