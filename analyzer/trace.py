@@ -683,7 +683,12 @@ class BlockTrace:
         return cls.from_table(read_canonical(path))
 
     def requests(
-        self, rows: np.ndarray, *, count_only: bool, token_lcp_prev: np.ndarray | None
+        self,
+        rows: np.ndarray,
+        *,
+        count_only: bool,
+        token_lcp_prev: np.ndarray | None,
+        content: bool = True,
     ) -> BlockTrace:
         """The requests at positions ``rows`` (increasing) as a trace of their own: what
         :meth:`from_table` builds from the table rows they came from (block, content,
@@ -691,7 +696,8 @@ class BlockTrace:
         no previews), without the block hash columns, which a caller may have dropped.
 
         ``count_only`` and ``token_lcp_prev`` are the rows' own, which this trace cannot
-        tell (its flag and column are the whole table's): from the table's columns."""
+        tell (its flag and column are the whole table's): from the table's columns.
+        ``content``: with content ids (when this trace has them)."""
         rows = np.asarray(rows, dtype=np.int64)
         counts = np.diff(self.offsets)[rows]
         offsets = np.zeros(rows.size + 1, dtype=np.int64)
@@ -700,7 +706,7 @@ class BlockTrace:
         pos = np.repeat(self.offsets[rows] - offsets[:-1], counts) + np.arange(offsets[-1])
         ids, old = first_seen_ids(self.block_ids[pos])
         content_ids = None
-        if self.content_ids is not None:
+        if content and self.content_ids is not None:
             content_ids, _ = first_seen_ids(self.content_ids[pos])
         del pos
         session, session_names = _recoded(self.session[rows], self.session_names)

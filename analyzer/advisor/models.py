@@ -282,10 +282,7 @@ def per_model_reuse(
     ``bytes_per_token`` is replaced by each model's own)."""
     out: list[ModelFigures] = []
     for m in served_models(loaded.table):
-        # the model's requests as read (not keyed by --isolation); under shared, the
-        # part the plan replays later, built once
-        shared = loaded.isolation == "shared"
-        trace = loaded.model_part(m.name) if shared else loaded.read_part(m.name)
+        trace = loaded.read_part(m.name)  # as read, not keyed by --isolation
         bpt = (
             int(get_model(m.catalog_id).kv_bytes_per_token(dtype=kv_dtype))
             if m.catalog_id
