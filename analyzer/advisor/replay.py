@@ -5,7 +5,7 @@ The plan asks the replay two kinds of questions: "the fewest instances of this o
 that meet the SLO at this load" (a size search, :mod:`analyzer.advisor.size`) and
 "does this one size meet it" (a probe, :mod:`analyzer.replay.probe`). A
 :class:`Replayer` answers both; :class:`LocalReplayer` replays them in this process
-(each option's search in a worker process of its own with ``--jobs``), remembering
+(with ``--jobs``, in this process and ``jobs - 1`` worker processes), remembering
 every answer for the rest of the analysis, and the dashboard plugs in its own, which
 remembers them across analyses (:class:`Services`).
 
@@ -180,8 +180,8 @@ class ProbeStore:
 
 
 class LocalReplayer:
-    """Replays the plan's questions (each option's search in a worker process of its own
-    with ``jobs > 1``, or in ``pool`` when given) and remembers every probe in ``store``.
+    """Replays the plan's questions (with ``jobs > 1`` in this process and ``jobs - 1``
+    worker processes, or in ``pool`` when given) and remembers every probe in ``store``.
 
     A caller that keeps the store across analyses (the dashboard) gives ``trace_key``,
     what identifies the trace on screen; ``only_known`` asks nothing new (a question no
@@ -210,14 +210,15 @@ class LocalReplayer:
         self._own: Executor | None = None  # worker processes started here, for jobs > 1
 
     def _pool(self, questions: int) -> Executor | None:
-        """The pool to run ``questions`` searches in: the caller's, or one started once
-        for this replayer (so an analysis pays for its workers' start-up once)."""
+        """The pool to run ``questions`` searches in: the caller's, or one of ``jobs - 1``
+        workers started once for this replayer (so an analysis pays for their start-up
+        once), beside which this process searches too."""
         if self.pool is not None:
             return self.pool
         if self.jobs <= 1 or questions <= 1:
             return None
         if self._own is None:
-            self._own = worker_pool(self.jobs)
+            self._own = worker_pool(self.jobs - 1)
         return self._own
 
     def close(self) -> None:
@@ -250,8 +251,13 @@ class LocalReplayer:
         if self.only_known:
             out = [size_option(trace, q, sampling_rate, replay_missing=False) for q in seeded]
         else:
+            pool = self._pool(len(seeded))
             out = size_options(
-                trace, seeded, sampling_rate=sampling_rate, pool=self._pool(len(seeded))
+                trace,
+                seeded,
+                sampling_rate=sampling_rate,
+                pool=pool,
+                share=pool is not None and pool is self._own,
             )
         for q, s in zip(questions, out, strict=True):
             self._keep(part, q, sampling_rate, s.probes)

@@ -340,10 +340,14 @@ def size_options(
     jobs: int = 1,
     sampling_rate: float = 1.0,
     pool: Executor | None = None,
+    share: bool = False,
 ) -> list[SizeSearch]:
     """Every option's search, in ``questions``' order; with ``jobs > 1`` (or a ``pool``
-    already running) each option in a worker process of its own. The answers do not
-    depend on where they run: each search replays alone."""
+    already running) each option in a worker process of its own. ``share``: this
+    process searches too, taking from the end the questions no worker has started, so
+    a pool of ``jobs - 1`` workers keeps ``jobs`` processes busy (one worker's memory
+    less, while the caller would only wait). The answers do not depend on where they
+    run: each search replays alone."""
     if pool is None and (jobs <= 1 or len(questions) <= 1):
         return [size_option(trace, q, sampling_rate) for q in questions]
 
@@ -358,8 +362,15 @@ def size_options(
             futures = [
                 pool.submit(_size_option_apart, trace, q, sampling_rate, fits) for q in questions
             ]
+        here: dict[int, SizeSearch] = {}
         try:
-            return [f.result() for f in futures]
+            # a question a worker has not taken is cancelled and searched here; the
+            # workers take them in order, so the first taken one ends the loop
+            for i in reversed(range(len(questions)) if share else ()):
+                if not futures[i].cancel():
+                    break
+                here[i] = size_option(trace, questions[i], sampling_rate)
+            return [here[i] if i in here else f.result() for i, f in enumerate(futures)]
         finally:  # a failure: the others are not waited for
             for f in futures:
                 f.cancel()

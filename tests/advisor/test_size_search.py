@@ -11,10 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import analyzer.advisor.size as size_mod
 from analyzer.advisor.size import SizeQuestion, search_size, size_option, size_options
 from analyzer.replay import ClusterConfig, run_replay
 from analyzer.replay.config import STANDARD_SCENARIOS, Scenario
 from analyzer.replay.probe import Probe, allowed_misses, deciding_ttft_s, probe
+from analyzer.replay.run import worker_pool
 from tests.helpers.replay import AnalyticCost, build_trace, chained_requests
 
 COST = AnalyticCost(bytes_per_token=1000, hbm_tokens=4000)
@@ -185,7 +187,7 @@ def test_probe_is_the_replay_at_that_size(n, scale, slo, option):
 
 
 @pytest.mark.slow
-def test_parallel_search_gives_the_same_answers():
+def test_parallel_search_gives_the_same_answers(monkeypatch):
     trace = _trace(200, gap=0.01)
     qs = [
         SizeQuestion(STANDARD_SCENARIOS[o], _cfg(instances=2), COST, 0.5, 0.3, cap=32)
@@ -193,12 +195,25 @@ def test_parallel_search_gives_the_same_answers():
     ]
     one = size_options(trace, qs, jobs=1)
     two = size_options(trace, qs, jobs=2)
-    assert [(s.instances, [p.instances for p in s.probes]) for s in one] == [
-        (s.instances, [p.instances for p in s.probes]) for s in two
-    ]
-    for a, b in zip(one, two, strict=True):
-        assert a.at_size is not None and b.at_size is not None
-        assert a.at_size.ttft == b.at_size.ttft
+    # one worker and this process, which searches the questions no worker took (the
+    # worker holds two at most: the last is searched here)
+    here: list[str] = []
+
+    def counted(trace, q, *args, **kw):
+        here.append(q.spec.name)
+        return size_option(trace, q, *args, **kw)
+
+    monkeypatch.setattr(size_mod, "size_option", counted)  # this process's, not the worker's
+    with worker_pool(1) as pool:
+        shared = size_options(trace, [*qs, *qs], pool=pool, share=True)
+    assert here and here[0] == qs[-1].spec.name
+    for got in (two, shared[:2], shared[2:]):
+        assert [(s.instances, [p.instances for p in s.probes]) for s in one] == [
+            (s.instances, [p.instances for p in s.probes]) for s in got
+        ]
+        for a, b in zip(one, got, strict=True):
+            assert a.at_size is not None and b.at_size is not None
+            assert a.at_size.ttft == b.at_size.ttft
 
 
 def test_no_size_within_the_cap_reports_the_one_above():
