@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from analyzer.advisor.decide import BASELINE, decide
+from analyzer.advisor.economics import load_figures
 from analyzer.advisor.figures import Decision, PricedChoice, PricedOption
 from analyzer.advisor.measure import spread
 from analyzer.advisor.plan import DeploymentPlan, Fleet, repriced
@@ -174,17 +175,20 @@ def _price_rows(
 
 
 def _flip_variants(
-    priced: Priced, replayed: Replayed, sized: Sized, opts: AnalyzeOptions
+    m: Measured, priced: Priced, replayed: Replayed, sized: Sized, opts: AnalyzeOptions
 ) -> list[_Variant]:
-    """The load, SLO and pool link variants, each asked of every affected option."""
+    """The load, SLO and pool link variants, each asked of every affected option. The
+    load row names the whole log's busiest rate (each model's plan is replayed at its
+    own busiest window's, x the factor)."""
     out: list[_Variant] = []
-    load = sized.plans[0].load
+    window = opts.peak_window_s
+    peak = load_figures(m.trace.arrival_s, window).peak_rps
     for f in LOAD_FACTORS:
         out.append(
             _Variant(
                 "flip",
                 "load",
-                f"x{f:g} ({load.peak_rps * f:.3g} requests/s at the busiest {load.window_s:g} s)",
+                f"x{f:g} ({peak * f:.3g} requests/s at the busiest {window:g} s)",
                 "every option sized again by replaying",
                 tuple(
                     asks(
@@ -389,7 +393,7 @@ def explore(
     meeting = any(f.meets_slo for f in sized.fleets)
     if not opts.sensitivity_replays or not meeting:
         return Explored(tuple(rows), (), None)
-    variants = _flip_variants(priced, replayed, sized, opts)
+    variants = _flip_variants(m, priced, replayed, sized, opts)
     variants += _side_variants(m, priced, replayed, sized, decision, opts, services)
     arr = _arrivals_variant(m, priced, replayed, sized, decision, opts)
     if arr is not None:
