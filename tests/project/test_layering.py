@@ -29,6 +29,7 @@ LAYERS = {
     "spill": 1,
     "progress": 1,
     "spawn": 1,
+    "heap": 1,
     "trace": 1,
     "dense": 1,
     "storage": 1,
