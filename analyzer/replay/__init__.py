@@ -7,6 +7,7 @@ that keeps p90 TTFT under an SLO, for each scenario (see docs/replay.md).
 
 from analyzer.replay import serving as serving  # registers "aggregated" (engine.SIMULATIONS)
 from analyzer.replay.config import (
+    DEFAULT_SCENARIOS,
     ROUTERS,
     STANDARD_SCENARIOS,
     UNBOUNDED,
@@ -30,6 +31,7 @@ from analyzer.replay.run import (
 )
 
 __all__ = [
+    "DEFAULT_SCENARIOS",
     "ROUTERS",
     "STANDARD_SCENARIOS",
     "UNBOUNDED",

@@ -465,6 +465,15 @@ STANDARD_SCENARIOS: dict[str, ScenarioSpec] = {
     ),
 }
 
+# What a replay runs when no scenarios are named (`kvpool replay`'s `--scenarios`): the
+# reference, the baseline, local DRAM offload and the pool; `local+dram+nvme` is asked for.
+DEFAULT_SCENARIOS: tuple[str, ...] = (
+    Scenario.NONE,
+    Scenario.LOCAL,
+    Scenario.LOCAL_DRAM,
+    Scenario.POOLED,
+)
+
 
 def parse_capacity(text: str, flag: str) -> int:
     """A capacity flag: an integer token count (``1e6`` and ``1_000_000`` accepted) or

@@ -34,7 +34,7 @@ from typing import Any
 
 from analyzer.progress import Advance
 from analyzer.replay.config import (
-    STANDARD_SCENARIOS,
+    DEFAULT_SCENARIOS,
     ClusterConfig,
     ScenarioSpec,
     select_scenarios,
@@ -361,7 +361,7 @@ class ReplayMemo:
         self,
         trace,
         cfg: ClusterConfig,
-        scenarios=tuple(STANDARD_SCENARIOS),
+        scenarios=DEFAULT_SCENARIOS,
         ttft_slo_s: float = 2.0,
         search_rate: bool = True,
         advance: Advance | None = None,

@@ -47,7 +47,7 @@ from analyzer.progress import Advance
 from analyzer.replay.capacity import batch_defaults, kv_pool_tokens
 from analyzer.replay.config import (
     CONNECTORS,
-    STANDARD_SCENARIOS,
+    DEFAULT_SCENARIOS,
     UNBOUNDED,
     ClusterConfig,
     ScenarioSpec,
@@ -512,7 +512,7 @@ def start_workers(pool: ProcessPoolExecutor, workers: int) -> None:
 def run_replay(
     trace: BlockTrace,
     cfg: ClusterConfig,
-    scenarios: tuple[Any, ...] | list[Any] | str = tuple(STANDARD_SCENARIOS),
+    scenarios: tuple[Any, ...] | list[Any] | str = DEFAULT_SCENARIOS,
     ttft_slo_s: float = 2.0,
     search_rate: bool = True,
     advance: Advance | None = None,

@@ -16,15 +16,14 @@ with state.guard():
     cur = state.loaded_trace()
     state.require_content(cur.trace, "cache hits in a replay")
     w = controls.concrete(cur)
-    from analyzer.replay import STANDARD_SCENARIOS
+    from analyzer.replay import DEFAULT_SCENARIOS, STANDARD_SCENARIOS
 
     names = list(STANDARD_SCENARIOS)
     a, b = st.columns([3, 1])
     chosen = a.multiselect(
         "Options",
         names,
-        # `kvpool replay`'s default; the NVMe tier is one pick away (a fifth replay)
-        default=[n for n in names if n != "local+dram+nvme"],
+        default=list(DEFAULT_SCENARIOS),  # `kvpool replay`'s; the NVMe tier is one pick away
         key="replay.scenarios",
         format_func=figures.scenario_label,
         help="; ".join(

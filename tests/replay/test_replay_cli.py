@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
@@ -132,6 +133,12 @@ def test_the_nvme_offload_option_replays_under_its_one_name(mooncake_file, tmp_p
     assert nvme["hit_rate_by_tier"]["nvme"] > 0
     assert nvme["hit_rate"] > doc["scenarios"]["local+dram"]["hit_rate"]
     assert STANDARD_SCENARIOS["local+dram+nvme"].description == DESCRIPTIONS["local+dram+nvme"]
+    # asked for by name: the default run and the dashboard's default picks stay the four
+    from analyzer.cli.replay import replay as replay_command
+    from analyzer.replay import DEFAULT_SCENARIOS
+
+    default = inspect.signature(replay_command).parameters["scenarios"].default
+    assert default == ",".join(DEFAULT_SCENARIOS) == "none,local,local+dram,pooled"
 
 
 def test_replay_command_disaggregated(mooncake_file, tmp_path):
