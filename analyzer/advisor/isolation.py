@@ -39,7 +39,7 @@ from analyzer.advisor.size import plan_sizes
 from analyzer.advisor.words import OPTION_NAME
 from analyzer.progress import progress
 from analyzer.replay.config import Scenario
-from analyzer.reuse.isolation import POLICIES, Groups, describe, groups, keyed_blocks
+from analyzer.reuse.isolation import describe, keyings
 from analyzer.trace import BlockTrace
 
 if TYPE_CHECKING:
@@ -233,10 +233,8 @@ def isolation_stage(
     shared_loaded = m.shared if m.shared is not None else m.loaded
     shared = shared_loaded.trace
     policy = opts.isolation
-    users_known = shared.user is not None and bool((shared.user >= 0).any())
-    wanted = [p for p in POLICIES if p != "user" or users_known or policy == "user"]
-    by_groups: dict[str, Groups] = {p: groups(shared, p) for p in wanted}
-    blocks = {p: keyed_blocks(shared, p, by_groups[p]) for p in wanted}
+    k = keyings(shared, policy)
+    users_known, wanted, by_groups, blocks = k.users_known, k.wanted, k.groups, k.blocks
     fleets: dict[str, tuple[Fleet, ...]] = {policy: () if own is None else own.fleets}
     ceiling: dict[str, float] = {policy: m.reuse.ceiling_hit_rate}
     # Of the shared trace's reused tokens, the share another tenant's request last held.

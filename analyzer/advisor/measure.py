@@ -26,6 +26,7 @@ from analyzer.ingest.builder import release_freed_memory
 from analyzer.progress import progress
 from analyzer.reuse import ReuseOptions, analyze_reuse
 from analyzer.reuse.analysis import first_counted_request, prefix_hit_tokens
+from analyzer.reuse.isolation import keyings
 from analyzer.trace import BlockTrace
 
 if TYPE_CHECKING:
@@ -298,6 +299,11 @@ def measure(
             )
     if models is None:
         models = models_document(loaded, ReuseOptions(warmup=opts.warmup), opts.kv_dtype)
+    if read_here and not keyings(shared.trace, opts.isolation).measured_again(opts.isolation):
+        # Reuse is measured, and the isolation stage measures it under no other keying:
+        # nothing reads the content ids again.
+        for owner in {id(shared): shared, id(loaded): loaded}.values():
+            owner.drop_content_ids()
     return Measured(
         loaded=loaded,
         inputs=inputs,

@@ -191,6 +191,39 @@ def keyed_blocks(trace: BlockTrace, policy: str, grp: Groups | None = None) -> i
     return numbering.distinct
 
 
+@dataclass(frozen=True, slots=True)
+class Keyings:
+    """The policies an analysis compares (``user`` only when the log names users or it
+    is asked for), each one's groups and the blocks it keys the trace into."""
+
+    users_known: bool
+    wanted: list[str]
+    groups: dict[str, Groups]
+    blocks: dict[str, int]
+
+    def measured_again(self, policy: str) -> list[str]:
+        """The policies the isolation stage measures again beside ``policy``'s own
+        analysis: each whose number of blocks no policy before it (``policy`` first)
+        has. Keyings refine one another (shared, tenant, user), so the same number of
+        blocks means the same blocks, hence the same figures."""
+        seen = {self.blocks[policy]}
+        out = []
+        for p in self.wanted:
+            if p != policy and self.blocks[p] not in seen:
+                out.append(p)
+            seen.add(self.blocks[p])
+        return out
+
+
+def keyings(shared: BlockTrace, policy: str) -> Keyings:
+    """:class:`Keyings` of the log as read (``shared``) for an analysis under ``policy``."""
+    users_known = shared.user is not None and bool((shared.user >= 0).any())
+    wanted = [p for p in POLICIES if p != "user" or users_known or policy == "user"]
+    by_groups = {p: groups(shared, p) for p in wanted}
+    blocks = {p: keyed_blocks(shared, p, by_groups[p]) for p in wanted}
+    return Keyings(users_known, wanted, by_groups, blocks)
+
+
 def _first_accesses(ids: np.ndarray) -> np.ndarray:
     """Position of each dense id's first access (ids numbered in order of first appearance)."""
     if not ids.size:
