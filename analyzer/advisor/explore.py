@@ -310,7 +310,10 @@ def _side_variants(
                 dim,
                 label,
                 "",
-                tuple(asks(alt, rp, o, options=(option,), hints=hints)),
+                # within the cap only: a GPU or model no size of which meets the SLO
+                # says so, and the counts above the cap, each replay costlier than the
+                # last (an arrival syncs every instance), are not searched for a row
+                tuple(asks(alt, rp, o, options=(option,), hints=hints, look_beyond=False)),
                 priced=alt,
             )
         )

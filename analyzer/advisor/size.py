@@ -534,11 +534,14 @@ def asks(
     load_factor: float = 1.0,
     ttft_slo_s: float | None = None,
     hints: dict[tuple[str, str], Hint] | None = None,
+    look_beyond: bool = True,
 ) -> list[Ask]:
     """The questions of every model's plan of every option (``options``: those only), at
     the busiest window's load (x ``load_factor``) and ``ttft_slo_s`` (default: the
     analysis's); ``hints``: where each (model, option) search starts and what it knows
-    (default: it starts at ``--instances`` and knows nothing)."""
+    (default: it starts at ``--instances`` and knows nothing). Without ``look_beyond`` a
+    search that finds no count within the cap ends there, not saying which size above
+    it would meet the SLO."""
 
     slo = opts.ttft_slo_s if ttft_slo_s is None else ttft_slo_s
     wanted = tuple(options) or OPTIONS
@@ -564,7 +567,7 @@ def asks(
                     load.time_scale,
                     slo,
                     cap=cap,
-                    beyond=min(4096, BEYOND * cap),
+                    beyond=min(4096, BEYOND * cap) if look_beyond else None,
                     near=h.near,
                     gallop=h.gallop,
                     fails_to=h.fails_to,

@@ -94,3 +94,17 @@ def test_each_search_starts_where_the_answer_probably_is(busy):
         elif q.ttft_slo_s > slo:
             assert q.passes_at == found
             assert all(p.instances <= found for p in a.search.probes)
+
+
+def test_side_by_side_rows_search_within_the_cap_only(busy):
+    """The plan looks above the cap for the size that would meet the SLO; a row for
+    another GPU or model does not (each count above it costs more than the last)."""
+    r, asked = busy
+    here = (r.plans[0].gpu, r.plans[0].model)
+    side = [a for a in asked if (a.question.cfg.gpu, a.question.cfg.model) != here]
+    own = [a for a in asked if (a.question.cfg.gpu, a.question.cfg.model) == here]
+    assert side and own
+    assert all(a.question.beyond is None for a in side)
+    assert all(a.question.beyond is not None and a.question.beyond > a.question.cap for a in own)
+    for a in side:
+        assert all(p.instances <= a.question.cap for p in a.search.probes)
