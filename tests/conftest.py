@@ -16,6 +16,9 @@ os.environ.setdefault("KVPOOL_NO_PROGRESS", "1")
 # The dashboard's path box opens files only under its allowed folders; tests keep their
 # traces in pytest's temporary folders.
 os.environ.setdefault("KVPOOL_DASHBOARD_ROOTS", tempfile.gettempdir())
+# Step fits are kept between runs in a cache folder; the suite keeps its own, fresh
+# each session, so that no test reads a fit another run made.
+os.environ.setdefault("KVPOOL_CACHE_DIR", tempfile.mkdtemp(prefix="kvpool-test-cache-"))
 
 
 @pytest.fixture(scope="session")

@@ -29,13 +29,19 @@ optimizer (which pulls in scipy.linalg, a start-up cost ``kvpool reuse`` never p
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import logging
 import math
+import os
 import re
+import tempfile
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.metadata import version as package_version
+from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
@@ -271,7 +277,12 @@ def measured_step(cost: CostModel, backend: str) -> MeasuredStep | str:
     )
     got = _FITTED.get(key)
     if got is None:
-        got = _FITTED[key] = _measured(*key)
+        got = _from_disk(key)
+        if got is None:
+            got = _measured(*key)
+            if isinstance(got, MeasuredStep):
+                _to_disk(key, got)
+        _FITTED[key] = got
         while len(_FITTED) > MAX_FITTED:
             _FITTED.pop(next(iter(_FITTED)))
     return got
@@ -297,6 +308,89 @@ def remember_fitted(fits: Fits) -> None:
     deployment give the same fit."""
     for key, fit in fits.items():
         _FITTED.setdefault(key, fit)
+
+
+def cache_dir() -> Path:
+    """Where fits are kept between runs: ``$KVPOOL_CACHE_DIR``, else kvpool's folder in
+    the user's cache (``$XDG_CACHE_HOME``, else ``~/.cache``)."""
+    own = os.environ.get("KVPOOL_CACHE_DIR")
+    if own:
+        return Path(own) / "step-fits"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kvpool" / "step-fits"
+
+
+def _disk_name(key: _Key) -> str | None:
+    """The file a deployment's fit is kept in: a digest of everything the fit depends
+    on (the library's version, the deployment, the grids, kvpool's own coefficients for
+    it from the catalog, and this module's and the step formula's code), so that a change
+    to any of them is a new file, never a stale fit. None: the library is not installed."""
+    try:
+        version = _library_version()
+    except Exception:
+        return None
+    *_, model, gpu, tp, weight_dtype, kv_dtype, ep = key
+    cost = CostModel.from_catalog(
+        model, gpu, tp=tp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, expert_parallel=ep
+    )
+    h = hashlib.sha256()
+    for part in (version, repr(key), repr(FIT_GRID), repr(HELD_OUT_GRID)):
+        h.update(part.encode())
+    h.update(np.ascontiguousarray(cost.engine_coefficients(cost.engine), dtype=float).tobytes())
+    for module in (__file__, step.__file__):
+        h.update(Path(module).read_bytes())
+    return f"{h.hexdigest()[:32]}.json"
+
+
+def _from_disk(key: _Key) -> MeasuredStep | None:
+    """The fit a run before this one made and kept (None: none, or unreadable)."""
+    try:
+        name = _disk_name(key)
+        if name is None:
+            return None
+        doc = json.loads((cache_dir() / name).read_text())
+        return MeasuredStep(
+            coefficients=np.array(doc["coefficients"], dtype=float),
+            source=str(doc["source"]),
+            fit_median_error=float(doc["fit_median_error"]),
+            fit_worst_factor=float(doc["fit_worst_factor"]),
+            held_out_median_error=float(doc["held_out_median_error"]),
+            held_out_worst_factor=float(doc["held_out_worst_factor"]),
+            points=int(doc["points"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _to_disk(key: _Key, fit: MeasuredStep) -> None:
+    """Keep ``fit`` for later runs, written whole or not at all (a cache: a folder that
+    cannot be written only means the next run fits again)."""
+    tmp: str | None = None
+    try:
+        name = _disk_name(key)
+        if name is None:
+            return
+        folder = cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "coefficients": [float(x) for x in fit.coefficients],
+            "source": fit.source,
+            "fit_median_error": fit.fit_median_error,
+            "fit_worst_factor": fit.fit_worst_factor,
+            "held_out_median_error": fit.held_out_median_error,
+            "held_out_worst_factor": fit.held_out_worst_factor,
+            "points": fit.points,
+        }
+        with tempfile.NamedTemporaryFile(
+            "w", dir=folder, prefix=".fit-", suffix=".tmp", delete=False
+        ) as f:
+            tmp = f.name
+            json.dump(doc, f)
+        os.replace(tmp, folder / name)
+    except OSError:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def _measured(

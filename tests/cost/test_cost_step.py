@@ -357,3 +357,49 @@ def test_a_fit_made_in_another_process_is_taken_not_made_again(monkeypatch):
     assert aic.measured_step(cm, "vllm") is made
     assert step_model(cm).source == "the parent's fit"
     assert aic.fitted() == {key: made}
+
+
+def test_a_fit_is_kept_on_disk_and_taken_by_the_next_run(tmp_path, monkeypatch):
+    """A deployment's fit is written once, whole, and a later process (an empty
+    in-memory table) takes it from disk equal to the fit made, without fitting again;
+    an unreadable file or an unwritable folder only means fitting again."""
+    cm = CostModel.from_catalog("llama-3.1-8b", "h100")
+    where = aic.coverage(cm, "vllm")
+    if isinstance(where, str):
+        pytest.skip(where)
+    monkeypatch.setenv("KVPOOL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(aic, "_FITTED", {})
+    made = aic.measured_step(cm, "vllm")
+    assert isinstance(made, aic.MeasuredStep)
+    files = list((tmp_path / "step-fits").iterdir())
+    assert len(files) == 1 and files[0].suffix == ".json"
+
+    def no_library(*args: object) -> None:
+        raise AssertionError("fitted again")
+
+    monkeypatch.setattr(aic, "_FITTED", {})
+    monkeypatch.setattr(aic, "_measured", no_library)
+    again = aic.measured_step(cm, "vllm")
+    assert isinstance(again, aic.MeasuredStep)
+    assert np.array_equal(again.coefficients, made.coefficients)
+    assert (again.source, again.points) == (made.source, made.points)
+    assert again.held_out_worst_factor == made.held_out_worst_factor
+    # another deployment is another file (the digest names what the fit depends on)
+    other = CostModel.from_catalog("llama-3.1-8b", "h100", tp=2)
+    key = (*where, "vllm", cm.model.id, cm.gpu.id, cm.tp, cm.weight_dtype, cm.kv_dtype,
+           cm.expert_parallel)  # fmt: skip
+    key2 = (*where, "vllm", other.model.id, other.gpu.id, other.tp, other.weight_dtype,
+            other.kv_dtype, other.expert_parallel)  # fmt: skip
+    assert aic._disk_name(key) != aic._disk_name(key2)
+    # a damaged file is not taken
+    files[0].write_text("{not json")
+    monkeypatch.setattr(aic, "_FITTED", {})
+    monkeypatch.setattr(aic, "_measured", lambda *a: "refit")
+    assert aic.measured_step(cm, "vllm") == "refit"
+    # a folder that cannot be made: the fit is still returned
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("KVPOOL_CACHE_DIR", str(blocker))
+    monkeypatch.setattr(aic, "_FITTED", {})
+    monkeypatch.setattr(aic, "_measured", lambda *a: made)
+    assert aic.measured_step(cm, "vllm") is made
