@@ -133,6 +133,7 @@ class Simulation:
         self.advance = advance
         self.seq = 0
         self.free = plan.free_loads
+        self.chained = tree.chained
         self._parent = tree.parents if plan.write_policy == "on-evict" else None
 
         policy = get_policy(plan.eviction, flag="--eviction", replay=True).reference()

@@ -74,6 +74,7 @@ arrival or a finished load ends the run of decode steps at the step in progress.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -152,6 +153,18 @@ class AggregatedSimulation(Simulation):
         outs, self.drawn = output_lengths(trace)
         self.outs = outs.tolist()
         self.engines = [Engine(inst) for inst in self.instances]
+        # The engines that may hold a block in a tier the tier-scoring routers credit,
+        # by the first block of the prompts routed to their node: in a chained trace a
+        # first block is never another's, and a credited tier (HBM, DRAM, NVMe: not the
+        # pool) holds only the blocks of its own node's requests. Any other engine
+        # credits a prompt nothing, with no lookup (_credited). None: every engine may.
+        self.first_holders: dict[int, set[int]] | None = None
+        if plan.router in ("prefix-aware", "kv-router") and self.chained:
+            self.first_holders = {}
+            node_engines: dict[int, list[int]] = {}
+            for inst in self.instances:
+                node_engines.setdefault(inst.node, []).append(inst.idx)
+            self.node_engines = [node_engines[inst.node] for inst in self.instances]
         conn = plan.connector
         # lower tiers store and return whole chunks of this many blocks
         self.chunk = max(1, conn.chunk_tokens // self.bs) if conn is not None else 1
@@ -203,6 +216,12 @@ class AggregatedSimulation(Simulation):
         prompt = self.prompts[k]
         self._sync_all(t, out)
         i = self._route(k, blocks, prompt)
+        if self.first_holders is not None and blocks:
+            held = self.first_holders.get(blocks[0])
+            if held is None:
+                self.first_holders[blocks[0]] = set(self.node_engines[i])
+            else:
+                held.update(self.node_engines[i])
         e = self.engines[i]
         j = Job(k, t, blocks, prompt, self.outs[k], k >= self.warm, e)
         if j.measured:
@@ -720,41 +739,57 @@ class AggregatedSimulation(Simulation):
                 m = mt
         return credit
 
+    def _credited(self, b0: int) -> Iterable[int]:
+        """The engines whose tiers may hold ``b0``, a prompt's first block (the others
+        credit the prompt nothing)."""
+        if self.first_holders is None:
+            return range(len(self.engines))
+        return self.first_holders.get(b0, ())
+
     def _llmd(self, k: int, blocks: list[int]) -> int:
         """llm-d's default scheduling profile: 3 x prefix score + 2 x queue score, the
         highest wins; llm-d draws among equal scores at random, here the least loaded
-        of them wins, then the next after ``k mod N`` (deterministic, and spread)."""
+        of them wins, then the next after ``k mod N`` (deterministic, and spread).
+
+        Scored whole lists at a time: every engine's queue score, then the prefix score
+        of the engines that may hold the prompt's first block (a replay of hundreds of
+        instances routes each arrival among them)."""
         engines = self.engines
         n = len(engines)
         n_blocks = len(blocks)
         queues = [len(e.waiting) for e in engines]
         q_lo, q_hi = min(queues), max(queues)
         span = q_hi - q_lo
-        best = 0
-        best_key: tuple[float, float, int] | None = None
-        for i, e in enumerate(engines):
-            prefix = self._tier_credit(e, blocks, LLMD_TIER_WEIGHTS) / n_blocks
-            queue = (q_hi - queues[i]) / span if span else 1.0
-            score = LLMD_PREFIX_WEIGHT * prefix + LLMD_QUEUE_WEIGHT * queue
-            key = (-score, float(e.prefill_load + e.kv_dec), (i - k) % n)
-            if best_key is None or key < best_key:
-                best_key = key
-                best = i
-        return best
+        qw = LLMD_QUEUE_WEIGHT
+        scores = [qw * ((q_hi - q) / span) for q in queues] if span else [qw * 1.0] * n
+        for i in self._credited(blocks[0]):
+            prefix = self._tier_credit(engines[i], blocks, LLMD_TIER_WEIGHTS) / n_blocks
+            if prefix:
+                scores[i] = LLMD_PREFIX_WEIGHT * prefix + scores[i]
+        top = max(scores)
+        ties = [i for i, s in enumerate(scores) if s == top]
+        if len(ties) == 1:
+            return ties[0]
+        loads = [engines[i].prefill_load + engines[i].kv_dec for i in ties]
+        least = min(loads)
+        near = [i for i, x in zip(ties, loads, strict=True) if x == least]
+        if len(near) == 1:
+            return near[0]
+        return min(near, key=lambda i: (i - k) % n)
 
     def _dynamo(self, blocks: list[int], prompt: int) -> int:
-        """Dynamo's KV router cost (module docstring): the least wins."""
+        """Dynamo's KV router cost (module docstring): the least wins (the first
+        engine among equal costs)."""
         lam = self.plan.prefix_aware_lambda
         bs = self.bs
-        best = 0
-        best_cost = None
-        for i, e in enumerate(self.engines):
+        engines = self.engines
+        costs = [lam * max(e.prefill_load + prompt - 0.0, 0.0) + e.kv_dec for e in engines]
+        for i in self._credited(blocks[0]):
+            e = engines[i]
             credit = min(self._tier_credit(e, blocks, DYNAMO_TIER_WEIGHTS) * bs, float(prompt))
-            cost = lam * max(e.prefill_load + prompt - credit, 0.0) + e.kv_dec
-            if best_cost is None or cost < best_cost:
-                best_cost = cost
-                best = i
-        return best
+            if credit:
+                costs[i] = lam * max(e.prefill_load + prompt - credit, 0.0) + e.kv_dec
+        return costs.index(min(costs))
 
 
 SIMULATIONS["aggregated"] = AggregatedSimulation

@@ -437,3 +437,74 @@ def test_the_decode_pool_keeps_up_with_the_outputs():
     per = held / PRICING.step_s(0.0, 0.0, held, held * 2100.0)
     assert (fast.instances - 1) * per < 20_000.0 <= fast.instances * per
     assert size_decode_pool(prompts, 0 * outputs, 10.0, PRICING, 10_000, 64, tp=1) is None
+
+
+class _CheckedRouting(AggregatedSimulation):
+    """Routes as the engine does, and checks each pick against every engine scored in
+    full, the obviously right scan (llm-d's and Dynamo's scores as the docstring says)."""
+
+    picks = 0
+
+    def _route(self, k, blocks, prompt):
+        i = super()._route(k, blocks, prompt)
+        if blocks and self.plan.router in ("prefix-aware", "kv-router"):
+            assert i == self._scan(k, blocks, prompt)
+            _CheckedRouting.picks += 1
+        return i
+
+    def _scan(self, k, blocks, prompt):
+        engines = self.engines
+        n = len(engines)
+        keys = []
+        if self.plan.router == "kv-router":
+            for i, e in enumerate(engines):
+                credit = self._tier_credit(e, blocks, serving_mod.DYNAMO_TIER_WEIGHTS) * self.bs
+                credit = min(credit, float(prompt))
+                cost = self.plan.prefix_aware_lambda * max(e.prefill_load + prompt - credit, 0.0)
+                keys.append((cost + e.kv_dec, i))
+            return min(keys)[1]
+        queues = [len(e.waiting) for e in engines]
+        span = max(queues) - min(queues)
+        for i, e in enumerate(engines):
+            credit = self._tier_credit(e, blocks, serving_mod.LLMD_TIER_WEIGHTS)
+            queue = (max(queues) - queues[i]) / span if span else 1.0
+            score = 3.0 * (credit / len(blocks)) + 2.0 * queue
+            keys.append((-score, float(e.prefill_load + e.kv_dec), (i - k) % n, i))
+        return min(keys)[3]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    instances=st.integers(1, 12),
+    per_node=st.sampled_from([1, 2, 4]),
+    scenario=st.sampled_from(["local", "local+dram", "local+dram+nvme", "pooled"]),
+    router=st.sampled_from(["prefix-aware", "kv-router"]),
+    dram_scope=st.sampled_from(["instance", "node"]),
+)
+def test_routing_scores_only_the_engines_that_may_hold_the_prompt(
+    seed, instances, per_node, scenario, router, dram_scope
+):
+    """The routers score the prefix of only the engines whose node was routed a prompt
+    with the same first block; each pick is the full scan's, on every setup."""
+    trace = _generated(150, seed)
+    plan = agg_plan(
+        trace,
+        scenario,
+        capacity=160,
+        mnbt=48,
+        mns=6,
+        instances=instances,
+        gpus_per_node=per_node,
+        dram_scope=dram_scope,
+        free_loads=False,
+        dram_capacity_tokens=per_node * 120,
+        nvme_capacity_tokens=400,
+        pool_capacity_tokens=400,
+        dram_gbps=0.002,
+        pool_gbps=0.001,
+        router=router,
+    )
+    before = _CheckedRouting.picks
+    _CheckedRouting(trace, plan, 1.0).run()
+    assert _CheckedRouting.picks > before
