@@ -4,6 +4,9 @@ monotonicity, the single-chunk identity with CostModel.compute_time_s, and numba
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -360,9 +363,10 @@ def test_a_fit_made_in_another_process_is_taken_not_made_again(monkeypatch):
 
 
 def test_a_fit_is_kept_on_disk_and_taken_by_the_next_run(tmp_path, monkeypatch):
-    """A deployment's fit is written once, whole, and a later process (an empty
-    in-memory table) takes it from disk equal to the fit made, without fitting again;
-    an unreadable file or an unwritable folder only means fitting again."""
+    """A deployment's fit is made in a process of its own (this one never imports the
+    library) and written once, whole; a later process (an empty in-memory table) takes
+    it from disk equal to the fit made, without fitting again; an unreadable file or an
+    unwritable folder only means fitting again."""
     cm = CostModel.from_catalog("llama-3.1-8b", "h100")
     where = aic.coverage(cm, "vllm")
     if isinstance(where, str):
@@ -378,7 +382,7 @@ def test_a_fit_is_kept_on_disk_and_taken_by_the_next_run(tmp_path, monkeypatch):
         raise AssertionError("fitted again")
 
     monkeypatch.setattr(aic, "_FITTED", {})
-    monkeypatch.setattr(aic, "_measured", no_library)
+    monkeypatch.setattr(aic, "_fit", no_library)
     again = aic.measured_step(cm, "vllm")
     assert isinstance(again, aic.MeasuredStep)
     assert np.array_equal(again.coefficients, made.coefficients)
@@ -394,12 +398,33 @@ def test_a_fit_is_kept_on_disk_and_taken_by_the_next_run(tmp_path, monkeypatch):
     # a damaged file is not taken
     files[0].write_text("{not json")
     monkeypatch.setattr(aic, "_FITTED", {})
-    monkeypatch.setattr(aic, "_measured", lambda *a: "refit")
+    monkeypatch.setattr(aic, "_fit", lambda key: "refit")
     assert aic.measured_step(cm, "vllm") == "refit"
     # a folder that cannot be made: the fit is still returned
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("KVPOOL_CACHE_DIR", str(blocker))
     monkeypatch.setattr(aic, "_FITTED", {})
-    monkeypatch.setattr(aic, "_measured", lambda *a: made)
+    monkeypatch.setattr(aic, "_fit", lambda key: made)
     assert aic.measured_step(cm, "vllm") is made
+
+
+def test_the_process_asking_for_a_fit_never_imports_the_library(tmp_path):
+    """The analysis's process holds the log; the library's data (80 MB and more) is
+    loaded only in the process that fits, which ends with the fit."""
+    cm = CostModel.from_catalog("llama-3.1-8b", "h100")
+    if isinstance(aic.coverage(cm, "vllm"), str):
+        pytest.skip("aiconfigurator-core does not cover the deployment here")
+    code = (
+        "import sys\n"
+        "from analyzer.cost import CostModel\n"
+        "from analyzer.cost import aic\n"
+        "fit = aic.measured_step(CostModel.from_catalog('llama-3.1-8b', 'h100'), 'vllm')\n"
+        "print(type(fit).__name__, 'aiconfigurator_core' in sys.modules)\n"
+    )
+    env = {**os.environ, "KVPOOL_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["MeasuredStep", "False"]
