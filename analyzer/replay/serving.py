@@ -216,12 +216,6 @@ class AggregatedSimulation(Simulation):
         prompt = self.prompts[k]
         self._sync_all(t, out)
         i = self._route(k, blocks, prompt)
-        if self.first_holders is not None and blocks:
-            held = self.first_holders.get(blocks[0])
-            if held is None:
-                self.first_holders[blocks[0]] = set(self.node_engines[i])
-            else:
-                held.update(self.node_engines[i])
         e = self.engines[i]
         j = Job(k, t, blocks, prompt, self.outs[k], k >= self.warm, e)
         if j.measured:
@@ -711,6 +705,18 @@ class AggregatedSimulation(Simulation):
     # -- routing ----------------------------------------------------------------------
 
     def _route(self, k: int, blocks: list[int], prompt: int) -> int:
+        """The engine request ``k`` goes to (and, for the tier-scoring routers, its
+        node's engines noted as holders of its first block: _credited)."""
+        i = self._pick(k, blocks, prompt)
+        if self.first_holders is not None and blocks:
+            held = self.first_holders.get(blocks[0])
+            if held is None:
+                self.first_holders[blocks[0]] = set(self.node_engines[i])
+            else:
+                held.update(self.node_engines[i])
+        return i
+
+    def _pick(self, k: int, blocks: list[int], prompt: int) -> int:
         plan = self.plan
         engines = self.engines
         if plan.router == "prefix-aware" and blocks:
