@@ -361,6 +361,7 @@ def test_every_reason_agrees_with_the_figures_it_shows(docs):
     assert walked >= 10
 
 
+@pytest.mark.slow  # a whole analyze of the public trace: 53 s of the development loop
 def test_the_mooncake_conversation_trace_decides_on_value(docs):
     doc = docs["mooncake"]
     fleet = doc["fleet"]
