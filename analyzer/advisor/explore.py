@@ -24,10 +24,11 @@ so every row's TTFT is the replay's at the size it states.
 verdict's option is sized again with those requests spread evenly over the time to the
 next timestamp, and the report gives both sizes.
 
-Every variant's questions go to the replayer in two batches, so they run in parallel:
-each variant's baseline first (with the side-by-side rows, the pool link and the
-arrivals), then its other options, starting where the baseline's answer moved to
-(:func:`analyzer.advisor.size.answer`, ``baseline_first``).
+Every variant's questions go to the replayer in one batch, so they run in parallel:
+the side-by-side rows and the arrivals first (the longest searches), each variant's
+baseline, and each of its other options as soon as its baseline has answered, starting
+where the baseline's answer moved to (:func:`analyzer.advisor.size.answer`,
+``baseline_first``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from analyzer.advisor.figures import Decision, PricedChoice, PricedOption
 from analyzer.advisor.measure import spread
 from analyzer.advisor.plan import DeploymentPlan, Fleet, repriced
 from analyzer.advisor.price import price as price_stage
-from analyzer.advisor.replay import floor_of, replay_trace
+from analyzer.advisor.replay import floors_of, replay_trace
 from analyzer.advisor.sensitivity import FlipRow
 from analyzer.advisor.served import model_label
 from analyzer.advisor.size import Ask, Hint, Sized, answer, asks, sized_of
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
     from analyzer.advisor.measure import Measured
     from analyzer.advisor.options import AnalyzeOptions
     from analyzer.advisor.price import Priced
-    from analyzer.advisor.replay import Replayed, Services
+    from analyzer.advisor.replay import Replayed, ReplayTrace, Services
     from analyzer.cost.prices import Prices
 
 ALT_MODELS = ("llama-3.1-8b", "qwen2.5-7b", "llama-3.1-70b", "deepseek-v3")
@@ -65,6 +66,12 @@ DRAM_PRICE_FACTORS = (0.0, 0.5, 2.0)
 LOAD_FACTORS = (2.0,)
 SLO_FACTORS = (0.5, 2.0)
 LINK_FACTORS = (0.5, 2.0)
+# A side-by-side row is searched up to this many times the instances the verdict's option
+# is planned on (and within --max-gpus): another GPU or model that needs more is no
+# alternative to the plan, and its row says that none within that many meets the SLO.
+# The search up to --max-gpus (512 A100s for the Mooncake trace's 4 H100s, every count
+# failing after most of the trace) was a quarter of the analysis's time.
+SIDE_INSTANCES_MULTIPLE = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,13 +273,19 @@ def _side_variants(
     checked first."""
 
     option = decision.scenario or BASELINE
-    if sized.fleet(option) is None:
+    fleet = sized.fleet(option)
+    if fleet is None:
         return []
+    cap = None if fleet.instances is None else SIDE_INSTANCES_MULTIPLE * fleet.instances
     alternatives: list[tuple[str, str]] = [("gpu", g) for g in ALT_GPUS]
     if len(priced.setups) == 1:
         alternatives += [("model", x) for x in ALT_MODELS]
     here = priced.primary
-    out: list[_Variant] = []
+    rows: list[
+        tuple[
+            str, str, AnalyzeOptions, Priced, dict[tuple[str, str], Hint], tuple[ReplayTrace, ...]
+        ]
+    ] = []
     n_models = 0
     for dim, name in alternatives:
         if dim == "gpu" and name == here.cluster.gpu:
@@ -298,11 +311,17 @@ def _side_variants(
             rt if rt.trace is s.trace else replay_trace(s, opts.full_replay)
             for s, rt in zip(alt.setups, replayed.traces, strict=True)
         )
-        floors = tuple(
-            floor_of(s, rt, opts.ttft_slo_s, opts.warmup, services.replayer)
-            for s, rt in zip(alt.setups, traces, strict=True)
-        )
-        rp = replace(replayed, traces=traces, floors=floors)
+        rows.append((dim, name, o, alt, hints, traces))
+    # every row's floors replayed at once
+    pairs = [
+        (s, rt) for *_, alt, _, traces in rows for s, rt in zip(alt.setups, traces, strict=True)
+    ]
+    floors = floors_of(pairs, opts.ttft_slo_s, opts.warmup, services.replayer)
+    out: list[_Variant] = []
+    k = 0
+    for dim, name, o, alt, hints, traces in rows:
+        rp = replace(replayed, traces=traces, floors=tuple(floors[k : k + len(traces)]))
+        k += len(traces)
         label = f"{name} (tp {alt.primary.tp})"
         out.append(
             _Variant(
@@ -310,10 +329,21 @@ def _side_variants(
                 dim,
                 label,
                 "",
-                # within the cap only: a GPU or model no size of which meets the SLO
-                # says so, and the counts above the cap, each replay costlier than the
-                # last (an arrival syncs every instance), are not searched for a row
-                tuple(asks(alt, rp, o, options=(option,), hints=hints, look_beyond=False)),
+                # within the cap only (SIDE_INSTANCES_MULTIPLE): a GPU or model no size of
+                # which meets the SLO says so, and the counts above the cap, each
+                # replay costlier than the last (an arrival syncs every instance), are
+                # not searched for a row
+                tuple(
+                    asks(
+                        alt,
+                        rp,
+                        o,
+                        options=(option,),
+                        hints=hints,
+                        look_beyond=False,
+                        cap_instances=cap,
+                    )
+                ),
                 priced=alt,
             )
         )
@@ -373,6 +403,7 @@ def _choice(f: Fleet, priced: Priced, verdict: str | None) -> PricedChoice:
                     gpus_at_peak_load=f.gpus,
                     total_usd_month=f.money.total_usd_month,
                     status=f.status,
+                    cap_gpus=sum(p.cap_instances * p.tp for p in f.plans),
                 ),
             ),
         ),
@@ -396,11 +427,13 @@ def explore(
     meeting = any(f.meets_slo for f in sized.fleets)
     if not opts.sensitivity_replays or not meeting:
         return Explored(tuple(rows), (), None)
-    variants = _flip_variants(m, priced, replayed, sized, opts)
-    variants += _side_variants(m, priced, replayed, sized, decision, opts, services)
+    # The side-by-side rows first: a GPU or model no size of which meets the SLO is the
+    # longest search, and the searches go out in this order as processes come free.
+    variants = _side_variants(m, priced, replayed, sized, decision, opts, services)
     arr = _arrivals_variant(m, priced, replayed, sized, decision, opts)
     if arr is not None:
         variants.append(arr)
+    variants += _flip_variants(m, priced, replayed, sized, opts)
     batch = [a for v in variants for a in v.asks]
     with progress("sensitivity, other GPUs and models: sized again by replaying", None):
         plans = answer(batch, services, opts.thresholds.objective, baseline_first=True)

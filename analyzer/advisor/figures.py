@@ -286,10 +286,12 @@ class PricedOption:
     gpus_at_peak_load: int | None = None
     total_usd_month: float | None = None
     status: str | None = None  # how its size search ended (analyzer.advisor.plan.PlanStatus)
+    cap_gpus: int | None = None  # the most GPUs its search looked at
 
     def to_json(self) -> dict[str, object]:
         return {
             "status": self.status,
+            "cap_gpus": self.cap_gpus,
             "ttft_mean_s": self.ttft_mean_s,
             "ttft_p90_s": self.ttft_p90_s,
             "gpus_at_peak_load": self.gpus_at_peak_load,

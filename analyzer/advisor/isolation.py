@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from analyzer.advisor.plan import Fleet
     from analyzer.advisor.replay import Replayer, Services
     from analyzer.advisor.salting import StackSalt
-    from analyzer.advisor.size import Sized, SizeQuestion, SizeSearch
+    from analyzer.advisor.size import Search, Sized, SizeQuestion, SizeSearch
     from analyzer.replay.probe import Probe
 
 # The share of a shared pool's hits served from another tenant's prompts from which the
@@ -196,14 +196,8 @@ class KeyedReplayer:
     def _part(self, part: str | None) -> str:
         return f"{part or ''}\x00isolation={self.policy}"
 
-    def size(
-        self,
-        part: str | None,
-        trace: BlockTrace,
-        questions: Sequence[SizeQuestion],
-        sampling_rate: float,
-    ) -> list[SizeSearch]:
-        return self.inner.size(self._part(part), trace, questions, sampling_rate)
+    def size(self, searches: Sequence[Search]) -> list[SizeSearch]:
+        return self.inner.size([replace(sr, part=self._part(sr.part)) for sr in searches])
 
     def probe(
         self,

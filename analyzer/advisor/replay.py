@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from analyzer.advisor.current import CurrentDeployment, MeasuredAgainstProjected, compare
-from analyzer.advisor.size import SizeQuestion, SizeSearch, size_option, size_options
+from analyzer.advisor.size import Search, SizeQuestion, SizeSearch, size_option, size_options
 from analyzer.progress import progress
 from analyzer.replay.config import UNBOUNDED, ClusterConfig, Scenario, ScenarioSpec
 from analyzer.replay.miniature import sample, sampling_rate
@@ -57,14 +57,9 @@ class Replayer(Protocol):
     replayer that remembers answers across analyses; ``sampling_rate`` below 1 says
     ``trace`` is a miniature of them (:mod:`analyzer.replay.miniature`)."""
 
-    def size(
-        self,
-        part: str | None,
-        trace: BlockTrace,
-        questions: Sequence[SizeQuestion],
-        sampling_rate: float,
-    ) -> list[SizeSearch]:
-        """Each question's size search, in order."""
+    def size(self, searches: Sequence[Search]) -> list[SizeSearch]:
+        """Each search's answer, in order (a search ``after`` another starts from that
+        one's answer: :func:`analyzer.advisor.size.start_after`)."""
         ...
 
     def probe(
@@ -236,31 +231,32 @@ class LocalReplayer:
         if self.store.put(self._k(part, q, rate), probes) and self.on_run is not None:
             self.on_run(q.spec.name)
 
-    def size(
-        self,
-        part: str | None,
-        trace: BlockTrace,
-        questions: Sequence[SizeQuestion],
-        sampling_rate: float,
-    ) -> list[SizeSearch]:
+    def size(self, searches: Sequence[Search]) -> list[SizeSearch]:
         if self.gate is not None:
             self.gate(0)
+        # What each search may take as known is what was remembered when the batch came
+        # (not what another search of it finds meanwhile): the answers do not depend on
+        # which search ends first.
         seeded = [
-            replace(q, known=self.store.get(self._k(part, q, sampling_rate))) for q in questions
-        ]
-        if self.only_known:
-            out = [size_option(trace, q, sampling_rate, replay_missing=False) for q in seeded]
-        else:
-            pool = self._pool(len(seeded))
-            out = size_options(
-                trace,
-                seeded,
-                sampling_rate=sampling_rate,
-                pool=pool,
-                share=pool is not None and pool is self._own,
+            replace(
+                sr,
+                question=replace(
+                    sr.question,
+                    known=self.store.get(self._k(sr.part, sr.question, sr.sampling_rate)),
+                ),
             )
-        for q, s in zip(questions, out, strict=True):
-            self._keep(part, q, sampling_rate, s.probes)
+            for sr in searches
+        ]
+        pool = None if self.only_known else self._pool(len(seeded))
+        out = size_options(
+            seeded,
+            pool=pool,
+            workers=self.jobs - 1 if pool is not None and pool is self._own else None,
+            share=pool is not None and pool is self._own,
+            replay_missing=not self.only_known,
+        )
+        for sr, s in zip(searches, out, strict=True):
+            self._keep(sr.part, sr.question, sr.sampling_rate, s.probes)
         return out
 
     def probe(
@@ -386,18 +382,28 @@ def compute_floor_s(setup: ModelSetup, warmup: float) -> float:
     return deciding_ttft_s(out)
 
 
-def floor_of(
-    setup: ModelSetup, rt: ReplayTrace, slo_s: float, warmup: float, replayer: Replayer
-) -> Floor:
-    """The model's floor (:class:`Floor`): its compute bound when that settles the
+def floors_of(
+    models: Sequence[tuple[ModelSetup, ReplayTrace]],
+    slo_s: float,
+    warmup: float,
+    replayer: Replayer,
+) -> list[Floor]:
+    """Each model's floor (:class:`Floor`): its compute bound when that settles the
     question (above the SLO: nothing meets it; under half of it: the floor is far from
-    binding), else the floor replayed."""
-    bound = compute_floor_s(setup, warmup)
-    if bound > slo_s or bound <= slo_s / 2:
-        return Floor(bound, slo_s)
-    q, n = floor_question(setup, rt.trace, slo_s)
-    p = replayer.probe(rt.part, rt.trace, q, n, rt.sampling_rate)
-    return Floor(math.inf if p.rank_s is None else max(p.rank_s, bound), slo_s)
+    binding), else the floor replayed, the models' replays at once."""
+    bounds = [compute_floor_s(setup, warmup) for setup, _ in models]
+    asked: list[tuple[int, int, Search]] = []
+    for k, ((setup, rt), bound) in enumerate(zip(models, bounds, strict=True)):
+        if slo_s / 2 < bound <= slo_s:
+            q, n = floor_question(setup, rt.trace, slo_s)
+            q = replace(q, cap=n, cfg=replace(q.cfg, instances=n))
+            asked.append((k, n, Search(rt.part, rt.trace, q, rt.sampling_rate, only=n)))
+    out = [Floor(b, slo_s) for b in bounds]
+    got = replayer.size([sr for _, _, sr in asked]) if asked else []
+    for (k, n, _), s in zip(asked, got, strict=True):
+        p = next(p for p in s.probes if p.instances == n)
+        out[k] = Floor(math.inf if p.rank_s is None else max(p.rank_s, bounds[k]), slo_s)
+    return out
 
 
 def replay(
@@ -409,8 +415,12 @@ def replay(
     floors: list[Floor] = []
     if usable and opts.size_search:
         with progress("replay: the lowest TTFT any size reaches", None):
-            for s, rt in zip(priced.setups, traces, strict=True):
-                floors.append(floor_of(s, rt, opts.ttft_slo_s, opts.warmup, services.replayer))
+            floors = floors_of(
+                list(zip(priced.setups, traces, strict=True)),
+                opts.ttft_slo_s,
+                opts.warmup,
+                services.replayer,
+            )
     measured = _measured_vs_projected(m, priced, opts, usable)
     return Replayed(traces, tuple(floors), measured)
 

@@ -38,8 +38,10 @@ other and those of different options do not.
 from __future__ import annotations
 
 import math
+import threading
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -320,7 +322,7 @@ def size_option(
 
 
 def _size_option_apart(
-    trace: BlockTrace, q: SizeQuestion, sampling_rate: float, fits: Fits
+    trace: BlockTrace, q: SizeQuestion, sampling_rate: float, fits: Fits, only: int | None = None
 ) -> SizeSearch:
     """:func:`size_option` in a worker process, given the step-time fits the parent made
     (:func:`analyzer.cost.aic.fitted`: the worker then neither imports aiconfigurator-core
@@ -328,52 +330,181 @@ def _size_option_apart(
     search freed (the replay's caches and queues) back to the system."""
     remember_fitted(fits)
     try:
-        return size_option(trace, q, sampling_rate)
+        return size_option(trace, q, sampling_rate, only=only)
     finally:
         release_freed_memory()
 
 
+@dataclass(frozen=True, slots=True)
+class Search:
+    """One search to run: ``question`` on ``trace`` (``part`` names its requests and
+    ``sampling_rate`` says whether it is a miniature, as :class:`Replayer` takes them).
+    ``after``: the index, in the same batch, of the baseline search this one starts from
+    (:func:`start_after`); it runs once that one has answered. ``only``: not a search but
+    the probe at that one count (:func:`size_option`)."""
+
+    part: str | None
+    trace: BlockTrace
+    question: SizeQuestion
+    sampling_rate: float = 1.0
+    after: int | None = None
+    only: int | None = None
+
+
+def start_after(q: SizeQuestion, base_q: SizeQuestion, base: SizeSearch) -> SizeQuestion:
+    """``q`` starting near where its model's baseline, asked the same question, ended.
+    Unhinted (the plan): one below the baseline's answer, since an offload tier or a pool
+    saves an instance or a few where it pays at all, and a guess a little low costs a
+    failed replay, which stops early, where one a little high costs a whole passing one.
+    Hinted (a variant, which starts from the plan's answer): its start moved as the
+    baseline's answer moved from its own start, within the hint's bounds."""
+    n = base.instances or base.above_cap
+    if n is None:
+        return q
+    hinted = q.near or q.gallop or q.fails_to > 0 or q.passes_at is not None
+    start = round(q.start * n / base_q.start) if hinted else n - 1
+    start = max(q.fails_to + 1, min(start, q.passes_at or start))
+    return replace(q, cfg=replace(q.cfg, instances=max(1, start)), near=True, gallop=True)
+
+
 def size_options(
-    trace: BlockTrace,
-    questions: Sequence[SizeQuestion],
+    searches: Sequence[Search],
     *,
     jobs: int = 1,
-    sampling_rate: float = 1.0,
     pool: Executor | None = None,
+    workers: int | None = None,
     share: bool = False,
+    replay_missing: bool = True,
 ) -> list[SizeSearch]:
-    """Every option's search, in ``questions``' order; with ``jobs > 1`` (or a ``pool``
-    already running) each option in a worker process of its own. ``share``: this
-    process searches too, taking from the end the questions no worker has started, so
-    a pool of ``jobs - 1`` workers keeps ``jobs`` processes busy (one worker's memory
-    less, while the caller would only wait). The answers do not depend on where they
-    run: each search replays alone."""
-    if pool is None and (jobs <= 1 or len(questions) <= 1):
-        return [size_option(trace, q, sampling_rate) for q in questions]
+    """Every search's answer, in ``searches``' order, each started once the search it
+    comes ``after`` has answered; with ``jobs > 1`` (or a ``pool`` already running) in
+    worker processes, each search in one process (its replays depend on each other,
+    those of different searches do not).
+
+    The searches go out in their order as processes come free, and one that waits on a
+    baseline goes out as soon as that has answered, not after a whole batch: a long
+    search (a GPU on which no size meets the SLO) then runs beside the short ones
+    instead of after them. ``share``: this process searches too, beside ``workers`` of
+    ``pool`` (so a pool of ``jobs - 1`` workers keeps ``jobs`` processes busy, one
+    worker's memory less). The answers do not depend on where or when they run: each
+    search replays alone, from its question and its baseline's answer."""
+
+    order = _Order(searches)
+    if not replay_missing or (pool is None and jobs <= 1) or len(searches) <= 1:
+        while order.ready:
+            i = order.take()
+            order.done(
+                i,
+                size_option(
+                    searches[i].trace,
+                    order.question(i),
+                    searches[i].sampling_rate,
+                    replay_missing=replay_missing,
+                ),
+            )
+        return order.answers()
 
     with ExitStack() as stack:
         if pool is None:
-            pool = stack.enter_context(worker_pool(min(jobs, len(questions))))
-        for q in questions:  # the step times the replays price with, fitted here once
+            workers = min(jobs, len(searches))
+            pool = stack.enter_context(worker_pool(workers))
+            share = False
+        for sr in searches:  # the step times the replays price with, fitted here once
+            q = sr.question
             if q.cfg.serving == "aggregated" or isinstance(q.cost, CostModel):
                 step_pricing(q.cost)  # the engine's steps; a disaggregated decode pool's
         fits = fitted()
-        with main_not_rerun():  # new workers start at these submits
-            futures = [
-                pool.submit(_size_option_apart, trace, q, sampling_rate, fits) for q in questions
-            ]
-        here: dict[int, SizeSearch] = {}
+        running: dict[Future[SizeSearch], int] = {}
+        lock = threading.Condition()  # an RLock: a callback may run in the submitting call
+        failed: list[BaseException] = []
+
+        def send() -> None:  # with the lock held
+            while order.ready and not failed and (workers is None or len(running) < workers):
+                i = order.take()
+                sr = searches[i]
+                with main_not_rerun():  # a new worker starts at this submit
+                    f = pool.submit(
+                        _size_option_apart,
+                        sr.trace,
+                        order.question(i),
+                        sr.sampling_rate,
+                        fits,
+                        sr.only,
+                    )
+                running[f] = i
+                f.add_done_callback(answered)
+
+        def answered(f: Future[SizeSearch]) -> None:
+            with lock:
+                i = running.pop(f)
+                if f.cancelled():
+                    return
+                err = f.exception()
+                if err is not None:
+                    failed.append(err)
+                else:
+                    order.done(i, f.result())
+                    send()
+                lock.notify_all()
+
         try:
-            # a question a worker has not taken is cancelled and searched here; the
-            # workers take them in order, so the first taken one ends the loop
-            for i in reversed(range(len(questions)) if share else ()):
-                if not futures[i].cancel():
-                    break
-                here[i] = size_option(trace, questions[i], sampling_rate)
-            return [here[i] if i in here else f.result() for i, f in enumerate(futures)]
+            with lock:
+                send()
+            while True:
+                with lock:
+                    while not failed and not (share and order.ready) and running:
+                        lock.wait()
+                    if failed:
+                        raise failed[0]
+                    if not (share and order.ready):
+                        break  # every search has answered
+                    i = order.take()
+                    q = order.question(i)
+                sr = searches[i]
+                got = size_option(sr.trace, q, sr.sampling_rate, sr.only)
+                with lock:
+                    order.done(i, got)
+                    send()
+            return order.answers()
         finally:  # a failure: the others are not waited for
-            for f in futures:
-                f.cancel()
+            with lock:
+                for f in list(running):
+                    f.cancel()
+
+
+class _Order:
+    """Which of a batch's searches may start: those after no other, in order, then each
+    one whose baseline has answered; and each one's question as it starts."""
+
+    def __init__(self, searches: Sequence[Search]) -> None:
+        self.searches = searches
+        self.found: dict[int, SizeSearch] = {}
+        self.waiting: dict[int, list[int]] = {}
+        self.ready: deque[int] = deque()
+        for i, sr in enumerate(searches):
+            if sr.after is None:
+                self.ready.append(i)
+            else:
+                self.waiting.setdefault(sr.after, []).append(i)
+
+    def take(self) -> int:
+        return self.ready.popleft()
+
+    def question(self, i: int) -> SizeQuestion:
+        sr = self.searches[i]
+        if sr.after is None:
+            return sr.question
+        return start_after(sr.question, self.searches[sr.after].question, self.found[sr.after])
+
+    def done(self, i: int, s: SizeSearch) -> None:
+        self.found[i] = s
+        self.ready.extend(self.waiting.pop(i, ()))
+
+    def answers(self) -> list[SizeSearch]:
+        missing = [i for i in range(len(self.searches)) if i not in self.found]
+        if missing:
+            raise ValueError(f"searches {missing} wait on a search that is not in the batch")
+        return [self.found[i] for i in range(len(self.searches))]
 
 
 # -- the stage: every model's plan of every option ---------------------------------------
@@ -535,13 +666,15 @@ def asks(
     ttft_slo_s: float | None = None,
     hints: dict[tuple[str, str], Hint] | None = None,
     look_beyond: bool = True,
+    cap_instances: int | None = None,
 ) -> list[Ask]:
     """The questions of every model's plan of every option (``options``: those only), at
     the busiest window's load (x ``load_factor``) and ``ttft_slo_s`` (default: the
     analysis's); ``hints``: where each (model, option) search starts and what it knows
     (default: it starts at ``--instances`` and knows nothing). Without ``look_beyond`` a
     search that finds no count within the cap ends there, not saying which size above
-    it would meet the SLO."""
+    it would meet the SLO. ``cap_instances``: the most instances searched, when fewer
+    than ``--max-gpus`` allows."""
 
     slo = opts.ttft_slo_s if ttft_slo_s is None else ttft_slo_s
     wanted = tuple(options) or OPTIONS
@@ -551,6 +684,8 @@ def asks(
     for k, (setup, rt) in enumerate(zip(priced.setups, replayed.traces, strict=True)):
         load = model_load(setup, opts.peak_window_s, load_factor)
         cap = max(1, top // setup.tp)
+        if cap_instances is not None:
+            cap = max(1, min(cap, cap_instances))
         floor = replayed.floors[k] if k < len(replayed.floors) else None
         low = None if floor is None else floor.p90_s
         bound = floor is not None and floor.p90_s > slo
@@ -578,63 +713,10 @@ def asks(
     return out
 
 
-def _search(
-    batch: Sequence[Ask], which: Sequence[int], services: Services, found: dict[int, SizeSearch]
-) -> None:
-    """The searches of ``batch[which]`` into ``found``: those on one trace go to the
-    replayer together (so they run in parallel)."""
-    groups: dict[int, list[int]] = {}
-    for i in which:
-        if batch[i].question is not None:
-            groups.setdefault(id(batch[i].trace.trace), []).append(i)
-    for idx in groups.values():
-        rt = batch[idx[0]].trace
-        qs = [batch[i].question for i in idx]
-        got = services.replayer.size(
-            rt.part, rt.trace, [q for q in qs if q is not None], rt.sampling_rate
-        )
-        found.update(zip(idx, got, strict=True))
-
-
 def _same_question(a: Ask, b: Ask) -> bool:
     """Whether ``a`` and ``b`` ask of the same model, trace, load and SLO (one plan or
     one variant of it)."""
     return a.setup is b.setup and a.load == b.load and a.slo_s == b.slo_s and a.trace is b.trace
-
-
-def _from_baseline(batch: Sequence[Ask], found: dict[int, SizeSearch]) -> list[Ask]:
-    """``batch`` with each option's search starting near where its model's baseline,
-    asked the same question, ended. Unhinted (the plan): one below the baseline's
-    answer, since an offload tier or a pool saves an instance or a few where it pays
-    at all, and a guess a little low costs a failed replay, which stops early, where one
-    a little high costs a whole passing one. Hinted (a variant, which starts from the
-    plan's answer): its start moved as the baseline's answer moved from its own start,
-    within the hint's bounds."""
-    out = list(batch)
-    for i, a in enumerate(batch):
-        q = a.question
-        if q is None or a.spec.name == BASELINE:
-            continue
-        j = next(
-            (
-                j
-                for j, b in enumerate(batch)
-                if j in found and b.spec.name == BASELINE and _same_question(a, b)
-            ),
-            None,
-        )
-        if j is None:
-            continue
-        base, bq = found[j], batch[j].question
-        n = base.instances or base.above_cap
-        if n is None or bq is None:
-            continue
-        hinted = q.near or q.gallop or q.fails_to > 0 or q.passes_at is not None
-        start = round(q.start * n / bq.start) if hinted else n - 1
-        start = max(q.fails_to + 1, min(start, q.passes_at or start))
-        q = replace(q, cfg=replace(q.cfg, instances=max(1, start)), near=True, gallop=True)
-        out[i] = replace(a, question=q)
-    return out
 
 
 def answer(
@@ -644,16 +726,32 @@ def answer(
     *,
     baseline_first: bool = False,
 ) -> list[DeploymentPlan]:
-    """Every ask's plan, in order. The searches on one trace go to the replayer together
-    (so they run in parallel); with ``baseline_first`` each model's baseline is searched
-    first and the other options start at its answer (:func:`_from_baseline`). A
-    latency-first objective plans each option on at least its baseline's instances."""
-    found: dict[int, SizeSearch] = {}
-    first = [i for i, a in enumerate(batch) if baseline_first and a.spec.name == BASELINE]
-    if first:
-        _search(batch, first, services, found)
-        batch = _from_baseline(batch, found)
-    _search(batch, [i for i in range(len(batch)) if i not in found], services, found)
+    """Every ask's plan, in order. The searches go to the replayer together (so they run
+    in parallel); with ``baseline_first`` each model's baseline is searched first and
+    the other options start at its answer (:func:`start_after`). A latency-first
+    objective plans each option on at least its baseline's instances."""
+    index: dict[int, int] = {}  # batch position -> its search's
+    searches: list[Search] = []
+    for i, a in enumerate(batch):
+        if a.question is not None:
+            index[i] = len(searches)
+            searches.append(Search(a.trace.part, a.trace.trace, a.question, a.trace.sampling_rate))
+    if baseline_first:
+        for i, a in enumerate(batch):
+            if i not in index or a.spec.name == BASELINE:
+                continue
+            j = next(
+                (
+                    j
+                    for j, b in enumerate(batch)
+                    if j in index and b.spec.name == BASELINE and _same_question(a, b)
+                ),
+                None,
+            )
+            if j is not None:
+                searches[index[i]] = replace(searches[index[i]], after=index[j])
+    got = services.replayer.size(searches)
+    found = {i: got[k] for i, k in index.items()}
     if objective == Objective.TTFT:
         _match_baseline(batch, found, services)
     out = []

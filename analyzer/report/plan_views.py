@@ -321,6 +321,7 @@ class SideOptionView(View):
     ttft_p90_s: float | NotApplicable | None = field(default=None, metadata=ABSENT)
     gpus_at_peak_load: int | NotApplicable | None = field(default=None, metadata=ABSENT)
     total_usd_month: float | NotApplicable | None = field(default=None, metadata=ABSENT)
+    cap_gpus: int | None = field(default=None, metadata=ABSENT)
     rest: Mapping[str, object] = field(default_factory=dict, repr=False, metadata=REST)
     missing: frozenset[str] = field(default=frozenset(), repr=False, metadata=MISSING)
 

@@ -545,7 +545,9 @@ def side_by_side_table(doc: ReportView) -> tuple[list[str], list[list[str]]] | N
                 [
                     choice,
                     option_name(name),
-                    _cell(o.gpus_at_peak_load),
+                    _cell(o.gpus_at_peak_load)
+                    if o.cap_gpus is None or not isinstance(o.gpus_at_peak_load, NotApplicable)
+                    else f"none within {o.cap_gpus:,}",
                     _ms(o.ttft_mean_s),
                     _ms(o.ttft_p90_s),
                     _usd(o.total_usd_month),

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from analyzer.advisor import Thresholds, run_analysis
+from analyzer.advisor.explore import SIDE_INSTANCES_MULTIPLE
 from analyzer.advisor.replay import LocalReplayer, Services
-from analyzer.advisor.size import SizeQuestion, SizeSearch
+from analyzer.advisor.size import SizeQuestion, SizeSearch, start_after
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location(
@@ -34,9 +35,13 @@ class Recording(LocalReplayer):
         super().__init__()
         self.asked: list[Asked] = []
 
-    def size(self, part, trace, questions, sampling_rate):
-        out = super().size(part, trace, questions, sampling_rate)
-        self.asked += [Asked(q, s) for q, s in zip(questions, out, strict=True)]
+    def size(self, searches):
+        out = super().size(searches)
+        for sr, s in zip(searches, out, strict=True):
+            q = sr.question  # as it started: after its baseline, where that one ended
+            if sr.after is not None:
+                q = start_after(q, searches[sr.after].question, out[sr.after])
+            self.asked.append(Asked(q, s))
         return out
 
 
@@ -106,5 +111,11 @@ def test_side_by_side_rows_search_within_the_cap_only(busy):
     assert side and own
     assert all(a.question.beyond is None for a in side)
     assert all(a.question.beyond is not None and a.question.beyond > a.question.cap for a in own)
+    verdict = next(f for f in r.fleets if f.option == (r.decision.scenario or "local"))
+    assert verdict.instances is not None
     for a in side:
         assert all(p.instances <= a.question.cap for p in a.search.probes)
+        # no further than SIDE_INSTANCES_MULTIPLE x the verdict's instances: no alternative
+        assert a.question.cap <= SIDE_INSTANCES_MULTIPLE * verdict.instances
+    rows = [o for c in r.side_by_side[1:] for o in dict(c.options).values()]
+    assert rows and all(o.cap_gpus is not None for o in rows)

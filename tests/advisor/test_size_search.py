@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import analyzer.advisor.size as size_mod
-from analyzer.advisor.size import SizeQuestion, search_size, size_option, size_options
+from analyzer.advisor.size import Search, SizeQuestion, search_size, size_option, size_options
 from analyzer.replay import ClusterConfig, run_replay
 from analyzer.replay.config import STANDARD_SCENARIOS, Scenario
 from analyzer.replay.probe import Probe, allowed_misses, deciding_ttft_s, probe
@@ -189,14 +189,18 @@ def test_probe_is_the_replay_at_that_size(n, scale, slo, option):
 @pytest.mark.slow
 def test_parallel_search_gives_the_same_answers(monkeypatch):
     trace = _trace(200, gap=0.01)
-    qs = [
-        SizeQuestion(STANDARD_SCENARIOS[o], _cfg(instances=2), COST, 0.5, 0.3, cap=32)
+    local, pooled = (
+        Search(
+            None,
+            trace,
+            SizeQuestion(STANDARD_SCENARIOS[o], _cfg(instances=2), COST, 0.5, 0.3, cap=32),
+        )
         for o in (Scenario.LOCAL, Scenario.POOLED)
-    ]
-    one = size_options(trace, qs, jobs=1)
-    two = size_options(trace, qs, jobs=2)
-    # one worker and this process, which searches the questions no worker took (the
-    # worker holds two at most: the last is searched here)
+    )
+    # the pooled search after the local one starts from its answer, wherever each runs
+    batch = [local, dataclasses.replace(pooled, after=0), pooled, local]
+    one = size_options(batch, jobs=1)
+    two = size_options(batch, jobs=2)
     here: list[str] = []
 
     def counted(trace, q, *args, **kw):
@@ -205,9 +209,10 @@ def test_parallel_search_gives_the_same_answers(monkeypatch):
 
     monkeypatch.setattr(size_mod, "size_option", counted)  # this process's, not the worker's
     with worker_pool(1) as pool:
-        shared = size_options(trace, [*qs, *qs], pool=pool, share=True)
-    assert here and here[0] == qs[-1].spec.name
-    for got in (two, shared[:2], shared[2:]):
+        shared = size_options(batch, pool=pool, workers=1, share=True)
+    # one worker and this process, each searching some of the batch
+    assert 0 < len(here) < len(batch)
+    for got in (two, shared):
         assert [(s.instances, [p.instances for p in s.probes]) for s in one] == [
             (s.instances, [p.instances for p in s.probes]) for s in got
         ]
