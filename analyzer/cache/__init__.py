@@ -3,6 +3,8 @@
 * :mod:`~analyzer.cache.radix`: :class:`BlockRadix`, a prefix tree over chained block ids
   with leaf-only eviction, and the leaf orders (:class:`LRU`, :class:`FIFO`,
   :class:`FarthestRank`), each a small class returning a sort key.
+* :mod:`~analyzer.cache.array_radix`: :class:`ArrayRadix`, BlockRadix's compiled twin for
+  chained LRU and FIFO caches (the replay's tiers), answering call for call as it does.
 * :mod:`~analyzer.cache.token_radix`: :class:`TokenRadix`, the token-exact tree (SGLang's
   RadixAttention at page size 1), and :class:`ArrivalLCP` built on it.
 * :mod:`~analyzer.cache.policies`: the one registry of eviction policies by name
@@ -26,6 +28,7 @@ from analyzer.cache.radix import FIFO, LRU, ROOT, BlockRadix, FarthestRank, Node
 from analyzer.cache.s3fifo import S3FIFO
 
 _LAZY = {
+    "ArrayRadix": "analyzer.cache.array_radix",
     "TokenRadix": "analyzer.cache.token_radix",
     "ArrivalLCP": "analyzer.cache.token_radix",
     "lcp_reference": "analyzer.cache.token_radix",
@@ -44,6 +47,7 @@ __all__ = [
     "POLICIES",
     "ROOT",
     "S3FIFO",
+    "ArrayRadix",
     "ArrivalLCP",
     "BlockRadix",
     "EvictionPolicy",

@@ -35,10 +35,10 @@ lives in :mod:`analyzer.cache.token_radix`; the policies by name are registered 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import Any, Protocol
 
 ROOT = -1  # parent of the first block of every request
 
@@ -114,6 +114,35 @@ class FarthestRank(Policy):
 
     def key(self, node: Node) -> tuple[float, ...]:
         return (-node.rank, -node.insert_seq)
+
+
+class BlockCache(Protocol):
+    """What the replay asks of a tier's block cache: :class:`BlockRadix`, or its compiled
+    twin for chained LRU and FIFO caches (:class:`~analyzer.cache.array_radix.ArrayRadix`)."""
+
+    @property
+    def capacity_blocks(self) -> int | None: ...
+
+    @property
+    def policy(self) -> Policy: ...
+
+    def __len__(self) -> int: ...
+
+    def __contains__(self, block_id: object) -> bool: ...
+
+    def match(self, blocks: Sequence[int]) -> int: ...
+
+    def insert(
+        self, blocks: Sequence[int], now: float, ranks: Sequence[float] | None = None
+    ) -> list[int]: ...
+
+    def insert_ints(self, chain: list[int], now: float) -> list[int]: ...
+
+    def write(self, chain: list[int], now: float) -> tuple[int, list[int]]: ...
+
+    def touch_prefix(self, chain: list[int], n: int, now: float) -> None: ...
+
+    def evict(self, n_blocks: int, pinned: Collection[int] | None = None) -> list[int]: ...
 
 
 class BlockRadix:
@@ -501,6 +530,7 @@ __all__ = [
     "FIFO",
     "LRU",
     "ROOT",
+    "BlockCache",
     "BlockRadix",
     "FarthestRank",
     "Node",

@@ -58,8 +58,9 @@ from typing import Any
 
 import numpy as np
 
+from analyzer.cache.array_radix import ArrayRadix
 from analyzer.cache.policies import get_policy
-from analyzer.cache.radix import BlockRadix
+from analyzer.cache.radix import BlockCache, BlockRadix
 from analyzer.progress import Advance
 from analyzer.replay.links import Link
 from analyzer.replay.routers import RouterContext, make_router
@@ -138,7 +139,10 @@ class Simulation:
 
         policy = get_policy(plan.eviction, flag="--eviction", replay=True).reference()
 
-        def cache(capacity_blocks: int | None) -> BlockRadix:
+        def cache(capacity_blocks: int | None) -> BlockCache:
+            # The compiled twin where it applies: the same answers, a probe a third cheaper.
+            if tree.chained and ArrayRadix.supports(policy):
+                return ArrayRadix(capacity_blocks, policy)
             return BlockRadix(capacity_blocks, policy, chained=tree.chained)
 
         window = plan.link_window_s

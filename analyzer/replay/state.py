@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analyzer.cache.radix import BlockRadix
+from analyzer.cache.radix import BlockCache
 from analyzer.replay.config import Connector, Tier
 from analyzer.replay.links import Link
 from analyzer.replay.steps import StepPricing
@@ -94,7 +94,7 @@ class Req:
 @dataclass(slots=True)
 class _Tier:
     level: int  # index in TIER_NAMES
-    cache: BlockRadix
+    cache: BlockCache
     read: Link
     write: Link
     latency_s: float
@@ -104,7 +104,7 @@ class _Tier:
 class Instance:
     idx: int
     node: int
-    hbm: BlockRadix | None
+    hbm: BlockCache | None
     lower: list[_Tier]
     queue: deque[Req] = field(default_factory=deque)
     batch: list[tuple[Req, int]] | None = None

@@ -1,0 +1,695 @@
+"""A compiled twin of :class:`~analyzer.cache.radix.BlockRadix` for the replay's caches.
+
+The replay's tiers are chained block caches under LRU or FIFO, and their calls
+(``write``, ``insert_ints``, ``touch_prefix``, ``evict``) were half of a probe's CPU
+time, most of it creating nodes and popping heap entries in Python. :class:`ArrayRadix`
+answers the same calls, decision for decision, with its state in arrays and the work
+of each call in one numba kernel:
+
+* the cached ids in a Python set as well, so :meth:`ArrayRadix.match` stays the
+  pure-Python bisection it was (the kernels say what they added and evicted);
+* per-slot records (parent slot, cached children, touch and insert sequence, version,
+  last access, insertion time), slots reused as blocks go, found by id through an
+  open-addressing table (linear probing, deletion by backward shift): what a cache
+  holds costs in proportion to what it holds, whatever the trace's id range, as
+  BlockRadix's nodes do (a replay of 256 instances keeps a thousand caches);
+* the leaves' heap as arrays, with :class:`BlockRadix`'s entries ``(key, block,
+  version)`` (and the slot, outside the order), its lazy invalidation, its rebuild rule
+  (more than ``4 x cached + 64`` entries after a touch) and its eviction loop, step for
+  step. Keys are unique, so any correct heap pops the same order, and the heap's
+  length, which decides when it is rebuilt (a rebuild brings back a leaf that an
+  eviction passed over as pinned), moves as BlockRadix's does.
+
+It only takes chained caches (:func:`analyzer.replay.engine.is_chained`) of
+non-negative block ids under :class:`LRU` or :class:`FIFO` (:meth:`ArrayRadix.supports`);
+the replay picks it there and BlockRadix elsewhere. ``remove`` and caller-given ranks
+are BlockRadix's alone. A Hypothesis test drives both with the same calls and compares
+every answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Sequence
+
+import numpy as np
+from numba import njit
+
+from analyzer.cache.radix import FIFO, LRU, ROOT, Policy
+from analyzer.dense import fib_slot
+
+# Rows of the int64 slot records, and of the float64 ones. ``_PARENT`` is the parent's
+# slot (ROOT for a first block): a parent stays while it has a cached child.
+_PARENT, _CHILDREN, _TOUCH_SEQ, _VERSION, _INSERT_SEQ, _BLOCK, _FREE, _PINNED = range(8)
+_ROWS = 8
+_LAST_ACCESS, _INSERTED_AT = range(2)
+# Fields of the int64 ``meta`` array.
+_SEQ, _HEAP_N, _NODES, _CAP, _FIFO, _USED, _N_FREE, _BITS = range(8)
+_META = 8
+# Kernel answers below zero, having changed nothing: an id that is negative, cached
+# already or (touched) not cached, and arrays too small.
+_BAD_ID, _NO_SLOTS, _NO_HEAP = -1, -2, -3
+_NONE = -2  # no protected block (ids are >= 0)
+_FIRST_SLOTS = 64  # doubled as needed
+_EMPTY = np.empty(0, dtype=np.int64)
+
+
+# -- the id -> slot table -----------------------------------------------------------
+
+
+@njit(cache=True, inline="always")
+def _home(b: int, bits: int) -> int:
+    return int(fib_slot(np.uint64(b), np.uint64(64 - bits)))
+
+
+@njit(cache=True, inline="always")
+def _find(table: np.ndarray, si: np.ndarray, bits: int, b: int) -> int:
+    """The slot of cached block ``b``, or -1."""
+    mask = table.size - 1
+    i = _home(b, bits)
+    while True:
+        s = table[i]
+        if s < 0:
+            return -1
+        if si[_BLOCK, s] == b:
+            return int(s)
+        i = (i + 1) & mask
+
+
+@njit(cache=True, inline="always")
+def _add(table: np.ndarray, si: np.ndarray, bits: int, b: int, s: int) -> None:
+    mask = table.size - 1
+    i = _home(b, bits)
+    while table[i] >= 0:
+        i = (i + 1) & mask
+    table[i] = s
+
+
+@njit(cache=True, inline="always")
+def _drop(table: np.ndarray, si: np.ndarray, bits: int, b: int) -> None:
+    """Take cached ``b`` out of the table; the entries after it in its run move back
+    into the hole when their home is not between it and them (no tombstones)."""
+    mask = table.size - 1
+    i = _home(b, bits)
+    while si[_BLOCK, table[i]] != b:
+        i = (i + 1) & mask
+    j = i
+    while True:
+        j = (j + 1) & mask
+        s = table[j]
+        if s < 0:
+            break
+        k = _home(si[_BLOCK, s], bits)
+        if (j > i and (k <= i or k > j)) or (j < i and k <= i and k > j):
+            table[i] = s
+            i = j
+    table[i] = -1
+
+
+@njit(cache=True)
+def _rehash(si: np.ndarray, used: int, bits: int) -> np.ndarray:
+    table = np.full(1 << bits, -1, dtype=np.int32)
+    for s in range(used):
+        b = si[_BLOCK, s]
+        if b >= 0:
+            _add(table, si, bits, b, s)
+    return table
+
+
+@njit(cache=True)
+def _slot_of(table: np.ndarray, si: np.ndarray, meta: np.ndarray, b: int) -> int:
+    return _find(table, si, meta[_BITS], b)
+
+
+# -- the leaves' heap ---------------------------------------------------------------
+
+
+@njit(cache=True, inline="always")
+def _lt(ak: float, a2: int, ab: int, av: int, bk: float, b2: int, bb: int, bv: int) -> bool:
+    """``(ak, a2, ab, av) < (bk, b2, bb, bv)`` as Python compares the tuples."""
+    if ak != bk:
+        return ak < bk
+    if a2 != b2:
+        return a2 < b2
+    if ab != bb:
+        return ab < bb
+    return av < bv
+
+
+@njit(cache=True, inline="always")
+def _below(hk: np.ndarray, hi: np.ndarray, i: int, k: float, k2: int, b: int, v: int) -> bool:
+    """Entry ``i`` comes before ``(k, k2, b, v)``."""
+    return _lt(hk[i], hi[i, 0], hi[i, 1], hi[i, 2], k, k2, b, v)
+
+
+@njit(cache=True, inline="always")
+def _put(hk: np.ndarray, hi: np.ndarray, i: int, k: float, k2: int, b: int, v: int, s: int) -> None:
+    hk[i] = k
+    hi[i, 0] = k2
+    hi[i, 1] = b
+    hi[i, 2] = v
+    hi[i, 3] = s
+
+
+@njit(cache=True, inline="always")
+def _move(hk: np.ndarray, hi: np.ndarray, to: int, frm: int) -> None:
+    hk[to] = hk[frm]
+    hi[to, 0] = hi[frm, 0]
+    hi[to, 1] = hi[frm, 1]
+    hi[to, 2] = hi[frm, 2]
+    hi[to, 3] = hi[frm, 3]
+
+
+@njit(cache=True, inline="always")
+def _push(hk: np.ndarray, hi: np.ndarray, n: int, k: float, k2: int, b: int, v: int, s: int) -> int:
+    i = n
+    while i > 0:
+        p = (i - 1) >> 1
+        if _below(hk, hi, p, k, k2, b, v):
+            break
+        _move(hk, hi, i, p)
+        i = p
+    _put(hk, hi, i, k, k2, b, v, s)
+    return n + 1
+
+
+@njit(cache=True, inline="always")
+def _sift(
+    hk: np.ndarray, hi: np.ndarray, n: int, k: float, k2: int, b: int, v: int, s: int
+) -> None:
+    """Put the entry at the root of the ``n`` entries (the root's own is dropped)."""
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        d = c + 1
+        if d < n and _below(hk, hi, d, hk[c], hi[c, 0], hi[c, 1], hi[c, 2]):
+            c = d
+        if not _below(hk, hi, c, k, k2, b, v):
+            break
+        _move(hk, hi, i, c)
+        i = c
+    _put(hk, hi, i, k, k2, b, v, s)
+
+
+@njit(cache=True, inline="always")
+def _pop(hk: np.ndarray, hi: np.ndarray, n: int) -> int:
+    n -= 1
+    if n > 0:
+        _sift(hk, hi, n, hk[n], hi[n, 0], hi[n, 1], hi[n, 2], hi[n, 3])
+    return n
+
+
+@njit(cache=True, inline="always")
+def _key(si: np.ndarray, sf: np.ndarray, s: int, fifo: bool) -> tuple[float, int]:
+    if fifo:
+        return sf[_INSERTED_AT, s], si[_INSERT_SEQ, s]
+    return sf[_LAST_ACCESS, s], si[_TOUCH_SEQ, s]
+
+
+@njit(cache=True)
+def _rebuild(
+    si: np.ndarray, sf: np.ndarray, hk: np.ndarray, hi: np.ndarray, meta: np.ndarray
+) -> None:
+    """BlockRadix._rebuild_heap: one entry per cached leaf, at its current key."""
+    fifo = meta[_FIFO] != 0
+    n = 0
+    for s in range(meta[_USED]):
+        b = si[_BLOCK, s]
+        if b >= 0 and si[_CHILDREN, s] == 0:
+            k, k2 = _key(si, sf, s, fifo)
+            n = _push(hk, hi, n, k, k2, b, si[_VERSION, s], s)
+    meta[_HEAP_N] = n
+
+
+# -- the cache's calls ----------------------------------------------------------------
+
+
+@njit(cache=True, inline="always")
+def _touch(
+    si: np.ndarray,
+    sf: np.ndarray,
+    hk: np.ndarray,
+    hi: np.ndarray,
+    meta: np.ndarray,
+    b: int,
+    s: int,
+    length: int,
+    now: float,
+) -> None:
+    """BlockRadix._touch_chain of a chained cache: ``length`` blocks ending at ``b``
+    (slot ``s``)."""
+    seq = meta[_SEQ]
+    if length > 0:
+        sf[_LAST_ACCESS, s] = now
+        si[_TOUCH_SEQ, s] = seq + 1
+        si[_VERSION, s] = seq + 1
+        if si[_CHILDREN, s] == 0:
+            k, k2 = _key(si, sf, s, meta[_FIFO] != 0)
+            meta[_HEAP_N] = _push(hk, hi, meta[_HEAP_N], k, k2, b, seq + 1, s)
+        seq += length
+    meta[_SEQ] = seq
+    if meta[_HEAP_N] > 4 * meta[_NODES] + 64:
+        _rebuild(si, sf, hk, hi, meta)
+
+
+@njit(cache=True)
+def _evict_loop(
+    table: np.ndarray,
+    si: np.ndarray,
+    sf: np.ndarray,
+    hk: np.ndarray,
+    hi: np.ndarray,
+    meta: np.ndarray,
+    out: np.ndarray,
+    need: int,
+    protect: int,
+    use_pins: bool,
+) -> int:
+    """BlockRadix._evict, step for step (its comments say why each step is so); the
+    evicted ids go to ``out``, their count is returned."""
+    fifo = meta[_FIFO] != 0
+    walk = not fifo  # chained and LRU: a parent that inherits its child's touch is next
+    bits = meta[_BITS]
+    seq = meta[_SEQ]
+    hn = meta[_HEAP_N]
+    nodes = meta[_NODES]
+    n_free = meta[_N_FREE]
+    n_out = 0
+    held = False
+    h_k, h_k2, h_b, h_v, h_s = 0.0, 0, 0, 0, 0
+    while need > 0 and hn > 0:
+        k = hk[0]
+        k2 = hi[0, 0]
+        b = hi[0, 1]
+        v = hi[0, 2]
+        s = hi[0, 3]
+        hn = _pop(hk, hi, hn)
+        if si[_BLOCK, s] != b or si[_VERSION, s] != v or si[_CHILDREN, s] != 0:
+            continue  # stale
+        while True:  # (k, k2, b, v) is the entry of the live leaf b (slot s), next in order
+            if b == protect:
+                held = True
+                h_k, h_k2, h_b, h_v, h_s = k, k2, b, v, s
+                break
+            if use_pins and si[_PINNED, s] != 0:
+                break  # out of the order until touched again
+            _drop(table, si, bits, b)
+            si[_BLOCK, s] = -1
+            si[_FREE, n_free] = s
+            n_free += 1
+            nodes -= 1
+            out[n_out] = b
+            n_out += 1
+            need -= 1
+            ps = si[_PARENT, s]
+            if ps == ROOT:
+                break
+            parent = si[_BLOCK, ps]
+            inherited = False
+            if si[_TOUCH_SEQ, s] >= si[_TOUCH_SEQ, ps]:
+                sf[_LAST_ACCESS, ps] = sf[_LAST_ACCESS, s]
+                si[_TOUCH_SEQ, ps] = si[_TOUCH_SEQ, s] + 1
+                inherited = walk
+            si[_CHILDREN, ps] -= 1
+            if si[_CHILDREN, ps] != 0:
+                break
+            seq += 1  # the parent became a leaf
+            si[_VERSION, ps] = seq
+            k, k2 = _key(si, sf, ps, fifo)
+            b, v, s = parent, seq, ps
+            if inherited and need > 0:
+                continue
+            if need == 0:
+                hn = _push(hk, hi, hn, k, k2, b, v, s)
+                break
+            if hn > 0 and _below(hk, hi, 0, k, k2, b, v):
+                # another leaf comes first: it leaves the heap, the parent takes its place
+                nk, nk2, nb, nv, ns = hk[0], hi[0, 0], hi[0, 1], hi[0, 2], hi[0, 3]
+                _sift(hk, hi, hn, k, k2, b, v, s)
+                k, k2, b, v, s = nk, nk2, nb, nv, ns
+                if si[_BLOCK, s] != b or si[_VERSION, s] != v or si[_CHILDREN, s] != 0:
+                    break  # stale
+    if held:
+        hn = _push(hk, hi, hn, h_k, h_k2, h_b, h_v, h_s)
+    meta[_SEQ] = seq
+    meta[_HEAP_N] = hn
+    meta[_NODES] = nodes
+    meta[_N_FREE] = n_free
+    return n_out
+
+
+@njit(cache=True)
+def _insert(
+    table: np.ndarray,
+    si: np.ndarray,
+    sf: np.ndarray,
+    hk: np.ndarray,
+    hi: np.ndarray,
+    meta: np.ndarray,
+    out: np.ndarray,
+    new: np.ndarray,
+    parent: int,
+    last: int,
+    top: int,
+    now: float,
+) -> int:
+    """BlockRadix._insert of a chained cache: ``new`` (none cached) hang below cached
+    ``parent``, the chain of ``top`` blocks ending at ``last`` is touched, and leaves
+    go (``last`` kept) down to the capacity. Returns the number evicted into ``out``,
+    or below zero (nothing changed) for a bad id or arrays too small."""
+    nn = new.size
+    nodes = meta[_NODES]
+    if nodes + nn > si.shape[1]:
+        return _NO_SLOTS
+    if meta[_HEAP_N] + nodes + nn + 2 > hk.size:
+        return _NO_HEAP
+    bits = meta[_BITS]
+    for i in range(nn):
+        if new[i] < 0 or _find(table, si, bits, new[i]) >= 0:
+            return _BAD_ID
+    ps = ROOT
+    if nn > 0 and parent != ROOT:
+        ps = _find(table, si, bits, parent)
+        if ps < 0:
+            return _BAD_ID
+    ls = -1
+    if top > 0 and nn == 0:
+        ls = _find(table, si, bits, last)
+        if ls < 0:
+            return _BAD_ID
+    fifo = meta[_FIFO] != 0
+    seq = meta[_SEQ]
+    if nn > 0:
+        if ps != ROOT:
+            si[_CHILDREN, ps] += 1
+            si[_VERSION, ps] = seq + 1  # no longer a leaf: its heap entry dies
+        used = meta[_USED]
+        n_free = meta[_N_FREE]
+        for i in range(nn):
+            b = new[i]
+            seq += 1
+            if n_free > 0:
+                n_free -= 1
+                s = si[_FREE, n_free]
+            else:
+                s = used
+                used += 1
+            si[_PARENT, s] = ps
+            si[_CHILDREN, s] = 1
+            si[_TOUCH_SEQ, s] = seq
+            si[_VERSION, s] = 0
+            si[_BLOCK, s] = b
+            si[_PINNED, s] = 0
+            sf[_LAST_ACCESS, s] = now
+            if fifo:
+                si[_INSERT_SEQ, s] = seq
+                sf[_INSERTED_AT, s] = now
+            _add(table, si, bits, b, s)
+            ps = s
+        si[_CHILDREN, ps] = 0
+        ls = ps
+        meta[_USED] = used
+        meta[_N_FREE] = n_free
+        meta[_NODES] = nodes + nn
+    meta[_SEQ] = seq
+    _touch(si, sf, hk, hi, meta, last, ls, top, now)
+    cap = meta[_CAP]
+    if cap < 0 or meta[_NODES] <= cap:
+        return 0
+    protect = last if top > 0 else _NONE
+    return _evict_loop(table, si, sf, hk, hi, meta, out, meta[_NODES] - cap, protect, False)
+
+
+@njit(cache=True)
+def _touch_last(
+    table: np.ndarray,
+    si: np.ndarray,
+    sf: np.ndarray,
+    hk: np.ndarray,
+    hi: np.ndarray,
+    meta: np.ndarray,
+    b: int,
+    length: int,
+    now: float,
+) -> int:
+    """A touch of ``length`` cached blocks ending at ``b`` (none when ``length`` is 0,
+    which still rebuilds the heap when it is due)."""
+    if meta[_HEAP_N] + 1 > hk.size:
+        return _NO_HEAP
+    s = -1
+    if length > 0:
+        s = _find(table, si, meta[_BITS], b)
+        if s < 0:
+            return _BAD_ID
+    _touch(si, sf, hk, hi, meta, b, s, length, now)
+    return 0
+
+
+@njit(cache=True)
+def _evict(
+    table: np.ndarray,
+    si: np.ndarray,
+    sf: np.ndarray,
+    hk: np.ndarray,
+    hi: np.ndarray,
+    meta: np.ndarray,
+    out: np.ndarray,
+    need: int,
+    pins: np.ndarray,
+) -> int:
+    """Evict up to ``need`` leaves, passing over the ``pins`` (marked for the call)."""
+    if meta[_HEAP_N] + meta[_NODES] + 2 > hk.size:
+        return _NO_HEAP
+    bits = meta[_BITS]
+    for b in pins:
+        s = _find(table, si, bits, b)
+        if s >= 0:
+            si[_PINNED, s] = 1
+    n = _evict_loop(table, si, sf, hk, hi, meta, out, need, _NONE, pins.size > 0)
+    for b in pins:
+        s = _find(table, si, bits, b)
+        if s >= 0:
+            si[_PINNED, s] = 0
+    return n
+
+
+class ArrayRadix:
+    """:class:`~analyzer.cache.radix.BlockRadix` with ``chained=True``, in arrays
+    (module docstring): ``capacity_blocks`` slots (None = unbounded)."""
+
+    def __init__(self, capacity_blocks: int | None, policy: Policy | None = None) -> None:
+        assert capacity_blocks is None or capacity_blocks >= 0
+        policy = policy if policy is not None else LRU()
+        if not self.supports(policy):
+            raise ValueError(f"ArrayRadix orders leaves by LRU or FIFO, not {policy!r}")
+        self._capacity = capacity_blocks
+        self._policy = policy
+        self._ids: set[int] = set()  # what is cached, for match and `in`
+        self._meta = np.zeros(_META, dtype=np.int64)
+        self._meta[_CAP] = -1 if capacity_blocks is None else capacity_blocks
+        self._meta[_FIFO] = type(policy).key is FIFO.key
+        self._meta[_BITS] = (2 * _FIRST_SLOTS).bit_length() - 1
+        self._si = np.zeros((_ROWS, _FIRST_SLOTS), dtype=np.int64)
+        self._sf = np.zeros((2, _FIRST_SLOTS), dtype=np.float64)
+        self._out = np.zeros(_FIRST_SLOTS, dtype=np.int64)
+        self._table = np.full(2 * _FIRST_SLOTS, -1, dtype=np.int32)
+        self._hk = np.zeros(4 * _FIRST_SLOTS + 128, dtype=np.float64)
+        self._hi = np.zeros((self._hk.size, 4), dtype=np.int64)
+
+    @staticmethod
+    def supports(policy: Policy) -> bool:
+        """Whether ``policy`` orders leaves as :class:`LRU` or :class:`FIFO` do."""
+        return type(policy).key is LRU.key or type(policy).key is FIFO.key
+
+    # -- queries ---------------------------------------------------------------------
+
+    @property
+    def capacity_blocks(self) -> int | None:
+        return self._capacity
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, block_id: object) -> bool:
+        return block_id in self._ids
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ids)
+
+    def parent(self, block_id: int) -> int:
+        """The cached parent of ``block_id`` (ROOT for a first block)."""
+        p = int(self._si[_PARENT, self._slot(block_id)])
+        return p if p == ROOT else int(self._si[_BLOCK, p])
+
+    def is_leaf(self, block_id: int) -> bool:
+        return bool(self._si[_CHILDREN, self._slot(block_id)] == 0)
+
+    def match(self, blocks: Sequence[int]) -> int:
+        """Number of leading ``blocks`` present in the cache; changes nothing. The
+        replay's second hottest call: radix._bisect_cached, inline (a chained cache is
+        prefix-closed, so "cached" holds up to the match and not after)."""
+        ids = self._ids
+        hi = len(blocks)
+        if hi == 0 or blocks[0] not in ids:
+            return 0
+        if blocks[hi - 1] in ids:
+            return hi
+        lo, hi = 1, hi - 1  # blocks[lo - 1] cached, blocks[hi] not
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if blocks[mid] in ids:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    # -- updates ---------------------------------------------------------------------
+
+    def insert(
+        self, blocks: Sequence[int], now: float, ranks: Sequence[float] | None = None
+    ) -> list[int]:
+        """:meth:`BlockRadix.insert` (``ranks`` are for rank-keyed policies, not these)."""
+        if ranks is not None:
+            raise ValueError("ArrayRadix keeps no ranks: rank-keyed policies use BlockRadix")
+        return self.insert_ints([int(b) for b in blocks], now)
+
+    def insert_ints(self, chain: list[int], now: float) -> list[int]:
+        """:meth:`BlockRadix.insert_ints`."""
+        if self._capacity is not None and len(chain) > self._capacity:
+            chain = chain[: self._capacity]
+        return self._insert(chain, self.match(chain), now)
+
+    def write(self, chain: list[int], now: float) -> tuple[int, list[int]]:
+        """:meth:`BlockRadix.write`: the number of ``chain``'s leading blocks cached
+        before, and the blocks evicted (nothing changes when all are cached)."""
+        m = self.match(chain)
+        if m == len(chain):
+            return m, []
+        if self._capacity is not None and len(chain) > self._capacity:
+            chain = chain[: self._capacity]
+        return m, self._insert(chain, m, now)
+
+    def touch(self, blocks: Sequence[int], now: float) -> None:
+        """Mark the cached ones among ``blocks`` as used at ``now`` (tail-first)."""
+        cached = [int(b) for b in blocks if b in self._ids]
+        self._touch(cached[-1] if cached else ROOT, len(cached), now)
+
+    def touch_prefix(self, chain: list[int], n: int, now: float) -> None:
+        """:meth:`touch` of ``chain[:n]``, a list of ints known to be cached."""
+        n = min(n, len(chain))
+        self._touch(chain[n - 1] if n > 0 else ROOT, n, now)
+
+    def evict(self, n_blocks: int, pinned: Collection[int] | None = None) -> list[int]:
+        """:meth:`BlockRadix.evict`; ``pinned`` is a collection (a dict or set of ids)."""
+        pins = np.fromiter(pinned, dtype=np.int64, count=len(pinned)) if pinned else _EMPTY
+        while True:
+            k = _evict(
+                self._table,
+                self._si,
+                self._sf,
+                self._hk,
+                self._hi,
+                self._meta,
+                self._out,
+                n_blocks,
+                pins,
+            )
+            if k >= 0:
+                return self._evicted(k)
+            self._grow(k)
+
+    # -- internals -------------------------------------------------------------------
+
+    def _insert(self, chain: list[int], start: int, now: float) -> list[int]:
+        """BlockRadix._insert of ``chain`` (ints, within capacity) whose first
+        ``start`` blocks are cached (the rest, in a chained cache, are not)."""
+        top = len(chain)
+        added = chain[start:] if start < top else []
+        new = np.array(added, dtype=np.int64) if added else _EMPTY
+        parent = chain[start - 1] if 0 < start < top else ROOT
+        last = chain[top - 1] if top else ROOT
+        while True:
+            k = _insert(
+                self._table,
+                self._si,
+                self._sf,
+                self._hk,
+                self._hi,
+                self._meta,
+                self._out,
+                new,
+                parent,
+                last,
+                top,
+                float(now),
+            )
+            if k >= 0:
+                self._ids.update(added)
+                return self._evicted(k)
+            self._grow(k)
+
+    def _evicted(self, k: int) -> list[int]:
+        if not k:
+            return []
+        out: list[int] = self._out[:k].tolist()
+        self._ids.difference_update(out)
+        return out
+
+    def _touch(self, last: int, length: int, now: float) -> None:
+        while True:
+            k = _touch_last(
+                self._table,
+                self._si,
+                self._sf,
+                self._hk,
+                self._hi,
+                self._meta,
+                last,
+                length,
+                float(now),
+            )
+            if k >= 0:
+                return
+            self._grow(k)
+
+    def _slot(self, block_id: int) -> int:
+        s = (
+            int(_slot_of(self._table, self._si, self._meta, int(block_id)))
+            if block_id in self
+            else -1
+        )
+        if s < 0:
+            raise KeyError(block_id)
+        return s
+
+    def _grow(self, why: int) -> None:
+        """Double what a kernel found too small (it changed nothing)."""
+        if why == _BAD_ID:
+            raise KeyError(
+                "a negative block id, a new one cached already, or a touch of one not cached"
+            )
+        if why == _NO_SLOTS:
+            n = self._si.shape[1]
+            si = np.zeros((_ROWS, 2 * n), dtype=np.int64)
+            si[:, :n] = self._si
+            sf = np.zeros((2, 2 * n), dtype=np.float64)
+            sf[:, :n] = self._sf
+            self._si, self._sf = si, sf
+            self._out = np.zeros(2 * n, dtype=np.int64)
+            self._meta[_BITS] += 1
+            self._table = _rehash(si, int(self._meta[_USED]), int(self._meta[_BITS]))
+        else:
+            n = self._hk.size
+            hk = np.zeros(2 * n, dtype=np.float64)
+            hk[:n] = self._hk
+            hi = np.zeros((2 * n, 4), dtype=np.int64)
+            hi[:n] = self._hi
+            self._hk, self._hi = hk, hi
+
+
+__all__ = ["ArrayRadix"]

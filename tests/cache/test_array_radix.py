@@ -1,0 +1,180 @@
+"""ArrayRadix, the replay's compiled block cache, against BlockRadix (chained), call for call."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.cache.array_radix import ArrayRadix
+from analyzer.cache.radix import FIFO, LRU, BlockRadix, FarthestRank
+from tests.cache.test_radix import MostRecent, chained_requests
+
+POLICIES = {"lru": LRU, "fifo": FIFO}
+
+
+def same(fast: ArrayRadix, slow: BlockRadix) -> None:
+    """Equal contents: the same blocks, each with the same parent and leaf status."""
+    assert len(fast) == len(slow)
+    assert sorted(fast) == sorted(slow)
+    for b in slow:
+        assert b in fast
+        assert fast.parent(b) == slow.parent(b)
+        assert fast.is_leaf(b) == slow.is_leaf(b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    reqs=chained_requests(max_requests=30),
+    capacity=st.one_of(st.none(), st.integers(0, 3), st.integers(4, 20)),
+    policy=st.sampled_from(sorted(POLICIES)),
+    ops=st.lists(
+        st.tuples(st.integers(0, 6), st.integers(0, 29), st.integers(0, 8), st.integers(0, 2)),
+        min_size=1,
+        max_size=300,
+    ),
+)
+def test_array_radix_answers_as_block_radix(reqs, capacity, policy, ops):
+    """Every call the replay makes (and ``insert``, ``touch``), in random order on chains
+    of a random tree, at capacities down to none, with running requests pinning their
+    cached prefixes as the aggregated engine does: equal answers, equal contents after
+    every call, and the same order when both are evicted at the end."""
+    drive(reqs, capacity, policy, ops)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    reqs=chained_requests(max_requests=8, max_new=3),
+    policy=st.sampled_from(sorted(POLICIES)),
+    pinning=st.lists(
+        st.tuples(st.sampled_from([3, 6]), st.integers(0, 3), st.integers(0, 8), st.just(0)),
+        max_size=12,
+    ),
+    touches=st.lists(
+        st.tuples(
+            st.sampled_from([4, 5, 5]), st.integers(4, 7), st.integers(0, 3), st.integers(0, 1)
+        ),
+        min_size=400,
+        max_size=400,
+    ),
+)
+def test_array_radix_rebuilds_its_heap_as_block_radix(reqs, policy, pinning, touches):
+    """Leaves passed over as pinned, then hundreds of touches of other requests with no
+    eviction between: the heap passes ``4 x cached + 64`` entries and is rebuilt, which brings the
+    passed-over leaves back into the order, so the twin must rebuild at the same call
+    to evict what BlockRadix does after it."""
+    writes = [(0, r, 0, 0) for r in range(len(reqs))]
+    drive(reqs, None, policy, [*writes, *pinning, *touches, (6, 0, 8, 0)])
+
+
+def drive(
+    reqs: list[list[int]], capacity: int | None, policy: str, ops: list[tuple[int, ...]]
+) -> None:
+    """Both caches through ``ops`` (op, request, count, clock tick), compared after each."""
+    slow = BlockRadix(capacity, POLICIES[policy](), chained=True)
+    fast = ArrayRadix(capacity, POLICIES[policy]())
+    pins: dict[int, int] = {}
+    held: list[tuple[list[int], int]] = []
+    now = 0.0
+    for op, r, n, tick in ops:
+        now += tick
+        chain = reqs[r % len(reqs)]
+        m = slow.match(chain)
+        assert fast.match(chain) == m
+        if op == 0:
+            assert fast.write(list(chain), now) == slow.write(list(chain), now)
+        elif op == 1:
+            assert fast.insert_ints(list(chain), now) == slow.insert_ints(list(chain), now)
+        elif op == 2:
+            assert fast.insert(chain, now) == slow.insert(chain, now)
+        elif op == 3:  # admitted: its cached prefix pinned
+            held.append((chain, m))
+            for b in chain[:m]:
+                pins[b] = pins.get(b, 0) + 1
+        elif op == 4:  # finished: unpinned, its prefix touched
+            done, k = held.pop(n % len(held)) if held else (chain, 0)
+            for b in done[:k]:
+                pins[b] -= 1
+                if not pins[b]:
+                    del pins[b]
+            k = min(k, slow.match(done))  # a bounded cache's writes pass over pins
+            fast.touch_prefix(list(done), k, now)
+            slow.touch_prefix(list(done), k, now)
+        elif op == 5:
+            fast.touch(chain, now)
+            slow.touch(chain, now)
+        else:
+            assert fast.evict(n, pinned=pins) == slow.evict(n, pinned=pins)
+        same(fast, slow)
+    assert fast.evict(len(fast), pinned=pins) == slow.evict(len(slow), pinned=pins)
+    assert fast.evict(len(fast)) == slow.evict(len(slow))  # passed-over pins stay out
+    same(fast, slow)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: BlockRadix(None, LRU(), chained=True), lambda: ArrayRadix(None, LRU())],
+)
+def test_a_rebuilt_heap_brings_a_passed_over_pinned_leaf_back(make):
+    """Block 1 is passed over as pinned and leaves the order; 100 touches of block 2
+    grow the heap past ``4 x 2 + 64`` entries and rebuild it, with block 1 in it again
+    (without the rebuild the last eviction would find block 2 alone)."""
+    cache = make()
+    cache.write([0, 1], 0.0)
+    cache.write([2, 3], 1.0)
+    assert cache.evict(1, pinned={0: 1, 1: 1}) == [3]
+    for i in range(100):
+        cache.touch_prefix([2], 1, 2.0 + i)
+    assert cache.evict(3) == [1, 0, 2]
+
+
+def test_array_radix_grows_past_its_first_arrays():
+    """An unbounded cache holding more blocks than its first slots, table and heap, and
+    evicting them back in LRU order (the oldest request's chain, leaf first)."""
+    n = 5000
+    fast = ArrayRadix(None, LRU())
+    slow = BlockRadix(None, LRU(), chained=True)
+    for i in range(0, n, 10):
+        chain = list(range(i, i + 10))
+        assert fast.write(chain, float(i)) == slow.write(chain, float(i)) == (0, [])
+    assert len(fast) == n
+    assert (
+        fast.evict(25)
+        == slow.evict(25)
+        == [b for i in (0, 10, 20) for b in range(i + 9, i - 1, -1)][:25]
+    )
+
+
+def test_array_radix_finds_every_block_through_its_table():
+    """Thousands of chains of ids scattered over 2**40, written to a 100-block cache:
+    the id -> slot table fills, empties by backward shifts and grows, and every cached
+    block is still found (its parent read through it) with the evictions BlockRadix makes."""
+    rng = random.Random(7)
+    fast = ArrayRadix(100, LRU())
+    slow = BlockRadix(100, LRU(), chained=True)
+    chains: list[list[int]] = []
+    for t in range(3000):
+        base = rng.choice(chains)[: rng.randint(0, 3)] if chains and rng.random() < 0.5 else []
+        chain = base + [rng.randrange(2**40) for _ in range(rng.randint(1, 4))]
+        chains.append(chain)
+        assert fast.write(chain, float(t)) == slow.write(chain, float(t))
+        if t % 500 == 0:
+            same(fast, slow)
+    same(fast, slow)
+
+
+def test_array_radix_takes_only_what_it_computes_as_block_radix():
+    """Other leaf orders stay on BlockRadix; a negative id is refused, leaving the
+    cache as it was, and ids far apart cost no more than ids close by."""
+    assert not ArrayRadix.supports(MostRecent()) and not ArrayRadix.supports(FarthestRank())
+    with pytest.raises(ValueError):
+        ArrayRadix(4, MostRecent())
+    cache = ArrayRadix(4, LRU())
+    with pytest.raises(KeyError):
+        cache.insert_ints([1, -9], 0.0)
+    assert len(cache) == 0 and cache.match([1, -9]) == 0 and 1 not in cache
+    cache.insert_ints([1, 2**40, 3], 0.0)
+    assert cache.match([1, 2**40, 9]) == 2 and cache.parent(2**40) == 1
+    assert cache.evict(3) == [3, 2**40, 1]
