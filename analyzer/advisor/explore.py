@@ -377,11 +377,14 @@ def _arrivals_variant(
 
 
 def _compute_ratio(a: Priced, b: Priced, mean_prompt: float) -> float:
-    """Prefill time of the mean prompt on ``b``'s primary model and GPU over ``a``'s, per
-    GPU: where the search on ``b`` starts (its answer does not depend on it)."""
+    """Prefill time of the mean prompt on an instance of ``b``'s primary model and GPU
+    (at its TP) over one of ``a``'s: how many more instances ``b`` probably needs, where
+    its search starts (its answer does not depend on it). Per instance, not per GPU:
+    the Mooncake trace's 70B row (TP 4) started at 3 instances for an answer of 10 when
+    the ratio was also divided by the TPs, and took five replays for two."""
     n = max(1, round(mean_prompt))
-    ta = a.primary.cost.prefill_time_s(n, 0) / a.primary.tp
-    tb = b.primary.cost.prefill_time_s(n, 0) / b.primary.tp
+    ta = a.primary.cost.prefill_time_s(n, 0)
+    tb = b.primary.cost.prefill_time_s(n, 0)
     return tb / ta if ta > 0 else 1.0
 
 

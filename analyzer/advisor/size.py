@@ -23,8 +23,8 @@ whole replay. A count above the cap is searched only to say which size would mee
 the SLO (``beyond``), never planned.
 
 **A search with a hint** (:class:`Hint`) starts where its answer probably is: after a
-pass at the start it tries one fewer first (``near``), after a failure it steps up by
-1, 2, 4, ... (``gallop``), so a right guess costs two replays; counts known to fail
+pass at the start it steps down by 1, 1, 2, 4, ... (``near``), after a failure up by 1,
+2, 4, ... (``gallop``), so a right guess costs two replays and one off by one three; counts known to fail
 (``fails_to``, from an easier question's answer) are not replayed, and the doubling
 stops at a count known to pass (``passes_at``). The plan searches each model's
 baseline first and starts the other options one below its answer
@@ -115,7 +115,8 @@ class Hint:
     """Where one (model, option) search starts and what it may take as known:
 
     * ``start``: the count to replay first; ``near``: it is probably the answer or just
-      above, so after a pass ``n - 1`` is tried next (a right guess costs two replays);
+      above, so after a pass ``n - 1`` is tried next, then one fewer again, then 2, 4,
+      ... fewer (a right guess costs two replays);
       ``gallop``: it is probably the answer or just below, so after a failure the
       search steps up by 1, 2, 4, ... rather than doubling the count;
     * ``fails_to``: every count up to it fails without being replayed, because a search
@@ -218,12 +219,13 @@ def search_size(
     lo, hi = floor, 0  # the largest count known to fail, the smallest known to pass
     if ok(n):
         hi = n
-        if near and hi - 1 > lo:  # the guess was probably right: is one fewer enough?
-            if not ok(hi - 1):
-                return hi, None, known
-            hi -= 1
+        steps = 0
         while hi - lo > 1:  # step down until a count fails
-            down = max(lo + 1, _step_down(known[hi], hi))
+            if near:  # the guess was probably right: one fewer, one more, then 2, 4, ...
+                down = max(lo + 1, hi - (1 if steps < 2 else 2 ** (steps - 1)))
+                steps += 1
+            else:
+                down = max(lo + 1, _step_down(known[hi], hi))
             if ok(down):
                 hi = down
             else:
