@@ -17,6 +17,13 @@ busy machine: its ratios are comparable, its times are not the whole trace's);
 ``--large-serving`` picks the engine of the generated case (the 1M-request target is the
 prefill pool's). Each figure is printed in wall time and in this process's CPU time: on a
 shared machine wall time also counts other jobs, CPU time does not.
+
+Issue 35 compares the aggregated replay with *today's* prefill-only replay, the one before
+the aggregated engine: that code (``--baseline REF``, default the commit before
+``--serving aggregated`` entered the history, extracted with ``git archive``) replays
+the same search in a process of its own, and the ratio against it is the target's.
+The ratio against this tree's ``--serving disaggregated`` is printed beside it: the
+engines share the block caches, so a faster cache moves both sides of that one.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import argparse
 import itertools
 import os
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -117,7 +125,77 @@ def generated_trace(n: int, seed: int = 7) -> BlockTrace:
     )
 
 
-def bench_mooncake(scenarios: str, workers: int, limit: int | None = None) -> None:
+# The prefill-only replay issue 35 calls today's: the code before the aggregated engine.
+TODAYS_PREFILL_ONLY = "2b2ef9c^"
+
+# Run with the baseline tree first on sys.path: the same search as bench_mooncake's
+# prefill-only side, through the API that tree has. argv: trace, scenarios, workers,
+# limit (0: all).
+_BASELINE_SEARCH = """
+import itertools, resource, sys, tempfile, time
+from pathlib import Path
+from analyzer.ingest import IngestOptions, open_trace
+from analyzer.replay import ClusterConfig, run_replay
+from analyzer.replay.config import select_scenarios
+from analyzer.replay.engine import simulate
+from analyzer.replay.run import resolve
+path, scenarios, workers, limit = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+if limit:
+    tmp = tempfile.mkdtemp()
+    head = Path(tmp) / "head.jsonl"
+    with path.open() as src, head.open("w") as dst:
+        dst.writelines(itertools.islice(src, limit))
+    path = head
+trace = open_trace([path], IngestOptions()).trace
+cfg = ClusterConfig(model="llama-3.1-8b", gpu="h100", tp=1, instances=8, warmup_fraction=0.0)
+simulate(trace, resolve(cfg, select_scenarios("none")[0], trace.block_size).plan, 1.0)
+def cpu():
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+t0, c0 = time.perf_counter(), cpu()
+run_replay(trace, cfg, scenarios=scenarios, ttft_slo_s=2.0, search_rate=True, workers=workers)
+print(time.perf_counter() - t0, cpu() - c0)
+"""
+
+
+def baseline_search(
+    ref: str, scenarios: str, workers: int, limit: int | None
+) -> tuple[float, float] | None:
+    """Wall and CPU seconds of the prefill-only search with the code at ``ref``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", ref], capture_output=True, check=False
+        )
+        if archive.returncode:
+            print(f"  baseline {ref}: {archive.stderr.decode().strip()}")
+            return None
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _BASELINE_SEARCH,
+                str(MOONCAKE),
+                scenarios,
+                str(workers),
+                str(limit or 0),
+            ],
+            env={**os.environ, "PYTHONPATH": tmp},
+            cwd=tmp,  # `-c` puts the working directory first on sys.path
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode:
+            print(f"  baseline {ref}: {done.stderr.strip().splitlines()[-1:]}")
+            return None
+        wall, cpu = (float(x) for x in done.stdout.split()[-2:])
+        return wall, cpu
+
+
+def bench_mooncake(
+    scenarios: str, workers: int, limit: int | None = None, baseline: str = TODAYS_PREFILL_ONLY
+) -> None:
     """The Mooncake conversation trace on 8 instances, every scenario with its rate
     search: today's prefill-pool replay (``--serving disaggregated``) and the aggregated
     engine side by side in one process, with the issue-35 targets: the aggregated replay
@@ -187,10 +265,20 @@ def bench_mooncake(scenarios: str, workers: int, limit: int | None = None) -> No
                 f"(target >= 1,000), {st.events / dt:,.0f} events/s; CPU {dc:.2f} s, "
                 f"{trace.n_requests / dc:,.0f} requests/s of CPU"
             )
+    base = baseline_search(baseline, scenarios, workers, limit) if baseline else None
+    if base is not None:
+        print(
+            f"  today's prefill-only replay ({baseline}), same search: {base[0]:.1f} s, "
+            f"CPU time {base[1]:.1f} s"
+        )
+        ratio = walls["aggregated"] / base[0]
+        print(f"  aggregated / today's prefill-only wall time: {ratio:.2f}x (target <= 2x)")
+        ratio = cpus["aggregated"] / base[1]
+        print(f"  aggregated / today's prefill-only CPU time: {ratio:.2f}x (less other jobs' load)")
     ratio = walls["aggregated"] / walls["disaggregated"]
-    print(f"  aggregated / prefill-only wall time: {ratio:.2f}x (target <= 2x)")
+    print(f"  aggregated / this tree's prefill-only wall time: {ratio:.2f}x")
     ratio = cpus["aggregated"] / cpus["disaggregated"]
-    print(f"  aggregated / prefill-only CPU time: {ratio:.2f}x (the same, less other jobs' load)")
+    print(f"  aggregated / this tree's prefill-only CPU time: {ratio:.2f}x")
     print(f"  load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"  peak memory {peak_rss_mib():,.0f} MiB")
 
@@ -240,9 +328,14 @@ def main() -> None:
     ap.add_argument(
         "--mooncake-limit", type=int, default=None, help="replay only the first N requests"
     )
+    ap.add_argument(
+        "--baseline",
+        default=TODAYS_PREFILL_ONLY,
+        help="git commit of today's prefill-only replay ('': none)",
+    )
     args = ap.parse_args()
     if not args.skip_mooncake:
-        bench_mooncake(args.scenarios, args.workers, args.mooncake_limit)
+        bench_mooncake(args.scenarios, args.workers, args.mooncake_limit, args.baseline)
     if not args.skip_large:
         bench_large(args.requests, args.scenarios, args.large_serving)
 
