@@ -446,7 +446,10 @@ def size_options(
                     failed.append(err)
                 else:
                     order.done(i, f.result())
-                    send()
+                    try:
+                        send()
+                    except BaseException as e:  # a broken pool: raised in the caller
+                        failed.append(e)
                 lock.notify_all()
 
         try:

@@ -5,6 +5,8 @@ and a full replay at each size."""
 from __future__ import annotations
 
 import dataclasses
+import threading
+from concurrent.futures import Future
 
 import numpy as np
 import pytest
@@ -237,3 +239,42 @@ def test_no_size_within_the_cap_reports_the_one_above():
 def test_cap_must_be_positive(cap):
     with pytest.raises(ValueError):
         search_size(fake(1, []), start=1, cap=cap)
+
+
+class _FailingPool:
+    """An executor that runs its first search and refuses the next (a pool whose worker
+    has died), from the thread where the first one's answer arrives."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def submit(self, fn, *args):
+        self.sent += 1
+        if self.sent > 1:
+            raise RuntimeError("the pool is broken")
+        f: Future = Future()
+        threading.Thread(target=lambda: f.set_result(fn(*args))).start()
+        return f
+
+
+def test_a_pool_that_breaks_between_searches_raises_its_error():
+    """Not a hang: the search after the first cannot be sent, from the thread the first
+    one's answer arrived on, and the caller gets that error."""
+    trace = _trace(60, gap=0.01)
+    q = SizeQuestion(STANDARD_SCENARIOS[Scenario.LOCAL], _cfg(instances=2), COST, 0.5, 0.3, cap=8)
+    first = Search(None, trace, q)
+    got: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            size_options(
+                [first, dataclasses.replace(first, after=0)], pool=_FailingPool(), workers=1
+            )
+        except BaseException as e:
+            got.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "size_options hung on a pool that broke"
+    assert len(got) == 1 and "the pool is broken" in str(got[0])
