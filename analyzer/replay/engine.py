@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import math
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -149,7 +150,7 @@ class Simulation:
         self.links: list[Link] = []
 
         def link(name: str, kind: str, bps: float) -> Link:
-            lk = Link(name, kind, bps, window)
+            lk = Link(name, kind, bps, window, lazy=kind.endswith("-write"))
             self.links.append(lk)
             return lk
 
@@ -263,8 +264,16 @@ class Simulation:
             for e in handlers[ev[1]](ev):
                 push(heap, e)
             if self.aborted:
-                self._drop_in_flight()
                 break
+        # The writes' ends, which schedule no events (links.py): those due by a stop,
+        # else every one (the run lasts until the last of them, as it did with events).
+        for lk in self.links:
+            if lk.lazy and lk.heap:
+                events += lk.settle(now if self.aborted else math.inf)
+                if not self.aborted:
+                    now = max(now, lk.last_end_t)
+        if self.aborted:
+            self._drop_in_flight()
         if self.advance is not None and self.done_count % 1024:
             self.advance(self.done_count % 1024)
         if self.track_dup:
@@ -598,8 +607,7 @@ class Simulation:
         if self.free:
             lk.record_instant(n_bytes)
             return
-        end = lk.add(t, n_bytes, None)
-        out.append((end, XFER_DONE, self._next_seq(), lk, lk.version))
+        lk.add(t, n_bytes, None)  # a write link schedules no end events (links.py)
 
     def _dup_tick(self, t: float) -> None:
         self.dup_area += self.dup_blocks * (t - self.dup_last_t)

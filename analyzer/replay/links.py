@@ -12,6 +12,11 @@ flight has received since the link was created (it grows at ``bandwidth / n``), 
 transfer of ``b`` bytes that starts when ``served == s`` ends when ``served`` reaches
 ``s + b``, whatever happens to ``n`` meanwhile. Only the earliest such end needs an
 event; the link's ``version`` invalidates the event scheduled before the last change.
+
+Nothing waits for a write to end (the request that wrote has moved on), so a write
+link schedules no events at all (``lazy``): its ends are worked out when it is next
+used (:meth:`Link.settle`), each as its event would have ended it, in the same order
+and at the same times, so its figures are those of the event-driven link.
 """
 
 from __future__ import annotations
@@ -38,6 +43,21 @@ class Link:
     first_t: float | None = None
     last_end_t: float = 0.0
     busy_by_window: dict[int, float] = field(default_factory=dict)
+    lazy: bool = False  # no events: ends are settled when the link is next used
+
+    def settle(self, now: float) -> int:
+        """End, in order, every transfer the link's events would have ended by ``now``
+        (ends at ``now`` included: an end event runs before anything else at its time);
+        returns the number of ends."""
+        ended = 0
+        heap = self.heap
+        while heap:
+            end = self._next_end(self.last_t)
+            if end > now:
+                break
+            self.finish(end, self.version)
+            ended += 1
+        return ended
 
     def _advance(self, now: float) -> None:
         if self.n:
@@ -63,8 +83,11 @@ class Link:
 
     def add(self, now: float, n_bytes: float, item: object) -> float:
         """Start a transfer; returns the time of the link's next end (the caller
-        schedules it with this link's current ``version``)."""
+        schedules it with this link's current ``version``; a lazy link's caller does
+        not)."""
         assert n_bytes > 0
+        if self.lazy:
+            self.settle(now)
         self._advance(now)
         if self.first_t is None:
             self.first_t = now

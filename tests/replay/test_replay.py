@@ -457,6 +457,37 @@ def test_link_matches_fluid_oracle(transfers):
     assert end == pytest.approx(fluid_oracle(transfers, 2.0), rel=1e-6, abs=1e-6)
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 40).map(lambda x: x / 4), st.integers(1, 50).map(float)),
+        min_size=1,
+        max_size=14,
+    ),
+    st.lists(st.integers(0, 60).map(lambda x: x / 4), max_size=6),
+)
+def test_a_lazy_link_ends_its_transfers_as_the_events_would(transfers, looks):
+    """A write link schedules no end events (nothing waits for a write): settled when
+    next used, and at the end, its figures are the event-driven link's, float for float
+    (the same ends in the same order), whenever it is looked at in between."""
+    _, eager = _run_link(transfers, 2.0)
+    lazy = Link("l", "k", 2.0, 1.0, lazy=True)
+    ends = 0
+    for t, kind, payload in sorted(
+        [(s, 1, b) for s, b in transfers] + [(t, 0, None) for t in looks],
+        key=lambda e: (e[0], -e[1]),  # a transfer's start before a look at the same time
+    ):
+        if kind == 1:
+            lazy.add(t, payload, None)
+        else:
+            ends += lazy.settle(t)
+            assert not lazy.heap or lazy._next_end(lazy.last_t) > t  # none left due
+    ends += lazy.settle(math.inf)
+    assert not lazy.heap and ends <= len(transfers)
+    for field in ("busy_s", "bytes_total", "transfers", "last_end_t", "busy_by_window"):
+        assert getattr(lazy, field) == getattr(eager, field), field
+
+
 # -- routers -------------------------------------------------------------------------
 
 
