@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from analyzer.cost.step import step_model, step_seconds
+from analyzer.cost.step_formula import compiled_step
 
 StepFn = Callable[[np.ndarray, float, float, float, float], float]
 
@@ -71,7 +72,10 @@ def compiled(fn: StepFn) -> tuple[Any, Any]:
     """``(step, ends)``: ``fn`` compiled by numba, and the burst kernel built on it
     (``ends(c, n, kv0, steps, t0)`` -> the end times of ``steps`` decode-only steps of
     ``n`` requests starting at ``t0`` with ``kv0`` context tokens, each step adding one
-    token to every context). Compiled once per step function and process."""
+    token to every context). Compiled once per step function and process, the cost
+    model's own from numba's cache (:func:`analyzer.cost.step_formula.compiled_step`)."""
+    if fn is step_seconds:
+        return compiled_step()
     got = _BURSTS.get(fn)
     if got is None:
         from numba import njit
