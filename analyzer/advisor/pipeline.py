@@ -49,6 +49,7 @@ from analyzer.advisor.served import served_model
 from analyzer.advisor.size import Sized, plan_sizes
 from analyzer.cost import get_gpu, get_model
 from analyzer.cost.prices import Prices, resolve_prices
+from analyzer.cost.reference import warm_default_check
 from analyzer.progress import Advance
 from analyzer.replay.config import ClusterConfig, Tier
 
@@ -234,6 +235,7 @@ def _run(
     step(10)
     sized: Sized | None = None
     if usable and opts.size_search:
+        warm_default_check()  # the decision's error band, computed while the replays run
         sized = plan_sizes(priced, replayed, opts, services)
     step(40)
     decision, uncertainty = decide_stage(m, priced, sized, replayed, opts)

@@ -17,8 +17,10 @@ start-up cost the commands that fit nothing never pay).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
+import threading
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -562,6 +564,30 @@ def _measured_prediction(row: PrefillRow) -> tuple[float | None, str]:
     return predict_with(row, got.coefficients), got.source
 
 
+_warming: threading.Thread | None = None
+
+
+def warm_default_check() -> None:
+    """Start :func:`default_check` in a thread (once per process), for a caller that has
+    a while to wait before it needs the answer: an analysis computes it (0.8 s, most of
+    it importing and running scipy's least squares) while its replays run in worker
+    processes. Errors are left to the call that needs the answer, which raises them."""
+    global _warming
+    if _warming is not None:
+        return
+
+    def run() -> None:
+        with contextlib.suppress(Exception):  # the caller's own default_check() raises it
+            default_check()
+
+    _warming = threading.Thread(target=run, name="kvpool-error-band", daemon=True)
+    _warming.start()
+
+
 def default_check() -> CheckResult:
-    """The shipped table's check, computed once per process."""
+    """The shipped table's check, computed once per process (waiting for
+    :func:`warm_default_check`'s thread when one is computing it)."""
+    w = _warming
+    if w is not None and w is not threading.current_thread():
+        w.join()
     return _check(load_measurements())

@@ -234,3 +234,25 @@ def test_roofline_ratio_is_the_old_model(result):
     worst_old = max(max(c.roofline_ratio, 1 / c.roofline_ratio) for c in result.rows)
     assert worst_old > 1.8 and math.isfinite(worst_old)
     assert result.loo_worst_factor < worst_old
+
+
+def test_the_error_band_warmed_in_a_thread_is_the_check_itself(monkeypatch):
+    """An analysis starts the shipped table's check in a thread while its replays run;
+    the decision then takes that very result, and an error in the thread is raised by
+    the call that needs the answer, not printed from the thread."""
+    import analyzer.cost.reference as ref
+
+    monkeypatch.setattr(ref, "_warming", None)
+    ref.warm_default_check()
+    assert ref._warming is not None
+    assert ref.default_check() is ref._check(ref.load_measurements())
+
+    def broken(path=None):
+        raise ref.InputError("the table is unreadable")
+
+    monkeypatch.setattr(ref, "_warming", None)
+    monkeypatch.setattr(ref, "load_measurements", broken)
+    ref.warm_default_check()
+    ref._warming.join()
+    with pytest.raises(ref.InputError, match="unreadable"):
+        ref.default_check()
