@@ -44,10 +44,10 @@ from analyzer.advisor.figures import Decision, PricedChoice, PricedOption
 from analyzer.advisor.measure import spread
 from analyzer.advisor.plan import DeploymentPlan, Fleet, repriced
 from analyzer.advisor.price import price as price_stage
-from analyzer.advisor.replay import floors_of, replay_trace
+from analyzer.advisor.replay import floor_searches, floors_of, replay_trace
 from analyzer.advisor.sensitivity import FlipRow
 from analyzer.advisor.served import model_label
-from analyzer.advisor.size import Ask, Hint, Sized, answer, asks, sized_of
+from analyzer.advisor.size import Ask, Hint, Search, Sized, answer, asks, sized_of
 from analyzer.errors import UsageError
 from analyzer.progress import progress
 from analyzer.replay.config import Scenario, Tier
@@ -259,33 +259,28 @@ def _with_pool_link(priced: Priced, gbps: float) -> Priced:
     return replace(priced, setups=setups)
 
 
-def _side_variants(
-    m: Measured,
-    priced: Priced,
-    replayed: Replayed,
-    sized: Sized,
-    decision: Decision,
-    opts: AnalyzeOptions,
-    services: Services,
-) -> list[_Variant]:
-    """The verdict's option on other catalog GPUs and (for a log of one model) models,
-    each model at the smallest tensor parallelism that holds it there, its floor
-    checked first."""
+@dataclass(frozen=True, slots=True)
+class _SideRow:
+    """Another GPU or model for the side-by-side table, priced: its options, setups and
+    the traces its replays take."""
 
-    option = decision.scenario or BASELINE
-    fleet = sized.fleet(option)
-    if fleet is None:
-        return []
-    cap = None if fleet.instances is None else SIDE_INSTANCES_MULTIPLE * fleet.instances
+    dim: str  # "gpu" or "model"
+    name: str
+    opts: AnalyzeOptions
+    priced: Priced
+    traces: tuple[ReplayTrace, ...]
+
+
+def _side_rows(
+    m: Measured, priced: Priced, replayed: Replayed, opts: AnalyzeOptions
+) -> list[_SideRow]:
+    """The other catalog GPUs and (for a log of one model) models, each model at the
+    smallest tensor parallelism that holds it there (none that fits no TP tried)."""
     alternatives: list[tuple[str, str]] = [("gpu", g) for g in ALT_GPUS]
     if len(priced.setups) == 1:
         alternatives += [("model", x) for x in ALT_MODELS]
     here = priced.primary
-    rows: list[
-        tuple[
-            str, str, AnalyzeOptions, Priced, dict[tuple[str, str], Hint], tuple[ReplayTrace, ...]
-        ]
-    ] = []
+    rows: list[_SideRow] = []
     n_models = 0
     for dim, name in alternatives:
         if dim == "gpu" and name == here.cluster.gpu:
@@ -302,31 +297,67 @@ def _side_variants(
         except UsageError:  # does not fit on this GPU at any TP tried
             continue
         n_models += dim == "model"
+        traces = tuple(
+            rt if rt.trace is s.trace else replay_trace(s, opts.full_replay)
+            for s, rt in zip(alt.setups, replayed.traces, strict=True)
+        )
+        rows.append(_SideRow(dim, name, o, alt, traces))
+    return rows
+
+
+def side_floor_searches(
+    m: Measured, priced: Priced, replayed: Replayed, opts: AnalyzeOptions
+) -> list[Search]:
+    """The replays of the side-by-side rows' floors, which depend on no plan: an
+    analysis with processes to spare runs them beside the plan's first searches, and
+    :func:`explore` then finds them remembered (its floors are the same questions)."""
+    if not opts.sensitivity_replays:
+        return []
+    pairs = [
+        (s, rt)
+        for row in _side_rows(m, priced, replayed, opts)
+        for s, rt in zip(row.priced.setups, row.traces, strict=True)
+    ]
+    return [sr for _, _, sr in floor_searches(pairs, opts.ttft_slo_s, opts.warmup)[1]]
+
+
+def _side_variants(
+    m: Measured,
+    priced: Priced,
+    replayed: Replayed,
+    sized: Sized,
+    decision: Decision,
+    opts: AnalyzeOptions,
+    services: Services,
+) -> list[_Variant]:
+    """The verdict's option on the other GPUs and models (:func:`_side_rows`), each
+    row's floor checked first."""
+
+    option = decision.scenario or BASELINE
+    fleet = sized.fleet(option)
+    if fleet is None:
+        return []
+    cap = None if fleet.instances is None else SIDE_INSTANCES_MULTIPLE * fleet.instances
+    rows = _side_rows(m, priced, replayed, opts)
+    # every row's floors replayed at once
+    pairs = [(s, rt) for row in rows for s, rt in zip(row.priced.setups, row.traces, strict=True)]
+    floors = floors_of(pairs, opts.ttft_slo_s, opts.warmup, services.replayer)
+    out: list[_Variant] = []
+    k = 0
+    for row in rows:
+        alt, traces = row.priced, row.traces
         ratio = _compute_ratio(priced, alt, m.trace_figures.mean_prompt_tokens)
         mine = _hints(sized, ratio)
         hints = {
             (s.model, option): h for s in alt.setups for (_, o), h in mine.items() if o == option
         }
-        traces = tuple(
-            rt if rt.trace is s.trace else replay_trace(s, opts.full_replay)
-            for s, rt in zip(alt.setups, replayed.traces, strict=True)
-        )
-        rows.append((dim, name, o, alt, hints, traces))
-    # every row's floors replayed at once
-    pairs = [
-        (s, rt) for *_, alt, _, traces in rows for s, rt in zip(alt.setups, traces, strict=True)
-    ]
-    floors = floors_of(pairs, opts.ttft_slo_s, opts.warmup, services.replayer)
-    out: list[_Variant] = []
-    k = 0
-    for dim, name, o, alt, hints, traces in rows:
         rp = replace(replayed, traces=traces, floors=tuple(floors[k : k + len(traces)]))
         k += len(traces)
-        label = f"{name} (tp {alt.primary.tp})"
+        label = f"{row.name} (tp {alt.primary.tp})"
         out.append(
             _Variant(
                 "side",
-                dim,
+                row.dim,
                 label,
                 "",
                 # within the cap only (SIDE_INSTANCES_MULTIPLE): a GPU or model no size of
@@ -337,7 +368,7 @@ def _side_variants(
                     asks(
                         alt,
                         rp,
-                        o,
+                        row.opts,
                         options=(option,),
                         hints=hints,
                         look_beyond=False,

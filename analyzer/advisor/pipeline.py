@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from analyzer.advisor.decide import CostUncertainty, decide_stage
 from analyzer.advisor.deliver import deliver
 from analyzer.advisor.economics import LoadFigures, load_figures
-from analyzer.advisor.explore import explore
+from analyzer.advisor.explore import explore, side_floor_searches
 from analyzer.advisor.figures import (
     AnalyzedInput,
     BandwidthFigures,
@@ -236,7 +236,8 @@ def _run(
     sized: Sized | None = None
     if usable and opts.size_search:
         warm_default_check()  # the decision's error band, computed while the replays run
-        sized = plan_sizes(priced, replayed, opts, services)
+        early = side_floor_searches(m, priced, replayed, opts) if opts.ingest.jobs > 1 else []
+        sized = plan_sizes(priced, replayed, opts, services, also=early)
     step(40)
     decision, uncertainty = decide_stage(m, priced, sized, replayed, opts)
     explored = None

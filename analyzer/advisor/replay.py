@@ -382,6 +382,21 @@ def compute_floor_s(setup: ModelSetup, warmup: float) -> float:
     return deciding_ttft_s(out)
 
 
+def floor_searches(
+    models: Sequence[tuple[ModelSetup, ReplayTrace]], slo_s: float, warmup: float
+) -> tuple[list[float], list[tuple[int, int, Search]]]:
+    """Each model's compute bound, and the replays :func:`floors_of` asks for the models
+    whose bound does not settle the question: (model's position, instances, search)."""
+    bounds = [compute_floor_s(setup, warmup) for setup, _ in models]
+    asked: list[tuple[int, int, Search]] = []
+    for k, ((setup, rt), bound) in enumerate(zip(models, bounds, strict=True)):
+        if slo_s / 2 < bound <= slo_s:
+            q, n = floor_question(setup, rt.trace, slo_s)
+            q = replace(q, cap=n, cfg=replace(q.cfg, instances=n))
+            asked.append((k, n, Search(rt.part, rt.trace, q, rt.sampling_rate, only=n)))
+    return bounds, asked
+
+
 def floors_of(
     models: Sequence[tuple[ModelSetup, ReplayTrace]],
     slo_s: float,
@@ -391,13 +406,7 @@ def floors_of(
     """Each model's floor (:class:`Floor`): its compute bound when that settles the
     question (above the SLO: nothing meets it; under half of it: the floor is far from
     binding), else the floor replayed, the models' replays at once."""
-    bounds = [compute_floor_s(setup, warmup) for setup, _ in models]
-    asked: list[tuple[int, int, Search]] = []
-    for k, ((setup, rt), bound) in enumerate(zip(models, bounds, strict=True)):
-        if slo_s / 2 < bound <= slo_s:
-            q, n = floor_question(setup, rt.trace, slo_s)
-            q = replace(q, cap=n, cfg=replace(q.cfg, instances=n))
-            asked.append((k, n, Search(rt.part, rt.trace, q, rt.sampling_rate, only=n)))
+    bounds, asked = floor_searches(models, slo_s, warmup)
     out = [Floor(b, slo_s) for b in bounds]
     got = replayer.size([sr for _, _, sr in asked]) if asked else []
     for (k, n, _), s in zip(asked, got, strict=True):

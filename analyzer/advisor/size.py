@@ -730,11 +730,14 @@ def answer(
     objective: Objective,
     *,
     baseline_first: bool = False,
+    also: Sequence[Search] = (),
 ) -> list[DeploymentPlan]:
     """Every ask's plan, in order. The searches go to the replayer together (so they run
     in parallel); with ``baseline_first`` each model's baseline is searched first and
     the other options start at its answer (:func:`start_after`). A latency-first
-    objective plans each option on at least its baseline's instances."""
+    objective plans each option on at least its baseline's instances. ``also``: searches
+    for a later stage, sent behind these (a process the baseline leaves idle runs them;
+    the replayer remembers their answers)."""
     index: dict[int, int] = {}  # batch position -> its search's
     searches: list[Search] = []
     for i, a in enumerate(batch):
@@ -755,7 +758,7 @@ def answer(
             )
             if j is not None:
                 searches[index[i]] = replace(searches[index[i]], after=index[j])
-    got = services.replayer.size(searches)
+    got = services.replayer.size([*searches, *also])
     found = {i: got[k] for i, k in index.items()}
     if objective == Objective.TTFT:
         _match_baseline(batch, found, services)
@@ -810,10 +813,12 @@ def plan_sizes(
     load_factor: float = 1.0,
     ttft_slo_s: float | None = None,
     hints: dict[tuple[str, str], Hint] | None = None,
+    also: Sequence[Search] = (),
 ) -> Sized:
     """Every model's plan of every option (:func:`asks`; a model whose floor misses the
     SLO is planned without a search: no size meets it). Without ``hints`` each model's
-    baseline is searched first and the other options start at its answer."""
+    baseline is searched first and the other options start at its answer. ``also``:
+    :func:`answer`'s."""
     batch = asks(
         priced,
         replayed,
@@ -824,7 +829,9 @@ def plan_sizes(
         hints=hints,
     )
     with progress("sizing every option by replaying", None):
-        plans = answer(batch, services, opts.thresholds.objective, baseline_first=not hints)
+        plans = answer(
+            batch, services, opts.thresholds.objective, baseline_first=not hints, also=also
+        )
     return sized_of(plans)
 
 

@@ -119,3 +119,67 @@ def test_side_by_side_rows_search_within_the_cap_only(busy):
         assert a.question.cap <= SIDE_INSTANCES_MULTIPLE * verdict.instances
     rows = [o for c in r.side_by_side[1:] for o in dict(c.options).values()]
     assert rows and all(o.cap_gpus is not None for o in rows)
+
+
+def test_side_floors_run_beside_the_baseline_and_are_not_replayed_again(tmp_path, monkeypatch):
+    """With processes to spare (--jobs 2) the side-by-side rows' floors, which depend on
+    no plan, go out in the plan's first batch; the explore stage's floors are the same
+    questions and find them remembered: each floor is replayed once."""
+    import analyzer.advisor.size as size_mod
+    from analyzer.advisor.explore import _side_rows
+    from analyzer.advisor.measure import measure
+    from analyzer.advisor.price import price
+    from analyzer.advisor.replay import compute_floor_s, replay
+
+    log = make_logs.high_reuse(tmp_path / "busy.jsonl", n=200, gap_s=0.04)
+    opts = replace(
+        make_logs.pooled_options(),
+        sensitivity_replays=True,
+        thresholds=Thresholds(min_requests=100),
+    )
+    opts = replace(opts, ingest=replace(opts.ingest, jobs=2))
+    # an SLO whose floors the side rows' compute bounds do not settle (bound in (SLO/2, SLO])
+    m = measure([str(log)], opts)
+    priced = price(m, m.choices, opts)
+    replayed = replay(m, priced, opts, Services(), usable=True)
+    bounds = [
+        compute_floor_s(s, opts.warmup)
+        for row in _side_rows(m, priced, replayed, opts)
+        for s in row.priced.setups
+    ]
+    opts = replace(opts, ttft_slo_s=1.5 * max(bounds))
+
+    floors: list[int] = []
+    real = size_mod.probe
+
+    def counted(trace, cfg, spec, **kw):
+        if spec.name == "floor":
+            floors.append(kw["instances"])
+        return real(trace, cfg, spec, **kw)
+
+    monkeypatch.setattr(size_mod, "probe", counted)
+
+    class Batches(LocalReplayer):  # jobs 1: every search in this process, in order
+        def __init__(self) -> None:
+            super().__init__()
+            self.batches: list[list[object]] = []
+
+        def size(self, searches):
+            self.batches.append([sr.only for sr in searches])
+            return super().size(searches)
+
+    rec = Batches()
+    run_analysis([str(log)], opts, services=Services(rec))
+    first = [n for n in rec.batches[0] if n is not None]
+    assert first, "the side rows' floors went out with the plan's searches"
+    assert len(floors) == len(first)  # replayed there, and never again
+
+    # --jobs 1 (no process to spare): the plan's batch is the plan's alone, and the
+    # floors are replayed, as many, in the explore stage
+    floors.clear()
+    rec = Batches()
+    run_analysis(
+        [str(log)], replace(opts, ingest=replace(opts.ingest, jobs=1)), services=Services(rec)
+    )
+    assert all(n is None for n in rec.batches[0])
+    assert len(floors) == len(first)
