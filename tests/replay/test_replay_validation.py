@@ -453,6 +453,7 @@ def _llmd_staged_replay(seed: int = 0) -> dict[str, list[float]]:
     :class:`_PreciseGuideProfile`) and as kvpool's ``prefix-aware`` router scores, and
     behind a Service (``kube-proxy``, :class:`_KubeProxy`) and strict ``round-robin``.
     Under each name: each ladder rate's mean TTFT (s, server side); under
+    ``name + " p90"`` its p90 TTFT (numpy's percentile, server side); under
     ``name + " out"`` its output tokens/s as inference-perf counts a stage's (its
     requests' output over the time from its first send to its last finish); under
     ``" tpot"`` the mean TPOT over the ladder (ms), ``" held"`` the most requests the
@@ -488,6 +489,7 @@ def _llmd_staged_replay(seed: int = 0) -> dict[str, list[float]]:
         assert sim is not None and not np.isnan(sim.ended).any()  # every stage ran
         outs = np.asarray(sim.outs, dtype=float)
         out[name] = [float(np.nanmean(st.ttft_s[stage == k])) for k in ladder]
+        out[name + " p90"] = [float(np.nanpercentile(st.ttft_s[stage == k], 90)) for k in ladder]
         out[name + " out"] = [
             float(outs[m].sum() / (sim.ended[m].max() - sim.sent[m].min()))
             for m in (stage == k for k in ladder)
@@ -669,6 +671,40 @@ def test_llmd_ttft_by_rate_as_the_harness_sends_the_ladder(llmd_staged):
     ratios = [g / m for g, m in zip(got, LLMD_SERVICE, strict=True)]
     assert [r for r, x in zip(rates, ratios, strict=True) if not 1 / 1.5 <= x <= 1.5] == [15]
     assert ratios[rates.index(15)] == pytest.approx(0.31, rel=0.1)
+
+
+# p90 TTFT (s) per rate, the same report's table (its last two columns): the statistic
+# kvpool's SLO test decides on
+LLMD_PRECISE_P90 = [0.187, 0.199, 0.225, 0.320, 0.191, 0.200, 0.193, 0.202]
+LLMD_PRECISE_P90 += [0.272, 0.265, 0.273, 0.267, 0.279, 0.272, 0.293, 0.300]
+LLMD_SERVICE_P90 = [0.522, 1.014, 1.593, 35.344, 39.436, 42.813, 46.036, 45.190]
+LLMD_SERVICE_P90 += [126.238, 130.275, 129.810, 133.718, 134.981, 134.034, 135.023, 138.663]
+# predicted / measured (seed 0; docs/validation.md), every row held out
+LLMD_STAGED_PRECISE_P90_RATIO = [0.86, 0.85, 0.78, 0.62, 1.04, 1.00, 1.05, 0.99]
+LLMD_STAGED_PRECISE_P90_RATIO += [0.92, 0.94, 0.91, 0.91, 0.89, 0.91, 0.84, 0.82]
+LLMD_STAGED_SERVICE_P90_RATIO = [1.07, 0.87, 0.89, 0.93, 0.90, 0.88, 0.90, 0.87]
+LLMD_STAGED_SERVICE_P90_RATIO += [0.93, 0.93, 0.95, 0.93, 0.93, 0.94, 0.94, 0.93]
+
+
+@pytest.mark.slow
+def test_llmd_p90_ttft_by_rate_as_the_harness_sends_the_ladder(llmd_staged):
+    """The p90 TTFT per stage, the statistic kvpool sizes against: behind llm-d's router
+    within 1.5x on 15 of 16 rows, 40 and 43 req/s among them (the few requests that
+    waited seconds there raise the measured mean over its own p90, not the p90), the
+    one outside being 20 req/s (0.32 s measured, its neighbours 0.19-0.23); behind the
+    Service on all 16, through its collapse at 20 req/s."""
+    rates = [rate for rate, _ in LLMD_STAGES[1:]]
+    for name, measured, pinned, outside in (
+        ("precise", LLMD_PRECISE_P90, LLMD_STAGED_PRECISE_P90_RATIO, [20]),
+        ("kube-proxy", LLMD_SERVICE_P90, LLMD_STAGED_SERVICE_P90_RATIO, []),
+    ):
+        got = [t + LLMD_PATH_S for t in llmd_staged[name + " p90"]]
+        ratios = [g / m for g, m in zip(got, measured, strict=True)]
+        for rate, ratio, want in zip(rates, ratios, pinned, strict=True):
+            assert ratio == pytest.approx(want, rel=0.1), (name, rate, ratio)
+        assert [r for r, x in zip(rates, ratios, strict=True) if not 1 / 1.5 <= x <= 1.5] == outside
+    # the rates where the mean misses (40, 43 req/s): the measured mean above its p90
+    assert all(LLMD_PRECISE[rates.index(r)] > LLMD_PRECISE_P90[rates.index(r)] for r in (40, 43))
 
 
 @pytest.mark.slow
