@@ -6,8 +6,9 @@ time, most of it creating nodes and popping heap entries in Python. :class:`Arra
 answers the same calls, decision for decision, with its state in arrays and the work
 of each call in one numba kernel:
 
-* the cached ids in a Python set as well, so :meth:`ArrayRadix.match` stays the
-  pure-Python bisection it was (the kernels say what they added and evicted);
+* :meth:`ArrayRadix.match` a compiled bisection over the id table, on the request's
+  slice of the trace's block ids (a numpy array: the replay passes its slice of
+  ``trace.block_ids`` to every call, so nothing is converted or mirrored per call);
 * per-slot records (parent slot, cached children, touch and insert sequence, version,
   last access, insertion time), slots reused as blocks go, found by id through an
   open-addressing table (linear probing, deletion by backward shift): what a cache
@@ -118,6 +119,27 @@ def _rehash(si: np.ndarray, used: int, bits: int) -> np.ndarray:
 @njit(cache=True)
 def _slot_of(table: np.ndarray, si: np.ndarray, meta: np.ndarray, b: int) -> int:
     return _find(table, si, meta[_BITS], b)
+
+
+@njit(cache=True)
+def _match(table: np.ndarray, si: np.ndarray, meta: np.ndarray, blocks: np.ndarray) -> int:
+    """The number of leading ``blocks`` cached: radix._bisect_cached (a chained cache is
+    prefix-closed, so "cached" holds up to the match and not after)."""
+    bits = meta[_BITS]
+    hi = blocks.size
+    if hi == 0 or blocks[0] < 0 or _find(table, si, bits, blocks[0]) < 0:
+        return 0
+    if blocks[hi - 1] >= 0 and _find(table, si, bits, blocks[hi - 1]) >= 0:
+        return hi
+    lo = 1
+    hi -= 1  # blocks[lo - 1] cached, blocks[hi] not
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if blocks[mid] >= 0 and _find(table, si, bits, blocks[mid]) >= 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 # -- the leaves' heap ---------------------------------------------------------------
@@ -485,8 +507,8 @@ class ArrayRadix:
             raise ValueError(f"ArrayRadix orders leaves by LRU or FIFO, not {policy!r}")
         self._capacity = capacity_blocks
         self._policy = policy
-        self._ids: set[int] = set()  # what is cached, for match and `in`
         self._meta = np.zeros(_META, dtype=np.int64)
+        self._n = 0  # blocks cached (meta[_NODES], read after each kernel that changes it)
         self._meta[_CAP] = -1 if capacity_blocks is None else capacity_blocks
         self._meta[_FIFO] = type(policy).key is FIFO.key
         self._meta[_BITS] = (2 * _FIRST_SLOTS).bit_length() - 1
@@ -513,13 +535,16 @@ class ArrayRadix:
         return self._policy
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return self._n
 
     def __contains__(self, block_id: object) -> bool:
-        return block_id in self._ids
+        if not isinstance(block_id, int | np.integer) or block_id < 0:
+            return False
+        return bool(_slot_of(self._table, self._si, self._meta, int(block_id)) >= 0)
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self._ids)
+        ids = self._si[_BLOCK, : int(self._meta[_USED])]
+        return iter(ids[ids >= 0].tolist())
 
     def parent(self, block_id: int) -> int:
         """The cached parent of ``block_id`` (ROOT for a first block)."""
@@ -529,24 +554,13 @@ class ArrayRadix:
     def is_leaf(self, block_id: int) -> bool:
         return bool(self._si[_CHILDREN, self._slot(block_id)] == 0)
 
-    def match(self, blocks: Sequence[int]) -> int:
+    def match(self, blocks: Sequence[int] | np.ndarray) -> int:
         """Number of leading ``blocks`` present in the cache; changes nothing. The
-        replay's second hottest call: radix._bisect_cached, inline (a chained cache is
-        prefix-closed, so "cached" holds up to the match and not after)."""
-        ids = self._ids
-        hi = len(blocks)
-        if hi == 0 or blocks[0] not in ids:
-            return 0
-        if blocks[hi - 1] in ids:
-            return hi
-        lo, hi = 1, hi - 1  # blocks[lo - 1] cached, blocks[hi] not
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if blocks[mid] in ids:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        replay's hottest call: give it an int64 array (a list is converted)."""
+        if type(blocks) is not np.ndarray:
+            blocks = np.asarray(blocks, dtype=np.int64) if len(blocks) else _EMPTY
+        m: int = _match(self._table, self._si, self._meta, blocks)
+        return m
 
     # -- updates ---------------------------------------------------------------------
 
@@ -558,13 +572,13 @@ class ArrayRadix:
             raise ValueError("ArrayRadix keeps no ranks: rank-keyed policies use BlockRadix")
         return self.insert_ints([int(b) for b in blocks], now)
 
-    def insert_ints(self, chain: list[int], now: float) -> list[int]:
-        """:meth:`BlockRadix.insert_ints`."""
+    def insert_ints(self, chain: list[int] | np.ndarray, now: float) -> list[int]:
+        """:meth:`BlockRadix.insert_ints` (``chain`` ints, or an int64 array)."""
         if self._capacity is not None and len(chain) > self._capacity:
             chain = chain[: self._capacity]
         return self._insert(chain, self.match(chain), now)
 
-    def write(self, chain: list[int], now: float) -> tuple[int, list[int]]:
+    def write(self, chain: list[int] | np.ndarray, now: float) -> tuple[int, list[int]]:
         """:meth:`BlockRadix.write`: the number of ``chain``'s leading blocks cached
         before, and the blocks evicted (nothing changes when all are cached)."""
         m = self.match(chain)
@@ -576,13 +590,13 @@ class ArrayRadix:
 
     def touch(self, blocks: Sequence[int], now: float) -> None:
         """Mark the cached ones among ``blocks`` as used at ``now`` (tail-first)."""
-        cached = [int(b) for b in blocks if b in self._ids]
+        cached = [int(b) for b in blocks if b in self]
         self._touch(cached[-1] if cached else ROOT, len(cached), now)
 
-    def touch_prefix(self, chain: list[int], n: int, now: float) -> None:
-        """:meth:`touch` of ``chain[:n]``, a list of ints known to be cached."""
+    def touch_prefix(self, chain: list[int] | np.ndarray, n: int, now: float) -> None:
+        """:meth:`touch` of ``chain[:n]``, ids known to be cached."""
         n = min(n, len(chain))
-        self._touch(chain[n - 1] if n > 0 else ROOT, n, now)
+        self._touch(int(chain[n - 1]) if n > 0 else ROOT, n, now)
 
     def evict(self, n_blocks: int, pinned: Collection[int] | None = None) -> list[int]:
         """:meth:`BlockRadix.evict`; ``pinned`` is a collection (a dict or set of ids)."""
@@ -600,19 +614,24 @@ class ArrayRadix:
                 pins,
             )
             if k >= 0:
+                self._n = int(self._meta[_NODES])
                 return self._evicted(k)
             self._grow(k)
 
     # -- internals -------------------------------------------------------------------
 
-    def _insert(self, chain: list[int], start: int, now: float) -> list[int]:
-        """BlockRadix._insert of ``chain`` (ints, within capacity) whose first
-        ``start`` blocks are cached (the rest, in a chained cache, are not)."""
+    def _insert(self, chain: list[int] | np.ndarray, start: int, now: float) -> list[int]:
+        """BlockRadix._insert of ``chain`` (within capacity) whose first ``start``
+        blocks are cached (the rest, in a chained cache, are not)."""
         top = len(chain)
-        added = chain[start:] if start < top else []
-        new = np.array(added, dtype=np.int64) if added else _EMPTY
-        parent = chain[start - 1] if 0 < start < top else ROOT
-        last = chain[top - 1] if top else ROOT
+        if start >= top:
+            new = _EMPTY
+        elif isinstance(chain, np.ndarray):
+            new = chain[start:]
+        else:
+            new = np.array(chain[start:], dtype=np.int64)
+        parent = int(chain[start - 1]) if 0 < start < top else ROOT
+        last = int(chain[top - 1]) if top else ROOT
         while True:
             k = _insert(
                 self._table,
@@ -629,7 +648,7 @@ class ArrayRadix:
                 float(now),
             )
             if k >= 0:
-                self._ids.update(added)
+                self._n = int(self._meta[_NODES])
                 return self._evicted(k)
             self._grow(k)
 
@@ -637,7 +656,6 @@ class ArrayRadix:
         if not k:
             return []
         out: list[int] = self._out[:k].tolist()
-        self._ids.difference_update(out)
         return out
 
     def _touch(self, last: int, length: int, now: float) -> None:

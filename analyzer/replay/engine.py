@@ -134,15 +134,19 @@ class Simulation:
         self.slo_abort = slo_abort
         self.advance = advance
         self.seq = 0
+        self._cb: Any = None  # the arriving request's blocks as the caches take them
         self.free = plan.free_loads
         self.chained = tree.chained
         self._parent = tree.parents if plan.write_policy == "on-evict" else None
 
         policy = get_policy(plan.eviction, flag="--eviction", replay=True).reference()
 
+        # The compiled twin where it applies: the same answers, a probe a third cheaper;
+        # its calls take each request's slice of the trace's block ids as it is.
+        self.arrays = tree.chained and ArrayRadix.supports(policy)
+
         def cache(capacity_blocks: int | None) -> BlockCache:
-            # The compiled twin where it applies: the same answers, a probe a third cheaper.
-            if tree.chained and ArrayRadix.supports(policy):
+            if self.arrays:
                 return ArrayRadix(capacity_blocks, policy)
             return BlockRadix(capacity_blocks, policy, chained=tree.chained)
 
@@ -327,10 +331,13 @@ class Simulation:
         out: list[tuple[Any, ...]] = []
         if k + 1 < self.n:
             out.append((self.times[k + 1], ARRIVAL, self._next_seq(), k + 1, None))
-        blocks = self.block_ids[self.offsets[k] : self.offsets[k + 1]].tolist()
+        ids = self.block_ids[self.offsets[k] : self.offsets[k + 1]]
+        blocks = ids.tolist()
+        cb: Any = ids if self.arrays else blocks
         prompt = self.prompts[k]
         loads = self.loads
         rec = self.rec
+        self._cb = cb  # what _cached looks up for the router
         if rec is None:
             i = self.router.pick(k, self.sessions[k], blocks, loads, self._cached)
         else:
@@ -348,13 +355,13 @@ class Simulation:
         if blocks:
             hbm = inst.hbm
             if hbm is not None:
-                m = hbm.match(blocks)
+                m = hbm.match(cb)
                 if m and measured:
                     hit_by_tier[0] += min(m * bs, cap)
             for tier in inst.lower if m < len(blocks) else ():
-                mt = tier.cache.match(blocks)
+                mt = tier.cache.match(cb)
                 if mt > m:
-                    tier.cache.touch_prefix(blocks, mt, t)
+                    tier.cache.touch_prefix(cb, mt, t)
                     n_bytes = (mt - m) * self.bpb
                     transfers.append((tier, n_bytes))
                     if measured:
@@ -371,7 +378,7 @@ class Simulation:
                 rec.load_bytes.append(float(b))
             rec.load_at.append(len(rec.load_level))
         new = prompt - hit if prompt > hit else 1
-        r = Req(k, t, inst, blocks, hit, new, measured=measured)
+        r = Req(k, t, inst, blocks, hit, new, measured=measured, cb=cb)
         loads[i] += new
         if measured:
             self.prompt_measured += prompt
@@ -464,8 +471,10 @@ class Simulation:
         return v
 
     def _cached(self, i: int, blocks: Sequence[int]) -> int:
+        """The prompt tokens instance ``i``'s HBM holds of the arriving request's
+        ``blocks`` (looked up as :attr:`_cb`, the same ids as the caches take them)."""
         hbm = self.instances[i].hbm
-        return hbm.match(blocks) * self.bs if hbm is not None else 0
+        return hbm.match(self._cb) * self.bs if hbm is not None else 0
 
     def _ready(self, r: Req, t: float, out: list[tuple[Any, ...]]) -> None:
         inst = r.inst
@@ -510,6 +519,7 @@ class Simulation:
                 if self.violations > self.slo_abort[1]:
                     self.aborted = True
         blocks = r.blocks
+        cb = r.cb if r.cb is not None else blocks
         rec = self.rec
         if rec is not None:
             if rec.order_k:  # the previous completion's writes end here
@@ -525,7 +535,7 @@ class Simulation:
         if hbm is not None:
             if self.track_dup:
                 self._dup_tick(t)
-                m0 = hbm.match(blocks)
+                m0 = hbm.match(cb)
                 cap = hbm.capacity_blocks
                 top = len(blocks) if cap is None or cap > len(blocks) else cap
                 cnt = self.dup_count
@@ -534,7 +544,7 @@ class Simulation:
                     cnt[b] = c + 1
                     if c:
                         self.dup_blocks += 1
-            evicted = hbm.insert_ints(blocks, t)
+            evicted = hbm.insert_ints(cb, t)
             if evicted and self.track_dup:
                 cnt = self.dup_count
                 for b in evicted:
@@ -552,7 +562,7 @@ class Simulation:
                 return
         for level, tier in enumerate(inst.lower):  # write-through
             cache = tier.cache
-            mt, _ = cache.write(blocks, t)
+            mt, _ = cache.write(cb, t)
             if mt < len(blocks):
                 cap = cache.capacity_blocks
                 top = len(blocks) if cap is None or cap > len(blocks) else cap

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -65,6 +66,9 @@ class Job:
     first_t: float = -1.0
     counted: bool = False  # hits counted (the first admission only)
     layerwise: bool = False  # its loads run beside its prefill, layer by layer
+    # ``blocks`` as its engine's caches take them: the trace's int64 slice for the
+    # compiled caches (ArrayRadix), the list itself for BlockRadix
+    cb: Any = None
 
 
 @dataclass(slots=True, eq=False)

@@ -212,18 +212,25 @@ class AggregatedSimulation(Simulation):
         out: list[tuple[Any, ...]] = []
         if k + 1 < self.n:
             out.append((self.times[k + 1], ARRIVAL, self._next_seq(), k + 1, None))
-        blocks = self.block_ids[self.offsets[k] : self.offsets[k + 1]].tolist()
+        self._arrive(k, t, out)
+        return out
+
+    def _arrive(self, k: int, t: float, out: list[tuple[Any, ...]]) -> None:
+        """Request ``k`` reaches the router at ``t``: routed, and queued at its engine."""
+        ids = self.block_ids[self.offsets[k] : self.offsets[k + 1]]
+        blocks = ids.tolist()
+        cb: Any = ids if self.arrays else blocks
+        self._cb = cb
         prompt = self.prompts[k]
         self._sync_all(t, out)
         i = self._route(k, blocks, prompt)
         e = self.engines[i]
-        j = Job(k, t, blocks, prompt, self.outs[k], k >= self.warm, e)
+        j = Job(k, t, blocks, prompt, self.outs[k], k >= self.warm, e, cb=cb)
         if j.measured:
             self.prompt_measured += prompt
         e.prefill_load += prompt
         e.waiting.append(j)
         self._kick(e, t, out)
-        return out
 
     def _on_xfer_start(self, ev: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         if ev[3] is None:  # a load's scatter into the paged KV has ended
@@ -454,9 +461,10 @@ class AggregatedSimulation(Simulation):
         inst = e.inst
         bs = self.bs
         blocks = j.blocks
+        cb = j.cb
         tokens = j.prompt + j.gen
         hbm = inst.hbm
-        m = hbm.match(blocks) if hbm is not None and blocks else 0
+        m = hbm.match(cb) if hbm is not None and blocks else 0
         pins = e.pins
         new_pins = sum(1 for b in blocks[:m] if b not in pins) if m else 0
         need = tokens - m * bs
@@ -481,10 +489,10 @@ class AggregatedSimulation(Simulation):
         if m < len(blocks):
             g = self.chunk
             for tier in inst.lower:
-                mt = tier.cache.match(blocks)
+                mt = tier.cache.match(cb)
                 mt -= mt % g  # whole chunks only
                 if mt > matched:
-                    tier.cache.touch_prefix(blocks, mt, t)
+                    tier.cache.touch_prefix(cb, mt, t)
                     n_bytes = (mt - matched) * self.bpb
                     transfers.append((tier, n_bytes))
                     if count:
@@ -542,19 +550,19 @@ class AggregatedSimulation(Simulation):
         hbm = e.inst.hbm
         if hbm is None:
             return
-        chain = j.blocks[:nb]
+        chain = j.cb[:nb]
         if self.track_dup:
             self._dup_tick(t)
             m0 = hbm.match(chain)
             cnt = self.dup_count
-            for b in chain[m0:]:
+            for b in j.blocks[m0:nb]:
                 c = cnt.get(b, 0)
                 cnt[b] = c + 1
                 if c:
                     self.dup_blocks += 1
         hbm.insert_ints(chain, t)
         pins = e.pins
-        for b in chain[j.pinned :]:
+        for b in j.blocks[j.pinned : nb]:
             pins[b] = pins.get(b, 0) + 1
         moved = (nb - j.pinned) * self.bs
         j.priv -= moved
@@ -624,7 +632,7 @@ class AggregatedSimulation(Simulation):
                     del pins[b]
             hbm = e.inst.hbm
             assert hbm is not None
-            hbm.touch_prefix(j.blocks, j.pinned, t)
+            hbm.touch_prefix(j.cb, j.pinned, t)
             j.pinned = 0
 
     def _finish(self, j: Job, t: float) -> None:
@@ -691,7 +699,7 @@ class AggregatedSimulation(Simulation):
         nb -= nb % self.chunk
         if nb <= j.stored:
             return
-        chain = j.blocks[:nb]
+        chain = j.cb[:nb]
         for level, tier in enumerate(inst.lower):
             cache = tier.cache
             mt, _ = cache.write(chain, t)
@@ -728,7 +736,7 @@ class AggregatedSimulation(Simulation):
             loads[i] = e.prefill_load + e.kv_dec
         return self.router.pick(k, self.sessions[k], blocks, loads, self._cached)
 
-    def _tier_credit(self, e: Engine, blocks: list[int], weights: tuple[float, ...]) -> float:
+    def _tier_credit(self, e: Engine, blocks: Any, weights: tuple[float, ...]) -> float:
         """Blocks of ``blocks`` found in a row in ``e``'s tiers, each weighted by the
         nearest tier holding it (``weights`` per tier level; the pool, alike for every
         instance, gets none)."""
@@ -769,7 +777,7 @@ class AggregatedSimulation(Simulation):
         qw = LLMD_QUEUE_WEIGHT
         scores = [qw * ((q_hi - q) / span) for q in queues] if span else [qw * 1.0] * n
         for i in self._credited(blocks[0]):
-            prefix = self._tier_credit(engines[i], blocks, LLMD_TIER_WEIGHTS) / n_blocks
+            prefix = self._tier_credit(engines[i], self._cb, LLMD_TIER_WEIGHTS) / n_blocks
             if prefix:
                 scores[i] = LLMD_PREFIX_WEIGHT * prefix + scores[i]
         top = max(scores)
@@ -792,7 +800,7 @@ class AggregatedSimulation(Simulation):
         costs = [lam * max(e.prefill_load + prompt - 0.0, 0.0) + e.kv_dec for e in engines]
         for i in self._credited(blocks[0]):
             e = engines[i]
-            credit = min(self._tier_credit(e, blocks, DYNAMO_TIER_WEIGHTS) * bs, float(prompt))
+            credit = min(self._tier_credit(e, self._cb, DYNAMO_TIER_WEIGHTS) * bs, float(prompt))
             if credit:
                 costs[i] = lam * max(e.prefill_load + prompt - credit, 0.0) + e.kv_dec
         return costs.index(min(costs))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -89,6 +90,7 @@ class Req:
     done: int = 0
     pending: int = 0  # loads in flight
     measured: bool = True
+    cb: Any = None  # ``blocks`` as the caches take them (Job.cb), None: the list
 
 
 @dataclass(slots=True)

@@ -357,16 +357,7 @@ class _StagedLoadGenerator(AggregatedSimulation):
         """What the engine does with an arrival (``_on_arrival``), at the send."""
         self.in_flight += 1
         self.sent[k] = t
-        blocks = self.block_ids[self.offsets[k] : self.offsets[k + 1]].tolist()
-        prompt = self.prompts[k]
-        self._sync_all(t, out)
-        e = self.engines[self._route(k, blocks, prompt)]
-        j = Job(k, t, blocks, prompt, self.outs[k], k >= self.warm, e)
-        if j.measured:
-            self.prompt_measured += prompt
-        e.prefill_load += prompt
-        e.waiting.append(j)
-        self._kick(e, t, out)
+        self._arrive(k, t, out)
 
     def _finish(self, j: Job, t: float) -> None:
         super()._finish(j, t)
