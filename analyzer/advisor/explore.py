@@ -55,7 +55,7 @@ from analyzer.replay.config import Scenario, Tier
 if TYPE_CHECKING:
     from analyzer.advisor.measure import Measured
     from analyzer.advisor.options import AnalyzeOptions
-    from analyzer.advisor.price import Priced
+    from analyzer.advisor.price import ModelSetup, Priced
     from analyzer.advisor.replay import Replayed, ReplayTrace, Services
     from analyzer.cost.prices import Prices
 
@@ -313,12 +313,13 @@ def side_floor_searches(
     :func:`explore` then finds them remembered (its floors are the same questions)."""
     if not opts.sensitivity_replays:
         return []
-    pairs = [
-        (s, rt)
-        for row in _side_rows(m, priced, replayed, opts)
-        for s, rt in zip(row.priced.setups, row.traces, strict=True)
-    ]
+    pairs = _floor_pairs(_side_rows(m, priced, replayed, opts))
     return [sr for _, _, sr in floor_searches(pairs, opts.ttft_slo_s, opts.warmup)[1]]
+
+
+def _floor_pairs(rows: Sequence[_SideRow]) -> list[tuple[ModelSetup, ReplayTrace]]:
+    """Every row's models with the traces they replay, in order (their floors)."""
+    return [(s, rt) for row in rows for s, rt in zip(row.priced.setups, row.traces, strict=True)]
 
 
 def _side_variants(
@@ -340,8 +341,7 @@ def _side_variants(
     cap = None if fleet.instances is None else SIDE_INSTANCES_MULTIPLE * fleet.instances
     rows = _side_rows(m, priced, replayed, opts)
     # every row's floors replayed at once
-    pairs = [(s, rt) for row in rows for s, rt in zip(row.priced.setups, row.traces, strict=True)]
-    floors = floors_of(pairs, opts.ttft_slo_s, opts.warmup, services.replayer)
+    floors = floors_of(_floor_pairs(rows), opts.ttft_slo_s, opts.warmup, services.replayer)
     out: list[_Variant] = []
     k = 0
     for row in rows:

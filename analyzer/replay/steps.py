@@ -77,7 +77,7 @@ def compiled(fn: StepFn) -> tuple[Any, Any]:
     if fn is step_seconds:
         return compiled_step()
     got = _BURSTS.get(fn)
-    if got is None:
+    if got is None:  # another step function (a test's): compiled here, not cached
         from numba import njit
 
         step: Any = njit(fn)
