@@ -40,12 +40,13 @@ from analyzer.dense import fib_slot
 
 # Rows of the int64 slot records, and of the float64 ones. ``_PARENT`` is the parent's
 # slot (ROOT for a first block): a parent stays while it has a cached child.
-_PARENT, _CHILDREN, _TOUCH_SEQ, _VERSION, _INSERT_SEQ, _BLOCK, _FREE, _PINNED = range(8)
-_ROWS = 8
+# ``_PINNED`` marks the pins of one evict call; ``_HELD`` counts the holds on a block.
+_PARENT, _CHILDREN, _TOUCH_SEQ, _VERSION, _INSERT_SEQ, _BLOCK, _FREE, _PINNED, _HELD = range(9)
+_ROWS = 9
 _LAST_ACCESS, _INSERTED_AT = range(2)
 # Fields of the int64 ``meta`` array.
-_SEQ, _HEAP_N, _NODES, _CAP, _FIFO, _USED, _N_FREE, _BITS = range(8)
-_META = 8
+_SEQ, _HEAP_N, _NODES, _CAP, _FIFO, _USED, _N_FREE, _BITS, _N_HELD = range(9)
+_META = 9
 # Kernel answers below zero, having changed nothing: an id that is negative, cached
 # already or (touched) not cached, and arrays too small.
 _BAD_ID, _NO_SLOTS, _NO_HEAP = -1, -2, -3
@@ -287,9 +288,11 @@ def _evict_loop(
     need: int,
     protect: int,
     use_pins: bool,
+    use_held: bool = False,
 ) -> int:
     """BlockRadix._evict, step for step (its comments say why each step is so); the
-    evicted ids go to ``out``, their count is returned."""
+    evicted ids go to ``out``, their count is returned. ``use_pins``: the blocks marked
+    for the call are passed over; ``use_held``: the held ones."""
     fifo = meta[_FIFO] != 0
     walk = not fifo  # chained and LRU: a parent that inherits its child's touch is next
     bits = meta[_BITS]
@@ -314,7 +317,7 @@ def _evict_loop(
                 held = True
                 h_k, h_k2, h_b, h_v, h_s = k, k2, b, v, s
                 break
-            if use_pins and si[_PINNED, s] != 0:
+            if (use_pins and si[_PINNED, s] != 0) or (use_held and si[_HELD, s] != 0):
                 break  # out of the order until touched again
             _drop(table, si, bits, b)
             si[_BLOCK, s] = -1
@@ -423,6 +426,7 @@ def _insert(
             si[_VERSION, s] = 0
             si[_BLOCK, s] = b
             si[_PINNED, s] = 0
+            si[_HELD, s] = 0
             sf[_LAST_ACCESS, s] = now
             if fifo:
                 si[_INSERT_SEQ, s] = seq
@@ -496,6 +500,95 @@ def _evict(
     return n
 
 
+@njit(cache=True)
+def _hold(
+    table: np.ndarray, si: np.ndarray, meta: np.ndarray, chain: np.ndarray, lo: int, hi: int
+) -> int:
+    """One more hold on each of ``chain[lo:hi]`` (cached); the blocks held after."""
+    bits = meta[_BITS]
+    n = meta[_N_HELD]
+    for i in range(lo, hi):
+        s = _find(table, si, bits, chain[i])
+        if s < 0:
+            return _BAD_ID
+    for i in range(lo, hi):
+        s = _find(table, si, bits, chain[i])
+        if si[_HELD, s] == 0:
+            n += 1
+        si[_HELD, s] += 1
+    meta[_N_HELD] = n
+    return int(n)
+
+
+@njit(cache=True)
+def _unheld(table: np.ndarray, si: np.ndarray, meta: np.ndarray, chain: np.ndarray, m: int) -> int:
+    """How many of ``chain[:m]`` (cached) no hold is on."""
+    bits = meta[_BITS]
+    n = 0
+    for i in range(m):
+        s = _find(table, si, bits, chain[i])
+        if s < 0 or si[_HELD, s] == 0:
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def _release(
+    table: np.ndarray,
+    si: np.ndarray,
+    sf: np.ndarray,
+    hk: np.ndarray,
+    hi: np.ndarray,
+    meta: np.ndarray,
+    chain: np.ndarray,
+    n: int,
+    now: float,
+) -> int:
+    """One hold fewer on each of ``chain[:n]`` (held), then their touch at ``now``; the
+    blocks held after."""
+    if meta[_HEAP_N] + 1 > hk.size:
+        return _NO_HEAP
+    bits = meta[_BITS]
+    for i in range(n):
+        s = _find(table, si, bits, chain[i])
+        if s < 0 or si[_HELD, s] == 0:
+            return _BAD_ID
+    held = meta[_N_HELD]
+    s = -1
+    for i in range(n):
+        s = _find(table, si, bits, chain[i])
+        si[_HELD, s] -= 1
+        if si[_HELD, s] == 0:
+            held -= 1
+    meta[_N_HELD] = held
+    _touch(si, sf, hk, hi, meta, chain[n - 1] if n > 0 else ROOT, s, n, now)
+    return int(held)
+
+
+@njit(cache=True)
+def _evict_unheld(
+    table: np.ndarray,
+    si: np.ndarray,
+    sf: np.ndarray,
+    hk: np.ndarray,
+    hi: np.ndarray,
+    meta: np.ndarray,
+    out: np.ndarray,
+    need: int,
+) -> int:
+    """Evict up to ``need`` leaves, passing over the held ones."""
+    if meta[_HEAP_N] + meta[_NODES] + 2 > hk.size:
+        return _NO_HEAP
+    return _evict_loop(table, si, sf, hk, hi, meta, out, need, _NONE, False, True)
+
+
+def _ids(chain: Sequence[int] | np.ndarray) -> np.ndarray:
+    """``chain`` as the kernels take it (the replay passes int64 arrays already)."""
+    if type(chain) is np.ndarray:
+        return chain
+    return np.asarray(chain, dtype=np.int64) if len(chain) else _EMPTY
+
+
 class ArrayRadix:
     """:class:`~analyzer.cache.radix.BlockRadix` with ``chained=True``, in arrays
     (module docstring): ``capacity_blocks`` slots (None = unbounded)."""
@@ -509,6 +602,7 @@ class ArrayRadix:
         self._policy = policy
         self._meta = np.zeros(_META, dtype=np.int64)
         self._n = 0  # blocks cached (meta[_NODES], read after each kernel that changes it)
+        self.n_held = 0  # blocks held (meta[_N_HELD], likewise)
         self._meta[_CAP] = -1 if capacity_blocks is None else capacity_blocks
         self._meta[_FIFO] = type(policy).key is FIFO.key
         self._meta[_BITS] = (2 * _FIRST_SLOTS).bit_length() - 1
@@ -558,7 +652,7 @@ class ArrayRadix:
         """Number of leading ``blocks`` present in the cache; changes nothing. The
         replay's hottest call: give it an int64 array (a list is converted)."""
         if type(blocks) is not np.ndarray:
-            blocks = np.asarray(blocks, dtype=np.int64) if len(blocks) else _EMPTY
+            blocks = _ids(blocks)
         m: int = _match(self._table, self._si, self._meta, blocks)
         return m
 
@@ -612,6 +706,45 @@ class ArrayRadix:
                 self._out,
                 n_blocks,
                 pins,
+            )
+            if k >= 0:
+                self._n = int(self._meta[_NODES])
+                return self._evicted(k)
+            self._grow(k)
+
+    # -- holds: the blocks of running requests ---------------------------------------
+
+    def hold(self, chain: list[int] | np.ndarray, lo: int, hi: int) -> None:
+        """One more hold on each of ``chain[lo:hi]``, cached blocks (a running request
+        holds its cached prefix: SGLang's lock on in-use radix nodes)."""
+        k = _hold(self._table, self._si, self._meta, _ids(chain), lo, hi)
+        if k < 0:
+            self._grow(k)
+        self.n_held = k
+
+    def unheld(self, chain: list[int] | np.ndarray, m: int) -> int:
+        """How many of ``chain[:m]``, cached blocks, no hold is on."""
+        n: int = _unheld(self._table, self._si, self._meta, _ids(chain), m)
+        return n
+
+    def release(self, chain: list[int] | np.ndarray, n: int, now: float) -> None:
+        """One hold fewer on each of ``chain[:n]``, then :meth:`touch_prefix` of them
+        (a leaf passed over while held goes back into the order)."""
+        chain = _ids(chain)
+        while True:
+            k = _release(
+                self._table, self._si, self._sf, self._hk, self._hi, self._meta, chain, n, now
+            )
+            if k >= 0:
+                self.n_held = k
+                return
+            self._grow(k)
+
+    def evict_unheld(self, n_blocks: int) -> list[int]:
+        """:meth:`evict` passing over the held blocks."""
+        while True:
+            k = _evict_unheld(
+                self._table, self._si, self._sf, self._hk, self._hi, self._meta, self._out, n_blocks
             )
             if k >= 0:
                 self._n = int(self._meta[_NODES])
@@ -689,7 +822,8 @@ class ArrayRadix:
         """Double what a kernel found too small (it changed nothing)."""
         if why == _BAD_ID:
             raise KeyError(
-                "a negative block id, a new one cached already, or a touch of one not cached"
+                "a negative block id, a new one cached already, a touch or hold of one not "
+                "cached, or a release of one not held"
             )
         if why == _NO_SLOTS:
             n = self._si.shape[1]

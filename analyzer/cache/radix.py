@@ -144,6 +144,18 @@ class BlockCache(Protocol):
 
     def evict(self, n_blocks: int, pinned: Collection[int] | None = None) -> list[int]: ...
 
+    # what an engine's running requests hold (the aggregated replay's HBM)
+    @property
+    def n_held(self) -> int: ...
+
+    def hold(self, chain: list[int], lo: int, hi: int) -> None: ...
+
+    def unheld(self, chain: list[int], m: int) -> int: ...
+
+    def release(self, chain: list[int], n: int, now: float) -> None: ...
+
+    def evict_unheld(self, n_blocks: int) -> list[int]: ...
+
 
 class BlockRadix:
     """A prefix-closed block cache with ``capacity_blocks`` slots (None = unbounded)."""
@@ -164,6 +176,7 @@ class BlockRadix:
         self._nodes: dict[int, Node] = {}
         self._heap: list[tuple[Any, ...]] = []
         self._seq = 0
+        self._held: dict[int, int] = {}  # block -> holds on it (running requests)
 
     # -- queries ---------------------------------------------------------------------
 
@@ -310,6 +323,41 @@ class BlockRadix:
         A pinned block's ancestors are never leaves, so pinning a chain's last block is
         enough to keep the chain."""
         return self._evict(n_blocks, protect=None, pinned=pinned)
+
+    # -- holds: the blocks of running requests ---------------------------------------
+
+    @property
+    def n_held(self) -> int:
+        """Blocks with a hold on them."""
+        return len(self._held)
+
+    def hold(self, chain: Sequence[int], lo: int, hi: int) -> None:
+        """One more hold on each of ``chain[lo:hi]``, cached blocks (a running request
+        holds its cached prefix: SGLang's lock on in-use radix nodes)."""
+        held = self._held
+        for b in chain[lo:hi]:
+            held[b] = held.get(b, 0) + 1
+
+    def unheld(self, chain: Sequence[int], m: int) -> int:
+        """How many of ``chain[:m]``, cached blocks, no hold is on."""
+        held = self._held
+        return sum(1 for b in chain[:m] if b not in held)
+
+    def release(self, chain: list[int], n: int, now: float) -> None:
+        """One hold fewer on each of ``chain[:n]``, then :meth:`touch_prefix` of them
+        (a leaf passed over while held goes back into the order)."""
+        held = self._held
+        for b in chain[:n]:
+            c = held[b] - 1
+            if c:
+                held[b] = c
+            else:
+                del held[b]
+        self.touch_prefix(chain, n, now)
+
+    def evict_unheld(self, n_blocks: int) -> list[int]:
+        """:meth:`evict` passing over the held blocks."""
+        return self._evict(n_blocks, protect=None, pinned=self._held)
 
     def remove(self, block_ids: Iterable[int]) -> None:
         """Drop the given cached blocks (absent ids are ignored).

@@ -84,7 +84,6 @@ class Engine:
     kv_dec: int = 0  # context tokens of the decoding requests, at the current step
     steps: int = 0  # decode steps run so far
     priv: int = 0  # private KV tokens of the running requests, at the current step
-    pins: dict[int, int] = field(default_factory=dict)  # block -> running requests holding it
     busy: bool = False
     version: int = 0  # of the scheduled step end (a decode run cut short moves it)
     batch: list[tuple[Job, int]] | None = None  # a mixed step's prefill chunks

@@ -380,7 +380,7 @@ class AggregatedSimulation(Simulation):
         # Every decoding request adds a token of KV this step: preempt until that fits
         # (vLLM admits nobody in a step that preempted).
         preempted = False
-        while e.n_dec and len(e.pins) * self.bs + e.priv + e.n_dec > self.capacity:
+        while e.n_dec and self._held_blocks(e) * self.bs + e.priv + e.n_dec > self.capacity:
             if not self._preempt(e, t):
                 break
             preempted = True
@@ -425,7 +425,7 @@ class AggregatedSimulation(Simulation):
             while dec and (dec[0][2].state != DECODE or dec[0][2].fin != dec[0][0]):
                 heapq.heappop(dec)  # preempted since
             left = e.dec[0][0] - e.steps
-            room = (self.capacity - len(e.pins) * self.bs - e.priv) // e.n_dec
+            room = (self.capacity - self._held_blocks(e) * self.bs - e.priv) // e.n_dec
             steps = max(1, min(left, room, BURST_MAX))
             ends = burst_ends(self.pricing, e.n_dec, float(e.kv_dec), steps, t)
             self.step_gpu_s += float(ends[-1]) - t
@@ -435,6 +435,12 @@ class AggregatedSimulation(Simulation):
             e.busy = True
             e.version += 1
             out.append((float(ends[-1]), STEP_DONE, self._next_seq(), e, e.version))
+
+    @staticmethod
+    def _held_blocks(e: Engine) -> int:
+        """Blocks ``e``'s running requests hold in its HBM cache."""
+        hbm = e.inst.hbm
+        return hbm.n_held if hbm is not None else 0
 
     def _account(
         self, chunks: list[tuple[Job, int]], pt: int, pa: float, e: Engine, dt: float
@@ -465,10 +471,12 @@ class AggregatedSimulation(Simulation):
         tokens = j.prompt + j.gen
         hbm = inst.hbm
         m = hbm.match(cb) if hbm is not None and blocks else 0
-        pins = e.pins
-        new_pins = sum(1 for b in blocks[:m] if b not in pins) if m else 0
+        held = hbm.n_held if hbm is not None else 0
+        if m:
+            assert hbm is not None
+            held += hbm.unheld(cb, m)
         need = tokens - m * bs
-        used = (len(pins) + new_pins) * bs + e.priv + e.n_dec  # this step's decode tokens
+        used = held * bs + e.priv + e.n_dec  # this step's decode tokens
         if e.running and used + need > self.capacity:
             return False
         cap = tokens - 1 if tokens > 0 else 0
@@ -476,8 +484,8 @@ class AggregatedSimulation(Simulation):
         j.counted = True
         hit_by_tier = self.hit_by_tier
         if m:
-            for b in blocks[:m]:
-                pins[b] = pins.get(b, 0) + 1
+            assert hbm is not None
+            hbm.hold(cb, 0, m)
             if count:
                 hit_by_tier[0] += min(m * bs, cap)
             if self.selective:  # a hit is a block's second use: HiCache backs it up now
@@ -561,9 +569,7 @@ class AggregatedSimulation(Simulation):
                 if c:
                     self.dup_blocks += 1
         hbm.insert_ints(chain, t)
-        pins = e.pins
-        for b in j.blocks[j.pinned : nb]:
-            pins[b] = pins.get(b, 0) + 1
+        hbm.hold(j.cb, j.pinned, nb)
         moved = (nb - j.pinned) * self.bs
         j.priv -= moved
         e.priv -= moved
@@ -623,16 +629,9 @@ class AggregatedSimulation(Simulation):
             e.priv -= j.priv
         j.priv = 0
         if j.pinned:
-            pins = e.pins
-            for b in j.blocks[: j.pinned]:
-                c = pins[b] - 1
-                if c:
-                    pins[b] = c
-                else:
-                    del pins[b]
             hbm = e.inst.hbm
             assert hbm is not None
-            hbm.touch_prefix(j.cb, j.pinned, t)
+            hbm.release(j.cb, j.pinned, t)
             j.pinned = 0
 
     def _finish(self, j: Job, t: float) -> None:
@@ -671,7 +670,7 @@ class AggregatedSimulation(Simulation):
         hbm = e.inst.hbm
         if hbm is None:
             return
-        pinned = len(e.pins)
+        pinned = hbm.n_held
         free = self.capacity - pinned * self.bs - e.priv
         if free < 0:
             free = 0
@@ -679,7 +678,7 @@ class AggregatedSimulation(Simulation):
         over = len(hbm) - pinned - allowed
         if over <= 0:
             return
-        evicted = hbm.evict(over, pinned=e.pins)
+        evicted = hbm.evict_unheld(over)
         if evicted and self.track_dup:
             self._dup_tick(t)
             cnt = self.dup_count

@@ -45,6 +45,23 @@ def test_array_radix_answers_as_block_radix(reqs, capacity, policy, ops):
     drive(reqs, capacity, policy, ops)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    reqs=chained_requests(max_requests=30),
+    policy=st.sampled_from(sorted(POLICIES)),
+    ops=st.lists(
+        st.tuples(st.integers(0, 6), st.integers(0, 29), st.integers(0, 8), st.integers(0, 2)),
+        min_size=1,
+        max_size=300,
+    ),
+)
+def test_array_radix_holds_as_block_radix(reqs, policy, ops):
+    """The engine's holds (an unbounded HBM cache whose running requests hold their
+    cached prefixes): the same blocks held, the same unheld counts at admission, and
+    the same evictions passing over them, as BlockRadix's and as a set of pins."""
+    drive(reqs, None, policy, ops, holds=True)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     reqs=chained_requests(max_requests=8, max_new=3),
@@ -71,9 +88,16 @@ def test_array_radix_rebuilds_its_heap_as_block_radix(reqs, policy, pinning, tou
 
 
 def drive(
-    reqs: list[list[int]], capacity: int | None, policy: str, ops: list[tuple[int, ...]]
+    reqs: list[list[int]],
+    capacity: int | None,
+    policy: str,
+    ops: list[tuple[int, ...]],
+    holds: bool = False,
 ) -> None:
-    """Both caches through ``ops`` (op, request, count, clock tick), compared after each."""
+    """Both caches through ``ops`` (op, request, count, clock tick), compared after each.
+    ``holds``: running requests pin their prefixes with the caches' holds (``hold``,
+    ``release``, ``evict_unheld``, as the aggregated engine does) rather than with a set
+    of pins given to ``evict``."""
     slow = BlockRadix(capacity, POLICIES[policy](), chained=True)
     fast = ArrayRadix(capacity, POLICIES[policy]())
     pins: dict[int, int] = {}
@@ -95,6 +119,11 @@ def drive(
             assert fast.insert(chain, now) == slow.insert(chain, now)
         elif op == 3:  # admitted: its cached prefix pinned
             held.append((chain, m))
+            if holds:
+                assert fast.unheld(ids, m) == slow.unheld(chain, m)
+                assert fast.unheld(ids, m) == sum(1 for b in chain[:m] if b not in pins)
+                fast.hold(ids, 0, m)
+                slow.hold(chain, 0, m)
             for b in chain[:m]:
                 pins[b] = pins.get(b, 0) + 1
         elif op == 4:  # finished: unpinned, its prefix touched
@@ -103,15 +132,24 @@ def drive(
                 pins[b] -= 1
                 if not pins[b]:
                     del pins[b]
-            k = min(k, slow.match(done))  # a bounded cache's writes pass over pins
-            fast.touch_prefix(np.asarray(done, dtype=np.int64), k, now)
-            slow.touch_prefix(list(done), k, now)
+            if holds:
+                fast.release(np.asarray(done, dtype=np.int64), k, now)
+                slow.release(list(done), k, now)
+            else:
+                k = min(k, slow.match(done))  # a bounded cache's writes pass over pins
+                fast.touch_prefix(np.asarray(done, dtype=np.int64), k, now)
+                slow.touch_prefix(list(done), k, now)
+        elif op == 6 and holds:
+            assert fast.evict_unheld(n) == slow.evict_unheld(n)
         elif op == 5:
             fast.touch(chain, now)
             slow.touch(chain, now)
         else:
             assert fast.evict(n, pinned=pins) == slow.evict(n, pinned=pins)
         same(fast, slow)
+        assert fast.n_held == slow.n_held == (len(pins) if holds else 0)
+    if holds:
+        assert fast.evict_unheld(len(fast)) == slow.evict_unheld(len(slow))
     assert fast.evict(len(fast), pinned=pins) == slow.evict(len(slow), pinned=pins)
     assert fast.evict(len(fast)) == slow.evict(len(slow))  # passed-over pins stay out
     same(fast, slow)

@@ -285,7 +285,7 @@ def test_every_request_ends_and_gives_its_kv_back(scenario):
     assert st_.preemptions > 0  # the pool is tight: decode growth preempts
     for e in sim.engines:
         assert not e.running and not e.waiting and not e.prefill
-        assert e.pins == {} and e.priv == 0 and e.n_dec == 0 and e.kv_dec == 0
+        assert sim._held_blocks(e) == 0 and e.priv == 0 and e.n_dec == 0 and e.kv_dec == 0
         if e.inst.hbm is not None:
             assert len(e.inst.hbm) * trace.block_size <= plan.hbm_capacity_tokens
 

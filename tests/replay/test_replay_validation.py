@@ -407,7 +407,7 @@ class _PreciseGuideProfile(_StagedLoadGenerator):
         for i, e in enumerate(engines):
             prefix = self._tier_credit(e, blocks, LLMD_TIER_WEIGHTS) / len(blocks)
             queue = (q_hi - queues[i]) / span if span else 1.0
-            used = min(1.0, (len(e.pins) * self.bs + e.priv) / self.capacity)
+            used = min(1.0, (self._held_blocks(e) * self.bs + e.priv) / self.capacity)
             score = LLMD_PREFIX_WEIGHT * prefix + LLMD_QUEUE_WEIGHT * queue
             score += LLMD_KV_UTILIZATION_WEIGHT * (1.0 - used)
             key = (-score, float(e.prefill_load + e.kv_dec), (i - k) % n)
