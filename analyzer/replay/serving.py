@@ -114,6 +114,10 @@ LLMD_PREFIX_WEIGHT = 3.0
 LLMD_QUEUE_WEIGHT = 2.0
 DYNAMO_TIER_WEIGHTS = (1.0, 0.75, 0.25, 0.0)
 
+# An engine's tiers as a router credits them: HBM and its weight, then the lower tiers
+# a nonzero weight credits, with theirs (AggregatedSimulation._credit_tiers).
+_Credit = tuple[Any, float, tuple[tuple[Any, float], ...]]
+
 BURST_MAX = 4096  # decode steps computed at once (a longer run is continued after)
 
 
@@ -165,6 +169,8 @@ class AggregatedSimulation(Simulation):
             for inst in self.instances:
                 node_engines.setdefault(inst.node, []).append(inst.idx)
             self.node_engines = [node_engines[inst.node] for inst in self.instances]
+        weights = DYNAMO_TIER_WEIGHTS if plan.router == "kv-router" else LLMD_TIER_WEIGHTS
+        self.credit_tiers = self._credit_tiers(weights)
         conn = plan.connector
         # lower tiers store and return whole chunks of this many blocks
         self.chunk = max(1, conn.chunk_tokens // self.bs) if conn is not None else 1
@@ -735,18 +741,29 @@ class AggregatedSimulation(Simulation):
             loads[i] = e.prefill_load + e.kv_dec
         return self.router.pick(k, self.sessions[k], blocks, loads, self._cached)
 
-    def _tier_credit(self, e: Engine, blocks: Any, weights: tuple[float, ...]) -> float:
-        """Blocks of ``blocks`` found in a row in ``e``'s tiers, each weighted by the
-        nearest tier holding it (``weights`` per tier level; the pool, alike for every
-        instance, gets none)."""
-        inst = e.inst
-        m = inst.hbm.match(blocks) if inst.hbm is not None else 0
-        credit = float(m) * weights[0]
-        for tier in inst.lower:
-            w = weights[tier.level]
-            if not w:
-                continue
-            mt = tier.cache.match(blocks)
+    def _credit_tiers(self, weights: tuple[float, ...]) -> list[_Credit]:
+        """Each engine's tiers as :meth:`_tier_credit` reads them with ``weights``: its
+        HBM cache and that weight, and the lower tiers' caches a nonzero weight credits,
+        in order, with theirs."""
+        return [
+            (
+                e.inst.hbm,
+                weights[0],
+                tuple((t.cache, weights[t.level]) for t in e.inst.lower if weights[t.level]),
+            )
+            for e in self.engines
+        ]
+
+    @staticmethod
+    def _tier_credit(tiers: _Credit, blocks: Any) -> float:
+        """Blocks of ``blocks`` found in a row in an engine's ``tiers``
+        (:meth:`_credit_tiers`), each weighted by the nearest tier holding it (the pool,
+        alike for every instance, gets none)."""
+        hbm, w0, lower = tiers
+        m = hbm.match(blocks) if hbm is not None else 0
+        credit = float(m) * w0
+        for cache, w in lower:
+            mt = cache.match(blocks)
             if mt > m:
                 credit += w * (mt - m)
                 m = mt
@@ -775,8 +792,11 @@ class AggregatedSimulation(Simulation):
         span = q_hi - q_lo
         qw = LLMD_QUEUE_WEIGHT
         scores = [qw * ((q_hi - q) / span) for q in queues] if span else [qw * 1.0] * n
+        credit = self._tier_credit
+        tiers = self.credit_tiers
+        cb = self._cb
         for i in self._credited(blocks[0]):
-            prefix = self._tier_credit(engines[i], self._cb, LLMD_TIER_WEIGHTS) / n_blocks
+            prefix = credit(tiers[i], cb) / n_blocks
             if prefix:
                 scores[i] = LLMD_PREFIX_WEIGHT * prefix + scores[i]
         top = max(scores)
@@ -797,9 +817,10 @@ class AggregatedSimulation(Simulation):
         bs = self.bs
         engines = self.engines
         costs = [lam * max(e.prefill_load + prompt - 0.0, 0.0) + e.kv_dec for e in engines]
+        tiers = self.credit_tiers
         for i in self._credited(blocks[0]):
             e = engines[i]
-            credit = min(self._tier_credit(e, self._cb, DYNAMO_TIER_WEIGHTS) * bs, float(prompt))
+            credit = min(self._tier_credit(tiers[i], self._cb) * bs, float(prompt))
             if credit:
                 costs[i] = lam * max(e.prefill_load + prompt - credit, 0.0) + e.kv_dec
         return costs.index(min(costs))

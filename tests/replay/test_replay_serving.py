@@ -439,6 +439,20 @@ def test_the_decode_pool_keeps_up_with_the_outputs():
     assert size_decode_pool(prompts, 0 * outputs, 10.0, PRICING, 10_000, 64, tp=1) is None
 
 
+def _credit(e, blocks, weights):
+    """Blocks of ``blocks`` found in a row in ``e``'s tiers, each weighted by the nearest
+    tier holding it (``weights`` by tier level)."""
+    m = e.inst.hbm.match(blocks) if e.inst.hbm is not None else 0
+    credit = float(m) * weights[0]
+    for tier in e.inst.lower:
+        w = weights[tier.level]
+        mt = tier.cache.match(blocks)
+        if w and mt > m:
+            credit += w * (mt - m)
+            m = mt
+    return credit
+
+
 class _CheckedRouting(AggregatedSimulation):
     """Routes as the engine does, and checks each pick against every engine scored in
     full, the obviously right scan (llm-d's and Dynamo's scores as the docstring says)."""
@@ -458,7 +472,7 @@ class _CheckedRouting(AggregatedSimulation):
         keys = []
         if self.plan.router == "kv-router":
             for i, e in enumerate(engines):
-                credit = self._tier_credit(e, blocks, serving_mod.DYNAMO_TIER_WEIGHTS) * self.bs
+                credit = _credit(e, blocks, serving_mod.DYNAMO_TIER_WEIGHTS) * self.bs
                 credit = min(credit, float(prompt))
                 cost = self.plan.prefix_aware_lambda * max(e.prefill_load + prompt - credit, 0.0)
                 keys.append((cost + e.kv_dec, i))
@@ -466,7 +480,7 @@ class _CheckedRouting(AggregatedSimulation):
         queues = [len(e.waiting) for e in engines]
         span = max(queues) - min(queues)
         for i, e in enumerate(engines):
-            credit = self._tier_credit(e, blocks, serving_mod.LLMD_TIER_WEIGHTS)
+            credit = _credit(e, blocks, serving_mod.LLMD_TIER_WEIGHTS)
             queue = (max(queues) - queues[i]) / span if span else 1.0
             score = 3.0 * (credit / len(blocks)) + 2.0 * queue
             keys.append((-score, float(e.prefill_load + e.kv_dec), (i - k) % n, i))

@@ -22,7 +22,6 @@ from analyzer.replay.routers import ROUTERS, Router, RouterContext
 from analyzer.replay.serving import (
     LLMD_PREFIX_WEIGHT,
     LLMD_QUEUE_WEIGHT,
-    LLMD_TIER_WEIGHTS,
     AggregatedSimulation,
 )
 from tests.helpers.replay import (
@@ -405,7 +404,7 @@ class _PreciseGuideProfile(_StagedLoadGenerator):
         best = 0
         best_key: tuple[float, float, int] | None = None
         for i, e in enumerate(engines):
-            prefix = self._tier_credit(e, blocks, LLMD_TIER_WEIGHTS) / len(blocks)
+            prefix = self._tier_credit(self.credit_tiers[i], blocks) / len(blocks)
             queue = (q_hi - queues[i]) / span if span else 1.0
             used = min(1.0, (self._held_blocks(e) * self.bs + e.priv) / self.capacity)
             score = LLMD_PREFIX_WEIGHT * prefix + LLMD_QUEUE_WEIGHT * queue
