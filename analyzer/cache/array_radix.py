@@ -448,6 +448,35 @@ def _insert(
 
 
 @njit(cache=True)
+def _put_chain(
+    table: np.ndarray,
+    si: np.ndarray,
+    sf: np.ndarray,
+    hk: np.ndarray,
+    hi: np.ndarray,
+    meta: np.ndarray,
+    out: np.ndarray,
+    chain: np.ndarray,
+    now: float,
+    write: bool,
+) -> tuple[int, int]:
+    """BlockRadix.insert_ints of ``chain`` (its first ``capacity`` blocks), or with
+    ``write`` BlockRadix.write (nothing changes when the whole chain is cached): the
+    number of ``chain``'s leading blocks cached before, and :func:`_insert`'s answer."""
+    m = _match(table, si, meta, chain)
+    top = chain.size
+    if write and m == top:
+        return m, 0
+    cap = meta[_CAP]
+    if 0 <= cap < top:
+        top = cap
+    start = min(m, top)
+    parent = chain[start - 1] if 0 < start < top else ROOT
+    last = chain[top - 1] if top else ROOT
+    return m, _insert(table, si, sf, hk, hi, meta, out, chain[start:top], parent, last, top, now)
+
+
+@njit(cache=True)
 def _touch_last(
     table: np.ndarray,
     si: np.ndarray,
@@ -668,19 +697,12 @@ class ArrayRadix:
 
     def insert_ints(self, chain: list[int] | np.ndarray, now: float) -> list[int]:
         """:meth:`BlockRadix.insert_ints` (``chain`` ints, or an int64 array)."""
-        if self._capacity is not None and len(chain) > self._capacity:
-            chain = chain[: self._capacity]
-        return self._insert(chain, self.match(chain), now)
+        return self._put(chain, now, False)[1]
 
     def write(self, chain: list[int] | np.ndarray, now: float) -> tuple[int, list[int]]:
         """:meth:`BlockRadix.write`: the number of ``chain``'s leading blocks cached
         before, and the blocks evicted (nothing changes when all are cached)."""
-        m = self.match(chain)
-        if m == len(chain):
-            return m, []
-        if self._capacity is not None and len(chain) > self._capacity:
-            chain = chain[: self._capacity]
-        return m, self._insert(chain, m, now)
+        return self._put(chain, now, True)
 
     def touch(self, blocks: Sequence[int], now: float) -> None:
         """Mark the cached ones among ``blocks`` as used at ``now`` (tail-first)."""
@@ -783,6 +805,30 @@ class ArrayRadix:
             if k >= 0:
                 self._n = int(self._meta[_NODES])
                 return self._evicted(k)
+            self._grow(k)
+
+    def _put(
+        self, chain: list[int] | np.ndarray, now: float, write: bool
+    ) -> tuple[int, list[int]]:
+        """:meth:`write` (``write``) or :meth:`insert_ints` in one kernel call."""
+        if type(chain) is not np.ndarray:
+            chain = _ids(chain)
+        while True:
+            m, k = _put_chain(
+                self._table,
+                self._si,
+                self._sf,
+                self._hk,
+                self._hi,
+                self._meta,
+                self._out,
+                chain,
+                float(now),
+                write,
+            )
+            if k >= 0:
+                self._n = int(self._meta[_NODES])
+                return m, self._evicted(k)
             self._grow(k)
 
     def _evicted(self, k: int) -> list[int]:
