@@ -141,10 +141,10 @@ def chunk_attn(new_tokens: float, cached_tokens: float) -> float:
 
 # The compiled kernels, made on first use (:func:`compiled_step`) and kept in numba's
 # cache beside this file, so that a process loads them rather than compiling them (about
-# 0.8 s in every process that replays); both live here so that a change to
-# :func:`step_seconds` invalidates the cached burst loop that calls it.
+# 0.8 s in every process that replays); they live here so that a change to
+# :func:`step_seconds` invalidates the cached loops that call it.
 _step_jit: Any = None
-_COMPILED: tuple[Any, Any] | None = None
+_COMPILED: tuple[Any, Any, Any] | None = None
 
 
 def _decode_ends(c: np.ndarray, n: float, kv0: float, steps: int, t0: float) -> np.ndarray:
@@ -160,12 +160,26 @@ def _decode_ends(c: np.ndarray, n: float, kv0: float, steps: int, t0: float) -> 
     return out
 
 
-def compiled_step() -> tuple[Any, Any]:
-    """``(step, ends)``: :func:`step_seconds` and :func:`_decode_ends` compiled by numba."""
+def _mixed_step(c: np.ndarray, t: float, a: float, n: float, kv: float) -> tuple[float, float]:
+    """A mixed step's duration and its prefill share: the duration times the step's
+    time for the prefill alone over that plus its time for the decode alone (compiled)."""
+    dt = _step_jit(c, t, a, n, kv)
+    p = _step_jit(c, t, a, 0.0, 0.0)
+    d = _step_jit(c, 0.0, 0.0, n, kv) if n > 0.0 else 0.0
+    return dt, (dt * p / (p + d) if p + d > 0 else 0.0)
+
+
+def compiled_step() -> tuple[Any, Any, Any]:
+    """``(step, ends, mixed)``: :func:`step_seconds`, :func:`_decode_ends` and
+    :func:`_mixed_step` compiled by numba."""
     global _step_jit, _COMPILED
     if _COMPILED is None:
         from numba import njit
 
         _step_jit = njit(cache=True)(step_seconds)
-        _COMPILED = (_step_jit, njit(cache=True)(_decode_ends))
+        _COMPILED = (
+            _step_jit,
+            njit(cache=True)(_decode_ends),
+            njit(cache=True)(_mixed_step),
+        )
     return _COMPILED

@@ -104,7 +104,7 @@ from analyzer.replay.jobs import (
     output_lengths,
 )
 from analyzer.replay.links import Link
-from analyzer.replay.steps import StepPricing, burst_ends, compiled
+from analyzer.replay.steps import StepPricing, compiled
 from analyzer.trace import BlockTrace
 
 # What a block found in each tier (HBM, DRAM, NVMe, pool) is worth to the routers that
@@ -146,7 +146,7 @@ class AggregatedSimulation(Simulation):
         assert plan.step is not None and plan.hbm_capacity_tokens is not None
         self.pricing: StepPricing = plan.step
         self.c = plan.step.coefficients
-        self.step_fn = compiled(plan.step.step_seconds)[0]
+        self.step_fn, self.burst_fn, self.mixed_fn = compiled(plan.step.step_seconds)
         self.overhead = plan.step.request_overhead_s
         self.capacity = plan.hbm_capacity_tokens
         self.scale = plan.cache_scale
@@ -418,8 +418,8 @@ class AggregatedSimulation(Simulation):
             for j, take in chunks:
                 pt += take
                 pa += take * (j.hit + j.done + take / 2.0)
-            dt = self.step_fn(self.c, float(pt), pa, float(e.n_dec), float(e.kv_dec))
-            self._account(chunks, pt, pa, e, dt)
+            dt, prefill = self.mixed_fn(self.c, float(pt), pa, float(e.n_dec), float(e.kv_dec))
+            self._account(chunks, pt, prefill, dt)
             e.step_dt = dt
             e.batch = chunks
             e.busy = True
@@ -433,7 +433,7 @@ class AggregatedSimulation(Simulation):
             left = e.dec[0][0] - e.steps
             room = (self.capacity - self._held_blocks(e) * self.bs - e.priv) // e.n_dec
             steps = max(1, min(left, room, BURST_MAX))
-            ends = burst_ends(self.pricing, e.n_dec, float(e.kv_dec), steps, t)
+            ends = self.burst_fn(self.c, float(e.n_dec), float(e.kv_dec), steps, t)
             self.step_gpu_s += float(ends[-1]) - t
             e.burst = ends
             e.burst_steps = steps
@@ -448,17 +448,13 @@ class AggregatedSimulation(Simulation):
         hbm = e.inst.hbm
         return hbm.n_held if hbm is not None else 0
 
-    def _account(
-        self, chunks: list[tuple[Job, int]], pt: int, pa: float, e: Engine, dt: float
-    ) -> None:
-        """GPU time of a mixed step: the prefill share (the step model's time for the
-        chunks alone against the decode tokens alone) goes to the chunks by tokens; it is
-        the prefill work (``gpu_s_all``) that more instances share out, where decode
-        steps batch more requests instead."""
+    def _account(self, chunks: list[tuple[Job, int]], pt: int, prefill: float, dt: float) -> None:
+        """GPU time of a mixed step of ``dt``: the prefill share (the step model's time
+        for the chunks alone against the decode tokens alone: ``prefill``, from
+        ``compiled``'s mixed kernel) goes to the chunks by tokens; it is the prefill work
+        (``gpu_s_all``) that more instances share out, where decode steps batch more
+        requests instead."""
         self.step_gpu_s += dt
-        p = self.step_fn(self.c, float(pt), pa, 0.0, 0.0)
-        d = self.step_fn(self.c, 0.0, 0.0, float(e.n_dec), float(e.kv_dec)) if e.n_dec else 0.0
-        prefill = dt * p / (p + d) if p + d > 0 else 0.0
         self.gpu_s_all += prefill
         share = prefill / pt
         for j, take in chunks:

@@ -68,12 +68,15 @@ def step_pricing(cost: Any, backend: str = "vllm") -> StepPricing:
 _BURSTS: dict[Any, Any] = {}
 
 
-def compiled(fn: StepFn) -> tuple[Any, Any]:
-    """``(step, ends)``: ``fn`` compiled by numba, and the burst kernel built on it
+def compiled(fn: StepFn) -> tuple[Any, Any, Any]:
+    """``(step, ends, mixed)``: ``fn`` compiled by numba, the burst kernel built on it
     (``ends(c, n, kv0, steps, t0)`` -> the end times of ``steps`` decode-only steps of
     ``n`` requests starting at ``t0`` with ``kv0`` context tokens, each step adding one
-    token to every context). Compiled once per step function and process, the cost
-    model's own from numba's cache (:func:`analyzer.cost.step_formula.compiled_step`)."""
+    token to every context) and the mixed-step kernel (``mixed(c, t, a, n, kv)`` -> the
+    step's duration and its prefill share: the duration x the step's time for its
+    prefill alone / (that + its time for its decode alone)). Compiled once per step
+    function and process, the cost model's own from numba's cache
+    (:func:`analyzer.cost.step_formula.compiled_step`)."""
     if fn is step_seconds:
         return compiled_step()
     got = _BURSTS.get(fn)
@@ -93,7 +96,14 @@ def compiled(fn: StepFn) -> tuple[Any, Any]:
                 kv += n
             return out
 
-        got = _BURSTS[fn] = (step, ends)
+        @njit
+        def mixed(c: np.ndarray, t: float, a: float, n: float, kv: float) -> tuple[float, float]:
+            dt = step(c, t, a, n, kv)
+            p = step(c, t, a, 0.0, 0.0)
+            d = step(c, 0.0, 0.0, n, kv) if n > 0.0 else 0.0
+            return dt, (dt * p / (p + d) if p + d > 0 else 0.0)
+
+        got = _BURSTS[fn] = (step, ends, mixed)
     return got
 
 
