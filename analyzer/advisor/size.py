@@ -11,7 +11,9 @@ their router (:func:`analyzer.replay.probe.probe`), at the sizing load.
 in ``n`` (the premise of any bisection) and looks for the smallest ``n`` that does:
 
 1. replay the start (the analysis cluster's ``--instances``);
-2. *bracket*: while it fails, double the count until one passes or the cap is reached;
+2. *bracket*: while it fails, double the count until one passes or the cap is reached
+   (straight to the cap when the next doubling would pass it: a cap that fails, the
+   usual reason a doubled count fails too, then costs one replay, not two);
    while it passes, step down (to the count whose GPUs the passing run kept busy
    all the time when that is known, else to half) until one fails or one instance
    passes;
@@ -24,10 +26,12 @@ the SLO (``beyond``), never planned.
 
 **A search with a hint** (:class:`Hint`) starts where its answer probably is: after a
 pass at the start it steps down by 1, 1, 2, 4, ... (``near``), after a failure up by 1,
-2, 4, ... (``gallop``), so a right guess costs two replays and one off by one three; counts known to fail
-(``fails_to``, from an easier question's answer) are not replayed, and the doubling
-stops at a count known to pass (``passes_at``). The plan searches each model's
-baseline first and starts the other options one below its answer
+2, 4, ... (``gallop``), so a right guess costs two replays and one off by one three;
+counts known to fail (``fails_to``, from an easier question's answer) are not replayed,
+and the doubling stops at a count known to pass (``passes_at``); the probes of the same
+option and load kept from a question at another SLO tighten both where they answer
+this one's (:func:`_bracketed`). The plan searches each model's baseline first and
+starts the other options one below its answer
 (:func:`plan_sizes`); the explore stage's variants start from the plan's answers.
 
 **The options are searched in parallel** (:func:`size_options`): each option's search
@@ -40,7 +44,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, Future
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -203,6 +207,8 @@ def search_size(
         ``passes_at`` while below it: (the smallest passing, the last failing)."""
         while lo < top:
             up = min(top, lo + step if step else 2 * lo)
+            if not step and 2 * up > top:
+                up = top  # the doubling after this one would reach the top anyway
             if passes_at is not None and lo < passes_at:
                 up = min(up, passes_at)
             if ok(up):
@@ -302,6 +308,7 @@ def size_option(
             before.pop(only, None)
             one = ask(only)
         return SizeSearch(q.spec.name, q.cap, only if one.passed else None, None, (one,))
+    fails_to, passes_at = _bracketed(q, before.values())
     within, above, known = search_size(
         ask,
         start=q.start,
@@ -309,8 +316,8 @@ def size_option(
         beyond=q.beyond,
         near=q.near,
         gallop=q.gallop,
-        fails_to=q.fails_to,
-        passes_at=q.passes_at,
+        fails_to=fails_to,
+        passes_at=passes_at,
     )
     chosen = within if within is not None else above
     if chosen is not None and known[chosen].result is None:
@@ -321,6 +328,24 @@ def size_option(
         p if p.instances == chosen else p.without_result() for _, p in sorted(known.items())
     )
     return SizeSearch(q.spec.name, q.cap, within, above, probes)
+
+
+def _bracketed(q: SizeQuestion, known: Iterable[Probe]) -> tuple[int, int | None]:
+    """``q``'s ``fails_to`` and ``passes_at``, tightened by the probes of earlier
+    questions that answer ``q``'s SLO (:func:`at_slo`): the largest count known to fail
+    below the smallest known to pass, and that smallest."""
+    fails: list[int] = []
+    passes: list[int] = []
+    for p in known:
+        again = at_slo(p, q.ttft_slo_s)
+        if again is not None:
+            (passes if again.passed else fails).append(p.instances)
+    top = min(passes, default=None)
+    below = [n for n in fails if top is None or n < top]
+    fails_to = max(q.fails_to, max(below, default=0))
+    if top is not None and q.passes_at is not None:
+        top = min(top, q.passes_at)
+    return fails_to, top if top is not None else q.passes_at
 
 
 def _size_option_apart(

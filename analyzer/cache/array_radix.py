@@ -807,9 +807,7 @@ class ArrayRadix:
                 return self._evicted(k)
             self._grow(k)
 
-    def _put(
-        self, chain: list[int] | np.ndarray, now: float, write: bool
-    ) -> tuple[int, list[int]]:
+    def _put(self, chain: list[int] | np.ndarray, now: float, write: bool) -> tuple[int, list[int]]:
         """:meth:`write` (``write``) or :meth:`insert_ints` in one kernel call."""
         if type(chain) is not np.ndarray:
             chain = _ids(chain)

@@ -114,6 +114,45 @@ def test_a_right_guess_costs_two_replays(threshold):
     assert asked == [threshold]
 
 
+def test_a_failing_count_near_the_cap_goes_to_the_cap():
+    """A failure at 13 with the cap at 32: the doubled 26 would leave the cap the next
+    step anyway, so the cap is asked next; when it fails too, two replays say so."""
+    asked: list[int] = []
+    within, above, _ = search_size(fake(None, asked), start=13, cap=32)
+    assert within is None and above is None
+    assert asked == [13, 32]
+    asked.clear()  # far below the cap it doubles as before
+    within, _, _ = search_size(fake(20, asked), start=3, cap=64)
+    assert within == 20 and asked[:3] == [3, 6, 12]
+
+
+def test_probes_at_another_slo_bound_the_search(monkeypatch):
+    """A question at 1 s after one at 2 s: a kept run that decides 1 s (a pass at 2 s
+    whose deciding TTFT is above 1 s, a failure at 2 s) is not replayed, and nothing
+    below a known failure is asked."""
+    replayed: list[int] = []
+
+    def fake_probe(trace, cfg, spec, *, instances, ttft_slo_s, **kw):
+        replayed.append(instances)
+        ok = instances >= 9
+        return Probe(spec.name, instances, 1.0, ttft_slo_s, ok, ok, 100, 0 if ok else 50)
+
+    monkeypatch.setattr(size_mod, "probe", fake_probe)
+    kept = (
+        Probe("local", 8, 1.0, 2.0, True, True, 100, 0, rank_s=1.5),  # fails 1 s
+        Probe("local", 4, 1.0, 2.0, False, False, 100, 50),  # fails 1 s (and 2 s)
+    )
+    local = STANDARD_SCENARIOS[Scenario.LOCAL]
+    q = SizeQuestion(local, _cfg(instances=10), COST, 1.0, 1.0, cap=64, known=kept)
+    s = size_option(_trace(20, gap=0.01), q)
+    assert s.instances == 9
+    assert replayed[:2] == [10, 9] and set(replayed) == {9, 10}
+    # without what the kept runs say, the search looks below them
+    replayed.clear()
+    size_option(_trace(20, gap=0.01), dataclasses.replace(q, known=()))
+    assert min(replayed) < 8
+
+
 def test_search_steps_down_to_the_busy_bound():
     """A passing run whose GPUs were busy 30% of the time: the next count tried is the
     one that would be busy all the time (fewer cannot serve the work)."""
