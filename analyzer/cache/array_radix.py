@@ -550,6 +550,27 @@ def _hold(
 
 
 @njit(cache=True)
+def _insert_held(
+    table: np.ndarray,
+    si: np.ndarray,
+    sf: np.ndarray,
+    hk: np.ndarray,
+    hi: np.ndarray,
+    meta: np.ndarray,
+    out: np.ndarray,
+    chain: np.ndarray,
+    lo: int,
+    now: float,
+) -> int:
+    """:func:`_put_chain` of ``chain`` (an insert), then one more hold on ``chain[lo:]``:
+    the blocks held after, or the insert's answer below zero (nothing changed)."""
+    _, k = _put_chain(table, si, sf, hk, hi, meta, out, chain, now, False)
+    if k < 0:
+        return k
+    return _hold(table, si, meta, chain, lo, chain.size)
+
+
+@njit(cache=True)
 def _unheld(table: np.ndarray, si: np.ndarray, meta: np.ndarray, chain: np.ndarray, m: int) -> int:
     """How many of ``chain[:m]`` (cached) no hold is on."""
     bits = meta[_BITS]
@@ -743,6 +764,31 @@ class ArrayRadix:
         if k < 0:
             self._grow(k)
         self.n_held = k
+
+    def insert_held(self, chain: list[int] | np.ndarray, lo: int, now: float) -> None:
+        """:meth:`insert_ints` of ``chain``, then :meth:`hold` of ``chain[lo:]`` (blocks a
+        running request computed: cached, and held by it), in one kernel call."""
+        chain = _ids(chain)
+        while True:
+            k = _insert_held(
+                self._table,
+                self._si,
+                self._sf,
+                self._hk,
+                self._hi,
+                self._meta,
+                self._out,
+                chain,
+                lo,
+                float(now),
+            )
+            if k >= 0:
+                self._n = int(self._meta[_NODES])
+                self.n_held = k
+                return
+            if k == _BAD_ID:  # inserted, but not all held: a bounded cache dropped some
+                self._n = int(self._meta[_NODES])
+            self._grow(k)
 
     def unheld(self, chain: list[int] | np.ndarray, m: int) -> int:
         """How many of ``chain[:m]``, cached blocks, no hold is on."""

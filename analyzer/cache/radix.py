@@ -150,6 +150,8 @@ class BlockCache(Protocol):
 
     def hold(self, chain: list[int], lo: int, hi: int) -> None: ...
 
+    def insert_held(self, chain: list[int], lo: int, now: float) -> None: ...
+
     def unheld(self, chain: list[int], m: int) -> int: ...
 
     def release(self, chain: list[int], n: int, now: float) -> None: ...
@@ -337,6 +339,12 @@ class BlockRadix:
         held = self._held
         for b in chain[lo:hi]:
             held[b] = held.get(b, 0) + 1
+
+    def insert_held(self, chain: list[int], lo: int, now: float) -> None:
+        """:meth:`insert_ints` of ``chain``, then :meth:`hold` of ``chain[lo:]`` (blocks a
+        running request computed: cached, and held by it)."""
+        self.insert_ints(chain, now)
+        self.hold(chain, lo, len(chain))
 
     def unheld(self, chain: Sequence[int], m: int) -> int:
         """How many of ``chain[:m]``, cached blocks, no hold is on."""

@@ -333,7 +333,7 @@ class AggregatedSimulation(Simulation):
                 self._finish(j, t)
         e.busy = False
         self._fit(e, t, out)
-        self._next_step(e, t, out)
+        self._next_step(e, t, out, fitted=True)
         return out
 
     # -- the scheduler ----------------------------------------------------------------
@@ -381,8 +381,11 @@ class AggregatedSimulation(Simulation):
             if e.burst is not None:
                 self._sync(e, t, out)
 
-    def _next_step(self, e: Engine, t: float, out: list[tuple[Any, ...]]) -> None:
-        """Schedule ``e``'s next step at ``t`` (it is free)."""
+    def _next_step(
+        self, e: Engine, t: float, out: list[tuple[Any, ...]], fitted: bool = False
+    ) -> None:
+        """Schedule ``e``'s next step at ``t`` (it is free); ``fitted``: its cache was
+        fitted at ``t`` and nothing changed since (a second fit would do nothing)."""
         # Every decoding request adds a token of KV this step: preempt until that fits
         # (vLLM admits nobody in a step that preempted).
         preempted = False
@@ -402,6 +405,7 @@ class AggregatedSimulation(Simulation):
             j = e.waiting[0]
             if not self._admit(j, e, t, out):
                 break
+            fitted = False
             e.waiting.popleft()
             if j.state == PREFILL:
                 take = min(j.tokens - j.hit - j.done, budget)
@@ -411,7 +415,8 @@ class AggregatedSimulation(Simulation):
             # the step would be empty: the pool has room again, schedule as if anew
             self._next_step(e, t, out)
             return
-        self._fit(e, t, out)
+        if not fitted or preempted:
+            self._fit(e, t, out)
         if chunks:
             pt = 0
             pa = 0.0
@@ -570,8 +575,7 @@ class AggregatedSimulation(Simulation):
                 cnt[b] = c + 1
                 if c:
                     self.dup_blocks += 1
-        hbm.insert_ints(chain, t)
-        hbm.hold(j.cb, j.pinned, nb)
+        hbm.insert_held(chain, j.pinned, t)
         moved = (nb - j.pinned) * self.bs
         j.priv -= moved
         e.priv -= moved

@@ -113,6 +113,14 @@ def drive(
         assert fast.match(chain) == fast.match(ids) == m
         if op == 0:
             assert fast.write(ids if tick % 2 else list(chain), now) == slow.write(list(chain), now)
+        elif op == 1 and holds:  # admitted with its cached prefix, the rest computed
+            fast.hold(ids, 0, m)
+            slow.hold(chain, 0, m)
+            fast.insert_held(ids, m, now)
+            slow.insert_held(list(chain), m, now)
+            held.append((chain, len(chain)))
+            for b in chain:
+                pins[b] = pins.get(b, 0) + 1
         elif op == 1:
             assert fast.insert_ints(ids, now) == slow.insert_ints(list(chain), now)
         elif op == 2:

@@ -55,7 +55,9 @@ class _PrefillFirst(AggregatedSimulation):
         super().__init__(*args, **kwargs)
         self.prefill_only: set[int] = set()  # engines whose step in progress is a prefill batch
 
-    def _next_step(self, e: Engine, t: float, out: list[tuple[Any, ...]]) -> None:
+    def _next_step(
+        self, e: Engine, t: float, out: list[tuple[Any, ...]], fitted: bool = False
+    ) -> None:
         budget = self.mnbt
         chunks: list[tuple[Job, int]] = []
         for j in e.prefill:  # the chunked request goes first
