@@ -143,6 +143,72 @@ def _match(table: np.ndarray, si: np.ndarray, meta: np.ndarray, blocks: np.ndarr
     return lo
 
 
+@njit(cache=True)
+def _credit_below(
+    credit: float,
+    m: int,
+    t1: np.ndarray,
+    s1: np.ndarray,
+    m1: np.ndarray,
+    w1: float,
+    t2: np.ndarray,
+    s2: np.ndarray,
+    m2: np.ndarray,
+    w2: float,
+    lower: int,
+    blocks: np.ndarray,
+) -> float:
+    """``credit`` for a match of ``m`` blocks, with what ``lower`` (1 or 2) tiers below
+    add to it, in the order :func:`weighted_match` adds it."""
+    mt = _match(t1, s1, m1, blocks)
+    if mt > m:
+        credit += w1 * (mt - m)
+        m = mt
+    if lower > 1:
+        mt = _match(t2, s2, m2, blocks)
+        if mt > m:
+            credit += w2 * (mt - m)
+    return credit
+
+
+def weighted_match(
+    top: ArrayRadix | None,
+    w0: float,
+    lower: tuple[tuple[ArrayRadix, float], ...],
+    blocks: np.ndarray,
+) -> float:
+    """Blocks of ``blocks`` found in a row in ``top`` then the ``lower`` caches, each
+    weighted by the nearest holding it (``w0`` for ``top``, each lower cache its own):
+    a tier-scoring router's credit, the lower tiers' matches in one kernel call."""
+    m = _match(top._table, top._si, top._meta, blocks) if top is not None else 0
+    credit = float(m) * w0
+    if not lower:
+        return credit
+    c1, w1 = lower[0]
+    c2, w2 = lower[1] if len(lower) > 1 else lower[0]
+    if len(lower) > 2:  # more tiers than the kernel takes: one call each
+        for cache, w in lower:
+            mt = cache.match(blocks)
+            if mt > m:
+                credit += w * (mt - m)
+                m = mt
+        return credit
+    return _credit_below(
+        credit,
+        m,
+        c1._table,
+        c1._si,
+        c1._meta,
+        w1,
+        c2._table,
+        c2._si,
+        c2._meta,
+        w2,
+        len(lower),
+        blocks,
+    )
+
+
 # -- the leaves' heap ---------------------------------------------------------------
 
 
@@ -725,6 +791,11 @@ class ArrayRadix:
         before, and the blocks evicted (nothing changes when all are cached)."""
         return self._put(chain, now, True)
 
+    def write_through(self, chain: list[int] | np.ndarray, now: float) -> int:
+        """:meth:`write` for a caller that drops what it evicts: the number of
+        ``chain``'s leading blocks cached before."""
+        return self._put(chain, now, True, False)[0]
+
     def touch(self, blocks: Sequence[int], now: float) -> None:
         """Mark the cached ones among ``blocks`` as used at ``now`` (tail-first)."""
         cached = [int(b) for b in blocks if b in self]
@@ -853,8 +924,11 @@ class ArrayRadix:
                 return self._evicted(k)
             self._grow(k)
 
-    def _put(self, chain: list[int] | np.ndarray, now: float, write: bool) -> tuple[int, list[int]]:
-        """:meth:`write` (``write``) or :meth:`insert_ints` in one kernel call."""
+    def _put(
+        self, chain: list[int] | np.ndarray, now: float, write: bool, evicted: bool = True
+    ) -> tuple[int, list[int]]:
+        """:meth:`write` (``write``) or :meth:`insert_ints` in one kernel call; the
+        blocks evicted are listed when ``evicted`` says so."""
         if type(chain) is not np.ndarray:
             chain = _ids(chain)
         while True:
@@ -872,7 +946,7 @@ class ArrayRadix:
             )
             if k >= 0:
                 self._n = int(self._meta[_NODES])
-                return m, self._evicted(k)
+                return m, self._evicted(k) if evicted else []
             self._grow(k)
 
     def _evicted(self, k: int) -> list[int]:

@@ -142,6 +142,8 @@ class BlockCache(Protocol):
 
     def touch_prefix(self, chain: list[int], n: int, now: float) -> None: ...
 
+    def write_through(self, chain: list[int], now: float) -> int: ...
+
     def evict(self, n_blocks: int, pinned: Collection[int] | None = None) -> list[int]: ...
 
     # what an engine's running requests hold (the aggregated replay's HBM)
@@ -306,6 +308,11 @@ class BlockRadix:
         # so the last is the only one that eviction could reach.
         protect = {chain[-1]} if self._chained and chain else set(chain)
         return self._evict(len(nodes) - self._capacity, protect=protect)
+
+    def write_through(self, chain: list[int], now: float) -> int:
+        """:meth:`write` for a caller that drops what it evicts: the number of
+        ``chain``'s leading blocks cached before."""
+        return self.write(chain, now)[0]
 
     def touch(self, blocks: Sequence[int], now: float) -> None:
         """Mark the cached ones among ``blocks`` as used at ``now`` (tail-first)."""

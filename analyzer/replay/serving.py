@@ -79,6 +79,7 @@ from typing import Any
 
 import numpy as np
 
+from analyzer.cache.array_radix import weighted_match
 from analyzer.progress import Advance
 from analyzer.replay.engine import (
     ARRIVAL,
@@ -707,7 +708,7 @@ class AggregatedSimulation(Simulation):
         chain = j.cb[:nb]
         for level, tier in enumerate(inst.lower):
             cache = tier.cache
-            mt, _ = cache.write(chain, t)
+            mt = cache.write_through(chain, t)
             if mt < nb:
                 cap = cache.capacity_blocks
                 top = nb if cap is None or cap > nb else cap
@@ -755,11 +756,13 @@ class AggregatedSimulation(Simulation):
         ]
 
     @staticmethod
-    def _tier_credit(tiers: _Credit, blocks: Any) -> float:
-        """Blocks of ``blocks`` found in a row in an engine's ``tiers``
-        (:meth:`_credit_tiers`), each weighted by the nearest tier holding it (the pool,
-        alike for every instance, gets none)."""
-        hbm, w0, lower = tiers
+    def _tier_credit(
+        hbm: Any, w0: float, lower: tuple[tuple[Any, float], ...], blocks: Any
+    ) -> float:
+        """Blocks of ``blocks`` found in a row in an engine's tiers (:meth:`_credit_tiers`:
+        ``hbm`` and ``w0``, then ``lower``), each weighted by the nearest tier holding it
+        (the pool, alike for every instance, gets none); the compiled caches answer it
+        with :func:`~analyzer.cache.array_radix.weighted_match`, the same sums."""
         m = hbm.match(blocks) if hbm is not None else 0
         credit = float(m) * w0
         for cache, w in lower:
@@ -792,11 +795,11 @@ class AggregatedSimulation(Simulation):
         span = q_hi - q_lo
         qw = LLMD_QUEUE_WEIGHT
         scores = [qw * ((q_hi - q) / span) for q in queues] if span else [qw * 1.0] * n
-        credit = self._tier_credit
+        credit = weighted_match if self.arrays else self._tier_credit
         tiers = self.credit_tiers
         cb = self._cb
         for i in self._credited(blocks[0]):
-            prefix = credit(tiers[i], cb) / n_blocks
+            prefix = credit(*tiers[i], cb) / n_blocks
             if prefix:
                 scores[i] = LLMD_PREFIX_WEIGHT * prefix + scores[i]
         top = max(scores)
@@ -818,9 +821,10 @@ class AggregatedSimulation(Simulation):
         engines = self.engines
         costs = [lam * max(e.prefill_load + prompt - 0.0, 0.0) + e.kv_dec for e in engines]
         tiers = self.credit_tiers
+        tier_credit = weighted_match if self.arrays else self._tier_credit
         for i in self._credited(blocks[0]):
             e = engines[i]
-            credit = min(self._tier_credit(tiers[i], self._cb) * bs, float(prompt))
+            credit = min(tier_credit(*tiers[i], self._cb) * bs, float(prompt))
             if credit:
                 costs[i] = lam * max(e.prefill_load + prompt - credit, 0.0) + e.kv_dec
         return costs.index(min(costs))

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.cache.array_radix import ArrayRadix
+from analyzer.cache.array_radix import ArrayRadix, weighted_match
 from analyzer.cache.radix import FIFO, LRU, BlockRadix, FarthestRank
 from tests.cache.test_radix import MostRecent, chained_requests
 
@@ -87,6 +87,35 @@ def test_array_radix_rebuilds_its_heap_as_block_radix(reqs, policy, pinning, tou
     drive(reqs, None, policy, [*writes, *pinning, *touches, (6, 0, 8, 0)])
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    reqs=chained_requests(max_requests=20),
+    writes=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 19)), max_size=60),
+    capacity=st.one_of(st.none(), st.integers(1, 12)),
+    weights=st.tuples(st.sampled_from([1.0, 0.8]), st.sampled_from([0.8, 0.75, 0.25])),
+    lower=st.integers(0, 2),
+    top=st.booleans(),
+)
+def test_weighted_match_is_the_routers_credit(reqs, writes, capacity, weights, lower, top):
+    """A tier-scoring router's credit of every request over a top cache and up to two
+    below it, filled by random writes: the same float as the sum over the tiers one
+    match at a time (what the routers add, in their order)."""
+    fast = [ArrayRadix(capacity if i else None) for i in range(3)]
+    for level, r in writes:
+        fast[level].write(np.asarray(reqs[r % len(reqs)], dtype=np.int64), 0.0)
+    below = tuple((fast[1 + i], weights[i]) for i in range(lower))
+    for chain in reqs:
+        ids = np.asarray(chain, dtype=np.int64)
+        m = fast[0].match(ids) if top else 0
+        credit = float(m) * 1.0
+        for cache, w in below:
+            mt = cache.match(ids)
+            if mt > m:
+                credit += w * (mt - m)
+                m = mt
+        assert weighted_match(fast[0] if top else None, 1.0, below, ids) == credit
+
+
 def drive(
     reqs: list[list[int]],
     capacity: int | None,
@@ -111,7 +140,9 @@ def drive(
         ids.setflags(write=False)
         m = slow.match(chain)
         assert fast.match(chain) == fast.match(ids) == m
-        if op == 0:
+        if op == 0 and tick == 2:  # a writer that drops the evicted blocks
+            assert fast.write_through(ids, now) == slow.write(list(chain), now)[0]
+        elif op == 0:
             assert fast.write(ids if tick % 2 else list(chain), now) == slow.write(list(chain), now)
         elif op == 1 and holds:  # admitted with its cached prefix, the rest computed
             fast.hold(ids, 0, m)

@@ -406,7 +406,7 @@ class _PreciseGuideProfile(_StagedLoadGenerator):
         best = 0
         best_key: tuple[float, float, int] | None = None
         for i, e in enumerate(engines):
-            prefix = self._tier_credit(self.credit_tiers[i], blocks) / len(blocks)
+            prefix = self._tier_credit(*self.credit_tiers[i], blocks) / len(blocks)
             queue = (q_hi - queues[i]) / span if span else 1.0
             used = min(1.0, (self._held_blocks(e) * self.bs + e.priv) / self.capacity)
             score = LLMD_PREFIX_WEIGHT * prefix + LLMD_QUEUE_WEIGHT * queue
