@@ -206,6 +206,46 @@ def test_numba_compiles_it_unchanged():
         assert fast(c, 0.0, 0.0, 0.0, 0.0) == 0.0
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    which=st.one_of(st.none(), st.sampled_from(range(len(COEFFICIENTS)))),
+    raw=st.lists(st.floats(1e-9, 1e-2), min_size=20, max_size=20),
+    flags=st.tuples(st.booleans(), st.booleans(), st.booleans()),
+    n=st.integers(0, 600),
+    kv0=st.integers(0, 4_000_000),
+    steps=st.integers(1, 300),
+    t0=st.floats(0, 1e5, allow_nan=False),
+)
+def test_decode_burst_kernel_is_the_step_summed(which, raw, flags, n, kv0, steps, t0):
+    """The decode-only burst kernel (its kv-free terms out of the loop) gives the end
+    times that the compiled step_seconds gives step by step, float for float: on every
+    catalog form, and on arbitrary coefficients (a window, one roofline, experts)."""
+    from analyzer.cost.step_formula import (
+        ENGINE_PREFILL,
+        EXPERT_MISS,
+        ONE_ROOFLINE,
+        WINDOW,
+        compiled_step,
+    )
+
+    if which is not None:
+        c = COEFFICIENTS[which][1]
+    else:
+        c = np.asarray(raw, dtype=np.float64)
+        c[WINDOW] = 4096.0 if flags[0] else 0.0
+        c[ONE_ROOFLINE] = 1.0 if flags[1] else 0.0
+        c[ENGINE_PREFILL] = 1.0 if flags[2] else 0.0
+        c[EXPERT_MISS] = min(1.0, c[EXPERT_MISS] * 100)
+    step, ends, _ = compiled_step()
+    want = np.empty(steps)
+    t, kv = t0, float(kv0)
+    for j in range(steps):
+        t += step(c, 0.0, 0.0, float(n), kv)
+        want[j] = t
+        kv += n
+    assert np.array_equal(ends(c, float(n), float(kv0), steps, t0), want)
+
+
 def test_step_model_record():
     cm = CostModel.from_catalog("llama-3.1-70b", "h100", tp=4)
     sm = engine_step_model(cm)
