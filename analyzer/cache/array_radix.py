@@ -35,7 +35,7 @@ from collections.abc import Collection, Iterator, Sequence
 import numpy as np
 from numba import njit
 
-from analyzer.cache.radix import FIFO, LRU, ROOT, Policy
+from analyzer.cache.radix import FIFO, LRU, ROOT, Policy, weighted_match_of
 from analyzer.dense import fib_slot
 
 # Rows of the int64 slot records, and of the float64 ones. ``_PARENT`` is the parent's
@@ -180,19 +180,14 @@ def weighted_match(
     """Blocks of ``blocks`` found in a row in ``top`` then the ``lower`` caches, each
     weighted by the nearest holding it (``w0`` for ``top``, each lower cache its own):
     a tier-scoring router's credit, the lower tiers' matches in one kernel call."""
+    if len(lower) > 2:  # more tiers than the kernel takes: one call each
+        return weighted_match_of(top, w0, lower, blocks)
     m = _match(top._table, top._si, top._meta, blocks) if top is not None else 0
     credit = float(m) * w0
     if not lower:
         return credit
     c1, w1 = lower[0]
     c2, w2 = lower[1] if len(lower) > 1 else lower[0]
-    if len(lower) > 2:  # more tiers than the kernel takes: one call each
-        for cache, w in lower:
-            mt = cache.match(blocks)
-            if mt > m:
-                credit += w * (mt - m)
-                m = mt
-        return credit
     return _credit_below(
         credit,
         m,

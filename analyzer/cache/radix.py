@@ -161,6 +161,27 @@ class BlockCache(Protocol):
     def evict_unheld(self, n_blocks: int) -> list[int]: ...
 
 
+def weighted_match_of(
+    top: BlockCache | None,
+    w0: float,
+    lower: Sequence[tuple[BlockCache, float]],
+    blocks: Any,
+) -> float:
+    """Blocks of ``blocks`` found in a row in ``top`` then the ``lower`` caches, each
+    weighted by the nearest holding it (``w0`` for ``top``, each lower cache its own): a
+    tier-scoring router's credit, one match per cache (the compiled caches' twin is
+    :func:`analyzer.cache.array_radix.weighted_match`). ``blocks`` as the caches take
+    them: a list of ids, or for the compiled caches an int64 array."""
+    m = top.match(blocks) if top is not None else 0
+    credit = float(m) * w0
+    for cache, w in lower:
+        mt = cache.match(blocks)
+        if mt > m:
+            credit += w * (mt - m)
+            m = mt
+    return credit
+
+
 class BlockRadix:
     """A prefix-closed block cache with ``capacity_blocks`` slots (None = unbounded)."""
 

@@ -80,6 +80,7 @@ from typing import Any
 import numpy as np
 
 from analyzer.cache.array_radix import weighted_match
+from analyzer.cache.radix import weighted_match_of
 from analyzer.progress import Advance
 from analyzer.replay.engine import (
     ARRIVAL,
@@ -743,7 +744,7 @@ class AggregatedSimulation(Simulation):
         return self.router.pick(k, self.sessions[k], blocks, loads, self._cached)
 
     def _credit_tiers(self, weights: tuple[float, ...]) -> list[_Credit]:
-        """Each engine's tiers as :meth:`_tier_credit` reads them with ``weights``: its
+        """Each engine's tiers as a router's credit reads them with ``weights``: its
         HBM cache and that weight, and the lower tiers' caches a nonzero weight credits,
         in order, with theirs."""
         return [
@@ -754,23 +755,6 @@ class AggregatedSimulation(Simulation):
             )
             for e in self.engines
         ]
-
-    @staticmethod
-    def _tier_credit(
-        hbm: Any, w0: float, lower: tuple[tuple[Any, float], ...], blocks: Any
-    ) -> float:
-        """Blocks of ``blocks`` found in a row in an engine's tiers (:meth:`_credit_tiers`:
-        ``hbm`` and ``w0``, then ``lower``), each weighted by the nearest tier holding it
-        (the pool, alike for every instance, gets none); the compiled caches answer it
-        with :func:`~analyzer.cache.array_radix.weighted_match`, the same sums."""
-        m = hbm.match(blocks) if hbm is not None else 0
-        credit = float(m) * w0
-        for cache, w in lower:
-            mt = cache.match(blocks)
-            if mt > m:
-                credit += w * (mt - m)
-                m = mt
-        return credit
 
     def _credited(self, b0: int) -> Iterable[int]:
         """The engines whose tiers may hold ``b0``, a prompt's first block (the others
@@ -795,7 +779,7 @@ class AggregatedSimulation(Simulation):
         span = q_hi - q_lo
         qw = LLMD_QUEUE_WEIGHT
         scores = [qw * ((q_hi - q) / span) for q in queues] if span else [qw * 1.0] * n
-        credit = weighted_match if self.arrays else self._tier_credit
+        credit = weighted_match if self.arrays else weighted_match_of
         tiers = self.credit_tiers
         cb = self._cb
         for i in self._credited(blocks[0]):
@@ -821,7 +805,7 @@ class AggregatedSimulation(Simulation):
         engines = self.engines
         costs = [lam * max(e.prefill_load + prompt - 0.0, 0.0) + e.kv_dec for e in engines]
         tiers = self.credit_tiers
-        tier_credit = weighted_match if self.arrays else self._tier_credit
+        tier_credit = weighted_match if self.arrays else weighted_match_of
         for i in self._credited(blocks[0]):
             e = engines[i]
             credit = min(tier_credit(*tiers[i], self._cb) * bs, float(prompt))

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzer.cache.array_radix import ArrayRadix, weighted_match
-from analyzer.cache.radix import FIFO, LRU, BlockRadix, FarthestRank
+from analyzer.cache.radix import FIFO, LRU, BlockRadix, FarthestRank, weighted_match_of
 from tests.cache.test_radix import MostRecent, chained_requests
 
 POLICIES = {"lru": LRU, "fifo": FIFO}
@@ -90,20 +90,26 @@ def test_array_radix_rebuilds_its_heap_as_block_radix(reqs, policy, pinning, tou
 @settings(max_examples=150, deadline=None)
 @given(
     reqs=chained_requests(max_requests=20),
-    writes=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 19)), max_size=60),
+    writes=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 19)), max_size=60),
     capacity=st.one_of(st.none(), st.integers(1, 12)),
-    weights=st.tuples(st.sampled_from([1.0, 0.8]), st.sampled_from([0.8, 0.75, 0.25])),
-    lower=st.integers(0, 2),
+    weights=st.tuples(
+        st.sampled_from([1.0, 0.8]), st.sampled_from([0.8, 0.75, 0.25]), st.just(0.5)
+    ),
+    lower=st.integers(0, 3),
     top=st.booleans(),
 )
 def test_weighted_match_is_the_routers_credit(reqs, writes, capacity, weights, lower, top):
-    """A tier-scoring router's credit of every request over a top cache and up to two
-    below it, filled by random writes: the same float as the sum over the tiers one
-    match at a time (what the routers add, in their order)."""
-    fast = [ArrayRadix(capacity if i else None) for i in range(3)]
+    """A tier-scoring router's credit of every request over a top cache and up to three
+    below it (the kernel takes two, more go one call each), filled by random writes: the
+    same float as the sum over the tiers one match at a time (what the routers add, in
+    their order), and as BlockRadix twins give it."""
+    fast = [ArrayRadix(capacity if i else None) for i in range(4)]
+    slow = [BlockRadix(capacity if i else None, LRU(), chained=True) for i in range(4)]
     for level, r in writes:
         fast[level].write(np.asarray(reqs[r % len(reqs)], dtype=np.int64), 0.0)
+        slow[level].write(list(reqs[r % len(reqs)]), 0.0)
     below = tuple((fast[1 + i], weights[i]) for i in range(lower))
+    twins = tuple((slow[1 + i], weights[i]) for i in range(lower))
     for chain in reqs:
         ids = np.asarray(chain, dtype=np.int64)
         m = fast[0].match(ids) if top else 0
@@ -114,6 +120,7 @@ def test_weighted_match_is_the_routers_credit(reqs, writes, capacity, weights, l
                 credit += w * (mt - m)
                 m = mt
         assert weighted_match(fast[0] if top else None, 1.0, below, ids) == credit
+        assert weighted_match_of(slow[0] if top else None, 1.0, twins, list(chain)) == credit
 
 
 def drive(

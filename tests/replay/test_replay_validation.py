@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from analyzer.cache.radix import weighted_match_of
 from analyzer.cost.catalog import get_gpu
 from analyzer.replay import ClusterConfig, resolve
 from analyzer.replay import engine as replay_engine
@@ -406,7 +407,7 @@ class _PreciseGuideProfile(_StagedLoadGenerator):
         best = 0
         best_key: tuple[float, float, int] | None = None
         for i, e in enumerate(engines):
-            prefix = self._tier_credit(*self.credit_tiers[i], blocks) / len(blocks)
+            prefix = weighted_match_of(*self.credit_tiers[i], blocks) / len(blocks)
             queue = (q_hi - queues[i]) / span if span else 1.0
             used = min(1.0, (self._held_blocks(e) * self.bs + e.priv) / self.capacity)
             score = LLMD_PREFIX_WEIGHT * prefix + LLMD_QUEUE_WEIGHT * queue
