@@ -19,7 +19,16 @@ of each call in one numba kernel:
   (more than ``4 x cached + 64`` entries after a touch) and its eviction loop, step for
   step. Keys are unique, so any correct heap pops the same order, and the heap's
   length, which decides when it is rebuilt (a rebuild brings back a leaf that an
-  eviction passed over as pinned), moves as BlockRadix's does.
+  eviction passed over as pinned), moves as BlockRadix's does;
+* the aggregated engine's holds (a running request holds its cached prefix, as SGLang
+  locks in-use radix nodes): a count per slot and of held blocks, kept by ``hold``,
+  ``insert_held`` and ``release``, which ``evict_unheld`` passes over.
+
+Each call from Python costs more than most kernels' work (0.3 to 1 us to cross into
+compiled code with the arrays), so the calls the replay makes together are one kernel:
+a write or insert matches and inserts, a computed chunk is inserted and held, and a
+router's credit of an engine's lower tiers is matched tier by tier in one call
+(:func:`weighted_match`).
 
 It only takes chained caches (:func:`analyzer.replay.engine.is_chained`) of
 non-negative block ids under :class:`LRU` or :class:`FIFO` (:meth:`ArrayRadix.supports`);
