@@ -125,7 +125,7 @@ def default_capacities(curve: StepCurve, block_size: int) -> tuple[int, ...]:
     """Where LRU reaches a quarter, a half, three quarters and 90 % of its ceiling."""
     if curve.full_blocks == 0:
         return ()
-    top = float(curve.rates[-1])
+    top = curve.top_rate
     caps = []
     for f in (0.25, 0.5, 0.75, 0.9):
         b = curve.smallest_reaching(f * top)

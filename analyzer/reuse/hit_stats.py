@@ -77,7 +77,7 @@ def reuse_distance(
     of its ceiling (token-weighted)."""
     if sampled_curve is not None:
         curve = sampled_curve
-        top = float(curve.rates[-1]) if curve.rates.size else 0.0
+        top = curve.top_rate
         blocks = _percentiles(
             lambda p: float(curve.smallest_reaching(p / 100 * top) or 0) if top > 0 else None
         )

@@ -85,6 +85,12 @@ class StepCurve:
         """Capacity at which the curve reaches its ceiling."""
         return int(self.caps_blocks[-1]) if self.caps_blocks.size else 0
 
+    @property
+    def top_rate(self) -> float:
+        """The curve's ceiling: its hit rate at :attr:`full_blocks` (0 for a curve with
+        no points, which a sample that kept no reused block gives)."""
+        return float(self.rates[-1]) if self.rates.size else 0.0
+
 
 EMPTY_CURVE = StepCurve(np.zeros(0, dtype=np.int64), np.zeros(0))
 

@@ -103,7 +103,9 @@ class ReuseReport:
         """Smallest capacity (tokens) whose LRU hit rate reaches ``fraction`` x ceiling."""
         if not self.measurable or self.curve is None or self.ceiling_hit_rate <= 0:
             return 0
-        target = fraction * float(self.curve.rates[-1])
+        if self.curve.top_rate <= 0:  # a sampled curve that kept no reused block
+            return 0
+        target = fraction * self.curve.top_rate
         blocks = self.curve.smallest_reaching(target)
         return (blocks if blocks is not None else self.curve.full_blocks) * self.block_size
 

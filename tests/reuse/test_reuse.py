@@ -475,6 +475,22 @@ def test_count_only_trace_is_not_measurable():
     assert rep.hit_rate_at(1000) == 0.0 and rep.knee_tokens() == 0
 
 
+def test_a_sampled_curve_that_kept_no_reuse_has_no_knee():
+    """A report whose ceiling is above zero and whose hit-rate curve has no point (SHARDS
+    sampling at half the blocks drops a log's one reused block: the streamed-report
+    Hypothesis test found such a log) is written, with knees of zero tokens, not an
+    IndexError."""
+    import dataclasses
+
+    from analyzer.reuse.records import EMPTY_CURVE
+
+    rep = analyze_reuse(make_trace([[1, 2], [], [1, 3]], block_size=4))
+    assert rep.ceiling_hit_rate > 0
+    empty = dataclasses.replace(rep, curve=EMPTY_CURVE)
+    assert empty.knee_tokens(0.5) == empty.knee_tokens() == 0
+    assert all(v["capacity_tokens"] == 0 for v in empty.to_json()["knees"].values())
+
+
 def test_json_is_deterministic_and_has_the_issue_keys():
     tr = chained_trace(40, seed=2)
     opts = ReuseOptions(capacities_tokens=(1600, 16000), bytes_per_token=131072)
