@@ -66,8 +66,8 @@ defaults). Neither credits the pool, which every instance reaches alike. Equal s
 go to the least loaded instance, then in turn. ``least-loaded`` counts queued prefill
 and active decode tokens; the others are as in :mod:`analyzer.replay.routers`.
 
-Between events an instance that only decodes advances by a compiled loop
-(:func:`analyzer.replay.steps.burst_ends`) up to the next request's last token; an
+Between events an instance that only decodes advances by a compiled loop (the burst
+kernel of :func:`analyzer.replay.steps.compiled`) up to the next request's last token; an
 arrival or a finished load ends the run of decode steps at the step in progress.
 """
 

@@ -13,8 +13,9 @@ instance's continuous batch with one function of four counts::
 
 ``c`` is a float64 array whose layout belongs to the step model; the replay only passes
 it on. The function is pure float arithmetic on ``c``, so numba compiles it unchanged:
-:func:`burst_ends` runs whole stretches of decode-only steps in one compiled loop, which
-is how the replay advances between events without a Python iteration per token.
+:func:`compiled`'s burst kernel runs whole stretches of decode-only steps in one compiled
+loop, which is how the replay advances between events without a Python iteration per
+token.
 
 The step model is the cost model's (:mod:`analyzer.cost.step`: measured kernel data from
 aiconfigurator-core where it covers the deployment, else kvpool's engine model); its
@@ -105,10 +106,3 @@ def compiled(fn: StepFn) -> tuple[Any, Any, Any]:
 
         got = _BURSTS[fn] = (step, ends, mixed)
     return got
-
-
-def burst_ends(pricing: StepPricing, n: int, kv0: float, steps: int, t0: float) -> np.ndarray:
-    """End times of ``steps`` decode-only steps (see :func:`compiled`)."""
-    ends = compiled(pricing.step_seconds)[1]
-    out: np.ndarray = ends(pricing.coefficients, float(n), kv0, steps, t0)
-    return out
