@@ -269,10 +269,10 @@ class Simulation:
                 push(heap, e)
             if self.aborted:
                 break
-        # The writes' ends, which schedule no events (links.py): those due by a stop,
-        # else every one (the run lasts until the last of them, as it did with events).
+        # The writes, which schedule no events (links.py): those due by a stop, else
+        # every one (the run lasts until the last of them ends).
         for lk in self.links:
-            if lk.lazy and lk.heap:
+            if lk.lazy and lk.backlog > 0.0:
                 events += lk.settle(now if self.aborted else math.inf)
                 if not self.aborted:
                     now = max(now, lk.last_end_t)
@@ -317,7 +317,7 @@ class Simulation:
             inst.queue.clear()
             inst.batch = None
         for lk in self.links:
-            lk.heap.clear()
+            lk.drop()
 
     def _next_seq(self) -> int:
         self.seq += 1

@@ -13,15 +13,19 @@ transfer of ``b`` bytes that starts when ``served == s`` ends when ``served`` re
 ``s + b``, whatever happens to ``n`` meanwhile. Only the earliest such end needs an
 event; the link's ``version`` invalidates the event scheduled before the last change.
 
-Nothing waits for a write to end (the request that wrote has moved on), so a write
-link schedules no events at all (``lazy``): its ends are worked out when it is next
-used (:meth:`Link.settle`), each as its event would have ended it, in the same order
-and at the same times, so its figures are those of the event-driven link.
+Nothing waits for a write to end (the request that wrote has moved on), and nothing
+reads a write link but its figures (bytes, transfers, busy time by window, the end of
+its last transfer). Those are the same under any discipline that keeps the link busy
+while it has bytes to send, fair share or first come first served alike: the busy
+periods are where the bytes sent so far fall short of the bytes offered. So a write
+link (``lazy``) is a backlog of bytes, drained at the link's rate as time passes when it
+is next used (:meth:`Link.settle`), with no events and no per-transfer record.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 
 
@@ -43,12 +47,17 @@ class Link:
     first_t: float | None = None
     last_end_t: float = 0.0
     busy_by_window: dict[int, float] = field(default_factory=dict)
-    lazy: bool = False  # no events: ends are settled when the link is next used
+    lazy: bool = False  # a backlog of bytes, drained when the link is next used
+    backlog: float = 0.0  # a lazy link's bytes offered and not yet sent
+    queued: int = 0  # its transfers since it was last idle
 
     def settle(self, now: float) -> int:
         """End, in order, every transfer the link's events would have ended by ``now``
         (ends at ``now`` included: an end event runs before anything else at its time);
-        returns the number of ends."""
+        returns the number of ends (a lazy link's: its transfers, once it has sent
+        them all)."""
+        if self.lazy:
+            return self._drain(now)
         ended = 0
         heap = self.heap
         while heap:
@@ -58,6 +67,27 @@ class Link:
             self.finish(end, self.version)
             ended += 1
         return ended
+
+    def _drain(self, now: float) -> int:
+        """A lazy link's backlog sent at the link's rate up to ``now`` (``math.inf``:
+        all of it); the transfers that ended (all those queued, once it is empty)."""
+        t = self.last_t
+        if self.backlog <= 0.0 or now <= t:
+            if now > t and not math.isinf(now):
+                self.last_t = now
+            return 0
+        end = t + self.backlog / self.bytes_per_s
+        if end <= now:
+            self._busy(t, end)
+            self.backlog = 0.0
+            self.last_end_t = end
+            self.last_t = end if math.isinf(now) else now
+            ended, self.queued = self.queued, 0
+            return ended
+        self._busy(t, now)
+        self.backlog -= self.bytes_per_s * (now - t)
+        self.last_t = now
+        return 0
 
     def _advance(self, now: float) -> None:
         if self.n:
@@ -87,7 +117,14 @@ class Link:
         not)."""
         assert n_bytes > 0
         if self.lazy:
-            self.settle(now)
+            self._drain(now)
+            if self.first_t is None:
+                self.first_t = now
+            self.backlog += n_bytes
+            self.queued += 1
+            self.bytes_total += n_bytes
+            self.transfers += 1
+            return self.last_t + self.backlog / self.bytes_per_s
         self._advance(now)
         if self.first_t is None:
             self.first_t = now
@@ -118,6 +155,12 @@ class Link:
             self.served = 0.0  # nothing in flight: restart virtual time (keeps floats small)
             return done, None
         return done, self._next_end(now)
+
+    def drop(self) -> None:
+        """Forget the transfers in flight (a run stopped early)."""
+        self.heap.clear()
+        self.backlog = 0.0
+        self.queued = 0
 
     def record_instant(self, n_bytes: float) -> None:
         """Count a transfer that takes no time (free-loads mode)."""

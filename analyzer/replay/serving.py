@@ -210,7 +210,7 @@ class AggregatedSimulation(Simulation):
             e.dec.clear()
             e.batch = None
         for lk in self.links:
-            lk.heap.clear()
+            lk.drop()
 
     # -- handlers ---------------------------------------------------------------------
 
