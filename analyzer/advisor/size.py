@@ -42,10 +42,9 @@ other and those of different options do not.
 from __future__ import annotations
 
 import math
-import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -64,10 +63,9 @@ from analyzer.advisor.plan import (
     price,
 )
 from analyzer.advisor.price import OPTIONS
-from analyzer.cost.aic import Fits, fitted, remember_fitted
+from analyzer.cost.aic import fitted
 from analyzer.cost.model import CostModel
 from analyzer.cost.prices import Prices
-from analyzer.heap import release_freed_memory
 from analyzer.progress import progress
 from analyzer.replay.config import ClusterConfig, ScenarioSpec, Tier
 from analyzer.replay.engine import TraceTree
@@ -75,7 +73,6 @@ from analyzer.replay.memo import NotRemembered
 from analyzer.replay.probe import Probe, probe
 from analyzer.replay.run import _Memo, resolve, worker_pool
 from analyzer.replay.steps import step_pricing
-from analyzer.spawn import main_not_rerun
 from analyzer.trace import BlockTrace
 
 if TYPE_CHECKING:
@@ -348,20 +345,6 @@ def _bracketed(q: SizeQuestion, known: Iterable[Probe]) -> tuple[int, int | None
     return fails_to, top if top is not None else q.passes_at
 
 
-def _size_option_apart(
-    trace: BlockTrace, q: SizeQuestion, sampling_rate: float, fits: Fits, only: int | None = None
-) -> SizeSearch:
-    """:func:`size_option` in a worker process, given the step-time fits the parent made
-    (:func:`analyzer.cost.aic.fitted`: the worker then neither imports aiconfigurator-core
-    nor fits again, 81 MB and about 15 s of CPU a worker), which then hands the heap the
-    search freed (the replay's caches and queues) back to the system."""
-    remember_fitted(fits)
-    try:
-        return size_option(trace, q, sampling_rate, only=only)
-    finally:
-        release_freed_memory()
-
-
 @dataclass(frozen=True, slots=True)
 class Search:
     """One search to run: ``question`` on ``trace`` (``part`` names its requests and
@@ -405,19 +388,22 @@ def size_options(
 ) -> list[SizeSearch]:
     """Every search's answer, in ``searches``' order, each started once the search it
     comes ``after`` has answered; with ``jobs > 1`` (or a ``pool`` already running) in
-    worker processes, each search in one process (its replays depend on each other,
-    those of different searches do not).
+    worker processes, probe by probe (:class:`analyzer.advisor.probing.ProbeScheduler`:
+    the replays of one search depend on each other, those of different searches do
+    not, and a process no search is waiting on replays the count a search probably
+    asks next).
 
-    The searches go out in their order as processes come free, and one that waits on a
-    baseline goes out as soon as that has answered, not after a whole batch: a long
-    search (a GPU on which no size meets the SLO) then runs beside the short ones
-    instead of after them. ``share``: this process searches too, beside ``workers`` of
-    ``pool`` (so a pool of ``jobs - 1`` workers keeps ``jobs`` processes busy, one
-    worker's memory less). The answers do not depend on where or when they run: each
-    search replays alone, from its question and its baseline's answer."""
+    The searches start in their order, and one that waits on a baseline starts as soon
+    as that has answered, not after a whole batch: a long search (a GPU on which no
+    size meets the SLO) then runs beside the short ones instead of after them.
+    ``share``: this process replays too, beside ``workers`` of ``pool`` (so a pool of
+    ``jobs - 1`` workers keeps ``jobs`` processes busy, one worker's memory less). The
+    answers, and the counts each search tried, do not depend on where or when they
+    run: each search asks for its counts as it would alone, from its question and its
+    baseline's answer."""
 
     order = _Order(searches)
-    if not replay_missing or (pool is None and jobs <= 1) or len(searches) <= 1:
+    if not replay_missing or (pool is None and (jobs <= 1 or len(searches) <= 1)):
         while order.ready:
             i = order.take()
             order.done(
@@ -440,66 +426,9 @@ def size_options(
             q = sr.question
             if q.cfg.serving == "aggregated" or isinstance(q.cost, CostModel):
                 step_pricing(q.cost)  # the engine's steps; a disaggregated decode pool's
-        fits = fitted()
-        running: dict[Future[SizeSearch], int] = {}
-        lock = threading.Condition()  # an RLock: a callback may run in the submitting call
-        failed: list[BaseException] = []
+        from analyzer.advisor.probing import ProbeScheduler
 
-        def send() -> None:  # with the lock held
-            while order.ready and not failed and (workers is None or len(running) < workers):
-                i = order.take()
-                sr = searches[i]
-                with main_not_rerun():  # a new worker starts at this submit
-                    f = pool.submit(
-                        _size_option_apart,
-                        sr.trace,
-                        order.question(i),
-                        sr.sampling_rate,
-                        fits,
-                        sr.only,
-                    )
-                running[f] = i
-                f.add_done_callback(answered)
-
-        def answered(f: Future[SizeSearch]) -> None:
-            with lock:
-                i = running.pop(f)
-                if f.cancelled():
-                    return
-                err = f.exception()
-                if err is not None:
-                    failed.append(err)
-                else:
-                    order.done(i, f.result())
-                    try:
-                        send()
-                    except BaseException as e:  # a broken pool: raised in the caller
-                        failed.append(e)
-                lock.notify_all()
-
-        try:
-            with lock:
-                send()
-            while True:
-                with lock:
-                    while not failed and not (share and order.ready) and running:
-                        lock.wait()
-                    if failed:
-                        raise failed[0]
-                    if not (share and order.ready):
-                        break  # every search has answered
-                    i = order.take()
-                    q = order.question(i)
-                sr = searches[i]
-                got = size_option(sr.trace, q, sr.sampling_rate, sr.only)
-                with lock:
-                    order.done(i, got)
-                    send()
-            return order.answers()
-        finally:  # a failure: the others are not waited for
-            with lock:
-                for f in list(running):
-                    f.cancel()
+        return ProbeScheduler(searches, pool, workers, share, fitted()).run()
 
 
 class _Order:

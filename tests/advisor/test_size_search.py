@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import analyzer.advisor.probing as probing
 import analyzer.advisor.size as size_mod
 from analyzer.advisor.size import Search, SizeQuestion, search_size, size_option, size_options
 from analyzer.replay import ClusterConfig, run_replay
@@ -242,17 +243,18 @@ def test_parallel_search_gives_the_same_answers(monkeypatch):
     batch = [local, dataclasses.replace(pooled, after=0), pooled, local]
     one = size_options(batch, jobs=1)
     two = size_options(batch, jobs=2)
-    here: list[str] = []
+    here: list[int] = []
+    run = probing._Replay.run
 
-    def counted(trace, q, *args, **kw):
-        here.append(q.spec.name)
-        return size_option(trace, q, *args, **kw)
+    def counted(r):
+        here.append(r.instances)
+        return run(r)
 
-    monkeypatch.setattr(size_mod, "size_option", counted)  # this process's, not the worker's
+    monkeypatch.setattr(probing._Replay, "run", counted)  # this process's, not the worker's
     with worker_pool(1) as pool:
         shared = size_options(batch, pool=pool, workers=1, share=True)
-    # one worker and this process, each searching some of the batch
-    assert 0 < len(here) < len(batch)
+    # one worker and this process, each replaying some of the batch's counts
+    assert 0 < len(here) < sum(len(s.probes) for s in one)
     for got in (two, shared):
         assert [(s.instances, [p.instances for p in s.probes]) for s in one] == [
             (s.instances, [p.instances for p in s.probes]) for s in got
@@ -260,6 +262,47 @@ def test_parallel_search_gives_the_same_answers(monkeypatch):
         for a, b in zip(one, got, strict=True):
             assert a.at_size is not None and b.at_size is not None
             assert a.at_size.ttft == b.at_size.ttft
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_idle_processes_replay_ahead_and_the_answers_stay(monkeypatch, workers):
+    """Processes no search waits on replay the count a search asks next if its pending
+    replay passes (or fails): more counts are replayed than the searches ask for, and
+    each search still ends with the answers and the tried counts of one search after
+    another in one process (those replayed ahead and not asked are dropped)."""
+    trace = _trace(200, gap=0.01)
+    local, pooled = (
+        Search(
+            None,
+            trace,
+            SizeQuestion(STANDARD_SCENARIOS[o], _cfg(instances=2), COST, 0.5, 0.3, cap=32),
+        )
+        for o in (Scenario.LOCAL, Scenario.POOLED)
+    )
+    batch = [local, dataclasses.replace(pooled, after=0)]
+    alone = size_options(batch, jobs=1)
+    replayed: list[tuple[str, int]] = []
+    run = probing._Replay.run
+
+    def counted(r):
+        replayed.append((r.question.spec.name, r.instances))
+        return run(r)
+
+    monkeypatch.setattr(probing._Replay, "run", counted)
+    with ThreadPoolExecutor(workers) as pool:
+        got = size_options(batch, pool=pool, workers=workers, share=True)
+    assert [(s.instances, s.above_cap, [p.instances for p in s.probes]) for s in got] == [
+        (s.instances, s.above_cap, [p.instances for p in s.probes]) for s in alone
+    ]
+    for a, b in zip(alone, got, strict=True):
+        assert a.at_size is not None and b.at_size is not None
+        assert a.at_size.result is not None and b.at_size.result is not None
+        assert a.at_size.result.to_json() == b.at_size.result.to_json()
+        assert all(p.result is None for p in b.probes if p.instances != b.instances)
+    asked = {(s.option, p.instances) for s in alone for p in s.probes}
+    assert asked <= set(replayed)  # each count asked was replayed, once
+    assert len(replayed) == len(set(replayed))
+    assert len(replayed) > len(asked)  # and some ahead of time
 
 
 def test_no_size_within_the_cap_reports_the_one_above():
