@@ -201,6 +201,8 @@ def run_analysis(
     opts = opts or AnalyzeOptions()
     if services is None:
         own = LocalReplayer(opts.ingest.jobs)
+        if opts.size_search:
+            own.start()  # its workers start while the log is read and measured
         try:
             return _run(paths, opts, advance, loaded, Services(own), own)
         finally:

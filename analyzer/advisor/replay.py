@@ -35,6 +35,7 @@ from analyzer.replay.probe import Probe, deciding_ttft_s
 from analyzer.replay.run import worker_pool
 from analyzer.reuse.analysis import first_counted_request, prefix_hit_tokens
 from analyzer.reuse.measured import measure_cached
+from analyzer.spawn import main_not_rerun
 from analyzer.trace import BlockTrace
 
 if TYPE_CHECKING:
@@ -210,11 +211,24 @@ class LocalReplayer:
         once), beside which this process searches too."""
         if self.pool is not None:
             return self.pool
-        if self.jobs <= 1 or questions <= 1:
+        if self.jobs <= 1 or (questions <= 1 and self._own is None):
             return None
         if self._own is None:
             self._own = worker_pool(self.jobs - 1)
         return self._own
+
+    def start(self) -> None:
+        """Start the worker processes now, without waiting for them, so that their
+        start (a process, its imports) overlaps what the caller does before the first
+        search (reading the log, measuring its reuse) instead of delaying that search."""
+        if self.pool is not None or self.jobs <= 1 or self._own is not None:
+            return
+        from analyzer.advisor.probing import warm_up
+
+        self._own = worker_pool(self.jobs - 1)
+        with main_not_rerun():
+            for _ in range(self.jobs - 1):
+                self._own.submit(warm_up)
 
     def close(self) -> None:
         """Stop the worker processes this replayer started (none: nothing to do)."""
