@@ -39,10 +39,12 @@ every answer.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Collection, Iterator, Sequence
 
 import numpy as np
 from numba import njit
+from numba.typed import List
 
 from analyzer.cache.radix import FIFO, LRU, ROOT, Policy, weighted_match_of
 from analyzer.dense import fib_slot
@@ -211,6 +213,99 @@ def weighted_match(
         len(lower),
         blocks,
     )
+
+
+@njit(cache=True)
+def _credits(
+    arrays: List,
+    first: np.ndarray,
+    caches: np.ndarray,
+    weights: np.ndarray,
+    engines: np.ndarray,
+    blocks: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """:func:`weighted_match` of each of ``engines`` into ``out``: engine ``e``'s caches
+    are ``caches[first[e]:first[e + 1]]`` (indices into ``arrays``, each cache's id
+    table, slot records and meta; its HBM cache first, -1 where it has none) weighted
+    by ``weights`` alike."""
+    for r in range(engines.size):
+        lo = first[engines[r]]
+        hi = first[engines[r] + 1]
+        c = caches[lo]
+        m = 0
+        if c >= 0:
+            table, si, meta = arrays[c]
+            m = _match(table, si, meta, blocks)
+        credit = float(m) * weights[lo]
+        for k in range(lo + 1, hi):
+            table, si, meta = arrays[caches[k]]
+            mt = _match(table, si, meta, blocks)
+            if mt > m:
+                credit += weights[k] * (mt - m)
+                m = mt
+        out[r] = credit
+
+
+class CreditBoard:
+    """A tier-scoring router's credit of many engines' caches in one kernel call: what
+    :func:`weighted_match` gives each engine, given ``tiers`` as
+    ``(HBM cache or None, its weight, ((lower cache, weight), ...))`` per engine.
+
+    The kernel reads the caches' arrays through lists kept here; a cache whose arrays
+    grow tells the boards that read it (:meth:`ArrayRadix._grow`)."""
+
+    def __init__(
+        self,
+        tiers: Sequence[tuple[ArrayRadix | None, float, tuple[tuple[ArrayRadix, float], ...]]],
+    ) -> None:
+        index: dict[int, int] = {}
+        caches: list[ArrayRadix] = []
+        first = [0]
+        slots: list[int] = []
+        weights: list[float] = []
+        for top, w0, lower in tiers:
+            for cache, w in ((top, w0), *lower):
+                if cache is None:
+                    slots.append(-1)
+                else:
+                    k = index.get(id(cache))
+                    if k is None:
+                        k = index[id(cache)] = len(caches)
+                        caches.append(cache)
+                    slots.append(k)
+                weights.append(w)
+            first.append(len(slots))
+        self._first = np.array(first, dtype=np.int64)
+        self._slots = np.array(slots, dtype=np.int64)
+        self._weights = np.array(weights, dtype=np.float64)
+        self._out = np.zeros(len(tiers), dtype=np.float64)
+        # one list (each list costs about a microsecond a call to pass)
+        self._arrays = List([(c._table, c._si, c._meta) for c in caches]) if caches else None
+        me = weakref.ref(self)
+        for k, c in enumerate(caches):
+            c._boards.append((me, k))
+
+    def _grew(self, k: int, cache: ArrayRadix) -> None:
+        assert self._arrays is not None
+        self._arrays[k] = (cache._table, cache._si, cache._meta)
+
+    def credits(self, engines: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+        """Each of ``engines``' credit for ``blocks`` (a view the next call overwrites)."""
+        out = self._out[: engines.size]
+        if self._arrays is None:  # no engine has a cache
+            out[:] = 0.0
+            return out
+        _credits(
+            self._arrays,
+            self._first,
+            self._slots,
+            self._weights,
+            engines,
+            blocks,
+            out,
+        )
+        return out
 
 
 # -- the leaves' heap ---------------------------------------------------------------
@@ -732,6 +827,8 @@ class ArrayRadix:
         self._table = np.full(2 * _FIRST_SLOTS, -1, dtype=np.int32)
         self._hk = np.zeros(4 * _FIRST_SLOTS + 128, dtype=np.float64)
         self._hi = np.zeros((self._hk.size, 4), dtype=np.int64)
+        # the credit boards that read this cache's arrays, and where (CreditBoard)
+        self._boards: list[tuple[weakref.ref[CreditBoard], int]] = []
 
     @staticmethod
     def supports(policy: Policy) -> bool:
@@ -1003,6 +1100,10 @@ class ArrayRadix:
             self._out = np.zeros(2 * n, dtype=np.int64)
             self._meta[_BITS] += 1
             self._table = _rehash(si, int(self._meta[_USED]), int(self._meta[_BITS]))
+            for ref, k in self._boards:
+                board = ref()
+                if board is not None:
+                    board._grew(k, self)
         else:
             n = self._hk.size
             hk = np.zeros(2 * n, dtype=np.float64)
@@ -1012,4 +1113,4 @@ class ArrayRadix:
             self._hk, self._hi = hk, hi
 
 
-__all__ = ["ArrayRadix"]
+__all__ = ["ArrayRadix", "CreditBoard"]

@@ -79,7 +79,7 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.cache.array_radix import weighted_match
+from analyzer.cache.array_radix import CreditBoard
 from analyzer.cache.radix import weighted_match_of
 from analyzer.progress import Advance
 from analyzer.replay.engine import (
@@ -173,6 +173,11 @@ class AggregatedSimulation(Simulation):
             self.node_engines = [node_engines[inst.node] for inst in self.instances]
         weights = DYNAMO_TIER_WEIGHTS if plan.router == "kv-router" else LLMD_TIER_WEIGHTS
         self.credit_tiers = self._credit_tiers(weights)
+        # the compiled caches' credit, every engine a prompt's first block names in one
+        # kernel call (the engines as arrays, by first block, beside first_holders)
+        self.board = CreditBoard(self.credit_tiers) if self.arrays else None
+        self.every_engine = np.arange(len(self.engines), dtype=np.int64)
+        self.holder_ids: dict[int, np.ndarray] = {}
         conn = plan.connector
         # lower tiers store and return whole chunks of this many blocks
         self.chunk = max(1, conn.chunk_tokens // self.bs) if conn is not None else 1
@@ -724,11 +729,15 @@ class AggregatedSimulation(Simulation):
         node's engines noted as holders of its first block: _credited)."""
         i = self._pick(k, blocks, prompt)
         if self.first_holders is not None and blocks:
-            held = self.first_holders.get(blocks[0])
+            b0 = blocks[0]
+            held = self.first_holders.get(b0)
             if held is None:
-                self.first_holders[blocks[0]] = set(self.node_engines[i])
-            else:
+                held = self.first_holders[b0] = set(self.node_engines[i])
+            elif i not in held:
                 held.update(self.node_engines[i])
+            else:
+                return i
+            self.holder_ids[b0] = np.array(sorted(held), dtype=np.int64)
         return i
 
     def _pick(self, k: int, blocks: list[int], prompt: int) -> int:
@@ -763,6 +772,23 @@ class AggregatedSimulation(Simulation):
             return range(len(self.engines))
         return self.first_holders.get(b0, ())
 
+    def _credits(self, b0: int) -> Iterable[tuple[int, float]]:
+        """Each engine of :meth:`_credited` and its tier credit for the prompt being
+        routed (``self._cb``), as the router's weights score them."""
+        board = self.board
+        if board is None:
+            tiers = self.credit_tiers
+            cb = self._cb
+            return ((i, weighted_match_of(*tiers[i], cb)) for i in self._credited(b0))
+        if self.first_holders is None:
+            ids = self.every_engine
+        else:
+            got = self.holder_ids.get(b0)
+            if got is None:
+                return ()
+            ids = got
+        return zip(ids.tolist(), board.credits(ids, self._cb).tolist(), strict=True)
+
     def _llmd(self, k: int, blocks: list[int]) -> int:
         """llm-d's default scheduling profile: 3 x prefix score + 2 x queue score, the
         highest wins; llm-d draws among equal scores at random, here the least loaded
@@ -779,11 +805,8 @@ class AggregatedSimulation(Simulation):
         span = q_hi - q_lo
         qw = LLMD_QUEUE_WEIGHT
         scores = [qw * ((q_hi - q) / span) for q in queues] if span else [qw * 1.0] * n
-        credit = weighted_match if self.arrays else weighted_match_of
-        tiers = self.credit_tiers
-        cb = self._cb
-        for i in self._credited(blocks[0]):
-            prefix = credit(*tiers[i], cb) / n_blocks
+        for i, credit in self._credits(blocks[0]):
+            prefix = credit / n_blocks
             if prefix:
                 scores[i] = LLMD_PREFIX_WEIGHT * prefix + scores[i]
         top = max(scores)
@@ -804,11 +827,9 @@ class AggregatedSimulation(Simulation):
         bs = self.bs
         engines = self.engines
         costs = [lam * max(e.prefill_load + prompt - 0.0, 0.0) + e.kv_dec for e in engines]
-        tiers = self.credit_tiers
-        tier_credit = weighted_match if self.arrays else weighted_match_of
-        for i in self._credited(blocks[0]):
+        for i, got in self._credits(blocks[0]):
             e = engines[i]
-            credit = min(tier_credit(*tiers[i], self._cb) * bs, float(prompt))
+            credit = min(got * bs, float(prompt))
             if credit:
                 costs[i] = lam * max(e.prefill_load + prompt - credit, 0.0) + e.kv_dec
         return costs.index(min(costs))

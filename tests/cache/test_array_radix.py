@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.cache.array_radix import ArrayRadix, weighted_match
+from analyzer.cache.array_radix import ArrayRadix, CreditBoard, weighted_match
 from analyzer.cache.radix import FIFO, LRU, BlockRadix, FarthestRank, weighted_match_of
 from tests.cache.test_radix import MostRecent, chained_requests
 
@@ -121,6 +121,61 @@ def test_weighted_match_is_the_routers_credit(reqs, writes, capacity, weights, l
                 m = mt
         assert weighted_match(fast[0] if top else None, 1.0, below, ids) == credit
         assert weighted_match_of(slow[0] if top else None, 1.0, twins, list(chain)) == credit
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    reqs=chained_requests(max_requests=30),
+    writes=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 29)), max_size=80),
+    capacity=st.one_of(st.none(), st.integers(1, 12)),
+    engines=st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.integers(0, 4)),
+            st.lists(st.tuples(st.integers(0, 4), st.sampled_from([0.8, 0.75, 0.25])), max_size=3),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+)
+def test_a_credit_board_gives_each_engine_its_credit(reqs, writes, capacity, engines):
+    """The credit of many engines in one kernel call (CreditBoard), over caches engines
+    share (a node's DRAM) and caches whose arrays grow after the board was made: for
+    every request and any choice of engines, each engine's credit is the float
+    weighted_match gives it, and BlockRadix twins' weighted_match_of."""
+    fast = [ArrayRadix(capacity if i % 2 else None) for i in range(5)]
+    slow = [BlockRadix(capacity if i % 2 else None, LRU(), chained=True) for i in range(5)]
+    tiers = [
+        (None if top is None else fast[top], 1.0, tuple((fast[c], w) for c, w in lower))
+        for top, lower in engines
+    ]
+    twins = [
+        (None if top is None else slow[top], 1.0, tuple((slow[c], w) for c, w in lower))
+        for top, lower in engines
+    ]
+    board = CreditBoard(tiers)
+    for level, r in writes:  # the unbounded caches grow past their first 64 slots
+        fast[level].write(np.asarray(reqs[r % len(reqs)], dtype=np.int64), 0.0)
+        slow[level].write(list(reqs[r % len(reqs)]), 0.0)
+    everyone = np.arange(len(engines), dtype=np.int64)
+    for k, chain in enumerate(reqs):
+        ids = np.asarray(chain, dtype=np.int64)
+        some = everyone[k % len(engines) :: 2]
+        for chosen in (everyone, some):
+            got = board.credits(chosen, ids).tolist()
+            assert got == [weighted_match(*tiers[e], ids) for e in chosen.tolist()]
+            assert got == [weighted_match_of(*twins[e], list(chain)) for e in chosen.tolist()]
+
+
+def test_a_credit_board_reads_a_cache_that_grew_after_it():
+    """A cache's arrays are replaced as it grows (past 64 slots, then 128, ...): the
+    board made before reads the new ones."""
+    top, below = ArrayRadix(None), ArrayRadix(None)
+    board = CreditBoard([(top, 1.0, ((below, 0.8),))])
+    chain = np.arange(1000, dtype=np.int64)
+    top.write(chain[:300], 0.0)
+    below.write(chain[:700], 0.0)
+    assert top._si.shape[1] > 64 and below._si.shape[1] > 64
+    assert board.credits(np.array([0]), chain).tolist() == [300.0 + 0.8 * 400]
 
 
 def drive(
