@@ -642,6 +642,34 @@ def _put_chain(
 
 
 @njit(cache=True)
+def _write_two(
+    t1: np.ndarray,
+    si1: np.ndarray,
+    sf1: np.ndarray,
+    hk1: np.ndarray,
+    hi1: np.ndarray,
+    meta1: np.ndarray,
+    out1: np.ndarray,
+    t2: np.ndarray,
+    si2: np.ndarray,
+    sf2: np.ndarray,
+    hk2: np.ndarray,
+    hi2: np.ndarray,
+    meta2: np.ndarray,
+    out2: np.ndarray,
+    chain: np.ndarray,
+    now: float,
+) -> tuple[int, int, int, int]:
+    """:func:`_put_chain` writes of ``chain`` to two caches, the second only once the
+    first has taken it: ``(m1, k1, m2, k2)``."""
+    m1, k1 = _put_chain(t1, si1, sf1, hk1, hi1, meta1, out1, chain, now, True)
+    if k1 < 0:
+        return m1, k1, 0, 0
+    m2, k2 = _put_chain(t2, si2, sf2, hk2, hi2, meta2, out2, chain, now, True)
+    return m1, k1, m2, k2
+
+
+@njit(cache=True)
 def _touch_last(
     table: np.ndarray,
     si: np.ndarray,
@@ -896,6 +924,40 @@ class ArrayRadix:
         """:meth:`write` for a caller that drops what it evicts: the number of
         ``chain``'s leading blocks cached before."""
         return self._put(chain, now, True, False)[0]
+
+    def write_through_with(
+        self, other: ArrayRadix, chain: np.ndarray, now: float
+    ) -> tuple[int, int]:
+        """:meth:`write_through` of ``chain`` here, then in ``other``, in one kernel
+        call (a request's chunk written to DRAM and NVMe): each one's number of
+        ``chain``'s leading blocks cached before."""
+        m1, k1, m2, k2 = _write_two(
+            self._table,
+            self._si,
+            self._sf,
+            self._hk,
+            self._hi,
+            self._meta,
+            self._out,
+            other._table,
+            other._si,
+            other._sf,
+            other._hk,
+            other._hi,
+            other._meta,
+            other._out,
+            chain,
+            float(now),
+        )
+        if k1 < 0:  # neither changed: one at a time, each growing as it needs
+            self._grow(k1)
+            return self.write_through(chain, now), other.write_through(chain, now)
+        self._n = int(self._meta[_NODES])
+        if k2 < 0:
+            other._grow(k2)
+            return m1, other.write_through(chain, now)
+        other._n = int(other._meta[_NODES])
+        return m1, m2
 
     def touch(self, blocks: Sequence[int], now: float) -> None:
         """Mark the cached ones among ``blocks`` as used at ``now`` (tail-first)."""

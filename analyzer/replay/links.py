@@ -19,7 +19,8 @@ its last transfer). Those are the same under any discipline that keeps the link 
 while it has bytes to send, fair share or first come first served alike: the busy
 periods are where the bytes sent so far fall short of the bytes offered. So a write
 link (``lazy``) is a backlog of bytes, drained at the link's rate as time passes when it
-is next used (:meth:`Link.settle`), with no events and no per-transfer record.
+is next used (:meth:`Link.settle`), with no events and no per-transfer record, and its
+busy time counted once per busy period.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Link:
     lazy: bool = False  # a backlog of bytes, drained when the link is next used
     backlog: float = 0.0  # a lazy link's bytes offered and not yet sent
     queued: int = 0  # its transfers since it was last idle
+    busy_from: float = 0.0  # where its busy time is counted to (counted per busy period)
 
     def settle(self, now: float) -> int:
         """End, in order, every transfer the link's events would have ended by ``now``
@@ -57,7 +59,11 @@ class Link:
         returns the number of ends (a lazy link's: its transfers, once it has sent
         them all)."""
         if self.lazy:
-            return self._drain(now)
+            ended = self._drain(now)
+            if self.backlog > 0.0 and now > self.busy_from and not math.isinf(now):
+                self._busy(self.busy_from, now)  # busy so far, the rest still to send
+                self.busy_from = now
+            return ended
         ended = 0
         heap = self.heap
         while heap:
@@ -78,13 +84,12 @@ class Link:
             return 0
         end = t + self.backlog / self.bytes_per_s
         if end <= now:
-            self._busy(t, end)
+            self._busy(self.busy_from, end)  # the busy period, counted once it ends
             self.backlog = 0.0
             self.last_end_t = end
             self.last_t = end if math.isinf(now) else now
             ended, self.queued = self.queued, 0
             return ended
-        self._busy(t, now)
         self.backlog -= self.bytes_per_s * (now - t)
         self.last_t = now
         return 0
@@ -120,6 +125,8 @@ class Link:
             self._drain(now)
             if self.first_t is None:
                 self.first_t = now
+            if self.backlog <= 0.0:
+                self.busy_from = self.last_t  # a busy period starts
             self.backlog += n_bytes
             self.queued += 1
             self.bytes_total += n_bytes

@@ -79,7 +79,7 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.cache.array_radix import CreditBoard
+from analyzer.cache.array_radix import ArrayRadix, CreditBoard
 from analyzer.cache.radix import weighted_match_of
 from analyzer.progress import Advance
 from analyzer.replay.engine import (
@@ -712,9 +712,15 @@ class AggregatedSimulation(Simulation):
         if nb <= j.stored:
             return
         chain = j.cb[:nb]
-        for level, tier in enumerate(inst.lower):
+        lower = inst.lower
+        first = lower[0].cache if lower else None
+        if len(lower) == 2 and isinstance(first, ArrayRadix):  # DRAM and NVMe: one call
+            matched: tuple[int, ...] = first.write_through_with(lower[1].cache, chain, t)  # type: ignore[arg-type]
+        else:
+            matched = tuple(tier.cache.write_through(chain, t) for tier in lower)
+        for level, tier in enumerate(lower):
             cache = tier.cache
-            mt = cache.write_through(chain, t)
+            mt = matched[level]
             if mt < nb:
                 cap = cache.capacity_blocks
                 top = nb if cap is None or cap > nb else cap
