@@ -825,6 +825,60 @@ def _evict_unheld(
     return _evict_loop(table, si, sf, hk, hi, meta, out, need, _NONE, False, True)
 
 
+@njit(cache=True)
+def _insert_held_counting(
+    table: np.ndarray,
+    si: np.ndarray,
+    sf: np.ndarray,
+    hk: np.ndarray,
+    hi: np.ndarray,
+    meta: np.ndarray,
+    out: np.ndarray,
+    chain: np.ndarray,
+    lo: int,
+    now: float,
+    counts: np.ndarray,
+) -> tuple[int, int]:
+    """:func:`_insert_held`, and one more count in ``counts`` of each block of ``chain``
+    it found uncached: ``(its answer, how many of those another count was on)``."""
+    m, k = _put_chain(table, si, sf, hk, hi, meta, out, chain, now, False)
+    if k < 0:
+        return k, 0
+    again = 0
+    for i in range(m, chain.size):
+        b = chain[i]
+        c = counts[b]
+        counts[b] = c + 1
+        if c:
+            again += 1
+    return _hold(table, si, meta, chain, lo, chain.size), again
+
+
+@njit(cache=True)
+def _evict_unheld_counting(
+    table: np.ndarray,
+    si: np.ndarray,
+    sf: np.ndarray,
+    hk: np.ndarray,
+    hi: np.ndarray,
+    meta: np.ndarray,
+    out: np.ndarray,
+    need: int,
+    counts: np.ndarray,
+) -> tuple[int, int]:
+    """:func:`_evict_unheld`, and one count fewer in ``counts`` of each block evicted:
+    ``(its answer, how many of those still have a count)``."""
+    k = _evict_unheld(table, si, sf, hk, hi, meta, out, need)
+    still = 0
+    for i in range(max(k, 0)):
+        b = out[i]
+        c = counts[b] - 1
+        counts[b] = c
+        if c:
+            still += 1
+    return k, still
+
+
 def _ids(chain: Sequence[int] | np.ndarray) -> np.ndarray:
     """``chain`` as the kernels take it (the replay passes int64 arrays already)."""
     if type(chain) is np.ndarray:
@@ -1022,6 +1076,55 @@ class ArrayRadix:
                 return
             if k == _BAD_ID:  # inserted, but not all held: a bounded cache dropped some
                 self._n = int(self._meta[_NODES])
+            self._grow(k)
+
+    def insert_held_counting(
+        self, chain: np.ndarray, lo: int, now: float, counts: np.ndarray
+    ) -> int:
+        """:meth:`insert_held`, counting each block it caches anew in ``counts`` (indexed
+        by block id; the replay's copies of a block across instances): how many of
+        those were counted already."""
+        while True:
+            k, again = _insert_held_counting(
+                self._table,
+                self._si,
+                self._sf,
+                self._hk,
+                self._hi,
+                self._meta,
+                self._out,
+                chain,
+                lo,
+                float(now),
+                counts,
+            )
+            if k >= 0:
+                self._n = int(self._meta[_NODES])
+                self.n_held = k
+                return again
+            if k == _BAD_ID:  # inserted (and counted), but not all held
+                self._n = int(self._meta[_NODES])
+            self._grow(k)
+
+    def evict_unheld_counting(self, n_blocks: int, counts: np.ndarray) -> tuple[np.ndarray, int]:
+        """:meth:`evict_unheld`, one count fewer in ``counts`` of each block evicted: the
+        blocks evicted (a view the next call overwrites) and how many of them are still
+        counted."""
+        while True:
+            k, still = _evict_unheld_counting(
+                self._table,
+                self._si,
+                self._sf,
+                self._hk,
+                self._hi,
+                self._meta,
+                self._out,
+                n_blocks,
+                counts,
+            )
+            if k >= 0:
+                self._n = int(self._meta[_NODES])
+                return self._out[:k], still
             self._grow(k)
 
     def unheld(self, chain: list[int] | np.ndarray, m: int) -> int:

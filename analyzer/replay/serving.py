@@ -176,6 +176,11 @@ class AggregatedSimulation(Simulation):
         # the compiled caches' credit, every engine a prompt's first block names in one
         # kernel call (the engines as arrays, by first block, beside first_holders)
         self.board = CreditBoard(self.credit_tiers) if self.arrays else None
+        # the copies of each block across the instances' HBM (duplicated KV), by block id,
+        # counted by the compiled caches' kernels (the other caches count in dup_count)
+        self.dup_counts = (
+            np.zeros(trace.n_blocks, dtype=np.int32) if self.arrays and self.track_dup else None
+        )
         self.every_engine = np.arange(len(self.engines), dtype=np.int64)
         self.holder_ids: dict[int, np.ndarray] = {}
         conn = plan.connector
@@ -573,16 +578,21 @@ class AggregatedSimulation(Simulation):
         if hbm is None:
             return
         chain = j.cb[:nb]
-        if self.track_dup:
+        counts = self.dup_counts
+        if counts is not None:  # the compiled caches: inserted, held and counted in one call
             self._dup_tick(t)
-            m0 = hbm.match(chain)
-            cnt = self.dup_count
-            for b in j.blocks[m0:nb]:
-                c = cnt.get(b, 0)
-                cnt[b] = c + 1
-                if c:
-                    self.dup_blocks += 1
-        hbm.insert_held(chain, j.pinned, t)
+            self.dup_blocks += hbm.insert_held_counting(chain, j.pinned, t, counts)  # type: ignore[attr-defined]
+        else:
+            if self.track_dup:
+                self._dup_tick(t)
+                m0 = hbm.match(chain)
+                cnt = self.dup_count
+                for b in j.blocks[m0:nb]:
+                    c = cnt.get(b, 0)
+                    cnt[b] = c + 1
+                    if c:
+                        self.dup_blocks += 1
+            hbm.insert_held(chain, j.pinned, t)
         moved = (nb - j.pinned) * self.bs
         j.priv -= moved
         e.priv -= moved
@@ -690,6 +700,15 @@ class AggregatedSimulation(Simulation):
         allowed = (free if self.unscaled else int(free * self.scale)) // self.bs
         over = len(hbm) - pinned - allowed
         if over <= 0:
+            return
+        counts = self.dup_counts
+        if counts is not None:  # the compiled caches: evicted and uncounted in one call
+            gone, still = hbm.evict_unheld_counting(over, counts)  # type: ignore[attr-defined]
+            if gone.size:
+                self._dup_tick(t)
+                self.dup_blocks -= still
+                if self.on_evict:
+                    self._spill(e.inst, 0, gone.tolist(), t, out)
             return
         evicted = hbm.evict_unheld(over)
         if evicted and self.track_dup:

@@ -166,6 +166,38 @@ def test_a_credit_board_gives_each_engine_its_credit(reqs, writes, capacity, eng
             assert got == [weighted_match_of(*twins[e], list(chain)) for e in chosen.tolist()]
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    reqs=chained_requests(max_requests=25),
+    ops=st.lists(
+        st.tuples(st.booleans(), st.integers(0, 2), st.integers(0, 24), st.integers(0, 8)),
+        max_size=80,
+    ),
+)
+def test_counting_copies_across_caches(reqs, ops):
+    """The replay counts each block's copies across the instances' HBM caches in the
+    kernels that cache and evict (insert_held_counting, evict_unheld_counting): the
+    counts are how many caches hold each block, and each call says how many of the
+    blocks it cached were held elsewhere, or of those it evicted still are."""
+    caches = [ArrayRadix(None) for _ in range(3)]
+    counts = np.zeros(1 + max(max(r, default=0) for r in reqs), dtype=np.int32)
+    for insert, c, r, n in ops:
+        cache = caches[c]
+        chain = np.asarray(reqs[r % len(reqs)], dtype=np.int64)
+        if insert and chain.size:
+            new = chain[cache.match(chain) :].tolist()
+            elsewhere = sum(any(b in o for o in caches if o is not cache) for b in new)
+            assert cache.insert_held_counting(chain, 0, 0.0, counts) == elsewhere
+            cache.release(chain, len(chain), 1.0)
+        elif not insert:
+            gone, still = cache.evict_unheld_counting(n, counts)
+            gone = gone.tolist()
+            assert len(gone) <= n and not any(b in cache for b in gone)
+            assert still == sum(any(b in o for o in caches) for b in gone)
+        for b in range(counts.size):
+            assert counts[b] == sum(b in o for o in caches)
+
+
 def test_a_credit_board_reads_a_cache_that_grew_after_it():
     """A cache's arrays are replaced as it grows (past 64 slots, then 128, ...): the
     board made before reads the new ones."""
