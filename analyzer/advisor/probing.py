@@ -189,7 +189,9 @@ def warm_up() -> bool:
 class ProbeScheduler:
     """Runs ``searches`` (as :func:`analyzer.advisor.size.size_options` takes them) probe
     by probe on ``workers`` processes of ``pool``, and in this process too when
-    ``share`` (module docstring)."""
+    ``share`` (module docstring). ``workers`` None: a pool of unknown size, shared with
+    other work (the dashboard's), which gets every replay a search waits on as it is
+    asked and no replay ahead of time."""
 
     def __init__(
         self,
@@ -358,12 +360,14 @@ class ProbeScheduler:
             return None
         return task
 
-    def _next_task(self) -> _Task | None:
+    def _next_task(self, ahead: bool = True) -> _Task | None:
+        """The next replay to start: one a search waits on, else (``ahead``) one a
+        search will probably ask for."""
         while self.asked:
             task = self.asked.pop(0)
             if task.search in self.active and task not in self.started:
                 return task
-        return self._ahead()
+        return self._ahead() if ahead else None
 
     def _replay(self, task: _Task) -> _Replay:
         sr = self.searches[task.search]
@@ -382,7 +386,9 @@ class ProbeScheduler:
     def _send(self) -> None:
         """Fill the pool's free processes (with the lock held)."""
         while not self.failed and (self.workers is None or self.in_pool < self.workers):
-            task = self._next_task()
+            # a pool of unknown size (the caller's, shared) queues what it cannot start:
+            # only what a search waits on goes there, never a replay ahead of time
+            task = self._next_task(ahead=self.workers is not None)
             if task is None:
                 return
             with main_not_rerun():  # a new worker starts at this submit

@@ -305,6 +305,29 @@ def test_idle_processes_replay_ahead_and_the_answers_stay(monkeypatch, workers):
     assert len(replayed) > len(asked)  # and some ahead of time
 
 
+def test_a_shared_pool_of_unknown_size_gets_no_replay_ahead(monkeypatch):
+    """A caller's pool shared with other work (workers None: the dashboard's) gets only
+    the replays the searches ask for, however idle it is."""
+    trace = _trace(200, gap=0.01)
+    q = SizeQuestion(STANDARD_SCENARIOS[Scenario.LOCAL], _cfg(instances=2), COST, 0.5, 0.3, cap=32)
+    batch = [Search(None, trace, q), Search(None, trace, dataclasses.replace(q, ttft_slo_s=0.6))]
+    alone = size_options(batch, jobs=1)
+    replayed: list[int] = []
+    run = probing._Replay.run
+
+    def counted(r):
+        replayed.append(r.instances)
+        return run(r)
+
+    monkeypatch.setattr(probing._Replay, "run", counted)
+    with ThreadPoolExecutor(4) as pool:
+        got = size_options(batch, pool=pool)
+    assert [[p.instances for p in s.probes] for s in got] == [
+        [p.instances for p in s.probes] for s in alone
+    ]
+    assert len(replayed) == sum(len(s.probes) for s in alone)
+
+
 def test_no_size_within_the_cap_reports_the_one_above():
     trace = _trace(200, gap=0.002)
     q = SizeQuestion(
