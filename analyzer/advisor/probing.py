@@ -25,11 +25,10 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from analyzer.advisor.size import (
     Search,
@@ -51,7 +50,6 @@ if TYPE_CHECKING:
     from analyzer.trace import BlockTrace
 
 _TOKENS = itertools.count(1)
-_T = TypeVar("_T")
 
 
 class _Need(Exception):
@@ -125,24 +123,6 @@ class _Task:
     instances: int
 
 
-# A worker's trace trees and remembered prefill times, by the batch's tokens for the
-# trace and the cost model (a few kept: a batch probes a handful of each).
-_KEPT = 8
-_trees: OrderedDict[int, TraceTree] = OrderedDict()
-_memos: OrderedDict[int, _Memo] = OrderedDict()
-_kept_lock = threading.Lock()
-
-
-def _kept(d: OrderedDict[int, _T], key: int, make: Callable[[], _T]) -> _T:
-    with _kept_lock:
-        got = d.get(key)
-        if got is None:
-            got = d[key] = make()
-            while len(d) > _KEPT:
-                d.popitem(last=False)
-        return got
-
-
 @dataclass(frozen=True, slots=True)
 class _Replay:
     """One probe of a search, as a process runs it (``trace_token`` and ``cost_token``
@@ -155,11 +135,14 @@ class _Replay:
     sampling_rate: float
     instances: int
 
-    def run(self) -> Probe:
+    def run(self, tree: TraceTree | None = None, memo: _Memo | None = None) -> Probe:
+        """The probe; ``tree`` and ``memo``, the trace's tree and the cost model's
+        remembered prefill times, when the caller keeps them for its probes (this
+        process's), else made for this one (a worker's: it keeps nothing between
+        tasks, as a dashboard's long-lived workers must not)."""
         q = self.question
-        trace = self.trace
         return probe(
-            trace,
+            self.trace,
             q.cfg,
             q.spec,
             instances=self.instances,
@@ -167,8 +150,8 @@ class _Replay:
             ttft_slo_s=q.ttft_slo_s,
             cost=q.cost,
             sampling_rate=self.sampling_rate,
-            tree=_kept(_trees, self.trace_token, lambda: TraceTree(trace)),
-            prefill_s=_kept(_memos, self.cost_token, lambda: _Memo(q.cost.compute_time_s)),
+            tree=tree if tree is not None else TraceTree(self.trace),
+            prefill_s=memo if memo is not None else _Memo(q.cost.compute_time_s),
         )
 
 
@@ -216,6 +199,9 @@ class ProbeScheduler:
         self.in_pool = 0
         self.lock = threading.Condition()
         self.failed: list[BaseException] = []
+        # this process's probes' trees and remembered prefill times, by token
+        self.trees: dict[int, TraceTree] = {}
+        self.memos: dict[int, _Memo] = {}
         tokens: dict[int, int] = {}
         self.trace_token = [tokens.setdefault(id(sr.trace), next(_TOKENS)) for sr in searches]
         self.cost_token = [
@@ -421,6 +407,16 @@ class ProbeScheduler:
         if s is not None and s.waiting == task.instances:
             self._advance(s)
 
+    def _run_here(self, r: _Replay) -> Probe:
+        """``r`` in this process, with the tree and prefill times its batch keeps here."""
+        tree = self.trees.get(r.trace_token)
+        if tree is None:
+            tree = self.trees[r.trace_token] = TraceTree(r.trace)
+        memo = self.memos.get(r.cost_token)
+        if memo is None:
+            memo = self.memos[r.cost_token] = _Memo(r.question.cost.compute_time_s)
+        return r.run(tree, memo)
+
     def run(self) -> list[SizeSearch]:
         total = len(self.searches)
         try:
@@ -442,7 +438,7 @@ class ProbeScheduler:
                         if not self.started:
                             raise ValueError("a search waits on a search that is not in the batch")
                         self.lock.wait()
-                got = replay.run()
+                got = self._run_here(replay)
                 with self.lock:
                     self._record(task, got)
                     self._send()

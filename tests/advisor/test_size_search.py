@@ -246,9 +246,9 @@ def test_parallel_search_gives_the_same_answers(monkeypatch):
     here: list[int] = []
     run = probing._Replay.run
 
-    def counted(r):
+    def counted(r, *args):
         here.append(r.instances)
-        return run(r)
+        return run(r, *args)
 
     monkeypatch.setattr(probing._Replay, "run", counted)  # this process's, not the worker's
     with worker_pool(1) as pool:
@@ -284,9 +284,9 @@ def test_idle_processes_replay_ahead_and_the_answers_stay(monkeypatch, workers):
     replayed: list[tuple[str, int]] = []
     run = probing._Replay.run
 
-    def counted(r):
+    def counted(r, *args):
         replayed.append((r.question.spec.name, r.instances))
-        return run(r)
+        return run(r, *args)
 
     monkeypatch.setattr(probing._Replay, "run", counted)
     with ThreadPoolExecutor(workers) as pool:
@@ -315,9 +315,9 @@ def test_a_shared_pool_of_unknown_size_gets_no_replay_ahead(monkeypatch):
     replayed: list[int] = []
     run = probing._Replay.run
 
-    def counted(r):
+    def counted(r, *args):
         replayed.append(r.instances)
-        return run(r)
+        return run(r, *args)
 
     monkeypatch.setattr(probing._Replay, "run", counted)
     with ThreadPoolExecutor(4) as pool:
