@@ -34,9 +34,10 @@ this one's (:func:`_bracketed`). The plan searches each model's baseline first a
 starts the other options one below its answer
 (:func:`plan_sizes`); the explore stage's variants start from the plan's answers.
 
-**The options are searched in parallel** (:func:`size_options`): each option's search
-runs in its own process (``jobs``), since the replays of one option depend on each
-other and those of different options do not.
+**The options are searched in parallel** (:func:`size_options`), probe by probe over
+``jobs`` processes (:mod:`analyzer.advisor.probing`): the replays of one option depend on
+each other and those of different options do not, and a process no search waits on
+replays the count a search probably asks next.
 """
 
 from __future__ import annotations
