@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from analyzer.advisor.current import CurrentDeployment, MeasuredAgainstProjected, compare
-from analyzer.advisor.size import Search, SizeQuestion, SizeSearch, size_option, size_options
+from analyzer.advisor.probing import size_options, warm_up
+from analyzer.advisor.size import Search, SizeQuestion, SizeSearch, size_option
 from analyzer.progress import progress
 from analyzer.replay.config import UNBOUNDED, ClusterConfig, Scenario, ScenarioSpec
 from analyzer.replay.miniature import sample, sampling_rate
@@ -223,8 +224,6 @@ class LocalReplayer:
         search (reading the log, measuring its reuse) instead of delaying that search."""
         if self.pool is not None or self.jobs <= 1 or self._own is not None:
             return
-        from analyzer.advisor.probing import warm_up
-
         self._own = worker_pool(self.jobs - 1)
         with main_not_rerun():
             for _ in range(self.jobs - 1):

@@ -34,8 +34,9 @@ this one's (:func:`_bracketed`). The plan searches each model's baseline first a
 starts the other options one below its answer
 (:func:`plan_sizes`); the explore stage's variants start from the plan's answers.
 
-**The options are searched in parallel** (:func:`size_options`), probe by probe over
-``jobs`` processes (:mod:`analyzer.advisor.probing`): the replays of one option depend on
+**The options are searched in parallel**
+(:func:`analyzer.advisor.probing.size_options`), probe by probe over ``jobs``
+processes: the replays of one option depend on
 each other and those of different options do not, and a process no search waits on
 replays the count a search probably asks next.
 """
@@ -43,10 +44,7 @@ replays the count a search probably asks next.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor
-from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -64,7 +62,6 @@ from analyzer.advisor.plan import (
     price,
 )
 from analyzer.advisor.price import OPTIONS
-from analyzer.cost.aic import fitted
 from analyzer.cost.model import CostModel
 from analyzer.cost.prices import Prices
 from analyzer.progress import progress
@@ -72,8 +69,7 @@ from analyzer.replay.config import ClusterConfig, ScenarioSpec, Tier
 from analyzer.replay.engine import TraceTree
 from analyzer.replay.memo import NotRemembered
 from analyzer.replay.probe import Probe, probe
-from analyzer.replay.run import _Memo, resolve, worker_pool
-from analyzer.replay.steps import step_pricing
+from analyzer.replay.run import _Memo, resolve
 from analyzer.trace import BlockTrace
 
 if TYPE_CHECKING:
@@ -376,95 +372,6 @@ def start_after(q: SizeQuestion, base_q: SizeQuestion, base: SizeSearch) -> Size
     start = round(q.start * n / base_q.start) if hinted else n - 1
     start = max(q.fails_to + 1, min(start, q.passes_at or start))
     return replace(q, cfg=replace(q.cfg, instances=max(1, start)), near=True, gallop=True)
-
-
-def size_options(
-    searches: Sequence[Search],
-    *,
-    jobs: int = 1,
-    pool: Executor | None = None,
-    workers: int | None = None,
-    share: bool = False,
-    replay_missing: bool = True,
-) -> list[SizeSearch]:
-    """Every search's answer, in ``searches``' order, each started once the search it
-    comes ``after`` has answered; with ``jobs > 1`` (or a ``pool`` already running) in
-    worker processes, probe by probe (:class:`analyzer.advisor.probing.ProbeScheduler`:
-    the replays of one search depend on each other, those of different searches do
-    not, and a process no search is waiting on replays the count a search probably
-    asks next).
-
-    The searches start in their order, and one that waits on a baseline starts as soon
-    as that has answered, not after a whole batch: a long search (a GPU on which no
-    size meets the SLO) then runs beside the short ones instead of after them.
-    ``share``: this process replays too, beside ``workers`` of ``pool`` (so a pool of
-    ``jobs - 1`` workers keeps ``jobs`` processes busy, one worker's memory less). The
-    answers, and the counts each search tried, do not depend on where or when they
-    run: each search asks for its counts as it would alone, from its question and its
-    baseline's answer."""
-
-    order = _Order(searches)
-    if not replay_missing or (pool is None and (jobs <= 1 or len(searches) <= 1)):
-        while order.ready:
-            i = order.take()
-            order.done(
-                i,
-                size_option(
-                    searches[i].trace,
-                    order.question(i),
-                    searches[i].sampling_rate,
-                    replay_missing=replay_missing,
-                ),
-            )
-        return order.answers()
-
-    with ExitStack() as stack:
-        if pool is None:
-            workers = min(jobs, len(searches))
-            pool = stack.enter_context(worker_pool(workers))
-            share = False
-        for sr in searches:  # the step times the replays price with, fitted here once
-            q = sr.question
-            if q.cfg.serving == "aggregated" or isinstance(q.cost, CostModel):
-                step_pricing(q.cost)  # the engine's steps; a disaggregated decode pool's
-        from analyzer.advisor.probing import ProbeScheduler
-
-        return ProbeScheduler(searches, pool, workers, share, fitted()).run()
-
-
-class _Order:
-    """Which of a batch's searches may start: those after no other, in order, then each
-    one whose baseline has answered; and each one's question as it starts."""
-
-    def __init__(self, searches: Sequence[Search]) -> None:
-        self.searches = searches
-        self.found: dict[int, SizeSearch] = {}
-        self.waiting: dict[int, list[int]] = {}
-        self.ready: deque[int] = deque()
-        for i, sr in enumerate(searches):
-            if sr.after is None:
-                self.ready.append(i)
-            else:
-                self.waiting.setdefault(sr.after, []).append(i)
-
-    def take(self) -> int:
-        return self.ready.popleft()
-
-    def question(self, i: int) -> SizeQuestion:
-        sr = self.searches[i]
-        if sr.after is None:
-            return sr.question
-        return start_after(sr.question, self.searches[sr.after].question, self.found[sr.after])
-
-    def done(self, i: int, s: SizeSearch) -> None:
-        self.found[i] = s
-        self.ready.extend(self.waiting.pop(i, ()))
-
-    def answers(self) -> list[SizeSearch]:
-        missing = [i for i in range(len(self.searches)) if i not in self.found]
-        if missing:
-            raise ValueError(f"searches {missing} wait on a search that is not in the batch")
-        return [self.found[i] for i in range(len(self.searches))]
 
 
 # -- the stage: every model's plan of every option ---------------------------------------

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 import analyzer.advisor.probing as probing
 import analyzer.advisor.size as size_mod
-from analyzer.advisor.size import Search, SizeQuestion, search_size, size_option, size_options
+from analyzer.advisor.probing import size_options
+from analyzer.advisor.size import Search, SizeQuestion, search_size, size_option
 from analyzer.replay import ClusterConfig, run_replay
 from analyzer.replay.config import STANDARD_SCENARIOS, Scenario
 from analyzer.replay.probe import Probe, allowed_misses, deciding_ttft_s, probe
