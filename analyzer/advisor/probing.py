@@ -38,7 +38,8 @@ from analyzer.advisor.size import (
     SizeSearch,
     _bracketed,
     at_slo,
-    search_size,
+    kept_probes,
+    search_question,
     size_option,
     start_after,
 )
@@ -92,16 +93,7 @@ def _next_count(
         return got  # type: ignore[return-value]  # a Probe, or a _Supposed one
 
     try:
-        return search_size(
-            ask,
-            start=q.start,
-            cap=q.cap,
-            beyond=q.beyond,
-            near=q.near,
-            gallop=q.gallop,
-            fails_to=fails_to,
-            passes_at=passes_at,
-        )
+        return search_question(ask, q, fails_to, passes_at)
     except _Need as need:
         return need.n
 
@@ -282,10 +274,7 @@ class ProbeScheduler:
             result = SizeSearch(q.spec.name, q.cap, chosen, None, (s.answers[sr.only],))
         else:
             within, above = s.result
-            probes = tuple(
-                p if p.instances == chosen else p.without_result()
-                for _, p in sorted(s.answers.items())
-            )
+            probes = kept_probes(s.answers, chosen)
             result = SizeSearch(q.spec.name, q.cap, within, above, probes)
         del self.active[s.index]
         self.ended.add(s.index)

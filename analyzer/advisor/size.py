@@ -303,7 +303,22 @@ def size_option(
             one = ask(only)
         return SizeSearch(q.spec.name, q.cap, only if one.passed else None, None, (one,))
     fails_to, passes_at = _bracketed(q, before.values())
-    within, above, known = search_size(
+    within, above, known = search_question(ask, q, fails_to, passes_at)
+    chosen = within if within is not None else above
+    if chosen is not None and known[chosen].result is None:
+        # answered by a remembered probe that kept no figures: replay that size for them
+        before.pop(chosen, None)
+        known[chosen] = ask(chosen)
+    return SizeSearch(q.spec.name, q.cap, within, above, kept_probes(known, chosen))
+
+
+def search_question(
+    ask: Callable[[int], Probe], q: SizeQuestion, fails_to: int, passes_at: int | None
+) -> tuple[int | None, int | None, dict[int, Probe]]:
+    """:func:`search_size` from ``q``'s start, cap and hints, with ``fails_to`` and
+    ``passes_at`` as the probes kept from earlier questions tightened them
+    (:func:`_bracketed`)."""
+    return search_size(
         ask,
         start=q.start,
         cap=q.cap,
@@ -313,15 +328,13 @@ def size_option(
         fails_to=fails_to,
         passes_at=passes_at,
     )
-    chosen = within if within is not None else above
-    if chosen is not None and known[chosen].result is None:
-        # answered by a remembered probe that kept no figures: replay that size for them
-        before.pop(chosen, None)
-        known[chosen] = ask(chosen)
-    probes = tuple(
+
+
+def kept_probes(known: dict[int, Probe], chosen: int | None) -> tuple[Probe, ...]:
+    """A search's probes by count, only the chosen count's with its run's figures."""
+    return tuple(
         p if p.instances == chosen else p.without_result() for _, p in sorted(known.items())
     )
-    return SizeSearch(q.spec.name, q.cap, within, above, probes)
 
 
 def _bracketed(q: SizeQuestion, known: Iterable[Probe]) -> tuple[int, int | None]:
