@@ -18,6 +18,9 @@ The search's next count under a supposed answer is found by running
 search is a pure function of its answers). A supposed pass does not say how busy the
 run kept its GPUs, which an unhinted search steps down by; then only a failure is
 supposed.
+
+:func:`size_options` answers a batch: here with worker processes
+(:class:`ProbeScheduler`), else one search after another in this process.
 """
 
 from __future__ import annotations
