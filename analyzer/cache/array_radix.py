@@ -27,8 +27,8 @@ of each call in one numba kernel:
 Each call from Python costs more than most kernels' work (0.3 to 1 us to cross into
 compiled code with the arrays), so the calls the replay makes together are one kernel:
 a write or insert matches and inserts, a computed chunk is inserted and held, and a
-router's credit of an engine's lower tiers is matched tier by tier in one call
-(:func:`weighted_match`).
+router's credit of every engine it scores, tier by tier, is one call
+(:class:`CreditBoard`).
 
 It only takes chained caches (:func:`analyzer.replay.engine.is_chained`) of
 non-negative block ids under :class:`LRU` or :class:`FIFO` (:meth:`ArrayRadix.supports`);
@@ -46,7 +46,7 @@ import numpy as np
 from numba import njit
 from numba.typed import List
 
-from analyzer.cache.radix import FIFO, LRU, ROOT, Policy, weighted_match_of
+from analyzer.cache.radix import FIFO, LRU, ROOT, Policy
 from analyzer.dense import fib_slot
 
 # Rows of the int64 slot records, and of the float64 ones. ``_PARENT`` is the parent's
@@ -155,67 +155,6 @@ def _match(table: np.ndarray, si: np.ndarray, meta: np.ndarray, blocks: np.ndarr
 
 
 @njit(cache=True)
-def _credit_below(
-    credit: float,
-    m: int,
-    t1: np.ndarray,
-    s1: np.ndarray,
-    m1: np.ndarray,
-    w1: float,
-    t2: np.ndarray,
-    s2: np.ndarray,
-    m2: np.ndarray,
-    w2: float,
-    lower: int,
-    blocks: np.ndarray,
-) -> float:
-    """``credit`` for a match of ``m`` blocks, with what ``lower`` (1 or 2) tiers below
-    add to it, in the order :func:`weighted_match` adds it."""
-    mt = _match(t1, s1, m1, blocks)
-    if mt > m:
-        credit += w1 * (mt - m)
-        m = mt
-    if lower > 1:
-        mt = _match(t2, s2, m2, blocks)
-        if mt > m:
-            credit += w2 * (mt - m)
-    return credit
-
-
-def weighted_match(
-    top: ArrayRadix | None,
-    w0: float,
-    lower: tuple[tuple[ArrayRadix, float], ...],
-    blocks: np.ndarray,
-) -> float:
-    """Blocks of ``blocks`` found in a row in ``top`` then the ``lower`` caches, each
-    weighted by the nearest holding it (``w0`` for ``top``, each lower cache its own):
-    a tier-scoring router's credit, the lower tiers' matches in one kernel call."""
-    if len(lower) > 2:  # more tiers than the kernel takes: one call each
-        return weighted_match_of(top, w0, lower, blocks)
-    m = _match(top._table, top._si, top._meta, blocks) if top is not None else 0
-    credit = float(m) * w0
-    if not lower:
-        return credit
-    c1, w1 = lower[0]
-    c2, w2 = lower[1] if len(lower) > 1 else lower[0]
-    return _credit_below(
-        credit,
-        m,
-        c1._table,
-        c1._si,
-        c1._meta,
-        w1,
-        c2._table,
-        c2._si,
-        c2._meta,
-        w2,
-        len(lower),
-        blocks,
-    )
-
-
-@njit(cache=True)
 def _credits(
     arrays: List,
     first: np.ndarray,
@@ -225,7 +164,7 @@ def _credits(
     blocks: np.ndarray,
     out: np.ndarray,
 ) -> None:
-    """:func:`weighted_match` of each of ``engines`` into ``out``: engine ``e``'s caches
+    """:func:`~analyzer.cache.radix.weighted_match_of` of each of ``engines`` into ``out``: engine ``e``'s caches
     are ``caches[first[e]:first[e + 1]]`` (indices into ``arrays``, each cache's id
     table, slot records and meta; its HBM cache first, -1 where it has none) weighted
     by ``weights`` alike."""
@@ -249,7 +188,7 @@ def _credits(
 
 class CreditBoard:
     """A tier-scoring router's credit of many engines' caches in one kernel call: what
-    :func:`weighted_match` gives each engine, given ``tiers`` as
+    :func:`~analyzer.cache.radix.weighted_match_of` gives each engine, given ``tiers`` as
     ``(HBM cache or None, its weight, ((lower cache, weight), ...))`` per engine.
 
     The kernel reads the caches' arrays through lists kept here; a cache whose arrays

@@ -169,8 +169,8 @@ def weighted_match_of(
 ) -> float:
     """Blocks of ``blocks`` found in a row in ``top`` then the ``lower`` caches, each
     weighted by the nearest holding it (``w0`` for ``top``, each lower cache its own): a
-    tier-scoring router's credit, one match per cache (the compiled caches' twin is
-    :func:`analyzer.cache.array_radix.weighted_match`). ``blocks`` as the caches take
+    tier-scoring router's credit, one match per cache (the compiled caches' twin, for
+    many engines at once, is :class:`analyzer.cache.array_radix.CreditBoard`). ``blocks`` as the caches take
     them: a list of ids, or for the compiled caches an int64 array."""
     m = top.match(blocks) if top is not None else 0
     credit = float(m) * w0

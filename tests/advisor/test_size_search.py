@@ -229,8 +229,8 @@ def test_probe_is_the_replay_at_that_size(n, scale, slo, option):
         assert p.passes(slo / 2) is False  # a lower SLO fails too
 
 
-@pytest.mark.slow
-def test_parallel_search_gives_the_same_answers(monkeypatch):
+def _local_and_pooled() -> tuple[Search, Search]:
+    """The local and pooled searches of one 200-request trace, from 2 instances."""
     trace = _trace(200, gap=0.01)
     local, pooled = (
         Search(
@@ -240,6 +240,12 @@ def test_parallel_search_gives_the_same_answers(monkeypatch):
         )
         for o in (Scenario.LOCAL, Scenario.POOLED)
     )
+    return local, pooled
+
+
+@pytest.mark.slow
+def test_parallel_search_gives_the_same_answers(monkeypatch):
+    local, pooled = _local_and_pooled()
     # the pooled search after the local one starts from its answer, wherever each runs
     batch = [local, dataclasses.replace(pooled, after=0), pooled, local]
     one = size_options(batch, jobs=1)
@@ -271,15 +277,7 @@ def test_idle_processes_replay_ahead_and_the_answers_stay(monkeypatch, workers):
     replay passes (or fails): more counts are replayed than the searches ask for, and
     each search still ends with the answers and the tried counts of one search after
     another in one process (those replayed ahead and not asked are dropped)."""
-    trace = _trace(200, gap=0.01)
-    local, pooled = (
-        Search(
-            None,
-            trace,
-            SizeQuestion(STANDARD_SCENARIOS[o], _cfg(instances=2), COST, 0.5, 0.3, cap=32),
-        )
-        for o in (Scenario.LOCAL, Scenario.POOLED)
-    )
+    local, pooled = _local_and_pooled()
     batch = [local, dataclasses.replace(pooled, after=0)]
     alone = size_options(batch, jobs=1)
     replayed: list[tuple[str, int]] = []

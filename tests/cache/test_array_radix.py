@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.cache.array_radix import ArrayRadix, CreditBoard, weighted_match
+from analyzer.cache.array_radix import ArrayRadix, CreditBoard
 from analyzer.cache.radix import FIFO, LRU, BlockRadix, FarthestRank, weighted_match_of
 from tests.cache.test_radix import MostRecent, chained_requests
 
@@ -87,6 +87,18 @@ def test_array_radix_rebuilds_its_heap_as_block_radix(reqs, policy, pinning, tou
     drive(reqs, None, policy, [*writes, *pinning, *touches, (6, 0, 8, 0)])
 
 
+def _credit_by_hand(top, w0, lower, ids):
+    """A tier-scoring router's credit summed one match at a time, in its order."""
+    m = top.match(ids) if top is not None else 0
+    credit = float(m) * w0
+    for cache, w in lower:
+        mt = cache.match(ids)
+        if mt > m:
+            credit += w * (mt - m)
+            m = mt
+    return credit
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     reqs=chained_requests(max_requests=20),
@@ -98,11 +110,11 @@ def test_array_radix_rebuilds_its_heap_as_block_radix(reqs, policy, pinning, tou
     lower=st.integers(0, 3),
     top=st.booleans(),
 )
-def test_weighted_match_is_the_routers_credit(reqs, writes, capacity, weights, lower, top):
-    """A tier-scoring router's credit of every request over a top cache and up to three
-    below it (the kernel takes two, more go one call each), filled by random writes: the
-    same float as the sum over the tiers one match at a time (what the routers add, in
-    their order), and as BlockRadix twins give it."""
+def test_the_compiled_credit_is_the_routers_credit(reqs, writes, capacity, weights, lower, top):
+    """A tier-scoring router's credit of every request over a top cache (or none) and up
+    to three below it, filled by random writes: the compiled credit (a CreditBoard of
+    one engine) is the same float as the sum over the tiers one match at a time (what
+    the routers add, in their order), and as BlockRadix twins give it."""
     fast = [ArrayRadix(capacity if i else None) for i in range(4)]
     slow = [BlockRadix(capacity if i else None, LRU(), chained=True) for i in range(4)]
     for level, r in writes:
@@ -110,16 +122,11 @@ def test_weighted_match_is_the_routers_credit(reqs, writes, capacity, weights, l
         slow[level].write(list(reqs[r % len(reqs)]), 0.0)
     below = tuple((fast[1 + i], weights[i]) for i in range(lower))
     twins = tuple((slow[1 + i], weights[i]) for i in range(lower))
+    board = CreditBoard([(fast[0] if top else None, 1.0, below)])
     for chain in reqs:
         ids = np.asarray(chain, dtype=np.int64)
-        m = fast[0].match(ids) if top else 0
-        credit = float(m) * 1.0
-        for cache, w in below:
-            mt = cache.match(ids)
-            if mt > m:
-                credit += w * (mt - m)
-                m = mt
-        assert weighted_match(fast[0] if top else None, 1.0, below, ids) == credit
+        credit = _credit_by_hand(fast[0] if top else None, 1.0, below, ids)
+        assert board.credits(np.zeros(1, dtype=np.int64), ids).tolist() == [credit]
         assert weighted_match_of(slow[0] if top else None, 1.0, twins, list(chain)) == credit
 
 
@@ -141,7 +148,7 @@ def test_a_credit_board_gives_each_engine_its_credit(reqs, writes, capacity, eng
     """The credit of many engines in one kernel call (CreditBoard), over caches engines
     share (a node's DRAM) and caches whose arrays grow after the board was made: for
     every request and any choice of engines, each engine's credit is the float
-    weighted_match gives it, and BlockRadix twins' weighted_match_of."""
+    tier-by-tier sum gives it, and BlockRadix twins' weighted_match_of."""
     fast = [ArrayRadix(capacity if i % 2 else None) for i in range(5)]
     slow = [BlockRadix(capacity if i % 2 else None, LRU(), chained=True) for i in range(5)]
     tiers = [
@@ -162,7 +169,7 @@ def test_a_credit_board_gives_each_engine_its_credit(reqs, writes, capacity, eng
         some = everyone[k % len(engines) :: 2]
         for chosen in (everyone, some):
             got = board.credits(chosen, ids).tolist()
-            assert got == [weighted_match(*tiers[e], ids) for e in chosen.tolist()]
+            assert got == [_credit_by_hand(*tiers[e], ids) for e in chosen.tolist()]
             assert got == [weighted_match_of(*twins[e], list(chain)) for e in chosen.tolist()]
 
 
