@@ -219,15 +219,21 @@ class CreditBoard:
         self._slots = np.array(slots, dtype=np.int64)
         self._weights = np.array(weights, dtype=np.float64)
         self._out = np.zeros(len(tiers), dtype=np.float64)
-        # one list (each list costs about a microsecond a call to pass)
-        self._arrays = List([(c._table, c._si, c._meta) for c in caches]) if caches else None
+        # one list (each list costs about a microsecond a call to pass), made and changed
+        # by cached kernels: the typed list's own methods compile in each process
+        self._arrays = None
+        for c in caches:
+            if self._arrays is None:
+                self._arrays = _list_of(c._table, c._si, c._meta)
+            else:
+                _append(self._arrays, c._table, c._si, c._meta)
         me = weakref.ref(self)
         for k, c in enumerate(caches):
             c._boards.append((me, k))
 
     def _grew(self, k: int, cache: ArrayRadix) -> None:
         assert self._arrays is not None
-        self._arrays[k] = (cache._table, cache._si, cache._meta)
+        _set(self._arrays, k, cache._table, cache._si, cache._meta)
 
     def credits(self, engines: np.ndarray, blocks: np.ndarray) -> np.ndarray:
         """Each of ``engines``' credit for ``blocks`` (a view the next call overwrites)."""
@@ -245,6 +251,23 @@ class CreditBoard:
             out,
         )
         return out
+
+
+@njit(cache=True)
+def _list_of(table: np.ndarray, si: np.ndarray, meta: np.ndarray) -> List:
+    out = List()
+    out.append((table, si, meta))
+    return out
+
+
+@njit(cache=True)
+def _append(arrays: List, table: np.ndarray, si: np.ndarray, meta: np.ndarray) -> None:
+    arrays.append((table, si, meta))
+
+
+@njit(cache=True)
+def _set(arrays: List, k: int, table: np.ndarray, si: np.ndarray, meta: np.ndarray) -> None:
+    arrays[k] = (table, si, meta)
 
 
 # -- the leaves' heap ---------------------------------------------------------------
