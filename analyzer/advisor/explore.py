@@ -100,6 +100,13 @@ class Explored:
     arrivals: ArrivalsEffect | None
 
 
+def loosest_slo_s(opts: AnalyzeOptions) -> float | None:
+    """The loosest TTFT SLO this stage will ask of the plan's sizes (its SLO flip), when
+    it replays: the plan's failing replays run on until they lose it too, and the flip
+    then takes them instead of replaying those sizes again."""
+    return opts.ttft_slo_s * max(SLO_FACTORS) if opts.sensitivity_replays else None
+
+
 def _repriced(sized: Sized, prices: Prices) -> tuple[Fleet, ...]:
     return tuple(
         Fleet.of(f.option, tuple(repriced(p, prices) for p in f.plans)) for f in sized.fleets

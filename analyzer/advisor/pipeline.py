@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from analyzer.advisor.decide import CostUncertainty, decide_stage
 from analyzer.advisor.deliver import deliver
 from analyzer.advisor.economics import LoadFigures, load_figures
-from analyzer.advisor.explore import explore, side_floor_searches
+from analyzer.advisor.explore import explore, loosest_slo_s, side_floor_searches
 from analyzer.advisor.figures import (
     AnalyzedInput,
     BandwidthFigures,
@@ -239,7 +239,9 @@ def _run(
     if usable and opts.size_search:
         warm_default_check()  # the decision's error band, computed while the replays run
         early = side_floor_searches(m, priced, replayed, opts) if opts.ingest.jobs > 1 else []
-        sized = plan_sizes(priced, replayed, opts, services, also=early)
+        sized = plan_sizes(
+            priced, replayed, opts, services, also=early, stop_slo_s=loosest_slo_s(opts)
+        )
     step(40)
     decision, uncertainty = decide_stage(m, priced, sized, replayed, opts)
     explored = None

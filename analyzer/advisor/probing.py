@@ -151,6 +151,7 @@ class _Replay:
             sampling_rate=self.sampling_rate,
             tree=tree if tree is not None else TraceTree(self.trace),
             prefill_s=memo if memo is not None else _Memo(q.cost.compute_time_s),
+            stop_slo_s=q.stop_slo_s,
         )
 
 

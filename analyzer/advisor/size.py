@@ -99,6 +99,9 @@ class SizeQuestion:
     gallop: bool = False
     fails_to: int = 0
     passes_at: int | None = None
+    # A failing replay goes on until it has lost this looser SLO too (when the analysis
+    # will ask it later, :func:`analyzer.replay.probe.probe`), else stops at its own.
+    stop_slo_s: float | None = None
     # Probes of the same option, trace and load from earlier questions (another SLO):
     # a count one of them decides is not replayed again.
     known: tuple[Probe, ...] = field(default=(), compare=False, repr=False)
@@ -294,6 +297,7 @@ def size_option(
             sampling_rate=sampling_rate,
             tree=tree,
             prefill_s=memo,
+            stop_slo_s=q.stop_slo_s,
         )
 
     if only is not None:
@@ -330,10 +334,19 @@ def search_question(
     )
 
 
+# A complete run's figures take about 30 bytes a measured request (its TTFTs, TPOTs and
+# hits): up to this many requests a search keeps them whatever count it chooses, and a
+# later question (the sensitivity table's looser SLO) that chooses that count takes
+# them instead of replaying it; a longer log keeps the chosen count's only.
+KEEP_FIGURES_REQUESTS = 20_000
+
+
 def kept_probes(known: dict[int, Probe], chosen: int | None) -> tuple[Probe, ...]:
-    """A search's probes by count, only the chosen count's with its run's figures."""
+    """A search's probes by count, the chosen count's with its run's figures, and every
+    other complete run's too while they are small (``KEEP_FIGURES_REQUESTS``)."""
     return tuple(
-        p if p.instances == chosen else p.without_result() for _, p in sorted(known.items())
+        p if p.instances == chosen or p.requests <= KEEP_FIGURES_REQUESTS else p.without_result()
+        for _, p in sorted(known.items())
     )
 
 
@@ -547,6 +560,7 @@ def asks(
     hints: dict[tuple[str, str], Hint] | None = None,
     look_beyond: bool = True,
     cap_instances: int | None = None,
+    stop_slo_s: float | None = None,
 ) -> list[Ask]:
     """The questions of every model's plan of every option (``options``: those only), at
     the busiest window's load (x ``load_factor``) and ``ttft_slo_s`` (default: the
@@ -554,7 +568,8 @@ def asks(
     (default: it starts at ``--instances`` and knows nothing). Without ``look_beyond`` a
     search that finds no count within the cap ends there, not saying which size above
     it would meet the SLO. ``cap_instances``: the most instances searched, when fewer
-    than ``--max-gpus`` allows."""
+    than ``--max-gpus`` allows. ``stop_slo_s``: a looser SLO a later question will ask
+    of the same sizes, which failing replays run on to lose (:class:`SizeQuestion`)."""
 
     slo = opts.ttft_slo_s if ttft_slo_s is None else ttft_slo_s
     wanted = tuple(options) or OPTIONS
@@ -587,6 +602,7 @@ def asks(
                     gallop=h.gallop,
                     fails_to=h.fails_to,
                     passes_at=h.passes_at,
+                    stop_slo_s=stop_slo_s,
                 )
             )
             out.append(Ask(setup, rt, spec, load, slo, cap, low, q, priced.prices))
@@ -689,11 +705,12 @@ def plan_sizes(
     ttft_slo_s: float | None = None,
     hints: dict[tuple[str, str], Hint] | None = None,
     also: Sequence[Search] = (),
+    stop_slo_s: float | None = None,
 ) -> Sized:
     """Every model's plan of every option (:func:`asks`; a model whose floor misses the
     SLO is planned without a search: no size meets it). Without ``hints`` each model's
     baseline is searched first and the other options start at its answer. ``also``:
-    :func:`answer`'s."""
+    :func:`answer`'s; ``stop_slo_s``: :func:`asks`'."""
     batch = asks(
         priced,
         replayed,
@@ -702,6 +719,7 @@ def plan_sizes(
         load_factor=load_factor,
         ttft_slo_s=ttft_slo_s,
         hints=hints,
+        stop_slo_s=stop_slo_s,
     )
     with progress("sizing every option by replaying", None):
         plans = answer(

@@ -56,7 +56,8 @@ class Probe:
 
     ``passed``: p90 TTFT of the measured requests within ``ttft_slo_s``. ``complete``:
     the run went to the end (every passing run does; a failing one stops once it has
-    lost the SLO, and then only knows that). ``ttft`` holds the run's percentiles when
+    lost the SLO it was asked to lose, and then only knows that: its ``ttft_slo_s`` is
+    that SLO, which may be looser than the question's). ``ttft`` holds the run's percentiles when
     it is complete (all None otherwise); ``result`` the whole run's figures then."""
 
     option: str
@@ -104,6 +105,7 @@ def probe(
     sampling_rate: float = 1.0,
     tree: TraceTree | None = None,
     prefill_s: Callable[[int, int], float] | None = None,
+    stop_slo_s: float | None = None,
 ) -> Probe:
     """Whether ``instances`` instances of ``spec`` on ``cfg`` keep p90 TTFT within
     ``ttft_slo_s`` when the log arrives with its gaps multiplied by ``time_scale``.
@@ -112,13 +114,19 @@ def probe(
     (:func:`analyzer.replay.miniature.sample`): its caches are scaled by it and its
     requests arrive ``1 / sampling_rate`` times faster, at the whole trace's load.
     ``tree`` is the trace's :class:`TraceTree` when the caller probes it more than once;
-    ``prefill_s`` a remembered ``cost.compute_time_s`` shared by the caller's probes."""
+    ``prefill_s`` a remembered ``cost.compute_time_s`` shared by the caller's probes.
+    ``stop_slo_s`` (at least ``ttft_slo_s``): a failing run goes on until it has lost
+    this looser SLO too, so that it answers a later question at any SLO up to it (it
+    stops sooner at its own SLO by default)."""
     if instances < 1:
         raise UsageError(f"a probe needs at least one instance, got {instances}")
     if not (time_scale > 0 and math.isfinite(time_scale)):
         raise UsageError(f"time scale must be a positive number, got {time_scale}")
     if not (ttft_slo_s > 0 and math.isfinite(ttft_slo_s)):
         raise UsageError("--ttft-slo must be a positive number of seconds")
+    lost_at = ttft_slo_s if stop_slo_s is None else max(ttft_slo_s, stop_slo_s)
+    if not math.isfinite(lost_at):
+        raise UsageError(f"a probe's stop SLO must be finite, got {stop_slo_s}")
     sized = replace(cfg, instances=instances)
     res = resolve(
         sized,
@@ -134,13 +142,13 @@ def probe(
         trace,
         res.plan,
         res.cluster.time_scale * time_scale * sampling_rate,
-        slo_abort=(ttft_slo_s, allowed),
+        slo_abort=(lost_at, allowed),
         tree=tree,
     )
     missed = int(np.count_nonzero(stats.ttft_s > ttft_slo_s))
     passed = not stats.aborted and missed <= allowed
-    if stats.aborted:
-        return Probe(spec.name, instances, time_scale, ttft_slo_s, False, False, n, missed)
+    if stats.aborted:  # it lost ``lost_at``, and so every SLO up to it
+        return Probe(spec.name, instances, time_scale, lost_at, False, False, n, missed)
     run = ScenarioResult(spec, res, stats, None, 1.0 / sampling_rate)
     return Probe(
         spec.name,

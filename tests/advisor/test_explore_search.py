@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.advisor import Thresholds, run_analysis
-from analyzer.advisor.explore import SIDE_INSTANCES_MULTIPLE
+from analyzer.advisor.explore import SIDE_INSTANCES_MULTIPLE, SLO_FACTORS
 from analyzer.advisor.replay import LocalReplayer, Services
 from analyzer.advisor.size import SizeQuestion, SizeSearch, start_after
 
@@ -99,6 +99,17 @@ def test_each_search_starts_where_the_answer_probably_is(busy):
         elif q.ttft_slo_s > slo:
             assert q.passes_at == found
             assert all(p.instances <= found for p in a.search.probes)
+
+
+def test_the_plans_failing_runs_run_on_to_the_looser_slo_flip(busy):
+    """The plan's searches are told the looser SLO its flip asks (their failing runs go on
+    until they lose it too, so the flip takes them); no other question is."""
+    r, asked = busy
+    slo = r.plans[0].ttft_slo_s
+    plan = asked[: len(r.plans)]
+    assert [a.question.spec.name for a in plan] == [p.option for p in r.plans]
+    assert all(a.question.stop_slo_s == pytest.approx(slo * max(SLO_FACTORS)) for a in plan)
+    assert all(a.question.stop_slo_s is None for a in asked[len(r.plans) :])
 
 
 def test_side_by_side_rows_search_within_the_cap_only(busy):

@@ -155,7 +155,7 @@ def test_probes_at_another_slo_bound_the_search(monkeypatch):
     assert min(replayed) < 8
 
 
-def test_search_steps_down_to_the_busy_bound():
+def test_search_steps_down_to_the_busy_bound(monkeypatch):
     """A passing run whose GPUs were busy 30% of the time: the next count tried is the
     one that would be busy all the time (fewer cannot serve the work)."""
     trace = _trace(400, gap=0.05)
@@ -166,7 +166,11 @@ def test_search_steps_down_to_the_busy_bound():
     assert counts[-1] == 16 and s.instances is not None
     assert len(counts) <= 6  # 16, then the busy bound, then a few bisections
     assert s.at_size is not None and s.at_size.passed and s.at_size.result is not None
-    # only the chosen size keeps its run
+    # a short log's search keeps every complete run; a long one's only the chosen size's
+    assert sum(p.complete for p in s.probes) >= 2
+    assert all((p.result is not None) == p.complete for p in s.probes)
+    monkeypatch.setattr(size_mod, "KEEP_FIGURES_REQUESTS", 0)
+    s = size_option(trace, q)
     assert all((p.result is not None) == (p.instances == s.instances) for p in s.probes)
 
 
@@ -227,6 +231,71 @@ def test_probe_is_the_replay_at_that_size(n, scale, slo, option):
         assert p.rank_s == deciding_ttft_s(ttft)
     else:
         assert p.passes(slo / 2) is False  # a lower SLO fails too
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(1, 4),
+    scale=st.sampled_from([0.05, 0.2, 1.0]),
+    slo=st.sampled_from([0.05, 0.2, 1.0]),
+    looser=st.sampled_from([1.0, 2.0, 4.0]),
+)
+def test_a_probe_told_a_looser_slo_runs_on_until_it_loses_that(n, scale, slo, looser):
+    """With ``stop_slo_s`` a run that fails its SLO goes on: to the end when it meets
+    the looser one (its percentiles then answer any SLO), else until it has lost that."""
+    trace = _trace(120, gap=0.02)
+    cfg = _cfg(instances=n, time_scale=scale)
+    full = run_replay(
+        trace, cfg, scenarios=(Scenario.LOCAL,), search_rate=False, cost=COST
+    ).scenarios[Scenario.LOCAL]
+    ttft = full.stats.ttft_s
+    p = probe(
+        trace,
+        dataclasses.replace(cfg, time_scale=1.0),
+        STANDARD_SCENARIOS[Scenario.LOCAL],
+        instances=n,
+        time_scale=scale,
+        ttft_slo_s=slo,
+        cost=COST,
+        stop_slo_s=slo * looser,
+    )
+    assert p.passed == (int(np.count_nonzero(ttft > slo)) <= allowed_misses(ttft.size))
+    if int(np.count_nonzero(ttft > slo * looser)) <= allowed_misses(ttft.size):
+        assert p.complete and p.result is not None and p.ttft == full.ttft
+        assert p.rank_s == deciding_ttft_s(ttft)
+        assert p.passes(slo * looser) is True
+    else:
+        assert not p.complete and not p.passed and p.ttft_slo_s == slo * looser
+        assert p.passes(slo * looser) is False and p.passes(slo * looser * 2) is None
+
+
+def test_a_looser_question_takes_the_runs_that_ran_on_for_it(monkeypatch):
+    """A search told the looser SLO a later question asks: that question replays none of
+    the counts the first one tried, and when it chooses one of them it takes that run's
+    figures (a short log keeps every complete run's)."""
+    trace = _trace(400, gap=0.05)
+    local = STANDARD_SCENARIOS[Scenario.LOCAL]
+    replays: list[int] = []
+    real = size_mod.probe
+
+    def counted(*args, **kw):
+        replays.append(kw["instances"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(size_mod, "probe", counted)
+    first = SizeQuestion(local, _cfg(instances=8), COST, 1.0, 0.5, cap=64, stop_slo_s=1.0)
+    a = size_option(trace, first)
+    tried = {p.instances for p in a.probes}
+    replays.clear()
+    later = dataclasses.replace(first, ttft_slo_s=1.0, stop_slo_s=None, known=a.probes)
+    b = size_option(trace, later)
+    assert not tried & set(replays)
+    replays.clear()
+    alone = size_option(trace, dataclasses.replace(later, known=()))
+    assert tried & set(replays)  # which it would replay, alone
+    assert (b.instances, b.above_cap) == (alone.instances, alone.above_cap)
+    assert b.at_size is not None and alone.at_size is not None and b.at_size.result is not None
+    assert b.at_size.result.to_json() == alone.at_size.result.to_json()
 
 
 def _local_and_pooled() -> tuple[Search, Search]:
@@ -297,7 +366,8 @@ def test_idle_processes_replay_ahead_and_the_answers_stay(monkeypatch, workers):
         assert a.at_size is not None and b.at_size is not None
         assert a.at_size.result is not None and b.at_size.result is not None
         assert a.at_size.result.to_json() == b.at_size.result.to_json()
-        assert all(p.result is None for p in b.probes if p.instances != b.instances)
+        # a short log's complete runs keep their figures, as alone
+        assert [p.result is not None for p in b.probes] == [p.complete for p in a.probes]
     asked = {(s.option, p.instances) for s in alone for p in s.probes}
     assert asked <= set(replayed)  # each count asked was replayed, once
     assert len(replayed) == len(set(replayed))
