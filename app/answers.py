@@ -63,7 +63,8 @@ def probe_store():
     it has, and one that moves a tier's setting replays only the options with that tier."""
     from analyzer.advisor.replay import ProbeStore
 
-    return ProbeStore(max_keys=2048)
+    # figures for at most 4M measured requests: about 50-120 MB however long it runs
+    return ProbeStore(max_keys=2048, max_figures_requests=4_000_000)
 
 
 def run_whatif(

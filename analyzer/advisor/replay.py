@@ -146,13 +146,18 @@ class ProbeStore:
     (:func:`_key`): a later question whose answer a probe already gives (the same size
     at a lower SLO that it met, or a higher one it missed) is not replayed again.
     Thread-safe (the dashboard's page and its background prefetch share one), and
-    bounded: past ``max_keys`` the oldest are forgotten."""
+    bounded: past ``max_keys`` the oldest are forgotten, and past
+    ``max_figures_requests`` measured requests' worth of runs' figures (when given; a
+    run's figures take about 12-30 bytes a request) the oldest keys' probes keep their
+    answers and lose their figures (a question that chooses such a count replays it)."""
 
-    def __init__(self, max_keys: int = 1024) -> None:
+    def __init__(self, max_keys: int = 1024, max_figures_requests: int | None = None) -> None:
 
         self.max_keys = max_keys
+        self.max_figures_requests = max_figures_requests
         self._lock = threading.Lock()
         self._known: dict[tuple[object, ...], dict[int, Probe]] = {}
+        self._figures = 0  # measured requests of the runs whose figures are kept
 
     def get(self, key: tuple[object, ...]) -> tuple[Probe, ...]:
         with self._lock:
@@ -165,15 +170,36 @@ class ProbeStore:
             known = self._known.pop(key, {})
             for p in probes:
                 old = known.get(p.instances)
-                if old is None or (
-                    old.rank_s is None and (p.rank_s is not None or p.ttft_slo_s > old.ttft_slo_s)
+                if (
+                    old is None
+                    or (
+                        old.rank_s is None
+                        and (p.rank_s is not None or p.ttft_slo_s > old.ttft_slo_s)
+                    )
+                    or (old.result is None and p.result is not None)
                 ):
+                    self._figures += _figures(p) - (0 if old is None else _figures(old))
                     known[p.instances] = p
                     added += 1
             self._known[key] = known  # most recent last
             while len(self._known) > self.max_keys:
-                self._known.pop(next(iter(self._known)))
+                gone = self._known.pop(next(iter(self._known)))
+                self._figures -= sum(_figures(p) for p in gone.values())
+            top = self.max_figures_requests
+            if top is not None and self._figures > top:
+                for k, kept in self._known.items():  # the oldest first, never the newest
+                    if self._figures <= top or k == key:
+                        break
+                    for n, p in kept.items():
+                        if p.result is not None:
+                            self._figures -= _figures(p)
+                            kept[n] = p.without_result()
         return added
+
+
+def _figures(p: Probe) -> int:
+    """The measured requests whose figures ``p`` keeps (none without its run's)."""
+    return 0 if p.result is None else p.requests
 
 
 class LocalReplayer:

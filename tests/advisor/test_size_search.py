@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import analyzer.advisor.probing as probing
 import analyzer.advisor.size as size_mod
 from analyzer.advisor.probing import size_options
+from analyzer.advisor.replay import ProbeStore
 from analyzer.advisor.size import Search, SizeQuestion, search_size, size_option
 from analyzer.replay import ClusterConfig, run_replay
 from analyzer.replay.config import STANDARD_SCENARIOS, Scenario
@@ -296,6 +297,34 @@ def test_a_looser_question_takes_the_runs_that_ran_on_for_it(monkeypatch):
     assert (b.instances, b.above_cap) == (alone.instances, alone.above_cap)
     assert b.at_size is not None and alone.at_size is not None and b.at_size.result is not None
     assert b.at_size.result.to_json() == alone.at_size.result.to_json()
+
+
+def test_the_store_keeps_figures_within_its_budget():
+    """Past its budget of requests' figures the store strips the oldest keys' runs of
+    their figures (their answers stay); a run with figures replaces one without."""
+    one = probe(
+        _trace(120, gap=0.02),
+        _cfg(instances=2),
+        STANDARD_SCENARIOS[Scenario.LOCAL],
+        instances=2,
+        time_scale=1.0,
+        ttft_slo_s=60.0,
+        cost=COST,
+    )
+    assert one.complete and one.result is not None
+    store = ProbeStore(max_figures_requests=int(2.5 * one.requests))
+    for key in ("a", "b", "c"):
+        assert store.put((key,), [one]) == 1
+    (a,) = store.get(("a",))
+    assert a.result is None and (a.rank_s, a.passed) == (one.rank_s, one.passed)
+    assert all(p.result is not None for k in ("b", "c") for p in store.get((k,)))
+    assert store.put(("a",), [one]) == 1  # its figures back, and "b" is now the oldest
+    assert [store.get((k,))[0].result is not None for k in "abc"] == [True, False, True]
+    assert store.put(("a",), [one]) == 0  # nothing new
+    unbounded = ProbeStore()
+    for key in ("a", "b", "c"):
+        unbounded.put((key,), [one])
+    assert all(unbounded.get((k,))[0].result is not None for k in "abc")
 
 
 def _local_and_pooled() -> tuple[Search, Search]:
