@@ -222,10 +222,10 @@ class CreditBoard:
         # one list (each list costs about a microsecond a call to pass), made and changed
         # by cached kernels: the typed list's own methods compile in each process
         self._arrays = None
-        for c in caches:
-            if self._arrays is None:
-                self._arrays = _list_of(c._table, c._si, c._meta)
-            else:
+        if caches:
+            c0 = caches[0]
+            self._arrays = _list_of(c0._table, c0._si, c0._meta)
+            for c in caches[1:]:
                 _append(self._arrays, c._table, c._si, c._meta)
         me = weakref.ref(self)
         for k, c in enumerate(caches):

@@ -57,8 +57,9 @@ class Probe:
     ``passed``: p90 TTFT of the measured requests within ``ttft_slo_s``. ``complete``:
     the run went to the end (every passing run does; a failing one stops once it has
     lost the SLO it was asked to lose, and then only knows that: its ``ttft_slo_s`` is
-    that SLO, which may be looser than the question's). ``ttft`` holds the run's percentiles when
-    it is complete (all None otherwise); ``result`` the whole run's figures then."""
+    that SLO, which may be looser than the question's). ``ttft`` holds the run's
+    percentiles when it is complete (all None otherwise); ``result`` the whole run's
+    figures then."""
 
     option: str
     instances: int
