@@ -190,6 +190,7 @@ def run_analysis(
     advance: Advance | None = None,
     loaded: LoadedTrace | None = None,
     services: Services | None = None,
+    replayer: LocalReplayer | None = None,
 ) -> AnalysisResult:
     """The whole pipeline, stage by stage (module docstring); ``advance`` (if given)
     receives percentage points (100 in all).
@@ -197,10 +198,12 @@ def run_analysis(
     ``loaded`` is what ``open_trace(paths, ...)`` already returned, for a caller that
     ingested the logs itself (the dashboard): ingestion is then skipped, so the options'
     ``ingest`` plays no part, and ``paths`` (its ``sources``) only name the files in the
-    report. ``services``: the caller's replayer and remembered reuse figures."""
+    report. ``services``: the caller's replayer and remembered reuse figures. Without
+    them, ``replayer``: one the caller made (and may have started, so that its workers
+    start while the caller imports), run and closed as the analysis's own."""
     opts = opts or AnalyzeOptions()
     if services is None:
-        own = LocalReplayer(opts.ingest.jobs)
+        own = replayer if replayer is not None else LocalReplayer(opts.ingest.jobs)
         if opts.size_search:
             own.start()  # its workers start while the log is read and measured
         try:

@@ -255,6 +255,11 @@ class LocalReplayer:
             for _ in range(self.jobs - 1):
                 self._own.submit(warm_up)
 
+    @property
+    def workers(self) -> Executor | None:
+        """The worker processes :meth:`start` started (None: none yet, or ``jobs`` 1)."""
+        return self._own
+
     def close(self) -> None:
         """Stop the worker processes this replayer started (none: nothing to do)."""
         if self._own is not None:

@@ -149,11 +149,10 @@ def analyze(
 
     from analyzer.advisor.figures import Objective, Thresholds
     from analyzer.advisor.pipeline import AnalyzeOptions, run_analysis
-    from analyzer.cli.output import report_console, write_text
+    from analyzer.advisor.replay import LocalReplayer
     from analyzer.cost.prices import PriceOverrides
+    from analyzer.cost.reference import warm_default_check
     from analyzer.outputs import report_dir
-    from analyzer.progress import progress
-    from analyzer.report import ReportDocument, render_json, write_reports
     from analyzer.storage import free_prefix, is_url
 
     remote: tuple[str, str | None] | None = None  # (prefix, note) in object storage
@@ -201,8 +200,19 @@ def analyze(
             store_month_usd=store_month_usd,
         ),
     )
+    # The replays' workers start now, so that their imports, and then the decision's
+    # error band, run beside this process's import of the report and its read of the log.
+    replayer = LocalReplayer(opts.ingest.jobs)
+    if opts.size_search:
+        replayer.start()
+        if replayer.workers is not None:
+            warm_default_check(replayer.workers)
+    from analyzer.cli.output import report_console, write_text
+    from analyzer.progress import progress
+    from analyzer.report import ReportDocument, render_json, write_reports
+
     # Each stage shows its own progress bar (rich allows one live display at a time).
-    document = ReportDocument.of(run_analysis([str(p) for p in inputs], opts))
+    document = ReportDocument.of(run_analysis([str(p) for p in inputs], opts, replayer=replayer))
     paths: Mapping[str, Path | str]
     written: dict[str, Path] = {}
     with progress("writing reports", None):

@@ -23,6 +23,7 @@ import statistics
 import threading
 import tomllib
 from collections.abc import Mapping
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -37,6 +38,7 @@ from analyzer.cost.engine_constants import DEFAULT_ENGINE, FITTED, EngineConstan
 from analyzer.cost.model import CostModel, default_mfu
 from analyzer.cost.step_formula import chunk_attn, step_seconds
 from analyzer.errors import InputError, Location, shown
+from analyzer.spawn import main_not_rerun
 
 QUANTITIES = ("ttft_s", "prefill_tokens_per_s")
 _BACKENDS = {"vLLM": "vllm", "SGLang": "sglang", "TensorRT-LLM": "trtllm"}
@@ -565,16 +567,26 @@ def _measured_prediction(row: PrefillRow) -> tuple[float | None, str]:
 
 
 _warming: threading.Thread | None = None
+_aside: Future[CheckResult] | None = None
 
 
-def warm_default_check() -> None:
-    """Start :func:`default_check` in a thread (once per process), for a caller that has
-    a while to wait before it needs the answer: an analysis computes it (0.8 s, most of
-    it importing and running scipy's least squares) while its replays run in worker
-    processes. Errors are left to the call that needs the answer, which raises them."""
-    global _warming
-    if _warming is not None:
+def warm_default_check(pool: Executor | None = None) -> None:
+    """Start :func:`default_check` (once per process) for a caller that has a while to
+    wait before it needs the answer: in ``pool`` when given (the analysis's worker
+    processes, idle while the command imports its stages and reads the log), else in a
+    thread of this process. It takes 0.8 s, most of it importing and running scipy's
+    least squares. Errors are left to the call that needs the answer, which raises
+    them (a pool that fails to answer: it computes the check itself)."""
+    global _warming, _aside
+    if _warming is not None or _aside is not None:
         return
+    if pool is not None:
+        try:
+            with main_not_rerun():
+                _aside = pool.submit(default_check)
+            return
+        except RuntimeError:  # a pool shut down or broken: a thread here instead
+            pass
 
     def run() -> None:
         with contextlib.suppress(Exception):  # the caller's own default_check() raises it
@@ -586,7 +598,14 @@ def warm_default_check() -> None:
 
 def default_check() -> CheckResult:
     """The shipped table's check, computed once per process (waiting for
-    :func:`warm_default_check`'s thread when one is computing it)."""
+    :func:`warm_default_check`'s thread or worker when one is computing it)."""
+    global _aside
+    a = _aside
+    if a is not None:
+        try:
+            return a.result()
+        except Exception:  # a pool shut down or broken before it answered
+            _aside = None
     w = _warming
     if w is not None and w is not threading.current_thread():
         w.join()

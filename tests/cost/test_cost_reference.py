@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from concurrent.futures import Future
 from dataclasses import replace
 
 import pytest
@@ -13,6 +14,7 @@ from analyzer.cli import app
 from analyzer.cost import reference as ref
 from analyzer.cost.engine_constants import DEFAULT_ENGINE, FITTED, EngineConstants
 from analyzer.errors import InputError
+from analyzer.replay.run import worker_pool
 
 runner = CliRunner()
 
@@ -256,3 +258,26 @@ def test_the_error_band_warmed_in_a_thread_is_the_check_itself(monkeypatch):
     ref._warming.join()
     with pytest.raises(ref.InputError, match="unreadable"):
         ref.default_check()
+
+
+@pytest.mark.slow
+def test_the_error_band_computed_in_a_worker_is_the_one_computed_here(monkeypatch):
+    """An analysis computes the shipped table's check in its idle worker process; the
+    answer is the one this process computes, and a pool that cannot answer (shut down,
+    or its task cancelled) leaves it to this process."""
+    here = ref._check(ref.load_measurements())
+    monkeypatch.setattr(ref, "_warming", None)
+    monkeypatch.setattr(ref, "_aside", None)
+    with worker_pool(1) as pool:
+        ref.warm_default_check(pool)
+        assert ref._aside is not None and ref._warming is None
+        assert ref.default_check() == here
+    cancelled: Future = Future()
+    cancelled.cancel()
+    monkeypatch.setattr(ref, "_aside", cancelled)
+    assert ref.default_check() == here and ref._aside is None
+    gone = worker_pool(1)
+    gone.shutdown()
+    ref.warm_default_check(gone)  # a thread instead
+    assert ref._aside is None and ref._warming is not None
+    assert ref.default_check() == here
