@@ -567,7 +567,7 @@ def _measured_prediction(row: PrefillRow) -> tuple[float | None, str]:
 
 
 _warming: threading.Thread | None = None
-_aside: Future[CheckResult] | None = None
+_aside: Future[tuple[Measurements, CheckResult]] | None = None
 
 
 def warm_default_check(pool: Executor | None = None) -> None:
@@ -583,7 +583,7 @@ def warm_default_check(pool: Executor | None = None) -> None:
     if pool is not None:
         try:
             with main_not_rerun():
-                _aside = pool.submit(default_check)
+                _aside = pool.submit(_table_and_check)
             return
         except RuntimeError:  # a pool shut down or broken: a thread here instead
             pass
@@ -598,15 +598,26 @@ def warm_default_check(pool: Executor | None = None) -> None:
 
 def default_check() -> CheckResult:
     """The shipped table's check, computed once per process (waiting for
-    :func:`warm_default_check`'s thread or worker when one is computing it)."""
+    :func:`warm_default_check`'s thread or worker when one is computing it; a worker's
+    answer holds while the table it read is the one this process reads)."""
     global _aside
+    m = load_measurements()
     a = _aside
     if a is not None:
         try:
-            return a.result()
+            table, check = a.result()
         except Exception:  # a pool shut down or broken before it answered
             _aside = None
+        else:
+            if table == m:
+                return check
     w = _warming
     if w is not None and w is not threading.current_thread():
         w.join()
-    return _check(load_measurements())
+    return _check(m)
+
+
+def _table_and_check() -> tuple[Measurements, CheckResult]:
+    """:func:`default_check` in a worker, with the table it read."""
+    m = load_measurements()
+    return m, _check(m)

@@ -272,6 +272,13 @@ def test_the_error_band_computed_in_a_worker_is_the_one_computed_here(monkeypatc
         ref.warm_default_check(pool)
         assert ref._aside is not None and ref._warming is None
         assert ref.default_check() == here
+    # a table changed since (another models folder): checked here, not taken
+    table = ref.load_measurements()
+    fewer = replace(table, prefill=table.prefill[1:])
+    monkeypatch.setattr(ref, "load_measurements", lambda: fewer)
+    assert ref.default_check() == ref._check(fewer) != here
+    monkeypatch.undo()
+    monkeypatch.setattr(ref, "_warming", None)
     cancelled: Future = Future()
     cancelled.cancel()
     monkeypatch.setattr(ref, "_aside", cancelled)
