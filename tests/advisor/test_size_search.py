@@ -327,6 +327,19 @@ def test_the_store_keeps_figures_within_its_budget():
     assert all(unbounded.get((k,))[0].result is not None for k in "abc")
 
 
+def _counting_replays(monkeypatch) -> list[tuple[str, int]]:
+    """The replays run in this process from now on, as (option, count) in order."""
+    seen: list[tuple[str, int]] = []
+    run = probing._Replay.run
+
+    def counted(r, *args):
+        seen.append((r.question.spec.name, r.instances))
+        return run(r, *args)
+
+    monkeypatch.setattr(probing._Replay, "run", counted)
+    return seen
+
+
 def _local_and_pooled() -> tuple[Search, Search]:
     """The local and pooled searches of one 200-request trace, from 2 instances."""
     trace = _trace(200, gap=0.01)
@@ -348,14 +361,7 @@ def test_parallel_search_gives_the_same_answers(monkeypatch):
     batch = [local, dataclasses.replace(pooled, after=0), pooled, local]
     one = size_options(batch, jobs=1)
     two = size_options(batch, jobs=2)
-    here: list[int] = []
-    run = probing._Replay.run
-
-    def counted(r, *args):
-        here.append(r.instances)
-        return run(r, *args)
-
-    monkeypatch.setattr(probing._Replay, "run", counted)  # this process's, not the worker's
+    here = _counting_replays(monkeypatch)  # this process's, not the worker's
     with worker_pool(1) as pool:
         shared = size_options(batch, pool=pool, workers=1, share=True)
     # one worker and this process, each replaying some of the batch's counts
@@ -378,14 +384,7 @@ def test_idle_processes_replay_ahead_and_the_answers_stay(monkeypatch, workers):
     local, pooled = _local_and_pooled()
     batch = [local, dataclasses.replace(pooled, after=0)]
     alone = size_options(batch, jobs=1)
-    replayed: list[tuple[str, int]] = []
-    run = probing._Replay.run
-
-    def counted(r, *args):
-        replayed.append((r.question.spec.name, r.instances))
-        return run(r, *args)
-
-    monkeypatch.setattr(probing._Replay, "run", counted)
+    replayed = _counting_replays(monkeypatch)
     with ThreadPoolExecutor(workers) as pool:
         got = size_options(batch, pool=pool, workers=workers, share=True)
     assert [(s.instances, s.above_cap, [p.instances for p in s.probes]) for s in got] == [
@@ -410,14 +409,7 @@ def test_a_shared_pool_of_unknown_size_gets_no_replay_ahead(monkeypatch):
     q = SizeQuestion(STANDARD_SCENARIOS[Scenario.LOCAL], _cfg(instances=2), COST, 0.5, 0.3, cap=32)
     batch = [Search(None, trace, q), Search(None, trace, dataclasses.replace(q, ttft_slo_s=0.6))]
     alone = size_options(batch, jobs=1)
-    replayed: list[int] = []
-    run = probing._Replay.run
-
-    def counted(r, *args):
-        replayed.append(r.instances)
-        return run(r, *args)
-
-    monkeypatch.setattr(probing._Replay, "run", counted)
+    replayed = _counting_replays(monkeypatch)
     with ThreadPoolExecutor(4) as pool:
         got = size_options(batch, pool=pool)
     assert [[p.instances for p in s.probes] for s in got] == [
