@@ -736,8 +736,9 @@ def test_llmd_tail_at_40_and_43_req_s_is_the_kv_pool_at_its_edge():
     p90 (0.272, 0.265 s): a few requests waited seconds in the first stages of ~1,500
     requests, and the tail is gone by 49 req/s. The replay shows that tail only where
     the servers' KV pool is within a few percent of what running requests need: with
-    the pool the report gives (307,328 tokens) the first of those stages has it (mean
-    1.82x, its p90 0.93x, seed 0) and it fades over the next two, as measured; 2% more
+    the pool the report gives (307,328 tokens) the first two of those stages have it
+    (mean 1.82x and 1.26x, the p90 0.93x and 0.95x, seed 0) and the third has none, where
+    the measured tail fades over three; 2% more
     pool (313,000 tokens, or the engine's 328,072) and no request waits (0.41x); 1.4%
     less (303,000) and the tail is 3.4x. Where the pool is that close, the arrival draw
     moves the rows: seeds 1 and 2 give 2.07x and 0.95x at 40 req/s."""
