@@ -292,7 +292,9 @@ def multiturn_trace(
 ) -> tuple[BlockTrace, np.ndarray]:
     """SGLang's ``benchmark/hicache/bench_multiturn.py`` with ``--enable-round-barrier``
     as a trace, and each request's round: every client sends ``rounds`` requests, a round
-    in random client order, Poisson arrivals at ``rate``; a client's prompt is its history
+    in random client order, Poisson arrivals at ``rate`` (at fixed times: the barrier's
+    wait for the round before to be answered is the replay's to add, as
+    tests/replay/test_replay_validation.py does); a client's prompt is its history
     (every earlier question and answer) plus a new ``request_tokens`` question. The answer
     is re-tokenized into the next prompt, so it is not matched (as the benchmark's hit
     rates show: each round's hits are the previous prompt)."""
