@@ -113,11 +113,17 @@ class _PrefillFirst(AggregatedSimulation):
 
 
 def _per_round(
-    dram: bool, seed: int = 1, gpu: str = "h100", prefill_first: bool = False
+    dram: bool,
+    seed: int = 1,
+    gpu: str = "h100",
+    prefill_first: bool = False,
+    rate: float = 1.0,
+    barrier: bool = False,
 ) -> tuple[dict[int, float], dict[int, float]]:
-    """Each round's hit rate and mean TTFT (s) of the bench_multiturn replay, under
-    vLLM's order or (``prefill_first``) SGLang's."""
-    trace, rounds = multiturn_trace(seed=seed)
+    """Each round's hit rate and mean TTFT (s) of the bench_multiturn replay at ``rate``
+    requests/s, under vLLM's order or (``prefill_first``) SGLang's; ``barrier``: each
+    round sent once the one before is answered (:func:`_round_barrier`)."""
+    trace, rounds = multiturn_trace(seed=seed, rate=rate)
     cfg = ClusterConfig(
         model="qwen3-32b",
         gpu=gpu,
@@ -130,18 +136,43 @@ def _per_round(
     )
     spec = select_scenarios("local+dram" if dram else "local")[0]
     plan = resolve(cfg, spec, trace.block_size).plan
-    if prefill_first:
-        sims = replay_engine.SIMULATIONS
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setitem(sims, "aggregated", _PrefillFirst)
-            st = simulate(trace, plan, 1.0)
-    else:
+    engine: type[AggregatedSimulation] = _PrefillFirst if prefill_first else AggregatedSimulation
+    if barrier:
+        engine = _round_barrier(trace, rounds, engine)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(replay_engine.SIMULATIONS, "aggregated", engine)
         st = simulate(trace, plan, 1.0)
     assert st.hit_tokens is not None
     prompts = trace.prompt_tokens
     each = range(int(rounds.max()) + 1)
     hits = {r: float(st.hit_tokens[rounds == r].sum() / prompts[rounds == r].sum()) for r in each}
     return hits, {r: float(np.nanmean(st.ttft_s[rounds == r])) for r in each}
+
+
+def _round_barrier(
+    trace: Any, rounds: np.ndarray, base: type[AggregatedSimulation]
+) -> type[AggregatedSimulation]:
+    """``base`` behind bench_multiturn's ``--enable-round-barrier`` as the benchmark runs
+    it: a round's requests are released once every request of the round before has been
+    answered, then sent one per Poisson gap (benchmark/hicache/bench_multiturn.py,
+    ``response_handler`` and ``request_sender``), where the trace sends them at fixed
+    times whether the round before is done or not."""
+    arrivals = np.asarray(trace.arrival_s, dtype=float)
+    offset = np.empty_like(arrivals)
+    for r in range(int(rounds.max()) + 1):
+        each = np.flatnonzero(rounds == r)
+        offset[each] = arrivals[each] - (arrivals[each[0] - 1] if each[0] else 0.0)
+    return type(
+        "_RoundBarrier",
+        (_StagedLoadGenerator, base),
+        {
+            "stage": rounds.astype(np.int64),
+            "offset_s": offset,
+            "slots": 128,  # --max-parallel
+            "interval_s": 0.0,
+            "lead_s": 0.0,
+        },
+    )
 
 
 def _per_round_hits(dram: bool) -> dict[int, float]:
@@ -257,54 +288,6 @@ def test_sglang_prefill_first_order_leaves_the_hit_rates_as_they_are():
             assert sglang_ttft[9] > 1.05 * vllm_ttft[9]
 
 
-def _per_round_behind_the_barrier(
-    rate: float, prefill_first: bool = False
-) -> tuple[dict[int, float], dict[int, float]]:
-    """:func:`_per_round` with bench_multiturn's ``--enable-round-barrier`` as the
-    benchmark runs it: a round's requests are released once every request of the round
-    before has been answered, then sent one per Poisson gap at ``rate``
-    (benchmark/hicache/bench_multiturn.py, ``response_handler`` and ``request_sender``),
-    where the trace sends them at fixed times whether the round before is done or not."""
-    trace, rounds = multiturn_trace(seed=1, rate=rate)
-    arrivals = np.asarray(trace.arrival_s, dtype=float)
-    offset = np.empty_like(arrivals)
-    for r in range(int(rounds.max()) + 1):
-        each = np.flatnonzero(rounds == r)
-        offset[each] = arrivals[each] - (arrivals[each[0] - 1] if each[0] else 0.0)
-    base = _PrefillFirst if prefill_first else AggregatedSimulation
-    barrier = type(
-        "_RoundBarrier",
-        (_StagedLoadGenerator, base),
-        {
-            "stage": rounds.astype(np.int64),
-            "offset_s": offset,
-            "slots": 128,  # --max-parallel
-            "interval_s": 0.0,
-            "lead_s": 0.0,
-        },
-    )
-    cfg = ClusterConfig(
-        model="qwen3-32b",
-        gpu="h100",
-        tp=2,
-        instances=1,
-        warmup_fraction=0.0,
-        serving="aggregated",
-        local_capacity_tokens=MAX_TOTAL_TOKENS,
-    )
-    plan = resolve(cfg, select_scenarios("local")[0], trace.block_size).plan
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(replay_engine.SIMULATIONS, "aggregated", barrier)
-        st = simulate(trace, plan, 1.0)
-    assert st.hit_tokens is not None
-    prompts = trace.prompt_tokens
-    each_round = range(int(rounds.max()) + 1)
-    hits = {
-        r: float(st.hit_tokens[rounds == r].sum() / prompts[rounds == r].sum()) for r in each_round
-    }
-    return hits, {r: float(np.nanmean(st.ttft_s[rounds == r])) for r in each_round}
-
-
 @pytest.mark.slow
 def test_the_round_barrier_leaves_the_hit_rates_as_they_are():
     """Each round sent only once the one before is done, as the benchmark's barrier
@@ -313,10 +296,10 @@ def test_the_round_barrier_leaves_the_hit_rates_as_they_are():
     within a point in vLLM's order and SGLang's alike. Rounds 8 and 9 stay near 10%
     where 5.5% and 3.5% were measured (docs/validation.md)."""
     base = _per_round_hits(dram=False)
-    hits, ttft = _per_round_behind_the_barrier(1.0)
+    hits, ttft = _per_round(dram=False, barrier=True)
     assert hits == pytest.approx(base, abs=0.002)
     for prefill_first in (False, True):
-        hits, ttft = _per_round_behind_the_barrier(16.0, prefill_first)
+        hits, ttft = _per_round(dram=False, prefill_first=prefill_first, rate=16.0, barrier=True)
         assert ttft[5] > 3.0 and ttft[9] > 10.0, prefill_first  # it queues
         for r in (8, 9):
             assert hits[r] == pytest.approx(base[r], abs=0.01), (prefill_first, r)
