@@ -87,18 +87,6 @@ def test_array_radix_rebuilds_its_heap_as_block_radix(reqs, policy, pinning, tou
     drive(reqs, None, policy, [*writes, *pinning, *touches, (6, 0, 8, 0)])
 
 
-def _credit_by_hand(top, w0, lower, ids):
-    """A tier-scoring router's credit summed one match at a time, in its order."""
-    m = top.match(ids) if top is not None else 0
-    credit = float(m) * w0
-    for cache, w in lower:
-        mt = cache.match(ids)
-        if mt > m:
-            credit += w * (mt - m)
-            m = mt
-    return credit
-
-
 @settings(max_examples=150, deadline=None)
 @given(
     reqs=chained_requests(max_requests=20),
@@ -125,7 +113,7 @@ def test_the_compiled_credit_is_the_routers_credit(reqs, writes, capacity, weigh
     board = CreditBoard([(fast[0] if top else None, 1.0, below)])
     for chain in reqs:
         ids = np.asarray(chain, dtype=np.int64)
-        credit = _credit_by_hand(fast[0] if top else None, 1.0, below, ids)
+        credit = weighted_match_of(fast[0] if top else None, 1.0, below, ids)
         assert board.credits(np.zeros(1, dtype=np.int64), ids).tolist() == [credit]
         assert weighted_match_of(slow[0] if top else None, 1.0, twins, list(chain)) == credit
 
@@ -169,7 +157,7 @@ def test_a_credit_board_gives_each_engine_its_credit(reqs, writes, capacity, eng
         some = everyone[k % len(engines) :: 2]
         for chosen in (everyone, some):
             got = board.credits(chosen, ids).tolist()
-            assert got == [_credit_by_hand(*tiers[e], ids) for e in chosen.tolist()]
+            assert got == [weighted_match_of(*tiers[e], ids) for e in chosen.tolist()]
             assert got == [weighted_match_of(*twins[e], list(chain)) for e in chosen.tolist()]
 
 
