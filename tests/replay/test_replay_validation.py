@@ -192,51 +192,72 @@ def test_sglang_multiturn_hit_rates_per_round(dram, measured):
     assert np.isclose(got[0], 0.0)
 
 
-def _lru_oracle_hits(clients: int = 128, rounds: int = 10, seed: int = 1) -> dict[int, float]:
+def _lru_oracle_hits(seed: int = 1, answer: int = 0, clients: int = 128) -> dict[int, float]:
     """bench_multiturn against an LRU cache of MAX_TOTAL_TOKENS, the obvious way: one
     request after another in the order multiturn_trace draws, each client's cached
-    history a run of 64-token blocks from its start; a request hits what is left of its
-    previous prompt, then writes its prompt's misses and 64 answer tokens (never
-    matched), evicting the least recently used other client's last block until they
-    fit."""
+    history a run of 64-token blocks from its start. A request hits what is left of its
+    previous prompt and writes its prompt's misses and ``answer`` tokens of its answer,
+    which stay cached after its prompt, never matched, until the client's next request
+    (0: the answer is not kept, as the replay frees generated tokens with the request,
+    analyzer/replay/serving.py). Room is made by taking whole blocks off the end of the
+    least recently used other client's history."""
     rng = np.random.default_rng(seed)
-    cached = [0] * clients  # tokens of the previous prompt still cached
-    answer = [0] * clients  # its answer tokens, cached, never matched
+    held = [0] * clients  # tokens of the client's last prompt and answer still cached
     last_use = [0] * clients
     used, now, out = 0, 0, {}
-    for r in range(rounds):
+    for r in range(10):
         order = rng.permutation(clients)
         rng.exponential(1.0, clients)  # the trace's arrival gaps, drawn after the order
+        prompt, previous = (r + 1) * 512 + r * 64, r * 512 + max(r - 1, 0) * 64
         hits = total = 0
         for c in order:
             now += 1
-            prompt = (r + 1) * 512 + r * 64
-            hit = cached[c]
+            hit = min(held[c], previous if r else 0)
             hits, total = hits + hit, total + prompt
-            need = prompt - hit + 64
-            while MAX_TOTAL_TOKENS - used < need:
-                k = min(
-                    (last_use[k], k) for k in range(clients) if k != c and cached[k] + answer[k]
-                )[1]
-                if answer[k]:
-                    used, answer[k] = used - answer[k], 0
-                else:
-                    used, cached[k] = used - min(64, cached[k]), max(0, cached[k] - 64)
-            used += need - answer[c]
-            cached[c], answer[c], last_use[c] = prompt, 64, now
+            used -= held[c] - hit  # the old answer, which the new prompt does not match
+            short = used + prompt - hit + answer - MAX_TOTAL_TOKENS  # tokens to evict
+            while short > 0:
+                k = min((last_use[k], k) for k in range(clients) if k != c and held[k])[1]
+                gone = min(held[k], -(-short // 64) * 64)
+                used, held[k], short = used - gone, held[k] - gone, short - gone
+            used += prompt - hit + answer
+            held[c], last_use[c] = prompt + answer, now
         out[r] = hits / total
     return out
 
 
 @pytest.mark.slow
-def test_rounds_8_and_9_match_an_lru_oracle():
-    """The replay's rounds 8 and 9 are what a plain LRU cache of the same size keeps for
-    the same requests in the same order: the gap to the measurement is not eviction."""
-    want = _lru_oracle_hits()
-    got = _per_round_hits(dram=False)
-    assert want[8] == pytest.approx(0.090, abs=0.002) and want[9] == pytest.approx(0.098, abs=0.002)
-    for r in (8, 9):
-        assert got[r] == pytest.approx(want[r], abs=0.005), (r, got[r], want[r])
+def test_the_replay_is_an_lru_oracle_in_every_round():
+    """Round by round, the replay's hits are what a plain LRU cache of the same size
+    keeps for the same requests in the same order, in three orders: the gap to the
+    measurement in rounds 8 and 9 is not eviction."""
+    for seed in (1, 2, 3):
+        want = _lru_oracle_hits(seed)
+        got = _per_round(dram=False, seed=seed)[0]
+        for r in range(10):
+            assert got[r] == pytest.approx(want[r], abs=0.005), (seed, r, got[r], want[r])
+
+
+@pytest.mark.slow
+def test_rounds_8_and_9_are_not_a_draw_of_the_benchmarks_orders():
+    """The benchmark draws its clients' order at random each round. Over 1,000 orders
+    (the oracle above, the replay's hits) the measured rounds 3 to 7 are typical draws,
+    each between the 10th and 90th percentile, the median order 0.86-1.14x them; rounds 8 and 9
+    lie below the 5th and the 1st, and no order has both as low. With each answer kept
+    cached (the oracle's ``answer=64``) round 3 would be above 99% of orders instead,
+    the measured run's cache holding only prompts, as the replay's does
+    (docs/validation.md)."""
+    measured = {**SGLANG_L1, **{r: want for r, (want, _) in SGLANG_L1_MISSED.items()}}
+    draws = np.array([[h[r] for r in measured] for h in map(_lru_oracle_hits, range(1, 1001))])
+    below = {r: float(np.mean(draws[:, i] <= want)) for i, (r, want) in enumerate(measured.items())}
+    median = dict(zip(measured, np.median(draws, axis=0), strict=True))
+    for r, want in SGLANG_L1.items():
+        assert 0.1 < below[r] < 0.9, (r, below[r])
+        assert 0.85 < median[r] / want < 1.15, (r, median[r], want)
+    assert below[8] < 0.05 and below[9] < 0.01, below
+    assert not np.any((draws[:, -2] <= measured[8]) & (draws[:, -1] <= measured[9]))
+    kept = np.array([_lru_oracle_hits(seed, answer=64)[3] for seed in range(1, 301)])
+    assert np.mean(kept <= SGLANG_L1[3]) > 0.99
 
 
 @pytest.mark.slow
