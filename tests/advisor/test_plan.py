@@ -192,8 +192,9 @@ def test_every_output_gives_each_option_the_plans_money_and_the_gates_its_ttft(a
     main = gates["main"]["projected"]
     assert main["p90_ttft_s"] == chosen["ttft_s"]["p90"]
     assert main["throughput_gain"] == pytest.approx(base["gpus"] / chosen["gpus"] - 1.0)
-    assert main["ttft_reduction"] == pytest.approx(  # report.json keeps 6 decimals
-        1.0 - chosen["ttft_s"]["mean"] / base["ttft_s"]["mean"], abs=1e-6
+    # report.json keeps 6 decimals, of the reduction and of each mean it is taken from
+    assert main["ttft_reduction"] == pytest.approx(
+        1.0 - chosen["ttft_s"]["mean"] / base["ttft_s"]["mean"], abs=1e-6 / base["ttft_s"]["mean"]
     )
     assert gates["baseline"]["projected"]["mean_ttft_s"] == base["ttft_s"]["mean"]
     # deploy/README.md: each option written, as its plan
