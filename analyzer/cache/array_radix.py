@@ -828,12 +828,14 @@ def _evict_unheld_counting(
     need: int,
     counts: np.ndarray,
 ) -> tuple[int, int]:
-    """:func:`_evict_unheld`, and one count fewer in ``counts`` of each block evicted:
-    ``(its answer, how many of those still have a count)``."""
+    """:func:`_evict_unheld`, and one count fewer in ``counts`` of each block evicted
+    that it counts: ``(its answer, how many of those still have a count)``."""
     k = _evict_unheld(table, si, sf, hk, hi, meta, out, need)
     still = 0
     for i in range(max(k, 0)):
         b = out[i]
+        if b >= counts.size:  # not one of the counted blocks (a replay's generated ones)
+            continue
         c = counts[b] - 1
         counts[b] = c
         if c:

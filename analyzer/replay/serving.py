@@ -39,7 +39,10 @@ input too); a step whose decode tokens no longer fit preempts the most recently 
 running request, which frees its blocks (they stay cached, unpinned) and goes back to
 the head of the queue to be recomputed, prompt and generated tokens together (vLLM's
 recompute preemption). Generated tokens are not matched by later requests (a trace's
-blocks are prompts only).
+blocks are prompts only), but vLLM keeps a finished request's generated blocks cached,
+evicted before its prompt's, where they take room (``_cache_generated``); SGLang behind
+HiCache (``hicache``) keeps the prompt only, as the measured bench_multiturn rounds show
+(docs/validation.md).
 
 **Offload.** Blocks are written to the lower tiers as the plan's write policy says:
 ``write-through``: every block a tier lacks, when it is computed or loaded, at the end of
@@ -188,6 +191,10 @@ class AggregatedSimulation(Simulation):
         self.chunk = max(1, conn.chunk_tokens // self.bs) if conn is not None else 1
         self.layerwise = conn is not None and conn.layerwise
         self.layer_share = 1.0 / max(1, plan.num_layers)
+        # vLLM keeps a finished request's generated blocks cached (_cache_generated);
+        # SGLang, behind HiCache, does not. Their ids follow the trace's blocks'.
+        self.keeps_generated = conn is None or conn.name != "hicache"
+        self.generated_from = self.next_generated = trace.n_blocks
         self.selective = plan.write_policy == "write-through-selective"
         self.on_evict = plan.write_policy == "on-evict"
         # a tier below HBM that several instances write (the pool, a node's DRAM)
@@ -661,10 +668,33 @@ class AggregatedSimulation(Simulation):
         e = j.eng
         assert e is not None
         self._release(j, e, t)
+        if self.keeps_generated:
+            self._cache_generated(j, e, t)
         j.state = DONE
         if j.measured and j.out > 1:
             self.tpot[j.k - self.warm] = (t - j.first_t) / (j.out - 1)
         j.eng = None
+
+    def _cache_generated(self, j: Job, e: Engine, t: float) -> None:
+        """The full blocks of ``j``'s generated tokens (with its prompt's partial tail)
+        stay in the prefix cache after it, as vLLM keeps them: it caches every full block
+        up to the request's token count, generated ones too (``allocate_slots`` in
+        vllm/v1/core/kv_cache_manager.py), and frees a request's blocks tail first, so
+        they are evicted before its prompt's (``free``, same file). A trace's blocks are
+        prompts, so no later request matches them: they take room. Cached only after a
+        whole cached prompt (its blocks are their parents)."""
+        hbm = e.inst.hbm
+        nb = len(j.cb)
+        n = (j.prompt + j.gen) // self.bs - nb
+        if hbm is None or n <= 0 or hbm.match(j.cb) < nb:
+            return
+        first = self.next_generated
+        self.next_generated = first + n
+        if self.arrays:  # the compiled caches take the int64 array as it is
+            chain = np.concatenate((j.cb, np.arange(first, first + n)))
+            hbm.insert_ints(chain, t)  # type: ignore[arg-type]
+        else:
+            hbm.insert_ints([*j.cb, *range(first, first + n)], t)
 
     def _preempt(self, e: Engine, t: float) -> bool:
         """Preempt the most recently admitted running request that is not loading (it
@@ -708,9 +738,9 @@ class AggregatedSimulation(Simulation):
                 self._dup_tick(t)
                 self.dup_blocks -= still
                 if self.on_evict:
-                    self._spill(e.inst, 0, gone.tolist(), t, out)
+                    self._spill(e.inst, 0, gone[gone < self.generated_from].tolist(), t, out)
             return
-        evicted = hbm.evict_unheld(over)
+        evicted = [b for b in hbm.evict_unheld(over) if b < self.generated_from]
         if evicted and self.track_dup:
             self._dup_tick(t)
             cnt = self.dup_count

@@ -338,6 +338,40 @@ def test_running_requests_crowd_out_the_prefix_cache():
     assert crowd_hits / shared_tokens < rate_apart
 
 
+@pytest.mark.parametrize(
+    ("connector", "kept"), [(None, 3), (CONNECTORS["vllm"], 3), (CONNECTORS["hicache"], 0)]
+)
+def test_a_finished_requests_answer_stays_cached_as_vllm_keeps_it(connector, kept):
+    """vLLM caches every full block of a request, generated ones too, and frees them
+    tail first: after a 9-token prompt (2 blocks of 4 and a partial one) and 12
+    generated tokens, 3 more blocks stay cached, and a later request that needs room
+    takes them before the prompt's. SGLang behind HiCache keeps the prompt only."""
+    trace = build_trace(
+        [[1, 2], [3, 4, 5], [1, 2]],
+        4,
+        arrivals=[0.0, 10.0, 20.0],
+        prompts=[9, 13, 9],
+        outputs=[12, 1, 1],
+    )
+    # room for 7 blocks: the second request holds 3 and a private token, so 2 of the
+    # first request's 5 cached blocks go, its answer's last two
+    plan = agg_plan(trace, "local", capacity=28, mnbt=64, mns=4, connector=connector)
+    sim = AggregatedSimulation(trace, plan, 1.0)
+    seen: list[int] = []
+    finish = sim._finish
+
+    def spy(j, t):
+        finish(j, t)
+        seen.append(len(sim.engines[0].inst.hbm))
+
+    sim._finish = spy  # type: ignore[method-assign]
+    st_ = sim.run()
+    assert seen[0] == 2 + kept  # the first request's prompt blocks and its answer's
+    # the second's 3 prompt blocks beside the first's 2 and what is left of its answer
+    assert seen[1] == (6 if kept else 5)
+    assert st_.hit_tokens[2] == 8  # the first prompt is still cached for the third
+
+
 def test_output_lengths_from_the_log_else_the_stated_distribution():
     trace = build_trace([[1], [2], [3]], 4, outputs=[5, None, 0])
     out, drawn = output_lengths(trace)
