@@ -512,6 +512,22 @@ class _KubeProxy(Router):
         return int(self.rng.integers(self.ctx.instances))
 
 
+def _llmd_plan(block_size: int, **kw: Any) -> Any:
+    """The guide's deployment, resolved: Qwen3-32B on 8 vLLM servers of 2 H100s (TP2),
+    prefill and decode in one batch, each with its HBM prefix cache; ``kw`` sets the
+    rest of its ClusterConfig (the router, the KV pool, the memory setting)."""
+    cfg = ClusterConfig(
+        model="qwen3-32b",
+        gpu="h100",
+        tp=2,
+        instances=8,
+        warmup_fraction=0.0,
+        serving="aggregated",
+        **kw,
+    )
+    return resolve(cfg, select_scenarios("local")[0], block_size).plan
+
+
 def _llmd_staged_replay(
     seed: int = 0, pool_tokens: int | None = None, only: tuple[str, ...] = ()
 ) -> dict[str, list[float]]:
@@ -545,17 +561,7 @@ def _llmd_staged_replay(
         with pytest.MonkeyPatch.context() as mp:
             mp.setitem(replay_engine.SIMULATIONS, "aggregated", run)
             mp.setitem(ROUTERS, "kube-proxy", _KubeProxy)
-            cfg = ClusterConfig(
-                model="qwen3-32b",
-                gpu="h100",
-                tp=2,
-                instances=8,
-                warmup_fraction=0.0,
-                serving="aggregated",
-                router=router,
-                local_capacity_tokens=pool_tokens,
-            )
-            plan = resolve(cfg, select_scenarios("local")[0], trace.block_size).plan
+            plan = _llmd_plan(trace.block_size, router=router, local_capacity_tokens=pool_tokens)
             st = simulate(trace, plan, 1.0)
         sim = run.last
         assert sim is not None and not np.isnan(sim.ended).any()  # every stage ran
@@ -583,17 +589,7 @@ def _llmd_replay() -> dict[str, list[float]]:
     )
     out = {}
     for router in ("prefix-aware", "round-robin"):
-        cfg = ClusterConfig(
-            model="qwen3-32b",
-            gpu="h100",
-            tp=2,
-            instances=8,
-            warmup_fraction=0.0,
-            serving="aggregated",
-            router=router,
-        )
-        spec = select_scenarios("local")[0]
-        plan = resolve(cfg, spec, trace.block_size).plan
+        plan = _llmd_plan(trace.block_size, router=router)
         assert plan.step is not None
         st = simulate(trace, plan, 1.0)
         # the ladder's rates, the warm-up stage left out as the report leaves it out
@@ -872,15 +868,7 @@ def test_kv_pool_of_the_llmd_deployment_at_either_memory_setting(utilization, ra
     each Qwen3-32B server on 2 H100s 307,328 tokens of KV and not its memory setting;
     kvpool's pool is 1.07x that at vLLM's default 0.90 and 1.17x at the 0.95 the guide's
     manifests set (docs/validation.md)."""
-    cfg = ClusterConfig(
-        model="qwen3-32b",
-        gpu="h100",
-        tp=2,
-        instances=8,
-        serving="aggregated",
-        gpu_memory_utilization=utilization,
-    )
-    got = resolve(cfg, select_scenarios("local")[0], 64).plan.hbm_capacity_tokens
+    got = _llmd_plan(64, gpu_memory_utilization=utilization).hbm_capacity_tokens
     assert got / LLMD_REPORTED_POOL_TOKENS == pytest.approx(ratio, abs=0.005)
 
 
